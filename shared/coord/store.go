@@ -1,0 +1,128 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Store errors. Every backend returns exactly these (wrapped is fine), so use
+// cases branch on errors.Is whatever the backend.
+var (
+	// ErrNotFound: no document with that id in that partition.
+	ErrNotFound = errors.New("store: not found")
+	// ErrExists: Create found a document with that id (Cosmos 409).
+	ErrExists = errors.New("store: already exists")
+	// ErrPrecondition: the revision did not match (Cosmos 412): someone else
+	// wrote the document since it was read.
+	ErrPrecondition = errors.New("store: revision mismatch")
+	// ErrThrottled: the backend asked to slow down and its retries ran out.
+	ErrThrottled = errors.New("store: throttled")
+	// ErrUnavailable: the backend could not be reached.
+	ErrUnavailable = errors.New("store: unavailable")
+)
+
+// Item is a stored JSON document and its revision.
+type Item struct {
+	ID           string
+	PartitionKey string
+	// Rev is opaque: Cosmos's _etag, SQLite's write counter. CAS writes pass
+	// it back as IfRev.
+	Rev  string
+	Body []byte
+}
+
+// Op is a query condition operator.
+type Op string
+
+// Operators. Only plain comparisons: they translate to every backend and to
+// Cosmos cross-partition queries, which reject ORDER BY, aggregates, TOP,
+// DISTINCT and OFFSET.
+const (
+	OpEq Op = "="
+	OpIn Op = "IN"
+)
+
+// Cond is one condition on a top-level JSON field of the document.
+type Cond struct {
+	Field  string // a top-level field name such as "stage"
+	Op     Op
+	Values []any // one value for OpEq; one or more for OpIn (strings, numbers, bools)
+}
+
+// Eq builds field = value.
+func Eq(field string, value any) Cond { return Cond{Field: field, Op: OpEq, Values: []any{value}} }
+
+// In builds field IN (values...).
+func In[T any](field string, values ...T) Cond {
+	vs := make([]any, len(values))
+	for i, v := range values {
+		vs[i] = v
+	}
+	return Cond{Field: field, Op: OpIn, Values: vs}
+}
+
+// Query selects documents of one container. With PartitionKey set it is a
+// single-partition query and results come in id order; without, it is a
+// cross-partition filter whose order is unspecified.
+type Query struct {
+	PartitionKey string
+	Where        []Cond // all must hold
+	// Limit is the page size; 0 means the backend's default.
+	Limit int
+	// Continuation resumes after the previous page; "" starts from the top.
+	Continuation string
+}
+
+// Page is one page of query results. An empty Continuation means the end.
+type Page struct {
+	Items        []Item
+	Continuation string
+}
+
+// ChangePage is one page of a container's change feed.
+type ChangePage struct {
+	// Items are the latest versions of documents changed since the
+	// continuation, each once, in the order of their last change.
+	Items []Item
+	// Continuation resumes after this page; persist it as a checkpoint.
+	Continuation string
+}
+
+// Store is the document store the use cases run on, shaped after Cosmos DB:
+// containers of JSON documents with partition keys, point operations, CAS on
+// a revision, plain queries and a change feed. Backends: store/sqlite,
+// store/cosmos; store/storetest is the conformance suite they all pass.
+type Store interface {
+	// Create writes a new document; ErrExists when the id is taken.
+	Create(ctx context.Context, container, pk, id string, body []byte) (rev string, err error)
+	// Read returns one document; ErrNotFound when absent.
+	Read(ctx context.Context, container, pk, id string) (Item, error)
+	// Replace overwrites an existing document if its revision is still ifRev;
+	// ErrPrecondition when it changed, ErrNotFound when it is gone.
+	Replace(ctx context.Context, container, pk, id string, body []byte, ifRev string) (rev string, err error)
+	// Upsert writes a document whether or not it exists.
+	Upsert(ctx context.Context, container, pk, id string, body []byte) (rev string, err error)
+	// Delete removes a document; with ifRev set only at that revision.
+	Delete(ctx context.Context, container, pk, id, ifRev string) error
+	// Increment adds delta to an integer top-level field of an existing
+	// document in one atomic write (Cosmos patch increment) and returns the
+	// new value; ErrNotFound when the document is absent.
+	Increment(ctx context.Context, container, pk, id, field string, delta int64) (int64, error)
+	// Query returns one page of documents matching q.
+	Query(ctx context.Context, container string, q Query) (Page, error)
+	// ReadChanges returns up to max documents changed after continuation
+	// ("" = from the beginning). An empty page means nothing new yet.
+	ReadChanges(ctx context.Context, container, continuation string, max int) (ChangePage, error)
+}
+
+// Clock tells the time. Use cases never call time.Now, so tests control it.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns the current UTC time.
+func (SystemClock) Now() time.Time { return time.Now().UTC() }

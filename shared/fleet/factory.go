@@ -1,0 +1,126 @@
+package fleet
+
+import (
+	"slices"
+	"time"
+)
+
+// FactoryKind says how a factory lives.
+type FactoryKind string
+
+// Factory kinds.
+const (
+	// KindStatic is a long-running host that heartbeats.
+	KindStatic FactoryKind = "static"
+	// KindElastic is a pool that scales to zero and sends no heartbeat while
+	// idle, so silence never makes it unschedulable.
+	KindElastic FactoryKind = "elastic"
+)
+
+// Health is a factory's health as reported or as derived from silence.
+type Health string
+
+// Health values. Stale and down are set by the prune from missed heartbeats.
+const (
+	HealthOK       Health = "ok"
+	HealthDegraded Health = "degraded"
+	HealthStale    Health = "stale"
+	HealthDown     Health = "down"
+)
+
+// ParseHealth validates a health a factory reports; it may not claim stale.
+func ParseHealth(field, s string) (Health, error) {
+	switch h := Health(s); h {
+	case "":
+		return HealthOK, nil
+	case HealthOK, HealthDegraded, HealthDown:
+		return h, nil
+	}
+	return "", Invalid(field, "unknown health %q (want ok, degraded or down)", s)
+}
+
+// Factory is a worker host or an elastic pool of them.
+type Factory struct {
+	ID   string      `json:"id"`
+	Kind FactoryKind `json:"kind"`
+	// ProductID is the first product of Products: every document carries one.
+	ProductID       string    `json:"productId"`
+	Products        []string  `json:"products"`
+	Capabilities    []string  `json:"capabilities"`
+	Repos           []string  `json:"repos"`
+	SeatLimit       int       `json:"seatLimit"`
+	Load            int       `json:"load"`
+	Health          Health    `json:"health"`
+	CostPerHourUSD  float64   `json:"costPerHourUsd,omitempty"`
+	LastHeartbeatAt time.Time `json:"lastHeartbeatAt,omitzero"`
+	EnrolledAt      time.Time `json:"enrolledAt"`
+	UpdatedAt       time.Time `json:"updatedAt"`
+	Rev             string    `json:"-"`
+}
+
+// Serves reports whether the factory may work for product. A factory with no
+// products listed serves every product.
+func (f *Factory) Serves(product string) bool {
+	return len(f.Products) == 0 || slices.Contains(f.Products, product)
+}
+
+// EffectiveCapabilities is the declared capabilities plus repo:<name> for each
+// repo the factory has locally.
+func (f *Factory) EffectiveCapabilities() []string {
+	caps := slices.Clone(f.Capabilities)
+	for _, r := range f.Repos {
+		caps = append(caps, RepoCapability(r))
+	}
+	return caps
+}
+
+// FreeSeats is how many more jobs the factory can take.
+func (f *Factory) FreeSeats() int { return max(f.SeatLimit-f.Load, 0) }
+
+// RepoCapability is the capability token for having repo checked out.
+func RepoCapability(repo string) string { return "repo:" + repo }
+
+// Product is a tenant: billing, budgets and token scope. It owns repos.
+type Product struct {
+	ID        string    `json:"id"`
+	ProductID string    `json:"productId"`
+	Name      string    `json:"name,omitempty"`
+	Repos     []string  `json:"repos"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+	Rev       string    `json:"-"`
+}
+
+// Owns reports whether the product owns repo.
+func (p *Product) Owns(repo string) bool { return slices.Contains(p.Repos, repo) }
+
+// QueueState is a product's monotonic change counter: bumped on every job
+// creation and stage change, so a polling factory can skip the expensive
+// claim while nothing changed.
+type QueueState struct {
+	ID        string    `json:"id"`
+	ProductID string    `json:"productId"`
+	Version   int64     `json:"version"`
+	UpdatedAt time.Time `json:"updatedAt,omitzero"`
+}
+
+// PrincipalKind is who a token belongs to.
+type PrincipalKind string
+
+// Principal kinds.
+const (
+	PrincipalOperator PrincipalKind = "operator"
+	PrincipalFactory  PrincipalKind = "factory"
+)
+
+// Token is an issued factory token, stored under the hash of its secret.
+type Token struct {
+	ID           string    `json:"id"` // hex SHA-256 of the secret
+	ProductID    string    `json:"productId"`
+	FactoryID    string    `json:"factoryId"`
+	Products     []string  `json:"products"`
+	Capabilities []string  `json:"capabilities"`
+	Revoked      bool      `json:"revoked"`
+	IssuedAt     time.Time `json:"issuedAt"`
+	Rev          string    `json:"-"`
+}

@@ -1,0 +1,260 @@
+package fleet
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Priority orders jobs; critical jobs may preempt lower ones.
+type Priority string
+
+// Priorities, lowest first.
+const (
+	PriorityLow      Priority = "low"
+	PriorityNormal   Priority = "normal"
+	PriorityHigh     Priority = "high"
+	PriorityCritical Priority = "critical"
+)
+
+// Rank orders priorities: low 0 … critical 3; unknown ranks as normal.
+func (p Priority) Rank() int {
+	switch p {
+	case PriorityLow:
+		return 0
+	case PriorityHigh:
+		return 2
+	case PriorityCritical:
+		return 3
+	default:
+		return 1
+	}
+}
+
+// ParsePriority validates a priority; "" means normal.
+func ParsePriority(field, s string) (Priority, error) {
+	switch p := Priority(s); p {
+	case "":
+		return PriorityNormal, nil
+	case PriorityLow, PriorityNormal, PriorityHigh, PriorityCritical:
+		return p, nil
+	}
+	return "", Invalid(field, "unknown priority %q (want low, normal, high or critical)", s)
+}
+
+// DepsMode says when a job's dependencies are satisfied.
+type DepsMode string
+
+// Dependency modes.
+const (
+	DepsAll DepsMode = "all" // every dependency shipped (default)
+	DepsAny DepsMode = "any" // at least one shipped
+)
+
+// Duration is a time.Duration that reads and writes Go duration strings
+// ("45m") in JSON, as manifests and clients write them.
+type Duration time.Duration
+
+// MarshalJSON writes "45m0s".
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string such as \"45m\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Budget caps one job.
+type Budget struct {
+	Wall Duration `json:"wall,omitempty"`
+	USD  float64  `json:"usd,omitempty"`
+}
+
+// Vote is one reviewer's verdict.
+type Vote struct {
+	Reviewer string    `json:"reviewer"`
+	Approve  bool      `json:"approve"`
+	Comment  string    `json:"comment,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// Review is the review gate of a job.
+type Review struct {
+	Reviewers []string `json:"reviewers,omitempty"`
+	Quorum    int      `json:"quorum,omitempty"`
+	Votes     []Vote   `json:"votes,omitempty"`
+}
+
+// Lease is the single-holder lease on a job, as clients see it. It is stored
+// as fields of the job document so that claiming is one compare-and-swap.
+type Lease struct {
+	JobID           string    `json:"jobId"`
+	HolderFactoryID string    `json:"holderFactoryId"`
+	LeaseEpoch      int64     `json:"leaseEpoch"`
+	ExpiresAt       time.Time `json:"leaseExpiresAt"`
+}
+
+// Dispatch records what the dispatcher did for the job's current dispatchEpoch.
+type Dispatch struct {
+	// PublishedEpoch is the dispatchEpoch whose message was published; equal
+	// to the job's DispatchEpoch once the current dispatch went out.
+	PublishedEpoch int64     `json:"publishedEpoch,omitempty"`
+	PublishedAt    time.Time `json:"publishedAt,omitzero"`
+	// Unroutable explains why no factory was eligible at the last attempt.
+	Unroutable   string    `json:"unroutable,omitempty"`
+	AttemptedAt  time.Time `json:"attemptedAt,omitzero"`
+	DeadLettered int       `json:"deadLettered,omitempty"`
+}
+
+// Failure is the last failure a factory reported.
+type Failure struct {
+	Reason    string    `json:"reason"`
+	Retryable bool      `json:"retryable"`
+	FactoryID string    `json:"factoryId,omitempty"`
+	At        time.Time `json:"at"`
+}
+
+// Job is one unit of work. Rev is the store revision, carried for CAS and
+// never serialised into the document.
+type Job struct {
+	ID              string    `json:"id"`
+	ProductID       string    `json:"productId"`
+	Title           string    `json:"title"`
+	Repo            string    `json:"repo"`
+	Capabilities    []string  `json:"capabilities"`
+	Persona         string    `json:"persona,omitempty"`
+	Priority        Priority  `json:"priority"`
+	Stage           Stage     `json:"stage"`
+	Body            string    `json:"body"`
+	LeaseEpoch      int64     `json:"leaseEpoch"`
+	HolderFactoryID string    `json:"holderFactoryId,omitempty"` // "" when no lease is held
+	LeaseExpiresAt  time.Time `json:"leaseExpiresAt,omitzero"`
+	DispatchEpoch   int64     `json:"dispatchEpoch"`
+	TargetFactoryID string    `json:"targetFactoryId,omitempty"`
+	Dispatch        Dispatch  `json:"dispatch"`
+	Checkpoint      string    `json:"checkpoint,omitempty"`
+	Attempts        int       `json:"attempts"`
+	MaxAttempts     int       `json:"maxAttempts"`
+	NotBefore       time.Time `json:"notBefore,omitzero"`
+	LastFailure     *Failure  `json:"lastFailure,omitempty"`
+	ParentID        string    `json:"parentId,omitempty"`
+	Deps            []string  `json:"deps"`
+	DepsMode        DepsMode  `json:"depsMode"`
+	Budget          Budget    `json:"budget"`
+	Review          *Review   `json:"review,omitempty"`
+	IdempotencyKey  string    `json:"idempotencyKey,omitempty"`
+	// QueuedAt is when the job last entered queued; the scheduler ages from it.
+	QueuedAt  time.Time `json:"queuedAt,omitzero"`
+	EventSeq  int64     `json:"eventSeq"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+
+	Rev string `json:"-"`
+}
+
+// Lease returns the job's lease and whether one is held.
+func (j *Job) Lease() (Lease, bool) {
+	if j.HolderFactoryID == "" {
+		return Lease{}, false
+	}
+	return Lease{JobID: j.ID, HolderFactoryID: j.HolderFactoryID, LeaseEpoch: j.LeaseEpoch, ExpiresAt: j.LeaseExpiresAt}, true
+}
+
+// LeaseExpired reports whether a held lease has run out at now.
+func (j *Job) LeaseExpired(now time.Time) bool {
+	return j.HolderFactoryID != "" && !now.Before(j.LeaseExpiresAt)
+}
+
+// CheckFence returns ErrFenced unless factoryID holds the lease at leaseEpoch.
+// It is the one fencing check every worker mutation goes through.
+func (j *Job) CheckFence(factoryID string, leaseEpoch int64) error {
+	switch {
+	case j.HolderFactoryID == "" || !j.Stage.Leased():
+		return &Error{Code: CodeFenced, Message: fmt.Sprintf("job %s holds no lease (stage %s)", j.ID, j.Stage)}
+	case leaseEpoch != j.LeaseEpoch:
+		return &Error{Code: CodeFenced, Message: fmt.Sprintf("leaseEpoch %d is stale: job %s is at epoch %d", leaseEpoch, j.ID, j.LeaseEpoch)}
+	case j.HolderFactoryID != factoryID:
+		return &Error{Code: CodeFenced, Message: fmt.Sprintf("job %s is held by another factory", j.ID)}
+	}
+	return nil
+}
+
+// Apply moves the job along rule at now. Lease acquisition takes the factory
+// and lease length; other effects ignore them. It is the only place a job's
+// stage and lease change together.
+func (j *Job) Apply(rule Rule, now time.Time, factoryID string, ttl time.Duration) {
+	j.Stage = rule.To
+	switch rule.Lease {
+	case LeaseAcquire:
+		j.LeaseEpoch++
+		j.HolderFactoryID, j.LeaseExpiresAt = factoryID, now.Add(ttl)
+	case LeaseRelease:
+		j.HolderFactoryID, j.LeaseExpiresAt = "", time.Time{}
+	case LeaseRevoke:
+		j.LeaseEpoch++
+		j.HolderFactoryID, j.LeaseExpiresAt = "", time.Time{}
+	}
+	if rule.To == StageQueued {
+		j.QueuedAt = now
+		// A queued job needs a fresh dispatch: the old message, if any, points
+		// at a factory that already had its chance.
+		j.DispatchEpoch++
+		j.TargetFactoryID = ""
+		j.Dispatch.Unroutable = ""
+	}
+	j.UpdatedAt = now
+}
+
+// RunResult is how a run ended.
+type RunResult string
+
+// Run results.
+const (
+	RunRunning   RunResult = "running"
+	RunSucceeded RunResult = "succeeded"
+	RunFailed    RunResult = "failed"
+	RunLost      RunResult = "lost" // lease expired or revoked
+)
+
+// Run is one attempt at a job by one factory, from claim to release.
+type Run struct {
+	ID         string    `json:"id"`
+	JobID      string    `json:"jobId"`
+	ProductID  string    `json:"productId"`
+	FactoryID  string    `json:"factoryId"`
+	LeaseEpoch int64     `json:"leaseEpoch"`
+	Result     RunResult `json:"result"`
+	Reason     string    `json:"reason,omitempty"`
+	StartedAt  time.Time `json:"startedAt"`
+	EndedAt    time.Time `json:"endedAt,omitzero"`
+}
+
+// RunID names the run of job at leaseEpoch: one run per lease.
+func RunID(jobID string, leaseEpoch int64) string { return fmt.Sprintf("%s:%d", jobID, leaseEpoch) }
+
+// Event is one entry of a job's append-only audit stream.
+type Event struct {
+	ID        string          `json:"id"` // jobId:seq
+	JobID     string          `json:"jobId"`
+	ProductID string          `json:"productId"`
+	Seq       int64           `json:"seq"`
+	Type      string          `json:"type"`
+	From      Stage           `json:"from,omitempty"`
+	To        Stage           `json:"to,omitempty"`
+	Actor     Actor           `json:"actor"`
+	ActorID   string          `json:"actorId,omitempty"`
+	Message   string          `json:"message,omitempty"`
+	Data      json.RawMessage `json:"data,omitempty"`
+	At        time.Time       `json:"at"`
+}
+
+// EventID names the event seq of a job.
+func EventID(jobID string, seq int64) string { return fmt.Sprintf("%s:%012d", jobID, seq) }

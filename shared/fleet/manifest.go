@@ -1,0 +1,317 @@
+package fleet
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Manifest is a parsed job manifest: YAML front matter plus a Markdown body
+// kept verbatim.
+type Manifest struct {
+	Title          string
+	Repo           string
+	Capabilities   []string
+	Persona        string
+	Priority       Priority
+	Budget         Budget
+	Deps           []string
+	DepsMode       DepsMode
+	IdempotencyKey string
+	ParentID       string
+	Review         *Review
+	MaxAttempts    int
+	Body           string
+}
+
+// DefaultMaxAttempts is how many times a retryable failure is retried before
+// the job is dead-lettered, when the manifest does not say.
+const DefaultMaxAttempts = 3
+
+const maxMaxAttempts = 20
+
+// ParseManifest parses and validates a manifest. Every error is an *Error
+// with Code invalid_argument (or too_large) naming the field at fault.
+func ParseManifest(src []byte) (*Manifest, error) {
+	if len(src) > MaxManifestBytes {
+		return nil, &Error{Code: CodeTooLarge, Field: "manifest", Message: fmt.Sprintf("manifest is %d bytes, at most %d allowed", len(src), MaxManifestBytes)}
+	}
+	front, body, err := splitFrontMatter(src)
+	if err != nil {
+		return nil, err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(front, &doc); err != nil {
+		return nil, Invalid("manifest", "front matter is not valid YAML: %v", err)
+	}
+	m := &Manifest{Body: body, Priority: PriorityNormal, DepsMode: DepsAll, MaxAttempts: DefaultMaxAttempts}
+	if len(doc.Content) == 0 {
+		return nil, Invalid("repo", "is required")
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, Invalid("manifest", "front matter must be a mapping of field: value")
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		key, val := root.Content[i].Value, root.Content[i+1]
+		if seen[key] {
+			return nil, Invalid(key, "appears twice")
+		}
+		seen[key] = true
+		set, ok := manifestFields[key]
+		if !ok {
+			return nil, Invalid(key, "unknown field (known: title, repo, capabilities, persona, priority, budget, deps, depsMode, idempotencyKey, parentId, review, maxAttempts)")
+		}
+		if err := set(m, key, val); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// splitFrontMatter cuts "---\n<yaml>\n---\n<body>". The body is returned
+// byte for byte as written.
+func splitFrontMatter(src []byte) ([]byte, string, error) {
+	rest, ok := cutLine(src, "---")
+	if !ok {
+		return nil, "", Invalid("manifest", "must start with a '---' line opening the YAML front matter")
+	}
+	for off := 0; off <= len(rest); {
+		lineEnd := bytes.IndexByte(rest[off:], '\n')
+		var line []byte
+		next := len(rest) + 1
+		if lineEnd < 0 {
+			line = rest[off:]
+		} else {
+			line = rest[off : off+lineEnd]
+			next = off + lineEnd + 1
+		}
+		if string(bytes.TrimRight(line, "\r \t")) == "---" {
+			body := ""
+			if next <= len(rest) {
+				body = string(rest[next:])
+			}
+			return rest[:off], body, nil
+		}
+		off = next
+	}
+	return nil, "", Invalid("manifest", "front matter is not closed by a '---' line")
+}
+
+func cutLine(b []byte, want string) ([]byte, bool) {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		return nil, false
+	}
+	if string(bytes.TrimRight(b[:i], "\r \t")) != want {
+		return nil, false
+	}
+	return b[i+1:], true
+}
+
+type fieldSetter func(m *Manifest, field string, n *yaml.Node) error
+
+var manifestFields = map[string]fieldSetter{
+	"title":          func(m *Manifest, f string, n *yaml.Node) error { return decodeScalar(f, n, &m.Title) },
+	"repo":           func(m *Manifest, f string, n *yaml.Node) error { return decodeScalar(f, n, &m.Repo) },
+	"persona":        func(m *Manifest, f string, n *yaml.Node) error { return decodeScalar(f, n, &m.Persona) },
+	"idempotencyKey": func(m *Manifest, f string, n *yaml.Node) error { return decodeScalar(f, n, &m.IdempotencyKey) },
+	"parentId":       func(m *Manifest, f string, n *yaml.Node) error { return decodeScalar(f, n, &m.ParentID) },
+	"capabilities":   func(m *Manifest, f string, n *yaml.Node) error { return decodeStrings(f, n, &m.Capabilities) },
+	"deps":           func(m *Manifest, f string, n *yaml.Node) error { return decodeStrings(f, n, &m.Deps) },
+	"maxAttempts":    func(m *Manifest, f string, n *yaml.Node) error { return decodeScalar(f, n, &m.MaxAttempts) },
+	"priority": func(m *Manifest, f string, n *yaml.Node) error {
+		var s string
+		if err := decodeScalar(f, n, &s); err != nil {
+			return err
+		}
+		p, err := ParsePriority(f, s)
+		m.Priority = p
+		return err
+	},
+	"depsMode": func(m *Manifest, f string, n *yaml.Node) error {
+		var s string
+		if err := decodeScalar(f, n, &s); err != nil {
+			return err
+		}
+		switch DepsMode(s) {
+		case DepsAll, DepsAny:
+			m.DepsMode = DepsMode(s)
+			return nil
+		}
+		return Invalid(f, "unknown depsMode %q (want all or any)", s)
+	},
+	"budget": func(m *Manifest, f string, n *yaml.Node) error {
+		return decodeMapping(f, n, map[string]func(string, *yaml.Node) error{
+			"wall": func(f string, n *yaml.Node) error {
+				var s string
+				if err := decodeScalar(f, n, &s); err != nil {
+					return err
+				}
+				d, err := time.ParseDuration(s)
+				if err != nil || d <= 0 {
+					return Invalid(f, "%q is not a positive duration such as 45m or 2h", s)
+				}
+				m.Budget.Wall = Duration(d)
+				return nil
+			},
+			"usd": func(f string, n *yaml.Node) error {
+				if err := decodeScalar(f, n, &m.Budget.USD); err != nil {
+					return err
+				}
+				if m.Budget.USD < 0 {
+					return Invalid(f, "must not be negative")
+				}
+				return nil
+			},
+		})
+	},
+	"review": func(m *Manifest, f string, n *yaml.Node) error {
+		r := &Review{}
+		m.Review = r
+		return decodeMapping(f, n, map[string]func(string, *yaml.Node) error{
+			"reviewers": func(f string, n *yaml.Node) error { return decodeStrings(f, n, &r.Reviewers) },
+			"quorum":    func(f string, n *yaml.Node) error { return decodeScalar(f, n, &r.Quorum) },
+		})
+	},
+}
+
+func decodeScalar[T any](field string, n *yaml.Node, out *T) error {
+	if n.Kind != yaml.ScalarNode {
+		return Invalid(field, "must be a single value, not a %s", kindName(n))
+	}
+	if err := n.Decode(out); err != nil {
+		return Invalid(field, "%q is not a valid %T", n.Value, *out)
+	}
+	return nil
+}
+
+func decodeStrings(field string, n *yaml.Node, out *[]string) error {
+	if n.Kind != yaml.SequenceNode {
+		return Invalid(field, "must be a list such as [a, b], not a %s", kindName(n))
+	}
+	list := make([]string, 0, len(n.Content))
+	for i, item := range n.Content {
+		var s string
+		if err := decodeScalar(fmt.Sprintf("%s[%d]", field, i), item, &s); err != nil {
+			return err
+		}
+		list = append(list, s)
+	}
+	*out = list
+	return nil
+}
+
+func decodeMapping(field string, n *yaml.Node, keys map[string]func(string, *yaml.Node) error) error {
+	if n.Kind != yaml.MappingNode {
+		return Invalid(field, "must be a mapping such as {key: value}, not a %s", kindName(n))
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i].Value
+		set, ok := keys[k]
+		if !ok {
+			return Invalid(field+"."+k, "unknown field")
+		}
+		if err := set(field+"."+k, n.Content[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "list"
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.AliasNode:
+		return "alias"
+	}
+	return "value"
+}
+
+func (m *Manifest) validate() error {
+	if err := ValidateName("repo", m.Repo); err != nil {
+		return err
+	}
+	if m.Title == "" {
+		m.Title = titleFromBody(m.Body)
+	}
+	if m.Title == "" {
+		return Invalid("title", "is required (or start the body with a heading)")
+	}
+	if err := ValidateText("title", m.Title, MaxTitleLen); err != nil {
+		return err
+	}
+	if strings.TrimSpace(m.Body) == "" {
+		return Invalid("body", "the task body after the front matter is empty")
+	}
+	caps, err := ValidateCapabilities("capabilities", m.Capabilities)
+	if err != nil {
+		return err
+	}
+	m.Capabilities = caps
+	if m.Persona != "" {
+		if err := ValidateName("persona", m.Persona); err != nil {
+			return err
+		}
+	}
+	if m.IdempotencyKey != "" {
+		if err := ValidateText("idempotencyKey", m.IdempotencyKey, 200); err != nil {
+			return err
+		}
+	}
+	if m.ParentID != "" {
+		if err := ValidateName("parentId", m.ParentID); err != nil {
+			return err
+		}
+	}
+	if len(m.Deps) > MaxDeps {
+		return Invalid("deps", "has %d entries, at most %d allowed", len(m.Deps), MaxDeps)
+	}
+	for i, d := range m.Deps {
+		if err := ValidateName(fmt.Sprintf("deps[%d]", i), d); err != nil {
+			return err
+		}
+	}
+	if m.MaxAttempts < 1 || m.MaxAttempts > maxMaxAttempts {
+		return Invalid("maxAttempts", "must be between 1 and %d", maxMaxAttempts)
+	}
+	if r := m.Review; r != nil {
+		for i, rv := range r.Reviewers {
+			if err := ValidateText(fmt.Sprintf("review.reviewers[%d]", i), rv, MaxNameLen); err != nil || rv == "" {
+				return Invalid(fmt.Sprintf("review.reviewers[%d]", i), "must be a non-empty reviewer name")
+			}
+		}
+		if r.Quorum == 0 {
+			r.Quorum = max(1, len(r.Reviewers))
+		}
+		if r.Quorum < 1 || (len(r.Reviewers) > 0 && r.Quorum > len(r.Reviewers)) {
+			return Invalid("review.quorum", "must be between 1 and the number of reviewers")
+		}
+	}
+	return nil
+}
+
+// titleFromBody takes the first non-empty line of the body, without heading
+// marks, as a default title.
+func titleFromBody(body string) string {
+	for line := range strings.Lines(body) {
+		t := strings.TrimSpace(strings.TrimLeft(strings.TrimSpace(line), "#"))
+		if t != "" {
+			if r := []rune(t); len(r) > 120 {
+				t = string(r[:120])
+			}
+			return t
+		}
+	}
+	return ""
+}

@@ -1,0 +1,157 @@
+package fleet
+
+import "fmt"
+
+// Stage is where a job is in its life.
+type Stage string
+
+// Stages of the overview seed §4, plus cancelled.
+const (
+	StageQueued     Stage = "queued"
+	StageBlocked    Stage = "blocked"
+	StageAssigned   Stage = "assigned"
+	StageBuilding   Stage = "building"
+	StageReview     Stage = "review"
+	StageTesting    Stage = "testing"
+	StageShipped    Stage = "shipped"
+	StageFailed     Stage = "failed"
+	StageDeadLetter Stage = "dead_letter"
+	StageCancelled  Stage = "cancelled"
+)
+
+// Stages lists every stage in lifecycle order.
+var Stages = []Stage{StageQueued, StageBlocked, StageAssigned, StageBuilding, StageReview,
+	StageTesting, StageShipped, StageFailed, StageDeadLetter, StageCancelled}
+
+// ParseStage validates a stage name coming from a client.
+func ParseStage(field, s string) (Stage, error) {
+	for _, st := range Stages {
+		if string(st) == s {
+			return st, nil
+		}
+	}
+	return "", Invalid(field, "unknown stage %q (want one of queued, blocked, assigned, building, review, testing, shipped, failed, dead_letter, cancelled)", s)
+}
+
+// Terminal reports whether nothing further happens to a job in this stage
+// without an operator.
+func (s Stage) Terminal() bool {
+	return s == StageShipped || s == StageDeadLetter || s == StageCancelled || s == StageFailed
+}
+
+// Leased reports whether a job in this stage is held by a factory under a lease.
+func (s Stage) Leased() bool { return s == StageAssigned || s == StageBuilding }
+
+// Actor is who asks for a transition.
+type Actor string
+
+// Actors.
+const (
+	// ActorFactory is the factory that holds (or, for a claim, takes) the lease.
+	ActorFactory  Actor = "factory"
+	ActorOperator Actor = "operator"
+	ActorSystem   Actor = "system"
+)
+
+// LeaseEffect is what a transition does to the job's lease.
+type LeaseEffect int
+
+// Lease effects. Revoke also bumps leaseEpoch, which fences the old holder.
+const (
+	LeaseNone    LeaseEffect = iota // no lease before or after
+	LeaseAcquire                    // a factory takes the lease; leaseEpoch+1
+	LeaseKeep                       // the holder keeps it
+	LeaseRelease                    // the holder gives it up
+	LeaseRevoke                     // taken away from the holder; leaseEpoch+1
+)
+
+func (e LeaseEffect) String() string {
+	return [...]string{"none", "acquire", "keep", "release", "revoke"}[e]
+}
+
+// Rule is one legal transition.
+type Rule struct {
+	From, To Stage
+	Actor    Actor
+	Lease    LeaseEffect
+	// Why names the transition in events and docs.
+	Why string
+}
+
+// Transitions is the stage machine: the only legal moves, who may make them,
+// and what each does to the lease. Anything not listed is rejected.
+var Transitions = []Rule{
+	{StageQueued, StageBlocked, ActorSystem, LeaseNone, "unmet dependencies"},
+	{StageBlocked, StageQueued, ActorSystem, LeaseNone, "dependencies satisfied"},
+	{StageQueued, StageAssigned, ActorFactory, LeaseAcquire, "claimed"},
+	{StageAssigned, StageBuilding, ActorFactory, LeaseKeep, "build started"},
+	// Handing the work to a gate ends the factory's part: the lease goes, so a
+	// factory that exits after delivering is not reaped back into the queue.
+	{StageBuilding, StageReview, ActorFactory, LeaseRelease, "delivered for review"},
+	{StageBuilding, StageTesting, ActorFactory, LeaseRelease, "delivered for testing"},
+	{StageBuilding, StageFailed, ActorFactory, LeaseRelease, "failed"},
+	{StageAssigned, StageFailed, ActorFactory, LeaseRelease, "failed"},
+	{StageBuilding, StageQueued, ActorFactory, LeaseRelease, "failed, will retry"},
+	{StageAssigned, StageQueued, ActorFactory, LeaseRelease, "failed, will retry"},
+	{StageBuilding, StageDeadLetter, ActorFactory, LeaseRelease, "failed, retries exhausted"},
+	{StageAssigned, StageDeadLetter, ActorFactory, LeaseRelease, "failed, retries exhausted"},
+	{StageAssigned, StageQueued, ActorSystem, LeaseRevoke, "lease expired"},
+	{StageBuilding, StageQueued, ActorSystem, LeaseRevoke, "lease expired or preempted"},
+	{StageBuilding, StageFailed, ActorSystem, LeaseRevoke, "budget exceeded"},
+	{StageReview, StageTesting, ActorSystem, LeaseNone, "review quorum reached"},
+	{StageReview, StageTesting, ActorOperator, LeaseNone, "approved"},
+	{StageReview, StageFailed, ActorOperator, LeaseNone, "rejected"},
+	{StageTesting, StageFailed, ActorOperator, LeaseNone, "rejected"},
+	{StageTesting, StageShipped, ActorOperator, LeaseNone, "shipped"},
+	{StageReview, StageShipped, ActorOperator, LeaseNone, "shipped past review"},
+	{StageFailed, StageQueued, ActorOperator, LeaseNone, "requeued"},
+	{StageDeadLetter, StageQueued, ActorOperator, LeaseNone, "requeued"},
+	{StageCancelled, StageQueued, ActorOperator, LeaseNone, "requeued"},
+	{StageFailed, StageDeadLetter, ActorSystem, LeaseNone, "retries exhausted"},
+	{StageQueued, StageCancelled, ActorOperator, LeaseNone, "cancelled"},
+	{StageBlocked, StageCancelled, ActorOperator, LeaseNone, "cancelled"},
+	{StageAssigned, StageCancelled, ActorOperator, LeaseRevoke, "cancelled"},
+	{StageBuilding, StageCancelled, ActorOperator, LeaseRevoke, "cancelled"},
+	{StageReview, StageCancelled, ActorOperator, LeaseNone, "cancelled"},
+	{StageTesting, StageCancelled, ActorOperator, LeaseNone, "cancelled"},
+}
+
+type transitionKey struct {
+	from, to Stage
+	actor    Actor
+}
+
+var transitionIndex = func() map[transitionKey]Rule {
+	m := make(map[transitionKey]Rule, len(Transitions))
+	for _, r := range Transitions {
+		k := transitionKey{r.From, r.To, r.Actor}
+		if _, dup := m[k]; dup {
+			panic(fmt.Sprintf("fleet: duplicate transition %s -> %s by %s", r.From, r.To, r.Actor))
+		}
+		m[k] = r
+	}
+	return m
+}()
+
+// IllegalTransitionError says a transition is not in the table.
+type IllegalTransitionError struct {
+	From, To Stage
+	Actor    Actor
+}
+
+func (e *IllegalTransitionError) Error() string {
+	return fmt.Sprintf("illegal transition %s -> %s by %s", e.From, e.To, e.Actor)
+}
+
+// Is makes errors.Is(err, ErrConflict) true: the API answers 409 conflict.
+func (e *IllegalTransitionError) Is(target error) bool { return target == ErrConflict }
+
+// CheckTransition returns the rule for from -> to by actor, or an
+// *IllegalTransitionError.
+func CheckTransition(from, to Stage, actor Actor) (Rule, error) {
+	r, ok := transitionIndex[transitionKey{from, to, actor}]
+	if !ok {
+		return Rule{}, &IllegalTransitionError{From: from, To: to, Actor: actor}
+	}
+	return r, nil
+}

@@ -1,0 +1,111 @@
+package fleet
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits on client input.
+const (
+	MaxManifestBytes = 1 << 20
+	MaxNameLen       = 100
+	MaxCapabilityLen = 128
+	MaxCapabilities  = 64
+	MaxDeps          = 100
+	MaxTitleLen      = 300
+)
+
+// ValidateName checks a plain name: a repo, product or factory id. Plain means
+// letters, digits, '.', '_' and '-', not starting with '-' or '.', so it can
+// never be read as a path, a flag or a ref outside its place.
+func ValidateName(field, s string) error {
+	switch {
+	case s == "":
+		return Invalid(field, "is required")
+	case len(s) > MaxNameLen:
+		return Invalid(field, "is longer than %d characters", MaxNameLen)
+	case s[0] == '-':
+		return Invalid(field, "%q must not start with '-'", s)
+	case s[0] == '.':
+		return Invalid(field, "%q must not start with '.'", s)
+	}
+	for _, r := range s {
+		if !(r < utf8.RuneSelf && (isAlnum(byte(r)) || r == '.' || r == '_' || r == '-')) {
+			return Invalid(field, "%q may hold only letters, digits, '.', '_' and '-' (found %q)", s, r)
+		}
+	}
+	return nil
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// ValidateCapability checks a kind:value capability token.
+func ValidateCapability(field, c string) error {
+	kind, value, ok := strings.Cut(c, ":")
+	switch {
+	case len(c) > MaxCapabilityLen:
+		return Invalid(field, "capability is longer than %d characters", MaxCapabilityLen)
+	case !ok:
+		return Invalid(field, "capability %q must be kind:value, such as os:linux, engine:claude or repo:<name>", c)
+	case kind == "":
+		return Invalid(field, "capability %q has an empty kind", c)
+	case value == "":
+		return Invalid(field, "capability %q has an empty value", c)
+	}
+	for i := 0; i < len(kind); i++ {
+		if !(kind[i] >= 'a' && kind[i] <= 'z' || kind[i] >= '0' && kind[i] <= '9' || kind[i] == '_' || kind[i] == '-') {
+			return Invalid(field, "capability kind %q may hold only lower-case letters, digits, '_' and '-'", kind)
+		}
+	}
+	for _, r := range value {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError {
+			return Invalid(field, "capability %q must not contain spaces or control characters", c)
+		}
+	}
+	if kind == "repo" {
+		if err := ValidateName(field, value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ValidateCapabilities checks a list and returns it in the order given with
+// duplicates dropped.
+func ValidateCapabilities(field string, caps []string) ([]string, error) {
+	if len(caps) > MaxCapabilities {
+		return nil, Invalid(field, "has %d capabilities, at most %d allowed", len(caps), MaxCapabilities)
+	}
+	out := make([]string, 0, len(caps))
+	seen := make(map[string]bool, len(caps))
+	for i, c := range caps {
+		if err := ValidateCapability(fmt.Sprintf("%s[%d]", field, i), c); err != nil {
+			return nil, err
+		}
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// ValidateText rejects control characters other than tab and newline.
+func ValidateText(field, s string, maxLen int) error {
+	if len(s) > maxLen {
+		return Invalid(field, "is longer than %d characters", maxLen)
+	}
+	if !utf8.ValidString(s) {
+		return Invalid(field, "is not valid UTF-8")
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r' {
+			return Invalid(field, "must not contain control characters (found %U)", r)
+		}
+	}
+	return nil
+}
