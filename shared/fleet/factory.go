@@ -44,14 +44,16 @@ type Factory struct {
 	ID   string      `json:"id"`
 	Kind FactoryKind `json:"kind"`
 	// ProductID is the first product of Products: every document carries one.
-	ProductID       string    `json:"productId"`
-	Products        []string  `json:"products"`
-	Capabilities    []string  `json:"capabilities"`
-	Repos           []string  `json:"repos"`
-	SeatLimit       int       `json:"seatLimit"`
-	Load            int       `json:"load"`
-	Health          Health    `json:"health"`
-	CostPerHourUSD  float64   `json:"costPerHourUsd,omitempty"`
+	ProductID      string   `json:"productId"`
+	Products       []string `json:"products"`
+	Capabilities   []string `json:"capabilities"`
+	Repos          []string `json:"repos"`
+	SeatLimit      int      `json:"seatLimit"`
+	Load           int      `json:"load"`
+	Health         Health   `json:"health"`
+	CostPerHourUSD float64  `json:"costPerHourUsd,omitempty"`
+	// TokenID is the hash of the factory's current token (not secret).
+	TokenID         string    `json:"tokenId,omitempty"`
 	LastHeartbeatAt time.Time `json:"lastHeartbeatAt,omitzero"`
 	EnrolledAt      time.Time `json:"enrolledAt"`
 	UpdatedAt       time.Time `json:"updatedAt"`
@@ -98,10 +100,9 @@ func (p *Product) Owns(repo string) bool { return slices.Contains(p.Repos, repo)
 // creation and stage change, so a polling factory can skip the expensive
 // claim while nothing changed.
 type QueueState struct {
-	ID        string    `json:"id"`
-	ProductID string    `json:"productId"`
-	Version   int64     `json:"version"`
-	UpdatedAt time.Time `json:"updatedAt,omitzero"`
+	ID        string `json:"id"`
+	ProductID string `json:"productId"`
+	Version   int64  `json:"version"`
 }
 
 // PrincipalKind is who a token belongs to.

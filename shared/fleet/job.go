@@ -102,16 +102,15 @@ type Lease struct {
 	ExpiresAt       time.Time `json:"leaseExpiresAt"`
 }
 
-// Dispatch records what the dispatcher did for the job's current dispatchEpoch.
+// Dispatch records the dispatcher's last decision for the job.
 type Dispatch struct {
-	// PublishedEpoch is the dispatchEpoch whose message was published; equal
-	// to the job's DispatchEpoch once the current dispatch went out.
-	PublishedEpoch int64     `json:"publishedEpoch,omitempty"`
-	PublishedAt    time.Time `json:"publishedAt,omitzero"`
+	// At is when the message for the current dispatchEpoch was published (or,
+	// when Unroutable is set, when routing was last tried).
+	At time.Time `json:"at,omitzero"`
 	// Unroutable explains why no factory was eligible at the last attempt.
-	Unroutable   string    `json:"unroutable,omitempty"`
-	AttemptedAt  time.Time `json:"attemptedAt,omitzero"`
-	DeadLettered int       `json:"deadLettered,omitempty"`
+	Unroutable string `json:"unroutable,omitempty"`
+	// DeadLettered counts dispatch messages of this job the broker gave up on.
+	DeadLettered int `json:"deadLettered,omitempty"`
 }
 
 // Failure is the last failure a factory reported.
@@ -137,8 +136,11 @@ type Job struct {
 	LeaseEpoch      int64     `json:"leaseEpoch"`
 	HolderFactoryID string    `json:"holderFactoryId,omitempty"` // "" when no lease is held
 	LeaseExpiresAt  time.Time `json:"leaseExpiresAt,omitzero"`
+	LeaseAcquiredAt time.Time `json:"leaseAcquiredAt,omitzero"`
 	DispatchEpoch   int64     `json:"dispatchEpoch"`
-	TargetFactoryID string    `json:"targetFactoryId,omitempty"`
+	// TargetFactoryID is "" while the job awaits a dispatch decision; kept in
+	// the document even when empty so queries can select on it.
+	TargetFactoryID string    `json:"targetFactoryId"`
 	Dispatch        Dispatch  `json:"dispatch"`
 	Checkpoint      string    `json:"checkpoint,omitempty"`
 	Attempts        int       `json:"attempts"`
@@ -148,9 +150,12 @@ type Job struct {
 	ParentID        string    `json:"parentId,omitempty"`
 	Deps            []string  `json:"deps"`
 	DepsMode        DepsMode  `json:"depsMode"`
-	Budget          Budget    `json:"budget"`
-	Review          *Review   `json:"review,omitempty"`
-	IdempotencyKey  string    `json:"idempotencyKey,omitempty"`
+	// HasDependants is set when another job waits on this one, so shipping a
+	// job nobody waits for costs no query for dependants.
+	HasDependants  bool    `json:"hasDependants,omitempty"`
+	Budget         Budget  `json:"budget"`
+	Review         *Review `json:"review,omitempty"`
+	IdempotencyKey string  `json:"idempotencyKey,omitempty"`
 	// QueuedAt is when the job last entered queued; the scheduler ages from it.
 	QueuedAt  time.Time `json:"queuedAt,omitzero"`
 	EventSeq  int64     `json:"eventSeq"`
@@ -195,20 +200,20 @@ func (j *Job) Apply(rule Rule, now time.Time, factoryID string, ttl time.Duratio
 	switch rule.Lease {
 	case LeaseAcquire:
 		j.LeaseEpoch++
-		j.HolderFactoryID, j.LeaseExpiresAt = factoryID, now.Add(ttl)
+		j.HolderFactoryID, j.LeaseExpiresAt, j.LeaseAcquiredAt = factoryID, now.Add(ttl), now
 	case LeaseRelease:
-		j.HolderFactoryID, j.LeaseExpiresAt = "", time.Time{}
+		j.HolderFactoryID, j.LeaseExpiresAt, j.LeaseAcquiredAt = "", time.Time{}, time.Time{}
 	case LeaseRevoke:
 		j.LeaseEpoch++
-		j.HolderFactoryID, j.LeaseExpiresAt = "", time.Time{}
+		j.HolderFactoryID, j.LeaseExpiresAt, j.LeaseAcquiredAt = "", time.Time{}, time.Time{}
 	}
 	if rule.To == StageQueued {
 		j.QueuedAt = now
-		// A queued job needs a fresh dispatch: the old message, if any, points
-		// at a factory that already had its chance.
-		j.DispatchEpoch++
+		// A job back in the queue needs a fresh dispatch decision; the
+		// dispatcher bumps dispatchEpoch when it makes one, which voids any
+		// message still in flight for the old epoch.
 		j.TargetFactoryID = ""
-		j.Dispatch.Unroutable = ""
+		j.Dispatch = Dispatch{DeadLettered: j.Dispatch.DeadLettered}
 	}
 	j.UpdatedAt = now
 }

@@ -66,7 +66,11 @@ const (
 )
 
 func (e LeaseEffect) String() string {
-	return [...]string{"none", "acquire", "keep", "release", "revoke"}[e]
+	names := [...]string{"none", "acquire", "keep", "release", "revoke"}
+	if e < 0 || int(e) >= len(names) {
+		return fmt.Sprintf("LeaseEffect(%d)", int(e))
+	}
+	return names[e]
 }
 
 // Rule is one legal transition.
@@ -80,6 +84,11 @@ type Rule struct {
 
 // Transitions is the stage machine: the only legal moves, who may make them,
 // and what each does to the lease. Anything not listed is rejected.
+//
+// Terminal stages (shipped, failed, dead_letter, cancelled) are left only by
+// an operator's requeue. A retryable failure with attempts left goes straight
+// back to queued and one with none left straight to dead_letter, so a job in
+// failed is there for an operator to look at and nothing moves it on its own.
 var Transitions = []Rule{
 	{StageQueued, StageBlocked, ActorSystem, LeaseNone, "unmet dependencies"},
 	{StageBlocked, StageQueued, ActorSystem, LeaseNone, "dependencies satisfied"},
@@ -91,8 +100,10 @@ var Transitions = []Rule{
 	{StageBuilding, StageTesting, ActorFactory, LeaseRelease, "delivered for testing"},
 	{StageBuilding, StageFailed, ActorFactory, LeaseRelease, "failed"},
 	{StageAssigned, StageFailed, ActorFactory, LeaseRelease, "failed"},
-	{StageBuilding, StageQueued, ActorFactory, LeaseRelease, "failed, will retry"},
-	{StageAssigned, StageQueued, ActorFactory, LeaseRelease, "failed, will retry"},
+	// A job with no gate may be shipped by the factory that built it.
+	{StageBuilding, StageShipped, ActorFactory, LeaseRelease, "shipped by the factory"},
+	{StageBuilding, StageQueued, ActorFactory, LeaseRelease, "released by the holder"},
+	{StageAssigned, StageQueued, ActorFactory, LeaseRelease, "released by the holder"},
 	{StageBuilding, StageDeadLetter, ActorFactory, LeaseRelease, "failed, retries exhausted"},
 	{StageAssigned, StageDeadLetter, ActorFactory, LeaseRelease, "failed, retries exhausted"},
 	{StageAssigned, StageQueued, ActorSystem, LeaseRevoke, "lease expired"},
@@ -107,7 +118,6 @@ var Transitions = []Rule{
 	{StageFailed, StageQueued, ActorOperator, LeaseNone, "requeued"},
 	{StageDeadLetter, StageQueued, ActorOperator, LeaseNone, "requeued"},
 	{StageCancelled, StageQueued, ActorOperator, LeaseNone, "requeued"},
-	{StageFailed, StageDeadLetter, ActorSystem, LeaseNone, "retries exhausted"},
 	{StageQueued, StageCancelled, ActorOperator, LeaseNone, "cancelled"},
 	{StageBlocked, StageCancelled, ActorOperator, LeaseNone, "cancelled"},
 	{StageAssigned, StageCancelled, ActorOperator, LeaseRevoke, "cancelled"},

@@ -1,0 +1,111 @@
+package coord
+
+import (
+	"container/list"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// itemCache remembers the last version of documents this process wrote or
+// read for writing, so the next CAS can skip a read. It is only ever an
+// optimisation: a stale entry fails its CAS with ErrPrecondition and the
+// caller re-reads, so correctness never depends on it.
+type itemCache struct {
+	mu    sync.Mutex
+	max   int
+	order *list.List // front = most recent
+	items map[cacheKey]*list.Element
+}
+
+type cacheKey struct{ pk, id string }
+
+type cacheEntry struct {
+	key  cacheKey
+	item Item
+}
+
+func newItemCache(max int) *itemCache {
+	return &itemCache{max: max, order: list.New(), items: make(map[cacheKey]*list.Element)}
+}
+
+func (c *itemCache) get(pk, id string) (Item, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.items[cacheKey{pk, id}]
+	if !ok {
+		return Item{}, false
+	}
+	c.order.MoveToFront(e)
+	return e.Value.(*cacheEntry).item, true
+}
+
+func (c *itemCache) put(pk, id string, it Item) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := cacheKey{pk, id}
+	if e, ok := c.items[k]; ok {
+		e.Value.(*cacheEntry).item = it
+		c.order.MoveToFront(e)
+		return
+	}
+	c.items[k] = c.order.PushFront(&cacheEntry{key: k, item: it})
+	for c.order.Len() > c.max {
+		last := c.order.Back()
+		c.order.Remove(last)
+		delete(c.items, last.Value.(*cacheEntry).key)
+	}
+}
+
+func (c *itemCache) drop(pk, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[cacheKey{pk, id}]; ok {
+		c.order.Remove(e)
+		delete(c.items, cacheKey{pk, id})
+	}
+}
+
+// factoryCache holds the factory list the scheduler ranks, refreshed at most
+// every ttl: dispatching a burst of jobs should not read every factory
+// document once per job.
+type factoryCache struct {
+	mu        sync.Mutex
+	ttl       time.Duration
+	loadedAt  time.Time
+	factories []*fleet.Factory
+}
+
+func (fc *factoryCache) invalidate() {
+	fc.mu.Lock()
+	fc.factories, fc.loadedAt = nil, time.Time{}
+	fc.mu.Unlock()
+}
+
+// listFactories returns every factory, from the cache when it is fresh.
+func (c *Coordinator) listFactories(ctx context.Context) ([]*fleet.Factory, error) {
+	fc := c.factories
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	now := c.now()
+	if fc.factories != nil && now.Sub(fc.loadedAt) < fc.ttl {
+		return fc.factories, nil
+	}
+	items, err := c.queryAll(ctx, Factories, Query{})
+	if err != nil {
+		return nil, err
+	}
+	fs := make([]*fleet.Factory, 0, len(items))
+	for _, it := range items {
+		f, err := decode[fleet.Factory](it)
+		if err != nil {
+			return nil, err
+		}
+		f.Rev = it.Rev
+		fs = append(fs, f)
+	}
+	fc.factories, fc.loadedAt = fs, now
+	return fs, nil
+}

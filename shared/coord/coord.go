@@ -1,0 +1,240 @@
+// Package coord holds the fleet's use cases: submit, claim and accept, fenced
+// updates, leases, failure, reaping, dispatch, factories and products. It
+// declares the interfaces it needs (Store, Clock, Publisher) and knows
+// nothing of HTTP, SQL or any cloud SDK.
+package coord
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/schedule"
+)
+
+// Config tunes the coordinator. Zero fields take the defaults.
+type Config struct {
+	// LeaseTTL is how long a claim holds without renewal.
+	LeaseTTL time.Duration
+	// StaleAfter marks a static factory stale after this long without a
+	// heartbeat; DownAfter marks it down. Elastic pools never go stale.
+	StaleAfter time.Duration
+	DownAfter  time.Duration
+	// RetryBackoff is the first delay before a retryable failure is retried;
+	// it doubles per attempt up to MaxRetryBackoff.
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+	// RedispatchAfter is how long a dispatched, unaccepted job waits before the
+	// sweep sends it again.
+	RedispatchAfter time.Duration
+	// FactoryCacheTTL bounds how stale the factory list the scheduler sees
+	// may be; writes made through this coordinator refresh it at once.
+	FactoryCacheTTL time.Duration
+	Weights         schedule.Weights
+}
+
+// Defaults.
+const (
+	DefaultLeaseTTL        = 5 * time.Minute
+	DefaultStaleAfter      = 90 * time.Second
+	DefaultDownAfter       = 10 * time.Minute
+	DefaultRetryBackoff    = 30 * time.Second
+	DefaultMaxRetryBackoff = 30 * time.Minute
+	DefaultRedispatchAfter = 2 * time.Minute
+	DefaultFactoryCacheTTL = time.Second
+)
+
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.LeaseTTL, DefaultLeaseTTL)
+	def(&c.StaleAfter, DefaultStaleAfter)
+	def(&c.DownAfter, DefaultDownAfter)
+	def(&c.RetryBackoff, DefaultRetryBackoff)
+	def(&c.MaxRetryBackoff, DefaultMaxRetryBackoff)
+	def(&c.RedispatchAfter, DefaultRedispatchAfter)
+	def(&c.FactoryCacheTTL, DefaultFactoryCacheTTL)
+	if c.Weights == (schedule.Weights{}) {
+		c.Weights = schedule.DefaultWeights
+	}
+	return c
+}
+
+// Coordinator runs the use cases over a Store. It is safe for concurrent use
+// and for many coordinators (processes) sharing one store: every decision is
+// a compare-and-swap, and the caches only ever save a read.
+type Coordinator struct {
+	store         Store
+	clock         Clock
+	cfg           Config
+	log           *slog.Logger
+	jobs          *itemCache
+	factories     *factoryCache
+	publisher     Publisher
+	stats         *Stats
+	onFleetChange func(context.Context)
+}
+
+// New builds a coordinator. log may be nil.
+func New(store Store, clock Clock, cfg Config, log *slog.Logger) *Coordinator {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg = cfg.withDefaults()
+	return &Coordinator{
+		store:     store,
+		clock:     clock,
+		cfg:       cfg,
+		log:       log,
+		jobs:      newItemCache(4096),
+		factories: &factoryCache{ttl: cfg.FactoryCacheTTL},
+		stats:     newStats(),
+	}
+}
+
+// Config returns the effective configuration.
+func (c *Coordinator) Config() Config { return c.cfg }
+
+// SetPublisher attaches the dispatch transport. Without one, jobs are only
+// handed out through the poll path (Claim). With one, a change of the fleet
+// (enrollment, new capabilities or repos) retries jobs nobody could take.
+func (c *Coordinator) SetPublisher(p Publisher) {
+	c.publisher = p
+	c.onFleetChange = nil
+	if p != nil {
+		c.onFleetChange = c.retryUnroutable
+	}
+}
+
+func (c *Coordinator) now() time.Time { return c.clock.Now().UTC() }
+
+// newID returns a random, URL-safe, time-ordered id with a prefix: ids made
+// later sort later, so listing a partition in id order lists it in creation
+// order.
+func (c *Coordinator) newID(prefix string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s%013x%x", prefix, c.now().UnixMilli(), b)
+}
+
+// errNoChange tells mutate the closure decided nothing needs writing.
+var errNoChange = errors.New("no change")
+
+// maxCASAttempts bounds optimistic retries on one document. Each retry
+// means another writer won; past this the caller gets a conflict to retry.
+const maxCASAttempts = 16
+
+// mutateJob applies fn to the job and writes it back with a CAS, retrying on
+// a lost race with fresh data. fn sees a fresh copy on every attempt, so it
+// must decide only from the job it is given. An error from fn computed on a
+// cached copy is never returned: the job is re-read and fn tried again.
+func (c *Coordinator) mutateJob(ctx context.Context, pk, id string, fn func(j *fleet.Job) error) (*fleet.Job, error) {
+	for range maxCASAttempts {
+		item, cached := c.jobs.get(pk, id)
+		if !cached {
+			var err error
+			if item, err = c.store.Read(ctx, Jobs, pk, id); err != nil {
+				return nil, jobReadError(err, id)
+			}
+		}
+		j, err := decodeJob(item)
+		if err != nil {
+			return nil, err
+		}
+		if err := fn(j); err != nil {
+			if cached {
+				c.jobs.drop(pk, id)
+				continue
+			}
+			if errors.Is(err, errNoChange) {
+				return j, nil
+			}
+			return nil, err
+		}
+		body, err := json.Marshal(j)
+		if err != nil {
+			return nil, fmt.Errorf("encode job %s: %w", id, err)
+		}
+		rev, err := c.store.Replace(ctx, Jobs, pk, id, body, item.Rev)
+		switch {
+		case errors.Is(err, ErrPrecondition):
+			c.jobs.drop(pk, id)
+			c.stats.casConflicts.Add(1)
+			continue
+		case errors.Is(err, ErrNotFound):
+			c.jobs.drop(pk, id)
+			return nil, jobReadError(err, id)
+		case err != nil:
+			return nil, fmt.Errorf("write job %s: %w", id, err)
+		}
+		j.Rev = rev
+		c.jobs.put(pk, id, Item{ID: id, PartitionKey: pk, Rev: rev, Body: body})
+		return j, nil
+	}
+	return nil, fleet.Errorf(fleet.CodeConflict, "job %s changed concurrently %d times; try again", id, maxCASAttempts)
+}
+
+func jobReadError(err error, id string) error {
+	if errors.Is(err, ErrNotFound) {
+		return &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("job %s not found", id), Err: err}
+	}
+	return fmt.Errorf("read job %s: %w", id, err)
+}
+
+func decodeJob(it Item) (*fleet.Job, error) {
+	var j fleet.Job
+	if err := json.Unmarshal(it.Body, &j); err != nil {
+		return nil, fmt.Errorf("decode job %s: %w", it.ID, err)
+	}
+	j.Rev = it.Rev
+	return &j, nil
+}
+
+func decode[T any](it Item) (*T, error) {
+	var v T
+	if err := json.Unmarshal(it.Body, &v); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", it.ID, err)
+	}
+	return &v, nil
+}
+
+// queryAll drains every page of q.
+func (c *Coordinator) queryAll(ctx context.Context, container string, q Query) ([]Item, error) {
+	var out []Item
+	for {
+		page, err := c.store.Query(ctx, container, q)
+		if err != nil {
+			return nil, fmt.Errorf("query %s: %w", container, err)
+		}
+		out = append(out, page.Items...)
+		if page.Continuation == "" {
+			return out, nil
+		}
+		q.Continuation = page.Continuation
+	}
+}
+
+// queryJobs drains q over the jobs container and decodes every job.
+func (c *Coordinator) queryJobs(ctx context.Context, q Query) ([]*fleet.Job, error) {
+	items, err := c.queryAll(ctx, Jobs, q)
+	if err != nil {
+		return nil, err
+	}
+	jobs := make([]*fleet.Job, 0, len(items))
+	for _, it := range items {
+		j, err := decodeJob(it)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, nil
+}

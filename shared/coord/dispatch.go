@@ -1,0 +1,273 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/schedule"
+)
+
+// DispatchMessage is what a factory receives: small routing facts, never the
+// job body, which the factory reads from the coordinator after accepting.
+type DispatchMessage struct {
+	JobID           string         `json:"jobId"`
+	ProductID       string         `json:"productId"`
+	Repo            string         `json:"repo"`
+	Capabilities    []string       `json:"capabilities"`
+	Priority        fleet.Priority `json:"priority"`
+	TargetFactoryID string         `json:"targetFactoryId"`
+	DispatchEpoch   int64          `json:"dispatchEpoch"`
+}
+
+// MessageID is the broker's duplicate-detection key: jobId:dispatchEpoch.
+// Keyed on the job alone, a re-dispatch inside the detection window would
+// be dropped as a duplicate and the job would strand.
+func (m DispatchMessage) MessageID() string {
+	return m.JobID + ":" + strconv.FormatInt(m.DispatchEpoch, 10)
+}
+
+// ParseMessageID splits a MessageID.
+func ParseMessageID(id string) (jobID string, epoch int64, err error) {
+	i := strings.LastIndexByte(id, ':')
+	if i <= 0 {
+		return "", 0, fmt.Errorf("message id %q is not jobId:dispatchEpoch", id)
+	}
+	epoch, err = strconv.ParseInt(id[i+1:], 10, 64)
+	if err != nil {
+		return "", 0, fmt.Errorf("message id %q is not jobId:dispatchEpoch: %w", id, err)
+	}
+	return id[:i], epoch, nil
+}
+
+// Publisher delivers dispatch messages to the target factory's subscription.
+type Publisher interface {
+	Publish(ctx context.Context, msg DispatchMessage) error
+}
+
+// Decision is what dispatch did with one job.
+type Decision struct {
+	JobID         string `json:"jobId"`
+	Target        string `json:"target,omitempty"`
+	DispatchEpoch int64  `json:"dispatchEpoch,omitempty"`
+	// Skipped says why nothing was published: not queued, already
+	// dispatched, backing off, unroutable, or no transport.
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// DispatchChanged handles one change-feed batch of job documents: every job
+// that is queued and has no dispatch for its current state is routed,
+// stamped by CAS and published. Redelivering the same batch is harmless: a
+// job already stamped is skipped. Errors of single jobs are joined; the
+// sweep retries whatever did not go out.
+func (c *Coordinator) DispatchChanged(ctx context.Context, items []Item) ([]Decision, error) {
+	out := make([]Decision, 0, len(items))
+	var errs []error
+	for _, it := range items {
+		j, err := decodeJob(it)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if reason := c.needsDispatch(j); reason != "" {
+			out = append(out, Decision{JobID: j.ID, Skipped: reason})
+			continue
+		}
+		// The feed's copy may be older than this process's; CAS sorts it out.
+		c.jobs.put(j.ProductID, j.ID, it)
+		d, err := c.dispatch(ctx, j.ProductID, j.ID, nil)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("dispatch %s: %w", j.ID, err))
+		}
+		out = append(out, d)
+	}
+	return out, errors.Join(errs...)
+}
+
+// needsDispatch returns "" when j should be routed now, else why not.
+func (c *Coordinator) needsDispatch(j *fleet.Job) string {
+	switch {
+	case j.Stage != fleet.StageQueued:
+		return "not queued"
+	case j.TargetFactoryID != "":
+		return "already dispatched"
+	case j.NotBefore.After(c.now()):
+		return "backing off"
+	}
+	return ""
+}
+
+// dispatch routes one job that has no target. With redo set, a job that has
+// one is routed again when redo still holds on the fresh document: that
+// replaces a dispatch that went nowhere (a lost message, a target that left)
+// with a new epoch, voiding the old message.
+func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *fleet.Job) bool) (Decision, error) {
+	d := Decision{JobID: id}
+	if c.publisher == nil {
+		d.Skipped = "no dispatch transport"
+		return d, nil
+	}
+	factories, err := c.listFactories(ctx)
+	if err != nil {
+		return d, err
+	}
+	var unroutable string
+	stamped := false
+	j, err := c.mutateJob(ctx, pk, id, func(j *fleet.Job) error {
+		unroutable, stamped = "", false
+		if j.Stage != fleet.StageQueued || j.NotBefore.After(c.now()) || (j.TargetFactoryID != "" && (redo == nil || !redo(j))) {
+			return errNoChange
+		}
+		best, reason := schedule.BestFactory(j, factories, c.now(), c.cfg.Weights)
+		if best == nil {
+			unroutable = reason
+			if j.Dispatch.Unroutable == reason && j.TargetFactoryID == "" {
+				// Writing the same reason again would only wake the change
+				// feed for nothing.
+				return errNoChange
+			}
+			j.TargetFactoryID = ""
+			j.Dispatch.Unroutable, j.Dispatch.At = reason, c.now()
+			return nil
+		}
+		j.DispatchEpoch++
+		j.TargetFactoryID = best.ID
+		j.Dispatch.Unroutable, j.Dispatch.At = "", c.now()
+		stamped = true
+		return nil
+	})
+	if err != nil {
+		return d, err
+	}
+	switch {
+	case unroutable != "":
+		d.Skipped = unroutable
+		return d, nil
+	case !stamped:
+		d.Skipped = "already dispatched"
+		return d, nil
+	}
+	msg := DispatchMessage{
+		JobID: j.ID, ProductID: j.ProductID, Repo: j.Repo, Capabilities: j.Capabilities,
+		Priority: j.Priority, TargetFactoryID: j.TargetFactoryID, DispatchEpoch: j.DispatchEpoch,
+	}
+	if err := c.publisher.Publish(ctx, msg); err != nil {
+		c.stats.publishFailed.Add(1)
+		return d, fmt.Errorf("publish %s: %w", msg.MessageID(), err)
+	}
+	c.stats.dispatched.Add(1)
+	observe(&c.stats.dispatchLagSum, &c.stats.dispatchLagN, c.now().Sub(j.QueuedAt))
+	d.Target, d.DispatchEpoch = j.TargetFactoryID, j.DispatchEpoch
+	return d, nil
+}
+
+// Redispatch is the sweep that makes dispatch reliable although the
+// Functions host checkpoints past a failed change-feed batch: it routes
+// every queued job with no dispatch (never routed, unroutable until now,
+// backoff over), and routes again every job whose dispatch is older than
+// RedispatchAfter or whose target is gone, stale or down. It returns how
+// many messages it published.
+func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
+	queued, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageQueued))}})
+	if err != nil {
+		return 0, err
+	}
+	c.factories.invalidate()
+	factories, err := c.listFactories(ctx)
+	if err != nil {
+		return 0, err
+	}
+	health := make(map[string]fleet.Health, len(factories))
+	for _, f := range factories {
+		health[f.ID] = f.Health
+	}
+	lost := func(j *fleet.Job) bool {
+		h, ok := health[j.TargetFactoryID]
+		return !ok || h == fleet.HealthStale || h == fleet.HealthDown ||
+			c.now().Sub(j.Dispatch.At) >= c.cfg.RedispatchAfter
+	}
+	n := 0
+	var errs []error
+	for _, j := range queued {
+		if j.NotBefore.After(c.now()) || (j.TargetFactoryID != "" && !lost(j)) {
+			continue
+		}
+		d, err := c.dispatch(ctx, j.ProductID, j.ID, lost)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if d.Target != "" {
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// retryUnroutable routes queued jobs that have no target after the fleet
+// changed, so a job waiting for a capability goes out as soon as a factory
+// offers it rather than at the next sweep.
+func (c *Coordinator) retryUnroutable(ctx context.Context) {
+	waiting, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageQueued)), Eq("targetFactoryId", "")}})
+	if err != nil {
+		c.log.ErrorContext(ctx, "retry unroutable jobs", "err", err)
+		return
+	}
+	for _, j := range waiting {
+		if _, err := c.dispatch(ctx, j.ProductID, j.ID, nil); err != nil {
+			c.log.ErrorContext(ctx, "retry unroutable job", "job", j.ID, "err", err)
+		}
+	}
+}
+
+// DeadLettered records that the broker gave up on a dispatch message, and
+// routes the job again if the message was its current dispatch.
+func (c *Coordinator) DeadLettered(ctx context.Context, msg DispatchMessage) error {
+	c.stats.deadLettered.Add(1)
+	_, err := c.mutateJob(ctx, msg.ProductID, msg.JobID, func(j *fleet.Job) error {
+		if j.Stage != fleet.StageQueued || j.DispatchEpoch != msg.DispatchEpoch {
+			return errNoChange
+		}
+		j.Dispatch.DeadLettered++
+		j.TargetFactoryID = ""
+		j.UpdatedAt = c.now()
+		return nil
+	})
+	if errors.Is(err, fleet.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = c.dispatch(ctx, msg.ProductID, msg.JobID, nil)
+	return err
+}
+
+// Explanation is why a job is where it is: its dispatch state and how every
+// factory scores for it now.
+type Explanation struct {
+	JobID           string               `json:"jobId"`
+	Stage           fleet.Stage          `json:"stage"`
+	TargetFactoryID string               `json:"targetFactoryId,omitempty"`
+	DispatchEpoch   int64                `json:"dispatchEpoch"`
+	Dispatch        fleet.Dispatch       `json:"dispatch"`
+	Schedule        schedule.Explanation `json:"schedule"`
+}
+
+// Explain scores every factory for the job as the scheduler would now.
+func (c *Coordinator) Explain(ctx context.Context, productID, jobID string) (*Explanation, error) {
+	j, err := c.GetJob(ctx, productID, jobID)
+	if err != nil {
+		return nil, err
+	}
+	factories, err := c.listFactories(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Explanation{
+		JobID: j.ID, Stage: j.Stage, TargetFactoryID: j.TargetFactoryID, DispatchEpoch: j.DispatchEpoch,
+		Dispatch: j.Dispatch, Schedule: schedule.Explain(j, factories, c.now(), c.cfg.Weights),
+	}, nil
+}

@@ -1,0 +1,437 @@
+package coord
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// FactoryTokenPrefix starts every factory token, so a leaked one is easy to
+// recognise in logs and by secret scanners.
+const FactoryTokenPrefix = "fft_"
+
+// EnrollRequest describes a factory being enrolled.
+type EnrollRequest struct {
+	FactoryID      string
+	Kind           fleet.FactoryKind
+	Products       []string
+	Capabilities   []string
+	SeatLimit      int
+	CostPerHourUSD float64
+}
+
+// Enroll registers a factory and issues its token. The token is returned
+// once; only its hash is stored.
+func (c *Coordinator) Enroll(ctx context.Context, req EnrollRequest) (*fleet.Factory, string, error) {
+	if err := fleet.ValidateName("factoryId", req.FactoryID); err != nil {
+		return nil, "", err
+	}
+	switch req.Kind {
+	case "":
+		req.Kind = fleet.KindStatic
+	case fleet.KindStatic, fleet.KindElastic:
+	default:
+		return nil, "", fleet.Invalid("kind", "unknown kind %q (want static or elastic)", req.Kind)
+	}
+	for i, p := range req.Products {
+		if err := fleet.ValidateName(fmt.Sprintf("products[%d]", i), p); err != nil {
+			return nil, "", err
+		}
+	}
+	caps, err := fleet.ValidateCapabilities("capabilities", req.Capabilities)
+	if err != nil {
+		return nil, "", err
+	}
+	if req.SeatLimit == 0 {
+		req.SeatLimit = 1
+	}
+	if req.SeatLimit < 1 || req.SeatLimit > 1000 {
+		return nil, "", fleet.Invalid("seatLimit", "must be between 1 and 1000")
+	}
+	if req.CostPerHourUSD < 0 {
+		return nil, "", fleet.Invalid("costPerHourUsd", "must not be negative")
+	}
+	secret, hash, err := newFactoryToken()
+	if err != nil {
+		return nil, "", err
+	}
+	now := c.now()
+	f := &fleet.Factory{
+		ID: req.FactoryID, Kind: req.Kind, Products: slices.Clone(req.Products), Capabilities: caps,
+		Repos: []string{}, SeatLimit: req.SeatLimit, Health: fleet.HealthOK, CostPerHourUSD: req.CostPerHourUSD,
+		TokenID: hash, EnrolledAt: now, UpdatedAt: now,
+	}
+	if f.Products == nil {
+		f.Products = []string{}
+	}
+	f.ProductID = factoryProduct(f)
+	body, err := json.Marshal(f)
+	if err != nil {
+		return nil, "", err
+	}
+	rev, err := c.store.Create(ctx, Factories, f.ID, f.ID, body)
+	if errors.Is(err, ErrExists) {
+		return nil, "", fleet.Errorf(fleet.CodeConflict, "factory %s is already enrolled; rotate its token or deregister it first", f.ID)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("create factory %s: %w", f.ID, err)
+	}
+	f.Rev = rev
+	if err := c.putToken(ctx, f, hash); err != nil {
+		// Without a token the factory can never authenticate: undo it.
+		_ = c.store.Delete(ctx, Factories, f.ID, f.ID, "")
+		return nil, "", err
+	}
+	c.factories.invalidate()
+	c.fleetChanged(ctx)
+	return f, secret, nil
+}
+
+// factoryProduct is the productId a factory document carries: the first
+// product it serves, or "*" for a factory serving every product.
+func factoryProduct(f *fleet.Factory) string {
+	if len(f.Products) > 0 {
+		return f.Products[0]
+	}
+	return "*"
+}
+
+func newFactoryToken() (secret, hash string, err error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", "", fmt.Errorf("generate token: %w", err)
+	}
+	secret = FactoryTokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return secret, hashToken(secret), nil
+}
+
+func hashToken(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+func (c *Coordinator) putToken(ctx context.Context, f *fleet.Factory, hash string) error {
+	t := fleet.Token{ID: hash, ProductID: f.ProductID, FactoryID: f.ID, Products: f.Products, Capabilities: f.Capabilities, IssuedAt: c.now()}
+	body, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	if _, err := c.store.Create(ctx, Tokens, hash, hash, body); err != nil {
+		return fmt.Errorf("store token of %s: %w", f.ID, err)
+	}
+	return nil
+}
+
+// AuthenticateFactory resolves a factory token. Unknown and revoked tokens
+// are both ErrUnauthenticated: a caller learns nothing about which.
+func (c *Coordinator) AuthenticateFactory(ctx context.Context, secret string) (*fleet.Token, error) {
+	hash := hashToken(secret)
+	it, err := c.store.Read(ctx, Tokens, hash, hash)
+	if errors.Is(err, ErrNotFound) {
+		return nil, ErrUnauthenticated
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read token: %w", err)
+	}
+	t, err := decode[fleet.Token](it)
+	if err != nil {
+		return nil, err
+	}
+	// The lookup already matched on the hash; compare again in constant time
+	// so no code path compares secret material with an early exit.
+	if subtle.ConstantTimeCompare([]byte(t.ID), []byte(hash)) != 1 || t.Revoked {
+		return nil, ErrUnauthenticated
+	}
+	return t, nil
+}
+
+// ErrUnauthenticated: the token is unknown or revoked.
+var ErrUnauthenticated = &fleet.Error{Code: fleet.CodeUnauthenticated, Message: "unknown or revoked token"}
+
+// GetFactory reads one factory.
+func (c *Coordinator) GetFactory(ctx context.Context, id string) (*fleet.Factory, error) {
+	it, err := c.store.Read(ctx, Factories, id, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil, &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("factory %s not found", id)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read factory %s: %w", id, err)
+	}
+	f, err := decode[fleet.Factory](it)
+	if err != nil {
+		return nil, err
+	}
+	f.Rev = it.Rev
+	return f, nil
+}
+
+// ListFactories returns every factory, fresh from the store, sorted by id.
+// With productID set, only factories serving that product.
+func (c *Coordinator) ListFactories(ctx context.Context, productID string) ([]*fleet.Factory, error) {
+	c.factories.invalidate()
+	all, err := c.listFactories(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*fleet.Factory, 0, len(all))
+	for _, f := range all {
+		if productID == "" || f.Serves(productID) {
+			out = append(out, f)
+		}
+	}
+	slices.SortFunc(out, func(a, b *fleet.Factory) int { return cmpString(a.ID, b.ID) })
+	return out, nil
+}
+
+// mutateFactory is the factory counterpart of mutateJob (no cache: factory
+// writes are heartbeats, one per factory every few seconds).
+func (c *Coordinator) mutateFactory(ctx context.Context, id string, fn func(f *fleet.Factory) error) (*fleet.Factory, error) {
+	for range maxCASAttempts {
+		f, err := c.GetFactory(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := fn(f); err != nil {
+			if errors.Is(err, errNoChange) {
+				return f, nil
+			}
+			return nil, err
+		}
+		f.UpdatedAt = c.now()
+		body, err := json.Marshal(f)
+		if err != nil {
+			return nil, err
+		}
+		rev, err := c.store.Replace(ctx, Factories, id, id, body, f.Rev)
+		if errors.Is(err, ErrPrecondition) {
+			continue
+		}
+		if errors.Is(err, ErrNotFound) {
+			return nil, &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("factory %s not found", id)}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("write factory %s: %w", id, err)
+		}
+		f.Rev = rev
+		c.factories.invalidate()
+		return f, nil
+	}
+	return nil, fleet.Errorf(fleet.CodeConflict, "factory %s changed concurrently; try again", id)
+}
+
+// Heartbeat is what a factory reports about itself.
+type Heartbeat struct {
+	Capabilities []string
+	Repos        []string
+	Load         int
+	Health       fleet.Health
+	SeatLimit    int
+}
+
+// Heartbeat records a factory's report. Capabilities must stay inside the
+// token's capability scope, when it has one. New capabilities or repos make
+// waiting jobs routable again, so they trigger a dispatch pass.
+func (c *Coordinator) Heartbeat(ctx context.Context, tok *fleet.Token, hb Heartbeat) (*fleet.Factory, error) {
+	caps, err := fleet.ValidateCapabilities("capabilities", hb.Capabilities)
+	if err != nil {
+		return nil, err
+	}
+	if len(tok.Capabilities) > 0 {
+		for i, cp := range caps {
+			if !slices.Contains(tok.Capabilities, cp) {
+				return nil, &fleet.Error{Code: fleet.CodeForbidden, Field: fmt.Sprintf("capabilities[%d]", i),
+					Message: fmt.Sprintf("capability %s is outside this factory token's scope", cp)}
+			}
+		}
+	}
+	repos := make([]string, 0, len(hb.Repos))
+	for i, r := range hb.Repos {
+		if err := fleet.ValidateName(fmt.Sprintf("repos[%d]", i), r); err != nil {
+			return nil, err
+		}
+		if !slices.Contains(repos, r) {
+			repos = append(repos, r)
+		}
+	}
+	health, err := fleet.ParseHealth("health", string(hb.Health))
+	if err != nil {
+		return nil, err
+	}
+	if hb.Load < 0 {
+		return nil, fleet.Invalid("load", "must not be negative")
+	}
+	if hb.SeatLimit < 0 || hb.SeatLimit > 1000 {
+		return nil, fleet.Invalid("seatLimit", "must be between 0 (unchanged) and 1000")
+	}
+	routingChanged := false
+	f, err := c.mutateFactory(ctx, tok.FactoryID, func(f *fleet.Factory) error {
+		routingChanged = !slices.Equal(f.Capabilities, caps) || !slices.Equal(f.Repos, repos) ||
+			f.Health != health || (hb.SeatLimit > 0 && hb.SeatLimit != f.SeatLimit)
+		f.Capabilities, f.Repos, f.Load, f.Health = caps, repos, hb.Load, health
+		if hb.SeatLimit > 0 {
+			f.SeatLimit = hb.SeatLimit
+		}
+		f.LastHeartbeatAt = c.now()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if routingChanged {
+		c.fleetChanged(ctx)
+	}
+	return f, nil
+}
+
+// Deregister removes a factory and revokes its token. Jobs it held are
+// reaped when their leases expire; jobs dispatched to it are re-dispatched
+// by the sweep.
+func (c *Coordinator) Deregister(ctx context.Context, id string) error {
+	f, err := c.GetFactory(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := c.revokeTokenID(ctx, f.TokenID); err != nil {
+		return err
+	}
+	if err := c.store.Delete(ctx, Factories, id, id, ""); err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("delete factory %s: %w", id, err)
+	}
+	c.factories.invalidate()
+	return nil
+}
+
+// RotateToken issues a new token for the factory and revokes the old one.
+func (c *Coordinator) RotateToken(ctx context.Context, id string) (string, error) {
+	f, err := c.GetFactory(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	secret, hash, err := newFactoryToken()
+	if err != nil {
+		return "", err
+	}
+	if err := c.putToken(ctx, f, hash); err != nil {
+		return "", err
+	}
+	old := ""
+	if _, err := c.mutateFactory(ctx, id, func(f *fleet.Factory) error {
+		old, f.TokenID = f.TokenID, hash
+		return nil
+	}); err != nil {
+		_ = c.revokeTokenID(ctx, hash)
+		return "", err
+	}
+	if err := c.revokeTokenID(ctx, old); err != nil {
+		return "", err
+	}
+	return secret, nil
+}
+
+// RevokeToken revokes the factory's token; the factory stays enrolled and
+// can be given a new one with RotateToken.
+func (c *Coordinator) RevokeToken(ctx context.Context, id string) error {
+	f, err := c.GetFactory(ctx, id)
+	if err != nil {
+		return err
+	}
+	return c.revokeTokenID(ctx, f.TokenID)
+}
+
+func (c *Coordinator) revokeTokenID(ctx context.Context, hash string) error {
+	if hash == "" {
+		return nil
+	}
+	for range maxCASAttempts {
+		it, err := c.store.Read(ctx, Tokens, hash, hash)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read token: %w", err)
+		}
+		t, err := decode[fleet.Token](it)
+		if err != nil {
+			return err
+		}
+		if t.Revoked {
+			return nil
+		}
+		t.Revoked = true
+		body, _ := json.Marshal(t)
+		_, err = c.store.Replace(ctx, Tokens, hash, hash, body, it.Rev)
+		if errors.Is(err, ErrPrecondition) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("revoke token: %w", err)
+		}
+		return nil
+	}
+	return fleet.Errorf(fleet.CodeConflict, "token changed concurrently; try again")
+}
+
+// Prune marks static factories stale after StaleAfter without a heartbeat
+// and down after DownAfter. Elastic pools are never judged by silence: a
+// pool scaled to zero sends nothing and must stay schedulable, or no job
+// would ever scale it up. It returns how many factories changed health.
+func (c *Coordinator) Prune(ctx context.Context) (int, error) {
+	all, err := c.ListFactories(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, f := range all {
+		if f.Kind == fleet.KindElastic || c.silentHealth(f) == f.Health {
+			continue
+		}
+		_, err := c.mutateFactory(ctx, f.ID, func(f *fleet.Factory) error {
+			h := c.silentHealth(f)
+			if h == f.Health {
+				return errNoChange
+			}
+			f.Health = h
+			n++
+			return nil
+		})
+		if err != nil && !errors.Is(err, fleet.ErrNotFound) {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// silentHealth is the health a static factory's silence implies; a factory
+// that heartbeats on time keeps what it reported.
+func (c *Coordinator) silentHealth(f *fleet.Factory) fleet.Health {
+	since := c.now().Sub(f.LastHeartbeatAt)
+	if f.LastHeartbeatAt.IsZero() {
+		since = c.now().Sub(f.EnrolledAt)
+	}
+	switch {
+	case since >= c.cfg.DownAfter:
+		return fleet.HealthDown
+	case since >= c.cfg.StaleAfter:
+		return fleet.HealthStale
+	case f.Health == fleet.HealthStale:
+		return fleet.HealthOK
+	}
+	return f.Health
+}
+
+// fleetChanged runs the hook that retries waiting jobs after the fleet
+// changed (set by the dispatcher).
+func (c *Coordinator) fleetChanged(ctx context.Context) {
+	if c.onFleetChange != nil {
+		c.onFleetChange(ctx)
+	}
+}

@@ -1,0 +1,229 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/schedule"
+)
+
+// Claimed is a job handed to a factory with its lease.
+type Claimed struct {
+	Job            *fleet.Job `json:"job"`
+	LeaseEpoch     int64      `json:"leaseEpoch"`
+	LeaseExpiresAt time.Time  `json:"leaseExpiresAt"`
+}
+
+func claimed(j *fleet.Job) *Claimed {
+	return &Claimed{Job: j, LeaseEpoch: j.LeaseEpoch, LeaseExpiresAt: j.LeaseExpiresAt}
+}
+
+// Claim is the poll transport: it gives the factory the best queued job it
+// is eligible for, or nil when there is none. Racing claimers never both win
+// a job: the claim is a CAS, and a loser moves on to its next best job.
+func (c *Coordinator) Claim(ctx context.Context, factoryID string) (*Claimed, error) {
+	f, err := c.GetFactory(ctx, factoryID)
+	if err != nil {
+		return nil, err
+	}
+	var queued []*fleet.Job
+	if len(f.Products) == 0 {
+		queued, err = c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageQueued))}})
+	} else {
+		for _, p := range f.Products {
+			js, qerr := c.queryJobs(ctx, Query{PartitionKey: p, Where: []Cond{Eq("stage", string(fleet.StageQueued))}})
+			if qerr != nil {
+				return nil, qerr
+			}
+			queued = append(queued, js...)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	for {
+		best := schedule.BestJob(f, queued, c.now(), c.cfg.Weights)
+		if best == nil {
+			return nil, nil
+		}
+		_, after, err := c.transition(ctx, best.ProductID, best.ID, fleet.StageAssigned, fleet.ActorFactory, factoryID, "claimed", "claimed (poll)",
+			func(j *fleet.Job) error {
+				if j.Stage != fleet.StageQueued {
+					return fleet.Errorf(fleet.CodeConflict, "job %s was taken", j.ID)
+				}
+				if j.NotBefore.After(c.now()) {
+					return fleet.Errorf(fleet.CodeConflict, "job %s is backing off", j.ID)
+				}
+				return nil
+			}, nil)
+		if err == nil {
+			c.stats.claims.Add(1)
+			return claimed(after), nil
+		}
+		if !errors.Is(err, fleet.ErrConflict) {
+			return nil, err
+		}
+		c.stats.claimConflicts.Add(1)
+		queued = slices.DeleteFunc(queued, func(j *fleet.Job) bool { return j.ID == best.ID })
+	}
+}
+
+// Accept is the push transport's claim: the factory a dispatch message
+// targeted takes the job, if the message is still current.
+func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*Claimed, error) {
+	_, after, err := c.transition(ctx, productID, jobID, fleet.StageAssigned, fleet.ActorFactory, factoryID, "claimed", "accepted dispatch",
+		func(j *fleet.Job) error {
+			switch {
+			case j.Stage != fleet.StageQueued:
+				return fleet.Errorf(fleet.CodeConflict, "job %s is %s: someone else has it", j.ID, j.Stage)
+			case j.DispatchEpoch != dispatchEpoch:
+				return fleet.Errorf(fleet.CodeConflict, "dispatchEpoch %d is stale: job %s is at dispatch %d", dispatchEpoch, j.ID, j.DispatchEpoch)
+			case j.TargetFactoryID != factoryID:
+				return fleet.Errorf(fleet.CodeConflict, "job %s was dispatched to another factory", j.ID)
+			}
+			return nil
+		}, nil)
+	if err != nil {
+		if errors.Is(err, fleet.ErrConflict) {
+			c.stats.claimConflicts.Add(1)
+		}
+		return nil, err
+	}
+	c.stats.claims.Add(1)
+	if !after.Dispatch.At.IsZero() {
+		observe(&c.stats.acceptLagSum, &c.stats.acceptLagN, c.now().Sub(after.Dispatch.At))
+	}
+	return claimed(after), nil
+}
+
+// Renew extends the holder's lease.
+func (c *Coordinator) Renew(ctx context.Context, factoryID, productID, jobID string, leaseEpoch int64) (time.Time, error) {
+	j, err := c.mutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
+		if err := j.CheckFence(factoryID, leaseEpoch); err != nil {
+			return err
+		}
+		j.LeaseExpiresAt = c.now().Add(c.cfg.LeaseTTL)
+		j.UpdatedAt = c.now()
+		return nil
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	return j.LeaseExpiresAt, nil
+}
+
+// Release gives the job back to the queue, keeping its checkpoint.
+func (c *Coordinator) Release(ctx context.Context, factoryID, productID, jobID string, leaseEpoch int64) (*fleet.Job, error) {
+	_, after, err := c.transition(ctx, productID, jobID, fleet.StageQueued, fleet.ActorFactory, factoryID, "released", "",
+		func(j *fleet.Job) error { return j.CheckFence(factoryID, leaseEpoch) }, nil)
+	return after, err
+}
+
+// FailRequest is a holder's failure report.
+type FailRequest struct {
+	LeaseEpoch int64
+	Reason     string
+	Retryable  bool
+}
+
+// Fail records a failure and frees the lease at once. A terminal failure
+// ends in `failed`; a retryable one goes back to `queued` after an
+// exponential backoff, or to `dead_letter` when attempts run out.
+func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID string, req FailRequest) (*fleet.Job, error) {
+	if req.Reason == "" {
+		return nil, fleet.Invalid("reason", "is required")
+	}
+	if err := fleet.ValidateText("reason", req.Reason, 4000); err != nil {
+		return nil, err
+	}
+	// The target stage depends on the attempts stored on the job, so it is
+	// decided inside the CAS loop: peek, then let the guard confirm.
+	for range maxCASAttempts {
+		cur, err := c.GetJob(ctx, productID, jobID)
+		if err != nil {
+			return nil, err
+		}
+		if err := cur.CheckFence(factoryID, req.LeaseEpoch); err != nil {
+			return nil, err
+		}
+		to := fleet.StageFailed
+		if req.Retryable {
+			to = fleet.StageQueued
+			if cur.Attempts+1 >= cur.MaxAttempts {
+				to = fleet.StageDeadLetter
+			}
+		}
+		_, after, err := c.transition(ctx, productID, jobID, to, fleet.ActorFactory, factoryID, "failed", req.Reason,
+			func(j *fleet.Job) error {
+				if err := j.CheckFence(factoryID, req.LeaseEpoch); err != nil {
+					return err
+				}
+				if j.Attempts != cur.Attempts {
+					return errAttemptsMoved
+				}
+				return nil
+			},
+			func(_, j *fleet.Job) {
+				now := c.now()
+				j.LastFailure = &fleet.Failure{Reason: req.Reason, Retryable: req.Retryable, FactoryID: factoryID, At: now}
+				if req.Retryable {
+					j.Attempts++
+					j.NotBefore = now.Add(c.backoff(j.Attempts))
+				}
+			})
+		if errors.Is(err, errAttemptsMoved) {
+			continue
+		}
+		return after, err
+	}
+	return nil, fleet.Errorf(fleet.CodeConflict, "job %s changed concurrently; try again", jobID)
+}
+
+var errAttemptsMoved = errors.New("attempts changed")
+
+// backoff is RetryBackoff × 2^(attempt-1), capped.
+func (c *Coordinator) backoff(attempt int) time.Duration {
+	d := c.cfg.RetryBackoff
+	for i := 1; i < attempt && d < c.cfg.MaxRetryBackoff; i++ {
+		d *= 2
+	}
+	return min(d, c.cfg.MaxRetryBackoff)
+}
+
+// Reap returns every job whose lease expired to the queue with leaseEpoch+1
+// (fencing the old holder) and its checkpoint kept. It returns how many it
+// reaped.
+func (c *Coordinator) Reap(ctx context.Context) (int, error) {
+	leased, err := c.queryJobs(ctx, Query{Where: []Cond{In("stage", string(fleet.StageAssigned), string(fleet.StageBuilding))}})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, j := range leased {
+		if !j.LeaseExpired(c.now()) {
+			continue
+		}
+		holder := j.HolderFactoryID
+		_, _, err := c.transition(ctx, j.ProductID, j.ID, fleet.StageQueued, fleet.ActorSystem, "reaper", "lease_expired",
+			fmt.Sprintf("lease of %s expired", holder),
+			func(cur *fleet.Job) error {
+				if !cur.LeaseExpired(c.now()) {
+					return fleet.Errorf(fleet.CodeConflict, "lease of job %s was renewed", cur.ID)
+				}
+				return nil
+			}, nil)
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, fleet.ErrConflict), errors.Is(err, fleet.ErrNotFound):
+		default:
+			errs = append(errs, err)
+		}
+	}
+	return n, errors.Join(errs...)
+}

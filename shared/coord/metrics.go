@@ -1,0 +1,103 @@
+package coord
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// StarvationAge is how long a queued job may wait before it is reported as
+// starving (the scheduler's aging reaches full weight at the same age).
+const StarvationAge = 30 * time.Minute
+
+// Metrics is the fleet at a glance.
+type Metrics struct {
+	At        time.Time      `json:"at"`
+	Factories FactoryMetrics `json:"factories"`
+	Jobs      map[string]int `json:"jobs"` // active jobs by stage
+	Starving  []StarvingJob  `json:"starving"`
+	Alerts    []string       `json:"alerts"`
+	Coord     StatsSnapshot  `json:"coordinator"`
+	Extra     map[string]any `json:"extra,omitempty"`
+}
+
+// FactoryMetrics rolls up factory health and seats.
+type FactoryMetrics struct {
+	Total       int            `json:"total"`
+	ByHealth    map[string]int `json:"byHealth"`
+	Seats       int            `json:"seats"`
+	Load        int            `json:"load"`
+	Utilization float64        `json:"utilization"`
+}
+
+// StarvingJob is a queued job waiting past StarvationAge.
+type StarvingJob struct {
+	JobID      string  `json:"jobId"`
+	ProductID  string  `json:"productId"`
+	WaitingFor string  `json:"waitingFor"`
+	Reason     string  `json:"reason,omitempty"`
+	waited     float64 // seconds, for ordering
+}
+
+// activeStages are the stages Metrics counts: terminal jobs only grow, and
+// counting them would read the whole history on every scrape.
+var activeStages = []string{string(fleet.StageQueued), string(fleet.StageBlocked), string(fleet.StageAssigned),
+	string(fleet.StageBuilding), string(fleet.StageReview), string(fleet.StageTesting)}
+
+// Metrics computes the fleet view. With productID set, jobs and factories of
+// that product only.
+func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, error) {
+	now := c.now()
+	m := &Metrics{At: now, Jobs: map[string]int{}, Starving: []StarvingJob{}, Alerts: []string{},
+		Factories: FactoryMetrics{ByHealth: map[string]int{}}, Coord: c.Stats()}
+	factories, err := c.ListFactories(ctx, productID)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range factories {
+		m.Factories.Total++
+		m.Factories.ByHealth[string(f.Health)]++
+		m.Factories.Seats += f.SeatLimit
+		m.Factories.Load += f.Load
+	}
+	if m.Factories.Seats > 0 {
+		m.Factories.Utilization = float64(m.Factories.Load) / float64(m.Factories.Seats)
+	}
+	q := Query{PartitionKey: productID, Where: []Cond{In("stage", activeStages...)}}
+	jobs, err := c.queryJobs(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range activeStages {
+		m.Jobs[st] = 0
+	}
+	for _, j := range jobs {
+		m.Jobs[string(j.Stage)]++
+		if j.Stage != fleet.StageQueued {
+			continue
+		}
+		if waited := now.Sub(j.QueuedAt); waited >= StarvationAge {
+			m.Starving = append(m.Starving, StarvingJob{JobID: j.ID, ProductID: j.ProductID,
+				WaitingFor: waited.Round(time.Second).String(), Reason: j.Dispatch.Unroutable, waited: waited.Seconds()})
+		}
+	}
+	slices.SortFunc(m.Starving, func(a, b StarvingJob) int {
+		switch {
+		case a.waited > b.waited:
+			return -1
+		case a.waited < b.waited:
+			return 1
+		}
+		return cmpString(a.JobID, b.JobID)
+	})
+	if n := len(m.Starving); n > 0 {
+		m.Alerts = append(m.Alerts, "queue_starvation: "+strconv.Itoa(n)+" job(s) queued for more than 30m")
+	}
+	if down := m.Factories.ByHealth[string(fleet.HealthDown)] + m.Factories.ByHealth[string(fleet.HealthStale)]; down > 0 {
+		m.Alerts = append(m.Alerts, "factories_unhealthy: "+strconv.Itoa(down)+" factory(ies) stale or down")
+	}
+	return m, nil
+}

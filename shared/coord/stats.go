@@ -1,0 +1,74 @@
+package coord
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Stats are the coordinator's own counters, for /fleet/metrics. They count
+// what this process saw since it started.
+type Stats struct {
+	casConflicts   atomic.Int64
+	claimConflicts atomic.Int64
+	claims         atomic.Int64
+	dispatched     atomic.Int64
+	publishFailed  atomic.Int64
+	deadLettered   atomic.Int64
+	eventsLost     atomic.Int64
+	// Lag sums in microseconds and counts: submit -> publish, publish -> accept.
+	dispatchLagSum, dispatchLagN atomic.Int64
+	acceptLagSum, acceptLagN     atomic.Int64
+}
+
+func newStats() *Stats { return &Stats{} }
+
+// StatsSnapshot is a point-in-time copy of Stats.
+type StatsSnapshot struct {
+	CASConflicts     int64   `json:"casConflicts"`
+	Claims           int64   `json:"claims"`
+	ClaimConflicts   int64   `json:"claimConflicts"`
+	ClaimConflictPct float64 `json:"claimConflictRate"`
+	Dispatched       int64   `json:"dispatched"`
+	PublishFailed    int64   `json:"publishFailed"`
+	DeadLettered     int64   `json:"deadLettered"`
+	EventsLost       int64   `json:"eventsLost"`
+	// Mean lags in milliseconds.
+	DispatchLagMs float64 `json:"dispatchLagMs"`
+	AcceptLagMs   float64 `json:"acceptLagMs"`
+}
+
+func observe(sum, n *atomic.Int64, d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	sum.Add(d.Microseconds())
+	n.Add(1)
+}
+
+func mean(sum, n *atomic.Int64) float64 {
+	c := n.Load()
+	if c == 0 {
+		return 0
+	}
+	return float64(sum.Load()) / float64(c) / 1000
+}
+
+// Stats returns a snapshot of the counters.
+func (c *Coordinator) Stats() StatsSnapshot {
+	s := c.stats
+	snap := StatsSnapshot{
+		CASConflicts:   s.casConflicts.Load(),
+		Claims:         s.claims.Load(),
+		ClaimConflicts: s.claimConflicts.Load(),
+		Dispatched:     s.dispatched.Load(),
+		PublishFailed:  s.publishFailed.Load(),
+		DeadLettered:   s.deadLettered.Load(),
+		EventsLost:     s.eventsLost.Load(),
+		DispatchLagMs:  mean(&s.dispatchLagSum, &s.dispatchLagN),
+		AcceptLagMs:    mean(&s.acceptLagSum, &s.acceptLagN),
+	}
+	if attempts := snap.Claims + snap.ClaimConflicts; attempts > 0 {
+		snap.ClaimConflictPct = float64(snap.ClaimConflicts) / float64(attempts)
+	}
+	return snap
+}
