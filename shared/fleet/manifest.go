@@ -2,9 +2,13 @@ package fleet
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
+	"math"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -44,8 +48,15 @@ func ParseManifest(src []byte) (*Manifest, error) {
 		return nil, err
 	}
 	var doc yaml.Node
-	if err := yaml.Unmarshal(front, &doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(front))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, Invalid("manifest", "front matter is not valid YAML: %v", err)
+	}
+	// A "..." line ends a YAML document; whatever follows it would otherwise
+	// be dropped unread, unknown fields and all.
+	var more yaml.Node
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		return nil, Invalid("manifest", "front matter must be a single YAML document")
 	}
 	m := &Manifest{Body: body, Priority: PriorityNormal, DepsMode: DepsAll, MaxAttempts: DefaultMaxAttempts}
 	if len(doc.Content) == 0 {
@@ -57,6 +68,9 @@ func ParseManifest(src []byte) (*Manifest, error) {
 	}
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(root.Content); i += 2 {
+		if err := checkKey("manifest", root.Content[i]); err != nil {
+			return nil, err
+		}
 		key, val := root.Content[i].Value, root.Content[i+1]
 		if seen[key] {
 			return nil, Invalid(key, "appears twice")
@@ -166,6 +180,11 @@ var manifestFields = map[string]fieldSetter{
 				if err := decodeScalar(f, n, &m.Budget.USD); err != nil {
 					return err
 				}
+				// NaN and infinities have no JSON form: a job carrying one
+				// could never be stored.
+				if math.IsNaN(m.Budget.USD) || math.IsInf(m.Budget.USD, 0) {
+					return Invalid(f, "must be a finite number")
+				}
 				if m.Budget.USD < 0 {
 					return Invalid(f, "must not be negative")
 				}
@@ -185,7 +204,11 @@ var manifestFields = map[string]fieldSetter{
 
 func decodeScalar[T any](field string, n *yaml.Node, out *T) error {
 	if n.Kind != yaml.ScalarNode {
-		return Invalid(field, "must be a single value, not a %s", kindName(n))
+		return Invalid(field, "must be a single value, not %s", kindName(n))
+	}
+	// YAML would truncate 2.5 into an int 2 without a word.
+	if _, isInt := any(out).(*int); isInt && n.ShortTag() != "!!int" && n.ShortTag() != "!!null" {
+		return Invalid(field, "%q is not a whole number", n.Value)
 	}
 	if err := n.Decode(out); err != nil {
 		return Invalid(field, "%q is not a valid %T", n.Value, *out)
@@ -195,7 +218,7 @@ func decodeScalar[T any](field string, n *yaml.Node, out *T) error {
 
 func decodeStrings(field string, n *yaml.Node, out *[]string) error {
 	if n.Kind != yaml.SequenceNode {
-		return Invalid(field, "must be a list such as [a, b], not a %s", kindName(n))
+		return Invalid(field, "must be a list such as [a, b], not %s", kindName(n))
 	}
 	list := make([]string, 0, len(n.Content))
 	for i, item := range n.Content {
@@ -211,10 +234,18 @@ func decodeStrings(field string, n *yaml.Node, out *[]string) error {
 
 func decodeMapping(field string, n *yaml.Node, keys map[string]func(string, *yaml.Node) error) error {
 	if n.Kind != yaml.MappingNode {
-		return Invalid(field, "must be a mapping such as {key: value}, not a %s", kindName(n))
+		return Invalid(field, "must be a mapping such as {key: value}, not %s", kindName(n))
 	}
+	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
+		if err := checkKey(field, n.Content[i]); err != nil {
+			return err
+		}
 		k := n.Content[i].Value
+		if seen[k] {
+			return Invalid(field+"."+k, "appears twice")
+		}
+		seen[k] = true
 		set, ok := keys[k]
 		if !ok {
 			return Invalid(field+"."+k, "unknown field")
@@ -226,21 +257,44 @@ func decodeMapping(field string, n *yaml.Node, keys map[string]func(string, *yam
 	return nil
 }
 
+// checkKey rejects mapping keys that cannot name a field: lists, mappings,
+// aliases and the empty string. The error names field, the mapping holding
+// the key, since the key itself makes no JSON path.
+func checkKey(field string, k *yaml.Node) error {
+	if k.Kind != yaml.ScalarNode {
+		return Invalid(field, "field names must be plain words, not %s", kindName(k))
+	}
+	if k.Value == "" {
+		return Invalid(field, "has an empty field name")
+	}
+	return nil
+}
+
 func kindName(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.SequenceNode:
-		return "list"
+		return "a list"
 	case yaml.MappingNode:
-		return "mapping"
+		return "a mapping"
 	case yaml.AliasNode:
-		return "alias"
+		return "an alias"
 	}
-	return "value"
+	return "a value"
 }
 
 func (m *Manifest) validate() error {
 	if err := ValidateName("repo", m.Repo); err != nil {
 		return err
+	}
+	// The body first: an empty one is the fault, not the title it would
+	// have supplied.
+	if strings.TrimSpace(m.Body) == "" {
+		return Invalid("body", "the task body after the front matter is empty")
+	}
+	// JSON carries only UTF-8: anything else would be rewritten on the way
+	// to the store, and the body is kept verbatim.
+	if !utf8.ValidString(m.Body) {
+		return Invalid("body", "is not valid UTF-8")
 	}
 	if m.Title == "" {
 		m.Title = titleFromBody(m.Body)
@@ -250,9 +304,6 @@ func (m *Manifest) validate() error {
 	}
 	if err := ValidateText("title", m.Title, MaxTitleLen); err != nil {
 		return err
-	}
-	if strings.TrimSpace(m.Body) == "" {
-		return Invalid("body", "the task body after the front matter is empty")
 	}
 	caps, err := ValidateCapabilities("capabilities", m.Capabilities)
 	if err != nil {
@@ -274,6 +325,9 @@ func (m *Manifest) validate() error {
 			return err
 		}
 	}
+	if m.Deps == nil {
+		m.Deps = []string{} // a job's deps serialise as [], never null
+	}
 	if len(m.Deps) > MaxDeps {
 		return Invalid("deps", "has %d entries, at most %d allowed", len(m.Deps), MaxDeps)
 	}
@@ -286,10 +340,17 @@ func (m *Manifest) validate() error {
 		return Invalid("maxAttempts", "must be between 1 and %d", maxMaxAttempts)
 	}
 	if r := m.Review; r != nil {
+		seen := make(map[string]bool, len(r.Reviewers))
 		for i, rv := range r.Reviewers {
 			if err := ValidateText(fmt.Sprintf("review.reviewers[%d]", i), rv, MaxNameLen); err != nil || rv == "" {
 				return Invalid(fmt.Sprintf("review.reviewers[%d]", i), "must be a non-empty reviewer name")
 			}
+			// A repeated reviewer would count twice against the quorum
+			// check yet vote once: the quorum could never be reached.
+			if seen[rv] {
+				return Invalid(fmt.Sprintf("review.reviewers[%d]", i), "%q appears twice", rv)
+			}
+			seen[rv] = true
 		}
 		if r.Quorum == 0 {
 			r.Quorum = max(1, len(r.Reviewers))
@@ -302,16 +363,22 @@ func (m *Manifest) validate() error {
 }
 
 // titleFromBody takes the first non-empty line of the body, without heading
-// marks, as a default title.
+// marks, as a default title: at most 120 characters and MaxTitleLen bytes, cut
+// at a character boundary.
 func titleFromBody(body string) string {
 	for line := range strings.Lines(body) {
 		t := strings.TrimSpace(strings.TrimLeft(strings.TrimSpace(line), "#"))
-		if t != "" {
-			if r := []rune(t); len(r) > 120 {
-				t = string(r[:120])
-			}
-			return t
+		if t == "" {
+			continue
 		}
+		if r := []rune(t); len(r) > 120 {
+			t = string(r[:120])
+		}
+		for len(t) > MaxTitleLen {
+			_, size := utf8.DecodeLastRuneInString(t)
+			t = t[:len(t)-size]
+		}
+		return strings.TrimSpace(t)
 	}
 	return ""
 }

@@ -62,8 +62,11 @@ func ValidateCapability(field, c string) error {
 		}
 	}
 	for _, r := range value {
-		if unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError {
-			return Invalid(field, "capability %q must not contain spaces or control characters", c)
+		// Not graphic: control, format (zero-width, bidi), private-use,
+		// unassigned; any of them would make a token that looks like another
+		// and never matches it.
+		if unicode.IsSpace(r) || !unicode.IsGraphic(r) || r == utf8.RuneError {
+			return Invalid(field, "capability %q must not contain spaces, control or invisible characters", c)
 		}
 	}
 	if kind == "repo" {
@@ -94,7 +97,8 @@ func ValidateCapabilities(field string, caps []string) ([]string, error) {
 	return out, nil
 }
 
-// ValidateText rejects control characters other than tab and newline.
+// ValidateText checks free text: at most maxLen bytes of valid UTF-8 with no
+// control characters other than tab, newline and carriage return.
 func ValidateText(field, s string, maxLen int) error {
 	if len(s) > maxLen {
 		return Invalid(field, "is longer than %d characters", maxLen)
