@@ -1,0 +1,158 @@
+package schedule
+
+import (
+	"testing"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/stretchr/testify/require"
+)
+
+func TestHardFilterReasons(t *testing.T) {
+	t.Parallel()
+	codex := func(j *fleet.Job) { j.Capabilities = []string{"engine:codex"} }
+	tests := []struct {
+		name   string
+		job    *fleet.Job
+		mod    func(*fleet.Factory)
+		reason string // "" means eligible
+	}{
+		{"eligible", newJob("j"), func(*fleet.Factory) {}, ""},
+		{"missing capability", newJob("j", codex), func(*fleet.Factory) {}, "missing capability engine:codex"},
+		{"missing repo", newJob("j", func(j *fleet.Job) { j.Repo = "learning_ai_notes" }), func(*fleet.Factory) {},
+			"missing repo:learning_ai_notes"},
+		{"missing an explicit repo token", newJob("j", func(j *fleet.Job) { j.Capabilities = []string{"repo:other"} }), func(*fleet.Factory) {},
+			"missing repo:other"},
+		{"missing several", newJob("j", func(j *fleet.Job) { j.Capabilities = []string{"node:20", "engine:codex"}; j.Repo = "x" }),
+			func(*fleet.Factory) {}, "missing capabilities engine:codex, node:20; missing repo:x"},
+		{"down", newJob("j"), withHealth(fleet.HealthDown), "factory is down"},
+		{"stale is not filtered", newJob("j"), withHealth(fleet.HealthStale), ""},
+		{"not scoped", newJob("j"), func(f *fleet.Factory) { f.Products = []string{"p2", "p3"} }, "not scoped to product p1"},
+		{"scoped", newJob("j"), func(f *fleet.Factory) { f.Products = []string{"p2", "p1"} }, ""},
+		{"no free seat", newJob("j"), withLoad(2), "no free seat (load 2 of 2)"},
+		{"over the seat limit", newJob("j"), withLoad(3), "no free seat (load 3 of 2)"},
+		{"no seats at all", newJob("j"), func(f *fleet.Factory) { f.SeatLimit = 0 }, "no free seat (load 0 of 0)"},
+		{"last free seat", newJob("j"), withLoad(1), ""},
+		// Order: capability, then down, then product, then seat.
+		{"capability before down", newJob("j", codex), func(f *fleet.Factory) { f.Health = fleet.HealthDown; f.Load = 2 },
+			"missing capability engine:codex"},
+		{"down before product", newJob("j"), func(f *fleet.Factory) { f.Health = fleet.HealthDown; f.Products = []string{"p2"} },
+			"factory is down"},
+		{"product before seat", newJob("j"), func(f *fleet.Factory) { f.Products = []string{"p2"}; f.Load = 2 },
+			"not scoped to product p1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFactory("f", tt.mod)
+			c := only(Explain(tt.job, []*fleet.Factory{f}, t0, DefaultWeights))
+			require.Equal(t, tt.reason, c.Reason)
+			require.Equal(t, tt.reason == "", c.Eligible)
+			if tt.reason != "" {
+				require.Zero(t, c.Terms, "an ineligible factory is not scored")
+			}
+			best, _ := BestFactory(tt.job, []*fleet.Factory{f}, t0, DefaultWeights)
+			require.Equal(t, tt.reason == "", best != nil, "BestFactory must agree with Explain")
+		})
+	}
+}
+
+func TestUnroutableReasons(t *testing.T) {
+	t.Parallel()
+	// The seed's two hard-coded UI factories: what agent-queue's
+	// detect_capabilities emits (os, engine, node, has), never "build".
+	mac := func(id string) *fleet.Factory {
+		return newFactory(id, withCaps("os:macos", "engine:claude", "engine:codex", "node:20", "has:git"),
+			withRepos("tracker-web", "notes"))
+	}
+	tests := []struct {
+		name string
+		job  *fleet.Job
+		fs   []*fleet.Factory
+		want string
+	}{
+		{
+			"tracker-web form default capabilities=[build]",
+			newJob("j", func(j *fleet.Job) { j.Capabilities = []string{"build"}; j.Repo = "tracker-web" }),
+			[]*fleet.Factory{mac("mac-1"), mac("mac-2")},
+			"unroutable: no factory has capability build",
+		},
+		{
+			"several capabilities nobody has, repo included",
+			newJob("j", func(j *fleet.Job) { j.Capabilities = []string{"engine:claude", "test", "build"}; j.Repo = "ghost" }),
+			[]*fleet.Factory{mac("mac-1")},
+			"unroutable: no factory has capabilities build, repo:ghost, test",
+		},
+		{
+			"a down or full factory still holds its capabilities",
+			newJob("j", func(j *fleet.Job) { j.Capabilities = []string{"has:gpu"} }),
+			[]*fleet.Factory{
+				newFactory("gpu", withHealth(fleet.HealthDown), withCaps("has:gpu", "engine:claude")),
+				newFactory("plain", withLoad(2)),
+			},
+			"no eligible factory: 1 lacks has:gpu, 1 is down",
+		},
+		{"no factories", newJob("j"), nil, "unroutable: no factory is enrolled"},
+		{"only nil factories", newJob("j"), []*fleet.Factory{nil, nil}, "unroutable: no factory is enrolled"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := Explain(tt.job, tt.fs, t0, DefaultWeights)
+			require.False(t, e.Routable)
+			require.Empty(t, e.Best)
+			require.Equal(t, tt.want, e.Reason)
+
+			best, reason := BestFactory(tt.job, tt.fs, t0, DefaultWeights)
+			require.Nil(t, best)
+			require.Equal(t, tt.want, reason)
+		})
+	}
+}
+
+func TestNoEligibleSummary(t *testing.T) {
+	t.Parallel()
+	full := func(id string) *fleet.Factory { return newFactory(id, withLoad(2)) }
+	down := func(id string) *fleet.Factory { return newFactory(id, withHealth(fleet.HealthDown)) }
+	scoped := func(id string) *fleet.Factory {
+		return newFactory(id, func(f *fleet.Factory) { f.Products = []string{"other"} })
+	}
+	tests := []struct {
+		name string
+		job  *fleet.Job
+		fs   []*fleet.Factory
+		want string
+	}{
+		{"most common reason first", newJob("j"), []*fleet.Factory{down("d"), full("a"), full("b")},
+			"no eligible factory: 2 have no free seat, 1 is down"},
+		{"singular forms, filter order on equal counts", newJob("j"), []*fleet.Factory{full("a"), scoped("s"), down("d")},
+			"no eligible factory: 1 is down, 1 is not scoped to product p1, 1 has no free seat"},
+		{"plural forms", newJob("j"), []*fleet.Factory{down("d1"), down("d2"), scoped("s1"), scoped("s2")},
+			"no eligible factory: 2 are down, 2 are not scoped to product p1"},
+		{
+			"capability held, but never together with the repo",
+			newJob("j", func(j *fleet.Job) { j.Capabilities = []string{"engine:codex"} }),
+			[]*fleet.Factory{
+				newFactory("codex-elsewhere", withCaps("engine:codex"), withRepos("other")),
+				newFactory("notes-1"), newFactory("notes-2"),
+			},
+			"no eligible factory: 2 lack engine:codex, 1 lacks repo:notes",
+		},
+		{
+			"a factory missing two counts under each",
+			newJob("j", func(j *fleet.Job) { j.Capabilities = []string{"engine:codex", "node:22"} }),
+			[]*fleet.Factory{
+				newFactory("bare", withCaps("os:linux")),
+				newFactory("codex-full", withCaps("engine:codex", "node:22"), withLoad(2)),
+			},
+			"no eligible factory: 1 lacks engine:codex, 1 lacks node:22, 1 has no free seat",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, Explain(tt.job, tt.fs, t0, DefaultWeights).Reason)
+			_, reason := BestFactory(tt.job, tt.fs, t0, DefaultWeights)
+			require.Equal(t, tt.want, reason)
+		})
+	}
+}
