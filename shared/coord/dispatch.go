@@ -79,7 +79,12 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []Item) ([]Deci
 		// The feed's copy may be older than this process's; CAS sorts it out.
 		c.jobs.put(j.ProductID, j.ID, it)
 		d, err := c.dispatch(ctx, j.ProductID, j.ID, nil)
-		if err != nil {
+		switch {
+		case errors.Is(err, fleet.ErrNotFound):
+			// Deleted after the feed saw it: nothing left to route.
+			c.jobs.drop(j.ProductID, j.ID)
+			d.Skipped = "job no longer exists"
+		case err != nil:
 			errs = append(errs, fmt.Errorf("dispatch %s: %w", j.ID, err))
 		}
 		out = append(out, d)

@@ -1,0 +1,136 @@
+// Package config reads the fleet's settings from the environment, named as
+// Azure app settings are named, with defaults that need no settings at all
+// on one machine.
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Setting is one environment variable the fleet reads.
+type Setting struct {
+	Name        string
+	Default     string
+	Description string
+}
+
+// Setting names.
+const (
+	Listen            = "FLEET_LISTEN"
+	DataDir           = "FLEET_DATA_DIR"
+	OperatorToken     = "FLEET_OPERATOR_TOKEN"
+	LeaseTTL          = "FLEET_LEASE_TTL"
+	ReaperSchedule    = "FLEET_REAPER_SCHEDULE"
+	PruneSchedule     = "FLEET_PRUNE_SCHEDULE"
+	RedispatchSched   = "FLEET_REDISPATCH_SCHEDULE"
+	GCSchedule        = "FLEET_GC_SCHEDULE"
+	RedispatchAfter   = "FLEET_REDISPATCH_AFTER"
+	StaleAfter        = "FLEET_STALE_AFTER"
+	DownAfter         = "FLEET_DOWN_AFTER"
+	FeedPollDelayMs   = "FLEET_FEED_POLL_DELAY_MS"
+	FeedMaxItems      = "FLEET_FEED_MAX_ITEMS"
+	Store             = "FLEET_STORE"
+	CosmosDatabase    = "FLEET_COSMOS_DATABASE"
+	CosmosEndpoint    = "CosmosDB__accountEndpoint"
+	CosmosClientID    = "CosmosDB__clientId"
+	CosmosEmulatorKey = "FLEET_COSMOS_EMULATOR_KEY"
+	Bus               = "FLEET_BUS"
+	NATSURL           = "FLEET_NATS_URL"
+	ServiceBusNS      = "ServiceBus__fullyQualifiedNamespace"
+	ServiceBusClient  = "ServiceBus__clientId"
+	ServiceBusTopic   = "FLEET_SERVICEBUS_TOPIC"
+	LogLevel          = "FLEET_LOG_LEVEL"
+)
+
+// Settings lists every setting with its default; the README's
+// configuration table is this list.
+var Settings = []Setting{
+	{Listen, "127.0.0.1:7071", "Address the local stack serves the API on."},
+	{DataDir, "./.fleet", "Where the local stack keeps its SQLite database, broker store and operator token; survives restarts."},
+	{OperatorToken, "", "Operator bearer tokens: `token`, `name:token` or `name:token:productA|productB`, comma-separated. Unset locally: one is generated, kept in the data dir and printed."},
+	{LeaseTTL, "5m", "How long a claim holds without renewal (Go duration)."},
+	{ReaperSchedule, "*/15 * * * * *", "NCRONTAB (6 fields, seconds first) of the lease reaper."},
+	{PruneSchedule, "*/30 * * * * *", "NCRONTAB of the stale-factory prune."},
+	{RedispatchSched, "*/30 * * * * *", "NCRONTAB of the re-dispatch sweep."},
+	{GCSchedule, "0 0 * * * *", "NCRONTAB of the git garbage-collection sweep."},
+	{RedispatchAfter, "2m", "A dispatched job not accepted within this is dispatched again."},
+	{StaleAfter, "90s", "A static factory silent this long is stale."},
+	{DownAfter, "10m", "A static factory silent this long is down."},
+	{FeedPollDelayMs, "1000", "Change-feed poll delay of the dispatch trigger, milliseconds."},
+	{FeedMaxItems, "100", "Most job changes handed to one dispatch invocation."},
+	{Store, "sqlite", "State store: `sqlite` (one machine) or `cosmos`."},
+	{CosmosDatabase, "fleet", "Cosmos DB database name."},
+	{CosmosEndpoint, "", "Cosmos DB account endpoint; setting it selects the cosmos store."},
+	{CosmosClientID, "", "Client id of the user-assigned managed identity for Cosmos DB (unset: DefaultAzureCredential)."},
+	{CosmosEmulatorKey, "", "Account key of the Cosmos DB emulator; only for the emulator (enables its self-signed TLS)."},
+	{Bus, "nats", "Dispatch transport: `nats`, `servicebus` or `none` (poll only)."},
+	{NATSURL, "", "NATS server URL; unset locally: the stack embeds one and passes its URL on."},
+	{ServiceBusNS, "", "Service Bus namespace host; setting it selects the servicebus transport."},
+	{ServiceBusClient, "", "Client id of the user-assigned managed identity for Service Bus."},
+	{ServiceBusTopic, "fleet-dispatch", "Service Bus topic of dispatch messages."},
+	{LogLevel, "info", "debug, info, warn or error."},
+}
+
+// Lookup reads settings: from a map first (local.settings.json Values),
+// then the environment, then the default.
+type Lookup struct {
+	Values map[string]string
+}
+
+// Get returns the value of name.
+func (l Lookup) Get(name string) string {
+	if v, ok := l.Values[name]; ok && v != "" {
+		return v
+	}
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return Default(name)
+}
+
+// Default returns the documented default of a setting ("" if unknown).
+func Default(name string) string {
+	for _, s := range Settings {
+		if s.Name == name {
+			return s.Default
+		}
+	}
+	return ""
+}
+
+// Duration reads a Go duration setting.
+func (l Lookup) Duration(name string) (time.Duration, error) {
+	v := l.Get(name)
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive Go duration such as 90s or 5m", name, v)
+	}
+	return d, nil
+}
+
+// Int reads a positive integer setting.
+func (l Lookup) Int(name string) (int, error) {
+	v := l.Get(name)
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive integer", name, v)
+	}
+	return n, nil
+}
+
+// DataDirPath returns the absolute data directory, created if missing.
+func (l Lookup) DataDirPath() (string, error) {
+	dir, err := filepath.Abs(l.Get(DataDir))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", DataDir, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("%s: %w", DataDir, err)
+	}
+	return dir, nil
+}

@@ -1,0 +1,264 @@
+// Package funchost speaks the Azure Functions custom-handler protocol: the
+// invocation envelope the host POSTs to /{functionName}, the response
+// envelope it expects back, and the trigger payloads inside (HTTP, timer,
+// Cosmos DB change feed). The handler binary serves it; the local host
+// emulator produces it.
+package funchost
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Invocation is the host's request: trigger and input bindings by binding
+// name in Data, trigger metadata in Metadata.
+type Invocation struct {
+	Data     map[string]json.RawMessage `json:"Data"`
+	Metadata map[string]json.RawMessage `json:"Metadata"`
+}
+
+// Result is the answer the host expects. It is always JSON and never empty:
+// the host treats an empty body as a failure to parse.
+type Result struct {
+	Outputs     map[string]any `json:"Outputs"`
+	Logs        []string       `json:"Logs"`
+	ReturnValue any            `json:"ReturnValue"`
+}
+
+// Func handles one invocation of a function.
+type Func func(ctx context.Context, inv *Invocation) (*Result, error)
+
+// Unwrap peels the extra JSON string encoding the host adds to string values
+// in Data: a Cosmos DB batch arrives as a string holding a string holding the
+// array. Values that are not strings come back as they are.
+func Unwrap(raw json.RawMessage) (json.RawMessage, error) {
+	for range 3 {
+		raw = bytes.TrimSpace(raw)
+		if len(raw) == 0 || raw[0] != '"' {
+			return raw, nil
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, fmt.Errorf("decode string value: %w", err)
+		}
+		inner := strings.TrimSpace(s)
+		if inner == "" || !json.Valid([]byte(inner)) {
+			// A plain string, not encoded JSON: hand it back as a JSON string.
+			return raw, nil
+		}
+		raw = json.RawMessage(inner)
+	}
+	return raw, nil
+}
+
+// Documents decodes a cosmosDBTrigger batch into its documents.
+func Documents(raw json.RawMessage) ([]json.RawMessage, error) {
+	inner, err := Unwrap(raw)
+	if err != nil {
+		return nil, err
+	}
+	if len(inner) == 0 || string(inner) == "null" {
+		return nil, nil
+	}
+	var docs []json.RawMessage
+	if err := json.Unmarshal(inner, &docs); err != nil {
+		return nil, fmt.Errorf("documents: want a JSON array: %w", err)
+	}
+	return docs, nil
+}
+
+// EncodeDocuments produces the host's encoding of a batch: the array, as a
+// JSON string, as a JSON string again.
+func EncodeDocuments(docs []json.RawMessage) json.RawMessage {
+	if docs == nil {
+		docs = []json.RawMessage{}
+	}
+	arr, _ := json.Marshal(docs)
+	once, _ := json.Marshal(string(arr))
+	twice, _ := json.Marshal(string(once))
+	return twice
+}
+
+// TimerInfo is a timerTrigger payload.
+type TimerInfo struct {
+	Schedule struct {
+		AdjustForDST bool `json:"AdjustForDST"`
+	} `json:"Schedule"`
+	ScheduleStatus *ScheduleStatus `json:"ScheduleStatus"`
+	IsPastDue      bool            `json:"IsPastDue"`
+}
+
+// ScheduleStatus is the timer's last and next occurrence.
+type ScheduleStatus struct {
+	Last        time.Time `json:"Last"`
+	Next        time.Time `json:"Next"`
+	LastUpdated time.Time `json:"LastUpdated"`
+}
+
+// UnmarshalJSON reads the host's timestamps, which are .NET DateTime values.
+// One of unspecified kind is written without an offset, and the host's
+// schedule monitor records a timer that never fired with Last =
+// "0001-01-01T00:00:00": a strict RFC 3339 decode would fail the very first
+// invocation of every new timer over a field no task reads. Such values are
+// taken as UTC.
+func (s *ScheduleStatus) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Last, Next, LastUpdated *string
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	var errs []error
+	for _, f := range []struct {
+		name string
+		src  *string
+		dst  *time.Time
+	}{{"Last", raw.Last, &s.Last}, {"Next", raw.Next, &s.Next}, {"LastUpdated", raw.LastUpdated, &s.LastUpdated}} {
+		t, err := parseHostTime(f.src)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ScheduleStatus.%s: %w", f.name, err))
+		}
+		*f.dst = t
+	}
+	return errors.Join(errs...)
+}
+
+// hostLocalLayout is a .NET round-trip ("o") DateTime of unspecified kind.
+const hostLocalLayout = "2006-01-02T15:04:05.9999999"
+
+func parseHostTime(s *string) (time.Time, error) {
+	if s == nil || *s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, *s); err == nil {
+		return t, nil
+	}
+	t, err := time.ParseInLocation(hostLocalLayout, *s, time.UTC)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is not a timestamp", *s)
+	}
+	return t, nil
+}
+
+// Timer decodes a timer payload.
+func Timer(raw json.RawMessage) (*TimerInfo, error) {
+	inner, err := Unwrap(raw)
+	if err != nil {
+		return nil, err
+	}
+	var t TimerInfo
+	if err := json.Unmarshal(inner, &t); err != nil {
+		return nil, fmt.Errorf("timer payload: %w", err)
+	}
+	return &t, nil
+}
+
+// Server is the custom handler's HTTP server: the host's probe on "/",
+// invocations on "/{function}", and forwarded HTTP requests (the host's
+// enableForwardingHttpRequest) on their original paths.
+type Server struct {
+	funcs     map[string]Func
+	forwarded http.Handler
+	forwardAt string
+	log       *slog.Logger
+}
+
+// NewServer builds a server. forwarded serves the requests the host forwards
+// under forwardPrefix (e.g. "/api/"); nil disables forwarding.
+func NewServer(log *slog.Logger, forwardPrefix string, forwarded http.Handler) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{funcs: map[string]Func{}, forwarded: forwarded, forwardAt: forwardPrefix, log: log}
+}
+
+// Handle registers a function by name.
+func (s *Server) Handle(name string, f Func) { s.funcs[strings.ToLower(name)] = f }
+
+// Functions lists the registered function names, sorted.
+func (s *Server) Functions() []string {
+	names := make([]string, 0, len(s.funcs))
+	for n := range s.funcs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// MaxInvocationBytes bounds an invocation envelope. Cosmos batches of
+// maxItemsPerInvocation job documents (each up to ~1 MiB of manifest) fit.
+const MaxInvocationBytes = 128 << 20
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Path
+	if path == "/" {
+		// The host probes "/" until it gets any answer.
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("ok"))
+		return
+	}
+	name := strings.ToLower(strings.TrimPrefix(path, "/"))
+	if f, ok := s.funcs[name]; ok && r.Method == http.MethodPost {
+		s.invoke(w, r, name, f)
+		return
+	}
+	if s.forwarded != nil && strings.HasPrefix(path, s.forwardAt) {
+		s.forwarded.ServeHTTP(w, r)
+		return
+	}
+	writeJSON(w, http.StatusNotFound, &Result{Outputs: map[string]any{}, Logs: []string{"no function " + name}})
+}
+
+func (s *Server) invoke(w http.ResponseWriter, r *http.Request, name string, f Func) {
+	start := time.Now()
+	var inv Invocation
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxInvocationBytes))
+	if err := dec.Decode(&inv); err != nil {
+		s.fail(w, name, start, fmt.Errorf("decode invocation envelope: %w", err))
+		return
+	}
+	res, err := f(r.Context(), &inv)
+	if err != nil {
+		s.fail(w, name, start, err)
+		return
+	}
+	if res == nil {
+		res = &Result{}
+	}
+	if res.Outputs == nil {
+		res.Outputs = map[string]any{}
+	}
+	if res.Logs == nil {
+		res.Logs = []string{}
+	}
+	s.log.Debug("invocation", "function", name, "ms", time.Since(start).Milliseconds())
+	writeJSON(w, http.StatusOK, res)
+}
+
+// fail answers non-2xx, which the host records as a failed invocation; the
+// body still is the envelope, so the reason reaches the host's logs.
+func (s *Server) fail(w http.ResponseWriter, name string, start time.Time, err error) {
+	s.log.Error("invocation failed", "function", name, "ms", time.Since(start).Milliseconds(), "err", err)
+	writeJSON(w, http.StatusInternalServerError, &Result{Outputs: map[string]any{}, Logs: []string{err.Error()}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status, body = http.StatusInternalServerError, []byte(`{"Outputs":{},"Logs":["encode response failed"],"ReturnValue":null}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// ErrBadPayload marks a trigger payload the handler cannot decode.
+var ErrBadPayload = errors.New("bad trigger payload")

@@ -1,0 +1,129 @@
+package funchost
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// HTTPRequest is an httpTrigger payload when the host does not forward the
+// request: Data.<name> = {Url, Method, Query, Headers, Params, Identities,
+// Body}. Body is present only when the request had one.
+type HTTPRequest struct {
+	URL        string              `json:"Url"`
+	Method     string              `json:"Method"`
+	Query      map[string]string   `json:"Query"`
+	Headers    map[string][]string `json:"Headers"`
+	Params     map[string]string   `json:"Params"`
+	Identities json.RawMessage     `json:"Identities,omitempty"`
+	Body       json.RawMessage     `json:"Body,omitempty"`
+}
+
+// HTTPResponse is the http output binding: Outputs.<name>.
+type HTTPResponse struct {
+	StatusCode string            `json:"statusCode"`
+	Body       string            `json:"body"`
+	Headers    map[string]string `json:"headers"`
+}
+
+// binaryBody reports whether a content type carries bytes rather than text;
+// the host hands such bodies over base64-encoded.
+func binaryBody(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil || mt == "" {
+		return false
+	}
+	switch {
+	case strings.HasPrefix(mt, "text/"), mt == "application/json", strings.HasSuffix(mt, "+json"),
+		mt == "application/x-www-form-urlencoded", mt == "application/xml", strings.HasSuffix(mt, "+xml"):
+		return false
+	}
+	return true
+}
+
+// Request rebuilds the *http.Request an envelope describes.
+func (hr *HTTPRequest) Request(ctx context.Context) (*http.Request, error) {
+	u, err := url.Parse(hr.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Url %q: %v", ErrBadPayload, hr.URL, err)
+	}
+	var body []byte
+	if len(hr.Body) > 0 && string(hr.Body) != "null" {
+		var s string
+		if err := json.Unmarshal(hr.Body, &s); err == nil {
+			body = []byte(s)
+			if ct := firstHeader(hr.Headers, "Content-Type"); binaryBody(ct) {
+				if b, err := base64.StdEncoding.DecodeString(s); err == nil {
+					body = b
+				}
+			}
+		} else {
+			// The host may hand a JSON body over already parsed.
+			body = hr.Body
+		}
+	}
+	method := strings.ToUpper(hr.Method)
+	if method == "" {
+		method = http.MethodGet
+	}
+	r, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadPayload, err)
+	}
+	for k, vs := range hr.Headers {
+		for _, v := range vs {
+			r.Header.Add(k, v)
+		}
+	}
+	r.ContentLength = int64(len(body))
+	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	r.RequestURI = u.RequestURI()
+	return r, nil
+}
+
+func firstHeader(h map[string][]string, name string) string {
+	for k, vs := range h {
+		if strings.EqualFold(k, name) && len(vs) > 0 {
+			return vs[0]
+		}
+	}
+	return ""
+}
+
+// HTTPFunc adapts an http.Handler to an httpTrigger function in envelope
+// mode: the request comes from Data.<in>, the response goes to Outputs.<out>.
+func HTTPFunc(h http.Handler, in, out string) Func {
+	return func(ctx context.Context, inv *Invocation) (*Result, error) {
+		raw, ok := inv.Data[in]
+		if !ok {
+			return nil, fmt.Errorf("%w: no %q in Data", ErrBadPayload, in)
+		}
+		var hr HTTPRequest
+		if err := json.Unmarshal(raw, &hr); err != nil {
+			inner, uerr := Unwrap(raw)
+			if uerr != nil || json.Unmarshal(inner, &hr) != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrBadPayload, in, err)
+			}
+		}
+		req, err := hr.Request(ctx)
+		if err != nil {
+			return nil, err
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		headers := map[string]string{}
+		for k, vs := range rec.Header() {
+			headers[k] = strings.Join(vs, ", ")
+		}
+		res := HTTPResponse{StatusCode: strconv.Itoa(rec.Code), Body: rec.Body.String(), Headers: headers}
+		return &Result{Outputs: map[string]any{out: res}, Logs: []string{}}, nil
+	}
+}
