@@ -1,0 +1,172 @@
+package cosmos
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+
+	"github.com/gigafactory/fleet/shared/coord"
+)
+
+// Change feed.
+//
+// A container's change feed is one stream per feed range (a physical
+// partition's slice of the partition-key hash space), each with its own
+// position. The store's continuation must therefore carry every range's
+// position, or a caller that persists it would resume one range and replay
+// or skip the others. It is base64url(JSON(feedToken)):
+//
+//	{"v":1,"c":"fleet_jobs","n":1,"r":[{"min":"","max":"FF","t":"<sdk token>"}, …]}
+//
+// "r" comes from ReadFeedRanges on the first read ("" continuation) and is
+// fixed afterwards; "t" is the SDK's composite continuation for that range
+// (empty until the range was first read, which starts it from the
+// beginning), and the SDK follows splits and merges within it; "n" is the
+// range to read first next time, so a busy range cannot starve the others.
+//
+// Mode is latest version: a document changed several times between two
+// reads appears once, in its latest version; deletions do not appear (TTL
+// expiry neither). Delivery is at least once: a caller that fails before
+// persisting a continuation reads the same changes again.
+
+const feedTokenVersion = 1
+
+type feedToken struct {
+	V         int          `json:"v"`
+	Container string       `json:"c"`
+	Next      int          `json:"n"`
+	Ranges    []feedCursor `json:"r"`
+}
+
+type feedCursor struct {
+	Min   string `json:"min"`
+	Max   string `json:"max"`
+	Token string `json:"t,omitempty"`
+}
+
+func (t feedToken) encode() (string, error) {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return "", fmt.Errorf("encode continuation: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+func decodeFeedToken(s, containerName string) (feedToken, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return feedToken{}, fmt.Errorf("continuation is not a cosmos change-feed continuation: %w", err)
+	}
+	var t feedToken
+	if err := json.Unmarshal(b, &t); err != nil {
+		return feedToken{}, fmt.Errorf("continuation is not a cosmos change-feed continuation: %w", err)
+	}
+	switch {
+	case t.V != feedTokenVersion:
+		return feedToken{}, fmt.Errorf("continuation version %d, want %d", t.V, feedTokenVersion)
+	case t.Container != containerName:
+		return feedToken{}, fmt.Errorf("continuation belongs to container %q", t.Container)
+	case len(t.Ranges) == 0:
+		return feedToken{}, errors.New("continuation has no feed ranges")
+	case t.Next < 0 || t.Next >= len(t.Ranges):
+		return feedToken{}, fmt.Errorf("continuation next range %d out of %d", t.Next, len(t.Ranges))
+	}
+	return t, nil
+}
+
+// ReadChanges returns up to max documents changed after continuation (""
+// = from the beginning), visiting feed ranges round robin until max is
+// reached or every range was asked once. Pages a range answers empty (304
+// Not Modified) still advance its position. An empty page with a
+// continuation means nothing new yet; persist the continuation either way.
+// A range may return slightly more than asked when documents were written
+// in one transaction; they are all returned, since its position has moved
+// past them.
+func (s *Store) ReadChanges(ctx context.Context, containerName, continuation string, max int) (coord.ChangePage, error) {
+	w := containerName
+	c, err := s.container(containerName)
+	if err != nil {
+		return coord.ChangePage{}, s.refuse(opReadChanges, w, err)
+	}
+	if max <= 0 {
+		max = s.cfg.PageSize
+	}
+	var start *feedToken
+	if continuation != "" {
+		t, err := decodeFeedToken(continuation, containerName)
+		if err != nil {
+			return coord.ChangePage{}, s.refuse(opReadChanges, w, err)
+		}
+		start = &t
+	}
+
+	var page coord.ChangePage
+	err = s.run(ctx, opReadChanges, w, true, func(ctx context.Context, cn *conn) error {
+		// Work on a copy: a retried attempt starts again from the caller's
+		// continuation.
+		var tok feedToken
+		if start == nil {
+			ranges, err := cn.coll(c).ReadFeedRanges(ctx, nil)
+			if err != nil {
+				return err
+			}
+			if len(ranges) == 0 {
+				return errors.New("container has no feed ranges")
+			}
+			tok = feedToken{V: feedTokenVersion, Container: containerName}
+			for _, r := range ranges {
+				tok.Ranges = append(tok.Ranges, feedCursor{Min: r.MinInclusive, Max: r.MaxExclusive})
+			}
+		} else {
+			tok = *start
+			tok.Ranges = append([]feedCursor(nil), start.Ranges...)
+		}
+
+		var items []coord.Item
+		n := len(tok.Ranges)
+		next := tok.Next
+		for i := 0; i < n && len(items) < max; i++ {
+			idx := (tok.Next + i) % n
+			cur := &tok.Ranges[idx]
+			opts := &azcosmos.ChangeFeedOptions{MaxItemCount: int32(min(max-len(items), 1<<30))}
+			if cur.Token == "" {
+				// Neither a continuation nor StartFrom: the service starts
+				// the range at its beginning.
+				opts.FeedRange = &azcosmos.FeedRange{MinInclusive: cur.Min, MaxExclusive: cur.Max}
+			} else {
+				t := cur.Token
+				opts.Continuation = &t
+			}
+			resp, err := cn.coll(c).ReadChangeFeed(ctx, opts)
+			if err != nil {
+				return locate(fmt.Sprintf("feed range [%s,%s)", cur.Min, cur.Max), err)
+			}
+			if resp.ContinuationToken != "" {
+				cur.Token = resp.ContinuationToken
+			}
+			for _, raw := range resp.Items {
+				d, err := decodeDoc(raw, c.pkField)
+				if err != nil {
+					return fmt.Errorf("changed document: %w", err)
+				}
+				items = append(items, coord.Item{ID: d.id, PartitionKey: d.pk, Rev: d.etag, Body: d.body})
+			}
+			next = (idx + 1) % n
+		}
+		tok.Next = next
+		cont, err := tok.encode()
+		if err != nil {
+			return err
+		}
+		page = coord.ChangePage{Items: items, Continuation: cont}
+		return nil
+	})
+	if err != nil {
+		return coord.ChangePage{}, err
+	}
+	return page, nil
+}
