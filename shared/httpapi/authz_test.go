@@ -1,0 +1,223 @@
+package httpapi
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// authzWorld is the state every authz case runs against: products p1 and
+// other; f1 (p1) holding job held at epoch 1; job queued in p1; f2 (p1)
+// whose token is revoked; fo serving only other; fo2 serving other and p3.
+type authzWorld struct {
+	f                              *fixture
+	f1, revoked, foreign, foreign2 string // factory tokens
+	held, queued                   string // job ids in p1
+	heldEpoch                      int64
+}
+
+func newAuthzWorld(t *testing.T) *authzWorld {
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	f.putProduct("other", "r2")
+	w := &authzWorld{f: f}
+	w.f1 = f.enroll("f1", []string{"p1"}, "r1")
+	w.revoked = f.enroll("f2", []string{"p1"}, "r1")
+	f.ok(http.StatusNoContent, nil, "POST", "/api/fleet/factories/f2/token/revoke", rootToken, nil)
+	w.foreign = f.enroll("fo", []string{"other"}, "r2")
+	w.foreign2 = f.enroll("fo2", []string{"other", "p3"}, "r2")
+	w.held = f.submit("p1", manifest("r1")).ID
+	c := f.claim(w.f1)
+	require.Equal(t, w.held, c.Job.ID)
+	w.heldEpoch = c.LeaseEpoch
+	w.queued = f.submit("p1", manifest("r1")).ID
+	return w
+}
+
+// authzRequest is a request that the right principal may make (want is its
+// status) and every wrong one must be refused.
+type authzRequest struct {
+	path        string
+	body        any
+	contentType string
+	token       func(w *authzWorld) string
+	want        int
+	// scope says what the request names that belongs to p1, so that a
+	// principal of other products is refused even without x-product-id.
+	scope scope
+}
+
+type scope int
+
+const (
+	scopeNone     scope = iota
+	scopeJob            // a job of p1
+	scopeResource       // a factory or product of p1, or an enrollment into p1
+)
+
+func operator(*authzWorld) string     { return rootToken }
+func factoryF1(w *authzWorld) string  { return w.f1 }
+func manifestBody(*authzWorld) string { return manifest("r1") }
+
+// authzRequests has one valid request per route; the test fails for a route
+// missing here, so a new route cannot skip the matrix.
+func authzRequests(w *authzWorld) map[string]authzRequest {
+	held, queued := "/api/fleet/jobs/"+w.held, "/api/fleet/jobs/"+w.queued
+	lease := map[string]any{"leaseEpoch": w.heldEpoch}
+	return map[string]authzRequest{
+		"POST /api/fleet/jobs":     {path: "/api/fleet/jobs", body: manifestBody(w), contentType: "text/markdown", token: operator, want: 201},
+		"GET /api/fleet/jobs":      {path: "/api/fleet/jobs", token: operator, want: 200},
+		"GET /api/fleet/jobs/{id}": {path: held, token: operator, want: 200, scope: scopeJob},
+		"PATCH /api/fleet/jobs/{id}": {path: held, body: map[string]any{"stage": "building", "leaseEpoch": w.heldEpoch},
+			token: factoryF1, want: 200, scope: scopeJob},
+		"POST /api/fleet/jobs/{id}/actions/{action}": {path: queued + "/actions/cancel", body: map[string]any{"reason": "no"},
+			token: operator, want: 200, scope: scopeJob},
+		"POST /api/fleet/jobs/{id}/lease/renew":   {path: held + "/lease/renew", body: lease, token: factoryF1, want: 200, scope: scopeJob},
+		"POST /api/fleet/jobs/{id}/lease/release": {path: held + "/lease/release", body: lease, token: factoryF1, want: 200, scope: scopeJob},
+		"GET /api/fleet/jobs/{id}/runs":           {path: held + "/runs", token: operator, want: 200, scope: scopeJob},
+		"GET /api/fleet/jobs/{id}/events":         {path: held + "/events", token: factoryF1, want: 200, scope: scopeJob},
+		"GET /api/fleet/jobs/{id}/explain":        {path: held + "/explain", token: operator, want: 200, scope: scopeJob},
+		"POST /api/fleet/claim":                   {path: "/api/fleet/claim", token: factoryF1, want: 200},
+		"POST /api/fleet/accept": {path: "/api/fleet/accept", body: map[string]any{"jobId": w.queued, "dispatchEpoch": 0},
+			token: factoryF1, want: http.StatusConflict, scope: scopeJob}, // never dispatched to f1
+		"POST /api/fleet/fail": {path: "/api/fleet/fail", body: map[string]any{"jobId": w.held, "leaseEpoch": w.heldEpoch,
+			"reason": "broke", "retryable": false}, token: factoryF1, want: 200, scope: scopeJob},
+		"POST /api/fleet/factories/enroll": {path: "/api/fleet/factories/enroll",
+			body: map[string]any{"factoryId": "f9", "products": []string{"p1"}}, token: operator, want: 201, scope: scopeResource},
+		"POST /api/fleet/factories/heartbeat": {path: "/api/fleet/factories/heartbeat",
+			body: map[string]any{"capabilities": []string{"os:linux"}, "repos": []string{"r1"}}, token: factoryF1, want: 200},
+		"GET /api/fleet/factories":                    {path: "/api/fleet/factories", token: operator, want: 200},
+		"DELETE /api/fleet/factories/{id}":            {path: "/api/fleet/factories/f1", token: operator, want: 204, scope: scopeResource},
+		"POST /api/fleet/factories/{id}/token/rotate": {path: "/api/fleet/factories/f1/token/rotate", token: factoryF1, want: 200, scope: scopeResource},
+		"POST /api/fleet/factories/{id}/token/revoke": {path: "/api/fleet/factories/f1/token/revoke", token: operator, want: 204, scope: scopeResource},
+		"PUT /api/fleet/products/{productId}": {path: "/api/fleet/products/p1", body: map[string]any{"repos": []string{"r1", "r3"}},
+			token: operator, want: 200, scope: scopeResource},
+		"GET /api/fleet/products/{productId}": {path: "/api/fleet/products/p1", token: operator, want: 200, scope: scopeResource},
+		"GET /api/fleet/repos":                {path: "/api/fleet/repos", token: operator, want: 200},
+		"GET /api/fleet/metrics":              {path: "/api/fleet/metrics", token: operator, want: 200},
+		"GET /api/fleet/queue-state":          {path: "/api/fleet/queue-state", token: factoryF1, want: 200},
+	}
+}
+
+// denial is one wrong principal and the status it must get.
+type denial struct {
+	name    string
+	token   string
+	auth    string // a raw Authorization header, instead of token
+	product string // x-product-id
+	want    int
+}
+
+func denials(w *authzWorld, rt route, req authzRequest) []denial {
+	d := []denial{
+		{name: "no token", want: 401},
+		{name: "unknown factory-like token", token: junkToken, want: 401},
+		{name: "unknown token", token: "not-a-token-anyone-issued", want: 401},
+		{name: "revoked factory token", token: w.revoked, want: 401},
+		{name: "not bearer", auth: "Basic " + rootToken, want: 401},
+		{name: "two tokens", auth: "Bearer " + rootToken + " " + rootToken, want: 401},
+		{name: "operator of another product", token: otherToken, product: "p1", want: 403},
+		{name: "factory of another product", token: w.foreign, product: "p1", want: 403},
+	}
+	switch rt.access {
+	case operatorOnly:
+		d = append(d, denial{name: "factory token on an operator route", token: w.f1, product: "p1", want: 403})
+	case factoryOnly:
+		d = append(d, denial{name: "operator token on a factory route", token: rootToken, product: "p1", want: 403})
+	case operatorOrSelf:
+		d = append(d, denial{name: "factory acting on another factory", token: w.foreign, want: 403})
+	}
+	admitsOperators := rt.access != factoryOnly
+	admitsFactories := rt.access == factoryOnly || rt.access == anyPrincipal
+	switch req.scope {
+	case scopeJob:
+		// A principal of exactly one product looks in that product and
+		// does not find the job; one of several finds it across products
+		// and is refused by scope.
+		d = append(d,
+			denial{name: "operator of another product, no header", token: otherToken, want: ifElse(admitsOperators, 404, 403)},
+			denial{name: "operator of other products, no header", token: elsewhereToken, want: 403},
+			denial{name: "factory of another product, no header", token: w.foreign, want: ifElse(admitsFactories, 404, 403)},
+			denial{name: "factory of other products, no header", token: w.foreign2, want: 403})
+	case scopeResource:
+		d = append(d,
+			denial{name: "operator of another product, no header", token: otherToken, want: 403},
+			denial{name: "operator of other products, no header", token: elsewhereToken, want: 403},
+			denial{name: "factory of another product, no header", token: w.foreign, want: 403})
+	}
+	return d
+}
+
+func TestAuthzMatrix(t *testing.T) {
+	t.Parallel()
+	for _, rt := range routes {
+		if rt.access == public {
+			continue
+		}
+		key := rt.method + " " + rt.pattern
+		t.Run(key, func(t *testing.T) {
+			t.Parallel()
+			w := newAuthzWorld(t)
+			req, ok := authzRequests(w)[key]
+			require.True(t, ok, "route %s has no authz case: add one to authzRequests", key)
+			ct := req.contentType
+			if ct == "" {
+				ct = "application/json"
+			}
+
+			before := w.f.snapshot()
+			for _, d := range denials(w, rt, req) {
+				opts := []reqOption{contentType(ct)}
+				if d.product != "" {
+					opts = append(opts, product(d.product))
+				}
+				if d.auth != "" {
+					opts = append(opts, header("Authorization", d.auth))
+				}
+				res := w.f.call(rt.method, req.path, d.token, req.body, opts...)
+				require.Equal(t, d.want, res.status, "%s: %s", d.name, res)
+				wantCode := map[int]string{401: "unauthenticated", 403: "forbidden", 404: "not_found"}[d.want]
+				require.Equal(t, wantCode, string(res.errorOf(t).Code), d.name)
+			}
+			require.Equal(t, before, w.f.snapshot(), "a refused request changed stored state")
+
+			// The control: the right principal gets through with the same
+			// request, so the refusals above were about who asked.
+			res := w.f.call(rt.method, req.path, req.token(w), req.body, contentType(ct), product("p1"))
+			require.Equal(t, req.want, res.status, "allowed request: %s", res)
+		})
+	}
+}
+
+// TestJobScopeWithoutHeader: with no x-product-id, a job is found across
+// products and the caller's scope checked against the job's product.
+func TestJobScopeWithoutHeader(t *testing.T) {
+	t.Parallel()
+	w := newAuthzWorld(t)
+	f := w.f
+	f.ok(200, nil, "GET", "/api/fleet/jobs/"+w.held, p1Token, nil)
+	f.ok(200, nil, "GET", "/api/fleet/jobs/"+w.held, multiToken, nil)
+	require.Equal(t, 403, f.call("GET", "/api/fleet/jobs/"+w.held, elsewhereToken, nil).status)
+	// A token of exactly one product looks only there.
+	require.Equal(t, 404, f.call("GET", "/api/fleet/jobs/"+w.held, otherToken, nil).status)
+	// A header naming the wrong product of the caller's own scope does not
+	// find the job.
+	require.Equal(t, 404, f.call("GET", "/api/fleet/jobs/"+w.held, multiToken, nil, product("other")).status)
+	require.Equal(t, 404, f.call("GET", "/api/fleet/jobs/jnope", rootToken, nil).status)
+	// The body's productId must agree with the header.
+	res := f.call("POST", "/api/fleet/fail", w.f1, map[string]any{"jobId": w.held, "leaseEpoch": w.heldEpoch,
+		"reason": "x", "retryable": true, "productId": "other"}, product("p1"))
+	require.Equal(t, 400, res.status)
+	require.Equal(t, "productId", res.errorOf(t).Field)
+	res = f.call("POST", "/api/fleet/fail", w.f1, map[string]any{"jobId": w.held, "leaseEpoch": w.heldEpoch,
+		"reason": "x", "retryable": true, "productId": "other"})
+	require.Equal(t, 403, res.status)
+}
+
+func ifElse[T any](cond bool, a, b T) T {
+	if cond {
+		return a
+	}
+	return b
+}

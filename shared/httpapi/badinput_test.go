@@ -1,0 +1,163 @@
+package httpapi
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// TestBadInput: every malformed request gets the exact 4xx, code and field,
+// never a 5xx, and changes nothing.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	w := newAuthzWorld(t)
+	f := w.f
+	held := "/api/fleet/jobs/" + w.held
+	twoMiB := strings.Repeat("x", 2<<20)
+	md := contentType("text/markdown")
+	p1 := product("p1")
+
+	type tc struct {
+		name         string
+		method, path string
+		token        string
+		body         any
+		opts         []reqOption
+		status       int
+		code         fleet.Code
+		field        string
+	}
+	bad := func(name, method, path, token string, body any, field string, opts ...reqOption) tc {
+		return tc{name: name, method: method, path: path, token: token, body: body, opts: opts, status: 400, code: fleet.CodeInvalid, field: field}
+	}
+	cases := []tc{
+		bad("truncated JSON", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": [`, ""),
+		bad("JSON syntax error", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": ]}`, ""),
+		bad("unknown field", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": [], "colour": "red"}`, "colour"),
+		bad("repeated field", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": [], "repos": ["r9"]}`, "repos"),
+		bad("string for a list", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": "r1"}`, "repos"),
+		bad("number in a string list", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": [1]}`, "repos"),
+		bad("string for an integer", "POST", "/api/fleet/factories/heartbeat", w.f1, `{"capabilities": [], "repos": [], "load": "high"}`, "load"),
+		bad("fraction for an integer", "POST", "/api/fleet/factories/enroll", rootToken, `{"factoryId": "f9", "seatLimit": 1.5}`, "seatLimit"),
+		bad("string for an epoch", "POST", held+"/lease/renew", w.f1, `{"leaseEpoch": "1"}`, "leaseEpoch"),
+		bad("trailing data", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": []} {}`, ""),
+		bad("trailing garbage", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": []}x`, ""),
+		bad("empty body", "PUT", "/api/fleet/products/p1", rootToken, "", ""),
+		bad("array body", "PUT", "/api/fleet/products/p1", rootToken, `[]`, ""),
+		bad("null body", "PUT", "/api/fleet/products/p1", rootToken, `null`, ""),
+		bad("invalid UTF-8", "PUT", "/api/fleet/products/p1", rootToken, "{\"name\": \"\xff\", \"repos\": []}", ""),
+		bad("missing repos", "PUT", "/api/fleet/products/p1", rootToken, `{"name": "x"}`, "repos"),
+		bad("text/plain on a JSON route", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": []}`, "Content-Type", contentType("text/plain")),
+		bad("malformed Content-Type", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": []}`, "Content-Type", contentType("text/")),
+		bad("bad repo in product", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": ["../x"]}`, "repos[0]"),
+
+		bad("unknown stage in PATCH", "PATCH", held, w.f1, `{"stage": "done", "leaseEpoch": 1}`, "stage"),
+		bad("PATCH without leaseEpoch", "PATCH", held, w.f1, `{"stage": "building"}`, "leaseEpoch"),
+		bad("PATCH to a stage a factory may not set", "PATCH", held, w.f1, `{"stage": "cancelled", "leaseEpoch": 1}`, "stage"),
+		bad("checkpoint with a control character", "PATCH", held, w.f1, `{"leaseEpoch": 1, "checkpoint": "a\u0007b"}`, "checkpoint"),
+		bad("unknown stage in a list filter", "GET", "/api/fleet/jobs?stage=done", rootToken, nil, "stage", p1),
+		bad("limit 0", "GET", "/api/fleet/jobs?limit=0", rootToken, nil, "limit", p1),
+		bad("limit 501", "GET", "/api/fleet/jobs?limit=501", rootToken, nil, "limit", p1),
+		bad("limit not a number", "GET", "/api/fleet/jobs?limit=ten", rootToken, nil, "limit", p1),
+		bad("unknown query parameter", "GET", "/api/fleet/jobs?stages=queued", rootToken, nil, "stages", p1),
+		bad("repeated query parameter", "GET", "/api/fleet/jobs?stage=queued&stage=failed", rootToken, nil, "stage", p1),
+		bad("query parameter on a route taking none", "GET", held+"?verbose=1", rootToken, nil, "verbose"),
+		bad("malformed query string", "GET", "/api/fleet/jobs?stage=%zz", rootToken, nil, "", p1),
+		bad("forged cursor", "GET", "/api/fleet/jobs?cursor=zzz", rootToken, nil, "cursor", p1),
+		bad("cursor with control characters", "GET", "/api/fleet/jobs?cursor=%01", rootToken, nil, "cursor", p1),
+		bad("list without a product", "GET", "/api/fleet/jobs", rootToken, nil, "x-product-id"),
+		bad("malformed x-product-id", "GET", "/api/fleet/jobs", rootToken, nil, "x-product-id", product("../x")),
+		bad("negative after", "GET", held+"/events?after=-1", rootToken, nil, "after"),
+		bad("unknown action", "POST", held+"/actions/explode", rootToken, nil, "action"),
+		bad("action with an unknown field", "POST", held+"/actions/cancel", rootToken, `{"why": "x"}`, "why"),
+		bad("malformed job id", "GET", "/api/fleet/jobs/-x", rootToken, nil, "id"),
+		bad("malformed factory id", "DELETE", "/api/fleet/factories/a%20b", rootToken, nil, "id"),
+		bad("queue state without a product", "GET", "/api/fleet/queue-state", rootToken, nil, "x-product-id"),
+		bad("metrics without a product, several in scope", "GET", "/api/fleet/metrics", multiToken, nil, "x-product-id"),
+
+		bad("manifest without repo", "POST", "/api/fleet/jobs", rootToken, "---\ntitle: x\n---\nbody\n", "repo", p1, md),
+		bad("repo escaping its directory", "POST", "/api/fleet/jobs", rootToken, manifest("../x"), "repo", p1, md),
+		bad("capability without a kind", "POST", "/api/fleet/jobs", rootToken,
+			"---\nrepo: r1\ncapabilities: [build]\n---\nbody\n", "capabilities[0]", p1, md),
+		bad("manifest without a body", "POST", "/api/fleet/jobs", rootToken, "---\nrepo: r1\ntitle: x\n---\n", "body", p1, md),
+		bad("manifest without front matter", "POST", "/api/fleet/jobs", rootToken, "just text", "manifest", p1, md),
+		bad("unknown manifest field", "POST", "/api/fleet/jobs", rootToken, manifest("r1", "colour: red"), "colour", p1, md),
+		bad("empty markdown body", "POST", "/api/fleet/jobs", rootToken, "", "manifest", p1, md),
+		bad("JSON submit without manifest", "POST", "/api/fleet/jobs", rootToken, `{}`, "manifest", p1),
+		bad("JSON submit with a number", "POST", "/api/fleet/jobs", rootToken, `{"manifest": 5}`, "manifest", p1),
+		bad("submit without Content-Type", "POST", "/api/fleet/jobs", rootToken, manifest("r1"), "Content-Type", p1, contentType("")),
+		bad("submit as text/plain", "POST", "/api/fleet/jobs", rootToken, manifest("r1"), "Content-Type", p1, contentType("text/plain")),
+		bad("submit without a product", "POST", "/api/fleet/jobs", rootToken, manifest("r1"), "x-product-id", md),
+
+		bad("accept without dispatchEpoch", "POST", "/api/fleet/accept", w.f1, `{"jobId": "`+w.queued+`"}`, "dispatchEpoch"),
+		bad("accept without jobId", "POST", "/api/fleet/accept", w.f1, `{"dispatchEpoch": 1}`, "jobId"),
+		bad("accept with a malformed productId", "POST", "/api/fleet/accept", w.f1, `{"jobId": "j1", "dispatchEpoch": 1, "productId": "../x"}`, "productId"),
+		bad("fail without retryable", "POST", "/api/fleet/fail", w.f1, `{"jobId": "`+w.held+`", "leaseEpoch": 1, "reason": "x"}`, "retryable"),
+		bad("fail without reason", "POST", "/api/fleet/fail", w.f1, `{"jobId": "`+w.held+`", "leaseEpoch": 1, "retryable": true}`, "reason"),
+		bad("renew without leaseEpoch", "POST", held+"/lease/renew", w.f1, `{}`, "leaseEpoch"),
+		bad("release with an empty body", "POST", held+"/lease/release", w.f1, "", ""),
+		bad("claim with a field", "POST", "/api/fleet/claim", w.f1, `{"products": ["p1"]}`, "products"),
+
+		bad("heartbeat capability without a kind", "POST", "/api/fleet/factories/heartbeat", w.f1, `{"capabilities": ["build"], "repos": []}`, "capabilities[0]"),
+		bad("heartbeat without repos", "POST", "/api/fleet/factories/heartbeat", w.f1, `{"capabilities": []}`, "repos"),
+		bad("heartbeat with an unknown health", "POST", "/api/fleet/factories/heartbeat", w.f1, `{"capabilities": [], "repos": [], "health": "great"}`, "health"),
+		bad("enroll with an unknown kind", "POST", "/api/fleet/factories/enroll", rootToken, `{"factoryId": "f9", "kind": "huge"}`, "kind"),
+		bad("enroll with a path as id", "POST", "/api/fleet/factories/enroll", rootToken, `{"factoryId": "../f9"}`, "factoryId"),
+		bad("enroll with a capability without a kind", "POST", "/api/fleet/factories/enroll", rootToken, `{"factoryId": "f9", "capabilities": ["build"]}`, "capabilities[0]"),
+		bad("enroll with a negative cost", "POST", "/api/fleet/factories/enroll", rootToken, `{"factoryId": "f9", "costPerHourUsd": -1}`, "costPerHourUsd"),
+
+		{name: "2 MiB markdown", method: "POST", path: "/api/fleet/jobs", token: rootToken, body: "---\nrepo: r1\n---\n" + twoMiB,
+			opts: []reqOption{p1, md}, status: 413, code: fleet.CodeTooLarge},
+		{name: "2 MiB JSON", method: "PUT", path: "/api/fleet/products/p1", token: rootToken, body: `{"name": "` + twoMiB + `", "repos": []}`,
+			status: 413, code: fleet.CodeTooLarge},
+		{name: "heartbeat capability outside the token", method: "POST", path: "/api/fleet/factories/heartbeat", token: w.f1,
+			body: `{"capabilities": ["gpu:a100"], "repos": []}`, status: 403, code: fleet.CodeForbidden, field: "capabilities[0]"},
+		{name: "unknown route", method: "GET", path: "/api/fleet/nothing", token: rootToken, status: 404, code: fleet.CodeNotFound},
+		{name: "route not served yet", method: "GET", path: "/api/fleet/budgets/p1", token: rootToken, status: 404, code: fleet.CodeNotFound},
+		{name: "unknown job", method: "GET", path: "/api/fleet/jobs/jmissing", token: rootToken, opts: []reqOption{p1}, status: 404, code: fleet.CodeNotFound},
+		{name: "wrong method", method: "DELETE", path: "/api/healthz", status: 405, code: codeMethodNotAllowed},
+		{name: "action the stage forbids", method: "POST", path: held + "/actions/ship", token: rootToken, status: 409, code: fleet.CodeConflict},
+		{name: "enroll an enrolled factory", method: "POST", path: "/api/fleet/factories/enroll", token: rootToken,
+			body: `{"factoryId": "f1"}`, status: 409, code: fleet.CodeConflict},
+		{name: "submit for a repo the product does not own", method: "POST", path: "/api/fleet/jobs", token: rootToken,
+			body: manifest("r2"), opts: []reqOption{p1, md}, status: 422, code: fleet.CodeRepoNotOwned, field: "repo"},
+	}
+
+	before := f.snapshot()
+	for _, c := range cases {
+		res := f.call(c.method, c.path, c.token, c.body, c.opts...)
+		require.Less(t, res.status, 500, "%s: %s", c.name, res)
+		require.Equal(t, c.status, res.status, "%s: %s", c.name, res)
+		require.Equal(t, "application/json", res.header.Get("Content-Type"), c.name)
+		e := res.errorOf(t)
+		require.Equal(t, c.code, e.Code, "%s: %s", c.name, res)
+		require.Equal(t, c.field, e.Field, "%s: %s", c.name, res)
+		require.NotEmpty(t, e.Message, c.name)
+		if c.status == 405 {
+			require.Equal(t, "GET, HEAD", res.header.Get("Allow"))
+		}
+	}
+	require.Equal(t, before, f.snapshot(), "rejected requests changed stored state")
+}
+
+// TestManifestTooLarge: with a body cap above the manifest cap, an
+// oversized manifest is refused by the manifest's own limit.
+func TestManifestTooLarge(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, withMaxBody(4<<20))
+	f.putProduct("p1", "r1")
+	big := manifest("r1") + strings.Repeat("x", fleet.MaxManifestBytes)
+	for _, body := range []any{big, map[string]any{"manifest": big}} {
+		ct := contentType("text/markdown")
+		if _, ok := body.(string); !ok {
+			ct = contentType("application/json")
+		}
+		res := f.call("POST", "/api/fleet/jobs", rootToken, body, product("p1"), ct)
+		require.Equal(t, http.StatusRequestEntityTooLarge, res.status, res)
+		require.Equal(t, errorDetail{Code: fleet.CodeTooLarge, Field: "manifest", Message: res.errorOf(t).Message}, res.errorOf(t))
+	}
+}

@@ -1,0 +1,152 @@
+package httpapi
+
+import (
+	"net/http"
+	"slices"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+type enrollRequest struct {
+	FactoryID      string   `json:"factoryId"`
+	Kind           string   `json:"kind"`
+	Products       []string `json:"products"`
+	Capabilities   []string `json:"capabilities"`
+	SeatLimit      int      `json:"seatLimit"`
+	CostPerHourUSD float64  `json:"costPerHourUsd"`
+}
+
+// enrollResponse carries the factory's token: the only time it is shown.
+type enrollResponse struct {
+	FactoryID string         `json:"factoryId"`
+	Token     string         `json:"token"`
+	Factory   *fleet.Factory `json:"factory"`
+}
+
+// heartbeatRequest is a factory's full report of itself: capabilities and
+// repos replace what was stored, so both are required (an omitted list
+// would silently make the factory unroutable).
+type heartbeatRequest struct {
+	Capabilities []string `json:"capabilities"`
+	Repos        []string `json:"repos"`
+	Load         int      `json:"load"`
+	Health       string   `json:"health"`
+	SeatLimit    int      `json:"seatLimit"`
+}
+
+type tokenResponse struct {
+	FactoryID string `json:"factoryId"`
+	Token     string `json:"token"`
+}
+
+func (s *server) enroll(w http.ResponseWriter, r *http.Request, p *principal) error {
+	var req enrollRequest
+	if err := s.decodeBody(w, r, &req, true); err != nil {
+		return err
+	}
+	// A scoped operator may enrol only factories confined to its products;
+	// a factory with no products would serve all of them.
+	if !p.covers(&fleet.Factory{Products: req.Products}) {
+		return forbidden("a token scoped to products may enrol only factories serving those products (list them in products)")
+	}
+	f, token, err := s.coord.Enroll(r.Context(), coord.EnrollRequest{
+		FactoryID: req.FactoryID, Kind: fleet.FactoryKind(req.Kind), Products: req.Products,
+		Capabilities: req.Capabilities, SeatLimit: req.SeatLimit, CostPerHourUSD: req.CostPerHourUSD,
+	})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, enrollResponse{FactoryID: f.ID, Token: token, Factory: f})
+}
+
+func (s *server) heartbeat(w http.ResponseWriter, r *http.Request, p *principal) error {
+	var req heartbeatRequest
+	if err := s.decodeBody(w, r, &req, true); err != nil {
+		return err
+	}
+	if req.Capabilities == nil {
+		return required("capabilities", "send [] for none: a heartbeat replaces the list")
+	}
+	if req.Repos == nil {
+		return required("repos", "send [] for none: a heartbeat replaces the list")
+	}
+	f, err := s.coord.Heartbeat(r.Context(), p.token, coord.Heartbeat{
+		Capabilities: req.Capabilities, Repos: req.Repos, Load: req.Load,
+		Health: fleet.Health(req.Health), SeatLimit: req.SeatLimit,
+	})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, f)
+}
+
+// listFactories lists the factories serving the request's product, or for
+// a principal scoped to several products those serving any of them.
+func (s *server) listFactories(w http.ResponseWriter, r *http.Request, p *principal) error {
+	product := productOf(r, p)
+	fs, err := s.coord.ListFactories(r.Context(), product)
+	if err != nil {
+		return err
+	}
+	if product == "" && len(p.products) > 0 {
+		fs = slices.DeleteFunc(fs, func(f *fleet.Factory) bool {
+			return !slices.ContainsFunc(p.products, f.Serves)
+		})
+	}
+	return writeJSON(w, http.StatusOK, items[*fleet.Factory]{Items: fs})
+}
+
+// factoryFor reads factory {id} and checks p may manage it. A factory acting
+// on itself was admitted by authorize and needs no read.
+func (s *server) factoryFor(r *http.Request, p *principal) (string, error) {
+	id, err := pathName(r, "id")
+	if err != nil {
+		return "", err
+	}
+	if p.isFactory() {
+		return id, nil
+	}
+	f, err := s.coord.GetFactory(r.Context(), id)
+	if err != nil {
+		return "", err
+	}
+	if !p.covers(f) {
+		return "", forbidden("factory %s serves products outside this token's scope", id)
+	}
+	return id, nil
+}
+
+func (s *server) deregister(w http.ResponseWriter, r *http.Request, p *principal) error {
+	id, err := s.factoryFor(r, p)
+	if err != nil {
+		return err
+	}
+	if err := s.coord.Deregister(r.Context(), id); err != nil {
+		return err
+	}
+	return noContent(w)
+}
+
+func (s *server) rotateToken(w http.ResponseWriter, r *http.Request, p *principal) error {
+	id, err := s.factoryFor(r, p)
+	if err != nil {
+		return err
+	}
+	token, err := s.coord.RotateToken(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, tokenResponse{FactoryID: id, Token: token})
+}
+
+func (s *server) revokeToken(w http.ResponseWriter, r *http.Request, p *principal) error {
+	id, err := s.factoryFor(r, p)
+	if err != nil {
+		return err
+	}
+	if err := s.coord.RevokeToken(r.Context(), id); err != nil {
+		return err
+	}
+	return noContent(w)
+}

@@ -1,0 +1,275 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/store/sqlite"
+)
+
+// Operator tokens every fixture configures.
+const (
+	rootToken      = "root-operator-token-000000000001"          // every product
+	p1Token        = "p1-operator-token-0000000000000001"        // p1 only
+	otherToken     = "other-operator-token-00000000000001"       // product "other" only
+	multiToken     = "multi-operator-token-00000000000001"       // p1 and other
+	elsewhereToken = "elsewhere-operator-token-000000001"        // other and p3
+	junkToken      = "fft_this-token-was-never-issued-by-anyone" // looks like a factory token
+)
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// faultyStore fails reads with an unclassified error while failing is set,
+// to reach the 500 path.
+type faultyStore struct {
+	coord.Store
+	mu      sync.Mutex
+	failing bool
+}
+
+func (s *faultyStore) setFailing(v bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failing = v
+}
+
+func (s *faultyStore) Read(ctx context.Context, container, pk, id string) (coord.Item, error) {
+	s.mu.Lock()
+	failing := s.failing
+	s.mu.Unlock()
+	if failing {
+		return coord.Item{}, fmt.Errorf("disk on fire under /var/lib/secret-path")
+	}
+	return s.Store.Read(ctx, container, pk, id)
+}
+
+type fixture struct {
+	t      *testing.T
+	url    string
+	store  *sqlite.Store
+	faulty *faultyStore
+	coord  *coord.Coordinator
+	clock  *fakeClock
+	logs   *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type fixtureOption func(*Config)
+
+func withMaxBody(n int64) fixtureOption { return func(c *Config) { c.MaxBodyBytes = n } }
+
+// newFixture serves the API over a real coordinator on a fresh SQLite store
+// in a temp dir, with a fake clock.
+func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "fleet.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	faulty := &faultyStore{Store: st}
+	clk := &fakeClock{now: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
+	c := coord.New(faulty, clk, coord.Config{}, nil)
+	logs := &syncBuffer{}
+	cfg := Config{
+		OperatorTokens: []OperatorToken{
+			{Name: "root", Token: rootToken},
+			{Name: "p1-op", Token: p1Token, Products: []string{"p1"}},
+			{Name: "other-op", Token: otherToken, Products: []string{"other"}},
+			{Name: "multi-op", Token: multiToken, Products: []string{"p1", "other"}},
+			{Name: "elsewhere-op", Token: elsewhereToken, Products: []string{"other", "p3"}},
+		},
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv := httptest.NewServer(New(c, cfg))
+	t.Cleanup(srv.Close)
+	return &fixture{t: t, url: srv.URL, store: st, faulty: faulty, coord: c, clock: clk, logs: logs}
+}
+
+// result is an answered request.
+type result struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r result) String() string { return fmt.Sprintf("%d %s", r.status, r.body) }
+
+// errorOf decodes an error answer.
+func (r result) errorOf(t *testing.T) errorDetail {
+	t.Helper()
+	var e errorBody
+	require.NoError(t, json.Unmarshal(r.body, &e), "not an error body: %s", r.body)
+	return e.Error
+}
+
+type reqOption func(*http.Request)
+
+func product(p string) reqOption { return func(r *http.Request) { r.Header.Set("X-Product-Id", p) } }
+
+func contentType(ct string) reqOption {
+	return func(r *http.Request) { r.Header.Set("Content-Type", ct) }
+}
+
+func header(k, v string) reqOption { return func(r *http.Request) { r.Header.Set(k, v) } }
+
+// call sends one request. body is nil (none), a string or []byte (sent as
+// is, JSON unless a content type option says otherwise), or a value to
+// encode as JSON. token "" sends no Authorization.
+func (f *fixture) call(method, path, token string, body any, opts ...reqOption) result {
+	f.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		enc, err := json.Marshal(b)
+		require.NoError(f.t, err)
+		rd = bytes.NewReader(enc)
+	}
+	req, err := http.NewRequest(method, f.url+path, rd)
+	require.NoError(f.t, err)
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for _, o := range opts {
+		o(req)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(f.t, err)
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	require.NoError(f.t, err)
+	return result{status: resp.StatusCode, header: resp.Header, body: out}
+}
+
+// ok sends a request that must answer want and decodes the answer into v.
+func (f *fixture) ok(want int, v any, method, path, token string, body any, opts ...reqOption) result {
+	f.t.Helper()
+	res := f.call(method, path, token, body, opts...)
+	require.Equal(f.t, want, res.status, "%s %s: %s", method, path, res.body)
+	if v != nil {
+		require.NoError(f.t, json.Unmarshal(res.body, v), "%s", res.body)
+	}
+	return res
+}
+
+func (f *fixture) putProduct(id string, repos ...string) {
+	f.t.Helper()
+	f.ok(200, nil, "PUT", "/api/fleet/products/"+id, rootToken, map[string]any{"repos": repos})
+}
+
+// enroll enrolls a factory and sends its first heartbeat with repos.
+func (f *fixture) enroll(id string, products []string, repos ...string) string {
+	f.t.Helper()
+	var er enrollResponse
+	f.ok(201, &er, "POST", "/api/fleet/factories/enroll", rootToken, map[string]any{
+		"factoryId": id, "kind": "static", "products": products,
+		"capabilities": []string{"os:linux", "engine:claude", "has:git"}, "seatLimit": 4,
+	})
+	f.ok(200, nil, "POST", "/api/fleet/factories/heartbeat", er.Token, map[string]any{
+		"capabilities": []string{"os:linux", "engine:claude", "has:git"}, "repos": repos, "load": 0, "health": "ok",
+	})
+	return er.Token
+}
+
+func (f *fixture) submit(prod, manifest string) *fleet.Job {
+	f.t.Helper()
+	var j fleet.Job
+	f.ok(201, &j, "POST", "/api/fleet/jobs", rootToken, manifest, product(prod), contentType("text/markdown"))
+	return &j
+}
+
+func (f *fixture) claim(token string) coord.Claimed {
+	f.t.Helper()
+	var c coord.Claimed
+	f.ok(200, &c, "POST", "/api/fleet/claim", token, nil)
+	return c
+}
+
+// manifest builds a Markdown manifest for repo with extra front-matter lines.
+func manifest(repo string, extra ...string) string {
+	front := "title: Fix the login redirect\nrepo: " + repo + "\ncapabilities: [os:linux, engine:claude]\n"
+	for _, e := range extra {
+		front += e + "\n"
+	}
+	return "---\n" + front + "---\nTask body in Markdown, kept verbatim.\n"
+}
+
+// snapshot is every document of every container: id, revision and body.
+type snapshot map[string]map[string]string
+
+func (f *fixture) snapshot() snapshot {
+	f.t.Helper()
+	out := snapshot{}
+	for _, c := range coord.Containers {
+		docs := map[string]string{}
+		q := coord.Query{}
+		for {
+			page, err := f.store.Query(context.Background(), c.Name, q)
+			require.NoError(f.t, err)
+			for _, it := range page.Items {
+				docs[it.PartitionKey+"/"+it.ID] = it.Rev + " " + string(it.Body)
+			}
+			if page.Continuation == "" {
+				break
+			}
+			q.Continuation = page.Continuation
+		}
+		out[c.Name] = docs
+	}
+	return out
+}

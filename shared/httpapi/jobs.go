@@ -1,0 +1,312 @@
+package httpapi
+
+import (
+	"bytes"
+	"math"
+	"net/http"
+	"strings"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// Job list paging.
+const (
+	defaultJobPage = 50
+	maxJobPage     = 500
+	maxCursorLen   = 1024
+)
+
+// Event list paging: a client pages with after=<last seq it has>.
+const maxEventPage = 500
+
+// submitRequest is the JSON form of a submission.
+type submitRequest struct {
+	Manifest *string `json:"manifest"`
+}
+
+// jobPage is one page of a job listing; Cursor is "" on the last page.
+type jobPage struct {
+	Items  []*fleet.Job `json:"items"`
+	Cursor string       `json:"cursor"`
+}
+
+// patchRequest is a holder's fenced update. Stage may be left out when only
+// the checkpoint changes.
+type patchRequest struct {
+	Stage      *string `json:"stage"`
+	LeaseEpoch *int64  `json:"leaseEpoch"`
+	Checkpoint *string `json:"checkpoint"`
+}
+
+type actionRequest struct {
+	Reason string `json:"reason"`
+}
+
+type items[T any] struct {
+	Items []T `json:"items"`
+}
+
+// productOf returns the product r addresses: x-product-id (authorize has
+// checked it against p's scope), else p's only product, else "".
+func productOf(r *http.Request, p *principal) string {
+	if prod := r.Header.Get(headerProduct); prod != "" {
+		return prod
+	}
+	prod, _ := p.only()
+	return prod
+}
+
+// needProduct is productOf for routes that cannot work across products.
+func needProduct(r *http.Request, p *principal) (string, error) {
+	if prod := productOf(r, p); prod != "" {
+		return prod, nil
+	}
+	return "", fleet.Invalid(productField, "is required: name the product this request is for")
+}
+
+// jobProduct finds the product of job id on p's behalf, in the order
+// x-product-id, the product the body names (hint), p's only product, and
+// last a lookup of the job across products, whose product must then be in
+// p's scope.
+func (s *server) jobProduct(r *http.Request, p *principal, id, hint string) (string, error) {
+	if hint != "" {
+		if err := fleet.ValidateName("productId", hint); err != nil {
+			return "", err
+		}
+		if h := r.Header.Get(headerProduct); h != "" && h != hint {
+			return "", fleet.Invalid("productId", "%s does not match x-product-id %s", hint, h)
+		}
+		if !p.allows(hint) {
+			return "", forbidden("product %s is outside this token's scope", hint)
+		}
+		return hint, nil
+	}
+	if prod := productOf(r, p); prod != "" {
+		return prod, nil
+	}
+	j, err := s.coord.GetJob(r.Context(), "", id)
+	if err != nil {
+		return "", err
+	}
+	if !p.allows(j.ProductID) {
+		return "", forbidden("job %s belongs to a product outside this token's scope", id)
+	}
+	return j.ProductID, nil
+}
+
+func (s *server) submitJob(w http.ResponseWriter, r *http.Request, p *principal) error {
+	product, err := needProduct(r, p)
+	if err != nil {
+		return err
+	}
+	manifest, err := s.readManifest(w, r)
+	if err != nil {
+		return err
+	}
+	j, created, err := s.coord.Submit(r.Context(), product, manifest)
+	if err != nil {
+		return err
+	}
+	if !created {
+		return writeJSON(w, http.StatusOK, j)
+	}
+	w.Header().Set("Location", apiPrefix+"/fleet/jobs/"+j.ID)
+	return writeJSON(w, http.StatusCreated, j)
+}
+
+// readManifest reads a manifest sent raw as Markdown or wrapped in JSON.
+func (s *server) readManifest(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	mt, err := mediaType(r)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case mt == "text/markdown" || mt == "text/x-markdown":
+		body, err := s.readBody(w, r)
+		if err != nil {
+			return nil, err
+		}
+		if len(bytes.TrimSpace(body)) == 0 {
+			return nil, required("manifest", "the request body is empty")
+		}
+		return body, nil
+	case isJSON(mt):
+		var req submitRequest
+		if err := s.decodeBody(w, r, &req, true); err != nil {
+			return nil, err
+		}
+		if req.Manifest == nil {
+			return nil, required("manifest", "the Markdown manifest as a string")
+		}
+		return []byte(*req.Manifest), nil
+	case mt == "":
+		// Unlike the JSON-only routes, the body here could be either kind.
+		return nil, fleet.Invalid(contentTypeField, "is required: text/markdown for a raw manifest, application/json for {\"manifest\": ...}")
+	}
+	return nil, fleet.Invalid(contentTypeField, "%s is not accepted here; send text/markdown or application/json", mt)
+}
+
+func (s *server) listJobs(w http.ResponseWriter, r *http.Request, p *principal) error {
+	product, err := needProduct(r, p)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	var stage fleet.Stage
+	if v := q.Get("stage"); v != "" {
+		if stage, err = fleet.ParseStage("stage", v); err != nil {
+			return err
+		}
+	}
+	limit, err := intParam(q, "limit", defaultJobPage, 1, maxJobPage)
+	if err != nil {
+		return err
+	}
+	cursor := q.Get("cursor")
+	if len(cursor) > maxCursorLen || strings.ContainsFunc(cursor, func(r rune) bool { return r < ' ' || r > '~' }) {
+		return errBadCursor
+	}
+	jobs, next, err := s.coord.ListJobs(r.Context(), product, stage, int(limit), cursor)
+	if err != nil && cursor != "" && classify(err).Code == codeInternal {
+		// The store contract has no error of its own for a continuation it
+		// cannot read, so an unclassified failure on a page after the first
+		// is taken as the cursor's fault: bad input must not be a 500. The
+		// cause is logged in case it was not.
+		s.log.WarnContext(r.Context(), "list jobs: cursor refused", "requestId", stateOf(r.Context()).id, "err", err)
+		return errBadCursor
+	}
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, jobPage{Items: jobs, Cursor: next})
+}
+
+var errBadCursor = fleet.Invalid("cursor", "is not a cursor this listing returned; start again without it")
+
+func (s *server) getJob(w http.ResponseWriter, r *http.Request, p *principal) error {
+	id, err := pathName(r, "id")
+	if err != nil {
+		return err
+	}
+	// Without a product this is a lookup across products; the scope check
+	// below then applies to whatever product the job is in.
+	j, err := s.coord.GetJob(r.Context(), productOf(r, p), id)
+	if err != nil {
+		return err
+	}
+	if !p.allows(j.ProductID) {
+		return forbidden("job %s belongs to a product outside this token's scope", id)
+	}
+	return writeJSON(w, http.StatusOK, j)
+}
+
+func (s *server) patchJob(w http.ResponseWriter, r *http.Request, p *principal) error {
+	id, err := pathName(r, "id")
+	if err != nil {
+		return err
+	}
+	var req patchRequest
+	if err := s.decodeBody(w, r, &req, true); err != nil {
+		return err
+	}
+	if req.LeaseEpoch == nil {
+		return required("leaseEpoch", "the leaseEpoch the claim returned")
+	}
+	patch := coord.PatchRequest{LeaseEpoch: *req.LeaseEpoch, Checkpoint: req.Checkpoint}
+	if req.Stage != nil {
+		if patch.Stage, err = fleet.ParseStage("stage", *req.Stage); err != nil {
+			return err
+		}
+	}
+	product, err := s.jobProduct(r, p, id, "")
+	if err != nil {
+		return err
+	}
+	j, err := s.coord.Patch(r.Context(), p.id, product, id, patch)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, j)
+}
+
+func (s *server) actOnJob(w http.ResponseWriter, r *http.Request, p *principal) error {
+	id, err := pathName(r, "id")
+	if err != nil {
+		return err
+	}
+	action, err := coord.ParseAction(r.PathValue("action"))
+	if err != nil {
+		return err
+	}
+	var req actionRequest
+	if err := s.decodeBody(w, r, &req, false); err != nil {
+		return err
+	}
+	product, err := s.jobProduct(r, p, id, "")
+	if err != nil {
+		return err
+	}
+	j, err := s.coord.Act(r.Context(), p.id, product, id, action, req.Reason)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, j)
+}
+
+func (s *server) jobRuns(w http.ResponseWriter, r *http.Request, p *principal) error {
+	id, err := pathName(r, "id")
+	if err != nil {
+		return err
+	}
+	product, err := s.jobProduct(r, p, id, "")
+	if err != nil {
+		return err
+	}
+	runs, err := s.coord.Runs(r.Context(), product, id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, items[fleet.Run]{Items: runs})
+}
+
+func (s *server) jobEvents(w http.ResponseWriter, r *http.Request, p *principal) error {
+	id, err := pathName(r, "id")
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	after, err := intParam(q, "after", 0, 0, math.MaxInt64)
+	if err != nil {
+		return err
+	}
+	limit, err := intParam(q, "limit", maxEventPage, 1, maxEventPage)
+	if err != nil {
+		return err
+	}
+	product, err := s.jobProduct(r, p, id, "")
+	if err != nil {
+		return err
+	}
+	events, err := s.coord.Events(r.Context(), product, id, after, int(limit))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, items[fleet.Event]{Items: events})
+}
+
+func (s *server) explainJob(w http.ResponseWriter, r *http.Request, p *principal) error {
+	id, err := pathName(r, "id")
+	if err != nil {
+		return err
+	}
+	product, err := s.jobProduct(r, p, id, "")
+	if err != nil {
+		return err
+	}
+	e, err := s.coord.Explain(r.Context(), product, id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, e)
+}

@@ -1,0 +1,358 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+func TestLifecycle(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+
+	var prod fleet.Product
+	f.ok(200, &prod, "PUT", "/api/fleet/products/p1", rootToken, map[string]any{"name": "Notes", "repos": []string{"learning_ai_notes"}})
+	require.Equal(t, []string{"learning_ai_notes"}, prod.Repos)
+
+	var er enrollResponse
+	f.ok(201, &er, "POST", "/api/fleet/factories/enroll", rootToken, map[string]any{
+		"factoryId": "f1", "kind": "static", "products": []string{"p1"},
+		"capabilities": []string{"os:linux", "engine:claude", "has:git"}, "seatLimit": 2, "costPerHourUsd": 1.5,
+	})
+	require.Equal(t, "f1", er.FactoryID)
+	require.True(t, strings.HasPrefix(er.Token, coord.FactoryTokenPrefix))
+	require.Equal(t, "f1", er.Factory.ID)
+
+	var fac fleet.Factory
+	f.ok(200, &fac, "POST", "/api/fleet/factories/heartbeat", er.Token, map[string]any{
+		"capabilities": []string{"os:linux", "engine:claude", "has:git"}, "repos": []string{"learning_ai_notes"},
+		"load": 0, "health": "ok", "seatLimit": 2,
+	})
+	require.Equal(t, []string{"learning_ai_notes"}, fac.Repos)
+
+	var j fleet.Job
+	res := f.ok(201, &j, "POST", "/api/fleet/jobs", rootToken, manifest("learning_ai_notes"), product("p1"), contentType("text/markdown"))
+	require.Equal(t, "/api/fleet/jobs/"+j.ID, res.header.Get("Location"))
+	require.Equal(t, fleet.StageQueued, j.Stage)
+	require.Equal(t, "p1", j.ProductID)
+	require.Equal(t, "Task body in Markdown, kept verbatim.\n", j.Body)
+
+	var qs fleet.QueueState
+	f.ok(200, &qs, "GET", "/api/fleet/queue-state", er.Token, nil)
+	require.Positive(t, qs.Version, "the factory's only product needs no header")
+
+	c := f.claim(er.Token)
+	require.Equal(t, j.ID, c.Job.ID)
+	require.Equal(t, int64(1), c.LeaseEpoch)
+	require.Equal(t, fleet.StageAssigned, c.Job.Stage)
+	f.ok(http.StatusNoContent, nil, "POST", "/api/fleet/claim", er.Token, nil)
+
+	f.ok(200, &j, "PATCH", "/api/fleet/jobs/"+j.ID, er.Token, map[string]any{"stage": "building", "leaseEpoch": c.LeaseEpoch, "checkpoint": "abc123"})
+	require.Equal(t, fleet.StageBuilding, j.Stage)
+	require.Equal(t, "abc123", j.Checkpoint)
+	f.ok(200, &j, "PATCH", "/api/fleet/jobs/"+j.ID, er.Token, map[string]any{"stage": "testing", "leaseEpoch": c.LeaseEpoch})
+	require.Equal(t, fleet.StageTesting, j.Stage)
+
+	f.ok(200, &j, "POST", "/api/fleet/jobs/"+j.ID+"/actions/ship", rootToken, map[string]any{"reason": "tests green"})
+	require.Equal(t, fleet.StageShipped, j.Stage)
+
+	// Read back, with the header and without (a lookup across products).
+	var got fleet.Job
+	f.ok(200, &got, "GET", "/api/fleet/jobs/"+j.ID, rootToken, nil, product("p1"))
+	require.Equal(t, fleet.StageShipped, got.Stage)
+	f.ok(200, &got, "GET", "/api/fleet/jobs/"+j.ID, rootToken, nil)
+	require.Equal(t, fleet.StageShipped, got.Stage)
+	f.ok(200, &got, "GET", "/api/fleet/jobs/"+j.ID, er.Token, nil)
+
+	var events items[fleet.Event]
+	f.ok(200, &events, "GET", "/api/fleet/jobs/"+j.ID+"/events", er.Token, nil)
+	var types []string
+	for _, e := range events.Items {
+		types = append(types, e.Type)
+	}
+	require.Equal(t, []string{"submitted", "claimed", "stage", "stage", "ship"}, types)
+	f.ok(200, &events, "GET", "/api/fleet/jobs/"+j.ID+"/events?after=3&limit=1", rootToken, nil)
+	require.Len(t, events.Items, 1)
+	require.Equal(t, int64(4), events.Items[0].Seq)
+
+	var runs items[fleet.Run]
+	f.ok(200, &runs, "GET", "/api/fleet/jobs/"+j.ID+"/runs", rootToken, nil)
+	require.Len(t, runs.Items, 1)
+	require.Equal(t, fleet.RunSucceeded, runs.Items[0].Result)
+
+	var ex coord.Explanation
+	f.ok(200, &ex, "GET", "/api/fleet/jobs/"+j.ID+"/explain", rootToken, nil)
+	require.Equal(t, j.ID, ex.JobID)
+	require.Len(t, ex.Schedule.Candidates, 1)
+
+	var list items[fleet.Factory]
+	f.ok(200, &list, "GET", "/api/fleet/factories", rootToken, nil)
+	require.Len(t, list.Items, 1)
+	var repos items[coord.RepoInfo]
+	f.ok(200, &repos, "GET", "/api/fleet/repos", rootToken, nil)
+	require.Equal(t, []coord.RepoInfo{{Repo: "learning_ai_notes", Products: []string{"p1"}, Factories: []string{"f1"}}}, repos.Items)
+	var m coord.Metrics
+	f.ok(200, &m, "GET", "/api/fleet/metrics", rootToken, nil)
+	require.Equal(t, 1, m.Factories.Total)
+	f.ok(200, &prod, "GET", "/api/fleet/products/p1", p1Token, nil)
+	require.Equal(t, "Notes", prod.Name)
+}
+
+func TestLeaseRenewReleaseFail(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	tok := f.enroll("f1", []string{"p1"}, "r1")
+	j := f.submit("p1", manifest("r1"))
+	c := f.claim(tok)
+
+	f.clock.Advance(time.Minute)
+	var rr renewResponse
+	f.ok(200, &rr, "POST", "/api/fleet/jobs/"+j.ID+"/lease/renew", tok, map[string]any{"leaseEpoch": c.LeaseEpoch})
+	require.Equal(t, f.clock.Now().Add(coord.DefaultLeaseTTL), rr.LeaseExpiresAt)
+
+	stale := f.call("POST", "/api/fleet/jobs/"+j.ID+"/lease/renew", tok, map[string]any{"leaseEpoch": c.LeaseEpoch + 1})
+	require.Equal(t, http.StatusConflict, stale.status)
+	require.Equal(t, fleet.CodeFenced, stale.errorOf(t).Code)
+
+	var rel fleet.Job
+	f.ok(200, &rel, "POST", "/api/fleet/jobs/"+j.ID+"/lease/release", tok, map[string]any{"leaseEpoch": c.LeaseEpoch})
+	require.Equal(t, fleet.StageQueued, rel.Stage)
+
+	c = f.claim(tok)
+	require.Equal(t, int64(2), c.LeaseEpoch)
+	var failed fleet.Job
+	f.ok(200, &failed, "POST", "/api/fleet/fail", tok, map[string]any{
+		"jobId": j.ID, "leaseEpoch": c.LeaseEpoch, "reason": "flaky network", "retryable": true, "productId": "p1",
+	})
+	require.Equal(t, fleet.StageQueued, failed.Stage)
+	require.Equal(t, 1, failed.Attempts)
+
+	// The job is backing off and was never dispatched to f1: accept is a
+	// conflict, and the fence on the old epoch holds.
+	acc := f.call("POST", "/api/fleet/accept", tok, map[string]any{"jobId": j.ID, "dispatchEpoch": 0})
+	require.Equal(t, http.StatusConflict, acc.status, acc)
+	require.Equal(t, fleet.CodeConflict, acc.errorOf(t).Code)
+	again := f.call("PATCH", "/api/fleet/jobs/"+j.ID, tok, map[string]any{"stage": "building", "leaseEpoch": c.LeaseEpoch})
+	require.Equal(t, http.StatusConflict, again.status)
+	require.Equal(t, fleet.CodeFenced, again.errorOf(t).Code)
+}
+
+func TestSubmitIdempotent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	m := manifest("r1", "idempotencyKey: tracker-4711")
+	var first, second fleet.Job
+	f.ok(201, &first, "POST", "/api/fleet/jobs", rootToken, m, product("p1"), contentType("text/markdown; charset=utf-8"))
+	res := f.ok(200, &second, "POST", "/api/fleet/jobs", rootToken, m, product("p1"), contentType("text/markdown"))
+	require.Equal(t, first.ID, second.ID)
+	require.Empty(t, res.header.Get("Location"))
+
+	var page jobPage
+	f.ok(200, &page, "GET", "/api/fleet/jobs", rootToken, nil, product("p1"))
+	require.Len(t, page.Items, 1)
+}
+
+func TestSubmitJSON(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	var j fleet.Job
+	// A token scoped to one product needs no header.
+	f.ok(201, &j, "POST", "/api/fleet/jobs", p1Token, map[string]any{"manifest": manifest("r1", "priority: high")})
+	require.Equal(t, "p1", j.ProductID)
+	require.Equal(t, fleet.PriorityHigh, j.Priority)
+	require.Equal(t, []string{"os:linux", "engine:claude"}, j.Capabilities)
+
+	res := f.call("POST", "/api/fleet/jobs", rootToken, map[string]any{"manifest": manifest("not-owned")}, product("p1"))
+	require.Equal(t, http.StatusUnprocessableEntity, res.status)
+	require.Equal(t, errorDetail{Code: fleet.CodeRepoNotOwned, Field: "repo", Message: res.errorOf(t).Message}, res.errorOf(t))
+}
+
+func TestListJobsPaging(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	f.putProduct("p2", "r1")
+	tok := f.enroll("f1", []string{"p1"}, "r1")
+	var want []string
+	for range 7 {
+		want = append(want, f.submit("p1", manifest("r1")).ID)
+		f.clock.Advance(time.Millisecond) // ids order by creation time
+	}
+	f.submit("p2", manifest("r1"))
+	claimed := f.claim(tok).Job.ID
+
+	var got []string
+	cursor, pages := "", 0
+	for {
+		var page jobPage
+		f.ok(200, &page, "GET", "/api/fleet/jobs?limit=3&cursor="+cursor, rootToken, nil, product("p1"))
+		require.LessOrEqual(t, len(page.Items), 3)
+		for _, j := range page.Items {
+			require.Equal(t, "p1", j.ProductID)
+			got = append(got, j.ID)
+		}
+		pages++
+		if page.Cursor == "" {
+			break
+		}
+		cursor = page.Cursor
+		require.Less(t, pages, 10)
+	}
+	require.Equal(t, want, got, "every job once, in creation order")
+	require.GreaterOrEqual(t, pages, 3)
+
+	var queued jobPage
+	f.ok(200, &queued, "GET", "/api/fleet/jobs?stage=queued&limit=500", rootToken, nil, product("p1"))
+	require.Len(t, queued.Items, 6)
+	var assigned jobPage
+	f.ok(200, &assigned, "GET", "/api/fleet/jobs?stage=assigned", p1Token, nil)
+	require.Len(t, assigned.Items, 1)
+	require.Equal(t, claimed, assigned.Items[0].ID)
+	require.Empty(t, assigned.Cursor)
+}
+
+func TestFactoryTokens(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	tok := f.enroll("f1", []string{"p1"}, "r1")
+
+	// A factory rotates its own token: the old one stops working at once.
+	var tr tokenResponse
+	f.ok(200, &tr, "POST", "/api/fleet/factories/f1/token/rotate", tok, nil)
+	require.Equal(t, "f1", tr.FactoryID)
+	require.Equal(t, http.StatusUnauthorized, f.call("POST", "/api/fleet/claim", tok, nil).status)
+	f.ok(http.StatusNoContent, nil, "POST", "/api/fleet/claim", tr.Token, nil)
+
+	// An operator revokes it; then deregisters the factory.
+	f.ok(http.StatusNoContent, nil, "POST", "/api/fleet/factories/f1/token/revoke", rootToken, nil)
+	res := f.call("POST", "/api/fleet/claim", tr.Token, nil)
+	require.Equal(t, http.StatusUnauthorized, res.status)
+	require.Equal(t, `Bearer realm="fleet"`, res.header.Get("WWW-Authenticate"))
+	f.ok(http.StatusNoContent, nil, "DELETE", "/api/fleet/factories/f1", rootToken, nil)
+	require.Equal(t, http.StatusNotFound, f.call("DELETE", "/api/fleet/factories/f1", rootToken, nil).status)
+
+	// Scoped operators enrol only inside their scope.
+	f.ok(201, nil, "POST", "/api/fleet/factories/enroll", p1Token, map[string]any{"factoryId": "f2", "products": []string{"p1"}})
+	res = f.call("POST", "/api/fleet/factories/enroll", p1Token, map[string]any{"factoryId": "f3"})
+	require.Equal(t, http.StatusForbidden, res.status, "a factory serving every product")
+	var list items[fleet.Factory]
+	f.ok(200, &list, "GET", "/api/fleet/factories", otherToken, nil)
+	require.Empty(t, list.Items)
+	f.ok(200, &list, "GET", "/api/fleet/factories", multiToken, nil)
+	require.Len(t, list.Items, 1)
+}
+
+func TestRequestIDAndAccessLog(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	res := f.call("GET", "/api/healthz", "", nil, header("X-Request-Id", "trace-42"))
+	require.Equal(t, 200, res.status)
+	require.Equal(t, "trace-42", res.header.Get("X-Request-Id"))
+	require.Equal(t, "application/json", res.header.Get("Content-Type"))
+	require.JSONEq(t, `{"status":"ok"}`, string(res.body))
+
+	res = f.call("GET", "/api/fleet/metrics", rootToken, nil, header("X-Request-Id", "has spaces, so replaced"))
+	id := res.header.Get("X-Request-Id")
+	require.Len(t, id, 24)
+
+	// The access line is written after the response has gone out.
+	var line map[string]any
+	require.Eventually(t, func() bool {
+		for l := range strings.Lines(f.logs.String()) {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) != nil {
+				continue
+			}
+			if m["requestId"] == id && m["msg"] == "http request" {
+				line = m
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, time.Millisecond, "access log line for %s", id)
+	require.Equal(t, "http request", line["msg"])
+	require.Equal(t, "GET", line["method"])
+	require.Equal(t, "/api/fleet/metrics", line["path"])
+	require.Equal(t, float64(200), line["status"])
+	require.Equal(t, "operator:root", line["principal"])
+	require.Contains(t, line, "durationMs")
+	require.NotContains(t, f.logs.String(), rootToken)
+}
+
+func TestStoreFailures(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	j := f.submit("p1", manifest("r1"))
+
+	f.faulty.setFailing(true)
+	res := f.call("GET", "/api/fleet/jobs/"+j.ID, rootToken, nil, product("p1"))
+	require.Equal(t, http.StatusInternalServerError, res.status)
+	e := res.errorOf(t)
+	require.Equal(t, codeInternal, e.Code)
+	require.Contains(t, e.Message, res.header.Get("X-Request-Id"))
+	require.NotContains(t, string(res.body), "secret-path", "internals stay in the log")
+	require.Contains(t, f.logs.String(), "secret-path")
+	f.faulty.setFailing(false)
+
+	require.NoError(t, f.store.Close())
+	res = f.call("GET", "/api/fleet/jobs/"+j.ID, rootToken, nil, product("p1"))
+	require.Equal(t, http.StatusServiceUnavailable, res.status)
+	require.Equal(t, fleet.CodeUnavailable, res.errorOf(t).Code)
+	require.Equal(t, "5", res.header.Get("Retry-After"))
+}
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err    error
+		status int
+		code   fleet.Code
+	}{
+		{fleet.Invalid("x", "bad"), 400, fleet.CodeInvalid},
+		{&fleet.IllegalTransitionError{From: fleet.StageShipped, To: fleet.StageBuilding, Actor: fleet.ActorFactory}, 409, fleet.CodeConflict},
+		{fleet.Errorf(fleet.CodeFenced, "stale"), 409, fleet.CodeFenced},
+		{fleet.Errorf(fleet.CodePaused, "paused"), 422, fleet.CodePaused},
+		{fleet.Errorf(fleet.CodeBudgetExceeded, "over"), 422, fleet.CodeBudgetExceeded},
+		{&http.MaxBytesError{Limit: 10}, 413, fleet.CodeTooLarge},
+		{wrapf(coord.ErrThrottled), 429, fleet.CodeThrottled},
+		{wrapf(coord.ErrUnavailable), 503, fleet.CodeUnavailable},
+		{fleet.Errorf(fleet.CodeThrottled, "slow down"), 429, fleet.CodeThrottled},
+		{wrapf(coord.ErrPrecondition), 500, codeInternal},
+	} {
+		d := classify(tc.err)
+		require.Equal(t, tc.code, d.Code, "%v", tc.err)
+		require.Equal(t, tc.status, statusOf(d.Code), "%v", tc.err)
+	}
+}
+
+func wrapf(err error) error { return &wrapped{err} }
+
+type wrapped struct{ err error }
+
+func (w *wrapped) Error() string { return "store op: " + w.err.Error() }
+func (w *wrapped) Unwrap() error { return w.err }
+
+func TestThrottledHasRetryAfter(t *testing.T) {
+	t.Parallel()
+	s := &server{log: slog.New(slog.DiscardHandler)}
+	rec := httptest.NewRecorder()
+	req, _ := http.NewRequest("GET", "/api/fleet/metrics", nil)
+	s.writeError(rec, req, wrapf(coord.ErrThrottled))
+	require.Equal(t, http.StatusTooManyRequests, rec.Code)
+	require.Equal(t, "1", rec.Header().Get("Retry-After"))
+	require.JSONEq(t, `{"error":{"code":"throttled","message":"the store is throttling requests; retry after the Retry-After delay"}}`, rec.Body.String())
+}

@@ -1,0 +1,548 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// The OpenAPI 3.1 document is written by hand here, operation by operation,
+// rather than generated from the route table: that way a test comparing the
+// two catches a route added without documentation, or documentation of a
+// route that does not exist.
+
+type obj = map[string]any
+
+// operation documents one method on one path (relative to /api).
+type operation struct {
+	method, path string
+	summary      string
+	description  string
+	access       access
+	params       []obj // path and query parameters
+	body         obj   // request body, or nil
+	ok           map[string]obj
+	// errors are the statuses beyond those every authenticated operation
+	// may answer (401, 403, 429, 500, 503).
+	errors []string
+}
+
+func (s *server) openAPI(w http.ResponseWriter, _ *http.Request, _ *principal) error {
+	body, err := openAPIJSON()
+	if err != nil {
+		return err
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+	return nil
+}
+
+// openAPIJSON is built once: the document is static.
+var openAPIJSON = sync.OnceValues(func() ([]byte, error) {
+	return json.MarshalIndent(openAPIDocument(), "", "  ")
+})
+
+func openAPIDocument() obj {
+	paths := obj{}
+	for _, op := range operations() {
+		item, _ := paths[op.path].(obj)
+		if item == nil {
+			item = obj{}
+			paths[op.path] = item
+		}
+		item[strings.ToLower(op.method)] = op.render()
+	}
+	return obj{
+		"openapi": "3.1.0",
+		"info": obj{
+			"title":   "Gigafactory fleet API",
+			"version": "1",
+			"description": "The /fleet REST contract. Authenticate with Authorization: Bearer <token> " +
+				"(an operator token from configuration, or a factory token from enrollment). " +
+				"x-product-id selects the product on product-scoped routes. Errors are " +
+				`{"error": {"code", "message", "field"}}. x-fleet-access on each operation says ` +
+				"which principals it admits: operator, factory (the route acts as that factory), " +
+				"operator,factory (factories only within their products) or operator,factory-self " +
+				"(a factory only on itself).",
+		},
+		"servers":  []obj{{"url": apiPrefix}},
+		"security": []obj{{"bearer": []string{}}},
+		"paths":    paths,
+		"components": obj{
+			"securitySchemes": obj{"bearer": obj{"type": "http", "scheme": "bearer",
+				"description": "An operator token, or a factory token (prefix fft_) issued by enrollment."}},
+			"parameters": obj{
+				"ProductId": obj{"name": headerProduct, "in": "header", "required": false, "schema": name(""),
+					"description": "The product the request is for. Optional for a token scoped to one product; " +
+						"job routes without it find the job across products the token may see."},
+			},
+			"responses": errorResponses(),
+			"schemas":   schemas(),
+		},
+	}
+}
+
+func (op operation) render() obj {
+	o := obj{
+		"operationId":    operationID(op.method, op.path),
+		"summary":        op.summary,
+		"x-fleet-access": op.access.String(),
+	}
+	if op.description != "" {
+		o["description"] = op.description
+	}
+	params := op.params
+	if op.access == public {
+		o["security"] = []obj{}
+	} else {
+		params = append(params, obj{"$ref": "#/components/parameters/ProductId"})
+	}
+	if len(params) > 0 {
+		o["parameters"] = params
+	}
+	if op.body != nil {
+		o["requestBody"] = op.body
+	}
+	resp := obj{}
+	for status, r := range op.ok {
+		resp[status] = r
+	}
+	statuses := op.errors
+	if op.access != public {
+		statuses = append(statuses, "401", "403", "429", "503", "500")
+	}
+	for _, st := range statuses {
+		resp[st] = obj{"$ref": "#/components/responses/" + errorResponseName[st]}
+	}
+	o["responses"] = resp
+	return o
+}
+
+// operationID turns "POST /fleet/jobs/{id}/lease/renew" into
+// "post_fleet_jobs_id_lease_renew".
+func operationID(method, path string) string {
+	r := strings.NewReplacer("/", "_", "{", "", "}", "", "-", "_", ".", "_")
+	return strings.ToLower(method) + r.Replace(path)
+}
+
+var errorResponseName = map[string]string{
+	"400": "BadRequest", "401": "Unauthenticated", "403": "Forbidden", "404": "NotFound",
+	"409": "Conflict", "413": "TooLarge", "422": "Unprocessable", "429": "Throttled",
+	"500": "Internal", "503": "Unavailable",
+}
+
+func errorResponses() obj {
+	desc := map[string]string{
+		"400": "invalid_argument: bad JSON, an unknown or repeated field, a wrong type, a bad parameter or an invalid manifest; field names the culprit.",
+		"401": "unauthenticated: the token is missing, malformed, unknown or revoked.",
+		"403": "forbidden: the token may not use this route, or the product, job or factory is outside its scope.",
+		"404": "not_found.",
+		"409": "conflict (lost a race, illegal transition, stale dispatchEpoch) or fenced (stale leaseEpoch, or not the holder).",
+		"413": "too_large: the body or the manifest is over the limit.",
+		"422": "repo_not_owned, budget_exceeded or paused: the request can never succeed as it is.",
+		"429": "throttled: retry after Retry-After seconds.",
+		"500": "internal: the message quotes the request id; the cause is in the server log.",
+		"503": "unavailable: retry after Retry-After seconds.",
+	}
+	out := obj{}
+	for status, n := range errorResponseName {
+		r := obj{"description": desc[status], "content": jsonContent(ref("Error"))}
+		if status == "429" || status == "503" {
+			r["headers"] = obj{"Retry-After": obj{"schema": obj{"type": "integer"}, "description": "Seconds to wait before retrying."}}
+		}
+		if status == "401" {
+			r["headers"] = obj{"WWW-Authenticate": obj{"schema": obj{"type": "string"}}}
+		}
+		out[n] = r
+	}
+	return out
+}
+
+func jsonContent(schema obj) obj { return obj{"application/json": obj{"schema": schema}} }
+
+func jsonBody(schema obj) obj {
+	return obj{"required": true, "content": jsonContent(schema)}
+}
+
+func optionalJSONBody(schema obj) obj {
+	return obj{"required": false, "content": jsonContent(schema)}
+}
+
+func respond(desc string, schema obj) obj {
+	r := obj{"description": desc}
+	if schema != nil {
+		r["content"] = jsonContent(schema)
+	}
+	return r
+}
+
+func pathParam(n, desc string) obj {
+	return obj{"name": n, "in": "path", "required": true, "schema": name(""), "description": desc}
+}
+
+func queryParam(n, desc string, schema obj) obj {
+	return obj{"name": n, "in": "query", "required": false, "schema": schema, "description": desc}
+}
+
+var jobID = pathParam("id", "The job id.")
+
+// operations documents every route. Keep it in step with routes.go; the
+// tests compare the two.
+func operations() []operation {
+	return []operation{
+		{method: "GET", path: "/healthz", access: public, summary: "Liveness",
+			description: "Answers while the process serves HTTP; it does not touch the store.",
+			ok:          map[string]obj{"200": respond("Alive.", ref("Health"))}},
+		{method: "GET", path: "/openapi.json", access: public, summary: "This document",
+			ok: map[string]obj{"200": respond("The OpenAPI 3.1 document.", obj{"type": "object"})}},
+
+		{method: "POST", path: "/fleet/jobs", access: operatorOnly, summary: "Submit a job",
+			description: "The manifest is Markdown with YAML front matter, sent raw (text/markdown) or as " +
+				`{"manifest": "..."}` + " (application/json). Needs a product: x-product-id, or a token scoped to one. " +
+				"The same idempotencyKey again returns the existing job with 200.",
+			body: obj{"required": true, "content": obj{
+				"text/markdown":    obj{"schema": obj{"type": "string", "maxLength": fleet.MaxManifestBytes}},
+				"application/json": obj{"schema": ref("SubmitRequest")},
+			}},
+			ok: map[string]obj{
+				"201": withHeader(respond("Created.", ref("Job")), "Location", "The job's URL."),
+				"200": respond("The job this idempotencyKey already made.", ref("Job")),
+			},
+			errors: []string{"400", "413", "422"}},
+		{method: "GET", path: "/fleet/jobs", access: operatorOnly, summary: "List a product's jobs",
+			description: "In creation order, one page at a time. Needs a product: x-product-id, or a token scoped to one.",
+			params: []obj{
+				queryParam("stage", "Only jobs in this stage.", ref("Stage")),
+				queryParam("limit", "Page size.", obj{"type": "integer", "minimum": 1, "maximum": maxJobPage, "default": defaultJobPage}),
+				queryParam("cursor", "The cursor of the previous page.", obj{"type": "string", "maxLength": maxCursorLen}),
+			},
+			ok:     map[string]obj{"200": respond("One page.", ref("JobPage"))},
+			errors: []string{"400"}},
+		{method: "GET", path: "/fleet/jobs/{id}", access: anyPrincipal, summary: "Read a job",
+			params: []obj{jobID}, ok: map[string]obj{"200": respond("The job.", ref("Job"))},
+			errors: []string{"400", "404"}},
+		{method: "PATCH", path: "/fleet/jobs/{id}", access: factoryOnly, summary: "Update a held job (fenced)",
+			description: "The holder moves its job to building, review, testing or shipped and/or records a checkpoint. " +
+				"A stale leaseEpoch or another factory gets 409 fenced and changes nothing.",
+			params: []obj{jobID}, body: jsonBody(ref("PatchRequest")),
+			ok:     map[string]obj{"200": respond("The job after the update.", ref("Job"))},
+			errors: []string{"400", "404", "409", "413"}},
+		{method: "POST", path: "/fleet/jobs/{id}/actions/{action}", access: operatorOnly, summary: "Operator action",
+			description: "ship, requeue, reject or cancel, where the stage machine allows it (409 otherwise).",
+			params: []obj{jobID, obj{"name": "action", "in": "path", "required": true,
+				"schema": enum("", "ship", "requeue", "reject", "cancel")}},
+			body:   optionalJSONBody(ref("ActionRequest")),
+			ok:     map[string]obj{"200": respond("The job after the action.", ref("Job"))},
+			errors: []string{"400", "404", "409", "413"}},
+		{method: "POST", path: "/fleet/jobs/{id}/lease/renew", access: factoryOnly, summary: "Renew a lease",
+			params: []obj{jobID}, body: jsonBody(ref("LeaseRequest")),
+			ok:     map[string]obj{"200": respond("The new expiry.", ref("RenewResponse"))},
+			errors: []string{"400", "404", "409", "413"}},
+		{method: "POST", path: "/fleet/jobs/{id}/lease/release", access: factoryOnly, summary: "Release a lease",
+			description: "The job goes back to the queue with its checkpoint.",
+			params:      []obj{jobID}, body: jsonBody(ref("LeaseRequest")),
+			ok:     map[string]obj{"200": respond("The job, queued again.", ref("Job"))},
+			errors: []string{"400", "404", "409", "413"}},
+		{method: "GET", path: "/fleet/jobs/{id}/runs", access: anyPrincipal, summary: "A job's runs",
+			description: "One run per lease, oldest first; the run in progress, if any, last.",
+			params:      []obj{jobID}, ok: map[string]obj{"200": respond("The runs.", listOf("Run"))},
+			errors: []string{"400", "404"}},
+		{method: "GET", path: "/fleet/jobs/{id}/events", access: anyPrincipal, summary: "A job's events",
+			description: "Oldest first. Page with after=<seq of the last event seen>.",
+			params: []obj{jobID,
+				queryParam("after", "Only events with a greater seq.", obj{"type": "integer", "minimum": 0, "default": 0}),
+				queryParam("limit", "At most this many.", obj{"type": "integer", "minimum": 1, "maximum": maxEventPage, "default": maxEventPage}),
+			},
+			ok:     map[string]obj{"200": respond("The events.", listOf("Event"))},
+			errors: []string{"400", "404"}},
+		{method: "GET", path: "/fleet/jobs/{id}/explain", access: anyPrincipal, summary: "Why a job went where it went",
+			description: "Per factory: whether it passed the hard filter (and why not) and each score term with the total.",
+			params:      []obj{jobID}, ok: map[string]obj{"200": respond("The explanation.", ref("Explanation"))},
+			errors: []string{"400", "404"}},
+
+		{method: "POST", path: "/fleet/claim", access: factoryOnly, summary: "Claim the best job (poll transport)",
+			description: "Draws from every product the factory serves. The body may be empty or {}.",
+			body:        optionalJSONBody(object(nil, obj{})),
+			ok: map[string]obj{
+				"200": respond("A job and its lease.", ref("Claimed")),
+				"204": respond("Nothing to claim.", nil),
+			},
+			errors: []string{"400", "404", "413"}},
+		{method: "POST", path: "/fleet/accept", access: factoryOnly, summary: "Accept a dispatched job (push transport)",
+			description: "The factory the dispatch message targeted takes the job if dispatchEpoch is still current; 409 means someone else has it.",
+			body:        jsonBody(ref("AcceptRequest")),
+			ok:          map[string]obj{"200": respond("The job and its lease.", ref("Claimed"))},
+			errors:      []string{"400", "404", "409", "413"}},
+		{method: "POST", path: "/fleet/fail", access: factoryOnly, summary: "Report a failure (lease released now)",
+			description: "retryable: back to the queue after a backoff, or dead_letter when attempts run out; otherwise failed.",
+			body:        jsonBody(ref("FailRequest")),
+			ok:          map[string]obj{"200": respond("The job after the failure.", ref("Job"))},
+			errors:      []string{"400", "404", "409", "413"}},
+
+		{method: "POST", path: "/fleet/factories/enroll", access: operatorOnly, summary: "Enrol a factory",
+			description: "Issues the factory's token, shown only in this response. A token scoped to products may enrol only factories serving those products.",
+			body:        jsonBody(ref("EnrollRequest")),
+			ok:          map[string]obj{"201": respond("Enrolled.", ref("EnrollResponse"))},
+			errors:      []string{"400", "409", "413"}},
+		{method: "POST", path: "/fleet/factories/heartbeat", access: factoryOnly, summary: "Report a factory's state",
+			description: "capabilities and repos replace the stored lists; capabilities must stay within the token's scope.",
+			body:        jsonBody(ref("HeartbeatRequest")),
+			ok:          map[string]obj{"200": respond("The factory.", ref("Factory"))},
+			errors:      []string{"400", "404", "409", "413"}},
+		{method: "GET", path: "/fleet/factories", access: operatorOnly, summary: "List factories",
+			description: "Those serving x-product-id, or every factory the token's scope covers.",
+			ok:          map[string]obj{"200": respond("The factories, by id.", listOf("Factory"))}},
+		{method: "DELETE", path: "/fleet/factories/{id}", access: operatorOnly, summary: "Deregister a factory",
+			description: "Revokes its token. Jobs it held are reaped when their leases expire.",
+			params:      []obj{pathParam("id", "The factory id.")},
+			ok:          map[string]obj{"204": respond("Deregistered.", nil)},
+			errors:      []string{"400", "404"}},
+		{method: "POST", path: "/fleet/factories/{id}/token/rotate", access: operatorOrSelf, summary: "Rotate a factory's token",
+			description: "Issues a new token and revokes the old one. A factory may rotate its own.",
+			params:      []obj{pathParam("id", "The factory id.")},
+			ok:          map[string]obj{"200": respond("The new token, shown once.", ref("TokenResponse"))},
+			errors:      []string{"400", "404", "409"}},
+		{method: "POST", path: "/fleet/factories/{id}/token/revoke", access: operatorOrSelf, summary: "Revoke a factory's token",
+			description: "The factory stays enrolled; rotate gives it a new token.",
+			params:      []obj{pathParam("id", "The factory id.")},
+			ok:          map[string]obj{"204": respond("Revoked.", nil)},
+			errors:      []string{"400", "404", "409"}},
+
+		{method: "PUT", path: "/fleet/products/{productId}", access: operatorOnly, summary: "Declare a product and its repos",
+			description: "repos replaces the list. A job whose repo its product does not own is rejected with 422 repo_not_owned.",
+			params:      []obj{pathParam("productId", "The product id.")},
+			body:        jsonBody(ref("ProductRequest")),
+			ok:          map[string]obj{"200": respond("The product.", ref("Product"))},
+			errors:      []string{"400", "413"}},
+		{method: "GET", path: "/fleet/products/{productId}", access: operatorOnly, summary: "Read a product",
+			params: []obj{pathParam("productId", "The product id.")},
+			ok:     map[string]obj{"200": respond("The product.", ref("Product"))},
+			errors: []string{"400", "404"}},
+		{method: "GET", path: "/fleet/repos", access: operatorOnly, summary: "Repos known to the fleet",
+			description: "Each with the products owning it and the factories holding it; limited to x-product-id or the token's scope.",
+			ok:          map[string]obj{"200": respond("The repos, by name.", listOf("RepoInfo"))}},
+
+		{method: "GET", path: "/fleet/metrics", access: operatorOnly, summary: "The fleet at a glance",
+			description: "For x-product-id, or the whole fleet for an unscoped token. A token scoped to several products must name one.",
+			ok:          map[string]obj{"200": respond("The metrics.", ref("Metrics"))},
+			errors:      []string{"400"}},
+		{method: "GET", path: "/fleet/queue-state", access: anyPrincipal, summary: "A product's queue version",
+			description: "Bumped whenever a job enters queued: a polling factory claims only when it moved. Needs a product.",
+			ok:          map[string]obj{"200": respond("The queue state.", ref("QueueState"))},
+			errors:      []string{"400"}},
+	}
+}
+
+func withHeader(r obj, header, desc string) obj {
+	r["headers"] = obj{header: obj{"schema": obj{"type": "string"}, "description": desc}}
+	return r
+}
+
+// Schema helpers.
+
+func ref(n string) obj { return obj{"$ref": "#/components/schemas/" + n} }
+
+func describe(o obj, desc string) obj {
+	if desc != "" {
+		o["description"] = desc
+	}
+	return o
+}
+
+func str(desc string) obj      { return describe(obj{"type": "string"}, desc) }
+func integer(desc string) obj  { return describe(obj{"type": "integer"}, desc) }
+func number(desc string) obj   { return describe(obj{"type": "number"}, desc) }
+func boolean(desc string) obj  { return describe(obj{"type": "boolean"}, desc) }
+func dateTime(desc string) obj { return describe(obj{"type": "string", "format": "date-time"}, desc) }
+func stringList(desc string) obj {
+	return describe(obj{"type": "array", "items": obj{"type": "string"}}, desc)
+}
+func arrayOf(items obj) obj { return obj{"type": "array", "items": items} }
+
+// name is a plain name: a job, factory, product or repo id.
+func name(desc string) obj {
+	return describe(obj{"type": "string", "pattern": `^[A-Za-z0-9_][A-Za-z0-9._-]*$`, "maxLength": fleet.MaxNameLen}, desc)
+}
+
+func enum(desc string, values ...string) obj {
+	return describe(obj{"type": "string", "enum": values}, desc)
+}
+
+// object is a response object: clients must tolerate fields added later.
+func object(required []string, props obj) obj {
+	o := obj{"type": "object", "properties": props}
+	if len(required) > 0 {
+		o["required"] = required
+	}
+	return o
+}
+
+// request is a request object: the server refuses unknown fields.
+func request(required []string, props obj) obj {
+	o := object(required, props)
+	o["additionalProperties"] = false
+	return o
+}
+
+func listOf(item string) obj { return object([]string{"items"}, obj{"items": arrayOf(ref(item))}) }
+
+func stageNames() []string {
+	out := make([]string, len(fleet.Stages))
+	for i, s := range fleet.Stages {
+		out[i] = string(s)
+	}
+	return out
+}
+
+func schemas() obj {
+	terms := obj{}
+	for _, t := range []string{"capabilityFit", "affinity", "load", "costFit", "health", "starvation"} {
+		terms[t] = number("")
+	}
+	return obj{
+		"Error": object([]string{"error"}, obj{"error": object([]string{"code", "message"}, obj{
+			"code": enum("", string(fleet.CodeInvalid), string(fleet.CodeUnauthenticated), string(fleet.CodeForbidden),
+				string(fleet.CodeNotFound), string(codeMethodNotAllowed), string(fleet.CodeConflict), string(fleet.CodeFenced),
+				string(fleet.CodeTooLarge), string(fleet.CodeRepoNotOwned), string(fleet.CodeBudgetExceeded),
+				string(fleet.CodePaused), string(fleet.CodeThrottled), string(fleet.CodeUnavailable), string(codeInternal)),
+			"message": str("A sentence for people."),
+			"field":   str("The JSON path (or header, or query parameter) at fault, when one is."),
+		})}),
+		"Health": object([]string{"status"}, obj{"status": enum("", "ok")}),
+		"Stage":  enum("", stageNames()...),
+		"Job": object([]string{"id", "productId", "title", "repo", "capabilities", "priority", "stage", "leaseEpoch",
+			"dispatchEpoch", "targetFactoryId", "attempts", "deps", "createdAt", "updatedAt"}, obj{
+			"id":              name(""),
+			"productId":       name(""),
+			"title":           str(""),
+			"repo":            name(""),
+			"capabilities":    stringList("kind:value tokens the factory must hold."),
+			"persona":         str(""),
+			"priority":        enum("", "low", "normal", "high", "critical"),
+			"stage":           ref("Stage"),
+			"body":            str("The task, Markdown, verbatim."),
+			"leaseEpoch":      integer("Bumped by every claim and revocation; worker calls carry it as a fence."),
+			"holderFactoryId": str("The factory holding the lease; absent when none does."),
+			"leaseExpiresAt":  dateTime(""),
+			"leaseAcquiredAt": dateTime(""),
+			"dispatchEpoch":   integer("Bumped by every dispatch decision; accept carries it."),
+			"targetFactoryId": str("Where the dispatcher sent the job; empty while undecided."),
+			"dispatch": object(nil, obj{"at": dateTime(""), "unroutable": str("Why no factory was eligible."),
+				"deadLettered": integer("")}),
+			"checkpoint":    str("The holder's last checkpoint, kept across requeues."),
+			"attempts":      integer("Retryable failures so far."),
+			"maxAttempts":   integer(""),
+			"notBefore":     dateTime("Not claimable before this (retry backoff)."),
+			"lastFailure":   object(nil, obj{"reason": str(""), "retryable": boolean(""), "factoryId": str(""), "at": dateTime("")}),
+			"parentId":      str(""),
+			"deps":          stringList("Job ids that must ship first."),
+			"depsMode":      enum("", "all", "any"),
+			"hasDependants": boolean(""),
+			"budget":        object(nil, obj{"wall": str("A duration such as 45m0s."), "usd": number("")}),
+			"review": object(nil, obj{"reviewers": stringList(""), "quorum": integer(""),
+				"votes": arrayOf(object(nil, obj{"reviewer": str(""), "approve": boolean(""), "comment": str(""), "at": dateTime("")}))}),
+			"idempotencyKey": str(""),
+			"queuedAt":       dateTime(""),
+			"eventSeq":       integer("The seq of the job's latest event."),
+			"createdAt":      dateTime(""),
+			"updatedAt":      dateTime(""),
+		}),
+		"JobPage": object([]string{"items", "cursor"}, obj{"items": arrayOf(ref("Job")),
+			"cursor": str("Pass as cursor for the next page; empty on the last page.")}),
+		"Claimed": object([]string{"job", "leaseEpoch", "leaseExpiresAt"}, obj{
+			"job": ref("Job"), "leaseEpoch": integer(""), "leaseExpiresAt": dateTime("")}),
+		"RenewResponse": object([]string{"leaseExpiresAt"}, obj{"leaseExpiresAt": dateTime("")}),
+		"Run": object([]string{"id", "jobId", "factoryId", "leaseEpoch", "result", "startedAt"}, obj{
+			"id": str("jobId:leaseEpoch"), "jobId": str(""), "productId": str(""), "factoryId": str(""),
+			"leaseEpoch": integer(""), "result": enum("", "running", "succeeded", "failed", "lost"),
+			"reason": str(""), "startedAt": dateTime(""), "endedAt": dateTime(""),
+		}),
+		"Event": object([]string{"id", "jobId", "seq", "type", "actor", "at"}, obj{
+			"id": str(""), "jobId": str(""), "productId": str(""), "seq": integer(""), "type": str(""),
+			"from": ref("Stage"), "to": ref("Stage"), "actor": enum("", "factory", "operator", "system"),
+			"actorId": str(""), "message": str(""), "data": obj{"description": "Free-form JSON."}, "at": dateTime(""),
+		}),
+		"Explanation": object([]string{"jobId", "stage", "dispatchEpoch", "schedule"}, obj{
+			"jobId": str(""), "stage": ref("Stage"), "targetFactoryId": str(""), "dispatchEpoch": integer(""),
+			"dispatch": object(nil, obj{"at": dateTime(""), "unroutable": str(""), "deadLettered": integer("")}),
+			"schedule": object([]string{"jobId", "routable", "required", "candidates"}, obj{
+				"jobId": str(""), "routable": boolean(""), "reason": str("Why no factory is eligible."),
+				"best": str("The factory the scheduler would pick."), "required": stringList("Capabilities checked, with repo:<repo>."),
+				"candidates": arrayOf(object([]string{"factoryId", "eligible", "load"}, obj{
+					"factoryId": str(""), "eligible": boolean(""), "reason": str("Why it failed the hard filter."),
+					"load": integer(""), "terms": object(nil, terms), "total": number("Σ weight × term."),
+				})),
+			}),
+		}),
+		"Factory": object([]string{"id", "kind", "products", "capabilities", "repos", "seatLimit", "load", "health"}, obj{
+			"id": name(""), "kind": enum("", "static", "elastic"), "productId": str("Its first product, or * for all."),
+			"products": stringList("Products it serves; empty means every product."), "capabilities": stringList(""),
+			"repos": stringList("Repos it has checked out."), "seatLimit": integer(""), "load": integer(""),
+			"health": enum("", "ok", "degraded", "stale", "down"), "costPerHourUsd": number(""),
+			"tokenId": str("The SHA-256 of its current token (not secret)."), "lastHeartbeatAt": dateTime(""),
+			"enrolledAt": dateTime(""), "updatedAt": dateTime(""),
+		}),
+		"Product": object([]string{"id", "repos"}, obj{
+			"id": name(""), "productId": name(""), "name": str(""), "repos": stringList("Repos it owns."),
+			"createdAt": dateTime(""), "updatedAt": dateTime(""),
+		}),
+		"RepoInfo": object([]string{"repo", "products", "factories"}, obj{
+			"repo": name(""), "products": stringList("Products owning it."), "factories": stringList("Factories holding it."),
+		}),
+		"QueueState": object([]string{"productId", "version"}, obj{"id": str(""), "productId": str(""), "version": integer("")}),
+		"Metrics": object([]string{"at", "factories", "jobs", "starving", "alerts", "coordinator"}, obj{
+			"at": dateTime(""),
+			"factories": object(nil, obj{"total": integer(""), "byHealth": obj{"type": "object", "additionalProperties": obj{"type": "integer"}},
+				"seats": integer(""), "load": integer(""), "utilization": number("")}),
+			"jobs":     describe(obj{"type": "object", "additionalProperties": obj{"type": "integer"}}, "Active jobs by stage."),
+			"starving": arrayOf(object(nil, obj{"jobId": str(""), "productId": str(""), "waitingFor": str(""), "reason": str("")})),
+			"alerts":   stringList(""),
+			"coordinator": describe(obj{"type": "object", "additionalProperties": obj{"type": "number"}},
+				"This process's counters: claims, conflicts, lags."),
+			"extra": obj{"type": "object"},
+		}),
+		"EnrollResponse": object([]string{"factoryId", "token", "factory"}, obj{
+			"factoryId": name(""), "token": str("The factory's bearer token; shown only here."), "factory": ref("Factory")}),
+		"TokenResponse": object([]string{"factoryId", "token"}, obj{"factoryId": name(""), "token": str("Shown only here.")}),
+
+		"SubmitRequest": request([]string{"manifest"}, obj{"manifest": describe(obj{"type": "string", "maxLength": fleet.MaxManifestBytes},
+			"The Markdown manifest with YAML front matter.")}),
+		"PatchRequest": request([]string{"leaseEpoch"}, obj{
+			"stage":      enum("building, review, testing or shipped; omit to set only the checkpoint.", stageNames()...),
+			"leaseEpoch": integer("The epoch the claim returned."),
+			"checkpoint": describe(obj{"type": "string", "maxLength": 1024}, ""),
+		}),
+		"ActionRequest": request(nil, obj{"reason": describe(obj{"type": "string", "maxLength": 2000}, "")}),
+		"LeaseRequest":  request([]string{"leaseEpoch"}, obj{"leaseEpoch": integer("The epoch the claim returned.")}),
+		"AcceptRequest": request([]string{"jobId", "dispatchEpoch"}, obj{
+			"jobId": name(""), "dispatchEpoch": integer("From the dispatch message."),
+			"productId": name("From the dispatch message; saves a lookup when x-product-id is absent."),
+		}),
+		"FailRequest": request([]string{"jobId", "leaseEpoch", "reason", "retryable"}, obj{
+			"jobId": name(""), "leaseEpoch": integer(""), "reason": describe(obj{"type": "string", "maxLength": 4000}, ""),
+			"retryable": boolean("true: retry after a backoff; false: fail for good."),
+			"productId": name("Saves a lookup when x-product-id is absent."),
+		}),
+		"EnrollRequest": request([]string{"factoryId"}, obj{
+			"factoryId": name(""), "kind": enum("Default static.", "static", "elastic"),
+			"products":       stringList("Products it serves; empty or absent means every product."),
+			"capabilities":   stringList("kind:value, such as os:linux or engine:claude; also the token's capability scope."),
+			"seatLimit":      describe(obj{"type": "integer", "minimum": 0, "maximum": 1000}, "0 means 1."),
+			"costPerHourUsd": describe(obj{"type": "number", "minimum": 0}, ""),
+		}),
+		"HeartbeatRequest": request([]string{"capabilities", "repos"}, obj{
+			"capabilities": stringList("Replaces the stored list; [] for none."), "repos": stringList("Replaces the stored list; [] for none."),
+			"load":      describe(obj{"type": "integer", "minimum": 0}, "Jobs running now."),
+			"health":    enum("Default ok.", "ok", "degraded", "down"),
+			"seatLimit": describe(obj{"type": "integer", "minimum": 0, "maximum": 1000}, "0 leaves it unchanged."),
+		}),
+		"ProductRequest": request([]string{"repos"}, obj{"name": describe(obj{"type": "string", "maxLength": fleet.MaxNameLen}, ""),
+			"repos": stringList("The repos it owns; replaces the list.")}),
+	}
+}

@@ -1,0 +1,198 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"maps"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/schedule"
+)
+
+// servedOpenAPI fetches the document as a client would: without a token.
+func servedOpenAPI(t *testing.T) map[string]any {
+	t.Helper()
+	f := newFixture(t)
+	res := f.call("GET", "/api/openapi.json", "", nil)
+	require.Equal(t, 200, res.status, res)
+	require.Equal(t, "application/json", res.header.Get("Content-Type"))
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(res.body, &doc))
+	return doc
+}
+
+var pathParamPattern = regexp.MustCompile(`\{([^}]+)\}`)
+
+// TestOpenAPIRouteCoverage fails for a route registered but not documented,
+// or documented but not registered, and for any disagreement on access,
+// path parameters or query parameters.
+func TestOpenAPIRouteCoverage(t *testing.T) {
+	t.Parallel()
+	doc := servedOpenAPI(t)
+	require.Equal(t, "3.1.0", doc["openapi"])
+
+	documented := map[string]map[string]any{}
+	for path, item := range doc["paths"].(map[string]any) {
+		for method, op := range item.(map[string]any) {
+			documented[strings.ToUpper(method)+" "+path] = op.(map[string]any)
+		}
+	}
+	registered := map[string]route{}
+	for _, rt := range routes {
+		require.True(t, strings.HasPrefix(rt.pattern, apiPrefix+"/"), rt.pattern)
+		key := rt.method + " " + strings.TrimPrefix(rt.pattern, apiPrefix)
+		_, dup := registered[key]
+		require.False(t, dup, "route %s registered twice", key)
+		registered[key] = rt
+	}
+	var undocumented, unserved []string
+	for key := range registered {
+		if _, ok := documented[key]; !ok {
+			undocumented = append(undocumented, key)
+		}
+	}
+	for key := range documented {
+		if _, ok := registered[key]; !ok {
+			unserved = append(unserved, key)
+		}
+	}
+	require.Empty(t, undocumented, "routes registered but not in the OpenAPI document")
+	require.Empty(t, unserved, "operations in the OpenAPI document that no route serves")
+
+	for key, rt := range registered {
+		op := documented[key]
+		require.Equal(t, rt.access.String(), op["x-fleet-access"], key)
+		require.NotEmpty(t, op["summary"], key)
+		if rt.access == public {
+			require.Equal(t, []any{}, op["security"], "%s is public", key)
+		} else {
+			require.NotContains(t, op, "security", "%s inherits the bearer requirement", key)
+		}
+
+		var query, path []string
+		for _, p := range asList(op["parameters"]) {
+			pm := p.(map[string]any)
+			switch pm["in"] {
+			case "query":
+				query = append(query, pm["name"].(string))
+			case "path":
+				path = append(path, pm["name"].(string))
+			}
+		}
+		var wantPath []string
+		for _, m := range pathParamPattern.FindAllStringSubmatch(rt.pattern, -1) {
+			wantPath = append(wantPath, m[1])
+		}
+		require.ElementsMatch(t, wantPath, path, "%s path parameters", key)
+		require.ElementsMatch(t, rt.query, query, "%s query parameters", key)
+
+		responses := op["responses"].(map[string]any)
+		require.True(t, slices.ContainsFunc(slices.Collect(maps.Keys(responses)), func(s string) bool { return s[0] == '2' }),
+			"%s documents no success", key)
+	}
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+// TestOpenAPIRefsResolve: every $ref points at something defined.
+func TestOpenAPIRefsResolve(t *testing.T) {
+	t.Parallel()
+	doc := servedOpenAPI(t)
+	components := doc["components"].(map[string]any)
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if r, ok := x["$ref"].(string); ok {
+				parts := strings.Split(strings.TrimPrefix(r, "#/components/"), "/")
+				require.Len(t, parts, 2, r)
+				kind, _ := components[parts[0]].(map[string]any)
+				require.Contains(t, kind, parts[1], "dangling $ref %s", r)
+			}
+			for _, e := range x {
+				walk(e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(doc)
+}
+
+// TestOpenAPISchemasMatchTypes: each documented schema has exactly the JSON
+// fields of the Go type the server encodes or decodes, so the document
+// cannot drift from the wire.
+func TestOpenAPISchemasMatchTypes(t *testing.T) {
+	t.Parallel()
+	schemas := openAPIDocument()["components"].(obj)["schemas"].(obj)
+	for _, tc := range []struct {
+		path []string // schema name, then property names to descend
+		v    any
+	}{
+		{[]string{"Error"}, errorBody{}},
+		{[]string{"Error", "error"}, errorDetail{}},
+		{[]string{"Health"}, healthResponse{}},
+		{[]string{"Job"}, fleet.Job{}},
+		{[]string{"Job", "dispatch"}, fleet.Dispatch{}},
+		{[]string{"Job", "lastFailure"}, fleet.Failure{}},
+		{[]string{"Job", "budget"}, fleet.Budget{}},
+		{[]string{"Job", "review"}, fleet.Review{}},
+		{[]string{"Job", "review", "votes"}, fleet.Vote{}},
+		{[]string{"JobPage"}, jobPage{}},
+		{[]string{"Claimed"}, coord.Claimed{}},
+		{[]string{"RenewResponse"}, renewResponse{}},
+		{[]string{"Run"}, fleet.Run{}},
+		{[]string{"Event"}, fleet.Event{}},
+		{[]string{"Explanation"}, coord.Explanation{}},
+		{[]string{"Explanation", "dispatch"}, fleet.Dispatch{}},
+		{[]string{"Explanation", "schedule"}, schedule.Explanation{}},
+		{[]string{"Explanation", "schedule", "candidates"}, schedule.Candidate{}},
+		{[]string{"Explanation", "schedule", "candidates", "terms"}, schedule.Terms{}},
+		{[]string{"Factory"}, fleet.Factory{}},
+		{[]string{"Product"}, fleet.Product{}},
+		{[]string{"RepoInfo"}, coord.RepoInfo{}},
+		{[]string{"QueueState"}, fleet.QueueState{}},
+		{[]string{"Metrics"}, coord.Metrics{}},
+		{[]string{"Metrics", "factories"}, coord.FactoryMetrics{}},
+		{[]string{"Metrics", "starving"}, coord.StarvingJob{}},
+		{[]string{"EnrollResponse"}, enrollResponse{}},
+		{[]string{"TokenResponse"}, tokenResponse{}},
+		{[]string{"SubmitRequest"}, submitRequest{}},
+		{[]string{"PatchRequest"}, patchRequest{}},
+		{[]string{"ActionRequest"}, actionRequest{}},
+		{[]string{"LeaseRequest"}, leaseRequest{}},
+		{[]string{"AcceptRequest"}, acceptRequest{}},
+		{[]string{"FailRequest"}, failRequest{}},
+		{[]string{"EnrollRequest"}, enrollRequest{}},
+		{[]string{"HeartbeatRequest"}, heartbeatRequest{}},
+		{[]string{"ProductRequest"}, productRequest{}},
+	} {
+		name := strings.Join(tc.path, ".")
+		s, ok := schemas[tc.path[0]].(obj)
+		require.True(t, ok, "no schema %s", tc.path[0])
+		for _, p := range tc.path[1:] {
+			s = s["properties"].(obj)[p].(obj)
+			if items, ok := s["items"].(obj); ok {
+				s = items
+			}
+		}
+		props, ok := s["properties"].(obj)
+		require.True(t, ok, "%s has no properties", name)
+		require.ElementsMatch(t, jsonFields(reflect.TypeOf(tc.v)), slices.Collect(maps.Keys(props)), name)
+		if strings.HasSuffix(tc.path[0], "Request") {
+			require.Equal(t, false, s["additionalProperties"], "%s: the server refuses unknown fields", name)
+		}
+	}
+}

@@ -1,0 +1,52 @@
+package httpapi
+
+// route is one entry of the API: the mux is built from this table, and a
+// test holds it against the OpenAPI document so neither can drift.
+type route struct {
+	method  string
+	pattern string // a net/http ServeMux pattern path, under /api
+	access  access
+	// query lists the query parameters the route takes; any other is 400.
+	query  []string
+	handle handlerFunc
+}
+
+// apiPrefix is where the Functions host mounts HTTP routes.
+const apiPrefix = "/api"
+
+// routes is every route the API serves. Budgets, DAG children, review,
+// artifacts, the tracker bridge and the SSE event stream are not served yet:
+// they are absent here, and so they answer 404.
+var routes = []route{
+	{method: "GET", pattern: "/api/healthz", access: public, handle: (*server).healthz},
+	{method: "GET", pattern: "/api/openapi.json", access: public, handle: (*server).openAPI},
+
+	{method: "POST", pattern: "/api/fleet/jobs", access: operatorOnly, handle: (*server).submitJob},
+	{method: "GET", pattern: "/api/fleet/jobs", access: operatorOnly, query: []string{"stage", "limit", "cursor"}, handle: (*server).listJobs},
+	{method: "GET", pattern: "/api/fleet/jobs/{id}", access: anyPrincipal, handle: (*server).getJob},
+	{method: "PATCH", pattern: "/api/fleet/jobs/{id}", access: factoryOnly, handle: (*server).patchJob},
+	{method: "POST", pattern: "/api/fleet/jobs/{id}/actions/{action}", access: operatorOnly, handle: (*server).actOnJob},
+	{method: "POST", pattern: "/api/fleet/jobs/{id}/lease/renew", access: factoryOnly, handle: (*server).renewLease},
+	{method: "POST", pattern: "/api/fleet/jobs/{id}/lease/release", access: factoryOnly, handle: (*server).releaseLease},
+	{method: "GET", pattern: "/api/fleet/jobs/{id}/runs", access: anyPrincipal, handle: (*server).jobRuns},
+	{method: "GET", pattern: "/api/fleet/jobs/{id}/events", access: anyPrincipal, query: []string{"after", "limit"}, handle: (*server).jobEvents},
+	{method: "GET", pattern: "/api/fleet/jobs/{id}/explain", access: anyPrincipal, handle: (*server).explainJob},
+
+	{method: "POST", pattern: "/api/fleet/claim", access: factoryOnly, handle: (*server).claim},
+	{method: "POST", pattern: "/api/fleet/accept", access: factoryOnly, handle: (*server).accept},
+	{method: "POST", pattern: "/api/fleet/fail", access: factoryOnly, handle: (*server).fail},
+
+	{method: "POST", pattern: "/api/fleet/factories/enroll", access: operatorOnly, handle: (*server).enroll},
+	{method: "POST", pattern: "/api/fleet/factories/heartbeat", access: factoryOnly, handle: (*server).heartbeat},
+	{method: "GET", pattern: "/api/fleet/factories", access: operatorOnly, handle: (*server).listFactories},
+	{method: "DELETE", pattern: "/api/fleet/factories/{id}", access: operatorOnly, handle: (*server).deregister},
+	{method: "POST", pattern: "/api/fleet/factories/{id}/token/rotate", access: operatorOrSelf, handle: (*server).rotateToken},
+	{method: "POST", pattern: "/api/fleet/factories/{id}/token/revoke", access: operatorOrSelf, handle: (*server).revokeToken},
+
+	{method: "PUT", pattern: "/api/fleet/products/{productId}", access: operatorOnly, handle: (*server).putProduct},
+	{method: "GET", pattern: "/api/fleet/products/{productId}", access: operatorOnly, handle: (*server).getProduct},
+	{method: "GET", pattern: "/api/fleet/repos", access: operatorOnly, handle: (*server).repos},
+
+	{method: "GET", pattern: "/api/fleet/metrics", access: operatorOnly, handle: (*server).metrics},
+	{method: "GET", pattern: "/api/fleet/queue-state", access: anyPrincipal, handle: (*server).queueState},
+}

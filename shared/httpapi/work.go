@@ -1,0 +1,141 @@
+package httpapi
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// The worker routes. Each acts as the factory whose token it carries; the
+// lease epoch fences it, so a stale or foreign worker gets 409 fenced and
+// changes nothing.
+
+type acceptRequest struct {
+	JobID         string `json:"jobId"`
+	DispatchEpoch *int64 `json:"dispatchEpoch"`
+	ProductID     string `json:"productId"`
+}
+
+type failRequest struct {
+	JobID      string `json:"jobId"`
+	LeaseEpoch *int64 `json:"leaseEpoch"`
+	Reason     string `json:"reason"`
+	Retryable  *bool  `json:"retryable"`
+	ProductID  string `json:"productId"`
+}
+
+type leaseRequest struct {
+	LeaseEpoch *int64 `json:"leaseEpoch"`
+}
+
+type renewResponse struct {
+	LeaseExpiresAt time.Time `json:"leaseExpiresAt"`
+}
+
+// claim is the poll transport. It draws from every product the factory
+// serves; an x-product-id is only checked against the token's scope.
+func (s *server) claim(w http.ResponseWriter, r *http.Request, p *principal) error {
+	if err := s.decodeBody(w, r, &struct{}{}, false); err != nil {
+		return err
+	}
+	c, err := s.coord.Claim(r.Context(), p.id)
+	if err != nil {
+		return err
+	}
+	if c == nil {
+		return noContent(w)
+	}
+	return writeJSON(w, http.StatusOK, c)
+}
+
+func (s *server) accept(w http.ResponseWriter, r *http.Request, p *principal) error {
+	var req acceptRequest
+	if err := s.decodeBody(w, r, &req, true); err != nil {
+		return err
+	}
+	if err := fleet.ValidateName("jobId", req.JobID); err != nil {
+		return err
+	}
+	if req.DispatchEpoch == nil {
+		return required("dispatchEpoch", "the dispatchEpoch of the dispatch message")
+	}
+	product, err := s.jobProduct(r, p, req.JobID, req.ProductID)
+	if err != nil {
+		return err
+	}
+	c, err := s.coord.Accept(r.Context(), p.id, product, req.JobID, *req.DispatchEpoch)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, c)
+}
+
+func (s *server) fail(w http.ResponseWriter, r *http.Request, p *principal) error {
+	var req failRequest
+	if err := s.decodeBody(w, r, &req, true); err != nil {
+		return err
+	}
+	if err := fleet.ValidateName("jobId", req.JobID); err != nil {
+		return err
+	}
+	if req.LeaseEpoch == nil {
+		return required("leaseEpoch", "the leaseEpoch the claim returned")
+	}
+	if req.Retryable == nil {
+		// No default: guessing wrong either retries a hopeless job or
+		// fails one that would have passed.
+		return required("retryable", "true to retry the job, false to fail it for good")
+	}
+	product, err := s.jobProduct(r, p, req.JobID, req.ProductID)
+	if err != nil {
+		return err
+	}
+	j, err := s.coord.Fail(r.Context(), p.id, product, req.JobID,
+		coord.FailRequest{LeaseEpoch: *req.LeaseEpoch, Reason: req.Reason, Retryable: *req.Retryable})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, j)
+}
+
+// leaseTarget reads what renew and release share: the job id and the epoch.
+func (s *server) leaseTarget(w http.ResponseWriter, r *http.Request, p *principal) (product, id string, epoch int64, err error) {
+	if id, err = pathName(r, "id"); err != nil {
+		return "", "", 0, err
+	}
+	var req leaseRequest
+	if err = s.decodeBody(w, r, &req, true); err != nil {
+		return "", "", 0, err
+	}
+	if req.LeaseEpoch == nil {
+		return "", "", 0, required("leaseEpoch", "the leaseEpoch the claim returned")
+	}
+	product, err = s.jobProduct(r, p, id, "")
+	return product, id, *req.LeaseEpoch, err
+}
+
+func (s *server) renewLease(w http.ResponseWriter, r *http.Request, p *principal) error {
+	product, id, epoch, err := s.leaseTarget(w, r, p)
+	if err != nil {
+		return err
+	}
+	until, err := s.coord.Renew(r.Context(), p.id, product, id, epoch)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, renewResponse{LeaseExpiresAt: until})
+}
+
+func (s *server) releaseLease(w http.ResponseWriter, r *http.Request, p *principal) error {
+	product, id, epoch, err := s.leaseTarget(w, r, p)
+	if err != nil {
+		return err
+	}
+	j, err := s.coord.Release(r.Context(), p.id, product, id, epoch)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, j)
+}
