@@ -1,0 +1,139 @@
+# Bad input is refused at plan time with a message naming the field, before
+# Azure sees it.
+
+mock_provider "azurerm" {
+  source = "./tests/mocks"
+}
+
+variables {
+  operator_token = "op-0123456789abcdef0123456789abcdef"
+}
+
+run "pool_name_must_fit_subscription_and_job_names" {
+  command = plan
+  variables {
+    factory_pools = { "Linux_Pool" = { kind = "static" } }
+  }
+  expect_failures = [var.factory_pools]
+}
+
+run "pool_name_without_double_hyphen" {
+  command = plan
+  variables {
+    factory_pools = { "linux--a" = { kind = "static" } }
+  }
+  expect_failures = [var.factory_pools]
+}
+
+run "pool_name_length_keeps_job_name_within_32" {
+  command = plan
+  variables {
+    factory_pools = { "a-very-long-pool-name-x" = { kind = "static" } }
+  }
+  expect_failures = [var.factory_pools]
+}
+
+run "kind_is_static_or_elastic" {
+  command = plan
+  variables {
+    factory_pools = { linux = { kind = "spot" } }
+  }
+  expect_failures = [var.factory_pools]
+}
+
+run "elastic_pool_needs_an_image" {
+  command = plan
+  variables {
+    factory_pools = { linux = { kind = "elastic" } }
+  }
+  expect_failures = [var.factory_pools]
+}
+
+run "lock_duration_at_most_five_minutes" {
+  command = plan
+  variables {
+    factory_pools = { linux = { kind = "static", lock_duration = "PT10M" } }
+  }
+  expect_failures = [var.factory_pools]
+}
+
+run "cpu_is_a_consumption_size" {
+  command = plan
+  variables {
+    factory_pools = { linux = { kind = "elastic", image = "x/y:1", cpu = 3.3 } }
+  }
+  expect_failures = [var.factory_pools]
+}
+
+run "reserved_env_is_not_overridable" {
+  command = plan
+  variables {
+    factory_pools = { linux = { kind = "elastic", image = "x/y:1", env = { FLEET_FACTORY_ID = "other" } } }
+  }
+  expect_failures = [var.factory_pools]
+}
+
+run "operator_token_is_long_enough" {
+  command = plan
+  variables {
+    operator_token = "short"
+  }
+  expect_failures = [var.operator_token]
+}
+
+run "schedules_are_six_field_ncrontab" {
+  command = plan
+  variables {
+    reaper_schedule = "*/15 * * * *"
+  }
+  expect_failures = [var.reaper_schedule]
+}
+
+run "lease_ttl_is_a_go_duration" {
+  command = plan
+  variables {
+    lease_ttl = "5 minutes"
+  }
+  expect_failures = [var.lease_ttl]
+}
+
+run "plan_sku_is_dedicated" {
+  command = plan
+  variables {
+    function_plan_sku = "Y1"
+  }
+  expect_failures = [var.function_plan_sku]
+}
+
+run "name_prefix_is_short" {
+  command = plan
+  variables {
+    name_prefix = "gigafactoryfleet"
+  }
+  expect_failures = [var.name_prefix]
+}
+
+run "token_for_unknown_pool_is_flagged" {
+  command = plan
+  variables {
+    factory_pools  = { linux = { kind = "elastic", image = "x/y:1" } }
+    factory_tokens = { linx = "ft-0123456789abcdef" }
+  }
+  expect_failures = [check.factory_tokens]
+}
+
+run "tag_names_follow_azure_rules" {
+  command = plan
+  variables {
+    tags = { "team/name" = "x" }
+  }
+  expect_failures = [var.tags]
+}
+
+run "database_name_has_no_slash" {
+  command = plan
+  variables {
+    cosmos_database_name = "fleet/prod"
+  }
+  expect_failures = [var.cosmos_database_name]
+}
