@@ -1,0 +1,397 @@
+package sqlite
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/store/storetest"
+)
+
+func openTemp(t testing.TB) (*Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fleet.db")
+	s, err := Open(t.Context(), path)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	return s, path
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) coord.Store {
+		s, _ := openTemp(t)
+		return s
+	})
+}
+
+func jobBody(id string, n int) []byte {
+	return fmt.Appendf(nil, `{"id":%q,"productId":"p1","stage":"queued","n":%d}`, id, n)
+}
+
+// TestRevIsIncreasingInteger: revisions are decimal integers that grow with
+// every write, across documents and containers, and survive a reopen: a
+// deleted document's revision is never issued again.
+func TestRevIsIncreasingInteger(t *testing.T) {
+	ctx := t.Context()
+	s, path := openTemp(t)
+	var last int64
+	check := func(rev string) {
+		t.Helper()
+		v, err := strconv.ParseInt(rev, 10, 64)
+		require.NoError(t, err)
+		require.Equal(t, strconv.FormatInt(v, 10), rev)
+		require.Greater(t, v, last)
+		last = v
+	}
+	r, err := s.Create(ctx, coord.Jobs, "p1", "a", jobBody("a", 0))
+	require.NoError(t, err)
+	check(r)
+	r, err = s.Replace(ctx, coord.Jobs, "p1", "a", jobBody("a", 1), r)
+	require.NoError(t, err)
+	check(r)
+	r, err = s.Upsert(ctx, coord.Runs, "j1", "r1", []byte(`{"id":"r1","jobId":"j1"}`))
+	require.NoError(t, err)
+	check(r)
+	_, err = s.Increment(ctx, coord.Jobs, "p1", "a", "n", 1)
+	require.NoError(t, err)
+	check(mustRev(t, s, coord.Jobs, "p1", "a"))
+
+	// Delete the newest document, reopen: the counter does not go back.
+	require.NoError(t, s.Delete(ctx, coord.Jobs, "p1", "a", ""))
+	require.NoError(t, s.Close())
+	s2, err := Open(ctx, path)
+	require.NoError(t, err)
+	defer s2.Close()
+	r, err = s2.Create(ctx, coord.Jobs, "p1", "a", jobBody("a", 9))
+	require.NoError(t, err)
+	check(r)
+}
+
+func mustRev(t *testing.T, s *Store, c, pk, id string) string {
+	t.Helper()
+	it, err := s.Read(t.Context(), c, pk, id)
+	require.NoError(t, err)
+	return it.Rev
+}
+
+// TestBodyBytesKept: SQLite stores the body as given, so reads return it
+// byte for byte (whitespace and key order included).
+func TestBodyBytesKept(t *testing.T) {
+	s, _ := openTemp(t)
+	body := []byte("{ \"z\": 1,\n  \"id\": \"a\", \"productId\": \"p1\", \"a\": [1.50, 2e3] }")
+	rev, err := s.Create(t.Context(), coord.Jobs, "p1", "a", body)
+	require.NoError(t, err)
+	it, err := s.Read(t.Context(), coord.Jobs, "p1", "a")
+	require.NoError(t, err)
+	require.Equal(t, string(body), string(it.Body))
+	_, err = s.Replace(t.Context(), coord.Jobs, "p1", "a", jobBody("a", 1), "1"+rev)
+	require.ErrorIs(t, err, coord.ErrPrecondition)
+	it, err = s.Read(t.Context(), coord.Jobs, "p1", "a")
+	require.NoError(t, err)
+	require.Equal(t, string(body), string(it.Body))
+}
+
+// TestStageQueriesUseIndexes: the planner serves stage filters on jobs from
+// the expression indexes. It fails if the query text stops matching the
+// indexed expression exactly.
+func TestStageQueriesUseIndexes(t *testing.T) {
+	s, _ := openTemp(t)
+	for _, tc := range []struct {
+		q     coord.Query
+		index string
+	}{
+		{coord.Query{Where: []coord.Cond{coord.Eq("stage", "queued")}}, "fleet_jobs_stage"},
+		{coord.Query{Where: []coord.Cond{coord.In("stage", "queued", "leased")}}, "fleet_jobs_stage"},
+		{coord.Query{PartitionKey: "p1", Where: []coord.Cond{coord.Eq("stage", "queued")}}, "fleet_jobs_pk_stage"},
+	} {
+		text, args, _, err := buildQuery(s.tables[coord.Jobs], tc.q)
+		require.NoError(t, err)
+		rows, err := s.r.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+text, args...)
+		require.NoError(t, err)
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+			plan = append(plan, detail)
+		}
+		require.NoError(t, rows.Err())
+		require.NoError(t, rows.Close())
+		require.Contains(t, strings.Join(plan, "\n"), "INDEX "+tc.index, "query %q", text)
+	}
+}
+
+// TestWALStaysBounded: writes keep the WAL file near the automatic
+// checkpoint size (1000 pages). SQLite checkpoints only after a statement
+// steps to its end, so a RETURNING write that is merely reset would let the
+// WAL grow without bound (and every read slow down with it).
+func TestWALStaysBounded(t *testing.T) {
+	ctx := t.Context()
+	s, path := openTemp(t)
+	rev, err := s.Create(ctx, coord.Jobs, "p1", "a", jobBody("a", 0))
+	require.NoError(t, err)
+	for i := range 3000 { // about 9000 WAL frames unchecked
+		rev, err = s.Replace(ctx, coord.Jobs, "p1", "a", jobBody("a", i), rev)
+		require.NoError(t, err)
+		_, err = s.Increment(ctx, coord.Jobs, "p1", "a", "n", 1)
+		require.NoError(t, err)
+		rev = mustRev(t, s, coord.Jobs, "p1", "a")
+	}
+	fi, err := os.Stat(path + "-wal")
+	require.NoError(t, err)
+	require.Less(t, fi.Size(), int64(8<<20), "WAL is not being checkpointed")
+}
+
+func TestOpenRejects(t *testing.T) {
+	ctx := t.Context()
+	for _, p := range []string{"", ":memory:", "file:x.db?mode=memory"} {
+		_, err := Open(ctx, p)
+		require.Error(t, err, "path %q", p)
+	}
+	_, err := Open(ctx, filepath.Join(t.TempDir(), "missing-dir", "x.db"))
+	require.Error(t, err)
+
+	// A file written by a newer schema is refused, not misread.
+	s, path := openTemp(t)
+	_, err = s.w.ExecContext(ctx, "PRAGMA user_version = 99")
+	require.NoError(t, err)
+	_, err = Open(ctx, path)
+	require.ErrorContains(t, err, "newer")
+}
+
+func TestClosed(t *testing.T) {
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "x.db"))
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close(), "Close is idempotent")
+	_, err = s.Read(t.Context(), coord.Jobs, "p1", "a")
+	require.ErrorIs(t, err, coord.ErrUnavailable)
+	_, err = s.Query(t.Context(), coord.Jobs, coord.Query{})
+	require.ErrorIs(t, err, coord.ErrUnavailable)
+}
+
+func TestContinuationKinds(t *testing.T) {
+	s, _ := openTemp(t)
+	ctx := t.Context()
+	for i := range 3 {
+		id := fmt.Sprintf("j%d", i)
+		_, err := s.Create(ctx, coord.Jobs, "p1", id, jobBody(id, i))
+		require.NoError(t, err)
+	}
+	single, err := s.Query(ctx, coord.Jobs, coord.Query{PartitionKey: "p1", Limit: 1})
+	require.NoError(t, err)
+	cross, err := s.Query(ctx, coord.Jobs, coord.Query{Limit: 1})
+	require.NoError(t, err)
+	require.NotEmpty(t, single.Continuation)
+	require.NotEmpty(t, cross.Continuation)
+	_, err = s.Query(ctx, coord.Jobs, coord.Query{Limit: 1, Continuation: single.Continuation})
+	require.Error(t, err, "a single-partition continuation used cross-partition")
+	_, err = s.Query(ctx, coord.Jobs, coord.Query{PartitionKey: "p1", Limit: 1, Continuation: cross.Continuation})
+	require.Error(t, err, "a cross-partition continuation used in one partition")
+	_, err = s.ReadChanges(ctx, coord.Jobs, "garbage", 10)
+	require.Error(t, err)
+}
+
+// TestTwoHandles: two Stores on one file, as two processes would have, see
+// each other's writes, changes and CAS outcomes.
+func TestTwoHandles(t *testing.T) {
+	ctx := t.Context()
+	a, path := openTemp(t)
+	b, err := Open(ctx, path)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, b.Close()) })
+
+	rev, err := a.Create(ctx, coord.Jobs, "p1", "j", jobBody("j", 0))
+	require.NoError(t, err)
+	it, err := b.Read(ctx, coord.Jobs, "p1", "j")
+	require.NoError(t, err)
+	require.Equal(t, rev, it.Rev)
+	_, err = b.Create(ctx, coord.Jobs, "p1", "j", jobBody("j", 0))
+	require.ErrorIs(t, err, coord.ErrExists)
+
+	revB, err := b.Replace(ctx, coord.Jobs, "p1", "j", jobBody("j", 1), rev)
+	require.NoError(t, err)
+	_, err = a.Replace(ctx, coord.Jobs, "p1", "j", jobBody("j", 2), rev)
+	require.ErrorIs(t, err, coord.ErrPrecondition, "a's stale revision must lose to b's write")
+	page, err := a.ReadChanges(ctx, coord.Jobs, "", 10)
+	require.NoError(t, err)
+	require.Len(t, page.Items, 1)
+	require.Equal(t, revB, page.Items[0].Rev)
+
+	// Concurrent CAS increments through both handles: none lost.
+	const workers, each = 8, 25
+	var wg sync.WaitGroup
+	errc := make(chan error, 2*workers)
+	for w := range 2 * workers {
+		s := a
+		if w%2 == 1 {
+			s = b
+		}
+		wg.Go(func() { errc <- casIncrement(context.Background(), s, "j", each, nil) })
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		require.NoError(t, err)
+	}
+	it, err = a.Read(ctx, coord.Jobs, "p1", "j")
+	require.NoError(t, err)
+	require.Equal(t, float64(1+2*workers*each), decodeN(t, it.Body))
+}
+
+// casIncrement adds 1 to doc's n times times with read → Replace(ifRev),
+// retrying lost races; each win is reported to onWin as "old new".
+func casIncrement(ctx context.Context, s *Store, id string, times int, onWin func(old, new string)) error {
+	for range times {
+		for {
+			it, err := s.Read(ctx, coord.Jobs, "p1", id)
+			if err != nil {
+				return err
+			}
+			var b struct{ N int }
+			if err := json.Unmarshal(it.Body, &b); err != nil {
+				return err
+			}
+			rev, err := s.Replace(ctx, coord.Jobs, "p1", id, jobBody(id, b.N+1), it.Rev)
+			if errors.Is(err, coord.ErrPrecondition) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if onWin != nil {
+				onWin(it.Rev, rev)
+			}
+			break
+		}
+	}
+	return nil
+}
+
+func decodeN(t *testing.T, body []byte) float64 {
+	t.Helper()
+	var b struct{ N float64 }
+	require.NoError(t, json.Unmarshal(body, &b))
+	return b.N
+}
+
+// Environment of a child process started by TestProcessesCAS.
+const (
+	childDBEnv    = "FLEET_SQLITE_CHILD_DB"
+	childTimesEnv = "FLEET_SQLITE_CHILD_TIMES"
+	// childGoroutines is how many goroutines race inside each child.
+	childGoroutines = 4
+)
+
+// TestProcessesCAS runs the CAS race across real processes: this test
+// binary re-executed several times, each process with several goroutines,
+// all on one file. No update is lost and no revision has two winners.
+func TestProcessesCAS(t *testing.T) {
+	if os.Getenv(childDBEnv) != "" {
+		t.Skip("running as a child")
+	}
+	const procs = 4
+	times := 25
+	if testing.Short() {
+		times = 8
+	}
+	ctx := t.Context()
+	s, path := openTemp(t)
+	first, err := s.Create(ctx, coord.Jobs, "p1", "shared", jobBody("shared", 0))
+	require.NoError(t, err)
+
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	var cmds []*exec.Cmd
+	var outs []*strings.Builder
+	for range procs {
+		cmd := exec.CommandContext(ctx, exe, "-test.run=^TestProcessChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), childDBEnv+"="+path, fmt.Sprintf("%s=%d", childTimesEnv, times))
+		out := &strings.Builder{}
+		cmd.Stdout = out
+		cmd.Stderr = out
+		require.NoError(t, cmd.Start())
+		cmds = append(cmds, cmd)
+		outs = append(outs, out)
+	}
+	// This process races too.
+	var mu sync.Mutex
+	var local []string
+	require.NoError(t, casIncrement(ctx, s, "shared", times, func(o, n string) {
+		mu.Lock()
+		local = append(local, o+" "+n)
+		mu.Unlock()
+	}))
+	wins := local
+	for i, cmd := range cmds {
+		require.NoError(t, cmd.Wait(), "child %d:\n%s", i, outs[i])
+		sc := bufio.NewScanner(strings.NewReader(outs[i].String()))
+		for sc.Scan() {
+			if w, ok := strings.CutPrefix(sc.Text(), "WIN "); ok {
+				wins = append(wins, w)
+			}
+		}
+	}
+
+	total := procs*childGoroutines*times + times
+	it, err := s.Read(ctx, coord.Jobs, "p1", "shared")
+	require.NoError(t, err)
+	require.Equal(t, float64(total), decodeN(t, it.Body), "lost updates across processes")
+	require.Len(t, wins, total)
+	next := map[string]string{}
+	for _, w := range wins {
+		old, rev, _ := strings.Cut(w, " ")
+		_, dup := next[old]
+		require.False(t, dup, "revision %s has two winners", old)
+		next[old] = rev
+	}
+	rev := first
+	for range total {
+		rev = next[rev]
+	}
+	require.Equal(t, it.Rev, rev, "winners do not form one chain")
+}
+
+// TestProcessChild is the body of a child process of TestProcessesCAS.
+func TestProcessChild(t *testing.T) {
+	path := os.Getenv(childDBEnv)
+	if path == "" {
+		t.Skip("only runs as a child of TestProcessesCAS")
+	}
+	times, err := strconv.Atoi(os.Getenv(childTimesEnv))
+	require.NoError(t, err)
+	s, err := Open(t.Context(), path)
+	require.NoError(t, err)
+	defer s.Close()
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	errc := make(chan error, childGoroutines)
+	for range childGoroutines {
+		wg.Go(func() {
+			errc <- casIncrement(context.Background(), s, "shared", times, func(o, n string) {
+				mu.Lock()
+				fmt.Printf("WIN %s %s\n", o, n)
+				mu.Unlock()
+			})
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		require.NoError(t, err)
+	}
+}

@@ -1,0 +1,271 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+)
+
+// model is what the test wrote: the oracle queries are checked against.
+type model struct {
+	docs map[string]modelDoc // by key(pk, id)
+}
+
+type modelDoc struct {
+	pk, id, rev string
+	body        []byte
+	fields      map[string]any // decoded body: the oracle evaluates conditions on it
+}
+
+func newModel() *model { return &model{docs: map[string]modelDoc{}} }
+
+func (m *model) create(t testing.TB, s coord.Store, container, pk, id string, body []byte) {
+	t.Helper()
+	rev := mustCreate(t, s, container, pk, id, body)
+	m.docs[key(pk, id)] = modelDoc{pk: pk, id: id, rev: rev, body: body, fields: decode(t, body)}
+}
+
+// match lists the keys of documents satisfying where (and pk, when set).
+func (m *model) match(pk string, where []coord.Cond) []string {
+	var out []string
+	for k, d := range m.docs {
+		if pk != "" && d.pk != pk {
+			continue
+		}
+		ok := true
+		for _, c := range where {
+			if !condHolds(d.fields, c) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// condHolds is an independent evaluation of a condition: type-exact, as
+// Cosmos DB compares ("1" is not 1, true is not 1, 1 is 1.0).
+func condHolds(f map[string]any, c coord.Cond) bool {
+	v, ok := f[c.Field]
+	if !ok {
+		return false
+	}
+	for _, want := range c.Values {
+		if jsonEqual(v, want) {
+			return true
+		}
+	}
+	return false
+}
+
+func jsonEqual(stored, want any) bool {
+	switch s := stored.(type) {
+	case string:
+		w, ok := want.(string)
+		return ok && w == s
+	case bool:
+		w, ok := want.(bool)
+		return ok && w == s
+	case float64:
+		switch w := want.(type) {
+		case int:
+			return float64(w) == s
+		case int64:
+			return float64(w) == s
+		case float64:
+			return w == s
+		}
+	}
+	return false // null, objects and arrays never equal a scalar
+}
+
+// queryAll pages through q and checks each page and item against the model.
+// It returns the keys in the order received.
+func queryAll(t *testing.T, s coord.Store, m *model, container string, q coord.Query) []string {
+	t.Helper()
+	var got []string
+	for pages := 0; ; pages++ {
+		require.LessOrEqual(t, pages, len(m.docs)+1, "pagination does not end")
+		page, err := s.Query(t.Context(), container, q)
+		require.NoError(t, err, "query %+v", q)
+		if q.Limit > 0 {
+			require.LessOrEqual(t, len(page.Items), q.Limit, "page larger than its limit")
+		}
+		for _, it := range page.Items {
+			if q.PartitionKey != "" {
+				require.Equal(t, q.PartitionKey, it.PartitionKey)
+			}
+			d, ok := m.docs[key(it.PartitionKey, it.ID)]
+			require.True(t, ok, "query returned unknown document %s/%s", it.PartitionKey, it.ID)
+			require.Equal(t, d.rev, it.Rev, "query returned a wrong revision for %s/%s", it.PartitionKey, it.ID)
+			require.JSONEq(t, string(d.body), string(it.Body))
+			got = append(got, key(it.PartitionKey, it.ID))
+		}
+		if page.Continuation == "" {
+			return got
+		}
+		q.Continuation = page.Continuation
+	}
+}
+
+var stages = []string{"queued", "running", "done"}
+
+// queryFixture writes the documents the query tests search: n regular ones
+// in partition pk (created in shuffled order, so id order is not creation
+// order) and documents whose field v holds values of every JSON type.
+func queryFixture(t *testing.T, s coord.Store, m *model, container, pk string, n int, seed uint64) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	for _, i := range rng.Perm(n) {
+		id := fmt.Sprintf("d%03d", i)
+		m.create(t, s, container, pk, id, doc(t, container, pk, id, fields{
+			"stage":  stages[i%3],
+			"prio":   i % 4,
+			"urgent": i%2 == 0,
+			"score":  float64(i) + 0.5,
+		}))
+	}
+	for id, raw := range map[string]string{
+		"t-str":   `"1"`,
+		"t-num":   `1`,
+		"t-real":  `1.0`,
+		"t-big":   `100000000000`,
+		"t-bool":  `true`,
+		"t-false": `false`,
+		"t-null":  `null`,
+		"t-arr":   `["1"]`,
+		"t-obj":   `{"a":1}`,
+	} {
+		pkf := pkField(t, container)
+		body := []byte(fmt.Sprintf(`{"id":%q,%q:%q,"v":%s}`, id, pkf, pk, raw))
+		m.create(t, s, container, pk, id, body)
+	}
+}
+
+// queryCases are conditions and the values they are tried with.
+var queryCases = []struct {
+	name  string
+	where []coord.Cond
+}{
+	{"all", nil},
+	{"eq string", []coord.Cond{coord.Eq("stage", "queued")}},
+	{"in strings", []coord.Cond{coord.In("stage", "queued", "done")}},
+	{"eq int", []coord.Cond{coord.Eq("prio", 2)}},
+	{"in ints", []coord.Cond{coord.In("prio", 0, 3)}},
+	{"eq float", []coord.Cond{coord.Eq("score", 4.5)}},
+	{"eq true", []coord.Cond{coord.Eq("urgent", true)}},
+	{"eq false", []coord.Cond{coord.Eq("urgent", false)}},
+	{"and", []coord.Cond{coord.Eq("stage", "queued"), coord.Eq("urgent", true)}},
+	{"in and eq", []coord.Cond{coord.In("stage", "running", "done"), coord.Eq("prio", 1)}},
+	{"no match", []coord.Cond{coord.Eq("stage", "nope")}},
+	{"empty in", []coord.Cond{coord.In[string]("stage")}},
+	{"missing field", []coord.Cond{coord.Eq("absent", "x")}},
+	{"id field", []coord.Cond{coord.Eq("id", "d005")}},
+	{"typed string", []coord.Cond{coord.Eq("v", "1")}},
+	{"typed number", []coord.Cond{coord.Eq("v", 1)}},
+	{"typed big number", []coord.Cond{coord.Eq("v", int64(100000000000))}},
+	{"typed bool", []coord.Cond{coord.Eq("v", true)}},
+	{"typed false", []coord.Cond{coord.Eq("v", false)}},
+	{"typed object text", []coord.Cond{coord.Eq("v", `{"a":1}`)}},
+	{"typed mixed in", []coord.Cond{coord.In[any]("v", "1", true)}},
+}
+
+func testQuerySinglePartition(t *testing.T, s coord.Store) {
+	m := newModel()
+	queryFixture(t, s, m, coord.Jobs, "p1", 23, 1)
+	// Same ids and fields in other partitions: none may leak in.
+	other := newModel()
+	queryFixture(t, s, other, coord.Jobs, "p0", 23, 2)
+	queryFixture(t, s, other, coord.Jobs, "p2", 23, 3)
+
+	for _, tc := range queryCases {
+		want := m.match("p1", tc.where)
+		for _, limit := range []int{0, 1, 4, 7, 100} {
+			t.Run(fmt.Sprintf("%s/limit=%d", tc.name, limit), func(t *testing.T) {
+				got := queryAll(t, s, m, coord.Jobs, coord.Query{PartitionKey: "p1", Where: tc.where, Limit: limit})
+				// want is sorted by key, and within one partition that is id
+				// order: equality checks order, loss and duplicates at once.
+				require.Equal(t, want, got)
+			})
+		}
+	}
+	// The oracle is not vacuous.
+	require.Len(t, m.match("p1", []coord.Cond{coord.Eq("v", 1)}), 2)
+	require.Len(t, m.match("p1", []coord.Cond{coord.Eq("stage", "queued")}), 8)
+}
+
+func testQueryCrossPartition(t *testing.T, s coord.Store) {
+	m := newModel()
+	for i := range 5 {
+		queryFixture(t, s, m, coord.Jobs, fmt.Sprintf("p%d", i), 9, uint64(i))
+	}
+	// Matching documents in another container must not appear.
+	queryFixture(t, s, newModel(), coord.Runs, "p0", 9, 9)
+
+	for _, tc := range queryCases {
+		want := m.match("", tc.where)
+		for _, limit := range []int{0, 1, 3, 100} {
+			t.Run(fmt.Sprintf("%s/limit=%d", tc.name, limit), func(t *testing.T) {
+				got := queryAll(t, s, m, coord.Jobs, coord.Query{Where: tc.where, Limit: limit})
+				seen := map[string]bool{}
+				for _, k := range got {
+					require.False(t, seen[k], "document %q returned twice", k)
+					seen[k] = true
+				}
+				require.ElementsMatch(t, want, got)
+			})
+		}
+	}
+	require.Len(t, m.match("", []coord.Cond{coord.Eq("stage", "queued")}), 15)
+}
+
+func testQueryRejectsBadInput(t *testing.T, s coord.Store) {
+	mustCreate(t, s, coord.Jobs, "p1", "j1", doc(t, coord.Jobs, "p1", "j1", fields{"stage": "queued"}))
+	bad := map[string]coord.Query{
+		"empty field":      {Where: []coord.Cond{coord.Eq("", "x")}},
+		"dotted field":     {Where: []coord.Cond{coord.Eq("a.b", "x")}},
+		"quoted field":     {Where: []coord.Cond{coord.Eq("stage') OR 1=1 --", "x")}},
+		"bracket field":    {Where: []coord.Cond{coord.Eq("a[0]", "x")}},
+		"space field":      {Where: []coord.Cond{coord.Eq("a b", "x")}},
+		"digit first":      {Where: []coord.Cond{coord.Eq("1a", "x")}},
+		"eq two values":    {Where: []coord.Cond{{Field: "stage", Op: coord.OpEq, Values: []any{"a", "b"}}}},
+		"eq no value":      {Where: []coord.Cond{{Field: "stage", Op: coord.OpEq}}},
+		"unknown operator": {Where: []coord.Cond{{Field: "stage", Op: "LIKE", Values: []any{"q%"}}}},
+		"nil value":        {Where: []coord.Cond{coord.Eq("stage", nil)}},
+		"slice value":      {Where: []coord.Cond{coord.Eq("stage", []string{"queued"})}},
+		"map value":        {Where: []coord.Cond{coord.Eq("stage", map[string]any{})}},
+		"struct value":     {Where: []coord.Cond{coord.Eq("stage", struct{}{})}},
+		"NaN":              {Where: []coord.Cond{coord.Eq("prio", math.NaN())}},
+		"infinity in IN":   {Where: []coord.Cond{coord.In("prio", 1.0, math.Inf(1))}},
+		"raw JSON value":   {Where: []coord.Cond{coord.Eq("stage", json.RawMessage(`"queued"`))}},
+		"negative limit":   {Limit: -1},
+	}
+	for name, q := range bad {
+		for _, pk := range []string{"p1", ""} {
+			q.PartitionKey = pk
+			_, err := s.Query(t.Context(), coord.Jobs, q)
+			requireStoreError(t, err, "query with %s (pk %q)", name, pk)
+		}
+	}
+	// Values are bound, never spliced: a value that looks like SQL matches
+	// nothing and breaks nothing.
+	for _, v := range []string{`queued' OR '1'='1`, `queued") OR 1=1 --`, `'; DROP TABLE fleet_jobs; --`} {
+		for _, pk := range []string{"p1", ""} {
+			page, err := s.Query(t.Context(), coord.Jobs, coord.Query{PartitionKey: pk, Where: []coord.Cond{coord.Eq("stage", v)}})
+			require.NoError(t, err)
+			require.Empty(t, page.Items)
+		}
+	}
+	mustRead(t, s, coord.Jobs, "p1", "j1")
+}
