@@ -3,12 +3,39 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build test vet run bench
+.PHONY: all build test vet run bench package handler func-app azurite
 
 all: build
 
-build:
-	$(GO) build -o $(BIN)/ ./...
+# The custom-handler binary the Functions host (or the local emulator) runs.
+handler:
+	$(GO) build -o $(BIN)/handler ./functions
+
+build: handler
+	$(GO) build -o $(BIN)/fleet-local ./local
+	$(GO) build -o $(BIN)/ ./infra/...
+
+# The local stack: SQLite + the Functions host emulator running bin/handler.
+run: build
+	$(BIN)/fleet-local
+
+# The deployment zip: linux/amd64 handler, host.json, one folder per function.
+package:
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -o dist/handler ./functions
+	$(GO) run ./infra/pack -root . -handler dist/handler -o dist/fleet-functions.zip
+
+# The app laid out for Azure Functions Core Tools: cd dist/app && func start.
+func-app:
+	$(GO) build -o dist/app-handler ./functions
+	$(GO) run ./infra/pack -root . -handler dist/app-handler -dir dist/app
+	test -f dist/app/local.settings.json || cp local/local.settings.json.example dist/app/local.settings.json
+
+# Azurite, the storage emulator `func start` needs for timers and the
+# change-feed leases' host locks; installed from npm into a cache folder.
+AZURITE_DIR ?= $(HOME)/.cache/fleet-azurite
+azurite:
+	test -x $(AZURITE_DIR)/node_modules/.bin/azurite || npm install --silent --no-audit --no-fund --prefix $(AZURITE_DIR) azurite
+	$(AZURITE_DIR)/node_modules/.bin/azurite --silent --disableTelemetry --skipApiVersionCheck --blobHost 127.0.0.1 --queueHost 127.0.0.1 --tableHost 127.0.0.1 --location $(AZURITE_DIR)/data
 
 vet:
 	$(GO) vet ./...

@@ -18,12 +18,56 @@ func main() {
 	root := flag.String("root", ".", "repository root (holds host.json and functions/)")
 	handler := flag.String("handler", "dist/handler", "the linux/amd64 handler binary")
 	out := flag.String("o", "dist/fleet-functions.zip", "zip to write")
+	dir := flag.String("dir", "", "write the same layout into this directory instead of a zip (for `func start`)")
 	flag.Parse()
-	if err := pack(*root, *handler, *out); err != nil {
+	var err error
+	if *dir != "" {
+		err = stage(*root, *handler, *dir)
+		*out = *dir
+	} else {
+		err = pack(*root, *handler, *out)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "pack:", err)
 		os.Exit(1)
 	}
 	fmt.Println("pack: wrote", *out)
+}
+
+// stage copies the app layout into dir, where Azure Functions Core Tools
+// can run it with `func start`.
+func stage(root, handler, dir string) error {
+	es, err := Entries(root, handler)
+	if err != nil {
+		return err
+	}
+	for _, e := range es {
+		dst := filepath.Join(dir, filepath.FromSlash(e.dst))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := copyFile(e.src, dst, e.mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // entry is one file of the zip: where it comes from, where it goes, its mode.

@@ -21,30 +21,31 @@ type Setting struct {
 
 // Setting names.
 const (
-	Listen            = "FLEET_LISTEN"
-	DataDir           = "FLEET_DATA_DIR"
-	OperatorToken     = "FLEET_OPERATOR_TOKEN"
-	LeaseTTL          = "FLEET_LEASE_TTL"
-	ReaperSchedule    = "FLEET_REAPER_SCHEDULE"
-	PruneSchedule     = "FLEET_PRUNE_SCHEDULE"
-	RedispatchSched   = "FLEET_REDISPATCH_SCHEDULE"
-	GCSchedule        = "FLEET_GC_SCHEDULE"
-	RedispatchAfter   = "FLEET_REDISPATCH_AFTER"
-	StaleAfter        = "FLEET_STALE_AFTER"
-	DownAfter         = "FLEET_DOWN_AFTER"
-	FeedPollDelayMs   = "FLEET_FEED_POLL_DELAY_MS"
-	FeedMaxItems      = "FLEET_FEED_MAX_ITEMS"
-	Store             = "FLEET_STORE"
-	CosmosDatabase    = "FLEET_COSMOS_DATABASE"
-	CosmosEndpoint    = "CosmosDB__accountEndpoint"
-	CosmosClientID    = "CosmosDB__clientId"
-	CosmosEmulatorKey = "FLEET_COSMOS_EMULATOR_KEY"
-	Bus               = "FLEET_BUS"
-	NATSURL           = "FLEET_NATS_URL"
-	ServiceBusNS      = "ServiceBus__fullyQualifiedNamespace"
-	ServiceBusClient  = "ServiceBus__clientId"
-	ServiceBusTopic   = "FLEET_SERVICEBUS_TOPIC"
-	LogLevel          = "FLEET_LOG_LEVEL"
+	Listen           = "FLEET_LISTEN"
+	DataDir          = "FLEET_DATA_DIR"
+	OperatorToken    = "FLEET_OPERATOR_TOKEN"
+	LeaseTTL         = "FLEET_LEASE_TTL"
+	ReaperSchedule   = "FLEET_REAPER_SCHEDULE"
+	PruneSchedule    = "FLEET_PRUNE_SCHEDULE"
+	RedispatchSched  = "FLEET_REDISPATCH_SCHEDULE"
+	GCSchedule       = "FLEET_GC_SCHEDULE"
+	RedispatchAfter  = "FLEET_REDISPATCH_AFTER"
+	StaleAfter       = "FLEET_STALE_AFTER"
+	DownAfter        = "FLEET_DOWN_AFTER"
+	FeedPollDelayMs  = "FLEET_FEED_POLL_DELAY_MS"
+	FeedMaxItems     = "FLEET_FEED_MAX_ITEMS"
+	Store            = "FLEET_STORE"
+	CosmosDatabase   = "FLEET_COSMOS_DATABASE"
+	CosmosEndpoint   = "CosmosDB__accountEndpoint"
+	CosmosClientID   = "CosmosDB__clientId"
+	CosmosEmulator   = "FLEET_COSMOS_EMULATOR"
+	CosmosKey        = "FLEET_COSMOS_KEY"
+	Bus              = "FLEET_BUS"
+	NATSURL          = "FLEET_NATS_URL"
+	ServiceBusNS     = "ServiceBus__fullyQualifiedNamespace"
+	ServiceBusClient = "ServiceBus__clientId"
+	ServiceBusTopic  = "FLEET_SERVICEBUS_TOPIC"
+	LogLevel         = "FLEET_LOG_LEVEL"
 )
 
 // Settings lists every setting with its default; the README's
@@ -67,7 +68,8 @@ var Settings = []Setting{
 	{CosmosDatabase, "fleet", "Cosmos DB database name."},
 	{CosmosEndpoint, "", "Cosmos DB account endpoint; setting it selects the cosmos store."},
 	{CosmosClientID, "", "Client id of the user-assigned managed identity for Cosmos DB (unset: DefaultAzureCredential)."},
-	{CosmosEmulatorKey, "", "Account key of the Cosmos DB emulator; only for the emulator (enables its self-signed TLS)."},
+	{CosmosEmulator, "", "`1` to use the Cosmos DB emulator: its well-known key and self-signed TLS (endpoint defaults to https://localhost:8081/). Never for a real account."},
+	{CosmosKey, "", "Cosmos DB account key, for the emulator or a test account only (production uses managed identity; key auth is off)."},
 	{Bus, "nats", "Dispatch transport: `nats`, `servicebus` or `none` (poll only)."},
 	{NATSURL, "", "NATS server URL; unset locally: the stack embeds one and passes its URL on."},
 	{ServiceBusNS, "", "Service Bus namespace host; setting it selects the servicebus transport."},

@@ -1,0 +1,311 @@
+// Package hostemu plays the Azure Functions host on one machine. It reads the
+// same host.json and functions/*/function.json the cloud host reads, starts
+// the custom-handler binary, and invokes it exactly as the host does: HTTP
+// requests forwarded or wrapped in envelopes, timers on their NCRONTAB
+// schedules, and the Cosmos DB trigger fed from the store's change feed with
+// a persisted checkpoint and the host's checkpoint-past-failure semantics.
+package hostemu
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// HostConfig is the part of host.json the emulator honours.
+type HostConfig struct {
+	Version       string `json:"version"`
+	CustomHandler struct {
+		Description struct {
+			DefaultExecutablePath string   `json:"defaultExecutablePath"`
+			Arguments             []string `json:"arguments"`
+			WorkingDirectory      string   `json:"workingDirectory"`
+		} `json:"description"`
+		EnableForwardingHTTPRequest bool `json:"enableForwardingHttpRequest"`
+	} `json:"customHandler"`
+	Extensions struct {
+		HTTP struct {
+			RoutePrefix *string `json:"routePrefix"`
+		} `json:"http"`
+	} `json:"extensions"`
+	ExtensionBundle struct {
+		ID      string `json:"id"`
+		Version string `json:"version"`
+	} `json:"extensionBundle"`
+}
+
+// RoutePrefix is extensions.http.routePrefix, "api" when absent (as the host).
+func (h *HostConfig) RoutePrefix() string {
+	if h.Extensions.HTTP.RoutePrefix == nil {
+		return "api"
+	}
+	return strings.Trim(*h.Extensions.HTTP.RoutePrefix, "/")
+}
+
+// Binding is one entry of function.json's bindings, with its properties
+// kept raw so every trigger type decodes what it needs.
+type Binding struct {
+	Type      string
+	Direction string
+	Name      string
+	Props     map[string]json.RawMessage
+}
+
+// Retry is function.json's retry policy.
+type Retry struct {
+	Strategy        string `json:"strategy"` // fixedDelay | exponentialBackoff
+	MaxRetryCount   int    `json:"maxRetryCount"`
+	DelayInterval   string `json:"delayInterval"`
+	MinimumInterval string `json:"minimumInterval"`
+	MaximumInterval string `json:"maximumInterval"`
+}
+
+// Function is one function folder.
+type Function struct {
+	Name     string
+	Bindings []Binding
+	Retry    *Retry
+}
+
+// Trigger returns the function's trigger binding.
+func (f *Function) Trigger() (Binding, bool) {
+	for _, b := range f.Bindings {
+		if strings.HasSuffix(strings.ToLower(b.Type), "trigger") {
+			return b, true
+		}
+	}
+	return Binding{}, false
+}
+
+// HTTPOnly reports whether every binding is http: only such functions get
+// forwarded requests.
+func (f *Function) HTTPOnly() bool {
+	for _, b := range f.Bindings {
+		if t := strings.ToLower(b.Type); t != "httptrigger" && t != "http" {
+			return false
+		}
+	}
+	return true
+}
+
+// App is a loaded function app.
+type App struct {
+	Root      string
+	Host      HostConfig
+	Functions []*Function
+}
+
+// LoadApp reads host.json and functions/*/function.json under root. The
+// cloud host finds function folders at the app root; this repository keeps
+// them under functions/, and `make package` lifts them to the zip's root.
+func LoadApp(root string) (*App, error) {
+	a := &App{Root: root}
+	b, err := os.ReadFile(filepath.Join(root, "host.json"))
+	if err != nil {
+		return nil, fmt.Errorf("read host.json: %w", err)
+	}
+	if err := json.Unmarshal(b, &a.Host); err != nil {
+		return nil, fmt.Errorf("host.json: %w", err)
+	}
+	if a.Host.CustomHandler.Description.DefaultExecutablePath == "" {
+		return nil, errors.New("host.json: customHandler.description.defaultExecutablePath is required")
+	}
+	dirs, err := filepath.Glob(filepath.Join(root, "functions", "*", "function.json"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(dirs)
+	for _, path := range dirs {
+		f, err := loadFunction(path)
+		if err != nil {
+			return nil, err
+		}
+		a.Functions = append(a.Functions, f)
+	}
+	if len(a.Functions) == 0 {
+		return nil, fmt.Errorf("no functions/*/function.json under %s", root)
+	}
+	return a, nil
+}
+
+func loadFunction(path string) (*Function, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var raw struct {
+		Bindings []map[string]json.RawMessage `json:"bindings"`
+		Retry    *Retry                       `json:"retry"`
+		Disabled bool                         `json:"disabled"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	f := &Function{Name: filepath.Base(filepath.Dir(path)), Retry: raw.Retry}
+	for i, props := range raw.Bindings {
+		var bd Binding
+		for key, dst := range map[string]*string{"type": &bd.Type, "direction": &bd.Direction, "name": &bd.Name} {
+			if v, ok := props[key]; ok {
+				if err := json.Unmarshal(v, dst); err != nil {
+					return nil, fmt.Errorf("%s: bindings[%d].%s: %w", path, i, key, err)
+				}
+			}
+		}
+		if bd.Type == "" || bd.Name == "" {
+			return nil, fmt.Errorf("%s: bindings[%d] needs a type and a name", path, i)
+		}
+		bd.Props = props
+		f.Bindings = append(f.Bindings, bd)
+	}
+	if _, ok := f.Trigger(); !ok {
+		return nil, fmt.Errorf("%s: no trigger binding", path)
+	}
+	return f, nil
+}
+
+// Settings resolves %NAME% app-setting references.
+type Settings func(name string) string
+
+var settingRef = regexp.MustCompile(`%([A-Za-z0-9_:.\-]+)%`)
+
+// Resolve replaces every %NAME% in s; a reference to an unset setting is an
+// error naming it, as the host refuses to index such a function.
+func (get Settings) Resolve(s string) (string, error) {
+	var missing []string
+	out := settingRef.ReplaceAllStringFunc(s, func(m string) string {
+		name := m[1 : len(m)-1]
+		v := get(name)
+		if v == "" {
+			missing = append(missing, name)
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("app setting %s is not set", strings.Join(missing, ", "))
+	}
+	return out, nil
+}
+
+// String reads a string property of a binding, resolved.
+func (get Settings) String(b Binding, key, def string) (string, error) {
+	raw, ok := b.Props[key]
+	if !ok {
+		return def, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", fmt.Errorf("binding %s: %s must be a string: %w", b.Name, key, err)
+	}
+	return get.Resolve(s)
+}
+
+// Int reads an integer property, given as a number or a (resolved) string.
+func (get Settings) Int(b Binding, key string, def int) (int, error) {
+	raw, ok := b.Props[key]
+	if !ok {
+		return def, nil
+	}
+	var n int
+	if err := json.Unmarshal(raw, &n); err == nil {
+		return n, nil
+	}
+	s, err := get.String(b, key, "")
+	if err != nil {
+		return 0, err
+	}
+	n, err = strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("binding %s: %s=%q is not an integer", b.Name, key, s)
+	}
+	return n, nil
+}
+
+// Bool reads a boolean property.
+func (get Settings) Bool(b Binding, key string, def bool) (bool, error) {
+	raw, ok := b.Props[key]
+	if !ok {
+		return def, nil
+	}
+	var v bool
+	if err := json.Unmarshal(raw, &v); err == nil {
+		return v, nil
+	}
+	s, err := get.String(b, key, "")
+	if err != nil {
+		return false, err
+	}
+	return strconv.ParseBool(s)
+}
+
+// StringList reads a list of strings property.
+func (get Settings) StringList(b Binding, key string) ([]string, error) {
+	raw, ok := b.Props[key]
+	if !ok {
+		return nil, nil
+	}
+	var vs []string
+	if err := json.Unmarshal(raw, &vs); err != nil {
+		return nil, fmt.Errorf("binding %s: %s must be a list of strings: %w", b.Name, key, err)
+	}
+	return vs, nil
+}
+
+// parseTimeSpan reads a .NET TimeSpan "hh:mm:ss" (as in retry intervals).
+func parseTimeSpan(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return 0, fmt.Errorf("interval %q: want hh:mm:ss", s)
+	}
+	h, err1 := strconv.Atoi(parts[0])
+	m, err2 := strconv.Atoi(parts[1])
+	sec, err3 := strconv.ParseFloat(parts[2], 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return 0, fmt.Errorf("interval %q: %w", s, err)
+	}
+	return time.Duration(h)*time.Hour + time.Duration(m)*time.Minute + time.Duration(sec*float64(time.Second)), nil
+}
+
+// Delays returns the waits before each retry of a failed invocation.
+func (r *Retry) Delays() ([]time.Duration, error) {
+	if r == nil || r.MaxRetryCount <= 0 {
+		return nil, nil
+	}
+	out := make([]time.Duration, r.MaxRetryCount)
+	switch r.Strategy {
+	case "fixedDelay":
+		d, err := parseTimeSpan(r.DelayInterval)
+		if err != nil {
+			return nil, err
+		}
+		for i := range out {
+			out[i] = d
+		}
+	case "exponentialBackoff":
+		lo, err := parseTimeSpan(r.MinimumInterval)
+		if err != nil {
+			return nil, err
+		}
+		hi, err := parseTimeSpan(r.MaximumInterval)
+		if err != nil {
+			return nil, err
+		}
+		d := lo
+		for i := range out {
+			out[i] = min(d, hi)
+			d *= 2
+		}
+	default:
+		return nil, fmt.Errorf("retry strategy %q: want fixedDelay or exponentialBackoff", r.Strategy)
+	}
+	return out, nil
+}

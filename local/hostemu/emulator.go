@@ -1,0 +1,149 @@
+package hostemu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options configure an emulator.
+type Options struct {
+	// Root holds host.json and functions/.
+	Root string
+	// Handler overrides the executable host.json names (relative to Root).
+	Handler string
+	// Listen is the address HTTP triggers are served on.
+	Listen string
+	// Settings resolves %NAME% references (local.settings.json, then the
+	// environment, then documented defaults).
+	Settings Settings
+	// Env is extra environment for the handler process (NAME=value).
+	Env []string
+	// Store feeds cosmosDBTrigger functions; Changed, when set, signals that
+	// the store may have changed, replacing feedPollDelay polling.
+	Store   FeedStore
+	Changed <-chan struct{}
+	Log     *slog.Logger
+}
+
+// Emulator is a running local Functions host.
+type Emulator struct {
+	opts   Options
+	app    *App
+	child  *Child
+	front  *httpFront
+	timers []*timerTrigger
+	feeds  []*feedTrigger
+	ln     net.Listener
+}
+
+// New loads the app and checks every function's configuration, so a bad
+// schedule or a missing setting fails at start, naming the function.
+func New(opts Options) (*Emulator, error) {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	app, err := LoadApp(opts.Root)
+	if err != nil {
+		return nil, err
+	}
+	e := &Emulator{opts: opts, app: app}
+	desc := app.Host.CustomHandler.Description
+	path := opts.Handler
+	if path == "" {
+		path = filepath.Join(opts.Root, desc.DefaultExecutablePath)
+	}
+	dir := opts.Root
+	if desc.WorkingDirectory != "" {
+		dir = filepath.Join(opts.Root, desc.WorkingDirectory)
+	}
+	e.child = &Child{Path: path, Args: desc.Arguments, Dir: dir, Env: opts.Env, Log: opts.Log}
+
+	var routes []*httpRoute
+	for _, fn := range app.Functions {
+		trig, _ := fn.Trigger()
+		switch strings.ToLower(trig.Type) {
+		case "httptrigger":
+			r, err := newHTTPRoute(fn, trig, opts.Settings, app.Host.CustomHandler.EnableForwardingHTTPRequest)
+			if err != nil {
+				return nil, fmt.Errorf("function %s: %w", fn.Name, err)
+			}
+			routes = append(routes, r)
+		case "timertrigger":
+			t, err := newTimerTrigger(fn, trig, opts.Settings, e.child, opts.Log)
+			if err != nil {
+				return nil, err
+			}
+			e.timers = append(e.timers, t)
+		case "cosmosdbtrigger":
+			f, err := newFeedTrigger(fn, trig, opts.Settings, opts.Store, opts.Changed, e.child, opts.Log)
+			if err != nil {
+				return nil, err
+			}
+			e.feeds = append(e.feeds, f)
+		default:
+			return nil, fmt.Errorf("function %s: trigger type %s is not emulated", fn.Name, trig.Type)
+		}
+	}
+	e.front = newHTTPFront(app.Host.RoutePrefix(), routes, e.child)
+	return e, nil
+}
+
+// App is the loaded function app.
+func (e *Emulator) App() *App { return e.app }
+
+// Child is the handler process supervisor.
+func (e *Emulator) Child() *Child { return e.child }
+
+// Run starts the handler, then serves until ctx ends. ready is called with
+// the listening address once everything runs.
+func (e *Emulator) Run(ctx context.Context, ready func(addr string)) error {
+	ln, err := net.Listen("tcp", e.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", e.opts.Listen, err)
+	}
+	defer ln.Close()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	started := make(chan error, 1)
+	childDone := make(chan error, 1)
+	go func() { childDone <- e.child.Run(ctx, started) }()
+	if err := <-started; err != nil {
+		return err
+	}
+	for _, t := range e.timers {
+		wg.Go(func() { t.run(ctx) })
+	}
+	for _, f := range e.feeds {
+		wg.Go(func() { f.run(ctx) })
+	}
+	srv := &http.Server{Handler: e.front, ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	shutdownCtx, stop := context.WithTimeout(context.Background(), 20*time.Second)
+	defer stop()
+	_ = srv.Shutdown(shutdownCtx)
+	cancel()
+	wg.Wait()
+	<-childDone
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,259 @@
+package hostemu
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/funchost"
+)
+
+// FeedStore is what the Cosmos DB trigger needs of the store: the change
+// feed, and documents in the lease container for its checkpoint.
+type FeedStore interface {
+	ReadChanges(ctx context.Context, container, continuation string, max int) (coord.ChangePage, error)
+	Read(ctx context.Context, container, pk, id string) (coord.Item, error)
+	Upsert(ctx context.Context, container, pk, id string, body []byte) (string, error)
+}
+
+// Checkpoint is the lease document the trigger keeps per function.
+type Checkpoint struct {
+	ID           string    `json:"id"`
+	Continuation string    `json:"continuation"`
+	Function     string    `json:"function"`
+	Container    string    `json:"container"`
+	UpdatedAt    time.Time `json:"updatedAt"`
+}
+
+type feedTrigger struct {
+	fn        *Function
+	binding   string
+	container string
+	lease     string
+	leaseID   string
+	pollDelay time.Duration
+	maxItems  int
+	retries   []time.Duration
+	store     FeedStore
+	changed   <-chan struct{}
+	child     *Child
+	client    *http.Client
+	log       *slog.Logger
+}
+
+func newFeedTrigger(fn *Function, trig Binding, get Settings, store FeedStore, changed <-chan struct{}, child *Child, log *slog.Logger) (*feedTrigger, error) {
+	if store == nil {
+		return nil, fmt.Errorf("function %s: a cosmosDBTrigger needs a store", fn.Name)
+	}
+	t := &feedTrigger{fn: fn, binding: trig.Name, store: store, changed: changed, child: child,
+		client: &http.Client{Timeout: 10 * time.Minute}, log: log}
+	var err error
+	if t.container, err = get.String(trig, "containerName", ""); err != nil {
+		return nil, fmt.Errorf("function %s: %w", fn.Name, err)
+	}
+	if t.container == "" {
+		return nil, fmt.Errorf("function %s: containerName is required", fn.Name)
+	}
+	if t.lease, err = get.String(trig, "leaseContainerName", "leases"); err != nil {
+		return nil, fmt.Errorf("function %s: %w", fn.Name, err)
+	}
+	delay, err := get.Int(trig, "feedPollDelay", 5000)
+	if err != nil {
+		return nil, fmt.Errorf("function %s: %w", fn.Name, err)
+	}
+	t.pollDelay = time.Duration(delay) * time.Millisecond
+	if t.maxItems, err = get.Int(trig, "maxItemsPerInvocation", 100); err != nil {
+		return nil, fmt.Errorf("function %s: %w", fn.Name, err)
+	}
+	if t.maxItems <= 0 || t.pollDelay <= 0 {
+		return nil, fmt.Errorf("function %s: feedPollDelay and maxItemsPerInvocation must be positive", fn.Name)
+	}
+	if t.retries, err = fn.Retry.Delays(); err != nil {
+		return nil, fmt.Errorf("function %s: retry: %w", fn.Name, err)
+	}
+	t.leaseID = "hostemu." + fn.Name + "." + t.container
+	return t, nil
+}
+
+func (t *feedTrigger) checkpoint(ctx context.Context) (string, error) {
+	it, err := t.store.Read(ctx, t.lease, t.leaseID, t.leaseID)
+	if errors.Is(err, coord.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read checkpoint: %w", err)
+	}
+	var cp Checkpoint
+	if err := json.Unmarshal(it.Body, &cp); err != nil {
+		return "", fmt.Errorf("decode checkpoint: %w", err)
+	}
+	return cp.Continuation, nil
+}
+
+func (t *feedTrigger) saveCheckpoint(ctx context.Context, cont string) error {
+	body, _ := json.Marshal(Checkpoint{ID: t.leaseID, Continuation: cont, Function: t.fn.Name, Container: t.container, UpdatedAt: time.Now().UTC()})
+	_, err := t.store.Upsert(ctx, t.lease, t.leaseID, t.leaseID, body)
+	return err
+}
+
+// run reads the feed and invokes the function until ctx ends. After a batch
+// it reads again at once; when the feed is empty it waits for the change
+// signal (when the store gives one) or feedPollDelay.
+func (t *feedTrigger) run(ctx context.Context) {
+	cont, err := t.checkpoint(ctx)
+	for err != nil {
+		t.log.Error("change feed: cannot read checkpoint; retrying", "function", t.fn.Name, "err", err)
+		if !sleep(ctx, t.pollDelay) {
+			return
+		}
+		cont, err = t.checkpoint(ctx)
+	}
+	for ctx.Err() == nil {
+		page, err := t.store.ReadChanges(ctx, t.container, cont, t.maxItems)
+		if err != nil {
+			if ctx.Err() == nil {
+				t.log.Error("change feed read failed", "function", t.fn.Name, "err", err)
+			}
+			sleep(ctx, t.pollDelay)
+			continue
+		}
+		if len(page.Items) == 0 {
+			t.idle(ctx)
+			continue
+		}
+		t.deliver(ctx, page.Items)
+		// The host moves its lease past the batch whether or not the
+		// function succeeded: a failed batch is not seen again.
+		if err := t.saveCheckpoint(ctx, page.Continuation); err != nil && ctx.Err() == nil {
+			t.log.Error("change feed: checkpoint not saved", "function", t.fn.Name, "err", err)
+		}
+		cont = page.Continuation
+	}
+}
+
+func (t *feedTrigger) idle(ctx context.Context) {
+	if t.changed != nil {
+		select {
+		case <-ctx.Done():
+		case <-t.changed:
+		}
+		return
+	}
+	sleep(ctx, t.pollDelay)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// deliver invokes the function with one batch, retrying per the function's
+// retry policy. It returns whether the batch succeeded.
+func (t *feedTrigger) deliver(ctx context.Context, items []coord.Item) bool {
+	docs := make([]json.RawMessage, len(items))
+	for i, it := range items {
+		docs[i] = withSystemProperties(it)
+	}
+	inv := funchost.Invocation{
+		Data:     map[string]json.RawMessage{t.binding: funchost.EncodeDocuments(docs)},
+		Metadata: map[string]json.RawMessage{},
+	}
+	for attempt := 0; ; attempt++ {
+		addr, err := t.child.Addr(ctx)
+		if err == nil {
+			_, _, err = invoke(ctx, t.client, addr, t.fn.Name, &inv)
+		}
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if attempt >= len(t.retries) {
+			t.log.Error("change-feed batch failed; checkpointing past it as the host does (the redispatch sweep covers it)",
+				"function", t.fn.Name, "documents", len(items), "attempts", attempt+1, "err", err)
+			return false
+		}
+		t.log.Warn("change-feed batch failed; retrying", "function", t.fn.Name, "attempt", attempt+1, "in", t.retries[attempt], "err", err)
+		if !sleep(ctx, t.retries[attempt]) {
+			return false
+		}
+	}
+}
+
+// withSystemProperties adds what Cosmos DB adds to every document it hands
+// out: _etag (the revision a CAS needs) and _ts.
+func withSystemProperties(it coord.Item) json.RawMessage {
+	body := bytes.TrimSpace(it.Body)
+	if len(body) < 2 || body[0] != '{' {
+		return it.Body
+	}
+	etag, _ := json.Marshal(it.Rev)
+	var b bytes.Buffer
+	b.WriteString(`{"_etag":`)
+	b.Write(etag)
+	b.WriteString(`,"_ts":`)
+	b.WriteString(strconv.FormatInt(time.Now().Unix(), 10))
+	if rest := bytes.TrimSpace(body[1:]); len(rest) > 0 && rest[0] != '}' {
+		b.WriteByte(',')
+	}
+	b.Write(body[1:])
+	return b.Bytes()
+}
+
+// WatchFiles signals on the returned channel whenever one of the files
+// changes size or modification time, checking every interval. For SQLite in
+// WAL mode every commit changes the -wal file, so this wakes the change-feed
+// reader without a single query while nothing happens.
+func WatchFiles(ctx context.Context, interval time.Duration, paths ...string) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	type sig struct {
+		size int64
+		mod  time.Time
+	}
+	stat := func() []sig {
+		out := make([]sig, len(paths))
+		for i, p := range paths {
+			if fi, err := os.Stat(p); err == nil {
+				out[i] = sig{fi.Size(), fi.ModTime()}
+			}
+		}
+		return out
+	}
+	go func() {
+		prev := stat()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			cur := stat()
+			for i := range cur {
+				if cur[i] != prev[i] {
+					select {
+					case ch <- struct{}{}:
+					default:
+					}
+					break
+				}
+			}
+			prev = cur
+		}
+	}()
+	return ch
+}

@@ -1,0 +1,154 @@
+// Command local runs the whole fleet on one machine (`make run`): the SQLite
+// store in the data directory, and the Functions host emulator driving the
+// same handler binary, host.json and function.json files as Azure does.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/gigafactory/fleet/local/hostemu"
+	"github.com/gigafactory/fleet/shared/app"
+	"github.com/gigafactory/fleet/shared/config"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	root := flag.String("root", "", "directory holding host.json and functions/ (default: found upward from the working directory)")
+	handler := flag.String("handler", "", "custom-handler binary (default: bin/handler under the root, built if missing)")
+	flag.Parse()
+
+	dir, err := findRoot(*root)
+	if err != nil {
+		return err
+	}
+	values, err := readLocalSettings(filepath.Join(dir, "local.settings.json"))
+	if err != nil {
+		return err
+	}
+	l := config.Lookup{Values: values}
+	log, err := app.NewLogger(l)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	st, err := app.OpenStore(ctx, l)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	// The handler inherits the host's app settings as environment, as on Azure.
+	env := make([]string, 0, len(values)+2)
+	for k, v := range values {
+		env = append(env, k+"="+v)
+	}
+	token := l.Get(config.OperatorToken)
+	tokenSource := config.OperatorToken
+	if token == "" && st.DataDir != "" {
+		if token, err = app.LocalOperatorToken(st.DataDir); err != nil {
+			return err
+		}
+		tokenSource = filepath.Join(st.DataDir, app.OperatorTokenFile)
+		env = append(env, config.OperatorToken+"="+token)
+	}
+	if st.DataDir != "" {
+		env = append(env, config.DataDir+"="+st.DataDir)
+	}
+
+	handlerPath := *handler
+	if handlerPath == "" {
+		handlerPath = filepath.Join(dir, "bin", "handler")
+		if _, err := os.Stat(handlerPath); errors.Is(err, os.ErrNotExist) {
+			fmt.Println("fleet: building the handler binary (go build -o bin/handler ./functions)")
+			build := exec.CommandContext(ctx, "go", "build", "-o", handlerPath, "./functions")
+			build.Dir, build.Stdout, build.Stderr = dir, os.Stdout, os.Stderr
+			if err := build.Run(); err != nil {
+				return fmt.Errorf("build handler: %w", err)
+			}
+		}
+	}
+
+	var changed <-chan struct{}
+	if st.Path != "" {
+		changed = hostemu.WatchFiles(ctx, 2*time.Millisecond, st.Path, st.Path+"-wal")
+	}
+	emu, err := hostemu.New(hostemu.Options{
+		Root: dir, Handler: handlerPath, Listen: l.Get(config.Listen),
+		Settings: l.Get, Env: env, Store: st.Store, Changed: changed, Log: log,
+	})
+	if err != nil {
+		return err
+	}
+	return emu.Run(ctx, func(addr string) {
+		fmt.Printf("fleet: listening on http://%s (API under /api, e.g. http://%s/api/healthz)\n", addr, addr)
+		fmt.Printf("fleet: operator token (%s): %s\n", tokenSource, token)
+		if st.DataDir != "" {
+			fmt.Printf("fleet: data in %s\n", st.DataDir)
+		}
+		fmt.Printf("fleet: %d functions from %s; Ctrl-C stops\n", len(emu.App().Functions), dir)
+	})
+}
+
+// findRoot returns dir, or the nearest directory upward holding host.json.
+func findRoot(dir string) (string, error) {
+	if dir != "" {
+		return filepath.Abs(dir)
+	}
+	cur, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(cur, "host.json")); err == nil {
+			return cur, nil
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return "", errors.New("no host.json here or above; run from the repository or pass -root")
+		}
+		cur = parent
+	}
+}
+
+// readLocalSettings reads local.settings.json's Values, as `func start` does.
+func readLocalSettings(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]string{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s struct {
+		IsEncrypted bool              `json:"IsEncrypted"`
+		Values      map[string]string `json:"Values"`
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if s.IsEncrypted {
+		return nil, fmt.Errorf("%s: encrypted settings are not supported locally", path)
+	}
+	if s.Values == nil {
+		s.Values = map[string]string{}
+	}
+	return s.Values, nil
+}

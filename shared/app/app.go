@@ -1,0 +1,183 @@
+// Package app is the composition root shared by every entry point: it reads
+// the configuration and builds the store, the coordinator, the dispatch
+// transport and the HTTP API from it.
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gigafactory/fleet/shared/config"
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/httpapi"
+	"github.com/gigafactory/fleet/shared/store/sqlite"
+)
+
+// App is a configured fleet.
+type App struct {
+	Store   coord.Store
+	Coord   *coord.Coordinator
+	API     http.Handler
+	Log     *slog.Logger
+	DataDir string
+	closers []func() error
+}
+
+// Close releases what Open acquired, last first.
+func (a *App) Close() error {
+	var errs []error
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		errs = append(errs, a.closers[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// NewLogger builds the JSON logger of FLEET_LOG_LEVEL.
+func NewLogger(l config.Lookup) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.Get(config.LogLevel))); err != nil {
+		return nil, fmt.Errorf("%s: %w", config.LogLevel, err)
+	}
+	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level})), nil
+}
+
+// Open builds the fleet from settings.
+func Open(ctx context.Context, l config.Lookup, log *slog.Logger) (*App, error) {
+	a := &App{Log: log}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = a.Close()
+		}
+	}()
+	cfg, err := coordConfig(l)
+	if err != nil {
+		return nil, err
+	}
+	st, err := OpenStore(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	a.Store, a.DataDir = st.Store, st.DataDir
+	a.closers = append(a.closers, st.Close)
+	a.Coord = coord.New(a.Store, coord.SystemClock{}, cfg, log)
+	tokens, err := a.operatorTokens(l)
+	if err != nil {
+		return nil, err
+	}
+	a.API = httpapi.New(a.Coord, httpapi.Config{OperatorTokens: tokens, Logger: log})
+	ok = true
+	return a, nil
+}
+
+func coordConfig(l config.Lookup) (coord.Config, error) {
+	var cfg coord.Config
+	var err error
+	if cfg.LeaseTTL, err = l.Duration(config.LeaseTTL); err != nil {
+		return cfg, err
+	}
+	if cfg.StaleAfter, err = l.Duration(config.StaleAfter); err != nil {
+		return cfg, err
+	}
+	if cfg.DownAfter, err = l.Duration(config.DownAfter); err != nil {
+		return cfg, err
+	}
+	if cfg.RedispatchAfter, err = l.Duration(config.RedispatchAfter); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// OpenedStore is a store and what is needed to release it.
+type OpenedStore struct {
+	Store coord.Store
+	// DataDir is the local data directory; "" for a cloud store.
+	DataDir string
+	// Path is the SQLite database file; "" for a cloud store.
+	Path  string
+	Close func() error
+}
+
+// OpenStore opens the store the settings select: Cosmos DB when its endpoint
+// is set (or FLEET_STORE=cosmos), else SQLite in the data directory.
+func OpenStore(ctx context.Context, l config.Lookup) (*OpenedStore, error) {
+	kind := l.Get(config.Store)
+	if l.Get(config.CosmosEndpoint) != "" {
+		kind = "cosmos"
+	}
+	switch kind {
+	case "sqlite":
+		dir, err := l.DataDirPath()
+		if err != nil {
+			return nil, err
+		}
+		path := filepath.Join(dir, "fleet.db")
+		s, err := sqlite.Open(ctx, path)
+		if err != nil {
+			return nil, err
+		}
+		return &OpenedStore{Store: s, DataDir: dir, Path: path, Close: s.Close}, nil
+	case "cosmos":
+		return openCosmos(ctx, l)
+	}
+	return nil, fmt.Errorf("%s=%q: want sqlite or cosmos", config.Store, kind)
+}
+
+// operatorTokens reads FLEET_OPERATOR_TOKEN. Unset on one machine, a token is
+// generated once and kept in the data dir, so the local stack and a handler
+// started alone agree on it; in the cloud it must be configured.
+func (a *App) operatorTokens(l config.Lookup) ([]httpapi.OperatorToken, error) {
+	if v := l.Get(config.OperatorToken); v != "" {
+		return httpapi.ParseOperatorTokens(v)
+	}
+	if a.DataDir == "" {
+		return nil, fmt.Errorf("%s must be set when the store is not local", config.OperatorToken)
+	}
+	tok, err := LocalOperatorToken(a.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	return []httpapi.OperatorToken{{Name: "local", Token: tok}}, nil
+}
+
+// OperatorTokenFile is where the generated local operator token lives.
+const OperatorTokenFile = "operator-token"
+
+// LocalOperatorToken returns the data dir's operator token, creating it on
+// first use.
+func LocalOperatorToken(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, OperatorTokenFile)
+	if b, err := os.ReadFile(path); err == nil {
+		if tok := strings.TrimSpace(string(b)); tok != "" {
+			return tok, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	tok := "fop_" + base64.RawURLEncoding.EncodeToString(b[:])
+	// O_EXCL: of two processes starting at once, one writes and both read it.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return LocalOperatorToken(dataDir)
+	}
+	if err != nil {
+		return "", fmt.Errorf("create %s: %w", path, err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(tok + "\n"); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return tok, nil
+}
