@@ -27,6 +27,96 @@ type HTTPRequest struct {
 	Body       json.RawMessage     `json:"Body,omitempty"`
 }
 
+// httpRequestWire is HTTPRequest as the host writes it: Query is a JSON
+// object serialized into a string ("Query": "{}" in the host's own example),
+// while Headers and Params are objects.
+type httpRequestWire struct {
+	URL        string              `json:"Url"`
+	Method     string              `json:"Method"`
+	Query      string              `json:"Query"`
+	Headers    map[string][]string `json:"Headers"`
+	Params     map[string]string   `json:"Params"`
+	Identities json.RawMessage     `json:"Identities,omitempty"`
+	Body       json.RawMessage     `json:"Body,omitempty"`
+}
+
+// MarshalJSON writes the request as the host does, so the local emulator
+// hands the handler the same shapes Azure does.
+func (hr HTTPRequest) MarshalJSON() ([]byte, error) {
+	q := hr.Query
+	if q == nil {
+		q = map[string]string{}
+	}
+	qs, err := json.Marshal(q)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(httpRequestWire{URL: hr.URL, Method: hr.Method, Query: string(qs), Headers: hr.Headers,
+		Params: hr.Params, Identities: hr.Identities, Body: hr.Body})
+}
+
+// UnmarshalJSON reads Query, Headers and Params either as objects or as
+// JSON-encoded strings: the host string-encodes Query, and a strict decode
+// into a map would reject every request it sends. A header may carry one
+// value or a list.
+func (hr *HTTPRequest) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		URL        string          `json:"Url"`
+		Method     string          `json:"Method"`
+		Query      json.RawMessage `json:"Query"`
+		Headers    json.RawMessage `json:"Headers"`
+		Params     json.RawMessage `json:"Params"`
+		Identities json.RawMessage `json:"Identities"`
+		Body       json.RawMessage `json:"Body"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*hr = HTTPRequest{URL: raw.URL, Method: raw.Method, Identities: raw.Identities, Body: raw.Body}
+	if err := decodeObject("Query", raw.Query, &hr.Query); err != nil {
+		return err
+	}
+	if err := decodeObject("Params", raw.Params, &hr.Params); err != nil {
+		return err
+	}
+	var headers map[string]json.RawMessage
+	if err := decodeObject("Headers", raw.Headers, &headers); err != nil {
+		return err
+	}
+	if len(headers) > 0 {
+		hr.Headers = make(map[string][]string, len(headers))
+	}
+	for name, v := range headers {
+		var one string
+		if err := json.Unmarshal(v, &one); err == nil {
+			hr.Headers[name] = []string{one}
+			continue
+		}
+		var many []string
+		if err := json.Unmarshal(v, &many); err != nil {
+			return fmt.Errorf("Headers[%q]: want a string or a list of strings", name)
+		}
+		hr.Headers[name] = many
+	}
+	return nil
+}
+
+// decodeObject decodes a JSON object that may arrive string-encoded; an
+// absent, null or empty value leaves dst alone.
+func decodeObject(field string, raw json.RawMessage, dst any) error {
+	inner, err := Unwrap(raw)
+	if err != nil {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	if len(inner) == 0 || string(inner) == "null" || string(inner) == `""` {
+		return nil
+	}
+	if err := json.Unmarshal(inner, dst); err != nil {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	return nil
+}
+
 // HTTPResponse is the http output binding: Outputs.<name>.
 type HTTPResponse struct {
 	StatusCode string            `json:"statusCode"`

@@ -1,0 +1,314 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/local/hostemu"
+	"github.com/gigafactory/fleet/shared/app"
+	"github.com/gigafactory/fleet/shared/config"
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/funchost"
+)
+
+// folders lists the function folders: every directory beside main.go that
+// holds a function.json.
+func folders(t *testing.T) []string {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join("*", "function.json"))
+	require.NoError(t, err)
+	require.NotEmpty(t, paths)
+	names := make([]string, 0, len(paths))
+	for _, p := range paths {
+		names = append(names, filepath.Dir(p))
+	}
+	slices.Sort(names)
+	return names
+}
+
+func TestEveryFolderHasAHandlerAndEveryHandlerAFolder(t *testing.T) {
+	t.Parallel()
+	// functions only wires handlers; nothing here is invoked.
+	a := &app.App{Log: slog.New(slog.DiscardHandler)}
+	handlers := functions(a)
+	dirs := folders(t)
+
+	var noHandler, noFolder []string
+	for _, d := range dirs {
+		if _, ok := handlers[d]; !ok {
+			noHandler = append(noHandler, d)
+		}
+	}
+	for name := range handlers {
+		if !slices.Contains(dirs, name) {
+			noFolder = append(noFolder, name)
+		}
+	}
+	require.Empty(t, noHandler, "function folders with no handler in functions(a): the host would invoke them and get 404")
+	require.Empty(t, noFolder, "handlers in functions(a) with no folder (functions/<name>/function.json): the host never invokes them")
+	require.Equal(t, dirs, newServer(a).Functions(), "newServer must register exactly the folders")
+}
+
+// settingRef matches %NAME% as the host resolves it.
+var settingRef = regexp.MustCompile(`%([A-Za-z0-9_:.\-]+)%`)
+
+// defaultsOnly resolves settings from their documented defaults alone: what
+// a machine with no settings at all sees.
+func defaultsOnly(name string) string { return config.Default(name) }
+
+func TestFunctionJSONUsesDocumentedSettings(t *testing.T) {
+	t.Parallel()
+	fa, err := hostemu.LoadApp("..")
+	require.NoError(t, err)
+	var names []string
+	for _, fn := range fa.Functions {
+		names = append(names, fn.Name)
+	}
+	require.Equal(t, folders(t), names, "LoadApp must load every folder")
+
+	for _, fn := range fa.Functions {
+		for _, b := range fn.Bindings {
+			for key, raw := range b.Props {
+				for _, m := range settingRef.FindAllStringSubmatch(string(raw), -1) {
+					name := m[1]
+					documented := slices.ContainsFunc(config.Settings, func(s config.Setting) bool { return s.Name == name })
+					require.True(t, documented, "%s/function.json: %s.%s references %%%s%%, which is not in config.Settings", fn.Name, b.Name, key, name)
+					require.NotEmpty(t, config.Default(name), "%s/function.json: %s.%s references %%%s%%, which has no default: the app would not index without settings", fn.Name, b.Name, key, name)
+				}
+			}
+		}
+	}
+
+	// With only the defaults, the emulator accepts every function: every
+	// schedule parses, every number is a number.
+	_, err = hostemu.New(hostemu.Options{Root: "..", Settings: defaultsOnly, Store: idleStore{}})
+	require.NoError(t, err)
+}
+
+// idleStore satisfies hostemu.FeedStore for configuration checks that never
+// read the feed.
+type idleStore struct{}
+
+func (idleStore) ReadChanges(context.Context, string, string, int) (coord.ChangePage, error) {
+	return coord.ChangePage{}, nil
+}
+
+func (idleStore) Read(context.Context, string, string, string) (coord.Item, error) {
+	return coord.Item{}, coord.ErrNotFound
+}
+
+func (idleStore) Upsert(context.Context, string, string, string, []byte) (string, error) {
+	return "", nil
+}
+
+// sample is one invocation the host would make, and what must come back.
+type sample struct {
+	function string
+	body     []byte
+	check    func(t *testing.T, res map[string]json.RawMessage)
+}
+
+// testdataValue reads Data[binding] of a sample envelope in testdata.
+func testdataValue(t *testing.T, file, binding string) json.RawMessage {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", file))
+	require.NoError(t, err)
+	var inv funchost.Invocation
+	require.NoError(t, json.Unmarshal(b, &inv))
+	v, ok := inv.Data[binding]
+	require.True(t, ok, "%s has no Data.%s", file, binding)
+	return v
+}
+
+// samples builds an invocation of every function of the app, with its
+// binding names from its function.json. A trigger type with no sample fails
+// the test, so a new kind of function cannot go untested.
+func samples(t *testing.T) []sample {
+	t.Helper()
+	fa, err := hostemu.LoadApp("..")
+	require.NoError(t, err)
+	var out []sample
+	for _, fn := range fa.Functions {
+		trig, ok := fn.Trigger()
+		require.True(t, ok)
+		s := sample{function: fn.Name}
+		var payload json.RawMessage
+		switch strings.ToLower(trig.Type) {
+		case "httptrigger":
+			payload = testdataValue(t, "api_healthz.json", "req")
+			outName := ""
+			for _, b := range fn.Bindings {
+				if strings.EqualFold(b.Type, "http") && strings.EqualFold(b.Direction, "out") {
+					outName = b.Name
+				}
+			}
+			require.NotEmpty(t, outName, "%s has no http output binding", fn.Name)
+			s.check = func(t *testing.T, res map[string]json.RawMessage) {
+				var outputs map[string]funchost.HTTPResponse
+				require.NoError(t, json.Unmarshal(res["Outputs"], &outputs))
+				require.Equal(t, "200", outputs[outName].StatusCode, "GET /api/healthz in envelope mode: %s", outputs[outName].Body)
+				require.JSONEq(t, `{"status":"ok"}`, outputs[outName].Body)
+			}
+		case "timertrigger":
+			payload = testdataValue(t, "timer_first_run.json", "timer")
+		case "cosmosdbtrigger":
+			payload = testdataValue(t, "dispatch_empty.json", "documents")
+			s.check = func(t *testing.T, res map[string]json.RawMessage) {
+				require.JSONEq(t, `["batch of 0, 0 published"]`, string(res["Logs"]))
+			}
+		default:
+			t.Fatalf("function %s: no sample invocation for trigger type %s", fn.Name, trig.Type)
+		}
+		s.body, err = json.Marshal(funchost.Invocation{
+			Data:     map[string]json.RawMessage{trig.Name: payload},
+			Metadata: map[string]json.RawMessage{"sys": json.RawMessage(`{"MethodName":"` + fn.Name + `"}`)},
+		})
+		require.NoError(t, err)
+		out = append(out, s)
+	}
+	return out
+}
+
+// invokeAll makes every sample invocation against a handler at base and
+// probes it, as the host does.
+func invokeAll(t *testing.T, base string) {
+	t.Helper()
+	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Get(base + "/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "probe")
+
+	for _, s := range samples(t) {
+		t.Run(s.function, func(t *testing.T) {
+			resp, err := client.Post(base+"/"+s.function, "application/json", bytes.NewReader(s.body))
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.Equal(t, 2, resp.StatusCode/100, "%s: %s", s.function, body)
+			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+			var res map[string]json.RawMessage
+			require.NoError(t, json.Unmarshal(body, &res))
+			require.Contains(t, res, "Outputs")
+			require.Contains(t, res, "Logs")
+			if s.check != nil {
+				s.check(t, res)
+			}
+		})
+	}
+
+	// With enableForwardingHttpRequest the host sends the request as it came.
+	resp, err = client.Get(base + "/api/healthz")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "forwarded GET /api/healthz: %s", body)
+}
+
+// TestServerInProcess runs every function through newServer on the real
+// app, under the race detector.
+func TestServerInProcess(t *testing.T) {
+	t.Parallel()
+	log := slog.New(slog.DiscardHandler)
+	a, err := app.Open(t.Context(), config.Lookup{Values: map[string]string{config.DataDir: t.TempDir()}}, log)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, a.Close()) })
+	srv := httptest.NewServer(newServer(a))
+	t.Cleanup(srv.Close)
+	invokeAll(t, srv.URL)
+}
+
+// TestHandlerStartsAlone starts the built handler the way `func start` does
+// with an empty local.settings.json: no settings but the port, in a working
+// directory of its own. It must come up on the local defaults and serve
+// every function.
+func TestHandlerStartsAlone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the handler binary")
+	}
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "handler")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+
+	work := t.TempDir()
+	port := freePort(t)
+	logPath := filepath.Join(t.TempDir(), "handler.log")
+	logFile, err := os.Create(logPath)
+	require.NoError(t, err)
+	cmd := exec.Command(bin)
+	cmd.Dir = work
+	cmd.Env = []string{PortVar + "=" + port, "HOME=" + os.Getenv("HOME"), "PATH=" + os.Getenv("PATH")}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		_ = logFile.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("handler output:\n%s", b)
+		}
+	})
+
+	base := "http://" + net.JoinHostPort("127.0.0.1", port)
+	// The host gives the handler 60 s to answer its probe.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-exited:
+			t.Fatalf("handler exited before answering the probe: %v", waitErr)
+		default:
+		}
+		resp, err := http.Get(base + "/")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "handler did not answer the probe within 60 s: %v", err)
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	invokeAll(t, base)
+
+	// The local defaults: SQLite and a generated operator token in ./.fleet.
+	require.FileExists(t, filepath.Join(work, ".fleet", "fleet.db"))
+	require.FileExists(t, filepath.Join(work, ".fleet", app.OperatorTokenFile))
+	select {
+	case <-exited:
+		t.Fatalf("handler exited: %v", waitErr)
+	default:
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	_, port, err := net.SplitHostPort(ln.Addr().String())
+	require.NoError(t, err)
+	return port
+}

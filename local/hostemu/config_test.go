@@ -1,0 +1,314 @@
+package hostemu
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// repoRoot holds the real host.json and functions/.
+const repoRoot = "../.."
+
+func TestLoadAppRepo(t *testing.T) {
+	t.Parallel()
+	a, err := LoadApp(repoRoot)
+	require.NoError(t, err)
+	require.Equal(t, "handler", a.Host.CustomHandler.Description.DefaultExecutablePath)
+	require.True(t, a.Host.CustomHandler.EnableForwardingHTTPRequest)
+	require.Equal(t, "api", a.Host.RoutePrefix())
+
+	byName := map[string]*Function{}
+	var names []string
+	for _, f := range a.Functions {
+		byName[f.Name] = f
+		names = append(names, f.Name)
+	}
+	require.Equal(t, []string{"api", "dispatch", "gcsweep", "prune", "reaper", "redispatch"}, names)
+
+	tests := []struct {
+		function string
+		trigger  string
+		binding  string
+		httpOnly bool
+	}{
+		{function: "api", trigger: "httpTrigger", binding: "req", httpOnly: true},
+		{function: "dispatch", trigger: "cosmosDBTrigger", binding: "documents"},
+		{function: "gcsweep", trigger: "timerTrigger", binding: "timer"},
+		{function: "prune", trigger: "timerTrigger", binding: "timer"},
+		{function: "reaper", trigger: "timerTrigger", binding: "timer"},
+		{function: "redispatch", trigger: "timerTrigger", binding: "timer"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.function, func(t *testing.T) {
+			t.Parallel()
+			f := byName[tc.function]
+			require.NotNil(t, f)
+			trig, ok := f.Trigger()
+			require.True(t, ok)
+			require.Equal(t, tc.trigger, trig.Type)
+			require.Equal(t, tc.binding, trig.Name)
+			require.Equal(t, "in", trig.Direction)
+			require.Equal(t, tc.httpOnly, f.HTTPOnly())
+		})
+	}
+
+	// The dispatch retry policy is what the feed trigger follows.
+	delays, err := byName["dispatch"].Retry.Delays()
+	require.NoError(t, err)
+	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}, delays)
+}
+
+// writeApp lays out an app under a temp root: host.json and one
+// functions/<name>/function.json per entry. A nil host means no host.json.
+func writeApp(t *testing.T, host *string, functions map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	if host != nil {
+		require.NoError(t, os.WriteFile(filepath.Join(root, "host.json"), []byte(*host), 0o600))
+	}
+	for name, body := range functions {
+		dir := filepath.Join(root, "functions", name)
+		require.NoError(t, os.MkdirAll(dir, 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "function.json"), []byte(body), 0o600))
+	}
+	return root
+}
+
+func ptr(s string) *string { return &s }
+
+func TestLoadAppErrors(t *testing.T) {
+	t.Parallel()
+	goodHost := `{"version":"2.0","customHandler":{"description":{"defaultExecutablePath":"handler"}}}`
+	timer := `{"bindings":[{"type":"timerTrigger","direction":"in","name":"timer","schedule":"0 * * * * *"}]}`
+	tests := []struct {
+		name      string
+		host      *string
+		functions map[string]string
+		wantFile  string // the error names this file (relative to the root)
+		want      string
+	}{
+		{name: "no host.json", host: nil, functions: map[string]string{"reaper": timer}, want: "read host.json"},
+		{name: "host.json not JSON", host: ptr(`{"version":`), functions: map[string]string{"reaper": timer}, want: "host.json"},
+		{name: "no handler executable", host: ptr(`{"version":"2.0"}`), functions: map[string]string{"reaper": timer},
+			want: "defaultExecutablePath is required"},
+		{name: "bad JSON", host: &goodHost, functions: map[string]string{"reaper": timer, "broken": `{"bindings":[`},
+			wantFile: "functions/broken/function.json", want: "unexpected end of JSON input"},
+		{name: "missing trigger", host: &goodHost,
+			functions: map[string]string{"reaper": timer, "lonely": `{"bindings":[{"type":"http","direction":"out","name":"res"}]}`},
+			wantFile:  "functions/lonely/function.json", want: "no trigger binding"},
+		{name: "no bindings at all", host: &goodHost, functions: map[string]string{"empty": `{}`},
+			wantFile: "functions/empty/function.json", want: "no trigger binding"},
+		{name: "binding without a name", host: &goodHost,
+			functions: map[string]string{"anon": `{"bindings":[{"type":"timerTrigger","direction":"in","schedule":"0 * * * * *"}]}`},
+			wantFile:  "functions/anon/function.json", want: "bindings[0] needs a type and a name"},
+		{name: "binding type not a string", host: &goodHost,
+			functions: map[string]string{"typed": `{"bindings":[{"type":7,"direction":"in","name":"timer"}]}`},
+			wantFile:  "functions/typed/function.json", want: "bindings[0].type"},
+		{name: "retry of the wrong shape", host: &goodHost,
+			functions: map[string]string{"retry": `{"bindings":[{"type":"timerTrigger","name":"timer"}],"retry":{"maxRetryCount":"three"}}`},
+			wantFile:  "functions/retry/function.json", want: "maxRetryCount"},
+		{name: "no functions", host: &goodHost, functions: nil, want: "no functions/*/function.json"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			root := writeApp(t, tc.host, tc.functions)
+			_, err := LoadApp(root)
+			require.Error(t, err)
+			require.ErrorContains(t, err, tc.want)
+			if tc.wantFile != "" {
+				require.ErrorContains(t, err, filepath.Join(root, filepath.FromSlash(tc.wantFile)))
+			}
+		})
+	}
+}
+
+func TestSettingsResolve(t *testing.T) {
+	t.Parallel()
+	get := Settings(func(name string) string {
+		return map[string]string{"A": "alpha", "B": "42", "DB_NAME": "fleet", "Cosmos:db": "x"}[name]
+	})
+	tests := []struct {
+		in      string
+		want    string
+		missing []string
+	}{
+		{in: "%A%", want: "alpha"},
+		{in: "pre-%A%-%B%-post", want: "pre-alpha-42-post"},
+		{in: "%DB_NAME%", want: "fleet"},
+		{in: "%Cosmos:db%", want: "x"},
+		{in: "no references", want: "no references"},
+		{in: "", want: ""},
+		{in: "100% sure", want: "100% sure"},
+		{in: "%UNSET%", missing: []string{"UNSET"}},
+		{in: "%A%/%UNSET%/%ALSO_UNSET%", missing: []string{"UNSET", "ALSO_UNSET"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := get.Resolve(tc.in)
+			if tc.missing != nil {
+				require.Error(t, err)
+				require.ErrorContains(t, err, strings.Join(tc.missing, ", "))
+				require.ErrorContains(t, err, "is not set")
+				require.Empty(t, got)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestSettingsTypedProperties(t *testing.T) {
+	t.Parallel()
+	get := Settings(func(name string) string {
+		return map[string]string{"N": "12", "T": "true", "WORD": "many"}[name]
+	})
+	b := Binding{Name: "documents", Props: map[string]json.RawMessage{
+		"number":    json.RawMessage(`7`),
+		"ref":       json.RawMessage(`"%N%"`),
+		"word":      json.RawMessage(`"%WORD%"`),
+		"unset":     json.RawMessage(`"%NOPE%"`),
+		"flag":      json.RawMessage(`false`),
+		"flagRef":   json.RawMessage(`"%T%"`),
+		"methods":   json.RawMessage(`["get","post"]`),
+		"notAList":  json.RawMessage(`"get"`),
+		"notString": json.RawMessage(`{}`),
+	}}
+	n, err := get.Int(b, "number", 0)
+	require.NoError(t, err)
+	require.Equal(t, 7, n)
+	n, err = get.Int(b, "ref", 0)
+	require.NoError(t, err)
+	require.Equal(t, 12, n)
+	n, err = get.Int(b, "absent", 100)
+	require.NoError(t, err)
+	require.Equal(t, 100, n)
+	_, err = get.Int(b, "word", 0)
+	require.ErrorContains(t, err, `word="many" is not an integer`)
+	_, err = get.Int(b, "unset", 0)
+	require.ErrorContains(t, err, "NOPE")
+
+	v, err := get.Bool(b, "flag", true)
+	require.NoError(t, err)
+	require.False(t, v)
+	v, err = get.Bool(b, "flagRef", false)
+	require.NoError(t, err)
+	require.True(t, v)
+
+	s, err := get.String(b, "absent", "leases")
+	require.NoError(t, err)
+	require.Equal(t, "leases", s)
+	_, err = get.String(b, "notString", "")
+	require.ErrorContains(t, err, "notString must be a string")
+
+	list, err := get.StringList(b, "methods")
+	require.NoError(t, err)
+	require.Equal(t, []string{"get", "post"}, list)
+	_, err = get.StringList(b, "notAList")
+	require.ErrorContains(t, err, "notAList must be a list of strings")
+}
+
+func TestRetryDelays(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		retry   *Retry
+		want    []time.Duration
+		wantErr string
+	}{
+		{name: "no policy", retry: nil, want: nil},
+		{name: "no retries", retry: &Retry{Strategy: "fixedDelay", MaxRetryCount: 0, DelayInterval: "00:00:05"}, want: nil},
+		{name: "fixed delay", retry: &Retry{Strategy: "fixedDelay", MaxRetryCount: 3, DelayInterval: "00:00:05"},
+			want: []time.Duration{5 * time.Second, 5 * time.Second, 5 * time.Second}},
+		{name: "fixed fractional delay", retry: &Retry{Strategy: "fixedDelay", MaxRetryCount: 2, DelayInterval: "00:00:00.25"},
+			want: []time.Duration{250 * time.Millisecond, 250 * time.Millisecond}},
+		{name: "exponential, capped", retry: &Retry{Strategy: "exponentialBackoff", MaxRetryCount: 6, MinimumInterval: "00:00:01", MaximumInterval: "00:00:15"},
+			want: []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 15 * time.Second, 15 * time.Second}},
+		{name: "exponential in hours and minutes", retry: &Retry{Strategy: "exponentialBackoff", MaxRetryCount: 2, MinimumInterval: "00:01:00", MaximumInterval: "01:00:00"},
+			want: []time.Duration{time.Minute, 2 * time.Minute}},
+		{name: "unknown strategy", retry: &Retry{Strategy: "linear", MaxRetryCount: 1}, wantErr: `retry strategy "linear"`},
+		{name: "Go duration is not a TimeSpan", retry: &Retry{Strategy: "fixedDelay", MaxRetryCount: 1, DelayInterval: "5s"}, wantErr: "want hh:mm:ss"},
+		{name: "bad number", retry: &Retry{Strategy: "exponentialBackoff", MaxRetryCount: 1, MinimumInterval: "00:xx:01", MaximumInterval: "00:00:02"},
+			wantErr: `interval "00:xx:01"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := tc.retry.Delays()
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestParseSchedule(t *testing.T) {
+	t.Parallel()
+	from := time.Date(2026, 11, 2, 10, 14, 50, 0, time.UTC)
+	tests := []struct {
+		expr    string
+		next    time.Time
+		wantErr string
+	}{
+		{expr: "*/15 * * * * *", next: time.Date(2026, 11, 2, 10, 15, 0, 0, time.UTC)},
+		{expr: "0 0 * * * *", next: time.Date(2026, 11, 2, 11, 0, 0, 0, time.UTC)},
+		{expr: "30 */5 9-17 * * 1-5", next: time.Date(2026, 11, 2, 10, 15, 30, 0, time.UTC)},
+		{expr: "*/5 * * * *", wantErr: "six NCRONTAB fields"}, // five fields: classic cron, not NCRONTAB
+		{expr: "", wantErr: "six NCRONTAB fields"},
+		{expr: "0 0 25 * * *", wantErr: "six NCRONTAB fields"},
+		{expr: "0 0 0 30 2 *", wantErr: "never fires"}, // 30 February
+	}
+	for _, tc := range tests {
+		t.Run(tc.expr, func(t *testing.T) {
+			t.Parallel()
+			s, err := ParseSchedule(tc.expr)
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.next, s.Next(from))
+		})
+	}
+}
+
+func TestTimerAfterRun(t *testing.T) {
+	t.Parallel()
+	sched, err := ParseSchedule("*/10 * * * * *")
+	require.NoError(t, err)
+	tt := &timerTrigger{schedule: sched}
+	at := func(sec int) time.Time {
+		return time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC).Add(time.Duration(sec) * time.Second)
+	}
+	tests := []struct {
+		name   string
+		end    int // seconds after the occurrence that ran (10:00:00)
+		next   int
+		missed bool
+	}{
+		{name: "short run", end: 3, next: 10},
+		{name: "ends just before the next", end: 9, next: 10},
+		{name: "ends as the next comes due", end: 10, next: 10, missed: true},
+		{name: "overran one occurrence", end: 12, next: 10, missed: true},
+		// Three occurrences came and went: one catch-up run, for the latest.
+		{name: "overran several", end: 35, next: 30, missed: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			next, missed := tt.afterRun(at(0), at(tc.end))
+			require.Equal(t, at(tc.next), next)
+			require.Equal(t, tc.missed, missed)
+		})
+	}
+}

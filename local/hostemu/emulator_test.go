@@ -1,0 +1,217 @@
+package hostemu
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/config"
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/funchost"
+	"github.com/gigafactory/fleet/shared/store/sqlite"
+)
+
+func TestTimerTriggerFires(t *testing.T) {
+	t.Parallel()
+	got := make(chan *funchost.TimerInfo, 4)
+	handler := funchost.NewServer(nil, "", nil)
+	handler.Handle("reaper", func(_ context.Context, inv *funchost.Invocation) (*funchost.Result, error) {
+		info, err := funchost.Timer(inv.Data["tick"])
+		if err != nil {
+			return nil, err
+		}
+		got <- info
+		return &funchost.Result{}, nil
+	})
+	fake := newTestServer(t, handler)
+
+	fn := &Function{Name: "reaper", Bindings: []Binding{{Type: "timerTrigger", Direction: "in", Name: "tick",
+		Props: map[string]json.RawMessage{"schedule": json.RawMessage(`"%EVERY_SECOND%"`)}}}}
+	trig, _ := fn.Trigger()
+	get := Settings(func(name string) string { return map[string]string{"EVERY_SECOND": "* * * * * *"}[name] })
+	tt, err := newTimerTrigger(fn, trig, get, readyChild(fake), slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); tt.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	for i := range 2 {
+		select {
+		case info := <-got:
+			require.False(t, info.IsPastDue)
+			require.True(t, info.Schedule.AdjustForDST)
+			require.NotNil(t, info.ScheduleStatus)
+			require.True(t, info.ScheduleStatus.Next.After(info.ScheduleStatus.LastUpdated))
+			if i == 0 {
+				require.True(t, info.ScheduleStatus.Last.IsZero(), "a first run has no last occurrence")
+			} else {
+				require.False(t, info.ScheduleStatus.Last.IsZero())
+			}
+		case <-time.After(within):
+			t.Fatalf("timer did not fire within %s", within)
+		}
+	}
+
+	_, err = newTimerTrigger(fn, trig, Settings(func(string) string { return "*/5 * * * *" }), readyChild(fake), slog.New(slog.DiscardHandler))
+	require.ErrorContains(t, err, "function reaper")
+	require.ErrorContains(t, err, "six NCRONTAB fields")
+}
+
+func newTestServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// emuToken is the operator token the end-to-end test configures.
+const emuToken = "fop_hostemu-e2e-operator-token-0123456789"
+
+// TestEmulatorEndToEnd runs the real handler binary under the emulator on
+// the repository's host.json and function.json files: the forwarded API,
+// the change feed into the dispatch function, and a crash of the handler,
+// which the emulator must survive by restarting it with no state lost.
+func TestEmulatorEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the handler binary")
+	}
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "handler")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/gigafactory/fleet/functions")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+
+	dataDir := t.TempDir()
+	st, err := sqlite.Open(t.Context(), filepath.Join(dataDir, "fleet.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
+
+	values := map[string]string{config.FeedPollDelayMs: "20"}
+	settings := func(name string) string {
+		if v, ok := values[name]; ok {
+			return v
+		}
+		return config.Default(name)
+	}
+	emu, err := New(Options{
+		Root: repoRoot, Handler: bin, Listen: "127.0.0.1:0", Settings: settings,
+		Env: []string{
+			config.DataDir + "=" + dataDir,
+			config.OperatorToken + "=" + emuToken,
+			config.LogLevel + "=error",
+			config.FeedPollDelayMs + "=20",
+		},
+		Store: st, Log: slog.New(slog.DiscardHandler),
+	})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	ready := make(chan string, 1)
+	runErr := make(chan error, 1)
+	go func() { runErr <- emu.Run(ctx, func(addr string) { ready <- addr }) }()
+	var base string
+	select {
+	case addr := <-ready:
+		base = "http://" + addr
+	case err := <-runErr:
+		t.Fatalf("emulator stopped before it was ready: %v", err)
+	case <-time.After(StartTimeout):
+		t.Fatal("emulator not ready")
+	}
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-runErr)
+		require.Zero(t, emu.Child().PID(), "the handler must be stopped with the emulator")
+	})
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	call := func(method, path, body string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+emuToken)
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+
+	status, body := call("GET", "/api/healthz", "")
+	require.Equal(t, http.StatusOK, status, body)
+	require.JSONEq(t, `{"status":"ok"}`, body)
+	status, body = call("GET", "/elsewhere", "")
+	require.Equal(t, http.StatusNotFound, status, "only /api is served: %s", body)
+
+	status, body = call("PUT", "/api/fleet/products/p1", `{"name":"Product one","repos":["notes"]}`)
+	require.Equal(t, http.StatusOK, status, body)
+
+	// A submitted job reaches the dispatch function through the change
+	// feed: the emulator checkpoints past its revision.
+	req, err := http.NewRequestWithContext(ctx, "POST", base+"/api/fleet/jobs",
+		strings.NewReader("---\nrepo: notes\ntitle: e2e\ncapabilities: [engine:claude]\n---\nDo it.\n"))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+emuToken)
+	req.Header.Set("Content-Type", "text/markdown")
+	req.Header.Set("X-Product-Id", "p1")
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	jobBody, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode, string(jobBody))
+	var job struct{ ID string }
+	require.NoError(t, json.Unmarshal(jobBody, &job))
+	leaseID := "hostemu.dispatch." + coord.Jobs
+	require.Eventually(t, func() bool {
+		it, err := st.Read(ctx, coord.Leases, leaseID, leaseID)
+		if err != nil {
+			return false
+		}
+		var cp Checkpoint
+		if json.Unmarshal(it.Body, &cp) != nil || cp.Continuation == "" {
+			return false
+		}
+		// Checkpointed past the job: the feed from the lease no longer
+		// holds it.
+		page, err := st.ReadChanges(ctx, coord.Jobs, cp.Continuation, 100)
+		return err == nil && !slices.ContainsFunc(page.Items, func(it coord.Item) bool { return it.ID == job.ID })
+	}, within, 10*time.Millisecond, "the dispatch function never took the job's change")
+
+	// kill -9 the handler: the emulator restarts it, and the API answers
+	// again from the same store.
+	pid := emu.Child().PID()
+	require.NotZero(t, pid)
+	restarts := emu.Child().Restarts()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	require.Eventually(t, func() bool {
+		p := emu.Child().PID()
+		return emu.Child().Restarts() > restarts && p != 0 && p != pid
+	}, 30*time.Second, 10*time.Millisecond, "the handler was not restarted")
+	require.Eventually(t, func() bool {
+		status, _ := call("GET", "/api/healthz", "")
+		return status == http.StatusOK
+	}, 30*time.Second, 10*time.Millisecond, "healthz does not answer after the restart")
+
+	status, body = call("GET", "/api/fleet/products/p1", "")
+	require.Equal(t, http.StatusOK, status, body)
+	var product struct{ Repos []string }
+	require.NoError(t, json.Unmarshal([]byte(body), &product))
+	require.Equal(t, []string{"notes"}, product.Repos, "state written before the crash must survive it")
+}

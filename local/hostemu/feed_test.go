@@ -1,0 +1,349 @@
+package hostemu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/funchost"
+	"github.com/gigafactory/fleet/shared/store/sqlite"
+)
+
+// within bounds every wait of these tests: a deadline, never a fixed sleep.
+const within = 10 * time.Second
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// delivery is one invocation the fake handler received.
+type delivery struct {
+	ids    []string
+	etags  []string
+	failed bool
+}
+
+// fakeDispatch is a custom handler serving one cosmosDBTrigger function: it
+// records every batch and fails the invocations fail says to fail.
+type fakeDispatch struct {
+	srv        *httptest.Server
+	deliveries chan delivery
+	mu         sync.Mutex
+	fail       func(ids []string, attempt int) bool
+	attempts   map[string]int // by the batch's first id
+}
+
+func newFakeDispatch(t *testing.T, fail func(ids []string, attempt int) bool) *fakeDispatch {
+	t.Helper()
+	f := &fakeDispatch{deliveries: make(chan delivery, 64), fail: fail, attempts: map[string]int{}}
+	s := funchost.NewServer(nil, "", nil)
+	s.Handle("dispatch", func(_ context.Context, inv *funchost.Invocation) (*funchost.Result, error) {
+		docs, err := funchost.Documents(inv.Data["documents"])
+		if err != nil {
+			return nil, err
+		}
+		var d delivery
+		for _, raw := range docs {
+			var doc struct {
+				ID   string `json:"id"`
+				ETag string `json:"_etag"`
+			}
+			if err := json.Unmarshal(raw, &doc); err != nil {
+				return nil, err
+			}
+			d.ids = append(d.ids, doc.ID)
+			d.etags = append(d.etags, doc.ETag)
+		}
+		f.mu.Lock()
+		attempt := 0
+		if len(d.ids) > 0 {
+			f.attempts[d.ids[0]]++
+			attempt = f.attempts[d.ids[0]]
+		}
+		d.failed = f.fail != nil && f.fail(d.ids, attempt)
+		f.mu.Unlock()
+		f.deliveries <- d
+		if d.failed {
+			return nil, errors.New("dispatch failed on purpose")
+		}
+		return &funchost.Result{Logs: []string{fmt.Sprintf("batch of %d", len(docs))}}, nil
+	})
+	f.srv = httptest.NewServer(s)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// next returns the next delivery.
+func (f *fakeDispatch) next(t *testing.T) delivery {
+	t.Helper()
+	select {
+	case d := <-f.deliveries:
+		return d
+	case <-time.After(within):
+		t.Fatalf("no invocation within %s", within)
+		return delivery{}
+	}
+}
+
+func (f *fakeDispatch) child() *Child { return readyChild(strings.TrimPrefix(f.srv.URL, "http://")) }
+
+// feedFunction is the dispatch function.json with short intervals: a poll
+// every 10 ms, batches of at most max, and the given retry policy.
+func feedFunction(max int, retry *Retry) (*Function, Binding) {
+	trig := Binding{Type: "cosmosDBTrigger", Direction: "in", Name: "documents", Props: map[string]json.RawMessage{
+		"connection":            json.RawMessage(`"CosmosDB"`),
+		"databaseName":          json.RawMessage(`"%DB%"`),
+		"containerName":         json.RawMessage(`"fleet_jobs"`),
+		"leaseContainerName":    json.RawMessage(`"leases"`),
+		"feedPollDelay":         json.RawMessage(`"%POLL_MS%"`),
+		"maxItemsPerInvocation": json.RawMessage(fmt.Sprint(max)),
+		"startFromBeginning":    json.RawMessage(`true`),
+	}}
+	return &Function{Name: "dispatch", Bindings: []Binding{trig}, Retry: retry}, trig
+}
+
+var feedSettings = Settings(func(name string) string {
+	return map[string]string{"DB": "fleet", "POLL_MS": "10"}[name]
+})
+
+type feedEnv struct {
+	t     *testing.T
+	store *sqlite.Store
+}
+
+func newFeedEnv(t *testing.T) *feedEnv {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "fleet.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
+	return &feedEnv{t: t, store: st}
+}
+
+// write creates job documents and returns their revisions.
+func (e *feedEnv) write(ids ...string) []string {
+	e.t.Helper()
+	revs := make([]string, len(ids))
+	for i, id := range ids {
+		rev, err := e.store.Create(e.t.Context(), coord.Jobs, "p1", id, []byte(`{"id":"`+id+`","productId":"p1","stage":"queued"}`))
+		require.NoError(e.t, err)
+		revs[i] = rev
+	}
+	return revs
+}
+
+// checkpoint reads the trigger's lease document.
+func (e *feedEnv) checkpoint() (Checkpoint, bool) {
+	it, err := e.store.Read(context.Background(), coord.Leases, "hostemu.dispatch.fleet_jobs", "hostemu.dispatch.fleet_jobs")
+	if errors.Is(err, coord.ErrNotFound) {
+		return Checkpoint{}, false
+	}
+	require.NoError(e.t, err)
+	var cp Checkpoint
+	require.NoError(e.t, json.Unmarshal(it.Body, &cp))
+	return cp, true
+}
+
+// waitCheckpoint waits until the lease document holds continuation.
+func (e *feedEnv) waitCheckpoint(continuation string) {
+	e.t.Helper()
+	eventually(e.t, "checkpoint "+continuation, func() bool {
+		cp, ok := e.checkpoint()
+		return ok && cp.Continuation == continuation
+	})
+}
+
+// start runs a new trigger, as a freshly started host would, until the
+// returned stop is called.
+func (e *feedEnv) start(fn *Function, trig Binding, child *Child) (stop func()) {
+	e.t.Helper()
+	ft, err := newFeedTrigger(fn, trig, feedSettings, e.store, nil, child, slog.New(slog.DiscardHandler))
+	require.NoError(e.t, err)
+	ctx, cancel := context.WithCancel(e.t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); ft.run(ctx) }()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	e.t.Cleanup(stop)
+	return stop
+}
+
+func TestFeedTriggerConfig(t *testing.T) {
+	t.Parallel()
+	fn, trig := feedFunction(2, &Retry{Strategy: "fixedDelay", MaxRetryCount: 2, DelayInterval: "00:00:00.01"})
+	ft, err := newFeedTrigger(fn, trig, feedSettings, idleFeed{}, nil, nil, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.Equal(t, "fleet_jobs", ft.container)
+	require.Equal(t, "leases", ft.lease)
+	require.Equal(t, 10*time.Millisecond, ft.pollDelay)
+	require.Equal(t, 2, ft.maxItems)
+	require.Equal(t, []time.Duration{10 * time.Millisecond, 10 * time.Millisecond}, ft.retries)
+
+	tests := []struct {
+		name  string
+		props map[string]string
+		store FeedStore
+		want  string
+	}{
+		{name: "no store", store: nil, want: "needs a store"},
+		{name: "no container", props: map[string]string{"containerName": `""`}, store: idleFeed{}, want: "containerName is required"},
+		{name: "zero batch", props: map[string]string{"maxItemsPerInvocation": `0`}, store: idleFeed{}, want: "must be positive"},
+		{name: "unset setting", props: map[string]string{"feedPollDelay": `"%UNSET%"`}, store: idleFeed{}, want: "UNSET"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fn, trig := feedFunction(2, nil)
+			for k, v := range tc.props {
+				trig.Props[k] = json.RawMessage(v)
+			}
+			_, err := newFeedTrigger(fn, trig, feedSettings, tc.store, nil, nil, slog.New(slog.DiscardHandler))
+			require.ErrorContains(t, err, tc.want)
+			require.ErrorContains(t, err, "function dispatch")
+		})
+	}
+}
+
+type idleFeed struct{}
+
+func (idleFeed) ReadChanges(context.Context, string, string, int) (coord.ChangePage, error) {
+	return coord.ChangePage{}, nil
+}
+func (idleFeed) Read(context.Context, string, string, string) (coord.Item, error) {
+	return coord.Item{}, coord.ErrNotFound
+}
+func (idleFeed) Upsert(context.Context, string, string, string, []byte) (string, error) {
+	return "", nil
+}
+
+func TestFeedTriggerBatchesAndResumes(t *testing.T) {
+	t.Parallel()
+	e := newFeedEnv(t)
+	fake := newFakeDispatch(t, nil)
+	fn, trig := feedFunction(2, nil)
+
+	revs := e.write("j1", "j2", "j3", "j4", "j5")
+	stop := e.start(fn, trig, fake.child())
+	// Batches of at most maxItemsPerInvocation, in feed order, each
+	// document carrying its revision as _etag.
+	require.Equal(t, []string{"j1", "j2"}, fake.next(t).ids)
+	d := fake.next(t)
+	require.Equal(t, []string{"j3", "j4"}, d.ids)
+	require.Equal(t, revs[2:4], d.etags)
+	require.Equal(t, []string{"j5"}, fake.next(t).ids)
+	e.waitCheckpoint(revs[4])
+	cp, _ := e.checkpoint()
+	require.Equal(t, "dispatch", cp.Function)
+	require.Equal(t, "fleet_jobs", cp.Container)
+
+	// A change after the batch is delivered while the trigger idles.
+	more := e.write("j6")
+	require.Equal(t, []string{"j6"}, fake.next(t).ids)
+	e.waitCheckpoint(more[0])
+	stop()
+
+	// A new trigger (a restarted host) resumes from the lease: nothing
+	// checkpointed is delivered again, only what changed meanwhile.
+	later := e.write("j7", "j8", "j9")
+	e.start(fn, trig, fake.child())
+	require.Equal(t, []string{"j7", "j8"}, fake.next(t).ids)
+	require.Equal(t, []string{"j9"}, fake.next(t).ids)
+	e.waitCheckpoint(later[2])
+	select {
+	case d := <-fake.deliveries:
+		t.Fatalf("unexpected delivery %v", d.ids)
+	default:
+	}
+}
+
+func TestFeedTriggerRetriesThenCheckpointsPast(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		retry    *Retry
+		failFor  int // how many attempts of the first batch fail
+		attempts int // attempts of the first batch the handler sees
+	}{
+		// Without a retry policy the host tries a batch once.
+		{name: "no policy", retry: nil, failFor: 99, attempts: 1},
+		{name: "fixed delay, always failing", retry: &Retry{Strategy: "fixedDelay", MaxRetryCount: 2, DelayInterval: "00:00:00.01"},
+			failFor: 99, attempts: 3},
+		{name: "exponential, always failing", retry: &Retry{Strategy: "exponentialBackoff", MaxRetryCount: 3,
+			MinimumInterval: "00:00:00.005", MaximumInterval: "00:00:00.02"}, failFor: 99, attempts: 4},
+		{name: "fixed delay, recovers", retry: &Retry{Strategy: "fixedDelay", MaxRetryCount: 2, DelayInterval: "00:00:00.01"},
+			failFor: 1, attempts: 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newFeedEnv(t)
+			fake := newFakeDispatch(t, func(ids []string, attempt int) bool {
+				return ids[0] == "j1" && attempt <= tc.failFor
+			})
+			fn, trig := feedFunction(2, tc.retry)
+			revs := e.write("j1", "j2", "j3")
+			stop := e.start(fn, trig, fake.child())
+
+			for attempt := 1; attempt <= tc.attempts; attempt++ {
+				d := fake.next(t)
+				require.Equal(t, []string{"j1", "j2"}, d.ids, "attempt %d", attempt)
+				require.Equal(t, attempt <= tc.failFor, d.failed, "attempt %d", attempt)
+			}
+			// Then the feed moves on: the batch is checkpointed past,
+			// failed or not, and never delivered again.
+			require.Equal(t, []string{"j3"}, fake.next(t).ids)
+			e.waitCheckpoint(revs[2])
+			stop()
+
+			e.start(fn, trig, fake.child())
+			more := e.write("j4")
+			require.Equal(t, []string{"j4"}, fake.next(t).ids, "a restarted trigger must not redeliver the failed batch")
+			e.waitCheckpoint(more[0])
+		})
+	}
+}
+
+// TestFeedTriggerWaitsForHandler checks that a batch read while the handler
+// is down (restarting) is delivered once it is back, not dropped.
+func TestFeedTriggerWaitsForHandler(t *testing.T) {
+	t.Parallel()
+	e := newFeedEnv(t)
+	fake := newFakeDispatch(t, nil)
+	fn, trig := feedFunction(10, nil)
+	child := &Child{Log: slog.New(slog.DiscardHandler), ready: make(chan struct{})}
+	revs := e.write("j1")
+	e.start(fn, trig, child)
+
+	_, saved := e.checkpoint()
+	require.False(t, saved, "nothing is checkpointed before the handler took the batch")
+	child.mu.Lock()
+	child.addr = strings.TrimPrefix(fake.srv.URL, "http://")
+	close(child.ready)
+	child.mu.Unlock()
+	require.Equal(t, []string{"j1"}, fake.next(t).ids)
+	e.waitCheckpoint(revs[0])
+}

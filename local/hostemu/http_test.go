@@ -1,0 +1,235 @@
+package hostemu
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/funchost"
+)
+
+// route builds an httpRoute from function.json-style trigger properties.
+func route(t *testing.T, props string, forwarding bool) *httpRoute {
+	t.Helper()
+	var p map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal([]byte(props), &p))
+	fn := &Function{Name: "fn", Bindings: []Binding{
+		{Type: "httpTrigger", Direction: "in", Name: "req", Props: p},
+		{Type: "http", Direction: "out", Name: "res"},
+	}}
+	r, err := newHTTPRoute(fn, fn.Bindings[0], Settings(func(string) string { return "" }), forwarding)
+	require.NoError(t, err)
+	return r
+}
+
+func TestHTTPRouteMatch(t *testing.T) {
+	t.Parallel()
+	catchAll := route(t, `{"route":"{*path}","methods":["get","post"]}`, true)
+	byID := route(t, `{"route":"fleet/jobs/{id}"}`, true)
+	typed := route(t, `{"route":"items/{id:int}/parts/{part}","methods":["put"]}`, true)
+	literal := route(t, `{"route":"/healthz/"}`, true)
+	defaulted := route(t, `{}`, true) // the route defaults to the function name
+	tests := []struct {
+		name   string
+		r      *httpRoute
+		method string
+		path   string
+		params map[string]string
+		ok     bool
+	}{
+		{name: "catch-all, deep", r: catchAll, method: "GET", path: "fleet/jobs/j1/events", ok: true,
+			params: map[string]string{"path": "fleet/jobs/j1/events"}},
+		{name: "catch-all, root", r: catchAll, method: "POST", path: "", ok: true, params: map[string]string{"path": ""}},
+		{name: "catch-all, method not listed", r: catchAll, method: "DELETE", path: "fleet/jobs"},
+		{name: "parameter", r: byID, method: "PATCH", path: "fleet/jobs/j42", ok: true, params: map[string]string{"id": "j42"}},
+		{name: "parameter, literal case-insensitive", r: byID, method: "GET", path: "Fleet/JOBS/j42", ok: true, params: map[string]string{"id": "j42"}},
+		{name: "parameter, too short", r: byID, method: "GET", path: "fleet/jobs"},
+		{name: "parameter, too long", r: byID, method: "GET", path: "fleet/jobs/j42/runs"},
+		{name: "parameter, literal differs", r: byID, method: "GET", path: "fleet/runs/j42"},
+		{name: "constraint is not enforced, name kept", r: typed, method: "PUT", path: "items/7/parts/wheel", ok: true,
+			params: map[string]string{"id": "7", "part": "wheel"}},
+		{name: "typed, wrong method", r: typed, method: "GET", path: "items/7/parts/wheel"},
+		{name: "literal", r: literal, method: "GET", path: "healthz", ok: true, params: map[string]string{}},
+		{name: "literal, any method", r: literal, method: "OPTIONS", path: "healthz", ok: true, params: map[string]string{}},
+		{name: "literal, other path", r: literal, method: "GET", path: "healthzz"},
+		{name: "default route", r: defaulted, method: "GET", path: "fn", ok: true, params: map[string]string{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			params, ok := tc.r.match(tc.method, strings.Split(tc.path, "/"))
+			require.Equal(t, tc.ok, ok)
+			if tc.ok {
+				require.Equal(t, tc.params, params)
+			}
+		})
+	}
+	require.Equal(t, "res", catchAll.out)
+	require.True(t, catchAll.forward)
+	require.False(t, route(t, `{"route":"x"}`, false).forward)
+}
+
+func TestWithSystemProperties(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		body string
+		same bool // returned unchanged
+	}{
+		{name: "document", body: `{"id":"j1","productId":"p1","stage":"queued"}`},
+		{name: "empty object", body: `{}`},
+		{name: "padded", body: "  {\n \"id\": \"j1\" }\n"},
+		{name: "padded empty", body: "{ }"},
+		{name: "not an object", body: `["j1"]`, same: true},
+		{name: "empty", body: ``, same: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			before := time.Now().Unix()
+			got := withSystemProperties(coord.Item{ID: "j1", PartitionKey: "p1", Rev: "17", Body: []byte(tc.body)})
+			if tc.same {
+				require.Equal(t, tc.body, string(got))
+				return
+			}
+			require.True(t, json.Valid(got), "not JSON: %s", got)
+			var doc map[string]any
+			require.NoError(t, json.Unmarshal(got, &doc))
+			require.Equal(t, "17", doc["_etag"])
+			ts, ok := doc["_ts"].(float64)
+			require.True(t, ok, "_ts must be a number: %s", got)
+			require.GreaterOrEqual(t, int64(ts), before)
+			var orig map[string]any
+			require.NoError(t, json.Unmarshal([]byte(tc.body), &orig))
+			for k, v := range orig {
+				require.Equal(t, v, doc[k], "field %s", k)
+			}
+			require.Len(t, doc, len(orig)+2)
+		})
+	}
+}
+
+// readyChild is a Child whose process is already "running" at addr: the
+// triggers talk to a fake handler without starting anything.
+func readyChild(addr string) *Child {
+	ready := make(chan struct{})
+	close(ready)
+	return &Child{ready: ready, addr: addr, Log: slog.New(slog.DiscardHandler)}
+}
+
+// echoAPI answers with what reached it, as the api function would see it.
+var echoAPI = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Seen-Path", r.URL.Path)
+	w.WriteHeader(http.StatusAccepted)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"method": r.Method, "query": r.URL.RawQuery, "contentType": r.Header.Get("Content-Type"),
+		"body": base64.StdEncoding.EncodeToString(body),
+	})
+})
+
+// TestHTTPFrontEnvelope runs the emulator's envelope mode (a host without
+// request forwarding) against a handler speaking funchost: the request
+// crosses as Data.req, the answer comes back from Outputs.res.
+func TestHTTPFrontEnvelope(t *testing.T) {
+	t.Parallel()
+	var gotReq funchost.HTTPRequest
+	handler := funchost.NewServer(nil, "", nil)
+	inner := funchost.HTTPFunc(echoAPI, "req", "res")
+	handler.Handle("fn", func(ctx context.Context, inv *funchost.Invocation) (*funchost.Result, error) {
+		if err := json.Unmarshal(inv.Data["req"], &gotReq); err != nil {
+			return nil, err
+		}
+		return inner(ctx, inv)
+	})
+	fake := httptest.NewServer(handler)
+	t.Cleanup(fake.Close)
+
+	front := newHTTPFront("api", []*httpRoute{route(t, `{"route":"{*path}"}`, false)}, readyChild(strings.TrimPrefix(fake.URL, "http://")))
+	binary := []byte{0x00, 0xff, 0x1f, 0x8b, 0x00}
+	tests := []struct {
+		name        string
+		method      string
+		target      string
+		contentType string
+		body        []byte
+		status      int
+		wantQuery   string
+	}{
+		{name: "GET without a body", method: "GET", target: "/api/fleet/jobs?stage=queued&limit=2", status: 202, wantQuery: "stage=queued&limit=2"},
+		{name: "POST JSON", method: "POST", target: "/api/fleet/jobs", contentType: "application/json", body: []byte(`{"manifest":"é"}`), status: 202},
+		{name: "POST binary", method: "POST", target: "/api/blob", contentType: "application/octet-stream", body: binary, status: 202},
+		{name: "outside the route prefix", method: "GET", target: "/other/x", status: 404},
+		{name: "prefix lookalike", method: "GET", target: "/apix/y", status: 404},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest(tc.method, tc.target, bytes.NewReader(tc.body))
+			if tc.contentType != "" {
+				req.Header.Set("Content-Type", tc.contentType)
+			}
+			rec := httptest.NewRecorder()
+			front.ServeHTTP(rec, req)
+			require.Equal(t, tc.status, rec.Code, rec.Body.String())
+			require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+			if tc.status != http.StatusAccepted {
+				require.Contains(t, rec.Body.String(), `"code":"not_found"`)
+				return
+			}
+			var echoed struct{ Method, Query, ContentType, Body string }
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &echoed))
+			require.Equal(t, tc.method, echoed.Method)
+			require.Equal(t, tc.wantQuery, echoed.Query)
+			require.Equal(t, tc.contentType, echoed.ContentType)
+			body, err := base64.StdEncoding.DecodeString(echoed.Body)
+			require.NoError(t, err)
+			require.Equal(t, string(tc.body), string(body), "the body must cross the envelope byte for byte")
+			require.Equal(t, strings.SplitN(tc.target, "?", 2)[0], rec.Header().Get("X-Seen-Path"))
+
+			// The envelope carried route parameters and the query as the host does.
+			require.Equal(t, strings.TrimPrefix(strings.SplitN(tc.target, "?", 2)[0], "/api/"), gotReq.Params["path"])
+			if tc.wantQuery != "" {
+				require.Equal(t, map[string]string{"stage": "queued", "limit": "2"}, gotReq.Query)
+			}
+		})
+	}
+}
+
+// TestHTTPFrontFailures checks what a client sees when the handler fails.
+func TestHTTPFrontFailures(t *testing.T) {
+	t.Parallel()
+	handler := funchost.NewServer(nil, "", nil)
+	handler.Handle("fn", func(context.Context, *funchost.Invocation) (*funchost.Result, error) {
+		return nil, io.ErrUnexpectedEOF
+	})
+	fake := httptest.NewServer(handler)
+	t.Cleanup(fake.Close)
+
+	front := newHTTPFront("api", []*httpRoute{route(t, `{"route":"{*path}"}`, false)}, readyChild(strings.TrimPrefix(fake.URL, "http://")))
+	rec := httptest.NewRecorder()
+	front.ServeHTTP(rec, httptest.NewRequest("GET", "/api/x", nil))
+	require.Equal(t, http.StatusInternalServerError, rec.Code)
+	require.Contains(t, rec.Body.String(), "unexpected EOF", "the handler's Logs make the error")
+
+	// A handler that is not running: clients wait, then get 503.
+	stopped := &Child{Log: slog.New(slog.DiscardHandler), ready: make(chan struct{})}
+	front = newHTTPFront("api", []*httpRoute{route(t, `{"route":"{*path}"}`, true)}, stopped)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	rec = httptest.NewRecorder()
+	front.ServeHTTP(rec, httptest.NewRequest("GET", "/api/x", nil).WithContext(ctx))
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	require.Equal(t, "1", rec.Header().Get("Retry-After"))
+}
