@@ -86,7 +86,7 @@ func (c *Coordinator) Enroll(ctx context.Context, req EnrollRequest) (*fleet.Fac
 		return nil, "", fmt.Errorf("create factory %s: %w", f.ID, err)
 	}
 	f.Rev = rev
-	if err := c.putToken(ctx, f, hash); err != nil {
+	if err := c.putToken(ctx, f, hash, f.Products, f.Capabilities); err != nil {
 		// Without a token the factory can never authenticate: undo it.
 		_ = c.store.Delete(ctx, Factories, f.ID, f.ID, "")
 		return nil, "", err
@@ -119,8 +119,8 @@ func hashToken(secret string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func (c *Coordinator) putToken(ctx context.Context, f *fleet.Factory, hash string) error {
-	t := fleet.Token{ID: hash, ProductID: f.ProductID, FactoryID: f.ID, Products: f.Products, Capabilities: f.Capabilities, IssuedAt: c.now()}
+func (c *Coordinator) putToken(ctx context.Context, f *fleet.Factory, hash string, products, capabilities []string) error {
+	t := fleet.Token{ID: hash, ProductID: f.ProductID, FactoryID: f.ID, Products: products, Capabilities: capabilities, IssuedAt: c.now()}
 	body, err := json.Marshal(t)
 	if err != nil {
 		return err
@@ -316,11 +316,28 @@ func (c *Coordinator) RotateToken(ctx context.Context, id string) (string, error
 	if err != nil {
 		return "", err
 	}
+	// The new token keeps the scope the factory was enrolled with. The
+	// factory document's capabilities are what it last reported, which may
+	// be less: scoping the new token to them would forbid the rest for good.
+	products, capabilities := f.Products, f.Capabilities
+	if f.TokenID != "" {
+		it, err := c.store.Read(ctx, Tokens, f.TokenID, f.TokenID)
+		switch {
+		case err == nil:
+			old, err := decode[fleet.Token](it)
+			if err != nil {
+				return "", err
+			}
+			products, capabilities = old.Products, old.Capabilities
+		case !errors.Is(err, ErrNotFound):
+			return "", fmt.Errorf("read token of %s: %w", id, err)
+		}
+	}
 	secret, hash, err := newFactoryToken()
 	if err != nil {
 		return "", err
 	}
-	if err := c.putToken(ctx, f, hash); err != nil {
+	if err := c.putToken(ctx, f, hash, products, capabilities); err != nil {
 		return "", err
 	}
 	old := ""
@@ -394,17 +411,23 @@ func (c *Coordinator) Prune(ctx context.Context) (int, error) {
 		if f.Kind == fleet.KindElastic || c.silentHealth(f) == f.Health {
 			continue
 		}
+		// Counted after the write: the closure runs again on a lost CAS,
+		// and a heartbeat that won it may have made the change moot.
+		changed := false
 		_, err := c.mutateFactory(ctx, f.ID, func(f *fleet.Factory) error {
 			h := c.silentHealth(f)
-			if h == f.Health {
+			changed = h != f.Health
+			if !changed {
 				return errNoChange
 			}
 			f.Health = h
-			n++
 			return nil
 		})
 		if err != nil && !errors.Is(err, fleet.ErrNotFound) {
 			return n, err
+		}
+		if err == nil && changed {
+			n++
 		}
 	}
 	return n, nil

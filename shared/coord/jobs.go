@@ -104,11 +104,21 @@ func (c *Coordinator) registerDependant(ctx context.Context, productID, id strin
 	if len(deps) == 0 {
 		return true, nil
 	}
-	shipped := 0
+	// Every dependency must exist before any is marked: a rejected submit
+	// changes nothing, not even the jobs it named.
 	for i, dep := range deps {
 		if dep == id {
 			return false, fleet.Invalid(fmt.Sprintf("deps[%d]", i), "a job cannot depend on itself")
 		}
+		if _, err := c.GetJob(ctx, productID, dep); err != nil {
+			if errors.Is(err, fleet.ErrNotFound) {
+				return false, fleet.Invalid(fmt.Sprintf("deps[%d]", i), "job %s not found in product %s", dep, productID)
+			}
+			return false, err
+		}
+	}
+	shipped := 0
+	for i, dep := range deps {
 		var depStage fleet.Stage
 		_, err := c.mutateJob(ctx, productID, dep, func(d *fleet.Job) error {
 			depStage = d.Stage

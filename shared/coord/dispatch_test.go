@@ -1,0 +1,381 @@
+package coord_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// dispatchEnv is an env with a recording transport attached.
+func dispatchEnv(t *testing.T, opts ...envOpt) (*env, *recordingPublisher) {
+	t.Helper()
+	e := newEnv(t, opts...)
+	pub := &recordingPublisher{}
+	e.c.SetPublisher(pub)
+	return e, pub
+}
+
+// feed reads the jobs change feed after cont.
+func (e *env) feed(cont string) coord.ChangePage {
+	e.t.Helper()
+	page, err := e.raw.ReadChanges(e.ctx, coord.Jobs, cont, 1000)
+	require.NoError(e.t, err)
+	return page
+}
+
+func onlyJob(items []coord.Item, id string) []coord.Item {
+	for _, it := range items {
+		if it.ID == id {
+			return []coord.Item{it}
+		}
+	}
+	return nil
+}
+
+// TestDispatchChanged: a change-feed batch with a new queued job stamps the
+// target and dispatchEpoch once and publishes one small message keyed
+// jobId:dispatchEpoch. The same batch again, and the feed entry the stamp
+// itself produced, publish nothing more and write nothing.
+func TestDispatchChanged(t *testing.T) {
+	t.Parallel()
+	e, pub := dispatchEnv(t)
+	e.factory("f1")
+	e.factory("f2", caps("os:linux")) // cannot run the job
+	j := e.submit("priority: high")
+
+	batch := e.feed("")
+	require.Len(t, onlyJob(batch.Items, j.ID), 1)
+	ds, err := e.c.DispatchChanged(e.ctx, batch.Items)
+	require.NoError(t, err)
+	require.Equal(t, []coord.Decision{{JobID: j.ID, Target: "f1", DispatchEpoch: 1}}, ds)
+
+	got := e.job(j.ID)
+	require.Equal(t, fleet.StageQueued, got.Stage)
+	require.Equal(t, "f1", got.TargetFactoryID)
+	require.Equal(t, int64(1), got.DispatchEpoch)
+	require.Equal(t, fleet.Dispatch{At: t0}, got.Dispatch)
+	msgs := pub.sent()
+	require.Equal(t, []coord.DispatchMessage{{
+		JobID: j.ID, ProductID: prod, Repo: repo, Capabilities: []string{"engine:claude"},
+		Priority: fleet.PriorityHigh, TargetFactoryID: "f1", DispatchEpoch: 1,
+	}}, msgs)
+	require.Equal(t, j.ID+":1", msgs[0].MessageID())
+
+	// The Functions host may deliver a batch twice.
+	stamped := e.rawJob(j.ID)
+	ds, err = e.c.DispatchChanged(e.ctx, batch.Items)
+	require.NoError(t, err)
+	require.Equal(t, []coord.Decision{{JobID: j.ID, Skipped: "already dispatched"}}, ds)
+	// The stamp is itself a change the feed delivers next.
+	next := e.feed(batch.Continuation)
+	require.Len(t, onlyJob(next.Items, j.ID), 1)
+	_, err = e.c.DispatchChanged(e.ctx, next.Items)
+	require.NoError(t, err)
+	require.Len(t, pub.sent(), 1, "redelivery publishes nothing more")
+	require.Equal(t, stamped, e.rawJob(j.ID), "redelivery writes nothing")
+	require.Empty(t, e.feed(next.Continuation).Items, "and wakes no one")
+	require.Equal(t, int64(1), e.c.Stats().Dispatched)
+
+	// Accept checks the epoch and the target.
+	_, err = e.c.Accept(e.ctx, "f1", prod, j.ID, 0)
+	require.ErrorIs(t, err, fleet.ErrConflict)
+	_, err = e.c.Accept(e.ctx, "f2", prod, j.ID, 1)
+	require.ErrorIs(t, err, fleet.ErrConflict)
+	require.Equal(t, stamped, e.rawJob(j.ID))
+	cl, err := e.c.Accept(e.ctx, "f1", prod, j.ID, 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), cl.LeaseEpoch)
+	require.Equal(t, "f1", cl.Job.HolderFactoryID)
+	_, err = e.c.Accept(e.ctx, "f1", prod, j.ID, 1)
+	require.ErrorIs(t, err, fleet.ErrConflict, "a redelivered message finds the job taken")
+	evs := e.events(j.ID)
+	requireContiguous(t, evs)
+	require.Equal(t, "accepted dispatch", evs[1].Message)
+
+	// A claimed job in a later batch is not dispatched again.
+	ds, err = e.c.DispatchChanged(e.ctx, onlyJob(e.feed(next.Continuation).Items, j.ID))
+	require.NoError(t, err)
+	require.Equal(t, []coord.Decision{{JobID: j.ID, Skipped: "not queued"}}, ds)
+	require.Len(t, pub.sent(), 1)
+}
+
+// TestDispatchSkips: jobs that are not due are left alone, and without a
+// transport nothing is routed.
+func TestDispatchSkips(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.factory("f1")
+	j := e.submit()
+	ds, err := e.c.DispatchChanged(e.ctx, e.feed("").Items)
+	require.NoError(t, err)
+	require.Contains(t, ds, coord.Decision{JobID: j.ID, Skipped: "no dispatch transport"})
+	require.Empty(t, e.job(j.ID).TargetFactoryID)
+
+	pub := &recordingPublisher{}
+	e.c.SetPublisher(pub)
+	cl := e.claim("f1")
+	_, err = e.c.Fail(e.ctx, "f1", prod, cl.Job.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "x", Retryable: true})
+	require.NoError(t, err)
+	ds, err = e.c.DispatchChanged(e.ctx, onlyJob(e.feed("").Items, j.ID))
+	require.NoError(t, err)
+	require.Equal(t, []coord.Decision{{JobID: j.ID, Skipped: "backing off"}}, ds)
+	n, err := e.c.Redispatch(e.ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "the sweep leaves a job alone while it backs off")
+	require.Empty(t, pub.sent())
+
+	e.clock.Advance(e.c.Config().RetryBackoff)
+	n, err = e.c.Redispatch(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the sweep routes it once the backoff is over")
+	require.Len(t, pub.sent(), 1)
+}
+
+// TestDispatchUnroutable: a job needing a capability nobody has stays
+// queued with the reason recorded (once), and goes out as soon as a factory
+// enrolls and heartbeats with the capability and the repo.
+func TestDispatchUnroutable(t *testing.T) {
+	t.Parallel()
+	e, pub := dispatchEnv(t)
+	e.factory("f1")
+	j := e.submit("capabilities: [engine:claude, gpu:a100]")
+
+	ds, err := e.c.DispatchChanged(e.ctx, e.feed("").Items)
+	require.NoError(t, err)
+	const reason = "unroutable: no factory has capability gpu:a100"
+	require.Contains(t, ds, coord.Decision{JobID: j.ID, Skipped: reason})
+	got := e.job(j.ID)
+	require.Equal(t, fleet.StageQueued, got.Stage)
+	require.Equal(t, reason, got.Dispatch.Unroutable)
+	require.Empty(t, got.TargetFactoryID)
+	require.Zero(t, got.DispatchEpoch)
+	require.Empty(t, pub.sent())
+
+	ex, err := e.c.Explain(e.ctx, prod, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, reason, ex.Dispatch.Unroutable)
+	require.False(t, ex.Schedule.Routable)
+	require.Equal(t, reason, ex.Schedule.Reason)
+
+	// Routing again with nothing changed writes nothing.
+	before := e.rawJob(j.ID)
+	n, err := e.c.Redispatch(e.ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Equal(t, before, e.rawJob(j.ID))
+
+	// A GPU factory enrolls: it has the capability but not the repo yet.
+	tok := e.enrollOnly("gpu1", caps(append([]string{"gpu:a100"}, baseCaps...)...))
+	require.Empty(t, pub.sent())
+	require.Empty(t, e.job(j.ID).TargetFactoryID)
+
+	// Its first heartbeat reports the repo: the fleet-change hook routes it.
+	_, err = e.c.Heartbeat(e.ctx, tok, coord.Heartbeat{Capabilities: append([]string{"gpu:a100"}, baseCaps...), Repos: []string{repo}})
+	require.NoError(t, err)
+	msgs := pub.sent()
+	require.Len(t, msgs, 1)
+	require.Equal(t, "gpu1", msgs[0].TargetFactoryID)
+	require.Equal(t, int64(1), msgs[0].DispatchEpoch)
+	got = e.job(j.ID)
+	require.Equal(t, "gpu1", got.TargetFactoryID)
+	require.Empty(t, got.Dispatch.Unroutable)
+	cl, err := e.c.Accept(e.ctx, "gpu1", prod, j.ID, 1)
+	require.NoError(t, err)
+	require.Equal(t, j.ID, cl.Job.ID)
+}
+
+// enrollOnly enrolls a factory without a heartbeat.
+func (e *env) enrollOnly(id string, opts ...factoryOpt) *fleet.Token {
+	e.t.Helper()
+	req := coord.EnrollRequest{FactoryID: id, Capabilities: baseCaps, SeatLimit: 4}
+	var hb coord.Heartbeat
+	for _, o := range opts {
+		o(&req, &hb)
+	}
+	_, secret, err := e.c.Enroll(e.ctx, req)
+	require.NoError(e.t, err)
+	tok, err := e.c.AuthenticateFactory(e.ctx, secret)
+	require.NoError(e.t, err)
+	return tok
+}
+
+// TestRedispatch: the sweep sends again (with a new epoch, voiding the old
+// message) a job whose target left, went stale, or whose message was not
+// accepted within RedispatchAfter; a publish failure is healed the same
+// way.
+func TestRedispatch(t *testing.T) {
+	t.Parallel()
+	const after = 2 * time.Minute
+	cfg := coord.Config{RedispatchAfter: after}
+
+	t.Run("target deregistered", func(t *testing.T) {
+		t.Parallel()
+		e, pub := dispatchEnv(t, withConfig(cfg))
+		e.factory("f1")
+		e.factory("f2")
+		j := e.submit()
+		_, err := e.c.DispatchChanged(e.ctx, e.feed("").Items)
+		require.NoError(t, err)
+		require.Equal(t, "f1", e.job(j.ID).TargetFactoryID)
+		require.NoError(t, e.c.Deregister(e.ctx, "f1"))
+
+		n, err := e.c.Redispatch(e.ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		msgs := pub.sent()
+		require.Len(t, msgs, 2)
+		require.Equal(t, "f2", msgs[1].TargetFactoryID)
+		require.Equal(t, int64(2), msgs[1].DispatchEpoch)
+		require.Equal(t, j.ID+":2", msgs[1].MessageID(), "a new message id, not dropped as a duplicate")
+		_, err = e.c.Accept(e.ctx, "f1", prod, j.ID, 1)
+		require.ErrorIs(t, err, fleet.ErrConflict, "the old message is void")
+		_, err = e.c.Accept(e.ctx, "f2", prod, j.ID, 2)
+		require.NoError(t, err)
+	})
+
+	t.Run("target stale", func(t *testing.T) {
+		t.Parallel()
+		e, pub := dispatchEnv(t, withConfig(cfg))
+		e.factory("f1")
+		j := e.submit()
+		_, err := e.c.DispatchChanged(e.ctx, e.feed("").Items)
+		require.NoError(t, err)
+		e.clock.Advance(e.c.Config().StaleAfter)
+		e.factory("f2") // heartbeats now; f1 has gone quiet
+		n, err := e.c.Prune(e.ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		n, err = e.c.Redispatch(e.ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		got := e.job(j.ID)
+		require.Equal(t, "f2", got.TargetFactoryID, "the healthy factory scores higher")
+		require.Equal(t, int64(2), got.DispatchEpoch)
+		require.Len(t, pub.sent(), 2)
+	})
+
+	t.Run("not accepted in time", func(t *testing.T) {
+		t.Parallel()
+		e, pub := dispatchEnv(t, withConfig(cfg))
+		e.factory("f1")
+		j := e.submit()
+		_, err := e.c.DispatchChanged(e.ctx, e.feed("").Items)
+		require.NoError(t, err)
+		e.clock.Advance(after - time.Second)
+		n, err := e.c.Redispatch(e.ctx)
+		require.NoError(t, err)
+		require.Zero(t, n, "a fresh dispatch is left to be accepted")
+		e.clock.Advance(time.Second)
+		n, err = e.c.Redispatch(e.ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		msgs := pub.sent()
+		require.Len(t, msgs, 2)
+		require.Equal(t, int64(2), msgs[1].DispatchEpoch)
+		require.Equal(t, e.clock.Now(), e.job(j.ID).Dispatch.At)
+		n, err = e.c.Redispatch(e.ctx)
+		require.NoError(t, err)
+		require.Zero(t, n, "the sweep is idempotent")
+	})
+
+	t.Run("publish failed", func(t *testing.T) {
+		t.Parallel()
+		e, pub := dispatchEnv(t, withConfig(cfg))
+		e.factory("f1")
+		j := e.submit()
+		pub.setFail(errInjected)
+		_, err := e.c.DispatchChanged(e.ctx, e.feed("").Items)
+		require.ErrorIs(t, err, errInjected)
+		require.Empty(t, pub.sent())
+		require.Equal(t, int64(1), e.c.Stats().PublishFailed)
+		// The host checkpoints past the failed batch: only the sweep is left.
+		pub.setFail(nil)
+		e.clock.Advance(after)
+		n, err := e.c.Redispatch(e.ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		msgs := pub.sent()
+		require.Len(t, msgs, 1)
+		require.Equal(t, j.ID+":2", msgs[0].MessageID())
+		_, err = e.c.Accept(e.ctx, "f1", prod, j.ID, 2)
+		require.NoError(t, err)
+	})
+
+	t.Run("never routed", func(t *testing.T) {
+		t.Parallel()
+		e, pub := dispatchEnv(t, withConfig(cfg))
+		e.factory("f1")
+		e.submit() // the change feed batch with it was lost
+		n, err := e.c.Redispatch(e.ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Len(t, pub.sent(), 1)
+	})
+}
+
+// TestDeadLettered: when the broker gives up on the current dispatch
+// message, the job is routed again under a new epoch; a dead-letter of an
+// older message changes nothing.
+func TestDeadLettered(t *testing.T) {
+	t.Parallel()
+	e, pub := dispatchEnv(t)
+	e.factory("f1")
+	j := e.submit()
+	_, err := e.c.DispatchChanged(e.ctx, e.feed("").Items)
+	require.NoError(t, err)
+	first := pub.sent()[0]
+
+	require.NoError(t, e.c.DeadLettered(e.ctx, first))
+	msgs := pub.sent()
+	require.Len(t, msgs, 2)
+	require.Equal(t, int64(2), msgs[1].DispatchEpoch)
+	got := e.job(j.ID)
+	require.Equal(t, 1, got.Dispatch.DeadLettered)
+	require.Equal(t, int64(2), got.DispatchEpoch)
+	require.Equal(t, "f1", got.TargetFactoryID)
+
+	before := e.rawJob(j.ID)
+	require.NoError(t, e.c.DeadLettered(e.ctx, first), "a stale dead-letter")
+	require.Len(t, pub.sent(), 2)
+	require.Equal(t, before, e.rawJob(j.ID))
+	require.NoError(t, e.c.DeadLettered(e.ctx, coord.DispatchMessage{JobID: "gone", ProductID: prod, DispatchEpoch: 1}))
+
+	_, err = e.c.Accept(e.ctx, "f1", prod, j.ID, 1)
+	require.ErrorIs(t, err, fleet.ErrConflict)
+	_, err = e.c.Accept(e.ctx, "f1", prod, j.ID, 2)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), e.c.Stats().DeadLettered, "every report is counted")
+}
+
+func TestMessageID(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		id    string
+		job   string
+		epoch int64
+		ok    bool
+	}{
+		{"j1:1", "j1", 1, true},
+		{"j1:42", "j1", 42, true},
+		{"a:b:7", "a:b", 7, true},
+		{"j1", "", 0, false},
+		{":3", "", 0, false},
+		{"j1:", "", 0, false},
+		{"j1:x", "", 0, false},
+	}
+	for _, tc := range tests {
+		job, epoch, err := coord.ParseMessageID(tc.id)
+		if !tc.ok {
+			require.Error(t, err, tc.id)
+			continue
+		}
+		require.NoError(t, err, tc.id)
+		require.Equal(t, tc.job, job)
+		require.Equal(t, tc.epoch, epoch)
+		require.Equal(t, tc.id, coord.DispatchMessage{JobID: job, DispatchEpoch: epoch}.MessageID())
+	}
+}

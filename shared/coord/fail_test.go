@@ -1,0 +1,199 @@
+package coord_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// TestFailTerminal: a non-retryable failure ends in `failed` with the lease
+// gone at once, the failure recorded, and nothing left to claim.
+func TestFailTerminal(t *testing.T) {
+	t.Parallel()
+	for _, stage := range []fleet.Stage{fleet.StageAssigned, fleet.StageBuilding} {
+		t.Run(string(stage), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.factory("f1")
+			e.factory("f2")
+			j := e.submit()
+			cl := e.claim("f1")
+			if stage == fleet.StageBuilding {
+				_, err := e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
+				require.NoError(t, err)
+			}
+			v0 := e.queueVersion()
+			got, err := e.c.Fail(e.ctx, "f1", prod, j.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "tests do not compile"})
+			require.NoError(t, err)
+			require.Equal(t, fleet.StageFailed, got.Stage)
+			require.Empty(t, got.HolderFactoryID, "the lease is released at once")
+			require.True(t, got.LeaseExpiresAt.IsZero())
+			require.Equal(t, 0, got.Attempts, "a terminal failure spends no retry")
+			require.Equal(t, &fleet.Failure{Reason: "tests do not compile", FactoryID: "f1", At: t0}, got.LastFailure)
+			require.Equal(t, got, e.job(j.ID))
+			require.Equal(t, v0, e.queueVersion())
+
+			left, err := e.c.Claim(e.ctx, "f2")
+			require.NoError(t, err)
+			require.Nil(t, left, "a failed job is not claimable")
+			_, ok := got.Lease()
+			require.False(t, ok)
+
+			runs, err := e.c.Runs(e.ctx, prod, j.ID)
+			require.NoError(t, err)
+			require.Len(t, runs, 1)
+			require.Equal(t, fleet.RunFailed, runs[0].Result)
+			require.Equal(t, "tests do not compile", runs[0].Reason)
+			evs := e.events(j.ID)
+			requireContiguous(t, evs)
+			require.Equal(t, "failed", evs[len(evs)-1].Type)
+		})
+	}
+}
+
+// TestFailRetryBackoff: retryable failures requeue the job with an
+// exponential backoff (30s, 60s, …) during which nobody can claim it,
+// release the lease at once so another factory takes it after the backoff,
+// and dead-letter it on the MaxAttempts-th failure.
+func TestFailRetryBackoff(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.factory("f1")
+	e.factory("f2")
+	j := e.submit("maxAttempts: 3")
+	require.Equal(t, 3, j.MaxAttempts)
+
+	claimers := []string{"f1", "f2", "f1"}
+	wantBackoff := []time.Duration{30 * time.Second, 60 * time.Second}
+	epoch := int64(0)
+	for attempt, factoryID := range claimers {
+		cl := e.claim(factoryID)
+		require.Equal(t, j.ID, cl.Job.ID)
+		require.Greater(t, cl.LeaseEpoch, epoch)
+		epoch = cl.LeaseEpoch
+		v0 := e.queueVersion()
+		got, err := e.c.Fail(e.ctx, factoryID, prod, j.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "flaky network", Retryable: true})
+		require.NoError(t, err)
+		require.Equal(t, attempt+1, got.Attempts)
+		require.Empty(t, got.HolderFactoryID, "the lease is released at once")
+		require.Equal(t, cl.LeaseEpoch, got.LeaseEpoch, "a release does not bump the epoch; the next claim does")
+		require.True(t, got.LastFailure.Retryable)
+		require.Equal(t, factoryID, got.LastFailure.FactoryID)
+
+		if attempt == len(claimers)-1 {
+			require.Equal(t, fleet.StageDeadLetter, got.Stage, "the 3rd retryable failure of a maxAttempts: 3 job dead-letters it")
+			require.Equal(t, v0, e.queueVersion())
+			break
+		}
+		require.Equal(t, fleet.StageQueued, got.Stage)
+		require.Equal(t, e.clock.Now().Add(wantBackoff[attempt]), got.NotBefore)
+		require.Equal(t, v0+1, e.queueVersion())
+
+		// Backing off: not claimable by anyone until NotBefore.
+		e.clock.Advance(wantBackoff[attempt] - time.Second)
+		for _, f := range []string{"f1", "f2"} {
+			none, err := e.c.Claim(e.ctx, f)
+			require.NoError(t, err)
+			require.Nil(t, none, "claimed during backoff (attempt %d)", attempt+1)
+		}
+		e.clock.Advance(time.Second)
+	}
+
+	got := e.job(j.ID)
+	require.Equal(t, fleet.StageDeadLetter, got.Stage)
+	require.Equal(t, 3, got.Attempts)
+	none, err := e.c.Claim(e.ctx, "f1")
+	require.NoError(t, err)
+	require.Nil(t, none, "a dead-lettered job is not claimable")
+
+	runs, err := e.c.Runs(e.ctx, prod, j.ID)
+	require.NoError(t, err)
+	require.Len(t, runs, 3)
+	for i, r := range runs {
+		require.Equal(t, fleet.RunFailed, r.Result)
+		require.Equal(t, claimers[i], r.FactoryID)
+	}
+	evs := e.events(j.ID)
+	requireContiguous(t, evs)
+	require.Equal(t, []string{"submitted", "claimed", "failed", "claimed", "failed", "claimed", "failed"}, eventTypes(evs))
+}
+
+// TestFailBackoffCap: the backoff doubles per attempt up to MaxRetryBackoff.
+func TestFailBackoffCap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withConfig(coord.Config{RetryBackoff: 10 * time.Second, MaxRetryBackoff: 25 * time.Second}))
+	e.factory("f1")
+	j := e.submit("maxAttempts: 5")
+	for _, want := range []time.Duration{10 * time.Second, 20 * time.Second, 25 * time.Second, 25 * time.Second} {
+		cl := e.claim("f1")
+		got, err := e.c.Fail(e.ctx, "f1", prod, j.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "again", Retryable: true})
+		require.NoError(t, err)
+		require.Equal(t, fleet.StageQueued, got.Stage)
+		require.Equal(t, want, got.NotBefore.Sub(e.clock.Now()))
+		e.clock.Advance(want)
+	}
+}
+
+// TestRequeueResetsAttempts: an operator's requeue of a failed or
+// dead-lettered job is a fresh start: attempts back to 0, claimable now.
+func TestRequeueResetsAttempts(t *testing.T) {
+	t.Parallel()
+	for _, retryable := range []bool{false, true} {
+		name := "failed"
+		if retryable {
+			name = "dead_letter"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.factory("f1")
+			j := e.submit("maxAttempts: 2")
+			cl := e.claim("f1")
+			_, err := e.c.Fail(e.ctx, "f1", prod, j.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "r", Retryable: true})
+			require.NoError(t, err)
+			e.clock.Advance(time.Hour)
+			cl = e.claim("f1")
+			failed, err := e.c.Fail(e.ctx, "f1", prod, j.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "r", Retryable: retryable})
+			require.NoError(t, err)
+			require.Equal(t, fleet.Stage(name), failed.Stage)
+			require.NotZero(t, failed.Attempts)
+
+			v0 := e.queueVersion()
+			got, err := e.c.Act(e.ctx, "alice", prod, j.ID, coord.ActionRequeue, "fixed the flake")
+			require.NoError(t, err)
+			require.Equal(t, fleet.StageQueued, got.Stage)
+			require.Zero(t, got.Attempts)
+			require.False(t, got.NotBefore.After(e.clock.Now()))
+			require.Equal(t, v0+1, e.queueVersion())
+			again := e.claim("f1")
+			require.Equal(t, j.ID, again.Job.ID, "claimable at once after a requeue")
+			ev := e.events(j.ID)
+			require.Equal(t, fleet.Event{
+				ID: fleet.EventID(j.ID, got.EventSeq), JobID: j.ID, ProductID: prod, Seq: got.EventSeq,
+				Type: "requeue", From: fleet.Stage(name), To: fleet.StageQueued, Actor: fleet.ActorOperator,
+				ActorID: "alice", Message: "fixed the flake", At: e.clock.Now(),
+			}, ev[got.EventSeq-1])
+		})
+	}
+}
+
+// TestFailValidation: a failure needs a reason; bad input changes nothing.
+func TestFailValidation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.factory("f1")
+	e.submit()
+	cl := e.claim("f1")
+	before := e.rawJob(cl.Job.ID)
+	_, err := e.c.Fail(e.ctx, "f1", prod, cl.Job.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch})
+	requireCode(t, err, fleet.CodeInvalid, "reason")
+	_, err = e.c.Fail(e.ctx, "f1", prod, cl.Job.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "bad\x00byte"})
+	requireCode(t, err, fleet.CodeInvalid, "reason")
+	_, err = e.c.Fail(e.ctx, "f1", prod, "nope", coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "r"})
+	require.ErrorIs(t, err, fleet.ErrNotFound)
+	require.Equal(t, before, e.rawJob(cl.Job.ID))
+}

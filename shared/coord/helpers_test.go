@@ -1,0 +1,339 @@
+package coord_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/store/sqlite"
+)
+
+// t0 is when every test starts; nothing here reads the wall clock.
+var t0 = time.Date(2026, 5, 31, 12, 0, 0, 0, time.UTC)
+
+// fakeClock is the injected clock: it stands still until a test advances it.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: t0} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// openStore opens the real SQLite store on a fresh file.
+func openStore(t testing.TB) (*sqlite.Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fleet.db")
+	return openStoreAt(t, path), path
+}
+
+// openStoreAt opens another handle on path: a second process's worth of
+// connections on the same file.
+func openStoreAt(t testing.TB, path string) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), path)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	return s
+}
+
+// Defaults every env uses: product p1 owns repos notes and api.
+const (
+	prod = "p1"
+	repo = "notes"
+)
+
+// baseCaps are what a default factory advertises; the default job needs
+// engine:claude (and, implicitly, repo:notes).
+var baseCaps = []string{"os:linux", "engine:claude", "has:git"}
+
+type env struct {
+	t     *testing.T
+	ctx   context.Context
+	raw   *sqlite.Store
+	store coord.Store // what the coordinator runs on (raw, or a decorator)
+	path  string
+	clock *fakeClock
+	c     *coord.Coordinator
+}
+
+type envOpt func(*envOptions)
+
+type envOptions struct {
+	cfg  coord.Config
+	wrap func(coord.Store) coord.Store
+}
+
+func withConfig(cfg coord.Config) envOpt { return func(o *envOptions) { o.cfg = cfg } }
+
+func withStore(wrap func(coord.Store) coord.Store) envOpt {
+	return func(o *envOptions) { o.wrap = wrap }
+}
+
+// newEnv is a coordinator on a fresh SQLite file with product p1 declared.
+func newEnv(t *testing.T, opts ...envOpt) *env {
+	t.Helper()
+	var o envOptions
+	for _, fn := range opts {
+		fn(&o)
+	}
+	raw, path := openStore(t)
+	// context.Background, not t.Context: for a cancellable context the
+	// SQLite driver starts a watcher goroutine per statement, which makes
+	// the write-heavy races here several times slower.
+	e := &env{t: t, ctx: context.Background(), raw: raw, store: raw, path: path, clock: newFakeClock()}
+	if o.wrap != nil {
+		e.store = o.wrap(raw)
+	}
+	e.c = coord.New(e.store, e.clock, o.cfg, nil)
+	_, err := e.c.PutProduct(e.ctx, prod, "Product one", []string{repo, "api"})
+	require.NoError(t, err)
+	return e
+}
+
+// peer is a second coordinator on the same file through its own store
+// handle: another process, with its own caches.
+func (e *env) peer() *coord.Coordinator {
+	return coord.New(openStoreAt(e.t, e.path), e.clock, e.c.Config(), nil)
+}
+
+// manifest builds a manifest from front-matter lines; repo notes and
+// capability engine:claude unless the lines say otherwise.
+func manifest(lines ...string) []byte {
+	front := strings.Join(lines, "\n")
+	if !strings.Contains(front, "repo:") {
+		front = "repo: " + repo + "\n" + front
+	}
+	if !strings.Contains(front, "capabilities:") {
+		front += "\ncapabilities: [engine:claude]"
+	}
+	if !strings.Contains(front, "title:") {
+		front += "\ntitle: a job"
+	}
+	return []byte("---\n" + front + "\n---\nDo the thing.\n")
+}
+
+// submit creates a job in p1 and requires it to be new.
+func (e *env) submit(lines ...string) *fleet.Job {
+	e.t.Helper()
+	j, created, err := e.c.Submit(e.ctx, prod, manifest(lines...))
+	require.NoError(e.t, err)
+	require.True(e.t, created)
+	return j
+}
+
+// job reads a job fresh from the store.
+func (e *env) job(id string) *fleet.Job {
+	e.t.Helper()
+	j, err := e.c.GetJob(e.ctx, prod, id)
+	require.NoError(e.t, err)
+	return j
+}
+
+// rawJob is the stored document, byte for byte.
+func (e *env) rawJob(id string) coord.Item {
+	e.t.Helper()
+	it, err := e.raw.Read(e.ctx, coord.Jobs, prod, id)
+	require.NoError(e.t, err)
+	return it
+}
+
+type factoryOpt func(*coord.EnrollRequest, *coord.Heartbeat)
+
+func kind(k fleet.FactoryKind) factoryOpt {
+	return func(r *coord.EnrollRequest, _ *coord.Heartbeat) { r.Kind = k }
+}
+
+func caps(cs ...string) factoryOpt {
+	return func(r *coord.EnrollRequest, hb *coord.Heartbeat) { r.Capabilities, hb.Capabilities = cs, cs }
+}
+
+func products(ps ...string) factoryOpt {
+	return func(r *coord.EnrollRequest, _ *coord.Heartbeat) { r.Products = ps }
+}
+
+// factory enrolls a factory (baseCaps, 4 seats, every product unless
+// products() says otherwise) and heartbeats once with its capabilities and
+// repo notes. It returns the factory's token.
+func (e *env) factory(id string, opts ...factoryOpt) *fleet.Token {
+	e.t.Helper()
+	req := coord.EnrollRequest{FactoryID: id, Capabilities: baseCaps, SeatLimit: 4}
+	hb := coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}}
+	for _, o := range opts {
+		o(&req, &hb)
+	}
+	_, secret, err := e.c.Enroll(e.ctx, req)
+	require.NoError(e.t, err)
+	tok, err := e.c.AuthenticateFactory(e.ctx, secret)
+	require.NoError(e.t, err)
+	_, err = e.c.Heartbeat(e.ctx, tok, hb)
+	require.NoError(e.t, err)
+	return tok
+}
+
+// claim polls for work as factoryID and requires a job.
+func (e *env) claim(factoryID string) *coord.Claimed {
+	e.t.Helper()
+	cl, err := e.c.Claim(e.ctx, factoryID)
+	require.NoError(e.t, err)
+	require.NotNil(e.t, cl, "factory %s found no job to claim", factoryID)
+	return cl
+}
+
+// events lists a job's events.
+func (e *env) events(id string) []fleet.Event {
+	e.t.Helper()
+	evs, err := e.c.Events(e.ctx, prod, id, 0, 0)
+	require.NoError(e.t, err)
+	return evs
+}
+
+func eventTypes(evs []fleet.Event) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.Type
+	}
+	return out
+}
+
+// requireContiguous checks the events are seq 1..n in order.
+func requireContiguous(t *testing.T, evs []fleet.Event) {
+	t.Helper()
+	for i, ev := range evs {
+		require.Equal(t, int64(i+1), ev.Seq, "event %d (%s) out of sequence", i, ev.Type)
+	}
+}
+
+func (e *env) queueVersion() int64 {
+	e.t.Helper()
+	qs, err := e.c.QueueState(e.ctx, prod)
+	require.NoError(e.t, err)
+	return qs.Version
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// requireCode checks err is a fleet error of code (and field, when given).
+func requireCode(t *testing.T, err error, code fleet.Code, field string) {
+	t.Helper()
+	require.Error(t, err)
+	require.Equal(t, code, fleet.CodeOf(err), "error: %v", err)
+	if field != "" {
+		var fe *fleet.Error
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, field, fe.Field, "error: %v", err)
+	}
+}
+
+// recordingPublisher is the fake dispatch transport: it records what it was
+// asked to publish and fails while fail is set.
+type recordingPublisher struct {
+	mu   sync.Mutex
+	msgs []coord.DispatchMessage
+	fail error
+}
+
+func (p *recordingPublisher) Publish(_ context.Context, m coord.DispatchMessage) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fail != nil {
+		return p.fail
+	}
+	p.msgs = append(p.msgs, m)
+	return nil
+}
+
+func (p *recordingPublisher) setFail(err error) {
+	p.mu.Lock()
+	p.fail = err
+	p.mu.Unlock()
+}
+
+func (p *recordingPublisher) sent() []coord.DispatchMessage {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]coord.DispatchMessage(nil), p.msgs...)
+}
+
+// hookStore decorates a Store: beforeReplace runs before every Replace of a
+// job and may return an error to inject instead of writing. It counts job
+// reads and replaces.
+type hookStore struct {
+	coord.Store
+	jobReads, jobReplaces atomic.Int64
+	mu                    sync.Mutex
+	beforeReplace         func(pk, id string) error
+	// beforeFactoryReplace is beforeReplace for factory documents.
+	beforeFactoryReplace func(pk, id string) error
+}
+
+func (s *hookStore) setBeforeFactoryReplace(fn func(pk, id string) error) {
+	s.mu.Lock()
+	s.beforeFactoryReplace = fn
+	s.mu.Unlock()
+}
+
+func (s *hookStore) setBeforeReplace(fn func(pk, id string) error) {
+	s.mu.Lock()
+	s.beforeReplace = fn
+	s.mu.Unlock()
+}
+
+func (s *hookStore) Read(ctx context.Context, container, pk, id string) (coord.Item, error) {
+	if container == coord.Jobs {
+		s.jobReads.Add(1)
+	}
+	return s.Store.Read(ctx, container, pk, id)
+}
+
+func (s *hookStore) Replace(ctx context.Context, container, pk, id string, body []byte, ifRev string) (string, error) {
+	s.mu.Lock()
+	var hook func(pk, id string) error
+	switch container {
+	case coord.Jobs:
+		s.jobReplaces.Add(1)
+		hook = s.beforeReplace
+	case coord.Factories:
+		hook = s.beforeFactoryReplace
+	}
+	s.mu.Unlock()
+	if hook != nil {
+		if err := hook(pk, id); err != nil {
+			return "", err
+		}
+	}
+	return s.Store.Replace(ctx, container, pk, id, body, ifRev)
+}
+
+// once wraps fn so it runs on the first call only; later calls return nil.
+func once(fn func(pk, id string) error) func(pk, id string) error {
+	var done atomic.Bool
+	return func(pk, id string) error {
+		if done.Swap(true) {
+			return nil
+		}
+		return fn(pk, id)
+	}
+}
+
+var errInjected = errors.New("injected publish failure")
