@@ -92,6 +92,19 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []Item) ([]Deci
 	return out, errors.Join(errs...)
 }
 
+// sameUnroutable compares stored and new reasons. "unroutable: no factory
+// has capability X" is kept exactly. "no eligible factory: 2 have no free
+// seat, 1 is down" changes with every heartbeat, so any two such reasons
+// count as the same: rewriting them would wake the change feed on each
+// heartbeat for nothing, and Explain shows the live reason anyway.
+func sameUnroutable(stored, reason string) bool {
+	const busy = "no eligible factory:"
+	if strings.HasPrefix(stored, busy) && strings.HasPrefix(reason, busy) {
+		return true
+	}
+	return stored == reason
+}
+
 // needsDispatch returns "" when j should be routed now, else why not.
 func (c *Coordinator) needsDispatch(j *fleet.Job) string {
 	switch {
@@ -129,7 +142,7 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 		best, reason := schedule.BestFactory(j, factories, c.now(), c.cfg.Weights)
 		if best == nil {
 			unroutable = reason
-			if j.Dispatch.Unroutable == reason && j.TargetFactoryID == "" {
+			if sameUnroutable(j.Dispatch.Unroutable, reason) && j.TargetFactoryID == "" {
 				// Writing the same reason again would only wake the change
 				// feed for nothing.
 				return errNoChange

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"math/rand/v2"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -45,12 +45,8 @@ func (c *Coordinator) Claim(ctx context.Context, factoryID string) (*Claimed, er
 	if err != nil {
 		return nil, err
 	}
-	for {
-		best := schedule.BestJob(f, queued, c.now(), c.cfg.Weights)
-		if best == nil {
-			return nil, nil
-		}
-		_, after, err := c.transition(ctx, best.ProductID, best.ID, fleet.StageAssigned, fleet.ActorFactory, factoryID, "claimed", "claimed (poll)",
+	for _, j := range claimOrder(schedule.RankJobs(f, queued, c.now(), c.cfg.Weights)) {
+		_, after, err := c.transition(ctx, j.ProductID, j.ID, fleet.StageAssigned, fleet.ActorFactory, factoryID, "claimed", "claimed (poll)",
 			func(j *fleet.Job) error {
 				if j.Stage != fleet.StageQueued {
 					return fleet.Errorf(fleet.CodeConflict, "job %s was taken", j.ID)
@@ -68,8 +64,29 @@ func (c *Coordinator) Claim(ctx context.Context, factoryID string) (*Claimed, er
 			return nil, err
 		}
 		c.stats.claimConflicts.Add(1)
-		queued = slices.DeleteFunc(queued, func(j *fleet.Job) bool { return j.ID == best.ID })
 	}
+	return nil, nil
+}
+
+// claimSpread is how many of the best jobs of the top priority a poller may
+// start from. Pollers see the same queue and rank it the same way; all
+// starting at the best job would make every claim but one a lost CAS, and
+// the losers would march down the ranking in lockstep.
+const claimSpread = 8
+
+// claimOrder is the ranking, rotated to start at a random one of the first
+// claimSpread jobs of the top priority: each poller still takes one of the
+// few best jobs, and concurrent pollers mostly take different ones.
+func claimOrder(ranked []*fleet.Job) []*fleet.Job {
+	band := 0
+	for band < len(ranked) && band < claimSpread && ranked[band].Priority.Rank() == ranked[0].Priority.Rank() {
+		band++
+	}
+	if band <= 1 {
+		return ranked
+	}
+	start := rand.IntN(band)
+	return append(ranked[start:band:band], append(ranked[:start:start], ranked[band:]...)...)
 }
 
 // Accept is the push transport's claim: the factory a dispatch message

@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"cmp"
+	"slices"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -119,4 +120,38 @@ func compareVictims(a, b *fleet.Job) int {
 		return c
 	}
 	return cmp.Compare(a.ID, b.ID)
+}
+
+// RankJobs returns the jobs f is eligible for, best first, in BestJob's
+// order (its first element is BestJob's answer).
+func RankJobs(f *fleet.Factory, jobs []*fleet.Job, now time.Time, w Weights) []*fleet.Job {
+	if f == nil || f.Health == fleet.HealthDown || f.FreeSeats() <= 0 {
+		return nil
+	}
+	type ranked struct {
+		j     *fleet.Job
+		rank  int
+		total float64
+		since time.Time
+	}
+	out := make([]ranked, 0, len(jobs))
+	for _, j := range jobs {
+		if j == nil || j.Stage != fleet.StageQueued || j.NotBefore.After(now) || !f.Serves(j.ProductID) {
+			continue
+		}
+		n := newNeed(j)
+		if !n.satisfiedBy(f) {
+			continue
+		}
+		since := queuedSince(j)
+		out = append(out, ranked{j, j.Priority.Rank(), n.terms(f, starvationTerm(now.Sub(since))).Total(w), since})
+	}
+	slices.SortFunc(out, func(a, b ranked) int {
+		return compareJobs(a.rank, a.total, a.since, a.j.ID, b.rank, b.total, b.since, b.j.ID)
+	})
+	js := make([]*fleet.Job, len(out))
+	for i, r := range out {
+		js[i] = r.j
+	}
+	return js
 }

@@ -1,0 +1,63 @@
+package schedule
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// TestRankJobsAgreesWithBestJob: the ranking starts with BestJob's answer,
+// holds only eligible jobs, and is in BestJob's order whatever the input
+// order.
+func TestRankJobsAgreesWithBestJob(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	f := &fleet.Factory{ID: "f", SeatLimit: 4, Health: fleet.HealthOK, Capabilities: []string{"os:linux"}, Repos: []string{"r"}}
+	prios := []fleet.Priority{fleet.PriorityLow, fleet.PriorityNormal, fleet.PriorityHigh, fleet.PriorityCritical}
+	var jobs []*fleet.Job
+	for i := range 60 {
+		j := &fleet.Job{ID: string(rune('a'+i%26)) + string(rune('a'+i/26)), Repo: "r", Stage: fleet.StageQueued,
+			Priority: prios[i%4], QueuedAt: now.Add(-time.Duration(i) * time.Minute), Capabilities: []string{"os:linux"}}
+		switch i % 7 {
+		case 0:
+			j.Capabilities = []string{"gpu:a100"} // not eligible
+		case 1:
+			j.Stage = fleet.StageBuilding // not queued
+		case 2:
+			j.NotBefore = now.Add(time.Minute) // backing off
+		}
+		jobs = append(jobs, j)
+	}
+	want := RankJobs(f, jobs, now, DefaultWeights)
+	require.NotEmpty(t, want)
+	require.Same(t, BestJob(f, jobs, now, DefaultWeights), want[0])
+	for i := 1; i < len(want); i++ {
+		require.GreaterOrEqual(t, want[i-1].Priority.Rank(), want[i].Priority.Rank(), "priority order at %d", i)
+	}
+	for _, j := range want {
+		require.Equal(t, fleet.StageQueued, j.Stage)
+		require.False(t, j.NotBefore.After(now))
+		require.Equal(t, []string{"os:linux"}, j.Capabilities)
+	}
+	for range 10 {
+		shuffled := append([]*fleet.Job(nil), jobs...)
+		rand.Shuffle(len(shuffled), func(a, b int) { shuffled[a], shuffled[b] = shuffled[b], shuffled[a] })
+		require.Equal(t, want, RankJobs(f, shuffled, now, DefaultWeights))
+	}
+	// Removing the best makes the second the best.
+	require.Same(t, want[1], BestJob(f, without(jobs, want[0]), now, DefaultWeights))
+}
+
+func without(js []*fleet.Job, drop *fleet.Job) []*fleet.Job {
+	var out []*fleet.Job
+	for _, j := range js {
+		if j != drop {
+			out = append(out, j)
+		}
+	}
+	return out
+}
