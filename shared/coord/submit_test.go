@@ -177,10 +177,11 @@ func TestDeps(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			e.factory("f1")
-			// A second apart, so the claim order below is the submit order.
-			a := e.submit("title: dep a")
+			// The deps outrank the waiter, so once it is unblocked a claim
+			// still takes a dep first.
+			a := e.submit("title: dep a", "priority: high")
 			e.clock.Advance(time.Second)
-			b := e.submit("title: dep b")
+			b := e.submit("title: dep b", "priority: high")
 			e.clock.Advance(time.Second)
 			waiter := e.submit(fmt.Sprintf("deps: [%s, %s]", a.ID, b.ID), "depsMode: "+tc.mode, "title: waiter")
 			require.Equal(t, fleet.StageBlocked, waiter.Stage)
@@ -188,10 +189,13 @@ func TestDeps(t *testing.T) {
 			require.True(t, e.job(a.ID).HasDependants)
 			require.True(t, e.job(b.ID).HasDependants)
 
-			for i, dep := range []*fleet.Job{a, b} {
+			remaining := map[string]bool{a.ID: true, b.ID: true}
+			for i := range 2 {
 				// Only the deps are claimable: a blocked job never is.
 				cl := e.claim("f1")
-				require.Equal(t, dep.ID, cl.Job.ID)
+				require.True(t, remaining[cl.Job.ID], "claimed %s, want one of the deps", cl.Job.ID)
+				delete(remaining, cl.Job.ID)
+				dep := cl.Job
 				_, err := e.c.Patch(e.ctx, "f1", prod, dep.ID, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
 				require.NoError(t, err)
 				v0 := e.queueVersion()
