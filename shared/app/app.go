@@ -18,7 +18,9 @@ import (
 	"github.com/gigafactory/fleet/shared/config"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/httpapi"
+	"github.com/gigafactory/fleet/shared/store/cosmos"
 	"github.com/gigafactory/fleet/shared/store/sqlite"
+	"github.com/gigafactory/fleet/shared/store/storecount"
 )
 
 // App is a configured fleet.
@@ -66,9 +68,16 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger) (*App, error) 
 	if err != nil {
 		return nil, err
 	}
-	a.Store, a.DataDir = st.Store, st.DataDir
+	// Every store call is counted: the figures show in /fleet/metrics and
+	// are what the benchmark reports per job lifecycle.
+	counted := storecount.New(st.Store)
+	a.Store, a.DataDir = counted, st.DataDir
 	a.closers = append(a.closers, st.Close)
 	a.Coord = coord.New(a.Store, coord.SystemClock{}, cfg, log)
+	a.Coord.AddMetrics("store", func(context.Context) (any, error) { return counted.Snapshot(), nil })
+	if rs, ok := st.Store.(interface{ Stats() cosmos.Stats }); ok {
+		a.Coord.AddMetrics("cosmos", func(context.Context) (any, error) { return rs.Stats(), nil })
+	}
 	tokens, err := a.operatorTokens(l)
 	if err != nil {
 		return nil, err

@@ -81,6 +81,7 @@ type Coordinator struct {
 	publisher     Publisher
 	stats         *Stats
 	onFleetChange func(context.Context)
+	metricSources map[string]MetricsSource
 }
 
 // New builds a coordinator. log may be nil.

@@ -72,6 +72,7 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []Item) ([]Deci
 			errs = append(errs, err)
 			continue
 		}
+		observe(&c.stats.feedLagSum, &c.stats.feedLagN, c.now().Sub(j.UpdatedAt))
 		if reason := c.needsDispatch(j); reason != "" {
 			out = append(out, Decision{JobID: j.ID, Skipped: reason})
 			continue

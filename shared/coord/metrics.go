@@ -21,7 +21,9 @@ type Metrics struct {
 	Starving  []StarvingJob  `json:"starving"`
 	Alerts    []string       `json:"alerts"`
 	Coord     StatsSnapshot  `json:"coordinator"`
-	Extra     map[string]any `json:"extra,omitempty"`
+	// Adapters holds what the store and the dispatch transport report
+	// (operation counts, request charges, subscription depths), by name.
+	Adapters map[string]any `json:"adapters,omitempty"`
 }
 
 // FactoryMetrics rolls up factory health and seats.
@@ -46,6 +48,18 @@ type StarvingJob struct {
 // counting them would read the whole history on every scrape.
 var activeStages = []string{string(fleet.StageQueued), string(fleet.StageBlocked), string(fleet.StageAssigned),
 	string(fleet.StageBuilding), string(fleet.StageReview), string(fleet.StageTesting)}
+
+// MetricsSource reports one adapter's figures for Metrics.
+type MetricsSource func(ctx context.Context) (any, error)
+
+// AddMetrics adds a named section to Metrics. Call it while wiring, before
+// serving.
+func (c *Coordinator) AddMetrics(name string, src MetricsSource) {
+	if c.metricSources == nil {
+		c.metricSources = map[string]MetricsSource{}
+	}
+	c.metricSources[name] = src
+}
 
 // Metrics computes the fleet view. With productID set, jobs and factories of
 // that product only.
@@ -93,6 +107,16 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		}
 		return cmpString(a.JobID, b.JobID)
 	})
+	for name, src := range c.metricSources {
+		if m.Adapters == nil {
+			m.Adapters = map[string]any{}
+		}
+		v, err := src(ctx)
+		if err != nil {
+			v = map[string]string{"error": err.Error()}
+		}
+		m.Adapters[name] = v
+	}
 	if n := len(m.Starving); n > 0 {
 		m.Alerts = append(m.Alerts, "queue_starvation: "+strconv.Itoa(n)+" job(s) queued for more than 30m")
 	}

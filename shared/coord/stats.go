@@ -18,6 +18,7 @@ type Stats struct {
 	// Lag sums in microseconds and counts: submit -> publish, publish -> accept.
 	dispatchLagSum, dispatchLagN atomic.Int64
 	acceptLagSum, acceptLagN     atomic.Int64
+	feedLagSum, feedLagN         atomic.Int64
 }
 
 func newStats() *Stats { return &Stats{} }
@@ -35,6 +36,9 @@ type StatsSnapshot struct {
 	// Mean lags in milliseconds.
 	DispatchLagMs float64 `json:"dispatchLagMs"`
 	AcceptLagMs   float64 `json:"acceptLagMs"`
+	// ChangeFeedLagMs is the mean time from a job's write to the dispatch
+	// function seeing it in the change feed.
+	ChangeFeedLagMs float64 `json:"changeFeedLagMs"`
 }
 
 func observe(sum, n *atomic.Int64, d time.Duration) {
@@ -57,15 +61,16 @@ func mean(sum, n *atomic.Int64) float64 {
 func (c *Coordinator) Stats() StatsSnapshot {
 	s := c.stats
 	snap := StatsSnapshot{
-		CASConflicts:   s.casConflicts.Load(),
-		Claims:         s.claims.Load(),
-		ClaimConflicts: s.claimConflicts.Load(),
-		Dispatched:     s.dispatched.Load(),
-		PublishFailed:  s.publishFailed.Load(),
-		DeadLettered:   s.deadLettered.Load(),
-		EventsLost:     s.eventsLost.Load(),
-		DispatchLagMs:  mean(&s.dispatchLagSum, &s.dispatchLagN),
-		AcceptLagMs:    mean(&s.acceptLagSum, &s.acceptLagN),
+		CASConflicts:    s.casConflicts.Load(),
+		Claims:          s.claims.Load(),
+		ClaimConflicts:  s.claimConflicts.Load(),
+		Dispatched:      s.dispatched.Load(),
+		PublishFailed:   s.publishFailed.Load(),
+		DeadLettered:    s.deadLettered.Load(),
+		EventsLost:      s.eventsLost.Load(),
+		DispatchLagMs:   mean(&s.dispatchLagSum, &s.dispatchLagN),
+		AcceptLagMs:     mean(&s.acceptLagSum, &s.acceptLagN),
+		ChangeFeedLagMs: mean(&s.feedLagSum, &s.feedLagN),
 	}
 	if attempts := snap.Claims + snap.ClaimConflicts; attempts > 0 {
 		snap.ClaimConflictPct = float64(snap.ClaimConflicts) / float64(attempts)

@@ -505,7 +505,8 @@ func schemas() obj {
 			"alerts":   stringList(""),
 			"coordinator": describe(obj{"type": "object", "additionalProperties": obj{"type": "number"}},
 				"This process's counters: claims, conflicts, lags."),
-			"extra": obj{"type": "object"},
+			"adapters": describe(obj{"type": "object", "additionalProperties": obj{"type": "object"}},
+				"What the store and the dispatch transport report, by name: operation counts, request charges, subscription depths."),
 		}),
 		"EnrollResponse": object([]string{"factoryId", "token", "factory"}, obj{
 			"factoryId": name(""), "token": str("The factory's bearer token; shown only here."), "factory": ref("Factory")}),

@@ -6,30 +6,30 @@ import "sync"
 // created.
 type OpStats struct {
 	// Calls counts store method calls (not HTTP requests).
-	Calls int64
+	Calls int64 `json:"calls"`
 	// Errors counts calls that returned an error, including expected ones
 	// such as ErrNotFound and ErrPrecondition.
-	Errors int64
+	Errors int64 `json:"errors"`
 	// Throttled counts 429 answers, retried or not.
-	Throttled int64
+	Throttled int64 `json:"throttled"`
 	// RequestCharge is the sum of request units charged for the calls, every
 	// attempt and metadata request they caused included.
-	RequestCharge float64
+	RequestCharge float64 `json:"requestCharge"`
 }
 
 // Stats is a snapshot of the store's cost per operation kind, a plain value
 // that metrics can publish.
 type Stats struct {
-	Create      OpStats
-	Read        OpStats
-	Replace     OpStats
-	Upsert      OpStats
-	Delete      OpStats
-	Increment   OpStats
-	Query       OpStats
-	ReadChanges OpStats
+	Create      OpStats `json:"create"`
+	Read        OpStats `json:"read"`
+	Replace     OpStats `json:"replace"`
+	Upsert      OpStats `json:"upsert"`
+	Delete      OpStats `json:"delete"`
+	Increment   OpStats `json:"increment"`
+	Query       OpStats `json:"query"`
+	ReadChanges OpStats `json:"readChanges"`
 	// Admin covers EnsureContainers and CheckContainers.
-	Admin OpStats
+	Admin OpStats `json:"admin"`
 }
 
 // Total sums every operation kind.

@@ -14,13 +14,13 @@ import (
 // Counts is a snapshot of the counters. Every call is counted, failed ones
 // included: a failed call still costs a round trip.
 type Counts struct {
-	Reads     int64 // Read
-	Writes    int64 // Create, Replace, Upsert, Delete, Increment
-	Queries   int64 // Query (one per page)
-	FeedReads int64 // ReadChanges (one per page)
+	Reads     int64 `json:"reads"`     // Read
+	Writes    int64 `json:"writes"`    // Create, Replace, Upsert, Delete, Increment
+	Queries   int64 `json:"queries"`   // Query (one per page)
+	FeedReads int64 `json:"feedReads"` // ReadChanges (one per page)
 	// Conflicts are writes refused with ErrPrecondition or ErrExists: lost
 	// races, the 409/412 rate.
-	Conflicts int64
+	Conflicts int64 `json:"conflicts"`
 }
 
 // Sub returns c - o, the operations between two snapshots.
