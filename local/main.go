@@ -19,6 +19,7 @@ import (
 	"github.com/gigafactory/fleet/local/hostemu"
 	"github.com/gigafactory/fleet/shared/app"
 	"github.com/gigafactory/fleet/shared/config"
+	"github.com/gigafactory/fleet/shared/store/storecount"
 )
 
 func main() {
@@ -90,9 +91,11 @@ func run() error {
 	if st.Path != "" {
 		changed = hostemu.WatchFiles(ctx, 2*time.Millisecond, st.Path, st.Path+"-wal")
 	}
+	feedStore := storecount.New(st.Store)
 	emu, err := hostemu.New(hostemu.Options{
 		Root: dir, Handler: handlerPath, Listen: l.Get(config.Listen),
-		Settings: l.Get, Env: env, Store: st.Store, Changed: changed, Log: log,
+		Settings: l.Get, Env: env, Store: feedStore, Changed: changed, Log: log,
+		StoreStats: func() any { return feedStore.Snapshot() },
 	})
 	if err != nil {
 		return err

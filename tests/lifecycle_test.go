@@ -3,6 +3,7 @@ package tests
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -62,4 +63,39 @@ func TestStatePersistsAcrossRestart(t *testing.T) {
 
 	s2 := startStack(t, "FLEET_DATA_DIR="+s.DataDir, "FLEET_OPERATOR_TOKEN="+s.Token)
 	require.Equal(t, "queued", s2.Job("demo", id)["stage"])
+}
+
+// TestHostStatus: the emulator reports the handler, every function of the
+// app and the dispatch feed's progress, as the Functions host's status
+// endpoint does.
+func TestHostStatus(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	s.Product("demo", "r1")
+	s.Submit("demo", Manifest("Feed me", "r1", "os:linux"))
+	var st struct {
+		State     string   `json:"state"`
+		Functions []string `json:"functions"`
+		Handler   struct {
+			PID int `json:"pid"`
+		} `json:"handler"`
+		Feeds map[string]struct {
+			Container string `json:"container"`
+			Documents int64  `json:"documents"`
+		} `json:"feeds"`
+		Store struct {
+			FeedReads int64 `json:"feedReads"`
+		} `json:"store"`
+	}
+	Eventually(t, 10*time.Second, "the dispatch feed saw the job", func() bool {
+		r := Call(t, http.MethodGet, s.URL+"/admin/host/status", "", nil)
+		require.Equal(t, http.StatusOK, r.Status)
+		r.JSON(t, &st)
+		return st.Feeds["dispatch"].Documents >= 1
+	})
+	require.Equal(t, "Running", st.State)
+	require.ElementsMatch(t, []string{"api", "dispatch", "gcsweep", "prune", "reaper", "redispatch"}, st.Functions)
+	require.Positive(t, st.Handler.PID)
+	require.Equal(t, "fleet_jobs", st.Feeds["dispatch"].Container)
+	require.Positive(t, st.Store.FeedReads)
 }

@@ -30,7 +30,10 @@ type Options struct {
 	// the store may have changed, replacing feedPollDelay polling.
 	Store   FeedStore
 	Changed <-chan struct{}
-	Log     *slog.Logger
+	// StoreStats, when set, reports the emulator's own store operations
+	// (change-feed reads, checkpoints) in /admin/host/status.
+	StoreStats func() any
+	Log        *slog.Logger
 }
 
 // Emulator is a running local Functions host.
@@ -93,7 +96,44 @@ func New(opts Options) (*Emulator, error) {
 		}
 	}
 	e.front = newHTTPFront(app.Host.RoutePrefix(), routes, e.child)
+	e.front.status = e.Status
 	return e, nil
+}
+
+// Status is what GET /admin/host/status answers, as the Functions host's
+// own status endpoint does (there behind the master key; here the emulator
+// listens on loopback by default).
+type Status struct {
+	State     string                `json:"state"`
+	Functions []string              `json:"functions"`
+	Handler   HandlerStatus         `json:"handler"`
+	Feeds     map[string]FeedStatus `json:"feeds"`
+	Store     any                   `json:"store,omitempty"`
+}
+
+// HandlerStatus describes the custom-handler process.
+type HandlerStatus struct {
+	PID      int   `json:"pid"`
+	Restarts int64 `json:"restarts"`
+}
+
+// Status reports the emulator's state.
+func (e *Emulator) Status() Status {
+	st := Status{State: "Running", Feeds: map[string]FeedStatus{},
+		Handler: HandlerStatus{PID: e.child.PID(), Restarts: e.child.Restarts()}}
+	if st.Handler.PID == 0 {
+		st.State = "Initializing"
+	}
+	for _, f := range e.app.Functions {
+		st.Functions = append(st.Functions, f.Name)
+	}
+	for _, f := range e.feeds {
+		st.Feeds[f.fn.Name] = f.status()
+	}
+	if e.opts.StoreStats != nil {
+		st.Store = e.opts.StoreStats()
+	}
+	return st
 }
 
 // App is the loaded function app.

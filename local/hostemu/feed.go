@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -34,6 +35,7 @@ type Checkpoint struct {
 }
 
 type feedTrigger struct {
+	stats     feedStats
 	fn        *Function
 	binding   string
 	container string
@@ -129,7 +131,8 @@ func (t *feedTrigger) run(ctx context.Context) {
 			t.idle(ctx)
 			continue
 		}
-		t.deliver(ctx, page.Items)
+		ok := t.deliver(ctx, page.Items)
+		t.stats.record(len(page.Items), ok)
 		// The host moves its lease past the batch whether or not the
 		// function succeeded: a failed batch is not seen again.
 		if err := t.saveCheckpoint(ctx, page.Continuation); err != nil && ctx.Err() == nil {
@@ -137,6 +140,38 @@ func (t *feedTrigger) run(ctx context.Context) {
 		}
 		cont = page.Continuation
 	}
+}
+
+// feedStats counts what a feed trigger delivered.
+type feedStats struct {
+	batches, documents, failed atomic.Int64
+	last                       atomic.Int64 // unix ms of the last batch
+}
+
+func (s *feedStats) record(docs int, ok bool) {
+	s.batches.Add(1)
+	s.documents.Add(int64(docs))
+	if !ok {
+		s.failed.Add(1)
+	}
+	s.last.Store(time.Now().UnixMilli())
+}
+
+// FeedStatus is one change-feed trigger's counters.
+type FeedStatus struct {
+	Container     string    `json:"container"`
+	Batches       int64     `json:"batches"`
+	Documents     int64     `json:"documents"`
+	FailedBatches int64     `json:"failedBatches"`
+	LastBatchAt   time.Time `json:"lastBatchAt,omitzero"`
+}
+
+func (t *feedTrigger) status() FeedStatus {
+	st := FeedStatus{Container: t.container, Batches: t.stats.batches.Load(), Documents: t.stats.documents.Load(), FailedBatches: t.stats.failed.Load()}
+	if ms := t.stats.last.Load(); ms > 0 {
+		st.LastBatchAt = time.UnixMilli(ms).UTC()
+	}
+	return st
 }
 
 func (t *feedTrigger) idle(ctx context.Context) {

@@ -79,6 +79,7 @@ func newHTTPRoute(fn *Function, trig Binding, get Settings, forwarding bool) (*h
 
 // httpFront serves the app's HTTP triggers.
 type httpFront struct {
+	status func() Status
 	prefix string
 	routes []*httpRoute
 	child  *Child
@@ -120,6 +121,12 @@ func writeHostError(w http.ResponseWriter, status int, msg string) {
 }
 
 func (h *httpFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/admin/host/status" && r.Method == http.MethodGet && h.status != nil {
+		body, _ := json.Marshal(h.status())
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+		return
+	}
 	path := strings.Trim(r.URL.Path, "/")
 	rest, ok := strings.CutPrefix(path, h.prefix)
 	if h.prefix != "" && (!ok || (rest != "" && rest[0] != '/')) {
