@@ -1,0 +1,448 @@
+// Package agent is the factory's main loop: it heartbeats, receives work
+// from a transport, accepts and runs each job in its own worktree under the
+// seat limit, keeps leases and checkpoints, reports results, and cleans up
+// git state that no job needs any more.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gigafactory/fleet/infra/factory/internal/caps"
+	"github.com/gigafactory/fleet/infra/factory/internal/config"
+	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
+	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
+	"github.com/gigafactory/fleet/infra/factory/internal/transport"
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// API is what the agent needs of the coordinator (fleetapi.Client).
+type API interface {
+	LeaseAPI
+	Heartbeat(ctx context.Context, hb fleetapi.Heartbeat) error
+	Accept(ctx context.Context, msg coord.DispatchMessage) (*coord.Claimed, error)
+	GetJob(ctx context.Context, productID, id string) (*fleet.Job, error)
+	Patch(ctx context.Context, productID, id string, p fleetapi.Patch) (*fleet.Job, error)
+	Release(ctx context.Context, productID, id string, epoch int64) error
+	Fail(ctx context.Context, productID, id string, epoch int64, reason string, retryable bool) (*fleet.Job, error)
+}
+
+// Outcome is how the factory's work ended; with --once it is the exit
+// status.
+type Outcome int
+
+// Outcomes, with their exit codes.
+const (
+	OutcomeDone        Outcome = 0 // job delivered, or nothing to do
+	OutcomeError       Outcome = 1 // the factory could not work (config, coordinator, transport)
+	OutcomeFailed      Outcome = 3 // the job failed and was reported
+	OutcomeFenced      Outcome = 4 // the lease was lost; work quarantined, nothing shipped
+	OutcomeInterrupted Outcome = 5 // stopped by a signal; WIP checkpointed, job released
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeDone:
+		return "done"
+	case OutcomeError:
+		return "error"
+	case OutcomeFailed:
+		return "failed"
+	case OutcomeFenced:
+		return "fenced"
+	case OutcomeInterrupted:
+		return "interrupted"
+	}
+	return fmt.Sprintf("outcome(%d)", int(o))
+}
+
+// receiveWait is how long one bus receive waits for a message: long
+// enough to be a cheap long-poll, short enough to notice freed seats.
+const receiveWait = 20 * time.Second
+
+// Agent runs one factory.
+type Agent struct {
+	cfg  config.Config
+	api  API
+	recv transport.Receiver
+	git  *gitwt.Manager
+	env  caps.Env
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]*jobRun // by job id
+	freed   chan struct{}      // a seat was freed
+	changed chan struct{}      // load changed: heartbeat soon
+	jobs    sync.WaitGroup
+	gcMu    sync.Mutex
+
+	hbMu     sync.Mutex
+	lastLoad int
+	detected *caps.Result // static capabilities, detected once
+	fatal    chan error
+}
+
+// New returns an agent.
+func New(cfg config.Config, api API, recv transport.Receiver, git *gitwt.Manager, env caps.Env, log *slog.Logger) *Agent {
+	return &Agent{
+		cfg: cfg, api: api, recv: recv, git: git, env: env, log: log,
+		running: map[string]*jobRun{}, freed: make(chan struct{}, 1), changed: make(chan struct{}, 1),
+		lastLoad: -1, fatal: make(chan error, 1),
+	}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// load is the number of jobs running.
+func (a *Agent) load() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.running)
+}
+
+func (a *Agent) inFlight(repo, job string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.running[job]
+	return ok && (repo == "" || r.repo == repo)
+}
+
+// Run works until ctx ends (a shutdown signal) or, with --once, until its
+// one message is handled. On shutdown every running job is checkpointed
+// and released before Run returns.
+func (a *Agent) Run(ctx context.Context) Outcome {
+	if err := os.MkdirAll(a.jobsDir(), 0o700); err != nil {
+		a.log.ErrorContext(ctx, "create jobs dir", "err", err)
+		return OutcomeError
+	}
+	if cloned, err := a.git.EnsureClones(ctx); err != nil {
+		a.log.ErrorContext(ctx, "clone configured repos", "err", err)
+	} else if len(cloned) > 0 {
+		a.log.InfoContext(ctx, "cloned configured repos", "repos", cloned)
+	}
+	a.gcLocal(ctx, "start")
+
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	var loops sync.WaitGroup
+	if a.cfg.HeartbeatEnabled {
+		if err := a.heartbeat(ctx, fleet.HealthOK); err != nil {
+			if fleetapi.IsPermanent(err) {
+				a.log.ErrorContext(ctx, "the coordinator refused the heartbeat", "err", err)
+				stopBG()
+				return OutcomeError
+			}
+			a.log.WarnContext(ctx, "first heartbeat failed; retrying on the cadence", "err", err)
+		}
+		loops.Go(func() { a.heartbeatLoop(bg) })
+	}
+	if a.cfg.GCInterval > 0 && !a.cfg.Once {
+		loops.Go(func() { a.sweepLoop(bg) })
+	}
+
+	var out Outcome
+	if a.cfg.Once {
+		out = a.runOnce(ctx)
+	} else {
+		out = a.loop(ctx)
+	}
+
+	// Stop every job: a shutdown has each one checkpoint and release.
+	a.mu.Lock()
+	for _, r := range a.running {
+		r.cancel(errShutdown)
+	}
+	a.mu.Unlock()
+	a.jobs.Wait()
+	if a.cfg.HeartbeatEnabled && !a.cfg.Once {
+		// Tell the scheduler at once rather than after 90 s of silence.
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if err := a.heartbeat(hctx, fleet.HealthDown); err != nil {
+			a.log.WarnContext(hctx, "final heartbeat", "err", err)
+		}
+		cancel()
+	}
+	stopBG()
+	loops.Wait()
+	return out
+}
+
+// loop is the long-running mode.
+func (a *Agent) loop(ctx context.Context) Outcome {
+	wait := receiveWait
+	if a.cfg.Transport == config.TransportPoll {
+		wait = a.cfg.Poll
+	}
+	backoff := time.Second
+	for {
+		select {
+		case <-ctx.Done():
+			return OutcomeDone
+		case err := <-a.fatal:
+			a.log.ErrorContext(ctx, "stopping", "err", err)
+			return OutcomeError
+		default:
+		}
+		free := a.cfg.Seats - a.load()
+		if free <= 0 {
+			select {
+			case <-ctx.Done():
+				return OutcomeDone
+			case <-a.freed:
+			}
+			continue
+		}
+		a.syncLoad(ctx)
+		ds, err := a.recv.Receive(ctx, free, wait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return OutcomeDone
+			}
+			a.log.WarnContext(ctx, "receive failed", "err", err, "retryIn", backoff.String())
+			if !sleep(ctx, backoff) {
+				return OutcomeDone
+			}
+			backoff = min(backoff*2, time.Minute)
+			continue
+		}
+		backoff = time.Second
+		for _, d := range ds {
+			a.handle(ctx, d)
+		}
+	}
+}
+
+// runOnce takes at most one message, handles it and waits for its job.
+func (a *Agent) runOnce(ctx context.Context) Outcome {
+	ds, err := a.recv.Receive(ctx, 1, a.cfg.OnceWait)
+	if err != nil {
+		if ctx.Err() != nil {
+			return OutcomeDone
+		}
+		a.log.ErrorContext(ctx, "receive failed", "err", err)
+		return OutcomeError
+	}
+	if len(ds) == 0 {
+		a.log.InfoContext(ctx, "no message within the receive timeout; nothing to do", "wait", a.cfg.OnceWait.String())
+		return OutcomeDone
+	}
+	for _, d := range ds[1:] {
+		// A receiver honours max; this is a guard, not a path.
+		_ = a.recv.Abandon(ctx, d)
+	}
+	r := a.handle(ctx, ds[0])
+	if r == nil {
+		return OutcomeDone
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		r.cancel(errShutdown)
+		<-r.done
+	}
+	return r.outcome
+}
+
+// handle acts on one delivery and returns the job it started, if any.
+func (a *Agent) handle(ctx context.Context, d transport.Delivery) *jobRun {
+	log := a.log.With("delivery", d.ID)
+	switch {
+	case d.GC != nil:
+		// Complete first: GC is idempotent and the sweep repeats, so a
+		// cleanup that fails half-way is simply done again next time.
+		if err := a.recv.Complete(ctx, d); err != nil {
+			log.WarnContext(ctx, "complete gc message", "err", err)
+		}
+		a.gcRequest(ctx, *d.GC)
+		return nil
+	case d.Claimed != nil:
+		return a.start(ctx, d.Claimed, time.Now())
+	case d.Dispatch != nil:
+		return a.accept(ctx, log, d)
+	}
+	return nil
+}
+
+// accept claims a dispatched job and completes its message
+// (complete-on-claim: from here on the lease and the reaper own liveness).
+func (a *Agent) accept(ctx context.Context, log *slog.Logger, d transport.Delivery) *jobRun {
+	msg := *d.Dispatch
+	log = log.With("job", msg.JobID, "dispatchEpoch", msg.DispatchEpoch)
+	if a.inFlight("", msg.JobID) {
+		log.InfoContext(ctx, "duplicate delivery of a job already running here")
+		_ = a.recv.Complete(ctx, d)
+		return nil
+	}
+	received := time.Now()
+	cl, err := a.api.Accept(ctx, msg)
+	switch {
+	case err == nil:
+	case fleetapi.IsConflict(err) || fleetapi.IsNotFound(err) || fleetapi.IsFenced(err):
+		// Stale or taken. An accept whose answer was lost comes back as
+		// a conflict too: adopt the job if it is in fact ours.
+		if cl = a.adopt(ctx, msg); cl == nil {
+			log.InfoContext(ctx, "dispatch is stale; someone else has the job", "err", err)
+			if cerr := a.recv.Complete(ctx, d); cerr != nil {
+				log.WarnContext(ctx, "complete stale message", "err", cerr)
+			}
+			return nil
+		}
+	case fleetapi.IsPermanent(err):
+		log.ErrorContext(ctx, "accept refused", "err", err)
+		_ = a.recv.Complete(ctx, d)
+		return nil
+	default:
+		log.WarnContext(ctx, "accept failed; message goes back for redelivery", "err", err)
+		if aerr := a.recv.Abandon(ctx, d); aerr != nil {
+			log.WarnContext(ctx, "abandon", "err", aerr)
+		}
+		return nil
+	}
+	if err := a.recv.Complete(ctx, d); err != nil {
+		// The job is ours either way; a redelivery is refused by accept.
+		log.WarnContext(ctx, "complete accepted message", "err", err)
+	}
+	return a.start(ctx, cl, received)
+}
+
+// adopt returns the claim of a job the coordinator says this factory
+// already holds under msg's dispatch, or nil.
+func (a *Agent) adopt(ctx context.Context, msg coord.DispatchMessage) *coord.Claimed {
+	j, err := a.api.GetJob(ctx, msg.ProductID, msg.JobID)
+	if err != nil || j.HolderFactoryID != a.cfg.FactoryID || j.Stage != fleet.StageAssigned || j.DispatchEpoch != msg.DispatchEpoch {
+		return nil
+	}
+	return &coord.Claimed{Job: j, LeaseEpoch: j.LeaseEpoch, LeaseExpiresAt: j.LeaseExpiresAt}
+}
+
+// heartbeat reports the factory to the coordinator.
+func (a *Agent) heartbeat(ctx context.Context, health fleet.Health) error {
+	a.hbMu.Lock()
+	defer a.hbMu.Unlock()
+	if a.detected == nil {
+		det, err := caps.Detect(ctx, a.env, a.cfg.Engines, a.cfg.RepoBase, a.cfg.ExtraCaps)
+		if err != nil {
+			return err
+		}
+		a.detected = &det
+	}
+	// Repos are rescanned every time: one cloned while the factory runs
+	// is advertised at the next beat.
+	repos, err := caps.Repos(a.cfg.RepoBase)
+	if err != nil {
+		return err
+	}
+	load := a.load()
+	if health == fleet.HealthDown {
+		load = 0
+	}
+	for {
+		hb := fleetapi.Heartbeat{Capabilities: a.detected.Capabilities, Repos: repos, Load: load, Health: string(health), SeatLimit: a.cfg.Seats}
+		err := a.api.Heartbeat(ctx, hb)
+		if err == nil {
+			a.lastLoad = load
+			return nil
+		}
+		// A token enrolled with a capability list refuses anything else,
+		// naming the first capability it refuses: stop advertising that
+		// one and try again, rather than never heartbeating at all.
+		i, ok := refusedCapability(err, len(a.detected.Capabilities))
+		if !ok {
+			return err
+		}
+		a.log.WarnContext(ctx, "capability outside this factory token's scope; not advertising it",
+			"capability", a.detected.Capabilities[i])
+		a.detected.Capabilities = slices.Delete(slices.Clone(a.detected.Capabilities), i, i+1)
+	}
+}
+
+// refusedCapability reads the index of the capability a 403 names in its
+// field (capabilities[i]).
+func refusedCapability(err error, n int) (int, bool) {
+	var apiErr *fleetapi.Error
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusForbidden {
+		return 0, false
+	}
+	s, ok := strings.CutPrefix(apiErr.Field, "capabilities[")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(strings.TrimSuffix(s, "]"))
+	if err != nil || i < 0 || i >= n {
+		return 0, false
+	}
+	return i, true
+}
+
+// syncLoad heartbeats when the load changed since the last heartbeat: the
+// scheduler admits a claim only while the stored load leaves a free seat.
+func (a *Agent) syncLoad(ctx context.Context) {
+	if !a.cfg.HeartbeatEnabled {
+		return
+	}
+	a.hbMu.Lock()
+	stale := a.lastLoad != a.load()
+	a.hbMu.Unlock()
+	if stale {
+		if err := a.heartbeat(ctx, fleet.HealthOK); err != nil {
+			a.log.WarnContext(ctx, "heartbeat", "err", err)
+		}
+	}
+}
+
+func (a *Agent) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-a.changed:
+		}
+		if err := a.heartbeat(ctx, fleet.HealthOK); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			var apiErr *fleetapi.Error
+			if errors.As(err, &apiErr) && (apiErr.Status == 401 || apiErr.Status == 403) {
+				// Revoked or deregistered: every further call fails too.
+				select {
+				case a.fatal <- fmt.Errorf("heartbeat refused: %w", err):
+				default:
+				}
+				return
+			}
+			a.log.WarnContext(ctx, "heartbeat failed", "err", err)
+		}
+	}
+}
+
+func (a *Agent) jobsDir() string { return filepath.Join(a.cfg.WorkDir, "jobs") }
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

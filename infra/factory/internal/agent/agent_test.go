@@ -1,0 +1,233 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/infra/factory/internal/caps"
+	"github.com/gigafactory/fleet/infra/factory/internal/config"
+	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
+	"github.com/gigafactory/fleet/infra/factory/internal/transport"
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// fakeAPI answers renew and accept from settable errors.
+type fakeAPI struct {
+	mu        sync.Mutex
+	renewErr  error
+	renews    int
+	acceptErr error
+	job       *fleet.Job
+}
+
+func (f *fakeAPI) Renew(context.Context, string, string, int64) (time.Time, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.renews++
+	return time.Now().Add(time.Minute), f.renewErr
+}
+func (f *fakeAPI) Heartbeat(context.Context, fleetapi.Heartbeat) error { return nil }
+func (f *fakeAPI) Accept(context.Context, coord.DispatchMessage) (*coord.Claimed, error) {
+	return nil, f.acceptErr
+}
+func (f *fakeAPI) GetJob(context.Context, string, string) (*fleet.Job, error) {
+	if f.job == nil {
+		return nil, &fleetapi.Error{Status: 404, Code: "not_found"}
+	}
+	return f.job, nil
+}
+func (f *fakeAPI) Patch(context.Context, string, string, fleetapi.Patch) (*fleet.Job, error) {
+	return nil, errors.New("unused")
+}
+func (f *fakeAPI) Release(context.Context, string, string, int64) error { return nil }
+func (f *fakeAPI) Fail(context.Context, string, string, int64, string, bool) (*fleet.Job, error) {
+	return nil, errors.New("unused")
+}
+
+var fenced = &fleetapi.Error{Status: 409, Code: "fenced", Message: "stale"}
+
+func claim(ttl time.Duration) *coord.Claimed {
+	now := time.Now()
+	return &coord.Claimed{Job: &fleet.Job{ID: "j1", ProductID: "p", LeaseAcquiredAt: now}, LeaseEpoch: 3, LeaseExpiresAt: now.Add(ttl)}
+}
+
+func TestLeaseTTLFromCoordinatorClock(t *testing.T) {
+	t.Parallel()
+	// The coordinator's clock is an hour off ours: only the difference of
+	// its two timestamps counts.
+	cl := claim(90 * time.Second)
+	cl.Job.LeaseAcquiredAt = cl.Job.LeaseAcquiredAt.Add(time.Hour)
+	cl.LeaseExpiresAt = cl.LeaseExpiresAt.Add(time.Hour)
+	l := newLease(&fakeAPI{}, cl, time.Now())
+	require.Equal(t, 90*time.Second, l.ttl)
+	require.Equal(t, 30*time.Second, l.renewEvery(0))
+	require.Equal(t, 5*time.Second, l.renewEvery(5*time.Second))
+
+	unknown := &coord.Claimed{Job: &fleet.Job{ID: "j1"}}
+	require.Equal(t, defaultTTL, newLease(&fakeAPI{}, unknown, time.Now()).ttl)
+}
+
+func TestLeaseGuard(t *testing.T) {
+	t.Parallel()
+	api := &fakeAPI{}
+	l := newLease(api, claim(10*time.Second), time.Now())
+	ctx, cancel, err := l.guard(context.Background())
+	require.NoError(t, err)
+	defer cancel()
+	deadline, ok := ctx.Deadline()
+	require.True(t, ok)
+	require.InDelta(t, float64(5*time.Second), float64(time.Until(deadline)), float64(time.Second), "half a lease")
+
+	api.renewErr = fenced
+	_, _, err = l.guard(context.Background())
+	require.ErrorIs(t, err, errFenced)
+}
+
+func TestLeaseKeep(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		err  error
+		ttl  time.Duration
+		want error
+	}{
+		{name: "fenced stops at once", err: fenced, ttl: time.Minute, want: errFenced},
+		{name: "failing for a whole lease is a loss", err: errors.New("network down"), ttl: 200 * time.Millisecond, want: errLeaseLost},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			api := &fakeAPI{renewErr: tt.err}
+			l := newLease(api, claim(tt.ttl), time.Now())
+			lost := make(chan error, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			l.keep(ctx, 20*time.Millisecond, slog.New(slog.DiscardHandler), func(err error) { lost <- err })
+			select {
+			case err := <-lost:
+				require.ErrorIs(t, err, tt.want)
+			default:
+				t.Fatal("keep returned without reporting a loss")
+			}
+		})
+	}
+}
+
+// fakeRecv records settlements.
+type fakeRecv struct {
+	completed, abandoned []string
+}
+
+func (f *fakeRecv) Receive(context.Context, int, time.Duration) ([]transport.Delivery, error) {
+	return nil, nil
+}
+func (f *fakeRecv) Complete(_ context.Context, d transport.Delivery) error {
+	f.completed = append(f.completed, d.ID)
+	return nil
+}
+func (f *fakeRecv) Abandon(_ context.Context, d transport.Delivery) error {
+	f.abandoned = append(f.abandoned, d.ID)
+	return nil
+}
+func (f *fakeRecv) Close(context.Context) error { return nil }
+
+// TestAcceptSettlement: complete-on-claim. A stale dispatch (409, 404) is
+// completed and nothing runs; a transient failure abandons the message so
+// it is delivered again; a job this factory already runs is not started
+// twice.
+func TestAcceptSettlement(t *testing.T) {
+	t.Parallel()
+	msg := coord.DispatchMessage{JobID: "j1", ProductID: "p", TargetFactoryID: "f1", DispatchEpoch: 4}
+	tests := []struct {
+		name                 string
+		acceptErr            error
+		running              bool
+		completed, abandoned int
+	}{
+		{name: "taken", acceptErr: &fleetapi.Error{Status: 409, Code: "conflict"}, completed: 1},
+		{name: "gone", acceptErr: &fleetapi.Error{Status: 404, Code: "not_found"}, completed: 1},
+		{name: "refused", acceptErr: &fleetapi.Error{Status: 403, Code: "forbidden"}, completed: 1},
+		{name: "coordinator down", acceptErr: &fleetapi.Error{Status: 503, Code: "unavailable"}, abandoned: 1},
+		{name: "network", acceptErr: errors.New("connection refused"), abandoned: 1},
+		{name: "duplicate of a running job", running: true, completed: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			recv := &fakeRecv{}
+			a := New(config.Config{FactoryID: "f1", Seats: 1}, &fakeAPI{acceptErr: tt.acceptErr}, recv, nil, caps.Env{}, slog.New(slog.DiscardHandler))
+			if tt.running {
+				a.running["j1"] = &jobRun{id: "j1"}
+			}
+			r := a.handle(context.Background(), transport.Delivery{ID: msg.MessageID(), Dispatch: &msg})
+			require.Nil(t, r, "no job started")
+			require.Len(t, recv.completed, tt.completed)
+			require.Len(t, recv.abandoned, tt.abandoned)
+		})
+	}
+}
+
+// TestAdoptLostAccept: an accept whose answer was lost comes back as a
+// conflict; if the coordinator shows the job assigned to this factory
+// under the same dispatch, the factory adopts it.
+func TestAdoptLostAccept(t *testing.T) {
+	t.Parallel()
+	msg := coord.DispatchMessage{JobID: "j1", ProductID: "p", TargetFactoryID: "f1", DispatchEpoch: 4}
+	mine := &fleet.Job{ID: "j1", ProductID: "p", Stage: fleet.StageAssigned, HolderFactoryID: "f1", DispatchEpoch: 4, LeaseEpoch: 7}
+	a := New(config.Config{FactoryID: "f1"}, &fakeAPI{job: mine}, &fakeRecv{}, nil, caps.Env{}, slog.New(slog.DiscardHandler))
+	cl := a.adopt(context.Background(), msg)
+	require.NotNil(t, cl)
+	require.EqualValues(t, 7, cl.LeaseEpoch)
+
+	for _, other := range []*fleet.Job{
+		{ID: "j1", Stage: fleet.StageAssigned, HolderFactoryID: "f2", DispatchEpoch: 4},
+		{ID: "j1", Stage: fleet.StageBuilding, HolderFactoryID: "f1", DispatchEpoch: 4},
+		{ID: "j1", Stage: fleet.StageAssigned, HolderFactoryID: "f1", DispatchEpoch: 5},
+	} {
+		a := New(config.Config{FactoryID: "f1"}, &fakeAPI{job: other}, &fakeRecv{}, nil, caps.Env{}, slog.New(slog.DiscardHandler))
+		require.Nil(t, a.adopt(context.Background(), msg))
+	}
+}
+
+// scopedAPI refuses, like the coordinator, any capability outside scope.
+type scopedAPI struct {
+	fakeAPI
+	scope []string
+	sent  []string
+}
+
+func (s *scopedAPI) Heartbeat(_ context.Context, hb fleetapi.Heartbeat) error {
+	for i, c := range hb.Capabilities {
+		if !slices.Contains(s.scope, c) {
+			return &fleetapi.Error{Status: 403, Code: "forbidden", Field: fmt.Sprintf("capabilities[%d]", i)}
+		}
+	}
+	s.sent = hb.Capabilities
+	return nil
+}
+
+// TestHeartbeatWithinTokenScope: a factory whose token was enrolled with a
+// capability list advertises only the detected capabilities inside it.
+func TestHeartbeatWithinTokenScope(t *testing.T) {
+	t.Parallel()
+	api := &scopedAPI{scope: []string{"os:linux", "engine:claude"}}
+	env := caps.Env{GOOS: "linux", GOARCH: "amd64", LookPath: func(f string) (string, error) { return "/bin/" + f, nil }}
+	cfg := config.Config{FactoryID: "f1", Seats: 2, RepoBase: t.TempDir(), Engines: map[string]string{"claude": "claude -p"}}
+	a := New(cfg, api, &fakeRecv{}, nil, env, slog.New(slog.DiscardHandler))
+	require.NoError(t, a.heartbeat(context.Background(), fleet.HealthOK))
+	require.Equal(t, []string{"os:linux", "engine:claude"}, api.sent)
+
+	// Dropped for good: the next beat sends the narrowed list at once.
+	api.sent = nil
+	require.NoError(t, a.heartbeat(context.Background(), fleet.HealthOK))
+	require.Equal(t, []string{"os:linux", "engine:claude"}, api.sent)
+}

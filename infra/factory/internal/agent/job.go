@@ -1,0 +1,534 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gigafactory/fleet/infra/factory/internal/config"
+	"github.com/gigafactory/fleet/infra/factory/internal/engine"
+	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
+	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// Failure reasons reported to POST /fleet/fail. The prefix is the kind,
+// the rest is for people.
+const (
+	reasonBudget     = "budget_exceeded"
+	reasonCrash      = "crash"
+	reasonNoEngine   = "no_engine"
+	reasonGit        = "git_error"
+	reasonShipHook   = "ship_hook_failed"
+	reasonInvalidJob = "invalid_job"
+)
+
+// outputTail is how much of the engine's output a failure report quotes.
+const outputTail = 1500
+
+// shipHookTimeout bounds the ship hook (e.g. opening a pull request).
+const shipHookTimeout = 5 * time.Minute
+
+// jobRun is one job running on this factory.
+type jobRun struct {
+	id, repo string
+	cancel   context.CancelCauseFunc
+	done     chan struct{}
+	outcome  Outcome
+}
+
+// start runs cl's job in the background under a seat.
+func (a *Agent) start(ctx context.Context, cl *coord.Claimed, received time.Time) *jobRun {
+	j := cl.Job
+	// The job's life is its own: a shutdown cancels it explicitly (with
+	// errShutdown), so it can checkpoint and release on the way out.
+	jctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	r := &jobRun{id: j.ID, repo: j.Repo, cancel: cancel, done: make(chan struct{})}
+	a.mu.Lock()
+	a.running[j.ID] = r
+	a.mu.Unlock()
+	signal(a.changed)
+	a.jobs.Go(func() {
+		defer close(r.done)
+		defer cancel(nil)
+		r.outcome = a.runJob(jctx, cancel, cl, received)
+		a.mu.Lock()
+		delete(a.running, j.ID)
+		a.mu.Unlock()
+		signal(a.freed)
+		signal(a.changed)
+		a.gcLocal(context.WithoutCancel(ctx), "after job "+j.ID)
+	})
+	return r
+}
+
+// job is the state of one run, shared by its steps.
+type job struct {
+	a     *Agent
+	cl    *coord.Claimed
+	j     *fleet.Job
+	lease *lease
+	log   *slog.Logger
+	ctx   context.Context // ends on fence, lease loss or shutdown
+
+	dir     string // jobs/<id>: prompt and log
+	logPath string
+	wt      *gitwt.Worktree
+
+	// lastWIP is the commit last pushed to aq/wip/<id>. Only the job's
+	// goroutine and, while the engine runs, its checkpoint ticker touch
+	// the worktree, never both at once (runEngine waits for the ticker).
+	lastWIP string
+}
+
+// runJob takes one claimed job from building to delivered or failed.
+func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *coord.Claimed, received time.Time) Outcome {
+	j := cl.Job
+	log := a.log.With("job", j.ID, "product", j.ProductID, "repo", j.Repo, "leaseEpoch", cl.LeaseEpoch)
+	jb := &job{a: a, cl: cl, j: j, log: log, ctx: ctx, lease: newLease(a.api, cl, received)}
+	log.InfoContext(ctx, "job claimed", "title", j.Title, "checkpoint", j.Checkpoint)
+
+	keepCtx, stopKeep := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	bg.Go(func() {
+		jb.lease.keep(keepCtx, jb.lease.renewEvery(a.cfg.Renew), log, func(cause error) { cancel(cause) })
+	})
+	defer func() {
+		stopKeep()
+		bg.Wait()
+	}()
+
+	if err := fleet.ValidateName("jobId", j.ID); err != nil {
+		return jb.fail(reasonInvalidJob, err.Error(), false)
+	}
+	if err := fleet.ValidateName("repo", j.Repo); err != nil {
+		return jb.fail(reasonInvalidJob, err.Error(), false)
+	}
+	if _, err := a.api.Patch(ctx, j.ProductID, j.ID, fleetapi.Patch{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch}); err != nil {
+		if !jb.reached(fleet.StageBuilding, err) {
+			return jb.stopped(err, "start building")
+		}
+	}
+	jb.dir = filepath.Join(a.jobsDir(), j.ID)
+	if err := os.MkdirAll(jb.dir, 0o700); err != nil {
+		return jb.fail(reasonGit, fmt.Sprintf("create job dir: %v", err), true)
+	}
+	defer os.RemoveAll(jb.dir)
+	jb.logPath = filepath.Join(jb.dir, "engine.log")
+
+	name, tmpl, err := a.engineFor(j)
+	if err != nil {
+		return jb.fail(reasonNoEngine, err.Error(), true)
+	}
+	wt, err := a.git.Prepare(ctx, j.Repo, j.ID, j.Checkpoint)
+	if err != nil {
+		return jb.stopped(err, "prepare worktree")
+	}
+	jb.wt = wt
+	jb.lastWIP = ""
+	if wt.Resumed {
+		jb.lastWIP = wt.Base
+	}
+	log.InfoContext(ctx, "worktree ready", "path", wt.Path, "base", wt.Base, "resumed", wt.Resumed, "engine", name)
+
+	res, runErr := jb.runEngine(name, tmpl)
+	if runErr != nil {
+		// The engine never ran: a factory problem, so another may do better.
+		if cause := context.Cause(ctx); cause != nil {
+			return jb.stopped(cause, "start engine")
+		}
+		return jb.fail(reasonNoEngine, runErr.Error(), true)
+	}
+	log.InfoContext(ctx, "engine finished", "engine", name, "result", res.String())
+	if res.Stopped {
+		cause := context.Cause(ctx)
+		if cause == nil {
+			cause = errBudget
+		}
+		if errors.Is(cause, errBudget) {
+			jb.checkpoint(ctx, "budget exceeded")
+			return jb.fail(reasonBudget, fmt.Sprintf("wall budget %s exhausted; engine %s and its process group killed", jb.wall(), name), false)
+		}
+		return jb.stopped(cause, "engine")
+	}
+	if !res.Success() {
+		jb.checkpoint(ctx, "engine failed")
+		msg := fmt.Sprintf("engine %s %s", name, res.String())
+		if tail := strings.TrimSpace(engine.Tail(jb.logPath, outputTail)); tail != "" {
+			msg += "; last output:\n" + tail
+		}
+		return jb.fail(reasonCrash, msg, false)
+	}
+	return jb.deliver()
+}
+
+// engineFor picks the engine a job asks for (engine:<name> among its
+// capabilities), else the default one.
+func (a *Agent) engineFor(j *fleet.Job) (string, string, error) {
+	for _, c := range j.Capabilities {
+		if name, ok := strings.CutPrefix(c, "engine:"); ok {
+			if t, ok := a.cfg.Engines[name]; ok {
+				return name, t, nil
+			}
+			return "", "", fmt.Errorf("job needs engine %s; this factory has %s", name, strings.Join(slices.Sorted(mapKeys(a.cfg.Engines)), ", "))
+		}
+	}
+	t, ok := a.cfg.Engines[a.cfg.DefaultEngine]
+	if !ok {
+		return "", "", errors.New("no default engine configured")
+	}
+	return a.cfg.DefaultEngine, t, nil
+}
+
+func (jb *job) wall() time.Duration {
+	if w := time.Duration(jb.j.Budget.Wall); w > 0 {
+		return w
+	}
+	return jb.a.cfg.DefaultWall
+}
+
+// runEngine runs the engine in the worktree under the wall budget, with a
+// checkpoint on the configured cadence while it runs.
+func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
+	a, j := jb.a, jb.j
+	promptPath := filepath.Join(jb.dir, "prompt.md")
+	if err := os.WriteFile(promptPath, []byte(j.Body), 0o600); err != nil {
+		return engine.Result{}, err
+	}
+	vars := engine.Vars{Prompt: j.Body, PromptFile: promptPath, JobID: j.ID, Repo: j.Repo, Title: j.Title,
+		Branch: jb.wt.Branch, Worktree: jb.wt.Path}
+	exp, err := engine.Expand(tmpl, vars)
+	if err != nil {
+		return engine.Result{}, fmt.Errorf("engine %s: %w", name, err)
+	}
+	spec := engine.Spec{Argv: exp.Argv, Dir: jb.wt.Path, Env: jb.env(name, promptPath), LogPath: jb.logPath, Grace: a.cfg.KillGrace}
+	if !exp.UsesPrompt {
+		f, err := os.Open(promptPath)
+		if err != nil {
+			return engine.Result{}, err
+		}
+		defer f.Close()
+		spec.Stdin = f
+	}
+	ectx, cancel := context.WithTimeoutCause(jb.ctx, jb.wall(), errBudget)
+	defer cancel()
+	cpCtx, stopCP := context.WithCancel(jb.ctx)
+	var cp sync.WaitGroup
+	cp.Go(func() {
+		t := time.NewTicker(a.cfg.Checkpoint)
+		defer t.Stop()
+		for {
+			select {
+			case <-cpCtx.Done():
+				return
+			case <-t.C:
+				jb.checkpoint(jb.ctx, "periodic")
+			}
+		}
+	})
+	spec.Started = func(pgid int) {
+		jb.log.InfoContext(jb.ctx, "engine started", "engine", name, "pgid", pgid, "argv0", exp.Argv[0])
+	}
+	res, err := engine.Run(ectx, spec)
+	stopCP()
+	cp.Wait()
+	return res, err
+}
+
+// env is the engine's environment: the factory's, without its token (the
+// engine runs arbitrary code and must not act as the factory), plus the
+// job's facts.
+func (jb *job) env(engineName, promptPath string) []string {
+	j := jb.j
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, config.EnvToken+"=")
+	})
+	return append(env,
+		"FLEET_FACTORY_ID="+jb.a.cfg.FactoryID,
+		"FLEET_ENGINE="+engineName,
+		"FLEET_JOB_ID="+j.ID,
+		"FLEET_JOB_PRODUCT_ID="+j.ProductID,
+		"FLEET_JOB_REPO="+j.Repo,
+		"FLEET_JOB_TITLE="+j.Title,
+		"FLEET_JOB_PRIORITY="+string(j.Priority),
+		"FLEET_JOB_PERSONA="+j.Persona,
+		"FLEET_JOB_PROMPT_FILE="+promptPath,
+		"FLEET_JOB_BRANCH="+jb.wt.Branch,
+		"FLEET_JOB_BASE_BRANCH="+jb.wt.DefaultBranch,
+		"FLEET_JOB_WORKTREE="+jb.wt.Path,
+		"FLEET_JOB_LEASE_EPOCH="+strconv.FormatInt(jb.cl.LeaseEpoch, 10),
+		"FLEET_JOB_ATTEMPT="+strconv.Itoa(j.Attempts+1),
+		"FLEET_JOB_RESUMED="+strconv.FormatBool(jb.wt.Resumed),
+		"FLEET_JOB_WALL="+jb.wall().String(),
+	)
+}
+
+// localCtx is for local work that must finish even when the job's context
+// ended (committing, quarantining, reporting).
+func (jb *job) localCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(jb.ctx), 2*time.Minute)
+}
+
+// checkpoint commits the worktree and pushes it to aq/wip/<id> under a
+// fresh fence, then records it on the job. Best effort: a failed
+// checkpoint only means a crash would lose more.
+func (jb *job) checkpoint(ctx context.Context, why string) {
+	if jb.wt == nil || ctx.Err() != nil {
+		return
+	}
+	// The commit is local and must not be cut short by a fence arriving
+	// meanwhile: a half-done commit would leave the worktree locked for
+	// the quarantine that follows.
+	lctx, cancel := jb.localCtx()
+	defer cancel()
+	if _, err := jb.wt.Commit(lctx, fmt.Sprintf("fleet: checkpoint of job %s (%s)", jb.j.ID, why)); err != nil {
+		jb.log.WarnContext(ctx, "checkpoint commit", "err", err)
+		return
+	}
+	head, err := jb.wt.Head(lctx)
+	if err != nil || head == jb.lastWIP || (jb.lastWIP == "" && head == jb.wt.Base) {
+		return
+	}
+	gctx, cancel, err := jb.lease.guard(ctx)
+	if err != nil {
+		jb.log.WarnContext(ctx, "checkpoint skipped: lease not confirmed", "err", err)
+		return
+	}
+	defer cancel()
+	wip := gitwt.WIPBranch(jb.j.ID)
+	if err := jb.wt.Push(gctx, wip); err != nil {
+		jb.log.WarnContext(ctx, "checkpoint push", "err", err)
+		return
+	}
+	jb.lastWIP = head
+	if _, err := jb.a.api.Patch(ctx, jb.j.ProductID, jb.j.ID, fleetapi.Patch{LeaseEpoch: jb.cl.LeaseEpoch, Checkpoint: &wip}); err != nil {
+		jb.log.WarnContext(ctx, "checkpoint record", "err", err)
+		return
+	}
+	jb.log.InfoContext(ctx, "checkpoint", "why", why, "branch", wip, "commit", head)
+}
+
+// deliver commits the result, pushes aq/job/<id>, runs the ship hook and
+// hands the job to its next stage. Every remote write is fenced first; a
+// fence after the push takes the pushed branch back.
+func (jb *job) deliver() Outcome {
+	a, j, ctx := jb.a, jb.j, jb.ctx
+	lctx, lcancel := jb.localCtx()
+	defer lcancel()
+	changed, err := jb.wt.Commit(lctx, fmt.Sprintf("%s\n\nfleet job %s", firstLine(j.Title, "fleet job "+j.ID), j.ID))
+	if err != nil {
+		return jb.stopped(err, "commit result")
+	}
+	head, err := jb.wt.Head(lctx)
+	if err != nil {
+		return jb.stopped(err, "commit result")
+	}
+	if !changed {
+		jb.log.InfoContext(ctx, "the engine changed nothing; delivering the unchanged branch")
+	}
+	branch := gitwt.JobBranch(j.ID)
+	gctx, cancel, err := jb.lease.guard(ctx)
+	if err != nil {
+		return jb.stopped(err, "confirm lease before push")
+	}
+	err = jb.wt.Push(gctx, branch)
+	guardExpired := errors.Is(gctx.Err(), context.DeadlineExceeded)
+	cancel()
+	if err != nil {
+		if guardExpired && ctx.Err() == nil {
+			// The push may have landed after the lease could have moved
+			// on: take it back.
+			jb.unpush(branch, head)
+			return jb.stopped(fmt.Errorf("%w: the push outlived the lease guard", errLeaseLost), "push result")
+		}
+		return jb.stopped(err, "push result")
+	}
+	if a.cfg.ShipHook != "" {
+		hctx, cancel, err := jb.lease.guard(ctx)
+		if err != nil {
+			jb.unpush(branch, head)
+			return jb.stopped(err, "confirm lease before ship hook")
+		}
+		err = jb.shipHook(hctx, head, changed)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				jb.unpush(branch, head)
+				return jb.stopped(context.Cause(ctx), "ship hook")
+			}
+			return jb.fail(reasonShipHook, err.Error(), true)
+		}
+	}
+	next := fleet.Stage(a.cfg.ShipStage)
+	if j.Review != nil {
+		next = fleet.StageReview
+	}
+	if _, err := a.api.Patch(ctx, j.ProductID, j.ID, fleetapi.Patch{Stage: next, LeaseEpoch: jb.cl.LeaseEpoch, Checkpoint: &branch}); err != nil {
+		if !jb.reached(next, err) {
+			if fleetapi.IsFenced(err) || errors.Is(err, errFenced) {
+				jb.unpush(branch, head)
+			}
+			return jb.stopped(err, "hand over to "+string(next))
+		}
+	}
+	jb.log.InfoContext(ctx, "job delivered", "stage", next, "branch", branch, "commit", head, "changed", changed)
+	if err := jb.wt.Remove(lctx); err != nil {
+		jb.log.WarnContext(lctx, "remove worktree", "err", err)
+	}
+	return OutcomeDone
+}
+
+// unpush deletes a branch this run pushed, if it still holds our commit.
+func (jb *job) unpush(branch, sha string) {
+	ctx, cancel := jb.localCtx()
+	defer cancel()
+	if err := jb.wt.DeleteRemote(ctx, branch, sha); err != nil {
+		jb.log.ErrorContext(ctx, "could not take back a branch pushed before the fence", "branch", branch, "err", err)
+		return
+	}
+	jb.log.WarnContext(ctx, "took back a branch pushed before the fence", "branch", branch)
+}
+
+// shipHook runs the configured command after the push.
+func (jb *job) shipHook(ctx context.Context, head string, changed bool) error {
+	exp, err := engine.Expand(jb.a.cfg.ShipHook, engine.Vars{JobID: jb.j.ID, Repo: jb.j.Repo, Title: jb.j.Title,
+		Branch: gitwt.JobBranch(jb.j.ID), Worktree: jb.wt.Path, PromptFile: filepath.Join(jb.dir, "prompt.md")})
+	if err != nil {
+		return fmt.Errorf("ship hook: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, shipHookTimeout)
+	defer cancel()
+	env := append(jb.env(jb.a.cfg.DefaultEngine, filepath.Join(jb.dir, "prompt.md")),
+		"FLEET_JOB_HEAD="+head, "FLEET_JOB_CHANGED="+strconv.FormatBool(changed),
+		"FLEET_JOB_RESULT_BRANCH="+gitwt.JobBranch(jb.j.ID))
+	res, err := engine.Run(ctx, engine.Spec{Argv: exp.Argv, Dir: jb.wt.Path, Env: env, LogPath: jb.logPath, Grace: jb.a.cfg.KillGrace})
+	if err != nil {
+		return fmt.Errorf("ship hook: %w", err)
+	}
+	if !res.Success() {
+		msg := "ship hook " + res.String()
+		if tail := strings.TrimSpace(engine.Tail(jb.logPath, outputTail)); tail != "" {
+			msg += "; last output:\n" + tail
+		}
+		return errors.New(msg)
+	}
+	return nil
+}
+
+// reached reports whether a failed stage change did in fact happen: a
+// request whose answer was lost and that the coordinator applied.
+func (jb *job) reached(stage fleet.Stage, err error) bool {
+	if fleetapi.IsPermanent(err) && !fleetapi.IsFenced(err) && !fleetapi.IsConflict(err) {
+		return false
+	}
+	ctx, cancel := jb.localCtx()
+	defer cancel()
+	cur, gerr := jb.a.api.GetJob(ctx, jb.j.ProductID, jb.j.ID)
+	return gerr == nil && cur.Stage == stage && cur.LeaseEpoch == jb.cl.LeaseEpoch &&
+		(cur.HolderFactoryID == jb.a.cfg.FactoryID || !stage.Leased())
+}
+
+// stopped ends a job that could not go on, by what stopped it.
+func (jb *job) stopped(err error, step string) Outcome {
+	cause := err
+	if c := context.Cause(jb.ctx); c != nil {
+		cause = c
+	}
+	switch {
+	case errors.Is(cause, errFenced), errors.Is(cause, errLeaseLost), fleetapi.IsFenced(cause):
+		return jb.quarantine(step, cause)
+	case errors.Is(cause, errShutdown):
+		return jb.release()
+	}
+	return jb.fail(reasonGit, fmt.Sprintf("%s: %v", step, err), true)
+}
+
+// quarantine keeps the work of a job whose lease is gone on a local branch
+// that is never pushed, and reports nothing: the job is someone else's.
+func (jb *job) quarantine(step string, cause error) Outcome {
+	ctx, cancel := jb.localCtx()
+	defer cancel()
+	jb.log.WarnContext(ctx, "lease lost: quarantining the work; nothing is pushed or shipped", "step", step, "cause", cause)
+	if jb.wt == nil {
+		return OutcomeFenced
+	}
+	branch, err := jb.wt.Quarantine(ctx, jb.cl.LeaseEpoch)
+	if err != nil {
+		jb.log.ErrorContext(ctx, "quarantine", "err", err)
+	} else {
+		jb.log.InfoContext(ctx, "work quarantined", "localBranch", branch)
+	}
+	return OutcomeFenced
+}
+
+// release checkpoints and gives the job back to the queue at once, so
+// another factory resumes it without waiting for the lease to expire.
+func (jb *job) release() Outcome {
+	ctx, cancel := jb.localCtx()
+	defer cancel()
+	// The job's own context ended with the shutdown; checkpoint under
+	// this one.
+	jb.checkpoint(ctx, "shutdown")
+	if err := jb.a.api.Release(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch); err != nil {
+		jb.log.WarnContext(ctx, "release on shutdown; the reaper will requeue the job", "err", err)
+	} else {
+		jb.log.InfoContext(ctx, "job released on shutdown", "checkpoint", jb.lastWIP)
+	}
+	if jb.wt != nil {
+		if err := jb.wt.Remove(ctx); err != nil {
+			jb.log.WarnContext(ctx, "remove worktree", "err", err)
+		}
+	}
+	return OutcomeInterrupted
+}
+
+// fail reports the failure at once (which frees the lease) and removes the
+// worktree; its work is on aq/wip/<id> when a checkpoint could be pushed.
+func (jb *job) fail(kind, detail string, retryable bool) Outcome {
+	ctx, cancel := jb.localCtx()
+	defer cancel()
+	reason := kind + ": " + detail
+	if len(reason) > 3900 {
+		reason = reason[:3900]
+	}
+	jb.log.ErrorContext(ctx, "job failed", "reason", reason, "retryable", retryable)
+	if _, err := jb.a.api.Fail(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch, reason, retryable); err != nil {
+		if fleetapi.IsFenced(err) {
+			return jb.quarantine("report failure", err)
+		}
+		jb.log.ErrorContext(ctx, "could not report the failure; the reaper will requeue the job", "err", err)
+	}
+	if jb.wt != nil {
+		if err := jb.wt.Remove(ctx); err != nil {
+			jb.log.WarnContext(ctx, "remove worktree", "err", err)
+		}
+	}
+	return OutcomeFailed
+}
+
+func firstLine(s, def string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func mapKeys(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}

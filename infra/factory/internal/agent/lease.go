@@ -1,0 +1,134 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
+	"github.com/gigafactory/fleet/shared/coord"
+)
+
+// Why a job stops early. They are context causes, so every step of a job
+// can tell a fence from a budget from a shutdown.
+var (
+	errFenced    = errors.New("fenced: the lease belongs to someone else now")
+	errLeaseLost = errors.New("lease lost: no successful renewal for a whole lease length")
+	errBudget    = errors.New("wall budget exhausted")
+	errShutdown  = errors.New("factory shutting down")
+)
+
+// LeaseAPI is what a lease needs of the coordinator.
+type LeaseAPI interface {
+	Renew(ctx context.Context, productID, id string, epoch int64) (time.Time, error)
+}
+
+// lease tracks the job's lease on the factory's clock. Every duration is
+// measured locally from the start of a successful request, and the lease
+// length comes from the coordinator's own timestamps (expiry − acquisition),
+// so clock skew between factory and coordinator never matters.
+type lease struct {
+	api            LeaseAPI
+	product, jobID string
+	epoch          int64
+	ttl            time.Duration
+
+	mu     sync.Mutex
+	lastOK time.Time
+}
+
+// defaultTTL is assumed when the claim does not say: the coordinator's
+// default lease length.
+const defaultTTL = 5 * time.Minute
+
+func newLease(api LeaseAPI, cl *coord.Claimed, received time.Time) *lease {
+	ttl := defaultTTL
+	if j := cl.Job; !j.LeaseAcquiredAt.IsZero() && cl.LeaseExpiresAt.After(j.LeaseAcquiredAt) {
+		ttl = cl.LeaseExpiresAt.Sub(j.LeaseAcquiredAt)
+	}
+	return &lease{api: api, product: cl.Job.ProductID, jobID: cl.Job.ID, epoch: cl.LeaseEpoch, ttl: ttl, lastOK: received}
+}
+
+// renew extends the lease now.
+func (l *lease) renew(ctx context.Context) error {
+	start := time.Now()
+	if _, err := l.api.Renew(ctx, l.product, l.jobID, l.epoch); err != nil {
+		if fleetapi.IsFenced(err) {
+			return fmt.Errorf("%w: %w", errFenced, err)
+		}
+		return err
+	}
+	l.mu.Lock()
+	l.lastOK = start
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *lease) sinceOK() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Since(l.lastOK)
+}
+
+// guard renews the lease and returns a context that ends while the lease
+// is still certainly ours: half a lease length after the renewal started.
+// Every write that must never come from a zombie (a push, the ship hook)
+// runs under it, so a factory frozen (SIGSTOP, a VM pause) between its
+// fence check and its write cannot complete the write after the reaper has
+// handed the job on.
+func (l *lease) guard(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if err := l.renew(ctx); err != nil {
+		return nil, nil, err
+	}
+	l.mu.Lock()
+	deadline := l.lastOK.Add(l.ttl / 2)
+	l.mu.Unlock()
+	if !time.Now().Before(deadline) {
+		// Renewed, but so slowly that half the lease is gone already.
+		return nil, nil, fmt.Errorf("%w: renewal took longer than half the lease", errLeaseLost)
+	}
+	gctx, cancel := context.WithDeadline(ctx, deadline)
+	return gctx, cancel, nil
+}
+
+// keep renews every interval until ctx ends. It calls lost when the lease
+// is fenced, or when no renewal has succeeded for a whole lease length
+// (the coordinator may have reaped it; going on would risk a zombie write).
+func (l *lease) keep(ctx context.Context, every time.Duration, log *slog.Logger, lost func(error)) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := l.renew(ctx)
+		switch {
+		case err == nil:
+		case errors.Is(err, errFenced):
+			lost(errFenced)
+			return
+		case ctx.Err() != nil:
+			return
+		case l.sinceOK() > l.ttl:
+			log.ErrorContext(ctx, "lease renewals failing for a whole lease length; stopping the job", "err", err)
+			lost(errLeaseLost)
+			return
+		default:
+			log.WarnContext(ctx, "lease renewal failed; retrying", "err", err)
+		}
+	}
+}
+
+// renewEvery is the renewal cadence: the configured one, else a third of
+// the lease, so two renewals in a row may fail before it runs out.
+func (l *lease) renewEvery(configured time.Duration) time.Duration {
+	if configured > 0 {
+		return configured
+	}
+	return max(l.ttl/3, 100*time.Millisecond)
+}

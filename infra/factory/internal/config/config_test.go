@@ -1,0 +1,134 @@
+package config
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// base is the smallest valid environment.
+func base(extra ...string) []string {
+	return append([]string{
+		"FLEET_URL=http://127.0.0.1:7071",
+		"FLEET_FACTORY_ID=laptop-1",
+		"FLEET_FACTORY_TOKEN=ft_secret",
+		"FLEET_REPO_BASE=/srv/repos",
+		"FLEET_WORK_DIR=/srv/factory",
+		"FLEET_ENGINE_CLAUDE=claude -p @prompt",
+	}, extra...)
+}
+
+func TestParseDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := Parse(nil, base())
+	require.NoError(t, err)
+	require.Equal(t, "http://127.0.0.1:7071", c.URL)
+	require.Equal(t, TransportPoll, c.Transport)
+	require.Equal(t, 1, c.Seats)
+	require.Equal(t, map[string]string{"claude": "claude -p @prompt"}, c.Engines)
+	require.Equal(t, "claude", c.DefaultEngine)
+	require.Equal(t, ShipShipped, c.ShipStage)
+	require.Equal(t, DefaultHeartbeat, c.Heartbeat)
+	require.LessOrEqual(t, c.Heartbeat, 30*time.Second, "well inside the 90 s stale threshold")
+	require.Zero(t, c.Renew, "auto: a third of the lease")
+	require.Equal(t, DefaultGCInterval, c.GCInterval, "poll has no GC requests: sweep on our own")
+	require.True(t, c.HeartbeatEnabled)
+	require.Equal(t, "laptop-1", c.Subscription)
+	require.Equal(t, "fleet factory laptop-1", c.GitName)
+	require.Equal(t, "info", c.LogLevel)
+	require.Equal(t, "[redacted]", c.Redacted().Token)
+}
+
+func TestParseTable(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		args  []string
+		env   []string
+		check func(t *testing.T, c Config)
+		err   string
+	}{
+		{name: "flags win over env", args: []string{"--seats", "4", "--transport", "nats", "--nats-url", "nats://x:4222"},
+			env: base("FLEET_SEATS=2", "FLEET_TRANSPORT=poll"),
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, 4, c.Seats)
+				require.Equal(t, TransportNATS, c.Transport)
+				require.Equal(t, "nats://x:4222", c.NATSURL)
+				require.Zero(t, c.GCInterval, "a bus carries GC requests: no sweep of our own by default")
+			}},
+		{name: "trailing slash trimmed", env: base("FLEET_URL=https://fleet.example.com/"),
+			check: func(t *testing.T, c Config) { require.Equal(t, "https://fleet.example.com", c.URL) }},
+		{name: "url with /api refused", env: base("FLEET_URL=http://x/api"), err: "without /api"},
+		{name: "url not http", env: base("FLEET_URL=ftp://x"), err: "not an http(s) URL"},
+		{name: "missing token", env: append(base(), "FLEET_FACTORY_TOKEN="), err: "FLEET_FACTORY_TOKEN is required"},
+		{name: "bad factory id", env: base("FLEET_FACTORY_ID=../x"), err: "--factory-id"},
+		{name: "engines from env and flags, lower-cased", args: []string{"--engine", "codex=codex exec --full-auto @prompt"},
+			env: base("FLEET_ENGINE_DEVIN=devin run"),
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, map[string]string{"claude": "claude -p @prompt", "devin": "devin run", "codex": "codex exec --full-auto @prompt"}, c.Engines)
+				require.Equal(t, "claude", c.DefaultEngine, "the first by name")
+			}},
+		{name: "default engine must exist", env: base("FLEET_DEFAULT_ENGINE=codex"), err: "not a configured engine"},
+		{name: "empty engine template", env: base("FLEET_ENGINE_X= "), err: "template is empty"},
+		{name: "bad engine name", env: base("FLEET_ENGINE_A:B=x"), err: "engine name"},
+		{name: "no engine", env: []string{"FLEET_URL=http://x", "FLEET_FACTORY_ID=f", "FLEET_FACTORY_TOKEN=t", "FLEET_REPO_BASE=/r", "FLEET_WORK_DIR=/w"}, err: "no engine configured"},
+		{name: "seats out of range", env: base("FLEET_SEATS=0"), err: "--seats"},
+		{name: "heartbeat too slow for the stale threshold", env: base("FLEET_HEARTBEAT_INTERVAL=300s"), err: "too long"},
+		{name: "bad duration", env: base("FLEET_CHECKPOINT_INTERVAL=often"), err: "--checkpoint-interval"},
+		{name: "unknown transport", env: base("FLEET_TRANSPORT=carrier-pigeon"), err: "not poll, nats or servicebus"},
+		{name: "nats needs a url", env: base("FLEET_TRANSPORT=nats"), err: "FLEET_NATS_URL"},
+		{name: "servicebus as terraform sets it", env: base("FLEET_TRANSPORT=servicebus", "ServiceBus__fullyQualifiedNamespace=ns.servicebus.windows.net",
+			"FLEET_SERVICEBUS_SUBSCRIPTION=pool-a", "AZURE_CLIENT_ID=cid"),
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, "pool-a", c.Subscription)
+				require.Equal(t, DefaultTopic, c.ServiceBusTopic)
+				require.Equal(t, "cid", c.ServiceBusClientID)
+			}},
+		{name: "once turns heartbeats off", args: []string{"--once"}, env: base(),
+			check: func(t *testing.T, c Config) {
+				require.True(t, c.Once)
+				require.False(t, c.HeartbeatEnabled)
+				require.Equal(t, DefaultOnceWait, c.OnceWait)
+			}},
+		{name: "once with heartbeats forced on", args: []string{"--once", "--heartbeat=true"}, env: base(),
+			check: func(t *testing.T, c Config) { require.True(t, c.HeartbeatEnabled) }},
+		{name: "ship stage testing", env: base("FLEET_SHIP_STAGE=testing"),
+			check: func(t *testing.T, c Config) { require.Equal(t, ShipTesting, c.ShipStage) }},
+		{name: "ship stage review refused", env: base("FLEET_SHIP_STAGE=review"), err: "not shipped or testing"},
+		{name: "repo urls", args: []string{"--repo-url", "b=https://git/b.git"}, env: base("FLEET_REPO_URLS=a=https://git/a.git, c=/srv/c.git"),
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, map[string]string{"a": "https://git/a.git", "b": "https://git/b.git", "c": "/srv/c.git"}, c.RepoURLs)
+			}},
+		{name: "bad repo url", env: base("FLEET_REPO_URLS=nourl"), err: "not name=url"},
+		{name: "extra capabilities", args: []string{"--capability", "gpu:a100"}, env: base("FLEET_CAPABILITIES=persona:backend,gpu:a100"),
+			check: func(t *testing.T, c Config) { require.Equal(t, []string{"persona:backend", "gpu:a100"}, c.ExtraCaps) }},
+		{name: "bad capability", env: base("FLEET_CAPABILITIES=nokind"), err: "kind:value"},
+		{name: "work dir inside repo base", env: base("FLEET_WORK_DIR=/srv/repos/.factory"), err: "must not be the repo base or inside it"},
+		{name: "positional argument", args: []string{"run"}, env: base(), err: "unexpected argument"},
+		{name: "log level", env: base("FLEET_LOG_LEVEL=DEBUG"),
+			check: func(t *testing.T, c Config) { require.Equal(t, "debug", c.LogLevel) }},
+		{name: "errors are joined", env: []string{"FLEET_SEATS=x"}, err: "FLEET_URL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := Parse(tt.args, tt.env)
+			if tt.err != "" {
+				require.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			tt.check(t, c)
+		})
+	}
+}
+
+// TestParseNeverEchoesToken: configuration errors name settings, never
+// the secret.
+func TestParseNeverEchoesToken(t *testing.T) {
+	t.Parallel()
+	_, err := Parse([]string{"--seats", "x"}, base("FLEET_FACTORY_TOKEN=ft_very_secret_value"))
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "ft_very_secret_value")
+}

@@ -1,0 +1,181 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestSplit(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want []string
+		err  string
+	}{
+		{in: "claude -p @prompt", want: []string{"claude", "-p", "@prompt"}},
+		{in: "  codex   exec\t--full-auto  ", want: []string{"codex", "exec", "--full-auto"}},
+		{in: `sh -c 'echo "$FLEET_JOB_ID" > out'`, want: []string{"sh", "-c", `echo "$FLEET_JOB_ID" > out`}},
+		{in: `a "b c" d\ e "x\"y" 'it''s'`, want: []string{"a", "b c", "d e", `x"y`, "its"}},
+		{in: `a "" ''`, want: []string{"a", "", ""}},
+		{in: `a "\n\$"`, want: []string{"a", `\n$`}},
+		{in: "a \\\nb", want: []string{"a", "b"}},
+		{in: "", err: "empty"},
+		{in: "   ", err: "empty"},
+		{in: `a 'b`, err: "unterminated"},
+		{in: `a "b`, err: "unterminated"},
+		{in: `a \`, err: "backslash"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := Split(tt.in)
+			if tt.err != "" {
+				require.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestExpand(t *testing.T) {
+	t.Parallel()
+	v := Vars{Prompt: "Fix the bug.\nCarefully.", PromptFile: "/w/jobs/j1/prompt.md", JobID: "j1", Repo: "app",
+		Title: "Fix it", Branch: "aq/job/j1", Worktree: "/w/worktrees/app/j1"}
+	tests := []struct {
+		tmpl       string
+		want       []string
+		usesPrompt bool
+	}{
+		{tmpl: "claude -p @prompt", want: []string{"claude", "-p", v.Prompt}, usesPrompt: true},
+		{tmpl: "agent --file=@prompt-file", want: []string{"agent", "--file=" + v.PromptFile}, usesPrompt: true},
+		{tmpl: "codex exec", want: []string{"codex", "exec"}},
+		{tmpl: "run @job-id @repo @branch @worktree '@title'", want: []string{"run", "j1", "app", "aq/job/j1", v.Worktree, "Fix it"}},
+		{tmpl: "@worktree/run.sh", want: []string{v.Worktree + "/run.sh"}},
+		{tmpl: "mail ops@example.com @@prompt @repository", want: []string{"mail", "ops@example.com", "@prompt", "@repository"}},
+		{tmpl: "x @prompt-files", want: []string{"x", "@prompt-files"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.tmpl, func(t *testing.T) {
+			t.Parallel()
+			got, err := Expand(tt.tmpl, v)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got.Argv)
+			require.Equal(t, tt.usesPrompt, got.UsesPrompt)
+		})
+	}
+
+	_, err := Expand("claude -p @prompt", Vars{Prompt: strings.Repeat("x", MaxPromptArg+1)})
+	require.ErrorContains(t, err, "@prompt-file")
+	_, err = Expand("claude 'x", v)
+	require.Error(t, err)
+
+	prog, err := Program("  'my engine' --flag")
+	require.NoError(t, err)
+	require.Equal(t, "my engine", prog)
+}
+
+func script(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "engine.sh")
+	require.NoError(t, os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755))
+	return p
+}
+
+func TestRunExitAndEnv(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log := filepath.Join(t.TempDir(), "engine.log")
+	eng := script(t, `pwd; echo "job=$JOB"; cat; echo oops >&2; exit 3`)
+	res, err := Run(context.Background(), Spec{Argv: []string{eng}, Dir: dir, Env: []string{"JOB=j1", "PATH=" + os.Getenv("PATH")},
+		Stdin: strings.NewReader("the prompt\n"), LogPath: log, Grace: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, 3, res.ExitCode)
+	require.False(t, res.Success())
+	require.False(t, res.Stopped)
+	out := Tail(log, 1000)
+	require.Contains(t, out, dir)
+	require.Contains(t, out, "job=j1")
+	require.Contains(t, out, "the prompt")
+	require.Contains(t, out, "oops")
+	require.Equal(t, "ps\n", Tail(log, 3))
+
+	res, err = Run(context.Background(), Spec{Argv: []string{script(t, "exit 0")}, LogPath: log, Grace: time.Second})
+	require.NoError(t, err)
+	require.True(t, res.Success())
+
+	_, err = Run(context.Background(), Spec{Argv: []string{filepath.Join(dir, "missing")}, LogPath: log})
+	require.Error(t, err)
+}
+
+// TestRunKillsProcessGroup: when the context ends, the engine and every
+// process it started get SIGTERM, and SIGKILL once the grace is over.
+func TestRunKillsProcessGroup(t *testing.T) {
+	t.Parallel()
+	pids := t.TempDir()
+	// The child ignores SIGTERM, so only the SIGKILL after the grace ends it.
+	eng := script(t, `sh -c 'trap "" TERM; echo $$ > `+pids+`/child; while :; do sleep 0.1; done' &
+echo $$ > `+pids+`/engine
+wait`)
+	errBudget := errors.New("budget")
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 500*time.Millisecond, errBudget)
+	defer cancel()
+	var pgid int
+	start := time.Now()
+	res, err := Run(ctx, Spec{Argv: []string{eng}, LogPath: filepath.Join(pids, "log"), Grace: 300 * time.Millisecond,
+		Started: func(p int) { pgid = p }})
+	require.NoError(t, err)
+	require.True(t, res.Stopped)
+	require.False(t, res.Success())
+	require.ErrorIs(t, context.Cause(ctx), errBudget)
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Positive(t, pgid)
+	for _, name := range []string{"engine", "child"} {
+		b, err := os.ReadFile(filepath.Join(pids, name))
+		require.NoError(t, err)
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return gone(pid) }, 5*time.Second, 20*time.Millisecond, "%s survived", name)
+	}
+}
+
+// TestRunKillsStragglers: children the engine leaves running when it
+// exits on its own are killed too.
+func TestRunKillsStragglers(t *testing.T) {
+	t.Parallel()
+	pids := t.TempDir()
+	eng := script(t, `sleep 300 &
+echo $! > `+pids+`/child
+exit 0`)
+	res, err := Run(context.Background(), Spec{Argv: []string{eng}, LogPath: filepath.Join(pids, "log"), Grace: time.Second})
+	require.NoError(t, err)
+	require.True(t, res.Success())
+	b, err := os.ReadFile(filepath.Join(pids, "child"))
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return gone(pid) }, 5*time.Second, 20*time.Millisecond)
+}
+
+// gone reports whether pid no longer runs (an unreaped zombie is gone).
+func gone(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return true
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return os.IsNotExist(err)
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	return i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X')
+}

@@ -1,0 +1,147 @@
+//go:build unix
+
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// Spec is one engine run.
+type Spec struct {
+	Argv []string
+	Dir  string
+	Env  []string
+	// Stdin is fed to the engine; nil means /dev/null.
+	Stdin io.Reader
+	// LogPath receives stdout and stderr, appended.
+	LogPath string
+	// Grace is how long the engine gets between SIGTERM and SIGKILL when
+	// it is stopped.
+	Grace time.Duration
+	// Started, if set, is called with the process group id once the engine
+	// runs, so a crash-restart can find and kill a group it left behind.
+	Started func(pgid int)
+}
+
+// Result is how a run ended.
+type Result struct {
+	// ExitCode is the engine's exit status; -1 when a signal ended it.
+	ExitCode int
+	// Signal names the signal that ended it, if one did.
+	Signal string
+	// Stopped says the run was stopped because ctx ended; context.Cause(ctx)
+	// says why (budget, fence, shutdown).
+	Stopped  bool
+	Duration time.Duration
+}
+
+// Success reports a clean exit that nobody stopped.
+func (r Result) Success() bool { return !r.Stopped && r.ExitCode == 0 }
+
+func (r Result) String() string {
+	switch {
+	case r.Stopped:
+		return fmt.Sprintf("stopped after %s", r.Duration.Round(time.Millisecond))
+	case r.Signal != "":
+		return fmt.Sprintf("killed by %s after %s", r.Signal, r.Duration.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("exited %d after %s", r.ExitCode, r.Duration.Round(time.Millisecond))
+}
+
+// Run starts the engine and waits for it. When ctx ends first the engine's
+// whole process group gets SIGTERM, then SIGKILL after Grace. Whatever the
+// ending, the group is killed once the engine itself has exited, so no
+// child it left running outlives the job or keeps writing to the worktree.
+// An error means the engine could not be started at all.
+func Run(ctx context.Context, s Spec) (Result, error) {
+	if len(s.Argv) == 0 {
+		return Result{}, errors.New("engine: empty command")
+	}
+	logf, err := os.OpenFile(s.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return Result{}, fmt.Errorf("engine: open log: %w", err)
+	}
+	defer logf.Close()
+
+	cmd := exec.Command(s.Argv[0], s.Argv[1:]...)
+	cmd.Dir, cmd.Env = s.Dir, s.Env
+	// An *os.File, not a pipe: Wait then returns when the engine exits,
+	// not when the last grandchild holding the pipe does.
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Stdin = s.Stdin
+	cmd.SysProcAttr = sysProcAttr()
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return Result{}, fmt.Errorf("engine: start %s: %w", s.Argv[0], err)
+	}
+	pgid := cmd.Process.Pid
+	if s.Started != nil {
+		s.Started(pgid)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	var waitErr error
+	stopped := false
+	select {
+	case waitErr = <-done:
+	case <-ctx.Done():
+		stopped = true
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		grace := time.NewTimer(s.Grace)
+		select {
+		case waitErr = <-done:
+			grace.Stop()
+		case <-grace.C:
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			waitErr = <-done
+		}
+	}
+	// Stragglers: children that outlived the engine, or ignored SIGTERM.
+	KillGroup(pgid)
+
+	res := Result{Stopped: stopped, Duration: time.Since(start), ExitCode: cmd.ProcessState.ExitCode()}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		res.Signal = ws.Signal().String()
+	}
+	var exitErr *exec.ExitError
+	if waitErr != nil && !errors.As(waitErr, &exitErr) {
+		return res, fmt.Errorf("engine: wait: %w", waitErr)
+	}
+	return res, nil
+}
+
+// KillGroup sends SIGKILL to process group pgid; a group that no longer
+// exists is fine.
+func KillGroup(pgid int) {
+	if pgid > 1 {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+}
+
+// Tail returns at most n bytes from the end of the file at path, for
+// failure reports.
+func Tail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(fi.Size()-n, 0)
+	b := make([]byte, fi.Size()-off)
+	if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+		return ""
+	}
+	return string(b)
+}

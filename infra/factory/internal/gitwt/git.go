@@ -1,0 +1,130 @@
+// Package gitwt manages the factory's git state: one bare mirror per repo
+// (fetched from the repo's origin), one worktree per job on its own branch,
+// commits and pushes of the job's work, and the garbage collection of
+// worktrees and branches that no job needs any more.
+//
+// Layout under the work directory:
+//
+//	mirrors/<repo>.git        bare mirror; origin's branches as refs/remotes/origin/*
+//	worktrees/<repo>/<job>    the job's worktree, on branch aq/job/<job>
+//
+// Two jobs on one repo share the mirror's objects but never a worktree, so
+// they run side by side. Operations that touch the mirror's shared state
+// (fetch, worktree add/remove, push, branch deletion) hold a per-repo lock;
+// commits in a worktree touch only that worktree's branch and index.
+package gitwt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Branch names.
+const (
+	JobPrefix = "aq/job/"
+	WIPPrefix = "aq/wip/"
+)
+
+// JobBranch is the branch a job's result is pushed to.
+func JobBranch(id string) string { return JobPrefix + id }
+
+// WIPBranch is the branch a job's checkpoints are pushed to.
+func WIPBranch(id string) string { return WIPPrefix + id }
+
+// gitTimeout bounds one git command when the caller's context does not:
+// a hung fetch must not hold a repo lock forever.
+const gitTimeout = 10 * time.Minute
+
+// GitError is a failed git command with what it printed.
+type GitError struct {
+	Args     []string
+	ExitCode int
+	Stderr   string
+	Err      error
+}
+
+func (e *GitError) Error() string {
+	msg := strings.TrimSpace(e.Stderr)
+	if len(msg) > 600 {
+		msg = msg[len(msg)-600:]
+	}
+	return fmt.Sprintf("git %s: %v: %s", strings.Join(e.Args, " "), e.Err, msg)
+}
+
+func (e *GitError) Unwrap() error { return e.Err }
+
+// git runs git in dir and returns its stdout, trimmed of the final newline.
+func git(ctx context.Context, dir string, args ...string) (string, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, gitTimeout)
+		defer cancel()
+	}
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	// Never prompt (there is nobody to answer), and read messages in one
+	// language.
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "LC_ALL=C", "GIT_ASKPASS=", "SSH_ASKPASS=")
+	// On cancellation git gets SIGTERM, on which it removes its lock files
+	// (index.lock, ref locks); a SIGKILL would leave them behind and
+	// break every later command in the repository.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		ge := &GitError{Args: args, ExitCode: -1, Stderr: stderr.String(), Err: err}
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			ge.ExitCode = ee.ExitCode()
+		}
+		if ctx.Err() != nil {
+			ge.Err = fmt.Errorf("%w (%w)", err, ctx.Err())
+		}
+		return "", ge
+	}
+	return strings.TrimRight(stdout.String(), "\n"), nil
+}
+
+// exitCode is the exit status of a failed git command, -1 for other errors.
+func exitCode(err error) int {
+	var ge *GitError
+	if errors.As(err, &ge) {
+		return ge.ExitCode
+	}
+	return -1
+}
+
+// isAncestor reports whether commit a is reachable from b.
+func isAncestor(ctx context.Context, dir, a, b string) (bool, error) {
+	_, err := git(ctx, dir, "merge-base", "--is-ancestor", a, b)
+	if err == nil {
+		return true, nil
+	}
+	if exitCode(err) == 1 {
+		return false, nil
+	}
+	return false, err
+}
+
+// refs lists refs under prefix as name -> sha.
+func refs(ctx context.Context, dir, prefix string) (map[string]string, error) {
+	out, err := git(ctx, dir, "for-each-ref", "--format=%(refname) %(objectname)", prefix)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if name, sha, ok := strings.Cut(line, " "); ok {
+			m[name] = sha
+		}
+	}
+	return m, nil
+}

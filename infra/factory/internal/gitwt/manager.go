@@ -1,0 +1,398 @@
+package gitwt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// Manager owns the mirrors and worktrees under one work directory. One
+// factory process owns a work directory (the agent holds a lock file), so
+// anything here that no running job claims is left over from an earlier
+// run.
+type Manager struct {
+	workDir  string
+	repoBase string
+	// urls are origin URLs of repos that may be missing from repoBase.
+	urls              map[string]string
+	gitName, gitEmail string
+	log               *slog.Logger
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+}
+
+// Options configure a Manager.
+type Options struct {
+	WorkDir  string
+	RepoBase string
+	// RepoURLs maps repo names to origin URLs, for repos not cloned under
+	// RepoBase.
+	RepoURLs          map[string]string
+	GitName, GitEmail string
+	Log               *slog.Logger
+}
+
+// New returns a Manager and creates its directories.
+func New(o Options) (*Manager, error) {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{workDir: o.WorkDir, repoBase: o.RepoBase, urls: o.RepoURLs, gitName: o.GitName, gitEmail: o.GitEmail,
+		log: o.Log, locks: map[string]*sync.Mutex{}}
+	for _, d := range []string{m.mirrorsDir(), m.worktreesDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	return m, nil
+}
+
+func (m *Manager) mirrorsDir() string   { return filepath.Join(m.workDir, "mirrors") }
+func (m *Manager) worktreesDir() string { return filepath.Join(m.workDir, "worktrees") }
+
+// MirrorPath is where repo's mirror lives.
+func (m *Manager) MirrorPath(repo string) string {
+	return filepath.Join(m.mirrorsDir(), repo+".git")
+}
+
+// WorktreePath is where job's worktree of repo lives.
+func (m *Manager) WorktreePath(repo, job string) string {
+	return filepath.Join(m.worktreesDir(), repo, job)
+}
+
+// lock serialises the operations on repo's mirror; it returns the unlock.
+func (m *Manager) lock(repo string) func() {
+	m.mu.Lock()
+	l, ok := m.locks[repo]
+	if !ok {
+		l = &sync.Mutex{}
+		m.locks[repo] = l
+	}
+	m.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// EnsureClones clones every repo with a configured URL that is missing
+// from the repo base, so an elastic pool that starts on an empty disk
+// advertises and can run them. It returns the repos it cloned.
+func (m *Manager) EnsureClones(ctx context.Context) ([]string, error) {
+	var cloned []string
+	var errs []error
+	for name, u := range m.urls {
+		dst := filepath.Join(m.repoBase, name)
+		if _, err := os.Stat(filepath.Join(dst, ".git")); err == nil {
+			continue
+		}
+		if err := os.MkdirAll(m.repoBase, 0o755); err != nil {
+			return cloned, fmt.Errorf("create repo base: %w", err)
+		}
+		if _, err := git(ctx, m.repoBase, "clone", "--quiet", "--", u, dst); err != nil {
+			errs = append(errs, fmt.Errorf("clone %s: %w", name, err))
+			continue
+		}
+		cloned = append(cloned, name)
+	}
+	return cloned, errors.Join(errs...)
+}
+
+// originURL is the origin of repo: the URL its clone under the repo base
+// fetches from, else the configured one.
+func (m *Manager) originURL(ctx context.Context, repo string) (string, error) {
+	clone := filepath.Join(m.repoBase, repo)
+	if _, err := os.Stat(clone); err == nil {
+		u, err := git(ctx, clone, "remote", "get-url", "origin")
+		if err != nil {
+			return "", fmt.Errorf("repo %s has no origin: %w", repo, err)
+		}
+		return u, nil
+	}
+	if u, ok := m.urls[repo]; ok {
+		return u, nil
+	}
+	return "", fmt.Errorf("repo %s is not under %s and has no configured URL", repo, m.repoBase)
+}
+
+// Sync creates repo's mirror if needed and fetches origin into it, pruning
+// branches origin deleted. The caller holds the repo lock.
+func (m *Manager) sync(ctx context.Context, repo string) (string, error) {
+	if err := fleet.ValidateName("repo", repo); err != nil {
+		return "", err
+	}
+	dir := m.MirrorPath(repo)
+	if _, err := os.Stat(filepath.Join(dir, "HEAD")); errors.Is(err, fs.ErrNotExist) {
+		if err := m.create(ctx, repo, dir); err != nil {
+			_ = os.RemoveAll(dir)
+			return "", err
+		}
+	} else if err != nil {
+		return "", err
+	} else if u, err := m.originURL(ctx, repo); err == nil {
+		// Follow a clone whose origin moved.
+		if _, err := git(ctx, dir, "remote", "set-url", "origin", u); err != nil {
+			return "", err
+		}
+	}
+	if _, err := git(ctx, dir, "fetch", "--quiet", "--prune", "--no-tags", "origin"); err != nil {
+		return "", fmt.Errorf("fetch %s: %w", repo, err)
+	}
+	return dir, nil
+}
+
+// create makes the mirror: an empty bare repo whose origin is the clone's
+// origin, seeded from the local clone's objects so the first fetch from
+// origin only transfers what the clone lacks.
+func (m *Manager) create(ctx context.Context, repo, dir string) error {
+	u, err := m.originURL(ctx, repo)
+	if err != nil {
+		return err
+	}
+	steps := [][]string{
+		{"init", "--quiet", "--bare", dir},
+		{"-C", dir, "remote", "add", "origin", u},
+		{"-C", dir, "config", "remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*"},
+		// Auto gc in a repository shared by running worktrees could run
+		// in the middle of a job; the factory's GC runs it explicitly.
+		{"-C", dir, "config", "gc.auto", "0"},
+	}
+	for _, s := range steps {
+		if _, err := git(ctx, m.mirrorsDir(), s...); err != nil {
+			return fmt.Errorf("create mirror of %s: %w", repo, err)
+		}
+	}
+	clone := filepath.Join(m.repoBase, repo)
+	if _, err := os.Stat(filepath.Join(clone, ".git")); err == nil {
+		// Best effort: a failure only makes the fetch below slower.
+		if _, err := git(ctx, dir, "fetch", "--quiet", "--no-tags", clone, "+refs/remotes/origin/*:refs/remotes/origin/*"); err != nil {
+			m.log.WarnContext(ctx, "seed mirror from local clone", "repo", repo, "err", err)
+		}
+	}
+	if _, err := git(ctx, dir, "fetch", "--quiet", "--prune", "--no-tags", "origin"); err != nil {
+		return fmt.Errorf("fetch %s: %w", repo, err)
+	}
+	if _, err := git(ctx, dir, "remote", "set-head", "origin", "--auto"); err != nil {
+		m.log.WarnContext(ctx, "origin has no HEAD; falling back to main or master", "repo", repo, "err", err)
+	}
+	return nil
+}
+
+// defaultBranch is origin's default branch as a remote-tracking ref.
+func defaultBranch(ctx context.Context, dir string) (string, error) {
+	if ref, err := git(ctx, dir, "symbolic-ref", "--quiet", "refs/remotes/origin/HEAD"); err == nil && ref != "" {
+		return ref, nil
+	}
+	for _, b := range []string{"main", "master"} {
+		ref := "refs/remotes/origin/" + b
+		if _, err := git(ctx, dir, "rev-parse", "--verify", "--quiet", ref+"^{commit}"); err == nil {
+			return ref, nil
+		}
+	}
+	return "", errors.New("origin has no HEAD, main or master branch")
+}
+
+// Worktree is one job's checkout.
+type Worktree struct {
+	Repo, JobID string
+	Path        string
+	// Branch is the local branch, aq/job/<id>.
+	Branch string
+	// Base is the commit the worktree started from.
+	Base string
+	// Resumed says Base is the job's checkpoint rather than the default
+	// branch.
+	Resumed bool
+	// DefaultBranch is origin's default branch name (e.g. main).
+	DefaultBranch string
+	m             *Manager
+}
+
+// Prepare fetches repo and checks out a fresh worktree for job on branch
+// aq/job/<job>: from origin's checkpoint branch when the job carries one and
+// it exists there, else from origin's default branch. Whatever an earlier
+// attempt of the same job left on this host is replaced.
+func (m *Manager) Prepare(ctx context.Context, repo, job, checkpoint string) (*Worktree, error) {
+	if err := fleet.ValidateName("job id", job); err != nil {
+		return nil, err
+	}
+	unlock := m.lock(repo)
+	defer unlock()
+	dir, err := m.sync(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
+	def, err := defaultBranch(ctx, dir)
+	if err != nil {
+		return nil, fmt.Errorf("repo %s: %w", repo, err)
+	}
+	w := &Worktree{Repo: repo, JobID: job, Path: m.WorktreePath(repo, job), Branch: JobBranch(job),
+		DefaultBranch: strings.TrimPrefix(def, "refs/remotes/origin/"), m: m}
+	base := def
+	if checkpoint != "" {
+		ref := "refs/remotes/origin/" + checkpoint
+		if _, err := git(ctx, dir, "rev-parse", "--verify", "--quiet", ref+"^{commit}"); err == nil {
+			base, w.Resumed = ref, true
+		} else {
+			m.log.WarnContext(ctx, "checkpoint branch not on origin; starting from the default branch",
+				"repo", repo, "job", job, "checkpoint", checkpoint)
+		}
+	}
+	if w.Base, err = git(ctx, dir, "rev-parse", base+"^{commit}"); err != nil {
+		return nil, err
+	}
+	if err := m.removeWorktree(ctx, dir, w.Path); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(w.Path), 0o755); err != nil {
+		return nil, err
+	}
+	if _, err := git(ctx, dir, "worktree", "add", "--quiet", "--force", "-B", w.Branch, w.Path, w.Base); err != nil {
+		return nil, fmt.Errorf("add worktree for %s: %w", job, err)
+	}
+	return w, nil
+}
+
+// removeWorktree removes the worktree at path, registered or not. The
+// caller holds the repo lock.
+func (m *Manager) removeWorktree(ctx context.Context, dir, path string) error {
+	if _, err := os.Stat(path); err == nil {
+		if _, err := git(ctx, dir, "worktree", "remove", "--force", "--force", path); err != nil {
+			m.log.DebugContext(ctx, "worktree remove", "path", path, "err", err)
+		}
+		if err := os.RemoveAll(path); err != nil {
+			return fmt.Errorf("remove %s: %w", path, err)
+		}
+	}
+	_, err := git(ctx, dir, "worktree", "prune")
+	return err
+}
+
+// Commit records everything in the worktree (new, changed and deleted
+// files) as one commit, and reports whether the branch now differs from
+// Base. The engine may have committed on its own; that counts as a change.
+func (w *Worktree) Commit(ctx context.Context, msg string) (bool, error) {
+	if _, err := git(ctx, w.Path, "add", "--all"); err != nil {
+		return false, err
+	}
+	if _, err := git(ctx, w.Path, "diff", "--cached", "--quiet"); err != nil {
+		if exitCode(err) != 1 {
+			return false, err
+		}
+		if _, err := git(ctx, w.Path, "-c", "user.name="+w.m.gitName, "-c", "user.email="+w.m.gitEmail,
+			"-c", "commit.gpgsign=false", "commit", "--quiet", "--no-verify", "-m", msg); err != nil {
+			return false, err
+		}
+	}
+	head, err := w.Head(ctx)
+	if err != nil {
+		return false, err
+	}
+	return head != w.Base, nil
+}
+
+// Head is the worktree's current commit.
+func (w *Worktree) Head(ctx context.Context) (string, error) {
+	return git(ctx, w.Path, "rev-parse", "HEAD")
+}
+
+// Push sets origin's branch to the worktree's HEAD. It forces: the lease
+// holder's view wins, and the caller checks its fence right before.
+func (w *Worktree) Push(ctx context.Context, branch string) error {
+	unlock := w.m.lock(w.Repo)
+	defer unlock()
+	if _, err := git(ctx, w.Path, "push", "--quiet", "--force", "--no-verify", "origin", "HEAD:refs/heads/"+branch); err != nil {
+		return fmt.Errorf("push %s: %w", branch, err)
+	}
+	return nil
+}
+
+// DeleteRemote deletes origin's branch if it still points at sha, so a
+// branch someone moved since is never lost.
+func (w *Worktree) DeleteRemote(ctx context.Context, branch, sha string) error {
+	unlock := w.m.lock(w.Repo)
+	defer unlock()
+	return pushDelete(ctx, w.m.MirrorPath(w.Repo), branch, sha)
+}
+
+func pushDelete(ctx context.Context, dir, branch, sha string) error {
+	ref := "refs/heads/" + branch
+	if _, err := git(ctx, dir, "push", "--quiet", "--no-verify", "--force-with-lease="+ref+":"+sha, "origin", ":"+ref); err != nil {
+		return fmt.Errorf("delete %s on origin: %w", branch, err)
+	}
+	return nil
+}
+
+// Remove deletes the worktree, and its local branch when the branch's
+// commit is on origin (a result or a checkpoint). Unpushed work stays on
+// the local branch, where GC deletes it once the job is over.
+func (w *Worktree) Remove(ctx context.Context) error {
+	unlock := w.m.lock(w.Repo)
+	defer unlock()
+	dir := w.m.MirrorPath(w.Repo)
+	if err := w.m.removeWorktree(ctx, dir, w.Path); err != nil {
+		return err
+	}
+	sha, err := git(ctx, dir, "rev-parse", "--verify", "--quiet", "refs/heads/"+w.Branch)
+	if err != nil {
+		return nil // no branch left
+	}
+	pushed, err := onOrigin(ctx, dir, sha)
+	if err != nil || !pushed {
+		return err
+	}
+	if _, err := git(ctx, dir, "branch", "-D", "--quiet", w.Branch); err != nil {
+		return fmt.Errorf("delete local branch %s: %w", w.Branch, err)
+	}
+	return nil
+}
+
+// onOrigin reports whether commit sha is contained in any of origin's
+// branches as last fetched or pushed.
+func onOrigin(ctx context.Context, dir, sha string) (bool, error) {
+	out, err := git(ctx, dir, "for-each-ref", "--count=1", "--contains", sha, "--format=%(refname)", "refs/remotes/origin/")
+	return out != "", err
+}
+
+// QuarantinePrefix holds the work of a job this factory lost the lease of:
+// kept locally for an operator to look at, never pushed, and deleted by GC
+// once the job is over.
+const QuarantinePrefix = "aq/quarantine/"
+
+// QuarantineBranch names the quarantined work of job at leaseEpoch.
+func QuarantineBranch(id string, epoch int64) string {
+	return fmt.Sprintf("%s%s-e%d", QuarantinePrefix, id, epoch)
+}
+
+// Quarantine commits what the worktree holds onto a local quarantine
+// branch, never pushed, and removes the worktree. It returns the branch.
+func (w *Worktree) Quarantine(ctx context.Context, epoch int64) (string, error) {
+	if _, err := w.Commit(ctx, fmt.Sprintf("fleet: quarantined work of job %s (lease epoch %d, fenced)", w.JobID, epoch)); err != nil {
+		return "", err
+	}
+	unlock := w.m.lock(w.Repo)
+	defer unlock()
+	dir := w.m.MirrorPath(w.Repo)
+	branch := QuarantineBranch(w.JobID, epoch)
+	head, err := git(ctx, w.Path, "rev-parse", "HEAD")
+	if err != nil {
+		return "", err
+	}
+	if _, err := git(ctx, dir, "branch", "--force", branch, head); err != nil {
+		return "", err
+	}
+	if err := w.m.removeWorktree(ctx, dir, w.Path); err != nil {
+		return branch, err
+	}
+	if _, err := git(ctx, dir, "branch", "-D", "--quiet", w.Branch); err != nil {
+		return branch, err
+	}
+	return branch, nil
+}
