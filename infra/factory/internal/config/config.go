@@ -54,6 +54,7 @@ const (
 	EnvServiceBusClientID = "ServiceBus__clientId"
 	EnvServiceBusTopic    = "FLEET_SERVICEBUS_TOPIC"
 	EnvServiceBusSub      = "FLEET_SERVICEBUS_SUBSCRIPTION"
+	EnvServiceBusSessions = "FLEET_SERVICEBUS_SESSIONS"
 	EnvAzureClientID      = "AZURE_CLIENT_ID"
 )
 
@@ -134,6 +135,8 @@ type Config struct {
 	ServiceBusNS       string
 	ServiceBusTopic    string
 	ServiceBusClientID string
+	// ServiceBusSessions must match the subscriptions' provisioning.
+	ServiceBusSessions bool
 }
 
 // multiFlag collects a repeatable name=value flag.
@@ -153,6 +156,7 @@ func Parse(args, env []string) (Config, error) {
 
 	var seats, heartbeat, renew, checkpoint, poll, gcInterval, defaultWall, killGrace, onceWait, hbEnabled string
 	var engines, repoURLs, extraCaps multiFlag
+	var sessions string
 	fs.StringVar(&c.URL, "url", e[EnvURL], "coordinator base URL, without /api ("+EnvURL+")")
 	fs.StringVar(&c.FactoryID, "factory-id", e[EnvFactoryID], "factory id ("+EnvFactoryID+")")
 	fs.StringVar(&c.Token, "token", e[EnvToken], "factory token ("+EnvToken+"); prefer the variable: flags show in ps")
@@ -184,6 +188,7 @@ func Parse(args, env []string) (Config, error) {
 	fs.StringVar(&c.Subscription, "subscription", firstNonEmpty(e[EnvServiceBusSub], e[EnvSubscription]), "bus subscription; default the factory id ("+EnvServiceBusSub+", "+EnvSubscription+")")
 	fs.StringVar(&c.ServiceBusNS, "servicebus-namespace", e[EnvServiceBusNS], "Service Bus namespace host ("+EnvServiceBusNS+")")
 	fs.StringVar(&c.ServiceBusTopic, "servicebus-topic", e[EnvServiceBusTopic], "Service Bus topic ("+EnvServiceBusTopic+")")
+	fs.StringVar(&sessions, "servicebus-sessions", e[EnvServiceBusSessions], "subscriptions require sessions keyed by repo: true or false ("+EnvServiceBusSessions+")")
 	fs.StringVar(&c.ServiceBusClientID, "servicebus-client-id", firstNonEmpty(e[EnvServiceBusClientID], e[EnvAzureClientID]), "managed identity client id ("+EnvServiceBusClientID+", "+EnvAzureClientID+")")
 
 	if err := fs.Parse(args); err != nil {
@@ -274,6 +279,13 @@ func Parse(args, env []string) (Config, error) {
 		}
 		if c.ServiceBusTopic == "" {
 			c.ServiceBusTopic = DefaultTopic
+		}
+		if sessions != "" {
+			b, err := strconv.ParseBool(sessions)
+			if err != nil {
+				fail("--servicebus-sessions (%s): %q is not true or false", EnvServiceBusSessions, sessions)
+			}
+			c.ServiceBusSessions = b
 		}
 	default:
 		fail("--transport (%s): %q is not poll, nats or servicebus", EnvTransport, c.Transport)

@@ -84,7 +84,12 @@ func TestParseTable(t *testing.T) {
 				require.Equal(t, "pool-a", c.Subscription)
 				require.Equal(t, DefaultTopic, c.ServiceBusTopic)
 				require.Equal(t, "cid", c.ServiceBusClientID)
+				require.False(t, c.ServiceBusSessions)
 			}},
+		{name: "servicebus sessions", env: base("FLEET_TRANSPORT=servicebus", "ServiceBus__fullyQualifiedNamespace=ns", "FLEET_SERVICEBUS_SESSIONS=true"),
+			check: func(t *testing.T, c Config) { require.True(t, c.ServiceBusSessions) }},
+		{name: "servicebus sessions not a bool", env: base("FLEET_TRANSPORT=servicebus", "ServiceBus__fullyQualifiedNamespace=ns", "FLEET_SERVICEBUS_SESSIONS=maybe"),
+			err: "not true or false"},
 		{name: "once turns heartbeats off", args: []string{"--once"}, env: base(),
 			check: func(t *testing.T, c Config) {
 				require.True(t, c.Once)
