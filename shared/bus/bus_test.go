@@ -1,0 +1,219 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/bus"
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+type recordingSender struct {
+	mu   sync.Mutex
+	sent []bus.Message
+	err  error
+}
+
+func (s *recordingSender) Send(_ context.Context, m bus.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.sent = append(s.sent, m.Clone())
+	return nil
+}
+
+type fixedClock time.Time
+
+func (c fixedClock) Now() time.Time { return time.Time(c) }
+
+func dispatchMsg() coord.DispatchMessage {
+	return coord.DispatchMessage{
+		JobID: "job-42", ProductID: "notes-app", Repo: "learning-ai-notes",
+		Capabilities: []string{"os:mac", "engine:claude"}, Priority: fleet.PriorityHigh,
+		TargetFactoryID: "mac-1.local", DispatchEpoch: 3,
+	}
+}
+
+func TestDispatcherPublish(t *testing.T) {
+	t.Parallel()
+	s := &recordingSender{}
+	d := bus.NewDispatcher(s, bus.DispatcherOptions{DispatchTTL: 2 * time.Minute})
+	msg := dispatchMsg()
+	require.NoError(t, d.Publish(t.Context(), msg))
+
+	require.Len(t, s.sent, 1)
+	m := s.sent[0]
+	require.Equal(t, "job-42:3", m.ID, "message id is jobId:dispatchEpoch")
+	require.Equal(t, "mac-1.local", m.Subscription)
+	require.Equal(t, map[string]string{
+		bus.PropTargetFactoryID: "mac-1.local",
+		bus.PropProductID:       "notes-app",
+		bus.PropRepo:            "learning-ai-notes",
+		bus.PropPriority:        "high",
+		bus.PropKind:            "dispatch",
+	}, m.Properties)
+	require.Equal(t, "learning-ai-notes", m.OrderingKey)
+	require.Equal(t, 2*time.Minute, m.TTL)
+	require.Equal(t, bus.KindDispatch, m.Kind())
+
+	var body coord.DispatchMessage
+	require.NoError(t, json.Unmarshal(m.Body, &body))
+	require.Equal(t, msg, body, "the body is the whole dispatch message")
+	require.NotContains(t, string(m.Body), "bodyMd", "never the job body")
+}
+
+func TestDispatcherRedispatchGetsANewID(t *testing.T) {
+	t.Parallel()
+	s := &recordingSender{}
+	d := bus.NewDispatcher(s, bus.DispatcherOptions{})
+	msg := dispatchMsg()
+	require.NoError(t, d.Publish(t.Context(), msg))
+	msg.DispatchEpoch++
+	require.NoError(t, d.Publish(t.Context(), msg))
+	require.Equal(t, "job-42:3", s.sent[0].ID)
+	require.Equal(t, "job-42:4", s.sent[1].ID)
+	require.Zero(t, s.sent[0].TTL, "no TTL unless configured: the broker default applies")
+}
+
+func TestDispatcherErrors(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("broker down")
+	d := bus.NewDispatcher(&recordingSender{err: boom}, bus.DispatcherOptions{})
+	err := d.Publish(t.Context(), dispatchMsg())
+	require.ErrorIs(t, err, boom)
+	require.ErrorContains(t, err, "job-42:3")
+
+	d = bus.NewDispatcher(&recordingSender{}, bus.DispatcherOptions{})
+	msg := dispatchMsg()
+	msg.TargetFactoryID = ""
+	require.ErrorIs(t, d.Publish(t.Context(), msg), bus.ErrInvalid)
+	msg = dispatchMsg()
+	msg.TargetFactoryID = "has space"
+	require.ErrorIs(t, d.Publish(t.Context(), msg), bus.ErrInvalid)
+	require.ErrorIs(t, d.PublishGC(t.Context(), coord.GCRequest{}), bus.ErrInvalid)
+}
+
+func TestDispatcherPublishGC(t *testing.T) {
+	t.Parallel()
+	s := &recordingSender{}
+	at := time.Date(2026, 11, 3, 10, 15, 42, 0, time.UTC)
+	d := bus.NewDispatcher(s, bus.DispatcherOptions{Clock: fixedClock(at)})
+	req := coord.GCRequest{FactoryID: "mac-2", Repos: map[string][]string{"notes": {"j1", "j2"}}}
+	require.NoError(t, d.PublishGC(t.Context(), req))
+	// Same minute: same id, so the broker collapses a doubled sweep.
+	d2 := bus.NewDispatcher(s, bus.DispatcherOptions{Clock: fixedClock(at.Add(17 * time.Second))})
+	require.NoError(t, d2.PublishGC(t.Context(), req))
+	d3 := bus.NewDispatcher(s, bus.DispatcherOptions{Clock: fixedClock(at.Add(time.Minute))})
+	require.NoError(t, d3.PublishGC(t.Context(), req))
+
+	require.Len(t, s.sent, 3)
+	minute := at.Unix() / 60
+	require.Equal(t, "gc:mac-2:"+strconv.FormatInt(minute, 10), s.sent[0].ID)
+	require.Equal(t, s.sent[0].ID, s.sent[1].ID)
+	require.Equal(t, "gc:mac-2:"+strconv.FormatInt(minute+1, 10), s.sent[2].ID)
+	m := s.sent[0]
+	require.Equal(t, "mac-2", m.Subscription)
+	require.Equal(t, map[string]string{bus.PropTargetFactoryID: "mac-2", bus.PropKind: "gc"}, m.Properties)
+	require.Equal(t, bus.DefaultGCTTL, m.TTL)
+	require.Empty(t, m.OrderingKey)
+
+	got, err := bus.DecodeGC(bus.NewDelivery(m, 1, at, nil))
+	require.NoError(t, err)
+	require.Equal(t, req, got)
+}
+
+func TestDecodeDispatch(t *testing.T) {
+	t.Parallel()
+	good, err := bus.DispatchToMessage(dispatchMsg())
+	require.NoError(t, err)
+	got, err := bus.DecodeDispatch(bus.NewDelivery(good, 1, time.Now(), nil))
+	require.NoError(t, err)
+	require.Equal(t, dispatchMsg(), got)
+
+	withUnknownField := good.Clone()
+	withUnknownField.Body = []byte(strings.Replace(string(good.Body), `{`, `{"futureField":1,`, 1))
+	_, err = bus.DecodeDispatch(bus.NewDelivery(withUnknownField, 1, time.Now(), nil))
+	require.NoError(t, err, "a newer coordinator may add fields")
+
+	for name, mutate := range map[string]func(m *bus.Message){
+		"wrong kind":         func(m *bus.Message) { m.Properties[bus.PropKind] = "gc" },
+		"no kind":            func(m *bus.Message) { delete(m.Properties, bus.PropKind) },
+		"not json":           func(m *bus.Message) { m.Body = []byte("{") },
+		"trailing data":      func(m *bus.Message) { m.Body = append(m.Body, []byte(" {}")...) },
+		"id mismatch":        func(m *bus.Message) { m.ID = "job-42:2" },
+		"wrong subscription": func(m *bus.Message) { m.Subscription = "mac-2" },
+		"no job":             func(m *bus.Message) { m.Body = []byte(`{"dispatchEpoch":3}`); m.ID = ":3" },
+		"zero epoch": func(m *bus.Message) {
+			m.Body = []byte(`{"jobId":"job-42","targetFactoryId":"mac-1.local"}`)
+			m.ID = "job-42:0"
+		},
+	} {
+		m := good.Clone()
+		mutate(&m)
+		_, err := bus.DecodeDispatch(bus.NewDelivery(m, 1, time.Now(), nil))
+		require.ErrorIs(t, err, bus.ErrMalformed, name)
+	}
+}
+
+func TestDecodeByKind(t *testing.T) {
+	t.Parallel()
+	dm, err := bus.DispatchToMessage(dispatchMsg())
+	require.NoError(t, err)
+	dec, err := bus.Decode(bus.NewDelivery(dm, 1, time.Now(), nil))
+	require.NoError(t, err)
+	require.NotNil(t, dec.Dispatch)
+	require.Nil(t, dec.GC)
+
+	gm, err := bus.GCToMessage(coord.GCRequest{FactoryID: "mac-1.local"}, time.Now())
+	require.NoError(t, err)
+	dec, err = bus.Decode(bus.NewDelivery(gm, 1, time.Now(), nil))
+	require.NoError(t, err)
+	require.NotNil(t, dec.GC)
+	require.Nil(t, dec.Dispatch)
+
+	gm.Subscription = "other"
+	_, err = bus.Decode(bus.NewDelivery(gm, 1, time.Now(), nil))
+	require.ErrorIs(t, err, bus.ErrMalformed, "gc request delivered to the wrong factory")
+
+	unknown := bus.Message{ID: "x", Subscription: "a", Properties: map[string]string{bus.PropKind: "preempt"}}
+	_, err = bus.Decode(bus.NewDelivery(unknown, 1, time.Now(), nil))
+	require.ErrorIs(t, err, bus.ErrMalformed)
+}
+
+func TestMessageValidate(t *testing.T) {
+	t.Parallel()
+	ok := bus.Message{ID: "j:1", Subscription: "mac-1.local"}
+	require.NoError(t, ok.Validate())
+	for name, m := range map[string]bus.Message{
+		"empty id":         {Subscription: "a"},
+		"long id":          {ID: strings.Repeat("j", 129), Subscription: "a"},
+		"empty sub":        {ID: "j:1"},
+		"long sub":         {ID: "j:1", Subscription: strings.Repeat("s", 51)},
+		"sub with newline": {ID: "j:1", Subscription: "a\nb"},
+		"negative ttl":     {ID: "j:1", Subscription: "a", TTL: -1},
+		"target mismatch":  {ID: "j:1", Subscription: "a", Properties: map[string]string{bus.PropTargetFactoryID: "b"}},
+	} {
+		require.ErrorIs(t, m.Validate(), bus.ErrInvalid, name)
+	}
+}
+
+func TestCloneSharesNothing(t *testing.T) {
+	t.Parallel()
+	m := bus.Message{ID: "j:1", Subscription: "a", Body: []byte("x"), Properties: map[string]string{"k": "v"}}
+	c := m.Clone()
+	c.Body[0] = 'y'
+	c.Properties["k"] = "w"
+	require.Equal(t, "x", string(m.Body))
+	require.Equal(t, "v", m.Properties["k"])
+}

@@ -1,0 +1,219 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/coord"
+)
+
+// Sender is the one thing the Dispatcher needs of a backend.
+type Sender interface {
+	Send(ctx context.Context, m Message) error
+}
+
+// DefaultGCTTL bounds how long a GC request waits for a factory: a newer
+// request supersedes it long before, and a pool that scales up a day later
+// should not start with yesterday's cleanup list.
+const DefaultGCTTL = time.Hour
+
+// DispatcherOptions tune a Dispatcher; the zero value is usable.
+type DispatcherOptions struct {
+	// DispatchTTL is the TTL of dispatch messages; zero leaves the broker
+	// default. Set it near coord's RedispatchAfter: a message older than that
+	// has been (or is about to be) voided by a redispatch with a newer epoch,
+	// and the fenced accept would refuse it anyway.
+	DispatchTTL time.Duration
+	// GCTTL is the TTL of GC requests; zero means DefaultGCTTL.
+	GCTTL time.Duration
+	// Clock stamps GC message ids; nil means the wall clock.
+	Clock coord.Clock
+}
+
+// Dispatcher publishes coord's dispatch messages and GC requests as targeted
+// bus messages. It implements coord.Publisher and coord.GCPublisher.
+type Dispatcher struct {
+	sender Sender
+	opts   DispatcherOptions
+}
+
+var (
+	_ coord.Publisher   = (*Dispatcher)(nil)
+	_ coord.GCPublisher = (*Dispatcher)(nil)
+)
+
+// NewDispatcher returns a Dispatcher sending through s.
+func NewDispatcher(s Sender, opts DispatcherOptions) *Dispatcher {
+	if opts.GCTTL == 0 {
+		opts.GCTTL = DefaultGCTTL
+	}
+	if opts.Clock == nil {
+		opts.Clock = coord.SystemClock{}
+	}
+	return &Dispatcher{sender: s, opts: opts}
+}
+
+// Publish sends msg to its target's subscription with ID jobId:dispatchEpoch,
+// so a repeated publish of one dispatch collapses in the broker while a
+// re-dispatch (a new epoch) always goes out.
+func (d *Dispatcher) Publish(ctx context.Context, msg coord.DispatchMessage) error {
+	m, err := DispatchToMessage(msg)
+	if err != nil {
+		return err
+	}
+	m.TTL = d.opts.DispatchTTL
+	if err := d.sender.Send(ctx, m); err != nil {
+		return fmt.Errorf("send dispatch %s to %s: %w", m.ID, m.Subscription, err)
+	}
+	return nil
+}
+
+// PublishGC sends req to its factory. The ID is gc:<factory>:<unix minute>:
+// sweeps that fire twice within a minute (a timer retried by the host,
+// two coordinators) send one request.
+func (d *Dispatcher) PublishGC(ctx context.Context, req coord.GCRequest) error {
+	m, err := GCToMessage(req, d.opts.Clock.Now())
+	if err != nil {
+		return err
+	}
+	m.TTL = d.opts.GCTTL
+	if err := d.sender.Send(ctx, m); err != nil {
+		return fmt.Errorf("send gc request %s to %s: %w", m.ID, m.Subscription, err)
+	}
+	return nil
+}
+
+// DispatchToMessage is the bus form of a dispatch message: JSON body,
+// ID = MessageID(), addressed to TargetFactoryID, ordered by repo.
+func DispatchToMessage(msg coord.DispatchMessage) (Message, error) {
+	if msg.JobID == "" || msg.TargetFactoryID == "" {
+		return Message{}, fmt.Errorf("%w: dispatch message needs a job id and a target factory (got %q, %q)",
+			ErrInvalid, msg.JobID, msg.TargetFactoryID)
+	}
+	body, err := json.Marshal(msg)
+	if err != nil {
+		return Message{}, fmt.Errorf("encode dispatch %s: %w", msg.MessageID(), err)
+	}
+	m := Message{
+		ID:           msg.MessageID(),
+		Subscription: msg.TargetFactoryID,
+		Body:         body,
+		Properties: map[string]string{
+			PropTargetFactoryID: msg.TargetFactoryID,
+			PropProductID:       msg.ProductID,
+			PropRepo:            msg.Repo,
+			PropPriority:        string(msg.Priority),
+			PropKind:            string(KindDispatch),
+		},
+		OrderingKey: msg.Repo,
+	}
+	return m, m.Validate()
+}
+
+// GCToMessage is the bus form of a GC request sent at now.
+func GCToMessage(req coord.GCRequest, now time.Time) (Message, error) {
+	if req.FactoryID == "" {
+		return Message{}, fmt.Errorf("%w: gc request has no factory", ErrInvalid)
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return Message{}, fmt.Errorf("encode gc request for %s: %w", req.FactoryID, err)
+	}
+	m := Message{
+		ID:           "gc:" + req.FactoryID + ":" + strconv.FormatInt(now.Unix()/60, 10),
+		Subscription: req.FactoryID,
+		Body:         body,
+		Properties: map[string]string{
+			PropTargetFactoryID: req.FactoryID,
+			PropKind:            string(KindGC),
+		},
+	}
+	return m, m.Validate()
+}
+
+// DecodeDispatch reads a dispatch delivery. Any error wraps ErrMalformed:
+// the message can never be handled and belongs on the dead-letter queue.
+// It checks that the body agrees with the envelope (ID, subscription), so
+// a misrouted or tampered message is refused before the factory accepts.
+func DecodeDispatch(d Delivery) (coord.DispatchMessage, error) {
+	var msg coord.DispatchMessage
+	if k := d.Kind(); k != KindDispatch {
+		return msg, fmt.Errorf("%w: message %s is of kind %q, not %q", ErrMalformed, d.ID, k, KindDispatch)
+	}
+	if err := decodeJSON(d.Body, &msg); err != nil {
+		return msg, fmt.Errorf("%w: message %s: dispatch body: %v", ErrMalformed, d.ID, err)
+	}
+	switch {
+	case msg.JobID == "" || msg.DispatchEpoch <= 0:
+		return msg, fmt.Errorf("%w: message %s: dispatch body needs jobId and a positive dispatchEpoch", ErrMalformed, d.ID)
+	case msg.MessageID() != d.ID:
+		return msg, fmt.Errorf("%w: message id %q does not match its body (%s)", ErrMalformed, d.ID, msg.MessageID())
+	case d.Subscription != "" && msg.TargetFactoryID != d.Subscription:
+		return msg, fmt.Errorf("%w: message %s targets %q but was delivered to subscription %q",
+			ErrMalformed, d.ID, msg.TargetFactoryID, d.Subscription)
+	}
+	return msg, nil
+}
+
+// DecodeGC reads a GC delivery. Any error wraps ErrMalformed.
+func DecodeGC(d Delivery) (coord.GCRequest, error) {
+	var req coord.GCRequest
+	if k := d.Kind(); k != KindGC {
+		return req, fmt.Errorf("%w: message %s is of kind %q, not %q", ErrMalformed, d.ID, k, KindGC)
+	}
+	if err := decodeJSON(d.Body, &req); err != nil {
+		return req, fmt.Errorf("%w: message %s: gc body: %v", ErrMalformed, d.ID, err)
+	}
+	if req.FactoryID == "" {
+		return req, fmt.Errorf("%w: message %s: gc body has no factoryId", ErrMalformed, d.ID)
+	}
+	if d.Subscription != "" && req.FactoryID != d.Subscription {
+		return req, fmt.Errorf("%w: gc request for %q was delivered to subscription %q", ErrMalformed, req.FactoryID, d.Subscription)
+	}
+	return req, nil
+}
+
+// Decoded is a delivery's body by kind: exactly one field is set.
+type Decoded struct {
+	Dispatch *coord.DispatchMessage
+	GC       *coord.GCRequest
+}
+
+// Decode reads a delivery of any known kind; an unknown kind is malformed
+// (a newer coordinator speaking to an older factory: dead-letter it, the
+// coordinator's sweep covers dispatch either way).
+func Decode(d Delivery) (Decoded, error) {
+	switch d.Kind() {
+	case KindDispatch:
+		m, err := DecodeDispatch(d)
+		if err != nil {
+			return Decoded{}, err
+		}
+		return Decoded{Dispatch: &m}, nil
+	case KindGC:
+		r, err := DecodeGC(d)
+		if err != nil {
+			return Decoded{}, err
+		}
+		return Decoded{GC: &r}, nil
+	default:
+		return Decoded{}, fmt.Errorf("%w: message %s has unknown kind %q", ErrMalformed, d.ID, d.Kind())
+	}
+}
+
+// decodeJSON decodes exactly one JSON value. Unknown fields are allowed: a
+// newer coordinator may add routing facts an older factory ignores.
+func decodeJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return fmt.Errorf("trailing data after the JSON value")
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// EmbeddedOptions configure an in-process NATS server.
+type EmbeddedOptions struct {
+	// StoreDir is where JetStream keeps streams; required. The local stack
+	// uses FLEET_DATA_DIR/nats so dispatch messages survive a restart.
+	StoreDir string
+	// Host to listen on; default 127.0.0.1. Factory agents on this machine
+	// connect to it as ordinary NATS clients.
+	Host string
+	// Port to listen on; 0 picks a free port (read it from ClientURL).
+	Port int
+	// ServerName names the server in logs and advisories; default "fleet-local".
+	ServerName string
+	// StartTimeout bounds how long Start waits for the server to accept
+	// clients; default 10s.
+	StartTimeout time.Duration
+	// Logger receives the server's log; nil discards it.
+	Logger *slog.Logger
+}
+
+// Embedded is a NATS server with JetStream running in this process.
+type Embedded struct {
+	srv *server.Server
+}
+
+// StartEmbedded starts a JetStream-enabled NATS server and waits until it
+// accepts clients. ctx bounds the start; the server then runs until Shutdown.
+func StartEmbedded(ctx context.Context, o EmbeddedOptions) (*Embedded, error) {
+	if o.StoreDir == "" {
+		return nil, errors.New("nats: embedded server needs a store directory")
+	}
+	if err := os.MkdirAll(o.StoreDir, 0o750); err != nil {
+		return nil, fmt.Errorf("nats: embedded store dir: %w", err)
+	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	if o.ServerName == "" {
+		o.ServerName = "fleet-local"
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 10 * time.Second
+	}
+	port := o.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	opts := &server.Options{
+		ServerName: o.ServerName,
+		Host:       o.Host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   o.StoreDir,
+		// The owner of the process decides about signals, not the server.
+		NoSigs: true,
+		NoLog:  o.Logger == nil,
+		// No monitoring port: nothing here needs one and it would be one
+		// more port to collide on.
+		HTTPPort: 0,
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("nats: embedded server: %w", err)
+	}
+	if o.Logger != nil {
+		srv.SetLoggerV2(slogAdapter{o.Logger.With("component", "nats-server")}, false, false, false)
+	}
+	srv.Start()
+
+	wait := o.StartTimeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+		wait = time.Until(dl)
+	}
+	if !srv.ReadyForConnections(wait) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("nats: embedded server did not start: %w", err)
+		}
+		return nil, fmt.Errorf("nats: embedded server not ready on %s after %s",
+			net.JoinHostPort(o.Host, strconv.Itoa(o.Port)), wait)
+	}
+	if !srv.JetStreamEnabled() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, errors.New("nats: embedded server started without JetStream")
+	}
+	return &Embedded{srv: srv}, nil
+}
+
+// ClientURL is the nats:// URL clients connect to, with the port resolved.
+func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
+
+// Shutdown stops the server and waits until it has flushed its stores.
+// Unsettled deliveries survive in the store and are redelivered after a
+// restart. Safe to call more than once.
+func (e *Embedded) Shutdown() {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+}
+
+// slogAdapter routes the server's printf-style log to slog.
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Noticef(format string, v ...any) { a.l.Info(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Warnf(format string, v ...any)   { a.l.Warn(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Fatalf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Errorf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Debugf(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Tracef(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }

@@ -1,0 +1,224 @@
+package nats_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/bus"
+	"github.com/gigafactory/fleet/shared/bus/bustest"
+	busnats "github.com/gigafactory/fleet/shared/bus/nats"
+	"github.com/gigafactory/fleet/shared/coord"
+)
+
+var _ bustest.Backend = (*busnats.Client)(nil)
+
+// testOptions keep the lock short so redelivery tests take about a second.
+func testOptions() busnats.Options {
+	return busnats.Options{AckWait: time.Second, MaxDeliver: 3, DuplicateWindow: time.Minute, RequestTimeout: 5 * time.Second}
+}
+
+func startServer(t *testing.T) *busnats.Embedded {
+	t.Helper()
+	srv, err := busnats.StartEmbedded(t.Context(), busnats.EmbeddedOptions{StoreDir: filepath.Join(t.TempDir(), "nats")})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	return srv
+}
+
+func open(t *testing.T, url string, opts busnats.Options) *busnats.Client {
+	t.Helper()
+	c, err := busnats.Open(t.Context(), url, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close(context.Background())) })
+	return c
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	bustest.Run(t, func(t *testing.T) bustest.Backend {
+		c, err := busnats.Open(t.Context(), srv.ClientURL(), testOptions())
+		require.NoError(t, err)
+		return c
+	})
+}
+
+func TestEmbeddedListensOnLoopbackAndRestartsWithItsStore(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := filepath.Join(t.TempDir(), "data", "nats") // FLEET_DATA_DIR/nats
+	srv, err := busnats.StartEmbedded(ctx, busnats.EmbeddedOptions{StoreDir: dir})
+	require.NoError(t, err)
+	url := srv.ClientURL()
+	require.Regexp(t, `^nats://127\.0\.0\.1:\d+$`, url)
+
+	c, err := busnats.Open(ctx, url, testOptions())
+	require.NoError(t, err)
+	require.NoError(t, c.EnsureSubscription(ctx, "mac-1"))
+	require.NoError(t, c.Send(ctx, bus.Message{ID: "j:1", Subscription: "mac-1", Body: []byte("x")}))
+	require.NoError(t, c.Close(ctx))
+	srv.Shutdown()
+	srv.Shutdown() // idempotent
+
+	// Same store, same port: a factory's URL stays valid across a restart
+	// of the local stack, and the undelivered message is still there.
+	var port int
+	_, err = fmt.Sscanf(url, "nats://127.0.0.1:%d", &port)
+	require.NoError(t, err)
+	srv2, err := busnats.StartEmbedded(ctx, busnats.EmbeddedOptions{StoreDir: dir, Port: port})
+	require.NoError(t, err)
+	t.Cleanup(srv2.Shutdown)
+	require.Equal(t, url, srv2.ClientURL())
+
+	c2 := open(t, url, testOptions())
+	ds, err := c2.Receive(ctx, "mac-1", 10, 5*time.Second)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, "j:1", ds[0].ID)
+	require.NoError(t, c2.Complete(ctx, ds[0]))
+}
+
+func TestEmbeddedNeedsStoreDir(t *testing.T) {
+	t.Parallel()
+	_, err := busnats.StartEmbedded(t.Context(), busnats.EmbeddedOptions{})
+	require.ErrorContains(t, err, "store directory")
+}
+
+func TestOpenFailsWithoutServer(t *testing.T) {
+	t.Parallel()
+	// A port nothing listens on: the server was started and stopped.
+	srv, err := busnats.StartEmbedded(t.Context(), busnats.EmbeddedOptions{StoreDir: t.TempDir()})
+	require.NoError(t, err)
+	url := srv.ClientURL()
+	srv.Shutdown()
+	_, err = busnats.Open(t.Context(), url, testOptions())
+	require.ErrorContains(t, err, "connect")
+}
+
+func TestOptionsValidated(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	for name, o := range map[string]busnats.Options{
+		"same streams":    {Stream: "X", DeadLetterStream: "X"},
+		"negative":        {AckWait: -time.Second},
+		"wildcard prefix": {SubjectPrefix: "fleet.*"},
+	} {
+		_, err := busnats.Open(t.Context(), srv.ClientURL(), o)
+		require.Error(t, err, name)
+	}
+}
+
+// Two agents of one pool share its subscription: every message goes to
+// exactly one of them (competing consumers on one durable).
+func TestCompetingReceiversShareASubscription(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	ctx := t.Context()
+	pub := open(t, srv.ClientURL(), testOptions())
+	require.NoError(t, pub.EnsureSubscription(ctx, "pool-linux"))
+	const n = 40
+	for i := range n {
+		require.NoError(t, pub.Send(ctx, bus.Message{ID: fmt.Sprintf("j%d:1", i), Subscription: "pool-linux"}))
+	}
+
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for range 4 {
+		c := open(t, srv.ClientURL(), testOptions())
+		wg.Go(func() {
+			for {
+				ds, err := c.Receive(ctx, "pool-linux", 3, 500*time.Millisecond)
+				if err != nil {
+					t.Errorf("receive: %v", err)
+					return
+				}
+				if len(ds) == 0 {
+					return
+				}
+				for _, d := range ds {
+					mu.Lock()
+					seen[d.ID]++
+					mu.Unlock()
+					if err := c.Complete(ctx, d); err != nil {
+						t.Errorf("complete: %v", err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, seen, n)
+	for id, k := range seen {
+		require.Equal(t, 1, k, "message %s delivered %d times", id, k)
+	}
+	depth, err := pub.Depth(ctx, "pool-linux")
+	require.NoError(t, err)
+	require.Zero(t, depth)
+}
+
+func TestTTLExpiresUndeliveredMessage(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	ctx := t.Context()
+	c := open(t, srv.ClientURL(), testOptions())
+	require.NoError(t, c.EnsureSubscription(ctx, "mac-2"))
+	// Sub-second TTLs round up to JetStream's one-second minimum.
+	require.NoError(t, c.Send(ctx, bus.Message{ID: "old:1", Subscription: "mac-2", TTL: 300 * time.Millisecond}))
+	require.NoError(t, c.Send(ctx, bus.Message{ID: "new:1", Subscription: "mac-2", TTL: time.Hour}))
+	require.Eventually(t, func() bool {
+		d, err := c.Depth(ctx, "mac-2")
+		return err == nil && d == 1
+	}, 10*time.Second, 50*time.Millisecond, "the expired message leaves the subscription")
+	ds, err := c.Receive(ctx, "mac-2", 10, time.Second)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, "new:1", ds[0].ID)
+	require.Equal(t, time.Hour, ds[0].TTL)
+}
+
+// The Dispatcher over a real broker: what coord publishes is what a factory
+// decodes, and a re-dispatch with a new epoch is delivered although the old
+// message id is still inside the duplicate window.
+func TestDispatcherEndToEnd(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	ctx := t.Context()
+	c := open(t, srv.ClientURL(), testOptions())
+	require.NoError(t, c.EnsureSubscription(ctx, "mac-1.local"))
+	require.NoError(t, c.EnsureSubscription(ctx, "mac-2"))
+
+	d := bus.NewDispatcher(c, bus.DispatcherOptions{DispatchTTL: 2 * time.Minute})
+	msg := coord.DispatchMessage{JobID: "job-7", ProductID: "p1", Repo: "notes", Capabilities: []string{"os:mac"},
+		Priority: "high", TargetFactoryID: "mac-1.local", DispatchEpoch: 1}
+	require.NoError(t, d.Publish(ctx, msg))
+	require.NoError(t, d.Publish(ctx, msg)) // change feed redelivered the batch
+	msg.DispatchEpoch = 2
+	require.NoError(t, d.Publish(ctx, msg)) // requeued and dispatched again
+	require.NoError(t, d.PublishGC(ctx, coord.GCRequest{FactoryID: "mac-2", Repos: map[string][]string{"notes": {"job-1"}}}))
+
+	ds, err := c.Receive(ctx, "mac-1.local", 10, 5*time.Second)
+	require.NoError(t, err)
+	require.Len(t, ds, 2)
+	for i, dl := range ds {
+		got, err := bus.DecodeDispatch(dl)
+		require.NoError(t, err)
+		require.Equal(t, int64(i+1), got.DispatchEpoch)
+		require.Equal(t, "high", dl.Properties[bus.PropPriority])
+		require.Equal(t, "notes", dl.OrderingKey)
+		require.NoError(t, c.Complete(ctx, dl))
+	}
+	ds, err = c.Receive(ctx, "mac-2", 10, 5*time.Second)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	dec, err := bus.Decode(ds[0])
+	require.NoError(t, err)
+	require.NotNil(t, dec.GC)
+	require.Equal(t, []string{"job-1"}, dec.GC.Repos["notes"])
+}
