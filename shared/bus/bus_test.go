@@ -217,3 +217,101 @@ func TestCloneSharesNothing(t *testing.T) {
 	require.Equal(t, "x", string(m.Body))
 	require.Equal(t, "v", m.Properties["k"])
 }
+
+// fakeDeadLetters serves dead letters per subscription and records what the
+// drain did with them.
+type fakeDeadLetters struct {
+	recordingSender
+	queues    map[string][]bus.Delivery
+	completed []string
+	abandoned []string
+}
+
+func (f *fakeDeadLetters) ReceiveDeadLetters(_ context.Context, sub string, max int, _ time.Duration) ([]bus.Delivery, error) {
+	q, ok := f.queues[sub]
+	if !ok {
+		return nil, bus.ErrNotFound
+	}
+	n := min(max, len(q))
+	f.queues[sub] = q[n:]
+	return q[:n], nil
+}
+
+func (f *fakeDeadLetters) Complete(_ context.Context, d bus.Delivery) error {
+	f.completed = append(f.completed, d.ID)
+	return nil
+}
+
+func (f *fakeDeadLetters) Abandon(_ context.Context, d bus.Delivery) error {
+	f.abandoned = append(f.abandoned, d.ID)
+	return nil
+}
+
+func TestDrainDeadLetters(t *testing.T) {
+	t.Parallel()
+	deadDispatch := func(job string, epoch int64) bus.Delivery {
+		msg := dispatchMsg()
+		msg.JobID, msg.DispatchEpoch = job, epoch
+		m, err := bus.DispatchToMessage(msg)
+		require.NoError(t, err)
+		d := bus.NewDelivery(m, 1, time.Now(), nil)
+		d.DeadLetterReason = bus.ReasonMaxDeliveries
+		return d
+	}
+	gc, err := bus.GCToMessage(coord.GCRequest{FactoryID: "mac-1.local"}, time.Now())
+	require.NoError(t, err)
+	f := &fakeDeadLetters{queues: map[string][]bus.Delivery{
+		"mac-1.local": {deadDispatch("a", 1), bus.NewDelivery(gc, 1, time.Now(), nil), deadDispatch("b", 2)},
+		"mac-2":       {},
+	}}
+	d := bus.NewDispatcher(f, bus.DispatcherOptions{}) // the sender drains too
+	var handled []string
+	n, err := d.DrainDeadLetters(t.Context(), []string{"mac-1.local", "mac-2", "never-provisioned"},
+		func(_ context.Context, m coord.DispatchMessage) error {
+			handled = append(handled, m.MessageID())
+			return nil
+		})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Equal(t, []string{"a:1", "b:2"}, handled)
+	require.Equal(t, []string{"a:1", gc.ID, "b:2"}, f.completed, "a dead GC request is dropped, not left to block")
+	require.Empty(t, f.abandoned)
+}
+
+func TestDrainDeadLettersStopsASubscriptionOnFailure(t *testing.T) {
+	t.Parallel()
+	var ds []bus.Delivery
+	for i := range 3 {
+		msg := dispatchMsg()
+		msg.DispatchEpoch = int64(i + 1)
+		m, err := bus.DispatchToMessage(msg)
+		require.NoError(t, err)
+		ds = append(ds, bus.NewDelivery(m, 1, time.Now(), nil))
+	}
+	f := &fakeDeadLetters{queues: map[string][]bus.Delivery{"mac-1.local": ds}}
+	d := bus.NewDispatcher(&recordingSender{}, bus.DispatcherOptions{DeadLetters: f})
+	boom := errors.New("store unavailable")
+	calls := 0
+	n, err := d.DrainDeadLetters(t.Context(), []string{"mac-1.local"}, func(context.Context, coord.DispatchMessage) error {
+		calls++
+		if calls == 2 {
+			return boom
+		}
+		return nil
+	})
+	require.ErrorIs(t, err, boom)
+	require.Equal(t, 1, n)
+	require.Equal(t, []string{"job-42:1"}, f.completed)
+	require.Equal(t, []string{"job-42:2", "job-42:3"}, f.abandoned, "the failed one and the rest go back for the next sweep")
+}
+
+func TestDrainDeadLettersWithoutReceiver(t *testing.T) {
+	t.Parallel()
+	d := bus.NewDispatcher(&recordingSender{}, bus.DispatcherOptions{})
+	n, err := d.DrainDeadLetters(t.Context(), []string{"a"}, func(context.Context, coord.DispatchMessage) error {
+		t.Fatal("nothing to drain")
+		return nil
+	})
+	require.NoError(t, err)
+	require.Zero(t, n)
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -21,6 +22,17 @@ type Sender interface {
 // should not start with yesterday's cleanup list.
 const DefaultGCTTL = time.Hour
 
+// DeadLetterReceiver is what the Dispatcher needs to drain dead letters.
+// Both backends implement it.
+type DeadLetterReceiver interface {
+	ReceiveDeadLetters(ctx context.Context, sub string, max int, wait time.Duration) ([]Delivery, error)
+	Complete(ctx context.Context, d Delivery) error
+	Abandon(ctx context.Context, d Delivery) error
+}
+
+// drainBatch is how many dead letters one receive asks for.
+const drainBatch = 32
+
 // DispatcherOptions tune a Dispatcher; the zero value is usable.
 type DispatcherOptions struct {
 	// DispatchTTL is the TTL of dispatch messages; zero leaves the broker
@@ -32,6 +44,9 @@ type DispatcherOptions struct {
 	GCTTL time.Duration
 	// Clock stamps GC message ids; nil means the wall clock.
 	Clock coord.Clock
+	// DeadLetters is where DrainDeadLetters reads; nil means the Sender
+	// when it is also a DeadLetterReceiver (both backends are).
+	DeadLetters DeadLetterReceiver
 }
 
 // Dispatcher publishes coord's dispatch messages and GC requests as targeted
@@ -53,6 +68,9 @@ func NewDispatcher(s Sender, opts DispatcherOptions) *Dispatcher {
 	}
 	if opts.Clock == nil {
 		opts.Clock = coord.SystemClock{}
+	}
+	if opts.DeadLetters == nil {
+		opts.DeadLetters, _ = s.(DeadLetterReceiver)
 	}
 	return &Dispatcher{sender: s, opts: opts}
 }
@@ -85,6 +103,73 @@ func (d *Dispatcher) PublishGC(ctx context.Context, req coord.GCRequest) error {
 		return fmt.Errorf("send gc request %s to %s: %w", m.ID, m.Subscription, err)
 	}
 	return nil
+}
+
+// DrainDeadLetters hands every dead-lettered dispatch message of subs to
+// handle (coord's DeadLettered, which re-routes the job if the message was
+// its current dispatch) and completes it once handled. It returns how many
+// it handled. A subscription that does not exist is skipped (a pool never
+// provisioned has no dead letters). A dead letter that is not a dispatch
+// message (a stale GC request, a malformed body) cannot be acted on and is
+// completed, so it does not block the queue. When handle fails, the dead
+// letter is abandoned for the next sweep and that subscription's drain
+// stops, so one failing job cannot spin the sweep.
+func (d *Dispatcher) DrainDeadLetters(ctx context.Context, subs []string,
+	handle func(ctx context.Context, msg coord.DispatchMessage) error) (int, error) {
+	if d.opts.DeadLetters == nil {
+		return 0, nil
+	}
+	n := 0
+	var errs []error
+	for _, sub := range subs {
+		k, err := d.drain(ctx, sub, handle)
+		n += k
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+func (d *Dispatcher) drain(ctx context.Context, sub string,
+	handle func(ctx context.Context, msg coord.DispatchMessage) error) (int, error) {
+	dl := d.opts.DeadLetters
+	n := 0
+	for {
+		ds, err := dl.ReceiveDeadLetters(ctx, sub, drainBatch, 0)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return n, nil
+		case err != nil:
+			return n, fmt.Errorf("dead letters of %s: %w", sub, err)
+		case len(ds) == 0:
+			return n, nil
+		}
+		for i, dv := range ds {
+			msg, err := DecodeDispatch(dv)
+			if err == nil {
+				err = handle(ctx, msg)
+				if err != nil {
+					// Put back this one and every one not yet looked at.
+					var errs []error
+					errs = append(errs, fmt.Errorf("dead letter %s of %s: %w", dv.ID, sub, err))
+					for _, rest := range ds[i:] {
+						if aerr := dl.Abandon(ctx, rest); aerr != nil {
+							errs = append(errs, fmt.Errorf("abandon dead letter %s of %s: %w", rest.ID, sub, aerr))
+						}
+					}
+					return n, errors.Join(errs...)
+				}
+				n++
+			}
+			if err := dl.Complete(ctx, dv); err != nil {
+				return n, fmt.Errorf("complete dead letter %s of %s: %w", dv.ID, sub, err)
+			}
+		}
+	}
 }
 
 // DispatchToMessage is the bus form of a dispatch message: JSON body,

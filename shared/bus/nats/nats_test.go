@@ -222,3 +222,38 @@ func TestDispatcherEndToEnd(t *testing.T) {
 	require.NotNil(t, dec.GC)
 	require.Equal(t, []string{"job-1"}, dec.GC.Repos["notes"])
 }
+
+// A dispatch that exhausted its deliveries reaches coord through the
+// Dispatcher's drain, once.
+func TestDispatcherDrainsDeadLetters(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	ctx := t.Context()
+	opts := testOptions()
+	opts.MaxDeliver = 1
+	c := open(t, srv.ClientURL(), opts)
+	require.NoError(t, c.EnsureSubscription(ctx, "mac-1"))
+	d := bus.NewDispatcher(c, bus.DispatcherOptions{})
+	msg := coord.DispatchMessage{JobID: "job-1", ProductID: "p1", Repo: "notes", TargetFactoryID: "mac-1", DispatchEpoch: 4}
+	require.NoError(t, d.Publish(ctx, msg))
+	ds, err := c.Receive(ctx, "mac-1", 1, 5*time.Second)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.NoError(t, c.Abandon(ctx, ds[0]))
+	ds, err = c.Receive(ctx, "mac-1", 1, 500*time.Millisecond) // moves it
+	require.NoError(t, err)
+	require.Empty(t, ds)
+
+	var got []coord.DispatchMessage
+	handle := func(_ context.Context, m coord.DispatchMessage) error {
+		got = append(got, m)
+		return nil
+	}
+	n, err := d.DrainDeadLetters(ctx, []string{"mac-1", "unknown"}, handle)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, []coord.DispatchMessage{msg}, got)
+	n, err = d.DrainDeadLetters(ctx, []string{"mac-1"}, handle)
+	require.NoError(t, err)
+	require.Zero(t, n, "completed dead letters are gone")
+}
