@@ -9,15 +9,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/gigafactory/fleet/local/hostemu"
 	"github.com/gigafactory/fleet/shared/app"
+	natsbus "github.com/gigafactory/fleet/shared/bus/nats"
 	"github.com/gigafactory/fleet/shared/config"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 )
@@ -74,6 +77,15 @@ func run() error {
 		env = append(env, config.DataDir+"="+st.DataDir)
 	}
 
+	natsURL, stopNATS, err := startNATS(ctx, l)
+	if err != nil {
+		return err
+	}
+	defer stopNATS()
+	if natsURL != "" {
+		env = append(env, config.NATSURL+"="+natsURL)
+	}
+
 	handlerPath := *handler
 	if handlerPath == "" {
 		handlerPath = filepath.Join(dir, "bin", "handler")
@@ -105,6 +117,9 @@ func run() error {
 		fmt.Printf("fleet: operator token (%s): %s\n", tokenSource, token)
 		if st.DataDir != "" {
 			fmt.Printf("fleet: data in %s\n", st.DataDir)
+		}
+		if natsURL != "" {
+			fmt.Printf("fleet: dispatch on NATS at %s (factories: FLEET_TRANSPORT=nats FLEET_NATS_URL=%s)\n", natsURL, natsURL)
 		}
 		fmt.Printf("fleet: %d functions from %s; Ctrl-C stops\n", len(emu.App().Functions), dir)
 	})
@@ -154,4 +169,34 @@ func readLocalSettings(path string) (map[string]string, error) {
 		s.Values = map[string]string{}
 	}
 	return s.Values, nil
+}
+
+// startNATS starts the embedded NATS server the dispatch function publishes
+// to, unless another transport or an external server is configured. Its
+// streams live in the data directory, so queued dispatch messages survive a
+// restart.
+func startNATS(ctx context.Context, l config.Lookup) (url string, stop func(), err error) {
+	if l.Get(config.Bus) != "nats" || l.Get(config.ServiceBusNS) != "" {
+		return "", func() {}, nil
+	}
+	if url := l.Get(config.NATSURL); url != "" {
+		return url, func() {}, nil
+	}
+	dir, err := l.DataDirPath()
+	if err != nil {
+		return "", nil, err
+	}
+	host, portStr, err := net.SplitHostPort(l.Get(config.NATSListen))
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", config.NATSListen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: port %q: %w", config.NATSListen, portStr, err)
+	}
+	e, err := natsbus.StartEmbedded(ctx, natsbus.EmbeddedOptions{StoreDir: filepath.Join(dir, "nats"), Host: host, Port: port})
+	if err != nil {
+		return "", nil, fmt.Errorf("embedded NATS on %s: %w", l.Get(config.NATSListen), err)
+	}
+	return e.ClientURL(), e.Shutdown, nil
 }

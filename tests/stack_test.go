@@ -12,11 +12,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -68,6 +71,7 @@ type Stack struct {
 	URL     string // http://host:port
 	API     string // URL + /api/fleet
 	Token   string // operator token
+	NATS    string // the embedded NATS server's URL, when the bus is on
 	DataDir string
 	cmd     *exec.Cmd
 	out     *lockedBuffer
@@ -96,7 +100,13 @@ func randomToken(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-var listeningLine = regexp.MustCompile(`listening on http://([0-9.:]+)`)
+var (
+	listeningLine = regexp.MustCompile(`listening on http://([0-9.:]+)`)
+	natsLine      = regexp.MustCompile(`dispatch on NATS at (nats://[0-9.:]+)`)
+)
+
+// readyLine ends the stack's start-up banner.
+const readyLine = "Ctrl-C stops"
 
 // startStack starts the local stack with env (NAME=value) added; the stack
 // is stopped when the test ends.
@@ -110,6 +120,7 @@ func startStack(t *testing.T, env ...string) *Stack {
 		"FLEET_DATA_DIR="+s.DataDir,
 		"FLEET_OPERATOR_TOKEN="+s.Token,
 		"FLEET_BUS=none",
+		"FLEET_NATS_LISTEN=127.0.0.1:0",
 		"FLEET_LOG_LEVEL=warn",
 	)
 	s.cmd.Env = append(s.cmd.Env, env...)
@@ -125,24 +136,27 @@ func startStack(t *testing.T, env ...string) *Stack {
 	require.NoError(t, err)
 	s.cmd.Stderr = s.out
 	require.NoError(t, s.cmd.Start())
-	addr := make(chan string, 1)
+	ready := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		sent := false
 		for sc.Scan() {
 			line := sc.Text()
 			_, _ = s.out.Write([]byte(line + "\n"))
-			if m := listeningLine.FindStringSubmatch(line); m != nil && !sent {
-				addr <- m[1]
-				sent = true
+			if m := listeningLine.FindStringSubmatch(line); m != nil && s.URL == "" {
+				s.URL = "http://" + m[1]
+			}
+			if m := natsLine.FindStringSubmatch(line); m != nil && s.NATS == "" {
+				s.NATS = m[1]
+			}
+			if strings.Contains(line, readyLine) {
+				close(ready)
 			}
 		}
 	}()
 	t.Cleanup(s.stop)
 	select {
-	case a := <-addr:
-		s.URL = "http://" + a
+	case <-ready:
 		s.API = s.URL + "/api/fleet"
 		if s.Token == "" {
 			// The stack generated one and keeps it in the data dir.
@@ -154,6 +168,13 @@ func startStack(t *testing.T, env ...string) *Stack {
 		t.Fatalf("stack did not start within 60s; output:\n%s", s.out.String())
 	}
 	return s
+}
+
+// kill stops the stack as a crash would: SIGKILL, no shutdown.
+func (s *Stack) kill() {
+	s.t.Helper()
+	require.NoError(s.t, s.cmd.Process.Signal(syscall.SIGKILL))
+	_ = s.cmd.Wait()
 }
 
 func (s *Stack) stop() {
@@ -320,4 +341,23 @@ func Eventually(t *testing.T, within time.Duration, what string, cond func() boo
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// freePort returns a TCP port free on loopback right now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// portOf returns the port of a URL such as nats://127.0.0.1:4222.
+func portOf(t *testing.T, url string) int {
+	t.Helper()
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	p, err := strconv.Atoi(u.Port())
+	require.NoError(t, err)
+	return p
 }

@@ -132,6 +132,7 @@ func (c *Child) start(ctx context.Context) (*exec.Cmd, <-chan error, error) {
 	cmd.Dir = c.Dir
 	cmd.Env = append(append(os.Environ(), c.Env...), "FUNCTIONS_CUSTOMHANDLER_PORT="+strconv.Itoa(port), "FUNCTIONS_WORKER_RUNTIME=custom")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("start handler %s: %w", c.Path, err)
 	}

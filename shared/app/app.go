@@ -78,6 +78,15 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger) (*App, error) 
 	if rs, ok := st.Store.(interface{ Stats() cosmos.Stats }); ok {
 		a.Coord.AddMetrics("cosmos", func(context.Context) (any, error) { return rs.Stats(), nil })
 	}
+	tr, err := openBus(ctx, l, a.Coord.Config(), log)
+	if err != nil {
+		return nil, err
+	}
+	if tr != nil {
+		a.Coord.SetPublisher(tr)
+		a.Coord.AddMetrics("bus", tr.depths(a.Coord))
+		a.closers = append(a.closers, func() error { return tr.client.Close(context.Background()) })
+	}
 	tokens, err := a.operatorTokens(l)
 	if err != nil {
 		return nil, err

@@ -42,6 +42,7 @@ const (
 	CosmosKey        = "FLEET_COSMOS_KEY"
 	Bus              = "FLEET_BUS"
 	NATSURL          = "FLEET_NATS_URL"
+	NATSListen       = "FLEET_NATS_LISTEN"
 	ServiceBusNS     = "ServiceBus__fullyQualifiedNamespace"
 	ServiceBusClient = "ServiceBus__clientId"
 	ServiceBusTopic  = "FLEET_SERVICEBUS_TOPIC"
@@ -71,7 +72,8 @@ var Settings = []Setting{
 	{CosmosEmulator, "", "`1` to use the Cosmos DB emulator: its well-known key and self-signed TLS (endpoint defaults to https://localhost:8081/). Never for a real account."},
 	{CosmosKey, "", "Cosmos DB account key, for the emulator or a test account only (production uses managed identity; key auth is off)."},
 	{Bus, "nats", "Dispatch transport: `nats`, `servicebus` or `none` (poll only)."},
-	{NATSURL, "", "NATS server URL; unset locally: the stack embeds one and passes its URL on."},
+	{NATSURL, "", "NATS server URL the handler publishes dispatch messages to. Unset, the local stack embeds a server and sets it; a handler with no URL publishes nothing (factories poll)."},
+	{NATSListen, "127.0.0.1:4222", "Where the local stack's embedded NATS server listens; factories on this machine connect to it."},
 	{ServiceBusNS, "", "Service Bus namespace host; setting it selects the servicebus transport."},
 	{ServiceBusClient, "", "Client id of the user-assigned managed identity for Service Bus."},
 	{ServiceBusTopic, "fleet-dispatch", "Service Bus topic of dispatch messages."},

@@ -183,6 +183,13 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 	return d, nil
 }
 
+// DeadLetterSource hands over the dispatch messages the broker gave up on
+// (max deliveries, expiry), one subscription at a time. The transport
+// implements it when its broker keeps dead letters.
+type DeadLetterSource interface {
+	DrainDeadLetters(ctx context.Context, subscriptions []string, handle func(ctx context.Context, msg DispatchMessage) error) (int, error)
+}
+
 // Redispatch is the sweep that makes dispatch reliable although the
 // Functions host checkpoints past a failed change-feed batch: it routes
 // every queued job with no dispatch (never routed, unroutable until now,
@@ -200,8 +207,18 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	health := make(map[string]fleet.Health, len(factories))
+	subs := make([]string, 0, len(factories))
 	for _, f := range factories {
 		health[f.ID] = f.Health
+		subs = append(subs, f.ID)
+	}
+	var errs []error
+	if ds, ok := c.publisher.(DeadLetterSource); ok {
+		// Dead-lettered messages re-route their job first, so the pass below
+		// sees it already dispatched anew.
+		if _, err := ds.DrainDeadLetters(ctx, subs, c.DeadLettered); err != nil {
+			errs = append(errs, fmt.Errorf("drain dead letters: %w", err))
+		}
 	}
 	lost := func(j *fleet.Job) bool {
 		h, ok := health[j.TargetFactoryID]
@@ -209,7 +226,6 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 			c.now().Sub(j.Dispatch.At) >= c.cfg.RedispatchAfter
 	}
 	n := 0
-	var errs []error
 	for _, j := range queued {
 		if j.NotBefore.After(c.now()) || (j.TargetFactoryID != "" && !lost(j)) {
 			continue
