@@ -20,9 +20,10 @@ run: build
 	$(BIN)/fleet-local
 
 # The deployment zip: linux/amd64 handler, host.json, one folder per function.
+DIST ?= dist
 package:
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -o dist/handler ./functions
-	$(GO) run ./infra/pack -root . -handler dist/handler -o dist/fleet-functions.zip
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -o $(DIST)/handler ./functions
+	$(GO) run ./infra/pack -root . -handler $(DIST)/handler -o $(DIST)/fleet-functions.zip
 
 # The app laid out for Azure Functions Core Tools: cd dist/app && func start.
 func-app:
