@@ -44,6 +44,11 @@ vet:
 test: vet tf-check-if-available
 	$(GO) test -race -count=1 ./...
 
+# Performance figures on the real local stack, with their targets
+# (tests/bench/README.md). Smoke run: make bench BENCH_FLAGS="-jobs 200 -idle 5s".
+bench:
+	$(GO) run ./tests/bench $(BENCH_FLAGS)
+
 # --- Terraform (terraform/; see terraform/README.md) ---------------------------
 # tf-check runs offline: the azurerm provider comes from a filesystem mirror
 # built from source, because the registry is out of reach on CI machines.

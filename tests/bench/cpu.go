@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// userHZ is the unit of the CPU times in /proc/<pid>/stat: USER_HZ, which
+// Linux fixes at 100 in its user-space ABI whatever the kernel's HZ.
+const userHZ = 100
+
+// procCPU is the user + system CPU time a process has used so far, all its
+// threads included. Linux only: elsewhere it fails, and the bench reports
+// no CPU figures.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name is in parentheses and may hold spaces: fields count
+	// from after its closing one. utime and stime are fields 14 and 15.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(string(s), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
+}
+
+// cpuSample is the CPU time of the three processes of a run.
+type cpuSample struct {
+	at                     time.Time
+	handler, local, client time.Duration
+}
+
+// cpuUse is CPU time over a window, per process.
+type cpuUse struct {
+	WallSeconds    float64 `json:"wallSeconds"`
+	HandlerSeconds float64 `json:"handlerSeconds"`
+	LocalSeconds   float64 `json:"fleetLocalSeconds"` // host emulator + embedded NATS
+	BenchSeconds   float64 `json:"benchSeconds"`      // this program: submitters and factories
+	// Busy is the three processes' CPU time over the wall time times the
+	// CPUs: 1 means every CPU was busy with the run.
+	Busy float64 `json:"busy"`
+}
+
+// sampleCPU reads the CPU times; ok is false where the OS does not tell.
+func (s *session) sampleCPU(handlerPID int) (cpuSample, bool) {
+	c := cpuSample{at: time.Now()}
+	var err1, err2, err3 error
+	c.handler, err1 = procCPU(handlerPID)
+	c.local, err2 = procCPU(s.st.cmd.Process.Pid)
+	c.client, err3 = procCPU(os.Getpid())
+	return c, err1 == nil && err2 == nil && err3 == nil
+}
+
+func cpuBetween(a, b cpuSample, cpus int) *cpuUse {
+	u := &cpuUse{
+		WallSeconds:    b.at.Sub(a.at).Seconds(),
+		HandlerSeconds: (b.handler - a.handler).Seconds(),
+		LocalSeconds:   (b.local - a.local).Seconds(),
+		BenchSeconds:   (b.client - a.client).Seconds(),
+	}
+	u.Busy = (u.HandlerSeconds + u.LocalSeconds + u.BenchSeconds) / (u.WallSeconds * float64(cpus))
+	return u
+}

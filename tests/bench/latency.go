@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/bus"
+	"github.com/gigafactory/fleet/shared/coord"
+)
+
+const latencyProduct = "bench-latency"
+
+// latencyResult is phase 1: submit -> dispatch message received.
+type latencyResult struct {
+	Jobs         int     `json:"jobs"`
+	Factories    int     `json:"factories"`
+	RateAsked    float64 `json:"rateAskedPerSec"`
+	RateAchieved float64 `json:"rateAchievedPerSec"`
+	P50Ms        float64 `json:"p50Ms"`
+	P90Ms        float64 `json:"p90Ms"`
+	P99Ms        float64 `json:"p99Ms"`
+	MaxMs        float64 `json:"maxMs"`
+	MeanMs       float64 `json:"meanMs"`
+	// SubmitP50Ms is the median time the submit POST itself took.
+	SubmitP50Ms float64        `json:"submitP50Ms"`
+	PerFactory  map[string]int `json:"jobsPerFactory"`
+	// Redeliveries are deliveries of a job after its first; AcceptConflicts
+	// are accepts answered 409.
+	Redeliveries    int `json:"redeliveries"`
+	AcceptConflicts int `json:"acceptConflicts"`
+}
+
+// latencyRecorder joins submit and receive times by job id: a message may
+// arrive before its submit POST has answered, so neither side waits for the
+// other.
+type latencyRecorder struct {
+	mu        sync.Mutex
+	want      int
+	submitted map[string]time.Time
+	submitDur []time.Duration
+	received  map[string]time.Time
+	factoryOf map[string]string
+	epochs    map[string]int64 // accepted jobs
+	redeliver int
+	conflicts int
+	done      chan struct{} // closed when want jobs are accepted
+}
+
+func newLatencyRecorder(want int) *latencyRecorder {
+	return &latencyRecorder{want: want, submitted: map[string]time.Time{}, received: map[string]time.Time{},
+		factoryOf: map[string]string{}, epochs: map[string]int64{}, done: make(chan struct{})}
+}
+
+func (r *latencyRecorder) submit(id string, at time.Time, took time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.submitted[id] = at
+	r.submitDur = append(r.submitDur, took)
+}
+
+// handler is the receiver loop's work: timestamp, accept, complete.
+func (r *latencyRecorder) handler(f *factory) handler {
+	return func(ctx context.Context, at time.Time, d bus.Delivery, m coord.DispatchMessage) error {
+		r.mu.Lock()
+		if _, seen := r.received[m.JobID]; seen {
+			r.redeliver++
+		} else {
+			r.received[m.JobID], r.factoryOf[m.JobID] = at, f.id
+		}
+		r.mu.Unlock()
+		epoch, ok, err := f.acceptAndComplete(ctx, d, m)
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if !ok {
+			r.conflicts++
+			return nil
+		}
+		if _, dup := r.epochs[m.JobID]; dup {
+			return fmt.Errorf("accepted twice")
+		}
+		r.epochs[m.JobID] = epoch
+		if len(r.epochs) == r.want {
+			close(r.done)
+		}
+		return nil
+	}
+}
+
+// runLatency is phase 1: one product, four factories (each with one of the
+// product's four repos checked out, so the scheduler spreads the jobs), each
+// with a receiver blocked in Receive; jobs submitted at a steady rate.
+func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
+	const nf = 4
+	repos := make([]string, nf)
+	for i := range repos {
+		repos[i] = fmt.Sprintf("lat-r%d", i)
+	}
+	if err := s.op.putProduct(ctx, latencyProduct, repos); err != nil {
+		return nil, err
+	}
+	rec := newLatencyRecorder(s.cfg.Jobs)
+	for i := range nf {
+		f, err := s.addFactory(ctx, fmt.Sprintf("lat-%d", i), latencyProduct, repos[i], 4)
+		if err != nil {
+			return nil, err
+		}
+		s.background(func(ctx context.Context) error { return f.receiveLoop(ctx, rec.handler(f)) })
+	}
+
+	// Open loop: job i is due at start + i/rate whatever happened to the
+	// ones before, so a slow answer does not slow the offered load.
+	start := time.Now()
+	interval := float64(time.Second) / s.cfg.Rate
+	inflight := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	var submitErr atomic.Pointer[error]
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for i := range s.cfg.Jobs {
+		due := start.Add(time.Duration(math.Round(float64(i) * interval)))
+		timer.Reset(max(time.Until(due), 0))
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		}
+		select {
+		case <-ctx.Done():
+		case inflight <- struct{}{}:
+		}
+		if ctx.Err() != nil || submitErr.Load() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-inflight }()
+			m := manifest(fmt.Sprintf("latency %d", i), repos[i%nf], jobCaps)
+			t0 := time.Now()
+			id, err := s.op.submit(ctx, latencyProduct, m)
+			if err != nil {
+				submitErr.CompareAndSwap(nil, &err)
+				return
+			}
+			rec.submit(id, t0, time.Since(t0))
+		})
+	}
+	offered := time.Since(start) // when the last submit was due and sent
+	wg.Wait()
+	if p := submitErr.Load(); p != nil {
+		return nil, *p
+	}
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+
+	wait := 60 * time.Second
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	select {
+	case <-rec.done:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	case <-deadline.C:
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return nil, fmt.Errorf("job lost: %d of %d jobs accepted %s after the last submit (%d received)",
+			len(rec.epochs), s.cfg.Jobs, wait, len(rec.received))
+	}
+
+	rec.mu.Lock()
+	lat := make([]time.Duration, 0, len(rec.submitted))
+	for id, t0 := range rec.submitted {
+		at, ok := rec.received[id]
+		if !ok {
+			rec.mu.Unlock()
+			return nil, fmt.Errorf("job lost: %s was accepted by nobody", id)
+		}
+		lat = append(lat, at.Sub(t0))
+	}
+	res := &latencyResult{
+		Jobs: s.cfg.Jobs, Factories: nf, RateAsked: s.cfg.Rate,
+		RateAchieved:    float64(s.cfg.Jobs-1) / max(offered.Seconds(), 1e-9),
+		PerFactory:      map[string]int{},
+		Redeliveries:    rec.redeliver,
+		AcceptConflicts: rec.conflicts,
+		SubmitP50Ms:     ms(percentile(rec.submitDur, 50)),
+	}
+	for _, f := range rec.factoryOf {
+		res.PerFactory[f]++
+	}
+	epochs := rec.epochs
+	rec.mu.Unlock()
+	if len(lat) != s.cfg.Jobs {
+		return nil, fmt.Errorf("%d jobs submitted, %d answered with an id", s.cfg.Jobs, len(lat))
+	}
+	res.P50Ms, res.P90Ms, res.P99Ms = ms(percentile(lat, 50)), ms(percentile(lat, 90)), ms(percentile(lat, 99))
+	res.MaxMs, res.MeanMs = ms(slices.Max(lat)), ms(mean(lat))
+
+	// The jobs hold leases now; cancel them so none expires into a later
+	// phase (the reaper would requeue and re-dispatch it).
+	ids := make([]string, 0, len(epochs))
+	for id := range epochs {
+		ids = append(ids, id)
+	}
+	err := parallel(ctx, len(ids), 8, func(ctx context.Context, i int) error {
+		return s.op.cancel(ctx, latencyProduct, ids[i])
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cancel the phase's jobs: %w", err)
+	}
+	return res, nil
+}
+
+// percentile is the nearest-rank p-th percentile of ds (which it sorts).
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	rank := int(math.Ceil(p / 100 * float64(len(ds))))
+	return ds[min(max(rank, 1), len(ds))-1]
+}
+
+func mean(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return sum / time.Duration(len(ds))
+}
+
+func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Millisecond)*100) / 100 }
+
+// parallel runs fn(i) for every i in [0, n) on up to workers goroutines and
+// returns the first error, after which no new i starts.
+func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(workers, n) {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := fn(ctx, i); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return context.Cause(ctx)
+}
