@@ -99,9 +99,14 @@ func run() error {
 		}
 	}
 
-	var changed <-chan struct{}
-	if st.Path != "" {
-		changed = hostemu.WatchFiles(ctx, 2*time.Millisecond, st.Path, st.Path+"-wal")
+	// With SQLite, the change feed is read when the store marks the
+	// container changed (a file's mtime, no query), so an idle stack reads
+	// nothing; Cosmos is polled every feedPollDelay, as the host does.
+	var changed func(string) <-chan struct{}
+	if st.ChangeMarker != nil {
+		changed = func(container string) <-chan struct{} {
+			return hostemu.WatchFiles(ctx, 2*time.Millisecond, st.ChangeMarker(container))
+		}
 	}
 	feedStore := storecount.New(st.Store)
 	emu, err := hostemu.New(hostemu.Options{

@@ -26,10 +26,11 @@ type Options struct {
 	Settings Settings
 	// Env is extra environment for the handler process (NAME=value).
 	Env []string
-	// Store feeds cosmosDBTrigger functions; Changed, when set, signals that
-	// the store may have changed, replacing feedPollDelay polling.
+	// Store feeds cosmosDBTrigger functions. Changed, when set, returns a
+	// channel that signals that a container may have changed; a feed with
+	// such a signal waits for it instead of polling every feedPollDelay.
 	Store   FeedStore
-	Changed <-chan struct{}
+	Changed func(container string) <-chan struct{}
 	// StoreStats, when set, reports the emulator's own store operations
 	// (change-feed reads, checkpoints) in /admin/host/status.
 	StoreStats func() any
@@ -86,9 +87,12 @@ func New(opts Options) (*Emulator, error) {
 			}
 			e.timers = append(e.timers, t)
 		case "cosmosdbtrigger":
-			f, err := newFeedTrigger(fn, trig, opts.Settings, opts.Store, opts.Changed, e.child, opts.Log)
+			f, err := newFeedTrigger(fn, trig, opts.Settings, opts.Store, nil, e.child, opts.Log)
 			if err != nil {
 				return nil, err
+			}
+			if opts.Changed != nil {
+				f.changed = opts.Changed(f.container)
 			}
 			e.feeds = append(e.feeds, f)
 		default:

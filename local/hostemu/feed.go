@@ -56,7 +56,7 @@ func newFeedTrigger(fn *Function, trig Binding, get Settings, store FeedStore, c
 		return nil, fmt.Errorf("function %s: a cosmosDBTrigger needs a store", fn.Name)
 	}
 	t := &feedTrigger{fn: fn, binding: trig.Name, store: store, changed: changed, child: child,
-		client: &http.Client{Timeout: 10 * time.Minute}, log: log}
+		client: &http.Client{Timeout: 10 * time.Minute, Transport: handlerTransport}, log: log}
 	var err error
 	if t.container, err = get.String(trig, "containerName", ""); err != nil {
 		return nil, fmt.Errorf("function %s: %w", fn.Name, err)

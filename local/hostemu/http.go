@@ -88,8 +88,9 @@ type httpFront struct {
 }
 
 func newHTTPFront(prefix string, routes []*httpRoute, child *Child) *httpFront {
-	h := &httpFront{prefix: prefix, routes: routes, child: child, client: &http.Client{Timeout: 5 * time.Minute}}
+	h := &httpFront{prefix: prefix, routes: routes, child: child, client: &http.Client{Timeout: 5 * time.Minute, Transport: handlerTransport}}
 	h.proxy = &httputil.ReverseProxy{
+		Transport: handlerTransport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			addr, _ := pr.In.Context().Value(addrKey{}).(string)
 			pr.SetURL(&url.URL{Scheme: "http", Host: addr})
@@ -105,6 +106,16 @@ func newHTTPFront(prefix string, routes []*httpRoute, child *Child) *httpFront {
 }
 
 type addrKey struct{}
+
+// handlerTransport carries every request to the handler. The default keeps
+// two idle connections per host, so under load most requests would open a
+// new loopback connection; the handler is one host, so keep many.
+var handlerTransport = &http.Transport{
+	MaxIdleConns:        512,
+	MaxIdleConnsPerHost: 256,
+	IdleConnTimeout:     90 * time.Second,
+	DisableCompression:  true,
+}
 
 func writeHostError(w http.ResponseWriter, status int, msg string) {
 	code := "unavailable"

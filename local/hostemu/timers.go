@@ -54,7 +54,7 @@ func newTimerTrigger(fn *Function, trig Binding, get Settings, child *Child, log
 		return nil, fmt.Errorf("function %s: %w", fn.Name, err)
 	}
 	return &timerTrigger{fn: fn, binding: trig.Name, expr: expr, schedule: sched, child: child,
-		client: &http.Client{Timeout: 10 * time.Minute}, log: log}, nil
+		client: &http.Client{Timeout: 10 * time.Minute, Transport: handlerTransport}, log: log}, nil
 }
 
 // run fires the timer until ctx ends. Occurrences never overlap: those that

@@ -120,8 +120,11 @@ type OpenedStore struct {
 	// DataDir is the local data directory; "" for a cloud store.
 	DataDir string
 	// Path is the SQLite database file; "" for a cloud store.
-	Path  string
-	Close func() error
+	Path string
+	// ChangeMarker, when set, names a file whose modification time moves
+	// whenever a container changes (SQLite only).
+	ChangeMarker func(container string) string
+	Close        func() error
 }
 
 // OpenStore opens the store the settings select: Cosmos DB when its endpoint
@@ -142,7 +145,7 @@ func OpenStore(ctx context.Context, l config.Lookup) (*OpenedStore, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &OpenedStore{Store: s, DataDir: dir, Path: path, Close: s.Close}, nil
+		return &OpenedStore{Store: s, DataDir: dir, Path: path, ChangeMarker: s.ChangeMarker, Close: s.Close}, nil
 	case "cosmos":
 		return openCosmos(ctx, l)
 	}

@@ -78,6 +78,21 @@ type factoryCache struct {
 	factories []*fleet.Factory
 }
 
+// update puts a factory this process just wrote into the cached list, so
+// a heartbeat does not force the next dispatch to re-read every factory.
+func (fc *factoryCache) update(f *fleet.Factory) {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	for i, cur := range fc.factories {
+		if cur.ID == f.ID {
+			cp := *f
+			fc.factories = append(fc.factories[:i:i], append([]*fleet.Factory{&cp}, fc.factories[i+1:]...)...)
+			return
+		}
+	}
+	fc.factories, fc.loadedAt = nil, time.Time{}
+}
+
 func (fc *factoryCache) invalidate() {
 	fc.mu.Lock()
 	fc.factories, fc.loadedAt = nil, time.Time{}
@@ -108,4 +123,87 @@ func (c *Coordinator) listFactories(ctx context.Context) ([]*fleet.Factory, erro
 	}
 	fc.factories, fc.loadedAt = fs, now
 	return fs, nil
+}
+
+// tokenCache remembers verified factory tokens for TokenCacheTTL, so a
+// factory's requests do not each read its token document.
+type tokenCache struct {
+	mu      sync.Mutex
+	entries map[string]tokenEntry
+}
+
+type tokenEntry struct {
+	token   *fleet.Token
+	expires time.Time
+}
+
+// maxTokens bounds the cache; past it, entries are dropped wholesale (a
+// fleet has far fewer live tokens, so this only guards against abuse).
+const maxTokens = 10000
+
+func (tc *tokenCache) get(hash string, now time.Time) (*fleet.Token, bool) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	e, ok := tc.entries[hash]
+	if !ok || !now.Before(e.expires) {
+		return nil, false
+	}
+	return e.token, true
+}
+
+func (tc *tokenCache) put(hash string, t *fleet.Token, expires time.Time) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if len(tc.entries) >= maxTokens {
+		clear(tc.entries)
+	}
+	tc.entries[hash] = tokenEntry{token: t, expires: expires}
+}
+
+func (tc *tokenCache) drop(hash string) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	delete(tc.entries, hash)
+}
+
+// productCache holds products for submit's repo-ownership check, for at
+// most ttl; PutProduct in this process refreshes it at once.
+type productCache struct {
+	mu      sync.Mutex
+	ttl     time.Duration
+	entries map[string]productEntry
+}
+
+type productEntry struct {
+	product  *fleet.Product
+	loadedAt time.Time
+}
+
+// cachedProduct reads a product through the cache.
+func (c *Coordinator) cachedProduct(ctx context.Context, id string) (*fleet.Product, error) {
+	pc := c.products
+	now := c.now()
+	pc.mu.Lock()
+	e, ok := pc.entries[id]
+	pc.mu.Unlock()
+	if ok && now.Sub(e.loadedAt) < pc.ttl {
+		return e.product, nil
+	}
+	p, err := c.GetProduct(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	pc.mu.Lock()
+	if len(pc.entries) >= maxTokens {
+		clear(pc.entries)
+	}
+	pc.entries[id] = productEntry{product: p, loadedAt: now}
+	pc.mu.Unlock()
+	return p, nil
+}
+
+func (pc *productCache) drop(id string) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	delete(pc.entries, id)
 }

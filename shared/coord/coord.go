@@ -33,9 +33,14 @@ type Config struct {
 	// sweep sends it again.
 	RedispatchAfter time.Duration
 	// FactoryCacheTTL bounds how stale the factory list the scheduler sees
-	// may be; writes made through this coordinator refresh it at once.
+	// (and the products submit checks repo ownership against) may be;
+	// writes made through this coordinator refresh them at once.
 	FactoryCacheTTL time.Duration
-	Weights         schedule.Weights
+	// TokenCacheTTL is how long a verified factory token is trusted without
+	// reading it again. Revoking or rotating takes effect at once in the
+	// process that does it, and within this bound in every other.
+	TokenCacheTTL time.Duration
+	Weights       schedule.Weights
 }
 
 // Defaults.
@@ -47,6 +52,7 @@ const (
 	DefaultMaxRetryBackoff = 30 * time.Minute
 	DefaultRedispatchAfter = 2 * time.Minute
 	DefaultFactoryCacheTTL = time.Second
+	DefaultTokenCacheTTL   = time.Minute
 )
 
 func (c Config) withDefaults() Config {
@@ -62,6 +68,7 @@ func (c Config) withDefaults() Config {
 	def(&c.MaxRetryBackoff, DefaultMaxRetryBackoff)
 	def(&c.RedispatchAfter, DefaultRedispatchAfter)
 	def(&c.FactoryCacheTTL, DefaultFactoryCacheTTL)
+	def(&c.TokenCacheTTL, DefaultTokenCacheTTL)
 	if c.Weights == (schedule.Weights{}) {
 		c.Weights = schedule.DefaultWeights
 	}
@@ -77,7 +84,10 @@ type Coordinator struct {
 	cfg           Config
 	log           *slog.Logger
 	jobs          *itemCache
+	factoryDocs   *itemCache
 	factories     *factoryCache
+	tokens        *tokenCache
+	products      *productCache
 	publisher     Publisher
 	stats         *Stats
 	onFleetChange func(context.Context)
@@ -91,13 +101,16 @@ func New(store Store, clock Clock, cfg Config, log *slog.Logger) *Coordinator {
 	}
 	cfg = cfg.withDefaults()
 	return &Coordinator{
-		store:     store,
-		clock:     clock,
-		cfg:       cfg,
-		log:       log,
-		jobs:      newItemCache(4096),
-		factories: &factoryCache{ttl: cfg.FactoryCacheTTL},
-		stats:     newStats(),
+		store:       store,
+		clock:       clock,
+		cfg:         cfg,
+		log:         log,
+		jobs:        newItemCache(4096),
+		factoryDocs: newItemCache(4096),
+		factories:   &factoryCache{ttl: cfg.FactoryCacheTTL},
+		tokens:      &tokenCache{entries: map[string]tokenEntry{}},
+		products:    &productCache{ttl: cfg.FactoryCacheTTL, entries: map[string]productEntry{}},
+		stats:       newStats(),
 	}
 }
 

@@ -135,6 +135,9 @@ func (c *Coordinator) putToken(ctx context.Context, f *fleet.Factory, hash strin
 // are both ErrUnauthenticated: a caller learns nothing about which.
 func (c *Coordinator) AuthenticateFactory(ctx context.Context, secret string) (*fleet.Token, error) {
 	hash := hashToken(secret)
+	if t, ok := c.tokens.get(hash, c.now()); ok {
+		return t, nil
+	}
 	it, err := c.store.Read(ctx, Tokens, hash, hash)
 	if errors.Is(err, ErrNotFound) {
 		return nil, ErrUnauthenticated
@@ -151,6 +154,7 @@ func (c *Coordinator) AuthenticateFactory(ctx context.Context, secret string) (*
 	if subtle.ConstantTimeCompare([]byte(t.ID), []byte(hash)) != 1 || t.Revoked {
 		return nil, ErrUnauthenticated
 	}
+	c.tokens.put(hash, t, c.now().Add(c.cfg.TokenCacheTTL))
 	return t, nil
 }
 
@@ -192,15 +196,36 @@ func (c *Coordinator) ListFactories(ctx context.Context, productID string) ([]*f
 	return out, nil
 }
 
-// mutateFactory is the factory counterpart of mutateJob (no cache: factory
-// writes are heartbeats, one per factory every few seconds).
+// mutateFactory is the factory counterpart of mutateJob: a CAS loop that
+// starts from this process's last copy of the document when it has one, so
+// a steady heartbeat costs one write and no read.
 func (c *Coordinator) mutateFactory(ctx context.Context, id string, fn func(f *fleet.Factory) error) (*fleet.Factory, error) {
+	notFound := func() error {
+		c.factoryDocs.drop(id, id)
+		return &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("factory %s not found", id)}
+	}
 	for range maxCASAttempts {
-		f, err := c.GetFactory(ctx, id)
+		it, cached := c.factoryDocs.get(id, id)
+		if !cached {
+			var err error
+			it, err = c.store.Read(ctx, Factories, id, id)
+			if errors.Is(err, ErrNotFound) {
+				return nil, notFound()
+			}
+			if err != nil {
+				return nil, fmt.Errorf("read factory %s: %w", id, err)
+			}
+		}
+		f, err := decode[fleet.Factory](it)
 		if err != nil {
 			return nil, err
 		}
+		f.Rev = it.Rev
 		if err := fn(f); err != nil {
+			if cached {
+				c.factoryDocs.drop(id, id)
+				continue
+			}
 			if errors.Is(err, errNoChange) {
 				return f, nil
 			}
@@ -213,16 +238,18 @@ func (c *Coordinator) mutateFactory(ctx context.Context, id string, fn func(f *f
 		}
 		rev, err := c.store.Replace(ctx, Factories, id, id, body, f.Rev)
 		if errors.Is(err, ErrPrecondition) {
+			c.factoryDocs.drop(id, id)
 			continue
 		}
 		if errors.Is(err, ErrNotFound) {
-			return nil, &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("factory %s not found", id)}
+			return nil, notFound()
 		}
 		if err != nil {
 			return nil, fmt.Errorf("write factory %s: %w", id, err)
 		}
 		f.Rev = rev
-		c.factories.invalidate()
+		c.factoryDocs.put(id, id, Item{ID: id, PartitionKey: id, Rev: rev, Body: body})
+		c.factories.update(f)
 		return f, nil
 	}
 	return nil, fleet.Errorf(fleet.CodeConflict, "factory %s changed concurrently; try again", id)
@@ -303,6 +330,7 @@ func (c *Coordinator) Deregister(ctx context.Context, id string) error {
 	if err := c.revokeTokenID(ctx, f.TokenID); err != nil {
 		return err
 	}
+	c.factoryDocs.drop(id, id)
 	if err := c.store.Delete(ctx, Factories, id, id, ""); err != nil && !errors.Is(err, ErrNotFound) {
 		return fmt.Errorf("delete factory %s: %w", id, err)
 	}
@@ -368,6 +396,9 @@ func (c *Coordinator) revokeTokenID(ctx context.Context, hash string) error {
 	if hash == "" {
 		return nil
 	}
+	// Forget it here first: this process refuses it from now on, whatever
+	// the outcome of the write below.
+	c.tokens.drop(hash)
 	for range maxCASAttempts {
 		it, err := c.store.Read(ctx, Tokens, hash, hash)
 		if errors.Is(err, ErrNotFound) {

@@ -22,7 +22,7 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 	if err != nil {
 		return nil, false, err
 	}
-	product, err := c.GetProduct(ctx, productID)
+	product, err := c.cachedProduct(ctx, productID)
 	if errors.Is(err, fleet.ErrNotFound) {
 		return nil, false, &fleet.Error{Code: fleet.CodeRepoNotOwned, Field: "repo",
 			Message: fmt.Sprintf("product %s is not declared, so it owns no repo; declare it with PUT /api/fleet/products/%s", productID, productID)}

@@ -39,6 +39,7 @@ func (c *Coordinator) PutProduct(ctx context.Context, productID, name string, re
 		return nil, err
 	}
 	rev, err := c.store.Upsert(ctx, Products, productID, productID, body)
+	c.products.drop(productID)
 	if err != nil {
 		return nil, fmt.Errorf("write product %s: %w", productID, err)
 	}

@@ -182,6 +182,9 @@ func (s *Store) open(ctx context.Context) error {
 		}
 		s.tables[c.Name] = t
 	}
+	if err := s.createMarkers(); err != nil {
+		return fmt.Errorf("change markers: %w", err)
+	}
 	return nil
 }
 
@@ -361,6 +364,7 @@ func (s *Store) Create(ctx context.Context, container, pk, id string, body []byt
 	if err != nil {
 		return "", opErr("create", container, pk, id, classify(ctx, err))
 	}
+	s.changed(t)
 	return formatRev(rev), nil
 }
 
@@ -406,6 +410,7 @@ func (s *Store) Replace(ctx context.Context, container, pk, id string, body []by
 	if err != nil {
 		return "", opErr("replace", container, pk, id, classify(ctx, err))
 	}
+	s.changed(t)
 	return formatRev(rev), nil
 }
 
@@ -420,6 +425,7 @@ func (s *Store) Upsert(ctx context.Context, container, pk, id string, body []byt
 	if err != nil {
 		return "", opErr("upsert", container, pk, id, classify(ctx, err))
 	}
+	s.changed(t)
 	return formatRev(rev), nil
 }
 
@@ -453,6 +459,7 @@ func (s *Store) Delete(ctx context.Context, container, pk, id, ifRev string) err
 	if err != nil {
 		return opErr("delete", container, pk, id, classify(ctx, err))
 	}
+	s.changed(t)
 	return nil
 }
 
@@ -482,6 +489,7 @@ func (s *Store) Increment(ctx context.Context, container, pk, id, field string, 
 	if err != nil {
 		return 0, opErr("increment", container, pk, id, classify(ctx, err))
 	}
+	s.changed(t)
 	return v, nil
 }
 

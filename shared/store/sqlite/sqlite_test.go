@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -394,4 +395,31 @@ func TestProcessChild(t *testing.T) {
 	for err := range errc {
 		require.NoError(t, err)
 	}
+}
+
+// TestChangeMarker: a write moves its container's marker and no other's, so
+// a watcher of fleet_jobs is not woken by heartbeats.
+func TestChangeMarker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "fleet.db"))
+	require.NoError(t, err)
+	defer s.Close()
+	mtime := func(c string) time.Time {
+		fi, err := os.Stat(s.ChangeMarker(c))
+		require.NoError(t, err)
+		return fi.ModTime()
+	}
+	old := time.Unix(1, 0)
+	for _, c := range []string{coord.Jobs, coord.Factories} {
+		require.NoError(t, os.Chtimes(s.ChangeMarker(c), old, old))
+	}
+	_, err = s.Create(ctx, coord.Factories, "f1", "f1", []byte(`{"id":"f1"}`))
+	require.NoError(t, err)
+	require.True(t, mtime(coord.Factories).After(old), "the written container's marker moved")
+	require.Equal(t, old, mtime(coord.Jobs), "other markers stay")
+
+	_, err = s.Create(ctx, coord.Jobs, "p", "j1", []byte(`{"id":"j1","productId":"p"}`))
+	require.NoError(t, err)
+	require.True(t, mtime(coord.Jobs).After(old))
 }

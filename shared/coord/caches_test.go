@@ -1,0 +1,79 @@
+package coord_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/store/storecount"
+)
+
+// TestTokenCacheBoundsRevocation: a revoked token is refused at once by the
+// coordinator that revoked it, and by every other within TokenCacheTTL.
+func TestTokenCacheBoundsRevocation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, secret, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
+	require.NoError(t, err)
+	other := e.peer()
+	_, err = other.AuthenticateFactory(e.ctx, secret)
+	require.NoError(t, err)
+
+	require.NoError(t, e.c.RevokeToken(e.ctx, "f1"))
+	_, err = e.c.AuthenticateFactory(e.ctx, secret)
+	require.ErrorIs(t, err, coord.ErrUnauthenticated, "the revoking process refuses it at once")
+
+	ttl := e.c.Config().TokenCacheTTL
+	e.clock.Advance(ttl / 2)
+	_, err = other.AuthenticateFactory(e.ctx, secret)
+	require.NoError(t, err, "another process may trust its cached copy within the TTL")
+	e.clock.Advance(ttl / 2)
+	_, err = other.AuthenticateFactory(e.ctx, secret)
+	require.ErrorIs(t, err, coord.ErrUnauthenticated, "and refuses it once the TTL has passed")
+}
+
+// TestSteadyHeartbeatReadsNothing: once a factory's token and document are
+// known, a heartbeat costs one write and no read.
+func TestSteadyHeartbeatReadsNothing(t *testing.T) {
+	t.Parallel()
+	var counted *storecount.Store
+	e := newEnv(t, withStore(func(s coord.Store) coord.Store {
+		counted = storecount.New(s)
+		return counted
+	}))
+	_, secret, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
+	require.NoError(t, err)
+	hb := coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}, Health: fleet.HealthOK}
+	tok, err := e.c.AuthenticateFactory(e.ctx, secret)
+	require.NoError(t, err)
+	_, err = e.c.Heartbeat(e.ctx, tok, hb)
+	require.NoError(t, err)
+
+	before := counted.Snapshot()
+	for load := range 3 {
+		tok, err := e.c.AuthenticateFactory(e.ctx, secret)
+		require.NoError(t, err)
+		hb.Load = load
+		f, err := e.c.Heartbeat(e.ctx, tok, hb)
+		require.NoError(t, err)
+		require.Equal(t, load, f.Load)
+	}
+	d := counted.Snapshot().Sub(before)
+	require.Zero(t, d.Reads+d.Queries, "steady heartbeats read nothing")
+	require.EqualValues(t, 3, d.Writes)
+
+	// Another writer's change is not lost: the cached revision fails its CAS
+	// and the heartbeat re-reads.
+	_, err = e.peer().Heartbeat(e.ctx, tok, coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo, "api"}, Health: fleet.HealthOK})
+	require.NoError(t, err)
+	hb.Load = 9
+	f, err := e.c.Heartbeat(e.ctx, tok, hb)
+	require.NoError(t, err)
+	require.Equal(t, 9, f.Load)
+	got, err := e.c.GetFactory(e.ctx, "f1")
+	require.NoError(t, err)
+	require.Equal(t, 9, got.Load)
+	require.Equal(t, []string{repo}, got.Repos, "this heartbeat's report wins, written over the fresh revision")
+}
