@@ -57,6 +57,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -244,13 +245,38 @@ func (c *Client) ensureStreams(ctx context.Context) error {
 	var err error
 	rctx, cancel := c.requestCtx(ctx)
 	defer cancel()
-	if c.dispatch, err = c.js.CreateOrUpdateStream(rctx, dcfg); err != nil {
+	if c.dispatch, err = c.ensureStream(rctx, dcfg); err != nil {
 		return fmt.Errorf("nats: stream %s: %w", dcfg.Name, err)
 	}
-	if c.dlq, err = c.js.CreateOrUpdateStream(rctx, lcfg); err != nil {
+	if c.dlq, err = c.ensureStream(rctx, lcfg); err != nil {
 		return fmt.Errorf("nats: stream %s: %w", lcfg.Name, err)
 	}
 	return nil
+}
+
+// ensureStream creates the stream, or updates it only when a setting this
+// client manages differs. Every client opens with the same config, and an
+// update of an unchanged stream is not free on the server: it rewrites the
+// stream's store config while other clients create consumers on it (a data
+// race inside nats-server 2.15 under -race).
+func (c *Client) ensureStream(ctx context.Context, want jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := c.js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = c.js.CreateStream(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s, err = c.js.Stream(ctx, want.Name) // another client created it first
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	have := s.CachedInfo().Config
+	if slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.Storage == want.Storage &&
+		have.Duplicates == want.Duplicates && have.AllowMsgTTL == want.AllowMsgTTL && max(have.Replicas, 1) == max(want.Replicas, 1) &&
+		have.Description == want.Description {
+		return s, nil
+	}
+	return c.js.UpdateStream(ctx, want)
 }
 
 // Limits reports the configured delivery guarantees.
