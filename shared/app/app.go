@@ -173,32 +173,53 @@ func (a *App) operatorTokens(l config.Lookup) ([]httpapi.OperatorToken, error) {
 const OperatorTokenFile = "operator-token"
 
 // LocalOperatorToken returns the data dir's operator token, creating it on
-// first use.
+// first use. The file appears whole or not at all (written aside, then
+// linked into place), so two processes starting at once agree on one token
+// and a crash mid-write leaves no empty file behind.
 func LocalOperatorToken(dataDir string) (string, error) {
 	path := filepath.Join(dataDir, OperatorTokenFile)
-	if b, err := os.ReadFile(path); err == nil {
-		if tok := strings.TrimSpace(string(b)); tok != "" {
-			return tok, nil
+	read := func() (string, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", err
 		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("read %s: %w", path, err)
+		tok := strings.TrimSpace(string(b))
+		if tok == "" {
+			return "", fmt.Errorf("%s is empty: delete it to have a new operator token generated", path)
+		}
+		return tok, nil
+	}
+	if tok, err := read(); !errors.Is(err, os.ErrNotExist) {
+		return tok, err
 	}
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
 	tok := "fop_" + base64.RawURLEncoding.EncodeToString(b[:])
-	// O_EXCL: of two processes starting at once, one writes and both read it.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return LocalOperatorToken(dataDir)
-	}
+	tmp, err := os.CreateTemp(dataDir, OperatorTokenFile+".*")
 	if err != nil {
-		return "", fmt.Errorf("create %s: %w", path, err)
+		return "", fmt.Errorf("create operator token: %w", err)
 	}
-	defer f.Close()
-	if _, err := f.WriteString(tok + "\n"); err != nil {
-		return "", fmt.Errorf("write %s: %w", path, err)
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if _, err := tmp.WriteString(tok + "\n"); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("write operator token: %w", err)
+	}
+	if err := errors.Join(tmp.Sync(), tmp.Close()); err != nil {
+		return "", fmt.Errorf("write operator token: %w", err)
+	}
+	// Link fails if the file exists: of two processes, one wins, and the
+	// other reads the winner's token.
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return read()
+		}
+		return "", fmt.Errorf("install %s: %w", path, err)
 	}
 	return tok, nil
 }

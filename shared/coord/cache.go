@@ -99,15 +99,18 @@ func (fc *factoryCache) invalidate() {
 	fc.mu.Unlock()
 }
 
-// listFactories returns every factory, from the cache when it is fresh.
+// listFactories returns every factory, from the cache when it is fresh. The
+// store is queried outside the lock, so one slow query never blocks callers
+// that could be served from the cache or that give up on their context.
 func (c *Coordinator) listFactories(ctx context.Context) ([]*fleet.Factory, error) {
 	fc := c.factories
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
 	now := c.now()
+	fc.mu.Lock()
 	if fc.factories != nil && now.Sub(fc.loadedAt) < fc.ttl {
+		defer fc.mu.Unlock()
 		return fc.factories, nil
 	}
+	fc.mu.Unlock()
 	items, err := c.queryAll(ctx, Factories, Query{})
 	if err != nil {
 		return nil, err
@@ -121,7 +124,9 @@ func (c *Coordinator) listFactories(ctx context.Context) ([]*fleet.Factory, erro
 		f.Rev = it.Rev
 		fs = append(fs, f)
 	}
+	fc.mu.Lock()
 	fc.factories, fc.loadedAt = fs, now
+	fc.mu.Unlock()
 	return fs, nil
 }
 
@@ -130,6 +135,10 @@ func (c *Coordinator) listFactories(ctx context.Context) ([]*fleet.Factory, erro
 type tokenCache struct {
 	mu      sync.Mutex
 	entries map[string]tokenEntry
+	// gen moves on every drop. A read of the store that began before a
+	// revocation must not put its (unrevoked) copy back: put only stores
+	// when gen is unchanged since the read began.
+	gen uint64
 }
 
 type tokenEntry struct {
@@ -151,9 +160,19 @@ func (tc *tokenCache) get(hash string, now time.Time) (*fleet.Token, bool) {
 	return e.token, true
 }
 
-func (tc *tokenCache) put(hash string, t *fleet.Token, expires time.Time) {
+// generation is the value to pass to put for a read starting now.
+func (tc *tokenCache) generation() uint64 {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
+	return tc.gen
+}
+
+func (tc *tokenCache) put(hash string, t *fleet.Token, expires time.Time, gen uint64) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if gen != tc.gen {
+		return // a revocation happened while this copy was read
+	}
 	if len(tc.entries) >= maxTokens {
 		clear(tc.entries)
 	}
@@ -164,6 +183,7 @@ func (tc *tokenCache) drop(hash string) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	delete(tc.entries, hash)
+	tc.gen++
 }
 
 // productCache holds products for submit's repo-ownership check, for at

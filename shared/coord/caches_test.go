@@ -1,6 +1,7 @@
 package coord_test
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -76,4 +77,32 @@ func TestSteadyHeartbeatReadsNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 9, got.Load)
 	require.Equal(t, []string{repo}, got.Repos, "this heartbeat's report wins, written over the fresh revision")
+}
+
+// TestRedispatchUnblocksStrandedJobs: a dependant whose unblock was lost
+// (its dependency shipped, but the pass after it never ran) is queued by the
+// next sweep.
+func TestRedispatchUnblocksStrandedJobs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dep := e.submit("title: dep")
+	waiter := e.submit("deps: ["+dep.ID+"]", "title: waiter")
+	require.Equal(t, fleet.StageBlocked, waiter.Stage)
+
+	// Ship the dependency behind the coordinator's back: nothing unblocks.
+	it := e.rawJob(dep.ID)
+	shipped := *e.job(dep.ID)
+	shipped.Stage = fleet.StageShipped
+	body, err := json.Marshal(&shipped)
+	require.NoError(t, err)
+	_, err = e.raw.Replace(e.ctx, coord.Jobs, prod, dep.ID, body, it.Rev)
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageBlocked, e.job(waiter.ID).Stage)
+
+	_, err = e.c.Redispatch(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageQueued, e.job(waiter.ID).Stage)
+	n, err := e.c.UnblockReady(e.ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "idempotent")
 }

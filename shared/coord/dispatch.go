@@ -197,6 +197,12 @@ type DeadLetterSource interface {
 // RedispatchAfter or whose target is gone, stale or down. It returns how
 // many messages it published.
 func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
+	var errs []error
+	// Blocked jobs whose dependencies shipped while their unblock was lost
+	// join the queue first, so this pass routes them too.
+	if _, err := c.UnblockReady(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("unblock: %w", err))
+	}
 	queued, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageQueued))}})
 	if err != nil {
 		return 0, err
@@ -212,7 +218,6 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 		health[f.ID] = f.Health
 		subs = append(subs, f.ID)
 	}
-	var errs []error
 	if ds, ok := c.publisher.(DeadLetterSource); ok {
 		// Dead-lettered messages re-route their job first, so the pass below
 		// sees it already dispatched anew.

@@ -138,6 +138,7 @@ func (c *Coordinator) AuthenticateFactory(ctx context.Context, secret string) (*
 	if t, ok := c.tokens.get(hash, c.now()); ok {
 		return t, nil
 	}
+	gen := c.tokens.generation()
 	it, err := c.store.Read(ctx, Tokens, hash, hash)
 	if errors.Is(err, ErrNotFound) {
 		return nil, ErrUnauthenticated
@@ -154,7 +155,7 @@ func (c *Coordinator) AuthenticateFactory(ctx context.Context, secret string) (*
 	if subtle.ConstantTimeCompare([]byte(t.ID), []byte(hash)) != 1 || t.Revoked {
 		return nil, ErrUnauthenticated
 	}
-	c.tokens.put(hash, t, c.now().Add(c.cfg.TokenCacheTTL))
+	c.tokens.put(hash, t, c.now().Add(c.cfg.TokenCacheTTL), gen)
 	return t, nil
 }
 

@@ -242,6 +242,9 @@ func (c *Coordinator) transition(ctx context.Context, pk, id string, to fleet.St
 	if err != nil {
 		return nil, nil, err
 	}
+	// The transition is committed: what follows must not be cut short by the
+	// caller going away (a client disconnect, a host timeout).
+	ctx = context.WithoutCancel(ctx)
 	if eventType == "" {
 		eventType = "stage"
 	}
@@ -394,14 +397,39 @@ func (c *Coordinator) unblockDependants(ctx context.Context, shipped *fleet.Job)
 	}
 }
 
+// UnblockReady queues every blocked job whose dependencies are satisfied.
+// Shipping a dependency unblocks its dependants at once; this pass, run by
+// the redispatch sweep, catches the ones that pass missed (the process died
+// between the ship and the unblock, or the store failed then). It returns
+// how many it queued.
+func (c *Coordinator) UnblockReady(ctx context.Context) (int, error) {
+	blocked, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageBlocked))}})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, j := range blocked {
+		ok, err := c.depsSatisfied(ctx, j)
+		if err != nil || !ok {
+			continue
+		}
+		if c.unblock(ctx, j) {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // unblock queues j if its dependencies are satisfied now.
-func (c *Coordinator) unblock(ctx context.Context, j *fleet.Job) {
+// It reports whether it did.
+func (c *Coordinator) unblock(ctx context.Context, j *fleet.Job) bool {
 	ok, err := c.depsSatisfied(ctx, j)
 	if err != nil || !ok {
-		return
+		return false
 	}
 	_, _, err = c.transition(ctx, j.ProductID, j.ID, fleet.StageQueued, fleet.ActorSystem, "", "unblocked", "", nil, nil)
 	if err != nil && !errors.Is(err, fleet.ErrConflict) {
 		c.log.ErrorContext(ctx, "unblock", "job", j.ID, "err", err)
 	}
+	return err == nil
 }
