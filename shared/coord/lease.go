@@ -212,8 +212,10 @@ func (c *Coordinator) backoff(attempt int) time.Duration {
 }
 
 // Reap returns every job whose lease expired to the queue with leaseEpoch+1
-// (fencing the old holder) and its checkpoint kept. It returns how many it
-// reaped.
+// (fencing the old holder) and its checkpoint kept. A lost run counts as an
+// attempt: a job whose holder dies every time goes to dead_letter once its
+// attempts run out instead of taking down factories forever. It returns how
+// many jobs it reaped.
 func (c *Coordinator) Reap(ctx context.Context) (int, error) {
 	leased, err := c.queryJobs(ctx, Query{Where: []Cond{In("stage", string(fleet.StageAssigned), string(fleet.StageBuilding))}})
 	if err != nil {
@@ -225,15 +227,27 @@ func (c *Coordinator) Reap(ctx context.Context) (int, error) {
 		if !j.LeaseExpired(c.now()) {
 			continue
 		}
-		holder := j.HolderFactoryID
-		_, _, err := c.transition(ctx, j.ProductID, j.ID, fleet.StageQueued, fleet.ActorSystem, "reaper", "lease_expired",
+		holder, attempts := j.HolderFactoryID, j.Attempts
+		to := fleet.StageQueued
+		if attempts+1 >= j.MaxAttempts {
+			to = fleet.StageDeadLetter
+		}
+		_, _, err := c.transition(ctx, j.ProductID, j.ID, to, fleet.ActorSystem, "reaper", "lease_expired",
 			fmt.Sprintf("lease of %s expired", holder),
 			func(cur *fleet.Job) error {
 				if !cur.LeaseExpired(c.now()) {
 					return fleet.Errorf(fleet.CodeConflict, "lease of job %s was renewed", cur.ID)
 				}
+				if cur.Attempts != attempts {
+					// Decided on another attempt count: the next pass decides anew.
+					return fleet.Errorf(fleet.CodeConflict, "job %s changed", cur.ID)
+				}
 				return nil
-			}, nil)
+			},
+			func(_, j *fleet.Job) {
+				j.Attempts++
+				j.LastFailure = &fleet.Failure{Reason: "lease expired", Retryable: true, FactoryID: holder, At: c.now()}
+			})
 		switch {
 		case err == nil:
 			n++

@@ -108,6 +108,10 @@ var Transitions = []Rule{
 	{StageAssigned, StageDeadLetter, ActorFactory, LeaseRelease, "failed, retries exhausted"},
 	{StageAssigned, StageQueued, ActorSystem, LeaseRevoke, "lease expired"},
 	{StageBuilding, StageQueued, ActorSystem, LeaseRevoke, "lease expired or preempted"},
+	// A job whose runs keep dying (its holder crashes or hangs every time)
+	// stops being retried once its attempts run out.
+	{StageAssigned, StageDeadLetter, ActorSystem, LeaseRevoke, "lease expired, attempts exhausted"},
+	{StageBuilding, StageDeadLetter, ActorSystem, LeaseRevoke, "lease expired, attempts exhausted"},
 	{StageBuilding, StageFailed, ActorSystem, LeaseRevoke, "budget exceeded"},
 	{StageReview, StageTesting, ActorSystem, LeaseNone, "review quorum reached"},
 	{StageReview, StageTesting, ActorOperator, LeaseNone, "approved"},

@@ -47,9 +47,11 @@ var legalMoves = map[move]fleet.LeaseEffect{
 	// a job with no gate is shipped by the factory that built it
 	{fleet.StageBuilding, fleet.StageShipped, fleet.ActorFactory}: fleet.LeaseRelease,
 	// the system takes a lease away: expiry, preemption, budget
-	{fleet.StageAssigned, fleet.StageQueued, fleet.ActorSystem}: fleet.LeaseRevoke,
-	{fleet.StageBuilding, fleet.StageQueued, fleet.ActorSystem}: fleet.LeaseRevoke,
-	{fleet.StageBuilding, fleet.StageFailed, fleet.ActorSystem}: fleet.LeaseRevoke,
+	{fleet.StageAssigned, fleet.StageQueued, fleet.ActorSystem}:     fleet.LeaseRevoke,
+	{fleet.StageBuilding, fleet.StageQueued, fleet.ActorSystem}:     fleet.LeaseRevoke,
+	{fleet.StageAssigned, fleet.StageDeadLetter, fleet.ActorSystem}: fleet.LeaseRevoke,
+	{fleet.StageBuilding, fleet.StageDeadLetter, fleet.ActorSystem}: fleet.LeaseRevoke,
+	{fleet.StageBuilding, fleet.StageFailed, fleet.ActorSystem}:     fleet.LeaseRevoke,
 	// gates
 	{fleet.StageReview, fleet.StageTesting, fleet.ActorSystem}:    fleet.LeaseNone,
 	{fleet.StageReview, fleet.StageTesting, fleet.ActorOperator}:  fleet.LeaseNone,
