@@ -59,6 +59,18 @@ func (c *itemCache) put(pk, id string, it Item) {
 	}
 }
 
+// putIfAbsent stores it unless the document is already cached: a copy this
+// process wrote or read for writing is at least as new as one a change-feed
+// batch carried (which may be a retried, older batch).
+func (c *itemCache) putIfAbsent(pk, id string, it Item) {
+	c.mu.Lock()
+	_, ok := c.items[cacheKey{pk, id}]
+	c.mu.Unlock()
+	if !ok {
+		c.put(pk, id, it)
+	}
+}
+
 func (c *itemCache) drop(pk, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -77,8 +77,10 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []Item) ([]Deci
 			out = append(out, Decision{JobID: j.ID, Skipped: reason})
 			continue
 		}
-		// The feed's copy may be older than this process's; CAS sorts it out.
-		c.jobs.put(j.ProductID, j.ID, it)
+		// The feed's copy saves a read when this process has none; it never
+		// replaces one (a retried batch carries old versions), and a stale
+		// copy only costs a failed CAS and a re-read.
+		c.jobs.putIfAbsent(j.ProductID, j.ID, it)
 		d, err := c.dispatch(ctx, j.ProductID, j.ID, nil)
 		switch {
 		case errors.Is(err, fleet.ErrNotFound):
