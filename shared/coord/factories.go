@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/gigafactory/fleet/shared/fleet"
 )
@@ -193,7 +194,7 @@ func (c *Coordinator) ListFactories(ctx context.Context, productID string) ([]*f
 			out = append(out, f)
 		}
 	}
-	slices.SortFunc(out, func(a, b *fleet.Factory) int { return cmpString(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b *fleet.Factory) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 

@@ -3,6 +3,7 @@ package coord
 import (
 	"context"
 	"slices"
+	"strings"
 	"strconv"
 	"time"
 
@@ -105,7 +106,7 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		case a.waited < b.waited:
 			return 1
 		}
-		return cmpString(a.JobID, b.JobID)
+		return strings.Compare(a.JobID, b.JobID)
 	})
 	for name, src := range c.metricSources {
 		if m.Adapters == nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/gigafactory/fleet/shared/fleet"
 )
@@ -116,19 +117,10 @@ func (c *Coordinator) Repos(ctx context.Context, productID string) ([]RepoInfo, 
 		slices.Sort(ri.Factories)
 		out = append(out, *ri)
 	}
-	slices.SortFunc(out, func(a, b RepoInfo) int { return cmpString(a.Repo, b.Repo) })
+	slices.SortFunc(out, func(a, b RepoInfo) int { return strings.Compare(a.Repo, b.Repo) })
 	return out, nil
 }
 
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
 
 // bumpQueueState advances the product's queue version: pollers compare it to
 // skip claims while nothing claimable appeared. Only entering `queued` bumps
