@@ -3,8 +3,8 @@ package coord
 import (
 	"context"
 	"slices"
-	"strings"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/fleet"

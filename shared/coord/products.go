@@ -121,7 +121,6 @@ func (c *Coordinator) Repos(ctx context.Context, productID string) ([]RepoInfo, 
 	return out, nil
 }
 
-
 // bumpQueueState advances the product's queue version: pollers compare it to
 // skip claims while nothing claimable appeared. Only entering `queued` bumps
 // it, because only that can give a poller new work. Failure is logged: the
