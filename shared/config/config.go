@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -115,16 +113,6 @@ func (l Lookup) Duration(name string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s=%q: want a positive Go duration such as 90s or 5m", name, v)
 	}
 	return d, nil
-}
-
-// Int reads a positive integer setting.
-func (l Lookup) Int(name string) (int, error) {
-	v := l.Get(name)
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%s=%q: want a positive integer", name, v)
-	}
-	return n, nil
 }
 
 // DataDirPath returns the absolute data directory, created if missing.

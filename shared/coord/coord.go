@@ -212,6 +212,20 @@ func decodeJob(it Item) (*fleet.Job, error) {
 	return &j, nil
 }
 
+// readDoc reads and decodes one document; a missing one is a not_found
+// error naming what.
+func readDoc[T any](ctx context.Context, s Store, container, pk, id, what string) (*T, Item, error) {
+	it, err := s.Read(ctx, container, pk, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil, it, &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("%s %s not found", what, id), Err: err}
+	}
+	if err != nil {
+		return nil, it, fmt.Errorf("read %s %s: %w", what, id, err)
+	}
+	v, err := decode[T](it)
+	return v, it, err
+}
+
 func decode[T any](it Item) (*T, error) {
 	var v T
 	if err := json.Unmarshal(it.Body, &v); err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/schedule"
@@ -28,19 +27,6 @@ type DispatchMessage struct {
 // be dropped as a duplicate and the job would strand.
 func (m DispatchMessage) MessageID() string {
 	return m.JobID + ":" + strconv.FormatInt(m.DispatchEpoch, 10)
-}
-
-// ParseMessageID splits a MessageID.
-func ParseMessageID(id string) (jobID string, epoch int64, err error) {
-	i := strings.LastIndexByte(id, ':')
-	if i <= 0 {
-		return "", 0, fmt.Errorf("message id %q is not jobId:dispatchEpoch", id)
-	}
-	epoch, err = strconv.ParseInt(id[i+1:], 10, 64)
-	if err != nil {
-		return "", 0, fmt.Errorf("message id %q is not jobId:dispatchEpoch: %w", id, err)
-	}
-	return id[:i], epoch, nil
 }
 
 // Publisher delivers dispatch messages to the target factory's subscription.
@@ -101,8 +87,7 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []Item) ([]Deci
 // count as the same: rewriting them would wake the change feed on each
 // heartbeat for nothing, and Explain shows the live reason anyway.
 func sameUnroutable(stored, reason string) bool {
-	const busy = "no eligible factory:"
-	if strings.HasPrefix(stored, busy) && strings.HasPrefix(reason, busy) {
+	if schedule.Transient(stored) && schedule.Transient(reason) {
 		return true
 	}
 	return stored == reason

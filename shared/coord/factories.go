@@ -165,14 +165,7 @@ var ErrUnauthenticated = &fleet.Error{Code: fleet.CodeUnauthenticated, Message: 
 
 // GetFactory reads one factory.
 func (c *Coordinator) GetFactory(ctx context.Context, id string) (*fleet.Factory, error) {
-	it, err := c.store.Read(ctx, Factories, id, id)
-	if errors.Is(err, ErrNotFound) {
-		return nil, &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("factory %s not found", id)}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read factory %s: %w", id, err)
-	}
-	f, err := decode[fleet.Factory](it)
+	f, it, err := readDoc[fleet.Factory](ctx, c.store, Factories, id, id, "factory")
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strconv"
@@ -38,11 +39,10 @@ type FactoryMetrics struct {
 
 // StarvingJob is a queued job waiting past StarvationAge.
 type StarvingJob struct {
-	JobID      string  `json:"jobId"`
-	ProductID  string  `json:"productId"`
-	WaitingFor string  `json:"waitingFor"`
-	Reason     string  `json:"reason,omitempty"`
-	waited     float64 // seconds, for ordering
+	JobID      string `json:"jobId"`
+	ProductID  string `json:"productId"`
+	WaitingFor string `json:"waitingFor"`
+	Reason     string `json:"reason,omitempty"`
 }
 
 // activeStages are the stages Metrics counts: terminal jobs only grow, and
@@ -89,6 +89,10 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 	for _, st := range activeStages {
 		m.Jobs[st] = 0
 	}
+	// Oldest first, so the starving list leads with the longest wait.
+	slices.SortFunc(jobs, func(a, b *fleet.Job) int {
+		return cmp.Or(a.QueuedAt.Compare(b.QueuedAt), strings.Compare(a.ID, b.ID))
+	})
 	for _, j := range jobs {
 		m.Jobs[string(j.Stage)]++
 		if j.Stage != fleet.StageQueued {
@@ -96,18 +100,9 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		}
 		if waited := now.Sub(j.QueuedAt); waited >= StarvationAge {
 			m.Starving = append(m.Starving, StarvingJob{JobID: j.ID, ProductID: j.ProductID,
-				WaitingFor: waited.Round(time.Second).String(), Reason: j.Dispatch.Unroutable, waited: waited.Seconds()})
+				WaitingFor: waited.Round(time.Second).String(), Reason: j.Dispatch.Unroutable})
 		}
 	}
-	slices.SortFunc(m.Starving, func(a, b StarvingJob) int {
-		switch {
-		case a.waited > b.waited:
-			return -1
-		case a.waited < b.waited:
-			return 1
-		}
-		return strings.Compare(a.JobID, b.JobID)
-	})
 	for name, src := range c.metricSources {
 		if m.Adapters == nil {
 			m.Adapters = map[string]any{}

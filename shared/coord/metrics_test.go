@@ -2,6 +2,7 @@ package coord_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -43,4 +44,30 @@ func TestMetrics(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, m.Alerts, "factories_unhealthy: 1 factory(ies) stale or down")
 	require.Equal(t, map[string]int{string(fleet.HealthDown): 1}, m.Factories.ByHealth)
+}
+
+// TestMetricsStarvingOldestFirst: the starving list leads with the job that
+// has waited longest since it was (re)queued, not the one created first.
+func TestMetricsStarvingOldestFirst(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.factory("f1")
+	first := e.submit("priority: high", "title: created first")
+	e.clock.Advance(10 * time.Minute)
+	second := e.submit("title: created second")
+	// The first job is claimed (it outranks the second) and released: it
+	// re-enters the queue after the second.
+	cl := e.claim("f1")
+	require.Equal(t, first.ID, cl.Job.ID)
+	e.clock.Advance(time.Minute)
+	_, err := e.c.Release(e.ctx, "f1", prod, first.ID, cl.LeaseEpoch)
+	require.NoError(t, err)
+
+	e.clock.Advance(coord.StarvationAge)
+	m, err := e.c.Metrics(e.ctx, prod)
+	require.NoError(t, err)
+	require.Len(t, m.Starving, 2)
+	require.Equal(t, []string{second.ID, first.ID}, []string{m.Starving[0].JobID, m.Starving[1].JobID})
+	require.Equal(t, "31m0s", m.Starving[0].WaitingFor)
+	require.Equal(t, "30m0s", m.Starving[1].WaitingFor)
 }

@@ -50,14 +50,7 @@ func (c *Coordinator) PutProduct(ctx context.Context, productID, name string, re
 
 // GetProduct reads a product.
 func (c *Coordinator) GetProduct(ctx context.Context, productID string) (*fleet.Product, error) {
-	it, err := c.store.Read(ctx, Products, productID, productID)
-	if errors.Is(err, ErrNotFound) {
-		return nil, &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("product %s not found", productID)}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read product %s: %w", productID, err)
-	}
-	p, err := decode[fleet.Product](it)
+	p, it, err := readDoc[fleet.Product](ctx, c.store, Products, productID, productID, "product")
 	if err != nil {
 		return nil, err
 	}

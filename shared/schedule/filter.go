@@ -233,6 +233,21 @@ func (n *need) writeMissing(b *strings.Builder, f *fleet.Factory, repoKind bool)
 	}
 }
 
+// Reasons a job has no eligible factory start with one of these prefixes.
+const (
+	// UnroutablePrefix: nothing could run the job as the fleet stands (no
+	// factory enrolled, or a capability nobody has); it needs a change.
+	UnroutablePrefix = "unroutable: "
+	// NoEligiblePrefix: factories could run the job, but none can now
+	// (seats full, down, out of scope); the counts after it move with every
+	// heartbeat.
+	NoEligiblePrefix = "no eligible factory: "
+)
+
+// Transient reports whether reason describes a passing state of the fleet
+// (NoEligiblePrefix) rather than a job nothing can run.
+func Transient(reason string) bool { return strings.HasPrefix(reason, NoEligiblePrefix) }
+
 // unroutable explains why no factory in fs is eligible. It distinguishes
 // three situations because they call for different fixes: nothing enrolled
 // (start a factory), a capability nobody has (fix the job, or enrol a
@@ -241,7 +256,7 @@ func (n *need) writeMissing(b *strings.Builder, f *fleet.Factory, repoKind bool)
 func (n *need) unroutable(fs []*fleet.Factory) string {
 	enrolled := slices.IndexFunc(fs, func(f *fleet.Factory) bool { return f != nil }) >= 0
 	if !enrolled {
-		return "unroutable: no factory is enrolled"
+		return UnroutablePrefix + "no factory is enrolled"
 	}
 
 	var unheld []string
@@ -252,7 +267,7 @@ func (n *need) unroutable(fs []*fleet.Factory) string {
 		}
 	}
 	if len(unheld) > 0 {
-		return "unroutable: no factory has " + plural(len(unheld), "capability", "capabilities") + " " + strings.Join(unheld, ", ")
+		return UnroutablePrefix + "no factory has " + plural(len(unheld), "capability", "capabilities") + " " + strings.Join(unheld, ", ")
 	}
 
 	// Count factories per reason. A factory missing several capabilities
@@ -310,7 +325,7 @@ func (n *need) unroutable(fs []*fleet.Factory) string {
 		}
 		parts = append(parts, s)
 	}
-	return "no eligible factory: " + strings.Join(parts, ", ")
+	return NoEligiblePrefix + strings.Join(parts, ", ")
 }
 
 func plural(n int, one, many string) string {

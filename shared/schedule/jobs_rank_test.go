@@ -61,3 +61,21 @@ func without(js []*fleet.Job, drop *fleet.Job) []*fleet.Job {
 	}
 	return out
 }
+
+// TestTransient: only "could run it, but not now" reasons are transient;
+// the dispatcher rewrites a job's stored reason on every change otherwise.
+func TestTransient(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	job := &fleet.Job{ID: "j", Repo: "r", Stage: fleet.StageQueued, Capabilities: []string{"os:linux"}}
+	full := &fleet.Factory{ID: "f", SeatLimit: 1, Load: 1, Health: fleet.HealthOK, Capabilities: []string{"os:linux"}, Repos: []string{"r"}}
+	_, busy := BestFactory(job, []*fleet.Factory{full}, now, DefaultWeights)
+	require.True(t, Transient(busy), busy)
+	_, none := BestFactory(job, nil, now, DefaultWeights)
+	require.False(t, Transient(none), none)
+	gpu := *job
+	gpu.Capabilities = []string{"gpu:a100"}
+	_, missing := BestFactory(&gpu, []*fleet.Factory{full}, now, DefaultWeights)
+	require.False(t, Transient(missing), missing)
+	require.Equal(t, UnroutablePrefix+"no factory has capability gpu:a100", missing)
+}
