@@ -103,6 +103,31 @@ func TestPushDispatchLifecycle(t *testing.T) {
 	depth, err := f1.client.Depth(context.Background(), "f1")
 	require.NoError(t, err)
 	require.Zero(t, depth, "nothing left in f1's subscription")
+
+	// The coordinator's metrics see the same subscription and what it did.
+	var metrics struct {
+		Adapters struct {
+			Bus struct {
+				SubscriptionDepth map[string]int64 `json:"subscriptionDepth"`
+			} `json:"bus"`
+			Store struct {
+				Writes int64 `json:"writes"`
+			} `json:"store"`
+		} `json:"adapters"`
+		Coordinator struct {
+			Dispatched int64 `json:"dispatched"`
+			Claims     int64 `json:"claims"`
+		} `json:"coordinator"`
+	}
+	r = s.Op(http.MethodGet, "/metrics", "demo", nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	r.JSON(t, &metrics)
+	f1Depth, ok := metrics.Adapters.Bus.SubscriptionDepth["f1"]
+	require.True(t, ok, "f1's depth is reported: %s", r.Body)
+	require.Zero(t, f1Depth)
+	require.EqualValues(t, 1, metrics.Coordinator.Dispatched)
+	require.EqualValues(t, 1, metrics.Coordinator.Claims)
+	require.Positive(t, metrics.Adapters.Store.Writes)
 }
 
 // TestDuplicateDeliveryOneHolder: the same dispatch delivered twice (a

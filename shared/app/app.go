@@ -17,6 +17,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/config"
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/httpapi"
 	"github.com/gigafactory/fleet/shared/store/cosmos"
 	"github.com/gigafactory/fleet/shared/store/sqlite"
@@ -74,9 +75,9 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger) (*App, error) 
 	a.Store, a.DataDir = counted, st.DataDir
 	a.closers = append(a.closers, st.Close)
 	a.Coord = coord.New(a.Store, coord.SystemClock{}, cfg, log)
-	a.Coord.AddMetrics("store", func(context.Context) (any, error) { return counted.Snapshot(), nil })
+	a.Coord.AddMetrics("store", func(context.Context, []*fleet.Factory) (any, error) { return counted.Snapshot(), nil })
 	if rs, ok := st.Store.(interface{ Stats() cosmos.Stats }); ok {
-		a.Coord.AddMetrics("cosmos", func(context.Context) (any, error) { return rs.Stats(), nil })
+		a.Coord.AddMetrics("cosmos", func(context.Context, []*fleet.Factory) (any, error) { return rs.Stats(), nil })
 	}
 	tr, err := openBus(ctx, l, a.Coord.Config(), log)
 	if err != nil {
@@ -84,7 +85,7 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger) (*App, error) 
 	}
 	if tr != nil {
 		a.Coord.SetPublisher(tr)
-		a.Coord.AddMetrics("bus", tr.depths(a.Coord))
+		a.Coord.AddMetrics("bus", tr.depths)
 		a.closers = append(a.closers, func() error { return tr.client.Close(context.Background()) })
 	}
 	tokens, err := a.operatorTokens(l)

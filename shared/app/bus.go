@@ -13,6 +13,7 @@ import (
 	"github.com/gigafactory/fleet/shared/bus/servicebus"
 	"github.com/gigafactory/fleet/shared/config"
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 // busClient is what the coordinator's side needs of a broker: sending,
@@ -80,23 +81,17 @@ func openBus(ctx context.Context, l config.Lookup, cfg coord.Config, log *slog.L
 }
 
 // depths reports each factory's subscription depth, for /fleet/metrics.
-func (t *transport) depths(c *coord.Coordinator) coord.MetricsSource {
-	return func(ctx context.Context) (any, error) {
-		fs, err := c.ListFactories(ctx, "")
+func (t *transport) depths(ctx context.Context, factories []*fleet.Factory) (any, error) {
+	out := map[string]int64{}
+	for _, f := range factories {
+		n, err := t.client.Depth(ctx, f.ID)
+		if errors.Is(err, bus.ErrNotFound) {
+			continue // no subscription yet: nothing was ever sent to it
+		}
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("depth of %s: %w", f.ID, err)
 		}
-		out := map[string]int64{}
-		for _, f := range fs {
-			n, err := t.client.Depth(ctx, f.ID)
-			if errors.Is(err, bus.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("depth of %s: %w", f.ID, err)
-			}
-			out[f.ID] = n
-		}
-		return map[string]any{"subscriptionDepth": out}, nil
+		out[f.ID] = n
 	}
+	return map[string]any{"subscriptionDepth": out}, nil
 }

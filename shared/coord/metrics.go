@@ -50,8 +50,10 @@ type StarvingJob struct {
 var activeStages = []string{string(fleet.StageQueued), string(fleet.StageBlocked), string(fleet.StageAssigned),
 	string(fleet.StageBuilding), string(fleet.StageReview), string(fleet.StageTesting)}
 
-// MetricsSource reports one adapter's figures for Metrics.
-type MetricsSource func(ctx context.Context) (any, error)
+// MetricsSource reports one adapter's figures for Metrics. It is given the
+// factories Metrics already read, so a per-factory figure (a subscription's
+// depth) costs no second listing.
+type MetricsSource func(ctx context.Context, factories []*fleet.Factory) (any, error)
 
 // AddMetrics adds a named section to Metrics. Call it while wiring, before
 // serving.
@@ -107,7 +109,7 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		if m.Adapters == nil {
 			m.Adapters = map[string]any{}
 		}
-		v, err := src(ctx)
+		v, err := src(ctx, factories)
 		if err != nil {
 			v = map[string]string{"error": err.Error()}
 		}
