@@ -37,7 +37,8 @@ func TestReadmeQuickStart(t *testing.T) {
 	}
 	work := t.TempDir()
 	dataDir := filepath.Join(work, ".fleet")
-	s := startStack(t, "FLEET_DATA_DIR="+dataDir, "FLEET_OPERATOR_TOKEN=")
+	// As `make run` does: generated operator token, push dispatch on.
+	s := startStack(t, "FLEET_DATA_DIR="+dataDir, "FLEET_OPERATOR_TOKEN=", "FLEET_BUS=nats")
 	script := readmeBlock(t, "## Quick start")
 
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
