@@ -12,7 +12,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/bus"
 	natsbus "github.com/gigafactory/fleet/shared/bus/nats"
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // busStack starts the stack with push dispatch on its embedded NATS server.
@@ -42,7 +42,7 @@ func newFactoryClient(t *testing.T, natsURL, id, token string) *factoryClient {
 }
 
 // receive waits for the next dispatch message of this factory.
-func (f *factoryClient) receive(within time.Duration) (bus.Delivery, coord.DispatchMessage) {
+func (f *factoryClient) receive(within time.Duration) (bus.Delivery, protocol.DispatchMessage) {
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
@@ -63,7 +63,7 @@ func (f *factoryClient) receive(within time.Duration) (bus.Delivery, coord.Dispa
 }
 
 // accept is the push transport's claim.
-func (f *factoryClient) accept(s *Stack, m coord.DispatchMessage) Response {
+func (f *factoryClient) accept(s *Stack, m protocol.DispatchMessage) Response {
 	f.t.Helper()
 	return s.As(f.token, http.MethodPost, "/accept", m.ProductID, map[string]any{"jobId": m.JobID, "dispatchEpoch": m.DispatchEpoch})
 }
@@ -149,7 +149,7 @@ func TestDuplicateDeliveryOneHolder(t *testing.T) {
 
 	var wg sync.WaitGroup
 	codes := make([]int, 2)
-	for i, m := range []coord.DispatchMessage{m1, m2} {
+	for i, m := range []protocol.DispatchMessage{m1, m2} {
 		wg.Go(func() { codes[i] = f1.accept(s, m).Status })
 	}
 	wg.Wait()

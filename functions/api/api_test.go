@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/functions/api"
+	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/funchost"
@@ -61,7 +62,7 @@ func TestFuncEnvelopeMode(t *testing.T) {
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "fleet.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
-	c := coord.New(st, coord.SystemClock{}, coord.Config{}, nil)
+	c := coord.New(st, clock.System{}, coord.Config{}, nil)
 	h := httpapi.New(c, httpapi.Config{OperatorTokens: []httpapi.OperatorToken{{Name: "ops", Token: operatorToken}}})
 	f := api.Func(h)
 

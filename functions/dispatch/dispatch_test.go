@@ -15,8 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/functions/dispatch"
+	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/funchost"
+	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/store/sqlite"
 )
 
@@ -86,11 +88,11 @@ func TestItems(t *testing.T) {
 // recorder is a Publisher that keeps what it is given, or fails.
 type recorder struct {
 	mu   sync.Mutex
-	msgs []coord.DispatchMessage
+	msgs []protocol.DispatchMessage
 	err  error
 }
 
-func (r *recorder) Publish(_ context.Context, m coord.DispatchMessage) error {
+func (r *recorder) Publish(_ context.Context, m protocol.DispatchMessage) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.err != nil {
@@ -100,10 +102,10 @@ func (r *recorder) Publish(_ context.Context, m coord.DispatchMessage) error {
 	return nil
 }
 
-func (r *recorder) published() []coord.DispatchMessage {
+func (r *recorder) published() []protocol.DispatchMessage {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]coord.DispatchMessage(nil), r.msgs...)
+	return append([]protocol.DispatchMessage(nil), r.msgs...)
 }
 
 type fixture struct {
@@ -121,7 +123,7 @@ func newFixture(t *testing.T) *fixture {
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "fleet.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
-	f := &fixture{store: st, c: coord.New(st, coord.SystemClock{}, coord.Config{}, nil), pub: &recorder{}}
+	f := &fixture{store: st, c: coord.New(st, clock.System{}, coord.Config{}, nil), pub: &recorder{}}
 	f.c.SetPublisher(f.pub)
 	_, err = f.c.PutProduct(ctx, "p1", "Product one", []string{"notes"})
 	require.NoError(t, err)

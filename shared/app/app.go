@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/config"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -74,7 +75,7 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger) (*App, error) 
 	counted := storecount.New(st.Store)
 	a.Store, a.DataDir = counted, st.DataDir
 	a.closers = append(a.closers, st.Close)
-	a.Coord = coord.New(a.Store, coord.SystemClock{}, cfg, log)
+	a.Coord = coord.New(a.Store, clock.System{}, cfg, log)
 	a.Coord.AddMetrics("store", func(context.Context, []*fleet.Factory) (any, error) { return counted.Snapshot(), nil })
 	if rs, ok := st.Store.(interface{ Stats() cosmos.Stats }); ok {
 		a.Coord.AddMetrics("cosmos", func(context.Context, []*fleet.Factory) (any, error) { return rs.Stats(), nil })

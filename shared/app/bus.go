@@ -32,6 +32,14 @@ type transport struct {
 	client busClient
 }
 
+// coord finds the dead-letter drain by a type assertion, so a signature
+// drift would only disable it: the compiler checks all three here.
+var (
+	_ coord.Publisher        = (*transport)(nil)
+	_ coord.GCPublisher      = (*transport)(nil)
+	_ coord.DeadLetterSource = (*transport)(nil)
+)
+
 // openBus connects the dispatch transport the settings select: Service Bus
 // when its namespace is set (or FLEET_BUS=servicebus), NATS at FLEET_NATS_URL,
 // or none. It returns nil when there is no transport: jobs then go out only

@@ -39,9 +39,9 @@ type Kind string
 
 // The kinds of message on the dispatch transport.
 const (
-	// KindDispatch: the body is a coord.DispatchMessage.
+	// KindDispatch: the body is a protocol.DispatchMessage.
 	KindDispatch Kind = "dispatch"
-	// KindGC: the body is a coord.GCRequest.
+	// KindGC: the body is a protocol.GCRequest.
 	KindGC Kind = "gc"
 )
 
@@ -82,7 +82,7 @@ var (
 type Message struct {
 	// ID is the duplicate-detection key: a second message with the same ID
 	// inside the broker's duplicate window is dropped. Dispatch messages use
-	// coord.DispatchMessage.MessageID (jobId:dispatchEpoch).
+	// protocol.DispatchMessage.MessageID (jobId:dispatchEpoch).
 	ID string
 	// Subscription is the target factory or pool id: the one subscription
 	// that receives the message.

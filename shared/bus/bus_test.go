@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/bus"
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 type recordingSender struct {
@@ -37,8 +37,8 @@ type fixedClock time.Time
 
 func (c fixedClock) Now() time.Time { return time.Time(c) }
 
-func dispatchMsg() coord.DispatchMessage {
-	return coord.DispatchMessage{
+func dispatchMsg() protocol.DispatchMessage {
+	return protocol.DispatchMessage{
 		JobID: "job-42", ProductID: "notes-app", Repo: "learning-ai-notes",
 		Capabilities: []string{"os:mac", "engine:claude"}, Priority: fleet.PriorityHigh,
 		TargetFactoryID: "mac-1.local", DispatchEpoch: 3,
@@ -67,7 +67,7 @@ func TestDispatcherPublish(t *testing.T) {
 	require.Equal(t, 2*time.Minute, m.TTL)
 	require.Equal(t, bus.KindDispatch, m.Kind())
 
-	var body coord.DispatchMessage
+	var body protocol.DispatchMessage
 	require.NoError(t, json.Unmarshal(m.Body, &body))
 	require.Equal(t, msg, body, "the body is the whole dispatch message")
 	require.NotContains(t, string(m.Body), "bodyMd", "never the job body")
@@ -101,7 +101,7 @@ func TestDispatcherErrors(t *testing.T) {
 	msg = dispatchMsg()
 	msg.TargetFactoryID = "has space"
 	require.ErrorIs(t, d.Publish(t.Context(), msg), bus.ErrInvalid)
-	require.ErrorIs(t, d.PublishGC(t.Context(), coord.GCRequest{}), bus.ErrInvalid)
+	require.ErrorIs(t, d.PublishGC(t.Context(), protocol.GCRequest{}), bus.ErrInvalid)
 }
 
 func TestDispatcherPublishGC(t *testing.T) {
@@ -109,7 +109,7 @@ func TestDispatcherPublishGC(t *testing.T) {
 	s := &recordingSender{}
 	at := time.Date(2026, 11, 3, 10, 15, 42, 0, time.UTC)
 	d := bus.NewDispatcher(s, bus.DispatcherOptions{Clock: fixedClock(at)})
-	req := coord.GCRequest{FactoryID: "mac-2", Repos: map[string][]string{"notes": {"j1", "j2"}}}
+	req := protocol.GCRequest{FactoryID: "mac-2", Repos: map[string][]string{"notes": {"j1", "j2"}}}
 	require.NoError(t, d.PublishGC(t.Context(), req))
 	// Same minute: same id, so the broker collapses a doubled sweep.
 	d2 := bus.NewDispatcher(s, bus.DispatcherOptions{Clock: fixedClock(at.Add(17 * time.Second))})
@@ -175,7 +175,7 @@ func TestDecodeByKind(t *testing.T) {
 	require.NotNil(t, dec.Dispatch)
 	require.Nil(t, dec.GC)
 
-	gm, err := bus.GCToMessage(coord.GCRequest{FactoryID: "mac-1.local"}, time.Now())
+	gm, err := bus.GCToMessage(protocol.GCRequest{FactoryID: "mac-1.local"}, time.Now())
 	require.NoError(t, err)
 	dec, err = bus.Decode(bus.NewDelivery(gm, 1, time.Now(), nil))
 	require.NoError(t, err)
@@ -258,7 +258,7 @@ func TestDrainDeadLetters(t *testing.T) {
 		d.DeadLetterReason = bus.ReasonMaxDeliveries
 		return d
 	}
-	gc, err := bus.GCToMessage(coord.GCRequest{FactoryID: "mac-1.local"}, time.Now())
+	gc, err := bus.GCToMessage(protocol.GCRequest{FactoryID: "mac-1.local"}, time.Now())
 	require.NoError(t, err)
 	f := &fakeDeadLetters{queues: map[string][]bus.Delivery{
 		"mac-1.local": {deadDispatch("a", 1), bus.NewDelivery(gc, 1, time.Now(), nil), deadDispatch("b", 2)},
@@ -267,7 +267,7 @@ func TestDrainDeadLetters(t *testing.T) {
 	d := bus.NewDispatcher(f, bus.DispatcherOptions{}) // the sender drains too
 	var handled []string
 	n, err := d.DrainDeadLetters(t.Context(), []string{"mac-1.local", "mac-2", "never-provisioned"},
-		func(_ context.Context, m coord.DispatchMessage) error {
+		func(_ context.Context, m protocol.DispatchMessage) error {
 			handled = append(handled, m.MessageID())
 			return nil
 		})
@@ -292,7 +292,7 @@ func TestDrainDeadLettersStopsASubscriptionOnFailure(t *testing.T) {
 	d := bus.NewDispatcher(&recordingSender{}, bus.DispatcherOptions{DeadLetters: f})
 	boom := errors.New("store unavailable")
 	calls := 0
-	n, err := d.DrainDeadLetters(t.Context(), []string{"mac-1.local"}, func(context.Context, coord.DispatchMessage) error {
+	n, err := d.DrainDeadLetters(t.Context(), []string{"mac-1.local"}, func(context.Context, protocol.DispatchMessage) error {
 		calls++
 		if calls == 2 {
 			return boom
@@ -308,7 +308,7 @@ func TestDrainDeadLettersStopsASubscriptionOnFailure(t *testing.T) {
 func TestDrainDeadLettersWithoutReceiver(t *testing.T) {
 	t.Parallel()
 	d := bus.NewDispatcher(&recordingSender{}, bus.DispatcherOptions{})
-	n, err := d.DrainDeadLetters(t.Context(), []string{"a"}, func(context.Context, coord.DispatchMessage) error {
+	n, err := d.DrainDeadLetters(t.Context(), []string{"a"}, func(context.Context, protocol.DispatchMessage) error {
 		t.Fatal("nothing to drain")
 		return nil
 	})

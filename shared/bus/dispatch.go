@@ -9,7 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/clock"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // Sender is the one thing the Dispatcher needs of a backend.
@@ -43,23 +44,19 @@ type DispatcherOptions struct {
 	// GCTTL is the TTL of GC requests; zero means DefaultGCTTL.
 	GCTTL time.Duration
 	// Clock stamps GC message ids; nil means the wall clock.
-	Clock coord.Clock
+	Clock clock.Clock
 	// DeadLetters is where DrainDeadLetters reads; nil means the Sender
 	// when it is also a DeadLetterReceiver (both backends are).
 	DeadLetters DeadLetterReceiver
 }
 
 // Dispatcher publishes coord's dispatch messages and GC requests as targeted
-// bus messages. It implements coord.Publisher and coord.GCPublisher.
+// bus messages. It implements coord.Publisher and coord.GCPublisher (checked
+// where shared/app wires it, so this package speaks only the protocol).
 type Dispatcher struct {
 	sender Sender
 	opts   DispatcherOptions
 }
-
-var (
-	_ coord.Publisher   = (*Dispatcher)(nil)
-	_ coord.GCPublisher = (*Dispatcher)(nil)
-)
 
 // NewDispatcher returns a Dispatcher sending through s.
 func NewDispatcher(s Sender, opts DispatcherOptions) *Dispatcher {
@@ -67,7 +64,7 @@ func NewDispatcher(s Sender, opts DispatcherOptions) *Dispatcher {
 		opts.GCTTL = DefaultGCTTL
 	}
 	if opts.Clock == nil {
-		opts.Clock = coord.SystemClock{}
+		opts.Clock = clock.System{}
 	}
 	if opts.DeadLetters == nil {
 		opts.DeadLetters, _ = s.(DeadLetterReceiver)
@@ -78,7 +75,7 @@ func NewDispatcher(s Sender, opts DispatcherOptions) *Dispatcher {
 // Publish sends msg to its target's subscription with ID jobId:dispatchEpoch,
 // so a repeated publish of one dispatch collapses in the broker while a
 // re-dispatch (a new epoch) always goes out.
-func (d *Dispatcher) Publish(ctx context.Context, msg coord.DispatchMessage) error {
+func (d *Dispatcher) Publish(ctx context.Context, msg protocol.DispatchMessage) error {
 	m, err := DispatchToMessage(msg)
 	if err != nil {
 		return err
@@ -93,7 +90,7 @@ func (d *Dispatcher) Publish(ctx context.Context, msg coord.DispatchMessage) err
 // PublishGC sends req to its factory. The ID is gc:<factory>:<unix minute>:
 // sweeps that fire twice within a minute (a timer retried by the host,
 // two coordinators) send one request.
-func (d *Dispatcher) PublishGC(ctx context.Context, req coord.GCRequest) error {
+func (d *Dispatcher) PublishGC(ctx context.Context, req protocol.GCRequest) error {
 	m, err := GCToMessage(req, d.opts.Clock.Now())
 	if err != nil {
 		return err
@@ -115,7 +112,7 @@ func (d *Dispatcher) PublishGC(ctx context.Context, req coord.GCRequest) error {
 // letter is abandoned for the next sweep and that subscription's drain
 // stops, so one failing job cannot spin the sweep.
 func (d *Dispatcher) DrainDeadLetters(ctx context.Context, subs []string,
-	handle func(ctx context.Context, msg coord.DispatchMessage) error) (int, error) {
+	handle func(ctx context.Context, msg protocol.DispatchMessage) error) (int, error) {
 	if d.opts.DeadLetters == nil {
 		return 0, nil
 	}
@@ -135,7 +132,7 @@ func (d *Dispatcher) DrainDeadLetters(ctx context.Context, subs []string,
 }
 
 func (d *Dispatcher) drain(ctx context.Context, sub string,
-	handle func(ctx context.Context, msg coord.DispatchMessage) error) (int, error) {
+	handle func(ctx context.Context, msg protocol.DispatchMessage) error) (int, error) {
 	dl := d.opts.DeadLetters
 	n := 0
 	for {
@@ -174,7 +171,7 @@ func (d *Dispatcher) drain(ctx context.Context, sub string,
 
 // DispatchToMessage is the bus form of a dispatch message: JSON body,
 // ID = MessageID(), addressed to TargetFactoryID, ordered by repo.
-func DispatchToMessage(msg coord.DispatchMessage) (Message, error) {
+func DispatchToMessage(msg protocol.DispatchMessage) (Message, error) {
 	if msg.JobID == "" || msg.TargetFactoryID == "" {
 		return Message{}, fmt.Errorf("%w: dispatch message needs a job id and a target factory (got %q, %q)",
 			ErrInvalid, msg.JobID, msg.TargetFactoryID)
@@ -200,7 +197,7 @@ func DispatchToMessage(msg coord.DispatchMessage) (Message, error) {
 }
 
 // GCToMessage is the bus form of a GC request sent at now.
-func GCToMessage(req coord.GCRequest, now time.Time) (Message, error) {
+func GCToMessage(req protocol.GCRequest, now time.Time) (Message, error) {
 	if req.FactoryID == "" {
 		return Message{}, fmt.Errorf("%w: gc request has no factory", ErrInvalid)
 	}
@@ -224,8 +221,8 @@ func GCToMessage(req coord.GCRequest, now time.Time) (Message, error) {
 // the message can never be handled and belongs on the dead-letter queue.
 // It checks that the body agrees with the envelope (ID, subscription), so
 // a misrouted or tampered message is refused before the factory accepts.
-func DecodeDispatch(d Delivery) (coord.DispatchMessage, error) {
-	var msg coord.DispatchMessage
+func DecodeDispatch(d Delivery) (protocol.DispatchMessage, error) {
+	var msg protocol.DispatchMessage
 	if k := d.Kind(); k != KindDispatch {
 		return msg, fmt.Errorf("%w: message %s is of kind %q, not %q", ErrMalformed, d.ID, k, KindDispatch)
 	}
@@ -245,8 +242,8 @@ func DecodeDispatch(d Delivery) (coord.DispatchMessage, error) {
 }
 
 // DecodeGC reads a GC delivery. Any error wraps ErrMalformed.
-func DecodeGC(d Delivery) (coord.GCRequest, error) {
-	var req coord.GCRequest
+func DecodeGC(d Delivery) (protocol.GCRequest, error) {
+	var req protocol.GCRequest
 	if k := d.Kind(); k != KindGC {
 		return req, fmt.Errorf("%w: message %s is of kind %q, not %q", ErrMalformed, d.ID, k, KindGC)
 	}
@@ -264,8 +261,8 @@ func DecodeGC(d Delivery) (coord.GCRequest, error) {
 
 // Decoded is a delivery's body by kind: exactly one field is set.
 type Decoded struct {
-	Dispatch *coord.DispatchMessage
-	GC       *coord.GCRequest
+	Dispatch *protocol.DispatchMessage
+	GC       *protocol.GCRequest
 }
 
 // Decode reads a delivery of any known kind; an unknown kind is malformed

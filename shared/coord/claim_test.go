@@ -12,6 +12,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // seedJobs declares products p00, p01, … (each owning notes) and fills
@@ -51,11 +52,11 @@ func productName(i int) string { return fmt.Sprintf("p%02d", i) }
 // claimRace runs one goroutine per entry of claimers, released together;
 // each polls Claim on its coordinator as its factory until no job is left.
 // It returns, per job id, every factory that was handed the job.
-func claimRace(t *testing.T, ctx context.Context, claimers []claimer) map[string][]*coord.Claimed {
+func claimRace(t *testing.T, ctx context.Context, claimers []claimer) map[string][]*protocol.Claimed {
 	t.Helper()
 	var (
 		mu    sync.Mutex
-		got   = map[string][]*coord.Claimed{}
+		got   = map[string][]*protocol.Claimed{}
 		start = make(chan struct{})
 		wg    sync.WaitGroup
 		errs  = make(chan error, len(claimers))
@@ -94,7 +95,7 @@ type claimer struct {
 
 // requireExactlyOnce checks every job was handed out exactly once, at
 // leaseEpoch 1, and that the store agrees with what the claimers were told.
-func requireExactlyOnce(t *testing.T, ctx context.Context, c *coord.Coordinator, ids map[string]string, got map[string][]*coord.Claimed) {
+func requireExactlyOnce(t *testing.T, ctx context.Context, c *coord.Coordinator, ids map[string]string, got map[string][]*protocol.Claimed) {
 	t.Helper()
 	total := 0
 	for id := range ids {
@@ -233,7 +234,7 @@ func TestAcceptExactlyOnce(t *testing.T) {
 		wg      sync.WaitGroup
 		start   = make(chan struct{})
 		mu      sync.Mutex
-		winners []*coord.Claimed
+		winners []*protocol.Claimed
 		others  []error
 	)
 	for i := range goroutines {
@@ -298,7 +299,7 @@ func TestClaimRacesAccept(t *testing.T) {
 			winners []string
 			errs    []error
 		)
-		record := func(who string, cl *coord.Claimed, err error) {
+		record := func(who string, cl *protocol.Claimed, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

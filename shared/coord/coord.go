@@ -1,6 +1,6 @@
 // Package coord holds the fleet's use cases: submit, claim and accept, fenced
 // updates, leases, failure, reaping, dispatch, factories and products. It
-// declares the interfaces it needs (Store, Clock, Publisher) and knows
+// declares the interfaces it needs (Store, Publisher) and knows
 // nothing of HTTP, SQL or any cloud SDK.
 package coord
 
@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/schedule"
 )
@@ -80,7 +81,7 @@ func (c Config) withDefaults() Config {
 // a compare-and-swap, and the caches only ever save a read.
 type Coordinator struct {
 	store         Store
-	clock         Clock
+	clock         clock.Clock
 	cfg           Config
 	log           *slog.Logger
 	jobs          *itemCache
@@ -95,14 +96,14 @@ type Coordinator struct {
 }
 
 // New builds a coordinator. log may be nil.
-func New(store Store, clock Clock, cfg Config, log *slog.Logger) *Coordinator {
+func New(store Store, clk clock.Clock, cfg Config, log *slog.Logger) *Coordinator {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg = cfg.withDefaults()
 	return &Coordinator{
 		store:       store,
-		clock:       clock,
+		clock:       clk,
 		cfg:         cfg,
 		log:         log,
 		jobs:        newItemCache(4096),

@@ -4,34 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/schedule"
 )
 
-// DispatchMessage is what a factory receives: small routing facts, never the
-// job body, which the factory reads from the coordinator after accepting.
-type DispatchMessage struct {
-	JobID           string         `json:"jobId"`
-	ProductID       string         `json:"productId"`
-	Repo            string         `json:"repo"`
-	Capabilities    []string       `json:"capabilities"`
-	Priority        fleet.Priority `json:"priority"`
-	TargetFactoryID string         `json:"targetFactoryId"`
-	DispatchEpoch   int64          `json:"dispatchEpoch"`
-}
-
-// MessageID is the broker's duplicate-detection key: jobId:dispatchEpoch.
-// Keyed on the job alone, a re-dispatch inside the detection window would
-// be dropped as a duplicate and the job would strand.
-func (m DispatchMessage) MessageID() string {
-	return m.JobID + ":" + strconv.FormatInt(m.DispatchEpoch, 10)
-}
-
 // Publisher delivers dispatch messages to the target factory's subscription.
 type Publisher interface {
-	Publish(ctx context.Context, msg DispatchMessage) error
+	Publish(ctx context.Context, msg protocol.DispatchMessage) error
 }
 
 // Decision is what dispatch did with one job.
@@ -156,7 +137,7 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 		d.Skipped = "already dispatched"
 		return d, nil
 	}
-	msg := DispatchMessage{
+	msg := protocol.DispatchMessage{
 		JobID: j.ID, ProductID: j.ProductID, Repo: j.Repo, Capabilities: j.Capabilities,
 		Priority: j.Priority, TargetFactoryID: j.TargetFactoryID, DispatchEpoch: j.DispatchEpoch,
 	}
@@ -174,7 +155,7 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 // (max deliveries, expiry), one subscription at a time. The transport
 // implements it when its broker keeps dead letters.
 type DeadLetterSource interface {
-	DrainDeadLetters(ctx context.Context, subscriptions []string, handle func(ctx context.Context, msg DispatchMessage) error) (int, error)
+	DrainDeadLetters(ctx context.Context, subscriptions []string, handle func(ctx context.Context, msg protocol.DispatchMessage) error) (int, error)
 }
 
 // Redispatch is the sweep that makes dispatch reliable although the
@@ -251,7 +232,7 @@ func (c *Coordinator) retryUnroutable(ctx context.Context) {
 
 // DeadLettered records that the broker gave up on a dispatch message, and
 // routes the job again if the message was its current dispatch.
-func (c *Coordinator) DeadLettered(ctx context.Context, msg DispatchMessage) error {
+func (c *Coordinator) DeadLettered(ctx context.Context, msg protocol.DispatchMessage) error {
 	c.stats.deadLettered.Add(1)
 	_, err := c.mutateJob(ctx, msg.ProductID, msg.JobID, func(j *fleet.Job) error {
 		if j.Stage != fleet.StageQueued || j.DispatchEpoch != msg.DispatchEpoch {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // dispatchEnv is an env with a recording transport attached.
@@ -59,7 +60,7 @@ func TestDispatchChanged(t *testing.T) {
 	require.Equal(t, int64(1), got.DispatchEpoch)
 	require.Equal(t, fleet.Dispatch{At: t0}, got.Dispatch)
 	msgs := pub.sent()
-	require.Equal(t, []coord.DispatchMessage{{
+	require.Equal(t, []protocol.DispatchMessage{{
 		JobID: j.ID, ProductID: prod, Repo: repo, Capabilities: []string{"engine:claude"},
 		Priority: fleet.PriorityHigh, TargetFactoryID: "f1", DispatchEpoch: 1,
 	}}, msgs)
@@ -342,7 +343,7 @@ func TestDeadLettered(t *testing.T) {
 	require.NoError(t, e.c.DeadLettered(e.ctx, first), "a stale dead-letter")
 	require.Len(t, pub.sent(), 2)
 	require.Equal(t, before, e.rawJob(j.ID))
-	require.NoError(t, e.c.DeadLettered(e.ctx, coord.DispatchMessage{JobID: "gone", ProductID: prod, DispatchEpoch: 1}))
+	require.NoError(t, e.c.DeadLettered(e.ctx, protocol.DispatchMessage{JobID: "gone", ProductID: prod, DispatchEpoch: 1}))
 
 	_, err = e.c.Accept(e.ctx, "f1", prod, j.ID, 1)
 	require.ErrorIs(t, err, fleet.ErrConflict)
@@ -365,8 +366,8 @@ func TestMessageID(t *testing.T) {
 		{"a:b", 7, "a:b:7"},
 	}
 	for _, tc := range tests {
-		require.Equal(t, tc.id, coord.DispatchMessage{JobID: tc.job, DispatchEpoch: tc.epoch}.MessageID())
+		require.Equal(t, tc.id, protocol.DispatchMessage{JobID: tc.job, DispatchEpoch: tc.epoch}.MessageID())
 	}
-	require.NotEqual(t, coord.DispatchMessage{JobID: "j1", DispatchEpoch: 1}.MessageID(),
-		coord.DispatchMessage{JobID: "j1", DispatchEpoch: 2}.MessageID())
+	require.NotEqual(t, protocol.DispatchMessage{JobID: "j1", DispatchEpoch: 1}.MessageID(),
+		protocol.DispatchMessage{JobID: "j1", DispatchEpoch: 2}.MessageID())
 }

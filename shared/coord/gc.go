@@ -5,22 +5,13 @@ import (
 	"slices"
 
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
-
-// GCRequest asks one factory to clean up git state of finished jobs: local
-// worktrees and branches of these jobs, and on the origin the `aq/wip/<id>`
-// branches and the `aq/job/<id>` branches already merged into the default
-// branch. A factory never deletes unmerged work or an in-flight worktree,
-// whatever the request says.
-type GCRequest struct {
-	FactoryID string              `json:"factoryId"`
-	Repos     map[string][]string `json:"repos"` // repo -> terminal job ids
-}
 
 // GCPublisher delivers GC requests to factories; the dispatch transport
 // implements it when it can.
 type GCPublisher interface {
-	PublishGC(ctx context.Context, req GCRequest) error
+	PublishGC(ctx context.Context, req protocol.GCRequest) error
 }
 
 // terminalStages are the stages whose git state may be cleaned up.
@@ -29,7 +20,7 @@ var terminalStages = []string{string(fleet.StageShipped), string(fleet.StageFail
 
 // GCPlan groups terminal jobs by the factories that have their repo: each
 // factory gets the terminal jobs of the repos it holds.
-func (c *Coordinator) GCPlan(ctx context.Context) ([]GCRequest, error) {
+func (c *Coordinator) GCPlan(ctx context.Context) ([]protocol.GCRequest, error) {
 	done, err := c.queryJobs(ctx, Query{Where: []Cond{In("stage", terminalStages...)}})
 	if err != nil {
 		return nil, err
@@ -42,9 +33,9 @@ func (c *Coordinator) GCPlan(ctx context.Context) ([]GCRequest, error) {
 	if err != nil {
 		return nil, err
 	}
-	var plan []GCRequest
+	var plan []protocol.GCRequest
 	for _, f := range factories {
-		req := GCRequest{FactoryID: f.ID, Repos: map[string][]string{}}
+		req := protocol.GCRequest{FactoryID: f.ID, Repos: map[string][]string{}}
 		for _, r := range f.Repos {
 			if ids := byRepo[r]; len(ids) > 0 {
 				req.Repos[r] = slices.Sorted(slices.Values(ids))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/store/sqlite"
 )
 
@@ -192,7 +193,7 @@ func (e *env) factory(id string, opts ...factoryOpt) *fleet.Token {
 }
 
 // claim polls for work as factoryID and requires a job.
-func (e *env) claim(factoryID string) *coord.Claimed {
+func (e *env) claim(factoryID string) *protocol.Claimed {
 	e.t.Helper()
 	cl, err := e.c.Claim(e.ctx, factoryID)
 	require.NoError(e.t, err)
@@ -249,11 +250,11 @@ func requireCode(t *testing.T, err error, code fleet.Code, field string) {
 // asked to publish and fails while fail is set.
 type recordingPublisher struct {
 	mu   sync.Mutex
-	msgs []coord.DispatchMessage
+	msgs []protocol.DispatchMessage
 	fail error
 }
 
-func (p *recordingPublisher) Publish(_ context.Context, m coord.DispatchMessage) error {
+func (p *recordingPublisher) Publish(_ context.Context, m protocol.DispatchMessage) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.fail != nil {
@@ -269,10 +270,10 @@ func (p *recordingPublisher) setFail(err error) {
 	p.mu.Unlock()
 }
 
-func (p *recordingPublisher) sent() []coord.DispatchMessage {
+func (p *recordingPublisher) sent() []protocol.DispatchMessage {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]coord.DispatchMessage(nil), p.msgs...)
+	return append([]protocol.DispatchMessage(nil), p.msgs...)
 }
 
 // hookStore decorates a Store: beforeReplace runs before every Replace of a

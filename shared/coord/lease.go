@@ -8,24 +8,18 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/schedule"
 )
 
-// Claimed is a job handed to a factory with its lease.
-type Claimed struct {
-	Job            *fleet.Job `json:"job"`
-	LeaseEpoch     int64      `json:"leaseEpoch"`
-	LeaseExpiresAt time.Time  `json:"leaseExpiresAt"`
-}
-
-func claimed(j *fleet.Job) *Claimed {
-	return &Claimed{Job: j, LeaseEpoch: j.LeaseEpoch, LeaseExpiresAt: j.LeaseExpiresAt}
+func claimed(j *fleet.Job) *protocol.Claimed {
+	return &protocol.Claimed{Job: j, LeaseEpoch: j.LeaseEpoch, LeaseExpiresAt: j.LeaseExpiresAt}
 }
 
 // Claim is the poll transport: it gives the factory the best queued job it
 // is eligible for, or nil when there is none. Racing claimers never both win
 // a job: the claim is a CAS, and a loser moves on to its next best job.
-func (c *Coordinator) Claim(ctx context.Context, factoryID string) (*Claimed, error) {
+func (c *Coordinator) Claim(ctx context.Context, factoryID string) (*protocol.Claimed, error) {
 	f, err := c.GetFactory(ctx, factoryID)
 	if err != nil {
 		return nil, err
@@ -91,7 +85,7 @@ func claimOrder(ranked []*fleet.Job) []*fleet.Job {
 
 // Accept is the push transport's claim: the factory a dispatch message
 // targeted takes the job, if the message is still current.
-func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*Claimed, error) {
+func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*protocol.Claimed, error) {
 	_, after, err := c.transition(ctx, productID, jobID, fleet.StageAssigned, fleet.ActorFactory, factoryID, "claimed", "accepted dispatch",
 		func(j *fleet.Job) error {
 			switch {

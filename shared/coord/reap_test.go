@@ -8,6 +8,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // TestReap: an expired lease puts the job back in the queue with the epoch
@@ -112,7 +113,7 @@ func TestReapSkipsLiveLeases(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Equal(t, fleet.StageQueued, e.job(expired.Job.ID).Stage)
-	for _, cl := range []*coord.Claimed{renewed, late} {
+	for _, cl := range []*protocol.Claimed{renewed, late} {
 		got := e.job(cl.Job.ID)
 		require.Equal(t, fleet.StageAssigned, got.Stage)
 		require.Equal(t, cl.LeaseEpoch, got.LeaseEpoch)

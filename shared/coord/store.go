@@ -3,7 +3,6 @@ package coord
 import (
 	"context"
 	"errors"
-	"time"
 )
 
 // Store errors. Every backend returns exactly these (wrapped is fine), so use
@@ -115,14 +114,3 @@ type Store interface {
 	// ("" = from the beginning). An empty page means nothing new yet.
 	ReadChanges(ctx context.Context, container, continuation string, max int) (ChangePage, error)
 }
-
-// Clock tells the time. Use cases never call time.Now, so tests control it.
-type Clock interface {
-	Now() time.Time
-}
-
-// SystemClock is the wall clock.
-type SystemClock struct{}
-
-// Now returns the current UTC time.
-func (SystemClock) Now() time.Time { return time.Now().UTC() }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/store/sqlite"
 )
 
@@ -233,9 +234,9 @@ func (f *fixture) submit(prod, manifest string) *fleet.Job {
 	return &j
 }
 
-func (f *fixture) claim(token string) coord.Claimed {
+func (f *fixture) claim(token string) protocol.Claimed {
 	f.t.Helper()
-	var c coord.Claimed
+	var c protocol.Claimed
 	f.ok(200, &c, "POST", "/api/fleet/claim", token, nil)
 	return c
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/schedule"
 )
 
@@ -151,7 +152,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"Job", "review"}, fleet.Review{}},
 		{[]string{"Job", "review", "votes"}, fleet.Vote{}},
 		{[]string{"JobPage"}, jobPage{}},
-		{[]string{"Claimed"}, coord.Claimed{}},
+		{[]string{"Claimed"}, protocol.Claimed{}},
 		{[]string{"RenewResponse"}, renewResponse{}},
 		{[]string{"Run"}, fleet.Run{}},
 		{[]string{"Event"}, fleet.Event{}},

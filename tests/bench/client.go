@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 )
 
@@ -148,7 +148,7 @@ func (c *client) submit(ctx context.Context, product, m string) (string, error) 
 }
 
 // accept is the push transport's claim; it returns the lease epoch.
-func (c *client) accept(ctx context.Context, m coord.DispatchMessage) (int64, error) {
+func (c *client) accept(ctx context.Context, m protocol.DispatchMessage) (int64, error) {
 	var out struct {
 		LeaseEpoch int64 `json:"leaseEpoch"`
 	}

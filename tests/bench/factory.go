@@ -10,7 +10,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/bus"
 	natsbus "github.com/gigafactory/fleet/shared/bus/nats"
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // heartbeatEvery is how often a factory heartbeats: well inside the 90s
@@ -90,7 +90,7 @@ func (f *factory) heartbeatLoop(ctx context.Context) error {
 
 // handler handles one dispatch delivery received at `at`. It settles the
 // delivery itself.
-type handler func(ctx context.Context, at time.Time, d bus.Delivery, m coord.DispatchMessage) error
+type handler func(ctx context.Context, at time.Time, d bus.Delivery, m protocol.DispatchMessage) error
 
 // receiveLoop blocks in Receive on the factory's subscription and hands each
 // dispatch to handle, until ctx ends. GC requests are completed and skipped.
@@ -129,7 +129,7 @@ func (f *factory) receiveLoop(ctx context.Context, handle handler) error {
 // acceptAndComplete claims the dispatched job and completes the delivery
 // (complete-on-claim). A 409 means the dispatch is stale or a duplicate:
 // the delivery is completed and ok is false.
-func (f *factory) acceptAndComplete(ctx context.Context, d bus.Delivery, m coord.DispatchMessage) (epoch int64, ok bool, err error) {
+func (f *factory) acceptAndComplete(ctx context.Context, d bus.Delivery, m protocol.DispatchMessage) (epoch int64, ok bool, err error) {
 	epoch, err = f.api.accept(ctx, m)
 	switch {
 	case err == nil:

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/bus"
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 const latencyProduct = "bench-latency"
@@ -65,7 +65,7 @@ func (r *latencyRecorder) submit(id string, at time.Time, took time.Duration) {
 
 // handler is the receiver loop's work: timestamp, accept, complete.
 func (r *latencyRecorder) handler(f *factory) handler {
-	return func(ctx context.Context, at time.Time, d bus.Delivery, m coord.DispatchMessage) error {
+	return func(ctx context.Context, at time.Time, d bus.Delivery, m protocol.DispatchMessage) error {
 		r.mu.Lock()
 		if _, seen := r.received[m.JobID]; seen {
 			r.redeliver++

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/bus"
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 )
 
@@ -81,7 +81,7 @@ type lifecycleRecorder struct {
 // delivered is a dispatch waiting for a worker.
 type delivered struct {
 	d bus.Delivery
-	m coord.DispatchMessage
+	m protocol.DispatchMessage
 }
 
 // work runs one job's factory side: accept, complete, building, shipped.
@@ -140,7 +140,7 @@ func (s *session) runLifecycles(ctx context.Context) (*lifecycleResult, string, 
 		}
 		queue := make(chan delivered, 2*workersPerFactory)
 		s.background(func(ctx context.Context) error {
-			return f.receiveLoop(ctx, func(ctx context.Context, _ time.Time, d bus.Delivery, m coord.DispatchMessage) error {
+			return f.receiveLoop(ctx, func(ctx context.Context, _ time.Time, d bus.Delivery, m protocol.DispatchMessage) error {
 				select {
 				case queue <- delivered{d, m}:
 				case <-ctx.Done():

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/bus"
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 )
 
@@ -50,7 +50,7 @@ func (s *session) runSteps(ctx context.Context, runs int) (*stepsResult, error) 
 	samples := make([][]ops, len(stepNames))
 	for run := range runs + 1 {
 		var d bus.Delivery
-		var m coord.DispatchMessage
+		var m protocol.DispatchMessage
 		var epoch int64
 		steps := []func() error{
 			func() error {
@@ -108,12 +108,12 @@ func (s *session) runSteps(ctx context.Context, runs int) (*stepsResult, error) 
 }
 
 // receiveDispatch waits for the dispatch message of job id.
-func receiveDispatch(ctx context.Context, f *factory, id string) (bus.Delivery, coord.DispatchMessage, error) {
+func receiveDispatch(ctx context.Context, f *factory, id string) (bus.Delivery, protocol.DispatchMessage, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		ds, err := f.bus.Receive(ctx, f.id, 1, time.Until(deadline))
 		if err != nil {
-			return bus.Delivery{}, coord.DispatchMessage{}, err
+			return bus.Delivery{}, protocol.DispatchMessage{}, err
 		}
 		for _, d := range ds {
 			m, err := bus.DecodeDispatch(d)
@@ -122,11 +122,11 @@ func receiveDispatch(ctx context.Context, f *factory, id string) (bus.Delivery, 
 			}
 			// A GC request, or a leftover: not this step's message.
 			if err := f.bus.Complete(ctx, d); err != nil {
-				return bus.Delivery{}, coord.DispatchMessage{}, err
+				return bus.Delivery{}, protocol.DispatchMessage{}, err
 			}
 		}
 	}
-	return bus.Delivery{}, coord.DispatchMessage{}, errors.New("job lost: no dispatch message within 30s")
+	return bus.Delivery{}, protocol.DispatchMessage{}, errors.New("job lost: no dispatch message within 30s")
 }
 
 // medianCounts is the per-kind median of the samples.

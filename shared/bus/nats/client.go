@@ -35,12 +35,17 @@
 //
 // # Depth
 //
-// Depth is the consumer's NumPending + NumAckPending: messages not yet
-// delivered plus messages delivered and not yet acked (locked, or waiting
-// for redelivery after an abandon). That is Service Bus's
-// ActiveMessageCount: every message of the subscription that is neither
-// completed nor dead-lettered, locked ones included, so a pool's scaler
-// does not shrink under in-flight work.
+// Depth is the number of messages the dispatch stream holds on the
+// subscription's subject. On a work-queue stream a message stays stored
+// until it is acked, terminated or expired, so that is every message not yet
+// delivered plus every one delivered and not yet settled (locked, or
+// waiting for redelivery after an abandon): Service Bus's
+// ActiveMessageCount, locked ones included, so a pool's scaler does not
+// shrink under in-flight work. It is read from the stream's per-subject
+// count, which the server updates before it acknowledges a publish, and not
+// from the consumer's NumPending, which the server updates asynchronously
+// after the acknowledgement (a signal goroutine per stream): read right
+// after Send, NumPending can still miss the message.
 //
 // # Settlement
 //
@@ -627,9 +632,9 @@ func (c *Client) settle(ctx context.Context, d bus.Delivery, op string, body []b
 	return nil
 }
 
-// Depth is NumPending + NumAckPending of sub's consumer: the messages that
-// are neither completed nor dead-lettered, locked ones included (Service
-// Bus's ActiveMessageCount).
+// Depth is the number of sub's messages that are neither completed nor
+// dead-lettered, locked ones included (Service Bus's ActiveMessageCount).
+// It counts every message whose Send returned (see the package doc).
 func (c *Client) Depth(ctx context.Context, sub string) (int64, error) {
 	if err := c.check(); err != nil {
 		return 0, err
@@ -640,11 +645,17 @@ func (c *Client) Depth(ctx context.Context, sub string) (int64, error) {
 	}
 	rctx, cancel := c.requestCtx(ctx)
 	defer cancel()
-	info, err := cons.Info(rctx)
-	if err != nil {
+	// The consumer must still exist: an unknown subscription is ErrNotFound,
+	// as on Service Bus, although its messages stay in the stream.
+	if _, err := cons.Info(rctx); err != nil {
 		return 0, c.consumerErr(false, sub, err)
 	}
-	return int64(info.NumPending) + int64(info.NumAckPending), nil
+	subject := c.subject("dispatch", sub)
+	info, err := c.dispatch.Info(rctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return 0, c.mapErr("depth of "+sub, err)
+	}
+	return int64(info.State.Subjects[subject]), nil
 }
 
 // Close closes the connection. Unsettled deliveries are redelivered after

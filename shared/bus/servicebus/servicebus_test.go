@@ -16,7 +16,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/bus"
 	"github.com/gigafactory/fleet/shared/bus/bustest"
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 var _ bustest.Backend = (*Client)(nil)
@@ -69,7 +69,7 @@ func TestSendWireFormat(t *testing.T) {
 			t.Parallel()
 			ns := newFakeNamespace(DefaultTopic)
 			c := newFake(t, ns, fakeOptions(tc.sessions))
-			msg := coord.DispatchMessage{JobID: "job-42", ProductID: "p1", Repo: "notes", Priority: "high",
+			msg := protocol.DispatchMessage{JobID: "job-42", ProductID: "p1", Repo: "notes", Priority: "high",
 				TargetFactoryID: "mac-1.local", DispatchEpoch: 3}
 			d := bus.NewDispatcher(c, bus.DispatcherOptions{DispatchTTL: 2 * time.Minute})
 			if tc.orderingKey == "" {

@@ -23,15 +23,15 @@ import (
 	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // API is what the agent needs of the coordinator (fleetapi.Client).
 type API interface {
 	LeaseAPI
 	Heartbeat(ctx context.Context, hb fleetapi.Heartbeat) error
-	Accept(ctx context.Context, msg coord.DispatchMessage) (*coord.Claimed, error)
+	Accept(ctx context.Context, msg protocol.DispatchMessage) (*protocol.Claimed, error)
 	GetJob(ctx context.Context, productID, id string) (*fleet.Job, error)
 	Patch(ctx context.Context, productID, id string, p fleetapi.Patch) (*fleet.Job, error)
 	Release(ctx context.Context, productID, id string, epoch int64) error
@@ -322,12 +322,12 @@ func (a *Agent) accept(ctx context.Context, log *slog.Logger, d transport.Delive
 
 // adopt returns the claim of a job the coordinator says this factory
 // already holds under msg's dispatch, or nil.
-func (a *Agent) adopt(ctx context.Context, msg coord.DispatchMessage) *coord.Claimed {
+func (a *Agent) adopt(ctx context.Context, msg protocol.DispatchMessage) *protocol.Claimed {
 	j, err := a.api.GetJob(ctx, msg.ProductID, msg.JobID)
 	if err != nil || j.HolderFactoryID != a.cfg.FactoryID || j.Stage != fleet.StageAssigned || j.DispatchEpoch != msg.DispatchEpoch {
 		return nil
 	}
-	return &coord.Claimed{Job: j, LeaseEpoch: j.LeaseEpoch, LeaseExpiresAt: j.LeaseExpiresAt}
+	return &protocol.Claimed{Job: j, LeaseEpoch: j.LeaseEpoch, LeaseExpiresAt: j.LeaseExpiresAt}
 }
 
 // heartbeat reports the factory to the coordinator.

@@ -16,8 +16,8 @@ import (
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
 	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // fakeAPI answers renew and accept from settable errors.
@@ -36,7 +36,7 @@ func (f *fakeAPI) Renew(context.Context, string, string, int64) (time.Time, erro
 	return time.Now().Add(time.Minute), f.renewErr
 }
 func (f *fakeAPI) Heartbeat(context.Context, fleetapi.Heartbeat) error { return nil }
-func (f *fakeAPI) Accept(context.Context, coord.DispatchMessage) (*coord.Claimed, error) {
+func (f *fakeAPI) Accept(context.Context, protocol.DispatchMessage) (*protocol.Claimed, error) {
 	return nil, f.acceptErr
 }
 func (f *fakeAPI) GetJob(context.Context, string, string) (*fleet.Job, error) {
@@ -55,9 +55,9 @@ func (f *fakeAPI) Fail(context.Context, string, string, int64, string, bool) (*f
 
 var fenced = &fleetapi.Error{Status: 409, Code: "fenced", Message: "stale"}
 
-func claim(ttl time.Duration) *coord.Claimed {
+func claim(ttl time.Duration) *protocol.Claimed {
 	now := time.Now()
-	return &coord.Claimed{Job: &fleet.Job{ID: "j1", ProductID: "p", LeaseAcquiredAt: now}, LeaseEpoch: 3, LeaseExpiresAt: now.Add(ttl)}
+	return &protocol.Claimed{Job: &fleet.Job{ID: "j1", ProductID: "p", LeaseAcquiredAt: now}, LeaseEpoch: 3, LeaseExpiresAt: now.Add(ttl)}
 }
 
 func TestLeaseTTLFromCoordinatorClock(t *testing.T) {
@@ -72,7 +72,7 @@ func TestLeaseTTLFromCoordinatorClock(t *testing.T) {
 	require.Equal(t, 30*time.Second, l.renewEvery(0))
 	require.Equal(t, 5*time.Second, l.renewEvery(5*time.Second))
 
-	unknown := &coord.Claimed{Job: &fleet.Job{ID: "j1"}}
+	unknown := &protocol.Claimed{Job: &fleet.Job{ID: "j1"}}
 	require.Equal(t, defaultTTL, newLease(&fakeAPI{}, unknown, time.Now()).ttl)
 }
 
@@ -146,7 +146,7 @@ func (f *fakeRecv) Close(context.Context) error { return nil }
 // twice.
 func TestAcceptSettlement(t *testing.T) {
 	t.Parallel()
-	msg := coord.DispatchMessage{JobID: "j1", ProductID: "p", TargetFactoryID: "f1", DispatchEpoch: 4}
+	msg := protocol.DispatchMessage{JobID: "j1", ProductID: "p", TargetFactoryID: "f1", DispatchEpoch: 4}
 	tests := []struct {
 		name                 string
 		acceptErr            error
@@ -181,7 +181,7 @@ func TestAcceptSettlement(t *testing.T) {
 // under the same dispatch, the factory adopts it.
 func TestAdoptLostAccept(t *testing.T) {
 	t.Parallel()
-	msg := coord.DispatchMessage{JobID: "j1", ProductID: "p", TargetFactoryID: "f1", DispatchEpoch: 4}
+	msg := protocol.DispatchMessage{JobID: "j1", ProductID: "p", TargetFactoryID: "f1", DispatchEpoch: 4}
 	mine := &fleet.Job{ID: "j1", ProductID: "p", Stage: fleet.StageAssigned, HolderFactoryID: "f1", DispatchEpoch: 4, LeaseEpoch: 7}
 	a := New(config.Config{FactoryID: "f1"}, &fakeAPI{job: mine}, &fakeRecv{}, nil, caps.Env{}, slog.New(slog.DiscardHandler))
 	cl := a.adopt(context.Background(), msg)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // maxSweepJobs bounds how many jobs one origin sweep of one repo asks the
@@ -59,7 +59,7 @@ func (a *Agent) gcLocal(ctx context.Context, when string) {
 
 // gcRequest carries out the coordinator's GC request: origin branches of
 // the listed (terminal) jobs, then local state.
-func (a *Agent) gcRequest(ctx context.Context, req coord.GCRequest) {
+func (a *Agent) gcRequest(ctx context.Context, req protocol.GCRequest) {
 	if req.FactoryID != a.cfg.FactoryID && req.FactoryID != a.cfg.Subscription {
 		a.log.WarnContext(ctx, "gc request for another factory ignored", "for", req.FactoryID)
 		return
@@ -126,7 +126,7 @@ func (a *Agent) sweep(ctx context.Context) {
 		a.log.WarnContext(ctx, "origin sweep", "err", err)
 		return
 	}
-	req := coord.GCRequest{FactoryID: a.cfg.FactoryID, Repos: map[string][]string{}}
+	req := protocol.GCRequest{FactoryID: a.cfg.FactoryID, Repos: map[string][]string{}}
 	for _, repo := range repos {
 		ids, err := a.git.RemoteJobs(ctx, repo)
 		if err != nil {

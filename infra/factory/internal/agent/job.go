@@ -17,8 +17,8 @@ import (
 	"github.com/gigafactory/fleet/infra/factory/internal/engine"
 	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // Failure reasons reported to POST /fleet/fail. The prefix is the kind,
@@ -47,7 +47,7 @@ type jobRun struct {
 }
 
 // start runs cl's job in the background under a seat.
-func (a *Agent) start(ctx context.Context, cl *coord.Claimed, received time.Time) *jobRun {
+func (a *Agent) start(ctx context.Context, cl *protocol.Claimed, received time.Time) *jobRun {
 	j := cl.Job
 	// The job's life is its own: a shutdown cancels it explicitly (with
 	// errShutdown), so it can checkpoint and release on the way out.
@@ -74,7 +74,7 @@ func (a *Agent) start(ctx context.Context, cl *coord.Claimed, received time.Time
 // job is the state of one run, shared by its steps.
 type job struct {
 	a     *Agent
-	cl    *coord.Claimed
+	cl    *protocol.Claimed
 	j     *fleet.Job
 	lease *lease
 	log   *slog.Logger
@@ -91,7 +91,7 @@ type job struct {
 }
 
 // runJob takes one claimed job from building to delivered or failed.
-func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *coord.Claimed, received time.Time) Outcome {
+func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *protocol.Claimed, received time.Time) Outcome {
 	j := cl.Job
 	log := a.log.With("job", j.ID, "product", j.ProductID, "repo", j.Repo, "leaseEpoch", cl.LeaseEpoch)
 	jb := &job{a: a, cl: cl, j: j, log: log, ctx: ctx, lease: newLease(a.api, cl, received)}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // Why a job stops early. They are context causes, so every step of a job
@@ -44,7 +44,7 @@ type lease struct {
 // default lease length.
 const defaultTTL = 5 * time.Minute
 
-func newLease(api LeaseAPI, cl *coord.Claimed, received time.Time) *lease {
+func newLease(api LeaseAPI, cl *protocol.Claimed, received time.Time) *lease {
 	ttl := defaultTTL
 	if j := cl.Job; !j.LeaseAcquiredAt.IsZero() && cl.LeaseExpiresAt.After(j.LeaseAcquiredAt) {
 		ttl = cl.LeaseExpiresAt.Sub(j.LeaseAcquiredAt)

@@ -18,8 +18,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // Error is an answer of the API other than success.
@@ -101,8 +101,8 @@ func (c *Client) Heartbeat(ctx context.Context, hb Heartbeat) error {
 
 // Claim takes the best queued job this factory is eligible for; nil when
 // there is none.
-func (c *Client) Claim(ctx context.Context) (*coord.Claimed, error) {
-	var out coord.Claimed
+func (c *Client) Claim(ctx context.Context) (*protocol.Claimed, error) {
+	var out protocol.Claimed
 	status, err := c.call(ctx, http.MethodPost, "/claim", c.productID, struct{}{}, &out, false)
 	if err != nil || status == http.StatusNoContent {
 		return nil, err
@@ -112,8 +112,8 @@ func (c *Client) Claim(ctx context.Context) (*coord.Claimed, error) {
 
 // Accept claims the job a dispatch message offered. A 409 conflict means
 // the message is stale or someone else has the job.
-func (c *Client) Accept(ctx context.Context, msg coord.DispatchMessage) (*coord.Claimed, error) {
-	var out coord.Claimed
+func (c *Client) Accept(ctx context.Context, msg protocol.DispatchMessage) (*protocol.Claimed, error) {
+	var out protocol.Claimed
 	body := map[string]any{"jobId": msg.JobID, "dispatchEpoch": msg.DispatchEpoch, "productId": msg.ProductID}
 	// Not retried blindly: a lost answer to a successful accept would
 	// come back as a 409 on retry; the caller re-reads the job instead.

@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/stretchr/testify/require"
-
-	"github.com/gigafactory/fleet/shared/coord"
 )
 
 func apiError(w http.ResponseWriter, status int, code, msg string) {
@@ -77,7 +76,7 @@ func TestRetries(t *testing.T) {
 	require.EqualValues(t, 3, calls.Load())
 
 	calls.Store(0)
-	_, err = c.Accept(context.Background(), coord.DispatchMessage{JobID: "j1", ProductID: "p", DispatchEpoch: 1})
+	_, err = c.Accept(context.Background(), protocol.DispatchMessage{JobID: "j1", ProductID: "p", DispatchEpoch: 1})
 	require.Error(t, err)
 	require.EqualValues(t, 1, calls.Load())
 

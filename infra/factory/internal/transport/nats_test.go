@@ -10,7 +10,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/bus"
 	busnats "github.com/gigafactory/fleet/shared/bus/nats"
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // TestBusOverNATS: against an embedded JetStream server, what the
@@ -33,11 +33,11 @@ func TestBusOverNATS(t *testing.T) {
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
 
 	d := bus.NewDispatcher(pub, bus.DispatcherOptions{})
-	msg := coord.DispatchMessage{JobID: "j1", ProductID: "p", Repo: "app", TargetFactoryID: "f1", DispatchEpoch: 2}
+	msg := protocol.DispatchMessage{JobID: "j1", ProductID: "p", Repo: "app", TargetFactoryID: "f1", DispatchEpoch: 2}
 	require.NoError(t, d.Publish(ctx, msg))
 	require.NoError(t, pub.Send(ctx, bus.Message{ID: "junk-1", Subscription: "f1", Body: []byte("{"),
 		Properties: map[string]string{bus.PropKind: string(bus.KindDispatch)}}))
-	require.NoError(t, d.PublishGC(ctx, coord.GCRequest{FactoryID: "f1", Repos: map[string][]string{"app": {"j0"}}}))
+	require.NoError(t, d.PublishGC(ctx, protocol.GCRequest{FactoryID: "f1", Repos: map[string][]string{"app": {"j0"}}}))
 
 	var got []Delivery
 	deadline := time.Now().Add(20 * time.Second)

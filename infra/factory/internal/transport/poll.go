@@ -7,12 +7,12 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // Claimer is what the poll transport needs of the coordinator client.
 type Claimer interface {
-	Claim(ctx context.Context) (*coord.Claimed, error)
+	Claim(ctx context.Context) (*protocol.Claimed, error)
 	Release(ctx context.Context, productID, id string, epoch int64) error
 }
 

@@ -12,7 +12,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // Delivery is one unit of work received. Exactly one of Dispatch, GC and
@@ -22,12 +22,12 @@ type Delivery struct {
 	// claim:<job>:<epoch> for the poll transport).
 	ID string
 	// Dispatch offers a job; the agent accepts it by dispatch epoch.
-	Dispatch *coord.DispatchMessage
+	Dispatch *protocol.DispatchMessage
 	// GC asks for a cleanup of finished jobs' branches.
-	GC *coord.GCRequest
+	GC *protocol.GCRequest
 	// Claimed is a job this transport already claimed (the poll
 	// transport's receive is the claim).
-	Claimed *coord.Claimed
+	Claimed *protocol.Claimed
 
 	handle any
 }

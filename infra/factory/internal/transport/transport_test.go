@@ -11,19 +11,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/bus"
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 type fakeClaimer struct {
 	mu       sync.Mutex
-	queue    []*coord.Claimed
+	queue    []*protocol.Claimed
 	calls    int
 	fail     error
 	released []string
 }
 
-func (f *fakeClaimer) Claim(context.Context) (*coord.Claimed, error) {
+func (f *fakeClaimer) Claim(context.Context) (*protocol.Claimed, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
@@ -43,8 +43,8 @@ func (f *fakeClaimer) Release(_ context.Context, _, id string, _ int64) error {
 	return nil
 }
 
-func claimedJob(id string) *coord.Claimed {
-	return &coord.Claimed{Job: &fleet.Job{ID: id, ProductID: "p"}, LeaseEpoch: 1}
+func claimedJob(id string) *protocol.Claimed {
+	return &protocol.Claimed{Job: &fleet.Job{ID: id, ProductID: "p"}, LeaseEpoch: 1}
 }
 
 func TestPollReceive(t *testing.T) {
@@ -142,10 +142,10 @@ func (f *fakeBus) Close(context.Context) error { return nil }
 func TestBusDecodes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	msg := coord.DispatchMessage{JobID: "j1", ProductID: "p", Repo: "app", TargetFactoryID: "f1", DispatchEpoch: 2}
+	msg := protocol.DispatchMessage{JobID: "j1", ProductID: "p", Repo: "app", TargetFactoryID: "f1", DispatchEpoch: 2}
 	dm, err := bus.DispatchToMessage(msg)
 	require.NoError(t, err)
-	gm, err := bus.GCToMessage(coord.GCRequest{FactoryID: "f1", Repos: map[string][]string{"app": {"j0"}}}, time.Unix(600, 0))
+	gm, err := bus.GCToMessage(protocol.GCRequest{FactoryID: "f1", Repos: map[string][]string{"app": {"j0"}}}, time.Unix(600, 0))
 	require.NoError(t, err)
 	junk := bus.Message{ID: "junk", Subscription: "f1", Body: []byte("{"), Properties: map[string]string{bus.PropKind: string(bus.KindDispatch)}}
 	alien := bus.Message{ID: "alien", Subscription: "f1", Body: []byte("{}"), Properties: map[string]string{bus.PropKind: "telemetry"}}
