@@ -13,7 +13,7 @@ import (
 	"github.com/gigafactory/fleet/shared/bus"
 	"github.com/gigafactory/fleet/shared/bus/bustest"
 	busnats "github.com/gigafactory/fleet/shared/bus/nats"
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 var _ bustest.Backend = (*busnats.Client)(nil)
@@ -176,6 +176,9 @@ func TestTTLExpiresUndeliveredMessage(t *testing.T) {
 		d, err := c.Depth(ctx, "mac-2")
 		return err == nil && d == 1
 	}, 10*time.Second, 50*time.Millisecond, "the expired message leaves the subscription")
+	// Depth counted both messages the moment Send returned, so 1 means the
+	// expired one left (TestDepthCountsSentMessagesAtOnce), not that the
+	// second one was not counted yet.
 	ds, err := c.Receive(ctx, "mac-2", 10, time.Second)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
@@ -195,17 +198,17 @@ func TestDispatcherEndToEnd(t *testing.T) {
 	require.NoError(t, c.EnsureSubscription(ctx, "mac-2"))
 
 	d := bus.NewDispatcher(c, bus.DispatcherOptions{DispatchTTL: 2 * time.Minute})
-	msg := coord.DispatchMessage{JobID: "job-7", ProductID: "p1", Repo: "notes", Capabilities: []string{"os:mac"},
+	msg := protocol.DispatchMessage{JobID: "job-7", ProductID: "p1", Repo: "notes", Capabilities: []string{"os:mac"},
 		Priority: "high", TargetFactoryID: "mac-1.local", DispatchEpoch: 1}
 	require.NoError(t, d.Publish(ctx, msg))
 	require.NoError(t, d.Publish(ctx, msg)) // change feed redelivered the batch
 	msg.DispatchEpoch = 2
 	require.NoError(t, d.Publish(ctx, msg)) // requeued and dispatched again
-	require.NoError(t, d.PublishGC(ctx, coord.GCRequest{FactoryID: "mac-2", Repos: map[string][]string{"notes": {"job-1"}}}))
+	require.NoError(t, d.PublishGC(ctx, protocol.GCRequest{FactoryID: "mac-2", Repos: map[string][]string{"notes": {"job-1"}}}))
 
-	ds, err := c.Receive(ctx, "mac-1.local", 10, 5*time.Second)
-	require.NoError(t, err)
-	require.Len(t, ds, 2)
+	// Receive returns what the consumer has delivered so far, which can lag
+	// the stream by a message right after Send: collect both.
+	ds := receiveN(t, c, "mac-1.local", 2)
 	for i, dl := range ds {
 		got, err := bus.DecodeDispatch(dl)
 		require.NoError(t, err)
@@ -214,9 +217,7 @@ func TestDispatcherEndToEnd(t *testing.T) {
 		require.Equal(t, "notes", dl.OrderingKey)
 		require.NoError(t, c.Complete(ctx, dl))
 	}
-	ds, err = c.Receive(ctx, "mac-2", 10, 5*time.Second)
-	require.NoError(t, err)
-	require.Len(t, ds, 1)
+	ds = receiveN(t, c, "mac-2", 1)
 	dec, err := bus.Decode(ds[0])
 	require.NoError(t, err)
 	require.NotNil(t, dec.GC)
@@ -234,7 +235,7 @@ func TestDispatcherDrainsDeadLetters(t *testing.T) {
 	c := open(t, srv.ClientURL(), opts)
 	require.NoError(t, c.EnsureSubscription(ctx, "mac-1"))
 	d := bus.NewDispatcher(c, bus.DispatcherOptions{})
-	msg := coord.DispatchMessage{JobID: "job-1", ProductID: "p1", Repo: "notes", TargetFactoryID: "mac-1", DispatchEpoch: 4}
+	msg := protocol.DispatchMessage{JobID: "job-1", ProductID: "p1", Repo: "notes", TargetFactoryID: "mac-1", DispatchEpoch: 4}
 	require.NoError(t, d.Publish(ctx, msg))
 	ds, err := c.Receive(ctx, "mac-1", 1, 5*time.Second)
 	require.NoError(t, err)
@@ -244,16 +245,49 @@ func TestDispatcherDrainsDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, ds)
 
-	var got []coord.DispatchMessage
-	handle := func(_ context.Context, m coord.DispatchMessage) error {
+	var got []protocol.DispatchMessage
+	handle := func(_ context.Context, m protocol.DispatchMessage) error {
 		got = append(got, m)
 		return nil
 	}
 	n, err := d.DrainDeadLetters(ctx, []string{"mac-1", "unknown"}, handle)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	require.Equal(t, []coord.DispatchMessage{msg}, got)
+	require.Equal(t, []protocol.DispatchMessage{msg}, got)
 	n, err = d.DrainDeadLetters(ctx, []string{"mac-1"}, handle)
 	require.NoError(t, err)
 	require.Zero(t, n, "completed dead letters are gone")
+}
+
+// Depth is exact as soon as Send returns: the scaler and the TTL test read
+// it right after publishing. (The consumer's own pending count is updated by
+// the server asynchronously after the publish is acknowledged.)
+func TestDepthCountsSentMessagesAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	ctx := t.Context()
+	c := open(t, srv.ClientURL(), testOptions())
+	require.NoError(t, c.EnsureSubscription(ctx, "mac-3"))
+	for i := range 20 {
+		require.NoError(t, c.Send(ctx, bus.Message{ID: fmt.Sprintf("j%d:1", i), Subscription: "mac-3"}))
+		d, err := c.Depth(ctx, "mac-3")
+		require.NoError(t, err)
+		require.EqualValues(t, i+1, d, "depth right after send %d", i+1)
+	}
+}
+
+// receiveN collects exactly n deliveries of sub within a generous bound:
+// Receive returns at least one message and at most max, not every message
+// already sent.
+func receiveN(t *testing.T, c *busnats.Client, sub string, n int) []bus.Delivery {
+	t.Helper()
+	var got []bus.Delivery
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < n && time.Now().Before(deadline) {
+		ds, err := c.Receive(t.Context(), sub, n-len(got), time.Until(deadline))
+		require.NoError(t, err)
+		got = append(got, ds...)
+	}
+	require.Len(t, got, n)
+	return got
 }
