@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/gigafactory/fleet/shared/bus/nats/natsserver"
 	"net"
 	"os"
 	"os/exec"
@@ -20,7 +21,6 @@ import (
 
 	"github.com/gigafactory/fleet/local/hostemu"
 	"github.com/gigafactory/fleet/shared/app"
-	natsbus "github.com/gigafactory/fleet/shared/bus/nats"
 	"github.com/gigafactory/fleet/shared/config"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 )
@@ -199,7 +199,7 @@ func startNATS(ctx context.Context, l config.Lookup) (url string, stop func(), e
 	if err != nil {
 		return "", nil, fmt.Errorf("%s: port %q: %w", config.NATSListen, portStr, err)
 	}
-	e, err := natsbus.StartEmbedded(ctx, natsbus.EmbeddedOptions{StoreDir: filepath.Join(dir, "nats"), Host: host, Port: port})
+	e, err := natsserver.Start(ctx, natsserver.Options{StoreDir: filepath.Join(dir, "nats"), Host: host, Port: port})
 	if err != nil {
 		return "", nil, fmt.Errorf("embedded NATS on %s: %w", l.Get(config.NATSListen), err)
 	}

@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"fmt"
+	"github.com/gigafactory/fleet/shared/bus/nats/natsserver"
 	"net/http"
 	"sync"
 	"testing"
@@ -208,7 +209,7 @@ func TestPublishFailureHealedBySweep(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	storeDir := t.TempDir()
-	srv, err := natsbus.StartEmbedded(ctx, natsbus.EmbeddedOptions{StoreDir: storeDir, Port: freePort(t)})
+	srv, err := natsserver.Start(ctx, natsserver.Options{StoreDir: storeDir, Port: freePort(t)})
 	require.NoError(t, err)
 	url := srv.ClientURL()
 	s := busStack(t, "FLEET_NATS_URL="+url, "FLEET_REDISPATCH_AFTER=1s", "FLEET_REDISPATCH_SCHEDULE=* * * * * *")
@@ -223,7 +224,7 @@ func TestPublishFailureHealedBySweep(t *testing.T) {
 		return s.Job("demo", id)["targetFactoryId"] == "f1"
 	})
 
-	srv, err = natsbus.StartEmbedded(ctx, natsbus.EmbeddedOptions{StoreDir: storeDir, Port: portOf(t, url)})
+	srv, err = natsserver.Start(ctx, natsserver.Options{StoreDir: storeDir, Port: portOf(t, url)})
 	require.NoError(t, err)
 	defer srv.Shutdown()
 	// The failed publish may still reach the broker once the client

@@ -1,5 +1,5 @@
 // Package nats is the bus backend on NATS JetStream: the one-machine shape's
-// broker (embedded in the local stack, see StartEmbedded) and the CI broker
+// broker (embedded in the local stack by package natsserver) and the CI broker
 // of the bus conformance suite. Open works against any NATS server by URL.
 //
 // # Topology

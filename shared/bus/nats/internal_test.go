@@ -2,6 +2,7 @@ package nats
 
 import (
 	"context"
+	"github.com/gigafactory/fleet/shared/bus/nats/natsserver"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -37,7 +38,7 @@ func TestTokenIsOneValidSubjectTokenAndInjective(t *testing.T) {
 func TestDeadLetterMoveSurvivesCrashBetweenCopyAndTerm(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	srv, err := StartEmbedded(ctx, EmbeddedOptions{StoreDir: filepath.Join(t.TempDir(), "nats")})
+	srv, err := natsserver.Start(ctx, natsserver.Options{StoreDir: filepath.Join(t.TempDir(), "nats")})
 	require.NoError(t, err)
 	t.Cleanup(srv.Shutdown)
 	c, err := Open(ctx, srv.ClientURL(), Options{AckWait: time.Second, MaxDeliver: 1})

@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"fmt"
+	"github.com/gigafactory/fleet/shared/bus/nats/natsserver"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -23,9 +24,9 @@ func testOptions() busnats.Options {
 	return busnats.Options{AckWait: time.Second, MaxDeliver: 3, DuplicateWindow: time.Minute, RequestTimeout: 5 * time.Second}
 }
 
-func startServer(t *testing.T) *busnats.Embedded {
+func startServer(t *testing.T) *natsserver.Server {
 	t.Helper()
-	srv, err := busnats.StartEmbedded(t.Context(), busnats.EmbeddedOptions{StoreDir: filepath.Join(t.TempDir(), "nats")})
+	srv, err := natsserver.Start(t.Context(), natsserver.Options{StoreDir: filepath.Join(t.TempDir(), "nats")})
 	require.NoError(t, err)
 	t.Cleanup(srv.Shutdown)
 	return srv
@@ -53,7 +54,7 @@ func TestEmbeddedListensOnLoopbackAndRestartsWithItsStore(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	dir := filepath.Join(t.TempDir(), "data", "nats") // FLEET_DATA_DIR/nats
-	srv, err := busnats.StartEmbedded(ctx, busnats.EmbeddedOptions{StoreDir: dir})
+	srv, err := natsserver.Start(ctx, natsserver.Options{StoreDir: dir})
 	require.NoError(t, err)
 	url := srv.ClientURL()
 	require.Regexp(t, `^nats://127\.0\.0\.1:\d+$`, url)
@@ -71,7 +72,7 @@ func TestEmbeddedListensOnLoopbackAndRestartsWithItsStore(t *testing.T) {
 	var port int
 	_, err = fmt.Sscanf(url, "nats://127.0.0.1:%d", &port)
 	require.NoError(t, err)
-	srv2, err := busnats.StartEmbedded(ctx, busnats.EmbeddedOptions{StoreDir: dir, Port: port})
+	srv2, err := natsserver.Start(ctx, natsserver.Options{StoreDir: dir, Port: port})
 	require.NoError(t, err)
 	t.Cleanup(srv2.Shutdown)
 	require.Equal(t, url, srv2.ClientURL())
@@ -86,14 +87,14 @@ func TestEmbeddedListensOnLoopbackAndRestartsWithItsStore(t *testing.T) {
 
 func TestEmbeddedNeedsStoreDir(t *testing.T) {
 	t.Parallel()
-	_, err := busnats.StartEmbedded(t.Context(), busnats.EmbeddedOptions{})
+	_, err := natsserver.Start(t.Context(), natsserver.Options{})
 	require.ErrorContains(t, err, "store directory")
 }
 
 func TestOpenFailsWithoutServer(t *testing.T) {
 	t.Parallel()
 	// A port nothing listens on: the server was started and stopped.
-	srv, err := busnats.StartEmbedded(t.Context(), busnats.EmbeddedOptions{StoreDir: t.TempDir()})
+	srv, err := natsserver.Start(t.Context(), natsserver.Options{StoreDir: t.TempDir()})
 	require.NoError(t, err)
 	url := srv.ClientURL()
 	srv.Shutdown()

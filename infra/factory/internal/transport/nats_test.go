@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"github.com/gigafactory/fleet/shared/bus/nats/natsserver"
 	"log/slog"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ func TestBusOverNATS(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := busnats.StartEmbedded(ctx, busnats.EmbeddedOptions{StoreDir: t.TempDir()})
+	srv, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir()})
 	require.NoError(t, err)
 	t.Cleanup(srv.Shutdown)
 

@@ -1,4 +1,8 @@
-package nats
+// Package natsserver runs a NATS server with JetStream inside this process:
+// the local stack's broker. It lives apart from the client package so that
+// only the local stack (and tests) link nats-server; the Functions handler,
+// the Lambda front door and the factory link only the client.
+package natsserver
 
 import (
 	"context"
@@ -13,8 +17,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// EmbeddedOptions configure an in-process NATS server.
-type EmbeddedOptions struct {
+// Options configure an in-process NATS server.
+type Options struct {
 	// StoreDir is where JetStream keeps streams; required. The local stack
 	// uses FLEET_DATA_DIR/nats so dispatch messages survive a restart.
 	StoreDir string
@@ -32,19 +36,19 @@ type EmbeddedOptions struct {
 	Logger *slog.Logger
 }
 
-// Embedded is a NATS server with JetStream running in this process.
-type Embedded struct {
+// Server is a NATS server with JetStream running in this process.
+type Server struct {
 	srv *server.Server
 }
 
-// StartEmbedded starts a JetStream-enabled NATS server and waits until it
+// Start starts a JetStream-enabled NATS server and waits until it
 // accepts clients. ctx bounds the start; the server then runs until Shutdown.
-func StartEmbedded(ctx context.Context, o EmbeddedOptions) (*Embedded, error) {
+func Start(ctx context.Context, o Options) (*Server, error) {
 	if o.StoreDir == "" {
-		return nil, errors.New("nats: embedded server needs a store directory")
+		return nil, errors.New("natsserver: server needs a store directory")
 	}
 	if err := os.MkdirAll(o.StoreDir, 0o750); err != nil {
-		return nil, fmt.Errorf("nats: embedded store dir: %w", err)
+		return nil, fmt.Errorf("natsserver: store dir: %w", err)
 	}
 	if o.Host == "" {
 		o.Host = "127.0.0.1"
@@ -74,7 +78,7 @@ func StartEmbedded(ctx context.Context, o EmbeddedOptions) (*Embedded, error) {
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("nats: embedded server: %w", err)
+		return nil, fmt.Errorf("natsserver: server: %w", err)
 	}
 	if o.Logger != nil {
 		srv.SetLoggerV2(slogAdapter{o.Logger.With("component", "nats-server")}, false, false, false)
@@ -89,26 +93,26 @@ func StartEmbedded(ctx context.Context, o EmbeddedOptions) (*Embedded, error) {
 		srv.Shutdown()
 		srv.WaitForShutdown()
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("nats: embedded server did not start: %w", err)
+			return nil, fmt.Errorf("natsserver: server did not start: %w", err)
 		}
-		return nil, fmt.Errorf("nats: embedded server not ready on %s after %s",
+		return nil, fmt.Errorf("natsserver: server not ready on %s after %s",
 			net.JoinHostPort(o.Host, strconv.Itoa(o.Port)), wait)
 	}
 	if !srv.JetStreamEnabled() {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return nil, errors.New("nats: embedded server started without JetStream")
+		return nil, errors.New("natsserver: server started without JetStream")
 	}
-	return &Embedded{srv: srv}, nil
+	return &Server{srv: srv}, nil
 }
 
 // ClientURL is the nats:// URL clients connect to, with the port resolved.
-func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
+func (e *Server) ClientURL() string { return e.srv.ClientURL() }
 
 // Shutdown stops the server and waits until it has flushed its stores.
 // Unsettled deliveries survive in the store and are redelivered after a
 // restart. Safe to call more than once.
-func (e *Embedded) Shutdown() {
+func (e *Server) Shutdown() {
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
 }

@@ -1,0 +1,68 @@
+// Package layering checks what each shipped binary links: the worker and
+// the Functions handler carry only what they run, so a dependency that
+// creeps in through an import is caught here rather than in a binary's size
+// or start-up time.
+package layering
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/gigafactory/fleet"
+
+func TestBinariesLinkOnlyWhatTheyRun(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		binary    string
+		forbidden []string // package path prefixes
+		why       string
+	}{
+		{
+			binary:    "./functions",
+			forbidden: []string{"github.com/nats-io/nats-server"},
+			why:       "only the local stack embeds the NATS server",
+		},
+		{
+			binary:    "./infra/lambda",
+			forbidden: []string{"github.com/nats-io/nats-server"},
+			why:       "only the local stack embeds the NATS server",
+		},
+		{
+			binary: "./infra/factory",
+			forbidden: []string{
+				"github.com/nats-io/nats-server",
+				module + "/shared/schedule",
+				module + "/shared/coord",
+				module + "/shared/store",
+			},
+			why: "the worker speaks the wire protocol; the scheduler, use cases and stores are the coordinator's",
+		},
+	} {
+		t.Run(strings.TrimPrefix(tt.binary, "./"), func(t *testing.T) {
+			t.Parallel()
+			deps := goListDeps(t, tt.binary)
+			for _, dep := range deps {
+				for _, f := range tt.forbidden {
+					require.False(t, dep == f || strings.HasPrefix(dep, f+"/"),
+						"%s links %s: %s", tt.binary, dep, tt.why)
+				}
+			}
+		})
+	}
+}
+
+// goListDeps lists the packages a main package links, from the module root.
+func goListDeps(t *testing.T, pkg string) []string {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), "go", "list", "-deps", pkg)
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	require.NoError(t, err, "go list -deps %s", pkg)
+	deps := strings.Fields(string(out))
+	require.Contains(t, deps, module+strings.TrimPrefix(pkg, "."), "go list ran on the module")
+	return deps
+}
