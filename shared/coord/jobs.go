@@ -221,7 +221,7 @@ func (c *Coordinator) transition(ctx context.Context, pk, id string, to fleet.St
 				return err
 			}
 		}
-		r, err := fleet.CheckTransition(j.Stage, to, actor)
+		r, err := fleet.CheckJobTransition(j, to, actor)
 		if err != nil {
 			return err
 		}
@@ -316,15 +316,7 @@ func (c *Coordinator) Patch(ctx context.Context, factoryID, productID, jobID str
 		return nil, fleet.Invalid("stage", "a factory may patch a job to building, review, testing or shipped; report failures with POST /api/fleet/fail")
 	}
 	_, after, err := c.transition(ctx, productID, jobID, req.Stage, fleet.ActorFactory, factoryID, "", "",
-		func(j *fleet.Job) error {
-			if err := fence(j); err != nil {
-				return err
-			}
-			if req.Stage == fleet.StageShipped && j.Review != nil {
-				return fleet.Errorf(fleet.CodeConflict, "job %s has a review gate: deliver it for review, not straight to shipped", j.ID)
-			}
-			return nil
-		}, setCheckpoint)
+		fence, setCheckpoint)
 	return after, err
 }
 

@@ -135,6 +135,17 @@ type transitionKey struct {
 	actor    Actor
 }
 
+// gateSkipping are the moves into testing or shipped that a job with a
+// review gate may not make: only the gate's quorum (the system's
+// review -> testing) lets it past. An operator's approval is one vote, not
+// the quorum, and shipping out of review skips the gate outright.
+var gateSkipping = map[transitionKey]bool{
+	{StageBuilding, StageTesting, ActorFactory}: true,
+	{StageBuilding, StageShipped, ActorFactory}: true,
+	{StageReview, StageTesting, ActorOperator}:  true,
+	{StageReview, StageShipped, ActorOperator}:  true,
+}
+
 var transitionIndex = func() map[transitionKey]Rule {
 	m := make(map[transitionKey]Rule, len(Transitions))
 	for _, r := range Transitions {
@@ -143,6 +154,11 @@ var transitionIndex = func() map[transitionKey]Rule {
 			panic(fmt.Sprintf("fleet: duplicate transition %s -> %s by %s", r.From, r.To, r.Actor))
 		}
 		m[k] = r
+	}
+	for k := range gateSkipping {
+		if _, ok := m[k]; !ok {
+			panic(fmt.Sprintf("fleet: gate-skipping move %s -> %s by %s is not a transition", k.from, k.to, k.actor))
+		}
 	}
 	return m
 }()
@@ -159,6 +175,20 @@ func (e *IllegalTransitionError) Error() string {
 
 // Is makes errors.Is(err, ErrConflict) true: the API answers 409 conflict.
 func (e *IllegalTransitionError) Is(target error) bool { return target == ErrConflict }
+
+// CheckJobTransition is CheckTransition for job j: on top of the table, a
+// job with a review gate may not make a move that skips the gate.
+func CheckJobTransition(j *Job, to Stage, actor Actor) (Rule, error) {
+	r, err := CheckTransition(j.Stage, to, actor)
+	if err != nil {
+		return Rule{}, err
+	}
+	if j.Review != nil && gateSkipping[transitionKey{r.From, r.To, r.Actor}] {
+		return Rule{}, Errorf(CodeConflict, "job %s has a review gate: it reaches %s only through the gate's quorum, not by %s -> %s (deliver it for review)",
+			j.ID, to, j.Stage, to)
+	}
+	return r, nil
+}
 
 // CheckTransition returns the rule for from -> to by actor, or an
 // *IllegalTransitionError.

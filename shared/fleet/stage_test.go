@@ -373,3 +373,33 @@ func TestReapScenario(t *testing.T) {
 	_, err := fleet.CheckTransition(j.Stage, fleet.StageShipped, fleet.ActorFactory)
 	require.True(t, errors.Is(err, fleet.ErrConflict), "a factory cannot ship what it has not started building")
 }
+
+// TestCheckJobTransitionGate: every legal move into testing or shipped is
+// either through the gate or refused for a gated job, and allowed for an
+// ungated one; moves elsewhere ignore the gate.
+func TestCheckJobTransitionGate(t *testing.T) {
+	t.Parallel()
+	throughGate := map[move]bool{
+		{fleet.StageReview, fleet.StageTesting, fleet.ActorSystem}:    true, // quorum reached
+		{fleet.StageTesting, fleet.StageShipped, fleet.ActorOperator}: true, // already past the gate
+	}
+	for m := range legalMoves {
+		t.Run(m.String(), func(t *testing.T) {
+			t.Parallel()
+			ungated := &fleet.Job{ID: "j1", Stage: m.from}
+			_, err := fleet.CheckJobTransition(ungated, m.to, m.actor)
+			require.NoError(t, err)
+			gated := &fleet.Job{ID: "j1", Stage: m.from, Review: &fleet.Review{Quorum: 1}}
+			_, err = fleet.CheckJobTransition(gated, m.to, m.actor)
+			if (m.to == fleet.StageTesting || m.to == fleet.StageShipped) && !throughGate[m] {
+				require.ErrorIs(t, err, fleet.ErrConflict)
+				require.Equal(t, fleet.CodeConflict, fleet.CodeOf(err))
+				return
+			}
+			require.NoError(t, err)
+		})
+	}
+	_, err := fleet.CheckJobTransition(&fleet.Job{Stage: fleet.StageQueued}, fleet.StageShipped, fleet.ActorOperator)
+	var te *fleet.IllegalTransitionError
+	require.ErrorAs(t, err, &te, "an illegal move stays illegal")
+}
