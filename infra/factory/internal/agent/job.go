@@ -496,10 +496,8 @@ func (jb *job) release() Outcome {
 func (jb *job) fail(kind, detail string, retryable bool) Outcome {
 	ctx, cancel := jb.localCtx()
 	defer cancel()
+	// Sanitised and bounded by the client (it quotes engine output).
 	reason := kind + ": " + detail
-	if len(reason) > 3900 {
-		reason = reason[:3900]
-	}
 	jb.log.ErrorContext(ctx, "job failed", "reason", reason, "retryable", retryable)
 	if _, err := jb.a.api.Fail(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch, reason, retryable); err != nil {
 		if fleetapi.IsFenced(err) {

@@ -164,10 +164,11 @@ func (c *Client) Release(ctx context.Context, productID, id string, epoch int64)
 	return c.do(ctx, http.MethodPost, "/jobs/"+url.PathEscape(id)+"/lease/release", productID, map[string]any{"leaseEpoch": epoch}, nil, false)
 }
 
-// Fail reports a failure and frees the lease at once.
+// Fail reports a failure and frees the lease at once. The reason is
+// sanitised first (SanitizeReason): it often quotes an engine's output.
 func (c *Client) Fail(ctx context.Context, productID, id string, epoch int64, reason string, retryable bool) (*fleet.Job, error) {
 	var j fleet.Job
-	body := map[string]any{"jobId": id, "leaseEpoch": epoch, "reason": reason, "retryable": retryable, "productId": productID}
+	body := map[string]any{"jobId": id, "leaseEpoch": epoch, "reason": SanitizeReason(reason), "retryable": retryable, "productId": productID}
 	if err := c.do(ctx, http.MethodPost, "/fail", productID, body, &j, false); err != nil {
 		return nil, err
 	}

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/stretchr/testify/require"
 )
@@ -130,4 +133,57 @@ func TestRequests(t *testing.T) {
 		"POST /api/fleet/fail prod",
 		"POST /api/fleet/factories/heartbeat demo",
 	}, seen)
+}
+
+// TestFailReasonSanitised: an engine's coloured output in a failure report
+// reaches the coordinator as plain, bounded text that passes the server's
+// own rule for the field (no control characters, valid UTF-8, at most 4000
+// bytes), so /fail is never refused for its reason.
+func TestFailReasonSanitised(t *testing.T) {
+	t.Parallel()
+	long := "crash: engine x exited 1; last output:\n" + strings.Repeat("\x1b[31mERROR\x1b[0m é\r\n", 800)
+	tests := []struct {
+		name, reason, want string
+	}{
+		{name: "colours", reason: "crash: \x1b[1;31mboom\x1b[0m done", want: "crash: boom done"},
+		{name: "osc title and bell", reason: "x\x1b]0;title\x07y\x1b]8;;http://e\x1b\\z", want: "xyz"},
+		{name: "other controls", reason: "a\x00b\x08c\td\ne\x7f\u0085f", want: "abc\td\nef"},
+		{name: "carriage returns of a progress bar", reason: "10%\r50%\r100%\r\ndone", want: "10%\n50%\n100%\ndone"},
+		{name: "invalid utf-8", reason: "bad \xff\xfe byte", want: "bad \uFFFD\uFFFD byte"},
+		{name: "lone escape at the end", reason: "end\x1b", want: "end"},
+		{name: "plain", reason: "git_error: push: rejected", want: "git_error: push: rejected"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, SanitizeReason(tt.reason))
+		})
+	}
+
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Reason string `json:"reason"`
+		}
+		require.NoError(t, json.NewDecoder(r.Body).Decode(&body))
+		// The coordinator's rule for the field (coord.Fail).
+		if err := fleet.ValidateText("reason", body.Reason, 4000); err != nil {
+			apiError(w, 400, "invalid_argument", err.Error())
+			return
+		}
+		got.Store(body.Reason)
+		_ = json.NewEncoder(w).Encode(fleet.Job{ID: "j1", Stage: fleet.StageFailed})
+	}))
+	defer srv.Close()
+	c := New(srv.URL, "tok", "")
+	for _, reason := range []string{"crash: \x1b[31mred\x1b[0m", long} {
+		_, err := c.Fail(context.Background(), "p", "j1", 1, reason, false)
+		require.NoError(t, err, "a failure report is never refused for its text")
+		sent := got.Load().(string)
+		require.LessOrEqual(t, len(sent), MaxReasonLen)
+		require.True(t, utf8.ValidString(sent))
+		require.NotContains(t, sent, "\x1b")
+		require.True(t, strings.HasPrefix(sent, "crash: "), "the kind survives: %q", sent[:min(len(sent), 40)])
+	}
+	require.Contains(t, got.Load().(string), "ERROR é", "the tail of the output survives")
 }
