@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build test vet run bench package handler func-app azurite
+.PHONY: all build test vet lint tidy-check staticcheck run bench package handler func-app azurite
 
 all: build
 
@@ -43,11 +43,29 @@ azurite:
 vet:
 	$(GO) vet ./...
 
+# go.mod and go.sum must be what `go mod tidy` makes of the imports.
+tidy-check:
+	@$(GO) mod tidy -diff || { echo "tidy-check: go.mod/go.sum are not tidy; run go mod tidy"; exit 1; }
+
+# staticcheck, pinned and installed into a cache folder by this target.
+TOOLS_BIN ?= $(HOME)/.cache/fleet-tools/bin
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK := $(TOOLS_BIN)/staticcheck-$(STATICCHECK_VERSION)
+$(STATICCHECK):
+	mkdir -p $(TOOLS_BIN)/tmp
+	GOBIN=$(TOOLS_BIN)/tmp $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(TOOLS_BIN)/tmp/staticcheck $@
+
+staticcheck: $(STATICCHECK)
+	$(STATICCHECK) ./...
+
+lint: vet tidy-check staticcheck
+
 # tests/azurite installs Azurite (npm) once, starts its blob service on a
 # free loopback port for the run and stops it after: the blob store's
 # conformance suite and the artifact tests run against it. Without npm they
 # skip, except under CI=true, where they fail.
-test: vet tf-check-if-available
+test: lint tf-check-if-available
 	$(GO) run ./tests/azurite -dir $(AZURITE_DIR) -version $(AZURITE_VERSION) -- $(GO) test -race -count=1 ./...
 
 # Performance figures on the real local stack, with their targets

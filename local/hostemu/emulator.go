@@ -45,7 +45,6 @@ type Emulator struct {
 	front  *httpFront
 	timers []*timerTrigger
 	feeds  []*feedTrigger
-	ln     net.Listener
 }
 
 // New loads the app and checks every function's configuration, so a bad

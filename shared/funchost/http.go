@@ -94,7 +94,7 @@ func (hr *HTTPRequest) UnmarshalJSON(b []byte) error {
 		}
 		var many []string
 		if err := json.Unmarshal(v, &many); err != nil {
-			return fmt.Errorf("Headers[%q]: want a string or a list of strings", name)
+			return fmt.Errorf("header %q: want a string or a list of strings", name)
 		}
 		hr.Headers[name] = many
 	}
