@@ -373,7 +373,7 @@ func TestHTTPRequestWireForm(t *testing.T) {
 		t.Parallel()
 		var got funchost.HTTPRequest
 		err := json.Unmarshal([]byte(`{"Url":"http://h/","Headers":{"Accept":7}}`), &got)
-		require.ErrorContains(t, err, `Headers["Accept"]`)
+		require.ErrorContains(t, err, `header "Accept"`)
 	})
 }
 
