@@ -90,10 +90,10 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 	c.appendEvent(ctx, j, fleet.Event{Type: "submitted", To: j.Stage, Actor: fleet.ActorOperator})
 	if j.Stage == fleet.StageQueued {
 		c.bumpQueueState(ctx, productID)
-	} else if ok, err := c.depsSatisfied(ctx, j); err == nil && ok {
-		// A dependency shipped between our check and our create; its
-		// unblock pass could not see this job yet, so unblock it here.
-		c.unblock(ctx, j)
+	} else if settled, ok := c.settleBlocked(ctx, j); ok {
+		// A dependency shipped or ended unshipped before or since our
+		// check; its own pass could not see this job yet, so settle it here.
+		j = settled
 	}
 	return j, true, nil
 }
@@ -142,25 +142,78 @@ func (c *Coordinator) registerDependant(ctx context.Context, productID, id strin
 }
 
 func depsMet(mode fleet.DepsMode, shipped, total int) bool {
-	if mode == fleet.DepsAny {
-		return shipped > 0
-	}
-	return shipped == total
+	return depsVerdictOf(mode, shipped, 0, total) == depsReady
 }
 
-// depsSatisfied reads j's dependencies now.
-func (c *Coordinator) depsSatisfied(ctx context.Context, j *fleet.Job) (bool, error) {
-	shipped := 0
-	for _, dep := range j.Deps {
-		d, err := c.GetJob(ctx, j.ProductID, dep)
-		if err != nil {
-			return false, err
+// ReasonDependencyFailed is the failure reason, and the event type, of a
+// job whose dependencies can no longer be satisfied.
+const ReasonDependencyFailed = "dependency_failed"
+
+// depsVerdict is where a job's dependencies stand.
+type depsVerdict int
+
+const (
+	depsWaiting depsVerdict = iota // not met yet, but may still be
+	depsReady                      // met: the job may be queued
+	depsBroken                     // can never be met: fail the job
+)
+
+// depsVerdictOf decides from how many of total dependencies shipped and
+// how many ended unshipped (failed, dead_letter, cancelled).
+func depsVerdictOf(mode fleet.DepsMode, shipped, ended, total int) depsVerdict {
+	if mode == fleet.DepsAny {
+		switch {
+		case shipped > 0:
+			return depsReady
+		case ended == total:
+			return depsBroken
 		}
-		if d.Stage == fleet.StageShipped {
+		return depsWaiting
+	}
+	switch {
+	case shipped == total:
+		return depsReady
+	case ended > 0:
+		return depsBroken
+	}
+	return depsWaiting
+}
+
+// endedUnshipped reports a stage a dependency never ships from without an
+// operator's requeue.
+func endedUnshipped(s fleet.Stage) bool { return s.Terminal() && s != fleet.StageShipped }
+
+// depsLookup reads one dependency's stage (Metrics memoises it per scrape).
+type depsLookup func(ctx context.Context, productID, id string) (fleet.Stage, error)
+
+func (c *Coordinator) depStage(ctx context.Context, productID, id string) (fleet.Stage, error) {
+	d, err := c.GetJob(ctx, productID, id)
+	if err != nil {
+		return "", err
+	}
+	return d.Stage, nil
+}
+
+// depsState reads j's dependencies now. With the verdict depsBroken, why
+// names a dependency that ended unshipped.
+func (c *Coordinator) depsState(ctx context.Context, j *fleet.Job, lookup depsLookup) (v depsVerdict, why string, err error) {
+	shipped, ended := 0, 0
+	for _, dep := range j.Deps {
+		st, err := lookup(ctx, j.ProductID, dep)
+		if err != nil {
+			return depsWaiting, "", err
+		}
+		switch {
+		case st == fleet.StageShipped:
 			shipped++
+		case endedUnshipped(st):
+			ended++
+			if why == "" {
+				why = fmt.Sprintf("dependency %s ended %s", dep, st)
+			}
 		}
 	}
-	return depsMet(j.DepsMode, shipped, len(j.Deps)), nil
+	return depsVerdictOf(j.DepsMode, shipped, ended, len(j.Deps)), why, nil
 }
 
 // GetJob reads a job. With productID empty it looks the id up across
@@ -266,8 +319,8 @@ func (c *Coordinator) transition(ctx context.Context, pk, id string, to fleet.St
 		}
 		c.recordRun(ctx, before, result, message)
 	}
-	if after.Stage == fleet.StageShipped {
-		c.unblockDependants(ctx, after)
+	if after.Stage.Terminal() {
+		c.settleDependants(ctx, after)
 	}
 	return before, after, nil
 }
@@ -359,6 +412,24 @@ func (c *Coordinator) Act(ctx context.Context, operatorID, productID, jobID stri
 		to = fleet.StageCancelled
 	case ActionRequeue:
 		to = fleet.StageQueued
+		// A job whose dependencies have not shipped waits for them in
+		// blocked: queued, it could be claimed and run without them.
+		// Deps never change and a shipped job stays shipped, so a
+		// "ready" read here stays true; a "not ready" one is settled again
+		// below, once the job is blocked where every pass can see it.
+		j, err := c.GetJob(ctx, productID, jobID)
+		if err != nil {
+			return nil, err
+		}
+		if len(j.Deps) > 0 {
+			v, _, err := c.depsState(ctx, j, c.depStage)
+			if err != nil {
+				return nil, err
+			}
+			if v != depsReady {
+				to = fleet.StageBlocked
+			}
+		}
 		// An operator's requeue is a fresh start: the retry budget resets.
 		effect = func(_, j *fleet.Job) {
 			j.Attempts = 0
@@ -368,32 +439,39 @@ func (c *Coordinator) Act(ctx context.Context, operatorID, productID, jobID stri
 		return nil, fleet.Invalid("action", "unknown action %q", action)
 	}
 	_, after, err := c.transition(ctx, productID, jobID, to, fleet.ActorOperator, operatorID, string(action), reason, nil, effect)
+	if err == nil && after.Stage == fleet.StageBlocked {
+		if settled, ok := c.settleBlocked(context.WithoutCancel(ctx), after); ok {
+			after = settled
+		}
+	}
 	return after, err
 }
 
-// unblockDependants moves blocked jobs waiting on shipped to queued when
-// their dependencies are now satisfied.
-func (c *Coordinator) unblockDependants(ctx context.Context, shipped *fleet.Job) {
-	if !shipped.HasDependants {
+// settleDependants settles the blocked jobs waiting on ended, a job that
+// just reached a terminal stage: queued when their dependencies are now
+// met, failed when they can no longer be.
+func (c *Coordinator) settleDependants(ctx context.Context, ended *fleet.Job) {
+	if !ended.HasDependants {
 		return
 	}
-	blocked, err := c.queryJobs(ctx, Query{PartitionKey: shipped.ProductID, Where: []Cond{Eq("stage", string(fleet.StageBlocked))}})
+	blocked, err := c.queryJobs(ctx, Query{PartitionKey: ended.ProductID, Where: []Cond{Eq("stage", string(fleet.StageBlocked))}})
 	if err != nil {
-		c.log.ErrorContext(ctx, "unblock: list blocked jobs", "product", shipped.ProductID, "err", err)
+		c.log.ErrorContext(ctx, "settle dependants: list blocked jobs", "product", ended.ProductID, "err", err)
 		return
 	}
 	for _, j := range blocked {
-		if slices.Contains(j.Deps, shipped.ID) {
-			c.unblock(ctx, j)
+		if slices.Contains(j.Deps, ended.ID) {
+			c.settleBlocked(ctx, j)
 		}
 	}
 }
 
-// UnblockReady queues every blocked job whose dependencies are satisfied.
-// Shipping a dependency unblocks its dependants at once; this pass, run by
-// the redispatch sweep, catches the ones that pass missed (the process died
-// between the ship and the unblock, or the store failed then). It returns
-// how many it queued.
+// UnblockReady settles every blocked job: queued when its dependencies are
+// met, failed (dependency_failed) when they can no longer be. Reaching a
+// terminal stage settles a job's dependants at once; this pass, run by the
+// redispatch sweep, catches the ones that pass missed (the process died
+// between the two, or the store failed then). It returns how many jobs it
+// moved.
 func (c *Coordinator) UnblockReady(ctx context.Context) (int, error) {
 	blocked, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageBlocked))}})
 	if err != nil {
@@ -401,27 +479,40 @@ func (c *Coordinator) UnblockReady(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, j := range blocked {
-		ok, err := c.depsSatisfied(ctx, j)
-		if err != nil || !ok {
-			continue
-		}
-		if c.unblock(ctx, j) {
+		if _, ok := c.settleBlocked(ctx, j); ok {
 			n++
 		}
 	}
 	return n, nil
 }
 
-// unblock queues j if its dependencies are satisfied now.
-// It reports whether it did.
-func (c *Coordinator) unblock(ctx context.Context, j *fleet.Job) bool {
-	ok, err := c.depsSatisfied(ctx, j)
-	if err != nil || !ok {
-		return false
+// settleBlocked queues j if its dependencies are met now and fails it if
+// they can never be. It returns the job and true when it moved it.
+func (c *Coordinator) settleBlocked(ctx context.Context, j *fleet.Job) (*fleet.Job, bool) {
+	v, why, err := c.depsState(ctx, j, c.depStage)
+	if err != nil {
+		c.log.ErrorContext(ctx, "settle blocked job: read dependencies", "job", j.ID, "err", err)
+		return nil, false
 	}
-	_, _, err = c.transition(ctx, j.ProductID, j.ID, fleet.StageQueued, fleet.ActorSystem, "", "unblocked", "", nil, nil)
-	if err != nil && !errors.Is(err, fleet.ErrConflict) {
-		c.log.ErrorContext(ctx, "unblock", "job", j.ID, "err", err)
+	var after *fleet.Job
+	switch v {
+	case depsReady:
+		_, after, err = c.transition(ctx, j.ProductID, j.ID, fleet.StageQueued, fleet.ActorSystem, "", "unblocked", "", nil, nil)
+	case depsBroken:
+		_, after, err = c.transition(ctx, j.ProductID, j.ID, fleet.StageFailed, fleet.ActorSystem, "", ReasonDependencyFailed, why, nil,
+			func(_, j *fleet.Job) {
+				j.LastFailure = &fleet.Failure{Reason: ReasonDependencyFailed, At: j.UpdatedAt}
+			})
+	default:
+		return nil, false
 	}
-	return err == nil
+	if err != nil {
+		// A conflict: the job left blocked meanwhile (another pass, an
+		// operator), so there is nothing left to settle.
+		if !errors.Is(err, fleet.ErrConflict) {
+			c.log.ErrorContext(ctx, "settle blocked job", "job", j.ID, "err", err)
+		}
+		return nil, false
+	}
+	return after, true
 }

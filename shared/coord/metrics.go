@@ -95,8 +95,29 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 	slices.SortFunc(jobs, func(a, b *fleet.Job) int {
 		return cmp.Or(a.QueuedAt.Compare(b.QueuedAt), strings.Compare(a.ID, b.ID))
 	})
+	// Dependencies of blocked jobs, each read once per scrape.
+	depStages := map[string]fleet.Stage{}
+	lookup := func(ctx context.Context, productID, id string) (fleet.Stage, error) {
+		if st, ok := depStages[productID+"/"+id]; ok {
+			return st, nil
+		}
+		st, err := c.depStage(ctx, productID, id)
+		if err == nil {
+			depStages[productID+"/"+id] = st
+		}
+		return st, err
+	}
+	blockedOnFailed := 0
 	for _, j := range jobs {
 		m.Jobs[string(j.Stage)]++
+		if j.Stage == fleet.StageBlocked {
+			// Normally failed at once when the dependency ends; one still
+			// blocked was missed (a crash) and waits for the sweep.
+			if v, _, err := c.depsState(ctx, j, lookup); err == nil && v == depsBroken {
+				blockedOnFailed++
+			}
+			continue
+		}
 		if j.Stage != fleet.StageQueued {
 			continue
 		}
@@ -117,6 +138,9 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 	}
 	if n := len(m.Starving); n > 0 {
 		m.Alerts = append(m.Alerts, "queue_starvation: "+strconv.Itoa(n)+" job(s) queued for more than 30m")
+	}
+	if blockedOnFailed > 0 {
+		m.Alerts = append(m.Alerts, "blocked_on_failed: "+strconv.Itoa(blockedOnFailed)+" blocked job(s) wait on a dependency that ended unshipped; the sweep fails them (dependency_failed)")
 	}
 	if down := m.Factories.ByHealth[string(fleet.HealthDown)] + m.Factories.ByHealth[string(fleet.HealthStale)]; down > 0 {
 		m.Alerts = append(m.Alerts, "factories_unhealthy: "+strconv.Itoa(down)+" factory(ies) stale or down")

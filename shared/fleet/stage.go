@@ -92,6 +92,9 @@ type Rule struct {
 var Transitions = []Rule{
 	{StageQueued, StageBlocked, ActorSystem, LeaseNone, "unmet dependencies"},
 	{StageBlocked, StageQueued, ActorSystem, LeaseNone, "dependencies satisfied"},
+	// Nothing waits forever: a dependency that ended unshipped fails the
+	// jobs that can no longer start.
+	{StageBlocked, StageFailed, ActorSystem, LeaseNone, "dependency_failed"},
 	{StageQueued, StageAssigned, ActorFactory, LeaseAcquire, "claimed"},
 	{StageAssigned, StageBuilding, ActorFactory, LeaseKeep, "build started"},
 	// Handing the work to a gate ends the factory's part: the lease goes, so a
@@ -122,6 +125,10 @@ var Transitions = []Rule{
 	{StageFailed, StageQueued, ActorOperator, LeaseNone, "requeued"},
 	{StageDeadLetter, StageQueued, ActorOperator, LeaseNone, "requeued"},
 	{StageCancelled, StageQueued, ActorOperator, LeaseNone, "requeued"},
+	// A requeued job whose dependencies have not shipped waits for them.
+	{StageFailed, StageBlocked, ActorOperator, LeaseNone, "requeued, waiting on dependencies"},
+	{StageDeadLetter, StageBlocked, ActorOperator, LeaseNone, "requeued, waiting on dependencies"},
+	{StageCancelled, StageBlocked, ActorOperator, LeaseNone, "requeued, waiting on dependencies"},
 	{StageQueued, StageCancelled, ActorOperator, LeaseNone, "cancelled"},
 	{StageBlocked, StageCancelled, ActorOperator, LeaseNone, "cancelled"},
 	{StageAssigned, StageCancelled, ActorOperator, LeaseRevoke, "cancelled"},

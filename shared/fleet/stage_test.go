@@ -33,6 +33,7 @@ var legalMoves = map[move]fleet.LeaseEffect{
 	// dependencies
 	{fleet.StageQueued, fleet.StageBlocked, fleet.ActorSystem}: fleet.LeaseNone,
 	{fleet.StageBlocked, fleet.StageQueued, fleet.ActorSystem}: fleet.LeaseNone,
+	{fleet.StageBlocked, fleet.StageFailed, fleet.ActorSystem}: fleet.LeaseNone,
 	// the factory's part
 	{fleet.StageQueued, fleet.StageAssigned, fleet.ActorFactory}:     fleet.LeaseAcquire,
 	{fleet.StageAssigned, fleet.StageBuilding, fleet.ActorFactory}:   fleet.LeaseKeep,
@@ -63,6 +64,10 @@ var legalMoves = map[move]fleet.LeaseEffect{
 	{fleet.StageFailed, fleet.StageQueued, fleet.ActorOperator}:     fleet.LeaseNone,
 	{fleet.StageDeadLetter, fleet.StageQueued, fleet.ActorOperator}: fleet.LeaseNone,
 	{fleet.StageCancelled, fleet.StageQueued, fleet.ActorOperator}:  fleet.LeaseNone,
+	// requeue of a job whose dependencies have not shipped
+	{fleet.StageFailed, fleet.StageBlocked, fleet.ActorOperator}:     fleet.LeaseNone,
+	{fleet.StageDeadLetter, fleet.StageBlocked, fleet.ActorOperator}: fleet.LeaseNone,
+	{fleet.StageCancelled, fleet.StageBlocked, fleet.ActorOperator}:  fleet.LeaseNone,
 	// cancel
 	{fleet.StageQueued, fleet.StageCancelled, fleet.ActorOperator}:   fleet.LeaseNone,
 	{fleet.StageBlocked, fleet.StageCancelled, fleet.ActorOperator}:  fleet.LeaseNone,
@@ -167,9 +172,10 @@ func TestTransitionProperties(t *testing.T) {
 			t.Parallel()
 			require.NotEqual(t, r.From, r.To, "self-loop")
 
-			// Nothing leaves a terminal stage except an operator's requeue.
+			// Nothing leaves a terminal stage except an operator's requeue
+			// (to blocked when the job's dependencies have not shipped).
 			if r.From.Terminal() {
-				require.Equal(t, fleet.StageQueued, r.To, "terminal stage left for something other than queued")
+				require.Contains(t, []fleet.Stage{fleet.StageQueued, fleet.StageBlocked}, r.To, "terminal stage left for something other than queued or blocked")
 				require.Equal(t, fleet.ActorOperator, r.Actor, "terminal stage left by someone other than an operator")
 			}
 

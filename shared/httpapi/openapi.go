@@ -234,7 +234,7 @@ func operations() []operation {
 			ok:     map[string]obj{"200": respond("The job after the update.", ref("Job"))},
 			errors: []string{"400", "404", "409", "413"}},
 		{method: "POST", path: "/fleet/jobs/{id}/actions/{action}", access: operatorOnly, summary: "Operator action",
-			description: "ship, requeue, reject or cancel, where the stage machine allows it (409 otherwise).",
+			description: "ship, requeue, reject or cancel, where the stage machine allows it (409 otherwise). A requeued job whose dependencies have not shipped is blocked until they do; a job whose dependencies can no longer ship fails with reason dependency_failed.",
 			params: []obj{jobID, obj{"name": "action", "in": "path", "required": true,
 				"schema": enum("", "ship", "requeue", "reject", "cancel")}},
 			body:   optionalJSONBody(ref("ActionRequest")),
