@@ -61,10 +61,15 @@ echo "$FLEET_JOB_ID" > "f-$FLEET_JOB_ID.txt"`)
 	f := startFactory(t, s, "fa", "demo", 4, repo, eng, "TEST_GATE="+gate, "FLEET_GC_INTERVAL=1s")
 
 	slow := s.Submit("demo", Manifest("slow", "app", "engine:fake"))
-	slowTree := filepath.Join(f.WorkDir, "worktrees", "app", slow)
+	// The run's worktree is keyed by its lease epoch.
+	var slowTree string
 	Eventually(t, 30*time.Second, "slow job running", func() bool {
-		_, err := os.Stat(filepath.Join(slowTree, "slow.txt"))
-		return err == nil
+		trees, _ := filepath.Glob(filepath.Join(f.WorkDir, "worktrees", "app", slow+"-e*", "slow.txt"))
+		if len(trees) != 1 {
+			return false
+		}
+		slowTree = filepath.Dir(trees[0])
+		return true
 	})
 
 	ids := make([]string, 50)

@@ -123,6 +123,17 @@ func (a *Agent) inFlight(repo, job string) bool {
 	return ok && (repo == "" || r.repo == repo)
 }
 
+// runningDispatch is the dispatch epoch of job's run here, -1 when none
+// runs.
+func (a *Agent) runningDispatch(job string) int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r, ok := a.running[job]; ok {
+		return r.dispatchEpoch
+	}
+	return -1
+}
+
 // Run works until ctx ends (a shutdown signal) or, with --once, until its
 // one message is handled. On shutdown every running job is checkpointed
 // and released before Run returns.
@@ -283,7 +294,9 @@ func (a *Agent) handle(ctx context.Context, d transport.Delivery) *jobRun {
 func (a *Agent) accept(ctx context.Context, log *slog.Logger, d transport.Delivery) *jobRun {
 	msg := *d.Dispatch
 	log = log.With("job", msg.JobID, "dispatchEpoch", msg.DispatchEpoch)
-	if a.inFlight("", msg.JobID) {
+	if a.runningDispatch(msg.JobID) >= msg.DispatchEpoch {
+		// A redelivery of the dispatch being run. A newer dispatch (the
+		// job was requeued) goes to accept: start supersedes the old run.
 		log.InfoContext(ctx, "duplicate delivery of a job already running here")
 		_ = a.recv.Complete(ctx, d)
 		return nil

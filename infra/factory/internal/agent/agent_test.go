@@ -26,6 +26,7 @@ type fakeAPI struct {
 	renewErr  error
 	renews    int
 	acceptErr error
+	accepts   int
 	job       *fleet.Job
 }
 
@@ -37,6 +38,9 @@ func (f *fakeAPI) Renew(context.Context, string, string, int64) (time.Time, erro
 }
 func (f *fakeAPI) Heartbeat(context.Context, fleetapi.Heartbeat) error { return nil }
 func (f *fakeAPI) Accept(context.Context, protocol.DispatchMessage) (*protocol.Claimed, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.accepts++
 	return nil, f.acceptErr
 }
 func (f *fakeAPI) GetJob(context.Context, string, string) (*fleet.Job, error) {
@@ -150,26 +154,32 @@ func TestAcceptSettlement(t *testing.T) {
 	tests := []struct {
 		name                 string
 		acceptErr            error
-		running              bool
+		running              int64 // dispatch epoch of a run in flight, 0 for none
 		completed, abandoned int
+		accepts              int
 	}{
-		{name: "taken", acceptErr: &fleetapi.Error{Status: 409, Code: "conflict"}, completed: 1},
-		{name: "gone", acceptErr: &fleetapi.Error{Status: 404, Code: "not_found"}, completed: 1},
-		{name: "refused", acceptErr: &fleetapi.Error{Status: 403, Code: "forbidden"}, completed: 1},
-		{name: "coordinator down", acceptErr: &fleetapi.Error{Status: 503, Code: "unavailable"}, abandoned: 1},
-		{name: "network", acceptErr: errors.New("connection refused"), abandoned: 1},
-		{name: "duplicate of a running job", running: true, completed: 1},
+		{name: "taken", acceptErr: &fleetapi.Error{Status: 409, Code: "conflict"}, completed: 1, accepts: 1},
+		{name: "gone", acceptErr: &fleetapi.Error{Status: 404, Code: "not_found"}, completed: 1, accepts: 1},
+		{name: "refused", acceptErr: &fleetapi.Error{Status: 403, Code: "forbidden"}, completed: 1, accepts: 1},
+		{name: "coordinator down", acceptErr: &fleetapi.Error{Status: 503, Code: "unavailable"}, abandoned: 1, accepts: 1},
+		{name: "network", acceptErr: errors.New("connection refused"), abandoned: 1, accepts: 1},
+		{name: "duplicate of a running job", running: 4, completed: 1},
+		// Requeued and dispatched again while the old run lives: the
+		// accept decides (here someone else won it).
+		{name: "newer dispatch of a running job", running: 3, acceptErr: &fleetapi.Error{Status: 409, Code: "conflict"}, completed: 1, accepts: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			recv := &fakeRecv{}
-			a := New(config.Config{FactoryID: "f1", Seats: 1}, &fakeAPI{acceptErr: tt.acceptErr}, recv, nil, caps.Env{}, slog.New(slog.DiscardHandler))
-			if tt.running {
-				a.running["j1"] = &jobRun{id: "j1"}
+			api := &fakeAPI{acceptErr: tt.acceptErr}
+			a := New(config.Config{FactoryID: "f1", Seats: 1}, api, recv, nil, caps.Env{}, slog.New(slog.DiscardHandler))
+			if tt.running > 0 {
+				a.running["j1"] = &jobRun{id: "j1", epoch: 1, dispatchEpoch: tt.running}
 			}
 			r := a.handle(context.Background(), transport.Delivery{ID: msg.MessageID(), Dispatch: &msg})
 			require.Nil(t, r, "no job started")
+			require.Equal(t, tt.accepts, api.accepts)
 			require.Len(t, recv.completed, tt.completed)
 			require.Len(t, recv.abandoned, tt.abandoned)
 		})

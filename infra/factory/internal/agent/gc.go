@@ -9,6 +9,7 @@ import (
 
 	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
+	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
 
@@ -46,7 +47,11 @@ func (a *Agent) gcLocal(ctx context.Context, when string) {
 	}
 	if entries, err := os.ReadDir(a.jobsDir()); err == nil {
 		for _, e := range entries {
-			if !a.inFlight("", e.Name()) {
+			job, _, ok := gitwt.JobOfRun(e.Name())
+			if !ok {
+				job = e.Name() // an older layout: jobs/<id>
+			}
+			if !a.inFlight("", job) {
 				_ = os.RemoveAll(filepath.Join(a.jobsDir(), e.Name()))
 			}
 		}

@@ -38,31 +38,58 @@ const outputTail = 1500
 // shipHookTimeout bounds the ship hook (e.g. opening a pull request).
 const shipHookTimeout = 5 * time.Minute
 
-// jobRun is one job running on this factory.
+// jobRun is one run of a job on this factory: the job under one lease
+// epoch.
 type jobRun struct {
-	id, repo string
-	cancel   context.CancelCauseFunc
-	done     chan struct{}
-	outcome  Outcome
+	id, repo      string
+	epoch         int64 // lease epoch
+	dispatchEpoch int64
+	cancel        context.CancelCauseFunc
+	done          chan struct{}
+	outcome       Outcome
 }
 
-// start runs cl's job in the background under a seat.
+// start runs cl's job in the background under a seat. There is at most
+// one live run per job here: a claim under a newer epoch of a job that is
+// still running (requeued or reaped, then claimed again by this factory)
+// supersedes the old run, which is fenced by definition. The old run is
+// stopped and the new one waits until it has quarantined its work, so the
+// two never work side by side; their files and branches are keyed by
+// epoch besides. A claim no newer than the running one is ignored.
 func (a *Agent) start(ctx context.Context, cl *protocol.Claimed, received time.Time) *jobRun {
 	j := cl.Job
 	// The job's life is its own: a shutdown cancels it explicitly (with
 	// errShutdown), so it can checkpoint and release on the way out.
 	jctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	r := &jobRun{id: j.ID, repo: j.Repo, cancel: cancel, done: make(chan struct{})}
+	r := &jobRun{id: j.ID, repo: j.Repo, epoch: cl.LeaseEpoch, dispatchEpoch: j.DispatchEpoch, cancel: cancel, done: make(chan struct{})}
 	a.mu.Lock()
+	prev := a.running[j.ID]
+	if prev != nil && prev.epoch >= r.epoch {
+		a.mu.Unlock()
+		cancel(nil)
+		a.log.WarnContext(ctx, "claim no newer than the run in flight ignored", "job", j.ID,
+			"leaseEpoch", r.epoch, "runningEpoch", prev.epoch)
+		return nil
+	}
 	a.running[j.ID] = r
 	a.mu.Unlock()
+	if prev != nil {
+		a.log.WarnContext(ctx, "job claimed again under a newer lease: stopping the old run first", "job", j.ID,
+			"leaseEpoch", r.epoch, "oldEpoch", prev.epoch)
+		prev.cancel(errFenced)
+	}
 	signal(a.changed)
 	a.jobs.Go(func() {
 		defer close(r.done)
 		defer cancel(nil)
+		if prev != nil {
+			<-prev.done
+		}
 		r.outcome = a.runJob(jctx, cancel, cl, received)
 		a.mu.Lock()
-		delete(a.running, j.ID)
+		if a.running[j.ID] == r {
+			delete(a.running, j.ID)
+		}
 		a.mu.Unlock()
 		signal(a.freed)
 		signal(a.changed)
@@ -80,7 +107,7 @@ type job struct {
 	log   *slog.Logger
 	ctx   context.Context // ends on fence, lease loss or shutdown
 
-	dir     string // jobs/<id>: prompt and log
+	dir     string // jobs/<id>-e<epoch>: prompt and log
 	logPath string
 	wt      *gitwt.Worktree
 
@@ -118,7 +145,7 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 			return jb.stopped(err, "start building")
 		}
 	}
-	jb.dir = filepath.Join(a.jobsDir(), j.ID)
+	jb.dir = filepath.Join(a.jobsDir(), gitwt.RunName(j.ID, cl.LeaseEpoch))
 	if err := os.MkdirAll(jb.dir, 0o700); err != nil {
 		return jb.fail(reasonGit, fmt.Sprintf("create job dir: %v", err), true)
 	}
@@ -129,7 +156,7 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	if err != nil {
 		return jb.fail(reasonNoEngine, err.Error(), true)
 	}
-	wt, err := a.git.Prepare(ctx, j.Repo, j.ID, j.Checkpoint)
+	wt, err := a.git.Prepare(ctx, gitwt.Run{Repo: j.Repo, Job: j.ID, Epoch: cl.LeaseEpoch, Checkpoint: j.Checkpoint})
 	if err != nil {
 		return jb.stopped(err, "prepare worktree")
 	}
@@ -205,7 +232,7 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 		return engine.Result{}, err
 	}
 	vars := engine.Vars{Prompt: j.Body, PromptFile: promptPath, JobID: j.ID, Repo: j.Repo, Title: j.Title,
-		Branch: jb.wt.Branch, Worktree: jb.wt.Path}
+		Branch: gitwt.JobBranch(j.ID), Worktree: jb.wt.Path}
 	exp, err := engine.Expand(tmpl, vars)
 	if err != nil {
 		return engine.Result{}, fmt.Errorf("engine %s: %w", name, err)
@@ -262,7 +289,7 @@ func (jb *job) env(engineName, promptPath string) []string {
 		"FLEET_JOB_PRIORITY="+string(j.Priority),
 		"FLEET_JOB_PERSONA="+j.Persona,
 		"FLEET_JOB_PROMPT_FILE="+promptPath,
-		"FLEET_JOB_BRANCH="+jb.wt.Branch,
+		"FLEET_JOB_BRANCH="+gitwt.JobBranch(j.ID),
 		"FLEET_JOB_BASE_BRANCH="+jb.wt.DefaultBranch,
 		"FLEET_JOB_WORKTREE="+jb.wt.Path,
 		"FLEET_JOB_LEASE_EPOCH="+strconv.FormatInt(jb.cl.LeaseEpoch, 10),
@@ -461,7 +488,7 @@ func (jb *job) quarantine(step string, cause error) Outcome {
 	if jb.wt == nil {
 		return OutcomeFenced
 	}
-	branch, err := jb.wt.Quarantine(ctx, jb.cl.LeaseEpoch)
+	branch, err := jb.wt.Quarantine(ctx)
 	if err != nil {
 		jb.log.ErrorContext(ctx, "quarantine", "err", err)
 	} else {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -118,7 +117,9 @@ func (m *Manager) gcLocalRepo(ctx context.Context, repo string, inFlight InFligh
 		return rep, err
 	}
 	for _, e := range entries {
-		if inFlight(repo, e.Name()) {
+		// Every run of a job in flight is kept, older ones too: one may
+		// still be quarantining its work.
+		if job, _, ok := JobOfRun(e.Name()); ok && inFlight(repo, job) {
 			continue
 		}
 		p := filepath.Join(root, e.Name())
@@ -195,21 +196,23 @@ func jobOfPath(root, path string) (string, bool) {
 	if err != nil || rel == "." || strings.ContainsRune(rel, filepath.Separator) || strings.HasPrefix(rel, "..") {
 		return "", false
 	}
-	return rel, true
+	id, _, ok := JobOfRun(rel)
+	return id, ok
 }
 
-var quarantineSuffix = regexp.MustCompile(`-e[0-9]+$`)
-
-// JobOfBranch is the job id of an aq/job, aq/wip or aq/quarantine branch.
+// JobOfBranch is the job id of an aq/job, aq/wip, aq/run or aq/quarantine
+// branch.
 func JobOfBranch(branch string) (string, bool) {
 	for _, p := range []string{JobPrefix, WIPPrefix} {
 		if id, ok := strings.CutPrefix(branch, p); ok {
 			return id, fleet.ValidateName("job", id) == nil
 		}
 	}
-	if rest, ok := strings.CutPrefix(branch, QuarantinePrefix); ok {
-		id := quarantineSuffix.ReplaceAllString(rest, "")
-		return id, id != rest && fleet.ValidateName("job", id) == nil
+	for _, p := range []string{RunPrefix, QuarantinePrefix} {
+		if rest, ok := strings.CutPrefix(branch, p); ok {
+			id, _, ok := JobOfRun(rest)
+			return id, ok
+		}
 	}
 	return "", false
 }

@@ -5,11 +5,13 @@
 //
 // Layout under the work directory:
 //
-//	mirrors/<repo>.git        bare mirror; origin's branches as refs/remotes/origin/*
-//	worktrees/<repo>/<job>    the job's worktree, on branch aq/job/<job>
+//	mirrors/<repo>.git                 bare mirror; origin's branches as refs/remotes/origin/*
+//	worktrees/<repo>/<job>-e<epoch>    one run's worktree, on branch aq/run/<job>-e<epoch>
 //
 // Two jobs on one repo share the mirror's objects but never a worktree, so
-// they run side by side. Operations that touch the mirror's shared state
+// they run side by side; two runs of one job (lease epochs) never share a
+// worktree or a local branch either, so an old run cleaning up after a
+// fence cannot touch a newer run's files. Operations that touch the mirror's shared state
 // (fetch, worktree add/remove, push, branch deletion) hold a per-repo lock;
 // commits in a worktree touch only that worktree's branch and index.
 package gitwt
@@ -21,16 +23,46 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gigafactory/fleet/shared/fleet"
 )
 
-// Branch names.
+// Branch names. aq/job and aq/wip are the job's branches on origin; a
+// run's local branch (the one its worktree has checked out) is keyed by
+// its lease epoch, so two runs of one job never share a branch.
 const (
 	JobPrefix = "aq/job/"
 	WIPPrefix = "aq/wip/"
+	RunPrefix = "aq/run/"
 )
+
+// RunName names one run of a job (one lease epoch): <job>-e<epoch>. It keys
+// the run's worktree, local branch, quarantine branch and job files.
+func RunName(job string, epoch int64) string { return fmt.Sprintf("%s-e%d", job, epoch) }
+
+var runSuffix = regexp.MustCompile(`-e([0-9]+)$`)
+
+// JobOfRun is the job id and epoch of a RunName.
+func JobOfRun(name string) (string, int64, bool) {
+	m := runSuffix.FindStringSubmatchIndex(name)
+	if m == nil {
+		return "", 0, false
+	}
+	epoch, err := strconv.ParseInt(name[m[2]:m[3]], 10, 64)
+	id := name[:m[0]]
+	if err != nil || fleet.ValidateName("job", id) != nil {
+		return "", 0, false
+	}
+	return id, epoch, true
+}
+
+// RunBranch is the local branch of a job's run at epoch.
+func RunBranch(job string, epoch int64) string { return RunPrefix + RunName(job, epoch) }
 
 // JobBranch is the branch a job's result is pushed to.
 func JobBranch(id string) string { return JobPrefix + id }

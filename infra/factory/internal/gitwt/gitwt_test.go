@@ -78,7 +78,7 @@ func (f *fixture) localBranches() []string {
 // prepare checks out job with one committed file and returns the worktree.
 func (f *fixture) prepare(job, checkpoint string, files ...string) *Worktree {
 	f.t.Helper()
-	w, err := f.m.Prepare(context.Background(), "app", job, checkpoint)
+	w, err := f.m.Prepare(context.Background(), Run{Repo: "app", Job: job, Epoch: 1, Checkpoint: checkpoint})
 	require.NoError(f.t, err)
 	for _, name := range files {
 		f.write(w.Path, name, job+"\n")
@@ -98,7 +98,7 @@ func TestPrepareCommitPushResume(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	w := f.prepare("j1", "")
-	require.Equal(t, "aq/job/j1", w.Branch)
+	require.Equal(t, "aq/run/j1-e1", w.Branch)
 	require.Equal(t, "main", w.DefaultBranch)
 	require.Equal(t, f.ref("main"), w.Base)
 	require.False(t, w.Resumed)
@@ -156,7 +156,7 @@ func TestSameRepoSideBySide(t *testing.T) {
 	errs := make([]error, len(jobs))
 	for i, job := range jobs {
 		wg.Go(func() {
-			w, err := f.m.Prepare(ctx, "app", job, "")
+			w, err := f.m.Prepare(ctx, Run{Repo: "app", Job: job, Epoch: 1})
 			if err == nil {
 				err = os.WriteFile(filepath.Join(w.Path, job+".txt"), []byte(job), 0o644)
 			}
@@ -183,27 +183,48 @@ func TestRemoveKeepsUnpushedWork(t *testing.T) {
 	w := f.prepare("j1", "", "a.txt")
 	require.NoError(t, w.Remove(context.Background()))
 	require.NoDirExists(t, w.Path)
-	require.Equal(t, []string{"aq/job/j1"}, f.localBranches(), "unpushed work stays on its branch")
+	require.Equal(t, []string{"aq/run/j1-e1"}, f.localBranches(), "unpushed work stays on its branch")
 }
 
+// TestQuarantine: a fenced run keeps its work on a local quarantine branch
+// and removes its own worktree and branch, and nothing of a newer run of
+// the same job working beside it.
 func TestQuarantine(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	w := f.prepare("j1", "")
+	ctx := context.Background()
+	w, err := f.m.Prepare(ctx, Run{Repo: "app", Job: "j1", Epoch: 3})
+	require.NoError(t, err)
 	f.write(w.Path, "late.txt", "zombie")
-	branch, err := w.Quarantine(context.Background(), 3)
+	newer, err := f.m.Prepare(ctx, Run{Repo: "app", Job: "j1", Epoch: 5})
+	require.NoError(t, err)
+	require.NotEqual(t, w.Path, newer.Path)
+	require.DirExists(t, w.Path, "preparing a newer run leaves the old one's files alone")
+	f.write(newer.Path, "new.txt", "valid")
+
+	branch, err := w.Quarantine(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "aq/quarantine/j1-e3", branch)
-	require.Equal(t, []string{"aq/quarantine/j1-e3"}, f.localBranches())
+	require.ElementsMatch(t, []string{"aq/quarantine/j1-e3", "aq/run/j1-e5"}, f.localBranches())
 	require.NoDirExists(t, w.Path)
 	require.Empty(t, f.ref("aq/job/j1"), "never pushed")
 	require.Equal(t, "zombie", run(t, f.m.MirrorPath("app"), "show", "aq/quarantine/j1-e3:late.txt"))
+
+	require.FileExists(t, filepath.Join(newer.Path, "new.txt"), "the newer run's worktree is untouched")
+	changed, err := newer.Commit(ctx, "valid work")
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.NoError(t, newer.Push(ctx, JobBranch("j1")))
+	require.Equal(t, "valid", run(t, f.origin, "show", "refs/heads/aq/job/j1:new.txt"))
+	_, err = os.Stat(filepath.Join(newer.Path, "late.txt"))
+	require.True(t, os.IsNotExist(err), "the old run's work never lands in the newer run")
 }
 
 func TestJobOfBranch(t *testing.T) {
 	t.Parallel()
 	tests := map[string]string{
 		"aq/job/j1": "j1", "aq/wip/j-2": "j-2", "aq/quarantine/j1-e3": "j1", "aq/quarantine/a-b-e12": "a-b",
+		"aq/run/j1-e4": "j1", "aq/run/a-e5-e6": "a-e5", "aq/run/j1": "", "aq/run/-e1": "",
 		"aq/quarantine/j1": "", "main": "", "aq/job/": "", "aq/job/../x": "", "aq/other/j1": "",
 	}
 	for branch, want := range tests {
@@ -226,10 +247,10 @@ func TestGCLocalRules(t *testing.T) {
 	live := f.prepare("live", "", "live.txt")    // in flight, unpushed
 	stale := f.prepare("stale", "", "stale.txt") // crashed run, pushed
 	require.NoError(t, stale.Push(ctx, WIPBranch("stale")))
-	f.prepare("unpushed-open", "", "x.txt")     // crashed, unpushed, job still open
-	f.prepare("unpushed-over", "", "y.txt")     // crashed, unpushed, job over
-	f.prepare("unknown", "", "z.txt")           // crashed, unpushed, coordinator unreachable
-	orphan := f.m.WorktreePath("app", "orphan") // a directory git never registered
+	f.prepare("unpushed-open", "", "x.txt")        // crashed, unpushed, job still open
+	f.prepare("unpushed-over", "", "y.txt")        // crashed, unpushed, job over
+	f.prepare("unknown", "", "z.txt")              // crashed, unpushed, coordinator unreachable
+	orphan := f.m.WorktreePath("app", "orphan", 1) // a directory git never registered
 	require.NoError(t, os.MkdirAll(orphan, 0o755))
 
 	inFlight := func(repo, job string) bool { return repo == "app" && job == "live" }
@@ -250,11 +271,11 @@ func TestGCLocalRules(t *testing.T) {
 	require.DirExists(t, live.Path, "in-flight worktree kept")
 	require.FileExists(t, filepath.Join(live.Path, "live.txt"))
 	for _, job := range []string{"stale", "unpushed-open", "unpushed-over", "unknown", "orphan"} {
-		require.NoDirExists(t, f.m.WorktreePath("app", job))
+		require.NoDirExists(t, f.m.WorktreePath("app", job, 1))
 	}
 	require.Len(t, rep.RemovedWorktrees, 5)
-	require.ElementsMatch(t, []string{"aq/job/live", "aq/job/unpushed-open", "aq/job/unknown"}, f.localBranches())
-	require.ElementsMatch(t, []string{"app/aq/job/stale", "app/aq/job/unpushed-over"}, rep.DeletedLocal)
+	require.ElementsMatch(t, []string{"aq/run/live-e1", "aq/run/unpushed-open-e1", "aq/run/unknown-e1"}, f.localBranches())
+	require.ElementsMatch(t, []string{"app/aq/run/stale-e1", "app/aq/run/unpushed-over-e1"}, rep.DeletedLocal)
 	require.Len(t, rep.Kept, 2)
 	require.False(t, asked["stale"], "work on origin needs no question")
 	require.False(t, asked["live"], "in-flight jobs are not even looked at")
@@ -362,12 +383,12 @@ func TestEnsureClonesAndOrigin(t *testing.T) {
 	cloned, err = m.EnsureClones(ctx)
 	require.NoError(t, err)
 	require.Empty(t, cloned, "already there")
-	w, err := m.Prepare(ctx, "app", "j1", "")
+	w, err := m.Prepare(ctx, Run{Repo: "app", Job: "j1", Epoch: 1})
 	require.NoError(t, err)
 	require.FileExists(t, filepath.Join(w.Path, "README.md"))
 
-	_, err = m.Prepare(ctx, "nope", "j1", "")
+	_, err = m.Prepare(ctx, Run{Repo: "nope", Job: "j1", Epoch: 1})
 	require.ErrorContains(t, err, "no configured URL")
-	_, err = m.Prepare(ctx, "app", "../j", "")
+	_, err = m.Prepare(ctx, Run{Repo: "app", Job: "../j", Epoch: 1})
 	require.Error(t, err)
 }

@@ -64,9 +64,9 @@ func (m *Manager) MirrorPath(repo string) string {
 	return filepath.Join(m.mirrorsDir(), repo+".git")
 }
 
-// WorktreePath is where job's worktree of repo lives.
-func (m *Manager) WorktreePath(repo, job string) string {
-	return filepath.Join(m.worktreesDir(), repo, job)
+// WorktreePath is where the worktree of job's run at epoch lives.
+func (m *Manager) WorktreePath(repo, job string, epoch int64) string {
+	return filepath.Join(m.worktreesDir(), repo, RunName(job, epoch))
 }
 
 // lock serialises the operations on repo's mirror; it returns the unlock.
@@ -199,11 +199,14 @@ func defaultBranch(ctx context.Context, dir string) (string, error) {
 	return "", errors.New("origin has no HEAD, main or master branch")
 }
 
-// Worktree is one job's checkout.
+// Worktree is the checkout of one run of a job.
 type Worktree struct {
 	Repo, JobID string
-	Path        string
-	// Branch is the local branch, aq/job/<id>.
+	// Epoch is the run's lease epoch: the worktree and its branch are its
+	// own, never another run's.
+	Epoch int64
+	Path  string
+	// Branch is the local branch, aq/run/<id>-e<epoch>.
 	Branch string
 	// Base is the commit the worktree started from.
 	Base string
@@ -215,13 +218,26 @@ type Worktree struct {
 	m             *Manager
 }
 
-// Prepare fetches repo and checks out a fresh worktree for job on branch
-// aq/job/<job>: from origin's checkpoint branch when the job carries one and
-// it exists there, else from origin's default branch. Whatever an earlier
-// attempt of the same job left on this host is replaced.
-func (m *Manager) Prepare(ctx context.Context, repo, job, checkpoint string) (*Worktree, error) {
+// Run names one run of a job: the job and the lease epoch it runs under.
+type Run struct {
+	Repo, Job string
+	Epoch     int64
+	// Checkpoint is the job's checkpoint branch on origin, if any.
+	Checkpoint string
+}
+
+// Prepare fetches the repo and checks out a fresh worktree for the run on
+// its own branch aq/run/<job>-e<epoch>: from origin's checkpoint branch when
+// the job carries one and it exists there, else from origin's default
+// branch. A leftover of the same run (a crash) is replaced; other runs'
+// worktrees and branches are not touched.
+func (m *Manager) Prepare(ctx context.Context, r Run) (*Worktree, error) {
+	repo, job, checkpoint := r.Repo, r.Job, r.Checkpoint
 	if err := fleet.ValidateName("job id", job); err != nil {
 		return nil, err
+	}
+	if r.Epoch < 0 {
+		return nil, fmt.Errorf("lease epoch %d is negative", r.Epoch)
 	}
 	unlock := m.lock(repo)
 	defer unlock()
@@ -233,7 +249,7 @@ func (m *Manager) Prepare(ctx context.Context, repo, job, checkpoint string) (*W
 	if err != nil {
 		return nil, fmt.Errorf("repo %s: %w", repo, err)
 	}
-	w := &Worktree{Repo: repo, JobID: job, Path: m.WorktreePath(repo, job), Branch: JobBranch(job),
+	w := &Worktree{Repo: repo, JobID: job, Epoch: r.Epoch, Path: m.WorktreePath(repo, job, r.Epoch), Branch: RunBranch(job, r.Epoch),
 		DefaultBranch: strings.TrimPrefix(def, "refs/remotes/origin/"), m: m}
 	base := def
 	if checkpoint != "" {
@@ -372,8 +388,10 @@ func QuarantineBranch(id string, epoch int64) string {
 }
 
 // Quarantine commits what the worktree holds onto a local quarantine
-// branch, never pushed, and removes the worktree. It returns the branch.
-func (w *Worktree) Quarantine(ctx context.Context, epoch int64) (string, error) {
+// branch of its run, never pushed, and removes the worktree and the run's
+// branch (its own only). It returns the branch.
+func (w *Worktree) Quarantine(ctx context.Context) (string, error) {
+	epoch := w.Epoch
 	if _, err := w.Commit(ctx, fmt.Sprintf("fleet: quarantined work of job %s (lease epoch %d, fenced)", w.JobID, epoch)); err != nil {
 		return "", err
 	}

@@ -1,0 +1,276 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/infra/factory/internal/caps"
+	"github.com/gigafactory/fleet/infra/factory/internal/config"
+	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
+	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
+	"github.com/gigafactory/fleet/infra/factory/internal/transport"
+	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
+)
+
+// fakeCoord is a one-job coordinator with the fencing rules of the real
+// one: every holder call carries the lease epoch, and a stale one gets 409
+// fenced and changes nothing.
+type fakeCoord struct {
+	mu      sync.Mutex
+	job     fleet.Job
+	ttl     time.Duration
+	patches []fleetapi.Patch
+	fails   []string
+	// beforePush, if set, runs inside Renew when the lease is confirmed
+	// (tests use it to act in the window between a fence check and the
+	// write it guards).
+	onRenew func(epoch int64)
+}
+
+func newFakeCoord(id, repo string) *fakeCoord {
+	return &fakeCoord{job: fleet.Job{ID: id, ProductID: "p", Repo: repo, Title: "t " + id, Body: "do it", Stage: fleet.StageQueued}, ttl: time.Minute}
+}
+
+// claim hands the job to factory f1 under a new epoch.
+func (c *fakeCoord) claim() *protocol.Claimed {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	c.job.LeaseEpoch++
+	c.job.Stage, c.job.HolderFactoryID, c.job.LeaseAcquiredAt = fleet.StageAssigned, "f1", now
+	j := c.job
+	return &protocol.Claimed{Job: &j, LeaseEpoch: j.LeaseEpoch, LeaseExpiresAt: now.Add(c.ttl)}
+}
+
+// requeue is an operator's requeue: the lease is revoked at once.
+func (c *fakeCoord) requeue() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.job.LeaseEpoch++
+	c.job.Stage, c.job.HolderFactoryID = fleet.StageQueued, ""
+}
+
+func (c *fakeCoord) fenced(epoch int64) error {
+	if epoch != c.job.LeaseEpoch || !c.job.Stage.Leased() {
+		return &fleetapi.Error{Status: 409, Code: "fenced", Message: "stale lease epoch"}
+	}
+	return nil
+}
+
+func (c *fakeCoord) Renew(_ context.Context, _, _ string, epoch int64) (time.Time, error) {
+	c.mu.Lock()
+	err := c.fenced(epoch)
+	hook := c.onRenew
+	c.mu.Unlock()
+	if err == nil && hook != nil {
+		hook(epoch)
+	}
+	return time.Now().Add(c.ttl), err
+}
+func (c *fakeCoord) Heartbeat(context.Context, fleetapi.Heartbeat) error { return nil }
+func (c *fakeCoord) Accept(context.Context, protocol.DispatchMessage) (*protocol.Claimed, error) {
+	return nil, errors.New("unused")
+}
+func (c *fakeCoord) GetJob(context.Context, string, string) (*fleet.Job, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j := c.job
+	return &j, nil
+}
+func (c *fakeCoord) Patch(_ context.Context, _, _ string, p fleetapi.Patch) (*fleet.Job, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.fenced(p.LeaseEpoch); err != nil {
+		return nil, err
+	}
+	c.patches = append(c.patches, p)
+	if p.Checkpoint != nil {
+		c.job.Checkpoint = *p.Checkpoint
+	}
+	if p.Stage != "" {
+		c.job.Stage = p.Stage
+		if !p.Stage.Leased() {
+			c.job.HolderFactoryID = ""
+		}
+	}
+	j := c.job
+	return &j, nil
+}
+func (c *fakeCoord) Release(_ context.Context, _, _ string, epoch int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.fenced(epoch); err != nil {
+		return err
+	}
+	c.job.Stage, c.job.HolderFactoryID = fleet.StageQueued, ""
+	return nil
+}
+func (c *fakeCoord) Fail(_ context.Context, _, _ string, epoch int64, reason string, _ bool) (*fleet.Job, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.fenced(epoch); err != nil {
+		return nil, err
+	}
+	c.fails = append(c.fails, reason)
+	c.job.Stage, c.job.HolderFactoryID = fleet.StageFailed, ""
+	j := c.job
+	return &j, nil
+}
+
+// gitRepo is an origin (bare, README on main) and a clone of it under a
+// repo base, as a factory host has them.
+type gitRepo struct {
+	origin, base string
+}
+
+func gitT(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.invalid",
+		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.invalid")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "git %s: %s", strings.Join(args, " "), out)
+	return strings.TrimSpace(string(out))
+}
+
+func newGitRepo(t *testing.T, root string) gitRepo {
+	t.Helper()
+	r := gitRepo{origin: filepath.Join(root, "app.git"), base: filepath.Join(root, "base")}
+	seed := filepath.Join(root, "seed")
+	gitT(t, root, "init", "--quiet", "--bare", "--initial-branch=main", r.origin)
+	gitT(t, root, "clone", "--quiet", r.origin, seed)
+	gitT(t, seed, "checkout", "--quiet", "-b", "main")
+	require.NoError(t, os.WriteFile(filepath.Join(seed, "README.md"), []byte("# app\n"), 0o644))
+	gitT(t, seed, "add", ".")
+	gitT(t, seed, "commit", "--quiet", "-m", "initial")
+	gitT(t, seed, "push", "--quiet", "origin", "main")
+	require.NoError(t, os.MkdirAll(r.base, 0o755))
+	gitT(t, r.base, "clone", "--quiet", r.origin, "app")
+	return r
+}
+
+// show is a file on origin's branch, "" when either is missing.
+func (r gitRepo) show(branch, file string) string {
+	out, err := exec.Command("git", "-C", r.origin, "show", "refs/heads/"+branch+":"+file).Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// ref is origin's branch, "" when missing.
+func (r gitRepo) ref(branch string) string {
+	out, err := exec.Command("git", "-C", r.origin, "rev-parse", "--verify", "--quiet", "refs/heads/"+branch).Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// newGitAgent is an agent over a real worktree manager with one engine,
+// the shell script engine.
+func newGitAgent(t *testing.T, root string, repo gitRepo, api API, engine string) *Agent {
+	t.Helper()
+	work := filepath.Join(root, "work")
+	g, err := gitwt.New(gitwt.Options{WorkDir: work, RepoBase: repo.base, GitName: "factory", GitEmail: "f@example.invalid"})
+	require.NoError(t, err)
+	cfg := config.Config{FactoryID: "f1", Seats: 2, RepoBase: repo.base, WorkDir: work,
+		Engines: map[string]string{"sh": engine}, DefaultEngine: "sh", ShipStage: config.ShipShipped,
+		KillGrace: 2 * time.Second, Checkpoint: time.Hour, DefaultWall: time.Minute, Renew: 50 * time.Millisecond}
+	return New(cfg, api, &fakeRecv{}, g, caps.Env{}, slog.New(slog.DiscardHandler))
+}
+
+// fifo makes a named pipe: opening one end blocks until the other end is
+// opened, which lets a test and an engine meet without polling.
+func fifo(t *testing.T, dir, name string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	require.NoError(t, syscall.Mkfifo(p, 0o600))
+	return p
+}
+
+// openGate lets an engine blocked reading fifo p go on. If nobody ever
+// reads it, the cleanup unblocks the writer.
+func openGate(t *testing.T, p string) {
+	t.Helper()
+	go func() {
+		if f, err := os.OpenFile(p, os.O_WRONLY, 0); err == nil {
+			f.Close()
+		}
+	}()
+	t.Cleanup(func() {
+		if f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+}
+
+func waitRun(t *testing.T, r *jobRun, what string) Outcome {
+	t.Helper()
+	require.NotNil(t, r, what)
+	select {
+	case <-r.done:
+		return r.outcome
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not end", what)
+		return 0
+	}
+}
+
+// TestRequeuedJobClaimedAgainRunsOnce: on the poll path, a job requeued
+// while its run is alive and claimed again by the same factory must not
+// run twice side by side. The old run is fenced and quarantines its own
+// work only; the new run, under the newer epoch, delivers.
+func TestRequeuedJobClaimedAgainRunsOnce(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	repo := newGitRepo(t, root)
+	gates := t.TempDir()
+	started1, gate2 := fifo(t, gates, "started1"), fifo(t, gates, "gate2")
+	// Run 1 says it started, then hangs until it is stopped. Run 2 waits
+	// for its gate, then writes the result.
+	engine := `sh -c 'if [ "$FLEET_JOB_LEASE_EPOCH" = 1 ]; then echo first > first.txt; echo up > ` + started1 + `; exec sleep 600; fi
+cat ` + gate2 + ` > /dev/null; echo second > result.txt'`
+	coord := newFakeCoord("j1", "app")
+	a := newGitAgent(t, root, repo, coord, engine)
+	ctx := context.Background()
+
+	r1 := a.handle(ctx, transport.Delivery{ID: "claim:j1:1", Claimed: coord.claim()})
+	require.NotNil(t, r1)
+	up, err := os.Open(started1)
+	require.NoError(t, err)
+	_, _ = io.ReadAll(up)
+	up.Close()
+
+	// The operator requeues (epoch 2); this factory claims it again (3).
+	coord.requeue()
+	r2 := a.handle(ctx, transport.Delivery{ID: "claim:j1:3", Claimed: coord.claim()})
+	require.Equal(t, OutcomeFenced, waitRun(t, r1, "the old run"))
+	mirror := a.git.MirrorPath("app")
+	require.Equal(t, "first", gitT(t, mirror, "show", "aq/quarantine/j1-e1:first.txt"), "the old run's work is quarantined")
+	openGate(t, gate2)
+	require.Equal(t, OutcomeDone, waitRun(t, r2, "the new run"), "fails: %q", coord.fails)
+	a.jobs.Wait()
+
+	coord.mu.Lock()
+	defer coord.mu.Unlock()
+	require.Empty(t, coord.fails, "the valid run never fails")
+	require.Equal(t, fleet.StageShipped, coord.job.Stage)
+	require.Equal(t, "second", repo.show("aq/job/j1", "result.txt"))
+	require.Empty(t, repo.show("aq/job/j1", "first.txt"), "the old run's work is not in the result")
+	require.Zero(t, a.load())
+}
