@@ -1,8 +1,10 @@
 package coord_test
 
 import (
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -181,7 +183,7 @@ func TestRequeueResetsAttempts(t *testing.T) {
 	}
 }
 
-// TestFailValidation: a failure needs a reason; bad input changes nothing.
+// TestFailValidation: a failure of a job that does not exist changes nothing.
 func TestFailValidation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -189,11 +191,53 @@ func TestFailValidation(t *testing.T) {
 	e.submit()
 	cl := e.claim("f1")
 	before := e.rawJob(cl.Job.ID)
-	_, err := e.c.Fail(e.ctx, "f1", prod, cl.Job.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch})
-	requireCode(t, err, fleet.CodeInvalid, "reason")
-	_, err = e.c.Fail(e.ctx, "f1", prod, cl.Job.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "bad\x00byte"})
-	requireCode(t, err, fleet.CodeInvalid, "reason")
-	_, err = e.c.Fail(e.ctx, "f1", prod, "nope", coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "r"})
+	_, err := e.c.Fail(e.ctx, "f1", prod, "nope", coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "r"})
 	require.ErrorIs(t, err, fleet.ErrNotFound)
 	require.Equal(t, before, e.rawJob(cl.Job.ID))
+}
+
+// TestFailReasonNeverRefused: a failure report is accepted whatever its
+// reason says (an engine's coloured output, NUL bytes, bytes that are not
+// UTF-8, megabytes of log, nothing at all); the reason is stored escaped and
+// bounded. Refusing it would leave the job leased until expiry and retry it
+// to dead_letter instead of failing it.
+func TestFailReasonNeverRefused(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", 10_000) // 20,000 bytes
+	for _, tc := range []struct {
+		name, reason, want string
+	}{
+		{"ansi colours", "\x1b[31merror\x1b[0m: build failed", `\x1b[31merror\x1b[0m: build failed`},
+		{"nul and bell", "bad\x00byte\a", `bad\x00byte\x07`},
+		{"carriage return", "progress 10%\rdone", `progress 10%\x0ddone`},
+		{"newline and tab kept", "line one\n\tline two", "line one\n\tline two"},
+		{"c1 control", "a\u0085b", `a\u0085b`},
+		{"bidi override", "user\u202egnp.exe", `user\u202egnp.exe`},
+		{"invalid utf-8", "caf\xe9 au lait", "caf\ufffd au lait"},
+		{"empty", "", "no reason given"},
+		{"blank", " \n ", "no reason given"},
+		// Cut at a character boundary: é is two bytes.
+		{"too long", long, long[:(fleet.MaxReasonLen-len(fleet.TruncatedMark))/2*2] + fleet.TruncatedMark},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.factory("f1")
+			e.submit()
+			cl := e.claim("f1")
+			got, err := e.c.Fail(e.ctx, "f1", prod, cl.Job.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: tc.reason})
+			require.NoError(t, err)
+			require.Equal(t, fleet.StageFailed, got.Stage)
+			require.Equal(t, tc.want, got.LastFailure.Reason)
+			require.LessOrEqual(t, len(got.LastFailure.Reason), fleet.MaxReasonLen)
+			require.True(t, utf8.ValidString(got.LastFailure.Reason))
+			require.Equal(t, got, e.job(cl.Job.ID))
+			runs, err := e.c.Runs(e.ctx, prod, cl.Job.ID)
+			require.NoError(t, err)
+			require.Len(t, runs, 1)
+			require.Equal(t, tc.want, runs[0].Reason)
+			evs := e.events(cl.Job.ID)
+			require.Equal(t, tc.want, evs[len(evs)-1].Message)
+		})
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -145,11 +146,12 @@ type FailRequest struct {
 // ends in `failed`; a retryable one goes back to `queued` after an
 // exponential backoff, or to `dead_letter` when attempts run out.
 func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID string, req FailRequest) (*fleet.Job, error) {
-	if req.Reason == "" {
-		return nil, fleet.Invalid("reason", "is required")
-	}
-	if err := fleet.ValidateText("reason", req.Reason, 4000); err != nil {
-		return nil, err
+	// The reason is whatever the engine printed. Refusing a report for its
+	// text would leave the job leased until expiry and then retry it, so the
+	// text is made safe to store instead.
+	req.Reason = fleet.SanitizeText(req.Reason, fleet.MaxReasonLen)
+	if strings.TrimSpace(req.Reason) == "" {
+		req.Reason = "no reason given"
 	}
 	// The target stage depends on the attempts stored on the job, so it is
 	// decided inside the CAS loop: peek, then let the guard confirm.

@@ -15,7 +15,12 @@ const (
 	MaxCapabilities  = 64
 	MaxDeps          = 100
 	MaxTitleLen      = 300
+	// MaxReasonLen bounds a stored failure reason, in bytes.
+	MaxReasonLen = 4000
 )
+
+// TruncatedMark ends free text that SanitizeText cut short.
+const TruncatedMark = "… [truncated]"
 
 // ValidateName checks a plain name: a repo, product or factory id. Plain means
 // letters, digits, '.', '_' and '-', not starting with '-' or '.', so it can
@@ -112,4 +117,47 @@ func ValidateText(field, s string, maxLen int) error {
 		}
 	}
 	return nil
+}
+
+// SanitizeText makes free text a client reports (an engine's failure output)
+// safe to store and to show, without ever refusing it: bytes that are not
+// UTF-8 become U+FFFD; control characters other than tab and newline, and
+// the bidirectional controls that can make text display as something else,
+// are written as escapes (\x1b, \u202e); and the result is cut at a
+// character boundary to at most maxLen bytes, ending in TruncatedMark.
+func SanitizeText(s string, maxLen int) string {
+	var b strings.Builder
+	// Escaping at most multiplies by six; stop once past the bound.
+	limit := maxLen + 1
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		if b.Len() >= limit {
+			break
+		}
+		switch {
+		case r == '\t' || r == '\n':
+			b.WriteRune(r)
+		case r < utf8.RuneSelf && unicode.IsControl(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case unicode.IsControl(r) || isBidiControl(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	out := b.String()
+	if len(out) <= maxLen {
+		return out
+	}
+	cut := max(maxLen-len(TruncatedMark), 0)
+	for cut > 0 && !utf8.RuneStart(out[cut]) {
+		cut--
+	}
+	return out[:cut] + TruncatedMark
+}
+
+// isBidiControl reports the explicit bidirectional formatting characters
+// (embeddings, overrides, isolates, marks), which reorder how the text
+// around them is displayed.
+func isBidiControl(r rune) bool {
+	return r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069 || r == 0x200E || r == 0x200F || r == 0x061C
 }

@@ -57,20 +57,25 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 // decodeBody decodes r's JSON body into dst strictly. With required unset an
 // empty body leaves dst as it is.
 func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, dst any, required bool) error {
-	mt, err := mediaType(r)
-	if err != nil {
-		return err
-	}
-	// No Content-Type is taken as JSON: curl without -H and minimal
-	// clients send none, and the body is checked as JSON anyway.
-	if mt != "" && !isJSON(mt) {
-		return fleet.Invalid(contentTypeField, "%s is not accepted here; send application/json", mt)
-	}
-	body, err := s.readBody(w, r)
+	body, err := s.readJSONBody(w, r)
 	if err != nil {
 		return err
 	}
 	return decodeStrict(body, dst, required)
+}
+
+// readJSONBody reads a body sent as JSON (or without a Content-Type).
+func (s *server) readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	mt, err := mediaType(r)
+	if err != nil {
+		return nil, err
+	}
+	// No Content-Type is taken as JSON: curl without -H and minimal
+	// clients send none, and the body is checked as JSON anyway.
+	if mt != "" && !isJSON(mt) {
+		return nil, fleet.Invalid(contentTypeField, "%s is not accepted here; send application/json", mt)
+	}
+	return s.readBody(w, r)
 }
 
 // decodeStrict decodes one JSON object into dst: unknown fields, repeated

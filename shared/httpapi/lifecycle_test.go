@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -355,4 +356,41 @@ func TestThrottledHasRetryAfter(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, rec.Code)
 	require.Equal(t, "1", rec.Header().Get("Retry-After"))
 	require.JSONEq(t, `{"error":{"code":"throttled","message":"the store is throttling requests; retry after the Retry-After delay"}}`, rec.Body.String())
+}
+
+// TestFailReasonWithControlCharacters: an engine that prints ANSI colours
+// (or bytes that are not UTF-8) still gets its failure report accepted: the
+// job ends failed at once, its reason stored escaped, instead of a 400 that
+// leaves it leased until expiry and retried to dead_letter.
+func TestFailReasonWithControlCharacters(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		body func(jobID string, epoch int64) any
+		want string
+	}{
+		{"ansi colours", func(id string, epoch int64) any {
+			return map[string]any{"jobId": id, "leaseEpoch": epoch, "reason": "\x1b[31mFAIL\x1b[0m tests", "retryable": false}
+		}, `\x1b[31mFAIL\x1b[0m tests`},
+		{"raw bytes that are not utf-8", func(id string, epoch int64) any {
+			return fmt.Sprintf(`{"jobId":%q,"leaseEpoch":%d,"reason":"caf`+"\xe9"+`","retryable":false}`, id, epoch)
+		}, "caf\ufffd"},
+		{"empty reason", func(id string, epoch int64) any {
+			return map[string]any{"jobId": id, "leaseEpoch": epoch, "reason": "", "retryable": false}
+		}, "no reason given"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			f.putProduct("p1", "r1")
+			tok := f.enroll("f1", []string{"p1"}, "r1")
+			j := f.submit("p1", manifest("r1"))
+			c := f.claim(tok)
+			var failed fleet.Job
+			f.ok(200, &failed, "POST", "/api/fleet/fail", tok, tc.body(j.ID, c.LeaseEpoch))
+			require.Equal(t, fleet.StageFailed, failed.Stage)
+			require.Empty(t, failed.HolderFactoryID)
+			require.Equal(t, tc.want, failed.LastFailure.Reason)
+		})
+	}
 }

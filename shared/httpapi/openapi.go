@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -526,7 +527,8 @@ func schemas() obj {
 			"productId": name("From the dispatch message; saves a lookup when x-product-id is absent."),
 		}),
 		"FailRequest": request([]string{"jobId", "leaseEpoch", "reason", "retryable"}, obj{
-			"jobId": name(""), "leaseEpoch": integer(""), "reason": describe(obj{"type": "string", "maxLength": 4000}, ""),
+			"jobId": name(""), "leaseEpoch": integer(""), "reason": describe(obj{"type": "string"}, fmt.Sprintf(
+				"Never refused for its text: stored with control characters escaped, cut to %d bytes.", fleet.MaxReasonLen)),
 			"retryable": boolean("true: retry after a backoff; false: fail for good."),
 			"productId": name("Saves a lookup when x-product-id is absent."),
 		}),

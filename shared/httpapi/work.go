@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"net/http"
 	"time"
 
@@ -19,11 +20,11 @@ type acceptRequest struct {
 }
 
 type failRequest struct {
-	JobID      string `json:"jobId"`
-	LeaseEpoch *int64 `json:"leaseEpoch"`
-	Reason     string `json:"reason"`
-	Retryable  *bool  `json:"retryable"`
-	ProductID  string `json:"productId"`
+	JobID      string  `json:"jobId"`
+	LeaseEpoch *int64  `json:"leaseEpoch"`
+	Reason     *string `json:"reason"`
+	Retryable  *bool   `json:"retryable"`
+	ProductID  string  `json:"productId"`
 }
 
 type leaseRequest struct {
@@ -73,8 +74,15 @@ func (s *server) accept(w http.ResponseWriter, r *http.Request, p *principal) er
 }
 
 func (s *server) fail(w http.ResponseWriter, r *http.Request, p *principal) error {
+	body, err := s.readJSONBody(w, r)
+	if err != nil {
+		return err
+	}
+	// The reason is an engine's output, which may hold bytes that are not
+	// UTF-8. A failure report is never refused for its reason (coord stores
+	// it escaped): such bytes become U+FFFD instead of failing the body.
 	var req failRequest
-	if err := s.decodeBody(w, r, &req, true); err != nil {
+	if err := decodeStrict(bytes.ToValidUTF8(body, []byte("\uFFFD")), &req, true); err != nil {
 		return err
 	}
 	if err := fleet.ValidateName("jobId", req.JobID); err != nil {
@@ -82,6 +90,10 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, p *principal) erro
 	}
 	if req.LeaseEpoch == nil {
 		return required("leaseEpoch", "the leaseEpoch the claim returned")
+	}
+	if req.Reason == nil {
+		// An absent field is a malformed report; any text in it is taken.
+		return required("reason", "what went wrong; any text, stored escaped")
 	}
 	if req.Retryable == nil {
 		// No default: guessing wrong either retries a hopeless job or
@@ -93,7 +105,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, p *principal) erro
 		return err
 	}
 	j, err := s.coord.Fail(r.Context(), p.id, product, req.JobID,
-		coord.FailRequest{LeaseEpoch: *req.LeaseEpoch, Reason: req.Reason, Retryable: *req.Retryable})
+		coord.FailRequest{LeaseEpoch: *req.LeaseEpoch, Reason: *req.Reason, Retryable: *req.Retryable})
 	if err != nil {
 		return err
 	}
