@@ -325,15 +325,9 @@ func (jb *job) checkpoint(ctx context.Context, why string) {
 	if err != nil || head == jb.lastWIP || (jb.lastWIP == "" && head == jb.wt.Base) {
 		return
 	}
-	gctx, cancel, err := jb.lease.guard(ctx)
-	if err != nil {
-		jb.log.WarnContext(ctx, "checkpoint skipped: lease not confirmed", "err", err)
-		return
-	}
-	defer cancel()
 	wip := gitwt.WIPBranch(jb.j.ID)
-	if err := jb.wt.Push(gctx, wip); err != nil {
-		jb.log.WarnContext(ctx, "checkpoint push", "err", err)
+	if err := jb.push(ctx, wip); err != nil {
+		jb.log.WarnContext(ctx, "checkpoint not pushed", "err", err)
 		return
 	}
 	jb.lastWIP = head
@@ -363,19 +357,11 @@ func (jb *job) deliver() Outcome {
 		jb.log.InfoContext(ctx, "the engine changed nothing; delivering the unchanged branch")
 	}
 	branch := gitwt.JobBranch(j.ID)
-	gctx, cancel, err := jb.lease.guard(ctx)
-	if err != nil {
-		return jb.stopped(err, "confirm lease before push")
-	}
-	err = jb.wt.Push(gctx, branch)
-	guardExpired := errors.Is(gctx.Err(), context.DeadlineExceeded)
-	cancel()
-	if err != nil {
-		if guardExpired && ctx.Err() == nil {
+	if err := jb.push(ctx, branch); err != nil {
+		if errors.Is(err, errPushOutlived) {
 			// The push may have landed after the lease could have moved
 			// on: take it back.
 			jb.unpush(branch, head)
-			return jb.stopped(fmt.Errorf("%w: the push outlived the lease guard", errLeaseLost), "push result")
 		}
 		return jb.stopped(err, "push result")
 	}
@@ -412,6 +398,44 @@ func (jb *job) deliver() Outcome {
 		jb.log.WarnContext(lctx, "remove worktree", "err", err)
 	}
 	return OutcomeDone
+}
+
+// errPushOutlived is a push cut short by its lease guard: it may have
+// landed after the lease could have moved on.
+var errPushOutlived = fmt.Errorf("%w: the push outlived the lease guard", errLeaseLost)
+
+// push sets origin's branch to the worktree's HEAD under a fresh fence: a
+// lease check against the coordinator right before (which fails at once
+// when an operator's cancel or requeue revoked the lease), the write under
+// a deadline of half a lease from that check, and a lease on the commit
+// this run last saw on origin, so a newer holder's push made between the
+// check and the write is never overwritten. A branch that moved while the
+// lease is still ours was moved by someone without it (a stale holder's
+// late push): the holder's view wins, after a second check.
+func (jb *job) push(ctx context.Context, branch string) error {
+	for attempt := 1; ; attempt++ {
+		gctx, cancel, err := jb.lease.guard(ctx)
+		if err != nil {
+			return fmt.Errorf("confirm lease before pushing %s: %w", branch, err)
+		}
+		err = jb.wt.Push(gctx, branch)
+		outlived := errors.Is(gctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case outlived:
+			return fmt.Errorf("%w: %w", errPushOutlived, err)
+		case errors.Is(err, gitwt.ErrRefMoved) && attempt == 1:
+			sha, rerr := jb.wt.Refresh(ctx, branch)
+			if rerr != nil {
+				return errors.Join(err, rerr)
+			}
+			jb.log.WarnContext(ctx, "branch moved on origin by someone else; checking the lease again", "branch", branch, "now", sha)
+		default:
+			return err
+		}
+	}
 }
 
 // unpush deletes a branch this run pushed, if it still holds our commit.

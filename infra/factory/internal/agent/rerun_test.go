@@ -34,7 +34,7 @@ type fakeCoord struct {
 	ttl     time.Duration
 	patches []fleetapi.Patch
 	fails   []string
-	// beforePush, if set, runs inside Renew when the lease is confirmed
+	// onRenew, if set, runs inside Renew when the lease is confirmed
 	// (tests use it to act in the window between a fence check and the
 	// write it guards).
 	onRenew func(epoch int64)
@@ -134,6 +134,7 @@ func (c *fakeCoord) Fail(_ context.Context, _, _ string, epoch int64, reason str
 // repo base, as a factory host has them.
 type gitRepo struct {
 	origin, base string
+	seed         string // a clone to push as someone else
 }
 
 func gitT(t *testing.T, dir string, args ...string) string {
@@ -149,8 +150,8 @@ func gitT(t *testing.T, dir string, args ...string) string {
 
 func newGitRepo(t *testing.T, root string) gitRepo {
 	t.Helper()
-	r := gitRepo{origin: filepath.Join(root, "app.git"), base: filepath.Join(root, "base")}
-	seed := filepath.Join(root, "seed")
+	r := gitRepo{origin: filepath.Join(root, "app.git"), base: filepath.Join(root, "base"), seed: filepath.Join(root, "seed")}
+	seed := r.seed
 	gitT(t, root, "init", "--quiet", "--bare", "--initial-branch=main", r.origin)
 	gitT(t, root, "clone", "--quiet", r.origin, seed)
 	gitT(t, seed, "checkout", "--quiet", "-b", "main")

@@ -78,6 +78,7 @@ const gitTimeout = 10 * time.Minute
 type GitError struct {
 	Args     []string
 	ExitCode int
+	Stdout   string
 	Stderr   string
 	Err      error
 }
@@ -112,7 +113,7 @@ func git(ctx context.Context, dir string, args ...string) (string, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		ge := &GitError{Args: args, ExitCode: -1, Stderr: stderr.String(), Err: err}
+		ge := &GitError{Args: args, ExitCode: -1, Stdout: stdout.String(), Stderr: stderr.String(), Err: err}
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
 			ge.ExitCode = ee.ExitCode()

@@ -392,3 +392,53 @@ func TestEnsureClonesAndOrigin(t *testing.T) {
 	_, err = m.Prepare(ctx, Run{Repo: "app", Job: "../j", Epoch: 1})
 	require.Error(t, err)
 }
+
+// pushAs pushes a commit of someone else's (another holder of the job) to
+// origin's branch and returns it.
+func (f *fixture) pushAs(branch, file string) string {
+	f.t.Helper()
+	run(f.t, f.seed, "fetch", "--quiet", "origin")
+	run(f.t, f.seed, "checkout", "--quiet", "--detach", "origin/main")
+	f.write(f.seed, file, "someone else\n")
+	run(f.t, f.seed, "add", ".")
+	run(f.t, f.seed, "commit", "--quiet", "-m", "someone else's "+file)
+	run(f.t, f.seed, "push", "--quiet", "--force", "origin", "HEAD:refs/heads/"+branch)
+	return f.ref(branch)
+}
+
+// TestPushLease: a run's push replaces only what the run has seen on
+// origin; a branch someone else pushed meanwhile (a newer holder's
+// checkpoint or result) is refused with ErrRefMoved and left as it is,
+// whether it existed before or not.
+func TestPushLease(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	w := f.prepare("j1", "", "a.txt")
+	require.NoError(t, w.Push(ctx, WIPBranch("j1")))
+	mine := f.ref("aq/wip/j1")
+
+	theirs := f.pushAs("aq/wip/j1", "theirs.txt")
+	f.write(w.Path, "b.txt", "more")
+	_, err := w.Commit(ctx, "more")
+	require.NoError(t, err)
+	err = w.Push(ctx, WIPBranch("j1"))
+	require.ErrorIs(t, err, ErrRefMoved)
+	require.Equal(t, theirs, f.ref("aq/wip/j1"), "the other holder's checkpoint is kept")
+	require.NotEqual(t, mine, theirs)
+
+	// A branch that did not exist when the run started and that someone
+	// else created meanwhile.
+	result := f.pushAs("aq/job/j1", "result.txt")
+	require.ErrorIs(t, w.Push(ctx, JobBranch("j1")), ErrRefMoved)
+	require.Equal(t, result, f.ref("aq/job/j1"))
+
+	// A holder that has confirmed its lease takes what is there as seen.
+	seen, err := w.Refresh(ctx, WIPBranch("j1"))
+	require.NoError(t, err)
+	require.Equal(t, theirs, seen)
+	require.NoError(t, w.Push(ctx, WIPBranch("j1")))
+	head, err := w.Head(ctx)
+	require.NoError(t, err)
+	require.Equal(t, head, f.ref("aq/wip/j1"))
+}

@@ -216,6 +216,12 @@ type Worktree struct {
 	// DefaultBranch is origin's default branch name (e.g. main).
 	DefaultBranch string
 	m             *Manager
+
+	mu sync.Mutex
+	// expect is, per branch of the job on origin (aq/job, aq/wip), the
+	// commit this run last saw there ("" for none): every push carries it
+	// as its lease, so a branch someone else moved is never overwritten.
+	expect map[string]string
 }
 
 // Run names one run of a job: the job and the lease epoch it runs under.
@@ -263,6 +269,12 @@ func (m *Manager) Prepare(ctx context.Context, r Run) (*Worktree, error) {
 	}
 	if w.Base, err = git(ctx, dir, "rev-parse", base+"^{commit}"); err != nil {
 		return nil, err
+	}
+	// What origin holds of the job now, as just fetched: the run's
+	// expectations for its pushes.
+	w.expect = map[string]string{}
+	for _, b := range []string{JobBranch(job), WIPBranch(job)} {
+		w.expect[b], _ = git(ctx, dir, "rev-parse", "--verify", "--quiet", "refs/remotes/origin/"+b)
 	}
 	if err := m.removeWorktree(ctx, dir, w.Path); err != nil {
 		return nil, err
@@ -319,15 +331,72 @@ func (w *Worktree) Head(ctx context.Context) (string, error) {
 	return git(ctx, w.Path, "rev-parse", "HEAD")
 }
 
-// Push sets origin's branch to the worktree's HEAD. It forces: the lease
-// holder's view wins, and the caller checks its fence right before.
+// ErrRefMoved is a push refused because the branch on origin no longer
+// holds the commit this run last saw there: someone else pushed it (a
+// newer holder of the job's lease, or a stale one).
+var ErrRefMoved = errors.New("the branch on origin moved since this run last saw it")
+
+// Push sets origin's branch to the worktree's HEAD, with a lease on the
+// commit this run expects there (--force-with-lease=<ref>:<sha>, "must not
+// exist" when it expects none): it replaces only what this run has seen,
+// so it never overwrites another holder's push; that refusal is
+// ErrRefMoved. The caller checks its fence right before.
 func (w *Worktree) Push(ctx context.Context, branch string) error {
-	unlock := w.m.lock(w.Repo)
-	defer unlock()
-	if _, err := git(ctx, w.Path, "push", "--quiet", "--force", "--no-verify", "origin", "HEAD:refs/heads/"+branch); err != nil {
+	head, err := w.Head(ctx)
+	if err != nil {
 		return fmt.Errorf("push %s: %w", branch, err)
 	}
+	ref := "refs/heads/" + branch
+	w.mu.Lock()
+	expect := w.expect[branch]
+	w.mu.Unlock()
+	unlock := w.m.lock(w.Repo)
+	defer unlock()
+	if _, err := git(ctx, w.Path, "push", "--quiet", "--porcelain", "--no-verify",
+		"--force-with-lease="+ref+":"+expect, "origin", head+":"+ref); err != nil {
+		var ge *GitError
+		if errors.As(err, &ge) && staleLease(ge.Stdout) {
+			return fmt.Errorf("push %s: %w (expected %s)", branch, ErrRefMoved, orNone(expect))
+		}
+		return fmt.Errorf("push %s: %w", branch, err)
+	}
+	w.mu.Lock()
+	w.expect[branch] = head
+	w.mu.Unlock()
 	return nil
+}
+
+// Refresh makes what origin holds of branch now this run's expectation
+// for its next push. Only for a holder that has just confirmed its lease:
+// whatever moved the branch then was not the lease holder.
+func (w *Worktree) Refresh(ctx context.Context, branch string) (string, error) {
+	ref := "refs/heads/" + branch
+	out, err := git(ctx, w.m.MirrorPath(w.Repo), "ls-remote", "origin", ref)
+	if err != nil {
+		return "", fmt.Errorf("read %s on origin: %w", branch, err)
+	}
+	sha, _, _ := strings.Cut(out, "\t")
+	w.mu.Lock()
+	w.expect[branch] = sha
+	w.mu.Unlock()
+	return sha, nil
+}
+
+// staleLease reports a push --porcelain refused for its lease.
+func staleLease(porcelain string) bool {
+	for _, line := range strings.Split(porcelain, "\n") {
+		if strings.HasPrefix(line, "!") && strings.Contains(line, "(stale info)") {
+			return true
+		}
+	}
+	return false
+}
+
+func orNone(sha string) string {
+	if sha == "" {
+		return "none"
+	}
+	return sha
 }
 
 // DeleteRemote deletes origin's branch if it still points at sha, so a
