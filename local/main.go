@@ -9,18 +9,23 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/gigafactory/fleet/shared/bus/nats/natsserver"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/gigafactory/fleet/local/hostemu"
+	"github.com/gigafactory/fleet/local/launcher"
 	"github.com/gigafactory/fleet/shared/app"
+	natsbus "github.com/gigafactory/fleet/shared/bus/nats"
+	"github.com/gigafactory/fleet/shared/bus/nats/natsserver"
 	"github.com/gigafactory/fleet/shared/config"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 )
@@ -108,6 +113,11 @@ func run() error {
 			return hostemu.WatchFiles(ctx, 2*time.Millisecond, st.ChangeMarker(container))
 		}
 	}
+	pools, err := startPools(ctx, l, dir, natsURL, log)
+	if err != nil {
+		return err
+	}
+
 	feedStore := storecount.New(st.Store)
 	emu, err := hostemu.New(hostemu.Options{
 		Root: dir, Handler: handlerPath, Listen: l.Get(config.Listen),
@@ -117,7 +127,18 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	return emu.Run(ctx, func(addr string) {
+	// Pool executions stop first (each releases its job), while the
+	// coordinator still answers; then the emulator and the handler.
+	poolCtx, stopPools := context.WithCancel(ctx)
+	defer func() { stopPools(); pools.wait() }()
+	emuCtx, stopEmu := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEmu()
+	go func() {
+		<-poolCtx.Done()
+		pools.wait()
+		stopEmu()
+	}()
+	return emu.Run(emuCtx, func(addr string) {
 		fmt.Printf("fleet: listening on http://%s (API under /api, e.g. http://%s/api/healthz)\n", addr, addr)
 		fmt.Printf("fleet: operator token (%s): %s\n", tokenSource, token)
 		if st.DataDir != "" {
@@ -126,9 +147,74 @@ func run() error {
 		if natsURL != "" {
 			fmt.Printf("fleet: dispatch on NATS at %s (factories: FLEET_TRANSPORT=nats FLEET_NATS_URL=%s)\n", natsURL, natsURL)
 		}
+		pools.start(poolCtx, "http://"+addr)
 		fmt.Printf("fleet: %d functions from %s; Ctrl-C stops\n", len(emu.App().Functions), dir)
 	})
 }
+
+// localPools are the elastic pools of FLEET_LOCAL_POOLS, each run by a
+// launcher as KEDA runs a Container Apps Job.
+type localPools struct {
+	pools   []launcher.Pool
+	depth   launcher.Depther
+	natsURL string
+	dir     string
+	log     *slog.Logger
+	wg      sync.WaitGroup
+}
+
+// startPools reads FLEET_LOCAL_POOLS; the launchers start once the API
+// listens (start).
+func startPools(ctx context.Context, l config.Lookup, root, natsURL string, log *slog.Logger) (*localPools, error) {
+	lp := &localPools{natsURL: natsURL, log: log}
+	path := l.Get(config.LocalPools)
+	if path == "" {
+		return lp, nil
+	}
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(root, path)
+	}
+	pools, err := launcher.ReadPools(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", config.LocalPools, err)
+	}
+	if natsURL == "" {
+		return nil, fmt.Errorf("%s needs push dispatch on NATS (%s=nats): pools scale on their subscription's depth", config.LocalPools, config.Bus)
+	}
+	dataDir, err := l.DataDirPath()
+	if err != nil {
+		return nil, err
+	}
+	c, err := natsbus.Open(ctx, natsURL, natsbus.Options{Name: "fleet-pools", Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("pools: nats at %s: %w", natsURL, err)
+	}
+	context.AfterFunc(ctx, func() { _ = c.Close(context.WithoutCancel(ctx)) })
+	for _, p := range pools {
+		// Terraform creates each pool's subscription in Azure; here the
+		// stack does, so depth counts from the first dispatch on.
+		if err := c.EnsureSubscription(ctx, p.Name); err != nil {
+			return nil, fmt.Errorf("pool %s: subscription: %w", p.Name, err)
+		}
+	}
+	lp.pools, lp.depth, lp.dir = pools, c, filepath.Join(dataDir, "pools")
+	return lp, nil
+}
+
+func (lp *localPools) start(ctx context.Context, url string) {
+	for _, p := range lp.pools {
+		ln, err := launcher.New(launcher.Options{Pool: p, Depth: lp.depth, Dir: filepath.Join(lp.dir, p.Name), Log: lp.log,
+			Env: map[string]string{"FLEET_URL": url, "FLEET_TRANSPORT": "nats", "FLEET_NATS_URL": lp.natsURL}})
+		if err != nil {
+			lp.log.Error("pool launcher", "pool", p.Name, "err", err)
+			continue
+		}
+		lp.wg.Go(func() { ln.Run(ctx) })
+		fmt.Printf("fleet: elastic pool %s: up to %d executions of %s\n", p.Name, p.MaxExecutions, strings.Join(p.Command, " "))
+	}
+}
+
+func (lp *localPools) wait() { lp.wg.Wait() }
 
 // findRoot returns dir, or the nearest directory upward holding host.json.
 func findRoot(dir string) (string, error) {

@@ -41,6 +41,7 @@ const (
 	Bus              = "FLEET_BUS"
 	NATSURL          = "FLEET_NATS_URL"
 	NATSListen       = "FLEET_NATS_LISTEN"
+	LocalPools       = "FLEET_LOCAL_POOLS"
 	ServiceBusNS     = "ServiceBus__fullyQualifiedNamespace"
 	ServiceBusClient = "ServiceBus__clientId"
 	ServiceBusTopic  = "FLEET_SERVICEBUS_TOPIC"
@@ -72,6 +73,7 @@ var Settings = []Setting{
 	{Bus, "nats", "Dispatch transport: `nats`, `servicebus` or `none` (poll only)."},
 	{NATSURL, "", "NATS server URL the handler publishes dispatch messages to. Unset, the local stack embeds a server and sets it; a handler with no URL publishes nothing (factories poll)."},
 	{NATSListen, "127.0.0.1:4222", "Where the local stack's embedded NATS server listens; factories on this machine connect to it."},
+	{LocalPools, "", "Local stack only: a JSON file of elastic pools the stack runs as KEDA runs a Container Apps Job, starting `factory --once` executions from each pool subscription's depth (README, \"Elastic pools on one machine\")."},
 	{ServiceBusNS, "", "Service Bus namespace host; setting it selects the servicebus transport."},
 	{ServiceBusClient, "", "Client id of the user-assigned managed identity for Service Bus."},
 	{ServiceBusTopic, "fleet-dispatch", "Service Bus topic of dispatch messages."},

@@ -1,0 +1,128 @@
+package tests
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// poolEvent is one of the stack's pool launcher log lines.
+type poolEvent struct {
+	Msg       string `json:"msg"`
+	Pool      string `json:"pool"`
+	Execution int    `json:"execution"`
+	ExitCode  int    `json:"exitCode"`
+	Running   int    `json:"running"`
+}
+
+// poolEvents are the launcher's lines for pool, in order.
+func (s *Stack) poolEvents(pool string) []poolEvent {
+	var out []poolEvent
+	for _, line := range strings.Split(s.out.String(), "\n") {
+		var e poolEvent
+		if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &e) != nil || e.Pool != pool {
+			continue
+		}
+		if strings.HasPrefix(e.Msg, "pool execution ") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestElasticPoolStartsOneExecutionPerDispatch: the local stack runs an
+// elastic pool as KEDA runs the Container Apps Job (real `factory --once`
+// processes started from the pool subscription's depth). Two long runs
+// hold their executions; two more dispatches then start two more
+// executions at once (KEDA's default strategy would deduct the two running
+// and start none until a run ends), and when all four jobs have shipped the
+// pool is back at zero executions, having started exactly four.
+func TestElasticPoolStartsOneExecutionPerDispatch(t *testing.T) {
+	t.Parallel()
+	repo := newFacRepo(t, "app")
+	dir := t.TempDir()
+	gate := filepath.Join(dir, "gate")
+	eng := facEngine(t, `while [ ! -e `+gate+` ]; do sleep 0.1; done
+printf 'pool %s\n' "$FLEET_JOB_ID" > result.txt`)
+	tokenFile := filepath.Join(dir, "linux.token")
+	pools := map[string]any{"linux": map[string]any{
+		"command":         []string{factoryBinary(t), "--once"},
+		"tokenFile":       tokenFile,
+		"maxExecutions":   10,
+		"pollingInterval": "300ms",
+		"env": map[string]string{
+			"FLEET_REPO_URLS":           "app=" + repo.Origin,
+			"FLEET_ENGINE_FAKE":         eng,
+			"FLEET_ONCE_WAIT":           "5s",
+			"FLEET_CHECKPOINT_INTERVAL": "1h",
+			"FLEET_GC_INTERVAL":         "0",
+			"FLEET_KILL_GRACE":          "1s",
+		},
+	}}
+	b, err := json.Marshal(pools)
+	require.NoError(t, err)
+	poolsFile := filepath.Join(dir, "pools.json")
+	require.NoError(t, os.WriteFile(poolsFile, b, 0o644))
+
+	s := busStack(t, "FLEET_LOCAL_POOLS="+poolsFile, "FLEET_LOG_LEVEL=info")
+	s.Product("demo", "app")
+	r := s.Op(http.MethodPost, "/factories/enroll", "", map[string]any{
+		"factoryId": "linux", "kind": "elastic", "products": []string{"demo"}, "seatLimit": 10,
+		"capabilities": []string{"os:linux", "engine:fake", "repo:app"},
+	})
+	require.Equal(t, http.StatusCreated, r.Status, "enroll: %s", r.Body)
+	require.NoError(t, os.WriteFile(tokenFile, []byte(r.Map(t)["token"].(string)), 0o600))
+	require.Empty(t, s.poolEvents("linux"), "an idle pool runs nothing")
+
+	held := func(ids []string) func() bool {
+		return func() bool {
+			for _, id := range ids {
+				j := s.Job("demo", id)
+				if j["holderFactoryId"] != "linux" || j["stage"] != "building" {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	first := []string{
+		s.Submit("demo", Manifest("Long one", "app", "engine:fake")),
+		s.Submit("demo", Manifest("Long two", "app", "engine:fake")),
+	}
+	Eventually(t, 90*time.Second, "the first two jobs run in the pool", held(first))
+	second := []string{
+		s.Submit("demo", Manifest("Third", "app", "engine:fake")),
+		s.Submit("demo", Manifest("Fourth", "app", "engine:fake")),
+	}
+	Eventually(t, 90*time.Second, "two more dispatches run while the first two still do", held(second))
+	_, err = os.Stat(gate)
+	require.ErrorIs(t, err, os.ErrNotExist, "the first runs were still going")
+
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	for _, id := range append(first, second...) {
+		facWaitStage(t, s, "demo", id, "shipped", 60*time.Second)
+		require.Equal(t, "pool "+id, repo.Show(t, "aq/job/"+id, "result.txt"))
+	}
+	Eventually(t, 60*time.Second, "the pool is back at zero executions", func() bool {
+		ev := s.poolEvents("linux")
+		return len(ev) > 0 && ev[len(ev)-1].Msg == "pool execution exited" && ev[len(ev)-1].Running == 0
+	})
+	var started, exited []int
+	for _, e := range s.poolEvents("linux") {
+		switch e.Msg {
+		case "pool execution started":
+			started = append(started, e.Execution)
+		case "pool execution exited":
+			exited = append(exited, e.Execution)
+			require.Zero(t, e.ExitCode, "execution %d", e.Execution)
+		}
+	}
+	require.Equal(t, []int{1, 2, 3, 4}, started, "one execution per dispatch, no more")
+	require.ElementsMatch(t, started, exited)
+}
