@@ -43,10 +43,9 @@ func (c *Coordinator) Enroll(ctx context.Context, req EnrollRequest) (*fleet.Fac
 	default:
 		return nil, "", fleet.Invalid("kind", "unknown kind %q (want static or elastic)", req.Kind)
 	}
-	for i, p := range req.Products {
-		if err := fleet.ValidateName(fmt.Sprintf("products[%d]", i), p); err != nil {
-			return nil, "", err
-		}
+	products, err := fleet.ValidateNames("products", req.Products, fleet.MaxProducts)
+	if err != nil {
+		return nil, "", err
 	}
 	caps, err := fleet.ValidateCapabilities("capabilities", req.Capabilities)
 	if err != nil {
@@ -67,12 +66,9 @@ func (c *Coordinator) Enroll(ctx context.Context, req EnrollRequest) (*fleet.Fac
 	}
 	now := c.now()
 	f := &fleet.Factory{
-		ID: req.FactoryID, Kind: req.Kind, Products: slices.Clone(req.Products), Capabilities: caps,
+		ID: req.FactoryID, Kind: req.Kind, Products: products, Capabilities: caps,
 		Repos: []string{}, SeatLimit: req.SeatLimit, Health: fleet.HealthOK, CostPerHourUSD: req.CostPerHourUSD,
 		TokenID: hash, EnrolledAt: now, UpdatedAt: now,
-	}
-	if f.Products == nil {
-		f.Products = []string{}
 	}
 	f.ProductID = factoryProduct(f)
 	body, err := json.Marshal(f)
@@ -275,14 +271,9 @@ func (c *Coordinator) Heartbeat(ctx context.Context, tok *fleet.Token, hb Heartb
 			}
 		}
 	}
-	repos := make([]string, 0, len(hb.Repos))
-	for i, r := range hb.Repos {
-		if err := fleet.ValidateName(fmt.Sprintf("repos[%d]", i), r); err != nil {
-			return nil, err
-		}
-		if !slices.Contains(repos, r) {
-			repos = append(repos, r)
-		}
+	repos, err := fleet.ValidateNames("repos", hb.Repos, fleet.MaxRepos)
+	if err != nil {
+		return nil, err
 	}
 	health, err := fleet.ParseHealth("health", string(hb.Health))
 	if err != nil {

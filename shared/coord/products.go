@@ -19,14 +19,9 @@ func (c *Coordinator) PutProduct(ctx context.Context, productID, name string, re
 	if err := fleet.ValidateText("name", name, fleet.MaxNameLen); err != nil {
 		return nil, err
 	}
-	clean := make([]string, 0, len(repos))
-	for i, r := range repos {
-		if err := fleet.ValidateName(fmt.Sprintf("repos[%d]", i), r); err != nil {
-			return nil, err
-		}
-		if !slices.Contains(clean, r) {
-			clean = append(clean, r)
-		}
+	clean, err := fleet.ValidateNames("repos", repos, fleet.MaxRepos)
+	if err != nil {
+		return nil, err
 	}
 	now := c.now()
 	p := &fleet.Product{ID: productID, ProductID: productID, Name: name, Repos: clean, CreatedAt: now, UpdatedAt: now}

@@ -328,18 +328,18 @@ func (m *Manifest) validate() error {
 	if m.Deps == nil {
 		m.Deps = []string{} // a job's deps serialise as [], never null
 	}
-	if len(m.Deps) > MaxDeps {
-		return Invalid("deps", "has %d entries, at most %d allowed", len(m.Deps), MaxDeps)
+	deps, err := ValidateNames("deps", m.Deps, MaxDeps)
+	if err != nil {
+		return err
 	}
-	for i, d := range m.Deps {
-		if err := ValidateName(fmt.Sprintf("deps[%d]", i), d); err != nil {
-			return err
-		}
-	}
+	m.Deps = deps
 	if m.MaxAttempts < 1 || m.MaxAttempts > maxMaxAttempts {
 		return Invalid("maxAttempts", "must be between 1 and %d", maxMaxAttempts)
 	}
 	if r := m.Review; r != nil {
+		if len(r.Reviewers) > MaxReviewers {
+			return Invalid("review.reviewers", "has %d entries, at most %d allowed", len(r.Reviewers), MaxReviewers)
+		}
 		seen := make(map[string]bool, len(r.Reviewers))
 		for i, rv := range r.Reviewers {
 			if err := ValidateText(fmt.Sprintf("review.reviewers[%d]", i), rv, MaxNameLen); err != nil || rv == "" {

@@ -7,14 +7,23 @@ import (
 	"unicode/utf8"
 )
 
-// Limits on client input.
+// Limits on client input. Every list a client sends has its bound here;
+// the OpenAPI document publishes them as maxItems.
 const (
 	MaxManifestBytes = 1 << 20
 	MaxNameLen       = 100
 	MaxCapabilityLen = 128
-	MaxCapabilities  = 64
-	MaxDeps          = 100
-	MaxTitleLen      = 300
+	// MaxCapabilities bounds a job's, a factory's or a token's capabilities.
+	MaxCapabilities = 64
+	// MaxDeps bounds a job's dependencies.
+	MaxDeps = 100
+	// MaxRepos bounds the repos a product owns and a factory reports.
+	MaxRepos = 1000
+	// MaxProducts bounds the products a factory serves.
+	MaxProducts = 100
+	// MaxReviewers bounds a review gate's reviewers.
+	MaxReviewers = 50
+	MaxTitleLen  = 300
 	// MaxReasonLen bounds a stored failure reason, in bytes.
 	MaxReasonLen = 4000
 )
@@ -46,6 +55,28 @@ func ValidateName(field, s string) error {
 
 func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// ValidateNames checks a list of at most max plain names and returns it in
+// the order given with duplicates dropped. The bound is checked before any
+// entry, and duplicates are found with a set: a list costs time linear in
+// its length, whatever the client sent.
+func ValidateNames(field string, names []string, max int) ([]string, error) {
+	if len(names) > max {
+		return nil, Invalid(field, "has %d entries, at most %d allowed", len(names), max)
+	}
+	out := make([]string, 0, len(names))
+	seen := make(map[string]struct{}, len(names))
+	for i, n := range names {
+		if err := ValidateName(fmt.Sprintf("%s[%d]", field, i), n); err != nil {
+			return nil, err
+		}
+		if _, dup := seen[n]; !dup {
+			seen[n] = struct{}{}
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
 
 // ValidateCapability checks a kind:value capability token.
@@ -86,16 +117,16 @@ func ValidateCapability(field, c string) error {
 // duplicates dropped.
 func ValidateCapabilities(field string, caps []string) ([]string, error) {
 	if len(caps) > MaxCapabilities {
-		return nil, Invalid(field, "has %d capabilities, at most %d allowed", len(caps), MaxCapabilities)
+		return nil, Invalid(field, "has %d entries, at most %d allowed", len(caps), MaxCapabilities)
 	}
 	out := make([]string, 0, len(caps))
-	seen := make(map[string]bool, len(caps))
+	seen := make(map[string]struct{}, len(caps))
 	for i, c := range caps {
 		if err := ValidateCapability(fmt.Sprintf("%s[%d]", field, i), c); err != nil {
 			return nil, err
 		}
-		if !seen[c] {
-			seen[c] = true
+		if _, dup := seen[c]; !dup {
+			seen[c] = struct{}{}
 			out = append(out, c)
 		}
 	}

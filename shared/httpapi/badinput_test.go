@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -160,4 +161,87 @@ func TestManifestTooLarge(t *testing.T) {
 		require.Equal(t, http.StatusRequestEntityTooLarge, res.status, res)
 		require.Equal(t, errorDetail{Code: fleet.CodeTooLarge, Field: "manifest", Message: res.errorOf(t).Message}, res.errorOf(t))
 	}
+}
+
+// names returns n distinct short repo names (base 36), so even 120,000 of
+// them fit in a body under the cap.
+func names(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "r" + strconv.FormatInt(int64(i), 36)
+	}
+	return out
+}
+
+// TestListsBounded: every list a client sends has a bound, and a list over
+// it is a 400 naming the field before any work on its entries (120,000
+// repos in one heartbeat used to cost seconds of CPU in de-duplication);
+// nothing is stored.
+func TestListsBounded(t *testing.T) {
+	t.Parallel()
+	w := newAuthzWorld(t)
+	f := w.f
+	caps := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = "has:tool" + strconv.Itoa(i)
+		}
+		return out
+	}
+	list := func(items []string) string { return "[" + strings.Join(items, ", ") + "]" }
+	cases := []struct {
+		name, method, path, token string
+		body                      any
+		opts                      []reqOption
+		field                     string
+	}{
+		{"heartbeat with 120,000 repos", "POST", "/api/fleet/factories/heartbeat", w.f1,
+			map[string]any{"capabilities": []string{}, "repos": names(120_000)}, nil, "repos"},
+		{"heartbeat repos over the bound", "POST", "/api/fleet/factories/heartbeat", w.f1,
+			map[string]any{"capabilities": []string{}, "repos": names(fleet.MaxRepos + 1)}, nil, "repos"},
+		{"heartbeat capabilities over the bound", "POST", "/api/fleet/factories/heartbeat", w.f1,
+			map[string]any{"capabilities": caps(fleet.MaxCapabilities + 1), "repos": []string{}}, nil, "capabilities"},
+		{"product repos over the bound", "PUT", "/api/fleet/products/p1", rootToken,
+			map[string]any{"repos": names(fleet.MaxRepos + 1)}, nil, "repos"},
+		{"enroll products over the bound", "POST", "/api/fleet/factories/enroll", rootToken,
+			map[string]any{"factoryId": "f9", "products": names(fleet.MaxProducts + 1)}, nil, "products"},
+		{"enroll capabilities over the bound", "POST", "/api/fleet/factories/enroll", rootToken,
+			map[string]any{"factoryId": "f9", "capabilities": caps(fleet.MaxCapabilities + 1)}, nil, "capabilities"},
+		{"manifest capabilities over the bound", "POST", "/api/fleet/jobs", rootToken,
+			manifest("r1", "capabilities: "+list(caps(fleet.MaxCapabilities+1))), []reqOption{product("p1"), contentType("text/markdown")}, "capabilities"},
+		{"manifest deps over the bound", "POST", "/api/fleet/jobs", rootToken,
+			manifest("r1", "deps: "+list(names(fleet.MaxDeps+1))), []reqOption{product("p1"), contentType("text/markdown")}, "deps"},
+		{"manifest reviewers over the bound", "POST", "/api/fleet/jobs", rootToken,
+			manifest("r1", "review: {reviewers: "+list(names(fleet.MaxReviewers+1))+"}"), []reqOption{product("p1"), contentType("text/markdown")}, "review.reviewers"},
+	}
+	before := f.snapshot()
+	for _, c := range cases {
+		res := f.call(c.method, c.path, c.token, c.body, c.opts...)
+		require.Equal(t, http.StatusBadRequest, res.status, "%s: %.300s", c.name, res)
+		e := res.errorOf(t)
+		require.Equal(t, fleet.CodeInvalid, e.Code, c.name)
+		require.Equal(t, c.field, e.Field, "%s: %s", c.name, e.Message)
+	}
+	require.Equal(t, before, f.snapshot(), "rejected requests changed stored state")
+}
+
+// TestListsDeduplicated: lists at their bound (counted as sent) are taken,
+// duplicates dropped and the first occurrence's order kept.
+func TestListsDeduplicated(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	repos := names(fleet.MaxRepos - 10)
+	withDups := append(append([]string{}, repos...), repos[2:12]...)
+	withDups[1] = repos[0] // a duplicate early on, too
+	want := append([]string{repos[0]}, repos[2:]...)
+
+	var p fleet.Product
+	f.ok(200, &p, "PUT", "/api/fleet/products/p1", rootToken, map[string]any{"repos": withDups})
+	require.Equal(t, want, p.Repos)
+
+	tok := f.enroll("f1", []string{"p1", "p1"}, "r0")
+	var fac fleet.Factory
+	f.ok(200, &fac, "POST", "/api/fleet/factories/heartbeat", tok, map[string]any{"capabilities": []string{}, "repos": withDups})
+	require.Equal(t, want, fac.Repos)
+	require.Equal(t, []string{"p1"}, fac.Products)
 }

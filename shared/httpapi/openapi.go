@@ -364,6 +364,14 @@ func dateTime(desc string) obj { return describe(obj{"type": "string", "format":
 func stringList(desc string) obj {
 	return describe(obj{"type": "array", "items": obj{"type": "string"}}, desc)
 }
+
+// boundedList is a list a client sends: at most max entries (counted as
+// sent, duplicates included; a longer list is 400 naming the field).
+func boundedList(desc string, max int) obj {
+	l := stringList(desc)
+	l["maxItems"] = max
+	return l
+}
 func arrayOf(items obj) obj { return obj{"type": "array", "items": items} }
 
 // name is a plain name: a job, factory, product or repo id.
@@ -423,7 +431,7 @@ func schemas() obj {
 			"productId":       name(""),
 			"title":           str(""),
 			"repo":            name(""),
-			"capabilities":    stringList("kind:value tokens the factory must hold."),
+			"capabilities":    boundedList("kind:value tokens the factory must hold.", fleet.MaxCapabilities),
 			"persona":         str(""),
 			"priority":        enum("", "low", "normal", "high", "critical"),
 			"stage":           ref("Stage"),
@@ -442,11 +450,11 @@ func schemas() obj {
 			"notBefore":     dateTime("Not claimable before this (retry backoff)."),
 			"lastFailure":   object(nil, obj{"reason": str(""), "retryable": boolean(""), "factoryId": str(""), "at": dateTime("")}),
 			"parentId":      str(""),
-			"deps":          stringList("Job ids that must ship first."),
+			"deps":          boundedList("Job ids that must ship first.", fleet.MaxDeps),
 			"depsMode":      enum("", "all", "any"),
 			"hasDependants": boolean(""),
 			"budget":        object(nil, obj{"wall": str("A duration such as 45m0s."), "usd": number("")}),
-			"review": object(nil, obj{"reviewers": stringList(""), "quorum": integer(""),
+			"review": object(nil, obj{"reviewers": boundedList("", fleet.MaxReviewers), "quorum": integer(""),
 				"votes": arrayOf(object(nil, obj{"reviewer": str(""), "approve": boolean(""), "comment": str(""), "at": dateTime("")}))}),
 			"idempotencyKey": str(""),
 			"queuedAt":       dateTime(""),
@@ -534,18 +542,19 @@ func schemas() obj {
 		}),
 		"EnrollRequest": request([]string{"factoryId"}, obj{
 			"factoryId": name(""), "kind": enum("Default static.", "static", "elastic"),
-			"products":       stringList("Products it serves; empty or absent means every product."),
-			"capabilities":   stringList("kind:value, such as os:linux or engine:claude; also the token's capability scope."),
+			"products":       boundedList("Products it serves; empty or absent means every product.", fleet.MaxProducts),
+			"capabilities":   boundedList("kind:value, such as os:linux or engine:claude; also the token's capability scope.", fleet.MaxCapabilities),
 			"seatLimit":      describe(obj{"type": "integer", "minimum": 0, "maximum": 1000}, "0 means 1."),
 			"costPerHourUsd": describe(obj{"type": "number", "minimum": 0}, ""),
 		}),
 		"HeartbeatRequest": request([]string{"capabilities", "repos"}, obj{
-			"capabilities": stringList("Replaces the stored list; [] for none."), "repos": stringList("Replaces the stored list; [] for none."),
-			"load":      describe(obj{"type": "integer", "minimum": 0}, "Jobs running now."),
-			"health":    enum("Default ok.", "ok", "degraded", "down"),
-			"seatLimit": describe(obj{"type": "integer", "minimum": 0, "maximum": 1000}, "0 leaves it unchanged."),
+			"capabilities": boundedList("Replaces the stored list; [] for none.", fleet.MaxCapabilities),
+			"repos":        boundedList("Replaces the stored list; [] for none.", fleet.MaxRepos),
+			"load":         describe(obj{"type": "integer", "minimum": 0}, "Jobs running now."),
+			"health":       enum("Default ok.", "ok", "degraded", "down"),
+			"seatLimit":    describe(obj{"type": "integer", "minimum": 0, "maximum": 1000}, "0 leaves it unchanged."),
 		}),
 		"ProductRequest": request([]string{"repos"}, obj{"name": describe(obj{"type": "string", "maxLength": fleet.MaxNameLen}, ""),
-			"repos": stringList("The repos it owns; replaces the list.")}),
+			"repos": boundedList("The repos it owns; replaces the list.", fleet.MaxRepos)}),
 	}
 }
