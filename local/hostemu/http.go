@@ -5,14 +5,18 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/funchost"
@@ -111,16 +115,84 @@ type addrKey struct{}
 // two idle connections per host, so under load most requests would open a
 // new loopback connection; the handler is one host, so keep many.
 var handlerTransport = &http.Transport{
+	DialContext:         dialAnswerFirst,
 	MaxIdleConns:        512,
 	MaxIdleConnsPerHost: 256,
 	IdleConnTimeout:     90 * time.Second,
 	DisableCompression:  true,
 }
 
+// dialAnswerFirst dials the handler with a connection whose failed writes
+// do not hide the handler's answer. A handler may answer before it has read
+// the whole request (413 on a declared length, 400 on a missing header) and
+// then close, resetting the connection while the rest of the body is still
+// being sent. net/http's transport then has both the write error and the
+// answer, and returns whichever it sees first: the error, about one time in
+// ten, made a 502 of the handler's 413. With the write error hidden, the
+// transport reads what the handler sent; when the handler sent nothing, the
+// read fails in its turn and the error still surfaces.
+func dialAnswerFirst(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &answerFirstConn{Conn: c}, nil
+}
+
+// answerFirstConn drops writes once one has failed: the peer is gone or
+// going, and what it said before leaving is still to be read.
+type answerFirstConn struct {
+	net.Conn
+	failed atomic.Bool
+}
+
+func (c *answerFirstConn) Write(p []byte) (int, error) {
+	if c.failed.Load() {
+		return len(p), nil
+	}
+	n, err := c.Conn.Write(p)
+	if err != nil && (errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)) {
+		c.failed.Store(true)
+		return len(p), nil
+	}
+	return n, err
+}
+
+// maxRequestBytes is the host's limit on an HTTP request (100 MB): a larger
+// body is refused by the host itself, with 413.
+const maxRequestBytes = 100 << 20
+
+// requestBody reads the body the host hands on, whole: the host copies a
+// request body only when Content-Length > 0, so a chunked body (no declared
+// length) arrives empty. Reading it all before forwarding also means the
+// client has finished sending when it gets the handler's answer, whatever
+// that answer is.
+func requestBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.ContentLength <= 0 {
+		return nil, true
+	}
+	if r.ContentLength > maxRequestBytes {
+		writeHostError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over the host's limit of %d bytes", maxRequestBytes))
+		return nil, false
+	}
+	body := make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(r.Body, body); err != nil {
+		writeHostError(w, http.StatusBadRequest, "read request body: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
 func writeHostError(w http.ResponseWriter, status int, msg string) {
 	code := "unavailable"
-	if status == http.StatusNotFound {
+	switch status {
+	case http.StatusNotFound:
 		code = "not_found"
+	case http.StatusRequestEntityTooLarge:
+		code = "too_large"
+	case http.StatusBadRequest:
+		code = "invalid_argument"
 	}
 	body, _ := json.Marshal(map[string]any{"error": map[string]string{"code": code, "message": msg}})
 	w.Header().Set("Content-Type", "application/json")
@@ -158,24 +230,39 @@ func (h *httpFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeHostError(w, http.StatusServiceUnavailable, "the function handler is not running: "+err.Error())
 			return
 		}
-		if rt.forward {
-			h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), addrKey{}, addr)))
+		body, ok := requestBody(w, r)
+		if !ok {
 			return
 		}
-		h.envelope(w, r, rt, params, addr)
+		if rt.forward {
+			h.forward(w, r, addr, body)
+			return
+		}
+		h.envelope(w, r, rt, params, addr, body)
 		return
 	}
 	writeHostError(w, http.StatusNotFound, "no function serves "+r.Method+" "+r.URL.Path)
 }
 
+// forward hands the request to the handler at its original path, with the
+// body read by requestBody.
+func (h *httpFront) forward(w http.ResponseWriter, r *http.Request, addr string, body []byte) {
+	out := r.Clone(context.WithValue(r.Context(), addrKey{}, addr))
+	out.TransferEncoding = nil
+	out.ContentLength = int64(len(body))
+	out.Body = http.NoBody
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	if len(body) > 0 {
+		out.Body, _ = out.GetBody()
+	}
+	// The emulator has read the body, which answered any expectation.
+	out.Header.Del("Expect")
+	h.proxy.ServeHTTP(w, out)
+}
+
 // envelope invokes an HTTP function without forwarding: the request becomes
 // Data.<trigger>, the response comes from Outputs.<http out>.
-func (h *httpFront) envelope(w http.ResponseWriter, r *http.Request, rt *httpRoute, params map[string]string, addr string) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		writeHostError(w, http.StatusBadRequest, "read request body: "+err.Error())
-		return
-	}
+func (h *httpFront) envelope(w http.ResponseWriter, r *http.Request, rt *httpRoute, params map[string]string, addr string, body []byte) {
 	query := map[string]string{}
 	for k, vs := range r.URL.Query() {
 		query[k] = strings.Join(vs, ",")

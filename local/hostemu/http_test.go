@@ -233,3 +233,48 @@ func TestHTTPFrontFailures(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
 	require.Equal(t, "1", rec.Header().Get("Retry-After"))
 }
+
+// TestHTTPFrontForwardsBodyOnlyWithContentLength: with forwarding, the host
+// copies the request body only when Content-Length > 0; a chunked body
+// reaches the handler empty.
+func TestHTTPFrontForwardsBodyOnlyWithContentLength(t *testing.T) {
+	t.Parallel()
+	type seen struct {
+		body          string
+		contentLength int64
+	}
+	got := make(chan seen, 1)
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{body: string(b), contentLength: r.ContentLength}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(fake.Close)
+	front := newHTTPFront("api", []*httpRoute{route(t, `{"route":"{*path}"}`, true)}, readyChild(strings.TrimPrefix(fake.URL, "http://")))
+	emu := httptest.NewServer(front)
+	t.Cleanup(emu.Close)
+
+	tests := []struct {
+		name    string
+		chunked bool
+		want    seen
+	}{
+		{name: "with Content-Length", want: seen{body: `{"a":1}`, contentLength: 7}},
+		{name: "chunked", chunked: true, want: seen{body: "", contentLength: 0}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var body io.Reader = strings.NewReader(`{"a":1}`)
+			if tc.chunked {
+				body = io.MultiReader(body) // length unknown: sent chunked
+			}
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, emu.URL+"/api/x", body)
+			require.NoError(t, err)
+			resp, err := emu.Client().Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusNoContent, resp.StatusCode)
+			require.Equal(t, tc.want, <-got)
+		})
+	}
+}
