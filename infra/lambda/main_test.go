@@ -340,7 +340,7 @@ func TestScheduledEvents(t *testing.T) {
 	require.NoError(t, err)
 	j, _, err := c.Submit(ctx, "p1", []byte("---\nrepo: notes\ntitle: t\ncapabilities: [engine:claude]\n---\nx\n"))
 	require.NoError(t, err)
-	claimed, err := c.Claim(ctx, "f1")
+	claimed, err := c.Claim(ctx, coord.ClaimRequest{Token: tok})
 	require.NoError(t, err)
 	require.NotNil(t, claimed)
 

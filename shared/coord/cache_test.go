@@ -83,7 +83,7 @@ func TestStaleCacheNeverFences(t *testing.T) {
 	n, err := b.Reap(e.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	cl2, err := b.Claim(e.ctx, "f2")
+	cl2, err := b.Claim(e.ctx, e.as("f2"))
 	require.NoError(t, err)
 	require.NotNil(t, cl2)
 	require.Equal(t, j.ID, cl2.Job.ID)
@@ -139,7 +139,7 @@ func TestStaleCacheNeverUnfences(t *testing.T) {
 			e.clock.Advance(e.c.Config().LeaseTTL)
 			_, err := b.Reap(e.ctx)
 			require.NoError(t, err)
-			cl2, err := b.Claim(e.ctx, "f2")
+			cl2, err := b.Claim(e.ctx, e.as("f2"))
 			require.NoError(t, err)
 			require.NotNil(t, cl2)
 

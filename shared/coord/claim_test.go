@@ -65,9 +65,9 @@ func claimRace(t *testing.T, ctx context.Context, claimers []claimer) map[string
 		wg.Go(func() {
 			<-start
 			for {
-				c, err := cl.c.Claim(ctx, cl.factoryID)
+				c, err := cl.c.Claim(ctx, cl.req)
 				if err != nil {
-					errs <- fmt.Errorf("claim as %s: %w", cl.factoryID, err)
+					errs <- fmt.Errorf("claim as %s: %w", cl.req.Token.FactoryID, err)
 					return
 				}
 				if c == nil {
@@ -89,8 +89,8 @@ func claimRace(t *testing.T, ctx context.Context, claimers []claimer) map[string
 }
 
 type claimer struct {
-	c         *coord.Coordinator
-	factoryID string
+	c   *coord.Coordinator
+	req coord.ClaimRequest
 }
 
 // requireExactlyOnce checks every job was handed out exactly once, at
@@ -137,13 +137,13 @@ func TestClaimExactlyOnce(t *testing.T) {
 	for i := range claimers {
 		id := fmt.Sprintf("f%02d", i)
 		e.factory(id, products(productName(i%nProducts)))
-		claimers[i] = claimer{e.c, id}
+		claimers[i] = claimer{e.c, e.as(id)}
 	}
 
 	got := claimRace(t, e.ctx, claimers)
 	requireExactlyOnce(t, e.ctx, e.c, ids, got)
 
-	left, err := e.c.Claim(e.ctx, "f00")
+	left, err := e.c.Claim(e.ctx, e.as("f00"))
 	require.NoError(t, err)
 	require.Nil(t, left, "nothing is left to claim")
 	st := e.c.Stats()
@@ -165,7 +165,7 @@ func TestClaimExactlyOnceSharedFactories(t *testing.T) {
 	}
 	claimers := make([]claimer, goroutines)
 	for i := range claimers {
-		claimers[i] = claimer{e.c, fmt.Sprintf("f%d", i%factories)}
+		claimers[i] = claimer{e.c, e.as(fmt.Sprintf("f%d", i%factories))}
 	}
 	requireExactlyOnce(t, e.ctx, e.c, ids, claimRace(t, e.ctx, claimers))
 }
@@ -193,7 +193,7 @@ func TestClaimExactlyOnceTwoCoordinators(t *testing.T) {
 		a, b := fmt.Sprintf("a%02d", i), fmt.Sprintf("b%02d", i)
 		e.factory(a, products(productName(i%nProducts)))
 		e.factory(b, products(productName(i%nProducts)))
-		claimers = append(claimers, claimer{e.c, a}, claimer{other, b})
+		claimers = append(claimers, claimer{e.c, e.as(a)}, claimer{other, e.as(b)})
 	}
 	got := claimRace(t, e.ctx, claimers)
 	requireExactlyOnce(t, e.ctx, other, ids, got)
@@ -323,7 +323,7 @@ func TestClaimRacesAccept(t *testing.T) {
 			wg.Go(func() {
 				<-start
 				who := fmt.Sprintf("poller%d", i)
-				cl, err := e.c.Claim(e.ctx, who)
+				cl, err := e.c.Claim(e.ctx, e.as(who))
 				record(who, cl, err)
 			})
 		}

@@ -38,8 +38,9 @@ type Config struct {
 	// writes made through this coordinator refresh them at once.
 	FactoryCacheTTL time.Duration
 	// TokenCacheTTL is how long a verified factory token is trusted without
-	// reading it again. Revoking or rotating takes effect at once in the
-	// process that does it, and within this bound in every other.
+	// reading it (and its factory) again. Revoking, rotating or
+	// deregistering takes effect at once in the process that does it, and
+	// within this bound in every other.
 	TokenCacheTTL time.Duration
 	Weights       schedule.Weights
 }

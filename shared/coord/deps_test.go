@@ -22,7 +22,7 @@ func (e *env) endDep(id string, stage fleet.Stage) {
 		_, err := e.c.Act(e.ctx, "op", prod, id, coord.ActionCancel, "not needed")
 		require.NoError(e.t, err)
 	case fleet.StageFailed, fleet.StageDeadLetter:
-		cl, err := e.c.Claim(e.ctx, "f1")
+		cl, err := e.c.Claim(e.ctx, e.as("f1"))
 		require.NoError(e.t, err)
 		require.NotNil(e.t, cl)
 		require.Equal(e.t, id, cl.Job.ID)
@@ -125,7 +125,7 @@ func TestRequeueWithUnmetDeps(t *testing.T) {
 
 	cl := e.claim("f1")
 	require.Equal(t, dep.ID, cl.Job.ID, "only the dependency is claimable")
-	cl2, err := e.c.Claim(e.ctx, "f1")
+	cl2, err := e.c.Claim(e.ctx, e.as("f1"))
 	require.NoError(t, err)
 	require.Nil(t, cl2, "the requeued job waits for its dependency")
 	for _, st := range []fleet.Stage{fleet.StageBuilding, fleet.StageShipped} {

@@ -68,7 +68,7 @@ func (c *Coordinator) Enroll(ctx context.Context, req EnrollRequest) (*fleet.Fac
 	f := &fleet.Factory{
 		ID: req.FactoryID, Kind: req.Kind, Products: products, Capabilities: caps,
 		Repos: []string{}, SeatLimit: req.SeatLimit, Health: fleet.HealthOK, CostPerHourUSD: req.CostPerHourUSD,
-		TokenID: hash, EnrolledAt: now, UpdatedAt: now,
+		TokenID: hash, Enrollment: c.newID("e"), EnrolledAt: now, UpdatedAt: now,
 	}
 	f.ProductID = factoryProduct(f)
 	body, err := json.Marshal(f)
@@ -117,7 +117,8 @@ func hashToken(secret string) string {
 }
 
 func (c *Coordinator) putToken(ctx context.Context, f *fleet.Factory, hash string, products, capabilities []string) error {
-	t := fleet.Token{ID: hash, ProductID: f.ProductID, FactoryID: f.ID, Products: products, Capabilities: capabilities, IssuedAt: c.now()}
+	t := fleet.Token{ID: hash, ProductID: f.ProductID, FactoryID: f.ID, Enrollment: f.Enrollment,
+		Products: products, Capabilities: capabilities, IssuedAt: c.now()}
 	body, err := json.Marshal(t)
 	if err != nil {
 		return err
@@ -150,6 +151,19 @@ func (c *Coordinator) AuthenticateFactory(ctx context.Context, secret string) (*
 	// The lookup already matched on the hash; compare again in constant time
 	// so no code path compares secret material with an early exit.
 	if subtle.ConstantTimeCompare([]byte(t.ID), []byte(hash)) != 1 || t.Revoked {
+		return nil, ErrUnauthenticated
+	}
+	// Only a live factory's current token authenticates: not one whose
+	// factory was deregistered (whatever became of its revocation), nor one
+	// of an earlier enrollment or a rotation that lost a race.
+	f, err := c.GetFactory(ctx, t.FactoryID)
+	if errors.Is(err, fleet.ErrNotFound) {
+		return nil, ErrUnauthenticated
+	}
+	if err != nil {
+		return nil, err
+	}
+	if subtle.ConstantTimeCompare([]byte(f.TokenID), []byte(hash)) != 1 {
 		return nil, ErrUnauthenticated
 	}
 	c.tokens.put(hash, t, c.now().Add(c.cfg.TokenCacheTTL), gen)
@@ -305,23 +319,64 @@ func (c *Coordinator) Heartbeat(ctx context.Context, tok *fleet.Token, hb Heartb
 	return f, nil
 }
 
-// Deregister removes a factory and revokes its token. Jobs it held are
-// reaped when their leases expire; jobs dispatched to it are re-dispatched
-// by the sweep.
+// Deregister removes a factory and revokes every token of its enrollment.
+// Jobs it held are reaped when their leases expire; jobs dispatched to it
+// are re-dispatched by the sweep.
+//
+// The document goes first, at the revision read: from then on no token of
+// the factory authenticates, and a racing rotation either installed its
+// token before (and the sweep of the factory's tokens below revokes it) or
+// fails to install it and revokes it itself.
 func (c *Coordinator) Deregister(ctx context.Context, id string) error {
-	f, err := c.GetFactory(ctx, id)
+	c.factoryDocs.drop(id, id)
+	var f *fleet.Factory
+	for attempt := 0; ; attempt++ {
+		if attempt == maxCASAttempts {
+			return fleet.Errorf(fleet.CodeConflict, "factory %s changed concurrently; try again", id)
+		}
+		var err error
+		if f, err = c.GetFactory(ctx, id); err != nil {
+			return err
+		}
+		err = c.store.Delete(ctx, Factories, id, id, f.Rev)
+		if errors.Is(err, ErrPrecondition) {
+			continue
+		}
+		if errors.Is(err, ErrNotFound) {
+			return &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("factory %s not found", id), Err: err}
+		}
+		if err != nil {
+			return fmt.Errorf("delete factory %s: %w", id, err)
+		}
+		break
+	}
+	c.factoryDocs.drop(id, id)
+	c.factories.invalidate()
+	return c.revokeFactoryTokens(ctx, f)
+}
+
+// revokeFactoryTokens revokes every live token issued to f's enrollment
+// (a later enrollment of the same id keeps its own).
+func (c *Coordinator) revokeFactoryTokens(ctx context.Context, f *fleet.Factory) error {
+	items, err := c.queryAll(ctx, Tokens, Query{Where: []Cond{Eq("factoryId", f.ID), Eq("revoked", false)}})
 	if err != nil {
 		return err
 	}
-	if err := c.revokeTokenID(ctx, f.TokenID); err != nil {
-		return err
+	hashes := []string{f.TokenID}
+	for _, it := range items {
+		t, err := decode[fleet.Token](it)
+		if err != nil {
+			return err
+		}
+		if t.Enrollment == f.Enrollment && t.ID != f.TokenID {
+			hashes = append(hashes, t.ID)
+		}
 	}
-	c.factoryDocs.drop(id, id)
-	if err := c.store.Delete(ctx, Factories, id, id, ""); err != nil && !errors.Is(err, ErrNotFound) {
-		return fmt.Errorf("delete factory %s: %w", id, err)
+	var errs []error
+	for _, h := range hashes {
+		errs = append(errs, c.revokeTokenID(ctx, h))
 	}
-	c.factories.invalidate()
-	return nil
+	return errors.Join(errs...)
 }
 
 // RotateToken issues a new token for the factory and revokes the old one.
@@ -383,8 +438,11 @@ func (c *Coordinator) revokeTokenID(ctx context.Context, hash string) error {
 		return nil
 	}
 	// Forget it here first: this process refuses it from now on, whatever
-	// the outcome of the write below.
+	// the outcome of the write below. Forget it again once the write is
+	// done: a lookup that read the unrevoked token meanwhile started after
+	// the first drop, and the second one voids its cache entry.
 	c.tokens.drop(hash)
+	defer c.tokens.drop(hash)
 	for range maxCASAttempts {
 		it, err := c.store.Read(ctx, Tokens, hash, hash)
 		if errors.Is(err, ErrNotFound) {

@@ -237,7 +237,7 @@ func TestPrune(t *testing.T) {
 
 	// A down factory gets no job; the silent pool still does.
 	e.submit()
-	none, err := e.c.Claim(e.ctx, "static")
+	none, err := e.c.Claim(e.ctx, e.as("static"))
 	require.NoError(t, err)
 	require.Nil(t, none)
 	e.clock.Advance(24 * time.Hour)
@@ -265,6 +265,7 @@ func TestDeregister(t *testing.T) {
 	require.NoError(t, err)
 	tok, err := e.c.AuthenticateFactory(e.ctx, secret)
 	require.NoError(t, err)
+	e.toks.Store("f1", tok)
 	_, err = e.c.Heartbeat(e.ctx, tok, coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}})
 	require.NoError(t, err)
 	j := e.submit()
@@ -279,7 +280,7 @@ func TestDeregister(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, fs)
 	require.ErrorIs(t, e.c.Deregister(e.ctx, "f1"), fleet.ErrNotFound)
-	_, err = e.c.Claim(e.ctx, "f1")
+	_, err = e.c.Claim(e.ctx, coord.ClaimRequest{Token: tok})
 	require.ErrorIs(t, err, fleet.ErrNotFound)
 
 	e.clock.Advance(e.c.Config().LeaseTTL)
@@ -303,7 +304,7 @@ func TestFactoryScopes(t *testing.T) {
 	require.NoError(t, err)
 	e.factory("only-p2", products("p2"))
 	e.submit()
-	none, err := e.c.Claim(e.ctx, "only-p2")
+	none, err := e.c.Claim(e.ctx, e.as("only-p2"))
 	require.NoError(t, err)
 	require.Nil(t, none, "a job of p1 is not for a factory of p2")
 	j2, _, err := e.c.Submit(e.ctx, "p2", manifest())

@@ -39,7 +39,7 @@ func TestFailTerminal(t *testing.T) {
 			require.Equal(t, got, e.job(j.ID))
 			require.Equal(t, v0, e.queueVersion())
 
-			left, err := e.c.Claim(e.ctx, "f2")
+			left, err := e.c.Claim(e.ctx, e.as("f2"))
 			require.NoError(t, err)
 			require.Nil(t, left, "a failed job is not claimable")
 			_, ok := got.Lease()
@@ -98,7 +98,7 @@ func TestFailRetryBackoff(t *testing.T) {
 		// Backing off: not claimable by anyone until NotBefore.
 		e.clock.Advance(wantBackoff[attempt] - time.Second)
 		for _, f := range []string{"f1", "f2"} {
-			none, err := e.c.Claim(e.ctx, f)
+			none, err := e.c.Claim(e.ctx, e.as(f))
 			require.NoError(t, err)
 			require.Nil(t, none, "claimed during backoff (attempt %d)", attempt+1)
 		}
@@ -108,7 +108,7 @@ func TestFailRetryBackoff(t *testing.T) {
 	got := e.job(j.ID)
 	require.Equal(t, fleet.StageDeadLetter, got.Stage)
 	require.Equal(t, 3, got.Attempts)
-	none, err := e.c.Claim(e.ctx, "f1")
+	none, err := e.c.Claim(e.ctx, e.as("f1"))
 	require.NoError(t, err)
 	require.Nil(t, none, "a dead-lettered job is not claimable")
 

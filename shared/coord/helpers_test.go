@@ -69,6 +69,7 @@ const (
 var baseCaps = []string{"os:linux", "engine:claude", "has:git"}
 
 type env struct {
+	toks  sync.Map // factory id -> *fleet.Token, of factories enrolled by factory()
 	t     *testing.T
 	ctx   context.Context
 	raw   *sqlite.Store
@@ -189,13 +190,22 @@ func (e *env) factory(id string, opts ...factoryOpt) *fleet.Token {
 	require.NoError(e.t, err)
 	_, err = e.c.Heartbeat(e.ctx, tok, hb)
 	require.NoError(e.t, err)
+	e.toks.Store(id, tok)
 	return tok
+}
+
+// as is a claim by factory id with the token factory() enrolled it with.
+func (e *env) as(id string) coord.ClaimRequest {
+	e.t.Helper()
+	tok, ok := e.toks.Load(id)
+	require.True(e.t, ok, "factory %s was not enrolled by env.factory", id)
+	return coord.ClaimRequest{Token: tok.(*fleet.Token)}
 }
 
 // claim polls for work as factoryID and requires a job.
 func (e *env) claim(factoryID string) *protocol.Claimed {
 	e.t.Helper()
-	cl, err := e.c.Claim(e.ctx, factoryID)
+	cl, err := e.c.Claim(e.ctx, e.as(factoryID))
 	require.NoError(e.t, err)
 	require.NotNil(e.t, cl, "factory %s found no job to claim", factoryID)
 	return cl
@@ -286,6 +296,22 @@ type hookStore struct {
 	beforeReplace         func(pk, id string) error
 	// beforeFactoryReplace is beforeReplace for factory documents.
 	beforeFactoryReplace func(pk, id string) error
+	// beforeTokenReplace is beforeReplace for token documents.
+	beforeTokenReplace func(pk, id string) error
+	// afterFactoryRead runs after every read of a factory document.
+	afterFactoryRead func(pk, id string) error
+}
+
+func (s *hookStore) setBeforeTokenReplace(fn func(pk, id string) error) {
+	s.mu.Lock()
+	s.beforeTokenReplace = fn
+	s.mu.Unlock()
+}
+
+func (s *hookStore) setAfterFactoryRead(fn func(pk, id string) error) {
+	s.mu.Lock()
+	s.afterFactoryRead = fn
+	s.mu.Unlock()
 }
 
 func (s *hookStore) setBeforeFactoryReplace(fn func(pk, id string) error) {
@@ -304,7 +330,16 @@ func (s *hookStore) Read(ctx context.Context, container, pk, id string) (coord.I
 	if container == coord.Jobs {
 		s.jobReads.Add(1)
 	}
-	return s.Store.Read(ctx, container, pk, id)
+	it, err := s.Store.Read(ctx, container, pk, id)
+	s.mu.Lock()
+	hook := s.afterFactoryRead
+	s.mu.Unlock()
+	if container == coord.Factories && hook != nil {
+		if herr := hook(pk, id); herr != nil {
+			return coord.Item{}, herr
+		}
+	}
+	return it, err
 }
 
 func (s *hookStore) Replace(ctx context.Context, container, pk, id string, body []byte, ifRev string) (string, error) {
@@ -316,6 +351,8 @@ func (s *hookStore) Replace(ctx context.Context, container, pk, id string, body 
 		hook = s.beforeReplace
 	case coord.Factories:
 		hook = s.beforeFactoryReplace
+	case coord.Tokens:
+		hook = s.beforeTokenReplace
 	}
 	s.mu.Unlock()
 	if hook != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,14 +18,28 @@ func claimed(j *fleet.Job) *protocol.Claimed {
 	return &protocol.Claimed{Job: j, LeaseEpoch: j.LeaseEpoch, LeaseExpiresAt: j.LeaseExpiresAt}
 }
 
+// ClaimRequest is a poll claim.
+type ClaimRequest struct {
+	// Token is the claiming factory's verified token: it names the factory
+	// and scopes the products the claim may draw from.
+	Token *fleet.Token
+}
+
 // Claim is the poll transport: it gives the factory the best queued job it
 // is eligible for, or nil when there is none. Racing claimers never both win
 // a job: the claim is a CAS, and a loser moves on to its next best job.
-func (c *Coordinator) Claim(ctx context.Context, factoryID string) (*protocol.Claimed, error) {
+func (c *Coordinator) Claim(ctx context.Context, req ClaimRequest) (*protocol.Claimed, error) {
+	if req.Token == nil {
+		return nil, ErrUnauthenticated
+	}
+	factoryID := req.Token.FactoryID
 	f, err := c.GetFactory(ctx, factoryID)
 	if err != nil {
 		return nil, err
 	}
+	// The token is the authority on scope: the factory document says what
+	// the factory can do (capabilities, repos, seats), not what it may see.
+	f.Products = slices.Clone(req.Token.Products)
 	var queued []*fleet.Job
 	if len(f.Products) == 0 {
 		queued, err = c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageQueued))}})

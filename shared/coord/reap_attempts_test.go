@@ -36,7 +36,7 @@ func TestReapCountsLostRuns(t *testing.T) {
 			require.Empty(t, got.HolderFactoryID)
 		}
 	}
-	cl, err := e.c.Claim(e.ctx, "f1")
+	cl, err := e.c.Claim(e.ctx, e.as("f1"))
 	require.NoError(t, err)
 	require.Nil(t, cl, "a dead-lettered job is not handed out again")
 }

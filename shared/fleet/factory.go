@@ -53,7 +53,10 @@ type Factory struct {
 	Health         Health   `json:"health"`
 	CostPerHourUSD float64  `json:"costPerHourUsd,omitempty"`
 	// TokenID is the hash of the factory's current token (not secret).
-	TokenID         string    `json:"tokenId,omitempty"`
+	TokenID string `json:"tokenId,omitempty"`
+	// Enrollment names this enrollment of the id; its tokens carry it, so
+	// deregistering revokes them and not those of a later enrollment.
+	Enrollment      string    `json:"enrollment,omitempty"`
 	LastHeartbeatAt time.Time `json:"lastHeartbeatAt,omitzero"`
 	EnrolledAt      time.Time `json:"enrolledAt"`
 	UpdatedAt       time.Time `json:"updatedAt"`
@@ -119,6 +122,7 @@ type Token struct {
 	ID           string    `json:"id"` // hex SHA-256 of the secret
 	ProductID    string    `json:"productId"`
 	FactoryID    string    `json:"factoryId"`
+	Enrollment   string    `json:"enrollment,omitempty"`
 	Products     []string  `json:"products"`
 	Capabilities []string  `json:"capabilities"`
 	Revoked      bool      `json:"revoked"`

@@ -495,6 +495,7 @@ func schemas() obj {
 			"repos": stringList("Repos it has checked out."), "seatLimit": integer(""), "load": integer(""),
 			"health": enum("", "ok", "degraded", "stale", "down"), "costPerHourUsd": number(""),
 			"tokenId": str("The SHA-256 of its current token (not secret)."), "lastHeartbeatAt": dateTime(""),
+			"enrollment": str("Names this enrollment of the id: deregistering revokes its tokens, not those of a later enrollment."),
 			"enrolledAt": dateTime(""), "updatedAt": dateTime(""),
 		}),
 		"Product": object([]string{"id", "repos"}, obj{

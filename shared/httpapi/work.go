@@ -35,13 +35,13 @@ type renewResponse struct {
 	LeaseExpiresAt time.Time `json:"leaseExpiresAt"`
 }
 
-// claim is the poll transport. It draws from every product the factory
-// serves; an x-product-id is only checked against the token's scope.
+// claim is the poll transport. It draws from every product the token is
+// scoped to; an x-product-id is only checked against that scope.
 func (s *server) claim(w http.ResponseWriter, r *http.Request, p *principal) error {
 	if err := s.decodeBody(w, r, &struct{}{}, false); err != nil {
 		return err
 	}
-	c, err := s.coord.Claim(r.Context(), p.id)
+	c, err := s.coord.Claim(r.Context(), coord.ClaimRequest{Token: p.token})
 	if err != nil {
 		return err
 	}
