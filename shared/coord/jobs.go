@@ -53,11 +53,6 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 			return nil, false, err
 		}
 	}
-	satisfied, err := c.registerDependant(ctx, productID, id, m.Deps, m.DepsMode)
-	if err != nil {
-		return nil, false, err
-	}
-
 	now := c.now()
 	j := &fleet.Job{
 		ID: id, ProductID: productID, Title: m.Title, Repo: m.Repo,
@@ -70,17 +65,31 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 	if j.Deps == nil {
 		j.Deps = []string{}
 	}
+	// The stored size is checked before any write (marking dependencies is
+	// one): a manifest under its byte limit can still encode past the
+	// store's, since JSON escapes '<', '>', '&' and control characters.
+	if _, err := encodeSubmitted(j); err != nil {
+		return nil, false, err
+	}
+	satisfied, err := c.registerDependant(ctx, productID, id, m.Deps, m.DepsMode)
+	if err != nil {
+		return nil, false, err
+	}
 	if !satisfied {
 		j.Stage = fleet.StageBlocked
 	}
-	body, err := json.Marshal(j)
+	body, err := encodeSubmitted(j)
 	if err != nil {
-		return nil, false, fmt.Errorf("encode job: %w", err)
+		return nil, false, err
 	}
 	rev, err := c.store.Create(ctx, Jobs, productID, id, body)
 	if errors.Is(err, ErrExists) && m.IdempotencyKey != "" {
 		existing, gerr := c.GetJob(ctx, productID, id)
 		return existing, false, gerr
+	}
+	if errors.Is(err, ErrTooLarge) {
+		return nil, false, &fleet.Error{Code: fleet.CodeTooLarge, Field: "body", Err: err,
+			Message: "the job is too large for the store; shorten the task body"}
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("create job: %w", err)
@@ -96,6 +105,22 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 		j = settled
 	}
 	return j, true, nil
+}
+
+// encodeSubmitted encodes a new job, refusing one whose document would
+// exceed fleet.MaxSubmittedJobBytes. The body is named: every other field
+// is bounded far below that.
+func encodeSubmitted(j *fleet.Job) ([]byte, error) {
+	body, err := json.Marshal(j)
+	if err != nil {
+		return nil, fmt.Errorf("encode job: %w", err)
+	}
+	if len(body) > fleet.MaxSubmittedJobBytes {
+		return nil, &fleet.Error{Code: fleet.CodeTooLarge, Field: "body", Message: fmt.Sprintf(
+			"the job would be stored as %d bytes of JSON, at most %d allowed; the task body's '<', '>', '&' and control characters take 6 bytes each there",
+			len(body), fleet.MaxSubmittedJobBytes)}
+	}
+	return body, nil
 }
 
 // registerDependant marks each unshipped dependency as having dependants (so

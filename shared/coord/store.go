@@ -19,6 +19,9 @@ var (
 	ErrThrottled = errors.New("store: throttled")
 	// ErrUnavailable: the backend could not be reached.
 	ErrUnavailable = errors.New("store: unavailable")
+	// ErrTooLarge: the document is over the backend's size limit
+	// (fleet.MaxDocumentBytes; Cosmos 413); nothing was written.
+	ErrTooLarge = errors.New("store: document too large")
 )
 
 // Item is a stored JSON document and its revision.

@@ -1,7 +1,9 @@
 package coord_test
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -275,4 +277,50 @@ func TestQueueStateVersion(t *testing.T) {
 	require.Equal(t, int64(4), e.queueVersion(), "requeue")
 	e.submit("deps: [" + j.ID + "]")
 	require.Equal(t, int64(4), e.queueVersion(), "a blocked submit")
+}
+
+// TestSubmitEncodedTooLarge: a manifest under the size limit whose JSON
+// encoding is not (1 MiB of '<' or of control characters, six bytes each
+// once escaped) is too_large naming the body, checked before any write: no
+// job, no event, and the dependencies it names are not marked.
+func TestSubmitEncodedTooLarge(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, char string }{{"angle brackets", "<"}, {"control characters", "\x01"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			dep := e.submit()
+			depBefore := e.rawJob(dep.ID)
+			src := manifest(fmt.Sprintf("deps: [%s]", dep.ID))
+			src = append(src, strings.Repeat(tc.char, fleet.MaxManifestBytes-len(src))...)
+			require.Len(t, src, fleet.MaxManifestBytes)
+
+			_, _, err := e.c.Submit(e.ctx, prod, src)
+			requireCode(t, err, fleet.CodeTooLarge, "body")
+			require.Equal(t, depBefore, e.rawJob(dep.ID), "the dependency was marked")
+			jobs, _, err := e.c.ListJobs(e.ctx, prod, "", 100, "")
+			require.NoError(t, err)
+			require.Len(t, jobs, 1, "a job was stored")
+		})
+	}
+}
+
+// TestStoreTooLargeIsTooLarge: whatever the coordinator's own bounds, a
+// document the store refuses for its size is too_large, never a 500.
+func TestStoreTooLargeIsTooLarge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withStore(func(s coord.Store) coord.Store { return &tooLargeStore{Store: s} }))
+	_, _, err := e.c.Submit(e.ctx, prod, manifest())
+	require.ErrorIs(t, err, fleet.ErrTooLarge)
+	require.ErrorIs(t, err, coord.ErrTooLarge)
+}
+
+// tooLargeStore refuses every job it is asked to create as too large.
+type tooLargeStore struct{ coord.Store }
+
+func (s *tooLargeStore) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
+	if container == coord.Jobs {
+		return "", fmt.Errorf("sqlite: create: %w", coord.ErrTooLarge)
+	}
+	return s.Store.Create(ctx, container, pk, id, body)
 }

@@ -28,6 +28,17 @@ const (
 	MaxReasonLen = 4000
 )
 
+// MaxDocumentBytes is the largest document a store takes (Cosmos DB's
+// limit, which the SQLite store applies too). A write over it fails with
+// the store's too-large error.
+const MaxDocumentBytes = 2 << 20
+
+// MaxSubmittedJobBytes bounds a job document as submitted, encoded: the
+// rest of MaxDocumentBytes is room for what the job gathers later
+// (checkpoint, failure reason, review votes), so no later write of the job
+// can fail for its size.
+const MaxSubmittedJobBytes = MaxDocumentBytes - 256<<10
+
 // TruncatedMark ends free text that SanitizeText cut short.
 const TruncatedMark = "… [truncated]"
 

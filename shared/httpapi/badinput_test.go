@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -244,4 +246,32 @@ func TestListsDeduplicated(t *testing.T) {
 	f.ok(200, &fac, "POST", "/api/fleet/factories/heartbeat", tok, map[string]any{"capabilities": []string{}, "repos": withDups})
 	require.Equal(t, want, fac.Repos)
 	require.Equal(t, []string{"p1"}, fac.Products)
+}
+
+// TestManifestEncodedTooLarge: a manifest under the byte limit whose stored
+// form is over the store's (1 MiB of '<' escapes to 6 MiB) is 413 too_large
+// naming the body, and nothing is stored, not even the dependency mark.
+func TestManifestEncodedTooLarge(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	dep := f.submit("p1", manifest("r1"))
+	src := manifest("r1", "deps: ["+dep.ID+"]")
+	src += strings.Repeat("<", fleet.MaxManifestBytes-len(src))
+	before := f.snapshot()
+	res := f.call("POST", "/api/fleet/jobs", rootToken, src, product("p1"), contentType("text/markdown"))
+	require.Equal(t, http.StatusRequestEntityTooLarge, res.status, "%.300s", res)
+	e := res.errorOf(t)
+	require.Equal(t, fleet.CodeTooLarge, e.Code)
+	require.Equal(t, "body", e.Field)
+	require.Equal(t, before, f.snapshot(), "a rejected submit changed stored state")
+}
+
+// TestStoreTooLargeMapsToTooLarge: the store's size error is too_large
+// (413) wherever it comes from, never a 500.
+func TestStoreTooLargeMapsToTooLarge(t *testing.T) {
+	t.Parallel()
+	d := classify(fmt.Errorf("write factory f1: %w", coord.ErrTooLarge))
+	require.Equal(t, fleet.CodeTooLarge, d.Code)
+	require.Equal(t, http.StatusRequestEntityTooLarge, statusOf(d.Code))
 }

@@ -78,6 +78,10 @@ func classify(err error) errorDetail {
 		return errorDetail{Code: fleet.CodeConflict, Message: te.Error()}
 	case errors.As(err, &tooBig):
 		return errorDetail{Code: fleet.CodeTooLarge, Message: fmt.Sprintf("the request body is larger than %d bytes", tooBig.Limit)}
+	case errors.Is(err, coord.ErrTooLarge):
+		// A use case's own bounds should have named the field; this is the
+		// store refusing a document that slipped past them.
+		return errorDetail{Code: fleet.CodeTooLarge, Message: "the request would store a document larger than the store allows"}
 	case errors.Is(err, coord.ErrThrottled):
 		return errorDetail{Code: fleet.CodeThrottled, Message: "the store is throttling requests; retry after the Retry-After delay"}
 	case errors.Is(err, coord.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):

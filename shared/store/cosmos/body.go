@@ -9,6 +9,9 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 // Documents as stored and as returned.
@@ -32,8 +35,8 @@ import (
 
 // maxDocumentSize is Cosmos DB's limit on a stored document. Larger bodies
 // are refused before a request, with a clearer message than the service's
-// 413.
-const maxDocumentSize = 2 << 20
+// 413, as coord.ErrTooLarge.
+const maxDocumentSize = fleet.MaxDocumentBytes
 
 // addedField lists the fields the store added to a body on write. It is
 // reserved: a caller body containing it is refused.
@@ -200,7 +203,7 @@ func prepareBody(body []byte, id, pkField, pk string) ([]byte, error) {
 	}
 	doc := encodeObject(out)
 	if len(doc) > maxDocumentSize {
-		return nil, fmt.Errorf("document is %d bytes, over Cosmos DB's limit of %d", len(doc), maxDocumentSize)
+		return nil, fmt.Errorf("document is %d bytes, over Cosmos DB's limit of %d: %w", len(doc), maxDocumentSize, coord.ErrTooLarge)
 	}
 	return doc, nil
 }

@@ -50,6 +50,7 @@ func invalid(op, where string, err error) error {
 // classify maps a failed operation to the store's errors.
 //
 //	404 → ErrNotFound, 409 → ErrExists, 412 → ErrPrecondition,
+//	413 → ErrTooLarge,
 //	429 (retries exhausted) → ErrThrottled,
 //	503, 408, 502, 504, transport failures → ErrUnavailable.
 //
@@ -128,7 +129,7 @@ func isTransport(err error) bool {
 }
 
 // statusError is the store error for an HTTP status, nil when none applies
-// (400, 401, 403, 413, 500: the message carries the status).
+// (400, 401, 403, 500: the message carries the status).
 func statusError(status int) error {
 	switch status {
 	case http.StatusNotFound:
@@ -137,6 +138,8 @@ func statusError(status int) error {
 		return coord.ErrExists
 	case http.StatusPreconditionFailed:
 		return coord.ErrPrecondition
+	case http.StatusRequestEntityTooLarge:
+		return coord.ErrTooLarge
 	case http.StatusTooManyRequests:
 		return coord.ErrThrottled
 	case http.StatusServiceUnavailable, http.StatusRequestTimeout,
@@ -161,7 +164,7 @@ func responseDetail(re *azcore.ResponseError) string {
 		if a := r.Header.Get(headerActivityID); a != "" {
 			fmt.Fprintf(&b, ", activity %s", a)
 		}
-		// Errors without a store meaning (400, 403, 413, …) are bugs or
+		// Errors without a store meaning (400, 403, …) are bugs or
 		// misconfiguration; the service's message says which.
 		if statusError(re.StatusCode) == nil {
 			if m := serviceMessage(r); m != "" {

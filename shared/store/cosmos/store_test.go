@@ -365,6 +365,17 @@ func TestStatusMapping(t *testing.T) {
 			want: coord.ErrUnavailable, requests: 1,
 		},
 		{
+			// The adapter refuses an oversized body itself; a service 413
+			// (its limit lower than ours, or a body grown by a patch) is the
+			// same store error.
+			name: "413 on replace", match: method(http.MethodPut), resp: status(413),
+			op: func(ctx context.Context, s *Store) error {
+				_, err := s.Replace(ctx, coord.Jobs, "p", "seed", []byte(`{}`), `"rev"`)
+				return err
+			},
+			want: coord.ErrTooLarge, requests: 1,
+		},
+		{
 			name: "400 has no store meaning", match: method(http.MethodGet), resp: status(400),
 			op: func(ctx context.Context, s *Store) error {
 				_, err := s.Read(ctx, coord.Jobs, "p", "seed")
@@ -373,7 +384,7 @@ func TestStatusMapping(t *testing.T) {
 			want: nil, requests: 1,
 		},
 	}
-	storeErrs := []error{coord.ErrNotFound, coord.ErrExists, coord.ErrPrecondition, coord.ErrThrottled, coord.ErrUnavailable}
+	storeErrs := []error{coord.ErrNotFound, coord.ErrExists, coord.ErrPrecondition, coord.ErrThrottled, coord.ErrUnavailable, coord.ErrTooLarge}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fx := newFixture(t, nil)

@@ -50,12 +50,14 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 // Limits, chosen to match Cosmos DB so that what works here works there.
 const (
-	// MaxBodyBytes is the largest document accepted (Cosmos: 2 MB).
-	MaxBodyBytes = 2 << 20
+	// MaxBodyBytes is the largest document accepted (Cosmos: 2 MB); a larger
+	// one is coord.ErrTooLarge.
+	MaxBodyBytes = fleet.MaxDocumentBytes
 	// MaxIDLength is the longest id accepted, in bytes (Cosmos: 255).
 	MaxIDLength = 255
 	// MaxPartitionKeyBytes is the longest partition key value accepted.
@@ -723,7 +725,7 @@ func checkAddress(pk, id string) error {
 // backend adds them on write and strips them on read.
 func checkBody(t *table, pk, id string, body []byte) error {
 	if len(body) > MaxBodyBytes {
-		return fmt.Errorf("body is %d bytes, more than %d", len(body), MaxBodyBytes)
+		return fmt.Errorf("body is %d bytes, more than %d: %w", len(body), MaxBodyBytes, coord.ErrTooLarge)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {

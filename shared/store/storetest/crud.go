@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 func testCreateReadExists(t *testing.T, s coord.Store) {
@@ -310,6 +311,32 @@ func testInvalidDocuments(t *testing.T, s coord.Store) {
 	requireStoreError(t, err)
 	_, err = s.Create(ctx, coord.Factories, "f2", "f2", doc(t, coord.Factories, "f2", "f2", nil))
 	require.NoError(t, err)
+}
+
+// testTooLarge: a document over fleet.MaxDocumentBytes is refused with
+// coord.ErrTooLarge (so callers can answer 413, not 500) by every write, and
+// nothing is written; a document at the limit's edge is stored.
+func testTooLarge(t *testing.T, s coord.Store) {
+	ctx := t.Context()
+	big := doc(t, coord.Jobs, "p1", "j1", fields{"blob": strings.Repeat("x", fleet.MaxDocumentBytes)})
+	_, err := s.Create(ctx, coord.Jobs, "p1", "j1", big)
+	require.ErrorIs(t, err, coord.ErrTooLarge, "create")
+	requireAbsent(t, s, coord.Jobs, "p1", "j1")
+	_, err = s.Upsert(ctx, coord.Jobs, "p1", "j1", big)
+	require.ErrorIs(t, err, coord.ErrTooLarge, "upsert of a new document")
+	requireAbsent(t, s, coord.Jobs, "p1", "j1")
+
+	// Just under the limit, with room for what a backend adds.
+	fits := doc(t, coord.Jobs, "p1", "j1", fields{"blob": ""})
+	fits = doc(t, coord.Jobs, "p1", "j1", fields{"blob": strings.Repeat("x", fleet.MaxDocumentBytes-len(fits)-1024)})
+	rev := mustCreate(t, s, coord.Jobs, "p1", "j1", fits)
+	it := mustRead(t, s, coord.Jobs, "p1", "j1")
+	_, err = s.Replace(ctx, coord.Jobs, "p1", "j1", big, rev)
+	require.ErrorIs(t, err, coord.ErrTooLarge, "replace")
+	requireUnchanged(t, s, coord.Jobs, it)
+	_, err = s.Upsert(ctx, coord.Jobs, "p1", "j1", big)
+	require.ErrorIs(t, err, coord.ErrTooLarge, "upsert over a document")
+	requireUnchanged(t, s, coord.Jobs, it)
 }
 
 func testUnknownContainer(t *testing.T, s coord.Store) {

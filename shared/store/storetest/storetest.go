@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore func(t *testing.T) coord.Store) {
 		{"IncrementConcurrent", testIncrementConcurrent},
 		{"PartitionIsolation", testPartitionIsolation},
 		{"InvalidDocuments", testInvalidDocuments},
+		{"TooLarge", testTooLarge},
 		{"UnknownContainer", testUnknownContainer},
 		{"CanceledContext", testCanceledContext},
 		{"QuerySinglePartition", testQuerySinglePartition},
