@@ -162,10 +162,14 @@ func runFactory(t *testing.T, s *Stack, id, token string, seats int, repoBase, e
 	t.Helper()
 	f := &factoryProc{t: t, ID: id, WorkDir: t.TempDir(), out: &lockedBuffer{}, done: make(chan struct{})}
 	f.cmd = exec.Command(factoryBinary(t), facArgs(env)...)
+	// The token from a file, the safe way: it never enters the factory's
+	// environment (and so /proc/<pid>/environ).
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(token+"\n"), 0o600))
 	f.cmd.Env = append(os.Environ(),
 		"FLEET_URL="+s.URL,
 		"FLEET_FACTORY_ID="+id,
-		"FLEET_FACTORY_TOKEN="+token,
+		"FLEET_FACTORY_TOKEN_FILE="+tokenFile,
 		"FLEET_REPO_BASE="+repoBase,
 		"FLEET_WORK_DIR="+f.WorkDir,
 		fmt.Sprintf("FLEET_SEATS=%d", seats),

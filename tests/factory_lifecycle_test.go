@@ -23,7 +23,10 @@ func TestFactoryHappyPath(t *testing.T) {
 	s.Product("demo", "app")
 	eng := facEngine(t, `printf '%s by %s\n' "$FLEET_JOB_ID" "$FLEET_FACTORY_ID" >> result.txt
 test -f "$FLEET_JOB_PROMPT_FILE"
-test -z "${FLEET_FACTORY_TOKEN:-}"`)
+test -z "${FLEET_FACTORY_TOKEN:-}"
+test -z "${FLEET_FACTORY_TOKEN_FILE:-}"
+# Nor in the factory's own environment (the engine's parent).
+! tr '\0' '\n' < /proc/$PPID/environ | grep -q '^FLEET_FACTORY_TOKEN='`)
 	startFactory(t, s, "fa", "demo", 1, repo, eng)
 
 	id := s.Submit("demo", Manifest("Say hello", "app", "engine:fake"))

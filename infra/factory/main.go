@@ -33,6 +33,14 @@ func run(args []string) int {
 		return int(agent.OutcomeError)
 	}
 	log := newLogger(cfg.LogLevel).With("factory", cfg.FactoryID)
+	// Nothing this process starts (git, engines, the ship hook) inherits
+	// the token. /proc/<pid>/environ still shows the variable as the
+	// process was started with it: FLEET_FACTORY_TOKEN_FILE avoids that.
+	if cfg.TokenFile == "" && os.Getenv(config.EnvToken) != "" {
+		log.Warn("the token came from " + config.EnvToken + "; " + config.EnvTokenFile + " keeps it out of the process environment")
+	}
+	_ = os.Unsetenv(config.EnvToken)
+	_ = os.Unsetenv(config.EnvTokenFile)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -241,3 +241,10 @@ func TestHeartbeatWithinTokenScope(t *testing.T) {
 	require.NoError(t, a.heartbeat(context.Background(), fleet.HealthOK))
 	require.Equal(t, []string{"os:linux", "engine:claude"}, api.sent)
 }
+
+func TestScrubEnv(t *testing.T) {
+	t.Parallel()
+	env := []string{"PATH=/bin", "FLEET_FACTORY_TOKEN=ft_x", "FLEET_FACTORY_TOKEN_FILE=/run/secrets/token", "FLEET_FACTORY_TOKENS=kept", "HOME=/root"}
+	require.Equal(t, []string{"PATH=/bin", "FLEET_FACTORY_TOKENS=kept", "HOME=/root"}, scrubEnv(env))
+	require.Len(t, env, 5, "the input is not modified")
+}

@@ -271,14 +271,20 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	return res, err
 }
 
-// env is the engine's environment: the factory's, without its token (the
-// engine runs arbitrary code and must not act as the factory), plus the
-// job's facts.
+// scrubEnv is env without the factory's secrets: the engine runs
+// arbitrary code and must not act as the factory.
+func scrubEnv(env []string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return k == config.EnvToken || k == config.EnvTokenFile
+	})
+}
+
+// env is the engine's environment: the factory's, without its token, plus
+// the job's facts.
 func (jb *job) env(engineName, promptPath string) []string {
 	j := jb.j
-	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, config.EnvToken+"=")
-	})
+	env := scrubEnv(os.Environ())
 	return append(env,
 		"FLEET_FACTORY_ID="+jb.a.cfg.FactoryID,
 		"FLEET_ENGINE="+engineName,

@@ -26,6 +26,7 @@ const (
 	EnvURL                = "FLEET_URL"
 	EnvFactoryID          = "FLEET_FACTORY_ID"
 	EnvToken              = "FLEET_FACTORY_TOKEN"
+	EnvTokenFile          = "FLEET_FACTORY_TOKEN_FILE"
 	EnvProductID          = "FLEET_PRODUCT_ID"
 	EnvTransport          = "FLEET_TRANSPORT"
 	EnvRepoBase           = "FLEET_REPO_BASE"
@@ -93,6 +94,8 @@ type Config struct {
 	URL       string // coordinator base URL, without /api
 	FactoryID string
 	Token     string
+	// TokenFile is where Token was read from, if it was.
+	TokenFile string
 	ProductID string // optional: sent as x-product-id on claim and heartbeat
 	Transport string
 
@@ -159,7 +162,8 @@ func Parse(args, env []string) (Config, error) {
 	var sessions string
 	fs.StringVar(&c.URL, "url", e[EnvURL], "coordinator base URL, without /api ("+EnvURL+")")
 	fs.StringVar(&c.FactoryID, "factory-id", e[EnvFactoryID], "factory id ("+EnvFactoryID+")")
-	fs.StringVar(&c.Token, "token", e[EnvToken], "factory token ("+EnvToken+"); prefer the variable: flags show in ps")
+	fs.StringVar(&c.Token, "token", e[EnvToken], "factory token ("+EnvToken+"); prefer --token-file: flags show in ps, variables in /proc/<pid>/environ")
+	fs.StringVar(&c.TokenFile, "token-file", e[EnvTokenFile], "file holding the factory token ("+EnvTokenFile+"); the safe way")
 	fs.StringVar(&c.ProductID, "product", e[EnvProductID], "product sent as x-product-id ("+EnvProductID+")")
 	fs.StringVar(&c.Transport, "transport", e[EnvTransport], "poll, nats or servicebus ("+EnvTransport+")")
 	fs.StringVar(&c.RepoBase, "repo-base", e[EnvRepoBase], "directory with one git clone per repo ("+EnvRepoBase+")")
@@ -255,8 +259,22 @@ func Parse(args, env []string) (Config, error) {
 	if err := fleet.ValidateName("factory id", c.FactoryID); err != nil {
 		fail("--factory-id (%s): %v", EnvFactoryID, err)
 	}
-	if c.Token == "" {
-		fail("%s is required: the token the enrolment returned", EnvToken)
+	switch {
+	case c.Token != "" && c.TokenFile != "":
+		fail("--token-file (%s) and --token (%s): give one, not both", EnvTokenFile, EnvToken)
+	case c.TokenFile != "":
+		c.Token = ""
+		b, err := os.ReadFile(c.TokenFile)
+		switch tok := strings.TrimSpace(string(b)); {
+		case err != nil:
+			fail("--token-file (%s): %v", EnvTokenFile, err)
+		case tok == "":
+			fail("--token-file (%s): %s is empty", EnvTokenFile, c.TokenFile)
+		default:
+			c.Token = tok
+		}
+	case c.Token == "":
+		fail("%s (a file holding the token the enrolment returned) or %s is required", EnvTokenFile, EnvToken)
 	}
 	if c.ProductID != "" {
 		if err := fleet.ValidateName("product", c.ProductID); err != nil {

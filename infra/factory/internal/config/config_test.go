@@ -1,6 +1,9 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -61,7 +64,7 @@ func TestParseTable(t *testing.T) {
 			check: func(t *testing.T, c Config) { require.Equal(t, "https://fleet.example.com", c.URL) }},
 		{name: "url with /api refused", env: base("FLEET_URL=http://x/api"), err: "without /api"},
 		{name: "url not http", env: base("FLEET_URL=ftp://x"), err: "not an http(s) URL"},
-		{name: "missing token", env: append(base(), "FLEET_FACTORY_TOKEN="), err: "FLEET_FACTORY_TOKEN is required"},
+		{name: "missing token", env: append(base(), "FLEET_FACTORY_TOKEN="), err: "or FLEET_FACTORY_TOKEN is required"},
 		{name: "bad factory id", env: base("FLEET_FACTORY_ID=../x"), err: "--factory-id"},
 		{name: "engines from env and flags, lower-cased", args: []string{"--engine", "codex=codex exec --full-auto @prompt"},
 			env: base("FLEET_ENGINE_DEVIN=devin run"),
@@ -136,4 +139,46 @@ func TestParseNeverEchoesToken(t *testing.T) {
 	_, err := Parse([]string{"--seats", "x"}, base("FLEET_FACTORY_TOKEN=ft_very_secret_value"))
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "ft_very_secret_value")
+}
+
+// TestTokenFile: the token is read from FLEET_FACTORY_TOKEN_FILE (or
+// --token-file), trimmed; one source only; the file's content never shows
+// in errors.
+func TestTokenFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(good, []byte("ft_from_file\n"), 0o600))
+	empty := filepath.Join(dir, "empty")
+	require.NoError(t, os.WriteFile(empty, []byte(" \n"), 0o600))
+	noToken := func(extra ...string) []string {
+		return slices.DeleteFunc(base(extra...), func(kv string) bool { return kv == "FLEET_FACTORY_TOKEN=ft_secret" })
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  []string
+		want string
+		err  string
+	}{
+		{name: "from the variable's file", env: noToken("FLEET_FACTORY_TOKEN_FILE=" + good), want: "ft_from_file"},
+		{name: "from the flag's file", args: []string{"--token-file", good}, env: noToken(), want: "ft_from_file"},
+		{name: "both sources", env: base("FLEET_FACTORY_TOKEN_FILE=" + good), err: "not both"},
+		{name: "missing file", env: noToken("FLEET_FACTORY_TOKEN_FILE=" + filepath.Join(dir, "nope")), err: "FLEET_FACTORY_TOKEN_FILE"},
+		{name: "empty file", env: noToken("FLEET_FACTORY_TOKEN_FILE=" + empty), err: "is empty"},
+		{name: "neither", env: noToken(), err: "FLEET_FACTORY_TOKEN_FILE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := Parse(tt.args, tt.env)
+			if tt.err != "" {
+				require.ErrorContains(t, err, tt.err)
+				require.NotContains(t, err.Error(), "ft_from_file")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, c.Token)
+		})
+	}
 }
