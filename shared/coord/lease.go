@@ -23,6 +23,11 @@ type ClaimRequest struct {
 	// Token is the claiming factory's verified token: it names the factory
 	// and scopes the products the claim may draw from.
 	Token *fleet.Token
+	// RequestID, when set, makes the claim safe to retry: a claim with the
+	// id of one that already took a lease this factory still holds answers
+	// that lease again instead of taking another job. It is the client's
+	// (requestId in the body or an Idempotency-Key header).
+	RequestID string
 }
 
 // Claim is the poll transport: it gives the factory the best queued job it
@@ -32,10 +37,23 @@ func (c *Coordinator) Claim(ctx context.Context, req ClaimRequest) (*protocol.Cl
 	if req.Token == nil {
 		return nil, ErrUnauthenticated
 	}
+	if req.RequestID != "" {
+		if err := fleet.ValidateName("requestId", req.RequestID); err != nil {
+			return nil, err
+		}
+	}
 	factoryID := req.Token.FactoryID
 	f, err := c.GetFactory(ctx, factoryID)
 	if err != nil {
 		return nil, err
+	}
+	if req.RequestID != "" {
+		// A retry whose first try took a lease (and whose answer was lost):
+		// the same lease again, so it is not left to expire unused and
+		// spend an attempt.
+		if cl, err := c.claimedBy(ctx, factoryID, req.RequestID); cl != nil || err != nil {
+			return cl, err
+		}
 	}
 	// The token is the authority on scope: the factory document says what
 	// the factory can do (capabilities, repos, seats), not what it may see.
@@ -65,7 +83,7 @@ func (c *Coordinator) Claim(ctx context.Context, req ClaimRequest) (*protocol.Cl
 					return fleet.Errorf(fleet.CodeConflict, "job %s is backing off", j.ID)
 				}
 				return nil
-			}, nil)
+			}, func(_, j *fleet.Job) { j.ClaimRequestID = req.RequestID })
 		if err == nil {
 			c.stats.claims.Add(1)
 			return claimed(after), nil
@@ -74,6 +92,21 @@ func (c *Coordinator) Claim(ctx context.Context, req ClaimRequest) (*protocol.Cl
 			return nil, err
 		}
 		c.stats.claimConflicts.Add(1)
+	}
+	return nil, nil
+}
+
+// claimedBy finds the lease factoryID took with the claim requestID and
+// still holds, or nil.
+func (c *Coordinator) claimedBy(ctx context.Context, factoryID, requestID string) (*protocol.Claimed, error) {
+	held, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("holderFactoryId", factoryID), Eq("claimRequestId", requestID)}})
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range held {
+		if j.Stage.Leased() && j.HolderFactoryID == factoryID && j.ClaimRequestID == requestID {
+			return claimed(j), nil
+		}
 	}
 	return nil, nil
 }

@@ -137,7 +137,10 @@ type Job struct {
 	HolderFactoryID string    `json:"holderFactoryId,omitempty"` // "" when no lease is held
 	LeaseExpiresAt  time.Time `json:"leaseExpiresAt,omitzero"`
 	LeaseAcquiredAt time.Time `json:"leaseAcquiredAt,omitzero"`
-	DispatchEpoch   int64     `json:"dispatchEpoch"`
+	// ClaimRequestID is the client's id of the poll claim that took the
+	// current lease: the same claim retried gets this lease back.
+	ClaimRequestID string `json:"claimRequestId,omitempty"`
+	DispatchEpoch  int64  `json:"dispatchEpoch"`
 	// TargetFactoryID is "" while the job awaits a dispatch decision; kept in
 	// the document even when empty so queries can select on it.
 	TargetFactoryID string    `json:"targetFactoryId"`
@@ -197,6 +200,11 @@ func (j *Job) CheckFence(factoryID string, leaseEpoch int64) error {
 // stage and lease change together.
 func (j *Job) Apply(rule Rule, now time.Time, factoryID string, ttl time.Duration) {
 	j.Stage = rule.To
+	if rule.Lease != LeaseKeep && rule.Lease != LeaseNone {
+		// A request id names one lease; the claim that takes a new one
+		// sets its own after Apply.
+		j.ClaimRequestID = ""
+	}
 	switch rule.Lease {
 	case LeaseAcquire:
 		j.LeaseEpoch++

@@ -268,8 +268,13 @@ func operations() []operation {
 			errors: []string{"400", "404"}},
 
 		{method: "POST", path: "/fleet/claim", access: factoryOnly, summary: "Claim the best job (poll transport)",
-			description: "Draws from every product the factory serves. The body may be empty or {}.",
-			body:        optionalJSONBody(object(nil, obj{})),
+			description: "Draws from every product the factory's token is scoped to. The body may be empty or {}. " +
+				"A requestId (or an Idempotency-Key header) makes it safe to retry: the same id again, from the same factory, " +
+				"answers the lease the first try took while the factory still holds it, instead of taking another job.",
+			params: []obj{{"name": headerIdempotencyKey, "in": "header", "required": false, "schema": name("The claim's request id, as requestId.")}},
+			body: optionalJSONBody(object(nil, obj{
+				"requestId": name("The client's id of this claim; the same id on a retry."),
+			})),
 			ok: map[string]obj{
 				"200": respond("A job and its lease.", ref("Claimed")),
 				"204": respond("Nothing to claim.", nil),
@@ -440,6 +445,7 @@ func schemas() obj {
 			"holderFactoryId": str("The factory holding the lease; absent when none does."),
 			"leaseExpiresAt":  dateTime(""),
 			"leaseAcquiredAt": dateTime(""),
+			"claimRequestId":  str("The request id of the poll claim that took the current lease."),
 			"dispatchEpoch":   integer("Bumped by every dispatch decision; accept carries it."),
 			"targetFactoryId": str("Where the dispatcher sent the job; empty while undecided."),
 			"dispatch": object(nil, obj{"at": dateTime(""), "unroutable": str("Why no factory was eligible."),

@@ -35,13 +35,30 @@ type renewResponse struct {
 	LeaseExpiresAt time.Time `json:"leaseExpiresAt"`
 }
 
+type claimRequest struct {
+	// RequestID makes the claim safe to retry (API.md names no field; this
+	// one, or the Idempotency-Key header, is the project's choice).
+	RequestID string `json:"requestId"`
+}
+
+// headerIdempotencyKey carries a claim's request id as a header instead.
+const headerIdempotencyKey = "Idempotency-Key"
+
 // claim is the poll transport. It draws from every product the token is
-// scoped to; an x-product-id is only checked against that scope.
+// scoped to; an x-product-id is only checked against that scope. The same
+// request id again answers the lease its first try took.
 func (s *server) claim(w http.ResponseWriter, r *http.Request, p *principal) error {
-	if err := s.decodeBody(w, r, &struct{}{}, false); err != nil {
+	var req claimRequest
+	if err := s.decodeBody(w, r, &req, false); err != nil {
 		return err
 	}
-	c, err := s.coord.Claim(r.Context(), coord.ClaimRequest{Token: p.token})
+	if key := r.Header.Get(headerIdempotencyKey); key != "" {
+		if req.RequestID != "" && req.RequestID != key {
+			return fleet.Invalid("requestId", "differs from the %s header; send one id, or the same in both", headerIdempotencyKey)
+		}
+		req.RequestID = key
+	}
+	c, err := s.coord.Claim(r.Context(), coord.ClaimRequest{Token: p.token, RequestID: req.RequestID})
 	if err != nil {
 		return err
 	}

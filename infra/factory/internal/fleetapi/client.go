@@ -8,6 +8,8 @@ package fleetapi
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -100,10 +102,14 @@ func (c *Client) Heartbeat(ctx context.Context, hb Heartbeat) error {
 }
 
 // Claim takes the best queued job this factory is eligible for; nil when
-// there is none.
+// there is none. Each claim carries a fresh requestId and is retried with
+// it: the coordinator answers a retry with the lease the lost try took.
 func (c *Client) Claim(ctx context.Context) (*protocol.Claimed, error) {
+	var id [16]byte
+	_, _ = crand.Read(id[:])
+	body := map[string]string{"requestId": "claim-" + hex.EncodeToString(id[:])}
 	var out protocol.Claimed
-	status, err := c.call(ctx, http.MethodPost, "/claim", c.productID, struct{}{}, &out, false)
+	status, err := c.call(ctx, http.MethodPost, "/claim", c.productID, body, &out, true)
 	if err != nil || status == http.StatusNoContent {
 		return nil, err
 	}
