@@ -93,6 +93,27 @@ func (e *GitError) Error() string {
 
 func (e *GitError) Unwrap() error { return e.Err }
 
+// safeConfig comes first on every git command the factory runs. The
+// command line wins over any configuration file, and the factory's
+// commands run with its full environment (credentials, the coordinator's
+// reach): nothing an engine wrote into a repository's configuration or
+// hooks directory may run in them. Hooks, fsmonitor, signing programs, the
+// ext:: transport (an arbitrary command as a remote URL) and pagers are
+// off. What stays configurable (ssh commands, credential helpers) is the
+// operator's and read from the global configuration too, so an engine
+// running as the factory's own user could still change it: see README.md
+// ("Isolation") for running engines as another user.
+var safeConfig = []string{
+	"-c", "core.hooksPath=/dev/null",
+	"-c", "core.fsmonitor=false",
+	"-c", "core.untrackedCache=false",
+	"-c", "protocol.ext.allow=never",
+	"-c", "commit.gpgSign=false",
+	"-c", "tag.gpgSign=false",
+	"-c", "push.gpgSign=false",
+	"-c", "core.pager=cat",
+}
+
 // git runs git in dir and returns its stdout, trimmed of the final newline.
 func git(ctx context.Context, dir string, args ...string) (string, error) {
 	if _, ok := ctx.Deadline(); !ok {
@@ -100,7 +121,7 @@ func git(ctx context.Context, dir string, args ...string) (string, error) {
 		ctx, cancel = context.WithTimeout(ctx, gitTimeout)
 		defer cancel()
 	}
-	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd := exec.CommandContext(ctx, "git", append(safeConfig[:len(safeConfig):len(safeConfig)], args...)...)
 	cmd.Dir = dir
 	// Never prompt (there is nobody to answer), and read messages in one
 	// language.

@@ -442,3 +442,60 @@ func TestPushLease(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, head, f.ref("aq/wip/j1"))
 }
+
+// TestFactoryGitRunsNothingAnEnginePlanted: an engine (arbitrary code with
+// the worktree's files, and, as the factory's own user, its mirror) plants
+// hooks, a hooks path, core.fsmonitor and a redirected .git file. The
+// factory's own git commands (commit, push, quarantine) run none of them
+// and still work on the run's real branch.
+func TestFactoryGitRunsNothingAnEnginePlanted(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	w := f.prepare("j1", "")
+	mirror := f.m.MirrorPath("app")
+	marks := t.TempDir()
+	evil := func(name string) string {
+		p := filepath.Join(t.TempDir(), name)
+		require.NoError(t, os.WriteFile(p, []byte("#!/bin/sh\ntouch "+filepath.Join(marks, name)+"\nexit 0\n"), 0o755))
+		return p
+	}
+	// Hooks in the mirror (shared by every worktree) and a hooks path.
+	hooks := filepath.Join(mirror, "hooks")
+	require.NoError(t, os.MkdirAll(hooks, 0o755))
+	for _, h := range []string{"post-commit", "reference-transaction", "pre-push", "post-checkout", "pre-commit"} {
+		data, err := os.ReadFile(evil(h))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(hooks, h), data, 0o755))
+	}
+	hooksPath := t.TempDir()
+	data, err := os.ReadFile(evil("hookspath-post-commit"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(hooksPath, "post-commit"), data, 0o755))
+	run(t, mirror, "config", "core.hooksPath", hooksPath)
+	run(t, mirror, "config", "core.fsmonitor", evil("fsmonitor"))
+	// A .git file pointing at a repository the engine made.
+	decoy := filepath.Join(t.TempDir(), "decoy")
+	run(t, t.TempDir(), "init", "--quiet", decoy)
+	run(t, decoy, "config", "core.fsmonitor", evil("decoy-fsmonitor"))
+	run(t, decoy, "config", "core.hooksPath", filepath.Dir(evil("post-commit")))
+	f.write(w.Path, ".git", "gitdir: "+filepath.Join(decoy, ".git")+"\n")
+
+	f.write(w.Path, "work.txt", "done\n")
+	changed, err := w.Commit(ctx, "work")
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.NoError(t, w.Push(ctx, JobBranch("j1")))
+	require.Equal(t, "done", run(t, f.origin, "show", "refs/heads/aq/job/j1:work.txt"), "committed and pushed on the run's real branch")
+	f.write(w.Path, "late.txt", "x\n")
+	_, err = w.Quarantine(ctx)
+	require.NoError(t, err)
+
+	planted, err := os.ReadDir(marks)
+	require.NoError(t, err)
+	var ran []string
+	for _, e := range planted {
+		ran = append(ran, e.Name())
+	}
+	require.Empty(t, ran, "programs an engine planted ran in the factory's git commands")
+}

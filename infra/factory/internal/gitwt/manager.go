@@ -216,6 +216,8 @@ type Worktree struct {
 	// DefaultBranch is origin's default branch name (e.g. main).
 	DefaultBranch string
 	m             *Manager
+	// gitDir is the worktree's git directory inside the mirror.
+	gitDir string
 
 	mu sync.Mutex
 	// expect is, per branch of the job on origin (aq/job, aq/wip), the
@@ -285,6 +287,16 @@ func (m *Manager) Prepare(ctx context.Context, r Run) (*Worktree, error) {
 	if _, err := git(ctx, dir, "worktree", "add", "--quiet", "--force", "-B", w.Branch, w.Path, w.Base); err != nil {
 		return nil, fmt.Errorf("add worktree for %s: %w", job, err)
 	}
+	// The worktree's git directory, read now, before any engine could
+	// rewrite the worktree's .git file: every later command names it.
+	gd, err := git(ctx, w.Path, "rev-parse", "--absolute-git-dir")
+	if err != nil {
+		return nil, fmt.Errorf("worktree of %s: %w", job, err)
+	}
+	if !isWithin(filepath.Join(dir, "worktrees"), gd) {
+		return nil, fmt.Errorf("worktree of %s: git directory %s is not in the mirror", job, gd)
+	}
+	w.gitDir = gd
 	return w, nil
 }
 
@@ -303,18 +315,26 @@ func (m *Manager) removeWorktree(ctx context.Context, dir, path string) error {
 	return err
 }
 
+// git runs a git command on the worktree. The git directory and work
+// tree are named explicitly, never discovered: the worktree's files are
+// the engine's, and a .git file it rewrote would otherwise point the
+// factory's commands at a repository (config, hooks) of its making.
+func (w *Worktree) git(ctx context.Context, args ...string) (string, error) {
+	return git(ctx, w.Path, append([]string{"--git-dir=" + w.gitDir, "--work-tree=" + w.Path}, args...)...)
+}
+
 // Commit records everything in the worktree (new, changed and deleted
 // files) as one commit, and reports whether the branch now differs from
 // Base. The engine may have committed on its own; that counts as a change.
 func (w *Worktree) Commit(ctx context.Context, msg string) (bool, error) {
-	if _, err := git(ctx, w.Path, "add", "--all"); err != nil {
+	if _, err := w.git(ctx, "add", "--all"); err != nil {
 		return false, err
 	}
-	if _, err := git(ctx, w.Path, "diff", "--cached", "--quiet"); err != nil {
+	if _, err := w.git(ctx, "diff", "--cached", "--quiet", "--no-ext-diff", "--no-textconv"); err != nil {
 		if exitCode(err) != 1 {
 			return false, err
 		}
-		if _, err := git(ctx, w.Path, "-c", "user.name="+w.m.gitName, "-c", "user.email="+w.m.gitEmail,
+		if _, err := w.git(ctx, "-c", "user.name="+w.m.gitName, "-c", "user.email="+w.m.gitEmail,
 			"-c", "commit.gpgsign=false", "commit", "--quiet", "--no-verify", "-m", msg); err != nil {
 			return false, err
 		}
@@ -328,7 +348,7 @@ func (w *Worktree) Commit(ctx context.Context, msg string) (bool, error) {
 
 // Head is the worktree's current commit.
 func (w *Worktree) Head(ctx context.Context) (string, error) {
-	return git(ctx, w.Path, "rev-parse", "HEAD")
+	return w.git(ctx, "rev-parse", "HEAD")
 }
 
 // ErrRefMoved is a push refused because the branch on origin no longer
@@ -352,7 +372,7 @@ func (w *Worktree) Push(ctx context.Context, branch string) error {
 	w.mu.Unlock()
 	unlock := w.m.lock(w.Repo)
 	defer unlock()
-	if _, err := git(ctx, w.Path, "push", "--quiet", "--porcelain", "--no-verify",
+	if _, err := w.git(ctx, "push", "--quiet", "--porcelain", "--no-verify",
 		"--force-with-lease="+ref+":"+expect, "origin", head+":"+ref); err != nil {
 		var ge *GitError
 		if errors.As(err, &ge) && staleLease(ge.Stdout) {
@@ -468,7 +488,7 @@ func (w *Worktree) Quarantine(ctx context.Context) (string, error) {
 	defer unlock()
 	dir := w.m.MirrorPath(w.Repo)
 	branch := QuarantineBranch(w.JobID, epoch)
-	head, err := git(ctx, w.Path, "rev-parse", "HEAD")
+	head, err := w.Head(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -482,4 +502,10 @@ func (w *Worktree) Quarantine(ctx context.Context) (string, error) {
 		return branch, err
 	}
 	return branch, nil
+}
+
+// isWithin reports whether path is strictly inside dir.
+func isWithin(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != "." && !strings.HasPrefix(rel, "..")
 }
