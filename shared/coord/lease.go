@@ -51,7 +51,7 @@ func (c *Coordinator) Claim(ctx context.Context, req ClaimRequest) (*protocol.Cl
 		// A retry whose first try took a lease (and whose answer was lost):
 		// the same lease again, so it is not left to expire unused and
 		// spend an attempt.
-		if cl, err := c.claimedBy(ctx, factoryID, req.RequestID); cl != nil || err != nil {
+		if cl, err := c.claimedBy(ctx, factoryID, req.Token.Products, req.RequestID); cl != nil || err != nil {
 			return cl, err
 		}
 	}
@@ -97,11 +97,21 @@ func (c *Coordinator) Claim(ctx context.Context, req ClaimRequest) (*protocol.Cl
 }
 
 // claimedBy finds the lease factoryID took with the claim requestID and
-// still holds, or nil.
-func (c *Coordinator) claimedBy(ctx context.Context, factoryID, requestID string) (*protocol.Claimed, error) {
-	held, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("holderFactoryId", factoryID), Eq("claimRequestId", requestID)}})
-	if err != nil {
-		return nil, err
+// still holds, or nil. It looks only where the claim could have drawn
+// from: the products' partitions, or every one for an unscoped token.
+func (c *Coordinator) claimedBy(ctx context.Context, factoryID string, products []string, requestID string) (*protocol.Claimed, error) {
+	where := []Cond{Eq("holderFactoryId", factoryID), Eq("claimRequestId", requestID)}
+	partitions := products
+	if len(partitions) == 0 {
+		partitions = []string{""} // one cross-partition query
+	}
+	var held []*fleet.Job
+	for _, p := range partitions {
+		js, err := c.queryJobs(ctx, Query{PartitionKey: p, Where: where})
+		if err != nil {
+			return nil, err
+		}
+		held = append(held, js...)
 	}
 	for _, j := range held {
 		if j.Stage.Leased() && j.HolderFactoryID == factoryID && j.ClaimRequestID == requestID {
