@@ -264,16 +264,23 @@ type Explanation struct {
 	Schedule        schedule.Explanation `json:"schedule"`
 }
 
-// Explain scores every factory for the job as the scheduler would now.
-func (c *Coordinator) Explain(ctx context.Context, productID, jobID string) (*Explanation, error) {
+// Explain scores every factory scope sees for the job as the scheduler
+// would now. The factories it cannot see serve none of the job's product
+// (the job's product is in scope), so leaving them out changes no verdict,
+// only the counts in the reason.
+func (c *Coordinator) Explain(ctx context.Context, scope Scope, productID, jobID string) (*Explanation, error) {
 	j, err := c.GetJob(ctx, productID, jobID)
 	if err != nil {
 		return nil, err
+	}
+	if !scope.Allows(j.ProductID) {
+		return nil, jobReadError(ErrNotFound, jobID)
 	}
 	factories, err := c.listFactories(ctx)
 	if err != nil {
 		return nil, err
 	}
+	factories = scope.visible(factories)
 	return &Explanation{
 		JobID: j.ID, Stage: j.Stage, TargetFactoryID: j.TargetFactoryID, DispatchEpoch: j.DispatchEpoch,
 		Dispatch: j.Dispatch, Schedule: schedule.Explain(j, factories, c.now(), c.cfg.Weights),

@@ -156,7 +156,7 @@ func TestDispatchUnroutable(t *testing.T) {
 	require.Zero(t, got.DispatchEpoch)
 	require.Empty(t, pub.sent())
 
-	ex, err := e.c.Explain(e.ctx, prod, j.ID)
+	ex, err := e.c.Explain(e.ctx, nil, prod, j.ID)
 	require.NoError(t, err)
 	require.Equal(t, reason, ex.Dispatch.Unroutable)
 	require.False(t, ex.Schedule.Routable)

@@ -319,7 +319,7 @@ func TestFactoryScopes(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, fs, 1)
 
-	rs, err := e.c.Repos(e.ctx, "")
+	rs, err := e.c.Repos(e.ctx, nil, "")
 	require.NoError(t, err)
 	require.Equal(t, []coord.RepoInfo{
 		{Repo: "api", Products: []string{prod}, Factories: []string{}},

@@ -18,16 +18,24 @@ type GCPublisher interface {
 var terminalStages = []string{string(fleet.StageShipped), string(fleet.StageFailed),
 	string(fleet.StageDeadLetter), string(fleet.StageCancelled)}
 
-// GCPlan groups terminal jobs by the factories that have their repo: each
-// factory gets the terminal jobs of the repos it holds.
+// GCPlan groups terminal jobs by product and repo, and gives each factory
+// the terminal jobs of the repos it holds in the products it serves. A repo
+// name alone says nothing about whose git state it is: a factory never gets
+// (nor learns the ids of) another product's jobs.
 func (c *Coordinator) GCPlan(ctx context.Context) ([]protocol.GCRequest, error) {
 	done, err := c.queryJobs(ctx, Query{Where: []Cond{In("stage", terminalStages...)}})
 	if err != nil {
 		return nil, err
 	}
-	byRepo := map[string][]string{}
+	type productRepo struct{ product, repo string }
+	byRepo := map[productRepo][]string{}
+	productsOf := map[string][]string{} // repo -> products with terminal jobs in it
 	for _, j := range done {
-		byRepo[j.Repo] = append(byRepo[j.Repo], j.ID)
+		k := productRepo{j.ProductID, j.Repo}
+		if len(byRepo[k]) == 0 {
+			productsOf[j.Repo] = append(productsOf[j.Repo], j.ProductID)
+		}
+		byRepo[k] = append(byRepo[k], j.ID)
 	}
 	factories, err := c.ListFactories(ctx, "")
 	if err != nil {
@@ -37,7 +45,13 @@ func (c *Coordinator) GCPlan(ctx context.Context) ([]protocol.GCRequest, error) 
 	for _, f := range factories {
 		req := protocol.GCRequest{FactoryID: f.ID, Repos: map[string][]string{}}
 		for _, r := range f.Repos {
-			if ids := byRepo[r]; len(ids) > 0 {
+			var ids []string
+			for _, p := range productsOf[r] {
+				if f.Serves(p) {
+					ids = append(ids, byRepo[productRepo{p, r}]...)
+				}
+			}
+			if len(ids) > 0 {
 				req.Repos[r] = slices.Sorted(slices.Values(ids))
 			}
 		}

@@ -22,7 +22,9 @@ type Metrics struct {
 	Jobs      map[string]int `json:"jobs"` // active jobs by stage
 	Starving  []StarvingJob  `json:"starving"`
 	Alerts    []string       `json:"alerts"`
-	Coord     StatsSnapshot  `json:"coordinator"`
+	// Coord and Adapters cover every product; nil for a product-scoped
+	// reader.
+	Coord *StatsSnapshot `json:"coordinator,omitempty"`
 	// Adapters holds what the store and the dispatch transport report
 	// (operation counts, request charges, subscription depths), by name.
 	Adapters map[string]any `json:"adapters,omitempty"`
@@ -69,7 +71,9 @@ func (c *Coordinator) AddMetrics(name string, src MetricsSource) {
 func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, error) {
 	now := c.now()
 	m := &Metrics{At: now, Jobs: map[string]int{}, Starving: []StarvingJob{}, Alerts: []string{},
-		Factories: FactoryMetrics{ByHealth: map[string]int{}}, Coord: c.Stats()}
+		Factories: FactoryMetrics{ByHealth: map[string]int{}}}
+	stats := c.Stats()
+	m.Coord = &stats
 	factories, err := c.ListFactories(ctx, productID)
 	if err != nil {
 		return nil, err

@@ -60,16 +60,36 @@ type RepoInfo struct {
 	Factories []string `json:"factories"` // factories that have it checked out
 }
 
-// Repos lists every repo a product owns or a factory has, with owners and
-// holders. With productID set, only that product's repos.
-func (c *Coordinator) Repos(ctx context.Context, productID string) ([]RepoInfo, error) {
-	q := Query{}
-	if productID != "" {
-		q.PartitionKey = productID
-	}
-	items, err := c.queryAll(ctx, Products, q)
-	if err != nil {
-		return nil, err
+// Repos lists the repos the products in scope own, with their owners and
+// the factories the scope sees that have them checked out; with productID
+// set, that product's repos only. An unscoped reader without a product also
+// sees repos only factories have.
+func (c *Coordinator) Repos(ctx context.Context, scope Scope, productID string) ([]RepoInfo, error) {
+	var items []Item
+	switch {
+	case productID != "":
+		if !scope.Allows(productID) {
+			return []RepoInfo{}, nil
+		}
+		page, err := c.queryAll(ctx, Products, Query{PartitionKey: productID})
+		if err != nil {
+			return nil, err
+		}
+		items = page
+	case len(scope) > 0:
+		for _, p := range scope {
+			page, err := c.queryAll(ctx, Products, Query{PartitionKey: p})
+			if err != nil {
+				return nil, err
+			}
+			items = append(items, page...)
+		}
+	default:
+		all, err := c.queryAll(ctx, Products, Query{})
+		if err != nil {
+			return nil, err
+		}
+		items = all
 	}
 	byRepo := map[string]*RepoInfo{}
 	get := func(r string) *RepoInfo {
@@ -91,9 +111,10 @@ func (c *Coordinator) Repos(ctx context.Context, productID string) ([]RepoInfo, 
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range factories {
+	allRepos := productID == "" && len(scope) == 0
+	for _, f := range scope.visible(factories) {
 		for _, r := range f.Repos {
-			if productID != "" && byRepo[r] == nil {
+			if !allRepos && byRepo[r] == nil {
 				continue
 			}
 			get(r).Factories = append(get(r).Factories, f.ID)

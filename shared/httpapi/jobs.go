@@ -304,7 +304,7 @@ func (s *server) explainJob(w http.ResponseWriter, r *http.Request, p *principal
 	if err != nil {
 		return err
 	}
-	e, err := s.coord.Explain(r.Context(), product, id)
+	e, err := s.coord.Explain(r.Context(), coord.Scope(p.products), product, id)
 	if err != nil {
 		return err
 	}

@@ -512,7 +512,7 @@ func schemas() obj {
 			"repo": name(""), "products": stringList("Products owning it."), "factories": stringList("Factories holding it."),
 		}),
 		"QueueState": object([]string{"productId", "version"}, obj{"id": str(""), "productId": str(""), "version": integer("")}),
-		"Metrics": object([]string{"at", "factories", "jobs", "starving", "alerts", "coordinator"}, obj{
+		"Metrics": object([]string{"at", "factories", "jobs", "starving", "alerts"}, obj{
 			"at": dateTime(""),
 			"factories": object(nil, obj{"total": integer(""), "byHealth": obj{"type": "object", "additionalProperties": obj{"type": "integer"}},
 				"seats": integer(""), "load": integer(""), "utilization": number("")}),
@@ -520,9 +520,9 @@ func schemas() obj {
 			"starving": arrayOf(object(nil, obj{"jobId": str(""), "productId": str(""), "waitingFor": str(""), "reason": str("")})),
 			"alerts":   stringList(""),
 			"coordinator": describe(obj{"type": "object", "additionalProperties": obj{"type": "number"}},
-				"This process's counters: claims, conflicts, lags."),
+				"This process's counters: claims, conflicts, lags. Fleet-wide: absent for a product-scoped token."),
 			"adapters": describe(obj{"type": "object", "additionalProperties": obj{"type": "object"}},
-				"What the store and the dispatch transport report, by name: operation counts, request charges, subscription depths."),
+				"What the store and the dispatch transport report, by name: operation counts, request charges, subscription depths. Fleet-wide: absent for a product-scoped token."),
 		}),
 		"EnrollResponse": object([]string{"factoryId", "token", "factory"}, obj{
 			"factoryId": name(""), "token": str("The factory's bearer token; shown only here."), "factory": ref("Factory")}),

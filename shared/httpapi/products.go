@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"net/http"
-	"slices"
-	"strings"
 
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -69,48 +67,14 @@ func (s *server) getProduct(w http.ResponseWriter, r *http.Request, p *principal
 	return writeJSON(w, http.StatusOK, prod)
 }
 
-// repos lists the repos of the request's product, of every product for an
-// unscoped principal, or of each product in a multi-product scope merged.
+// repos lists the repos of the request's product, or of every product in
+// the principal's scope, naming only the factories that scope sees.
 func (s *server) repos(w http.ResponseWriter, r *http.Request, p *principal) error {
-	scope := p.products
-	if prod := productOf(r, p); prod != "" {
-		scope = []string{prod}
+	list, err := s.coord.Repos(r.Context(), coord.Scope(p.products), productOf(r, p))
+	if err != nil {
+		return err
 	}
-	if len(scope) == 0 {
-		all, err := s.coord.Repos(r.Context(), "")
-		if err != nil {
-			return err
-		}
-		return writeJSON(w, http.StatusOK, items[coord.RepoInfo]{Items: all})
-	}
-	byRepo := map[string]*coord.RepoInfo{}
-	for _, prod := range scope {
-		list, err := s.coord.Repos(r.Context(), prod)
-		if err != nil {
-			return err
-		}
-		for _, ri := range list {
-			if cur := byRepo[ri.Repo]; cur != nil {
-				cur.Products = union(cur.Products, ri.Products)
-				cur.Factories = union(cur.Factories, ri.Factories)
-				continue
-			}
-			byRepo[ri.Repo] = &ri
-		}
-	}
-	out := make([]coord.RepoInfo, 0, len(byRepo))
-	for _, ri := range byRepo {
-		out = append(out, *ri)
-	}
-	slices.SortFunc(out, func(a, b coord.RepoInfo) int { return strings.Compare(a.Repo, b.Repo) })
-	return writeJSON(w, http.StatusOK, items[coord.RepoInfo]{Items: out})
-}
-
-// union merges two sorted, duplicate-free lists into one.
-func union(a, b []string) []string {
-	out := slices.Concat(a, b)
-	slices.Sort(out)
-	return slices.Compact(out)
+	return writeJSON(w, http.StatusOK, items[coord.RepoInfo]{Items: list})
 }
 
 // metrics reports on the request's product, or on the whole fleet for an
@@ -124,6 +88,11 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request, p *principal) e
 	m, err := s.coord.Metrics(r.Context(), product)
 	if err != nil {
 		return err
+	}
+	if len(p.products) > 0 {
+		// This process's counters and the store's and transport's figures
+		// cover every product: only an unscoped operator sees them.
+		m.Coord, m.Adapters = nil, nil
 	}
 	return writeJSON(w, http.StatusOK, m)
 }

@@ -1,0 +1,57 @@
+package coord_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/protocol"
+)
+
+// TestGCPlanKeyedByProductAndRepo: GC groups terminal jobs by product and
+// repo, and a factory is sent only the jobs of products it serves: a repo
+// name says nothing about which product's git state it is, and a job id of
+// another product is not a factory's to see or to clean up.
+func TestGCPlanKeyedByProductAndRepo(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// p2 owned "shared" when it submitted its job, then gave it to p1.
+	_, err := e.c.PutProduct(e.ctx, "p2", "", []string{"shared"})
+	require.NoError(t, err)
+	j2, _, err := e.c.Submit(e.ctx, "p2", manifest("repo: shared"))
+	require.NoError(t, err)
+	_, err = e.c.Act(e.ctx, "op", "p2", j2.ID, coord.ActionCancel, "")
+	require.NoError(t, err)
+	_, err = e.c.PutProduct(e.ctx, "p2", "", []string{})
+	require.NoError(t, err)
+	_, err = e.c.PutProduct(e.ctx, prod, "", []string{repo, "api", "shared"})
+	require.NoError(t, err)
+	j1 := e.submit("repo: shared")
+	_, err = e.c.Act(e.ctx, "op", prod, j1.ID, coord.ActionCancel, "")
+	require.NoError(t, err)
+
+	onlyP1 := func(r *coord.EnrollRequest, hb *coord.Heartbeat) {
+		r.Products = []string{prod}
+		hb.Repos = []string{"shared"}
+	}
+	onlyP2 := func(r *coord.EnrollRequest, hb *coord.Heartbeat) {
+		r.Products = []string{"p2"}
+		hb.Repos = []string{"shared"}
+	}
+	every := func(_ *coord.EnrollRequest, hb *coord.Heartbeat) { hb.Repos = []string{"shared"} }
+	e.factory("f1", onlyP1)
+	e.factory("f2", onlyP2)
+	e.factory("fall", every)
+
+	plan, err := e.c.GCPlan(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []protocol.GCRequest{
+		{FactoryID: "f1", Repos: map[string][]string{"shared": {j1.ID}}},
+		{FactoryID: "f2", Repos: map[string][]string{"shared": {j2.ID}}},
+		{FactoryID: "fall", Repos: map[string][]string{"shared": sorted(j1.ID, j2.ID)}},
+	}, plan)
+}
+
+func sorted(ids ...string) []string { return slices.Sorted(slices.Values(ids)) }
