@@ -48,8 +48,6 @@ locals {
     FLEET_PRUNE_SCHEDULE      = var.prune_schedule
     FLEET_LEASE_TTL           = var.lease_ttl
     FLEET_REDISPATCH_AFTER    = var.redispatch_after
-    FLEET_FEED_POLL_DELAY_MS  = tostring(var.feed_poll_delay_ms)
-    FLEET_FEED_MAX_ITEMS      = tostring(var.feed_max_items)
 
     # Resolved by App Service with key_vault_reference_identity_id; the token
     # itself never appears in app settings. Versionless, so a rotated secret is

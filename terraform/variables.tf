@@ -343,28 +343,6 @@ variable "redispatch_after" {
   }
 }
 
-variable "feed_poll_delay_ms" {
-  description = "Change-feed poll delay in milliseconds (FLEET_FEED_POLL_DELAY_MS, the trigger's feedPollDelay)."
-  type        = number
-  default     = 1000
-
-  validation {
-    condition     = var.feed_poll_delay_ms >= 100 && var.feed_poll_delay_ms <= 60000 && floor(var.feed_poll_delay_ms) == var.feed_poll_delay_ms
-    error_message = "feed_poll_delay_ms must be a whole number of milliseconds in 100-60000."
-  }
-}
-
-variable "feed_max_items" {
-  description = "Maximum documents per change-feed invocation (FLEET_FEED_MAX_ITEMS, the trigger's maxItemsPerInvocation)."
-  type        = number
-  default     = 100
-
-  validation {
-    condition     = var.feed_max_items >= 1 && var.feed_max_items <= 1000 && floor(var.feed_max_items) == var.feed_max_items
-    error_message = "feed_max_items must be a whole number in 1-1000."
-  }
-}
-
 # --- Monitoring and storage --------------------------------------------------
 
 variable "log_retention_days" {

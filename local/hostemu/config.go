@@ -7,6 +7,7 @@
 package hostemu
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -162,6 +163,9 @@ func loadFunction(path string) (*Function, error) {
 			return nil, fmt.Errorf("%s: bindings[%d] needs a type and a name", path, i)
 		}
 		bd.Props = props
+		if err := checkTyped(bd); err != nil {
+			return nil, fmt.Errorf("%s: function %s, %w", path, f.Name, err)
+		}
 		f.Bindings = append(f.Bindings, bd)
 	}
 	if _, ok := f.Trigger(); !ok {
@@ -206,42 +210,110 @@ func (get Settings) String(b Binding, key, def string) (string, error) {
 	return get.Resolve(s)
 }
 
-// Int reads an integer property, given as a number or a (resolved) string.
-func (get Settings) Int(b Binding, key string, def int) (int, error) {
-	raw, ok := b.Props[key]
-	if !ok {
-		return def, nil
+// propKind is the type the host gives a binding property when it builds the
+// trigger's attribute from function.json.
+type propKind int
+
+const (
+	kindInt propKind = iota + 1
+	kindBool
+)
+
+// typedProps lists, per binding type (lower case), the properties that are
+// not strings. The host resolves %SETTING% only in string properties; a
+// reference, or any string, in one of these fails indexing ("Error indexing
+// method"), so the function never runs (AZURE.md).
+var typedProps = map[string]map[string]propKind{
+	"cosmosdbtrigger": {
+		"feedPollDelay": kindInt, "maxItemsPerInvocation": kindInt, "leaseExpirationInterval": kindInt,
+		"leaseRenewInterval": kindInt, "leaseAcquireInterval": kindInt, "checkpointInterval": kindInt,
+		"checkpointDocumentCount":         kindInt,
+		"createLeaseContainerIfNotExists": kindBool, "startFromBeginning": kindBool,
+	},
+	"timertrigger": {"runOnStartup": kindBool, "useMonitor": kindBool},
+}
+
+// kindOf returns the type of a binding's property; 0 for strings and
+// properties the emulator does not know.
+func kindOf(b Binding, key string) propKind {
+	for name, k := range typedProps[strings.ToLower(b.Type)] {
+		if strings.EqualFold(name, key) {
+			return k
+		}
 	}
-	var n int
-	if err := json.Unmarshal(raw, &n); err == nil {
-		return n, nil
+	return 0
+}
+
+// checkTyped refuses what the host refuses to index: an integer or boolean
+// property that is not a JSON number or boolean.
+func checkTyped(b Binding) error {
+	keys := make([]string, 0, len(b.Props))
+	for key := range b.Props {
+		keys = append(keys, key)
 	}
-	s, err := get.String(b, key, "")
+	sort.Strings(keys)
+	for _, key := range keys {
+		var err error
+		switch kindOf(b, key) {
+		case kindInt:
+			_, err = intProp(b, key)
+		case kindBool:
+			_, err = boolProp(b, key)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// literalHint explains why a string is refused where the host wants a
+// number or a boolean.
+func literalHint(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil && settingRef.MatchString(s) {
+		return ": the Functions host resolves %SETTING% only in string properties; write the value itself"
+	}
+	return ""
+}
+
+func intProp(b Binding, key string) (int, error) {
+	raw := b.Props[key]
+	var f float64
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return 0, fmt.Errorf("binding %s: %s must be a JSON number, not %s%s", b.Name, key, raw, literalHint(raw))
+	}
+	n, err := strconv.Atoi(string(bytes.TrimSpace(raw)))
 	if err != nil {
-		return 0, err
-	}
-	n, err = strconv.Atoi(strings.TrimSpace(s))
-	if err != nil {
-		return 0, fmt.Errorf("binding %s: %s=%q is not an integer", b.Name, key, s)
+		return 0, fmt.Errorf("binding %s: %s must be a whole number, not %s", b.Name, key, raw)
 	}
 	return n, nil
 }
 
-// Bool reads a boolean property.
-func (get Settings) Bool(b Binding, key string, def bool) (bool, error) {
-	raw, ok := b.Props[key]
-	if !ok {
+func boolProp(b Binding, key string) (bool, error) {
+	raw := b.Props[key]
+	var v bool
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return false, fmt.Errorf("binding %s: %s must be true or false, not %s%s", b.Name, key, raw, literalHint(raw))
+	}
+	return v, nil
+}
+
+// Int reads an integer property: a JSON number, never a string or an
+// app-setting reference (see typedProps).
+func (get Settings) Int(b Binding, key string, def int) (int, error) {
+	if _, ok := b.Props[key]; !ok {
 		return def, nil
 	}
-	var v bool
-	if err := json.Unmarshal(raw, &v); err == nil {
-		return v, nil
+	return intProp(b, key)
+}
+
+// Bool reads a boolean property: a JSON boolean, never a string.
+func (get Settings) Bool(b Binding, key string, def bool) (bool, error) {
+	if _, ok := b.Props[key]; !ok {
+		return def, nil
 	}
-	s, err := get.String(b, key, "")
-	if err != nil {
-		return false, err
-	}
-	return strconv.ParseBool(s)
+	return boolProp(b, key)
 }
 
 // StringList reads a list of strings property.

@@ -113,6 +113,25 @@ func TestLoadAppErrors(t *testing.T) {
 			functions: map[string]string{"retry": `{"bindings":[{"type":"timerTrigger","name":"timer"}],"retry":{"maxRetryCount":"three"}}`},
 			wantFile:  "functions/retry/function.json", want: "maxRetryCount"},
 		{name: "no functions", host: &goodHost, functions: nil, want: "no functions/*/function.json"},
+		// The host converts function.json into the trigger's attribute by
+		// property type and resolves %SETTING% only in strings: an integer or
+		// boolean property given as a reference (or any string) fails indexing.
+		{name: "integer property from an app setting", host: &goodHost,
+			functions: map[string]string{"feed": feed(`"feedPollDelay":"%FLEET_FEED_POLL_DELAY_MS%"`)},
+			wantFile:  "functions/feed/function.json",
+			want:      `function feed, binding documents: feedPollDelay must be a JSON number, not "%FLEET_FEED_POLL_DELAY_MS%": the Functions host resolves %SETTING% only in string properties`},
+		{name: "integer property as a quoted number", host: &goodHost,
+			functions: map[string]string{"feed": feed(`"maxItemsPerInvocation":"100"`)},
+			wantFile:  "functions/feed/function.json", want: `function feed, binding documents: maxItemsPerInvocation must be a JSON number, not "100"`},
+		{name: "integer property not whole", host: &goodHost,
+			functions: map[string]string{"feed": feed(`"maxItemsPerInvocation":1.5`)},
+			wantFile:  "functions/feed/function.json", want: `function feed, binding documents: maxItemsPerInvocation must be a whole number, not 1.5`},
+		{name: "boolean property from an app setting", host: &goodHost,
+			functions: map[string]string{"feed": feed(`"startFromBeginning":"%FROM_START%"`)},
+			wantFile:  "functions/feed/function.json", want: `function feed, binding documents: startFromBeginning must be true or false, not "%FROM_START%"`},
+		{name: "timer boolean as a string", host: &goodHost,
+			functions: map[string]string{"reaper": `{"bindings":[{"type":"timerTrigger","direction":"in","name":"timer","schedule":"0 * * * * *","useMonitor":"true"}]}`},
+			wantFile:  "functions/reaper/function.json", want: `function reaper, binding timer: useMonitor must be true or false, not "true"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -126,6 +145,28 @@ func TestLoadAppErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// feed is a cosmosDBTrigger function.json with extra properties.
+func feed(extra string) string {
+	return `{"bindings":[{"type":"cosmosDBTrigger","direction":"in","name":"documents","connection":"CosmosDB",` +
+		`"databaseName":"%DB%","containerName":"fleet_jobs",` + extra + `}]}`
+}
+
+// TestShippedFunctionsLoadStrictly: every function.json this repository
+// ships passes the typed-property rules, with numbers and booleans written
+// as such (what the Functions host needs to index them).
+func TestShippedFunctionsLoadStrictly(t *testing.T) {
+	t.Parallel()
+	paths, err := filepath.Glob(filepath.Join(repoRoot, "functions", "*", "function.json"))
+	require.NoError(t, err)
+	require.NotEmpty(t, paths)
+	for _, p := range paths {
+		_, err := loadFunction(p)
+		require.NoError(t, err, "%s", p)
+	}
+	_, err = LoadApp(repoRoot)
+	require.NoError(t, err)
 }
 
 func TestSettingsResolve(t *testing.T) {
@@ -184,23 +225,22 @@ func TestSettingsTypedProperties(t *testing.T) {
 	n, err := get.Int(b, "number", 0)
 	require.NoError(t, err)
 	require.Equal(t, 7, n)
-	n, err = get.Int(b, "ref", 0)
-	require.NoError(t, err)
-	require.Equal(t, 12, n)
 	n, err = get.Int(b, "absent", 100)
 	require.NoError(t, err)
 	require.Equal(t, 100, n)
+	// The host resolves no reference in an integer property, set or not.
+	_, err = get.Int(b, "ref", 0)
+	require.ErrorContains(t, err, `binding documents: ref must be a JSON number, not "%N%": the Functions host resolves %SETTING% only in string properties`)
 	_, err = get.Int(b, "word", 0)
-	require.ErrorContains(t, err, `word="many" is not an integer`)
+	require.ErrorContains(t, err, `word must be a JSON number, not "%WORD%"`)
 	_, err = get.Int(b, "unset", 0)
-	require.ErrorContains(t, err, "NOPE")
+	require.ErrorContains(t, err, `unset must be a JSON number, not "%NOPE%"`)
 
 	v, err := get.Bool(b, "flag", true)
 	require.NoError(t, err)
 	require.False(t, v)
-	v, err = get.Bool(b, "flagRef", false)
-	require.NoError(t, err)
-	require.True(t, v)
+	_, err = get.Bool(b, "flagRef", false)
+	require.ErrorContains(t, err, `flagRef must be true or false, not "%T%"`)
 
 	s, err := get.String(b, "absent", "leases")
 	require.NoError(t, err)

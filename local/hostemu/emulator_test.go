@@ -99,22 +99,19 @@ func TestEmulatorEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 
-	values := map[string]string{config.FeedPollDelayMs: "20"}
-	settings := func(name string) string {
-		if v, ok := values[name]; ok {
-			return v
-		}
-		return config.Default(name)
-	}
+	// The feed is woken by the store's change marker, as in `make run`,
+	// rather than polled every feedPollDelay (a literal in function.json).
 	emu, err := New(Options{
-		Root: repoRoot, Handler: bin, Listen: "127.0.0.1:0", Settings: settings,
+		Root: repoRoot, Handler: bin, Listen: "127.0.0.1:0", Settings: config.Default,
 		Env: []string{
 			config.DataDir + "=" + dataDir,
 			config.OperatorToken + "=" + emuToken,
 			config.LogLevel + "=error",
-			config.FeedPollDelayMs + "=20",
 		},
 		Store: st, Log: slog.New(slog.DiscardHandler),
+		Changed: func(container string) <-chan struct{} {
+			return WatchFiles(t.Context(), 2*time.Millisecond, st.ChangeMarker(container))
+		},
 	})
 	require.NoError(t, err)
 

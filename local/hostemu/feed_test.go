@@ -114,7 +114,7 @@ func feedFunction(max int, retry *Retry) (*Function, Binding) {
 		"databaseName":          json.RawMessage(`"%DB%"`),
 		"containerName":         json.RawMessage(`"fleet_jobs"`),
 		"leaseContainerName":    json.RawMessage(`"leases"`),
-		"feedPollDelay":         json.RawMessage(`"%POLL_MS%"`),
+		"feedPollDelay":         json.RawMessage(`10`),
 		"maxItemsPerInvocation": json.RawMessage(fmt.Sprint(max)),
 		"startFromBeginning":    json.RawMessage(`true`),
 	}}
@@ -122,7 +122,7 @@ func feedFunction(max int, retry *Retry) (*Function, Binding) {
 }
 
 var feedSettings = Settings(func(name string) string {
-	return map[string]string{"DB": "fleet", "POLL_MS": "10"}[name]
+	return map[string]string{"DB": "fleet"}[name]
 })
 
 type feedEnv struct {
@@ -212,7 +212,8 @@ func TestFeedTriggerConfig(t *testing.T) {
 		{name: "no store", store: nil, want: "needs a store"},
 		{name: "no container", props: map[string]string{"containerName": `""`}, store: idleFeed{}, want: "containerName is required"},
 		{name: "zero batch", props: map[string]string{"maxItemsPerInvocation": `0`}, store: idleFeed{}, want: "must be positive"},
-		{name: "unset setting", props: map[string]string{"feedPollDelay": `"%UNSET%"`}, store: idleFeed{}, want: "UNSET"},
+		{name: "unset setting", props: map[string]string{"containerName": `"%UNSET%"`}, store: idleFeed{}, want: "UNSET"},
+		{name: "setting in an integer", props: map[string]string{"feedPollDelay": `"%POLL_MS%"`}, store: idleFeed{}, want: "feedPollDelay must be a JSON number"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -30,8 +30,6 @@ const (
 	RedispatchAfter  = "FLEET_REDISPATCH_AFTER"
 	StaleAfter       = "FLEET_STALE_AFTER"
 	DownAfter        = "FLEET_DOWN_AFTER"
-	FeedPollDelayMs  = "FLEET_FEED_POLL_DELAY_MS"
-	FeedMaxItems     = "FLEET_FEED_MAX_ITEMS"
 	Store            = "FLEET_STORE"
 	CosmosDatabase   = "FLEET_COSMOS_DATABASE"
 	CosmosEndpoint   = "CosmosDB__accountEndpoint"
@@ -62,8 +60,6 @@ var Settings = []Setting{
 	{RedispatchAfter, "2m", "A dispatched job not accepted within this is dispatched again."},
 	{StaleAfter, "90s", "A static factory silent this long is stale."},
 	{DownAfter, "10m", "A static factory silent this long is down."},
-	{FeedPollDelayMs, "1000", "Change-feed poll delay of the dispatch trigger, milliseconds."},
-	{FeedMaxItems, "100", "Most job changes handed to one dispatch invocation."},
 	{Store, "sqlite", "State store: `sqlite` (one machine) or `cosmos`."},
 	{CosmosDatabase, "fleet", "Cosmos DB database name."},
 	{CosmosEndpoint, "", "Cosmos DB account endpoint; setting it selects the cosmos store."},

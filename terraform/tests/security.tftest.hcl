@@ -144,8 +144,6 @@ run "fleet_settings_have_their_defaults" {
         FLEET_PRUNE_SCHEDULE      = "*/30 * * * * *"
         FLEET_LEASE_TTL           = "5m"
         FLEET_REDISPATCH_AFTER    = "2m"
-        FLEET_FEED_POLL_DELAY_MS  = "1000"
-        FLEET_FEED_MAX_ITEMS      = "100"
         FLEET_BUS                 = "servicebus"
         FLEET_STORE               = "cosmos"
         FLEET_COSMOS_DATABASE     = "fleet"
