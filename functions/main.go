@@ -61,7 +61,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: newServer(a), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: newServer(a, forwardHTTP), ReadHeaderTimeout: 10 * time.Second}
 	log.Info("handler listening", "addr", ln.Addr().String(), "functions", len(functions(a)))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -94,8 +94,18 @@ func functions(a *app.App) map[string]funchost.Func {
 	}
 }
 
-func newServer(a *app.App) *funchost.Server {
-	s := funchost.NewServer(a.Log, "/api/", a.API)
+// forwardHTTP is host.json's customHandler.enableForwardingHttpRequest
+// (a test keeps the two equal): the host then sends HTTP requests as they
+// came, under /api/, and invokes no http function by envelope.
+const forwardHTTP = true
+
+// newServer serves every function; with forwarding, HTTP requests reach the
+// API at their own paths, without it only as api function envelopes.
+func newServer(a *app.App, forwarding bool) *funchost.Server {
+	s := funchost.NewServer(a.Log, "", nil)
+	if forwarding {
+		s = funchost.NewServer(a.Log, "/api/", a.API)
+	}
 	for name, f := range functions(a) {
 		s.Handle(name, f)
 	}

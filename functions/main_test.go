@@ -62,7 +62,12 @@ func TestEveryFolderHasAHandlerAndEveryHandlerAFolder(t *testing.T) {
 	}
 	require.Empty(t, noHandler, "function folders with no handler in functions(a): the host would invoke them and get 404")
 	require.Empty(t, noFolder, "handlers in functions(a) with no folder (functions/<name>/function.json): the host never invokes them")
-	require.Equal(t, dirs, newServer(a).Functions(), "newServer must register exactly the folders")
+	require.Equal(t, dirs, newServer(a, forwardHTTP).Functions(), "newServer must register exactly the folders")
+
+	fa, err := hostemu.LoadApp("..")
+	require.NoError(t, err)
+	require.Equal(t, fa.Host.CustomHandler.EnableForwardingHTTPRequest, forwardHTTP,
+		"forwardHTTP must say what host.json's customHandler.enableForwardingHttpRequest says")
 }
 
 // settingRef matches %NAME% as the host resolves it.
@@ -120,6 +125,7 @@ func (idleStore) Upsert(context.Context, string, string, string, []byte) (string
 // sample is one invocation the host would make, and what must come back.
 type sample struct {
 	function string
+	http     bool // an httpTrigger function: envelope only without forwarding
 	body     []byte
 	check    func(t *testing.T, res map[string]json.RawMessage)
 }
@@ -151,6 +157,7 @@ func samples(t *testing.T) []sample {
 		var payload json.RawMessage
 		switch strings.ToLower(trig.Type) {
 		case "httptrigger":
+			s.http = true
 			payload = testdataValue(t, "api_healthz.json", "req")
 			outName := ""
 			for _, b := range fn.Bindings {
@@ -186,8 +193,9 @@ func samples(t *testing.T) []sample {
 }
 
 // invokeAll makes every sample invocation against a handler at base and
-// probes it, as the host does.
-func invokeAll(t *testing.T, base string) {
+// probes it, as the host does: with forwarding, HTTP requests go as they
+// came and http functions get no envelope.
+func invokeAll(t *testing.T, base string, forwarding bool) {
 	t.Helper()
 	client := &http.Client{Timeout: 30 * time.Second}
 	resp, err := client.Get(base + "/")
@@ -196,6 +204,9 @@ func invokeAll(t *testing.T, base string) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "probe")
 
 	for _, s := range samples(t) {
+		if forwarding && s.http {
+			continue
+		}
 		t.Run(s.function, func(t *testing.T) {
 			resp, err := client.Post(base+"/"+s.function, "application/json", bytes.NewReader(s.body))
 			require.NoError(t, err)
@@ -214,6 +225,9 @@ func invokeAll(t *testing.T, base string) {
 		})
 	}
 
+	if !forwarding {
+		return
+	}
 	// With enableForwardingHttpRequest the host sends the request as it came.
 	resp, err = client.Get(base + "/api/healthz")
 	require.NoError(t, err)
@@ -231,9 +245,11 @@ func TestServerInProcess(t *testing.T) {
 	a, err := app.Open(t.Context(), config.Lookup{Values: map[string]string{config.DataDir: t.TempDir()}}, log)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, a.Close()) })
-	srv := httptest.NewServer(newServer(a))
-	t.Cleanup(srv.Close)
-	invokeAll(t, srv.URL)
+	for _, forwarding := range []bool{true, false} {
+		srv := httptest.NewServer(newServer(a, forwarding))
+		t.Cleanup(srv.Close)
+		invokeAll(t, srv.URL, forwarding)
+	}
 }
 
 // TestHandlerStartsAlone starts the built handler the way `func start` does
@@ -291,7 +307,7 @@ func TestHandlerStartsAlone(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	invokeAll(t, base)
+	invokeAll(t, base, forwardHTTP)
 
 	// The local defaults: SQLite and a generated operator token in ./.fleet.
 	require.FileExists(t, filepath.Join(work, ".fleet", "fleet.db"))

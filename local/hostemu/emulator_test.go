@@ -156,6 +156,14 @@ func TestEmulatorEndToEnd(t *testing.T) {
 	require.JSONEq(t, `{"status":"ok"}`, body)
 	status, body = call("GET", "/elsewhere", "")
 	require.Equal(t, http.StatusNotFound, status, "only /api is served: %s", body)
+	// The host forwards a request for the bare route prefix at its own path,
+	// /api, which is also where it would POST an envelope to a function named
+	// api: the API answers it, as it answers any path it has no route for.
+	for _, method := range []string{"GET", "POST"} {
+		status, body = call(method, "/api", `{"a":1}`)
+		require.Equal(t, http.StatusNotFound, status, "%s /api: %s", method, body)
+		require.Contains(t, body, `"code":"not_found"`, "%s /api must reach the API: %s", method, body)
+	}
 
 	status, body = call("PUT", "/api/fleet/products/p1", `{"name":"Product one","repos":["notes"]}`)
 	require.Equal(t, http.StatusOK, status, body)

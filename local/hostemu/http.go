@@ -244,6 +244,16 @@ func (h *httpFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeHostError(w, http.StatusNotFound, "no function serves "+r.Method+" "+r.URL.Path)
 }
 
+// hostQuery is the request's query as the host's query collection gives
+// it: one value per name, repeated values joined with commas.
+func hostQuery(u *url.URL) map[string]string {
+	query := map[string]string{}
+	for k, vs := range u.Query() {
+		query[k] = strings.Join(vs, ",")
+	}
+	return query
+}
+
 // forward hands the request to the handler at its original path, with the
 // body read by requestBody.
 func (h *httpFront) forward(w http.ResponseWriter, r *http.Request, addr string, body []byte) {
@@ -257,24 +267,30 @@ func (h *httpFront) forward(w http.ResponseWriter, r *http.Request, addr string,
 	}
 	// The emulator has read the body, which answered any expectation.
 	out.Header.Del("Expect")
+	// The host rebuilds the query from its query collection (AddQueryString
+	// over GetQueryCollectionAsDictionary): one value per name.
+	q := url.Values{}
+	for k, v := range hostQuery(r.URL) {
+		q.Set(k, v)
+	}
+	out.URL.RawQuery = q.Encode()
 	h.proxy.ServeHTTP(w, out)
 }
 
 // envelope invokes an HTTP function without forwarding: the request becomes
 // Data.<trigger>, the response comes from Outputs.<http out>.
 func (h *httpFront) envelope(w http.ResponseWriter, r *http.Request, rt *httpRoute, params map[string]string, addr string, body []byte) {
-	query := map[string]string{}
-	for k, vs := range r.URL.Query() {
-		query[k] = strings.Join(vs, ",")
-	}
+	query := hostQuery(r.URL)
 	scheme := "http"
 	req := funchost.HTTPRequest{
 		URL: scheme + "://" + r.Host + r.URL.RequestURI(), Method: r.Method, Query: query,
 		Headers: map[string][]string(r.Header.Clone()), Params: params, Identities: json.RawMessage("[]"),
 	}
 	if len(body) > 0 {
+		// Text is taken as UTF-8, invalid bytes replaced, as the host's
+		// ReadAsStringAsync does.
 		text := string(body)
-		if !isText(r.Header.Get("Content-Type"), body) {
+		if funchost.Base64Body(r.Header.Get("Content-Type")) {
 			text = base64.StdEncoding.EncodeToString(body)
 		}
 		req.Body, _ = json.Marshal(text)
@@ -305,14 +321,6 @@ func (h *httpFront) envelope(w http.ResponseWriter, r *http.Request, rt *httpRou
 	}
 	w.WriteHeader(code)
 	_, _ = w.Write([]byte(out.Body))
-}
-
-func isText(contentType string, body []byte) bool {
-	ct := strings.ToLower(contentType)
-	if strings.HasPrefix(ct, "text/") || strings.Contains(ct, "json") || strings.Contains(ct, "xml") || strings.Contains(ct, "x-www-form-urlencoded") {
-		return true
-	}
-	return ct == "" && !bytes.ContainsRune(body, 0)
 }
 
 // rawResult is the response envelope with outputs kept raw.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -277,4 +278,68 @@ func TestHTTPFrontForwardsBodyOnlyWithContentLength(t *testing.T) {
 			require.Equal(t, tc.want, <-got)
 		})
 	}
+}
+
+// TestHTTPFrontEnvelopeShape checks Data.req as the host writes it: Query a
+// JSON object with repeated values joined by commas, and the body base64
+// only for application/octet-stream and multipart (any other body is the
+// text read from it).
+func TestHTTPFrontEnvelopeShape(t *testing.T) {
+	t.Parallel()
+	got := make(chan map[string]json.RawMessage, 1)
+	handler := funchost.NewServer(nil, "", nil)
+	handler.Handle("fn", func(_ context.Context, inv *funchost.Invocation) (*funchost.Result, error) {
+		var req map[string]json.RawMessage
+		if err := json.Unmarshal(inv.Data["req"], &req); err != nil {
+			return nil, err
+		}
+		got <- req
+		return &funchost.Result{Outputs: map[string]any{"res": funchost.HTTPResponse{StatusCode: "204"}}}, nil
+	})
+	fake := httptest.NewServer(handler)
+	t.Cleanup(fake.Close)
+	front := newHTTPFront("api", []*httpRoute{route(t, `{"route":"{*path}"}`, false)}, readyChild(strings.TrimPrefix(fake.URL, "http://")))
+
+	body := []byte("hello")
+	tests := []struct {
+		contentType string
+		wantBody    string // Data.req.Body, raw JSON
+	}{
+		{contentType: "application/octet-stream", wantBody: `"aGVsbG8="`},
+		{contentType: "multipart/form-data; boundary=x", wantBody: `"aGVsbG8="`},
+		{contentType: "image/png", wantBody: `"hello"`},
+		{contentType: "text/markdown", wantBody: `"hello"`},
+		{contentType: "application/json", wantBody: `"hello"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.contentType, func(t *testing.T) {
+			req := httptest.NewRequest("POST", "/api/x?a=1&a=2&b=x", bytes.NewReader(body))
+			req.Header.Set("Content-Type", tc.contentType)
+			rec := httptest.NewRecorder()
+			front.ServeHTTP(rec, req)
+			require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+			seen := <-got
+			require.JSONEq(t, `{"a":"1,2","b":"x"}`, string(seen["Query"]))
+			require.Equal(t, byte('{'), seen["Query"][0], "Query must be a JSON object: %s", seen["Query"])
+			require.Equal(t, tc.wantBody, string(seen["Body"]))
+		})
+	}
+}
+
+// TestHTTPFrontForwardJoinsRepeatedQueryValues: the host rebuilds a
+// forwarded request's query from its query collection, one value per name,
+// repeated values joined with commas.
+func TestHTTPFrontForwardJoinsRepeatedQueryValues(t *testing.T) {
+	t.Parallel()
+	got := make(chan url.Values, 1)
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.URL.Query()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(fake.Close)
+	front := newHTTPFront("api", []*httpRoute{route(t, `{"route":"{*path}"}`, true)}, readyChild(strings.TrimPrefix(fake.URL, "http://")))
+	rec := httptest.NewRecorder()
+	front.ServeHTTP(rec, httptest.NewRequest("GET", "/api/x?a=1&a=2&b=x%20y", nil))
+	require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+	require.Equal(t, url.Values{"a": {"1,2"}, "b": {"x y"}}, <-got)
 }

@@ -205,13 +205,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok"))
 		return
 	}
+	// Forwarded requests first: the host forwards a request for the bare
+	// route prefix at its own path ("/api"), which is also the invocation
+	// path of a function named like the prefix. With forwarding on, the host
+	// invokes no http function by envelope, so the path is the request's.
+	if s.forwarded != nil && (strings.HasPrefix(path, s.forwardAt) || path == strings.TrimSuffix(s.forwardAt, "/")) {
+		s.forwarded.ServeHTTP(w, r)
+		return
+	}
 	name := strings.ToLower(strings.TrimPrefix(path, "/"))
 	if f, ok := s.funcs[name]; ok && r.Method == http.MethodPost {
 		s.invoke(w, r, name, f)
-		return
-	}
-	if s.forwarded != nil && strings.HasPrefix(path, s.forwardAt) {
-		s.forwarded.ServeHTTP(w, r)
 		return
 	}
 	writeJSON(w, http.StatusNotFound, &Result{Outputs: map[string]any{}, Logs: []string{"no function " + name}})

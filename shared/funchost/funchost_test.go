@@ -333,7 +333,7 @@ func TestHTTPRequestWireForm(t *testing.T) {
 		in   string
 		want funchost.HTTPRequest
 	}{
-		{name: "host form: Query string encoded",
+		{name: "older host form: Query string encoded",
 			in: `{"Url":"http://h/api/x?a=1","Method":"GET","Query":"{\"a\":\"1\"}","Headers":{"Accept":["*/*"]},"Params":{"path":"x"}}`,
 			want: funchost.HTTPRequest{URL: "http://h/api/x?a=1", Method: "GET", Query: map[string]string{"a": "1"},
 				Headers: map[string][]string{"Accept": {"*/*"}}, Params: map[string]string{"path": "x"}}},
@@ -359,11 +359,11 @@ func TestHTTPRequestWireForm(t *testing.T) {
 				Query json.RawMessage
 			}
 			require.NoError(t, json.Unmarshal(b, &wireForm))
-			require.Equal(t, byte('"'), wireForm.Query[0], "Query must be a JSON string: %s", b)
+			require.Equal(t, byte('{'), wireForm.Query[0], "Query must be a JSON object, as the host writes it (GetQueryCollectionAsJObject): %s", b)
 			var back funchost.HTTPRequest
 			require.NoError(t, json.Unmarshal(b, &back))
 			if got.Query == nil {
-				back.Query = nil // an absent Query is written as "{}"
+				back.Query = nil // an absent Query is written as {}
 			}
 			require.Equal(t, got, back)
 		})
@@ -393,7 +393,12 @@ func TestServer(t *testing.T) {
 	srv.Handle("dispatch", func(context.Context, *funchost.Invocation) (*funchost.Result, error) {
 		return nil, errStore
 	})
-	require.Equal(t, []string{"dispatch", "quiet", "reaper"}, srv.Functions())
+	// An http function named as the route prefix: with forwarding the host
+	// never invokes it by envelope, and /api is a forwarded request's path.
+	srv.Handle("api", func(context.Context, *funchost.Invocation) (*funchost.Result, error) {
+		return nil, errors.New("the host forwards http requests; it sends no envelope")
+	})
+	require.Equal(t, []string{"api", "dispatch", "quiet", "reaper"}, srv.Functions())
 
 	timer, err := os.ReadFile(filepath.Join("testdata", "timer.json"))
 	require.NoError(t, err)
@@ -424,6 +429,9 @@ func TestServer(t *testing.T) {
 		{name: "unknown function", method: "POST", path: "/nope", body: `{}`, status: 404, envelope: true, logs: []string{"no function nope"}},
 		{name: "invocations are POSTs", method: "GET", path: "/reaper", status: 404, envelope: true},
 		{name: "forwarded request", method: "GET", path: "/api/healthz", status: 200, want: `{"status":"ok"}`},
+		// The host forwards a request for the bare prefix at its own path.
+		{name: "POST /api is a forwarded request", method: "POST", path: "/api", body: `{"a":1}`, status: 200, want: `{"status":"ok"}`},
+		{name: "GET /api is a forwarded request", method: "GET", path: "/api", status: 200, want: `{"status":"ok"}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -486,4 +494,40 @@ func TestBinaryBodyIsBase64OnTheWire(t *testing.T) {
 	require.Equal(t, raw, got)
 	require.Equal(t, int64(len(raw)), r.ContentLength)
 	require.Equal(t, "/api/echo", r.URL.Path)
+}
+
+// TestBodyIsBase64OnlyForOctetStreamAndMultipart: the host hands a body over
+// base64-encoded only for application/octet-stream and multipart/*; every
+// other body arrives as the text it read, and must be taken as it is.
+func TestBodyIsBase64OnlyForOctetStreamAndMultipart(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		contentType string
+		want        string
+	}{
+		{contentType: "application/octet-stream", want: "hello"},
+		{contentType: "Application/Octet-Stream", want: "hello"},
+		{contentType: "multipart/form-data; boundary=x", want: "hello"},
+		{contentType: "multipart/mixed", want: "hello"},
+		{contentType: "image/png", want: "aGVsbG8="},
+		{contentType: "application/zip", want: "aGVsbG8="},
+		{contentType: "text/plain", want: "aGVsbG8="},
+		{contentType: "text/markdown", want: "aGVsbG8="},
+		{contentType: "", want: "aGVsbG8="},
+	}
+	for _, tc := range tests {
+		t.Run(tc.contentType, func(t *testing.T) {
+			t.Parallel()
+			hr := funchost.HTTPRequest{URL: "http://h/api/x", Method: "POST", Body: json.RawMessage(`"aGVsbG8="`)}
+			if tc.contentType != "" {
+				hr.Headers = map[string][]string{"Content-Type": {tc.contentType}}
+			}
+			r, err := hr.Request(t.Context())
+			require.NoError(t, err)
+			got, err := io.ReadAll(r.Body)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, string(got))
+			require.Equal(t, tc.want == "hello", funchost.Base64Body(tc.contentType))
+		})
+	}
 }

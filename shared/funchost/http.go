@@ -27,13 +27,13 @@ type HTTPRequest struct {
 	Body       json.RawMessage     `json:"Body,omitempty"`
 }
 
-// httpRequestWire is HTTPRequest as the host writes it: Query is a JSON
-// object serialized into a string ("Query": "{}" in the host's own example),
-// while Headers and Params are objects.
+// httpRequestWire is HTTPRequest as the host writes it: Query, Headers and
+// Params are JSON objects (GetQueryCollectionAsJObject in the host's
+// HttpRequestExtensions), Query never absent.
 type httpRequestWire struct {
 	URL        string              `json:"Url"`
 	Method     string              `json:"Method"`
-	Query      string              `json:"Query"`
+	Query      map[string]string   `json:"Query"`
 	Headers    map[string][]string `json:"Headers"`
 	Params     map[string]string   `json:"Params"`
 	Identities json.RawMessage     `json:"Identities,omitempty"`
@@ -47,18 +47,14 @@ func (hr HTTPRequest) MarshalJSON() ([]byte, error) {
 	if q == nil {
 		q = map[string]string{}
 	}
-	qs, err := json.Marshal(q)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(httpRequestWire{URL: hr.URL, Method: hr.Method, Query: string(qs), Headers: hr.Headers,
+	return json.Marshal(httpRequestWire{URL: hr.URL, Method: hr.Method, Query: q, Headers: hr.Headers,
 		Params: hr.Params, Identities: hr.Identities, Body: hr.Body})
 }
 
 // UnmarshalJSON reads Query, Headers and Params either as objects or as
-// JSON-encoded strings: the host string-encodes Query, and a strict decode
-// into a map would reject every request it sends. A header may carry one
-// value or a list.
+// JSON-encoded strings: current hosts write objects, older ones wrote Query
+// string-encoded (GetQueryCollectionAsString). A header may carry one value
+// or a list.
 func (hr *HTTPRequest) UnmarshalJSON(b []byte) error {
 	var raw struct {
 		URL        string          `json:"Url"`
@@ -124,19 +120,16 @@ type HTTPResponse struct {
 	Headers    map[string]string `json:"headers"`
 }
 
-// binaryBody reports whether a content type carries bytes rather than text;
-// the host hands such bodies over base64-encoded.
-func binaryBody(contentType string) bool {
+// Base64Body reports whether the host hands a body of this content type
+// over base64-encoded: only application/octet-stream and multipart/*
+// (IsMediaTypeOctetOrMultipart in the host); every other body arrives as the
+// text the host read from it.
+func Base64Body(contentType string) bool {
 	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil || mt == "" {
+	if err != nil {
 		return false
 	}
-	switch {
-	case strings.HasPrefix(mt, "text/"), mt == "application/json", strings.HasSuffix(mt, "+json"),
-		mt == "application/x-www-form-urlencoded", mt == "application/xml", strings.HasSuffix(mt, "+xml"):
-		return false
-	}
-	return true
+	return mt == "application/octet-stream" || strings.Contains(mt, "multipart/")
 }
 
 // Request rebuilds the *http.Request an envelope describes.
@@ -150,7 +143,7 @@ func (hr *HTTPRequest) Request(ctx context.Context) (*http.Request, error) {
 		var s string
 		if err := json.Unmarshal(hr.Body, &s); err == nil {
 			body = []byte(s)
-			if ct := firstHeader(hr.Headers, "Content-Type"); binaryBody(ct) {
+			if ct := firstHeader(hr.Headers, "Content-Type"); Base64Body(ct) {
 				if b, err := base64.StdEncoding.DecodeString(s); err == nil {
 					body = b
 				}
