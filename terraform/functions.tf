@@ -8,7 +8,10 @@ locals {
   coordinator_url     = "https://${azurerm_linux_function_app.this.default_hostname}"
 
   function_app_settings = {
-    FUNCTIONS_WORKER_RUNTIME = "custom"
+    # No FUNCTIONS_WORKER_RUNTIME: site_config.application_stack
+    # (use_custom_runtime) sets it to "custom", and the platform refuses the
+    # key in app_settings as well.
+
     # The zip from `make package` is mounted read-only as the app's content;
     # the handler is a prebuilt binary, so no remote build.
     WEBSITE_RUN_FROM_PACKAGE       = "1"
