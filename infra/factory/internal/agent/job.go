@@ -237,7 +237,7 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	if err != nil {
 		return engine.Result{}, fmt.Errorf("engine %s: %w", name, err)
 	}
-	spec := engine.Spec{Argv: exp.Argv, Dir: jb.wt.Path, Env: jb.env(name, promptPath), LogPath: jb.logPath, Grace: a.cfg.KillGrace}
+	spec := engine.Spec{Argv: exp.Argv, Dir: jb.wt.Path, Env: append(jb.env(name, promptPath), exp.Env...), LogPath: jb.logPath, Grace: a.cfg.KillGrace}
 	if !exp.UsesPrompt {
 		f, err := os.Open(promptPath)
 		if err != nil {
@@ -467,6 +467,7 @@ func (jb *job) shipHook(ctx context.Context, head string, changed bool) error {
 	env := append(jb.env(jb.a.cfg.DefaultEngine, filepath.Join(jb.dir, "prompt.md")),
 		"FLEET_JOB_HEAD="+head, "FLEET_JOB_CHANGED="+strconv.FormatBool(changed),
 		"FLEET_JOB_RESULT_BRANCH="+gitwt.JobBranch(jb.j.ID))
+	env = append(env, exp.Env...)
 	res, err := engine.Run(ctx, engine.Spec{Argv: exp.Argv, Dir: jb.wt.Path, Env: env, LogPath: jb.logPath, Grace: jb.a.cfg.KillGrace})
 	if err != nil {
 		return fmt.Errorf("ship hook: %w", err)

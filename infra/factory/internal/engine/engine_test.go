@@ -179,3 +179,49 @@ func gone(pid int) bool {
 	i := strings.LastIndexByte(string(stat), ')')
 	return i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X')
 }
+
+// TestExpandInShellScriptIsNotInjection: a placeholder inside the script
+// of `sh -c '…'` stands for its value and never becomes code, whatever the
+// value holds and wherever in the script's quoting it appears. The
+// expanded command really runs, with the environment Expand asks for.
+func TestExpandInShellScriptIsNotInjection(t *testing.T) {
+	t.Parallel()
+	hostile := "it's \"quoted\" $(touch PWNED1) `touch PWNED2`; touch PWNED3 \\ $HOME 'x'\"y\" * -n"
+	v := Vars{Title: hostile, Prompt: "line one\n$(touch PWNED4)\n'; touch PWNED5; '", JobID: "j1", Repo: "app",
+		Branch: "aq/job/j1", Worktree: "/w/wt", PromptFile: "/w/p.md"}
+	tests := []struct {
+		name, tmpl, want string
+	}{
+		{name: "unquoted in the script", tmpl: `sh -c 'printf %s @title > out'`, want: hostile},
+		{name: "inside double quotes in the script", tmpl: `sh -c 'printf %s "title: @title." > out'`, want: "title: " + hostile + "."},
+		{name: "inside single quotes in the script", tmpl: `sh -c "printf %s '[@title]' > out"`, want: "[" + hostile + "]"},
+		{name: "ansi-c quotes in the script", tmpl: `bash -c "printf %s \$'<@title>' > out"`, want: "<" + hostile + ">"},
+		{name: "options before -c", tmpl: `env X=1 bash -e -o pipefail -c 'printf %s @title > out'`, want: hostile},
+		{name: "clustered -c", tmpl: `bash -ec 'printf %s @title > out'`, want: hostile},
+		{name: "the prompt", tmpl: `sh -c 'printf %s @prompt > out'`, want: v.Prompt},
+		{name: "several in one word", tmpl: `sh -c 'printf %s @repo/@job-id:@title > out'`, want: "app/j1:" + hostile},
+		{name: "an argument after the script stays an argument", tmpl: `sh -c 'printf %s "$1" > out' sh @title`, want: hostile},
+		{name: "a literal at", tmpl: `sh -c 'printf %s a@@b@title > out'`, want: "a@b" + hostile},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			exp, err := Expand(tt.tmpl, v)
+			require.NoError(t, err)
+			res, err := Run(context.Background(), Spec{Argv: exp.Argv, Dir: dir, Env: append(os.Environ(), exp.Env...),
+				LogPath: filepath.Join(dir, "log"), Grace: time.Second})
+			require.NoError(t, err)
+			log, _ := os.ReadFile(filepath.Join(dir, "log"))
+			require.True(t, res.Success(), "%s: %s", res, log)
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			for _, e := range entries {
+				require.False(t, strings.HasPrefix(e.Name(), "PWNED"), "the value ran as code: %s (argv %q)", e.Name(), exp.Argv)
+			}
+			out, err := os.ReadFile(filepath.Join(dir, "out"))
+			require.NoError(t, err)
+			require.Equal(t, tt.want, string(out))
+		})
+	}
+}

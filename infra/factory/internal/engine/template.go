@@ -7,6 +7,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -34,6 +36,11 @@ const MaxPromptArg = 100 << 10
 // Vars are the values placeholders expand to.
 type Vars struct {
 	Prompt, PromptFile, JobID, Repo, Title, Branch, Worktree string
+}
+
+// envName is the variable a placeholder inside a shell script refers to.
+func envName(ph string) string {
+	return "FLEET_TEMPLATE_" + strings.ToUpper(strings.ReplaceAll(strings.TrimPrefix(ph, "@"), "-", "_"))
 }
 
 func (v Vars) value(ph string) string {
@@ -142,6 +149,10 @@ func Program(tmpl string) (string, error) {
 // Expanded is a template made concrete for one job.
 type Expanded struct {
 	Argv []string
+	// Env holds the variables (FLEET_TEMPLATE_<NAME>=value) that
+	// placeholders inside a shell script refer to; the runner adds them to
+	// the command's environment.
+	Env []string
 	// UsesPrompt says the template took the body as @prompt or
 	// @prompt-file; otherwise the runner feeds it on stdin.
 	UsesPrompt bool
@@ -149,33 +160,125 @@ type Expanded struct {
 
 // Expand splits tmpl and substitutes v into every word. The program (first
 // word) is substituted too, which allows e.g. @worktree/run.sh.
+//
+// The script of a shell's -c (sh, bash, dash, zsh, ksh…, anywhere in the
+// command: `env X=1 bash -ec '…'` too) is code, so a value is never
+// spliced into it: a placeholder there becomes a reference to an
+// environment variable holding the value, quoted for where it stands in
+// the script ("${V}" outside quotes, ${V} inside double quotes, '"${V}"'
+// inside single quotes), so it expands to exactly the value, as one word,
+// and is never parsed as shell code.
 func Expand(tmpl string, v Vars) (Expanded, error) {
 	words, err := Split(tmpl)
 	if err != nil {
 		return Expanded{}, err
 	}
+	script := scriptIndex(words)
 	var out Expanded
-	for _, w := range words {
-		s, used, err := expandWord(w, v)
+	env := map[string]bool{}
+	for i, w := range words {
+		x := expander{v: v, script: i == script}
+		s, err := x.word(w)
 		if err != nil {
 			return Expanded{}, err
 		}
-		out.UsesPrompt = out.UsesPrompt || used
+		out.UsesPrompt = out.UsesPrompt || x.usesPrompt
 		out.Argv = append(out.Argv, s)
+		for _, ph := range x.refs {
+			if !env[ph] {
+				env[ph] = true
+				out.Env = append(out.Env, envName(ph)+"="+v.value(ph))
+			}
+		}
 	}
 	return out, nil
 }
 
-func expandWord(w string, v Vars) (string, bool, error) {
+// shells are the programs whose -c argument is a script.
+var shells = []string{"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh"}
+
+// scriptIndex is the index of the word that is a shell's -c script, -1
+// when there is none: the first operand after a shell's option cluster
+// holding 'c' (-c, -ec, -lc …), skipping the argument of -o/+o/-O/+O.
+func scriptIndex(words []string) int {
+	for s, w := range words {
+		if !slices.Contains(shells, filepath.Base(w)) {
+			continue
+		}
+		hasC := false
+		for i := s + 1; i < len(words); i++ {
+			a := words[i]
+			switch {
+			case a == "--":
+				if hasC && i+1 < len(words) {
+					return i + 1
+				}
+				return -1
+			case a == "-o" || a == "+o" || a == "-O" || a == "+O":
+				i++
+			case len(a) > 1 && (a[0] == '-' || a[0] == '+') && a[1] != '-':
+				hasC = hasC || strings.ContainsRune(a[1:], 'c')
+			case strings.HasPrefix(a, "--"):
+				// A long option (--login, --norc …).
+			default:
+				if hasC {
+					return i
+				}
+				return -1
+			}
+		}
+		return -1
+	}
+	return -1
+}
+
+// expander substitutes placeholders in one word.
+type expander struct {
+	v          Vars
+	script     bool     // the word is a shell script
+	usesPrompt bool     // @prompt or @prompt-file seen
+	refs       []string // placeholders referenced as variables (script)
+}
+
+// Shell quoting states of a script, as far as placeholders care.
+const (
+	qPlain  = iota
+	qSingle // '…'
+	qDouble // "…"
+	qANSI   // $'…'
+)
+
+func (x *expander) word(w string) (string, error) {
 	if !strings.Contains(w, "@") {
-		return w, false, nil
+		return w, nil
 	}
 	var b strings.Builder
-	usesPrompt := false
+	state := qPlain
 	for i := 0; i < len(w); {
-		if w[i] != '@' {
-			b.WriteByte(w[i])
+		c := w[i]
+		if c != '@' {
+			b.WriteByte(c)
 			i++
+			if !x.script {
+				continue
+			}
+			// Track the script's quoting to quote references right.
+			switch {
+			case c == '\\' && state != qSingle && i < len(w):
+				b.WriteByte(w[i])
+				i++
+			case c == '\'' && state == qPlain:
+				state = qSingle
+				if b.Len() >= 2 && strings.HasSuffix(b.String(), "$'") {
+					state = qANSI
+				}
+			case c == '\'' && (state == qSingle || state == qANSI):
+				state = qPlain
+			case c == '"' && state == qPlain:
+				state = qDouble
+			case c == '"' && state == qDouble:
+				state = qPlain
+			}
 			continue
 		}
 		if strings.HasPrefix(w[i:], "@@") {
@@ -195,17 +298,34 @@ func expandWord(w string, v Vars) (string, bool, error) {
 			i++
 			continue
 		}
-		val := v.value(matched)
+		val := x.v.value(matched)
 		if matched == PhPrompt && len(val) > MaxPromptArg {
-			return "", false, fmt.Errorf("the job body is %d bytes, too long for one argument (@prompt takes at most %d); use @prompt-file or let the engine read stdin", len(val), MaxPromptArg)
+			return "", fmt.Errorf("the job body is %d bytes, too long for one argument (@prompt takes at most %d); use @prompt-file or let the engine read stdin", len(val), MaxPromptArg)
 		}
 		if matched == PhPrompt || matched == PhPromptFile {
-			usesPrompt = true
+			x.usesPrompt = true
 		}
-		b.WriteString(val)
 		i += len(matched)
+		if !x.script {
+			b.WriteString(val)
+			continue
+		}
+		if !slices.Contains(x.refs, matched) {
+			x.refs = append(x.refs, matched)
+		}
+		ref := "${" + envName(matched) + "}"
+		switch state {
+		case qPlain:
+			b.WriteString(`"` + ref + `"`)
+		case qDouble:
+			b.WriteString(ref)
+		case qSingle:
+			b.WriteString(`'"` + ref + `"'`)
+		case qANSI:
+			b.WriteString(`'"` + ref + `"$'`)
+		}
 	}
-	return b.String(), usesPrompt, nil
+	return b.String(), nil
 }
 
 // isNameByte reports whether w[i] continues a placeholder name, which
