@@ -45,9 +45,13 @@ resource "azurerm_servicebus_subscription" "pool" {
   lock_duration       = each.value.lock_duration
   default_message_ttl = each.value.message_ttl
 
-  # An expired dispatch lands in the dead-letter queue (counted by
-  # /fleet/metrics); the job itself stays queued and the sweep re-dispatches it.
-  dead_lettering_on_message_expiration      = true
+  # An expired dispatch simply expires: the job stays queued in the store and
+  # the coordinator's sweep re-dispatches it with a new epoch. Dead-lettering
+  # it would only fill the dead-letter queue (it counts toward the topic's
+  # size). What does land there (past max_delivery_count, refused by a
+  # factory, a filter error) the sweep drains with functions_bus_dead_letters.
+  # shared/bus/servicebus provisions the same (tests/terraform_servicebus_test.go).
+  dead_lettering_on_message_expiration      = false
   dead_lettering_on_filter_evaluation_error = true
 }
 
@@ -67,10 +71,25 @@ resource "azurerm_servicebus_subscription_rule" "target" {
   }
 }
 
-# The coordinator only publishes; it never reads a subscription.
+# The coordinator publishes dispatches to the topic.
 resource "azurerm_role_assignment" "functions_bus_sender" {
   scope                = azurerm_servicebus_topic.dispatch.id
   role_definition_name = "Azure Service Bus Data Sender"
+  principal_id         = azurerm_user_assigned_identity.functions.principal_id
+  principal_type       = "ServicePrincipal"
+}
+
+# ...and its redispatch sweep drains each pool subscription's dead-letter
+# queue (a sub-queue: receiving from it needs Data Receiver on the
+# subscription), re-routing the jobs and emptying the queue. Granted per
+# subscription, not on the topic, like the factories' own grants. Depth
+# (runtime properties) would need the Manage right: not granted, so
+# /fleet/metrics reports no subscription depth in Azure.
+resource "azurerm_role_assignment" "functions_bus_dead_letters" {
+  for_each = var.factory_pools
+
+  scope                = azurerm_servicebus_subscription.pool[each.key].id
+  role_definition_name = "Azure Service Bus Data Receiver"
   principal_id         = azurerm_user_assigned_identity.functions.principal_id
   principal_type       = "ServicePrincipal"
 }

@@ -132,8 +132,9 @@ variable "factory_pools" {
     2 GiB per vCPU, the Consumption ratio), replica_timeout_seconds,
     polling_interval_seconds, env (extra non-secret environment).
     Subscription fields: max_delivery_count, lock_duration (at most PT5M),
-    message_ttl (expired dispatches are dead-lettered; the coordinator's sweep
-    re-dispatches the job).
+    message_ttl (an upper bound: each dispatch carries its own, shorter TTL;
+    expired dispatches are dropped, not dead-lettered, and the coordinator's
+    sweep re-dispatches the job).
   EOT
   type = map(object({
     kind                     = string

@@ -88,6 +88,11 @@ func openBus(ctx context.Context, l config.Lookup, cfg coord.Config, log *slog.L
 	return &transport{Dispatcher: d, client: client}, nil
 }
 
+// depthNotGranted stands for the figures when the broker refuses to count:
+// Service Bus needs the Manage right for it, which Terraform gives the
+// coordinator nowhere (terraform/README.md, "Grants").
+const depthNotGranted = "not granted: counting needs the Service Bus Manage right"
+
 // depths reports each factory's subscription depth, for /fleet/metrics.
 func (t *transport) depths(ctx context.Context, factories []*fleet.Factory) (any, error) {
 	out := map[string]int64{}
@@ -95,6 +100,9 @@ func (t *transport) depths(ctx context.Context, factories []*fleet.Factory) (any
 		n, err := t.client.Depth(ctx, f.ID)
 		if errors.Is(err, bus.ErrNotFound) {
 			continue // no subscription yet: nothing was ever sent to it
+		}
+		if errors.Is(err, servicebus.ErrUnauthorized) {
+			return map[string]any{"subscriptionDepth": depthNotGranted}, nil
 		}
 		if err != nil {
 			return nil, fmt.Errorf("depth of %s: %w", f.ID, err)

@@ -125,9 +125,22 @@ run "every_pool_has_a_filtered_subscription" {
   assert {
     condition = alltrue([
       for name, sub in azurerm_servicebus_subscription.pool :
-      sub.dead_lettering_on_message_expiration == true && sub.max_delivery_count == var.factory_pools[name].max_delivery_count && sub.lock_duration == var.factory_pools[name].lock_duration
+      sub.max_delivery_count == var.factory_pools[name].max_delivery_count && sub.lock_duration == var.factory_pools[name].lock_duration
     ])
-    error_message = "Subscriptions dead-letter expired messages and take max delivery count and lock duration from the pool."
+    error_message = "Subscriptions take max delivery count and lock duration from the pool."
+  }
+
+  assert {
+    condition = alltrue([
+      for name, sub in azurerm_servicebus_subscription.pool :
+      sub.dead_lettering_on_message_expiration == false && sub.dead_lettering_on_filter_evaluation_error == true
+    ])
+    error_message = "Expired dispatches expire (the sweep re-dispatches from the store); only undeliverable messages are dead-lettered."
+  }
+
+  assert {
+    condition     = alltrue([for rule in azurerm_servicebus_subscription_rule.target : rule.name == "target-factory"])
+    error_message = "The rule is named as shared/bus/servicebus provisions it (RuleName)."
   }
 
   assert {
@@ -264,6 +277,24 @@ run "factory_grants_are_scoped_to_their_subscription" {
       ra.principal_id == azurerm_user_assigned_identity.factory[name].principal_id
     ]) && toset(keys(azurerm_role_assignment.factory_bus_scaler)) == toset(["linux", "gpu", "arm"])
     error_message = "The KEDA grant goes to elastic pools only, on their own subscription."
+  }
+
+  assert {
+    condition = alltrue([
+      for name, ra in azurerm_role_assignment.functions_bus_dead_letters :
+      ra.role_definition_name == "Azure Service Bus Data Receiver" &&
+      ra.scope == azurerm_servicebus_subscription.pool[name].id &&
+      ra.principal_id == azurerm_user_assigned_identity.functions.principal_id
+    ]) && toset(keys(azurerm_role_assignment.functions_bus_dead_letters)) == toset(keys(var.factory_pools))
+    error_message = "The coordinator may receive from every pool subscription (its sweep drains their dead-letter queues), scoped to each subscription."
+  }
+
+  assert {
+    condition = length([
+      for ra in concat(values(azurerm_role_assignment.factory_bus_scaler), values(azurerm_role_assignment.functions_bus_dead_letters), [azurerm_role_assignment.functions_bus_sender]) :
+      ra if ra.principal_id == azurerm_user_assigned_identity.functions.principal_id && ra.role_definition_name == "Azure Service Bus Data Owner"
+    ]) == 0
+    error_message = "The coordinator gets no Manage right (Data Owner): it never reads depth in Azure."
   }
 
   assert {

@@ -14,11 +14,22 @@
 //
 // Options.ClientID selects a user-assigned managed identity; empty means
 // DefaultAzureCredential (workload identity, CLI login on a laptop).
-// Sending needs "Azure Service Bus Data Sender", receiving "Data Receiver".
-// The management calls (Depth via runtime properties, EnsureSubscription
-// with Provision, DeleteSubscription) go through the ATOM API and need
-// "Data Owner": give it to the coordinator (depth metrics) and to the
-// scaler, not to every factory.
+// Sending needs "Azure Service Bus Data Sender", receiving "Data Receiver";
+// so does receiving from a subscription's dead-letter queue
+// (ReceiveDeadLetters, the coordinator's sweep). The management calls
+// (Depth via runtime properties, EnsureSubscription with Provision,
+// DeleteSubscription) go through the ATOM API and need the Manage right
+// ("Data Owner"): Terraform gives it to each pool's scaler on its own
+// subscription and to nobody else, so the deployed coordinator reports no
+// depth (Depth fails with ErrUnauthorized).
+//
+// # Dead letters
+//
+// Expired messages are not dead-lettered (DeadLetterOnExpiration): the
+// sweep re-dispatches from the store. What still lands in a dead-letter
+// queue (past MaxDeliveries, a factory refusing a malformed message, a
+// filter error) is drained by the coordinator's sweep, which holds Data
+// Receiver on every pool subscription for that.
 //
 // # EnsureSubscription
 //
@@ -69,8 +80,21 @@ const (
 	DefaultLockDuration    = time.Minute
 	DefaultMaxDeliveries   = 10
 	DefaultDuplicateWindow = 10 * time.Minute
+)
+
+// The subscription model, which Terraform creates identically
+// (terraform/servicebus.tf; tests/terraform_servicebus_test.go compares).
+const (
 	// RuleName is the name of the correlation rule on targetFactoryId.
-	RuleName = "target"
+	RuleName = "target-factory"
+	// DeadLetterOnExpiration is off: an expired dispatch has been
+	// superseded (the sweep re-dispatches the job from the store with a
+	// new epoch), so it simply expires. Dead-lettering it would only fill
+	// the dead-letter queue, which counts toward the topic's size quota.
+	DeadLetterOnExpiration = false
+	// DeadLetterOnFilterError keeps a message whose rule failed to
+	// evaluate; the coordinator's sweep drains it like any dead letter.
+	DeadLetterOnFilterError = true
 )
 
 // propOrderingKey carries Message.OrderingKey as an application property,
@@ -263,6 +287,12 @@ func (c *Client) EnsureSubscription(ctx context.Context, sub string) error {
 			return fmt.Errorf("servicebus: subscription %s has RequiresSession=%t but the client is configured with Sessions=%t",
 				sub, got, c.opts.Sessions)
 		}
+		if got := existing.DeadLetteringOnMessageExpiration; got != nil && *got != DeadLetterOnExpiration {
+			// Not fatal either: the sweep drains dead letters. But expired
+			// dispatches would pile up there between sweeps.
+			c.log.WarnContext(ctx, "servicebus: subscription dead-letters expired messages; the fleet lets expired dispatches expire (set dead_lettering_on_message_expiration = false)",
+				"subscription", sub)
+		}
 		if got := existing.MaxDeliveryCount; got != nil && int(*got) != c.opts.MaxDeliveries {
 			// Not fatal: the entity wins. Limits() would misreport it.
 			c.log.WarnContext(ctx, "servicebus: subscription max delivery count differs from Options.MaxDeliveries",
@@ -289,12 +319,11 @@ func (c *Client) EnsureSubscription(ctx context.Context, sub string) error {
 // same.
 func (c *Client) subscriptionProperties(sub string) *admin.SubscriptionProperties {
 	return &admin.SubscriptionProperties{
-		LockDuration:     to.Ptr(isoDuration(c.opts.LockDuration)),
-		MaxDeliveryCount: to.Ptr(int32(c.opts.MaxDeliveries)),
-		RequiresSession:  to.Ptr(c.opts.Sessions),
-		// An expired dispatch has been superseded (the sweep re-dispatches
-		// with a new epoch); dead-lettering it would only add noise.
-		DeadLetteringOnMessageExpiration: to.Ptr(false),
+		LockDuration:                     to.Ptr(isoDuration(c.opts.LockDuration)),
+		MaxDeliveryCount:                 to.Ptr(int32(c.opts.MaxDeliveries)),
+		RequiresSession:                  to.Ptr(c.opts.Sessions),
+		DeadLetteringOnMessageExpiration: to.Ptr(DeadLetterOnExpiration),
+		EnableDeadLetteringOnFilterEvaluationExceptions: to.Ptr(DeadLetterOnFilterError),
 		// The only rule: created with the subscription, so there is never
 		// a moment with the $Default true filter.
 		DefaultRule: &admin.RuleProperties{

@@ -1,14 +1,17 @@
 package servicebus
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/Azure/go-amqp"
@@ -133,7 +136,8 @@ func TestProvisionedRuleRoutesBySubscription(t *testing.T) {
 	require.Equal(t, "PT90S", *props.LockDuration)
 	require.EqualValues(t, 7, *props.MaxDeliveryCount)
 	require.False(t, *props.RequiresSession)
-	require.False(t, *props.DeadLetteringOnMessageExpiration)
+	require.False(t, *props.DeadLetteringOnMessageExpiration, "expired dispatches expire; the sweep re-dispatches")
+	require.True(t, *props.EnableDeadLetteringOnFilterEvaluationExceptions)
 	require.Equal(t, RuleName, props.DefaultRule.Name)
 	require.Equal(t, &admin.CorrelationFilter{ApplicationProperties: map[string]any{"targetFactoryId": "mac-1.local"}},
 		props.DefaultRule.Filter)
@@ -183,6 +187,30 @@ func TestEnsureSubscriptionWithoutProvision(t *testing.T) {
 	owner := newClient(opts, fakeClient{ns}, fakeAdmin{ns: ns, err: forbidden})
 	t.Cleanup(func() { _ = owner.Close(context.Background()) })
 	require.ErrorIs(t, owner.EnsureSubscription(ctx, "mac-9"), ErrUnauthorized)
+}
+
+// A subscription made before expired dispatches stopped being dead-lettered
+// (or by hand) still works, and says what to change.
+func TestEnsureSubscriptionWarnsOnExpiryDeadLettering(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	ns := newFakeNamespace(DefaultTopic)
+	require.NoError(t, newFake(t, ns, fakeOptions(false)).EnsureSubscription(ctx, "pool-1"))
+	require.NoError(t, newFake(t, ns, fakeOptions(false)).EnsureSubscription(ctx, "pool-2"))
+	ns.mu.Lock()
+	ns.subs[DefaultTopic+"/pool-2"].props.DeadLetteringOnMessageExpiration = to.Ptr(true)
+	ns.mu.Unlock()
+
+	var logs bytes.Buffer
+	opts := fakeOptions(false)
+	opts.Provision = false
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	c := newFake(t, ns, opts)
+	require.NoError(t, c.EnsureSubscription(ctx, "pool-1"))
+	require.Empty(t, logs.String(), "a subscription as provisioned: nothing to say")
+	require.NoError(t, c.EnsureSubscription(ctx, "pool-2"), "the entity wins")
+	require.Contains(t, logs.String(), "dead_lettering_on_message_expiration = false")
+	require.Contains(t, logs.String(), "subscription=pool-2")
 }
 
 func TestEnsureSubscriptionRaceIsHarmless(t *testing.T) {
