@@ -77,12 +77,13 @@ resource "azurerm_container_app_job" "pool" {
       rules {
         name             = "dispatch-depth"
         custom_rule_type = "azure-servicebus"
-        # One execution per waiting message: each execution claims one job.
+        # An execution's replicas take one message each: one execution per
+        # `parallelism` waiting messages (README, "Elastic pool scaling").
         metadata = {
           namespace        = azurerm_servicebus_namespace.this.name
           topicName        = azurerm_servicebus_topic.dispatch.name
           subscriptionName = azurerm_servicebus_subscription.pool[each.key].name
-          messageCount     = "1"
+          messageCount     = tostring(each.value.parallelism)
         }
         identity_id = azurerm_user_assigned_identity.factory[each.key].id
       }

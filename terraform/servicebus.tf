@@ -10,6 +10,13 @@ locals {
   servicebus_fqdn = trimsuffix(trimsuffix(trimprefix(azurerm_servicebus_namespace.this.endpoint, "https://"), "/"), ":443")
 
   elastic_pools = { for name, pool in var.factory_pools : name => pool if pool.kind == "elastic" }
+
+  # redispatch_after (a Go duration) in seconds: the coordinator's redispatch
+  # age and the TTL of every dispatch message.
+  dispatch_ttl_seconds = sum(concat([0], [
+    for m in regexall("([0-9]+(?:\\.[0-9]+)?)(ms|s|m|h)", var.redispatch_after) :
+    tonumber(m[0]) * { ms = 0.001, s = 1, m = 60, h = 3600 }[m[1]]
+  ]))
 }
 
 resource "azurerm_servicebus_namespace" "this" {
@@ -53,6 +60,16 @@ resource "azurerm_servicebus_subscription" "pool" {
   # shared/bus/servicebus provisions the same (tests/terraform_servicebus_test.go).
   dead_lettering_on_message_expiration      = false
   dead_lettering_on_filter_evaluation_error = true
+
+  lifecycle {
+    # KEDA sees a dispatch at most one polling interval after it is sent and
+    # the execution it starts receives after its cold start: the message
+    # must still be there (README, "Elastic pool scaling").
+    precondition {
+      condition     = each.value.kind != "elastic" || each.value.polling_interval_seconds + each.value.cold_start_seconds <= local.dispatch_ttl_seconds
+      error_message = "Elastic pool ${each.key}: polling_interval_seconds (${each.value.polling_interval_seconds}) + cold_start_seconds (${each.value.cold_start_seconds}) exceeds redispatch_after (${var.redispatch_after}), the dispatch TTL: messages would expire before the execution started for them can receive. Raise redispatch_after or lower the other two."
+    }
+  }
 }
 
 # The only rule on each subscription (the provider deletes $Default, see

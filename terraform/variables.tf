@@ -130,7 +130,11 @@ variable "factory_pools" {
     Elastic-only fields: image, parallelism (replicas per execution, each
     running `--once`), max_executions, cpu (memory is
     2 GiB per vCPU, the Consumption ratio), replica_timeout_seconds,
-    polling_interval_seconds, env (extra non-secret environment).
+    polling_interval_seconds, cold_start_seconds (the longest an execution
+    may take from KEDA's decision until it receives: image pull, start,
+    cloning FLEET_REPO_URLS; polling_interval_seconds + cold_start_seconds
+    must not exceed redispatch_after, the dispatch TTL), env (extra
+    non-secret environment).
     Subscription fields: max_delivery_count, lock_duration (at most PT5M),
     message_ttl (an upper bound: each dispatch carries its own, shorter TTL;
     expired dispatches are dropped, not dead-lettered, and the coordinator's
@@ -144,6 +148,7 @@ variable "factory_pools" {
     cpu                      = optional(number, 1)
     replica_timeout_seconds  = optional(number, 3600)
     polling_interval_seconds = optional(number, 30)
+    cold_start_seconds       = optional(number, 120)
     env                      = optional(map(string), {})
     max_delivery_count       = optional(number, 5)
     lock_duration            = optional(string, "PT1M")
@@ -192,6 +197,11 @@ variable "factory_pools" {
       p.polling_interval_seconds >= 5 && p.polling_interval_seconds <= 3600
     ])
     error_message = "factory_pools[*].replica_timeout_seconds must be in 60-86400 and polling_interval_seconds in 5-3600."
+  }
+
+  validation {
+    condition     = alltrue([for p in values(var.factory_pools) : p.cold_start_seconds >= 0 && p.cold_start_seconds <= 3600])
+    error_message = "factory_pools[*].cold_start_seconds must be in 0-3600."
   }
 
   validation {
@@ -334,9 +344,9 @@ variable "lease_ttl" {
 }
 
 variable "redispatch_after" {
-  description = "Age after which a queued job's dispatch is considered lost and re-sent, a Go duration (FLEET_REDISPATCH_AFTER)."
+  description = "Age after which a queued job's dispatch is considered lost and re-sent, a Go duration (FLEET_REDISPATCH_AFTER). It is also every dispatch message's TTL, so it must cover an elastic pool's polling interval plus its cold start (checked at plan; README, \"Elastic pool scaling\")."
   type        = string
-  default     = "2m"
+  default     = "5m"
 
   validation {
     condition     = can(regex("^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$", var.redispatch_after))

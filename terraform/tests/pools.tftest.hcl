@@ -173,10 +173,19 @@ run "elastic_pools_scale_with_their_own_identity" {
         namespace        = azurerm_servicebus_namespace.this.name
         topicName        = "fleet-dispatch"
         subscriptionName = name
-        messageCount     = "1"
+        messageCount     = tostring(var.factory_pools[name].parallelism)
       })
     ])
-    error_message = "Each job's KEDA rule watches its pool's subscription, authenticated with its pool's identity."
+    error_message = "Each job's KEDA rule watches its pool's subscription, authenticated with its pool's identity, one execution per parallelism messages."
+  }
+
+  assert {
+    condition = (
+      azurerm_container_app_job.pool["linux"].event_trigger_config[0].scale[0].rules[0].metadata["messageCount"] == "2" &&
+      azurerm_container_app_job.pool["gpu"].event_trigger_config[0].scale[0].rules[0].metadata["messageCount"] == "1" &&
+      azurerm_container_app_job.pool["gpu"].event_trigger_config[0].scale[0].polling_interval_in_seconds == 30
+    )
+    error_message = "A two-replica execution takes two messages, a one-replica execution one; KEDA polls every 30 s by default."
   }
 
   assert {

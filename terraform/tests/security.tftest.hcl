@@ -145,7 +145,7 @@ run "fleet_settings_have_their_defaults" {
         FLEET_GC_SCHEDULE         = "0 0 * * * *"
         FLEET_PRUNE_SCHEDULE      = "*/30 * * * * *"
         FLEET_LEASE_TTL           = "5m"
-        FLEET_REDISPATCH_AFTER    = "2m"
+        FLEET_REDISPATCH_AFTER    = "5m" # the dispatch TTL: 2m on one machine, 5m to cover a cold start
         FLEET_BUS                 = "servicebus"
         FLEET_STORE               = "cosmos"
         FLEET_COSMOS_DATABASE     = "fleet"

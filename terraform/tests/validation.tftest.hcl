@@ -137,3 +137,33 @@ run "database_name_has_no_slash" {
   }
   expect_failures = [var.cosmos_database_name]
 }
+
+# A dispatch must outlive KEDA's polling interval plus the cold start of the
+# execution started for it (README, "Elastic pool scaling").
+run "dispatch_ttl_covers_polling_and_cold_start" {
+  command = plan
+  variables {
+    redispatch_after = "2m"
+    factory_pools = {
+      linux = { kind = "elastic", image = "fleetacr.azurecr.io/factory:1.0.0", polling_interval_seconds = 30, cold_start_seconds = 120 }
+    }
+  }
+  expect_failures = [azurerm_servicebus_subscription.pool, check.factory_tokens]
+}
+
+run "dispatch_ttl_parses_compound_durations" {
+  command = plan
+  variables {
+    redispatch_after = "2m30s"
+    factory_pools = {
+      linux = { kind = "elastic", image = "fleetacr.azurecr.io/factory:1.0.0", polling_interval_seconds = 30, cold_start_seconds = 120 }
+      mac-1 = { kind = "static", polling_interval_seconds = 3600, cold_start_seconds = 3600 }
+    }
+  }
+  expect_failures = [check.factory_tokens]
+
+  assert {
+    condition     = local.dispatch_ttl_seconds == 150
+    error_message = "2m30s is 150 seconds; a static pool is not held to the elastic bound."
+  }
+}
