@@ -226,6 +226,9 @@ func (l *Launcher) tick(ctx context.Context) {
 	if n == 0 {
 		return
 	}
+	// An execution without a token would only fail; the factory reads the
+	// file itself (FLEET_FACTORY_TOKEN_FILE), so the token is never in its
+	// environment.
 	token, err := os.ReadFile(l.o.Pool.TokenFile)
 	if err != nil || len(strings.TrimSpace(string(token))) == 0 {
 		l.log.Warn("pool has messages but no token yet; enroll it and write its token file",
@@ -234,7 +237,7 @@ func (l *Launcher) tick(ctx context.Context) {
 	}
 	l.log.Info("pool scaling", "depth", depth, "running", running, "pending", pending, "starting", n)
 	for range n {
-		if err := l.start(strings.TrimSpace(string(token))); err != nil {
+		if err := l.start(); err != nil {
 			l.log.Error("start pool execution", "err", err)
 			return
 		}
@@ -256,7 +259,7 @@ func (l *Launcher) counts() (running, pending int64) {
 // env is the execution's environment: a clean one (the stack's own
 // settings, its operator token above all, are not the factory's), then
 // the pool's, then the stack's, then the per-execution identity and dirs.
-func (l *Launcher) env(token, dir string) []string {
+func (l *Launcher) env(dir string) []string {
 	m := map[string]string{}
 	for _, k := range []string{"PATH", "HOME", "TMPDIR", "LANG", "USER"} {
 		if v, ok := os.LookupEnv(k); ok {
@@ -272,7 +275,8 @@ func (l *Launcher) env(token, dir string) []string {
 		m[k] = v
 	}
 	m["FLEET_FACTORY_ID"] = l.o.Pool.Name
-	m["FLEET_FACTORY_TOKEN"] = token
+	delete(m, "FLEET_FACTORY_TOKEN")
+	m["FLEET_FACTORY_TOKEN_FILE"] = l.o.Pool.TokenFile
 	m["FLEET_WORK_DIR"] = filepath.Join(dir, "work")
 	out := make([]string, 0, len(m))
 	for k, v := range m {
@@ -282,7 +286,7 @@ func (l *Launcher) env(token, dir string) []string {
 	return out
 }
 
-func (l *Launcher) start(token string) error {
+func (l *Launcher) start() error {
 	l.mu.Lock()
 	l.seq++
 	n := l.seq
@@ -302,7 +306,7 @@ func (l *Launcher) start(token string) error {
 	}
 	args := l.o.Pool.Command
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, l.env(token, dir), pw, pw
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, l.env(dir), pw, pw
 	if err := cmd.Start(); err != nil {
 		_, _, _ = logf.Close(), pr.Close(), pw.Close()
 		return fmt.Errorf("%s: %w", args[0], err)
