@@ -3,7 +3,6 @@ package coord_test
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -184,19 +183,25 @@ func TestSweepFailsStrandedDependants(t *testing.T) {
 
 	m, err := e.c.Metrics(e.ctx, prod)
 	require.NoError(t, err)
-	require.True(t, hasAlert(m.Alerts, "blocked_on_failed"), "alerts: %v", m.Alerts)
+	require.True(t, hasAlert(m.Alerts, fleet.AlertBlockedOnFailed), "alerts: %v", m.Alerts)
+	for _, a := range m.Alerts {
+		if a.Kind == fleet.AlertBlockedOnFailed {
+			require.Equal(t, prod+"/"+waiter.ID, a.Subject)
+			require.Equal(t, fleet.SeverityWarning, a.Severity)
+		}
+	}
 
 	_, err = e.c.Redispatch(e.ctx)
 	require.NoError(t, err)
 	requireDependencyFailed(t, e, waiter.ID)
 	m, err = e.c.Metrics(e.ctx, prod)
 	require.NoError(t, err)
-	require.False(t, hasAlert(m.Alerts, "blocked_on_failed"), "alerts: %v", m.Alerts)
+	require.False(t, hasAlert(m.Alerts, fleet.AlertBlockedOnFailed), "alerts: %v", m.Alerts)
 }
 
-func hasAlert(alerts []string, kind string) bool {
+func hasAlert(alerts []fleet.Alert, kind fleet.AlertKind) bool {
 	for _, a := range alerts {
-		if strings.HasPrefix(a, kind+":") {
+		if a.Kind == kind {
 			return true
 		}
 	}

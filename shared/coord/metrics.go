@@ -21,7 +21,7 @@ type Metrics struct {
 	Factories FactoryMetrics `json:"factories"`
 	Jobs      map[string]int `json:"jobs"` // active jobs by stage
 	Starving  []StarvingJob  `json:"starving"`
-	Alerts    []string       `json:"alerts"`
+	Alerts    []fleet.Alert  `json:"alerts"`
 	// Coord and Adapters cover every product; nil for a product-scoped
 	// reader.
 	Coord *StatsSnapshot `json:"coordinator,omitempty"`
@@ -38,6 +38,11 @@ type FactoryMetrics struct {
 	Load        int            `json:"load"`
 	Utilization float64        `json:"utilization"`
 }
+
+// DeadLetterAlertWindow is how long a dead-lettered job stays an alert: long
+// enough for an operator to see it the next working day; the job itself
+// stays in dead_letter until requeued.
+const DeadLetterAlertWindow = 24 * time.Hour
 
 // StarvingJob is a queued job waiting past StarvationAge.
 type StarvingJob struct {
@@ -70,7 +75,7 @@ func (c *Coordinator) AddMetrics(name string, src MetricsSource) {
 // that product only.
 func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, error) {
 	now := c.now()
-	m := &Metrics{At: now, Jobs: map[string]int{}, Starving: []StarvingJob{}, Alerts: []string{},
+	m := &Metrics{At: now, Jobs: map[string]int{}, Starving: []StarvingJob{}, Alerts: []fleet.Alert{},
 		Factories: FactoryMetrics{ByHealth: map[string]int{}}}
 	stats := c.Stats()
 	m.Coord = &stats
@@ -111,24 +116,54 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		}
 		return st, err
 	}
-	blockedOnFailed := 0
+	var blockedOnFailed []fleet.Alert
+	starvingRepo := map[string]bool{} // product/repo already alerted
 	for _, j := range jobs {
 		m.Jobs[string(j.Stage)]++
 		if j.Stage == fleet.StageBlocked {
 			// Normally failed at once when the dependency ends; one still
 			// blocked was missed (a crash) and waits for the sweep.
-			if v, _, err := c.depsState(ctx, j, lookup); err == nil && v == depsBroken {
-				blockedOnFailed++
+			if v, why, err := c.depsState(ctx, j, lookup); err == nil && v == depsBroken {
+				blockedOnFailed = append(blockedOnFailed, fleet.Alert{Kind: fleet.AlertBlockedOnFailed,
+					Severity: fleet.SeverityWarning, Subject: j.ProductID + "/" + j.ID, Since: j.UpdatedAt,
+					Message: "blocked on a dependency that ended unshipped (" + why + "); the redispatch sweep fails it with dependency_failed"})
 			}
 			continue
 		}
 		if j.Stage != fleet.StageQueued {
 			continue
 		}
-		if waited := now.Sub(j.QueuedAt); waited >= StarvationAge {
-			m.Starving = append(m.Starving, StarvingJob{JobID: j.ID, ProductID: j.ProductID,
-				WaitingFor: waited.Round(time.Second).String(), Reason: j.Dispatch.Unroutable})
+		waited := now.Sub(j.QueuedAt)
+		if waited < StarvationAge {
+			continue
 		}
+		m.Starving = append(m.Starving, StarvingJob{JobID: j.ID, ProductID: j.ProductID,
+			WaitingFor: waited.Round(time.Second).String(), Reason: j.Dispatch.Unroutable})
+		// Jobs are oldest first: the first starving job of a repo is its
+		// oldest, and the one alert for that product and repo.
+		if subject := j.ProductID + "/" + j.Repo; !starvingRepo[subject] {
+			starvingRepo[subject] = true
+			msg := "job " + j.ID + " has been queued for " + waited.Round(time.Second).String()
+			if j.Dispatch.Unroutable != "" {
+				msg += ": " + j.Dispatch.Unroutable
+			}
+			m.Alerts = append(m.Alerts, fleet.Alert{Kind: fleet.AlertStarving, Severity: fleet.SeverityWarning,
+				Subject: subject, Since: j.QueuedAt, Message: msg})
+		}
+	}
+	m.Alerts = append(m.Alerts, blockedOnFailed...)
+	dead, err := c.queryJobs(ctx, Query{PartitionKey: productID, Where: []Cond{Eq("stage", string(fleet.StageDeadLetter))}})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(dead, func(a, b *fleet.Job) int { return cmp.Or(a.UpdatedAt.Compare(b.UpdatedAt), strings.Compare(a.ID, b.ID)) })
+	for _, j := range dead {
+		if now.Sub(j.UpdatedAt) >= DeadLetterAlertWindow {
+			continue
+		}
+		m.Alerts = append(m.Alerts, fleet.Alert{Kind: fleet.AlertDeadLetter, Severity: fleet.SeverityCritical,
+			Subject: j.ProductID + "/" + j.ID, Since: j.UpdatedAt,
+			Message: "dead-lettered after " + strconv.Itoa(j.Attempts) + " attempt(s); requeue or cancel it"})
 	}
 	for name, src := range c.metricSources {
 		if m.Adapters == nil {
@@ -140,14 +175,19 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		}
 		m.Adapters[name] = v
 	}
-	if n := len(m.Starving); n > 0 {
-		m.Alerts = append(m.Alerts, "queue_starvation: "+strconv.Itoa(n)+" job(s) queued for more than 30m")
-	}
-	if blockedOnFailed > 0 {
-		m.Alerts = append(m.Alerts, "blocked_on_failed: "+strconv.Itoa(blockedOnFailed)+" blocked job(s) wait on a dependency that ended unshipped; the sweep fails them (dependency_failed)")
-	}
-	if down := m.Factories.ByHealth[string(fleet.HealthDown)] + m.Factories.ByHealth[string(fleet.HealthStale)]; down > 0 {
-		m.Alerts = append(m.Alerts, "factories_unhealthy: "+strconv.Itoa(down)+" factory(ies) stale or down")
+	for _, f := range factories {
+		if f.Health != fleet.HealthStale && f.Health != fleet.HealthDown {
+			continue
+		}
+		since := f.LastHeartbeatAt
+		if since.IsZero() {
+			since = f.EnrolledAt
+		}
+		sev, msg := fleet.SeverityWarning, "silent for "+now.Sub(since).Round(time.Second).String()+": stale, not offered new work"
+		if f.Health == fleet.HealthDown {
+			sev, msg = fleet.SeverityCritical, "silent for "+now.Sub(since).Round(time.Second).String()+": down, its leases are reaped as they expire"
+		}
+		m.Alerts = append(m.Alerts, fleet.Alert{Kind: fleet.AlertStaleFactory, Severity: sev, Subject: f.ID, Since: since, Message: msg})
 	}
 	return m, nil
 }

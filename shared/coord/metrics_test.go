@@ -34,7 +34,9 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, stuck.ID, m.Starving[0].JobID)
 	require.Equal(t, "30m0s", m.Starving[0].WaitingFor)
 	require.Equal(t, "unroutable: no factory has capability gpu:a100", m.Starving[0].Reason)
-	require.Equal(t, []string{"queue_starvation: 1 job(s) queued for more than 30m"}, m.Alerts)
+	require.Equal(t, []fleet.Alert{{Kind: fleet.AlertStarving, Severity: fleet.SeverityWarning,
+		Subject: prod + "/" + stuck.Repo, Since: stuck.QueuedAt,
+		Message: "job " + stuck.ID + " has been queued for 30m0s: unroutable: no factory has capability gpu:a100"}}, m.Alerts)
 	require.Equal(t, int64(1), m.Coord.Claims)
 
 	// f1 has been silent for 30 minutes: down once the prune has run.
@@ -42,7 +44,8 @@ func TestMetrics(t *testing.T) {
 	require.NoError(t, err)
 	m, err = e.c.Metrics(e.ctx, "")
 	require.NoError(t, err)
-	require.Contains(t, m.Alerts, "factories_unhealthy: 1 factory(ies) stale or down")
+	require.Contains(t, m.Alerts, fleet.Alert{Kind: fleet.AlertStaleFactory, Severity: fleet.SeverityCritical,
+		Subject: "f1", Since: m.At.Add(-coord.StarvationAge), Message: "silent for 30m0s: down, its leases are reaped as they expire"})
 	require.Equal(t, map[string]int{string(fleet.HealthDown): 1}, m.Factories.ByHealth)
 }
 
@@ -70,4 +73,42 @@ func TestMetricsStarvingOldestFirst(t *testing.T) {
 	require.Equal(t, []string{second.ID, first.ID}, []string{m.Starving[0].JobID, m.Starving[1].JobID})
 	require.Equal(t, "31m0s", m.Starving[0].WaitingFor)
 	require.Equal(t, "30m0s", m.Starving[1].WaitingFor)
+}
+
+// TestMetricsAlerts: alerts are objects with kind, severity, subject, since
+// and message (API.md): one starving alert per product and repo naming its
+// oldest job, a critical dead_letter alert per job that dead-lettered within
+// DeadLetterAlertWindow, and none after it.
+func TestMetricsAlerts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	oldest := e.submit("title: oldest in r", "capabilities: [gpu:a100]")
+	e.clock.Advance(time.Minute)
+	e.submit("title: younger in r", "capabilities: [gpu:a100]")
+	e.factory("f1")
+	dead := e.submit("title: doomed", "maxAttempts: 1", "priority: high")
+	cl := e.claim("f1")
+	require.Equal(t, dead.ID, cl.Job.ID)
+	_, err := e.c.Fail(e.ctx, "f1", prod, dead.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "flaky", Retryable: true})
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageDeadLetter, e.job(dead.ID).Stage)
+	deadAt := e.clock.Now()
+
+	e.clock.Advance(coord.StarvationAge)
+	m, err := e.c.Metrics(e.ctx, prod)
+	require.NoError(t, err)
+	require.Len(t, m.Starving, 2, "the list names every starving job")
+	require.Equal(t, []fleet.Alert{
+		{Kind: fleet.AlertStarving, Severity: fleet.SeverityWarning, Subject: prod + "/" + oldest.Repo, Since: oldest.QueuedAt,
+			Message: "job " + oldest.ID + " has been queued for 31m0s"},
+		{Kind: fleet.AlertDeadLetter, Severity: fleet.SeverityCritical, Subject: prod + "/" + dead.ID, Since: deadAt,
+			Message: "dead-lettered after 1 attempt(s); requeue or cancel it"},
+	}, m.Alerts)
+
+	e.clock.Advance(coord.DeadLetterAlertWindow)
+	m, err = e.c.Metrics(e.ctx, prod)
+	require.NoError(t, err)
+	for _, a := range m.Alerts {
+		require.NotEqual(t, fleet.AlertDeadLetter, a.Kind, "a day-old dead letter is no longer an alert")
+	}
 }

@@ -1,0 +1,43 @@
+package fleet
+
+import "time"
+
+// AlertKind names a condition an operator should look at (API.md, "Metrics
+// and alerts").
+type AlertKind string
+
+// Alert kinds. Budget and cancel alerts come with budgets and acknowledged
+// cancel.
+const (
+	// AlertStarving: the oldest queued job of a product and repo has waited
+	// past the starvation bound.
+	AlertStarving AlertKind = "starving"
+	// AlertStaleFactory: a factory has been silent past StaleAfter (warning)
+	// or DownAfter (critical).
+	AlertStaleFactory AlertKind = "stale_factory"
+	// AlertDeadLetter: a job used up its attempts and waits for an operator.
+	AlertDeadLetter AlertKind = "dead_letter"
+	// AlertBlockedOnFailed: a blocked job waits on a dependency that ended
+	// unshipped; the sweep fails it (dependency_failed).
+	AlertBlockedOnFailed AlertKind = "blocked_on_failed"
+)
+
+// Severity ranks alerts.
+type Severity string
+
+// Severities.
+const (
+	SeverityWarning  Severity = "warning"
+	SeverityCritical Severity = "critical"
+)
+
+// Alert is one open condition: what kind, how bad, what it is about
+// ("product/repo", a factory id, "product/job"), since when, and a sentence
+// for a person.
+type Alert struct {
+	Kind     AlertKind `json:"kind"`
+	Severity Severity  `json:"severity"`
+	Subject  string    `json:"subject"`
+	Since    time.Time `json:"since"`
+	Message  string    `json:"message"`
+}
