@@ -20,6 +20,7 @@ import (
 
 	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
+	"github.com/gigafactory/fleet/infra/factory/internal/engine"
 	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
@@ -87,6 +88,10 @@ type Agent struct {
 	jobs    sync.WaitGroup
 	gcMu    sync.Mutex
 
+	// runAs is the account engines run as (FLEET_ENGINE_USER), nil for
+	// the factory's own.
+	runAs *engine.User
+
 	hbMu     sync.Mutex
 	lastLoad int
 	detected *caps.Result // static capabilities, detected once
@@ -138,7 +143,16 @@ func (a *Agent) runningDispatch(job string) int64 {
 // one message is handled. On shutdown every running job is checkpointed
 // and released before Run returns.
 func (a *Agent) Run(ctx context.Context) Outcome {
-	if err := os.MkdirAll(a.jobsDir(), 0o700); err != nil {
+	if a.cfg.EngineUser != "" {
+		u, err := a.engineUser()
+		if err != nil {
+			a.log.ErrorContext(ctx, "engines cannot run as "+a.cfg.EngineUser, "err", err)
+			return OutcomeError
+		}
+		a.runAs = u
+		a.log.InfoContext(ctx, "engines run as another user", "user", u.Name, "uid", u.UID)
+	}
+	if err := os.MkdirAll(a.jobsDir(), a.dirMode()); err != nil {
 		a.log.ErrorContext(ctx, "create jobs dir", "err", err)
 		return OutcomeError
 	}
@@ -447,6 +461,34 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 }
 
 func (a *Agent) jobsDir() string { return filepath.Join(a.cfg.WorkDir, "jobs") }
+
+// dirMode is the mode of job directories: the engine's user must pass
+// through them to read its prompt file, and list nothing.
+func (a *Agent) dirMode() os.FileMode {
+	if a.runAs != nil {
+		return 0o711
+	}
+	return 0o700
+}
+
+// engineUser resolves FLEET_ENGINE_USER and checks the factory can run
+// engines as that user and that they can reach their files.
+func (a *Agent) engineUser() (*engine.User, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%s needs the factory to run as root (it runs as uid %d)", config.EnvEngineUser, os.Geteuid())
+	}
+	u, err := engine.LookupUser(a.cfg.EngineUser)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(a.jobsDir(), 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(a.jobsDir(), 0o711); err != nil {
+		return nil, err
+	}
+	return u, errors.Join(u.CheckReach(a.git.WorktreesDir()), u.CheckReach(a.jobsDir()))
+}
 
 // sleep waits d or until ctx ends; it reports whether d passed.
 func sleep(ctx context.Context, d time.Duration) bool {

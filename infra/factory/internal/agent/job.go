@@ -146,7 +146,7 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 		}
 	}
 	jb.dir = filepath.Join(a.jobsDir(), gitwt.RunName(j.ID, cl.LeaseEpoch))
-	if err := os.MkdirAll(jb.dir, 0o700); err != nil {
+	if err := os.MkdirAll(jb.dir, a.dirMode()); err != nil {
 		return jb.fail(reasonGit, fmt.Sprintf("create job dir: %v", err), true)
 	}
 	defer os.RemoveAll(jb.dir)
@@ -161,6 +161,13 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 		return jb.stopped(err, "prepare worktree")
 	}
 	jb.wt = wt
+	if a.runAs != nil {
+		// The engine's user gets the worktree's files; the git directory
+		// (in the mirror) stays the factory's, read-only to it.
+		if err := a.runAs.Give(wt.Path); err != nil {
+			return jb.fail(reasonGit, fmt.Sprintf("hand the worktree to %s: %v", a.runAs.Name, err), true)
+		}
+	}
 	jb.lastWIP = ""
 	if wt.Resumed {
 		jb.lastWIP = wt.Base
@@ -231,6 +238,11 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	if err := os.WriteFile(promptPath, []byte(j.Body), 0o600); err != nil {
 		return engine.Result{}, err
 	}
+	if a.runAs != nil {
+		if err := os.Chown(promptPath, int(a.runAs.UID), int(a.runAs.GID)); err != nil {
+			return engine.Result{}, err
+		}
+	}
 	vars := engine.Vars{Prompt: j.Body, PromptFile: promptPath, JobID: j.ID, Repo: j.Repo, Title: j.Title,
 		Branch: gitwt.JobBranch(j.ID), Worktree: jb.wt.Path}
 	exp, err := engine.Expand(tmpl, vars)
@@ -238,6 +250,9 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 		return engine.Result{}, fmt.Errorf("engine %s: %w", name, err)
 	}
 	spec := engine.Spec{Argv: exp.Argv, Dir: jb.wt.Path, Env: append(jb.env(name, promptPath), exp.Env...), LogPath: jb.logPath, Grace: a.cfg.KillGrace}
+	if a.runAs != nil {
+		spec.User, spec.Env = a.runAs, a.runAs.Env(spec.Env)
+	}
 	if !exp.UsesPrompt {
 		f, err := os.Open(promptPath)
 		if err != nil {
@@ -467,7 +482,9 @@ func (jb *job) shipHook(ctx context.Context, head string, changed bool) error {
 	env := append(jb.env(jb.a.cfg.DefaultEngine, filepath.Join(jb.dir, "prompt.md")),
 		"FLEET_JOB_HEAD="+head, "FLEET_JOB_CHANGED="+strconv.FormatBool(changed),
 		"FLEET_JOB_RESULT_BRANCH="+gitwt.JobBranch(jb.j.ID))
-	env = append(env, exp.Env...)
+	// The hook is the operator's and runs as the factory, in a worktree
+	// whose files the engine wrote: its git must not follow them.
+	env = jb.wt.CommandEnv(append(env, exp.Env...))
 	res, err := engine.Run(ctx, engine.Spec{Argv: exp.Argv, Dir: jb.wt.Path, Env: env, LogPath: jb.logPath, Grace: jb.a.cfg.KillGrace})
 	if err != nil {
 		return fmt.Errorf("ship hook: %w", err)

@@ -35,6 +35,7 @@ const (
 	EnvWorkDir            = "FLEET_WORK_DIR"
 	EnvSeats              = "FLEET_SEATS"
 	EnvEnginePrefix       = "FLEET_ENGINE_"
+	EnvEngineUser         = "FLEET_ENGINE_USER" // a setting, not an engine named "user"
 	EnvDefaultEngine      = "FLEET_DEFAULT_ENGINE"
 	EnvShipStage          = "FLEET_SHIP_STAGE"
 	EnvShipHook           = "FLEET_SHIP_HOOK"
@@ -111,6 +112,9 @@ type Config struct {
 	// Engines maps an engine name (lower case) to its command template.
 	Engines       map[string]string
 	DefaultEngine string
+	// EngineUser is the account engines run as (name or uid); empty runs
+	// them as the factory's own user.
+	EngineUser string
 
 	ShipStage string
 	ShipHook  string
@@ -172,6 +176,7 @@ func Parse(args, env []string) (Config, error) {
 	fs.StringVar(&seats, "seats", e[EnvSeats], "concurrent jobs ("+EnvSeats+")")
 	fs.Var(&extraCaps, "capability", "extra capability to advertise, kind:value; repeatable ("+EnvCapabilities+", comma-separated)")
 	fs.Var(&engines, "engine", "name=command template; repeatable ("+EnvEnginePrefix+"<NAME>)")
+	fs.StringVar(&c.EngineUser, "engine-user", e[EnvEngineUser], "run engines as this user (name or uid); the factory must run as root ("+EnvEngineUser+")")
 	fs.StringVar(&c.DefaultEngine, "default-engine", e[EnvDefaultEngine], "engine for jobs that name none ("+EnvDefaultEngine+")")
 	fs.StringVar(&c.ShipStage, "ship-stage", e[EnvShipStage], "stage a finished job without a review gate goes to: shipped or testing ("+EnvShipStage+")")
 	fs.StringVar(&c.ShipHook, "ship-hook", e[EnvShipHook], "command template run after the result branch is pushed ("+EnvShipHook+")")
@@ -374,7 +379,7 @@ func Parse(args, env []string) (Config, error) {
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		name, ok := strings.CutPrefix(k, EnvEnginePrefix)
-		if !ok || name == "" {
+		if !ok || name == "" || k == EnvEngineUser {
 			continue
 		}
 		addEngine(c.Engines, strings.ToLower(name), v, k, fail)

@@ -72,6 +72,11 @@ func TestParseTable(t *testing.T) {
 				require.Equal(t, map[string]string{"claude": "claude -p @prompt", "devin": "devin run", "codex": "codex exec --full-auto @prompt"}, c.Engines)
 				require.Equal(t, "claude", c.DefaultEngine, "the first by name")
 			}},
+		{name: "engine user is a setting, not an engine", env: base("FLEET_ENGINE_USER=nobody"),
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, "nobody", c.EngineUser)
+				require.Equal(t, map[string]string{"claude": "claude -p @prompt"}, c.Engines)
+			}},
 		{name: "default engine must exist", env: base("FLEET_DEFAULT_ENGINE=codex"), err: "not a configured engine"},
 		{name: "empty engine template", env: base("FLEET_ENGINE_X= "), err: "template is empty"},
 		{name: "bad engine name", env: base("FLEET_ENGINE_A:B=x"), err: "engine name"},

@@ -225,3 +225,28 @@ func TestExpandInShellScriptIsNotInjection(t *testing.T) {
 		})
 	}
 }
+
+func TestEngineUserEnvAndReach(t *testing.T) {
+	t.Parallel()
+	u := &User{Name: "eng", UID: 1234, GID: 1234, Home: "/home/eng"}
+	env := u.Env([]string{"PATH=/bin", "HOME=/root", "USER=root", "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=a.b", "GIT_CONFIG_VALUE_0=c"})
+	require.Equal(t, []string{"PATH=/bin", "GIT_CONFIG_KEY_0=a.b", "GIT_CONFIG_VALUE_0=c", "HOME=/home/eng", "USER=eng", "LOGNAME=eng",
+		"GIT_CONFIG_KEY_1=safe.directory", "GIT_CONFIG_VALUE_1=*", "GIT_CONFIG_COUNT=2"}, env)
+
+	root := t.TempDir()
+	open := filepath.Join(root, "open", "worktrees")
+	require.NoError(t, os.MkdirAll(open, 0o755))
+	for p := open; p != filepath.Dir(p) && p != os.TempDir(); p = filepath.Dir(p) {
+		require.NoError(t, os.Chmod(p, 0o755))
+	}
+	require.NoError(t, u.CheckReach(open))
+	private := filepath.Join(root, "private")
+	require.NoError(t, os.MkdirAll(filepath.Join(private, "worktrees"), 0o755))
+	require.NoError(t, os.Chmod(private, 0o700))
+	require.ErrorContains(t, u.CheckReach(filepath.Join(private, "worktrees")), private+" (mode -rwx------) is not searchable")
+
+	_, err := LookupUser("root")
+	require.ErrorContains(t, err, "is root")
+	_, err = LookupUser("no-such-user-here")
+	require.Error(t, err)
+}

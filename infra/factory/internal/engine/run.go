@@ -25,6 +25,9 @@ type Spec struct {
 	// Grace is how long the engine gets between SIGTERM and SIGKILL when
 	// it is stopped.
 	Grace time.Duration
+	// User, if set, is the account the engine runs as (the factory must
+	// be root). Env should then come from User.Env.
+	User *User
 	// Started, if set, is called with the process group id once the engine
 	// runs, so a crash-restart can find and kill a group it left behind.
 	Started func(pgid int)
@@ -77,6 +80,9 @@ func Run(ctx context.Context, s Spec) (Result, error) {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Stdin = s.Stdin
 	cmd.SysProcAttr = sysProcAttr()
+	if s.User != nil {
+		cmd.SysProcAttr.Credential = s.User.credential()
+	}
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return Result{}, fmt.Errorf("engine: start %s: %w", s.Argv[0], err)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -58,6 +59,9 @@ func New(o Options) (*Manager, error) {
 
 func (m *Manager) mirrorsDir() string   { return filepath.Join(m.workDir, "mirrors") }
 func (m *Manager) worktreesDir() string { return filepath.Join(m.workDir, "worktrees") }
+
+// WorktreesDir is where every worktree lives (engines must reach it).
+func (m *Manager) WorktreesDir() string { return m.worktreesDir() }
 
 // MirrorPath is where repo's mirror lives.
 func (m *Manager) MirrorPath(repo string) string {
@@ -321,6 +325,25 @@ func (m *Manager) removeWorktree(ctx context.Context, dir, path string) error {
 // factory's commands at a repository (config, hooks) of its making.
 func (w *Worktree) git(ctx context.Context, args ...string) (string, error) {
 	return git(ctx, w.Path, append([]string{"--git-dir=" + w.gitDir, "--work-tree=" + w.Path}, args...)...)
+}
+
+// CommandEnv is env for a command the factory runs in the worktree on its
+// own account (the ship hook): git in it uses the worktree's real git
+// directory, never one a rewritten .git file names, with hooks and
+// fsmonitor off (command-line-scope configuration via GIT_CONFIG_COUNT).
+func (w *Worktree) CommandEnv(env []string) []string {
+	env = slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return k == "GIT_DIR" || k == "GIT_WORK_TREE" || strings.HasPrefix(k, "GIT_CONFIG_")
+	})
+	env = append(env, "GIT_DIR="+w.gitDir, "GIT_WORK_TREE="+w.Path)
+	n := 0
+	for i := 0; i+1 < len(safeConfig); i += 2 {
+		k, v, _ := strings.Cut(safeConfig[i+1], "=")
+		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", n, k), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", n, v))
+		n++
+	}
+	return append(env, fmt.Sprintf("GIT_CONFIG_COUNT=%d", n))
 }
 
 // Commit records everything in the worktree (new, changed and deleted
