@@ -156,7 +156,9 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(dead, func(a, b *fleet.Job) int { return cmp.Or(a.UpdatedAt.Compare(b.UpdatedAt), strings.Compare(a.ID, b.ID)) })
+	slices.SortFunc(dead, func(a, b *fleet.Job) int {
+		return cmp.Or(a.UpdatedAt.Compare(b.UpdatedAt), strings.Compare(a.ID, b.ID))
+	})
 	for _, j := range dead {
 		if now.Sub(j.UpdatedAt) >= DeadLetterAlertWindow {
 			continue
