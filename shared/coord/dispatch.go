@@ -152,8 +152,9 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 }
 
 // DeadLetterSource hands over the dispatch messages the broker gave up on
-// (max deliveries, expiry), one subscription at a time. The transport
-// implements it when its broker keeps dead letters.
+// (max deliveries, refused as unreadable; expired ones simply expire), one
+// subscription at a time. The transport implements it when its broker keeps
+// dead letters.
 type DeadLetterSource interface {
 	DrainDeadLetters(ctx context.Context, subscriptions []string, handle func(ctx context.Context, msg protocol.DispatchMessage) error) (int, error)
 }
