@@ -321,34 +321,3 @@ func TestParseSchedule(t *testing.T) {
 		})
 	}
 }
-
-func TestTimerAfterRun(t *testing.T) {
-	t.Parallel()
-	sched, err := ParseSchedule("*/10 * * * * *")
-	require.NoError(t, err)
-	tt := &timerTrigger{schedule: sched}
-	at := func(sec int) time.Time {
-		return time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC).Add(time.Duration(sec) * time.Second)
-	}
-	tests := []struct {
-		name   string
-		end    int // seconds after the occurrence that ran (10:00:00)
-		next   int
-		missed bool
-	}{
-		{name: "short run", end: 3, next: 10},
-		{name: "ends just before the next", end: 9, next: 10},
-		{name: "ends as the next comes due", end: 10, next: 10, missed: true},
-		{name: "overran one occurrence", end: 12, next: 10, missed: true},
-		// Three occurrences came and went: one catch-up run, for the latest.
-		{name: "overran several", end: 35, next: 30, missed: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			next, missed := tt.afterRun(at(0), at(tc.end))
-			require.Equal(t, at(tc.next), next)
-			require.Equal(t, tc.missed, missed)
-		})
-	}
-}

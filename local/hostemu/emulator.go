@@ -80,7 +80,11 @@ func New(opts Options) (*Emulator, error) {
 			}
 			routes = append(routes, r)
 		case "timertrigger":
-			t, err := newTimerTrigger(fn, trig, opts.Settings, e.child, opts.Log)
+			var store statusStore
+			if opts.Store != nil {
+				store = opts.Store
+			}
+			t, err := newTimerTrigger(fn, trig, opts.Settings, store, e.child, opts.Log)
 			if err != nil {
 				return nil, err
 			}

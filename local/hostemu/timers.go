@@ -3,6 +3,7 @@ package hostemu
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/funchost"
 )
 
@@ -31,20 +33,56 @@ func ParseSchedule(expr string) (cron.Schedule, error) {
 	return s, nil
 }
 
-// pastDueSlack is how late an occurrence may fire and still be on time.
-const pastDueSlack = time.Second
-
-type timerTrigger struct {
-	fn       *Function
-	binding  string
-	expr     string
-	schedule cron.Schedule
-	child    *Child
-	client   *http.Client
-	log      *slog.Logger
+// timerClock is the timers' time: the wall clock, or a test's.
+type timerClock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
 }
 
-func newTimerTrigger(fn *Function, trig Binding, get Settings, child *Child, log *slog.Logger) (*timerTrigger, error) {
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                         { return time.Now().UTC() }
+func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// statusStore keeps timer schedule status documents (in the store's lease
+// container), as the host keeps them in its storage account.
+type statusStore interface {
+	Read(ctx context.Context, container, pk, id string) (coord.Item, error)
+	Upsert(ctx context.Context, container, pk, id string, body []byte) (string, error)
+}
+
+// timerStatusDoc is a timer's schedule status as kept in the store.
+type timerStatusDoc struct {
+	ID       string                  `json:"id"`
+	Function string                  `json:"function"`
+	Status   funchost.ScheduleStatus `json:"status"`
+}
+
+// timerTrigger plays the host's timer listener (TimerListener,
+// ScheduleMonitor and TimerSchedule in the timers extension):
+//   - with the schedule monitor (useMonitor, turned off for schedules that
+//     fire more than once a minute) the status is kept across restarts and
+//     handed to each invocation; without it ScheduleStatus is null;
+//   - IsPastDue is set only on the start-up run the monitor asks for, when
+//     the kept status shows an occurrence missed while the host was down;
+//   - after each run the next occurrence is computed from the run's start:
+//     when a run overran it, the timer fires once at once, unflagged, and
+//     missed occurrences are not caught up one by one.
+type timerTrigger struct {
+	clock        timerClock
+	store        statusStore // nil: the status lives as long as the process
+	fn           *Function
+	binding      string
+	expr         string
+	schedule     cron.Schedule
+	monitor      bool
+	runOnStartup bool
+	child        *Child
+	client       *http.Client
+	log          *slog.Logger
+}
+
+func newTimerTrigger(fn *Function, trig Binding, get Settings, store statusStore, child *Child, log *slog.Logger) (*timerTrigger, error) {
 	expr, err := get.String(trig, "schedule", "")
 	if err != nil {
 		return nil, fmt.Errorf("function %s: %w", fn.Name, err)
@@ -53,55 +91,146 @@ func newTimerTrigger(fn *Function, trig Binding, get Settings, child *Child, log
 	if err != nil {
 		return nil, fmt.Errorf("function %s: %w", fn.Name, err)
 	}
-	return &timerTrigger{fn: fn, binding: trig.Name, expr: expr, schedule: sched, child: child,
+	useMonitor, err := get.Bool(trig, "useMonitor", true)
+	if err != nil {
+		return nil, fmt.Errorf("function %s: %w", fn.Name, err)
+	}
+	runOnStartup, err := get.Bool(trig, "runOnStartup", false)
+	if err != nil {
+		return nil, fmt.Errorf("function %s: %w", fn.Name, err)
+	}
+	return &timerTrigger{clock: wallClock{}, store: store, fn: fn, binding: trig.Name, expr: expr, schedule: sched,
+		monitor: useMonitor && !subMinute(sched, time.Now()), runOnStartup: runOnStartup, child: child,
 		client: &http.Client{Timeout: 10 * time.Minute, Transport: handlerTransport}, log: log}, nil
 }
 
-// run fires the timer until ctx ends. Occurrences never overlap: those that
-// come due while a run is still going fold into one catch-up run, made as
-// soon as it ends and flagged past due, as the host's schedule monitor does.
+// subMinute reports whether the schedule fires more than once in the minute
+// after now; the host then turns the schedule monitor off.
+func subMinute(s cron.Schedule, now time.Time) bool {
+	first := s.Next(now)
+	if first.IsZero() {
+		return false
+	}
+	second := s.Next(first)
+	return !second.IsZero() && second.Before(now.Add(time.Minute))
+}
+
+func (t *timerTrigger) statusID() string { return "hostemu.timer." + t.fn.Name }
+
+func (t *timerTrigger) loadStatus(ctx context.Context) (*funchost.ScheduleStatus, error) {
+	if t.store == nil {
+		return nil, nil
+	}
+	it, err := t.store.Read(ctx, coord.Leases, t.statusID(), t.statusID())
+	if errors.Is(err, coord.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var doc timerStatusDoc
+	if err := json.Unmarshal(it.Body, &doc); err != nil {
+		return nil, fmt.Errorf("decode schedule status: %w", err)
+	}
+	return &doc.Status, nil
+}
+
+func (t *timerTrigger) saveStatus(ctx context.Context, st funchost.ScheduleStatus) {
+	if t.store == nil {
+		return
+	}
+	body, _ := json.Marshal(timerStatusDoc{ID: t.statusID(), Function: t.fn.Name, Status: st})
+	if _, err := t.store.Upsert(ctx, coord.Leases, t.statusID(), t.statusID(), body); err != nil && ctx.Err() == nil {
+		t.log.Warn("timer: cannot keep the schedule status", "function", t.fn.Name, "err", err)
+	}
+}
+
+// checkPastDue is the schedule monitor's start-up check: it records a
+// first status, or a new one when the schedule changed, and reports whether
+// an occurrence was missed since the kept status was written.
+func (t *timerTrigger) checkPastDue(ctx context.Context, now time.Time, kept *funchost.ScheduleStatus) bool {
+	if kept == nil {
+		t.saveStatus(ctx, funchost.ScheduleStatus{Next: t.schedule.Next(now), LastUpdated: now})
+		return false
+	}
+	var expected, updated time.Time
+	switch {
+	case !kept.Last.IsZero():
+		expected, updated = t.schedule.Next(kept.Last), kept.Last
+	case !kept.LastUpdated.IsZero():
+		expected, updated = t.schedule.Next(kept.LastUpdated), kept.LastUpdated
+	default:
+		expected, updated = t.schedule.Next(now), now
+	}
+	if !kept.Next.Equal(expected) {
+		// The schedule changed: an occurrence of the new one already past
+		// was not missed.
+		if now.After(expected) {
+			expected, updated = t.schedule.Next(now), now
+		}
+		*kept = funchost.ScheduleStatus{Next: expected, LastUpdated: updated}
+		t.saveStatus(ctx, *kept)
+	}
+	return now.After(kept.Next)
+}
+
+// run fires the timer until ctx ends.
 func (t *timerTrigger) run(ctx context.Context) {
-	last := time.Time{}
-	next, missed := t.schedule.Next(time.Now()), false
+	now := t.clock.Now()
+	var status *funchost.ScheduleStatus
+	pastDue := false
+	if t.monitor {
+		kept, err := t.loadStatus(ctx)
+		if err != nil {
+			t.log.Warn("timer: cannot read the schedule status; starting afresh", "function", t.fn.Name, "err", err)
+		}
+		pastDue = t.checkPastDue(ctx, now, kept)
+		status = kept
+	}
+	if status == nil {
+		status = &funchost.ScheduleStatus{Next: t.schedule.Next(now)}
+	}
+	// The start-up run, when there is one, is due at once.
+	startup := pastDue || t.runOnStartup
 	for {
-		if next.IsZero() {
+		if !startup && status.Next.IsZero() {
 			// ParseSchedule refuses schedules that never fire, but one can
-			// still run out of dates; the zero time would be due at once,
-			// forever.
+			// still run out of dates.
 			t.log.Error("timer stopped: its schedule has no next occurrence", "function", t.fn.Name, "schedule", t.expr)
 			return
+		}
+		var wait time.Duration
+		if !startup {
+			wait = status.Next.Sub(t.clock.Now())
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Until(next)):
+		case <-t.clock.After(wait):
 		}
-		now := time.Now()
-		status := &funchost.ScheduleStatus{Last: last, Next: t.schedule.Next(now), LastUpdated: now}
-		info := funchost.TimerInfo{ScheduleStatus: status, IsPastDue: missed || now.Sub(next) > pastDueSlack}
+		invoked := t.clock.Now()
+		info := funchost.TimerInfo{IsPastDue: startup && pastDue}
 		info.Schedule.AdjustForDST = true
-		t.fire(ctx, info)
-		last = next
-		next, missed = t.afterRun(last, time.Now())
-	}
-}
-
-// afterRun picks the occurrence to wait for once the run for last ended at
-// end: the one after last, or, when the run overran later occurrences, the
-// latest of those (missed is then true), due at once. Scheduling from end
-// instead would skip the missed occurrences without a trace. next is the
-// zero time when the schedule has no occurrence left.
-func (t *timerTrigger) afterRun(last, end time.Time) (next time.Time, missed bool) {
-	next = t.schedule.Next(last)
-	for !next.IsZero() && !next.After(end) {
-		missed = true
-		following := t.schedule.Next(next)
-		if following.IsZero() || following.After(end) {
-			break
+		if t.monitor {
+			held := *status
+			info.ScheduleStatus = &held
 		}
-		next = following
+		t.fire(ctx, info)
+		if ctx.Err() != nil {
+			return
+		}
+		// A timer that fired a moment early counts from its occurrence, or
+		// it would fire for the same one twice.
+		from := invoked
+		if !startup && status.Next.After(invoked) {
+			from = status.Next
+		}
+		status = &funchost.ScheduleStatus{Last: from, Next: t.schedule.Next(from), LastUpdated: from}
+		if t.monitor {
+			t.saveStatus(ctx, *status)
+		}
+		startup = false
 	}
-	return next, missed
 }
 
 func (t *timerTrigger) fire(ctx context.Context, info funchost.TimerInfo) {

@@ -96,7 +96,10 @@ type TimerInfo struct {
 	IsPastDue      bool            `json:"IsPastDue"`
 }
 
-// ScheduleStatus is the timer's last and next occurrence.
+// ScheduleStatus is the timer's last and next occurrence, as the host's
+// schedule monitor kept it when the run was due. It is null for timers
+// without the monitor: useMonitor false, or a schedule firing more than once
+// a minute.
 type ScheduleStatus struct {
 	Last        time.Time `json:"Last"`
 	Next        time.Time `json:"Next"`

@@ -8,8 +8,8 @@ import (
 
 // TimerFunc adapts a periodic task to a timerTrigger function whose timer
 // binding is named binding. The task reports how many things it did; a
-// past-due run is logged, since it means the previous occurrence was missed
-// (the app was down or the last run overran).
+// past-due run is logged, since it means an occurrence was missed while the
+// app was down (the host flags only that start-up run, never an overrun).
 func TimerFunc(binding, what string, log *slog.Logger, run func(ctx context.Context) (int, error)) Func {
 	return func(ctx context.Context, inv *Invocation) (*Result, error) {
 		raw, ok := inv.Data[binding]

@@ -1,0 +1,334 @@
+package hostemu
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/funchost"
+)
+
+// timerEvent is what a timer under test did next: wait, or invoke.
+type timerEvent struct {
+	wait time.Duration       // set when the timer started waiting
+	info *funchost.TimerInfo // set when the function was invoked
+	at   time.Time           // the clock at the event
+}
+
+// fakeClock is a manual clock; every wait is reported as an event.
+type fakeClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	waiters []fakeWaiter
+	events  chan timerEvent
+}
+
+type fakeWaiter struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	ch := make(chan time.Time, 1)
+	now := c.now
+	if d <= 0 {
+		ch <- now
+	} else {
+		c.waiters = append(c.waiters, fakeWaiter{at: now.Add(d), ch: ch})
+	}
+	c.mu.Unlock()
+	c.events <- timerEvent{wait: d, at: now}
+	return ch
+}
+
+// Set moves the clock to t and releases the waits due by then.
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if w.at.After(t) {
+			kept = append(kept, w)
+			continue
+		}
+		w.ch <- t
+	}
+	c.waiters = kept
+}
+
+// memStatus is an in-memory statusStore.
+type memStatus struct {
+	mu   sync.Mutex
+	docs map[string][]byte
+}
+
+func (m *memStatus) Read(_ context.Context, container, _, id string) (coord.Item, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.docs[container+"/"+id]
+	if !ok {
+		return coord.Item{}, coord.ErrNotFound
+	}
+	return coord.Item{Body: b}, nil
+}
+
+func (m *memStatus) Upsert(_ context.Context, container, _, id string, body []byte) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.docs == nil {
+		m.docs = map[string][]byte{}
+	}
+	m.docs[container+"/"+id] = body
+	return "1", nil
+}
+
+// timerRun is a timer trigger on a fake clock in front of a fake handler.
+type timerRun struct {
+	t      *testing.T
+	clock  *fakeClock
+	during func(n int) // runs inside the n-th invocation (from 1)
+}
+
+// startTimer runs the timer function with the given schedule and extra
+// timerTrigger properties from now on, with its status in store.
+func startTimer(t *testing.T, schedule, extra string, now time.Time, store statusStore, during func(clock *fakeClock, n int)) *timerRun {
+	t.Helper()
+	clock := &fakeClock{now: now, events: make(chan timerEvent, 16)}
+	r := &timerRun{t: t, clock: clock}
+	var mu sync.Mutex
+	calls := 0
+	handler := funchost.NewServer(nil, "", nil)
+	handler.Handle("sweep", func(_ context.Context, inv *funchost.Invocation) (*funchost.Result, error) {
+		info, err := funchost.Timer(inv.Data["timer"])
+		if err != nil {
+			return nil, err
+		}
+		clock.events <- timerEvent{info: info, at: clock.Now()}
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if during != nil {
+			during(clock, n)
+		}
+		return &funchost.Result{}, nil
+	})
+	fake := newTestServer(t, handler)
+	props := `{"schedule":"` + schedule + `"` + extra + `}`
+	var p map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal([]byte(props), &p))
+	fn := &Function{Name: "sweep", Bindings: []Binding{{Type: "timerTrigger", Direction: "in", Name: "timer", Props: p}}}
+	trig, _ := fn.Trigger()
+	tt, err := newTimerTrigger(fn, trig, Settings(func(string) string { return "" }), store, readyChild(fake), slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	tt.clock = clock
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); tt.run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		// Release a wait in progress; drain what the timer still reports.
+		go func() {
+			for range clock.events {
+			}
+		}()
+		<-done
+	})
+	return r
+}
+
+// next returns the timer's next event.
+func (r *timerRun) next() timerEvent {
+	r.t.Helper()
+	select {
+	case ev := <-r.clock.events:
+		return ev
+	case <-time.After(10 * time.Second):
+		r.t.Fatal("the timer neither waited nor fired")
+		return timerEvent{}
+	}
+}
+
+// fire expects the timer to invoke the function now, without waiting.
+func (r *timerRun) fire() *funchost.TimerInfo {
+	r.t.Helper()
+	ev := r.next()
+	for ev.info == nil && ev.wait <= 0 { // a wait for no time is none
+		ev = r.next()
+	}
+	require.NotNil(r.t, ev.info, "want an invocation now, the timer waits %s instead", ev.wait)
+	return ev.info
+}
+
+// waitThenFire expects the timer to wait exactly d, lets the time pass, and
+// expects the invocation.
+func (r *timerRun) waitThenFire(d time.Duration) *funchost.TimerInfo {
+	r.t.Helper()
+	ev := r.next()
+	require.Nil(r.t, ev.info, "want a wait of %s, the timer fired instead (IsPastDue %v)", d, ev.info != nil && ev.info.IsPastDue)
+	require.Equal(r.t, d, ev.wait)
+	r.clock.Set(ev.at.Add(d))
+	return r.fire()
+}
+
+var noon = time.Date(2026, 11, 23, 12, 0, 30, 0, time.UTC)
+
+func at(hms string) time.Time {
+	t, err := time.Parse(time.DateOnly+" 15:04:05", "2026-11-23 "+hms)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// TestTimerScheduleStatus: the host keeps a schedule status (and hands it
+// over) only for timers that use the monitor and fire at most once a
+// minute; for faster schedules it turns the monitor off, and
+// ScheduleStatus is null.
+func TestTimerScheduleStatus(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		schedule string
+		extra    string
+		wait     time.Duration
+		period   time.Duration
+		status   bool
+	}{
+		{name: "every 15 s: no monitor", schedule: "*/15 * * * * *", wait: 15 * time.Second, period: 15 * time.Second},
+		{name: "every 30 s: no monitor", schedule: "*/30 * * * * *", wait: 30 * time.Second, period: 30 * time.Second},
+		{name: "every minute, useMonitor off", schedule: "0 * * * * *", extra: `,"useMonitor":false`, wait: 30 * time.Second, period: time.Minute},
+		{name: "every minute", schedule: "0 * * * * *", wait: 30 * time.Second, period: time.Minute, status: true},
+		{name: "hourly", schedule: "0 0 * * * *", wait: 59*time.Minute + 30*time.Second, period: time.Hour, status: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := startTimer(t, tc.schedule, tc.extra, noon, &memStatus{}, nil)
+			first := r.waitThenFire(tc.wait)
+			second := r.waitThenFire(tc.period)
+			require.False(t, first.IsPastDue)
+			require.False(t, second.IsPastDue)
+			if !tc.status {
+				require.Nil(t, first.ScheduleStatus)
+				require.Nil(t, second.ScheduleStatus)
+				return
+			}
+			// What the listener held when it fired: a first run has no
+			// last occurrence; Next is the occurrence being run.
+			firstAt := noon.Add(tc.wait)
+			require.NotNil(t, first.ScheduleStatus)
+			require.True(t, first.ScheduleStatus.Last.IsZero())
+			require.True(t, first.ScheduleStatus.LastUpdated.IsZero())
+			require.Equal(t, firstAt, first.ScheduleStatus.Next)
+			require.NotNil(t, second.ScheduleStatus)
+			require.Equal(t, funchost.ScheduleStatus{Last: firstAt, Next: firstAt.Add(tc.period), LastUpdated: firstAt}, *second.ScheduleStatus)
+		})
+	}
+}
+
+// TestTimerOverrunIsNotPastDue: a run that overran later occurrences is not
+// caught up occurrence by occurrence and is never flagged past due. The
+// host computes the next occurrence from the overrunning run's start; that
+// one being past, it fires once at once, unflagged, then keeps the
+// schedule (TimerListener.InvokeJobFunction, GetNextTimerInterval).
+func TestTimerOverrunIsNotPastDue(t *testing.T) {
+	t.Parallel()
+	r := startTimer(t, "0 * * * * *", "", noon, &memStatus{}, func(clock *fakeClock, n int) {
+		if n == 1 {
+			clock.Set(at("12:03:30")) // the first run takes 2.5 minutes
+		}
+	})
+	first := r.waitThenFire(30 * time.Second)
+	require.False(t, first.IsPastDue)
+	second := r.fire()
+	require.False(t, second.IsPastDue, "only a start-up run is past due")
+	require.Equal(t, funchost.ScheduleStatus{Last: at("12:01:00"), Next: at("12:02:00"), LastUpdated: at("12:01:00")}, *second.ScheduleStatus)
+	third := r.waitThenFire(30 * time.Second)
+	require.False(t, third.IsPastDue)
+	require.Equal(t, funchost.ScheduleStatus{Last: at("12:03:30"), Next: at("12:04:00"), LastUpdated: at("12:03:30")}, *third.ScheduleStatus)
+}
+
+// TestTimerPastDueOnlyAtStartup: the host flags a run past due only when
+// it starts and the schedule status it kept shows an occurrence missed
+// while it was down; it runs that one at once.
+func TestTimerPastDueOnlyAtStartup(t *testing.T) {
+	t.Parallel()
+	status := func(last, next, updated string) *funchost.ScheduleStatus {
+		s := &funchost.ScheduleStatus{Next: at(next)}
+		if last != "" {
+			s.Last = at(last)
+		}
+		if updated != "" {
+			s.LastUpdated = at(updated)
+		}
+		return s
+	}
+	tests := []struct {
+		name    string
+		stored  *funchost.ScheduleStatus
+		extra   string
+		start   time.Time
+		pastDue bool
+		now     bool          // the first run is made at once
+		wait    time.Duration // else after this wait
+	}{
+		{name: "first start", start: at("12:05:30"), wait: 30 * time.Second},
+		{name: "down over an occurrence", stored: status("11:59:00", "12:00:00", "11:59:00"), start: at("12:05:30"), pastDue: true, now: true},
+		{name: "down over an occurrence, never ran", stored: status("", "12:00:00", "11:59:10"), start: at("12:05:30"), pastDue: true, now: true},
+		{name: "restart between occurrences", stored: status("12:05:00", "12:06:00", "12:05:00"), start: at("12:05:30"), wait: 30 * time.Second},
+		{name: "schedule changed while down", stored: status("11:59:00", "12:10:00", "11:59:00"), start: at("12:05:30"), wait: 30 * time.Second},
+		{name: "run on startup", extra: `,"runOnStartup":true`, start: at("12:05:30"), now: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			store := &memStatus{}
+			if tc.stored != nil {
+				b, err := json.Marshal(timerStatusDoc{ID: "hostemu.timer.sweep", Function: "sweep", Status: *tc.stored})
+				require.NoError(t, err)
+				_, err = store.Upsert(t.Context(), coord.Leases, "hostemu.timer.sweep", "hostemu.timer.sweep", b)
+				require.NoError(t, err)
+			}
+			r := startTimer(t, "0 * * * * *", tc.extra, tc.start, store, nil)
+			var first *funchost.TimerInfo
+			if tc.now {
+				first = r.fire()
+			} else {
+				first = r.waitThenFire(tc.wait)
+			}
+			require.Equal(t, tc.pastDue, first.IsPastDue)
+			if tc.pastDue {
+				require.Equal(t, tc.stored, first.ScheduleStatus, "a past-due run gets the status kept before the host went down")
+			}
+			// From then on, on schedule and never past due.
+			next := r.clock.Now().Truncate(time.Minute).Add(time.Minute)
+			later := r.waitThenFire(next.Sub(r.clock.Now()))
+			require.False(t, later.IsPastDue)
+
+			// The status is kept (before the timer waits again), so the next
+			// start knows what ran.
+			require.Equal(t, next.Add(time.Minute).Sub(next), r.next().wait)
+			it, err := store.Read(t.Context(), coord.Leases, "hostemu.timer.sweep", "hostemu.timer.sweep")
+			require.NoError(t, err)
+			var doc timerStatusDoc
+			require.NoError(t, json.Unmarshal(it.Body, &doc))
+			require.Equal(t, next, doc.Status.Last)
+			require.Equal(t, next.Add(time.Minute), doc.Status.Next)
+		})
+	}
+}
