@@ -62,7 +62,8 @@ func TestFuncEnvelopeMode(t *testing.T) {
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "fleet.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
-	c := coord.New(st, clock.System{}, coord.Config{}, nil)
+	c, err := coord.New(coord.Config{}, coord.Deps{Store: st, Clock: clock.System{}})
+	require.NoError(t, err)
 	h := httpapi.New(c, httpapi.Config{OperatorTokens: []httpapi.OperatorToken{{Name: "ops", Token: operatorToken}}})
 	f := api.Func(h)
 

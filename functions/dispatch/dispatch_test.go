@@ -123,8 +123,9 @@ func newFixture(t *testing.T) *fixture {
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "fleet.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
-	f := &fixture{store: st, c: coord.New(st, clock.System{}, coord.Config{}, nil), pub: &recorder{}}
-	f.c.SetPublisher(f.pub)
+	f := &fixture{store: st, pub: &recorder{}}
+	f.c, err = coord.New(coord.Config{}, coord.Deps{Store: st, Clock: clock.System{}, Publisher: f.pub})
+	require.NoError(t, err)
 	_, err = f.c.PutProduct(ctx, "p1", "Product one", []string{"notes"})
 	require.NoError(t, err)
 	caps := []string{"os:linux", "engine:claude", "has:git"}

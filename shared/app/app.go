@@ -75,19 +75,24 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger) (*App, error) 
 	counted := storecount.New(st.Store)
 	a.Store, a.DataDir = counted, st.DataDir
 	a.closers = append(a.closers, st.Close)
-	a.Coord = coord.New(a.Store, clock.System{}, cfg, log)
-	a.Coord.AddMetrics("store", func(context.Context, []*fleet.Factory) (any, error) { return counted.Snapshot(), nil })
-	if rs, ok := st.Store.(interface{ Stats() cosmos.Stats }); ok {
-		a.Coord.AddMetrics("cosmos", func(context.Context, []*fleet.Factory) (any, error) { return rs.Stats(), nil })
+	metrics := map[string]coord.MetricsSource{
+		"store": func(context.Context, []*fleet.Factory) (any, error) { return counted.Snapshot(), nil },
 	}
-	tr, err := openBus(ctx, l, a.Coord.Config(), log)
+	if rs, ok := st.Store.(interface{ Stats() cosmos.Stats }); ok {
+		metrics["cosmos"] = func(context.Context, []*fleet.Factory) (any, error) { return rs.Stats(), nil }
+	}
+	deps := coord.Deps{Store: a.Store, Clock: clock.System{}, Log: log, Metrics: metrics}
+	tr, err := openBus(ctx, l, cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	if tr != nil {
-		a.Coord.SetPublisher(tr)
-		a.Coord.AddMetrics("bus", tr.depths)
+		deps.Publisher = tr
+		metrics["bus"] = tr.depths
 		a.closers = append(a.closers, func() error { return tr.client.Close(context.Background()) })
+	}
+	if a.Coord, err = coord.New(cfg, deps); err != nil {
+		return nil, err
 	}
 	tokens, err := a.operatorTokens(l)
 	if err != nil {
@@ -113,7 +118,9 @@ func coordConfig(l config.Lookup) (coord.Config, error) {
 	if cfg.RedispatchAfter, err = l.Duration(config.RedispatchAfter); err != nil {
 		return cfg, err
 	}
-	return cfg, nil
+	// Resolved here, not only in coord.New: the bus is built from the
+	// effective configuration before the coordinator exists.
+	return cfg.Resolve()
 }
 
 // OpenedStore is a store and what is needed to release it.

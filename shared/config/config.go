@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/gigafactory/fleet/shared/coord"
 )
 
 // Setting is one environment variable the fleet reads.
@@ -52,14 +54,14 @@ var Settings = []Setting{
 	{Listen, "127.0.0.1:7071", "Address the local stack serves the API on."},
 	{DataDir, "./.fleet", "Where the local stack keeps its SQLite database, broker store and operator token; survives restarts."},
 	{OperatorToken, "", "Operator bearer tokens: `token`, `name:token` or `name:token:productA|productB`, comma-separated. Unset locally: one is generated, kept in the data dir and printed."},
-	{LeaseTTL, "5m", "How long a claim holds without renewal (Go duration)."},
+	{LeaseTTL, duration(coord.DefaultLeaseTTL), "How long a claim holds without renewal (Go duration)."},
 	{ReaperSchedule, "*/15 * * * * *", "NCRONTAB (6 fields, seconds first) of the lease reaper."},
 	{PruneSchedule, "*/30 * * * * *", "NCRONTAB of the stale-factory prune."},
 	{RedispatchSched, "*/30 * * * * *", "NCRONTAB of the re-dispatch sweep."},
 	{GCSchedule, "0 0 * * * *", "NCRONTAB of the git garbage-collection sweep."},
-	{RedispatchAfter, "2m", "A dispatched job not accepted within this is dispatched again."},
-	{StaleAfter, "90s", "A static factory silent this long is stale."},
-	{DownAfter, "10m", "A static factory silent this long is down."},
+	{RedispatchAfter, duration(coord.DefaultRedispatchAfter), "A dispatched job not accepted within this is dispatched again."},
+	{StaleAfter, duration(coord.DefaultStaleAfter), "A static factory silent this long is stale."},
+	{DownAfter, duration(coord.DefaultDownAfter), "A static factory silent this long is down."},
 	{Store, "sqlite", "State store: `sqlite` (one machine) or `cosmos`."},
 	{CosmosDatabase, "fleet", "Cosmos DB database name."},
 	{CosmosEndpoint, "", "Cosmos DB account endpoint; setting it selects the cosmos store."},
@@ -74,6 +76,16 @@ var Settings = []Setting{
 	{ServiceBusClient, "", "Client id of the user-assigned managed identity for Service Bus."},
 	{ServiceBusTopic, "fleet-dispatch", "Service Bus topic of dispatch messages."},
 	{LogLevel, "info", "debug, info, warn or error."},
+}
+
+// duration writes a default as a person would (90s, 5m), not as
+// time.Duration.String does (1m30s, 5m0s). The coordinator's defaults are
+// the one source; the settings only document and override them.
+func duration(d time.Duration) string {
+	if d%time.Minute == 0 {
+		return fmt.Sprintf("%dm", d/time.Minute)
+	}
+	return fmt.Sprintf("%ds", d/time.Second)
 }
 
 // Lookup reads settings: from a map first (local.settings.json Values),

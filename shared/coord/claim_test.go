@@ -215,9 +215,8 @@ func TestClaimExactlyOnceTwoCoordinators(t *testing.T) {
 // and as others: exactly one wins and every other gets a conflict.
 func TestAcceptExactlyOnce(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
 	pub := &recordingPublisher{}
-	e.c.SetPublisher(pub)
+	e := newEnv(t, withPublisher(pub))
 	e.factory("f1")
 	j := e.submit()
 	n, err := e.c.Redispatch(e.ctx)
@@ -277,9 +276,8 @@ func TestAcceptExactlyOnce(t *testing.T) {
 func TestClaimRacesAccept(t *testing.T) {
 	t.Parallel()
 	const rounds, pollers = 20, 6
-	e := newEnv(t)
 	pub := &recordingPublisher{}
-	e.c.SetPublisher(pub)
+	e := newEnv(t, withPublisher(pub))
 	e.factory("target")
 	pushWins := 0
 	for i := range pollers {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/clock"
@@ -18,7 +19,8 @@ import (
 	"github.com/gigafactory/fleet/shared/schedule"
 )
 
-// Config tunes the coordinator. Zero fields take the defaults.
+// Config tunes the coordinator. Zero fields take the defaults; Resolve
+// applies them and rejects the rest of what cannot work.
 type Config struct {
 	// LeaseTTL is how long a claim holds without renewal.
 	LeaseTTL time.Duration
@@ -45,7 +47,8 @@ type Config struct {
 	Weights       schedule.Weights
 }
 
-// Defaults.
+// Defaults: the one place they are written. shared/config documents the
+// settings that override them from these constants.
 const (
 	DefaultLeaseTTL        = 5 * time.Minute
 	DefaultStaleAfter      = 90 * time.Second
@@ -57,24 +60,63 @@ const (
 	DefaultTokenCacheTTL   = time.Minute
 )
 
-func (c Config) withDefaults() Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
+// Resolve returns c with zero fields set to their defaults, or an invalid
+// error naming the first field that cannot work: a negative duration, a
+// factory that would be down before it is stale, a backoff cap below the
+// first backoff, or weights Validate rejects.
+func (c Config) Resolve() (Config, error) {
+	durations := [...]struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"leaseTTL", &c.LeaseTTL, DefaultLeaseTTL},
+		{"staleAfter", &c.StaleAfter, DefaultStaleAfter},
+		{"downAfter", &c.DownAfter, DefaultDownAfter},
+		{"retryBackoff", &c.RetryBackoff, DefaultRetryBackoff},
+		{"maxRetryBackoff", &c.MaxRetryBackoff, DefaultMaxRetryBackoff},
+		{"redispatchAfter", &c.RedispatchAfter, DefaultRedispatchAfter},
+		{"factoryCacheTTL", &c.FactoryCacheTTL, DefaultFactoryCacheTTL},
+		{"tokenCacheTTL", &c.TokenCacheTTL, DefaultTokenCacheTTL},
+	}
+	for _, d := range durations {
+		switch {
+		case *d.v < 0:
+			return c, fleet.Invalid("config."+d.name, "must be a positive duration (0 for the default), got %v", *d.v)
+		case *d.v == 0:
+			*d.v = d.def
 		}
 	}
-	def(&c.LeaseTTL, DefaultLeaseTTL)
-	def(&c.StaleAfter, DefaultStaleAfter)
-	def(&c.DownAfter, DefaultDownAfter)
-	def(&c.RetryBackoff, DefaultRetryBackoff)
-	def(&c.MaxRetryBackoff, DefaultMaxRetryBackoff)
-	def(&c.RedispatchAfter, DefaultRedispatchAfter)
-	def(&c.FactoryCacheTTL, DefaultFactoryCacheTTL)
-	def(&c.TokenCacheTTL, DefaultTokenCacheTTL)
+	if c.StaleAfter >= c.DownAfter {
+		return c, fleet.Invalid("config.staleAfter", "must be shorter than downAfter (%v), got %v", c.DownAfter, c.StaleAfter)
+	}
+	if c.MaxRetryBackoff < c.RetryBackoff {
+		return c, fleet.Invalid("config.maxRetryBackoff", "must be at least retryBackoff (%v), got %v", c.RetryBackoff, c.MaxRetryBackoff)
+	}
 	if c.Weights == (schedule.Weights{}) {
 		c.Weights = schedule.DefaultWeights
 	}
-	return c
+	if err := c.Weights.Validate(); err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
+	return c, nil
+}
+
+// Deps are what a coordinator works with besides its configuration. Store
+// and Clock are required; the rest are optional.
+type Deps struct {
+	Store Store
+	Clock clock.Clock
+	// Log may be nil: nothing is logged.
+	Log *slog.Logger
+	// Publisher is the dispatch transport. Without one, jobs are only
+	// handed out through the poll path (Claim). With one, a change of the
+	// fleet (enrollment, new capabilities or repos) retries jobs nobody
+	// could take; if it is also a GCPublisher or DeadLetterSource, GC
+	// sweeps and dead-letter drains use it.
+	Publisher Publisher
+	// Metrics are named sections Metrics adds to the fleet view.
+	Metrics map[string]MetricsSource
 }
 
 // Coordinator runs the use cases over a Store. It is safe for concurrent use
@@ -96,39 +138,44 @@ type Coordinator struct {
 	metricSources map[string]MetricsSource
 }
 
-// New builds a coordinator. log may be nil.
-func New(store Store, clk clock.Clock, cfg Config, log *slog.Logger) *Coordinator {
+// New builds a coordinator from a configuration Resolve accepts.
+func New(cfg Config, deps Deps) (*Coordinator, error) {
+	cfg, err := cfg.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case deps.Store == nil:
+		return nil, errors.New("coord.New: Deps.Store is required")
+	case deps.Clock == nil:
+		return nil, errors.New("coord.New: Deps.Clock is required")
+	}
+	log := deps.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	cfg = cfg.withDefaults()
-	return &Coordinator{
-		store:       store,
-		clock:       clk,
-		cfg:         cfg,
-		log:         log,
-		jobs:        newItemCache(4096),
-		factoryDocs: newItemCache(4096),
-		factories:   &factoryCache{ttl: cfg.FactoryCacheTTL},
-		tokens:      &tokenCache{entries: map[string]tokenEntry{}},
-		products:    &productCache{ttl: cfg.FactoryCacheTTL, entries: map[string]productEntry{}},
-		stats:       newStats(),
+	c := &Coordinator{
+		store:         deps.Store,
+		clock:         deps.Clock,
+		cfg:           cfg,
+		log:           log,
+		jobs:          newItemCache(4096),
+		factoryDocs:   newItemCache(4096),
+		factories:     &factoryCache{ttl: cfg.FactoryCacheTTL},
+		tokens:        &tokenCache{entries: map[string]tokenEntry{}},
+		products:      &productCache{ttl: cfg.FactoryCacheTTL, entries: map[string]productEntry{}},
+		stats:         newStats(),
+		publisher:     deps.Publisher,
+		metricSources: maps.Clone(deps.Metrics),
 	}
+	if c.publisher != nil {
+		c.onFleetChange = c.retryUnroutable
+	}
+	return c, nil
 }
 
 // Config returns the effective configuration.
 func (c *Coordinator) Config() Config { return c.cfg }
-
-// SetPublisher attaches the dispatch transport. Without one, jobs are only
-// handed out through the poll path (Claim). With one, a change of the fleet
-// (enrollment, new capabilities or repos) retries jobs nobody could take.
-func (c *Coordinator) SetPublisher(p Publisher) {
-	c.publisher = p
-	c.onFleetChange = nil
-	if p != nil {
-		c.onFleetChange = c.retryUnroutable
-	}
-}
 
 func (c *Coordinator) now() time.Time { return c.clock.Now().UTC() }
 

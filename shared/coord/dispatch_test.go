@@ -14,9 +14,8 @@ import (
 // dispatchEnv is an env with a recording transport attached.
 func dispatchEnv(t *testing.T, opts ...envOpt) (*env, *recordingPublisher) {
 	t.Helper()
-	e := newEnv(t, opts...)
 	pub := &recordingPublisher{}
-	e.c.SetPublisher(pub)
+	e := newEnv(t, append(opts, withPublisher(pub))...)
 	return e, pub
 }
 
@@ -117,7 +116,7 @@ func TestDispatchSkips(t *testing.T) {
 	require.Empty(t, e.job(j.ID).TargetFactoryID)
 
 	pub := &recordingPublisher{}
-	e.c.SetPublisher(pub)
+	e.withPublisher(pub)
 	cl := e.claim("f1")
 	_, err = e.c.Fail(e.ctx, "f1", prod, cl.Job.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "x", Retryable: true})
 	require.NoError(t, err)

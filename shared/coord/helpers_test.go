@@ -84,9 +84,13 @@ type envOpt func(*envOptions)
 type envOptions struct {
 	cfg  coord.Config
 	wrap func(coord.Store) coord.Store
+	pub  coord.Publisher
 }
 
 func withConfig(cfg coord.Config) envOpt { return func(o *envOptions) { o.cfg = cfg } }
+
+// withPublisher attaches a dispatch transport.
+func withPublisher(p coord.Publisher) envOpt { return func(o *envOptions) { o.pub = p } }
 
 func withStore(wrap func(coord.Store) coord.Store) envOpt {
 	return func(o *envOptions) { o.wrap = wrap }
@@ -107,7 +111,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	if o.wrap != nil {
 		e.store = o.wrap(raw)
 	}
-	e.c = coord.New(e.store, e.clock, o.cfg, nil)
+	e.c = e.newCoord(o.cfg, coord.Deps{Store: e.store, Publisher: o.pub})
 	_, err := e.c.PutProduct(e.ctx, prod, "Product one", []string{repo, "api"})
 	require.NoError(t, err)
 	return e
@@ -116,7 +120,22 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 // peer is a second coordinator on the same file through its own store
 // handle: another process, with its own caches.
 func (e *env) peer() *coord.Coordinator {
-	return coord.New(openStoreAt(e.t, e.path), e.clock, e.c.Config(), nil)
+	return e.newCoord(e.c.Config(), coord.Deps{Store: openStoreAt(e.t, e.path)})
+}
+
+// withPublisher replaces the coordinator by one on the same store with a
+// dispatch transport: a process restarted with a bus configured.
+func (e *env) withPublisher(p coord.Publisher) {
+	e.c = e.newCoord(e.c.Config(), coord.Deps{Store: e.store, Publisher: p})
+}
+
+// newCoord builds a coordinator on the env's clock.
+func (e *env) newCoord(cfg coord.Config, deps coord.Deps) *coord.Coordinator {
+	e.t.Helper()
+	deps.Clock = e.clock
+	c, err := coord.New(cfg, deps)
+	require.NoError(e.t, err)
+	return c
 }
 
 // manifest builds a manifest from front-matter lines; repo notes and

@@ -62,15 +62,6 @@ var activeStages = []string{string(fleet.StageQueued), string(fleet.StageBlocked
 // depth) costs no second listing.
 type MetricsSource func(ctx context.Context, factories []*fleet.Factory) (any, error)
 
-// AddMetrics adds a named section to Metrics. Call it while wiring, before
-// serving.
-func (c *Coordinator) AddMetrics(name string, src MetricsSource) {
-	if c.metricSources == nil {
-		c.metricSources = map[string]MetricsSource{}
-	}
-	c.metricSources[name] = src
-}
-
 // Metrics computes the fleet view. With productID set, jobs and factories of
 // that product only.
 func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, error) {

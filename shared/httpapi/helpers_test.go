@@ -114,7 +114,8 @@ func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
 	t.Cleanup(func() { _ = st.Close() })
 	faulty := &faultyStore{Store: st}
 	clk := &fakeClock{now: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
-	c := coord.New(faulty, clk, coord.Config{}, nil)
+	c, err := coord.New(coord.Config{}, coord.Deps{Store: faulty, Clock: clk})
+	require.NoError(t, err)
 	logs := &syncBuffer{}
 	cfg := Config{
 		OperatorTokens: []OperatorToken{
