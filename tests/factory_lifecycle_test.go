@@ -38,14 +38,16 @@ test -z "${FLEET_FACTORY_TOKEN_FILE:-}"
 }
 
 // TestFactoryEngineFailure: an engine that exits non-zero fails the job
-// at once through /fail: the lease is free long before its 1 m TTL.
+// at once through /fail: the lease is free long before its 1 m TTL. Its
+// coloured output is quoted as plain text, never a reason to refuse the
+// report.
 func TestFactoryEngineFailure(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, "FLEET_LEASE_TTL=1m")
 	repo := newFacRepo(t, "app")
 	s.Product("demo", "app")
 	eng := facEngine(t, `echo half-done > partial.txt
-echo "the model gave up" >&2
+printf '\033[1;31mthe model gave up\033[0m\r\n' >&2
 exit 3`)
 	startFactory(t, s, "fa", "demo", 1, repo, eng)
 
@@ -58,6 +60,7 @@ exit 3`)
 	failure := job["lastFailure"].(map[string]any)
 	require.Contains(t, failure["reason"], "crash: engine fake exited 3")
 	require.Contains(t, failure["reason"], "the model gave up")
+	require.NotContains(t, failure["reason"], "\x1b")
 	require.Equal(t, false, failure["retryable"])
 	// The partial work is kept as a checkpoint, never as a result.
 	require.Empty(t, repo.Ref(t, "aq/job/"+id))
