@@ -43,6 +43,11 @@ locals {
       default_ttl    = 0
       excluded_paths = []
     }
+    fleet_repos = {
+      partition_key  = "/id"
+      default_ttl    = 0
+      excluded_paths = []
+    }
     fleet_budgets = {
       partition_key  = "/productId"
       default_ttl    = 0

@@ -27,7 +27,9 @@ func seedJobs(t *testing.T, ctx context.Context, c *coord.Coordinator, s coord.S
 	ids := make(map[string]string, nProducts*perProduct)
 	for p := range nProducts {
 		pid := productName(p)
-		_, err := c.PutProduct(ctx, pid, "", []string{repo})
+		// A repo has one owner: each product takes it in turn to submit its
+		// first job (claims route by repo, not by owner).
+		_, err := c.DeclareProduct(ctx, coord.ProductRequest{ID: pid, Repos: []string{repo}, MoveRepos: true})
 		require.NoError(t, err)
 		tmpl, created, err := c.Submit(ctx, pid, manifest("title: job 0 of "+pid))
 		require.NoError(t, err)

@@ -23,8 +23,11 @@ const (
 	Artifacts   = "fleet_artifacts"
 	QueueStates = "fleet_queue_state"
 	Products    = "fleet_products"
-	Budgets     = "fleet_budgets"
-	Tokens      = "fleet_tokens"
+	// Repos holds one document per owned repo naming its product: the
+	// compare-and-swap that keeps a repo to one owner.
+	Repos   = "fleet_repos"
+	Budgets = "fleet_budgets"
+	Tokens  = "fleet_tokens"
 	// Leases holds change-feed checkpoints, the Functions host's lease
 	// container (partitioned on /id as the Cosmos trigger requires).
 	Leases = "leases"
@@ -42,6 +45,7 @@ var Containers = []Container{
 	{Name: Artifacts, PartitionKey: "/jobId"},
 	{Name: QueueStates, PartitionKey: "/productId"},
 	{Name: Products, PartitionKey: "/productId"},
+	{Name: Repos, PartitionKey: "/id"},
 	{Name: Budgets, PartitionKey: "/productId"},
 	{Name: Tokens, PartitionKey: "/id"},
 	{Name: Leases, PartitionKey: "/id"},

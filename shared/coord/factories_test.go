@@ -300,14 +300,14 @@ func TestDeregister(t *testing.T) {
 func TestFactoryScopes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	_, err := e.c.PutProduct(e.ctx, "p2", "", []string{repo})
+	_, err := e.c.PutProduct(e.ctx, "p2", "", []string{"docs"})
 	require.NoError(t, err)
-	e.factory("only-p2", products("p2"))
+	e.factory("only-p2", products("p2"), func(_ *coord.EnrollRequest, hb *coord.Heartbeat) { hb.Repos = []string{repo, "docs"} })
 	e.submit()
 	none, err := e.c.Claim(e.ctx, e.as("only-p2"))
 	require.NoError(t, err)
 	require.Nil(t, none, "a job of p1 is not for a factory of p2")
-	j2, _, err := e.c.Submit(e.ctx, "p2", manifest())
+	j2, _, err := e.c.Submit(e.ctx, "p2", manifest("repo: docs"))
 	require.NoError(t, err)
 	cl := e.claim("only-p2")
 	require.Equal(t, j2.ID, cl.Job.ID)
@@ -323,7 +323,8 @@ func TestFactoryScopes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []coord.RepoInfo{
 		{Repo: "api", Products: []string{prod}, Factories: []string{}},
-		{Repo: repo, Products: []string{prod, "p2"}, Factories: []string{"only-p2"}},
+		{Repo: "docs", Products: []string{"p2"}, Factories: []string{"only-p2"}},
+		{Repo: repo, Products: []string{prod}, Factories: []string{"only-p2"}},
 	}, rs)
 }
 

@@ -394,3 +394,25 @@ func once(fn func(pk, id string) error) func(pk, id string) error {
 }
 
 var errInjected = errors.New("injected publish failure")
+
+// snapshotContainers is every document of the given containers: key,
+// revision and body.
+func (e *env) snapshotContainers(containers ...string) map[string]string {
+	e.t.Helper()
+	out := map[string]string{}
+	for _, c := range containers {
+		q := coord.Query{}
+		for {
+			page, err := e.raw.Query(e.ctx, c, q)
+			require.NoError(e.t, err)
+			for _, it := range page.Items {
+				out[c+"/"+it.PartitionKey+"/"+it.ID] = it.Rev + " " + string(it.Body)
+			}
+			if page.Continuation == "" {
+				break
+			}
+			q.Continuation = page.Continuation
+		}
+	}
+	return out
+}

@@ -11,36 +11,318 @@ import (
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
-// PutProduct declares a product and the repos it owns, replacing the list.
+// ProductRequest declares a product and the repos it owns.
+type ProductRequest struct {
+	ID   string
+	Name string
+	// Repos replaces the product's list.
+	Repos []string
+	// MoveRepos lets the product take repos another product owns; without
+	// it, claiming one is a conflict naming the owner. Only an unscoped
+	// operator may set it (the HTTP layer checks).
+	MoveRepos bool
+}
+
+// PutProduct declares a product and the repos it owns, replacing the list;
+// a repo another product owns is a conflict.
 func (c *Coordinator) PutProduct(ctx context.Context, productID, name string, repos []string) (*fleet.Product, error) {
-	if err := fleet.ValidateName("productId", productID); err != nil {
+	return c.DeclareProduct(ctx, ProductRequest{ID: productID, Name: name, Repos: repos})
+}
+
+// DeclareProduct declares a product and the repos it owns, replacing the
+// list. A repo has one owning product, recorded in its own document of
+// Repos, so two products racing for one repo race on one compare-and-swap:
+// exactly one wins. The ownership documents are written before the product
+// lists a repo and removed after it stops listing it, so a product's list
+// never names a repo it does not own, whatever fails in between; a claim
+// that fails undoes the claims it made.
+func (c *Coordinator) DeclareProduct(ctx context.Context, req ProductRequest) (*fleet.Product, error) {
+	if err := fleet.ValidateName("productId", req.ID); err != nil {
 		return nil, err
 	}
-	if err := fleet.ValidateText("name", name, fleet.MaxNameLen); err != nil {
+	if err := fleet.ValidateText("name", req.Name, fleet.MaxNameLen); err != nil {
 		return nil, err
 	}
-	clean, err := fleet.ValidateNames("repos", repos, fleet.MaxRepos)
+	repos, err := fleet.ValidateNames("repos", req.Repos, fleet.MaxRepos)
 	if err != nil {
 		return nil, err
 	}
-	now := c.now()
-	p := &fleet.Product{ID: productID, ProductID: productID, Name: name, Repos: clean, CreatedAt: now, UpdatedAt: now}
-	if old, err := c.GetProduct(ctx, productID); err == nil {
-		p.CreatedAt = old.CreatedAt
-	} else if !errors.Is(err, fleet.ErrNotFound) {
+	for range maxCASAttempts {
+		p, err := c.declareOnce(ctx, req.ID, req.Name, repos, req.MoveRepos)
+		if errors.Is(err, errProductMoved) {
+			continue
+		}
+		return p, err
+	}
+	return nil, fleet.Errorf(fleet.CodeConflict, "product %s changed concurrently %d times; try again", req.ID, maxCASAttempts)
+}
+
+// errProductMoved: the product document changed under a declaration.
+var errProductMoved = errors.New("product changed")
+
+func (c *Coordinator) declareOnce(ctx context.Context, id, name string, repos []string, move bool) (*fleet.Product, error) {
+	old, oldIt, err := readDoc[fleet.Product](ctx, c.store, Products, id, id, "product")
+	if err != nil && !errors.Is(err, fleet.ErrNotFound) {
 		return nil, err
+	}
+	// Every claim is checked before any is made: a refused declaration
+	// changes nothing.
+	owners, err := c.repoOwners(ctx, repos)
+	if err != nil {
+		return nil, err
+	}
+	if !move {
+		for i, r := range repos {
+			if o := owners[r]; o != nil && o.ProductID != id {
+				return nil, repoOwnedError(i, r, o.ProductID)
+			}
+		}
+	}
+	var made []*fleet.RepoOwner // claims to undo if the declaration fails
+	undo := func() {
+		for _, o := range made {
+			_ = c.store.Delete(context.WithoutCancel(ctx), Repos, o.ID, o.ID, o.Rev)
+		}
+	}
+	for i, r := range repos {
+		o, created, err := c.claimRepo(ctx, i, r, id, owners[r], move)
+		if err != nil {
+			undo()
+			return nil, err
+		}
+		if created {
+			made = append(made, o)
+		}
+	}
+
+	now := c.now()
+	p := &fleet.Product{ID: id, ProductID: id, Name: name, Repos: repos, CreatedAt: now, UpdatedAt: now}
+	if old != nil {
+		p.CreatedAt = old.CreatedAt
 	}
 	body, err := json.Marshal(p)
 	if err != nil {
+		undo()
 		return nil, err
 	}
-	rev, err := c.store.Upsert(ctx, Products, productID, productID, body)
-	c.products.drop(productID)
+	var rev string
+	if old == nil {
+		rev, err = c.store.Create(ctx, Products, id, id, body)
+		if errors.Is(err, ErrExists) {
+			err = errProductMoved
+		}
+	} else {
+		rev, err = c.store.Replace(ctx, Products, id, id, body, oldIt.Rev)
+		if errors.Is(err, ErrPrecondition) || errors.Is(err, ErrNotFound) {
+			err = errProductMoved
+		}
+	}
+	c.products.drop(id)
 	if err != nil {
-		return nil, fmt.Errorf("write product %s: %w", productID, err)
+		if !errors.Is(err, errProductMoved) {
+			err = fmt.Errorf("write product %s: %w", id, err)
+		}
+		undo()
+		return nil, err
 	}
 	p.Rev = rev
+	// Only now that the product no longer lists them are the repos it
+	// dropped given up, including claims left by a declaration that died
+	// before writing the product.
+	if err := c.releaseRepos(ctx, id, repos); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+func repoOwnedError(i int, repo, owner string) error {
+	return &fleet.Error{Code: fleet.CodeConflict, Field: fmt.Sprintf("repos[%d]", i),
+		Message: fmt.Sprintf("repo %s is owned by product %s; only an unscoped operator may move it (moveRepos: true)", repo, owner)}
+}
+
+// repoOwners reads the ownership documents of repos (absent: unowned). A
+// repo that has none yet but that a product lists (written before owners
+// were recorded) is recorded as that product's first, so an older listing
+// is never taken over silently.
+func (c *Coordinator) repoOwners(ctx context.Context, repos []string) (map[string]*fleet.RepoOwner, error) {
+	owners := make(map[string]*fleet.RepoOwner, len(repos))
+	var missing []string
+	for _, r := range repos {
+		o, it, err := readDoc[fleet.RepoOwner](ctx, c.store, Repos, r, r, "repo")
+		switch {
+		case errors.Is(err, fleet.ErrNotFound):
+			missing = append(missing, r)
+		case err != nil:
+			return nil, err
+		default:
+			o.Rev = it.Rev
+			owners[r] = o
+		}
+	}
+	if len(missing) == 0 {
+		return owners, nil
+	}
+	items, err := c.queryAll(ctx, Products, Query{})
+	if err != nil {
+		return nil, err
+	}
+	listedBy := map[string]string{}
+	for _, it := range items {
+		p, err := decode[fleet.Product](it)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range p.Repos {
+			if _, taken := listedBy[r]; !taken {
+				listedBy[r] = p.ID
+			}
+		}
+	}
+	for _, r := range missing {
+		owner, ok := listedBy[r]
+		if !ok {
+			continue
+		}
+		o, _, err := c.createRepoOwner(ctx, r, owner)
+		if err != nil {
+			return nil, err
+		}
+		owners[r] = o
+	}
+	return owners, nil
+}
+
+// createRepoOwner records product as repo's owner unless someone already
+// is; it returns the owner either way and whether it created the record.
+func (c *Coordinator) createRepoOwner(ctx context.Context, repo, product string) (*fleet.RepoOwner, bool, error) {
+	o := &fleet.RepoOwner{ID: repo, ProductID: product, UpdatedAt: c.now()}
+	body, err := json.Marshal(o)
+	if err != nil {
+		return nil, false, err
+	}
+	rev, err := c.store.Create(ctx, Repos, repo, repo, body)
+	if errors.Is(err, ErrExists) {
+		cur, it, err := readDoc[fleet.RepoOwner](ctx, c.store, Repos, repo, repo, "repo")
+		if err != nil {
+			return nil, false, err
+		}
+		cur.Rev = it.Rev
+		return cur, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("record owner of repo %s: %w", repo, err)
+	}
+	o.Rev = rev
+	return o, true, nil
+}
+
+// claimRepo makes product the owner of repo (entry i of the request), given
+// the owner read before (nil: none). Without move, an owner other than
+// product is a conflict, also when it won a race since that read.
+func (c *Coordinator) claimRepo(ctx context.Context, i int, repo, product string, seen *fleet.RepoOwner, move bool) (*fleet.RepoOwner, bool, error) {
+	for range maxCASAttempts {
+		if seen == nil {
+			o, created, err := c.createRepoOwner(ctx, repo, product)
+			if err != nil || created {
+				return o, created, err
+			}
+			seen = o
+		}
+		if seen.ProductID == product {
+			return seen, false, nil
+		}
+		if !move {
+			return nil, false, repoOwnedError(i, repo, seen.ProductID)
+		}
+		// The old owner stops listing the repo before it loses it, so no
+		// product ever lists a repo it does not own.
+		if err := c.unlistRepo(ctx, seen.ProductID, repo); err != nil {
+			return nil, false, err
+		}
+		o := &fleet.RepoOwner{ID: repo, ProductID: product, UpdatedAt: c.now()}
+		body, err := json.Marshal(o)
+		if err != nil {
+			return nil, false, err
+		}
+		rev, err := c.store.Replace(ctx, Repos, repo, repo, body, seen.Rev)
+		switch {
+		case err == nil:
+			o.Rev = rev
+			return o, false, nil
+		case errors.Is(err, ErrPrecondition):
+		case errors.Is(err, ErrNotFound):
+			seen = nil
+			continue
+		default:
+			return nil, false, fmt.Errorf("move repo %s: %w", repo, err)
+		}
+		cur, it, err := readDoc[fleet.RepoOwner](ctx, c.store, Repos, repo, repo, "repo")
+		switch {
+		case errors.Is(err, fleet.ErrNotFound):
+			seen = nil
+		case err != nil:
+			return nil, false, err
+		default:
+			cur.Rev = it.Rev
+			seen = cur
+		}
+	}
+	return nil, false, fleet.Errorf(fleet.CodeConflict, "repo %s changed owner concurrently %d times; try again", repo, maxCASAttempts)
+}
+
+// unlistRepo removes repo from product's list, by compare-and-swap.
+func (c *Coordinator) unlistRepo(ctx context.Context, product, repo string) error {
+	defer c.products.drop(product)
+	for range maxCASAttempts {
+		p, it, err := readDoc[fleet.Product](ctx, c.store, Products, product, product, "product")
+		if errors.Is(err, fleet.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(p.Repos, repo) {
+			return nil
+		}
+		p.Repos = slices.DeleteFunc(p.Repos, func(r string) bool { return r == repo })
+		p.UpdatedAt = c.now()
+		body, err := json.Marshal(p)
+		if err != nil {
+			return err
+		}
+		_, err = c.store.Replace(ctx, Products, product, product, body, it.Rev)
+		if errors.Is(err, ErrPrecondition) {
+			continue
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("write product %s: %w", product, err)
+		}
+		return nil
+	}
+	return fleet.Errorf(fleet.CodeConflict, "product %s changed concurrently %d times; try again", product, maxCASAttempts)
+}
+
+// releaseRepos gives up every repo product owns but no longer lists.
+func (c *Coordinator) releaseRepos(ctx context.Context, product string, keep []string) error {
+	items, err := c.queryAll(ctx, Repos, Query{Where: []Cond{Eq("productId", product)}})
+	if err != nil {
+		return err
+	}
+	kept := make(map[string]struct{}, len(keep))
+	for _, r := range keep {
+		kept[r] = struct{}{}
+	}
+	for _, it := range items {
+		if _, ok := kept[it.ID]; ok {
+			continue
+		}
+		// At the revision read: a repo moved meanwhile is not ours to free.
+		err := c.store.Delete(ctx, Repos, it.ID, it.ID, it.Rev)
+		if err != nil && !errors.Is(err, ErrPrecondition) && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("release repo %s: %w", it.ID, err)
+		}
+	}
+	return nil
 }
 
 // GetProduct reads a product.

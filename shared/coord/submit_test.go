@@ -70,9 +70,9 @@ func TestSubmitIdempotent(t *testing.T) {
 	require.Equal(t, v1, e.queueVersion(), "a repeated submit changes nothing")
 
 	// A key is scoped to its product.
-	_, err = e.c.PutProduct(e.ctx, "p2", "", []string{repo})
+	_, err = e.c.PutProduct(e.ctx, "p2", "", []string{"docs"})
 	require.NoError(t, err)
-	other, created, err := e.c.Submit(e.ctx, "p2", m)
+	other, created, err := e.c.Submit(e.ctx, "p2", manifest("repo: docs", "idempotencyKey: tracker-4711"))
 	require.NoError(t, err)
 	require.True(t, created)
 	require.NotEqual(t, first.ID, other.ID)
@@ -132,7 +132,7 @@ func TestSubmitRejects(t *testing.T) {
 	}{
 		{"unknown dep", prod, manifest("deps: [j-does-not-exist]"), fleet.CodeInvalid, "deps[0]"},
 		{"second dep unknown", prod, manifest(fmt.Sprintf("deps: [%s, nope]", shipped.ID)), fleet.CodeInvalid, "deps[1]"},
-		{"dep in another product", "p2", manifest(fmt.Sprintf("deps: [%s]", shipped.ID)), fleet.CodeInvalid, "deps[0]"},
+		{"dep in another product", "p2", manifest("repo: docs", fmt.Sprintf("deps: [%s]", shipped.ID)), fleet.CodeInvalid, "deps[0]"},
 		{"repo not owned", prod, manifest("repo: someone-elses"), fleet.CodeRepoNotOwned, "repo"},
 		{"undeclared product", "nobody", manifest(), fleet.CodeRepoNotOwned, "repo"},
 		{"bad product id", "../p1", manifest(), fleet.CodeInvalid, "productId"},
@@ -142,7 +142,7 @@ func TestSubmitRejects(t *testing.T) {
 		{"unknown priority", prod, manifest("priority: urgent"), fleet.CodeInvalid, "priority"},
 		{"not a manifest", prod, []byte("just text"), fleet.CodeInvalid, "manifest"},
 	}
-	_, err := e.c.PutProduct(e.ctx, "p2", "", []string{repo})
+	_, err := e.c.PutProduct(e.ctx, "p2", "", []string{"docs"})
 	require.NoError(t, err)
 	for _, tc := range tests {
 		before, err := e.raw.ReadChanges(e.ctx, coord.Jobs, "", 1000)

@@ -96,6 +96,15 @@ type Product struct {
 	Rev       string    `json:"-"`
 }
 
+// RepoOwner records which product owns a repo: one document per repo, so
+// that claiming a repo is one compare-and-swap on it whatever the backend.
+type RepoOwner struct {
+	ID        string    `json:"id"`        // the repo
+	ProductID string    `json:"productId"` // its owner
+	UpdatedAt time.Time `json:"updatedAt"`
+	Rev       string    `json:"-"`
+}
+
 // Owns reports whether the product owns repo.
 func (p *Product) Owns(repo string) bool { return slices.Contains(p.Repos, repo) }
 

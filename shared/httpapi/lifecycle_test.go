@@ -184,14 +184,14 @@ func TestListJobsPaging(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.putProduct("p1", "r1")
-	f.putProduct("p2", "r1")
+	f.putProduct("p2", "r2")
 	tok := f.enroll("f1", []string{"p1"}, "r1")
 	var want []string
 	for range 7 {
 		want = append(want, f.submit("p1", manifest("r1")).ID)
 		f.clock.Advance(time.Millisecond) // ids order by creation time
 	}
-	f.submit("p2", manifest("r1"))
+	f.submit("p2", manifest("r2"))
 	claimed := f.claim(tok).Job.ID
 
 	var got []string

@@ -321,11 +321,11 @@ func operations() []operation {
 			errors:      []string{"400", "404", "409"}},
 
 		{method: "PUT", path: "/fleet/products/{productId}", access: operatorOnly, summary: "Declare a product and its repos",
-			description: "repos replaces the list. A job whose repo its product does not own is rejected with 422 repo_not_owned.",
+			description: "repos replaces the list. A repo has one owning product: claiming one another product owns is 409 conflict naming the owner, unless an unscoped operator sets moveRepos. A job whose repo its product does not own is rejected with 422 repo_not_owned.",
 			params:      []obj{pathParam("productId", "The product id.")},
 			body:        jsonBody(ref("ProductRequest")),
 			ok:          map[string]obj{"200": respond("The product.", ref("Product"))},
-			errors:      []string{"400", "413"}},
+			errors:      []string{"400", "409", "413"}},
 		{method: "GET", path: "/fleet/products/{productId}", access: operatorOnly, summary: "Read a product",
 			params: []obj{pathParam("productId", "The product id.")},
 			ok:     map[string]obj{"200": respond("The product.", ref("Product"))},
@@ -568,6 +568,7 @@ func schemas() obj {
 			"seatLimit":    describe(obj{"type": "integer", "minimum": 0, "maximum": 1000}, "0 leaves it unchanged."),
 		}),
 		"ProductRequest": request([]string{"repos"}, obj{"name": describe(obj{"type": "string", "maxLength": fleet.MaxNameLen}, ""),
-			"repos": boundedList("The repos it owns; replaces the list.", fleet.MaxRepos)}),
+			"repos":     boundedList("The repos it owns; replaces the list. A repo another product owns is 409 naming the owner.", fleet.MaxRepos),
+			"moveRepos": boolean("Take repos other products own (they stop listing them). Unscoped operators only; default false.")}),
 	}
 }

@@ -12,6 +12,8 @@ import (
 type productRequest struct {
 	Name  string   `json:"name"`
 	Repos []string `json:"repos"`
+	// MoveRepos takes repos other products own (unscoped operators only).
+	MoveRepos bool `json:"moveRepos"`
 }
 
 type healthResponse struct {
@@ -48,7 +50,12 @@ func (s *server) putProduct(w http.ResponseWriter, r *http.Request, p *principal
 	if req.Repos == nil {
 		return required("repos", "send [] for none: the list replaces the product's repos")
 	}
-	prod, err := s.coord.PutProduct(r.Context(), id, req.Name, req.Repos)
+	if req.MoveRepos && len(p.products) > 0 {
+		// Moving a repo takes it from another product: only a principal
+		// over every product may decide that.
+		return forbidden("only an unscoped operator may move repos between products (moveRepos)")
+	}
+	prod, err := s.coord.DeclareProduct(r.Context(), coord.ProductRequest{ID: id, Name: req.Name, Repos: req.Repos, MoveRepos: req.MoveRepos})
 	if err != nil {
 		return err
 	}

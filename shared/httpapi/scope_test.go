@@ -2,11 +2,13 @@ package httpapi
 
 import (
 	"encoding/json"
+	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 // TestReadsStayInScope: a product-scoped operator reads nothing of another
@@ -52,4 +54,39 @@ func TestReadsStayInScope(t *testing.T) {
 		_, adapters := m["adapters"]
 		require.False(t, adapters && tok == p1Token, "adapter figures cover every product")
 	}
+}
+
+// TestRepoTakeover: a product-scoped operator cannot take a repo another
+// product owns (409 naming the owner), nor ask to move one (403); an
+// unscoped operator moves it explicitly, and the old owner can no longer
+// submit jobs for it.
+func TestRepoTakeover(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	f.putProduct("other", "r2")
+	before := f.snapshot()
+
+	res := f.call("PUT", "/api/fleet/products/other", otherToken, map[string]any{"repos": []string{"r2", "r1"}})
+	require.Equal(t, http.StatusConflict, res.status, "%s", res)
+	e := res.errorOf(t)
+	require.Equal(t, fleet.CodeConflict, e.Code)
+	require.Equal(t, "repos[1]", e.Field)
+	require.Contains(t, e.Message, "p1")
+	res = f.call("PUT", "/api/fleet/products/other", otherToken, map[string]any{"repos": []string{"r2", "r1"}, "moveRepos": true})
+	require.Equal(t, http.StatusForbidden, res.status, "%s", res)
+	res = f.call("PUT", "/api/fleet/products/other", rootToken, map[string]any{"repos": []string{"r2", "r1"}})
+	require.Equal(t, http.StatusConflict, res.status, "an unscoped operator moves a repo only when asked to: %s", res)
+	require.Equal(t, before, f.snapshot(), "refused claims changed stored state")
+	res = f.call("POST", "/api/fleet/jobs", otherToken, manifest("r1"), contentType("text/markdown"))
+	require.Equal(t, http.StatusUnprocessableEntity, res.status, "%s", res)
+
+	var p fleet.Product
+	f.ok(200, &p, "PUT", "/api/fleet/products/other", rootToken, map[string]any{"repos": []string{"r2", "r1"}, "moveRepos": true})
+	require.Equal(t, []string{"r2", "r1"}, p.Repos)
+	f.ok(200, &p, "GET", "/api/fleet/products/p1", rootToken, nil)
+	require.Empty(t, p.Repos)
+	res = f.call("POST", "/api/fleet/jobs", p1Token, manifest("r1"), contentType("text/markdown"))
+	require.Equal(t, http.StatusUnprocessableEntity, res.status, "%s", res)
+	f.ok(201, nil, "POST", "/api/fleet/jobs", otherToken, manifest("r1"), contentType("text/markdown"))
 }

@@ -25,6 +25,7 @@ run "containers_match_the_store" {
       fleet_artifacts   = tolist(["/jobId"])
       fleet_queue_state = tolist(["/productId"])
       fleet_products    = tolist(["/productId"])
+      fleet_repos       = tolist(["/id"])
       fleet_budgets     = tolist(["/productId"])
       fleet_tokens      = tolist(["/id"])
       leases            = tolist(["/id"])

@@ -1,0 +1,99 @@
+package coord_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// TestRepoOwnership: a repo has one owning product. Claiming a repo another
+// product owns is a conflict naming the owner and changes nothing; moving
+// it takes an explicit move, after which the old owner no longer lists it
+// and can no longer submit jobs for it; a repo a product drops is free.
+func TestRepoOwnership(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t) // p1 owns notes and api
+	before := e.snapshotContainers(coord.Products, coord.Repos)
+
+	_, err := e.c.PutProduct(e.ctx, "p2", "", []string{"docs", repo})
+	requireCode(t, err, fleet.CodeConflict, "repos[1]")
+	require.Contains(t, err.Error(), "p1")
+	require.Equal(t, before, e.snapshotContainers(coord.Products, coord.Repos), "a refused claim changed something")
+	_, _, err = e.c.Submit(e.ctx, "p2", manifest())
+	requireCode(t, err, fleet.CodeRepoNotOwned, "repo")
+
+	p2, err := e.c.DeclareProduct(e.ctx, coord.ProductRequest{ID: "p2", Repos: []string{"docs", repo}, MoveRepos: true})
+	require.NoError(t, err)
+	require.Equal(t, []string{"docs", repo}, p2.Repos)
+	p1, err := e.c.GetProduct(e.ctx, prod)
+	require.NoError(t, err)
+	require.Equal(t, []string{"api"}, p1.Repos, "the old owner still lists the moved repo")
+	_, _, err = e.c.Submit(e.ctx, prod, manifest())
+	requireCode(t, err, fleet.CodeRepoNotOwned, "repo")
+	_, created, err := e.c.Submit(e.ctx, "p2", manifest())
+	require.NoError(t, err)
+	require.True(t, created)
+
+	// p1 drops api: p3 may take it without a move.
+	_, err = e.c.PutProduct(e.ctx, prod, "", []string{})
+	require.NoError(t, err)
+	_, err = e.c.PutProduct(e.ctx, "p3", "", []string{"api"})
+	require.NoError(t, err)
+	// Declaring again what one owns is no claim.
+	_, err = e.c.PutProduct(e.ctx, "p3", "renamed", []string{"api"})
+	require.NoError(t, err)
+
+	rs, err := e.c.Repos(e.ctx, nil, "")
+	require.NoError(t, err)
+	owners := map[string][]string{}
+	for _, r := range rs {
+		owners[r.Repo] = r.Products
+	}
+	require.Equal(t, map[string][]string{"api": {"p3"}, "docs": {"p2"}, repo: {"p2"}}, owners)
+}
+
+// TestRepoClaimRace: products racing for one repo through two coordinators
+// (two processes on one store): exactly one wins, every other gets a
+// conflict naming the winner, and only the winner lists the repo.
+func TestRepoClaimRace(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	coords := []*coord.Coordinator{e.c, e.peer()}
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = coords[i%2].PutProduct(e.ctx, fmt.Sprintf("q%d", i), "", []string{"contested"})
+		})
+	}
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		if err == nil {
+			require.Equal(t, -1, winner, "q%d and q%d both own the repo", winner, i)
+			winner = i
+		}
+	}
+	require.NotEqual(t, -1, winner, "nobody won: %v", errs)
+	for i, err := range errs {
+		if i != winner {
+			requireCode(t, err, fleet.CodeConflict, "repos[0]")
+			require.Contains(t, err.Error(), fmt.Sprintf("q%d", winner))
+		}
+	}
+	for i := range n {
+		p, err := e.c.GetProduct(e.ctx, fmt.Sprintf("q%d", i))
+		if i == winner {
+			require.NoError(t, err)
+			require.Equal(t, []string{"contested"}, p.Repos)
+			continue
+		}
+		require.ErrorIs(t, err, fleet.ErrNotFound, "a loser's product was written")
+	}
+}
