@@ -188,61 +188,10 @@ func (c *Coordinator) newID(prefix string) string {
 	return fmt.Sprintf("%s%013x%x", prefix, c.now().UnixMilli(), b)
 }
 
-// errNoChange tells mutate the closure decided nothing needs writing.
-var errNoChange = errors.New("no change")
-
-// maxCASAttempts bounds optimistic retries on one document. Each retry
-// means another writer won; past this the caller gets a conflict to retry.
-const maxCASAttempts = 16
-
-// mutateJob applies fn to the job and writes it back with a CAS, retrying on
-// a lost race with fresh data. fn sees a fresh copy on every attempt, so it
-// must decide only from the job it is given. An error from fn computed on a
-// cached copy is never returned: the job is re-read and fn tried again.
+// mutateJob applies fn to the job and writes it back (see cas).
 func (c *Coordinator) mutateJob(ctx context.Context, pk, id string, fn func(j *fleet.Job) error) (*fleet.Job, error) {
-	for range maxCASAttempts {
-		item, cached := c.jobs.get(pk, id)
-		if !cached {
-			var err error
-			if item, err = c.store.Read(ctx, Jobs, pk, id); err != nil {
-				return nil, jobReadError(err, id)
-			}
-		}
-		j, err := decodeJob(item)
-		if err != nil {
-			return nil, err
-		}
-		if err := fn(j); err != nil {
-			if cached {
-				c.jobs.drop(pk, id)
-				continue
-			}
-			if errors.Is(err, errNoChange) {
-				return j, nil
-			}
-			return nil, err
-		}
-		body, err := json.Marshal(j)
-		if err != nil {
-			return nil, fmt.Errorf("encode job %s: %w", id, err)
-		}
-		rev, err := c.store.Replace(ctx, Jobs, pk, id, body, item.Rev)
-		switch {
-		case errors.Is(err, ErrPrecondition):
-			c.jobs.drop(pk, id)
-			c.stats.casConflicts.Add(1)
-			continue
-		case errors.Is(err, ErrNotFound):
-			c.jobs.drop(pk, id)
-			return nil, jobReadError(err, id)
-		case err != nil:
-			return nil, fmt.Errorf("write job %s: %w", id, err)
-		}
-		j.Rev = rev
-		c.jobs.put(pk, id, Item{ID: id, PartitionKey: pk, Rev: rev, Body: body})
-		return j, nil
-	}
-	return nil, fleet.Errorf(fleet.CodeConflict, "job %s changed concurrently %d times; try again", id, maxCASAttempts)
+	j, _, err := cas(ctx, c, jobDocs.withCache(c.jobs), pk, id, fn)
+	return j, err
 }
 
 func jobReadError(err error, id string) error {

@@ -205,59 +205,17 @@ func (c *Coordinator) ListFactories(ctx context.Context, productID string) ([]*f
 // starts from this process's last copy of the document when it has one, so
 // a steady heartbeat costs one write and no read.
 func (c *Coordinator) mutateFactory(ctx context.Context, id string, fn func(f *fleet.Factory) error) (*fleet.Factory, error) {
-	notFound := func() error {
-		c.factoryDocs.drop(id, id)
-		return &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("factory %s not found", id)}
-	}
-	for range maxCASAttempts {
-		it, cached := c.factoryDocs.get(id, id)
-		if !cached {
-			var err error
-			it, err = c.store.Read(ctx, Factories, id, id)
-			if errors.Is(err, ErrNotFound) {
-				return nil, notFound()
-			}
-			if err != nil {
-				return nil, fmt.Errorf("read factory %s: %w", id, err)
-			}
-		}
-		f, err := decode[fleet.Factory](it)
-		if err != nil {
-			return nil, err
-		}
-		f.Rev = it.Rev
+	f, written, err := cas(ctx, c, factoryDocs.withCache(c.factoryDocs), id, id, func(f *fleet.Factory) error {
 		if err := fn(f); err != nil {
-			if cached {
-				c.factoryDocs.drop(id, id)
-				continue
-			}
-			if errors.Is(err, errNoChange) {
-				return f, nil
-			}
-			return nil, err
+			return err
 		}
 		f.UpdatedAt = c.now()
-		body, err := json.Marshal(f)
-		if err != nil {
-			return nil, err
-		}
-		rev, err := c.store.Replace(ctx, Factories, id, id, body, f.Rev)
-		if errors.Is(err, ErrPrecondition) {
-			c.factoryDocs.drop(id, id)
-			continue
-		}
-		if errors.Is(err, ErrNotFound) {
-			return nil, notFound()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("write factory %s: %w", id, err)
-		}
-		f.Rev = rev
-		c.factoryDocs.put(id, id, Item{ID: id, PartitionKey: id, Rev: rev, Body: body})
+		return nil
+	})
+	if written {
 		c.factories.update(f)
-		return f, nil
 	}
-	return nil, fleet.Errorf(fleet.CodeConflict, "factory %s changed concurrently; try again", id)
+	return f, err
 }
 
 // Heartbeat is what a factory reports about itself.
@@ -443,33 +401,17 @@ func (c *Coordinator) revokeTokenID(ctx context.Context, hash string) error {
 	// the first drop, and the second one voids its cache entry.
 	c.tokens.drop(hash)
 	defer c.tokens.drop(hash)
-	for range maxCASAttempts {
-		it, err := c.store.Read(ctx, Tokens, hash, hash)
-		if errors.Is(err, ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read token: %w", err)
-		}
-		t, err := decode[fleet.Token](it)
-		if err != nil {
-			return err
-		}
+	_, _, err := cas(ctx, c, tokenDocs, hash, hash, func(t *fleet.Token) error {
 		if t.Revoked {
-			return nil
+			return errNoChange
 		}
 		t.Revoked = true
-		body, _ := json.Marshal(t)
-		_, err = c.store.Replace(ctx, Tokens, hash, hash, body, it.Rev)
-		if errors.Is(err, ErrPrecondition) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("revoke token: %w", err)
-		}
+		return nil
+	})
+	if errors.Is(err, fleet.ErrNotFound) {
 		return nil
 	}
-	return fleet.Errorf(fleet.CodeConflict, "token changed concurrently; try again")
+	return err
 }
 
 // Prune marks static factories stale after StaleAfter without a heartbeat
