@@ -286,20 +286,45 @@ func (c *Coordinator) ListJobs(ctx context.Context, productID string, stage flee
 	return jobs, page.Continuation, nil
 }
 
-// transition moves a job to `to` on behalf of actor, after guard (which may
-// refuse with an error) and then effect (which may change more fields). It
-// appends the event and keeps the queue state current. It returns the job
-// as it was before and after.
-func (c *Coordinator) transition(ctx context.Context, pk, id string, to fleet.Stage, actor fleet.Actor, actorID, eventType, message string,
-	guard func(j *fleet.Job) error, effect func(before, j *fleet.Job)) (before, after *fleet.Job, err error) {
+// move is one stage transition of one job.
+type move struct {
+	pk, id string
+	// to is the target stage; decide, when set, picks it instead from the
+	// job as read on each CAS attempt (a rule over stored fields such as
+	// attempts).
+	to     fleet.Stage
+	decide func(j *fleet.Job) fleet.Stage
+	// actor and actorID are who moves it; a factory actor becomes the holder
+	// when the move takes a lease.
+	actor   fleet.Actor
+	actorID string
+	// event is the event's type ("stage" when empty); message its text
+	// (the rule's own explanation when empty).
+	event   string
+	message string
+	// guard may refuse the move with an error; effect may change more
+	// fields after the stage machine applied the move.
+	guard  func(j *fleet.Job) error
+	effect func(before, j *fleet.Job)
+}
+
+// transition applies m: the guard, the stage machine's rule and the effect
+// in one CAS, then the event, the queue state, the run record and the
+// dependants. It returns the job as written.
+func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job, err error) {
+	var before *fleet.Job
 	var rule fleet.Rule
-	after, err = c.mutateJob(ctx, pk, id, func(j *fleet.Job) error {
-		if guard != nil {
-			if err := guard(j); err != nil {
+	after, err = c.mutateJob(ctx, m.pk, m.id, func(j *fleet.Job) error {
+		if m.guard != nil {
+			if err := m.guard(j); err != nil {
 				return err
 			}
 		}
-		r, err := fleet.CheckJobTransition(j, to, actor)
+		to := m.to
+		if m.decide != nil {
+			to = m.decide(j)
+		}
+		r, err := fleet.CheckJobTransition(j, to, m.actor)
 		if err != nil {
 			return err
 		}
@@ -307,31 +332,32 @@ func (c *Coordinator) transition(ctx context.Context, pk, id string, to fleet.St
 		snapshot := *j
 		before = &snapshot
 		holder := ""
-		if actor == fleet.ActorFactory {
-			holder = actorID
+		if m.actor == fleet.ActorFactory {
+			holder = m.actorID
 		}
 		j.Apply(rule, c.now(), holder, c.cfg.LeaseTTL)
 		j.EventSeq++
-		if effect != nil {
-			effect(before, j)
+		if m.effect != nil {
+			m.effect(before, j)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	// The transition is committed: what follows must not be cut short by the
 	// caller going away (a client disconnect, a host timeout).
 	ctx = context.WithoutCancel(ctx)
-	if eventType == "" {
-		eventType = "stage"
+	event, message := m.event, m.message
+	if event == "" {
+		event = "stage"
 	}
 	if message == "" {
 		message = rule.Why
 	}
-	c.appendEvent(ctx, after, fleet.Event{Type: eventType, From: before.Stage, To: after.Stage, Actor: actor, ActorID: actorID, Message: message})
+	c.appendEvent(ctx, after, fleet.Event{Type: event, From: before.Stage, To: after.Stage, Actor: m.actor, ActorID: m.actorID, Message: message})
 	if after.Stage == fleet.StageQueued {
-		c.bumpQueueState(ctx, pk)
+		c.bumpQueueState(ctx, m.pk)
 	}
 	switch rule.Lease {
 	case fleet.LeaseRelease, fleet.LeaseRevoke:
@@ -347,7 +373,7 @@ func (c *Coordinator) transition(ctx context.Context, pk, id string, to fleet.St
 	if after.Stage.Terminal() {
 		c.settleDependants(ctx, after)
 	}
-	return before, after, nil
+	return after, nil
 }
 
 // PatchRequest is a holder's fenced update of its job.
@@ -393,9 +419,8 @@ func (c *Coordinator) Patch(ctx context.Context, factoryID, productID, jobID str
 	default:
 		return nil, fleet.Invalid("stage", "a factory may patch a job to building, review, testing or shipped; report failures with POST /api/fleet/fail")
 	}
-	_, after, err := c.transition(ctx, productID, jobID, req.Stage, fleet.ActorFactory, factoryID, "", "",
-		fence, setCheckpoint)
-	return after, err
+	return c.transition(ctx, move{pk: productID, id: jobID, to: req.Stage, actor: fleet.ActorFactory, actorID: factoryID,
+		guard: fence, effect: setCheckpoint})
 }
 
 // Action is an operator action on a job.
@@ -463,7 +488,8 @@ func (c *Coordinator) Act(ctx context.Context, operatorID, productID, jobID stri
 	default:
 		return nil, fleet.Invalid("action", "unknown action %q", action)
 	}
-	_, after, err := c.transition(ctx, productID, jobID, to, fleet.ActorOperator, operatorID, string(action), reason, nil, effect)
+	after, err := c.transition(ctx, move{pk: productID, id: jobID, to: to, actor: fleet.ActorOperator, actorID: operatorID,
+		event: string(action), message: reason, effect: effect})
 	if err == nil && after.Stage == fleet.StageBlocked {
 		if settled, ok := c.settleBlocked(context.WithoutCancel(ctx), after); ok {
 			after = settled
@@ -522,12 +548,13 @@ func (c *Coordinator) settleBlocked(ctx context.Context, j *fleet.Job) (*fleet.J
 	var after *fleet.Job
 	switch v {
 	case depsReady:
-		_, after, err = c.transition(ctx, j.ProductID, j.ID, fleet.StageQueued, fleet.ActorSystem, "", "unblocked", "", nil, nil)
+		after, err = c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageQueued, actor: fleet.ActorSystem, event: "unblocked"})
 	case depsBroken:
-		_, after, err = c.transition(ctx, j.ProductID, j.ID, fleet.StageFailed, fleet.ActorSystem, "", ReasonDependencyFailed, why, nil,
-			func(_, j *fleet.Job) {
+		after, err = c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageFailed, actor: fleet.ActorSystem,
+			event: ReasonDependencyFailed, message: why,
+			effect: func(_, j *fleet.Job) {
 				j.LastFailure = &fleet.Failure{Reason: ReasonDependencyFailed, At: j.UpdatedAt}
-			})
+			}})
 	default:
 		return nil, false
 	}

@@ -74,8 +74,9 @@ func (c *Coordinator) Claim(ctx context.Context, req ClaimRequest) (*protocol.Cl
 		return nil, err
 	}
 	for _, j := range claimOrder(schedule.RankJobs(f, queued, c.now(), c.cfg.Weights)) {
-		_, after, err := c.transition(ctx, j.ProductID, j.ID, fleet.StageAssigned, fleet.ActorFactory, factoryID, "claimed", "claimed (poll)",
-			func(j *fleet.Job) error {
+		after, err := c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageAssigned, actor: fleet.ActorFactory, actorID: factoryID,
+			event: "claimed", message: "claimed (poll)",
+			guard: func(j *fleet.Job) error {
 				if j.Stage != fleet.StageQueued {
 					return fleet.Errorf(fleet.CodeConflict, "job %s was taken", j.ID)
 				}
@@ -83,7 +84,8 @@ func (c *Coordinator) Claim(ctx context.Context, req ClaimRequest) (*protocol.Cl
 					return fleet.Errorf(fleet.CodeConflict, "job %s is backing off", j.ID)
 				}
 				return nil
-			}, func(_, j *fleet.Job) { j.ClaimRequestID = req.RequestID })
+			},
+			effect: func(_, j *fleet.Job) { j.ClaimRequestID = req.RequestID }})
 		if err == nil {
 			c.stats.claims.Add(1)
 			return claimed(after), nil
@@ -145,8 +147,9 @@ func claimOrder(ranked []*fleet.Job) []*fleet.Job {
 // Accept is the push transport's claim: the factory a dispatch message
 // targeted takes the job, if the message is still current.
 func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*protocol.Claimed, error) {
-	_, after, err := c.transition(ctx, productID, jobID, fleet.StageAssigned, fleet.ActorFactory, factoryID, "claimed", "accepted dispatch",
-		func(j *fleet.Job) error {
+	after, err := c.transition(ctx, move{pk: productID, id: jobID, to: fleet.StageAssigned, actor: fleet.ActorFactory, actorID: factoryID,
+		event: "claimed", message: "accepted dispatch",
+		guard: func(j *fleet.Job) error {
 			switch {
 			case j.Stage != fleet.StageQueued:
 				return fleet.Errorf(fleet.CodeConflict, "job %s is %s: someone else has it", j.ID, j.Stage)
@@ -156,7 +159,7 @@ func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID st
 				return fleet.Errorf(fleet.CodeConflict, "job %s was dispatched to another factory", j.ID)
 			}
 			return nil
-		}, nil)
+		}})
 	if err != nil {
 		if errors.Is(err, fleet.ErrConflict) {
 			c.stats.claimConflicts.Add(1)
@@ -188,9 +191,8 @@ func (c *Coordinator) Renew(ctx context.Context, factoryID, productID, jobID str
 
 // Release gives the job back to the queue, keeping its checkpoint.
 func (c *Coordinator) Release(ctx context.Context, factoryID, productID, jobID string, leaseEpoch int64) (*fleet.Job, error) {
-	_, after, err := c.transition(ctx, productID, jobID, fleet.StageQueued, fleet.ActorFactory, factoryID, "released", "",
-		func(j *fleet.Job) error { return j.CheckFence(factoryID, leaseEpoch) }, nil)
-	return after, err
+	return c.transition(ctx, move{pk: productID, id: jobID, to: fleet.StageQueued, actor: fleet.ActorFactory, actorID: factoryID,
+		event: "released", guard: func(j *fleet.Job) error { return j.CheckFence(factoryID, leaseEpoch) }})
 }
 
 // FailRequest is a holder's failure report.
@@ -212,49 +214,25 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 		req.Reason = "no reason given"
 	}
 	// The target stage depends on the attempts stored on the job, so it is
-	// decided inside the CAS loop: peek, then let the guard confirm.
-	for range maxCASAttempts {
-		cur, err := c.GetJob(ctx, productID, jobID)
-		if err != nil {
-			return nil, err
-		}
-		if err := cur.CheckFence(factoryID, req.LeaseEpoch); err != nil {
-			return nil, err
-		}
-		to := fleet.StageFailed
-		if req.Retryable {
-			to = fleet.StageQueued
-			if cur.Attempts+1 >= cur.MaxAttempts {
-				to = fleet.StageDeadLetter
+	// decided on the job each CAS attempt reads.
+	return c.transition(ctx, move{pk: productID, id: jobID, actor: fleet.ActorFactory, actorID: factoryID,
+		event: "failed", message: req.Reason,
+		decide: func(j *fleet.Job) fleet.Stage {
+			if !req.Retryable {
+				return fleet.StageFailed
 			}
-		}
-		_, after, err := c.transition(ctx, productID, jobID, to, fleet.ActorFactory, factoryID, "failed", req.Reason,
-			func(j *fleet.Job) error {
-				if err := j.CheckFence(factoryID, req.LeaseEpoch); err != nil {
-					return err
-				}
-				if j.Attempts != cur.Attempts {
-					return errAttemptsMoved
-				}
-				return nil
-			},
-			func(_, j *fleet.Job) {
-				now := c.now()
-				j.LastFailure = &fleet.Failure{Reason: req.Reason, Retryable: req.Retryable, FactoryID: factoryID, At: now}
-				if req.Retryable {
-					j.Attempts++
-					j.NotBefore = now.Add(c.backoff(j.Attempts))
-				}
-			})
-		if errors.Is(err, errAttemptsMoved) {
-			continue
-		}
-		return after, err
-	}
-	return nil, fleet.Errorf(fleet.CodeConflict, "job %s changed concurrently; try again", jobID)
+			return j.RetryStage()
+		},
+		guard: func(j *fleet.Job) error { return j.CheckFence(factoryID, req.LeaseEpoch) },
+		effect: func(_, j *fleet.Job) {
+			now := c.now()
+			j.LastFailure = &fleet.Failure{Reason: req.Reason, Retryable: req.Retryable, FactoryID: factoryID, At: now}
+			if req.Retryable {
+				j.Attempts++
+				j.NotBefore = now.Add(c.backoff(j.Attempts))
+			}
+		}})
 }
-
-var errAttemptsMoved = errors.New("attempts changed")
 
 // backoff is RetryBackoff × 2^(attempt-1), capped.
 func (c *Coordinator) backoff(attempt int) time.Duration {
@@ -282,26 +260,24 @@ func (c *Coordinator) Reap(ctx context.Context) (int, error) {
 			continue
 		}
 		holder, attempts := j.HolderFactoryID, j.Attempts
-		to := fleet.StageQueued
-		if attempts+1 >= j.MaxAttempts {
-			to = fleet.StageDeadLetter
-		}
-		_, _, err := c.transition(ctx, j.ProductID, j.ID, to, fleet.ActorSystem, "reaper", "lease_expired",
-			fmt.Sprintf("lease of %s expired", holder),
-			func(cur *fleet.Job) error {
+		_, err := c.transition(ctx, move{pk: j.ProductID, id: j.ID, actor: fleet.ActorSystem, actorID: "reaper",
+			event: "lease_expired", message: fmt.Sprintf("lease of %s expired", holder),
+			decide: (*fleet.Job).RetryStage,
+			guard: func(cur *fleet.Job) error {
 				if !cur.LeaseExpired(c.now()) {
 					return fleet.Errorf(fleet.CodeConflict, "lease of job %s was renewed", cur.ID)
 				}
 				if cur.Attempts != attempts {
-					// Decided on another attempt count: the next pass decides anew.
+					// Another reap or failure counted meanwhile: the holder
+					// this pass names may be gone; the next pass decides anew.
 					return fleet.Errorf(fleet.CodeConflict, "job %s changed", cur.ID)
 				}
 				return nil
 			},
-			func(_, j *fleet.Job) {
+			effect: func(_, j *fleet.Job) {
 				j.Attempts++
 				j.LastFailure = &fleet.Failure{Reason: "lease expired", Retryable: true, FactoryID: holder, At: c.now()}
-			})
+			}})
 		switch {
 		case err == nil:
 			n++

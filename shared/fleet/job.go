@@ -181,6 +181,16 @@ func (j *Job) LeaseExpired(now time.Time) bool {
 	return j.HolderFactoryID != "" && !now.Before(j.LeaseExpiresAt)
 }
 
+// RetryStage is the one retry-or-dead-letter rule: where a job goes when
+// an attempt is lost (lease expired) or fails retryably. Queued while
+// attempts remain; dead_letter when the attempt now counted was the last.
+func (j *Job) RetryStage() Stage {
+	if j.Attempts+1 >= j.MaxAttempts {
+		return StageDeadLetter
+	}
+	return StageQueued
+}
+
 // CheckFence returns ErrFenced unless factoryID holds the lease at leaseEpoch.
 // It is the one fencing check every worker mutation goes through.
 func (j *Job) CheckFence(factoryID string, leaseEpoch int64) error {
