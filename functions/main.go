@@ -50,7 +50,9 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	a, err := app.Open(ctx, l, log)
+	// This binary serves the dispatch function (the change feed of the
+	// jobs), so its sweeps may trust the ledger.
+	a, err := app.Open(ctx, l, log, app.WithChangeFeed())
 	if err != nil {
 		return err
 	}

@@ -58,6 +58,11 @@ locals {
       default_ttl    = 0
       excluded_paths = []
     }
+    fleet_ledger = {
+      partition_key  = "/id"
+      default_ttl    = 0
+      excluded_paths = []
+    }
     leases = {
       partition_key  = "/id"
       default_ttl    = 0

@@ -53,8 +53,16 @@ func NewLogger(l config.Lookup) (*slog.Logger, error) {
 	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level})), nil
 }
 
+// Option adjusts how Open builds the fleet.
+type Option func(*coord.Config)
+
+// WithChangeFeed says this app's job writes are seen by a change feed that
+// runs the dispatch function (the Functions app; not the Lambda front
+// door), so idle sweeps may skip on the ledger's word (coord.Config.ChangeFeed).
+func WithChangeFeed() Option { return func(c *coord.Config) { c.ChangeFeed = true } }
+
 // Open builds the fleet from settings.
-func Open(ctx context.Context, l config.Lookup, log *slog.Logger) (*App, error) {
+func Open(ctx context.Context, l config.Lookup, log *slog.Logger, opts ...Option) (*App, error) {
 	a := &App{Log: log}
 	ok := false
 	defer func() {
@@ -65,6 +73,9 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger) (*App, error) 
 	cfg, err := coordConfig(l)
 	if err != nil {
 		return nil, err
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	st, err := OpenStore(ctx, l)
 	if err != nil {

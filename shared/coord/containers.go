@@ -28,6 +28,9 @@ const (
 	Repos   = "fleet_repos"
 	Budgets = "fleet_budgets"
 	Tokens  = "fleet_tokens"
+	// Ledger holds one document of fleet-wide counters that let idle
+	// sweeps and token revalidation cost a point read (ledger.go).
+	Ledger = "fleet_ledger"
 	// Leases holds change-feed checkpoints, the Functions host's lease
 	// container (partitioned on /id as the Cosmos trigger requires).
 	Leases = "leases"
@@ -48,5 +51,6 @@ var Containers = []Container{
 	{Name: Repos, PartitionKey: "/id"},
 	{Name: Budgets, PartitionKey: "/productId"},
 	{Name: Tokens, PartitionKey: "/id"},
+	{Name: Ledger, PartitionKey: "/id"},
 	{Name: Leases, PartitionKey: "/id"},
 }

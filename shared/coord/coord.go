@@ -44,7 +44,12 @@ type Config struct {
 	// deregistering takes effect at once in the process that does it, and
 	// within this bound in every other.
 	TokenCacheTTL time.Duration
-	Weights       schedule.Weights
+	// ChangeFeed says a change-feed handler runs DispatchChanged on every
+	// job write (the Functions app, the local stack). Only then may timer
+	// sweeps trust the ledger and skip a tick that has nothing to do
+	// (ledger.go); without it (the Lambda front door) every tick scans.
+	ChangeFeed bool
+	Weights    schedule.Weights
 }
 
 // Defaults: the one place they are written. shared/config documents the

@@ -30,14 +30,26 @@ type Decision struct {
 // stamped by CAS and published. Redelivering the same batch is harmless: a
 // job already stamped is skipped. Errors of single jobs are joined; the
 // sweep retries whatever did not go out.
+//
+// Once the batch is handled it bumps the ledger (ledger.go): activity when
+// it held a job that is not terminal (or one it could not decode), ended
+// when it held a terminal one. A failed bump fails the batch, so the host
+// retries it.
 func (c *Coordinator) DispatchChanged(ctx context.Context, items []Item) ([]Decision, error) {
 	out := make([]Decision, 0, len(items))
 	var errs []error
+	live, ended := false, false
 	for _, it := range items {
 		j, err := decodeJob(it)
 		if err != nil {
+			live = true
 			errs = append(errs, err)
 			continue
+		}
+		if j.Stage.Terminal() {
+			ended = true
+		} else {
+			live = true
 		}
 		observe(&c.stats.feedLagSum, &c.stats.feedLagN, c.now().Sub(j.UpdatedAt))
 		if reason := c.needsDispatch(j); reason != "" {
@@ -58,6 +70,13 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []Item) ([]Deci
 			errs = append(errs, fmt.Errorf("dispatch %s: %w", j.ID, err))
 		}
 		out = append(out, d)
+	}
+	// After handling, whatever its outcome: the sweeps must look.
+	if live {
+		errs = append(errs, c.bump(ctx, ledgerActivity))
+	}
+	if ended {
+		errs = append(errs, c.bump(ctx, ledgerEnded))
 	}
 	return out, errors.Join(errs...)
 }
@@ -165,16 +184,28 @@ type DeadLetterSource interface {
 // backoff over), and routes again every job whose dispatch is older than
 // RedispatchAfter or whose target is gone, stale or down. It returns how
 // many messages it published.
+//
+// Idle (no queued or blocked job since the last tick that looked), a tick
+// costs one point read and skips the dead-letter drain too: a dead letter
+// only matters for a job still queued at its dispatch epoch (ledger.go).
 func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
+	skip, view, err := c.quiet(ctx, sweepRedispatch)
+	if err != nil || skip {
+		return 0, err
+	}
 	var errs []error
 	// Blocked jobs whose dependencies shipped while their unblock was lost
 	// join the queue first, so this pass routes them too.
-	if _, err := c.UnblockReady(ctx); err != nil {
+	_, blocked, err := c.unblockReady(ctx)
+	if err != nil {
 		errs = append(errs, fmt.Errorf("unblock: %w", err))
 	}
 	queued, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageQueued))}})
 	if err != nil {
 		return 0, err
+	}
+	if len(errs) == 0 && blocked == 0 && len(queued) == 0 {
+		c.markQuiet(ctx, view)
 	}
 	c.factories.invalidate()
 	factories, err := c.listFactories(ctx)
@@ -219,6 +250,10 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 // changed, so a job waiting for a capability goes out as soon as a factory
 // offers it rather than at the next sweep.
 func (c *Coordinator) retryUnroutable(ctx context.Context) {
+	// No queued job since the redispatch sweep last looked: nothing waits.
+	if skip, _, err := c.quiet(ctx, sweepRedispatch); err == nil && skip {
+		return
+	}
 	waiting, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageQueued)), Eq("targetFactoryId", "")}})
 	if err != nil {
 		c.log.ErrorContext(ctx, "retry unroutable jobs", "err", err)

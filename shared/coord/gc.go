@@ -71,6 +71,13 @@ func (c *Coordinator) GCSweep(ctx context.Context) (int, error) {
 	if !ok {
 		return 0, nil
 	}
+	// No job ended since the last sweep that sent its whole plan: every
+	// request would repeat one already sent (factories also clean up on
+	// their own at start and after each job). See ledger.go.
+	skip, view, err := c.quiet(ctx, sweepGC)
+	if err != nil || skip {
+		return 0, err
+	}
 	plan, err := c.GCPlan(ctx)
 	if err != nil {
 		return 0, err
@@ -82,5 +89,6 @@ func (c *Coordinator) GCSweep(ctx context.Context) (int, error) {
 		}
 		n++
 	}
+	c.markQuiet(ctx, view)
 	return n, nil
 }

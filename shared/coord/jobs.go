@@ -524,17 +524,22 @@ func (c *Coordinator) settleDependants(ctx context.Context, ended *fleet.Job) {
 // between the two, or the store failed then). It returns how many jobs it
 // moved.
 func (c *Coordinator) UnblockReady(ctx context.Context) (int, error) {
-	blocked, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageBlocked))}})
+	n, _, err := c.unblockReady(ctx)
+	return n, err
+}
+
+// unblockReady is UnblockReady that also says how many jobs were blocked.
+func (c *Coordinator) unblockReady(ctx context.Context) (unblocked, blocked int, err error) {
+	jobs, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageBlocked))}})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	n := 0
-	for _, j := range blocked {
+	for _, j := range jobs {
 		if _, ok := c.settleBlocked(ctx, j); ok {
-			n++
+			unblocked++
 		}
 	}
-	return n, nil
+	return unblocked, len(jobs), nil
 }
 
 // settleBlocked queues j if its dependencies are met now and fails it if

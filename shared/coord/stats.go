@@ -15,6 +15,7 @@ type Stats struct {
 	publishFailed  atomic.Int64
 	deadLettered   atomic.Int64
 	eventsLost     atomic.Int64
+	quietSkips     atomic.Int64
 	// Lag sums in microseconds and counts: submit -> publish, publish -> accept.
 	dispatchLagSum, dispatchLagN atomic.Int64
 	acceptLagSum, acceptLagN     atomic.Int64
@@ -33,6 +34,9 @@ type StatsSnapshot struct {
 	PublishFailed    int64   `json:"publishFailed"`
 	DeadLettered     int64   `json:"deadLettered"`
 	EventsLost       int64   `json:"eventsLost"`
+	// QuietSkips counts sweep ticks skipped on the ledger's word (one point
+	// read each, no query).
+	QuietSkips int64 `json:"quietSkips"`
 	// Mean lags in milliseconds.
 	DispatchLagMs float64 `json:"dispatchLagMs"`
 	AcceptLagMs   float64 `json:"acceptLagMs"`
@@ -68,6 +72,7 @@ func (c *Coordinator) Stats() StatsSnapshot {
 		PublishFailed:   s.publishFailed.Load(),
 		DeadLettered:    s.deadLettered.Load(),
 		EventsLost:      s.eventsLost.Load(),
+		QuietSkips:      s.quietSkips.Load(),
 		DispatchLagMs:   mean(&s.dispatchLagSum, &s.dispatchLagN),
 		AcceptLagMs:     mean(&s.acceptLagSum, &s.acceptLagN),
 		ChangeFeedLagMs: mean(&s.feedLagSum, &s.feedLagN),

@@ -28,6 +28,7 @@ run "containers_match_the_store" {
       fleet_repos       = tolist(["/id"])
       fleet_budgets     = tolist(["/productId"])
       fleet_tokens      = tolist(["/id"])
+      fleet_ledger      = tolist(["/id"])
       leases            = tolist(["/id"])
     }
     error_message = "Container names or partition keys differ from coord.Containers."

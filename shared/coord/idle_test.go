@@ -1,0 +1,284 @@
+package coord_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
+	"github.com/gigafactory/fleet/shared/store/storecount"
+)
+
+// feeder is the change feed as the Functions host runs it: batches from a
+// checkpoint, the checkpoint moved only after the handler returned.
+type feeder struct {
+	e    *env
+	c    *coord.Coordinator
+	cont string
+}
+
+// run hands every change since the checkpoint to DispatchChanged and moves
+// the checkpoint.
+func (f *feeder) run() {
+	f.e.t.Helper()
+	page := f.e.feed(f.cont)
+	if len(page.Items) == 0 {
+		return
+	}
+	_, err := f.c.DispatchChanged(f.e.ctx, page.Items)
+	require.NoError(f.e.t, err)
+	f.cont = page.Continuation
+}
+
+// crash reads the next batch and dies before handling it: the checkpoint
+// stays where it was, so the batch comes again.
+func (f *feeder) crash() { f.e.t.Helper(); require.NotEmpty(f.e.t, f.e.feed(f.cont).Items) }
+
+// gcPublisher is a dispatch transport that also carries GC requests.
+type gcPublisher struct {
+	recordingPublisher
+	mu  sync.Mutex
+	gcs []protocol.GCRequest
+}
+
+func (p *gcPublisher) PublishGC(_ context.Context, req protocol.GCRequest) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gcs = append(p.gcs, req)
+	return nil
+}
+
+// sweepHooks decorates a store: beforeQuery runs before the next query of
+// the jobs container, beforeMark before the next whole-document write of
+// the ledger (a quiet mark; bumps are Increments and pass).
+type sweepHooks struct {
+	coord.Store
+	mu                      sync.Mutex
+	beforeQuery, beforeMark func()
+}
+
+func (s *sweepHooks) take(fn *func()) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := *fn
+	*fn = nil
+	return h
+}
+
+func (s *sweepHooks) Query(ctx context.Context, container string, q coord.Query) (coord.Page, error) {
+	if container == coord.Jobs {
+		if h := s.take(&s.beforeQuery); h != nil {
+			h()
+		}
+	}
+	return s.Store.Query(ctx, container, q)
+}
+
+func (s *sweepHooks) Replace(ctx context.Context, container, pk, id string, body []byte, ifRev string) (string, error) {
+	if container == coord.Ledger {
+		if h := s.take(&s.beforeMark); h != nil {
+			h()
+		}
+	}
+	return s.Store.Replace(ctx, container, pk, id, body, ifRev)
+}
+
+func (s *sweepHooks) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
+	if container == coord.Ledger {
+		if h := s.take(&s.beforeMark); h != nil {
+			h()
+		}
+	}
+	return s.Store.Create(ctx, container, pk, id, body)
+}
+
+var feedConfig = coord.Config{ChangeFeed: true}
+
+// TestIdleSweepCost: once a sweep has looked and found nothing, each later
+// tick of the reaper, the redispatch sweep and the GC sweep costs exactly
+// one point read and no query, until a job is written; then it scans again.
+func TestIdleSweepCost(t *testing.T) {
+	t.Parallel()
+	var counted *storecount.Store
+	e := newEnv(t, withConfig(feedConfig), withStore(func(s coord.Store) coord.Store {
+		counted = storecount.New(s)
+		return counted
+	}))
+	pub := &gcPublisher{}
+	e.c.SetPublisher(pub)
+	e.factory("f1")
+	fd := &feeder{e: e, c: e.c}
+
+	// A job through its whole life, every write fed, so both counters moved.
+	j := e.submit()
+	fd.run()
+	cl := e.claim("f1")
+	for _, st := range []fleet.Stage{fleet.StageBuilding, fleet.StageShipped} {
+		_, err := e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: st, LeaseEpoch: cl.LeaseEpoch})
+		require.NoError(t, err)
+	}
+	fd.run()
+
+	sweeps := []struct {
+		name string
+		run  func(context.Context) (int, error)
+	}{
+		{"reaper", e.c.Reap},
+		{"redispatch", e.c.Redispatch},
+		{"gcsweep", e.c.GCSweep},
+	}
+	tick := func(run func(context.Context) (int, error)) storecount.Counts {
+		before := counted.Snapshot()
+		_, err := run(e.ctx)
+		require.NoError(t, err)
+		return counted.Snapshot().Sub(before)
+	}
+	for _, s := range sweeps {
+		first := tick(s.run)
+		require.Positive(t, first.Queries, "%s: the first tick after activity scans", s.name)
+	}
+	require.Len(t, pub.gcs, 1, "the first GC sweep sends the plan")
+	for range 3 {
+		e.clock.Advance(30 * time.Second)
+		for _, s := range sweeps {
+			require.Equal(t, storecount.Counts{Reads: 1}, tick(s.run), "%s: an idle tick is one point read", s.name)
+		}
+	}
+	require.Len(t, pub.gcs, 1, "idle GC sweeps send nothing again")
+
+	// A new job: the feed bumps activity, and the sweeps look again.
+	e.submit()
+	fd.run()
+	require.Positive(t, tick(e.c.Redispatch).Queries)
+	require.Positive(t, tick(e.c.Reap).Queries)
+	require.Equal(t, storecount.Counts{Reads: 1}, tick(e.c.GCSweep), "no job ended: GC stays quiet")
+
+	// Without a change feed every tick scans, as before.
+	plain := coord.New(counted, e.clock, coord.Config{}, nil)
+	require.Positive(t, tick(plain.Reap).Queries)
+}
+
+// TestQuietMarkRace: a job written while a sweep runs is never hidden by the
+// sweep's quiet mark, wherever its write (W) and the change feed's bump (B)
+// fall among the sweep's ledger read, its query and its mark. The job takes
+// a lease during tick 1; its lease then expires, and tick 2 must reap it.
+func TestQuietMarkRace(t *testing.T) {
+	t.Parallel()
+	const (
+		before      = iota // before tick 1 reads the ledger
+		beforeQuery        // after the ledger read, before the query
+		beforeMark         // after the query found nothing, before the mark
+		after              // after tick 1
+	)
+	names := []string{"before", "beforeQuery", "beforeMark", "after"}
+	for w := before; w <= after; w++ {
+		for b := w; b <= after; b++ {
+			t.Run("W "+names[w]+", B "+names[b], func(t *testing.T) {
+				t.Parallel()
+				hooks := &sweepHooks{}
+				e := newEnv(t, withConfig(feedConfig), withStore(func(s coord.Store) coord.Store {
+					hooks.Store = s
+					return hooks
+				}))
+				e.factory("f1")
+				fd := &feeder{e: e, c: e.c}
+				e.submit()
+				fd.run()
+				// The reaper looked before: no lease anywhere, marked quiet.
+				// Another job since moved the counter, so tick 1 scans.
+				_, err := e.c.Reap(e.ctx)
+				require.NoError(t, err)
+				e.submit()
+				fd.run()
+
+				var held string
+				write := func() { held = e.claim("f1").Job.ID }
+				bump := fd.run
+				at := func(pos int) func() {
+					var fns []func()
+					if w == pos {
+						fns = append(fns, write)
+					}
+					if b == pos {
+						fns = append(fns, bump)
+					}
+					return func() {
+						for _, fn := range fns {
+							fn()
+						}
+					}
+				}
+				at(before)()
+				hooks.mu.Lock()
+				hooks.beforeQuery, hooks.beforeMark = at(beforeQuery), at(beforeMark)
+				hooks.mu.Unlock()
+				_, err = e.c.Reap(e.ctx)
+				require.NoError(t, err)
+				// A step whose point tick 1 never reached (a query that found
+				// the job writes no mark) happens after it, in order.
+				for _, h := range []func(){hooks.take(&hooks.beforeQuery), hooks.take(&hooks.beforeMark)} {
+					if h != nil {
+						h()
+					}
+				}
+				at(after)()
+				require.Equal(t, fleet.StageAssigned, e.job(held).Stage)
+
+				e.clock.Advance(coord.DefaultLeaseTTL + time.Second)
+				n, err := e.c.Reap(e.ctx)
+				require.NoError(t, err)
+				require.Equal(t, 1, n, "tick 2 reaps the expired lease")
+				require.Equal(t, fleet.StageQueued, e.job(held).Stage)
+			})
+		}
+	}
+}
+
+// TestQuietMarkFeedCrash: the feed handler dies after a job was written and
+// before it bumped the ledger. Until the batch comes again the sweep may
+// skip, but the host redelivers it from the last checkpoint, the bump
+// follows, and the next tick reaps.
+func TestQuietMarkFeedCrash(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withConfig(feedConfig))
+	e.factory("f1")
+	fd := &feeder{e: e, c: e.c}
+	j := e.submit()
+	fd.run()
+	_, err := e.c.Reap(e.ctx)
+	require.NoError(t, err)
+
+	e.claim("f1")
+	fd.crash()
+	e.clock.Advance(coord.DefaultLeaseTTL + time.Second)
+	n, err := e.c.Reap(e.ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "no bump yet: the tick trusts the mark")
+
+	fd.run() // the redelivered batch
+	n, err = e.c.Reap(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, fleet.StageQueued, e.job(j.ID).Stage)
+
+	// A bump lost for good (the host gave up on the batch): a mark is
+	// trusted for an hour at most.
+	fd.run()
+	_, err = e.c.Reap(e.ctx) // nothing leased: marked quiet
+	require.NoError(t, err)
+	e.claim("f1")
+	fd.cont = e.feed(fd.cont).Continuation // checkpointed past, never handled
+	e.clock.Advance(coord.DefaultLeaseTTL + time.Second)
+	n, err = e.c.Reap(e.ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	e.clock.Advance(time.Hour)
+	n, err = e.c.Reap(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+}
