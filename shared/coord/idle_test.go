@@ -105,12 +105,11 @@ var feedConfig = coord.Config{ChangeFeed: true}
 func TestIdleSweepCost(t *testing.T) {
 	t.Parallel()
 	var counted *storecount.Store
-	e := newEnv(t, withConfig(feedConfig), withStore(func(s coord.Store) coord.Store {
+	pub := &gcPublisher{}
+	e := newEnv(t, withConfig(feedConfig), withPublisher(pub), withStore(func(s coord.Store) coord.Store {
 		counted = storecount.New(s)
 		return counted
 	}))
-	pub := &gcPublisher{}
-	e.c.SetPublisher(pub)
 	e.factory("f1")
 	fd := &feeder{e: e, c: e.c}
 
@@ -159,7 +158,7 @@ func TestIdleSweepCost(t *testing.T) {
 	require.Equal(t, storecount.Counts{Reads: 1}, tick(e.c.GCSweep), "no job ended: GC stays quiet")
 
 	// Without a change feed every tick scans, as before.
-	plain := coord.New(counted, e.clock, coord.Config{}, nil)
+	plain := e.newCoord(coord.Config{}, coord.Deps{Store: counted})
 	require.Positive(t, tick(plain.Reap).Queries)
 }
 
