@@ -15,6 +15,7 @@
 package bus
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -67,8 +68,8 @@ var (
 	ErrNotFound = errors.New("bus: subscription not found")
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("bus: client closed")
-	// ErrLockLost: the delivery can no longer be settled by this receiver:
-	// its lock expired or it was already settled. The message is (or will
+	// ErrLockLost: the delivery can no longer be settled or renewed by
+	// this receiver: its lock expired or it was already settled. The message is (or will
 	// be) delivered again; the fenced accept makes that harmless.
 	ErrLockLost = errors.New("bus: message lock lost")
 	// ErrInvalid: a message or an argument the broker would refuse.
@@ -168,8 +169,24 @@ type Delivery struct {
 	DeadLetterReason string
 	// DeadLetterDescription is the free-text detail of a dead letter.
 	DeadLetterDescription string
+	// LockedUntil is when the delivery's lock lapses unless renewed
+	// (RenewLock): from then on the message may go to another receiver.
+	LockedUntil time.Time
 
 	handle any
+}
+
+// LockRenewer extends a delivery's lock, so a receiver can hold a message
+// longer than one lock duration: an elastic execution holds its dispatch
+// for its whole run, which keeps the message counted in the subscription's
+// depth (the scaler's queue length) while the run lasts. Both backends
+// implement it.
+type LockRenewer interface {
+	// RenewLock extends d's lock by the subscription's lock duration from
+	// now and returns the new LockedUntil. It fails with ErrLockLost once
+	// the lock has lapsed or d was settled: the message may already be with
+	// another receiver.
+	RenewLock(ctx context.Context, d Delivery) (time.Time, error)
 }
 
 // NewDelivery is for adapters: it attaches the backend's own handle (lock

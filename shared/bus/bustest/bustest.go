@@ -2,7 +2,7 @@
 // backend's test calls Run with a constructor; the suite exercises the
 // contract coord and the factory agent rely on: targeted delivery, duplicate
 // detection on Message.ID, receive with a wait, settlement, redelivery after
-// lock expiry, dead-lettering (explicit and after max deliveries), depth
+// lock expiry, lock renewal, dead-lettering (explicit and after max deliveries), depth
 // per subscription and ordering keys.
 //
 // Every subtest uses its own freshly named subscriptions, so subtests run in
@@ -37,6 +37,7 @@ type Backend interface {
 	Complete(ctx context.Context, d bus.Delivery) error
 	Abandon(ctx context.Context, d bus.Delivery) error
 	DeadLetter(ctx context.Context, d bus.Delivery, reason string) error
+	bus.LockRenewer
 	ReceiveDeadLetters(ctx context.Context, sub string, max int, wait time.Duration) ([]bus.Delivery, error)
 	// Depth is the number of active messages of sub: waiting or locked, not
 	// dead-lettered.
@@ -68,6 +69,8 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"Complete", s.complete},
 		{"Abandon", s.abandon},
 		{"RedeliveryAfterLockExpiry", s.lockExpiry},
+		{"RenewLockHoldsMessage", s.renewLock},
+		{"RenewLockAfterLapseIsLost", s.renewLapsed},
 		{"DeadLetterExplicit", s.deadLetterExplicit},
 		{"DeadLetterAfterMaxDeliveries", s.deadLetterMaxDeliveries},
 		{"DepthPerSubscription", s.depth},
@@ -377,6 +380,54 @@ func (s *suite) lockExpiry(t *testing.T, h *harness) {
 	require.GreaterOrEqual(t, time.Since(received), h.limits.LockDuration*3/4, "redelivered only after the lock expired")
 	require.Equal(t, "crash:1", d2.ID)
 	require.Equal(t, 2, d2.DeliveryCount)
+	require.NoError(t, h.b.Complete(h.ctx, d2))
+	h.eventuallyDepth(a, 0)
+}
+
+// renewLock: a receiver renewing its lock holds the message for several
+// lock durations (an elastic execution holds its dispatch for its whole
+// run); meanwhile nobody else gets it and it stays counted in the depth
+// (what the pool's scaler reads).
+func (s *suite) renewLock(t *testing.T, h *harness) {
+	a := h.sub("renew")
+	h.send(h.msg(a, "long:1"))
+	d := h.receiveOne(a)
+	received := time.Now()
+	lock := h.limits.LockDuration
+	require.WithinDuration(t, received.Add(lock/2), d.LockedUntil, lock/2+5*time.Second,
+		"a delivery says when its lock lapses")
+
+	until := d.LockedUntil
+	for time.Since(received) < 3*lock {
+		h.receiveNone(a, lock/3)
+		next, err := h.b.RenewLock(h.ctx, d)
+		require.NoError(t, err, "renew %s after %s", d.ID, time.Since(received))
+		require.True(t, next.After(until) || next.Equal(until), "renewal moves the lock forward: %s then %s", until, next)
+		until = next
+	}
+	h.eventuallyDepth(a, 1)
+	require.NoError(t, h.b.Complete(h.ctx, d), "the lock held across renewals still settles the message")
+	h.eventuallyDepth(a, 0)
+	_, err := h.b.RenewLock(h.ctx, d)
+	require.ErrorIs(t, err, bus.ErrLockLost, "a settled delivery has no lock to renew")
+	h.receiveNone(a, h.quiet())
+}
+
+// renewLapsed: once a lock lapsed and the message went to another
+// receiver, the first receiver's renewal is refused (a crashed or stalled
+// elastic execution); the new holder's lock is unaffected.
+func (s *suite) renewLapsed(t *testing.T, h *harness) {
+	a := h.sub("lapse")
+	h.send(h.msg(a, "lapse:1"))
+	d := h.receiveOne(a)
+	// No renewal, no settlement: the message comes back after the lock.
+	d2 := h.receiveOne(a)
+	require.Equal(t, "lapse:1", d2.ID)
+	require.Equal(t, 2, d2.DeliveryCount)
+	_, err := h.b.RenewLock(h.ctx, d)
+	require.ErrorIs(t, err, bus.ErrLockLost, "the lapsed lock is not renewed")
+	_, err = h.b.RenewLock(h.ctx, d2)
+	require.NoError(t, err, "the new holder renews its own lock")
 	require.NoError(t, h.b.Complete(h.ctx, d2))
 	h.eventuallyDepth(a, 0)
 }

@@ -486,6 +486,9 @@ func (c *Client) accept(ctx context.Context, m jetstream.Msg, dlq bool, sub stri
 	}
 	h := &handle{client: c, msg: m, meta: meta, sub: sub, dlq: dlq}
 	d := bus.NewDelivery(messageFromHeaders(m, sub), int(meta.NumDelivered), meta.Timestamp, h)
+	// The server started AckWait when it sent the message, a moment ago.
+	d.LockedUntil = time.Now().Add(c.opts.AckWait)
+	h.lockedUntil.Store(d.LockedUntil.UnixNano())
 	if dlq {
 		hdr := m.Headers()
 		d.DeadLetterReason = hdr.Get(hdrDLReason)
@@ -546,6 +549,42 @@ func (c *Client) Complete(ctx context.Context, d bus.Delivery) error {
 // once, its delivery count one higher.
 func (c *Client) Abandon(ctx context.Context, d bus.Delivery) error {
 	return c.settle(ctx, d, "abandon", []byte("-NAK"))
+}
+
+// RenewLock restarts the delivery's AckWait ("+WPI", what
+// jetstream.Msg.InProgress sends), confirmed by the server. JetStream
+// answers a progress ack whether or not the delivery is still pending, and
+// one for a message since redelivered would extend the new receiver's
+// lock; so a lock that has lapsed by this client's clock is reported lost
+// without asking the server.
+func (c *Client) RenewLock(ctx context.Context, d bus.Delivery) (time.Time, error) {
+	if err := c.check(); err != nil {
+		return time.Time{}, err
+	}
+	h, err := c.handleOf(d)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if h.settled.Load() {
+		return time.Time{}, fmt.Errorf("nats: renew lock of %s: already settled: %w", d.ID, bus.ErrLockLost)
+	}
+	start := time.Now()
+	if start.After(time.Unix(0, h.lockedUntil.Load())) {
+		return time.Time{}, fmt.Errorf("nats: renew lock of %s: the lock lapsed at %s: %w",
+			d.ID, time.Unix(0, h.lockedUntil.Load()).UTC().Format(time.RFC3339Nano), bus.ErrLockLost)
+	}
+	rctx, cancel := c.requestCtx(ctx)
+	defer cancel()
+	if _, err := c.nc.RequestWithContext(rctx, h.msg.Reply(), []byte("+WPI")); err != nil {
+		if errors.Is(err, natsgo.ErrNoResponders) {
+			return time.Time{}, fmt.Errorf("nats: renew lock of %s: %w: %w", d.ID, bus.ErrNotFound, err)
+		}
+		return time.Time{}, c.mapErr("renew lock of "+d.ID, err)
+	}
+	// The server reset the timer somewhere between start and now.
+	until := start.Add(c.opts.AckWait)
+	h.lockedUntil.Store(until.UnixNano())
+	return until, nil
 }
 
 // DeadLetter moves the delivery's message to its subscription's dead-letter
@@ -764,6 +803,8 @@ type handle struct {
 	sub     string
 	dlq     bool
 	settled atomic.Bool
+	// lockedUntil is when AckWait lapses (unix ns), by this client's clock.
+	lockedUntil atomic.Int64
 }
 
 // token encodes a subscription as one subject token and consumer name:

@@ -42,7 +42,7 @@ type fakeSub struct {
 }
 
 // fakeSession is a session lock: held by one receiver until it closes or
-// the lock expires (this fake does not model RenewSessionLock).
+// the lock expires; RenewSessionLock extends it.
 type fakeSession struct {
 	owner       *fakeReceiver
 	lockedUntil time.Time
@@ -330,6 +330,56 @@ func (r *fakeReceiver) settle(rm *azservicebus.ReceivedMessage, fn func(s *fakeS
 		}
 	}
 	return lockLost()
+}
+
+// RenewMessageLock extends a held message lock and, as the SDK does,
+// writes the new expiry into rm.
+func (r *fakeReceiver) RenewMessageLock(_ context.Context, rm *azservicebus.ReceivedMessage, _ *azservicebus.RenewMessageLockOptions) error {
+	if r.session != nil {
+		panic("fake: RenewMessageLock on a session receiver (the SDK has no such method there)")
+	}
+	return r.settle(rm, func(s *fakeSub, m *fakeMsg) {
+		m.lockedUntil = time.Now().Add(lockDuration(s.props))
+		rm.LockedUntil = ptr(m.lockedUntil)
+	})
+}
+
+// RenewSessionLock extends the session lock this receiver holds, and the
+// locks of the session's messages it holds with it.
+func (r *fakeReceiver) RenewSessionLock(context.Context, *azservicebus.RenewSessionLockOptions) error {
+	ns := r.ns
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	s, ok := ns.subs[r.key]
+	if !ok {
+		return notFound()
+	}
+	s.expire(time.Now())
+	if r.session == nil || !r.ownsSession(s) {
+		return lockLost()
+	}
+	until := time.Now().Add(lockDuration(s.props))
+	s.sessions[*r.session].lockedUntil = until
+	for _, m := range s.active {
+		if m.session == *r.session && !m.lockedUntil.IsZero() {
+			m.lockedUntil = until
+		}
+	}
+	return nil
+}
+
+// LockedUntil is the session lock's expiry.
+func (r *fakeReceiver) LockedUntil() time.Time {
+	ns := r.ns
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if r.session == nil {
+		return time.Time{}
+	}
+	if l := ns.subs[r.key].sessions[*r.session]; l != nil && l.owner == r {
+		return l.lockedUntil
+	}
+	return time.Time{}
 }
 
 func (r *fakeReceiver) CompleteMessage(_ context.Context, rm *azservicebus.ReceivedMessage, _ *azservicebus.CompleteMessageOptions) error {

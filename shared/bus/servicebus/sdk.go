@@ -2,6 +2,7 @@ package servicebus
 
 import (
 	"context"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
@@ -34,6 +35,19 @@ type sdkReceiver interface {
 	Close(ctx context.Context) error
 }
 
+// sdkMessageLockRenewer is met by *azservicebus.Receiver: a message's own
+// lock.
+type sdkMessageLockRenewer interface {
+	RenewMessageLock(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.RenewMessageLockOptions) error
+}
+
+// sdkSessionLockRenewer is met by *azservicebus.SessionReceiver: with
+// sessions a message is locked by its session's lock.
+type sdkSessionLockRenewer interface {
+	RenewSessionLock(ctx context.Context, o *azservicebus.RenewSessionLockOptions) error
+	LockedUntil() time.Time
+}
+
 // sdkAdmin is the management client (ATOM over HTTPS). *admin.Client meets
 // it as is.
 type sdkAdmin interface {
@@ -47,9 +61,12 @@ type sdkAdmin interface {
 var (
 	_ sdkReceiver = (*azservicebus.Receiver)(nil)
 	_ sdkReceiver = (*azservicebus.SessionReceiver)(nil)
-	_ sdkSender   = (*azservicebus.Sender)(nil)
-	_ sdkAdmin    = (*admin.Client)(nil)
-	_ sdkClient   = sdkAdapter{}
+
+	_ sdkMessageLockRenewer = (*azservicebus.Receiver)(nil)
+	_ sdkSessionLockRenewer = (*azservicebus.SessionReceiver)(nil)
+	_ sdkSender             = (*azservicebus.Sender)(nil)
+	_ sdkAdmin              = (*admin.Client)(nil)
+	_ sdkClient             = sdkAdapter{}
 )
 
 // sdkAdapter narrows *azservicebus.Client to sdkClient.

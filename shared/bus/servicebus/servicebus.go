@@ -566,6 +566,13 @@ func (c *Client) toDelivery(m *azservicebus.ReceivedMessage, sub string, h *hand
 		enqueued = *m.EnqueuedTime
 	}
 	d := bus.NewDelivery(msg, int(m.DeliveryCount), enqueued, h)
+	if m.LockedUntil != nil {
+		d.LockedUntil = *m.LockedUntil
+	}
+	if sr, ok := h.recv.(sdkSessionLockRenewer); ok && h.session != nil {
+		// A session's messages are locked by the session.
+		d.LockedUntil = sr.LockedUntil()
+	}
 	if m.DeadLetterReason != nil {
 		d.DeadLetterReason = *m.DeadLetterReason
 	}
@@ -621,6 +628,45 @@ func (c *Client) settle(ctx context.Context, d bus.Delivery, op string, fn func(
 		h.session.settled(ctx)
 	}
 	return err
+}
+
+// RenewLock extends the delivery's lock by the subscription's lock
+// duration: the message's own lock (RenewMessageLock), or with sessions
+// its session's lock (RenewSessionLock), which covers every message of the
+// session held here. A lapsed lock or a settled delivery is ErrLockLost.
+func (c *Client) RenewLock(ctx context.Context, d bus.Delivery) (time.Time, error) {
+	if err := c.check(); err != nil {
+		return time.Time{}, err
+	}
+	h, ok := d.Handle().(*handle)
+	if !ok || h.client != c {
+		return time.Time{}, fmt.Errorf("%w: delivery %s was not received by this client", bus.ErrInvalid, d.ID)
+	}
+	if h.settled.Load() {
+		return time.Time{}, fmt.Errorf("servicebus: renew lock of %s: already settled: %w", d.ID, bus.ErrLockLost)
+	}
+	if h.session != nil {
+		sr, ok := h.recv.(sdkSessionLockRenewer)
+		if !ok {
+			return time.Time{}, fmt.Errorf("servicebus: renew lock of %s: the session receiver cannot renew its lock", d.ID)
+		}
+		if err := sr.RenewSessionLock(ctx, nil); err != nil {
+			return time.Time{}, mapErr("renew session lock of "+d.ID, err)
+		}
+		return sr.LockedUntil(), nil
+	}
+	mr, ok := h.recv.(sdkMessageLockRenewer)
+	if !ok {
+		return time.Time{}, fmt.Errorf("servicebus: renew lock of %s: the receiver cannot renew message locks", d.ID)
+	}
+	// RenewMessageLock writes the new LockedUntil into the message.
+	if err := mr.RenewMessageLock(ctx, h.msg, nil); err != nil {
+		return time.Time{}, mapErr("renew lock of "+d.ID, err)
+	}
+	if h.msg.LockedUntil == nil {
+		return time.Time{}, fmt.Errorf("servicebus: renew lock of %s: the broker returned no lock expiry", d.ID)
+	}
+	return *h.msg.LockedUntil, nil
 }
 
 // Depth is the subscription's ActiveMessageCount: messages neither
