@@ -474,6 +474,9 @@ func TestFactoryGitRunsNothingAnEnginePlanted(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(hooksPath, "post-commit"), data, 0o755))
 	run(t, mirror, "config", "core.hooksPath", hooksPath)
 	run(t, mirror, "config", "core.fsmonitor", evil("fsmonitor"))
+	// Settings engines make as a matter of course do not stop the factory.
+	run(t, mirror, "config", "user.email", "engine@example.invalid")
+	run(t, mirror, "config", "branch.aq/run/j1-e1.remote", "origin")
 	// A .git file pointing at a repository the engine made.
 	decoy := filepath.Join(t.TempDir(), "decoy")
 	run(t, t.TempDir(), "init", "--quiet", decoy)
@@ -498,4 +501,54 @@ func TestFactoryGitRunsNothingAnEnginePlanted(t *testing.T) {
 		ran = append(ran, e.Name())
 	}
 	require.Empty(t, ran, "programs an engine planted ran in the factory's git commands")
+}
+
+// TestFactoryGitRefusesATamperedMirror: configuration that makes git run a
+// program (a clean filter, a receive-pack command, an ssh command, an
+// include) is written by nobody but an engine running as the factory's
+// user; the factory's commands refuse to run in such a mirror rather than
+// run the program with the factory's environment.
+func TestFactoryGitRefusesATamperedMirror(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, key, value string
+		act              func(w *Worktree) error
+	}{
+		{name: "clean filter on commit", key: "filter.evil.clean", value: "touch @MARK; cat", act: func(w *Worktree) error {
+			_, err := w.Commit(context.Background(), "work")
+			return err
+		}},
+		{name: "receive-pack on push", key: "remote.origin.receivepack", value: "touch @MARK; git-receive-pack", act: func(w *Worktree) error {
+			return w.Push(context.Background(), JobBranch("j1"))
+		}},
+		{name: "ssh command on fetch", key: "core.sshCommand", value: "touch @MARK; ssh", act: func(w *Worktree) error {
+			_, err := w.m.Prepare(context.Background(), Run{Repo: "app", Job: "j2", Epoch: 1})
+			return err
+		}},
+		{name: "an include", key: "include.path", value: "@MARK", act: func(w *Worktree) error {
+			return w.Push(context.Background(), WIPBranch("j1"))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			w := f.prepare("j1", "")
+			mark := filepath.Join(t.TempDir(), "ran")
+			f.write(w.Path, ".gitattributes", "* filter=evil\n")
+			f.write(w.Path, "work.txt", "done\n")
+			run(t, f.m.MirrorPath("app"), "config", tt.key, strings.ReplaceAll(tt.value, "@MARK", mark))
+			err := tt.act(w)
+			require.ErrorIs(t, err, ErrConfigTampered)
+			require.ErrorContains(t, err, strings.ToLower(tt.key))
+			require.NoFileExists(t, mark, "the planted program ran")
+		})
+	}
+
+	// The worktree's own configuration is never the factory's either.
+	f := newFixture(t)
+	w := f.prepare("j1", "")
+	require.NoError(t, os.WriteFile(filepath.Join(w.gitDir, "config.worktree"), []byte("[core]\n\tfsmonitor = x\n"), 0o644))
+	_, err := w.Commit(context.Background(), "work")
+	require.ErrorIs(t, err, ErrConfigTampered)
 }

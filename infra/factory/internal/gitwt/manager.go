@@ -126,6 +126,57 @@ func (m *Manager) originURL(ctx context.Context, repo string) (string, error) {
 	return "", fmt.Errorf("repo %s is not under %s and has no configured URL", repo, m.repoBase)
 }
 
+// ErrConfigTampered is a mirror whose own configuration holds something
+// the factory never writes there.
+var ErrConfigTampered = errors.New("the mirror's git configuration was changed by someone other than the factory")
+
+// mirrorKeys are the keys a mirror's own configuration file may hold:
+// what git init and the factory write (see create); keys the factory's
+// command line overrides (safeConfig: a tool like husky sets
+// core.hooksPath from inside a worktree); and settings that never make
+// git run anything (identity, colours, branch tracking …), which engines
+// set as a matter of course. Anything else (a filter, a receive-pack or
+// ssh command, a credential helper, an include) can only come from an
+// engine running as the factory's user, and many such keys make git run a
+// program: the factory's commands refuse to run in that mirror rather
+// than run it with the factory's environment.
+var mirrorKeys = []string{
+	"core.repositoryformatversion", "core.filemode", "core.bare", "core.ignorecase", "core.precomposeunicode",
+	"core.symlinks", "core.logallrefupdates", "extensions.objectformat",
+	"remote.origin.url", "remote.origin.fetch", "gc.auto",
+	"core.hookspath", "core.fsmonitor", "core.untrackedcache", "core.pager", "commit.gpgsign", "tag.gpgsign", "push.gpgsign",
+	"core.autocrlf", "core.eol", "core.safecrlf", "core.quotepath", "core.abbrev", "push.default", "push.autosetupremote",
+	"pull.rebase", "pull.ff", "merge.ff", "rerere.enabled", "init.defaultbranch",
+}
+
+// mirrorSections are sections whose every key is as harmless.
+var mirrorSections = []string{"user.", "author.", "committer.", "color.", "advice.", "i18n.", "status.", "log.", "branch."}
+
+func mirrorKeyAllowed(key string) bool {
+	return slices.Contains(mirrorKeys, key) || slices.ContainsFunc(mirrorSections, func(p string) bool { return strings.HasPrefix(key, p) })
+}
+
+// checkConfig refuses repo's mirror when its configuration, or a
+// worktree's own (config.worktree), holds anything the factory did not
+// write.
+func (m *Manager) checkConfig(ctx context.Context, repo string) error {
+	dir := m.MirrorPath(repo)
+	file := filepath.Join(dir, "config")
+	out, err := git(ctx, dir, "config", "--file", file, "--list", "--name-only")
+	if err != nil {
+		return fmt.Errorf("read %s: %w", file, err)
+	}
+	for _, key := range strings.Split(out, "\n") {
+		if key != "" && !mirrorKeyAllowed(strings.ToLower(key)) {
+			return fmt.Errorf("%w: %s holds %s; refusing to run git there (remove the mirror to have it made again)", ErrConfigTampered, file, strings.ToLower(key))
+		}
+	}
+	if extra, _ := filepath.Glob(filepath.Join(dir, "worktrees", "*", "config.worktree")); len(extra) > 0 {
+		return fmt.Errorf("%w: %s exists", ErrConfigTampered, extra[0])
+	}
+	return nil
+}
+
 // Sync creates repo's mirror if needed and fetches origin into it, pruning
 // branches origin deleted. The caller holds the repo lock.
 func (m *Manager) sync(ctx context.Context, repo string) (string, error) {
@@ -139,6 +190,8 @@ func (m *Manager) sync(ctx context.Context, repo string) (string, error) {
 			return "", err
 		}
 	} else if err != nil {
+		return "", err
+	} else if err := m.checkConfig(ctx, repo); err != nil {
 		return "", err
 	} else if u, err := m.originURL(ctx, repo); err == nil {
 		// Follow a clone whose origin moved.
@@ -350,6 +403,9 @@ func (w *Worktree) CommandEnv(env []string) []string {
 // files) as one commit, and reports whether the branch now differs from
 // Base. The engine may have committed on its own; that counts as a change.
 func (w *Worktree) Commit(ctx context.Context, msg string) (bool, error) {
+	if err := w.m.checkConfig(ctx, w.Repo); err != nil {
+		return false, err
+	}
 	if _, err := w.git(ctx, "add", "--all"); err != nil {
 		return false, err
 	}
@@ -395,6 +451,9 @@ func (w *Worktree) Push(ctx context.Context, branch string) error {
 	w.mu.Unlock()
 	unlock := w.m.lock(w.Repo)
 	defer unlock()
+	if err := w.m.checkConfig(ctx, w.Repo); err != nil {
+		return fmt.Errorf("push %s: %w", branch, err)
+	}
 	if _, err := w.git(ctx, "push", "--quiet", "--porcelain", "--no-verify",
 		"--force-with-lease="+ref+":"+expect, "origin", head+":"+ref); err != nil {
 		var ge *GitError
@@ -414,6 +473,9 @@ func (w *Worktree) Push(ctx context.Context, branch string) error {
 // whatever moved the branch then was not the lease holder.
 func (w *Worktree) Refresh(ctx context.Context, branch string) (string, error) {
 	ref := "refs/heads/" + branch
+	if err := w.m.checkConfig(ctx, w.Repo); err != nil {
+		return "", err
+	}
 	out, err := git(ctx, w.m.MirrorPath(w.Repo), "ls-remote", "origin", ref)
 	if err != nil {
 		return "", fmt.Errorf("read %s on origin: %w", branch, err)
