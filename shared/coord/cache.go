@@ -142,8 +142,13 @@ func (c *Coordinator) listFactories(ctx context.Context) ([]*fleet.Factory, erro
 	return fs, nil
 }
 
-// tokenCache remembers verified factory tokens for TokenCacheTTL, so a
-// factory's requests do not each read its token document.
+// tokenCache remembers verified factory tokens, so a factory's requests do
+// not each read its token document. Entries stay while the ledger's tokens
+// counter, which every revocation, rotation and deregistration moves, is
+// unchanged: a process re-reads it at most once per TokenCacheTTL (one
+// point read however many factories), and forgets every entry when it
+// moved. Entries also expire after tokenMaxAge, bounding what a lost bump
+// could leave trusted.
 type tokenCache struct {
 	mu      sync.Mutex
 	entries map[string]tokenEntry
@@ -151,6 +156,40 @@ type tokenCache struct {
 	// revocation must not put its (unrevoked) copy back: put only stores
 	// when gen is unchanged since the read began.
 	gen uint64
+	// ledger is the tokens counter last read, at checkedAt.
+	ledger    int64
+	checkedAt time.Time
+}
+
+// tokenMaxAge bounds how long a cached token is trusted without a read.
+const tokenMaxAge = quietRescanAfter
+
+// due claims the next check of the ledger when the last one is ttl old:
+// it returns true to one caller, which must then call checked.
+func (tc *tokenCache) due(now time.Time, ttl time.Duration) bool {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if !tc.checkedAt.IsZero() && now.Sub(tc.checkedAt) < ttl {
+		return false
+	}
+	tc.checkedAt = now
+	return true
+}
+
+// checked records the tokens counter read; when it moved (or could not be
+// read, ok false) every entry is forgotten, and lookups in flight do not
+// put their copies back.
+func (tc *tokenCache) checked(counter int64, ok bool) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if ok && counter == tc.ledger {
+		return
+	}
+	clear(tc.entries)
+	tc.gen++
+	if ok {
+		tc.ledger = counter
+	}
 }
 
 type tokenEntry struct {
@@ -190,6 +229,9 @@ func (tc *tokenCache) put(hash string, t *fleet.Token, expires time.Time, gen ui
 	}
 	tc.entries[hash] = tokenEntry{token: t, expires: expires}
 }
+
+// dropAll forgets every entry (the ledger says some token was revoked).
+func (tc *tokenCache) dropAll() { tc.checked(0, false) }
 
 func (tc *tokenCache) drop(hash string) {
 	tc.mu.Lock()

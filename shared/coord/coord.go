@@ -39,10 +39,11 @@ type Config struct {
 	// (and the products submit checks repo ownership against) may be;
 	// writes made through this coordinator refresh them at once.
 	FactoryCacheTTL time.Duration
-	// TokenCacheTTL is how long a verified factory token is trusted without
-	// reading it (and its factory) again. Revoking, rotating or
-	// deregistering takes effect at once in the process that does it, and
-	// within this bound in every other.
+	// TokenCacheTTL is how often a process re-reads the ledger's token
+	// generation (one point read, whatever the number of factories) to
+	// learn of revocations elsewhere. Revoking, rotating or deregistering
+	// takes effect at once in the process that does it, and within this
+	// bound in every other.
 	TokenCacheTTL time.Duration
 	// ChangeFeed says a change-feed handler runs DispatchChanged on every
 	// job write (the Functions app, the local stack). Only then may timer

@@ -133,6 +133,12 @@ func (c *Coordinator) putToken(ctx context.Context, f *fleet.Factory, hash strin
 // are both ErrUnauthenticated: a caller learns nothing about which.
 func (c *Coordinator) AuthenticateFactory(ctx context.Context, secret string) (*fleet.Token, error) {
 	hash := hashToken(secret)
+	if c.tokens.due(c.now(), c.cfg.TokenCacheTTL) {
+		// One point read per TokenCacheTTL per process: did any token of
+		// the fleet stop being valid? If it cannot be read, trust no entry.
+		l, _, err := c.readLedger(ctx)
+		c.tokens.checked(ledgerTokensOf(l), err == nil)
+	}
 	if t, ok := c.tokens.get(hash, c.now()); ok {
 		return t, nil
 	}
@@ -166,7 +172,7 @@ func (c *Coordinator) AuthenticateFactory(ctx context.Context, secret string) (*
 	if subtle.ConstantTimeCompare([]byte(f.TokenID), []byte(hash)) != 1 {
 		return nil, ErrUnauthenticated
 	}
-	c.tokens.put(hash, t, c.now().Add(c.cfg.TokenCacheTTL), gen)
+	c.tokens.put(hash, t, c.now().Add(tokenMaxAge), gen)
 	return t, nil
 }
 
@@ -310,6 +316,12 @@ func (c *Coordinator) Deregister(ctx context.Context, id string) error {
 	}
 	c.factoryDocs.drop(id, id)
 	c.factories.invalidate()
+	// Its tokens no longer authenticate anywhere once other processes see
+	// this bump, whatever becomes of the revocations below.
+	c.tokens.dropAll()
+	if err := c.bump(ctx, ledgerTokens); err != nil {
+		return err
+	}
 	return c.revokeFactoryTokens(ctx, f)
 }
 
@@ -411,7 +423,13 @@ func (c *Coordinator) revokeTokenID(ctx context.Context, hash string) error {
 	if errors.Is(err, fleet.ErrNotFound) {
 		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	// Other processes forget their cached tokens when they next read the
+	// ledger (within TokenCacheTTL). Bumped after the write, also when it
+	// was revoked already: a retry after a failed bump bumps then.
+	return c.bump(ctx, ledgerTokens)
 }
 
 // Prune marks static factories stale after StaleAfter without a heartbeat

@@ -281,3 +281,75 @@ func TestQuietMarkFeedCrash(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 }
+
+// TestTokenRevalidationCost: four factories authenticating every 15 s for
+// ten minutes cost one point read of the ledger per TokenCacheTTL, not a
+// token and a factory read per factory per minute.
+func TestTokenRevalidationCost(t *testing.T) {
+	t.Parallel()
+	var counted *storecount.Store
+	e := newEnv(t, withStore(func(s coord.Store) coord.Store {
+		counted = storecount.New(s)
+		return counted
+	}))
+	var secrets []string
+	for _, id := range []string{"f1", "f2", "f3", "f4"} {
+		_, s, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: id})
+		require.NoError(t, err)
+		secrets = append(secrets, s)
+	}
+	auth := func() {
+		for _, s := range secrets {
+			_, err := e.c.AuthenticateFactory(e.ctx, s)
+			require.NoError(t, err)
+		}
+	}
+	auth() // fills the cache
+	before := counted.Snapshot()
+	const window = 10 * time.Minute
+	for range window / (15 * time.Second) {
+		e.clock.Advance(15 * time.Second)
+		auth()
+	}
+	got := counted.Snapshot().Sub(before)
+	require.Equal(t, storecount.Counts{Reads: int64(window / coord.DefaultTokenCacheTTL)}, got,
+		"one ledger read per TokenCacheTTL, nothing per factory")
+}
+
+// TestRevocationOnPeerWithinTTL: a token another process has cached stops
+// authenticating there within one TokenCacheTTL of its revocation, rotation
+// or the factory's deregistration here; in this process at once.
+func TestRevocationOnPeerWithinTTL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		revoke func(e *env, id string) error
+	}{
+		{"revoke", func(e *env, id string) error { return e.c.RevokeToken(e.ctx, id) }},
+		{"rotate", func(e *env, id string) error { _, err := e.c.RotateToken(e.ctx, id); return err }},
+		{"deregister", func(e *env, id string) error { return e.c.Deregister(e.ctx, id) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			peer := e.peer()
+			_, secret, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: "f1"})
+			require.NoError(t, err)
+			_, err = peer.AuthenticateFactory(e.ctx, secret)
+			require.NoError(t, err)
+			_, err = e.c.AuthenticateFactory(e.ctx, secret)
+			require.NoError(t, err)
+
+			e.clock.Advance(coord.DefaultTokenCacheTTL / 2)
+			require.NoError(t, tc.revoke(e, "f1"))
+			_, err = e.c.AuthenticateFactory(e.ctx, secret)
+			requireCode(t, err, fleet.CodeUnauthenticated, "")
+
+			// The peer's last ledger check was half a TTL ago; by the end of
+			// the TTL it has looked again.
+			e.clock.Advance(coord.DefaultTokenCacheTTL / 2)
+			_, err = peer.AuthenticateFactory(e.ctx, secret)
+			requireCode(t, err, fleet.CodeUnauthenticated, "")
+		})
+	}
+}

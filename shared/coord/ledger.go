@@ -113,6 +113,13 @@ func (c *Coordinator) readLedger(ctx context.Context) (*ledger, string, error) {
 	return l, it.Rev, nil
 }
 
+func ledgerTokensOf(l *ledger) int64 {
+	if l == nil {
+		return 0
+	}
+	return l.Tokens
+}
+
 // bump adds one to a ledger counter, creating the ledger on first use.
 func (c *Coordinator) bump(ctx context.Context, field string) error {
 	for range 2 {
