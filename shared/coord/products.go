@@ -128,9 +128,10 @@ func (c *Coordinator) declareOnce(ctx context.Context, id, name string, repos []
 	p.Rev = rev
 	// Only now that the product no longer lists them are the repos it
 	// dropped given up, including claims left by a declaration that died
-	// before writing the product.
-	if err := c.releaseRepos(ctx, id, repos); err != nil {
-		return nil, err
+	// before writing the product. The declaration is committed: a failure
+	// here only keeps those repos reserved until the next one.
+	if err := c.releaseRepos(context.WithoutCancel(ctx), id, repos); err != nil {
+		c.log.ErrorContext(ctx, "release dropped repos", "product", id, "err", err)
 	}
 	return p, nil
 }

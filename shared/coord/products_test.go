@@ -1,7 +1,10 @@
 package coord_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -69,7 +72,9 @@ func TestRepoClaimRace(t *testing.T) {
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() {
-			_, errs[i] = coords[i%2].PutProduct(e.ctx, fmt.Sprintf("q%d", i), "", []string{"contested"})
+			// Each also claims a repo of its own first: a loser's claims
+			// are undone.
+			_, errs[i] = coords[i%2].PutProduct(e.ctx, fmt.Sprintf("q%d", i), "", []string{fmt.Sprintf("own%d", i), "contested"})
 		})
 	}
 	wg.Wait()
@@ -83,7 +88,7 @@ func TestRepoClaimRace(t *testing.T) {
 	require.NotEqual(t, -1, winner, "nobody won: %v", errs)
 	for i, err := range errs {
 		if i != winner {
-			requireCode(t, err, fleet.CodeConflict, "repos[0]")
+			requireCode(t, err, fleet.CodeConflict, "repos[1]")
 			require.Contains(t, err.Error(), fmt.Sprintf("q%d", winner))
 		}
 	}
@@ -91,9 +96,53 @@ func TestRepoClaimRace(t *testing.T) {
 		p, err := e.c.GetProduct(e.ctx, fmt.Sprintf("q%d", i))
 		if i == winner {
 			require.NoError(t, err)
-			require.Equal(t, []string{"contested"}, p.Repos)
+			require.Equal(t, []string{fmt.Sprintf("own%d", i), "contested"}, p.Repos)
 			continue
 		}
 		require.ErrorIs(t, err, fleet.ErrNotFound, "a loser's product was written")
 	}
+	owned := map[string]string{}
+	for _, doc := range e.snapshotContainers(coord.Repos) {
+		var o fleet.RepoOwner
+		require.NoError(t, json.Unmarshal([]byte(doc[strings.Index(doc, " ")+1:]), &o))
+		owned[o.ID] = o.ProductID
+	}
+	w := fmt.Sprintf("q%d", winner)
+	require.Equal(t, map[string]string{repo: prod, "api": prod, "own" + w[1:]: w, "contested": w}, owned, "a loser's claim was left behind")
+}
+
+// TestRepoClaimUndoneWhenRaceLost: a declaration that passed the ownership
+// check but then loses a repo to a racing product undoes the claims it made,
+// so the refused request leaves nothing behind.
+func TestRepoClaimUndoneWhenRaceLost(t *testing.T) {
+	t.Parallel()
+	racer := &racingClaim{}
+	e := newEnv(t, withStore(func(s coord.Store) coord.Store { racer.Store = s; return racer }))
+	other := e.peer()
+	racer.race = func() {
+		_, err := other.PutProduct(e.ctx, "q", "", []string{"contested"})
+		require.NoError(t, err)
+	}
+	_, err := e.c.PutProduct(e.ctx, "p2", "", []string{"docs", "contested"})
+	requireCode(t, err, fleet.CodeConflict, "repos[1]")
+	require.Contains(t, err.Error(), "product q")
+	_, err = e.c.GetProduct(e.ctx, "p2")
+	require.ErrorIs(t, err, fleet.ErrNotFound)
+	_, err = e.raw.Read(e.ctx, coord.Repos, "docs", "docs")
+	require.ErrorIs(t, err, coord.ErrNotFound, "the lost race left the claim of docs behind")
+}
+
+// racingClaim lets race claim repo contested first, right before the
+// coordinator's own attempt to create its owner, once.
+type racingClaim struct {
+	coord.Store
+	once sync.Once
+	race func()
+}
+
+func (s *racingClaim) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
+	if container == coord.Repos && id == "contested" && s.race != nil {
+		s.once.Do(s.race)
+	}
+	return s.Store.Create(ctx, container, pk, id, body)
 }
