@@ -194,7 +194,7 @@ func TestFunc(t *testing.T) {
 		require.Equal(t, []string{"batch of 2, 1 published"}, res.Logs)
 		got := decisions(t, res)
 		require.Equal(t, coord.Decision{JobID: f.jobID, Target: "f1", DispatchEpoch: 1}, got[f.jobID])
-		require.Equal(t, coord.Decision{JobID: missingJob, Skipped: "job no longer exists"}, got[missingJob])
+		require.Equal(t, coord.Decision{JobID: missingJob, Skipped: coord.SkipGone}, got[missingJob])
 
 		msgs := f.pub.published()
 		require.Len(t, msgs, 1)
@@ -216,7 +216,7 @@ func TestFunc(t *testing.T) {
 		// before its checkpoint was written.
 		res, err := fn(t.Context(), inv)
 		require.NoError(t, err)
-		require.Equal(t, "already dispatched", decisions(t, res)[f.jobID].Skipped)
+		require.Equal(t, coord.SkipDispatched, decisions(t, res)[f.jobID].Skipped)
 		require.Len(t, f.pub.published(), 1)
 	})
 

@@ -15,14 +15,27 @@ type Publisher interface {
 	Publish(ctx context.Context, msg protocol.DispatchMessage) error
 }
 
+// Skip says why dispatch published nothing for a job.
+type Skip string
+
+// Why a job was not dispatched. An unroutable job's Skip is the scheduler's
+// own reason instead (see Decision).
+const (
+	SkipNotQueued   Skip = "not queued"
+	SkipDispatched  Skip = "already dispatched"
+	SkipBackingOff  Skip = "backing off"
+	SkipGone        Skip = "job no longer exists"
+	SkipNoTransport Skip = "no dispatch transport"
+)
+
 // Decision is what dispatch did with one job.
 type Decision struct {
 	JobID         string `json:"jobId"`
 	Target        string `json:"target,omitempty"`
 	DispatchEpoch int64  `json:"dispatchEpoch,omitempty"`
-	// Skipped says why nothing was published: not queued, already
-	// dispatched, backing off, unroutable, or no transport.
-	Skipped string `json:"skipped,omitempty"`
+	// Skipped says why nothing was published: one of the Skip constants,
+	// or the scheduler's reason when no factory can take the job.
+	Skipped Skip `json:"skipped,omitempty"`
 }
 
 // DispatchChanged handles one change-feed batch of job documents: every job
@@ -52,8 +65,8 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []Item) ([]Deci
 			live = true
 		}
 		observe(&c.stats.feedLagSum, &c.stats.feedLagN, c.now().Sub(j.UpdatedAt))
-		if reason := c.needsDispatch(j); reason != "" {
-			out = append(out, Decision{JobID: j.ID, Skipped: reason})
+		if skip := c.dueForDispatch(j, nil); skip != "" {
+			out = append(out, Decision{JobID: j.ID, Skipped: skip})
 			continue
 		}
 		// The feed's copy saves a read when this process has none; it never
@@ -65,7 +78,7 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []Item) ([]Deci
 		case errors.Is(err, fleet.ErrNotFound):
 			// Deleted after the feed saw it: nothing left to route.
 			c.jobs.drop(j.ProductID, j.ID)
-			d.Skipped = "job no longer exists"
+			d.Skipped = SkipGone
 		case err != nil:
 			errs = append(errs, fmt.Errorf("dispatch %s: %w", j.ID, err))
 		}
@@ -81,27 +94,29 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []Item) ([]Deci
 	return out, errors.Join(errs...)
 }
 
-// sameUnroutable compares stored and new reasons. "unroutable: no factory
-// has capability X" is kept exactly. "no eligible factory: 2 have no free
-// seat, 1 is down" changes with every heartbeat, so any two such reasons
-// count as the same: rewriting them would wake the change feed on each
-// heartbeat for nothing, and Explain shows the live reason anyway.
-func sameUnroutable(stored, reason string) bool {
-	if schedule.Transient(stored) && schedule.Transient(reason) {
+// sameUnroutable compares the stored reason with a new one. "unroutable: no
+// factory has capability X" is kept exactly. "no eligible factory: 2 have no
+// free seat, 1 is down" changes with every heartbeat, so any two transient
+// reasons count as the same: rewriting them would wake the change feed on
+// each heartbeat for nothing, and Explain shows the live reason anyway.
+func sameUnroutable(stored fleet.Dispatch, reason schedule.Reason) bool {
+	if stored.UnroutableKind == fleet.UnroutableBusy && reason.Transient() {
 		return true
 	}
-	return stored == reason
+	return stored.Unroutable == reason.Text && stored.UnroutableKind == reason.Kind
 }
 
-// needsDispatch returns "" when j should be routed now, else why not.
-func (c *Coordinator) needsDispatch(j *fleet.Job) string {
+// dueForDispatch is the one rule for which jobs dispatch routes: queued,
+// not backing off, and without a target, or (redo set) with one redo says
+// is lost. It returns "" when j is due, else why not.
+func (c *Coordinator) dueForDispatch(j *fleet.Job, redo func(j *fleet.Job) bool) Skip {
 	switch {
 	case j.Stage != fleet.StageQueued:
-		return "not queued"
-	case j.TargetFactoryID != "":
-		return "already dispatched"
+		return SkipNotQueued
+	case j.TargetFactoryID != "" && (redo == nil || !redo(j)):
+		return SkipDispatched
 	case j.NotBefore.After(c.now()):
-		return "backing off"
+		return SkipBackingOff
 	}
 	return ""
 }
@@ -113,35 +128,35 @@ func (c *Coordinator) needsDispatch(j *fleet.Job) string {
 func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *fleet.Job) bool) (Decision, error) {
 	d := Decision{JobID: id}
 	if c.publisher == nil {
-		d.Skipped = "no dispatch transport"
+		d.Skipped = SkipNoTransport
 		return d, nil
 	}
 	factories, err := c.listFactories(ctx)
 	if err != nil {
 		return d, err
 	}
-	var unroutable string
+	var unroutable schedule.Reason
 	stamped := false
 	j, err := c.mutateJob(ctx, pk, id, func(j *fleet.Job) error {
-		unroutable, stamped = "", false
-		if j.Stage != fleet.StageQueued || j.NotBefore.After(c.now()) || (j.TargetFactoryID != "" && (redo == nil || !redo(j))) {
+		unroutable, stamped = schedule.Reason{}, false
+		if c.dueForDispatch(j, redo) != "" {
 			return errNoChange
 		}
 		best, reason := schedule.BestFactory(j, factories, c.now(), c.cfg.Weights)
 		if best == nil {
 			unroutable = reason
-			if sameUnroutable(j.Dispatch.Unroutable, reason) && j.TargetFactoryID == "" {
+			if sameUnroutable(j.Dispatch, reason) && j.TargetFactoryID == "" {
 				// Writing the same reason again would only wake the change
 				// feed for nothing.
 				return errNoChange
 			}
 			j.TargetFactoryID = ""
-			j.Dispatch.Unroutable, j.Dispatch.At = reason, c.now()
+			j.Dispatch.Unroutable, j.Dispatch.UnroutableKind, j.Dispatch.At = reason.Text, reason.Kind, c.now()
 			return nil
 		}
 		j.DispatchEpoch++
 		j.TargetFactoryID = best.ID
-		j.Dispatch.Unroutable, j.Dispatch.At = "", c.now()
+		j.Dispatch.Unroutable, j.Dispatch.UnroutableKind, j.Dispatch.At = "", "", c.now()
 		stamped = true
 		return nil
 	})
@@ -149,11 +164,11 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 		return d, err
 	}
 	switch {
-	case unroutable != "":
-		d.Skipped = unroutable
+	case unroutable.Kind != "":
+		d.Skipped = Skip(unroutable.Text)
 		return d, nil
 	case !stamped:
-		d.Skipped = "already dispatched"
+		d.Skipped = SkipDispatched
 		return d, nil
 	}
 	msg := protocol.DispatchMessage{
@@ -232,7 +247,7 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, j := range queued {
-		if j.NotBefore.After(c.now()) || (j.TargetFactoryID != "" && !lost(j)) {
+		if c.dueForDispatch(j, lost) != "" {
 			continue
 		}
 		d, err := c.dispatch(ctx, j.ProductID, j.ID, lost)

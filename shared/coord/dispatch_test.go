@@ -69,7 +69,7 @@ func TestDispatchChanged(t *testing.T) {
 	stamped := e.rawJob(j.ID)
 	ds, err = e.c.DispatchChanged(e.ctx, batch.Items)
 	require.NoError(t, err)
-	require.Equal(t, []coord.Decision{{JobID: j.ID, Skipped: "already dispatched"}}, ds)
+	require.Equal(t, []coord.Decision{{JobID: j.ID, Skipped: coord.SkipDispatched}}, ds)
 	// The stamp is itself a change the feed delivers next.
 	next := e.feed(batch.Continuation)
 	require.Len(t, onlyJob(next.Items, j.ID), 1)
@@ -99,7 +99,7 @@ func TestDispatchChanged(t *testing.T) {
 	// A claimed job in a later batch is not dispatched again.
 	ds, err = e.c.DispatchChanged(e.ctx, onlyJob(e.feed(next.Continuation).Items, j.ID))
 	require.NoError(t, err)
-	require.Equal(t, []coord.Decision{{JobID: j.ID, Skipped: "not queued"}}, ds)
+	require.Equal(t, []coord.Decision{{JobID: j.ID, Skipped: coord.SkipNotQueued}}, ds)
 	require.Len(t, pub.sent(), 1)
 }
 
@@ -112,7 +112,7 @@ func TestDispatchSkips(t *testing.T) {
 	j := e.submit()
 	ds, err := e.c.DispatchChanged(e.ctx, e.feed("").Items)
 	require.NoError(t, err)
-	require.Contains(t, ds, coord.Decision{JobID: j.ID, Skipped: "no dispatch transport"})
+	require.Contains(t, ds, coord.Decision{JobID: j.ID, Skipped: coord.SkipNoTransport})
 	require.Empty(t, e.job(j.ID).TargetFactoryID)
 
 	pub := &recordingPublisher{}
@@ -122,7 +122,7 @@ func TestDispatchSkips(t *testing.T) {
 	require.NoError(t, err)
 	ds, err = e.c.DispatchChanged(e.ctx, onlyJob(e.feed("").Items, j.ID))
 	require.NoError(t, err)
-	require.Equal(t, []coord.Decision{{JobID: j.ID, Skipped: "backing off"}}, ds)
+	require.Equal(t, []coord.Decision{{JobID: j.ID, Skipped: coord.SkipBackingOff}}, ds)
 	n, err := e.c.Redispatch(e.ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "the sweep leaves a job alone while it backs off")
@@ -369,4 +369,33 @@ func TestMessageID(t *testing.T) {
 	}
 	require.NotEqual(t, protocol.DispatchMessage{JobID: "j1", DispatchEpoch: 1}.MessageID(),
 		protocol.DispatchMessage{JobID: "j1", DispatchEpoch: 2}.MessageID())
+}
+
+// TestDispatchBusyReasonKeptAcrossCounts: a job no factory can take now is
+// stored with the busy kind, and a new busy reason with other counts does
+// not rewrite it (each rewrite would wake the change feed); a reason of
+// another kind does.
+func TestDispatchBusyReasonKeptAcrossCounts(t *testing.T) {
+	t.Parallel()
+	e, _ := dispatchEnv(t)
+	full := func(r *coord.EnrollRequest, hb *coord.Heartbeat) { r.SeatLimit, hb.Load = 1, 1 }
+	e.factory("f1", full)
+	j := e.submit()
+	_, err := e.c.DispatchChanged(e.ctx, e.feed("").Items)
+	require.NoError(t, err)
+	first := e.rawJob(j.ID)
+	got := e.job(j.ID)
+	require.Equal(t, fleet.UnroutableBusy, got.Dispatch.UnroutableKind)
+	require.Equal(t, "no eligible factory: 1 has no free seat", got.Dispatch.Unroutable)
+
+	e.factory("f2", full)
+	_, err = e.c.Redispatch(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, first, e.rawJob(j.ID), "two busy reasons count as the same: nothing written")
+
+	// A job needing a capability nobody has is a different kind: stored.
+	g := e.submit("capabilities: [engine:claude, gpu:a100]")
+	_, err = e.c.Redispatch(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, fleet.UnroutableNoFactory, e.job(g.ID).Dispatch.UnroutableKind)
 }

@@ -107,11 +107,27 @@ type Dispatch struct {
 	// At is when the message for the current dispatchEpoch was published (or,
 	// when Unroutable is set, when routing was last tried).
 	At time.Time `json:"at,omitzero"`
-	// Unroutable explains why no factory was eligible at the last attempt.
-	Unroutable string `json:"unroutable,omitempty"`
+	// Unroutable explains why no factory was eligible at the last attempt;
+	// UnroutableKind says which kind of reason it is.
+	Unroutable     string         `json:"unroutable,omitempty"`
+	UnroutableKind UnroutableKind `json:"unroutableKind,omitempty"`
 	// DeadLettered counts dispatch messages of this job the broker gave up on.
 	DeadLettered int `json:"deadLettered,omitempty"`
 }
+
+// UnroutableKind classifies why no factory could take a job.
+type UnroutableKind string
+
+// Kinds of unroutable reason.
+const (
+	// UnroutableNoFactory: nothing in the fleet could run the job (no
+	// factory enrolled, or a capability nobody has); it needs a change.
+	UnroutableNoFactory UnroutableKind = "no_factory"
+	// UnroutableBusy: factories could run the job, but none can now (seats
+	// full, down, out of scope); a passing state whose counts move with
+	// every heartbeat.
+	UnroutableBusy UnroutableKind = "busy"
+)
 
 // Failure is the last failure a factory reported.
 type Failure struct {

@@ -384,6 +384,10 @@ func name(desc string) obj {
 	return describe(obj{"type": "string", "pattern": `^[A-Za-z0-9_][A-Za-z0-9._-]*$`, "maxLength": fleet.MaxNameLen}, desc)
 }
 
+// unroutableKind is the schema of a job's dispatch.unroutableKind.
+var unroutableKind = enum("no_factory: nothing in the fleet can run the job (it needs a change); busy: factories could, but none can now.",
+	string(fleet.UnroutableNoFactory), string(fleet.UnroutableBusy))
+
 func enum(desc string, values ...string) obj {
 	return describe(obj{"type": "string", "enum": values}, desc)
 }
@@ -449,7 +453,7 @@ func schemas() obj {
 			"dispatchEpoch":   integer("Bumped by every dispatch decision; accept carries it."),
 			"targetFactoryId": str("Where the dispatcher sent the job; empty while undecided."),
 			"dispatch": object(nil, obj{"at": dateTime(""), "unroutable": str("Why no factory was eligible."),
-				"deadLettered": integer("")}),
+				"unroutableKind": unroutableKind, "deadLettered": integer("")}),
 			"checkpoint":    str("The holder's last checkpoint, kept across requeues."),
 			"attempts":      integer("Retryable failures so far."),
 			"maxAttempts":   integer(""),
@@ -485,7 +489,8 @@ func schemas() obj {
 		}),
 		"Explanation": object([]string{"jobId", "stage", "dispatchEpoch", "schedule"}, obj{
 			"jobId": str(""), "stage": ref("Stage"), "targetFactoryId": str(""), "dispatchEpoch": integer(""),
-			"dispatch": object(nil, obj{"at": dateTime(""), "unroutable": str(""), "deadLettered": integer("")}),
+			"dispatch": object(nil, obj{"at": dateTime(""), "unroutable": str(""), "unroutableKind": unroutableKind,
+				"deadLettered": integer("")}),
 			"schedule": object([]string{"jobId", "routable", "required", "candidates"}, obj{
 				"jobId": str(""), "routable": boolean(""), "reason": str("Why no factory is eligible."),
 				"best": str("The factory the scheduler would pick."), "required": stringList("Capabilities checked, with repo:<repo>."),

@@ -244,19 +244,33 @@ const (
 	NoEligiblePrefix = "no eligible factory: "
 )
 
-// Transient reports whether reason describes a passing state of the fleet
-// (NoEligiblePrefix) rather than a job nothing can run.
-func Transient(reason string) bool { return strings.HasPrefix(reason, NoEligiblePrefix) }
+// Reason is why a job has no eligible factory: its kind, decided where the
+// reason is made, and its text for people (starting with UnroutablePrefix
+// or NoEligiblePrefix as the kind says).
+type Reason struct {
+	Kind fleet.UnroutableKind
+	Text string
+}
+
+// Transient reports whether r describes a passing state of the fleet rather
+// than a job nothing can run.
+func (r Reason) Transient() bool { return r.Kind == fleet.UnroutableBusy }
+
+func (r Reason) String() string { return r.Text }
+
+func noFactory(text string) Reason {
+	return Reason{Kind: fleet.UnroutableNoFactory, Text: UnroutablePrefix + text}
+}
 
 // unroutable explains why no factory in fs is eligible. It distinguishes
 // three situations because they call for different fixes: nothing enrolled
 // (start a factory), a capability nobody has (fix the job, or enrol a
 // factory that has it: the seed's capabilities=[build] form default), and
 // factories that could run the job but not now (wait, or add capacity).
-func (n *need) unroutable(fs []*fleet.Factory) string {
+func (n *need) unroutable(fs []*fleet.Factory) Reason {
 	enrolled := slices.IndexFunc(fs, func(f *fleet.Factory) bool { return f != nil }) >= 0
 	if !enrolled {
-		return UnroutablePrefix + "no factory is enrolled"
+		return noFactory("no factory is enrolled")
 	}
 
 	var unheld []string
@@ -267,7 +281,7 @@ func (n *need) unroutable(fs []*fleet.Factory) string {
 		}
 	}
 	if len(unheld) > 0 {
-		return UnroutablePrefix + "no factory has " + plural(len(unheld), "capability", "capabilities") + " " + strings.Join(unheld, ", ")
+		return noFactory("no factory has " + plural(len(unheld), "capability", "capabilities") + " " + strings.Join(unheld, ", "))
 	}
 
 	// Count factories per reason. A factory missing several capabilities
@@ -325,7 +339,7 @@ func (n *need) unroutable(fs []*fleet.Factory) string {
 		}
 		parts = append(parts, s)
 	}
-	return NoEligiblePrefix + strings.Join(parts, ", ")
+	return Reason{Kind: fleet.UnroutableBusy, Text: NoEligiblePrefix + strings.Join(parts, ", ")}
 }
 
 func plural(n int, one, many string) string {

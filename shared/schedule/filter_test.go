@@ -104,7 +104,7 @@ func TestUnroutableReasons(t *testing.T) {
 
 			best, reason := BestFactory(tt.job, tt.fs, t0, DefaultWeights)
 			require.Nil(t, best)
-			require.Equal(t, tt.want, reason)
+			require.Equal(t, tt.want, reason.Text)
 		})
 	}
 }
@@ -152,7 +152,7 @@ func TestNoEligibleSummary(t *testing.T) {
 			t.Parallel()
 			require.Equal(t, tt.want, Explain(tt.job, tt.fs, t0, DefaultWeights).Reason)
 			_, reason := BestFactory(tt.job, tt.fs, t0, DefaultWeights)
-			require.Equal(t, tt.want, reason)
+			require.Equal(t, tt.want, reason.Text)
 		})
 	}
 }

@@ -70,12 +70,14 @@ func TestTransient(t *testing.T) {
 	job := &fleet.Job{ID: "j", Repo: "r", Stage: fleet.StageQueued, Capabilities: []string{"os:linux"}}
 	full := &fleet.Factory{ID: "f", SeatLimit: 1, Load: 1, Health: fleet.HealthOK, Capabilities: []string{"os:linux"}, Repos: []string{"r"}}
 	_, busy := BestFactory(job, []*fleet.Factory{full}, now, DefaultWeights)
-	require.True(t, Transient(busy), busy)
+	require.True(t, busy.Transient(), busy)
+	require.Equal(t, fleet.UnroutableBusy, busy.Kind)
 	_, none := BestFactory(job, nil, now, DefaultWeights)
-	require.False(t, Transient(none), none)
+	require.False(t, none.Transient(), none)
+	require.Equal(t, fleet.UnroutableNoFactory, none.Kind)
 	gpu := *job
 	gpu.Capabilities = []string{"gpu:a100"}
 	_, missing := BestFactory(&gpu, []*fleet.Factory{full}, now, DefaultWeights)
-	require.False(t, Transient(missing), missing)
-	require.Equal(t, UnroutablePrefix+"no factory has capability gpu:a100", missing)
+	require.False(t, missing.Transient(), missing)
+	require.Equal(t, Reason{Kind: fleet.UnroutableNoFactory, Text: UnroutablePrefix + "no factory has capability gpu:a100"}, missing)
 }

@@ -55,7 +55,7 @@ func TestBestFactoryTieBreaks(t *testing.T) {
 				fs := slices.Clone(tt.fs)
 				rand.Shuffle(len(fs), func(a, b int) { fs[a], fs[b] = fs[b], fs[a] })
 				best, reason := BestFactory(j, fs, t0, tt.w)
-				require.Empty(t, reason)
+				require.Zero(t, reason)
 				require.Equal(t, tt.want, best.ID, "order %v", ids(fs))
 				require.Equal(t, tt.want, Explain(j, fs, t0, tt.w).Best, "order %v", ids(fs))
 			}
@@ -109,10 +109,10 @@ func TestExplainAgreesWithBestFactory(t *testing.T) {
 
 		e := Explain(j, fs, now, DefaultWeights)
 		best, reason := BestFactory(j, fs, now, DefaultWeights)
-		require.Equal(t, e.Reason, reason, "case %d", i)
+		require.Equal(t, e.Reason, reason.Text, "case %d", i)
 		if best == nil {
 			require.False(t, e.Routable, "case %d", i)
-			require.NotEmpty(t, reason, "case %d", i)
+			require.NotEmpty(t, reason.Text, "case %d", i)
 			continue
 		}
 		routable++

@@ -215,7 +215,7 @@ func Explain(j *fleet.Job, fs []*fleet.Factory, now time.Time, w Weights) Explan
 	if len(e.Candidates) > 0 && e.Candidates[0].Eligible {
 		e.Routable, e.Best = true, e.Candidates[0].FactoryID
 	} else {
-		e.Reason = n.unroutable(fs)
+		e.Reason = n.unroutable(fs).Text
 	}
 	return e
 }
@@ -226,7 +226,7 @@ func Explain(j *fleet.Job, fs []*fleet.Factory, now time.Time, w Weights) Explan
 // built; only the unroutable case, which is rare and then logged, allocates to
 // word its reason. Nil entries in fs are skipped; like Explain it ignores j's
 // stage and NotBefore.
-func BestFactory(j *fleet.Job, fs []*fleet.Factory, now time.Time, w Weights) (best *fleet.Factory, reason string) {
+func BestFactory(j *fleet.Job, fs []*fleet.Factory, now time.Time, w Weights) (best *fleet.Factory, reason Reason) {
 	n := newNeed(j)
 	starvation := starvationTerm(now.Sub(queuedSince(j)))
 	var bestTotal float64
@@ -242,7 +242,7 @@ func BestFactory(j *fleet.Job, fs []*fleet.Factory, now time.Time, w Weights) (b
 	if best == nil {
 		return nil, n.unroutable(fs)
 	}
-	return best, ""
+	return best, Reason{}
 }
 
 // compareFactories orders eligible factories best first: higher total, then

@@ -55,12 +55,12 @@ func TestTighterFitWins(t *testing.T) {
 	general := newFactory("a-gpu", withCaps("os:linux", "engine:claude", "has:git", "has:gpu"))
 	tight := newFactory("b-plain")
 	best, reason := BestFactory(newJob("j"), []*fleet.Factory{general, tight}, t0, DefaultWeights)
-	require.Empty(t, reason)
+	require.Zero(t, reason)
 	require.Equal(t, "b-plain", best.ID)
 
 	gpuJob := newJob("g", func(j *fleet.Job) { j.Capabilities = []string{"has:gpu"} })
 	best, reason = BestFactory(gpuJob, []*fleet.Factory{general, tight}, t0, DefaultWeights)
-	require.Empty(t, reason)
+	require.Zero(t, reason)
 	require.Equal(t, "a-gpu", best.ID)
 }
 
