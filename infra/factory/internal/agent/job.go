@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -213,7 +214,7 @@ func (a *Agent) engineFor(j *fleet.Job) (string, string, error) {
 			if t, ok := a.cfg.Engines[name]; ok {
 				return name, t, nil
 			}
-			return "", "", fmt.Errorf("job needs engine %s; this factory has %s", name, strings.Join(slices.Sorted(mapKeys(a.cfg.Engines)), ", "))
+			return "", "", fmt.Errorf("job needs engine %s; this factory has %s", name, strings.Join(slices.Sorted(maps.Keys(a.cfg.Engines)), ", "))
 		}
 	}
 	t, ok := a.cfg.Engines[a.cfg.DefaultEngine]
@@ -594,14 +595,4 @@ func firstLine(s, def string) string {
 		return def
 	}
 	return s
-}
-
-func mapKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
