@@ -1,6 +1,8 @@
-// Package prune is the `prune` timer function: static factories silent past
-// FLEET_STALE_AFTER turn stale, past FLEET_DOWN_AFTER down. Elastic pools are
-// never judged by silence, since a pool scaled to zero sends nothing.
+// Package prune is the `prune` timer function. Static factories silent past
+// FLEET_STALE_AFTER are stale, past FLEET_DOWN_AFTER down, but that is now
+// derived on every read of a factory (coord.Prune explains), so the tick
+// has nothing to persist and costs no store operation; it stays so that
+// deployed schedules keep working.
 package prune
 
 import (

@@ -134,7 +134,7 @@ func (c *Coordinator) listFactories(ctx context.Context) ([]*fleet.Factory, erro
 			return nil, err
 		}
 		f.Rev = it.Rev
-		fs = append(fs, f)
+		fs = append(fs, c.effectiveHealth(f))
 	}
 	fc.mu.Lock()
 	fc.factories, fc.loadedAt = fs, now

@@ -245,11 +245,8 @@ func TestRedispatch(t *testing.T) {
 		_, err := e.c.DispatchChanged(e.ctx, e.feed("").Items)
 		require.NoError(t, err)
 		e.clock.Advance(e.c.Config().StaleAfter)
-		e.factory("f2") // heartbeats now; f1 has gone quiet
-		n, err := e.c.Prune(e.ctx)
-		require.NoError(t, err)
-		require.Equal(t, 1, n)
-		n, err = e.c.Redispatch(e.ctx)
+		e.factory("f2") // heartbeats now; f1 has gone quiet: stale
+		n, err := e.c.Redispatch(e.ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		got := e.job(j.ID)
@@ -261,11 +258,12 @@ func TestRedispatch(t *testing.T) {
 	t.Run("not accepted in time", func(t *testing.T) {
 		t.Parallel()
 		e, pub := dispatchEnv(t, withConfig(cfg))
-		e.factory("f1")
+		tok := e.factory("f1")
 		j := e.submit()
 		_, err := e.c.DispatchChanged(e.ctx, e.feed("").Items)
 		require.NoError(t, err)
 		e.clock.Advance(after - time.Second)
+		e.beat(tok) // alive, just slow to accept
 		n, err := e.c.Redispatch(e.ctx)
 		require.NoError(t, err)
 		require.Zero(t, n, "a fresh dispatch is left to be accepted")

@@ -186,7 +186,7 @@ func (c *Coordinator) GetFactory(ctx context.Context, id string) (*fleet.Factory
 		return nil, err
 	}
 	f.Rev = it.Rev
-	return f, nil
+	return c.effectiveHealth(f), nil
 }
 
 // ListFactories returns every factory, fresh from the store, sorted by id.
@@ -219,7 +219,8 @@ func (c *Coordinator) mutateFactory(ctx context.Context, id string, fn func(f *f
 		return nil
 	})
 	if written {
-		c.factories.update(f)
+		cached := *f
+		c.factories.update(c.effectiveHealth(&cached))
 	}
 	return f, err
 }
@@ -432,44 +433,29 @@ func (c *Coordinator) revokeTokenID(ctx context.Context, hash string) error {
 	return c.bump(ctx, ledgerTokens)
 }
 
-// Prune marks static factories stale after StaleAfter without a heartbeat
-// and down after DownAfter. Elastic pools are never judged by silence: a
-// pool scaled to zero sends nothing and must stay schedulable, or no job
-// would ever scale it up. It returns how many factories changed health.
-func (c *Coordinator) Prune(ctx context.Context) (int, error) {
-	all, err := c.ListFactories(ctx, "")
-	if err != nil {
-		return 0, err
+// Prune is the stale-factory timer's entry point. A static factory's
+// health is derived from its silence wherever a factory is read (listFactories,
+// GetFactory: effectiveHealth), so a factory that stops heartbeating is
+// stale StaleAfter and down DownAfter after its last heartbeat to the
+// second, whether or not any timer ran, and there is nothing to persist:
+// Prune costs no store operation and reports no change. (Before, it
+// queried every factory each tick to write what readers now derive.)
+func (c *Coordinator) Prune(context.Context) (int, error) { return 0, nil }
+
+// effectiveHealth sets f.Health to what its silence implies. Elastic pools
+// are never judged by silence: a pool scaled to zero sends nothing and must
+// stay schedulable, or no job would ever scale it up. f must be the
+// caller's own copy.
+func (c *Coordinator) effectiveHealth(f *fleet.Factory) *fleet.Factory {
+	if f.Kind != fleet.KindElastic {
+		f.Health = c.silentHealth(f)
 	}
-	n := 0
-	for _, f := range all {
-		if f.Kind == fleet.KindElastic || c.silentHealth(f) == f.Health {
-			continue
-		}
-		// Counted after the write: the closure runs again on a lost CAS,
-		// and a heartbeat that won it may have made the change moot.
-		changed := false
-		_, err := c.mutateFactory(ctx, f.ID, func(f *fleet.Factory) error {
-			h := c.silentHealth(f)
-			changed = h != f.Health
-			if !changed {
-				return errNoChange
-			}
-			f.Health = h
-			return nil
-		})
-		if err != nil && !errors.Is(err, fleet.ErrNotFound) {
-			return n, err
-		}
-		if err == nil && changed {
-			n++
-		}
-	}
-	return n, nil
+	return f
 }
 
 // silentHealth is the health a static factory's silence implies; a factory
-// that heartbeats on time keeps what it reported.
+// that heartbeats on time keeps what it reported (a stored "stale" is a
+// mark an earlier version's prune wrote: ok again).
 func (c *Coordinator) silentHealth(f *fleet.Factory) fleet.Health {
 	since := c.now().Sub(f.LastHeartbeatAt)
 	if f.LastHeartbeatAt.IsZero() {

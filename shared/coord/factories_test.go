@@ -9,6 +9,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/store/storecount"
 )
 
 // requireSecretNotStored scans every container: the token's secret is in
@@ -194,12 +195,17 @@ func TestHeartbeat(t *testing.T) {
 	require.ErrorIs(t, err, fleet.ErrNotFound, "a deregistered factory cannot heartbeat itself back")
 }
 
-// TestPrune: a static factory goes stale after StaleAfter of silence and
-// down after DownAfter, and is ok again on its next heartbeat; an elastic
-// pool is never judged by silence.
-func TestPrune(t *testing.T) {
+// TestSilentFactoryHealth: a static factory is stale StaleAfter and down
+// DownAfter after its last heartbeat, on every read and with no timer run;
+// a heartbeat makes it ok again; a silent elastic pool stays ok. The prune
+// timer has nothing left to do and touches no store.
+func TestSilentFactoryHealth(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	var counted *storecount.Store
+	e := newEnv(t, withStore(func(s coord.Store) coord.Store {
+		counted = storecount.New(s)
+		return counted
+	}))
 	static := e.factory("static")
 	e.factory("pool", kind(fleet.KindElastic))
 	health := func() map[string]fleet.Health {
@@ -208,31 +214,34 @@ func TestPrune(t *testing.T) {
 		out := map[string]fleet.Health{}
 		for _, f := range fs {
 			out[f.ID] = f.Health
+			one, err := e.c.GetFactory(e.ctx, f.ID)
+			require.NoError(t, err)
+			require.Equal(t, f.Health, one.Health, "GetFactory agrees with the list")
 		}
 		return out
 	}
-	prune := func(want int) {
+	prune := func() {
 		t.Helper()
+		before := counted.Snapshot()
 		n, err := e.c.Prune(e.ctx)
 		require.NoError(t, err)
-		require.Equal(t, want, n)
+		require.Zero(t, n)
+		require.Zero(t, counted.Snapshot().Sub(before).Total(), "prune costs no store operation")
 	}
 
 	e.clock.Advance(89 * time.Second)
-	prune(0)
+	prune()
 	require.Equal(t, map[string]fleet.Health{"static": fleet.HealthOK, "pool": fleet.HealthOK}, health())
 
 	e.clock.Advance(time.Second) // 90s of silence
-	prune(1)
 	require.Equal(t, map[string]fleet.Health{"static": fleet.HealthStale, "pool": fleet.HealthOK}, health())
-	prune(0)
 
-	_, err := e.c.Heartbeat(e.ctx, static, coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}})
-	require.NoError(t, err)
+	e.beat(static)
 	require.Equal(t, fleet.HealthOK, health()["static"], "back to ok on a heartbeat")
 
-	e.clock.Advance(10 * time.Minute)
-	prune(1)
+	e.clock.Advance(10*time.Minute - time.Second)
+	require.Equal(t, fleet.HealthStale, health()["static"])
+	e.clock.Advance(time.Second)
 	require.Equal(t, map[string]fleet.Health{"static": fleet.HealthDown, "pool": fleet.HealthOK}, health())
 
 	// A down factory gets no job; the silent pool still does.
@@ -241,12 +250,11 @@ func TestPrune(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, none)
 	e.clock.Advance(24 * time.Hour)
-	prune(0)
+	prune()
 	require.Equal(t, fleet.HealthOK, health()["pool"])
 	e.claim("pool")
 
-	_, err = e.c.Heartbeat(e.ctx, static, coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}})
-	require.NoError(t, err)
+	e.beat(static)
 	require.Equal(t, fleet.HealthOK, health()["static"])
 
 	m, err := e.c.Metrics(e.ctx, "")
@@ -326,25 +334,4 @@ func TestFactoryScopes(t *testing.T) {
 		{Repo: "docs", Products: []string{"p2"}, Factories: []string{"only-p2"}},
 		{Repo: repo, Products: []string{prod}, Factories: []string{"only-p2"}},
 	}, rs)
-}
-
-// TestPruneRacesHeartbeat: the prune decided a factory was stale, but its
-// heartbeat lands before the prune writes. The heartbeat wins, the factory
-// stays ok, and the prune reports no change.
-func TestPruneRacesHeartbeat(t *testing.T) {
-	t.Parallel()
-	e, hs := hookedEnv(t)
-	tok := e.factory("f1")
-	e.clock.Advance(e.c.Config().StaleAfter)
-	hs.setBeforeFactoryReplace(once(func(pk, id string) error {
-		_, err := e.c.Heartbeat(e.ctx, tok, coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}})
-		return err
-	}))
-	n, err := e.c.Prune(e.ctx)
-	require.NoError(t, err)
-	require.Zero(t, n, "nothing changed health")
-	f, err := e.c.GetFactory(e.ctx, "f1")
-	require.NoError(t, err)
-	require.Equal(t, fleet.HealthOK, f.Health)
-	require.Equal(t, e.clock.Now(), f.LastHeartbeatAt)
 }

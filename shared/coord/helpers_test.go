@@ -213,6 +213,14 @@ func (e *env) factory(id string, opts ...factoryOpt) *fleet.Token {
 	return tok
 }
 
+// beat heartbeats as tok's factory with its default report: it is alive
+// now (health is derived from silence on every read).
+func (e *env) beat(tok *fleet.Token) {
+	e.t.Helper()
+	_, err := e.c.Heartbeat(e.ctx, tok, coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}})
+	require.NoError(e.t, err)
+}
+
 // as is a claim by factory id with the token factory() enrolled it with.
 func (e *env) as(id string) coord.ClaimRequest {
 	e.t.Helper()

@@ -25,6 +25,8 @@ func TestMetrics(t *testing.T) {
 	require.NoError(t, err)
 
 	e.clock.Advance(coord.StarvationAge)
+	_, err = e.c.Heartbeat(e.ctx, tok, coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}, Load: 1, SeatLimit: 4})
+	require.NoError(t, err)
 	m, err := e.c.Metrics(e.ctx, prod)
 	require.NoError(t, err)
 	require.Equal(t, e.clock.Now(), m.At)
@@ -39,9 +41,8 @@ func TestMetrics(t *testing.T) {
 		Message: "job " + stuck.ID + " has been queued for 30m0s: unroutable: no factory has capability gpu:a100"}}, m.Alerts)
 	require.Equal(t, int64(1), m.Coord.Claims)
 
-	// f1 has been silent for 30 minutes: down once the prune has run.
-	_, err = e.c.Prune(e.ctx)
-	require.NoError(t, err)
+	// f1 has been silent for 30 minutes: down, no timer needed.
+	e.clock.Advance(coord.StarvationAge)
 	m, err = e.c.Metrics(e.ctx, "")
 	require.NoError(t, err)
 	require.Contains(t, m.Alerts, fleet.Alert{Kind: fleet.AlertStaleFactory, Severity: fleet.SeverityCritical,
@@ -54,9 +55,10 @@ func TestMetrics(t *testing.T) {
 func TestMetricsStarvingOldestFirst(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.factory("f1")
+	tok := e.factory("f1")
 	first := e.submit("priority: high", "title: created first")
 	e.clock.Advance(10 * time.Minute)
+	e.beat(tok)
 	second := e.submit("title: created second")
 	// The first job is claimed (it outranks the second) and released: it
 	// re-enters the queue after the second.
@@ -85,7 +87,7 @@ func TestMetricsAlerts(t *testing.T) {
 	oldest := e.submit("title: oldest in r", "capabilities: [gpu:a100]")
 	e.clock.Advance(time.Minute)
 	e.submit("title: younger in r", "capabilities: [gpu:a100]")
-	e.factory("f1")
+	tok := e.factory("f1")
 	dead := e.submit("title: doomed", "maxAttempts: 1", "priority: high")
 	cl := e.claim("f1")
 	require.Equal(t, dead.ID, cl.Job.ID)
@@ -95,6 +97,7 @@ func TestMetricsAlerts(t *testing.T) {
 	deadAt := e.clock.Now()
 
 	e.clock.Advance(coord.StarvationAge)
+	e.beat(tok)
 	m, err := e.c.Metrics(e.ctx, prod)
 	require.NoError(t, err)
 	require.Len(t, m.Starving, 2, "the list names every starving job")

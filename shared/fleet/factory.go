@@ -20,7 +20,8 @@ const (
 // Health is a factory's health as reported or as derived from silence.
 type Health string
 
-// Health values. Stale and down are set by the prune from missed heartbeats.
+// Health values. Stale and down are derived from missed heartbeats when a
+// factory is read (coord); a factory reports ok or its own health.
 const (
 	HealthOK       Health = "ok"
 	HealthDegraded Health = "degraded"
