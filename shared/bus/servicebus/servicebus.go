@@ -51,6 +51,8 @@
 // batch is settled, then it is released for the next receiver. Meanwhile
 // the key's later messages wait, which is the point: settle promptly
 // (complete-on-claim) and a repo's jobs are claimed one after another.
+// RenewLock renews the session lock. Elastic executions do not hold their
+// dispatch for the run on sessions: it would hold the repo's session.
 // NATS has no equivalent lock; there KeyOrder only means publish order.
 package servicebus
 

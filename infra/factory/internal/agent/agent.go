@@ -253,6 +253,9 @@ func (a *Agent) loop(ctx context.Context) Outcome {
 }
 
 // runOnce takes at most one message, handles it and waits for its job.
+// It is how an elastic pool's execution runs, so a dispatch it accepts is
+// held locked for the whole run and completed only when the run ends
+// (see holdsLock).
 func (a *Agent) runOnce(ctx context.Context) Outcome {
 	ds, err := a.recv.Receive(ctx, 1, a.cfg.OnceWait)
 	if err != nil {
@@ -270,7 +273,13 @@ func (a *Agent) runOnce(ctx context.Context) Outcome {
 		// A receiver honours max; this is a guard, not a path.
 		_ = a.recv.Abandon(ctx, d)
 	}
-	r := a.handle(ctx, ds[0])
+	d := ds[0]
+	var h *hold
+	if lr, ok := a.holdsLock(d); ok {
+		// Kept from now: the accept may take a while (retries).
+		h = &hold{keeper: transport.KeepLock(ctx, lr, d, a.log.With("job", d.Dispatch.JobID))}
+	}
+	r := a.handleHeld(ctx, d, h)
 	if r == nil {
 		return OutcomeDone
 	}
@@ -280,11 +289,61 @@ func (a *Agent) runOnce(ctx context.Context) Outcome {
 		r.cancel(errShutdown)
 		<-r.done
 	}
+	if h != nil {
+		// The run ended (shipped, failed, released, fenced): only now does
+		// the message leave the subscription, and the scaler's count.
+		h.release()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		if err := a.recv.Complete(cctx, d); err != nil {
+			a.log.WarnContext(cctx, "complete the dispatch message after the run", "delivery", d.ID, "err", err)
+		}
+		cancel()
+	}
 	return r.outcome
+}
+
+// holdsLock says whether an elastic execution keeps d locked for its run,
+// and with what. Only a dispatch on a bus whose locks are per message: a
+// Service Bus session lock covers the repo's whole session, and holding it
+// for a run would keep that repo's next dispatch from every other
+// execution (each one the scaler starts for it would wait and find
+// nothing), so with sessions the execution completes on claim.
+func (a *Agent) holdsLock(d transport.Delivery) (transport.LockRenewer, bool) {
+	lr, ok := a.recv.(transport.LockRenewer)
+	if !ok || d.Dispatch == nil || !a.cfg.Once ||
+		(a.cfg.Transport == config.TransportServiceBus && a.cfg.ServiceBusSessions) {
+		return nil, false
+	}
+	return lr, true
+}
+
+// hold is an elastic execution's lock on its dispatch message: renewed
+// from receipt until the run ends, so the subscription's active count
+// (queued + locked) is queued + running, and KEDA's default ScaledJob
+// strategy, which subtracts running executions, starts exactly the
+// queued ones. A static factory completes on claim instead.
+type hold struct {
+	keeper *transport.Keeper
+}
+
+// release stops renewing; call it before settling the message. Safe on
+// a nil hold and more than once.
+func (h *hold) release() {
+	if h != nil {
+		h.keeper.Stop()
+	}
 }
 
 // handle acts on one delivery and returns the job it started, if any.
 func (a *Agent) handle(ctx context.Context, d transport.Delivery) *jobRun {
+	return a.handleHeld(ctx, d, nil)
+}
+
+// handleHeld is handle with the delivery's lock held by h (nil: complete
+// on claim). With a hold, a dispatch whose job starts is left unsettled:
+// the caller completes it when the run ends. Any other outcome settles it
+// here, after releasing the hold.
+func (a *Agent) handleHeld(ctx context.Context, d transport.Delivery, h *hold) *jobRun {
 	log := a.log.With("delivery", d.ID)
 	switch {
 	case d.GC != nil:
@@ -298,21 +357,30 @@ func (a *Agent) handle(ctx context.Context, d transport.Delivery) *jobRun {
 	case d.Claimed != nil:
 		return a.start(ctx, d.Claimed, time.Now())
 	case d.Dispatch != nil:
-		return a.accept(ctx, log, d)
+		return a.accept(ctx, log, d, h)
 	}
+	h.release()
 	return nil
 }
 
-// accept claims a dispatched job and completes its message
-// (complete-on-claim: from here on the lease and the reaper own liveness).
-func (a *Agent) accept(ctx context.Context, log *slog.Logger, d transport.Delivery) *jobRun {
+// accept claims a dispatched job and settles its message. Without a hold
+// that is complete-on-claim: from here on the lease and the reaper own
+// liveness. With one (an elastic execution), an accepted message stays
+// locked while the job runs; every other outcome settles it at once.
+func (a *Agent) accept(ctx context.Context, log *slog.Logger, d transport.Delivery, h *hold) *jobRun {
 	msg := *d.Dispatch
 	log = log.With("job", msg.JobID, "dispatchEpoch", msg.DispatchEpoch)
+	complete := func(what string) {
+		h.release()
+		if err := a.recv.Complete(ctx, d); err != nil {
+			log.WarnContext(ctx, "complete "+what, "err", err)
+		}
+	}
 	if a.runningDispatch(msg.JobID) >= msg.DispatchEpoch {
 		// A redelivery of the dispatch being run. A newer dispatch (the
 		// job was requeued) goes to accept: start supersedes the old run.
 		log.InfoContext(ctx, "duplicate delivery of a job already running here")
-		_ = a.recv.Complete(ctx, d)
+		complete("duplicate message")
 		return nil
 	}
 	received := time.Now()
@@ -321,30 +389,40 @@ func (a *Agent) accept(ctx context.Context, log *slog.Logger, d transport.Delive
 	case err == nil:
 	case fleetapi.IsConflict(err) || fleetapi.IsNotFound(err) || fleetapi.IsFenced(err):
 		// Stale or taken. An accept whose answer was lost comes back as
-		// a conflict too: adopt the job if it is in fact ours.
-		if cl = a.adopt(ctx, msg); cl == nil {
-			log.InfoContext(ctx, "dispatch is stale; someone else has the job", "err", err)
-			if cerr := a.recv.Complete(ctx, d); cerr != nil {
-				log.WarnContext(ctx, "complete stale message", "err", cerr)
-			}
+		// a conflict too: adopt the job if it is in fact ours. Not for a
+		// held message delivered again: its lock lapsed, so another
+		// execution of this pool (same factory id) took it and may still
+		// run it; if that one crashed, the reaper and the redispatch
+		// recover the job.
+		if h == nil || !d.Redelivered {
+			cl = a.adopt(ctx, msg)
+		}
+		if cl == nil {
+			log.InfoContext(ctx, "dispatch is stale; someone else has the job", "err", err, "redelivered", d.Redelivered)
+			complete("stale message")
 			return nil
 		}
 	case fleetapi.IsPermanent(err):
 		log.ErrorContext(ctx, "accept refused", "err", err)
-		_ = a.recv.Complete(ctx, d)
+		complete("refused message")
 		return nil
 	default:
 		log.WarnContext(ctx, "accept failed; message goes back for redelivery", "err", err)
+		h.release()
 		if aerr := a.recv.Abandon(ctx, d); aerr != nil {
 			log.WarnContext(ctx, "abandon", "err", aerr)
 		}
 		return nil
 	}
-	if err := a.recv.Complete(ctx, d); err != nil {
+	if h == nil {
 		// The job is ours either way; a redelivery is refused by accept.
-		log.WarnContext(ctx, "complete accepted message", "err", err)
+		complete("accepted message")
 	}
-	return a.start(ctx, cl, received)
+	r := a.start(ctx, cl, received)
+	if r == nil && h != nil {
+		complete("accepted message")
+	}
+	return r
 }
 
 // adopt returns the claim of a job the coordinator says this factory

@@ -17,6 +17,7 @@ type BusClient interface {
 	Complete(ctx context.Context, d bus.Delivery) error
 	Abandon(ctx context.Context, d bus.Delivery) error
 	DeadLetter(ctx context.Context, d bus.Delivery, reason string) error
+	RenewLock(ctx context.Context, d bus.Delivery) (time.Time, error)
 	Close(ctx context.Context) error
 }
 
@@ -51,7 +52,8 @@ func (b *Bus) Receive(ctx context.Context, max int, wait time.Duration) ([]Deliv
 			}
 			continue
 		}
-		out = append(out, Delivery{ID: d.ID, Dispatch: dec.Dispatch, GC: dec.GC, handle: d})
+		out = append(out, Delivery{ID: d.ID, Dispatch: dec.Dispatch, GC: dec.GC, LockedUntil: d.LockedUntil,
+			Redelivered: d.DeliveryCount > 1, handle: d})
 	}
 	return out, nil
 }
@@ -79,6 +81,19 @@ func (b *Bus) Abandon(ctx context.Context, d Delivery) error {
 		return fmt.Errorf("abandon %s: %w", d.ID, err)
 	}
 	return nil
+}
+
+// RenewLock extends the delivery's lock (see KeepLock).
+func (b *Bus) RenewLock(ctx context.Context, d Delivery) (time.Time, error) {
+	bd, ok := d.handle.(bus.Delivery)
+	if !ok {
+		return time.Time{}, fmt.Errorf("renew lock of %s: %w: not a delivery of this transport", d.ID, bus.ErrInvalid)
+	}
+	until, err := b.c.RenewLock(ctx, bd)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("renew lock of %s: %w", d.ID, err)
+	}
+	return until, nil
 }
 
 // Close closes the backend client.

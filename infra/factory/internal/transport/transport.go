@@ -3,9 +3,12 @@
 // adapter for the shared/bus backends (NATS JetStream, Service Bus).
 //
 // The broker is never the correctness boundary: a dispatch delivery only
-// says a job may be waiting; the factory's fenced accept decides. Deliveries
-// are completed right after the accept (complete-on-claim), so no broker
-// lock has to outlive the job.
+// says a job may be waiting; the factory's fenced accept decides. A
+// long-running factory completes a delivery right after the accept
+// (complete-on-claim). An elastic execution (--once) instead keeps the
+// delivery locked for its whole run (KeepLock) and completes it when the
+// run ends: a locked message still counts in the subscription's active
+// count, which is what the pool's scaler reads as running work.
 package transport
 
 import (
@@ -28,6 +31,12 @@ type Delivery struct {
 	// Claimed is a job this transport already claimed (the poll
 	// transport's receive is the claim).
 	Claimed *protocol.Claimed
+	// LockedUntil is when a bus delivery's lock lapses unless renewed;
+	// zero for the poll transport.
+	LockedUntil time.Time
+	// Redelivered: the broker delivered this message before (its lock
+	// lapsed or it was abandoned).
+	Redelivered bool
 
 	handle any
 }
@@ -44,4 +53,12 @@ type Receiver interface {
 	Abandon(ctx context.Context, d Delivery) error
 	// Close releases the transport's connections.
 	Close(ctx context.Context) error
+}
+
+// LockRenewer is a Receiver whose deliveries hold a broker lock that can be
+// extended (the bus transport).
+type LockRenewer interface {
+	// RenewLock extends d's lock and returns when it now lapses; it fails
+	// with bus.ErrLockLost once the lock is gone.
+	RenewLock(ctx context.Context, d Delivery) (time.Time, error)
 }

@@ -103,7 +103,8 @@ type fakeBus struct {
 	mu                         sync.Mutex
 	pending                    []bus.Delivery
 	completed, abandoned, dead []string
-	completeErr                error
+	renewed                    []string
+	completeErr, renewErr      error
 }
 
 func (f *fakeBus) Receive(_ context.Context, sub string, max int, _ time.Duration) ([]bus.Delivery, error) {
@@ -131,6 +132,13 @@ func (f *fakeBus) Abandon(_ context.Context, d bus.Delivery) error {
 func (f *fakeBus) DeadLetter(_ context.Context, d bus.Delivery, reason string) error {
 	f.dead = append(f.dead, d.ID+": "+reason)
 	return nil
+}
+
+func (f *fakeBus) RenewLock(_ context.Context, d bus.Delivery) (time.Time, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.renewed = append(f.renewed, d.ID)
+	return time.Now().Add(time.Minute), f.renewErr
 }
 
 func (f *fakeBus) Close(context.Context) error { return nil }
@@ -175,6 +183,16 @@ func TestBusDecodes(t *testing.T) {
 	require.NoError(t, b.Complete(ctx, got[0]), "a lost lock only means a redelivery the accept refuses")
 	fb.completeErr = errors.New("broker down")
 	require.Error(t, b.Complete(ctx, got[0]))
+
+	until, err := b.RenewLock(ctx, got[0])
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now().Add(time.Minute), until, 10*time.Second)
+	require.Equal(t, []string{"j1:2"}, fb.renewed)
+	fb.renewErr = bus.ErrLockLost
+	_, err = b.RenewLock(ctx, got[0])
+	require.ErrorIs(t, err, bus.ErrLockLost, "a lost lock is reported to the keeper")
+	_, err = b.RenewLock(ctx, Delivery{ID: "claim:x:1", Claimed: claimedJob("x")})
+	require.ErrorIs(t, err, bus.ErrInvalid)
 
 	// A delivery from another transport is not this one's to settle.
 	require.NoError(t, b.Complete(ctx, Delivery{ID: "claim:x:1", Claimed: claimedJob("x")}))
