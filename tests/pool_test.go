@@ -38,11 +38,13 @@ func (s *Stack) poolEvents(pool string) []poolEvent {
 
 // TestElasticPoolStartsOneExecutionPerDispatch: the local stack runs an
 // elastic pool as KEDA runs the Container Apps Job (real `factory --once`
-// processes started from the pool subscription's depth). Two long runs
-// hold their executions; two more dispatches then start two more
-// executions at once (KEDA's default strategy would deduct the two running
-// and start none until a run ends), and when all four jobs have shipped the
-// pool is back at zero executions, having started exactly four.
+// processes started from the pool subscription's depth by KEDA's default
+// strategy, the only one Container Apps runs: min(depth, max) − running).
+// Two long runs hold their executions, and their dispatch messages locked;
+// two more dispatches then start two more executions at once (with
+// complete-on-claim the depth would be 2 against 2 running: nothing would
+// start until a run ends), and when all four jobs have shipped the pool is
+// back at zero executions, having started exactly four.
 func TestElasticPoolStartsOneExecutionPerDispatch(t *testing.T) {
 	t.Parallel()
 	repo := newFacRepo(t, "app")

@@ -44,7 +44,8 @@ type Pool struct {
 	// here (30s is Azure's default, sized for a cold start the local
 	// stack does not have).
 	PollingInterval string `json:"pollingInterval"`
-	// Strategy is the scaling strategy; default accurate.
+	// Strategy is the scaling strategy; default "default", the one
+	// Container Apps Jobs run.
 	Strategy string `json:"strategy"`
 }
 
@@ -145,9 +146,10 @@ type Options struct {
 }
 
 // claimedLine is how an execution says it holds its job: the factory's
-// "job claimed" log line (info level), written after it has completed its
-// message. Until then the execution is pending: its message may still be
-// in the depth, and must not start a second execution.
+// "job claimed" log line (info level), written after its accept. Until
+// then the execution is pending. Only the accurate strategy deducts
+// pending executions (their messages are still in the depth); the default
+// strategy deducts every running one.
 const claimedLine = `"msg":"job claimed"`
 
 // Launcher runs one pool: every polling interval it reads the depth and
@@ -183,7 +185,7 @@ func New(o Options) (*Launcher, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	if lvl := strings.ToLower(o.Pool.Env["FLEET_LOG_LEVEL"]); lvl == "warn" || lvl == "error" {
+	if lvl := strings.ToLower(o.Pool.Env["FLEET_LOG_LEVEL"]); st == Accurate && (lvl == "warn" || lvl == "error") {
 		o.Log.Warn("pool executions log above info: each counts as pending until it exits, so starts lag",
 			"pool", o.Pool.Name, "FLEET_LOG_LEVEL", lvl)
 	}

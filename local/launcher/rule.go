@@ -2,8 +2,7 @@
 // runs a Container Apps Job: every polling interval it reads the depth of
 // the pool's subscription and starts `factory --once` executions by the
 // ScaledJob arithmetic (Starts), down to none when the subscription is
-// empty. terraform/README.md ("Elastic pool scaling") has the arithmetic
-// and why the fleet needs the accurate strategy.
+// empty. terraform/README.md ("Elastic pool scaling") has the arithmetic.
 package launcher
 
 import "fmt"
@@ -12,27 +11,28 @@ import "fmt"
 type Strategy string
 
 const (
-	// Default starts min(⌈depth/m⌉, max) − running. It assumes a message
-	// stays counted while its execution works on it (peek-lock held to
-	// the end), which complete-on-claim does not do: every running
-	// execution then holds back one start.
+	// Default starts min(⌈depth/m⌉, max) − running. It is what Container
+	// Apps Jobs run (they cannot select another strategy), so it is the
+	// local stack's too. It is exact when a message stays counted while
+	// its execution works on it, which is why an elastic execution keeps
+	// its dispatch locked until its run ends: depth = queued + running.
 	Default Strategy = "default"
 	// Accurate starts ⌈depth/m⌉ − pending (capped at max − running): for
 	// queues whose depth no longer counts messages once an execution has
-	// taken them. It is the fleet's: a factory completes its message when
-	// it claims the job.
+	// taken them (complete-on-claim). Container Apps cannot select it; it
+	// stays here to compare the two.
 	Accurate Strategy = "accurate"
 )
 
-// ParseStrategy reads a strategy name; empty means Accurate.
+// ParseStrategy reads a strategy name; empty means Default.
 func ParseStrategy(s string) (Strategy, error) {
 	switch Strategy(s) {
-	case "", Accurate:
-		return Accurate, nil
-	case Default:
+	case "", Default:
 		return Default, nil
+	case Accurate:
+		return Accurate, nil
 	}
-	return "", fmt.Errorf("scaling strategy %q: want %q or %q", s, Accurate, Default)
+	return "", fmt.Errorf("scaling strategy %q: want %q or %q", s, Default, Accurate)
 }
 
 // Load is what one polling tick sees.

@@ -17,11 +17,16 @@ func TestStarts(t *testing.T) {
 		{"idle pool starts nothing", Accurate, Load{Depth: 0, PerExecution: 1, Max: 10}, 0},
 		{"burst into an idle pool: one per message", Accurate, Load{Depth: 5, PerExecution: 1, Max: 10}, 5},
 		{"burst capped at max", Accurate, Load{Depth: 15, PerExecution: 1, Max: 10}, 10},
-		// The defect the accurate strategy fixes: three executions busy
-		// with long runs (their messages completed at claim) and three
-		// new dispatches. Default deducts the three runs and starts none.
-		{"long runs do not hold back new starts", Accurate, Load{Depth: 3, PerExecution: 1, Running: 3, Max: 10}, 3},
-		{"default: long runs hold back new starts", Default, Load{Depth: 3, PerExecution: 1, Running: 3, Max: 10}, 0},
+		// Three executions busy with long runs and three new dispatches.
+		// With complete-on-claim the depth is 3: default deducts the three
+		// runs and starts none (accurate would start three).
+		{"complete-on-claim: accurate is not held back", Accurate, Load{Depth: 3, PerExecution: 1, Running: 3, Max: 10}, 3},
+		{"complete-on-claim: default is held back", Default, Load{Depth: 3, PerExecution: 1, Running: 3, Max: 10}, 0},
+		// With the runs' messages held locked the depth is 6: default
+		// starts exactly the three queued.
+		{"held messages: default starts the queued ones", Default, Load{Depth: 6, PerExecution: 1, Running: 3, Max: 10}, 3},
+		{"held messages: default fills up to max", Default, Load{Depth: 14, PerExecution: 1, Running: 7, Max: 10}, 3},
+		{"held messages: an execution not yet holding its message is not started twice", Default, Load{Depth: 4, PerExecution: 1, Running: 4, Pending: 1, Max: 10}, 0},
 		{"default: burst into an idle pool", Default, Load{Depth: 5, PerExecution: 1, Max: 10}, 5},
 		// Started but not yet holding a message: its message is still in
 		// the depth, so it must not be started for twice.
@@ -44,7 +49,7 @@ func TestStarts(t *testing.T) {
 
 func TestParseStrategy(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]Strategy{"": Accurate, "accurate": Accurate, "default": Default} {
+	for in, want := range map[string]Strategy{"": Default, "accurate": Accurate, "default": Default} {
 		got, err := ParseStrategy(in)
 		require.NoError(t, err, in)
 		require.Equal(t, want, got, in)
