@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gigafactory/fleet/shared/funchost"
 )
 
 // Options configure an emulator.
@@ -104,7 +106,20 @@ func New(opts Options) (*Emulator, error) {
 	}
 	e.front = newHTTPFront(app.Host.RoutePrefix(), routes, e.child)
 	e.front.status = e.Status
+	e.front.runTimer = e.RunTimer
 	return e, nil
+}
+
+// RunTimer runs the timer function name once now, as the host's admin API
+// does, never overlapping that timer's scheduled runs. found is false when
+// no timer function has that name.
+func (e *Emulator) RunTimer(ctx context.Context, name string) (found bool, err error) {
+	for _, t := range e.timers {
+		if t.fn.Name == name {
+			return true, t.fire(ctx, funchost.TimerInfo{})
+		}
+	}
+	return false, nil
 }
 
 // Status is what GET /admin/host/status answers, as the Functions host's

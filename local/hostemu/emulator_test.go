@@ -217,3 +217,42 @@ func TestEmulatorEndToEnd(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &product))
 	require.Equal(t, []string{"notes"}, product.Repos, "state written before the crash must survive it")
 }
+
+// TestAdminRunsTimer: POST /admin/functions/{name} runs a timer function
+// once, as the host's admin API does, and answers 202 once the run is
+// over; a name no timer has is 404.
+func TestAdminRunsTimer(t *testing.T) {
+	t.Parallel()
+	runs := make(chan *funchost.TimerInfo, 4)
+	handler := funchost.NewServer(nil, "", nil)
+	handler.Handle("reaper", func(_ context.Context, inv *funchost.Invocation) (*funchost.Result, error) {
+		info, err := funchost.Timer(inv.Data["tick"])
+		if err != nil {
+			return nil, err
+		}
+		runs <- info
+		return &funchost.Result{}, nil
+	})
+	child := readyChild(newTestServer(t, handler))
+	fn := &Function{Name: "reaper", Bindings: []Binding{{Type: "timerTrigger", Direction: "in", Name: "tick",
+		Props: map[string]json.RawMessage{"schedule": json.RawMessage(`"0 0 0 1 1 *"`)}}}}
+	trig, _ := fn.Trigger()
+	tt, err := newTimerTrigger(fn, trig, Settings(func(string) string { return "" }), nil, child, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	e := &Emulator{timers: []*timerTrigger{tt}}
+	front := newHTTPFront("api", nil, child)
+	front.runTimer = e.RunTimer
+	base := "http://" + newTestServer(t, front)
+
+	post := func(path string) int {
+		resp, err := http.Post(base+path, "application/json", strings.NewReader(`{"input":""}`))
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusAccepted, post("/admin/functions/reaper"))
+	require.Len(t, runs, 1, "the run is over when the answer comes")
+	require.False(t, (<-runs).IsPastDue)
+	require.Equal(t, http.StatusNotFound, post("/admin/functions/nope"))
+	require.Empty(t, runs)
+}

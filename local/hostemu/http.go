@@ -84,11 +84,14 @@ func newHTTPRoute(fn *Function, trig Binding, get Settings, forwarding bool) (*h
 // httpFront serves the app's HTTP triggers.
 type httpFront struct {
 	status func() Status
-	prefix string
-	routes []*httpRoute
-	child  *Child
-	proxy  *httputil.ReverseProxy
-	client *http.Client
+	// runTimer runs the named timer function once (the admin API's
+	// POST /admin/functions/{name}); found is false when no timer has it.
+	runTimer func(ctx context.Context, name string) (found bool, err error)
+	prefix   string
+	routes   []*httpRoute
+	child    *Child
+	proxy    *httputil.ReverseProxy
+	client   *http.Client
 }
 
 func newHTTPFront(prefix string, routes []*httpRoute, child *Child) *httpFront {
@@ -208,6 +211,21 @@ func (h *httpFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body, _ := json.Marshal(h.status())
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(body)
+		return
+	}
+	if name, ok := strings.CutPrefix(r.URL.Path, "/admin/functions/"); ok && r.Method == http.MethodPost && h.runTimer != nil {
+		// The host's admin API for non-HTTP functions (there behind the
+		// master key). The host answers 202 at once; here the answer waits
+		// for the run, so a caller knows when its cost has been incurred.
+		found, err := h.runTimer(r.Context(), name)
+		switch {
+		case !found:
+			writeHostError(w, http.StatusNotFound, "no timer function "+name)
+		case err != nil:
+			writeHostError(w, http.StatusServiceUnavailable, err.Error())
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
 		return
 	}
 	path := strings.Trim(r.URL.Path, "/")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -80,6 +81,7 @@ type timerTrigger struct {
 	child        *Child
 	client       *http.Client
 	log          *slog.Logger
+	running      sync.Mutex
 }
 
 func newTimerTrigger(fn *Function, trig Binding, get Settings, store statusStore, child *Child, log *slog.Logger) (*timerTrigger, error) {
@@ -215,7 +217,7 @@ func (t *timerTrigger) run(ctx context.Context) {
 			held := *status
 			info.ScheduleStatus = &held
 		}
-		t.fire(ctx, info)
+		_ = t.fire(ctx, info) // logged; the schedule goes on
 		if ctx.Err() != nil {
 			return
 		}
@@ -233,11 +235,15 @@ func (t *timerTrigger) run(ctx context.Context) {
 	}
 }
 
-func (t *timerTrigger) fire(ctx context.Context, info funchost.TimerInfo) {
+func (t *timerTrigger) fire(ctx context.Context, info funchost.TimerInfo) error {
+	// One run of a timer at a time: a run through the admin API waits for
+	// a scheduled one, and the other way round.
+	t.running.Lock()
+	defer t.running.Unlock()
 	addr, err := t.child.Addr(ctx)
 	if err != nil {
 		t.log.Warn("timer skipped: handler not ready", "function", t.fn.Name, "err", err)
-		return
+		return err
 	}
 	payload, _ := json.Marshal(info)
 	inv := funchost.Invocation{
@@ -250,7 +256,8 @@ func (t *timerTrigger) fire(ctx context.Context, info funchost.TimerInfo) {
 		if ctx.Err() == nil {
 			t.log.Error("timer invocation failed", "function", t.fn.Name, "err", err)
 		}
-		return
+		return err
 	}
 	t.log.Debug("timer invocation", "function", t.fn.Name, "ms", time.Since(start).Milliseconds(), "logs", res.Logs)
+	return nil
 }

@@ -221,6 +221,10 @@ func (s *session) phases(ctx context.Context, res *results) (jobBody []byte, err
 	if res.Idle, err = s.runIdle(ctx); err != nil {
 		return nil, fmt.Errorf("idle: %w", err)
 	}
+	progress("4b. one tick of each timer sweep, %d times: %v", sweepRuns, timerFunctions)
+	if res.Sweeps, err = s.runSweeps(ctx); err != nil {
+		return nil, fmt.Errorf("sweeps: %w", err)
+	}
 	progress("2+3. full lifecycles: %d jobs over 8 factories", s.cfg.Lifecycles)
 	var shipped string
 	if res.Lifecycle, shipped, err = s.runLifecycles(ctx); err != nil {
