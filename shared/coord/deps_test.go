@@ -48,7 +48,7 @@ func requireDependencyFailed(t *testing.T, e *env, id string) {
 	evs := e.events(id)
 	requireContiguous(t, evs)
 	last := evs[len(evs)-1]
-	require.Equal(t, coord.ReasonDependencyFailed, last.Type)
+	require.Equal(t, fleet.EventDependencyFailed, last.Type)
 	require.Equal(t, fleet.StageBlocked, last.From)
 	require.Equal(t, fleet.StageFailed, last.To)
 	require.Equal(t, fleet.ActorSystem, last.Actor)

@@ -52,7 +52,7 @@ func TestFailTerminal(t *testing.T) {
 			require.Equal(t, "tests do not compile", runs[0].Reason)
 			evs := e.events(j.ID)
 			requireContiguous(t, evs)
-			require.Equal(t, "failed", evs[len(evs)-1].Type)
+			require.Equal(t, fleet.EventFailed, evs[len(evs)-1].Type)
 		})
 	}
 }

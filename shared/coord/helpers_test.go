@@ -238,18 +238,22 @@ func (e *env) claim(factoryID string) *protocol.Claimed {
 	return cl
 }
 
-// events lists a job's events.
+// events lists a job's events; every type must be one fleet.EventTypes
+// lists (the list the API publishes).
 func (e *env) events(id string) []fleet.Event {
 	e.t.Helper()
 	evs, err := e.c.Events(e.ctx, prod, id, 0, 0)
 	require.NoError(e.t, err)
+	for _, ev := range evs {
+		require.Contains(e.t, fleet.EventTypes, ev.Type, "event %d of job %s", ev.Seq, id)
+	}
 	return evs
 }
 
 func eventTypes(evs []fleet.Event) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
-		out[i] = ev.Type
+		out[i] = string(ev.Type)
 	}
 	return out
 }

@@ -96,7 +96,7 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 	}
 	j.Rev = rev
 	c.jobs.put(productID, id, Item{ID: id, PartitionKey: productID, Rev: rev, Body: body})
-	c.appendEvent(ctx, j, fleet.Event{Type: "submitted", To: j.Stage, Actor: fleet.ActorOperator})
+	c.appendEvent(ctx, j, fleet.Event{Type: fleet.EventSubmitted, To: j.Stage, Actor: fleet.ActorOperator})
 	if j.Stage == fleet.StageQueued {
 		c.bumpQueueState(ctx, productID)
 	} else if settled, ok := c.settleBlocked(ctx, j); ok {
@@ -170,9 +170,9 @@ func depsMet(mode fleet.DepsMode, shipped, total int) bool {
 	return depsVerdictOf(mode, shipped, 0, total) == depsReady
 }
 
-// ReasonDependencyFailed is the failure reason, and the event type, of a
-// job whose dependencies can no longer be satisfied.
-const ReasonDependencyFailed = "dependency_failed"
+// ReasonDependencyFailed is the failure reason of a job whose dependencies
+// can no longer be satisfied; its event has the same name.
+const ReasonDependencyFailed = string(fleet.EventDependencyFailed)
 
 // depsVerdict is where a job's dependencies stand.
 type depsVerdict int
@@ -298,9 +298,9 @@ type move struct {
 	// when the move takes a lease.
 	actor   fleet.Actor
 	actorID string
-	// event is the event's type ("stage" when empty); message its text
-	// (the rule's own explanation when empty).
-	event   string
+	// event is the event's type (EventStage when empty); message its
+	// text (the rule's own explanation when empty).
+	event   fleet.EventType
 	message string
 	// guard may refuse the move with an error; effect may change more
 	// fields after the stage machine applied the move.
@@ -350,7 +350,7 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 	ctx = context.WithoutCancel(ctx)
 	event, message := m.event, m.message
 	if event == "" {
-		event = "stage"
+		event = fleet.EventStage
 	}
 	if message == "" {
 		message = rule.Why
@@ -449,19 +449,20 @@ func (c *Coordinator) Act(ctx context.Context, operatorID, productID, jobID stri
 		return nil, err
 	}
 	var to fleet.Stage
+	var event fleet.EventType
 	var effect func(before, j *fleet.Job)
 	switch action {
 	case ActionShip:
-		to = fleet.StageShipped
+		to, event = fleet.StageShipped, fleet.EventShip
 	case ActionReject:
-		to = fleet.StageFailed
+		to, event = fleet.StageFailed, fleet.EventReject
 		effect = func(_, j *fleet.Job) {
 			j.LastFailure = &fleet.Failure{Reason: "rejected: " + reason, At: j.UpdatedAt}
 		}
 	case ActionCancel:
-		to = fleet.StageCancelled
+		to, event = fleet.StageCancelled, fleet.EventCancel
 	case ActionRequeue:
-		to = fleet.StageQueued
+		to, event = fleet.StageQueued, fleet.EventRequeue
 		// A job whose dependencies have not shipped waits for them in
 		// blocked: queued, it could be claimed and run without them.
 		// Deps never change and a shipped job stays shipped, so a
@@ -489,7 +490,7 @@ func (c *Coordinator) Act(ctx context.Context, operatorID, productID, jobID stri
 		return nil, fleet.Invalid("action", "unknown action %q", action)
 	}
 	after, err := c.transition(ctx, move{pk: productID, id: jobID, to: to, actor: fleet.ActorOperator, actorID: operatorID,
-		event: string(action), message: reason, effect: effect})
+		event: event, message: reason, effect: effect})
 	if err == nil && after.Stage == fleet.StageBlocked {
 		if settled, ok := c.settleBlocked(context.WithoutCancel(ctx), after); ok {
 			after = settled
@@ -553,10 +554,10 @@ func (c *Coordinator) settleBlocked(ctx context.Context, j *fleet.Job) (*fleet.J
 	var after *fleet.Job
 	switch v {
 	case depsReady:
-		after, err = c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageQueued, actor: fleet.ActorSystem, event: "unblocked"})
+		after, err = c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageQueued, actor: fleet.ActorSystem, event: fleet.EventUnblocked})
 	case depsBroken:
 		after, err = c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageFailed, actor: fleet.ActorSystem,
-			event: ReasonDependencyFailed, message: why,
+			event: fleet.EventDependencyFailed, message: why,
 			effect: func(_, j *fleet.Job) {
 				j.LastFailure = &fleet.Failure{Reason: ReasonDependencyFailed, At: j.UpdatedAt}
 			}})

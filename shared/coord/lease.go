@@ -75,7 +75,7 @@ func (c *Coordinator) Claim(ctx context.Context, req ClaimRequest) (*protocol.Cl
 	}
 	for _, j := range claimOrder(schedule.RankJobs(f, queued, c.now(), c.cfg.Weights)) {
 		after, err := c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageAssigned, actor: fleet.ActorFactory, actorID: factoryID,
-			event: "claimed", message: "claimed (poll)",
+			event: fleet.EventClaimed, message: "claimed (poll)",
 			guard: func(j *fleet.Job) error {
 				if j.Stage != fleet.StageQueued {
 					return fleet.Errorf(fleet.CodeConflict, "job %s was taken", j.ID)
@@ -148,7 +148,7 @@ func claimOrder(ranked []*fleet.Job) []*fleet.Job {
 // targeted takes the job, if the message is still current.
 func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*protocol.Claimed, error) {
 	after, err := c.transition(ctx, move{pk: productID, id: jobID, to: fleet.StageAssigned, actor: fleet.ActorFactory, actorID: factoryID,
-		event: "claimed", message: "accepted dispatch",
+		event: fleet.EventClaimed, message: "accepted dispatch",
 		guard: func(j *fleet.Job) error {
 			switch {
 			case j.Stage != fleet.StageQueued:
@@ -192,7 +192,7 @@ func (c *Coordinator) Renew(ctx context.Context, factoryID, productID, jobID str
 // Release gives the job back to the queue, keeping its checkpoint.
 func (c *Coordinator) Release(ctx context.Context, factoryID, productID, jobID string, leaseEpoch int64) (*fleet.Job, error) {
 	return c.transition(ctx, move{pk: productID, id: jobID, to: fleet.StageQueued, actor: fleet.ActorFactory, actorID: factoryID,
-		event: "released", guard: func(j *fleet.Job) error { return j.CheckFence(factoryID, leaseEpoch) }})
+		event: fleet.EventReleased, guard: func(j *fleet.Job) error { return j.CheckFence(factoryID, leaseEpoch) }})
 }
 
 // FailRequest is a holder's failure report.
@@ -216,7 +216,7 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 	// The target stage depends on the attempts stored on the job, so it is
 	// decided on the job each CAS attempt reads.
 	return c.transition(ctx, move{pk: productID, id: jobID, actor: fleet.ActorFactory, actorID: factoryID,
-		event: "failed", message: req.Reason,
+		event: fleet.EventFailed, message: req.Reason,
 		decide: func(j *fleet.Job) fleet.Stage {
 			if !req.Retryable {
 				return fleet.StageFailed
@@ -270,7 +270,7 @@ func (c *Coordinator) Reap(ctx context.Context) (int, error) {
 		}
 		holder, attempts := j.HolderFactoryID, j.Attempts
 		_, err := c.transition(ctx, move{pk: j.ProductID, id: j.ID, actor: fleet.ActorSystem, actorID: "reaper",
-			event: "lease_expired", message: fmt.Sprintf("lease of %s expired", holder),
+			event: fleet.EventLeaseExpired, message: fmt.Sprintf("lease of %s expired", holder),
 			decide: (*fleet.Job).RetryStage,
 			guard: func(cur *fleet.Job) error {
 				if !cur.LeaseExpired(c.now()) {

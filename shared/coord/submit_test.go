@@ -47,7 +47,7 @@ Task body in Markdown, kept verbatim.
 	require.Equal(t, v0+1, e.queueVersion())
 	evs := e.events(j.ID)
 	require.Len(t, evs, 1)
-	require.Equal(t, "submitted", evs[0].Type)
+	require.Equal(t, fleet.EventSubmitted, evs[0].Type)
 	require.Equal(t, int64(1), evs[0].Seq)
 	require.Equal(t, fleet.StageQueued, evs[0].To)
 }

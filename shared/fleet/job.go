@@ -285,7 +285,7 @@ type Event struct {
 	JobID     string          `json:"jobId"`
 	ProductID string          `json:"productId"`
 	Seq       int64           `json:"seq"`
-	Type      string          `json:"type"`
+	Type      EventType       `json:"type"`
 	From      Stage           `json:"from,omitempty"`
 	To        Stage           `json:"to,omitempty"`
 	Actor     Actor           `json:"actor"`
@@ -293,6 +293,32 @@ type Event struct {
 	Message   string          `json:"message,omitempty"`
 	Data      json.RawMessage `json:"data,omitempty"`
 	At        time.Time       `json:"at"`
+}
+
+// EventType is what an event records.
+type EventType string
+
+// Event types: the one list (EventTypes) the API publishes.
+const (
+	EventSubmitted        EventType = "submitted"
+	EventStage            EventType = "stage" // a holder's fenced stage move
+	EventClaimed          EventType = "claimed"
+	EventReleased         EventType = "released"
+	EventFailed           EventType = "failed"
+	EventLeaseExpired     EventType = "lease_expired"
+	EventUnblocked        EventType = "unblocked"
+	EventDependencyFailed EventType = "dependency_failed"
+	// An operator's action, named after it.
+	EventShip    EventType = "ship"
+	EventRequeue EventType = "requeue"
+	EventReject  EventType = "reject"
+	EventCancel  EventType = "cancel"
+)
+
+// EventTypes lists every event type.
+var EventTypes = []EventType{
+	EventSubmitted, EventStage, EventClaimed, EventReleased, EventFailed, EventLeaseExpired,
+	EventUnblocked, EventDependencyFailed, EventShip, EventRequeue, EventReject, EventCancel,
 }
 
 // EventID names the event seq of a job.

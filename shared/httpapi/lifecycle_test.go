@@ -78,7 +78,7 @@ func TestLifecycle(t *testing.T) {
 	f.ok(200, &events, "GET", "/api/fleet/jobs/"+j.ID+"/events", er.Token, nil)
 	var types []string
 	for _, e := range events.Items {
-		types = append(types, e.Type)
+		types = append(types, string(e.Type))
 	}
 	require.Equal(t, []string{"submitted", "claimed", "stage", "stage", "ship"}, types)
 	f.ok(200, &events, "GET", "/api/fleet/jobs/"+j.ID+"/events?after=3&limit=1", rootToken, nil)

@@ -384,6 +384,15 @@ func name(desc string) obj {
 	return describe(obj{"type": "string", "pattern": `^[A-Za-z0-9_][A-Za-z0-9._-]*$`, "maxLength": fleet.MaxNameLen}, desc)
 }
 
+// eventType is the schema of an event's type: fleet.EventTypes.
+var eventType = func() obj {
+	values := make([]string, len(fleet.EventTypes))
+	for i, t := range fleet.EventTypes {
+		values[i] = string(t)
+	}
+	return enum("What the event records.", values...)
+}()
+
 // unroutableKind is the schema of a job's dispatch.unroutableKind.
 var unroutableKind = enum("no_factory: nothing in the fleet can run the job (it needs a change); busy: factories could, but none can now.",
 	string(fleet.UnroutableNoFactory), string(fleet.UnroutableBusy))
@@ -483,7 +492,7 @@ func schemas() obj {
 			"reason": str(""), "startedAt": dateTime(""), "endedAt": dateTime(""),
 		}),
 		"Event": object([]string{"id", "jobId", "seq", "type", "actor", "at"}, obj{
-			"id": str(""), "jobId": str(""), "productId": str(""), "seq": integer(""), "type": str(""),
+			"id": str(""), "jobId": str(""), "productId": str(""), "seq": integer(""), "type": eventType,
 			"from": ref("Stage"), "to": ref("Stage"), "actor": enum("", "factory", "operator", "system"),
 			"actorId": str(""), "message": str(""), "data": obj{"description": "Free-form JSON."}, "at": dateTime(""),
 		}),
