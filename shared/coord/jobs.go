@@ -25,7 +25,7 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 	product, err := c.cachedProduct(ctx, productID)
 	if errors.Is(err, fleet.ErrNotFound) {
 		return nil, false, &fleet.Error{Code: fleet.CodeRepoNotOwned, Field: "repo",
-			Message: fmt.Sprintf("product %s is not declared, so it owns no repo; declare it with PUT /api/fleet/products/%s", productID, productID)}
+			Message: fmt.Sprintf("product %s is not declared, so it owns no repo; declare the product and its repos first", productID)}
 	}
 	if err != nil {
 		return nil, false, err
@@ -96,6 +96,9 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 	}
 	j.Rev = rev
 	c.jobs.put(productID, id, Item{ID: id, PartitionKey: productID, Rev: rev, Body: body})
+	// The job is committed: what follows must not be cut short by the
+	// caller going away, as in transition.
+	ctx = context.WithoutCancel(ctx)
 	c.appendEvent(ctx, j, fleet.Event{Type: fleet.EventSubmitted, To: j.Stage, Actor: fleet.ActorOperator})
 	if j.Stage == fleet.StageQueued {
 		c.bumpQueueState(ctx, productID)
@@ -417,7 +420,7 @@ func (c *Coordinator) Patch(ctx context.Context, factoryID, productID, jobID str
 	switch req.Stage {
 	case fleet.StageBuilding, fleet.StageReview, fleet.StageTesting, fleet.StageShipped:
 	default:
-		return nil, fleet.Invalid("stage", "a factory may patch a job to building, review, testing or shipped; report failures with POST /api/fleet/fail")
+		return nil, fleet.Invalid("stage", "a factory may patch a job to building, review, testing or shipped; report a failure as a failure, not a stage")
 	}
 	return c.transition(ctx, move{pk: productID, id: jobID, to: req.Stage, actor: fleet.ActorFactory, actorID: factoryID,
 		guard: fence, effect: setCheckpoint})

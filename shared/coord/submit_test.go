@@ -324,3 +324,32 @@ func (s *tooLargeStore) Create(ctx context.Context, container, pk, id string, bo
 	}
 	return s.Store.Create(ctx, container, pk, id, body)
 }
+
+// TestSubmitFinishesAfterCallerLeaves: once the job is created, its event
+// and queue-state bump are written even if the caller's context ends right
+// then (a client disconnect, a host timeout), as in every transition.
+func TestSubmitFinishesAfterCallerLeaves(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e := newEnv(t, withStore(func(s coord.Store) coord.Store { return &cancelOnCreate{Store: s, cancel: cancel} }))
+	j, created, err := e.c.Submit(ctx, prod, manifest())
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Error(t, ctx.Err(), "the caller left right after the create")
+	require.Equal(t, []string{"submitted"}, eventTypes(e.events(j.ID)))
+}
+
+// cancelOnCreate cancels the caller's context as soon as a job is created.
+type cancelOnCreate struct {
+	coord.Store
+	cancel context.CancelFunc
+}
+
+func (s *cancelOnCreate) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
+	rev, err := s.Store.Create(ctx, container, pk, id, body)
+	if container == coord.Jobs {
+		s.cancel()
+	}
+	return rev, err
+}
