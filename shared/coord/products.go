@@ -428,7 +428,11 @@ func (c *Coordinator) bumpQueueState(ctx context.Context, productID string) {
 			return
 		}
 		qs := fleet.QueueState{ID: productID, ProductID: productID, Version: 1}
-		body, _ := json.Marshal(qs)
+		body, err := json.Marshal(qs)
+		if err != nil {
+			c.log.ErrorContext(ctx, "encode queue state", "product", productID, "err", err)
+			return
+		}
 		if _, err = c.store.Create(ctx, QueueStates, productID, productID, body); err == nil {
 			return
 		}
