@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/schedule"
 )
 
 // StarvationAge is how long a queued job may wait before it is reported as
-// starving (the scheduler's aging reaches full weight at the same age).
-const StarvationAge = 30 * time.Minute
+// starving: the scheduler's own window, after which its starvation penalty
+// has aged away and the job outranks newer ones.
+const StarvationAge = schedule.StarvationWindow
 
 // Metrics is the fleet at a glance.
 type Metrics struct {
