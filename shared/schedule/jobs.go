@@ -8,53 +8,6 @@ import (
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
-// BestJob returns the job a polling factory f should claim next, or nil when
-// none is eligible. A job is eligible when it is queued, due (NotBefore is
-// zero or not after now) and f passes the hard filter for it. Eligible jobs
-// rank by:
-//
-//  1. priority, critical first: priority is a promise to the submitter that
-//     no score may overrule;
-//  2. total score desc: among equal priorities the starvation term dominates
-//     as jobs age, so a job that has waited out StarvationWindow beats a
-//     fresh one and nothing starves behind a steady stream of new work;
-//  3. queue time asc (QueuedAt, else CreatedAt): first come, first served;
-//  4. ID asc, so the answer never depends on the order of jobs.
-//
-// Nothing is allocated per job for jobs that name no duplicate capability,
-// which manifest validation guarantees.
-func BestJob(f *fleet.Factory, jobs []*fleet.Job, now time.Time, w Weights) *fleet.Job {
-	// Factory-wide parts of the hard filter: failing them rules out every job.
-	if f == nil || f.Health == fleet.HealthDown || f.FreeSeats() <= 0 {
-		return nil
-	}
-	var (
-		best      *fleet.Job
-		bestRank  int
-		bestTotal float64
-		bestSince time.Time
-	)
-	for _, j := range jobs {
-		if j == nil || j.Stage != fleet.StageQueued || j.NotBefore.After(now) || !f.Serves(j.ProductID) {
-			continue
-		}
-		rank := j.Priority.Rank()
-		if best != nil && rank < bestRank {
-			continue // cannot win; skip the capability scan and scoring
-		}
-		n := newNeed(j)
-		if !n.satisfiedBy(f) {
-			continue
-		}
-		since := queuedSince(j)
-		total := n.terms(f, starvationTerm(now.Sub(since))).Total(w)
-		if best == nil || compareJobs(rank, total, since, j.ID, bestRank, bestTotal, bestSince, best.ID) < 0 {
-			best, bestRank, bestTotal, bestSince = j, rank, total, since
-		}
-	}
-	return best
-}
-
 func compareJobs(aRank int, aTotal float64, aSince time.Time, aID string, bRank int, bTotal float64, bSince time.Time, bID string) int {
 	if c := cmp.Compare(bRank, aRank); c != 0 {
 		return c
@@ -78,7 +31,7 @@ func compareJobs(aRank int, aTotal float64, aSince time.Time, aID string, bRank 
 //  2. assigned before building: an assigned job has not started work, so
 //     requeueing it loses nothing;
 //  3. most recently queued first (QueuedAt, else CreatedAt): within a
-//     priority BestJob serves older jobs first, so the job that entered the
+//     priority RankJobs puts older jobs first, so the job that entered the
 //     queue last is the one most likely claimed last, with the least work
 //     done. The job carries no claim time of its own. QueuedAt is used rather than
 //     UpdatedAt, which every checkpoint and patch moves, or LeaseExpiresAt,
@@ -122,8 +75,18 @@ func compareVictims(a, b *fleet.Job) int {
 	return cmp.Compare(a.ID, b.ID)
 }
 
-// RankJobs returns the jobs f is eligible for, best first, in BestJob's
-// order (its first element is BestJob's answer).
+// RankJobs returns the jobs a polling factory f is eligible for, best first:
+// the order in which it should try to claim them. A job is eligible when it
+// is queued, due (NotBefore is zero or not after now) and f passes the hard
+// filter for it. Eligible jobs rank by:
+//
+//  1. priority, critical first: priority is a promise to the submitter that
+//     no score may overrule;
+//  2. total score desc: among equal priorities the starvation term dominates
+//     as jobs age, so a job that has waited out StarvationWindow beats a
+//     fresh one and nothing starves behind a steady stream of new work;
+//  3. queue time asc (QueuedAt, else CreatedAt): first come, first served;
+//  4. ID asc, so the answer never depends on the order of jobs.
 func RankJobs(f *fleet.Factory, jobs []*fleet.Job, now time.Time, w Weights) []*fleet.Job {
 	if f == nil || f.Health == fleet.HealthDown || f.FreeSeats() <= 0 {
 		return nil

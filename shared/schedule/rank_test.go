@@ -128,7 +128,7 @@ func TestExplainAgreesWithBestFactory(t *testing.T) {
 	require.Less(t, routable, 1800)
 }
 
-func TestBestJob(t *testing.T) {
+func TestRankJobsFirst(t *testing.T) {
 	t.Parallel()
 	codex := func(j *fleet.Job) { j.Capabilities = []string{"engine:codex"} }
 	notBefore := func(d time.Duration) func(*fleet.Job) { return func(j *fleet.Job) { j.NotBefore = t0.Add(d) } }
@@ -190,13 +190,13 @@ func TestBestJob(t *testing.T) {
 			for range 20 {
 				jobs := slices.Clone(tt.jobs)
 				rand.Shuffle(len(jobs), func(a, b int) { jobs[a], jobs[b] = jobs[b], jobs[a] })
-				got := BestJob(tt.factory, jobs, t0, DefaultWeights)
+				ranked := RankJobs(tt.factory, jobs, t0, DefaultWeights)
 				if tt.want == "" {
-					require.Nil(t, got)
+					require.Empty(t, ranked)
 					continue
 				}
-				require.NotNil(t, got)
-				require.Equal(t, tt.want, got.ID)
+				require.NotEmpty(t, ranked)
+				require.Equal(t, tt.want, ranked[0].ID)
 			}
 		})
 	}

@@ -102,7 +102,7 @@ type Terms struct {
 	// Starvation is the job's aging penalty, in [-1, 0]: -1 when just queued,
 	// rising linearly to 0 at StarvationWindow. It is the same for every
 	// factory, so it never changes which factory a job goes to; it orders jobs
-	// of equal priority for a polling factory (BestJob) and makes the totals
+	// of equal priority for a polling factory (RankJobs) and makes the totals
 	// shown by Explain comparable over time.
 	Starvation float64 `json:"starvation"`
 }
