@@ -36,8 +36,9 @@ func openCosmos(ctx context.Context, l config.Lookup) (*OpenedStore, error) {
 	}
 	if emulator {
 		if err := s.EnsureContainers(ctx); err != nil {
+			s.Close()
 			return nil, fmt.Errorf("cosmos emulator: create containers: %w", err)
 		}
 	}
-	return &OpenedStore{Store: s, Close: func() error { return nil }}, nil
+	return &OpenedStore{Store: s, Close: func() error { s.Close(); return nil }}, nil
 }
