@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/bus"
+	"github.com/gigafactory/fleet/shared/clock/clocktest"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
@@ -32,10 +33,6 @@ func (s *recordingSender) Send(_ context.Context, m bus.Message) error {
 	s.sent = append(s.sent, m.Clone())
 	return nil
 }
-
-type fixedClock time.Time
-
-func (c fixedClock) Now() time.Time { return time.Time(c) }
 
 func dispatchMsg() protocol.DispatchMessage {
 	return protocol.DispatchMessage{
@@ -108,13 +105,13 @@ func TestDispatcherPublishGC(t *testing.T) {
 	t.Parallel()
 	s := &recordingSender{}
 	at := time.Date(2026, 11, 3, 10, 15, 42, 0, time.UTC)
-	d := bus.NewDispatcher(s, bus.DispatcherOptions{Clock: fixedClock(at)})
+	d := bus.NewDispatcher(s, bus.DispatcherOptions{Clock: clocktest.New(at)})
 	req := protocol.GCRequest{FactoryID: "mac-2", Repos: map[string][]string{"notes": {"j1", "j2"}}}
 	require.NoError(t, d.PublishGC(t.Context(), req))
 	// Same minute: same id, so the broker collapses a doubled sweep.
-	d2 := bus.NewDispatcher(s, bus.DispatcherOptions{Clock: fixedClock(at.Add(17 * time.Second))})
+	d2 := bus.NewDispatcher(s, bus.DispatcherOptions{Clock: clocktest.New(at.Add(17 * time.Second))})
 	require.NoError(t, d2.PublishGC(t.Context(), req))
-	d3 := bus.NewDispatcher(s, bus.DispatcherOptions{Clock: fixedClock(at.Add(time.Minute))})
+	d3 := bus.NewDispatcher(s, bus.DispatcherOptions{Clock: clocktest.New(at.Add(time.Minute))})
 	require.NoError(t, d3.PublishGC(t.Context(), req))
 
 	require.Len(t, s.sent, 3)

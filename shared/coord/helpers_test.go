@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/clock/clocktest"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
@@ -21,25 +22,8 @@ import (
 // t0 is when every test starts; nothing here reads the wall clock.
 var t0 = time.Date(2026, 5, 31, 12, 0, 0, 0, time.UTC)
 
-// fakeClock is the injected clock: it stands still until a test advances it.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: t0} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+// newFakeClock is the injected clock, standing at t0 until a test moves it.
+func newFakeClock() *clocktest.Clock { return clocktest.New(t0) }
 
 // openStore opens the real SQLite store on a fresh file.
 func openStore(t testing.TB) (*sqlite.Store, string) {
@@ -75,7 +59,7 @@ type env struct {
 	raw   *sqlite.Store
 	store coord.Store // what the coordinator runs on (raw, or a decorator)
 	path  string
-	clock *fakeClock
+	clock *clocktest.Clock
 	c     *coord.Coordinator
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/clock/clocktest"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
@@ -32,23 +33,6 @@ const (
 	elsewhereToken = "elsewhere-operator-token-000000001"        // other and p3
 	junkToken      = "fft_this-token-was-never-issued-by-anyone" // looks like a factory token
 )
-
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // faultyStore fails reads with an unclassified error while failing is set,
 // to reach the 500 path.
@@ -80,7 +64,7 @@ type fixture struct {
 	store  *sqlite.Store
 	faulty *faultyStore
 	coord  *coord.Coordinator
-	clock  *fakeClock
+	clock  *clocktest.Clock
 	logs   *syncBuffer
 }
 
@@ -113,7 +97,7 @@ func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	faulty := &faultyStore{Store: st}
-	clk := &fakeClock{now: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
+	clk := clocktest.New(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
 	c, err := coord.New(coord.Config{}, coord.Deps{Store: faulty, Clock: clk})
 	require.NoError(t, err)
 	logs := &syncBuffer{}
