@@ -64,7 +64,8 @@ const (
 var (
 	// ErrNotFound: the subscription (or the topic/stream behind it) does not
 	// exist. Subscriptions are created by EnsureSubscription or provisioning,
-	// never implicitly by a receive.
+	// never implicitly by a receive. A transport failure, not an answer
+	// about a job: it never becomes a fleet not_found (a 404).
 	ErrNotFound = errors.New("bus: subscription not found")
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("bus: client closed")

@@ -68,9 +68,9 @@ func cas[T any](ctx context.Context, c *Coordinator, k docKind[T], pk, id string
 			k.cache.drop(pk, id)
 		}
 	}
-	notFound := func(err error) error {
+	gone := func() error {
 		drop()
-		return &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("%s %s not found", k.name, id), Err: err}
+		return notFound(k.name, id)
 	}
 	for range maxCASAttempts {
 		var it Item
@@ -81,9 +81,9 @@ func cas[T any](ctx context.Context, c *Coordinator, k docKind[T], pk, id string
 		if !cached {
 			if it, err = c.store.Read(ctx, k.container, pk, id); err != nil {
 				if errors.Is(err, ErrNotFound) {
-					return nil, false, notFound(err)
+					return nil, false, gone()
 				}
-				return nil, false, fmt.Errorf("read %s %s: %w", k.name, id, err)
+				return nil, false, readError(k.name, id, err)
 			}
 		}
 		if v, err = decode[T](it); err != nil {
@@ -111,7 +111,7 @@ func cas[T any](ctx context.Context, c *Coordinator, k docKind[T], pk, id string
 			c.stats.casConflicts.Add(1)
 			continue
 		case errors.Is(err, ErrNotFound):
-			return nil, false, notFound(err)
+			return nil, false, gone()
 		case err != nil:
 			return nil, false, fmt.Errorf("write %s %s: %w", k.name, id, err)
 		}

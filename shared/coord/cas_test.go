@@ -61,3 +61,32 @@ func TestCASGivesUpWithTypedConflict(t *testing.T) {
 		})
 	}
 }
+
+// TestNotFoundLayers: a missing document is one kind of error whatever the
+// use case: a fleet not_found naming it that also matches the store's
+// ErrNotFound, for reads and for read-modify-writes alike.
+func TestNotFoundLayers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tests := []struct {
+		name string
+		call func() error
+		want string
+	}{
+		{"get job", func() error { _, err := e.c.GetJob(e.ctx, prod, "nope"); return err }, "job nope not found"},
+		{"get job across products", func() error { _, err := e.c.GetJob(e.ctx, "", "nope"); return err }, "job nope not found"},
+		{"act on job", func() error {
+			_, err := e.c.Act(e.ctx, "op", prod, "nope", coord.ActionCancel, "")
+			return err
+		}, "job nope not found"},
+		{"get factory", func() error { _, err := e.c.GetFactory(e.ctx, "nope"); return err }, "factory nope not found"},
+		{"deregister factory", func() error { return e.c.Deregister(e.ctx, "nope") }, "factory nope not found"},
+		{"get product", func() error { _, err := e.c.GetProduct(e.ctx, "nope"); return err }, "product nope not found"},
+	}
+	for _, tt := range tests {
+		err := tt.call()
+		require.ErrorIs(t, err, fleet.ErrNotFound, tt.name)
+		require.ErrorIs(t, err, coord.ErrNotFound, tt.name)
+		require.ErrorContains(t, err, tt.want, tt.name)
+	}
+}

@@ -200,11 +200,20 @@ func (c *Coordinator) mutateJob(ctx context.Context, pk, id string, fn func(j *f
 	return j, err
 }
 
-func jobReadError(err error, id string) error {
+// notFound is the one way a use case reports a missing document: a fleet
+// not_found error naming it, wrapping the store's ErrNotFound, so errors.Is
+// matches fleet.ErrNotFound (what callers and the HTTP layer test) and
+// ErrNotFound (what the store said) alike.
+func notFound(what, id string) error {
+	return &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("%s %s not found", what, id), Err: ErrNotFound}
+}
+
+// readError classifies a failed read of what id.
+func readError(what, id string, err error) error {
 	if errors.Is(err, ErrNotFound) {
-		return &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("job %s not found", id), Err: err}
+		return notFound(what, id)
 	}
-	return fmt.Errorf("read job %s: %w", id, err)
+	return fmt.Errorf("read %s %s: %w", what, id, err)
 }
 
 func decodeJob(it Item) (*fleet.Job, error) {
@@ -220,11 +229,8 @@ func decodeJob(it Item) (*fleet.Job, error) {
 // error naming what.
 func readDoc[T any](ctx context.Context, s Store, container, pk, id, what string) (*T, Item, error) {
 	it, err := s.Read(ctx, container, pk, id)
-	if errors.Is(err, ErrNotFound) {
-		return nil, it, &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("%s %s not found", what, id), Err: err}
-	}
 	if err != nil {
-		return nil, it, fmt.Errorf("read %s %s: %w", what, id, err)
+		return nil, it, readError(what, id, err)
 	}
 	v, err := decode[T](it)
 	return v, it, err

@@ -325,7 +325,7 @@ func (c *Coordinator) Explain(ctx context.Context, scope Scope, productID, jobID
 		return nil, err
 	}
 	if !scope.Allows(j.ProductID) {
-		return nil, jobReadError(ErrNotFound, jobID)
+		return nil, notFound("job", jobID)
 	}
 	factories, err := c.listFactories(ctx)
 	if err != nil {

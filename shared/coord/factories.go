@@ -308,7 +308,7 @@ func (c *Coordinator) Deregister(ctx context.Context, id string) error {
 			continue
 		}
 		if errors.Is(err, ErrNotFound) {
-			return &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("factory %s not found", id), Err: err}
+			return notFound("factory", id)
 		}
 		if err != nil {
 			return fmt.Errorf("delete factory %s: %w", id, err)

@@ -250,7 +250,7 @@ func (c *Coordinator) GetJob(ctx context.Context, productID, id string) (*fleet.
 	if productID != "" {
 		it, err := c.store.Read(ctx, Jobs, productID, id)
 		if err != nil {
-			return nil, jobReadError(err, id)
+			return nil, readError("job", id, err)
 		}
 		return decodeJob(it)
 	}
@@ -259,7 +259,7 @@ func (c *Coordinator) GetJob(ctx context.Context, productID, id string) (*fleet.
 		return nil, err
 	}
 	if len(jobs) == 0 {
-		return nil, jobReadError(ErrNotFound, id)
+		return nil, notFound("job", id)
 	}
 	return jobs[0], nil
 }

@@ -8,7 +8,9 @@ import (
 // Store errors. Every backend returns exactly these (wrapped is fine), so use
 // cases branch on errors.Is whatever the backend.
 var (
-	// ErrNotFound: no document with that id in that partition.
+	// ErrNotFound: no document with that id in that partition. Use cases
+	// never return it bare: they report a fleet not_found error wrapping
+	// it, so errors.Is matches both it and fleet.ErrNotFound.
 	ErrNotFound = errors.New("store: not found")
 	// ErrExists: Create found a document with that id (Cosmos 409).
 	ErrExists = errors.New("store: already exists")
