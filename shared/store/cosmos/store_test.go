@@ -569,13 +569,20 @@ func TestFailedFirstContactIsRetried(t *testing.T) {
 	}
 }
 
+// TestDeadlineWhileThrottledIsThrottled: an operation whose deadline passes
+// between throttled retries reports the throttling. The deadline must leave
+// room for the first 429 to arrive: with 50 ms and the account fetch in the
+// same window, a loaded machine hit the deadline before any answer and the
+// error was (rightly) unavailable.
 func TestDeadlineWhileThrottledIsThrottled(t *testing.T) {
 	fx := newFixture(t, func(c *Config) {
-		c.OperationTimeout = 50 * time.Millisecond
-		c.ThrottleRetries = 100
+		c.OperationTimeout = time.Second
+		c.ThrottleRetries = 1000
 	})
+	_, err := fx.store.Read(context.Background(), coord.Jobs, "p", "warm-up") // fetches the account topology
+	require.ErrorIs(t, err, coord.ErrNotFound)
 	fx.fake.always(method(http.MethodGet), status(429, "x-ms-retry-after-ms", "20"))
-	_, err := fx.store.Read(context.Background(), coord.Jobs, "p", "j")
+	_, err = fx.store.Read(context.Background(), coord.Jobs, "p", "j")
 	require.ErrorIs(t, err, coord.ErrThrottled)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
