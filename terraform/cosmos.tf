@@ -11,7 +11,7 @@ locals {
     fleet_jobs = {
       partition_key  = "/productId"
       default_ttl    = 0
-      excluded_paths = ["/body/?"]
+      excluded_paths = ["/body/?", "/profile/body/?"]
     }
     fleet_runs = {
       partition_key  = "/jobId"
@@ -52,6 +52,11 @@ locals {
       partition_key  = "/productId"
       default_ttl    = 0
       excluded_paths = []
+    }
+    fleet_profiles = {
+      partition_key  = "/productId"
+      default_ttl    = 0
+      excluded_paths = ["/body/?"]
     }
     fleet_tokens = {
       partition_key  = "/id"

@@ -27,7 +27,10 @@ const (
 	// compare-and-swap that keeps a repo to one owner.
 	Repos   = "fleet_repos"
 	Budgets = "fleet_budgets"
-	Tokens  = "fleet_tokens"
+	// Profiles holds persona profiles, per product: immutable versions and
+	// a latest pointer per name (profiles.go).
+	Profiles = "fleet_profiles"
+	Tokens   = "fleet_tokens"
 	// Ledger holds one document of fleet-wide counters that let idle
 	// sweeps and token revalidation cost a point read (ledger.go).
 	Ledger = "fleet_ledger"
@@ -41,7 +44,7 @@ const (
 // within one document partition, so a lease held elsewhere could disagree with
 // the job's stage after a crash between two writes.
 var Containers = []Container{
-	{Name: Jobs, PartitionKey: "/productId", ExcludedPaths: []string{"/body/?"}},
+	{Name: Jobs, PartitionKey: "/productId", ExcludedPaths: []string{"/body/?", "/profile/body/?"}},
 	{Name: Runs, PartitionKey: "/jobId"},
 	{Name: Factories, PartitionKey: "/id"},
 	{Name: Events, PartitionKey: "/jobId", DefaultTTL: 90 * 24 * 3600, ExcludedPaths: []string{"/data/*"}},
@@ -50,6 +53,7 @@ var Containers = []Container{
 	{Name: Products, PartitionKey: "/productId"},
 	{Name: Repos, PartitionKey: "/id"},
 	{Name: Budgets, PartitionKey: "/productId"},
+	{Name: Profiles, PartitionKey: "/productId", ExcludedPaths: []string{"/body/?"}},
 	{Name: Tokens, PartitionKey: "/id"},
 	{Name: Ledger, PartitionKey: "/id"},
 	{Name: Leases, PartitionKey: "/id"},

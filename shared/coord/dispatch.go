@@ -307,12 +307,22 @@ func (c *Coordinator) DeadLettered(ctx context.Context, msg protocol.DispatchMes
 // Explanation is why a job is where it is: its dispatch state and how every
 // factory scores for it now.
 type Explanation struct {
-	JobID           string               `json:"jobId"`
-	Stage           fleet.Stage          `json:"stage"`
-	TargetFactoryID string               `json:"targetFactoryId,omitempty"`
-	DispatchEpoch   int64                `json:"dispatchEpoch"`
-	Dispatch        fleet.Dispatch       `json:"dispatch"`
-	Schedule        schedule.Explanation `json:"schedule"`
+	JobID           string         `json:"jobId"`
+	Stage           fleet.Stage    `json:"stage"`
+	TargetFactoryID string         `json:"targetFactoryId,omitempty"`
+	DispatchEpoch   int64          `json:"dispatchEpoch"`
+	Dispatch        fleet.Dispatch `json:"dispatch"`
+	// Profile names the persona version the job runs under and the
+	// capabilities it added to the manifest's; nil without a persona.
+	Profile  *ProfileExplanation  `json:"profile,omitempty"`
+	Schedule schedule.Explanation `json:"schedule"`
+}
+
+// ProfileExplanation is the part of a job's requirements its profile made.
+type ProfileExplanation struct {
+	Name         string   `json:"name"`
+	Version      int64    `json:"version"`
+	Capabilities []string `json:"capabilities"`
 }
 
 // Explain scores every factory scope sees for the job as the scheduler
@@ -332,8 +342,12 @@ func (c *Coordinator) Explain(ctx context.Context, scope Scope, productID, jobID
 		return nil, err
 	}
 	factories = scope.visible(factories)
-	return &Explanation{
+	e := &Explanation{
 		JobID: j.ID, Stage: j.Stage, TargetFactoryID: j.TargetFactoryID, DispatchEpoch: j.DispatchEpoch,
 		Dispatch: j.Dispatch, Schedule: schedule.Explain(j, factories, c.now(), c.cfg.Weights),
-	}, nil
+	}
+	if p := j.Profile; p != nil {
+		e.Profile = &ProfileExplanation{Name: p.Name, Version: p.Version, Capabilities: p.Capabilities}
+	}
+	return e, nil
 }

@@ -65,6 +65,9 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 	if j.Deps == nil {
 		j.Deps = []string{}
 	}
+	if err := c.applyPersona(ctx, j); err != nil {
+		return nil, false, err
+	}
 	// The stored size is checked before any write (marking dependencies is
 	// one): a manifest under its byte limit can still encode past the
 	// store's, since JSON escapes '<', '>', '&' and control characters.

@@ -18,6 +18,7 @@ import (
 func TestSubmit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.putProfile("backend", profileDoc("You work on the backend.\n"))
 	v0 := e.queueVersion()
 	j, created, err := e.c.Submit(e.ctx, prod, []byte(`---
 title: Fix the login redirect
@@ -35,6 +36,7 @@ Task body in Markdown, kept verbatim.
 	require.Equal(t, "Fix the login redirect", j.Title)
 	require.Equal(t, []string{"os:linux", "engine:claude", "has:git"}, j.Capabilities)
 	require.Equal(t, fleet.PriorityHigh, j.Priority)
+	require.Equal(t, &fleet.JobProfile{Name: "backend", Version: 1, Capabilities: []string{}, Body: "You work on the backend.\n"}, j.Profile)
 	require.Equal(t, fleet.Budget{Wall: fleet.Duration(45 * time.Minute), USD: 5}, j.Budget)
 	require.Equal(t, "Task body in Markdown, kept verbatim.\n", j.Body)
 	require.Equal(t, fleet.DefaultMaxAttempts, j.MaxAttempts)

@@ -140,19 +140,21 @@ type Failure struct {
 // Job is one unit of work. Rev is the store revision, carried for CAS and
 // never serialised into the document.
 type Job struct {
-	ID              string    `json:"id"`
-	ProductID       string    `json:"productId"`
-	Title           string    `json:"title"`
-	Repo            string    `json:"repo"`
-	Capabilities    []string  `json:"capabilities"`
-	Persona         string    `json:"persona,omitempty"`
-	Priority        Priority  `json:"priority"`
-	Stage           Stage     `json:"stage"`
-	Body            string    `json:"body"`
-	LeaseEpoch      int64     `json:"leaseEpoch"`
-	HolderFactoryID string    `json:"holderFactoryId,omitempty"` // "" when no lease is held
-	LeaseExpiresAt  time.Time `json:"leaseExpiresAt,omitzero"`
-	LeaseAcquiredAt time.Time `json:"leaseAcquiredAt,omitzero"`
+	ID           string   `json:"id"`
+	ProductID    string   `json:"productId"`
+	Title        string   `json:"title"`
+	Repo         string   `json:"repo"`
+	Capabilities []string `json:"capabilities"`
+	Persona      string   `json:"persona,omitempty"`
+	// Profile is the persona's version as submitted; nil without a persona.
+	Profile         *JobProfile `json:"profile,omitempty"`
+	Priority        Priority    `json:"priority"`
+	Stage           Stage       `json:"stage"`
+	Body            string      `json:"body"`
+	LeaseEpoch      int64       `json:"leaseEpoch"`
+	HolderFactoryID string      `json:"holderFactoryId,omitempty"` // "" when no lease is held
+	LeaseExpiresAt  time.Time   `json:"leaseExpiresAt,omitzero"`
+	LeaseAcquiredAt time.Time   `json:"leaseAcquiredAt,omitzero"`
 	// ClaimRequestID is the client's id of the poll claim that took the
 	// current lease: the same claim retried gets this lease back.
 	ClaimRequestID string `json:"claimRequestId,omitempty"`

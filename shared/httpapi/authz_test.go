@@ -32,6 +32,7 @@ func newAuthzWorld(t *testing.T) *authzWorld {
 	require.Equal(t, w.held, c.Job.ID)
 	w.heldEpoch = c.LeaseEpoch
 	w.queued = f.submit("p1", manifest("r1")).ID
+	f.ok(http.StatusCreated, nil, "PUT", "/api/fleet/profiles/backend", rootToken, map[string]any{"profile": "---\n---\nBe careful.\n"}, product("p1"))
 	return w
 }
 
@@ -96,7 +97,12 @@ func authzRequests(w *authzWorld) map[string]authzRequest {
 		"GET /api/fleet/products/{productId}": {path: "/api/fleet/products/p1", token: operator, want: 200, scope: scopeResource},
 		"GET /api/fleet/repos":                {path: "/api/fleet/repos", token: operator, want: 200},
 		"GET /api/fleet/metrics":              {path: "/api/fleet/metrics", token: operator, want: 200},
-		"GET /api/fleet/queue-state":          {path: "/api/fleet/queue-state", token: factoryF1, want: 200},
+		"PUT /api/fleet/profiles/{name}": {path: "/api/fleet/profiles/backend", body: "---\ncapabilities: [gpu:a100]\n---\nBe bold.\n",
+			contentType: "text/markdown", token: operator, want: 201},
+		"GET /api/fleet/profiles":                 {path: "/api/fleet/profiles", token: operator, want: 200},
+		"GET /api/fleet/profiles/{name}":          {path: "/api/fleet/profiles/backend?version=1", token: operator, want: 200},
+		"GET /api/fleet/profiles/{name}/versions": {path: "/api/fleet/profiles/backend/versions", token: operator, want: 200},
+		"GET /api/fleet/queue-state":              {path: "/api/fleet/queue-state", token: factoryF1, want: 200},
 	}
 }
 

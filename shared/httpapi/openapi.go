@@ -334,6 +334,35 @@ func operations() []operation {
 			description: "Each with the products owning it and the factories holding it; limited to x-product-id or the token's scope.",
 			ok:          map[string]obj{"200": respond("The repos, by name.", listOf("RepoInfo"))}},
 
+		{method: "PUT", path: "/fleet/profiles/{name}", access: operatorOnly, summary: "Put a new version of a persona profile",
+			description: "The profile is Markdown with YAML front matter (capabilities, engine, budget; name, if given, must match the path) " +
+				"and the persona's instructions as the body, sent raw (text/markdown) or as " + `{"profile": "..."}` + ". " +
+				"Every PUT creates the next immutable version, which becomes the latest; earlier versions never change. " +
+				"A job submitted with persona: <name> snapshots the latest version (profile: {name, version, capabilities, body}), " +
+				"gets its capabilities merged into its own and its engine and budget where the manifest is silent. Needs a product.",
+			params: []obj{pathParam("name", "The profile's name.")},
+			body: obj{"required": true, "content": obj{
+				"text/markdown":    obj{"schema": obj{"type": "string"}},
+				"application/json": obj{"schema": ref("ProfileRequest")},
+			}},
+			ok:     map[string]obj{"201": withHeader(respond("The new version.", ref("Profile")), "Location", "The version's URL.")},
+			errors: []string{"400", "409", "413"}},
+		{method: "GET", path: "/fleet/profiles", access: operatorOnly, summary: "List a product's profiles",
+			description: "The latest version of each, by name, without instructions. Needs a product.",
+			ok:          map[string]obj{"200": respond("The profiles.", listOf("ProfileSummary"))},
+			errors:      []string{"400"}},
+		{method: "GET", path: "/fleet/profiles/{name}", access: operatorOnly, summary: "Read a profile",
+			description: "The latest version, or the one ?version= names. Needs a product.",
+			params: []obj{pathParam("name", "The profile's name."),
+				queryParam("version", "A version number; the latest without it.", obj{"type": "integer", "minimum": 1})},
+			ok:     map[string]obj{"200": respond("The profile version.", ref("Profile"))},
+			errors: []string{"400", "404"}},
+		{method: "GET", path: "/fleet/profiles/{name}/versions", access: operatorOnly, summary: "A profile's versions",
+			description: "Every version, oldest first, without instructions. Needs a product.",
+			params:      []obj{pathParam("name", "The profile's name.")},
+			ok:          map[string]obj{"200": respond("The versions.", listOf("ProfileSummary"))},
+			errors:      []string{"400", "404"}},
+
 		{method: "GET", path: "/fleet/metrics", access: operatorOnly, summary: "The fleet at a glance",
 			description: "For x-product-id, or the whole fleet for an unscoped token. A token scoped to several products must name one.",
 			ok:          map[string]obj{"200": respond("The metrics.", ref("Metrics"))},
@@ -445,12 +474,17 @@ func schemas() obj {
 		"Stage":  enum("", stageNames()...),
 		"Job": object([]string{"id", "productId", "title", "repo", "capabilities", "priority", "stage", "leaseEpoch",
 			"dispatchEpoch", "targetFactoryId", "attempts", "deps", "createdAt", "updatedAt"}, obj{
-			"id":              name(""),
-			"productId":       name(""),
-			"title":           str(""),
-			"repo":            name(""),
-			"capabilities":    boundedList("kind:value tokens the factory must hold.", fleet.MaxCapabilities),
-			"persona":         str(""),
+			"id":           name(""),
+			"productId":    name(""),
+			"title":        str(""),
+			"repo":         name(""),
+			"capabilities": boundedList("kind:value tokens the factory must hold.", fleet.MaxCapabilities),
+			"persona":      str("The persona (profile name) the manifest named."),
+			"profile": object([]string{"name", "version", "capabilities", "body"}, obj{
+				"name": name(""), "version": integer("The profile version snapshotted at submit; re-runs keep it."),
+				"capabilities": stringList("Capabilities the profile added to the manifest's."),
+				"body":         str("The persona's instructions, handed to the engine."),
+			}),
 			"priority":        enum("", "low", "normal", "high", "critical"),
 			"stage":           ref("Stage"),
 			"body":            str("The task, Markdown, verbatim."),
@@ -500,6 +534,9 @@ func schemas() obj {
 			"jobId": str(""), "stage": ref("Stage"), "targetFactoryId": str(""), "dispatchEpoch": integer(""),
 			"dispatch": object(nil, obj{"at": dateTime(""), "unroutable": str(""), "unroutableKind": unroutableKind,
 				"deadLettered": integer("")}),
+			"profile": object([]string{"name", "version", "capabilities"}, obj{
+				"name": name(""), "version": integer(""), "capabilities": stringList("Required capabilities that came from the job's profile."),
+			}),
 			"schedule": object([]string{"jobId", "routable", "required", "candidates"}, obj{
 				"jobId": str(""), "routable": boolean(""), "reason": str("Why no factory is eligible."),
 				"best": str("The factory the scheduler would pick."), "required": stringList("Capabilities checked, with repo:<repo>."),
@@ -521,6 +558,19 @@ func schemas() obj {
 		"Product": object([]string{"id", "repos"}, obj{
 			"id": name(""), "productId": name(""), "name": str(""), "repos": stringList("Repos it owns."),
 			"createdAt": dateTime(""), "updatedAt": dateTime(""),
+		}),
+		"Profile": object([]string{"name", "productId", "version", "capabilities", "budget", "body", "createdAt"}, obj{
+			"name": name(""), "productId": name(""), "version": integer("1 for the first PUT, one more for each after."),
+			"capabilities": boundedList("Required of any factory running a job under this profile.", fleet.MaxCapabilities),
+			"engine":       str("The engine (engine:<engine>) a job gets when its manifest names none."),
+			"budget":       object(nil, obj{"wall": str("A duration such as 45m0s."), "usd": number("")}),
+			"body":         describe(obj{"type": "string", "maxLength": fleet.MaxProfileBodyBytes}, "The persona's instructions, Markdown."),
+			"createdBy":    str("The operator who put this version."), "createdAt": dateTime(""),
+		}),
+		"ProfileSummary": object([]string{"name", "productId", "version", "capabilities", "budget", "bodyBytes", "createdAt"}, obj{
+			"name": name(""), "productId": name(""), "version": integer(""), "capabilities": stringList(""),
+			"engine": str(""), "budget": object(nil, obj{"wall": str(""), "usd": number("")}),
+			"bodyBytes": integer("The size of the instructions."), "createdBy": str(""), "createdAt": dateTime(""),
 		}),
 		"RepoInfo": object([]string{"repo", "products", "factories"}, obj{
 			"repo": name(""), "products": stringList("Products owning it."), "factories": stringList("Factories holding it."),
@@ -581,6 +631,7 @@ func schemas() obj {
 			"health":       enum("Default ok.", "ok", "degraded", "down"),
 			"seatLimit":    describe(obj{"type": "integer", "minimum": 0, "maximum": 1000}, "0 leaves it unchanged."),
 		}),
+		"ProfileRequest": request([]string{"profile"}, obj{"profile": str("The Markdown profile: front matter and instructions.")}),
 		"ProductRequest": request([]string{"repos"}, obj{"name": describe(obj{"type": "string", "maxLength": fleet.MaxNameLen}, ""),
 			"repos":     boundedList("The repos it owns; replaces the list. A repo another product owns is 409 naming the owner.", fleet.MaxRepos),
 			"moveRepos": boolean("Take repos other products own (they stop listing them). Unscoped operators only; default false.")}),

@@ -47,6 +47,11 @@ var routes = []route{
 	{method: "GET", pattern: "/api/fleet/products/{productId}", access: operatorOnly, handle: (*server).getProduct},
 	{method: "GET", pattern: "/api/fleet/repos", access: operatorOnly, handle: (*server).repos},
 
+	{method: "PUT", pattern: "/api/fleet/profiles/{name}", access: operatorOnly, handle: (*server).putProfile},
+	{method: "GET", pattern: "/api/fleet/profiles", access: operatorOnly, handle: (*server).listProfiles},
+	{method: "GET", pattern: "/api/fleet/profiles/{name}", access: operatorOnly, query: []string{"version"}, handle: (*server).getProfile},
+	{method: "GET", pattern: "/api/fleet/profiles/{name}/versions", access: operatorOnly, handle: (*server).profileVersions},
+
 	{method: "GET", pattern: "/api/fleet/metrics", access: operatorOnly, handle: (*server).metrics},
 	{method: "GET", pattern: "/api/fleet/queue-state", access: anyPrincipal, handle: (*server).queueState},
 }

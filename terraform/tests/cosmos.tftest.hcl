@@ -27,6 +27,7 @@ run "containers_match_the_store" {
       fleet_products    = tolist(["/productId"])
       fleet_repos       = tolist(["/id"])
       fleet_budgets     = tolist(["/productId"])
+      fleet_profiles    = tolist(["/productId"])
       fleet_tokens      = tolist(["/id"])
       fleet_ledger      = tolist(["/id"])
       leases            = tolist(["/id"])
@@ -40,8 +41,8 @@ run "containers_match_the_store" {
   }
 
   assert {
-    condition     = [for p in azurerm_cosmosdb_sql_container.this["fleet_jobs"].indexing_policy[0].excluded_path : p.path] == ["/body/?"] && [for p in azurerm_cosmosdb_sql_container.this["fleet_events"].indexing_policy[0].excluded_path : p.path] == ["/data/*"]
-    error_message = "Large unqueried fields (job body, event data) stay out of the index."
+    condition     = [for p in azurerm_cosmosdb_sql_container.this["fleet_jobs"].indexing_policy[0].excluded_path : p.path] == ["/body/?", "/profile/body/?"] && [for p in azurerm_cosmosdb_sql_container.this["fleet_events"].indexing_policy[0].excluded_path : p.path] == ["/data/*"] && [for p in azurerm_cosmosdb_sql_container.this["fleet_profiles"].indexing_policy[0].excluded_path : p.path] == ["/body/?"]
+    error_message = "Large unqueried fields (job body and its profile snapshot, event data, profile bodies) stay out of the index."
   }
 
   assert {
