@@ -77,7 +77,7 @@ func TestAuthzMatrix(t *testing.T) {
 	require.Equal(t, http.StatusOK, s.As(ft, http.MethodPost, "/claim", "", nil).Status)
 
 	before := snapshot(t, s, admin, job)
-	concrete := strings.NewReplacer("{id}", job, "{action}", "ship", "{productId}", "demo")
+	concrete := strings.NewReplacer("{id}", job, "{action}", "ship", "{productId}", "demo", "{name}", "backend")
 	checked := 0
 	for _, op := range operations(t, s) {
 		if op.access == "public" {
