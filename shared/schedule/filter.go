@@ -256,8 +256,6 @@ type Reason struct {
 // than a job nothing can run.
 func (r Reason) Transient() bool { return r.Kind == fleet.UnroutableBusy }
 
-func (r Reason) String() string { return r.Text }
-
 func noFactory(text string) Reason {
 	return Reason{Kind: fleet.UnroutableNoFactory, Text: UnroutablePrefix + text}
 }
