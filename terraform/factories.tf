@@ -12,6 +12,11 @@ locals {
   elastic_pools_awaiting_token = sort([for name in keys(local.elastic_pools) : name if !contains(local.tokened_pools, name)])
 
   factory_token_secret = "factory-token"
+  # Container Apps mounts each secret of the job as a file named after it: the
+  # factory reads its token from there (FLEET_FACTORY_TOKEN_FILE), so the token
+  # is never in the process environment (/proc/<pid>/environ) that engines
+  # could read.
+  factory_secrets_dir = "/run/fleet-secrets"
 }
 
 check "factory_tokens" {
@@ -104,6 +109,11 @@ resource "azurerm_container_app_job" "pool" {
   }
 
   template {
+    volume {
+      name         = "fleet-secrets"
+      storage_type = "Secret"
+    }
+
     container {
       name   = "factory"
       image  = each.value.image
@@ -119,9 +129,13 @@ resource "azurerm_container_app_job" "pool" {
         name  = "FLEET_FACTORY_ID"
         value = each.key
       }
+      volume_mounts {
+        name = "fleet-secrets"
+        path = local.factory_secrets_dir
+      }
       env {
-        name        = "FLEET_FACTORY_TOKEN"
-        secret_name = local.factory_token_secret
+        name  = "FLEET_FACTORY_TOKEN_FILE"
+        value = "${local.factory_secrets_dir}/${local.factory_token_secret}"
       }
       env {
         name  = "FLEET_TRANSPORT"

@@ -229,12 +229,12 @@ variable "factory_pools" {
       for p in values(var.factory_pools) : [
         for k in keys(p.env) :
         !startswith(k, "ServiceBus__") && !contains([
-          "AZURE_CLIENT_ID", "FLEET_URL", "FLEET_FACTORY_ID", "FLEET_FACTORY_TOKEN", "FLEET_TRANSPORT",
+          "AZURE_CLIENT_ID", "FLEET_URL", "FLEET_FACTORY_ID", "FLEET_FACTORY_TOKEN", "FLEET_FACTORY_TOKEN_FILE", "FLEET_TRANSPORT",
           "FLEET_SERVICEBUS_TOPIC", "FLEET_SERVICEBUS_SUBSCRIPTION",
         ], k)
       ]
     ]))
-    error_message = "factory_pools[*].env must not set FLEET_URL, FLEET_FACTORY_ID, FLEET_FACTORY_TOKEN, FLEET_TRANSPORT, FLEET_SERVICEBUS_TOPIC, FLEET_SERVICEBUS_SUBSCRIPTION, AZURE_CLIENT_ID or ServiceBus__*: Terraform sets them."
+    error_message = "factory_pools[*].env must not set FLEET_URL, FLEET_FACTORY_ID, FLEET_FACTORY_TOKEN(_FILE), FLEET_TRANSPORT, FLEET_SERVICEBUS_TOPIC, FLEET_SERVICEBUS_SUBSCRIPTION, AZURE_CLIENT_ID or ServiceBus__*: Terraform sets them."
   }
 }
 

@@ -244,10 +244,13 @@ run "elastic_pools_scale_with_their_own_identity" {
   assert {
     condition = alltrue([
       for name, job in azurerm_container_app_job.pool :
-      length([for e in job.template[0].container[0].env : e if e.name == "FLEET_FACTORY_TOKEN" && e.secret_name == "factory-token" && e.value == null]) == 1 &&
+      length([for e in job.template[0].container[0].env : e if e.name == "FLEET_FACTORY_TOKEN"]) == 0 &&
+      length([for e in job.template[0].container[0].env : e if e.name == "FLEET_FACTORY_TOKEN_FILE" && e.value == "/run/fleet-secrets/factory-token"]) == 1 &&
+      length([for v in job.template[0].volume : v if v.name == "fleet-secrets" && v.storage_type == "Secret"]) == 1 &&
+      length([for m in job.template[0].container[0].volume_mounts : m if m.name == "fleet-secrets" && m.path == "/run/fleet-secrets"]) == 1 &&
       length([for s in job.secret : s if s.name == "factory-token" && s.value == var.factory_tokens[name]]) == 1
     ])
-    error_message = "FLEET_FACTORY_TOKEN comes from the job's secret holding that pool's token, never a plain env value."
+    error_message = "The factory token is the job's secret holding that pool's token, mounted as a file (FLEET_FACTORY_TOKEN_FILE), never in the environment."
   }
 
   assert {
