@@ -1,15 +1,20 @@
 package tests
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	natsbus "github.com/gigafactory/fleet/shared/bus/nats"
 )
 
 // poolEvent is one of the stack's pool launcher log lines.
@@ -19,6 +24,7 @@ type poolEvent struct {
 	Execution int    `json:"execution"`
 	ExitCode  int    `json:"exitCode"`
 	Running   int    `json:"running"`
+	PID       int    `json:"pid"`
 }
 
 // poolEvents are the launcher's lines for pool, in order.
@@ -127,4 +133,116 @@ printf 'pool %s\n' "$FLEET_JOB_ID" > result.txt`)
 	}
 	require.Equal(t, []int{1, 2, 3, 4}, started, "one execution per dispatch, no more")
 	require.ElementsMatch(t, started, exited)
+}
+
+// TestElasticPoolCrashedExecution: an execution killed mid-run leaves its
+// dispatch message locked until the lock lapses. Then the message comes
+// back to another execution, whose accept is refused (the job is no longer
+// queued, and a redelivered dispatch is never adopted): it completes the
+// message and exits cleanly. The reaper requeues the job once its lease
+// expires, it is dispatched again and ships from a new execution, and the
+// pool ends at zero executions with nothing left in its subscription.
+func TestElasticPoolCrashedExecution(t *testing.T) {
+	t.Parallel()
+	repo := newFacRepo(t, "app")
+	dir := t.TempDir()
+	marker, enginePID := filepath.Join(dir, "first-run"), filepath.Join(dir, "engine.pid")
+	// The first run records its pid and hangs (until the test kills it);
+	// any later run delivers.
+	eng := facEngine(t, `if [ ! -e `+marker+` ]; then touch `+marker+`; echo $$ > `+enginePID+`; exec sleep 600; fi
+printf 'pool %s\n' "$FLEET_JOB_ID" > result.txt`)
+	tokenFile := filepath.Join(dir, "linux.token")
+	pools := map[string]any{"linux": map[string]any{
+		"command":         []string{factoryBinary(t), "--once"},
+		"tokenFile":       tokenFile,
+		"pollingInterval": "300ms",
+		"env": map[string]string{
+			"FLEET_REPO_URLS":           "app=" + repo.Origin,
+			"FLEET_ENGINE_FAKE":         eng,
+			"FLEET_ONCE_WAIT":           "2s",
+			"FLEET_CHECKPOINT_INTERVAL": "1h",
+			"FLEET_GC_INTERVAL":         "0",
+			"FLEET_KILL_GRACE":          "1s",
+		},
+	}}
+	b, err := json.Marshal(pools)
+	require.NoError(t, err)
+	poolsFile := filepath.Join(dir, "pools.json")
+	require.NoError(t, os.WriteFile(poolsFile, b, 0o644))
+
+	s := busStack(t, "FLEET_LOCAL_POOLS="+poolsFile, "FLEET_LOG_LEVEL=info",
+		"FLEET_LEASE_TTL=4s", "FLEET_REAPER_SCHEDULE=* * * * * *")
+	s.Product("demo", "app")
+	r := s.Op(http.MethodPost, "/factories/enroll", "", map[string]any{
+		"factoryId": "linux", "kind": "elastic", "products": []string{"demo"}, "seatLimit": 10,
+		"capabilities": []string{"os:linux", "engine:fake", "repo:app"},
+	})
+	require.Equal(t, http.StatusCreated, r.Status, "enroll: %s", r.Body)
+	require.NoError(t, os.WriteFile(tokenFile, []byte(r.Map(t)["token"].(string)), 0o600))
+
+	id := s.Submit("demo", Manifest("Crashes once", "app", "engine:fake"))
+	Eventually(t, 90*time.Second, "the first run's engine is up", func() bool {
+		_, err := os.Stat(enginePID)
+		return err == nil
+	})
+	first := s.Job("demo", id)
+	require.Equal(t, "building", first["stage"])
+	var victim poolEvent
+	for _, e := range s.poolEvents("linux") {
+		if e.Msg == "pool execution started" {
+			victim = e
+		}
+	}
+	require.Equal(t, 1, victim.Execution)
+	require.Positive(t, victim.PID)
+	// The execution dies at once (SIGKILL: no release, no completion); its
+	// orphaned engine is killed too.
+	require.NoError(t, syscall.Kill(victim.PID, syscall.SIGKILL))
+	pidText, err := os.ReadFile(enginePID)
+	require.NoError(t, err)
+	enginePid, err := strconv.Atoi(strings.TrimSpace(string(pidText)))
+	require.NoError(t, err)
+	_ = syscall.Kill(enginePid, syscall.SIGKILL)
+
+	facWaitStage(t, s, "demo", id, "shipped", 120*time.Second)
+	require.Equal(t, "pool "+id, repo.Show(t, "aq/job/"+id, "result.txt"))
+	shipped := s.Job("demo", id)
+	require.Greater(t, shipped["dispatchEpoch"].(float64), first["dispatchEpoch"].(float64), "dispatched again after the reaper")
+
+	// The first dispatch's lock lapses (the stack's AckWait), the message
+	// is refused by whichever execution gets it, and is completed.
+	// Only reads the depth: no EnsureSubscription, which would reset the
+	// consumer's AckWait to this client's.
+	nc, err := natsbus.Open(context.Background(), s.NATS, natsbus.Options{Name: "test-depth"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = nc.Close(context.Background()) })
+	Eventually(t, 150*time.Second, "the pool is back at zero executions with an empty subscription", func() bool {
+		ev := s.poolEvents("linux")
+		if len(ev) == 0 || ev[len(ev)-1].Msg != "pool execution exited" || ev[len(ev)-1].Running != 0 {
+			return false
+		}
+		n, err := nc.Depth(context.Background(), "linux")
+		return err == nil && n == 0
+	})
+	refused := 0
+	for _, e := range s.poolEvents("linux") {
+		if e.Msg != "pool execution exited" || e.Execution == victim.Execution {
+			continue
+		}
+		require.Zero(t, e.ExitCode, "execution %d", e.Execution)
+		log, err := os.ReadFile(filepath.Join(s.DataDir, "pools", "linux", "exec-"+strconv.Itoa(e.Execution)+".log"))
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(log), "\n") {
+			var l struct {
+				Msg         string  `json:"msg"`
+				Redelivered bool    `json:"redelivered"`
+				Epoch       float64 `json:"dispatchEpoch"`
+			}
+			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "dispatch is stale; someone else has the job" &&
+				l.Redelivered && l.Epoch == first["dispatchEpoch"].(float64) {
+				refused++
+			}
+		}
+	}
+	require.Equal(t, 1, refused, "the crashed execution's dispatch came back once, to an execution that refused it")
 }
