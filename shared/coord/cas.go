@@ -21,7 +21,7 @@ var errNoChange = errors.New("no change")
 // matches fleet.ErrConflict and errors.As finds a *fleet.Error, so clients
 // get a 409 to retry.
 type ConflictError struct {
-	Kind     string // "job", "factory", "token"
+	Kind     string // "job", "factory", "token", "product", "repo"
 	ID       string
 	Attempts int
 }
@@ -46,6 +46,7 @@ var (
 	jobDocs     = docKind[fleet.Job]{name: "job", container: Jobs, setRev: func(j *fleet.Job, r string) { j.Rev = r }}
 	factoryDocs = docKind[fleet.Factory]{name: "factory", container: Factories, setRev: func(f *fleet.Factory, r string) { f.Rev = r }}
 	tokenDocs   = docKind[fleet.Token]{name: "token", container: Tokens, setRev: func(t *fleet.Token, r string) { t.Rev = r }}
+	productDocs = docKind[fleet.Product]{name: "product", container: Products, setRev: func(p *fleet.Product, r string) { p.Rev = r }}
 )
 
 // withCache returns k reading through cache.

@@ -297,7 +297,7 @@ func (c *Coordinator) Deregister(ctx context.Context, id string) error {
 	var f *fleet.Factory
 	for attempt := 0; ; attempt++ {
 		if attempt == maxCASAttempts {
-			return fleet.Errorf(fleet.CodeConflict, "factory %s changed concurrently; try again", id)
+			return &ConflictError{Kind: "factory", ID: id, Attempts: maxCASAttempts}
 		}
 		var err error
 		if f, err = c.GetFactory(ctx, id); err != nil {

@@ -54,7 +54,7 @@ func (c *Coordinator) DeclareProduct(ctx context.Context, req ProductRequest) (*
 		}
 		return p, err
 	}
-	return nil, fleet.Errorf(fleet.CodeConflict, "product %s changed concurrently %d times; try again", req.ID, maxCASAttempts)
+	return nil, &ConflictError{Kind: "product", ID: req.ID, Attempts: maxCASAttempts}
 }
 
 // errProductMoved: the product document changed under a declaration.
@@ -268,39 +268,24 @@ func (c *Coordinator) claimRepo(ctx context.Context, i int, repo, product string
 			seen = cur
 		}
 	}
-	return nil, false, fleet.Errorf(fleet.CodeConflict, "repo %s changed owner concurrently %d times; try again", repo, maxCASAttempts)
+	return nil, false, &ConflictError{Kind: "repo", ID: repo, Attempts: maxCASAttempts}
 }
 
 // unlistRepo removes repo from product's list, by compare-and-swap.
 func (c *Coordinator) unlistRepo(ctx context.Context, product, repo string) error {
 	defer c.products.drop(product)
-	for range maxCASAttempts {
-		p, it, err := readDoc[fleet.Product](ctx, c.store, Products, product, product, "product")
-		if errors.Is(err, fleet.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	_, _, err := cas(ctx, c, productDocs, product, product, func(p *fleet.Product) error {
 		if !slices.Contains(p.Repos, repo) {
-			return nil
+			return errNoChange
 		}
 		p.Repos = slices.DeleteFunc(p.Repos, func(r string) bool { return r == repo })
 		p.UpdatedAt = c.now()
-		body, err := json.Marshal(p)
-		if err != nil {
-			return err
-		}
-		_, err = c.store.Replace(ctx, Products, product, product, body, it.Rev)
-		if errors.Is(err, ErrPrecondition) {
-			continue
-		}
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("write product %s: %w", product, err)
-		}
+		return nil
+	})
+	if errors.Is(err, fleet.ErrNotFound) {
 		return nil
 	}
-	return fleet.Errorf(fleet.CodeConflict, "product %s changed concurrently %d times; try again", product, maxCASAttempts)
+	return err
 }
 
 // releaseRepos gives up every repo product owns but no longer lists.
