@@ -173,7 +173,9 @@ func TestSubmitPersona(t *testing.T) {
 	require.Equal(t, "Version one.\n", cl.Job.Profile.Body)
 	_, err := e.c.Fail(e.ctx, "f1", prod, j.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "flaky", Retryable: true})
 	require.NoError(t, err)
-	e.clock.Advance(time.Hour)
+	// Past the first retry backoff (30s), within StaleAfter: a factory
+	// silent longer is stale or down, and claims nothing.
+	e.clock.Advance(time.Minute)
 	again := e.claim("f1")
 	require.Equal(t, j.ID, again.Job.ID)
 	require.Equal(t, j.Profile, again.Job.Profile, "a retry runs the version it was submitted with")
