@@ -154,7 +154,7 @@ func (r *results) print(out io.Writer) {
 	for _, sw := range r.Sweeps {
 		t, _ := r.target("idle " + sw.Function + " tick")
 		f, c := sw.First.Total(), sw.Idle.Total()
-		row(fmt.Sprintf("   %s tick: reads/queries/writes (first after the window: %d/%d/%d)", sw.Function, f.Reads, f.Queries, f.Writes),
+		row(fmt.Sprintf("   %s tick: reads/queries/writes (first after phase 1: %d/%d/%d)", sw.Function, f.Reads, f.Queries, f.Writes),
 			fmt.Sprintf("%d / %d / %d", c.Reads, c.Queries, c.Writes), "<= 1 / 0 / 0", verdict(t.Pass))
 	}
 	if c := r.CAS; c != nil {

@@ -16,7 +16,7 @@ const sweepRuns = 5
 // sweepResult is one timer function's store operations per tick.
 type sweepResult struct {
 	Function string `json:"function"`
-	// First is the first tick after the idle window; Idle the cheapest of
+	// First is the first tick after phase 1; Idle the cheapest of
 	// the ticks after it (a heartbeat or a scheduled tick of another timer
 	// landing inside a window only adds to it).
 	First ops `json:"first"`
