@@ -244,7 +244,11 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 			return engine.Result{}, err
 		}
 	}
-	vars := engine.Vars{Prompt: j.Body, PromptFile: promptPath, JobID: j.ID, Repo: j.Repo, Title: j.Title,
+	personaPath, err := jb.writePersona()
+	if err != nil {
+		return engine.Result{}, err
+	}
+	vars := engine.Vars{Prompt: j.Body, PromptFile: promptPath, PersonaFile: personaPath, JobID: j.ID, Repo: j.Repo, Title: j.Title,
 		Branch: gitwt.JobBranch(j.ID), Worktree: jb.wt.Path}
 	exp, err := engine.Expand(tmpl, vars)
 	if err != nil {
@@ -287,6 +291,30 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	return res, err
 }
 
+// personaPath is where the job's persona instructions are written: the
+// job directory, outside the worktree, so they are never committed.
+func (jb *job) personaPath() string { return filepath.Join(jb.dir, "persona.md") }
+
+// writePersona writes the instructions of the profile version the job was
+// submitted with (an empty file when it names none, so a template using
+// @persona-file works for every job) and returns the file's path.
+func (jb *job) writePersona() (string, error) {
+	var body string
+	if p := jb.j.Profile; p != nil {
+		body = p.Body
+	}
+	path := jb.personaPath()
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		return "", err
+	}
+	if jb.a.runAs != nil {
+		if err := os.Chown(path, int(jb.a.runAs.UID), int(jb.a.runAs.GID)); err != nil {
+			return "", err
+		}
+	}
+	return path, nil
+}
+
 // scrubEnv is env without the factory's secrets: the engine runs
 // arbitrary code and must not act as the factory.
 func scrubEnv(env []string) []string {
@@ -301,7 +329,14 @@ func scrubEnv(env []string) []string {
 func (jb *job) env(engineName, promptPath string) []string {
 	j := jb.j
 	env := scrubEnv(os.Environ())
+	var profile, profileVersion string
+	if p := j.Profile; p != nil {
+		profile, profileVersion = p.Name, strconv.FormatInt(p.Version, 10)
+	}
 	return append(env,
+		"FLEET_JOB_PERSONA_FILE="+jb.personaPath(),
+		"FLEET_JOB_PROFILE="+profile,
+		"FLEET_JOB_PROFILE_VERSION="+profileVersion,
 		"FLEET_FACTORY_ID="+jb.a.cfg.FactoryID,
 		"FLEET_ENGINE="+engineName,
 		"FLEET_JOB_ID="+j.ID,
@@ -474,7 +509,8 @@ func (jb *job) unpush(branch, sha string) {
 // shipHook runs the configured command after the push.
 func (jb *job) shipHook(ctx context.Context, head string, changed bool) error {
 	exp, err := engine.Expand(jb.a.cfg.ShipHook, engine.Vars{JobID: jb.j.ID, Repo: jb.j.Repo, Title: jb.j.Title,
-		Branch: gitwt.JobBranch(jb.j.ID), Worktree: jb.wt.Path, PromptFile: filepath.Join(jb.dir, "prompt.md")})
+		Branch: gitwt.JobBranch(jb.j.ID), Worktree: jb.wt.Path, PromptFile: filepath.Join(jb.dir, "prompt.md"),
+		PersonaFile: jb.personaPath()})
 	if err != nil {
 		return fmt.Errorf("ship hook: %w", err)
 	}

@@ -50,7 +50,7 @@ func TestSplit(t *testing.T) {
 
 func TestExpand(t *testing.T) {
 	t.Parallel()
-	v := Vars{Prompt: "Fix the bug.\nCarefully.", PromptFile: "/w/jobs/j1/prompt.md", JobID: "j1", Repo: "app",
+	v := Vars{Prompt: "Fix the bug.\nCarefully.", PromptFile: "/w/jobs/j1/prompt.md", PersonaFile: "/w/jobs/j1/persona.md", JobID: "j1", Repo: "app",
 		Title: "Fix it", Branch: "aq/job/j1", Worktree: "/w/worktrees/app/j1"}
 	tests := []struct {
 		tmpl       string
@@ -64,6 +64,8 @@ func TestExpand(t *testing.T) {
 		{tmpl: "@worktree/run.sh", want: []string{v.Worktree + "/run.sh"}},
 		{tmpl: "mail ops@example.com @@prompt @repository", want: []string{"mail", "ops@example.com", "@prompt", "@repository"}},
 		{tmpl: "x @prompt-files", want: []string{"x", "@prompt-files"}},
+		{tmpl: "claude --append-system-prompt-file @persona-file", want: []string{"claude", "--append-system-prompt-file", v.PersonaFile}},
+		{tmpl: "x --persona=@persona-file @persona-files", want: []string{"x", "--persona=" + v.PersonaFile, "@persona-files"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.tmpl, func(t *testing.T) {

@@ -19,15 +19,18 @@ import (
 const (
 	PhPrompt     = "@prompt"      // the job body itself, as one argument
 	PhPromptFile = "@prompt-file" // path of the file holding the job body
-	PhJobID      = "@job-id"
-	PhRepo       = "@repo"
-	PhTitle      = "@title"
-	PhBranch     = "@branch"
-	PhWorktree   = "@worktree"
+	// PhPersonaFile is the path of the file holding the instructions of
+	// the job's persona profile (empty when the job names none).
+	PhPersonaFile = "@persona-file"
+	PhJobID       = "@job-id"
+	PhRepo        = "@repo"
+	PhTitle       = "@title"
+	PhBranch      = "@branch"
+	PhWorktree    = "@worktree"
 )
 
 // placeholders, longest first.
-var placeholders = []string{PhPromptFile, PhWorktree, PhJobID, PhBranch, PhPrompt, PhTitle, PhRepo}
+var placeholders = []string{PhPersonaFile, PhPromptFile, PhWorktree, PhJobID, PhBranch, PhPrompt, PhTitle, PhRepo}
 
 // MaxPromptArg bounds @prompt: Linux refuses a single argument longer than
 // 128 KiB (MAX_ARG_STRLEN) with a cryptic E2BIG, so fail with advice first.
@@ -35,7 +38,7 @@ const MaxPromptArg = 100 << 10
 
 // Vars are the values placeholders expand to.
 type Vars struct {
-	Prompt, PromptFile, JobID, Repo, Title, Branch, Worktree string
+	Prompt, PromptFile, PersonaFile, JobID, Repo, Title, Branch, Worktree string
 }
 
 // envName is the variable a placeholder inside a shell script refers to.
@@ -49,6 +52,8 @@ func (v Vars) value(ph string) string {
 		return v.Prompt
 	case PhPromptFile:
 		return v.PromptFile
+	case PhPersonaFile:
+		return v.PersonaFile
 	case PhJobID:
 		return v.JobID
 	case PhRepo:
