@@ -98,9 +98,8 @@ func (m *memStatus) Upsert(_ context.Context, container, _, id string, body []by
 
 // timerRun is a timer trigger on a fake clock in front of a fake handler.
 type timerRun struct {
-	t      *testing.T
-	clock  *fakeClock
-	during func(n int) // runs inside the n-th invocation (from 1)
+	t     *testing.T
+	clock *fakeClock
 }
 
 // startTimer runs the timer function with the given schedule and extra
