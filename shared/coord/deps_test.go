@@ -207,3 +207,25 @@ func hasAlert(alerts []fleet.Alert, kind fleet.AlertKind) bool {
 	}
 	return false
 }
+
+// TestSettlingDependantsReadsNoEndedJob: when a job ends, its blocked
+// dependants are settled with the stage just written, not by reading the
+// ended job back once per dependant.
+func TestSettlingDependantsReadsNoEndedJob(t *testing.T) {
+	t.Parallel()
+	var h *hookStore
+	e := newEnv(t, withStore(func(s coord.Store) coord.Store { h = &hookStore{Store: s}; return h }))
+	dep := e.submit()
+	var dependants []*fleet.Job
+	for range 3 {
+		dependants = append(dependants, e.submit("deps: ["+dep.ID+"]"))
+	}
+	before := h.jobReadsOf(dep.ID)
+	_, err := e.c.Act(e.ctx, "op", prod, dep.ID, coord.ActionCancel, "")
+	require.NoError(t, err)
+	require.LessOrEqual(t, h.jobReadsOf(dep.ID)-before, 1,
+		"at most the cancel's own read: the cancelled job was read back to settle its dependants")
+	for _, d := range dependants {
+		requireDependencyFailed(t, e, d.ID)
+	}
+}

@@ -315,6 +315,21 @@ type hookStore struct {
 	beforeTokenReplace func(pk, id string) error
 	// afterFactoryRead runs after every read of a factory document.
 	afterFactoryRead func(pk, id string) error
+	// jobReadIDs lists the id of every job read, in order (under mu).
+	jobReadIDs []string
+}
+
+// jobReadsOf counts the reads of job id so far.
+func (s *hookStore) jobReadsOf(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.jobReadIDs {
+		if r == id {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *hookStore) setBeforeTokenReplace(fn func(pk, id string) error) {
@@ -347,6 +362,9 @@ func (s *hookStore) Read(ctx context.Context, container, pk, id string) (coord.I
 	}
 	it, err := s.Store.Read(ctx, container, pk, id)
 	s.mu.Lock()
+	if container == coord.Jobs {
+		s.jobReadIDs = append(s.jobReadIDs, id)
+	}
 	hook := s.afterFactoryRead
 	s.mu.Unlock()
 	if container == coord.Factories && hook != nil {

@@ -517,9 +517,17 @@ func (c *Coordinator) settleDependants(ctx context.Context, ended *fleet.Job) {
 		c.log.ErrorContext(ctx, "settle dependants: list blocked jobs", "product", ended.ProductID, "err", err)
 		return
 	}
+	// The ended job's stage is the one just written, and terminal: it is
+	// not read back once per dependant.
+	lookup := func(ctx context.Context, productID, id string) (fleet.Stage, error) {
+		if id == ended.ID {
+			return ended.Stage, nil
+		}
+		return c.depStage(ctx, productID, id)
+	}
 	for _, j := range blocked {
 		if slices.Contains(j.Deps, ended.ID) {
-			c.settleBlocked(ctx, j)
+			c.settleBlockedBy(ctx, j, lookup)
 		}
 	}
 }
@@ -552,7 +560,12 @@ func (c *Coordinator) unblockReady(ctx context.Context) (unblocked, blocked int,
 // settleBlocked queues j if its dependencies are met now and fails it if
 // they can never be. It returns the job and true when it moved it.
 func (c *Coordinator) settleBlocked(ctx context.Context, j *fleet.Job) (*fleet.Job, bool) {
-	v, why, err := c.depsState(ctx, j, c.depStage)
+	return c.settleBlockedBy(ctx, j, c.depStage)
+}
+
+// settleBlockedBy is settleBlocked reading dependency stages through lookup.
+func (c *Coordinator) settleBlockedBy(ctx context.Context, j *fleet.Job, lookup depsLookup) (*fleet.Job, bool) {
+	v, why, err := c.depsState(ctx, j, lookup)
 	if err != nil {
 		c.log.ErrorContext(ctx, "settle blocked job: read dependencies", "job", j.ID, "err", err)
 		return nil, false
