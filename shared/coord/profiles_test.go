@@ -179,6 +179,16 @@ func TestSubmitPersona(t *testing.T) {
 	again := e.claim("f1")
 	require.Equal(t, j.ID, again.Job.ID)
 	require.Equal(t, j.Profile, again.Job.Profile, "a retry runs the version it was submitted with")
+
+	// An operator's requeue of a failed job re-runs it under v1 too.
+	_, err = e.c.Fail(e.ctx, "f1", prod, j.ID, coord.FailRequest{LeaseEpoch: again.LeaseEpoch, Reason: "broken", Retryable: false})
+	require.NoError(t, err)
+	requeued, err := e.c.Act(e.ctx, "op", prod, j.ID, coord.ActionRequeue, "try again")
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageQueued, requeued.Stage)
+	third := e.claim("f1")
+	require.Equal(t, j.ID, third.Job.ID)
+	require.Equal(t, j.Profile, third.Job.Profile, "a requeue runs the version it was submitted with")
 }
 
 // TestSubmitUnknownPersona: 400 naming persona, nothing stored.
