@@ -1,0 +1,258 @@
+package cli
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gigafactory/fleet/infra/fleetctl/internal/client"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+func (a *app) productsCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "products", Aliases: []string{"product"}, Short: "Read and declare products and the repos they own"}
+	get := &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a product",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var p fleet.Product
+			raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/products/" + url.PathEscape(args[0])}, &p)
+			if err != nil {
+				return err
+			}
+			return a.printProduct(raw, &p)
+		},
+	}
+	var name string
+	var repos []string
+	var move bool
+	put := &cobra.Command{
+		Use:   "put ID --repo R [--repo R2 ...]",
+		Short: "Declare a product and the repos it owns (the list replaces the old one)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if repos == nil {
+				repos = []string{}
+			}
+			body, err := jsonBody(map[string]any{"name": name, "repos": repos, "moveRepos": move})
+			if err != nil {
+				return err
+			}
+			var p fleet.Product
+			raw, err := a.call(cmd, client.Request{Method: http.MethodPut, Path: "/products/" + url.PathEscape(args[0]), Body: body}, &p)
+			if err != nil {
+				return err
+			}
+			return a.printProduct(raw, &p)
+		},
+	}
+	put.Flags().StringVar(&name, "name", "", "display name")
+	put.Flags().StringSliceVar(&repos, "repo", nil, "a repo the product owns (repeat, or comma-separate)")
+	put.Flags().BoolVar(&move, "move-repos", false, "take repos another product owns (unscoped operators only)")
+	cmd.AddCommand(get, put)
+	return cmd
+}
+
+func (a *app) printProduct(raw []byte, p *fleet.Product) error {
+	if a.json() {
+		return a.printJSON(raw)
+	}
+	return a.fields([][2]string{{"id", p.ID}, {"name", orDash(p.Name)}, {"repos", list(p.Repos)}, {"updated", a.ago(p.UpdatedAt) + " ago"}})
+}
+
+func (a *app) reposCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "repos", Aliases: []string{"repo"}, Short: "Repos known to the fleet"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "ls",
+		Short: "Repos, the product owning each and the factories that have it checked out",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var page client.Page[client.RepoInfo]
+			raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/repos"}, &page)
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				return a.printJSON(raw)
+			}
+			rows := make([][]string, 0, len(page.Items))
+			for _, r := range page.Items {
+				rows = append(rows, []string{r.Repo, list(r.Products), list(r.Factories)})
+			}
+			return a.table([]string{"REPO", "PRODUCTS", "FACTORIES"}, rows)
+		},
+	})
+	return cmd
+}
+
+func (a *app) profilesCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "profiles", Aliases: []string{"profile"}, Short: "Persona profiles (immutable versions)"}
+	summaries := func(cmd *cobra.Command, path string) error {
+		var page client.Page[client.ProfileSummary]
+		raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: path}, &page)
+		if err != nil {
+			return err
+		}
+		if a.json() {
+			return a.printJSON(raw)
+		}
+		rows := make([][]string, 0, len(page.Items))
+		for _, p := range page.Items {
+			rows = append(rows, []string{p.Name, strconv.FormatInt(p.Version, 10), list(p.Capabilities), orDash(p.Engine),
+				strconv.Itoa(p.BodyBytes), orDash(p.CreatedBy), a.ago(p.CreatedAt)})
+		}
+		return a.table([]string{"NAME", "VERSION", "CAPABILITIES", "ENGINE", "BODY", "BY", "AGE"}, rows)
+	}
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "Every profile's latest version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := a.needProduct(); err != nil {
+				return err
+			}
+			return summaries(cmd, "/profiles")
+		},
+	}
+	versions := &cobra.Command{
+		Use:   "versions NAME",
+		Short: "Every version of a profile",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := a.needProduct(); err != nil {
+				return err
+			}
+			return summaries(cmd, "/profiles/"+url.PathEscape(args[0])+"/versions")
+		},
+	}
+	var version int64
+	show := &cobra.Command{
+		Use:   "show NAME",
+		Short: "A profile version with its instructions (latest unless --version)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := a.needProduct(); err != nil {
+				return err
+			}
+			q := url.Values{}
+			if version > 0 {
+				q.Set("version", strconv.FormatInt(version, 10))
+			}
+			var p fleet.Profile
+			raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/profiles/" + url.PathEscape(args[0]), Query: q}, &p)
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				return a.printJSON(raw)
+			}
+			if err := a.fields([][2]string{{"name", p.Name}, {"version", strconv.FormatInt(p.Version, 10)},
+				{"capabilities", list(p.Capabilities)}, {"engine", orDash(p.Engine)}, {"created", a.ago(p.CreatedAt) + " ago by " + orDash(p.CreatedBy)}}); err != nil {
+				return err
+			}
+			a.printf("\n%s\n", p.Body)
+			return nil
+		},
+	}
+	show.Flags().Int64Var(&version, "version", 0, "a given version")
+	put := &cobra.Command{
+		Use:   "put NAME FILE|-",
+		Short: "Store a new version of a profile from a Markdown file (front matter: capabilities, engine, budget)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := a.needProduct(); err != nil {
+				return err
+			}
+			body, err := a.readInput(args[1])
+			if err != nil {
+				return err
+			}
+			var p fleet.Profile
+			raw, err := a.call(cmd, client.Request{Method: http.MethodPut, Path: "/profiles/" + url.PathEscape(args[0]), Body: body, ContentType: "text/markdown"}, &p)
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				return a.printJSON(raw)
+			}
+			a.printf("profile %s version %d\n", p.Name, p.Version)
+			return nil
+		},
+	}
+	cmd.AddCommand(ls, versions, show, put)
+	return cmd
+}
+
+func (a *app) getMetrics(cmd *cobra.Command) (*client.Metrics, []byte, error) {
+	var m client.Metrics
+	raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/metrics"}, &m)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &m, raw, nil
+}
+
+func (a *app) metricsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "metrics",
+		Short: "Fleet totals: factories, seats, jobs by stage, alerts",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, raw, err := a.getMetrics(cmd)
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				return a.printJSON(raw)
+			}
+			f := m.Factories
+			health := make([]string, 0, len(f.ByHealth))
+			for _, h := range slices.Sorted(maps.Keys(f.ByHealth)) {
+				health = append(health, fmt.Sprintf("%s=%d", h, f.ByHealth[h]))
+			}
+			if err := a.fields([][2]string{
+				{"factories", fmt.Sprintf("%d (%s)", f.Total, list(health))},
+				{"seats", fmt.Sprintf("%d/%d used (%.0f%%)", f.Load, f.Seats, f.Utilization*100)},
+				{"alerts", strconv.Itoa(len(m.Alerts))},
+			}); err != nil {
+				return err
+			}
+			a.printf("\n")
+			var rows [][]string
+			for _, st := range fleet.Stages {
+				if n, ok := m.Jobs[string(st)]; ok {
+					rows = append(rows, []string{string(st), strconv.Itoa(n)})
+				}
+			}
+			return a.table([]string{"STAGE", "JOBS"}, rows)
+		},
+	}
+}
+
+func (a *app) alertsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "alerts",
+		Short: "Starving jobs, stale factories, dead letters, jobs blocked on failed dependencies",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, _, err := a.getMetrics(cmd)
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				return a.printValue(map[string]any{"items": m.Alerts})
+			}
+			rows := make([][]string, 0, len(m.Alerts))
+			for _, al := range m.Alerts {
+				rows = append(rows, []string{string(al.Severity), string(al.Kind), al.Subject, a.ago(al.Since), al.Message})
+			}
+			return a.table([]string{"SEVERITY", "KIND", "SUBJECT", "SINCE", "MESSAGE"}, rows)
+		},
+	}
+}

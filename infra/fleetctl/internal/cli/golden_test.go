@@ -1,0 +1,278 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/clock/clocktest"
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/httpapi"
+	"github.com/gigafactory/fleet/shared/store/sqlite"
+)
+
+// -update rewrites testdata/golden from what the commands print now.
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+const opToken = "golden-operator-token-0000000000001"
+
+// world is the real API (httpapi over a coordinator on SQLite) in-process,
+// with a manual clock, so every command's output comes from real answers.
+type world struct {
+	t     *testing.T
+	url   string
+	clock *clocktest.Clock
+	ids   map[string]string // random id -> stable stand-in of the same length
+	tmp   string            // files the commands read, shown as $TMP
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "fleet.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	clk := clocktest.New(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
+	c, err := coord.New(coord.Config{}, coord.Deps{Store: st, Clock: clk})
+	require.NoError(t, err)
+	srv := httptest.NewServer(httpapi.New(c, httpapi.Config{OperatorTokens: []httpapi.OperatorToken{{Name: "ops", Token: opToken}}}))
+	t.Cleanup(srv.Close)
+	return &world{t: t, url: srv.URL, clock: clk, ids: map[string]string{}, tmp: t.TempDir()}
+}
+
+// api calls the API directly (seeding: what factories do).
+func (w *world) api(method, path, token, product, ctype, body string) map[string]any {
+	w.t.Helper()
+	req, err := http.NewRequest(method, w.url+"/api/fleet"+path, strings.NewReader(body))
+	require.NoError(w.t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	if product != "" {
+		req.Header.Set("X-Product-Id", product)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(w.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(w.t, err)
+	require.Less(w.t, resp.StatusCode, 300, "%s %s: %s", method, path, b)
+	out := map[string]any{}
+	if len(b) > 0 {
+		require.NoError(w.t, json.Unmarshal(b, &out))
+	}
+	return out
+}
+
+// stable registers a random id (or its random tail) for scrubbing.
+func (w *world) stable(id string) string {
+	if _, ok := w.ids[id]; !ok {
+		n := len(w.ids) + 1
+		// Job ids end in 16 random hex digits after a clock-derived part.
+		w.ids[id] = id[:len(id)-16] + fmt.Sprintf("%016d", n)
+	}
+	return id
+}
+
+func (w *world) submit(product, manifest string) string {
+	w.t.Helper()
+	j := w.api("POST", "/jobs", opToken, product, "text/markdown", manifest)
+	return w.stable(j["id"].(string))
+}
+
+func (w *world) enroll(id, product string, caps []string, seats int) string {
+	w.t.Helper()
+	b, _ := json.Marshal(map[string]any{"factoryId": id, "kind": "static", "products": []string{product}, "capabilities": caps, "seatLimit": seats})
+	return w.api("POST", "/factories/enroll", opToken, "", "application/json", string(b))["token"].(string)
+}
+
+func (w *world) heartbeat(token string, caps, repos []string) {
+	w.t.Helper()
+	b, _ := json.Marshal(map[string]any{"capabilities": caps, "repos": repos, "load": 0, "health": "ok"})
+	w.api("POST", "/factories/heartbeat", token, "", "application/json", string(b))
+}
+
+var (
+	// Ids the coordinator makes: a letter, 13 hex digits of clock, 16 random.
+	randomID       = regexp.MustCompile(`\b[a-z][0-9a-f]{13}[0-9a-f]{16}\b`)
+	factoryTokenRE = regexp.MustCompile(`fft_[A-Za-z0-9_-]{20,}`)
+	hashRE         = regexp.MustCompile(`\b[0-9a-f]{64}\b`)
+	portRE         = regexp.MustCompile(`127\.0\.0\.1:\d+`)
+)
+
+func (w *world) scrub(s string) string {
+	for _, id := range randomID.FindAllString(s, -1) {
+		w.stable(id)
+	}
+	for id, stand := range w.ids {
+		s = strings.ReplaceAll(s, id, stand)
+	}
+	s = factoryTokenRE.ReplaceAllStringFunc(s, func(m string) string { return "fft_" + strings.Repeat("x", len(m)-4) })
+	s = hashRE.ReplaceAllString(s, strings.Repeat("0", 64))
+	s = strings.ReplaceAll(s, w.tmp, "$TMP")
+	return portRE.ReplaceAllString(s, "127.0.0.1:PORT")
+}
+
+// run runs fleetctl in-process and returns its transcript.
+func (w *world) run(env map[string]string, stdin string, args ...string) (string, int) {
+	var out, errb bytes.Buffer
+	getenv := func(k string) string {
+		if v, ok := env[k]; ok {
+			return v
+		}
+		return map[string]string{"FLEET_URL": w.url, "FLEET_TOKEN": opToken, "FLEET_PRODUCT": "demo"}[k]
+	}
+	code := Run(context.Background(), args, Env{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb, Getenv: getenv, Now: w.clock.Now})
+	var b strings.Builder
+	fmt.Fprintf(&b, "$ fleetctl %s\n[exit %d]\n--- stdout\n%s--- stderr\n%s", strings.Join(args, " "), code, out.String(), errb.String())
+	return w.scrub(b.String()), code
+}
+
+func manifest(title, repo, extra string) string {
+	return "---\ntitle: " + title + "\nrepo: " + repo + "\ncapabilities: [os:linux, engine:claude]\n" + extra + "---\nDo the thing.\n"
+}
+
+// TestGolden runs every command, table and JSON, against the real API and
+// compares the transcripts (stdout, stderr, exit code) with testdata/golden.
+func TestGolden(t *testing.T) {
+	w := newWorld(t)
+	caps := []string{"os:linux", "engine:claude", "has:git"}
+	w.api("PUT", "/products/demo", opToken, "", "application/json", `{"name": "Demo", "repos": ["hello", "web"]}`)
+	w.api("PUT", "/products/other", opToken, "", "application/json", `{"repos": ["elsewhere"]}`)
+	ft1 := w.enroll("laptop-1", "demo", caps, 2)
+	w.heartbeat(ft1, caps, []string{"hello", "web"})
+	ft2 := w.enroll("gpu-box", "demo", []string{"os:linux", "gpu:a100"}, 1)
+	w.heartbeat(ft2, []string{"os:linux", "gpu:a100"}, []string{"hello"})
+	w.enroll("spare", "demo", caps, 1)
+	w.api("PUT", "/profiles/backend", opToken, "demo", "text/markdown", "---\ncapabilities: [has:git]\nengine: claude\n---\nYou are a careful backend engineer.\n")
+
+	w.clock.Advance(time.Minute)
+	built := w.submit("demo", manifest("Ship me", "hello", "priority: critical\n"))
+	w.clock.Advance(time.Minute)
+	claim := w.api("POST", "/claim", ft1, "", "", "")
+	require.Equal(t, built, claim["job"].(map[string]any)["id"])
+	epoch := fmt.Sprint(claim["leaseEpoch"])
+	w.api("PATCH", "/jobs/"+built, ft1, "", "application/json", `{"stage": "building", "leaseEpoch": `+epoch+`}`)
+	w.clock.Advance(30 * time.Second)
+	w.api("PATCH", "/jobs/"+built, ft1, "", "application/json", `{"stage": "testing", "leaseEpoch": `+epoch+`, "checkpoint": "aq/job/`+built+`"}`)
+	w.clock.Advance(time.Minute)
+	queued := w.submit("demo", manifest("Fix the login redirect", "web", "persona: backend\n"))
+	w.clock.Advance(time.Minute)
+	toCancel := w.submit("demo", manifest("Changed my mind", "hello", "priority: low\n"))
+	w.clock.Advance(time.Second)
+	toReject := w.submit("demo", manifest("Reject me", "hello", "priority: critical\n"))
+	claim = w.api("POST", "/claim", ft1, "", "", "")
+	require.Equal(t, toReject, claim["job"].(map[string]any)["id"])
+	epoch = fmt.Sprint(claim["leaseEpoch"])
+	w.api("PATCH", "/jobs/"+toReject, ft1, "", "application/json", `{"stage": "building", "leaseEpoch": `+epoch+`}`)
+	w.api("PATCH", "/jobs/"+toReject, ft1, "", "application/json", `{"stage": "testing", "leaseEpoch": `+epoch+`}`)
+	w.clock.Advance(2 * time.Minute)
+
+	manifestFile := filepath.Join(w.tmp, "job.md")
+	require.NoError(t, os.WriteFile(manifestFile, []byte(manifest("From a file", "web", "idempotencyKey: golden-1\n")), 0o644))
+	profileFile := filepath.Join(w.tmp, "reviewer.md")
+	require.NoError(t, os.WriteFile(profileFile, []byte("---\ncapabilities: [os:linux]\n---\nReview with care.\n"), 0o644))
+
+	type tc struct {
+		name  string
+		args  []string
+		env   map[string]string
+		stdin string
+		exit  int
+	}
+	cases := []tc{
+		{name: "jobs-ls", args: []string{"jobs", "ls"}},
+		{name: "jobs-ls-json", args: []string{"jobs", "ls", "-o", "json"}},
+		{name: "jobs-ls-stage", args: []string{"jobs", "ls", "--stage", "testing"}},
+		{name: "jobs-ls-paged", args: []string{"jobs", "ls", "--limit", "2", "--all"}},
+		{name: "jobs-show", args: []string{"jobs", "show", queued}},
+		{name: "jobs-show-json", args: []string{"jobs", "show", queued, "-o", "json"}},
+		{name: "jobs-submit-file", args: []string{"jobs", "submit", manifestFile}},
+		{name: "jobs-submit-again", args: []string{"jobs", "submit", manifestFile}},
+		{name: "jobs-submit-stdin-json", args: []string{"jobs", "submit", "-", "-o", "json"}, stdin: manifest("From stdin", "hello", "")},
+		{name: "jobs-explain", args: []string{"jobs", "explain", queued}},
+		{name: "jobs-explain-json", args: []string{"jobs", "explain", queued, "-o", "json"}},
+		{name: "jobs-events", args: []string{"jobs", "events", built}},
+		{name: "jobs-events-json", args: []string{"jobs", "events", built, "--after", "2", "-o", "json"}},
+		{name: "jobs-runs", args: []string{"jobs", "runs", built}},
+		{name: "jobs-runs-json", args: []string{"jobs", "runs", built, "-o", "json"}},
+		{name: "jobs-ship", args: []string{"jobs", "ship", built}},
+		{name: "jobs-reject-json", args: []string{"jobs", "reject", toReject, "--reason", "wrong approach", "-o", "json"}},
+		{name: "jobs-requeue", args: []string{"jobs", "requeue", toReject}},
+		{name: "jobs-cancel", args: []string{"jobs", "cancel", toCancel, "--reason", "not needed"}},
+		{name: "factories-ls", args: []string{"factories", "ls"}},
+		{name: "factories-ls-json", args: []string{"factories", "ls", "-o", "json"}},
+		{name: "factories-enroll", args: []string{"factories", "enroll", "new-box", "--products", "demo", "--capabilities", "os:linux,has:git", "--seats", "3"}},
+		{name: "factories-enroll-json", args: []string{"factories", "enroll", "new-box-2", "--products", "demo", "-o", "json"}},
+		{name: "factories-token-rotate", args: []string{"factories", "token", "rotate", "new-box"}},
+		{name: "factories-token-revoke-json", args: []string{"factories", "token", "revoke", "new-box", "-o", "json"}},
+		{name: "factories-deregister", args: []string{"factories", "deregister", "new-box"}},
+		{name: "products-get", args: []string{"products", "get", "demo"}},
+		{name: "products-put-json", args: []string{"products", "put", "demo", "--name", "Demo", "--repo", "hello,web", "--repo", "docs", "-o", "json"}},
+		{name: "repos-ls", args: []string{"repos", "ls"}},
+		{name: "repos-ls-json", args: []string{"repos", "ls", "-o", "json"}},
+		{name: "profiles-put", args: []string{"profiles", "put", "reviewer", profileFile}},
+		{name: "profiles-ls", args: []string{"profiles", "ls"}},
+		{name: "profiles-ls-json", args: []string{"profiles", "ls", "-o", "json"}},
+		{name: "profiles-show", args: []string{"profiles", "show", "backend"}},
+		{name: "profiles-versions", args: []string{"profiles", "versions", "backend"}},
+		// Errors and their exit codes.
+		{name: "err-not-found", args: []string{"jobs", "show", "jnope"}, exit: ExitNotFound},
+		{name: "err-conflict", args: []string{"jobs", "ship", queued}, exit: ExitConflict},
+		{name: "err-auth", args: []string{"jobs", "ls"}, env: map[string]string{"FLEET_TOKEN": "wrong-token-wrong-token-wrong-token"}, exit: ExitAuth},
+		{name: "err-no-token", args: []string{"jobs", "ls"}, env: map[string]string{"FLEET_TOKEN": ""}, exit: ExitAuth},
+		{name: "err-usage-product", args: []string{"jobs", "ls"}, env: map[string]string{"FLEET_PRODUCT": ""}, exit: ExitUsage},
+		{name: "err-usage-args", args: []string{"jobs", "show"}, exit: ExitUsage},
+		{name: "err-usage-output", args: []string{"jobs", "ls", "-o", "yaml"}, exit: ExitUsage},
+		{name: "err-invalid", args: []string{"jobs", "ls", "--stage", "nowhere"}, exit: ExitUsage},
+		{name: "err-refused", args: []string{"jobs", "submit", "-"}, stdin: manifest("Not ours", "elsewhere", ""), exit: ExitRefused},
+		{name: "err-unavailable", args: []string{"jobs", "ls"}, env: map[string]string{"FLEET_URL": "http://127.0.0.1:1"}, exit: ExitUnavailable},
+	}
+	run := func(c tc) {
+		t.Helper()
+		got, code := w.run(c.env, c.stdin, c.args...)
+		require.Equal(t, c.exit, code, "%s:\n%s", c.name, got)
+		require.NotContains(t, got, opToken, "%s: the token is never printed", c.name)
+		golden(t, c.name, got)
+	}
+	for _, c := range cases {
+		run(c)
+	}
+	// Half an hour on: the queued jobs starve and the silent factories go
+	// stale, so metrics and alerts have something to say.
+	w.clock.Advance(40 * time.Minute)
+	for _, c := range []tc{
+		{name: "metrics", args: []string{"metrics"}},
+		{name: "metrics-json", args: []string{"metrics", "-o", "json"}},
+		{name: "alerts", args: []string{"alerts"}},
+		{name: "alerts-json", args: []string{"alerts", "-o", "json"}},
+	} {
+		run(c)
+	}
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "golden", name+".txt")
+	if *update {
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+		return
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "no golden file; run go test ./infra/fleetctl/... -update")
+	require.Equal(t, string(want), got, "%s differs from the golden file (go test ./infra/fleetctl/... -update rewrites it)", name)
+}
