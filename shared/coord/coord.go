@@ -50,7 +50,11 @@ type Config struct {
 	// sweeps trust the ledger and skip a tick that has nothing to do
 	// (ledger.go); without it (the Lambda front door) every tick scans.
 	ChangeFeed bool
-	Weights    schedule.Weights
+	// LivePoll is how often the live event watcher reads the change feeds
+	// while a stream is connected to this process (writes made by this
+	// process wake it at once). Nothing is read while no stream is.
+	LivePoll time.Duration
+	Weights  schedule.Weights
 }
 
 // Defaults: the one place they are written. shared/config documents the
@@ -64,6 +68,7 @@ const (
 	DefaultRedispatchAfter = 2 * time.Minute
 	DefaultFactoryCacheTTL = time.Second
 	DefaultTokenCacheTTL   = time.Minute
+	DefaultLivePoll        = time.Second
 )
 
 // Resolve returns c with zero fields set to their defaults, or an invalid
@@ -84,6 +89,7 @@ func (c Config) Resolve() (Config, error) {
 		{"redispatchAfter", &c.RedispatchAfter, DefaultRedispatchAfter},
 		{"factoryCacheTTL", &c.FactoryCacheTTL, DefaultFactoryCacheTTL},
 		{"tokenCacheTTL", &c.TokenCacheTTL, DefaultTokenCacheTTL},
+		{"livePoll", &c.LivePoll, DefaultLivePoll},
 	}
 	for _, d := range durations {
 		switch {
@@ -142,6 +148,7 @@ type Coordinator struct {
 	stats         *Stats
 	onFleetChange func(context.Context)
 	metricSources map[string]MetricsSource
+	live          *live
 }
 
 // New builds a coordinator from a configuration Resolve accepts.
@@ -155,6 +162,10 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 		return nil, errors.New("coord.New: Deps.Store is required")
 	case deps.Clock == nil:
 		return nil, errors.New("coord.New: Deps.Clock is required")
+	}
+	timers, ok := deps.Clock.(clock.Timers)
+	if !ok {
+		return nil, errors.New("coord.New: Deps.Clock must make tickers (clock.Timers) for the live event watcher")
 	}
 	log := deps.Log
 	if log == nil {
@@ -177,6 +188,8 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	if c.publisher != nil {
 		c.onFleetChange = c.retryUnroutable
 	}
+	c.live = newLive(c, timers, cfg.LivePoll)
+	c.store = wakingStore{Store: deps.Store, live: c.live}
 	return c, nil
 }
 

@@ -24,6 +24,10 @@ var (
 	// ErrTooLarge: the document is over the backend's size limit
 	// (fleet.MaxDocumentBytes; Cosmos 413); nothing was written.
 	ErrTooLarge = errors.New("store: document too large")
+	// ErrBadContinuation: a change-feed continuation this backend did not
+	// issue (or issued for another container). Clients hand continuations
+	// back (the live event stream's ids), so it is their input, not a fault.
+	ErrBadContinuation = errors.New("store: invalid change-feed continuation")
 )
 
 // Item is a stored JSON document and its revision.
@@ -118,4 +122,9 @@ type Store interface {
 	// ReadChanges returns up to max documents changed after continuation
 	// ("" = from the beginning). An empty page means nothing new yet.
 	ReadChanges(ctx context.Context, container, continuation string, max int) (ChangePage, error)
+	// ChangesHead returns a continuation at the current end of container's
+	// change feed: ReadChanges from it returns only documents changed after
+	// this call. It reads no documents, so a reader that needs only what
+	// happens from now on does not replay the container's history.
+	ChangesHead(ctx context.Context, container string) (string, error)
 }

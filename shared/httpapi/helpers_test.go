@@ -110,6 +110,7 @@ func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
 			{Name: "elsewhere-op", Token: elsewhereToken, Products: []string{"other", "p3"}},
 		},
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+		Timers: clk,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -177,6 +178,11 @@ func (f *fixture) call(method, path, token string, body any, opts ...reqOption) 
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(f.t, err)
 	defer resp.Body.Close()
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		// A live stream does not end by itself: its status and headers
+		// are the answer (streams have tests of their own).
+		return result{status: resp.StatusCode, header: resp.Header}
+	}
 	out, err := io.ReadAll(resp.Body)
 	require.NoError(f.t, err)
 	return result{status: resp.StatusCode, header: resp.Header, body: out}

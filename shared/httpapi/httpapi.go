@@ -68,6 +68,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
@@ -81,6 +82,15 @@ type Config struct {
 	Logger *slog.Logger
 	// MaxBodyBytes caps a request body; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// Timers pace the live event streams (keep-alives, their end); nil is
+	// the wall clock.
+	Timers clock.Timers
+	// KeepAlive is the interval of a stream's keep-alive comment; 0 means
+	// DefaultKeepAlive.
+	KeepAlive time.Duration
+	// MaxStream ends a stream after this long (its client resumes); 0 means
+	// DefaultMaxStream.
+	MaxStream time.Duration
 }
 
 // DefaultMaxBodyBytes is the default body cap: the largest manifest.
@@ -101,6 +111,9 @@ type server struct {
 	maxBody   int64
 	operators []operatorKey
 	mux       *http.ServeMux
+	timers    clock.Timers
+	keepAlive time.Duration
+	maxStream time.Duration
 }
 
 // New builds the API handler over c.
@@ -111,6 +124,16 @@ func New(c *coord.Coordinator, cfg Config) http.Handler {
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
+	}
+	s.timers, s.keepAlive, s.maxStream = cfg.Timers, cfg.KeepAlive, cfg.MaxStream
+	if s.timers == nil {
+		s.timers = clock.System{}
+	}
+	if s.keepAlive <= 0 {
+		s.keepAlive = DefaultKeepAlive
+	}
+	if s.maxStream <= 0 {
+		s.maxStream = DefaultMaxStream
 	}
 	s.mux = http.NewServeMux()
 	for _, rt := range routes {

@@ -284,13 +284,41 @@ func (s *server) jobEvents(w http.ResponseWriter, r *http.Request, p *principal)
 	if err != nil {
 		return err
 	}
+	wait, err := waitParam(r)
+	if err != nil {
+		return err
+	}
 	product, err := s.jobProduct(r, p, id, "")
 	if err != nil {
 		return err
 	}
-	events, err := s.coord.Events(r.Context(), product, id, after, int(limit))
+	ctx := r.Context()
+	var sub *coord.Subscription
+	if wait > 0 {
+		// The long-poll equivalent of the stream, for a client behind
+		// something that buffers responses: subscribed before the read,
+		// so an event written in between ends the wait.
+		if sub, err = s.coord.Subscribe(ctx, coord.Watch{JobID: id}); err != nil {
+			return err
+		}
+		defer sub.Close()
+	}
+	events, err := s.coord.Events(ctx, product, id, after, int(limit))
 	if err != nil {
 		return err
+	}
+	if len(events) == 0 && sub != nil {
+		t := s.timers.NewTicker(wait)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C():
+		case <-sub.Woken():
+			if events, err = s.coord.Events(ctx, product, id, after, int(limit)); err != nil {
+				return err
+			}
+		}
 	}
 	return writeJSON(w, http.StatusOK, items[fleet.Event]{Items: events})
 }

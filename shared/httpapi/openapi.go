@@ -183,6 +183,11 @@ func respond(desc string, schema obj) obj {
 	return r
 }
 
+// eventStream is a text/event-stream answer.
+func eventStream(desc string) obj {
+	return obj{"description": desc, "content": obj{"text/event-stream": obj{"schema": obj{"type": "string"}}}}
+}
+
 func pathParam(n, desc string) obj {
 	return obj{"name": n, "in": "path", "required": true, "schema": name(""), "description": desc}
 }
@@ -259,13 +264,42 @@ func operations() []operation {
 			params: []obj{jobID,
 				queryParam("after", "Only events with a greater seq.", obj{"type": "integer", "minimum": 0, "default": 0}),
 				queryParam("limit", "At most this many.", obj{"type": "integer", "minimum": 1, "maximum": maxEventPage, "default": maxEventPage}),
+				queryParam("wait", "Long poll: when no event follows after, wait up to this long (a duration such as 30s, at most 60s) "+
+					"for one before answering. The equivalent of the stream for clients behind a proxy that buffers responses.",
+					obj{"type": "string", "default": "0s"}),
 			},
 			ok:     map[string]obj{"200": respond("The events.", listOf("Event"))},
+			errors: []string{"400", "404"}},
+		{method: "GET", path: "/fleet/jobs/{id}/events/stream", access: anyPrincipal, summary: "A job's events, live (SSE)",
+			description: "text/event-stream. Each event is `id: <seq>`, `event: <type>`, `data: <Event JSON>`. " +
+				"Resume with the Last-Event-ID header (what EventSource sends) or after=<seq>: the events after it are replayed first, then live ones follow. " +
+				"A `: keep-alive` comment every 15 s keeps it open. The stream ends after the event that takes the job to a terminal stage " +
+				"(shipped, failed, dead_letter, cancelled), and after 4 minutes in any case (reconnect with the last id: nothing is missed). " +
+				"A bad Last-Event-ID or after is 400 naming it.",
+			params: []obj{jobID,
+				queryParam("after", "Resume after this seq (Last-Event-ID wins when both are sent).", obj{"type": "integer", "minimum": 0}),
+				{"name": headerLastEventID, "in": "header", "required": false, "schema": obj{"type": "string"}, "description": "The seq to resume after."},
+			},
+			ok:     map[string]obj{"200": eventStream("The job's events, as server-sent events.")},
 			errors: []string{"400", "404"}},
 		{method: "GET", path: "/fleet/jobs/{id}/explain", access: anyPrincipal, summary: "Why a job went where it went",
 			description: "Per factory: whether it passed the hard filter (and why not) and each score term with the total.",
 			params:      []obj{jobID}, ok: map[string]obj{"200": respond("The explanation.", ref("Explanation"))},
 			errors: []string{"400", "404"}},
+
+		{method: "GET", path: "/fleet/events/stream", access: operatorOnly, summary: "A product's changes, live (SSE)",
+			description: "text/event-stream of every change of the product's jobs (each job event: `event: <type>`, data the Event) " +
+				"and of its factories (`event: factory`, data the Factory). Needs a product: x-product-id, or a token scoped to one. " +
+				"Ids are opaque positions in the store's change feeds; a block with only an id (no data) moves the client's position without an event. " +
+				"Resume with Last-Event-ID or after=<id>: what changed since is replayed first. A resumed client misses nothing and may see a change twice " +
+				"(de-duplicate job events by data.id). Keep-alive comments every 15 s; the stream ends after 4 minutes (reconnect with the last id). " +
+				"A bad Last-Event-ID or after is 400 naming it.",
+			params: []obj{
+				queryParam("after", "Resume after this id (Last-Event-ID wins when both are sent).", obj{"type": "string"}),
+				{"name": headerLastEventID, "in": "header", "required": false, "schema": obj{"type": "string"}, "description": "The id to resume after."},
+			},
+			ok:     map[string]obj{"200": eventStream("The product's changes, as server-sent events.")},
+			errors: []string{"400"}},
 
 		{method: "POST", path: "/fleet/claim", access: factoryOnly, summary: "Claim the best job (poll transport)",
 			description: "Draws from every product the factory's token is scoped to. The body may be empty or {}. " +

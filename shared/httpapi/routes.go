@@ -15,7 +15,7 @@ type route struct {
 const apiPrefix = "/api"
 
 // routes is every route the API serves. Budgets, DAG children, review,
-// artifacts, the tracker bridge and the SSE event stream are not served yet:
+// artifacts and the tracker bridge are not served yet:
 // they are absent here, and so they answer 404.
 var routes = []route{
 	{method: "GET", pattern: "/api/healthz", access: public, handle: (*server).healthz},
@@ -29,7 +29,9 @@ var routes = []route{
 	{method: "POST", pattern: "/api/fleet/jobs/{id}/lease/renew", access: factoryOnly, handle: (*server).renewLease},
 	{method: "POST", pattern: "/api/fleet/jobs/{id}/lease/release", access: factoryOnly, handle: (*server).releaseLease},
 	{method: "GET", pattern: "/api/fleet/jobs/{id}/runs", access: anyPrincipal, handle: (*server).jobRuns},
-	{method: "GET", pattern: "/api/fleet/jobs/{id}/events", access: anyPrincipal, query: []string{"after", "limit"}, handle: (*server).jobEvents},
+	{method: "GET", pattern: "/api/fleet/jobs/{id}/events", access: anyPrincipal, query: []string{"after", "limit", "wait"}, handle: (*server).jobEvents},
+	{method: "GET", pattern: "/api/fleet/jobs/{id}/events/stream", access: anyPrincipal, query: []string{"after"}, handle: (*server).jobEventStream},
+	{method: "GET", pattern: "/api/fleet/events/stream", access: operatorOnly, query: []string{"after"}, handle: (*server).productEventStream},
 	{method: "GET", pattern: "/api/fleet/jobs/{id}/explain", access: anyPrincipal, handle: (*server).explainJob},
 
 	{method: "POST", pattern: "/api/fleet/claim", access: factoryOnly, handle: (*server).claim},

@@ -129,6 +129,7 @@ type fakeDoc struct {
 	body   map[string]json.RawMessage // without system properties
 	etag   string
 	lsn    int64
+	at     time.Time // when last written, for If-Modified-Since
 }
 
 var fakeSeq atomic.Int64
@@ -421,6 +422,7 @@ func (f *fakeCosmos) docHeaders(d *fakeDoc) map[string]string {
 func (f *fakeCosmos) commit(c *fakeColl, d *fakeDoc) {
 	f.lsn++
 	d.lsn = f.lsn
+	d.at = time.Now()
 	d.etag = fmt.Sprintf(`"0000%04d-0000-0000-0000-000000000000"`, f.lsn)
 	c.docs[d.pk+"\x00"+d.id] = d
 }
@@ -559,6 +561,17 @@ func (f *fakeCosmos) changeFeed(c *fakeColl, r recorded) (int, map[string]string
 		}
 		from = n
 	}
+	// A range read the first time from a start time (StartFrom): the
+	// service compares at second granularity (RFC 1123), so a document of
+	// the same second is returned too.
+	var since time.Time
+	if m := r.Header.Get("If-Modified-Since"); m != "" && r.Header.Get("If-None-Match") == "" {
+		t, err := time.Parse(time.RFC1123, m)
+		if err != nil {
+			return 400, nil, errorBody("BadRequest", "bad If-Modified-Since "+m)
+		}
+		since = t
+	}
 	limit := 100
 	if v := r.Header.Get("x-ms-max-item-count"); v != "" {
 		limit, _ = strconv.Atoi(v)
@@ -569,7 +582,7 @@ func (f *fakeCosmos) changeFeed(c *fakeColl, r recorded) (int, map[string]string
 	}
 	var docs []*fakeDoc
 	for _, d := range c.docs {
-		if d.lsn > from && (rangeID < 0 || c.rangeOf(d.pk) == rangeID) {
+		if d.lsn > from && (rangeID < 0 || c.rangeOf(d.pk) == rangeID) && !d.at.Truncate(time.Second).Before(since) {
 			docs = append(docs, d)
 		}
 	}

@@ -630,7 +630,7 @@ func (s *Store) ReadChanges(ctx context.Context, container, continuation string,
 	if continuation != "" {
 		after, err = strconv.ParseInt(continuation, 10, 64)
 		if err != nil || after < 0 {
-			return coord.ChangePage{}, fmt.Errorf("sqlite: read changes %s: invalid continuation %q", container, continuation)
+			return coord.ChangePage{}, fmt.Errorf("sqlite: read changes %s: continuation %q: %w", container, continuation, coord.ErrBadContinuation)
 		}
 	}
 	limit := pageSize(max)
@@ -660,6 +660,22 @@ func (s *Store) ReadChanges(ctx context.Context, container, continuation string,
 		return coord.ChangePage{}, fmt.Errorf("sqlite: read changes %s: %w", container, classify(ctx, err))
 	}
 	return page, nil
+}
+
+// ChangesHead returns the store's write counter: every later write to any
+// container takes a larger rev, so the feed after it holds only new changes.
+func (s *Store) ChangesHead(ctx context.Context, container string) (string, error) {
+	if _, err := s.table(container); err != nil {
+		return "", fmt.Errorf("sqlite: changes head %s: %w", container, err)
+	}
+	var v int64
+	err := s.retry(ctx, func() error {
+		return s.r.QueryRowContext(ctx, `SELECT v FROM `+seqTable+` WHERE one = 1`).Scan(&v)
+	})
+	if err != nil {
+		return "", fmt.Errorf("sqlite: changes head %s: %w", container, classify(ctx, err))
+	}
+	return formatRev(v), nil
 }
 
 // table resolves a container name.

@@ -126,3 +126,9 @@ func (s *Store) ReadChanges(ctx context.Context, container, continuation string,
 	s.feedReads.Add(1)
 	return s.inner.ReadChanges(ctx, container, continuation, max)
 }
+
+// ChangesHead counts a feed page: on Cosmos it may ask the service.
+func (s *Store) ChangesHead(ctx context.Context, container string) (string, error) {
+	s.feedReads.Add(1)
+	return s.inner.ChangesHead(ctx, container)
+}

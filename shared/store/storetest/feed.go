@@ -370,3 +370,37 @@ func testChangeFeedTail(t *testing.T, s coord.Store) {
 		}
 	}
 }
+
+// testChangesHead: a reader starting at the head sees every change made
+// after it and none of the history, except, on a backend that starts by
+// time, changes of the same instant (at least once).
+func testChangesHead(t *testing.T, s coord.Store) {
+	ctx := t.Context()
+	const c, pk = coord.Events, "j1"
+	for _, id := range []string{"old1", "old2"} {
+		mustCreate(t, s, c, pk, id, doc(t, c, pk, id, nil))
+	}
+	head, err := s.ChangesHead(ctx, c)
+	require.NoError(t, err)
+	require.NotEmpty(t, head)
+	for _, id := range []string{"new1", "new2"} {
+		mustCreate(t, s, c, pk, id, doc(t, c, pk, id, nil))
+	}
+	items, _ := drain(t, s, c, head, 10)
+	ids := feedIDs(items)
+	require.Subset(t, ids, []string{"new1", "new2"}, "a change after the head is missing")
+	require.Subset(t, []string{"old1", "old2", "new1", "new2"}, ids)
+	require.Less(t, slices.Index(ids, "new1"), slices.Index(ids, "new2"))
+
+	_, err = s.ChangesHead(ctx, "no_such_container")
+	require.Error(t, err)
+}
+
+// testChangeFeedBadContinuation: a continuation the backend never issued
+// is ErrBadContinuation (clients hand them back), not an outage.
+func testChangeFeedBadContinuation(t *testing.T, s coord.Store) {
+	for _, cont := range []string{"garbage!", "-5", "eyJ2Ijo5fQ"} {
+		_, err := s.ReadChanges(t.Context(), coord.Events, cont, 10)
+		require.ErrorIs(t, err, coord.ErrBadContinuation, "continuation %q", cont)
+	}
+}

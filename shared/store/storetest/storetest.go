@@ -55,6 +55,8 @@ func Run(t *testing.T, newStore func(t *testing.T) coord.Store) {
 		{"ChangeFeedPartitions", testChangeFeedPartitions},
 		{"ChangeFeedContainerIsolation", testChangeFeedContainerIsolation},
 		{"ChangeFeedTailWhileWriting", testChangeFeedTail},
+		{"ChangesHead", testChangesHead},
+		{"ChangeFeedBadContinuation", testChangeFeedBadContinuation},
 		{"CASRace", testCASRace},
 		{"CreateRace", testCreateRace},
 		{"DeleteRace", testDeleteRace},

@@ -1,0 +1,420 @@
+package coord
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/clock"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// Live events.
+//
+// One watcher per process reads the change feeds of the events container
+// (every job mutation appends an event there, and events are immutable, so
+// its feed is the jobs' full history in commit order) and of the factories
+// container, and fans each page out to the streams connected to this
+// process. A stream never queries the store on a timer: the watcher polls
+// (Config.LivePoll) only while at least one stream is connected, and a
+// write made by this process wakes it at once. Idle, with nobody watching,
+// it costs nothing.
+//
+// A product stream's position is the pair of feed continuations (Position):
+// the store's own change-feed position is the only order of every change of
+// a product that both backends keep durably (SQLite's global revision
+// counter, Cosmos's per-range LSN tokens), and it survives restarts and
+// spans instances, so any instance can resume any client. A continuation
+// marks a page boundary, not an item: every item of a page but the last
+// carries the position before the page, the last the position after it. A
+// client resuming from a mid-page id therefore reads that page again: it may
+// see a change twice and never misses one.
+
+// Position is where a product stream stands in the two feeds it follows.
+type Position struct {
+	Events    string `json:"e"`
+	Factories string `json:"f"`
+}
+
+const positionPrefix = "p1."
+
+// String is the position as a stream id: opaque, URL-safe, no newline.
+func (p Position) String() string {
+	b, _ := json.Marshal(p)
+	return positionPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// ErrBadPosition: a stream id this service did not issue.
+var ErrBadPosition = errors.New("not a live event stream id")
+
+// ParsePosition reads a stream id. Its continuations are checked by the
+// store when read (ErrBadContinuation).
+func ParsePosition(s string) (Position, error) {
+	rest, ok := strings.CutPrefix(s, positionPrefix)
+	if !ok {
+		return Position{}, ErrBadPosition
+	}
+	b, err := base64.RawURLEncoding.DecodeString(rest)
+	if err != nil {
+		return Position{}, ErrBadPosition
+	}
+	var p Position
+	if err := json.Unmarshal(b, &p); err != nil || p.Events == "" || p.Factories == "" {
+		return Position{}, ErrBadPosition
+	}
+	return p, nil
+}
+
+// ChangeFactory is the stream type of a factory change.
+const ChangeFactory = "factory"
+
+// Change is one item of a product stream.
+type Change struct {
+	// ID is the position to resume from after this change.
+	ID Position
+	// Type is the job event's type, or ChangeFactory.
+	Type    string
+	Event   *fleet.Event
+	Factory *fleet.Factory
+}
+
+// Data is the change's JSON body.
+func (ch Change) Data() any {
+	if ch.Factory != nil {
+		return ch.Factory
+	}
+	return ch.Event
+}
+
+func (ch Change) forProduct(product string) bool {
+	if ch.Factory != nil {
+		return ch.Factory.Serves(product)
+	}
+	return ch.Event.ProductID == product
+}
+
+// Batch is what the watcher read in one pass, for one subscriber: the
+// changes it may see and the position after the pass (which moves even when
+// none of them was for it, so an idle stream's position stays fresh).
+type Batch struct {
+	Changes []Change
+	Pos     Position
+}
+
+// Watch says what a subscriber follows: one job (it is woken when the job
+// has new events) or one product (it receives its changes).
+type Watch struct {
+	JobID     string
+	ProductID string
+}
+
+// Subscription is one stream's share of the watcher.
+type Subscription struct {
+	live  *live
+	watch Watch
+	// Start is the position from which this subscription receives every
+	// change (product subscriptions).
+	Start Position
+	wake  chan struct{}
+	batch chan Batch
+	lost  chan struct{}
+	once  sync.Once
+}
+
+// Woken receives when the followed job may have new events.
+func (s *Subscription) Woken() <-chan struct{} { return s.wake }
+
+// Batches receives the product's changes.
+func (s *Subscription) Batches() <-chan Batch { return s.batch }
+
+// Lost is closed when the subscriber fell so far behind that the watcher
+// dropped it: the stream should end so that its client resumes.
+func (s *Subscription) Lost() <-chan struct{} { return s.lost }
+
+// Close ends the subscription; the watcher stops with its last subscriber.
+func (s *Subscription) Close() { s.live.unsubscribe(s) }
+
+// subscriberBuffer is how many batches a product stream may lag behind
+// before it is dropped (and its client resumes from its last id).
+const subscriberBuffer = 256
+
+// feedPage bounds one feed read of the watcher and of a replay.
+const feedPage = 100
+
+type live struct {
+	c      *Coordinator
+	timers clock.Timers
+	poll   time.Duration
+
+	mu      sync.Mutex
+	subs    map[*Subscription]struct{}
+	pos     Position
+	gen     int
+	stop    context.CancelFunc
+	done    chan struct{}
+	kick    chan struct{}
+	running bool
+}
+
+func newLive(c *Coordinator, timers clock.Timers, poll time.Duration) *live {
+	return &live{c: c, timers: timers, poll: poll, subs: map[*Subscription]struct{}{}, kick: make(chan struct{}, 1)}
+}
+
+// Subscribe follows a job or a product from now on. The first subscriber of
+// the process starts the watcher at the feeds' current ends.
+func (c *Coordinator) Subscribe(ctx context.Context, w Watch) (*Subscription, error) {
+	return c.live.subscribe(ctx, w)
+}
+
+func (l *live) subscribe(ctx context.Context, w Watch) (*Subscription, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.running {
+		// Reading the heads under the lock holds back other first
+		// subscribers only: no watcher runs yet.
+		pos, err := l.heads(ctx)
+		if err != nil {
+			return nil, err
+		}
+		l.pos = pos
+		l.gen++
+		wctx, cancel := context.WithCancel(context.Background())
+		l.stop, l.done, l.running = cancel, make(chan struct{}), true
+		go l.run(wctx, l.gen, pos, l.done)
+	}
+	s := &Subscription{live: l, watch: w, Start: l.pos, lost: make(chan struct{})}
+	if w.JobID != "" {
+		s.wake = make(chan struct{}, 1)
+	} else {
+		s.batch = make(chan Batch, subscriberBuffer)
+	}
+	l.subs[s] = struct{}{}
+	return s, nil
+}
+
+func (l *live) unsubscribe(s *Subscription) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.subs[s]; !ok {
+		return
+	}
+	delete(l.subs, s)
+	if len(l.subs) == 0 && l.running {
+		l.stop()
+		l.running = false
+	}
+}
+
+// wake asks a running watcher to read the feeds now: this process wrote.
+func (l *live) wakeUp() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (l *live) heads(ctx context.Context) (Position, error) {
+	e, err := l.c.store.ChangesHead(ctx, Events)
+	if err != nil {
+		return Position{}, fmt.Errorf("live events: head of %s: %w", Events, err)
+	}
+	f, err := l.c.store.ChangesHead(ctx, Factories)
+	if err != nil {
+		return Position{}, fmt.Errorf("live events: head of %s: %w", Factories, err)
+	}
+	return Position{Events: e, Factories: f}, nil
+}
+
+func (l *live) run(ctx context.Context, gen int, pos Position, done chan struct{}) {
+	defer close(done)
+	t := l.timers.NewTicker(l.poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		case <-l.kick:
+		}
+		next, err := l.c.readChanges(ctx, pos, func(b []Change, at Position) { l.deliver(gen, b, at) })
+		if err != nil {
+			if ctx.Err() == nil {
+				l.c.log.WarnContext(ctx, "live events: change feed read failed; retrying at the next poll", "err", err)
+			}
+		}
+		pos = next
+	}
+}
+
+// deliver fans a page out. A product subscriber that cannot keep up is
+// dropped (Lost) rather than blocking everyone else.
+func (l *live) deliver(gen int, changes []Change, at Position) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if gen != l.gen {
+		return
+	}
+	l.pos = at
+	jobs := map[string]bool{}
+	for _, ch := range changes {
+		if ch.Event != nil {
+			jobs[ch.Event.JobID] = true
+		}
+	}
+	for s := range l.subs {
+		if s.watch.JobID != "" {
+			if jobs[s.watch.JobID] {
+				select {
+				case s.wake <- struct{}{}:
+				default:
+				}
+			}
+			continue
+		}
+		var mine []Change
+		for _, ch := range changes {
+			if ch.forProduct(s.watch.ProductID) {
+				mine = append(mine, ch)
+			}
+		}
+		select {
+		case s.batch <- Batch{Changes: mine, Pos: at}:
+		default:
+			delete(l.subs, s)
+			s.once.Do(func() { close(s.lost) })
+			if len(l.subs) == 0 {
+				l.stop()
+				l.running = false
+			}
+		}
+	}
+}
+
+// Replay reads the product's changes after from up to the feeds' current
+// ends, calling emit per page, and returns the position reached. A
+// continuation the store did not issue is ErrBadContinuation before any
+// emit.
+func (c *Coordinator) Replay(ctx context.Context, from Position, productID string, emit func([]Change, Position) error) (Position, error) {
+	var emitErr error
+	pos, err := c.readChanges(ctx, from, func(all []Change, at Position) {
+		if emitErr != nil {
+			return
+		}
+		var mine []Change
+		for _, ch := range all {
+			if ch.forProduct(productID) {
+				mine = append(mine, ch)
+			}
+		}
+		emitErr = emit(mine, at)
+	})
+	if err == nil {
+		err = emitErr
+	}
+	return pos, err
+}
+
+// readChanges drains both feeds from pos, events first, calling page per
+// page read with the position after it, and returns the position reached
+// (as far as it got, on error).
+func (c *Coordinator) readChanges(ctx context.Context, pos Position, page func([]Change, Position)) (Position, error) {
+	for _, feed := range []struct {
+		container string
+		cur       *string
+	}{{Events, &pos.Events}, {Factories, &pos.Factories}} {
+		for {
+			p, err := c.store.ReadChanges(ctx, feed.container, *feed.cur, feedPage)
+			if err != nil {
+				return pos, err
+			}
+			if len(p.Items) == 0 {
+				if p.Continuation != "" {
+					*feed.cur = p.Continuation
+				}
+				break
+			}
+			before := pos
+			*feed.cur = p.Continuation
+			changes := make([]Change, 0, len(p.Items))
+			for i, it := range p.Items {
+				ch, err := c.change(feed.container, it)
+				if err != nil {
+					c.log.WarnContext(ctx, "live events: undecodable change skipped", "container", feed.container, "id", it.ID, "err", err)
+					continue
+				}
+				ch.ID = before
+				if i == len(p.Items)-1 {
+					ch.ID = pos
+				}
+				changes = append(changes, ch)
+			}
+			page(changes, pos)
+		}
+	}
+	return pos, nil
+}
+
+func (c *Coordinator) change(container string, it Item) (Change, error) {
+	if container == Events {
+		ev, err := decode[fleet.Event](it)
+		if err != nil {
+			return Change{}, err
+		}
+		return Change{Type: string(ev.Type), Event: ev}, nil
+	}
+	f, err := decode[fleet.Factory](it)
+	if err != nil {
+		return Change{}, err
+	}
+	f.Rev = it.Rev
+	return Change{Type: ChangeFactory, Factory: c.effectiveHealth(f)}, nil
+}
+
+// wakingStore wakes the live watcher after every write of this process to a
+// container it follows, so a stream sees the change without waiting for the
+// next poll.
+type wakingStore struct {
+	Store
+	live *live
+}
+
+func (s wakingStore) wrote(container string, err error) {
+	if err == nil && (container == Events || container == Factories) {
+		s.live.wakeUp()
+	}
+}
+
+func (s wakingStore) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
+	rev, err := s.Store.Create(ctx, container, pk, id, body)
+	s.wrote(container, err)
+	return rev, err
+}
+
+func (s wakingStore) Replace(ctx context.Context, container, pk, id string, body []byte, ifRev string) (string, error) {
+	rev, err := s.Store.Replace(ctx, container, pk, id, body, ifRev)
+	s.wrote(container, err)
+	return rev, err
+}
+
+func (s wakingStore) Upsert(ctx context.Context, container, pk, id string, body []byte) (string, error) {
+	rev, err := s.Store.Upsert(ctx, container, pk, id, body)
+	s.wrote(container, err)
+	return rev, err
+}
+
+func (s wakingStore) Delete(ctx context.Context, container, pk, id, ifRev string) error {
+	err := s.Store.Delete(ctx, container, pk, id, ifRev)
+	s.wrote(container, err)
+	return err
+}
+
+func (s wakingStore) Increment(ctx context.Context, container, pk, id, field string, delta int64) (int64, error) {
+	v, err := s.Store.Increment(ctx, container, pk, id, field, delta)
+	s.wrote(container, err)
+	return v, err
+}

@@ -1,0 +1,307 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// Live event streams (text/event-stream).
+//
+// A job stream's ids are the events' seq; a product stream's are store
+// change-feed positions (coord.Position). Either resumes from the
+// Last-Event-ID header (what EventSource sends when it reconnects) or
+// ?after=, replaying what was missed before going live. A comment line
+// every KeepAlive keeps proxies from closing an idle stream; a stream ends
+// after MaxStream so that a platform limit on a request's duration (the
+// Functions host's functionTimeout) never cuts one mid-event: the client
+// reconnects with its last id and misses nothing.
+
+// Stream defaults.
+const (
+	DefaultKeepAlive = 15 * time.Second
+	// DefaultMaxStream stays under host.json's functionTimeout (5 min).
+	DefaultMaxStream = 4 * time.Minute
+	// eventGapGrace is how long a missing seq is waited for before the
+	// events after it are sent anyway: two writers of one job can commit
+	// their events out of order, but an event missing for longer was lost
+	// (appendEvent logs it) and must not hold the stream back forever.
+	eventGapGrace     = 5 * time.Second
+	headerLastEventID = "Last-Event-ID"
+)
+
+// sse writes one stream. The status line and headers go out with the first
+// write, so an error found before it (a bad resume id) is still a clean 4xx.
+type sse struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	started bool
+	buf     bytes.Buffer
+}
+
+func newSSE(w http.ResponseWriter) *sse {
+	return &sse{w: w, rc: http.NewResponseController(w)}
+}
+
+func (s *sse) start() {
+	if s.started {
+		return
+	}
+	s.started = true
+	h := s.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	// Tells buffering reverse proxies (nginx and kin) to pass it through.
+	h.Set("X-Accel-Buffering", "no")
+	s.w.WriteHeader(http.StatusOK)
+}
+
+// event queues one event; data is JSON on one line.
+func (s *sse) event(id, typ string, data any) error {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return fmt.Errorf("encode event: %w", err)
+	}
+	fmt.Fprintf(&s.buf, "id: %s\nevent: %s\ndata: %s\n\n", id, typ, b)
+	return nil
+}
+
+// id queues a bare id field: EventSource takes it as its last event id
+// without dispatching an event, so a client learns where it stands.
+func (s *sse) id(id string) { fmt.Fprintf(&s.buf, "id: %s\n\n", id) }
+
+func (s *sse) comment(text string) { fmt.Fprintf(&s.buf, ": %s\n\n", text) }
+
+// flush sends what is queued.
+func (s *sse) flush() error {
+	s.start()
+	if s.buf.Len() > 0 {
+		if _, err := s.w.Write(s.buf.Bytes()); err != nil {
+			return err
+		}
+		s.buf.Reset()
+	}
+	return s.rc.Flush()
+}
+
+// resumeID is the id a client resumes after: Last-Event-ID, else ?after=.
+// field names where it came from, for the 400.
+func resumeID(r *http.Request) (id, field string) {
+	if v := r.Header.Get(headerLastEventID); v != "" {
+		return v, headerLastEventID
+	}
+	if v := r.URL.Query().Get("after"); v != "" {
+		return v, "after"
+	}
+	return "", ""
+}
+
+func (s *server) jobEventStream(w http.ResponseWriter, r *http.Request, p *principal) error {
+	id, err := pathName(r, "id")
+	if err != nil {
+		return err
+	}
+	var after int64
+	if v, field := resumeID(r); v != "" {
+		after, err = strconv.ParseInt(v, 10, 64)
+		if err != nil || after < 0 {
+			return fleet.Invalid(field, "must be an event seq (a whole number >= 0), got %q", v)
+		}
+	}
+	product, err := s.jobProduct(r, p, id, "")
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	// Subscribe before the first read, so an event written in between
+	// wakes the stream instead of being missed.
+	sub, err := s.coord.Subscribe(ctx, coord.Watch{JobID: id})
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	events, err := s.coord.Events(ctx, product, id, after, 0)
+	if err != nil {
+		return err // not found, or the store: nothing sent yet
+	}
+	out := newSSE(w)
+	tick := s.timers.NewTicker(s.keepAlive)
+	defer tick.Stop()
+	deadline := s.timers.Now().Add(s.maxStream)
+	for {
+		var ended bool
+		after, ended = s.sendEvents(out, events, after)
+		if out.flush() != nil || ended {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sub.Woken():
+		case <-tick.C():
+			if !s.timers.Now().Before(deadline) {
+				return nil
+			}
+			out.comment("keep-alive")
+		}
+		if events, err = s.coord.Events(ctx, product, id, after, 0); err != nil {
+			// The headers are out: end the stream, the client resumes.
+			s.log.WarnContext(ctx, "event stream: read failed", "job", id, "err", err)
+			_ = out.flush()
+			return nil
+		}
+	}
+}
+
+// sendEvents queues the events that follow after in seq order and returns
+// the last seq queued and whether the job reached a terminal stage. A gap
+// in seq is waited for (the next wake or keep-alive reads again) unless the
+// event after it is older than eventGapGrace.
+func (s *server) sendEvents(out *sse, events []fleet.Event, after int64) (int64, bool) {
+	now := s.timers.Now()
+	for _, ev := range events {
+		if ev.Seq <= after {
+			continue
+		}
+		if ev.Seq != after+1 && now.Sub(ev.At) < eventGapGrace {
+			return after, false
+		}
+		if err := out.event(strconv.FormatInt(ev.Seq, 10), string(ev.Type), ev); err != nil {
+			return after, false
+		}
+		after = ev.Seq
+		if ev.To != "" && ev.To.Terminal() {
+			return after, true
+		}
+	}
+	return after, false
+}
+
+func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *principal) error {
+	product, err := needProduct(r, p)
+	if err != nil {
+		return err
+	}
+	var from *coord.Position
+	if v, field := resumeID(r); v != "" {
+		pos, err := coord.ParsePosition(v)
+		if err != nil {
+			return fleet.Invalid(field, "is not an id of this stream: resume with the last id received, got %q", v)
+		}
+		from = &pos
+	}
+	ctx := r.Context()
+	sub, err := s.coord.Subscribe(ctx, coord.Watch{ProductID: product})
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	out := newSSE(w)
+	last := sub.Start
+	if from != nil {
+		// Changes from the client's position up to now; the subscription
+		// holds everything after its start, which is not later than where
+		// the replay ends, so nothing falls in between (a change may come
+		// twice).
+		reached, err := s.coord.Replay(ctx, *from, product, func(changes []coord.Change, at coord.Position) error {
+			if err := queueChanges(out, changes); err != nil {
+				return err
+			}
+			if len(changes) > 0 {
+				return out.flush()
+			}
+			return nil
+		})
+		switch {
+		case errors.Is(err, coord.ErrBadContinuation) && !out.started:
+			return fleet.Invalid(resumeField(r), "is not an id of this stream (%v)", err)
+		case err != nil && !out.started:
+			return err
+		case err != nil:
+			s.log.WarnContext(ctx, "event stream: replay failed", "product", product, "err", err)
+			return nil
+		}
+		last = reached
+	}
+	out.id(last.String())
+	tick := s.timers.NewTicker(s.keepAlive)
+	defer tick.Stop()
+	deadline := s.timers.Now().Add(s.maxStream)
+	sent := last
+	for {
+		if out.flush() != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sub.Lost():
+			return nil // too far behind: the client resumes from its last id
+		case b := <-sub.Batches():
+			if err := queueChanges(out, b.Changes); err != nil {
+				return nil
+			}
+			last = b.Pos
+			if len(b.Changes) > 0 {
+				sent = last
+			}
+		case <-tick.C():
+			if !s.timers.Now().Before(deadline) {
+				return nil
+			}
+			if last != sent {
+				// Changes of other products moved the feeds: hand the
+				// client the newer position, so a resume reads less.
+				out.id(last.String())
+				sent = last
+			}
+			out.comment("keep-alive")
+		}
+	}
+}
+
+func resumeField(r *http.Request) string {
+	_, field := resumeID(r)
+	return field
+}
+
+func queueChanges(out *sse, changes []coord.Change) error {
+	for _, ch := range changes {
+		if err := out.event(ch.ID.String(), ch.Type, ch.Data()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxWait bounds ?wait= on the long-poll routes.
+const maxWait = 60 * time.Second
+
+// waitParam reads ?wait= (a Go duration or whole seconds).
+func waitParam(r *http.Request) (time.Duration, error) {
+	v := r.URL.Query().Get("wait")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		n, nerr := strconv.ParseInt(v, 10, 64)
+		if nerr != nil || n > math.MaxInt32 {
+			return 0, fleet.Invalid("wait", "must be a duration such as 30s, got %q", v)
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < 0 || d > maxWait {
+		return 0, fleet.Invalid("wait", "must be between 0s and %v, got %v", maxWait, d)
+	}
+	return d, nil
+}

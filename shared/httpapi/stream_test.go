@@ -1,0 +1,320 @@
+package httpapi
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// sseBlock is one block of a stream: an event, a bare id, or a comment.
+type sseBlock struct {
+	id, event, data, comment string
+	hasID                    bool
+}
+
+// sseStream reads a live stream block by block in the background.
+type sseStream struct {
+	t      *testing.T
+	resp   *http.Response
+	blocks chan sseBlock
+	done   chan struct{} // closed when the server ended the stream
+}
+
+func (f *fixture) stream(path, token string, opts ...reqOption) *sseStream {
+	f.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	f.t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, "GET", f.url+path, nil)
+	require.NoError(f.t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	for _, o := range opts {
+		o(req)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(f.t, err)
+	f.t.Cleanup(func() { resp.Body.Close() })
+	require.Equal(f.t, 200, resp.StatusCode)
+	require.Equal(f.t, "text/event-stream", resp.Header.Get("Content-Type"))
+	s := &sseStream{t: f.t, resp: resp, blocks: make(chan sseBlock, 100), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		rd := bufio.NewReader(resp.Body)
+		var b sseBlock
+		for {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				return
+			}
+			line = strings.TrimSuffix(line, "\n")
+			switch {
+			case line == "":
+				s.blocks <- b
+				b = sseBlock{}
+			case strings.HasPrefix(line, ":"):
+				b.comment = strings.TrimSpace(line[1:])
+			case strings.HasPrefix(line, "id: "):
+				b.id, b.hasID = line[4:], true
+			case strings.HasPrefix(line, "event: "):
+				b.event = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				b.data = line[6:]
+			}
+		}
+	}()
+	return s
+}
+
+// next is the next block; it fails the test after a generous bound.
+func (s *sseStream) next() sseBlock {
+	s.t.Helper()
+	select {
+	case b := <-s.blocks:
+		return b
+	case <-s.done:
+		select {
+		case b := <-s.blocks:
+			return b
+		default:
+		}
+		s.t.Fatal("stream ended")
+	case <-time.After(10 * time.Second):
+		s.t.Fatal("no block within 10s")
+	}
+	return sseBlock{}
+}
+
+// nextEvent skips comments and bare ids.
+func (s *sseStream) nextEvent() (sseBlock, fleet.Event) {
+	s.t.Helper()
+	for {
+		b := s.next()
+		if b.event == "" {
+			continue
+		}
+		var ev fleet.Event
+		if b.event != "factory" {
+			require.NoError(s.t, json.Unmarshal([]byte(b.data), &ev), b.data)
+		}
+		return b, ev
+	}
+}
+
+// ended waits for the server to end the stream, with no event left unread.
+func (s *sseStream) ended() {
+	s.t.Helper()
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		s.t.Fatal("stream did not end")
+	}
+	for {
+		select {
+		case b := <-s.blocks:
+			require.Empty(s.t, b.event, "event after the end: %+v", b)
+		default:
+			return
+		}
+	}
+}
+
+func TestJobStreamReplaysThenGoesLiveAndEndsAtTerminal(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	tok := f.enroll("f1", []string{"p1"}, "r1")
+	j := f.submit("p1", manifest("r1"))
+	c := f.claim(tok)
+
+	s := f.stream("/api/fleet/jobs/"+j.ID+"/events/stream", rootToken)
+	b, ev := s.nextEvent()
+	require.Equal(t, "1", b.id)
+	require.Equal(t, "submitted", b.event)
+	require.Equal(t, j.ID, ev.JobID)
+	b, _ = s.nextEvent()
+	require.Equal(t, "2", b.id)
+	require.Equal(t, "claimed", b.event)
+
+	// Live: a write after the stream caught up arrives without polling.
+	f.ok(200, nil, "PATCH", "/api/fleet/jobs/"+j.ID, tok, map[string]any{"stage": "building", "leaseEpoch": c.LeaseEpoch})
+	b, ev = s.nextEvent()
+	require.Equal(t, "3", b.id)
+	require.Equal(t, fleet.StageBuilding, ev.To)
+
+	f.ok(200, nil, "POST", "/api/fleet/fail", tok, map[string]any{"jobId": j.ID, "leaseEpoch": c.LeaseEpoch, "reason": "broke", "retryable": false})
+	b, ev = s.nextEvent()
+	require.Equal(t, "4", b.id)
+	require.True(t, ev.To.Terminal(), "%+v", ev)
+	s.ended()
+
+	// A stream opened on a job already terminal replays and ends.
+	s = f.stream("/api/fleet/jobs/"+j.ID+"/events/stream?after=3", rootToken)
+	b, _ = s.nextEvent()
+	require.Equal(t, "4", b.id)
+	s.ended()
+}
+
+func TestJobStreamResumes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	tok := f.enroll("f1", []string{"p1"}, "r1")
+	j := f.submit("p1", manifest("r1"))
+	f.claim(tok)
+	path := "/api/fleet/jobs/" + j.ID + "/events/stream"
+
+	for _, tc := range []struct {
+		name  string
+		path  string
+		opts  []reqOption
+		first string
+	}{
+		{"Last-Event-ID", path, []reqOption{header("Last-Event-ID", "1")}, "2"},
+		{"after", path + "?after=1", nil, "2"},
+		{"Last-Event-ID wins over after", path + "?after=0", []reqOption{header("Last-Event-ID", "1")}, "2"},
+		{"from the start", path, nil, "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := f.stream(tc.path, rootToken, tc.opts...)
+			b, _ := s.nextEvent()
+			require.Equal(t, tc.first, b.id)
+		})
+	}
+}
+
+func TestJobStreamKeepAliveAndEnd(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	j := f.submit("p1", manifest("r1"))
+	s := f.stream("/api/fleet/jobs/"+j.ID+"/events/stream", rootToken)
+	b, _ := s.nextEvent() // the stream's ticker exists once it has sent
+	require.Equal(t, "1", b.id)
+
+	f.clock.Advance(DefaultKeepAlive)
+	require.Equal(t, sseBlock{comment: "keep-alive"}, s.next())
+	f.clock.Advance(DefaultKeepAlive)
+	require.Equal(t, sseBlock{comment: "keep-alive"}, s.next())
+
+	// MaxStream: the stream ends (its client resumes with its last id).
+	f.clock.Advance(DefaultMaxStream)
+	s.ended()
+}
+
+func TestStreamRefusesBadResumeIDs(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	j := f.submit("p1", manifest("r1"))
+	jobPath := "/api/fleet/jobs/" + j.ID + "/events/stream"
+	foreign := "p1." + base64.RawURLEncoding.EncodeToString([]byte(`{"e":"not-a-rev","f":"7"}`))
+	for _, tc := range []struct {
+		name, path string
+		opts       []reqOption
+		field      string
+	}{
+		{"job: Last-Event-ID not a seq", jobPath, []reqOption{header("Last-Event-ID", "abc")}, "Last-Event-ID"},
+		{"job: negative after", jobPath + "?after=-1", nil, "after"},
+		{"job: after not a seq", jobPath + "?after=p1.xyz", nil, "after"},
+		{"product: Last-Event-ID not an id", "/api/fleet/events/stream", []reqOption{header("Last-Event-ID", "17")}, "Last-Event-ID"},
+		{"product: after not base64", "/api/fleet/events/stream?after=p1.%21%21", nil, "after"},
+		{"product: continuation the store never issued", "/api/fleet/events/stream", []reqOption{header("Last-Event-ID", foreign)}, "Last-Event-ID"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := f.call("GET", tc.path, rootToken, nil, append(tc.opts, product("p1"))...)
+			require.Equal(t, 400, res.status, "%s", res)
+			require.Equal(t, tc.field, res.errorOf(t).Field)
+		})
+	}
+	res := f.call("GET", "/api/fleet/jobs/nope/events/stream", rootToken, nil, product("p1"))
+	require.Equal(t, 404, res.status, "%s", res)
+}
+
+func TestProductStream(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	f.putProduct("other", "r2")
+	old := f.submit("p1", manifest("r1"))
+
+	s := f.stream("/api/fleet/events/stream", rootToken, product("p1"))
+	start := s.next()
+	require.True(t, start.hasID, "the stream opens with its position")
+	require.Empty(t, start.event)
+
+	// Only changes made after it connected, and only the product's.
+	f.submit("other", manifest("r2"))
+	j := f.submit("p1", manifest("r1"))
+	b, ev := s.nextEvent()
+	require.Equal(t, "submitted", b.event)
+	require.Equal(t, j.ID, ev.JobID, "the old job %s or another product's leaked in", old.ID)
+
+	// A factory of the product shows as a factory change.
+	f.enroll("f1", []string{"p1"}, "r1")
+	b, _ = s.nextEvent()
+	require.Equal(t, "factory", b.event)
+	var fac fleet.Factory
+	require.NoError(t, json.Unmarshal([]byte(b.data), &fac))
+	require.Equal(t, "f1", fac.ID)
+
+	// Resuming from the opening id replays everything since, in order.
+	later := f.submit("p1", manifest("r1"))
+	r := f.stream("/api/fleet/events/stream", rootToken, product("p1"), header("Last-Event-ID", start.id))
+	var seen []string
+	for len(seen) == 0 || seen[len(seen)-1] != later.ID {
+		b, ev := r.nextEvent()
+		if b.event != "factory" {
+			seen = append(seen, ev.JobID)
+		}
+	}
+	require.Equal(t, []string{j.ID, later.ID}, seen)
+
+	// Keep-alive with the position the feeds moved to.
+	f.clock.Advance(DefaultKeepAlive)
+	for {
+		b := s.next()
+		if b.comment == "keep-alive" {
+			break
+		}
+	}
+}
+
+func TestEventsLongPoll(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	tok := f.enroll("f1", []string{"p1"}, "r1")
+	j := f.submit("p1", manifest("r1"))
+
+	got := make(chan result, 1)
+	go func() { got <- f.call("GET", "/api/fleet/jobs/"+j.ID+"/events?after=1&wait=30s", rootToken, nil) }()
+	<-f.clock.TickerMade() // the watcher's poll
+	<-f.clock.TickerMade() // the request's wait
+	f.claim(tok)
+	res := <-got
+	require.Equal(t, 200, res.status, "%s", res)
+	var evs items[fleet.Event]
+	require.NoError(t, json.Unmarshal(res.body, &evs))
+	require.Len(t, evs.Items, 1)
+	require.Equal(t, fleet.EventClaimed, evs.Items[0].Type)
+
+	go func() { got <- f.call("GET", "/api/fleet/jobs/"+j.ID+"/events?after=2&wait=30s", rootToken, nil) }()
+	<-f.clock.TickerMade()
+	<-f.clock.TickerMade()
+	f.clock.Advance(30 * time.Second)
+	res = <-got
+	require.Equal(t, 200, res.status, "%s", res)
+	require.JSONEq(t, `{"items":[]}`, string(res.body))
+
+	res = f.call("GET", "/api/fleet/jobs/"+j.ID+"/events?wait=2h", rootToken, nil)
+	require.Equal(t, 400, res.status)
+	require.Equal(t, "wait", res.errorOf(t).Field)
+}
