@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build test vet lint tidy-check staticcheck run bench package handler func-app azurite
+.PHONY: all build test vet lint tidy-check staticcheck run bench package handler func-app azurite chromium test-tools
 
 all: build
 
@@ -65,8 +65,26 @@ lint: vet tidy-check staticcheck
 # free loopback port for the run and stops it after: the blob store's
 # conformance suite and the artifact tests run against it. Without npm they
 # skip, except under CI=true, where they fail.
-test: lint tf-check-if-available
+test: lint tf-check-if-available test-tools
 	$(GO) run ./tests/azurite -dir $(AZURITE_DIR) -version $(AZURITE_VERSION) -- $(GO) test -race -count=1 ./...
+
+# Tools the black-box tests drive, installed with apt-get when missing:
+# Debian's chromium for the web console's browser test (tests/console_test.go).
+# Without them those tests skip, except under CI=true, where installing must
+# succeed and the tests fail rather than skip.
+test-tools: chromium
+
+chromium:
+	@$(call apt_tool,chromium,chromium)
+
+# apt_tool(command, package): install package unless command is on PATH.
+define apt_tool
+command -v $(1) >/dev/null 2>&1 || { \
+	echo "$(1): installing Debian package $(2) (apt-get)"; \
+	{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null; } || \
+	{ if [ "$$CI" = true ]; then echo "$(1): could not install $(2), and CI=true needs it"; exit 1; fi; \
+	  echo "$(1): could not install $(2); the tests that need it will skip"; }; }
+endef
 
 # Performance figures on the real local stack, with their targets
 # (tests/bench/README.md). Smoke run: make bench BENCH_FLAGS="-jobs 200 -idle 5s".

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/config"
+	"github.com/gigafactory/fleet/shared/console"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/httpapi"
@@ -109,7 +110,9 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger, opts ...Option
 	if err != nil {
 		return nil, err
 	}
-	a.API = httpapi.New(a.Coord, httpapi.Config{OperatorTokens: tokens, Logger: log})
+	// The web console rides on the API's handler, so every shape that serves
+	// the API (Functions app, local stack, Lambda) serves it at /api/console/.
+	a.API = console.Mount(httpapi.New(a.Coord, httpapi.Config{OperatorTokens: tokens, Logger: log}))
 	ok = true
 	return a, nil
 }

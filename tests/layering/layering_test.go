@@ -41,6 +41,17 @@ func TestBinariesLinkOnlyWhatTheyRun(t *testing.T) {
 			},
 			why: "the worker speaks the wire protocol; the scheduler, use cases and stores are the coordinator's",
 		},
+		{
+			binary: "./infra/fleetctl",
+			forbidden: []string{
+				"github.com/nats-io",
+				module + "/shared/schedule",
+				module + "/shared/coord",
+				module + "/shared/store",
+				module + "/shared/httpapi",
+			},
+			why: "fleetctl is a client of the HTTP API like any other; it links none of the coordinator",
+		},
 	} {
 		t.Run(strings.TrimPrefix(tt.binary, "./"), func(t *testing.T) {
 			t.Parallel()

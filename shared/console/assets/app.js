@@ -1,0 +1,519 @@
+// The fleet console: a single page over /api/fleet. Hash routes
+// (#/fleet, #/jobs, #/job/<id>, #/new, #/alerts) keep the token out of
+// every URL; views re-fetch in place on every live tick, so the page never
+// reloads, and a failed call shows its error instead of an empty page.
+import { api, get, session, loadRoutes, has, streamEvents } from './api.js';
+
+const STAGES = ['queued', 'blocked', 'assigned', 'building', 'review', 'testing', 'shipped', 'failed', 'dead_letter', 'cancelled'];
+const TERMINAL = new Set(['shipped', 'failed', 'dead_letter', 'cancelled']);
+const PRIORITIES = ['low', 'normal', 'high', 'critical'];
+// Which operator actions the stage machine allows from each stage.
+const ACTIONS = {
+  ship: ['testing', 'review'],
+  reject: ['testing', 'review'],
+  requeue: ['failed', 'dead_letter', 'cancelled'],
+  cancel: ['queued', 'blocked', 'assigned', 'building', 'review', 'testing'],
+};
+const POLL_MS = 2000;
+const PAGE = 25;
+
+const $ = sel => document.querySelector(sel);
+const main = $('#main');
+
+// h builds DOM nodes; text is always set as text, never parsed as HTML.
+function h(tag, attrs, ...kids) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'class') el.className = v;
+    else el.setAttribute(k, v === true ? '' : v);
+  }
+  for (const kid of kids.flat()) {
+    if (kid === undefined || kid === null || kid === false) continue;
+    el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+  }
+  return el;
+}
+const badge = (cls, text) => h('span', { class: 'badge ' + cls }, text);
+const stageBadge = s => badge('s-' + s, s.replace('_', ' '));
+const jobLink = id => h('a', { href: '#/job/' + encodeURIComponent(id), class: 'mono' }, id);
+const errorBox = e => h('p', { class: 'error', role: 'alert' }, String(e.message || e));
+const dash = v => (v === undefined || v === null || v === '' ? '–' : v);
+const list = a => (a && a.length ? a.join(', ') : '–');
+
+function ago(iso) {
+  if (!iso) return '–';
+  const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (s < 60) return Math.floor(s) + 's ago';
+  if (s < 3600) return Math.floor(s / 60) + 'm ago';
+  if (s < 172800) return Math.floor(s / 3600) + 'h ago';
+  return Math.floor(s / 86400) + 'd ago';
+}
+const time = iso => h('time', { datetime: iso, title: iso }, ago(iso));
+
+function table(headers, rows, empty) {
+  if (!rows.length) return h('p', { class: 'note' }, empty);
+  return h('table', {},
+    h('thead', {}, h('tr', {}, headers.map(x => h('th', { scope: 'col', class: x.num ? 'num' : null }, x.label || x)))),
+    h('tbody', {}, rows));
+}
+
+// ---- live updates -----------------------------------------------------
+
+// The current view's refresh runs on every tick (polling) and on every
+// event of the product's stream once GET /fleet/events/stream exists.
+const live = {
+  refresh: null, timer: null, stopStream: null, busy: false, pending: false, mode: 'polling',
+  setState(text, ok) {
+    const el = $('#live');
+    el.textContent = text;
+    el.className = 'live ' + (ok ? 'ok' : 'bad');
+  },
+  async tick() {
+    if (!this.refresh) return;
+    if (this.busy) { this.pending = true; return; }
+    this.busy = true;
+    try {
+      await this.refresh();
+      banner('');
+      if (this.mode === 'polling') this.setState('live · polling', true);
+    } catch (e) {
+      banner('Refresh failed: ' + e.message + ' (retrying)');
+      if (this.mode === 'polling') this.setState('reconnecting…', false);
+    } finally {
+      this.busy = false;
+      if (this.pending) { this.pending = false; this.tick(); }
+    }
+  },
+  start() {
+    this.stop();
+    if (has('/events/stream')) {
+      this.mode = 'stream';
+      this.setState('connecting…', false);
+      let debounce = null;
+      this.stopStream = streamEvents('/events/stream', () => {
+        clearTimeout(debounce);
+        debounce = setTimeout(() => this.tick(), 150);
+      }, (state, detail) => {
+        if (state === 'live') this.setState('live · stream', true);
+        else this.setState('reconnecting…' + (detail ? ' (' + detail + ')' : ''), false);
+      });
+      // A slow poll as a safety net: a missed event heals within 15 s.
+      this.timer = setInterval(() => this.tick(), 15000);
+    } else {
+      this.mode = 'polling';
+      this.setState('live · polling', true);
+      this.timer = setInterval(() => this.tick(), POLL_MS);
+    }
+  },
+  stop() {
+    clearInterval(this.timer); this.timer = null;
+    if (this.stopStream) { this.stopStream(); this.stopStream = null; }
+  },
+};
+
+function banner(text) {
+  const b = $('#banner');
+  b.textContent = text;
+  b.hidden = !text;
+}
+
+// ---- routing ----------------------------------------------------------
+
+function parseHash() {
+  const raw = location.hash.replace(/^#\/?/, '');
+  const [path, qs] = raw.split('?');
+  const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  return { name: parts[0] || 'fleet', arg: parts[1], query: new URLSearchParams(qs || '') };
+}
+
+const views = { fleet: fleetView, jobs: jobsView, job: jobView, new: newJobView, alerts: alertsView };
+
+let routeSeq = 0;
+// route renders the page the hash names; quiet (a live retry of a page
+// that failed) keeps the current content until there is something new.
+async function route(quiet) {
+  const seq = ++routeSeq;
+  live.refresh = null;
+  if (!session.token) { signIn(); return; }
+  $('#nav').hidden = false;
+  $('#session').hidden = false;
+  const r = parseHash();
+  const view = views[r.name] || fleetView;
+  for (const a of document.querySelectorAll('#nav a')) {
+    a.toggleAttribute('aria-current', a.dataset.section === r.name || (r.name === 'job' && a.dataset.section === 'jobs'));
+    if (a.hasAttribute('aria-current')) a.setAttribute('aria-current', 'page');
+  }
+  if (quiet !== true) {
+    banner('');
+    main.replaceChildren(h('p', { class: 'note' }, 'Loading…'));
+  }
+  let refresh;
+  try {
+    refresh = await view(r);
+  } catch (e) {
+    if (seq !== routeSeq) return;
+    if (e.status === 401) { signOut('Your token was refused: ' + e.message); return; }
+    main.replaceChildren(h('h2', {}, 'Something went wrong'), errorBox(e),
+      h('button', { type: 'button', onclick: route }, 'Retry'));
+    live.refresh = () => route(true);
+    return;
+  }
+  if (seq !== routeSeq) return;
+  live.refresh = refresh || null;
+}
+
+// ---- session ----------------------------------------------------------
+
+function signIn(message) {
+  live.stop();
+  $('#nav').hidden = true;
+  $('#session').hidden = true;
+  const token = h('input', { id: 'token', type: 'password', autocomplete: 'off', required: true, spellcheck: 'false' });
+  const product = h('input', { id: 'signin-product', type: 'text', autocomplete: 'off', value: session.product, placeholder: 'e.g. demo' });
+  const status = h('div', { role: 'alert' }, message ? errorBox({ message }) : null);
+  const submit = h('button', { type: 'submit', class: 'primary' }, 'Sign in');
+  const form = h('form', { class: 'card signin', 'aria-labelledby': 'signin-title' },
+    h('h2', { id: 'signin-title' }, 'Sign in'),
+    h('p', { class: 'note' }, 'The operator token stays in this tab (sessionStorage) and is sent only as an Authorization header.'),
+    h('div', { class: 'row' }, h('label', { for: 'token' }, 'Operator token'), token),
+    h('div', { class: 'row' }, h('label', { for: 'signin-product' }, 'Product'), product),
+    status, submit);
+  form.addEventListener('submit', async ev => {
+    ev.preventDefault();
+    submit.disabled = true;
+    session.token = token.value.trim();
+    session.product = product.value.trim();
+    try {
+      // Any operator route proves the token; repos also lists products.
+      await get('/repos', { product: '' });
+      token.value = '';
+      await start();
+    } catch (e) {
+      session.token = '';
+      status.replaceChildren(errorBox(e));
+      submit.disabled = false;
+    }
+  });
+  main.replaceChildren(form);
+  token.focus();
+}
+
+function signOut(message) {
+  session.token = '';
+  live.refresh = null;
+  history.replaceState(null, '', location.pathname + '#/fleet');
+  signIn(message);
+}
+
+// products lists the products the operator can see (owners of repos and
+// products factories serve), and the current one.
+async function refreshProducts() {
+  const sel = $('#product');
+  const names = new Set();
+  const [repos, factories] = await Promise.all([get('/repos', { product: '' }), get('/factories', { product: '' })]);
+  for (const r of repos.items || []) for (const p of r.products || []) names.add(p);
+  for (const f of factories.items || []) for (const p of f.products || []) names.add(p);
+  if (session.product) names.add(session.product);
+  if (!session.product && names.size) session.product = [...names].sort()[0];
+  sel.replaceChildren(...[...names].sort().map(n => h('option', { value: n, selected: n === session.product }, n)));
+  if (!names.size) sel.append(h('option', { value: '' }, '(no products yet)'));
+}
+
+async function start() {
+  await loadRoutes();
+  await refreshProducts();
+  live.start();
+  if (!location.hash || location.hash === '#' || location.hash === '#/') location.hash = '#/fleet';
+  else route();
+}
+
+// ---- views ------------------------------------------------------------
+
+function needProduct() {
+  if (!session.product) throw new Error('Pick a product first: no product is selected (x-product-id).');
+}
+
+// Fleet map: every factory with health, seats, load, capabilities, repos,
+// last heartbeat, kind, and the jobs it runs.
+async function fleetView() {
+  const region = h('div');
+  main.replaceChildren(h('h2', {}, 'Fleet map'), region);
+  async function refresh() {
+    const [fs, metrics, running] = await Promise.all([
+      get('/factories'), get('/metrics'), runningJobs()]);
+    const byHolder = {};
+    for (const j of running) (byHolder[j.holderFactoryId] ||= []).push(j);
+    const f = metrics.factories || {};
+    const stats = h('div', { class: 'stats' },
+      stat('Factories', f.total), stat('Seats used', `${f.load || 0} / ${f.seats || 0}`),
+      stat('Running jobs', running.length), stat('Alerts', (metrics.alerts || []).length));
+    const rows = (fs.items || []).map(x => h('tr', {},
+      h('th', { scope: 'row' }, h('span', { class: 'mono' }, x.id)),
+      h('td', {}, x.kind),
+      h('td', {}, badge('h-' + x.health, x.health)),
+      h('td', {}, h('span', { class: 'seats', role: 'img', 'aria-label': `${x.load} of ${x.seatLimit} seats used` },
+        h('span')), ` ${x.load}/${x.seatLimit}`),
+      h('td', {}, list(x.capabilities)),
+      h('td', {}, list(x.repos)),
+      h('td', {}, time(x.lastHeartbeatAt)),
+      h('td', {}, (byHolder[x.id] || []).length ? h('ul', { class: 'timeline' }, byHolder[x.id].map(j =>
+        h('li', {}, jobLink(j.id), ' ', stageBadge(j.stage), ' ', j.title))) : '–')));
+    // Seat bars are sized through the CSSOM: the policy forbids inline style attributes.
+    region.replaceChildren(stats, h('h3', {}, 'Factories'),
+      table(['Factory', 'Kind', 'Health', 'Seats', 'Capabilities', 'Repos', 'Last heartbeat', 'Running jobs'], rows,
+        'No factory serves this product yet. Enroll one (fleetctl factories enroll) and start it.'));
+    region.querySelectorAll('.seats').forEach((el, i) => {
+      const x = fs.items[i];
+      el.firstChild.style.width = (x.seatLimit ? Math.min(100, 100 * x.load / x.seatLimit) : 0) + '%';
+    });
+  }
+  needProduct();
+  await refresh();
+  return refresh;
+}
+const stat = (label, value) => h('div', { class: 'card' }, h('div', { class: 'note' }, label), h('div', { class: 'stat' }, dash(value)));
+
+async function runningJobs() {
+  const [a, b] = await Promise.all([get('/jobs?stage=assigned&limit=500'), get('/jobs?stage=building&limit=500')]);
+  return [...(a.items || []), ...(b.items || [])];
+}
+
+// Jobs by stage, filtered by repo, priority and text, a page at a time.
+async function jobsView(r) {
+  needProduct();
+  const state = { stage: r.query.get('stage') || '', repo: '', priority: '', text: '', cursors: [''], page: 0, next: '' };
+  const [repos, metrics] = await Promise.all([get('/repos'), get('/metrics')]);
+  const tabs = h('div', { class: 'tabs', role: 'group', 'aria-label': 'Stage' });
+  const repoSel = h('select', { id: 'f-repo' }, h('option', { value: '' }, 'any'),
+    (repos.items || []).map(x => h('option', { value: x.repo }, x.repo)));
+  const prioSel = h('select', { id: 'f-priority' }, h('option', { value: '' }, 'any'), PRIORITIES.map(p => h('option', { value: p }, p)));
+  const text = h('input', { id: 'f-text', type: 'search', placeholder: 'title, id, body…' });
+  const region = h('div', { 'aria-live': 'polite' });
+  const pager = h('div', { class: 'pager' });
+  function drawTabs(counts) {
+    tabs.replaceChildren(...['', ...STAGES].map(s => h('button', {
+      type: 'button', 'aria-pressed': String(state.stage === s),
+      onclick: () => { state.stage = s; state.cursors = ['']; state.page = 0; history.replaceState(null, '', '#/jobs' + (s ? '?stage=' + s : '')); refresh(); },
+    }, s ? s.replace('_', ' ') : 'all', counts && counts[s] !== undefined ? ` (${counts[s]})` : '')));
+  }
+  drawTabs(metrics.jobs);
+  const onFilter = () => { state.repo = repoSel.value; state.priority = prioSel.value; state.text = text.value.trim().toLowerCase(); state.cursors = ['']; state.page = 0; refresh(); };
+  repoSel.addEventListener('change', onFilter);
+  prioSel.addEventListener('change', onFilter);
+  text.addEventListener('input', onFilter);
+  main.replaceChildren(h('h2', {}, 'Jobs'), tabs,
+    h('div', { class: 'filters' },
+      h('div', {}, h('label', { for: 'f-repo' }, 'Repo'), repoSel),
+      h('div', {}, h('label', { for: 'f-priority' }, 'Priority'), prioSel),
+      h('div', {}, h('label', { for: 'f-text' }, 'Text'), text),
+      h('a', { href: '#/new' }, 'New job…')),
+    region, pager);
+  const match = j => (!state.repo || j.repo === state.repo) && (!state.priority || j.priority === state.priority) &&
+    (!state.text || (j.title + ' ' + j.id + ' ' + j.body + ' ' + j.repo).toLowerCase().includes(state.text));
+  async function refresh() {
+    // The API filters by stage; repo, priority and text filter here, page
+    // after page, until a page's worth matches or the listing ends.
+    const items = [];
+    let cursor = state.cursors[state.page], next = '';
+    for (let guard = 0; guard < 20; guard++) {
+      const q = new URLSearchParams({ limit: String(PAGE) });
+      if (state.stage) q.set('stage', state.stage);
+      if (cursor) q.set('cursor', cursor);
+      const page = await get('/jobs?' + q);
+      items.push(...(page.items || []).filter(match));
+      next = page.cursor || '';
+      if (items.length >= PAGE || !next) break;
+      cursor = next;
+    }
+    state.next = next;
+    const rows = items.map(j => h('tr', {},
+      h('td', {}, jobLink(j.id)), h('td', {}, j.title), h('td', {}, stageBadge(j.stage)), h('td', {}, j.priority),
+      h('td', {}, j.repo), h('td', {}, dash(j.holderFactoryId)), h('td', { class: 'num' }, j.attempts), h('td', {}, time(j.updatedAt))));
+    region.replaceChildren(table(['Id', 'Title', 'Stage', 'Priority', 'Repo', 'Holder', { label: 'Attempts', num: true }, 'Updated'], rows,
+      'No jobs match' + (state.stage ? ' in ' + state.stage : '') + '.'));
+    pager.replaceChildren(
+      h('button', { type: 'button', disabled: state.page === 0, onclick: () => { state.page--; refresh(); } }, '← Newer'),
+      h('span', { class: 'note' }, 'Page ' + (state.page + 1)),
+      h('button', { type: 'button', disabled: !state.next, onclick: () => { state.cursors[state.page + 1] = state.next; state.page++; refresh(); } }, 'Older →'));
+    const m = await get('/metrics');
+    drawTabs(m.jobs);
+  }
+  await refresh();
+  return refresh;
+}
+
+// yamlString quotes a value for the manifest's front matter: JSON strings
+// are YAML strings, so user text can never break the document.
+const yamlString = s => JSON.stringify(String(s));
+
+// New job: the repo and capability choices come from live data (the
+// product's repos and what the factories serving it offer), so a job can
+// only ask for what some factory has.
+async function newJobView() {
+  needProduct();
+  const [repos, factories, profiles] = await Promise.all([
+    get('/repos'), get('/factories'), has('/profiles') ? get('/profiles').catch(() => ({ items: [] })) : { items: [] }]);
+  const owned = (repos.items || []).filter(r => (r.products || []).includes(session.product));
+  const offered = {};
+  for (const f of factories.items || []) for (const c of f.capabilities || []) (offered[c] ||= new Set()).add(f.id);
+  const caps = Object.keys(offered).sort();
+  const status = h('div', { role: 'status', 'aria-live': 'polite', class: 'outcome' });
+  const title = h('input', { id: 'n-title', required: true, size: 60 });
+  const repo = h('select', { id: 'n-repo', required: true }, owned.map(r => h('option', { value: r.repo }, r.repo + (r.factories && r.factories.length ? '' : ' (no factory has it checked out)'))));
+  const prio = h('select', { id: 'n-priority' }, PRIORITIES.map(p => h('option', { value: p, selected: p === 'normal' }, p)));
+  const persona = h('select', { id: 'n-persona' }, h('option', { value: '' }, 'none'), (profiles.items || []).map(p => h('option', { value: p.name }, `${p.name} (v${p.version})`)));
+  const body = h('textarea', { id: 'n-body', required: true });
+  const capBoxes = caps.map(c => h('label', {}, h('input', { type: 'checkbox', name: 'cap', value: c }), c,
+    h('span', { class: 'note' }, ` (${offered[c].size} factor${offered[c].size === 1 ? 'y' : 'ies'})`)));
+  const submit = h('button', { type: 'submit', class: 'primary', disabled: !owned.length }, 'Submit job');
+  const form = h('form', { class: 'card', 'aria-labelledby': 'new-title' },
+    h('h2', { id: 'new-title' }, 'New job'),
+    owned.length ? null : errorBox({ message: `Product ${session.product} owns no repo yet: declare one (fleetctl products put ${session.product} --repo NAME).` }),
+    h('div', { class: 'row' }, h('label', { for: 'n-title' }, 'Title'), title),
+    h('div', { class: 'row' }, h('label', { for: 'n-repo' }, 'Repo'), repo),
+    h('fieldset', { class: 'row' }, h('legend', {}, 'Capabilities (offered by factories serving this product)'),
+      capBoxes.length ? h('div', { class: 'chips' }, capBoxes) : h('p', { class: 'note' }, 'No factory serves this product yet: the job will wait until one does.')),
+    h('div', { class: 'row' }, h('label', { for: 'n-priority' }, 'Priority'), prio),
+    (profiles.items || []).length ? h('div', { class: 'row' }, h('label', { for: 'n-persona' }, 'Persona'), persona) : null,
+    h('div', { class: 'row' }, h('label', { for: 'n-body' }, 'Task (Markdown)'), body),
+    h('div', { class: 'actions' }, submit), status);
+  form.addEventListener('submit', async ev => {
+    ev.preventDefault();
+    const chosen = [...form.querySelectorAll('input[name=cap]:checked')].map(x => x.value);
+    const lines = ['---', 'title: ' + yamlString(title.value), 'repo: ' + yamlString(repo.value),
+      'capabilities: [' + chosen.map(yamlString).join(', ') + ']', 'priority: ' + prio.value];
+    if (persona.value) lines.push('persona: ' + yamlString(persona.value));
+    lines.push('---', body.value, '');
+    submit.disabled = true;
+    status.replaceChildren('Submitting…');
+    try {
+      const { data } = await api('POST', '/jobs', { body: lines.join('\n'), ctype: 'text/markdown' });
+      status.replaceChildren('Submitted ', jobLink(data.id), ' — ', stageBadge(data.stage));
+      form.reset();
+    } catch (e) {
+      status.replaceChildren(errorBox(e));
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  main.replaceChildren(form);
+  title.focus();
+  return null;
+}
+
+// Job detail: fields, actions with their outcome, the explain panel, runs
+// and the event timeline, all refreshed live.
+async function jobView(r) {
+  const id = r.arg;
+  const head = h('div');
+  const actions = h('div', { class: 'actions' });
+  const outcome = h('div', { class: 'outcome', role: 'status', 'aria-live': 'polite', id: 'outcome' });
+  const details = h('div');
+  const explain = h('div');
+  const runs = h('div');
+  const events = h('div');
+  main.replaceChildren(head, h('div', { class: 'card' }, h('h3', {}, 'Actions'), actions, outcome),
+    h('div', { class: 'card' }, h('h3', {}, 'Details'), details),
+    h('div', { class: 'card' }, h('h3', {}, 'Where it can run (explain)'), explain),
+    h('div', { class: 'card' }, h('h3', {}, 'Runs'), runs),
+    h('div', { class: 'card' }, h('h3', {}, 'Timeline'), events));
+  let job = null;
+  async function act(action) {
+    outcome.replaceChildren(`${action}…`);
+    try {
+      const { status, data } = await api('POST', `/jobs/${encodeURIComponent(id)}/actions/${action}`, { body: {} });
+      if (status === 202) outcome.replaceChildren(`${action} requested: cancelling until the factory acknowledges (or the grace runs out).`);
+      else outcome.replaceChildren(`${action}: job is now `, stageBadge(data.stage));
+      await refresh();
+    } catch (e) {
+      outcome.replaceChildren(errorBox(e));
+    }
+  }
+  async function refresh() {
+    const p = encodeURIComponent(id);
+    const [j, ev, rn, ex] = await Promise.all([get(`/jobs/${p}`), get(`/jobs/${p}/events`), get(`/jobs/${p}/runs`),
+      get(`/jobs/${p}/explain`).catch(e => ({ error: e }))]);
+    job = j;
+    head.replaceChildren(h('h2', {}, j.title, ' ', h('span', { id: 'job-stage' }, stageBadge(j.stage)),
+      j.cancelRequested ? h('span', {}, ' ', badge('s-cancelled', 'cancelling')) : null),
+    h('p', { class: 'note' }, h('span', { class: 'mono' }, j.id), ' · ', j.repo, ' · ', j.priority));
+    actions.replaceChildren(...Object.entries(ACTIONS).map(([a, from]) => h('button', {
+      type: 'button', class: a === 'ship' ? 'primary' : (a === 'reject' || a === 'cancel' ? 'danger' : null),
+      disabled: !from.includes(j.stage) || (a === 'cancel' && j.cancelRequested), onclick: () => act(a),
+      id: 'act-' + a,
+    }, a)));
+    details.replaceChildren(h('dl', { class: 'kv' }, ...[
+      ['Stage', stageBadge(j.stage)], ['Holder', dash(j.holderFactoryId)], ['Lease epoch', j.leaseEpoch],
+      ['Attempts', `${j.attempts} of ${j.maxAttempts}`], ['Capabilities', list(j.capabilities)],
+      ['Persona', j.profile ? `${j.profile.name} v${j.profile.version}` : dash(j.persona)],
+      ['Checkpoint', dash(j.checkpoint)], ['Deps', list(j.deps)], ['Parent', j.parentId ? jobLink(j.parentId) : '–'],
+      ['Last failure', j.lastFailure ? j.lastFailure.reason : '–'], ['Created', time(j.createdAt)], ['Updated', time(j.updatedAt)],
+    ].flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])), h('details', {}, h('summary', {}, 'Task'), h('pre', {}, j.body)));
+    explain.replaceChildren(...explainPanel(ex));
+    runs.replaceChildren(table(['Run', 'Factory', 'Result', 'Started', 'Ended', 'Reason'], (rn.items || []).map(x => h('tr', {},
+      h('td', { class: 'mono' }, x.id), h('td', {}, x.factoryId), h('td', {}, x.result), h('td', {}, time(x.startedAt)),
+      h('td', {}, x.endedAt ? time(x.endedAt) : '–'), h('td', {}, dash(x.reason)))), 'No run yet.'));
+    events.replaceChildren(h('ol', { class: 'timeline', id: 'timeline' }, (ev.items || []).map(e => h('li', { 'data-to': e.to || '' },
+      h('span', { class: 'mono' }, '#' + e.seq), ' ', time(e.at), ' ', h('strong', {}, e.type), ' ',
+      e.to ? [e.from ? stageBadge(e.from) : '', ' → ', stageBadge(e.to)] : '', ' ',
+      h('span', { class: 'note' }, `by ${e.actor}${e.actorId ? ' ' + e.actorId : ''}`), e.message ? ' — ' + e.message : ''))));
+  }
+  await refresh();
+  return refresh;
+}
+
+function explainPanel(ex) {
+  if (ex.error) return [errorBox(ex.error)];
+  const s = ex.schedule || {};
+  const out = [h('p', {}, s.routable ? ['Routable; best factory: ', h('strong', {}, dash(s.best))] : ['Not routable: ', h('strong', {}, dash(s.reason))])];
+  if (ex.dispatch && ex.dispatch.unroutable) out.push(h('p', { class: 'note' }, 'Dispatcher: ' + ex.dispatch.unroutable));
+  if (ex.profile) out.push(h('p', { class: 'note' }, `Profile ${ex.profile.name} v${ex.profile.version} adds ${list(ex.profile.capabilities)}`));
+  out.push(h('p', { class: 'note' }, 'Requires: ' + list(s.required)));
+  const fmt = v => (typeof v === 'number' ? v.toFixed(3) : '–');
+  out.push(table(['Factory', 'Eligible', { label: 'Total', num: true }, { label: 'Cap fit', num: true }, { label: 'Affinity', num: true },
+    { label: 'Load', num: true }, { label: 'Cost fit', num: true }, { label: 'Health', num: true }, { label: 'Starvation', num: true }, 'Why not'],
+  (s.candidates || []).map(c => {
+    const t = c.terms || {};
+    return h('tr', {}, h('td', {}, c.factoryId), h('td', {}, c.eligible ? 'yes' : 'no'),
+      ...(c.eligible ? [c.total, t.capabilityFit, t.affinity, t.load, t.costFit, t.health, t.starvation] : Array(7).fill(null))
+        .map(v => h('td', { class: 'num' }, fmt(v))), h('td', {}, dash(c.reason)));
+  }), 'No factory serves this product.'));
+  return out;
+}
+
+// Alerts: starving jobs, stale factories, dead letters, jobs blocked on
+// failed dependencies (and budget alerts once budgets exist).
+async function alertsView() {
+  const region = h('div');
+  main.replaceChildren(h('h2', {}, 'Alerts'), region);
+  async function refresh() {
+    const m = await get('/metrics');
+    const rows = (m.alerts || []).map(a => h('tr', {},
+      h('td', {}, badge('sev-' + a.severity, a.severity)), h('td', {}, a.kind.replace(/_/g, ' ')), h('td', {}, a.subject),
+      h('td', {}, time(a.since)), h('td', {}, linkJobs(a.message))));
+    region.replaceChildren(table(['Severity', 'Kind', 'Subject', 'Since', 'Message'], rows, 'No alerts: nothing is starving, stale or dead-lettered.'));
+  }
+  await refresh();
+  return refresh;
+}
+
+// linkJobs turns job ids in a message into links.
+function linkJobs(text) {
+  const out = [];
+  let last = 0;
+  for (const m of text.matchAll(/\b(j[0-9a-f]{29}|k[0-9a-f]{24})\b/g)) {
+    out.push(text.slice(last, m.index), jobLink(m[0]));
+    last = m.index + m[0].length;
+  }
+  out.push(text.slice(last));
+  return out;
+}
+
+// ---- boot ---------------------------------------------------------------
+
+$('#signout').addEventListener('click', () => signOut());
+$('#product').addEventListener('change', ev => { session.product = ev.target.value; route(); });
+window.addEventListener('hashchange', route);
+if (session.token) start().catch(e => signOut(e.message)); else signIn();

@@ -1,0 +1,196 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+)
+
+// chromiumPath finds Debian's chromium (`make chromium` installs it). Without
+// it the browser tests skip, except under CI=true, where they fail: CI must
+// run them.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium is not on PATH but CI=true: CI runs the console's browser test; install it with `make chromium`")
+	}
+	t.Skip("chromium is not on PATH; `make chromium` installs it (apt-get)")
+	return ""
+}
+
+// browser starts a headless Chromium for the test and returns its context.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.NoSandbox, // CI containers run as root
+		chromedp.WindowSize(1366, 900),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(alloc)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	// The first call starts the browser, and must carry no deadline.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("about:blank")), "start chromium")
+	return ctx
+}
+
+// shoot saves a full-page screenshot under the test's artifact directory
+// (kept with `go test -artifacts -outputdir DIR`).
+func shoot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	path := filepath.Join(t.ArtifactDir(), name+".png")
+	require.NoError(t, os.WriteFile(path, png, 0o644))
+	t.Logf("screenshot %s", path)
+}
+
+// run runs browser steps under a deadline.
+func run(t *testing.T, ctx context.Context, within time.Duration, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	require.NoError(t, chromedp.Do(c, steps...), what)
+}
+
+// evalJS evaluates a JS expression in the page.
+func evalJS[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(c, chromedp.Evaluate[T](expr))
+	require.NoError(t, err, expr)
+	return v
+}
+
+// waitJS polls a JS predicate in the page until it is true.
+func waitJS(t *testing.T, ctx context.Context, within time.Duration, what, expr string) {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	_, err := chromedp.Run(c, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond)))
+	if err != nil {
+		shoot(t, ctx, "failed-"+strings.NewReplacer(" ", "-", "/", "-").Replace(what))
+	}
+	require.NoError(t, err, what)
+}
+
+// TestConsoleInBrowser drives the web console in headless Chromium against
+// the local stack and a real factory process: sign in, submit a job
+// through the form (its choices come from live data), watch it go queued
+// -> assigned -> building -> testing without a reload, ship it, see an
+// alert, see a failing call's error, and see "reconnecting" when the
+// coordinator goes away. One screenshot per page.
+func TestConsoleInBrowser(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	s := startStack(t, "FLEET_STALE_AFTER=2s", "FLEET_DOWN_AFTER=1h")
+	repo := newFacRepo(t, "app")
+	s.Product("demo", "app")
+	// Long enough a build for the page's 2 s poll to see it.
+	eng := facEngine(t, `sleep 5
+printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
+	startFactory(t, s, "fa", "demo", 1, repo, eng, "FLEET_SHIP_STAGE=testing")
+	// A factory that heartbeats once and falls silent: a stale_factory alert.
+	s.Factory("ghost", "demo", 1, []string{"os:linux"}, []string{})
+
+	// Sign in.
+	run(t, ctx, 30*time.Second, "open the console",
+		chromedp.Navigate(s.URL+"/api/console/"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), s.Token),
+		chromedp.SendKeys(chromedp.CSS("#signin-product"), "demo"))
+	shoot(t, ctx, "01-sign-in")
+	run(t, ctx, 30*time.Second, "sign in",
+		chromedp.Click(chromedp.CSS(`form button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.CSS("#nav")))
+	url := evalJS[string](t, ctx, "location.href")
+	require.NotContains(t, url, s.Token, "the token never goes into a URL")
+	stored := evalJS[string](t, ctx, "sessionStorage.getItem('fleet.console.token')")
+	require.Equal(t, s.Token, stored)
+	// Set once; a reload would lose it.
+	evalJS[bool](t, ctx, "window.__noReload = true")
+
+	// Fleet map: the real factory, healthy, with its capabilities.
+	waitJS(t, ctx, 30*time.Second, "fleet map lists fa with engine:fake",
+		`[...document.querySelectorAll('main tbody tr')].some(r => r.textContent.includes('fa') && r.textContent.includes('engine:fake'))`)
+	shoot(t, ctx, "02-fleet-map")
+
+	// New job: the repo and capability choices are live data; a capability no
+	// factory has (the seed's "build") is not offered.
+	run(t, ctx, 20*time.Second, "open the form", chromedp.Click(chromedp.CSS(`#nav a[href="#/new"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#n-title")))
+	caps := evalJS[[]string](t, ctx, `[...document.querySelectorAll('input[name=cap]')].map(x => x.value)`)
+	require.Contains(t, caps, "engine:fake")
+	require.NotContains(t, caps, "build")
+	repos := evalJS[[]string](t, ctx, `[...document.querySelectorAll('#n-repo option')].map(x => x.value)`)
+	require.Equal(t, []string{"app"}, repos)
+	run(t, ctx, 20*time.Second, "fill the form",
+		chromedp.SendKeys(chromedp.CSS("#n-title"), "Say hello from the console"),
+		chromedp.Click(chromedp.CSS(`input[name=cap][value="engine:fake"]`)),
+		chromedp.SendKeys(chromedp.CSS("#n-body"), "Write hello.txt."))
+	shoot(t, ctx, "03-new-job")
+	run(t, ctx, 20*time.Second, "submit", chromedp.Click(chromedp.CSS(`form button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.CSS(`.outcome a`)))
+	jobID := evalJS[string](t, ctx, `document.querySelector('.outcome a').textContent`)
+	require.NotEmpty(t, jobID)
+	job := s.Job("demo", jobID)
+	require.Equal(t, []any{"engine:fake"}, job["capabilities"])
+
+	// Job detail, live: record every stage the badge shows until testing.
+	run(t, ctx, 20*time.Second, "open the job", chromedp.Click(chromedp.CSS(`.outcome a`)),
+		chromedp.WaitVisible(chromedp.CSS("#job-stage")))
+	evalJS[bool](t, ctx, `window.__stages = []; setInterval(() => { const s = document.querySelector('#job-stage'); if (s && window.__stages.at(-1) !== s.textContent) window.__stages.push(s.textContent); }, 50); true`)
+	waitJS(t, ctx, 90*time.Second, "the job reaches testing on the page", `document.querySelector('#job-stage')?.textContent === 'testing'`)
+	seen := evalJS[[]string](t, ctx, `window.__stages`)
+	timeline := evalJS[[]string](t, ctx, `[...document.querySelectorAll('#timeline li')].map(li => li.dataset.to).filter(Boolean)`)
+	require.Contains(t, seen, "building", "the page showed the build while it ran (stages seen: %v)", seen)
+	require.Equal(t, []string{"queued", "assigned", "building", "testing"}, timeline, "the live timeline")
+	require.True(t, evalJS[bool](t, ctx, `window.__noReload === true`), "the page updated without a reload")
+	shoot(t, ctx, "04-job-testing")
+
+	// Ship it: the outcome is shown, and the stage follows.
+	run(t, ctx, 20*time.Second, "ship", chromedp.Click(chromedp.CSS("#act-ship")))
+	waitJS(t, ctx, 20*time.Second, "shipped", `document.querySelector('#outcome').textContent.includes('shipped') && document.querySelector('#job-stage').textContent === 'shipped'`)
+	require.Equal(t, "shipped", s.Job("demo", jobID)["stage"])
+	shoot(t, ctx, "05-job-shipped")
+
+	// Jobs list, filtered by stage.
+	run(t, ctx, 20*time.Second, "jobs page", chromedp.Click(chromedp.CSS(`#nav a[href="#/jobs"]`)))
+	waitJS(t, ctx, 20*time.Second, "the job is listed", fmt.Sprintf(`document.querySelector('main table')?.textContent.includes(%q)`, jobID))
+	shoot(t, ctx, "06-jobs")
+
+	// Alerts: the silent factory.
+	run(t, ctx, 20*time.Second, "alerts page", chromedp.Click(chromedp.CSS(`#nav a[href="#/alerts"]`)))
+	waitJS(t, ctx, 30*time.Second, "a stale_factory alert for ghost",
+		`[...document.querySelectorAll('main tbody tr')].some(r => r.textContent.includes('stale factory') && r.textContent.includes('ghost'))`)
+	shoot(t, ctx, "07-alerts")
+
+	// A failing call shows its error, not an empty page.
+	run(t, ctx, 20*time.Second, "missing job", chromedp.Navigate(s.URL+"/api/console/#/job/jdoesnotexist"))
+	waitJS(t, ctx, 20*time.Second, "the error is shown", `document.querySelector('main .error')?.textContent.includes('not_found')`)
+	shoot(t, ctx, "08-error")
+
+	// The coordinator goes away: the page says so and keeps what it showed.
+	run(t, ctx, 20*time.Second, "fleet map again", chromedp.Navigate(s.URL+"/api/console/#/fleet"))
+	waitJS(t, ctx, 20*time.Second, "fleet map", `document.querySelectorAll('main tbody tr').length > 0`)
+	s.kill()
+	waitJS(t, ctx, 20*time.Second, "reconnecting is shown", `document.querySelector('#live').textContent.startsWith('reconnecting') && !document.querySelector('#banner').hidden`)
+	require.Positive(t, evalJS[int](t, ctx, `document.querySelectorAll('main tbody tr').length`), "the last data stays on the page")
+	shoot(t, ctx, "09-reconnecting")
+}
