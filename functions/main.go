@@ -19,7 +19,6 @@ import (
 	"github.com/gigafactory/fleet/functions/api"
 	"github.com/gigafactory/fleet/functions/dispatch"
 	"github.com/gigafactory/fleet/functions/gcsweep"
-	"github.com/gigafactory/fleet/functions/prune"
 	"github.com/gigafactory/fleet/functions/reaper"
 	"github.com/gigafactory/fleet/functions/redispatch"
 	"github.com/gigafactory/fleet/shared/app"
@@ -92,7 +91,6 @@ func functions(a *app.App) map[string]funchost.Func {
 		reaper.Name:     reaper.Func(a.Coord, log),
 		redispatch.Name: redispatch.Func(a.Coord, log),
 		gcsweep.Name:    gcsweep.Func(a.Coord, log),
-		prune.Name:      prune.Func(a.Coord, log),
 	}
 }
 

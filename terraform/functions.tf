@@ -48,7 +48,6 @@ locals {
     FLEET_REAPER_SCHEDULE     = var.reaper_schedule
     FLEET_REDISPATCH_SCHEDULE = var.redispatch_schedule
     FLEET_GC_SCHEDULE         = var.gc_schedule
-    FLEET_PRUNE_SCHEDULE      = var.prune_schedule
     FLEET_LEASE_TTL           = var.lease_ttl
     FLEET_REDISPATCH_AFTER    = var.redispatch_after
 

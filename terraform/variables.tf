@@ -321,17 +321,6 @@ variable "gc_schedule" {
   }
 }
 
-variable "prune_schedule" {
-  description = "NCRONTAB of the stale-factory prune timer (FLEET_PRUNE_SCHEDULE)."
-  type        = string
-  default     = "*/30 * * * * *"
-
-  validation {
-    condition     = length(split(" ", trimspace(var.prune_schedule))) == 6
-    error_message = "prune_schedule must be an NCRONTAB expression with six fields (seconds first)."
-  }
-}
-
 variable "lease_ttl" {
   description = "Job lease time-to-live, a Go duration (FLEET_LEASE_TTL)."
   type        = string

@@ -166,7 +166,7 @@ func TestDuplicateDeliveryOneHolder(t *testing.T) {
 // with a new dispatch epoch, and the dead factory's message is void.
 func TestFactoryDiesBeforeAccept(t *testing.T) {
 	t.Parallel()
-	s := busStack(t, "FLEET_STALE_AFTER=2s", "FLEET_PRUNE_SCHEDULE=* * * * * *", "FLEET_REDISPATCH_SCHEDULE=* * * * * *")
+	s := busStack(t, "FLEET_STALE_AFTER=2s", "FLEET_REDISPATCH_SCHEDULE=* * * * * *")
 	s.Product("demo", "r1")
 	// Only f1 exists when the job is dispatched, so it is the target.
 	tok1 := s.Factory("f1", "demo", 4, []string{"os:linux"}, []string{"r1"})

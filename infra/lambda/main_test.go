@@ -268,7 +268,7 @@ func scheduled(rule string, at time.Time) events.EventBridgeEvent {
 
 func TestTimerFor(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"FLEET_LAMBDA_TIMER_NIGHTLY_GC": "gcsweep", "FLEET_LAMBDA_TIMER_FLEET_PROD_REAPER": "prune"}
+	env := map[string]string{"FLEET_LAMBDA_TIMER_NIGHTLY_GC": "gcsweep", "FLEET_LAMBDA_TIMER_FLEET_PROD_REAPER": "redispatch"}
 	getenv := func(k string) string { return env[k] }
 	tests := []struct {
 		name      string
@@ -278,9 +278,9 @@ func TestTimerFor(t *testing.T) {
 	}{
 		{name: "rule named after the function", resources: []string{"arn:aws:events:eu-west-1:123456789012:rule/reaper"}, want: "reaper"},
 		{name: "suffix names the function", resources: []string{"arn:aws:events:eu-west-1:123456789012:rule/fleet-staging-redispatch"}, want: "redispatch"},
-		{name: "variable wins over the suffix", resources: []string{"arn:aws:events:eu-west-1:123456789012:rule/fleet-prod-reaper"}, want: "prune"},
+		{name: "variable wins over the suffix", resources: []string{"arn:aws:events:eu-west-1:123456789012:rule/fleet-prod-reaper"}, want: "redispatch"},
 		{name: "variable for a free-form name", resources: []string{"arn:aws:events:eu-west-1:123456789012:rule/nightly.gc"}, want: "gcsweep"},
-		{name: "rule on a custom bus", resources: []string{"arn:aws:events:eu-west-1:123456789012:rule/fleet-bus/fleet-prune"}, want: "prune"},
+		{name: "rule on a custom bus", resources: []string{"arn:aws:events:eu-west-1:123456789012:rule/fleet-bus/fleet-gcsweep"}, want: "gcsweep"},
 		{name: "no rule", resources: []string{"arn:aws:scheduler:eu-west-1:123456789012:schedule/default/x"}, wantErr: "names no rule ARN"},
 	}
 	for _, tc := range tests {
@@ -369,7 +369,7 @@ func TestScheduledEvents(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, fleet.StageQueued, after.Stage, "the reaper put the job back")
 
-	for _, name := range []string{"redispatch", "prune", "gcsweep"} {
+	for _, name := range []string{"redispatch", "gcsweep"} {
 		t.Run(name, func(t *testing.T) {
 			_, err := run(t, scheduled("fleet-"+name, now))
 			require.NoError(t, err)
@@ -386,7 +386,7 @@ func TestScheduledEvents(t *testing.T) {
 		_, err := run(t, scheduled("fleet-nightly", now))
 		require.ErrorIs(t, err, errUnsupported)
 		require.ErrorContains(t, err, `"nightly"`)
-		require.ErrorContains(t, err, "gcsweep, prune, reaper, redispatch")
+		require.ErrorContains(t, err, "gcsweep, reaper, redispatch")
 	})
 }
 

@@ -12,7 +12,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/gigafactory/fleet/functions/gcsweep"
-	"github.com/gigafactory/fleet/functions/prune"
 	"github.com/gigafactory/fleet/functions/reaper"
 	"github.com/gigafactory/fleet/functions/redispatch"
 	"github.com/gigafactory/fleet/shared/coord"
@@ -42,7 +41,6 @@ func timerFuncs(c *coord.Coordinator, log *slog.Logger) map[string]funchost.Func
 	return map[string]funchost.Func{
 		reaper.Name:     reaper.Func(c, log),
 		redispatch.Name: redispatch.Func(c, log),
-		prune.Name:      prune.Func(c, log),
 		gcsweep.Name:    gcsweep.Func(c, log),
 	}
 }

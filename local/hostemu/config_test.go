@@ -28,7 +28,7 @@ func TestLoadAppRepo(t *testing.T) {
 		byName[f.Name] = f
 		names = append(names, f.Name)
 	}
-	require.Equal(t, []string{"api", "dispatch", "gcsweep", "prune", "reaper", "redispatch"}, names)
+	require.Equal(t, []string{"api", "dispatch", "gcsweep", "reaper", "redispatch"}, names)
 
 	tests := []struct {
 		function string
@@ -39,7 +39,6 @@ func TestLoadAppRepo(t *testing.T) {
 		{function: "api", trigger: "httpTrigger", binding: "req", httpOnly: true},
 		{function: "dispatch", trigger: "cosmosDBTrigger", binding: "documents"},
 		{function: "gcsweep", trigger: "timerTrigger", binding: "timer"},
-		{function: "prune", trigger: "timerTrigger", binding: "timer"},
 		{function: "reaper", trigger: "timerTrigger", binding: "timer"},
 		{function: "redispatch", trigger: "timerTrigger", binding: "timer"},
 	}

@@ -26,7 +26,6 @@ const (
 	OperatorToken    = "FLEET_OPERATOR_TOKEN"
 	LeaseTTL         = "FLEET_LEASE_TTL"
 	ReaperSchedule   = "FLEET_REAPER_SCHEDULE"
-	PruneSchedule    = "FLEET_PRUNE_SCHEDULE"
 	RedispatchSched  = "FLEET_REDISPATCH_SCHEDULE"
 	GCSchedule       = "FLEET_GC_SCHEDULE"
 	RedispatchAfter  = "FLEET_REDISPATCH_AFTER"
@@ -56,7 +55,6 @@ var Settings = []Setting{
 	{OperatorToken, "", "Operator bearer tokens: `token`, `name:token` or `name:token:productA|productB`, comma-separated. Unset locally: one is generated, kept in the data dir and printed."},
 	{LeaseTTL, duration(coord.DefaultLeaseTTL), "How long a claim holds without renewal (Go duration)."},
 	{ReaperSchedule, "*/15 * * * * *", "NCRONTAB (6 fields, seconds first) of the lease reaper."},
-	{PruneSchedule, "*/30 * * * * *", "NCRONTAB of the stale-factory prune."},
 	{RedispatchSched, "*/30 * * * * *", "NCRONTAB of the re-dispatch sweep."},
 	{GCSchedule, "0 0 * * * *", "NCRONTAB of the git garbage-collection sweep."},
 	{RedispatchAfter, duration(coord.DefaultRedispatchAfter), "A dispatched job not accepted within this is dispatched again."},

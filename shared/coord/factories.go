@@ -433,16 +433,12 @@ func (c *Coordinator) revokeTokenID(ctx context.Context, hash string) error {
 	return c.bump(ctx, ledgerTokens)
 }
 
-// Prune is the stale-factory timer's entry point. A static factory's
-// health is derived from its silence wherever a factory is read (listFactories,
-// GetFactory: effectiveHealth), so a factory that stops heartbeating is
-// stale StaleAfter and down DownAfter after its last heartbeat to the
-// second, whether or not any timer ran, and there is nothing to persist:
-// Prune costs no store operation and reports no change. (Before, it
-// queried every factory each tick to write what readers now derive.)
-func (c *Coordinator) Prune(context.Context) (int, error) { return 0, nil }
-
-// effectiveHealth sets f.Health to what its silence implies. Elastic pools
+// effectiveHealth sets f.Health to what its silence implies. Health is
+// derived wherever a factory is read (listFactories, GetFactory), so a
+// factory that stops heartbeating is stale StaleAfter and down DownAfter
+// after its last heartbeat to the second, with no timer writing it (an
+// earlier version's prune timer queried every factory each tick to store
+// what readers now derive). Elastic pools
 // are never judged by silence: a pool scaled to zero sends nothing and must
 // stay schedulable, or no job would ever scale it up. f must be the
 // caller's own copy.
@@ -455,7 +451,7 @@ func (c *Coordinator) effectiveHealth(f *fleet.Factory) *fleet.Factory {
 
 // silentHealth is the health a static factory's silence implies; a factory
 // that heartbeats on time keeps what it reported (a stored "stale" is a
-// mark an earlier version's prune wrote: ok again).
+// mark an earlier version's prune timer wrote: ok again).
 func (c *Coordinator) silentHealth(f *fleet.Factory) fleet.Health {
 	since := c.now().Sub(f.LastHeartbeatAt)
 	if f.LastHeartbeatAt.IsZero() {
