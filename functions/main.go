@@ -94,9 +94,12 @@ func functions(a *app.App) map[string]funchost.Func {
 	}
 }
 
-// forwardHTTP is host.json's customHandler.enableForwardingHttpRequest
-// (a test keeps the two equal): the host then sends HTTP requests as they
-// came, under /api/, and invokes no http function by envelope.
+// forwardHTTP says host.json's customHandler proxies or forwards HTTP
+// requests (enableProxyingHttpRequest, enableForwardingHttpRequest; a test
+// keeps the two equal): the host then sends HTTP requests as they came,
+// under /api/, and invokes no http function by envelope. Proxying wins where
+// the host knows it, and streams responses (the live event streams);
+// forwarding is what a host older than it does, buffering each response.
 const forwardHTTP = true
 
 // newServer serves every function; with forwarding, HTTP requests reach the

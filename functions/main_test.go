@@ -66,8 +66,9 @@ func TestEveryFolderHasAHandlerAndEveryHandlerAFolder(t *testing.T) {
 
 	fa, err := hostemu.LoadApp("..")
 	require.NoError(t, err)
-	require.Equal(t, fa.Host.CustomHandler.EnableForwardingHTTPRequest, forwardHTTP,
-		"forwardHTTP must say what host.json's customHandler.enableForwardingHttpRequest says")
+	require.Equal(t, fa.Host.HTTPMode() != hostemu.ModeEnvelope, forwardHTTP,
+		"forwardHTTP must say whether host.json's customHandler forwards or proxies HTTP requests")
+	require.Equal(t, hostemu.ModeProxy, fa.Host.HTTPMode(), "the api function's event streams need enableProxyingHttpRequest")
 }
 
 // settingRef matches %NAME% as the host resolves it.

@@ -30,6 +30,7 @@ type HostConfig struct {
 			WorkingDirectory      string   `json:"workingDirectory"`
 		} `json:"description"`
 		EnableForwardingHTTPRequest bool `json:"enableForwardingHttpRequest"`
+		EnableProxyingHTTPRequest   bool `json:"enableProxyingHttpRequest"`
 	} `json:"customHandler"`
 	Extensions struct {
 		HTTP struct {
@@ -40,6 +41,39 @@ type HostConfig struct {
 		ID      string `json:"id"`
 		Version string `json:"version"`
 	} `json:"extensionBundle"`
+}
+
+// HTTPMode is how the host hands an HTTP-only function its request.
+type HTTPMode int
+
+// HTTP modes, as the host's DefaultHttpWorkerService.InvokeAsync picks them
+// (src/WebJobs.Script/Workers/Http/DefaultHttpWorkerService.cs): proxying
+// wins over forwarding, and a function with other bindings always gets an
+// envelope.
+const (
+	// ModeEnvelope: POST /{function} with Data.req; the answer is
+	// Outputs.res.
+	ModeEnvelope HTTPMode = iota
+	// ModeForward (enableForwardingHttpRequest): the host rebuilds the
+	// request (body only with a Content-Length, query one value per name)
+	// and sends it at its own path with HttpClient.SendAsync, which reads
+	// the whole response before the host answers: nothing streams.
+	ModeForward
+	// ModeProxy (enableProxyingHttpRequest, YARP's IHttpForwarder): the
+	// request goes through as it came, body streamed, and the response is
+	// copied to the client as it arrives, so server-sent events stream.
+	ModeProxy
+)
+
+// HTTPMode is the mode host.json selects for HTTP-only functions.
+func (h *HostConfig) HTTPMode() HTTPMode {
+	switch {
+	case h.CustomHandler.EnableProxyingHTTPRequest:
+		return ModeProxy
+	case h.CustomHandler.EnableForwardingHTTPRequest:
+		return ModeForward
+	}
+	return ModeEnvelope
 }
 
 // RoutePrefix is extensions.http.routePrefix, "api" when absent (as the host).

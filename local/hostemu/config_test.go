@@ -20,6 +20,8 @@ func TestLoadAppRepo(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "handler", a.Host.CustomHandler.Description.DefaultExecutablePath)
 	require.True(t, a.Host.CustomHandler.EnableForwardingHTTPRequest)
+	require.True(t, a.Host.CustomHandler.EnableProxyingHTTPRequest)
+	require.Equal(t, ModeProxy, a.Host.HTTPMode())
 	require.Equal(t, "api", a.Host.RoutePrefix())
 
 	byName := map[string]*Function{}

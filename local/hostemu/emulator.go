@@ -76,7 +76,7 @@ func New(opts Options) (*Emulator, error) {
 		trig, _ := fn.Trigger()
 		switch strings.ToLower(trig.Type) {
 		case "httptrigger":
-			r, err := newHTTPRoute(fn, trig, opts.Settings, app.Host.CustomHandler.EnableForwardingHTTPRequest)
+			r, err := newHTTPRoute(fn, trig, opts.Settings, app.Host.HTTPMode())
 			if err != nil {
 				return nil, fmt.Errorf("function %s: %w", fn.Name, err)
 			}

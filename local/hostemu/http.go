@@ -29,7 +29,7 @@ type httpRoute struct {
 	out      string   // name of the http output binding
 	methods  []string // upper case; empty = all
 	segments []string // the route template split on "/"
-	forward  bool
+	mode     HTTPMode
 }
 
 // match reports whether path (below the route prefix) matches the template,
@@ -59,8 +59,11 @@ func (r *httpRoute) match(method string, segs []string) (map[string]string, bool
 	return params, len(segs) == len(r.segments)
 }
 
-func newHTTPRoute(fn *Function, trig Binding, get Settings, forwarding bool) (*httpRoute, error) {
-	r := &httpRoute{fn: fn, binding: trig, forward: forwarding && fn.HTTPOnly()}
+func newHTTPRoute(fn *Function, trig Binding, get Settings, mode HTTPMode) (*httpRoute, error) {
+	r := &httpRoute{fn: fn, binding: trig, mode: mode}
+	if !fn.HTTPOnly() {
+		r.mode = ModeEnvelope
+	}
 	route, err := get.String(trig, "route", fn.Name)
 	if err != nil {
 		return nil, err
@@ -248,12 +251,20 @@ func (h *httpFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeHostError(w, http.StatusServiceUnavailable, "the function handler is not running: "+err.Error())
 			return
 		}
+		if rt.mode == ModeProxy {
+			h.proxyRequest(w, r, addr)
+			return
+		}
 		body, ok := requestBody(w, r)
 		if !ok {
 			return
 		}
-		if rt.forward {
-			h.forward(w, r, addr, body)
+		if rt.mode == ModeForward {
+			// The host's HttpClient reads the whole answer before it
+			// replies: a stream arrives only when it has ended.
+			buf := &bufferedResponse{header: http.Header{}}
+			h.forward(buf, r, addr, body)
+			buf.writeTo(w)
 			return
 		}
 		h.envelope(w, r, rt, params, addr, body)
@@ -293,6 +304,54 @@ func (h *httpFront) forward(w http.ResponseWriter, r *http.Request, addr string,
 	}
 	out.URL.RawQuery = q.Encode()
 	h.proxy.ServeHTTP(w, out)
+}
+
+// proxyRequest hands the request on as it came (YARP keeps the path, the
+// query and a streamed body) and copies the answer as it arrives, flushing
+// every write, so a text/event-stream reaches the client event by event.
+func (h *httpFront) proxyRequest(w http.ResponseWriter, r *http.Request, addr string) {
+	if r.ContentLength > maxRequestBytes {
+		writeHostError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over the host's limit of %d bytes", maxRequestBytes))
+		return
+	}
+	out := r.WithContext(context.WithValue(r.Context(), addrKey{}, addr))
+	out.Body = http.MaxBytesReader(w, r.Body, maxRequestBytes)
+	h.proxy.ServeHTTP(w, out)
+}
+
+// bufferedResponse holds a whole answer, as the host's forwarding mode
+// does, and writes it out once the handler has finished.
+type bufferedResponse struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header { return b.header }
+
+func (b *bufferedResponse) WriteHeader(status int) {
+	if b.status == 0 {
+		b.status = status
+	}
+}
+
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	b.WriteHeader(http.StatusOK)
+	return b.body.Write(p)
+}
+
+// Flush does nothing: nothing leaves before the end.
+func (b *bufferedResponse) Flush() {}
+
+func (b *bufferedResponse) writeTo(w http.ResponseWriter) {
+	for k, v := range b.header {
+		w.Header()[k] = v
+	}
+	if b.status == 0 {
+		b.status = http.StatusOK
+	}
+	w.WriteHeader(b.status)
+	_, _ = w.Write(b.body.Bytes())
 }
 
 // envelope invokes an HTTP function without forwarding: the request becomes

@@ -23,13 +23,22 @@ import (
 // route builds an httpRoute from function.json-style trigger properties.
 func route(t *testing.T, props string, forwarding bool) *httpRoute {
 	t.Helper()
+	mode := ModeEnvelope
+	if forwarding {
+		mode = ModeForward
+	}
+	return routeIn(t, props, mode)
+}
+
+func routeIn(t *testing.T, props string, mode HTTPMode) *httpRoute {
+	t.Helper()
 	var p map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal([]byte(props), &p))
 	fn := &Function{Name: "fn", Bindings: []Binding{
 		{Type: "httpTrigger", Direction: "in", Name: "req", Props: p},
 		{Type: "http", Direction: "out", Name: "res"},
 	}}
-	r, err := newHTTPRoute(fn, fn.Bindings[0], Settings(func(string) string { return "" }), forwarding)
+	r, err := newHTTPRoute(fn, fn.Bindings[0], Settings(func(string) string { return "" }), mode)
 	require.NoError(t, err)
 	return r
 }
@@ -77,8 +86,16 @@ func TestHTTPRouteMatch(t *testing.T) {
 		})
 	}
 	require.Equal(t, "res", catchAll.out)
-	require.True(t, catchAll.forward)
-	require.False(t, route(t, `{"route":"x"}`, false).forward)
+	require.Equal(t, ModeForward, catchAll.mode)
+	require.Equal(t, ModeEnvelope, route(t, `{"route":"x"}`, false).mode)
+	// A function with bindings besides HTTP always gets an envelope.
+	fn := &Function{Name: "fn", Bindings: []Binding{
+		{Type: "httpTrigger", Direction: "in", Name: "req"}, {Type: "http", Direction: "out", Name: "res"},
+		{Type: "blob", Direction: "out", Name: "b"},
+	}}
+	r, err := newHTTPRoute(fn, fn.Bindings[0], Settings(func(string) string { return "" }), ModeProxy)
+	require.NoError(t, err)
+	require.Equal(t, ModeEnvelope, r.mode)
 }
 
 func TestWithSystemProperties(t *testing.T) {
@@ -342,4 +359,92 @@ func TestHTTPFrontForwardJoinsRepeatedQueryValues(t *testing.T) {
 	front.ServeHTTP(rec, httptest.NewRequest("GET", "/api/x?a=1&a=2&b=x%20y", nil))
 	require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
 	require.Equal(t, url.Values{"a": {"1,2"}, "b": {"x y"}}, <-got)
+}
+
+// TestHTTPFrontStreamsOnlyWhenProxying: a handler that sends one event,
+// then waits, reaches the client at once through proxying (YARP copies as
+// it reads) and not at all through forwarding (the host's HttpClient reads
+// the whole answer first) until the handler ends.
+func TestHTTPFrontStreamsOnlyWhenProxying(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		mode    HTTPMode
+		streams bool
+	}{{ModeProxy, true}, {ModeForward, false}} {
+		t.Run(map[HTTPMode]string{ModeProxy: "proxy", ModeForward: "forward"}[tc.mode], func(t *testing.T) {
+			t.Parallel()
+			release := make(chan struct{})
+			fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, "id: 1\nevent: x\ndata: {}\n\n")
+				w.(http.Flusher).Flush()
+				<-release
+				_, _ = io.WriteString(w, "id: 2\nevent: x\ndata: {}\n\n")
+			}))
+			t.Cleanup(fake.Close)
+			front := newHTTPFront("api", []*httpRoute{routeIn(t, `{"route":"{*path}"}`, tc.mode)}, readyChild(strings.TrimPrefix(fake.URL, "http://")))
+			emu := httptest.NewServer(front)
+			t.Cleanup(emu.Close)
+
+			got := make(chan string, 2)
+			go func() {
+				resp, err := http.Get(emu.URL + "/api/fleet/events/stream?a=1&a=2")
+				if err != nil {
+					got <- "error: " + err.Error()
+					return
+				}
+				defer resp.Body.Close()
+				buf := make([]byte, 256)
+				for {
+					n, err := resp.Body.Read(buf)
+					if n > 0 {
+						got <- string(buf[:n])
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+			if tc.streams {
+				require.Equal(t, "id: 1\nevent: x\ndata: {}\n\n", <-got, "the first event before the handler ended")
+				close(release)
+				require.Equal(t, "id: 2\nevent: x\ndata: {}\n\n", <-got)
+				return
+			}
+			select {
+			case b := <-got:
+				t.Fatalf("forwarding passed %q on before the handler ended", b)
+			case <-time.After(200 * time.Millisecond):
+			}
+			close(release)
+			require.Equal(t, "id: 1\nevent: x\ndata: {}\n\nid: 2\nevent: x\ndata: {}\n\n", <-got)
+		})
+	}
+}
+
+// TestHTTPFrontProxyKeepsTheRequest: proxying hands the query on as sent
+// (repeated values included) and streams a chunked body, unlike forwarding.
+func TestHTTPFrontProxyKeepsTheRequest(t *testing.T) {
+	t.Parallel()
+	type seen struct {
+		query url.Values
+		body  string
+	}
+	got := make(chan seen, 1)
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.URL.Query(), string(b)}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(fake.Close)
+	front := newHTTPFront("api", []*httpRoute{routeIn(t, `{"route":"{*path}"}`, ModeProxy)}, readyChild(strings.TrimPrefix(fake.URL, "http://")))
+	emu := httptest.NewServer(front)
+	t.Cleanup(emu.Close)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, emu.URL+"/api/x?a=1&a=2", io.MultiReader(strings.NewReader(`{"a":1}`)))
+	require.NoError(t, err)
+	resp, err := emu.Client().Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	require.Equal(t, seen{url.Values{"a": {"1", "2"}}, `{"a":1}`}, <-got)
 }
