@@ -8,7 +8,8 @@
 //  2. full-lifecycle throughput with no-op workers;
 //  3. store operations per lifecycle, in the handler and the host emulator;
 //  4. store operations while the fleet is idle;
-//  5. the raw SQLite CAS write rate, and what it allows per lifecycle.
+//  5. the raw SQLite CAS write rate, and what it allows per lifecycle;
+//  6. live events: a job's event visible to an SSE client after its write.
 //
 // A missed target is reported, not fatal; a failed run (a job lost, a
 // stack error) exits 1. See README.md beside this file.
@@ -38,6 +39,7 @@ type config struct {
 	Idle       time.Duration
 	Steps      int
 	CAS        time.Duration
+	SSE        int
 	JSON       string
 	Root       string
 }
@@ -47,7 +49,7 @@ type config struct {
 func (c config) MarshalJSON() ([]byte, error) {
 	return json.Marshal(map[string]any{
 		"jobs": c.Jobs, "ratePerSec": c.Rate, "lifecycles": c.Lifecycles,
-		"idle": c.Idle.String(), "stepRuns": c.Steps, "cas": c.CAS.String(),
+		"idle": c.Idle.String(), "stepRuns": c.Steps, "cas": c.CAS.String(), "sse": c.SSE,
 	})
 }
 
@@ -59,6 +61,7 @@ func parseFlags() (config, error) {
 	flag.DurationVar(&c.Idle, "idle", 60*time.Second, "length of the idle window")
 	flag.IntVar(&c.Steps, "steps", 10, "single lifecycles run step by step for the per-step store-operation breakdown (0 skips)")
 	flag.DurationVar(&c.CAS, "cas", 5*time.Second, "length of the raw SQLite CAS measurement")
+	flag.IntVar(&c.SSE, "sse", 200, "jobs submitted one at a time while an SSE client watches their product (0 skips)")
 	flag.StringVar(&c.JSON, "json", "", "also write the figures as JSON to this file")
 	flag.StringVar(&c.Root, "root", "", "repository root (default: found upward from the working directory)")
 	flag.Parse()
@@ -237,6 +240,14 @@ func (s *session) phases(ctx context.Context, res *results) (jobBody []byte, err
 		progress("per-step breakdown: %d single lifecycles", s.cfg.Steps)
 		if res.Steps, err = s.runSteps(ctx, s.cfg.Steps); err != nil {
 			return nil, fmt.Errorf("per-step breakdown: %w", err)
+		}
+	}
+	// Last: its client keeps the live watcher polling, and its jobs stay
+	// queued (no factory has their repo).
+	if s.cfg.SSE > 0 {
+		progress("6. live events: %d jobs, each submitted after the last one's event reached an SSE client", s.cfg.SSE)
+		if res.SSE, err = s.runSSE(ctx); err != nil {
+			return nil, fmt.Errorf("live events: %w", err)
 		}
 	}
 	if jobBody, err = s.op.getJobRaw(ctx, lifecycleProduct, shipped); err != nil {

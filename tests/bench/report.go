@@ -36,6 +36,7 @@ type results struct {
 	Sweeps       []sweepResult    `json:"sweeps,omitempty"`
 	Steps        *stepsResult     `json:"steps,omitempty"`
 	CAS          *casResult       `json:"rawCAS,omitempty"`
+	SSE          *sseResult       `json:"liveEvents,omitempty"`
 	// Allowed is the lifecycles/s the raw CAS rate allows: raw CAS writes/s
 	// ÷ store writes per lifecycle (both processes).
 	Allowed float64  `json:"rawCASAllowedLifecyclesPerSec,omitempty"`
@@ -106,8 +107,8 @@ func (r *results) print(out io.Writer) {
 	m := r.Machine
 	fmt.Fprintf(out, "\nGigafactory fleet bench: the local stack (fleet-local + handler, SQLite, embedded NATS, FLEET_BUS=nats, other settings default)\n")
 	fmt.Fprintf(out, "machine: %s, %d CPUs, %s; load average (1/5/15 min) %s at start, %s at end\n", m.OS, m.CPUs, m.Go, m.LoadAvgStart, orNA(m.LoadAvgEnd))
-	fmt.Fprintf(out, "settings: -jobs %d -rate %g -lifecycles %d -idle %s -steps %d -cas %s\n\n",
-		r.Config.Jobs, r.Config.Rate, r.Config.Lifecycles, r.Config.Idle, r.Config.Steps, r.Config.CAS)
+	fmt.Fprintf(out, "settings: -jobs %d -rate %g -lifecycles %d -idle %s -steps %d -cas %s -sse %d\n\n",
+		r.Config.Jobs, r.Config.Rate, r.Config.Lifecycles, r.Config.Idle, r.Config.Steps, r.Config.CAS, r.Config.SSE)
 
 	var tbl table
 	row, heading := tbl.row, tbl.heading
@@ -166,6 +167,14 @@ func (r *results) print(out io.Writer) {
 			row("   raw-CAS-allowed lifecycles/s (raw / writes per lifecycle)",
 				fmt.Sprintf("%.0f / %.2f = %.1f /s", c.PerSec, l.PerLifecycle.Total.Writes, r.Allowed), "", "")
 		}
+	}
+	if e := r.SSE; e != nil {
+		heading("6. Live events: a job's event visible to an SSE client of GET /api/fleet/events/stream after its write (%d jobs, one at a time)", e.Events)
+		row("   p50", f2(e.P50Ms)+" ms", "", "")
+		row("   p90", f2(e.P90Ms)+" ms", "", "")
+		row("   p99", f2(e.P99Ms)+" ms", "", "")
+		row("   max", f2(e.MaxMs)+" ms", "", "")
+		row("   submit POST alone, p50", f2(e.SubmitP50Ms)+" ms", "", "")
 	}
 	tbl.write(out)
 
