@@ -81,6 +81,7 @@ func authzRequests(w *authzWorld) map[string]authzRequest {
 		"GET /api/fleet/jobs/{id}/explain":        {path: held + "/explain", token: operator, want: 200, scope: scopeJob},
 		"GET /api/fleet/jobs/{id}/events/stream":  {path: held + "/events/stream", token: factoryF1, want: 200, scope: scopeJob},
 		"GET /api/fleet/events/stream":            {path: "/api/fleet/events/stream", token: operator, want: 200},
+		"GET /api/fleet/events":                   {path: "/api/fleet/events", token: operator, want: 200},
 		"POST /api/fleet/claim":                   {path: "/api/fleet/claim", token: factoryF1, want: 200},
 		"POST /api/fleet/accept": {path: "/api/fleet/accept", body: map[string]any{"jobId": w.queued, "dispatchEpoch": 0},
 			token: factoryF1, want: http.StatusConflict, scope: scopeJob}, // never dispatched to f1

@@ -287,6 +287,21 @@ func operations() []operation {
 			params:      []obj{jobID}, ok: map[string]obj{"200": respond("The explanation.", ref("Explanation"))},
 			errors: []string{"400", "404"}},
 
+		{method: "GET", path: "/fleet/events", access: operatorOnly, summary: "A product's changes, long poll",
+			description: "The product stream (GET /fleet/events/stream) for a client that cannot stream: {items: [{id, type, data}], position}. " +
+				"Pass the position back as after to get what changed since (a change may come twice); without after it starts from now. " +
+				"With wait, an answer that would be empty waits up to that long for a change. Needs a product: x-product-id, or a token scoped to one.",
+			params: []obj{
+				queryParam("after", "The position of the previous answer (or an id of the stream).", obj{"type": "string"}),
+				queryParam("wait", "Wait up to this long (a duration such as 30s, at most 60s) when nothing changed.", obj{"type": "string", "default": "0s"}),
+			},
+			ok: map[string]obj{"200": respond("The changes and the position after them.", object([]string{"items", "position"}, obj{
+				"items": arrayOf(object([]string{"id", "type", "data"}, obj{
+					"id": obj{"type": "string"}, "type": obj{"type": "string"}, "data": obj{"type": "object", "description": "An Event, or a Factory when type is factory."},
+				})),
+				"position": obj{"type": "string"},
+			}))},
+			errors: []string{"400"}},
 		{method: "GET", path: "/fleet/events/stream", access: operatorOnly, summary: "A product's changes, live (SSE)",
 			description: "text/event-stream of every change of the product's jobs (each job event: `event: <type>`, data the Event) " +
 				"and of its factories (`event: factory`, data the Factory). Needs a product: x-product-id, or a token scoped to one. " +

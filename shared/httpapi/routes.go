@@ -31,6 +31,7 @@ var routes = []route{
 	{method: "GET", pattern: "/api/fleet/jobs/{id}/runs", access: anyPrincipal, handle: (*server).jobRuns},
 	{method: "GET", pattern: "/api/fleet/jobs/{id}/events", access: anyPrincipal, query: []string{"after", "limit", "wait"}, handle: (*server).jobEvents},
 	{method: "GET", pattern: "/api/fleet/jobs/{id}/events/stream", access: anyPrincipal, query: []string{"after"}, handle: (*server).jobEventStream},
+	{method: "GET", pattern: "/api/fleet/events", access: operatorOnly, query: []string{"after", "wait"}, handle: (*server).productEvents},
 	{method: "GET", pattern: "/api/fleet/events/stream", access: operatorOnly, query: []string{"after"}, handle: (*server).productEventStream},
 	{method: "GET", pattern: "/api/fleet/jobs/{id}/explain", access: anyPrincipal, handle: (*server).explainJob},
 

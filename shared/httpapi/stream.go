@@ -305,3 +305,88 @@ func waitParam(r *http.Request) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// productChange is one change in the long-poll answer: what the stream
+// would send as id, event and data.
+type productChange struct {
+	ID   string `json:"id"`
+	Type string `json:"type"`
+	Data any    `json:"data"`
+}
+
+// productChanges is the long-poll answer: the changes after `after`, and
+// the position to pass as the next `after` (also when there were none).
+type productChanges struct {
+	Items    []productChange `json:"items"`
+	Position string          `json:"position"`
+}
+
+// productEvents is GET /fleet/events: the product stream as a long poll,
+// for a client that cannot stream. Without after it starts from now.
+func (s *server) productEvents(w http.ResponseWriter, r *http.Request, p *principal) error {
+	product, err := needProduct(r, p)
+	if err != nil {
+		return err
+	}
+	wait, err := waitParam(r)
+	if err != nil {
+		return err
+	}
+	var from *coord.Position
+	if v := r.URL.Query().Get("after"); v != "" {
+		pos, err := coord.ParsePosition(v)
+		if err != nil {
+			return fleet.Invalid("after", "is not a position of this product's events: pass the last position received, got %q", v)
+		}
+		from = &pos
+	}
+	ctx := r.Context()
+	// Subscribed before the replay, so nothing written in between is
+	// missed while waiting.
+	sub, err := s.coord.Subscribe(ctx, coord.Watch{ProductID: product})
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	out := productChanges{Items: []productChange{}, Position: sub.Start.String()}
+	add := func(changes []coord.Change) {
+		for _, ch := range changes {
+			out.Items = append(out.Items, productChange{ID: ch.ID.String(), Type: ch.Type, Data: ch.Data()})
+		}
+	}
+	if from != nil {
+		reached, err := s.coord.Replay(ctx, *from, product, func(changes []coord.Change, _ coord.Position) error {
+			add(changes)
+			return nil
+		})
+		if errors.Is(err, coord.ErrBadContinuation) {
+			return fleet.Invalid("after", "is not a position of this product's events (%v)", err)
+		}
+		if err != nil {
+			return err
+		}
+		out.Position = reached.String()
+	}
+	if len(out.Items) == 0 && wait > 0 {
+		t := s.timers.NewTicker(wait)
+		defer t.Stop()
+	waiting:
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C():
+				break waiting
+			case <-sub.Lost():
+				break waiting
+			case b := <-sub.Batches():
+				add(b.Changes)
+				if len(b.Changes) > 0 {
+					out.Position = b.Pos.String()
+					break waiting
+				}
+			}
+		}
+	}
+	return writeJSON(w, http.StatusOK, out)
+}

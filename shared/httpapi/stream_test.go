@@ -318,3 +318,52 @@ func TestEventsLongPoll(t *testing.T) {
 	require.Equal(t, 400, res.status)
 	require.Equal(t, "wait", res.errorOf(t).Field)
 }
+
+func TestProductEventsLongPoll(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	f.putProduct("other", "r2")
+	type answer struct {
+		Items []struct {
+			ID   string          `json:"id"`
+			Type string          `json:"type"`
+			Data json.RawMessage `json:"data"`
+		} `json:"items"`
+		Position string `json:"position"`
+	}
+	var a answer
+	f.ok(200, &a, "GET", "/api/fleet/events", rootToken, nil, product("p1"))
+	require.Empty(t, a.Items, "without after it starts from now")
+	require.NotEmpty(t, a.Position)
+
+	f.submit("other", manifest("r2"))
+	j := f.submit("p1", manifest("r1"))
+	var b answer
+	f.ok(200, &b, "GET", "/api/fleet/events?after="+a.Position, rootToken, nil, product("p1"))
+	require.Len(t, b.Items, 1, "only p1's change")
+	require.Equal(t, "submitted", b.Items[0].Type)
+	var ev fleet.Event
+	require.NoError(t, json.Unmarshal(b.Items[0].Data, &ev))
+	require.Equal(t, j.ID, ev.JobID)
+
+	// Nothing new: the answer waits for the next change.
+	got := make(chan result, 1)
+	go func() {
+		got <- f.call("GET", "/api/fleet/events?wait=30s&after="+b.Position, rootToken, nil, product("p1"))
+	}()
+	<-f.clock.TickerMade() // the watcher's poll
+	<-f.clock.TickerMade() // the request's wait
+	k := f.submit("p1", manifest("r1"))
+	res := <-got
+	require.Equal(t, 200, res.status, "%s", res)
+	var c answer
+	require.NoError(t, json.Unmarshal(res.body, &c))
+	require.Len(t, c.Items, 1)
+	require.NoError(t, json.Unmarshal(c.Items[0].Data, &ev))
+	require.Equal(t, k.ID, ev.JobID)
+
+	res = f.call("GET", "/api/fleet/events?after=nope", rootToken, nil, product("p1"))
+	require.Equal(t, 400, res.status)
+	require.Equal(t, "after", res.errorOf(t).Field)
+}
