@@ -314,8 +314,27 @@ type Explanation struct {
 	Dispatch        fleet.Dispatch `json:"dispatch"`
 	// Profile names the persona version the job runs under and the
 	// capabilities it added to the manifest's; nil without a persona.
-	Profile  *ProfileExplanation  `json:"profile,omitempty"`
+	Profile *ProfileExplanation `json:"profile,omitempty"`
+	// Review is the job's review gate: the head under review, the votes
+	// (who voted how), the approvals so far and the reviewers awaited.
+	Review *fleet.Review `json:"review,omitempty"`
+	// Waiting, for a blocked job, is what it waits for: each dependency
+	// and child with its stage.
+	Waiting  *WaitExplanation     `json:"waiting,omitempty"`
 	Schedule schedule.Explanation `json:"schedule"`
+}
+
+// WaitExplanation is what a blocked job waits for.
+type WaitExplanation struct {
+	DepsMode fleet.DepsMode `json:"depsMode"`
+	Deps     []WaitItem     `json:"deps"`
+	Children []WaitItem     `json:"children"`
+}
+
+// WaitItem is one job waited for and its stage now.
+type WaitItem struct {
+	ID    string      `json:"id"`
+	Stage fleet.Stage `json:"stage"`
 }
 
 // ProfileExplanation is the part of a job's requirements its profile made.
@@ -348,6 +367,23 @@ func (c *Coordinator) Explain(ctx context.Context, scope Scope, productID, jobID
 	}
 	if p := j.Profile; p != nil {
 		e.Profile = &ProfileExplanation{Name: p.Name, Version: p.Version, Capabilities: p.Capabilities}
+	}
+	e.Review = j.Review
+	if j.Stage == fleet.StageBlocked {
+		w := &WaitExplanation{DepsMode: j.DepsMode, Deps: []WaitItem{}, Children: []WaitItem{}}
+		for _, list := range []struct {
+			ids []string
+			out *[]WaitItem
+		}{{j.Deps, &w.Deps}, {j.Children, &w.Children}} {
+			for _, id := range list.ids {
+				st, err := c.depStage(ctx, j.ProductID, id)
+				if err != nil {
+					return nil, err
+				}
+				*list.out = append(*list.out, WaitItem{ID: id, Stage: st})
+			}
+		}
+		e.Waiting = w
 	}
 	return e, nil
 }

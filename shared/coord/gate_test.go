@@ -57,11 +57,7 @@ func TestReviewGateCannotBeSkipped(t *testing.T) {
 		e := newEnv(t)
 		e.factory("f1")
 		j := e.submit(gated)
-		cl := e.claim("f1")
-		for _, st := range []fleet.Stage{fleet.StageBuilding, fleet.StageReview} {
-			_, err := e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: st, LeaseEpoch: cl.LeaseEpoch})
-			require.NoError(t, err)
-		}
+		e.deliver(j.ID, "aq/job/"+j.ID+"@1")
 		before := e.rawJob(j.ID)
 		_, err := e.c.Act(e.ctx, "root", prod, j.ID, coord.ActionShip, "looks fine")
 		requireCode(t, err, fleet.CodeConflict, "")

@@ -22,40 +22,53 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 	if err != nil {
 		return nil, false, err
 	}
-	product, err := c.cachedProduct(ctx, productID)
-	if errors.Is(err, fleet.ErrNotFound) {
-		return nil, false, &fleet.Error{Code: fleet.CodeRepoNotOwned, Field: "repo",
-			Message: fmt.Sprintf("product %s is not declared, so it owns no repo; declare the product and its repos first", productID)}
+	if m.ParentID != "" {
+		// One way to make a child, so its parent always waits for it.
+		return nil, false, fleet.Invalid("parentId", "children are posted with POST /api/fleet/jobs/%s/children, which makes the parent wait for them", m.ParentID)
 	}
-	if err != nil {
-		return nil, false, err
-	}
-	if !product.Owns(m.Repo) {
-		return nil, false, &fleet.Error{Code: fleet.CodeRepoNotOwned, Field: "repo",
-			Message: fmt.Sprintf("repo %s is not owned by product %s (it owns: %v)", m.Repo, productID, product.Repos)}
-	}
-
 	id := c.newID("j")
 	if m.IdempotencyKey != "" {
-		// The key decides the id, so two racing submits collide on Create
-		// and both get the one job.
-		sum := sha256.Sum256([]byte(productID + "\x00" + m.IdempotencyKey))
-		id = "k" + hex.EncodeToString(sum[:12])
+		id = keyedID(productID, m.IdempotencyKey)
 		if existing, err := c.GetJob(ctx, productID, id); err == nil {
 			return existing, false, nil
 		}
 	}
-	if m.ParentID != "" {
-		if _, err := c.GetJob(ctx, productID, m.ParentID); err != nil {
-			if errors.Is(err, fleet.ErrNotFound) {
-				return nil, false, fleet.Invalid("parentId", "job %s not found in product %s", m.ParentID, productID)
-			}
-			return nil, false, err
-		}
+	j, err := c.prepareJob(ctx, productID, id, m, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	return c.createJob(ctx, j)
+}
+
+// keyedID is the id of the job with idempotencyKey key in productID: the
+// key decides the id, so two racing submits collide on Create and both get
+// the one job.
+func keyedID(productID, key string) string {
+	sum := sha256.Sum256([]byte(productID + "\x00" + key))
+	return "k" + hex.EncodeToString(sum[:12])
+}
+
+// prepareJob builds job id of manifest m and checks it against everything a
+// submit reads (the product owns the repo, the persona exists, the
+// dependencies exist, the document fits) without writing anything, so a
+// request refused for any of them changes nothing. Dependencies in pending
+// are jobs the same request creates first.
+func (c *Coordinator) prepareJob(ctx context.Context, productID, id string, m *fleet.Manifest, pending map[string]bool) (*fleet.Job, error) {
+	product, err := c.cachedProduct(ctx, productID)
+	if errors.Is(err, fleet.ErrNotFound) {
+		return nil, &fleet.Error{Code: fleet.CodeRepoNotOwned, Field: "repo",
+			Message: fmt.Sprintf("product %s is not declared, so it owns no repo; declare the product and its repos first", productID)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !product.Owns(m.Repo) {
+		return nil, &fleet.Error{Code: fleet.CodeRepoNotOwned, Field: "repo",
+			Message: fmt.Sprintf("repo %s is not owned by product %s (it owns: %v)", m.Repo, productID, product.Repos)}
 	}
 	now := c.now()
 	j := &fleet.Job{
-		ID: id, ProductID: productID, Title: m.Title, Repo: m.Repo,
+		ID: id, ProductID: productID, Title: m.Title, Repo: m.Repo, Kind: m.Kind,
 		Capabilities: m.Capabilities, Persona: m.Persona, Priority: m.Priority,
 		Stage: fleet.StageQueued, Body: m.Body, MaxAttempts: m.MaxAttempts,
 		ParentID: m.ParentID, Deps: m.Deps, DepsMode: m.DepsMode, Budget: m.Budget,
@@ -65,16 +78,31 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 	if j.Deps == nil {
 		j.Deps = []string{}
 	}
+	if j.Review != nil {
+		j.Review.Tally()
+	}
 	if err := c.applyPersona(ctx, j); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	// The stored size is checked before any write (marking dependencies is
 	// one): a manifest under its byte limit can still encode past the
 	// store's, since JSON escapes '<', '>', '&' and control characters.
 	if _, err := encodeSubmitted(j); err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	satisfied, err := c.registerDependant(ctx, productID, id, m.Deps, m.DepsMode)
+	if err := c.checkDeps(ctx, productID, id, j.Deps, pending); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// createJob writes a job prepareJob built: it marks its dependencies,
+// creates it queued (or blocked on them), and records it. A job whose
+// idempotency key another request just used answers that job, created
+// false.
+func (c *Coordinator) createJob(ctx context.Context, j *fleet.Job) (*fleet.Job, bool, error) {
+	productID, id := j.ProductID, j.ID
+	satisfied, err := c.registerDependant(ctx, productID, id, j.Deps, j.DepsMode)
 	if err != nil {
 		return nil, false, err
 	}
@@ -86,7 +114,7 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 		return nil, false, err
 	}
 	rev, err := c.store.Create(ctx, Jobs, productID, id, body)
-	if errors.Is(err, ErrExists) && m.IdempotencyKey != "" {
+	if errors.Is(err, ErrExists) && j.IdempotencyKey != "" {
 		existing, gerr := c.GetJob(ctx, productID, id)
 		return existing, false, gerr
 	}
@@ -129,24 +157,33 @@ func encodeSubmitted(j *fleet.Job) ([]byte, error) {
 	return body, nil
 }
 
-// registerDependant marks each unshipped dependency as having dependants (so
-// shipping it looks for them) and reports whether the deps are satisfied.
-func (c *Coordinator) registerDependant(ctx context.Context, productID, id string, deps []string, mode fleet.DepsMode) (bool, error) {
-	if len(deps) == 0 {
-		return true, nil
-	}
-	// Every dependency must exist before any is marked: a rejected submit
-	// changes nothing, not even the jobs it named.
+// checkDeps checks that every dependency of job id exists (or is in
+// pending, created first by the same request) and is not the job itself.
+func (c *Coordinator) checkDeps(ctx context.Context, productID, id string, deps []string, pending map[string]bool) error {
 	for i, dep := range deps {
 		if dep == id {
-			return false, fleet.Invalid(fmt.Sprintf("deps[%d]", i), "a job cannot depend on itself")
+			return fleet.Invalid(fmt.Sprintf("deps[%d]", i), "a job cannot depend on itself")
+		}
+		if pending[dep] {
+			continue
 		}
 		if _, err := c.GetJob(ctx, productID, dep); err != nil {
 			if errors.Is(err, fleet.ErrNotFound) {
-				return false, fleet.Invalid(fmt.Sprintf("deps[%d]", i), "job %s not found in product %s", dep, productID)
+				return fleet.Invalid(fmt.Sprintf("deps[%d]", i), "job %s not found in product %s", dep, productID)
 			}
-			return false, err
+			return err
 		}
+	}
+	return nil
+}
+
+// registerDependant marks each unshipped dependency as having dependants (so
+// shipping it looks for them) and reports whether the deps are satisfied.
+// checkDeps has found every one: a rejected submit changes nothing, not even
+// the jobs it named.
+func (c *Coordinator) registerDependant(ctx context.Context, productID, id string, deps []string, mode fleet.DepsMode) (bool, error) {
+	if len(deps) == 0 {
+		return true, nil
 	}
 	shipped := 0
 	for i, dep := range deps {
@@ -312,6 +349,15 @@ type move struct {
 	// fields after the stage machine applied the move.
 	guard  func(j *fleet.Job) error
 	effect func(before, j *fleet.Job)
+	// mayStay lets decide keep the job in its stage: the move is then a
+	// recorded change of other fields (a review vote, more children).
+	mayStay bool
+	// messageOf, when set, makes the message once the move is written
+	// (from what its guard saw).
+	messageOf func() string
+	// eventActor, when set, is the actor the event names instead of actor:
+	// the review gate moves a job as the system on an operator's vote.
+	eventActor fleet.Actor
 }
 
 // transition applies m: the guard, the stage machine's rule and the effect
@@ -330,18 +376,23 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 		if m.decide != nil {
 			to = m.decide(j)
 		}
-		r, err := fleet.CheckJobTransition(j, to, m.actor)
-		if err != nil {
-			return err
-		}
-		rule = r
 		snapshot := *j
 		before = &snapshot
-		holder := ""
-		if m.actor == fleet.ActorFactory {
-			holder = m.actorID
+		if m.mayStay && to == j.Stage {
+			rule = fleet.Rule{From: to, To: to, Actor: m.actor, Lease: fleet.LeaseNone}
+			j.UpdatedAt = c.now()
+		} else {
+			r, err := fleet.CheckJobTransition(j, to, m.actor)
+			if err != nil {
+				return err
+			}
+			rule = r
+			holder := ""
+			if m.actor == fleet.ActorFactory {
+				holder = m.actorID
+			}
+			j.Apply(rule, c.now(), holder, c.cfg.LeaseTTL)
 		}
-		j.Apply(rule, c.now(), holder, c.cfg.LeaseTTL)
 		j.EventSeq++
 		if m.effect != nil {
 			m.effect(before, j)
@@ -355,13 +406,23 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 	// caller going away (a client disconnect, a host timeout).
 	ctx = context.WithoutCancel(ctx)
 	event, message := m.event, m.message
+	if m.messageOf != nil {
+		message = m.messageOf()
+	}
 	if event == "" {
 		event = fleet.EventStage
 	}
 	if message == "" {
 		message = rule.Why
 	}
-	c.appendEvent(ctx, after, fleet.Event{Type: event, From: before.Stage, To: after.Stage, Actor: m.actor, ActorID: m.actorID, Message: message})
+	actor := m.actor
+	if m.eventActor != "" {
+		actor = m.eventActor
+	}
+	c.appendEvent(ctx, after, fleet.Event{Type: event, From: before.Stage, To: after.Stage, Actor: actor, ActorID: m.actorID, Message: message})
+	if before.Stage == after.Stage {
+		return after, nil
+	}
 	if after.Stage == fleet.StageQueued {
 		c.bumpQueueState(ctx, m.pk)
 	}
@@ -378,6 +439,7 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 	}
 	if after.Stage.Terminal() {
 		c.settleDependants(ctx, after)
+		c.settleParent(ctx, after)
 	}
 	return after, nil
 }
@@ -425,8 +487,27 @@ func (c *Coordinator) Patch(ctx context.Context, factoryID, productID, jobID str
 	default:
 		return nil, fleet.Invalid("stage", "a factory may patch a job to building, review, testing or shipped; report a failure as a failure, not a stage")
 	}
+	guard := fence
+	effect := setCheckpoint
+	if req.Stage == fleet.StageReview {
+		// A gated job goes to its reviewers with the head they vote on:
+		// the checkpoint delivered with it.
+		guard = func(j *fleet.Job) error {
+			if err := fence(j); err != nil {
+				return err
+			}
+			if j.Review != nil && j.Checkpoint == "" && (req.Checkpoint == nil || *req.Checkpoint == "") {
+				return fleet.Invalid("checkpoint", "is required: a job with a review gate is delivered with the checkpoint its reviewers vote on")
+			}
+			return nil
+		}
+		effect = func(before, j *fleet.Job) {
+			setCheckpoint(before, j)
+			deliverForReview(j, j.Checkpoint)
+		}
+	}
 	return c.transition(ctx, move{pk: productID, id: jobID, to: req.Stage, actor: fleet.ActorFactory, actorID: factoryID,
-		guard: fence, effect: setCheckpoint})
+		guard: guard, effect: effect})
 }
 
 // Action is an operator action on a job.
@@ -478,8 +559,13 @@ func (c *Coordinator) Act(ctx context.Context, operatorID, productID, jobID stri
 		if err != nil {
 			return nil, err
 		}
-		if len(j.Deps) > 0 {
-			v, _, err := c.depsState(ctx, j, c.depStage)
+		switch {
+		case j.Kind == fleet.KindComposite && len(j.Children) > 0:
+			// It has no step of its own: it waits, and ships once its
+			// children have (settled below).
+			to = fleet.StageBlocked
+		case len(j.Deps) > 0 || len(j.Children) > 0:
+			v, _, err := c.waitState(ctx, j, c.depStage)
 			if err != nil {
 				return nil, err
 			}
@@ -497,12 +583,18 @@ func (c *Coordinator) Act(ctx context.Context, operatorID, productID, jobID stri
 	}
 	after, err := c.transition(ctx, move{pk: productID, id: jobID, to: to, actor: fleet.ActorOperator, actorID: operatorID,
 		event: event, message: reason, effect: effect})
-	if err == nil && after.Stage == fleet.StageBlocked {
+	if err != nil {
+		return nil, err
+	}
+	if after.Stage == fleet.StageBlocked {
 		if settled, ok := c.settleBlocked(context.WithoutCancel(ctx), after); ok {
 			after = settled
 		}
 	}
-	return after, err
+	if action == ActionCancel {
+		c.cancelDescendants(context.WithoutCancel(ctx), operatorID, after, reason)
+	}
+	return after, nil
 }
 
 // settleDependants settles the blocked jobs waiting on ended, a job that
@@ -565,16 +657,21 @@ func (c *Coordinator) settleBlocked(ctx context.Context, j *fleet.Job) (*fleet.J
 
 // settleBlockedBy is settleBlocked reading dependency stages through lookup.
 func (c *Coordinator) settleBlockedBy(ctx context.Context, j *fleet.Job, lookup depsLookup) (*fleet.Job, bool) {
-	v, why, err := c.depsState(ctx, j, lookup)
+	v, why, err := c.waitState(ctx, j, lookup)
 	if err != nil {
 		c.log.ErrorContext(ctx, "settle blocked job: read dependencies", "job", j.ID, "err", err)
 		return nil, false
 	}
 	var after *fleet.Job
-	switch v {
-	case depsReady:
-		after, err = c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageQueued, actor: fleet.ActorSystem, event: fleet.EventUnblocked})
-	case depsBroken:
+	switch {
+	case v == depsReady && j.Kind == fleet.KindComposite && len(j.Children) > 0:
+		after, err = c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageShipped, actor: fleet.ActorSystem, event: fleet.EventUnblocked,
+			message: fmt.Sprintf("every one of its %d children shipped: the composite job ships", len(j.Children)),
+			guard:   sameChildren(j)})
+	case v == depsReady:
+		after, err = c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageQueued, actor: fleet.ActorSystem, event: fleet.EventUnblocked,
+			guard: sameChildren(j)})
+	case v == depsBroken:
 		after, err = c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageFailed, actor: fleet.ActorSystem,
 			event: fleet.EventDependencyFailed, message: why,
 			effect: func(_, j *fleet.Job) {

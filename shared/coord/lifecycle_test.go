@@ -109,7 +109,7 @@ func TestPatchShipped(t *testing.T) {
 			}
 			require.ErrorIs(t, err, fleet.ErrConflict)
 			require.Equal(t, before, e.rawJob(j.ID))
-			got, err = e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageReview, LeaseEpoch: cl.LeaseEpoch})
+			got, err = e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageReview, LeaseEpoch: cl.LeaseEpoch, Checkpoint: ptr("aq/job/" + j.ID + "@1")})
 			require.NoError(t, err)
 			require.Equal(t, fleet.StageReview, got.Stage)
 			require.Empty(t, got.HolderFactoryID, "delivering for review releases the lease")

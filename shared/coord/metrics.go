@@ -116,10 +116,10 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		if j.Stage == fleet.StageBlocked {
 			// Normally failed at once when the dependency ends; one still
 			// blocked was missed (a crash) and waits for the sweep.
-			if v, why, err := c.depsState(ctx, j, lookup); err == nil && v == depsBroken {
+			if v, why, err := c.waitState(ctx, j, lookup); err == nil && v == depsBroken {
 				blockedOnFailed = append(blockedOnFailed, fleet.Alert{Kind: fleet.AlertBlockedOnFailed,
 					Severity: fleet.SeverityWarning, Subject: j.ProductID + "/" + j.ID, Since: j.UpdatedAt,
-					Message: "blocked on a dependency that ended unshipped (" + why + "); the redispatch sweep fails it with dependency_failed"})
+					Message: "blocked on a dependency or child that ended unshipped (" + why + "); the redispatch sweep fails it with dependency_failed"})
 			}
 			continue
 		}

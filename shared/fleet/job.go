@@ -78,20 +78,15 @@ type Budget struct {
 	USD  float64  `json:"usd,omitempty"`
 }
 
-// Vote is one reviewer's verdict.
-type Vote struct {
-	Reviewer string    `json:"reviewer"`
-	Approve  bool      `json:"approve"`
-	Comment  string    `json:"comment,omitempty"`
-	At       time.Time `json:"at"`
-}
+// JobKind says what a job's own step is.
+type JobKind string
 
-// Review is the review gate of a job.
-type Review struct {
-	Reviewers []string `json:"reviewers,omitempty"`
-	Quorum    int      `json:"quorum,omitempty"`
-	Votes     []Vote   `json:"votes,omitempty"`
-}
+// Job kinds. A task (the default, stored as "") runs its own step; a
+// composite job ships at once when every one of its children has shipped.
+const (
+	KindTask      JobKind = ""
+	KindComposite JobKind = "composite"
+)
 
 // Lease is the single-holder lease on a job, as clients see it. It is stored
 // as fields of the job document so that claiming is one compare-and-swap.
@@ -146,6 +141,7 @@ type Job struct {
 	Repo         string   `json:"repo"`
 	Capabilities []string `json:"capabilities"`
 	Persona      string   `json:"persona,omitempty"`
+	Kind         JobKind  `json:"kind,omitempty"`
 	// Profile is the persona's version as submitted; nil without a persona.
 	Profile         *JobProfile `json:"profile,omitempty"`
 	Priority        Priority    `json:"priority"`
@@ -169,8 +165,15 @@ type Job struct {
 	NotBefore       time.Time `json:"notBefore,omitzero"`
 	LastFailure     *Failure  `json:"lastFailure,omitempty"`
 	ParentID        string    `json:"parentId,omitempty"`
-	Deps            []string  `json:"deps"`
-	DepsMode        DepsMode  `json:"depsMode"`
+	// RootID is the root of the job's tree of children (absent on a root);
+	// Depth is how far below it the job is (0 for a root).
+	RootID string `json:"rootId,omitempty"`
+	Depth  int    `json:"depth,omitempty"`
+	// Children are the jobs posted as this job's children, in post order:
+	// while blocked with children, the job waits until every one shipped.
+	Children []string `json:"children,omitempty"`
+	Deps     []string `json:"deps"`
+	DepsMode DepsMode `json:"depsMode"`
 	// HasDependants is set when another job waits on this one, so shipping a
 	// job nobody waits for costs no query for dependants.
 	HasDependants  bool    `json:"hasDependants,omitempty"`
@@ -310,6 +313,11 @@ const (
 	EventLeaseExpired     EventType = "lease_expired"
 	EventUnblocked        EventType = "unblocked"
 	EventDependencyFailed EventType = "dependency_failed"
+	// EventChildren: children were posted to the job, which now waits for them.
+	EventChildren EventType = "children"
+	// Review gate: a request (new reviewers, quorum or head) and a vote.
+	EventReviewRequested EventType = "review_requested"
+	EventReviewVote      EventType = "review_vote"
 	// An operator's action, named after it.
 	EventShip    EventType = "ship"
 	EventRequeue EventType = "requeue"
@@ -321,6 +329,7 @@ const (
 var EventTypes = []EventType{
 	EventSubmitted, EventStage, EventClaimed, EventReleased, EventFailed, EventLeaseExpired,
 	EventUnblocked, EventDependencyFailed, EventShip, EventRequeue, EventReject, EventCancel,
+	EventChildren, EventReviewRequested, EventReviewVote,
 }
 
 // EventID names the event seq of a job.

@@ -20,6 +20,7 @@ type Manifest struct {
 	Repo           string
 	Capabilities   []string
 	Persona        string
+	Kind           JobKind
 	Priority       Priority
 	Budget         Budget
 	Deps           []string
@@ -78,7 +79,7 @@ func ParseManifest(src []byte) (*Manifest, error) {
 		seen[key] = true
 		set, ok := manifestFields[key]
 		if !ok {
-			return nil, Invalid(key, "unknown field (known: title, repo, capabilities, persona, priority, budget, deps, depsMode, idempotencyKey, parentId, review, maxAttempts)")
+			return nil, Invalid(key, "unknown field (known: title, repo, kind, capabilities, persona, priority, budget, deps, depsMode, idempotencyKey, parentId, review, maxAttempts)")
 		}
 		if err := set(m, key, val); err != nil {
 			return nil, err
@@ -141,6 +142,21 @@ var manifestFields = map[string]fieldSetter{
 	"capabilities":   func(m *Manifest, f string, n *yaml.Node) error { return decodeStrings(f, n, &m.Capabilities) },
 	"deps":           func(m *Manifest, f string, n *yaml.Node) error { return decodeStrings(f, n, &m.Deps) },
 	"maxAttempts":    func(m *Manifest, f string, n *yaml.Node) error { return decodeScalar(f, n, &m.MaxAttempts) },
+	"kind": func(m *Manifest, f string, n *yaml.Node) error {
+		var s string
+		if err := decodeScalar(f, n, &s); err != nil {
+			return err
+		}
+		switch s {
+		case "task":
+			m.Kind = KindTask
+		case string(KindComposite):
+			m.Kind = KindComposite
+		default:
+			return Invalid(f, "unknown kind %q (want task or composite)", s)
+		}
+		return nil
+	},
 	"priority": func(m *Manifest, f string, n *yaml.Node) error {
 		var s string
 		if err := decodeScalar(f, n, &s); err != nil {
@@ -198,6 +214,15 @@ var manifestFields = map[string]fieldSetter{
 		return decodeMapping(f, n, map[string]func(string, *yaml.Node) error{
 			"reviewers": func(f string, n *yaml.Node) error { return decodeStrings(f, n, &r.Reviewers) },
 			"quorum":    func(f string, n *yaml.Node) error { return decodeScalar(f, n, &r.Quorum) },
+			"onReject": func(f string, n *yaml.Node) error {
+				var s string
+				if err := decodeScalar(f, n, &s); err != nil {
+					return err
+				}
+				o, err := ParseOnReject(f, s)
+				r.OnReject = o
+				return err
+			},
 		})
 	},
 }
@@ -337,26 +362,13 @@ func (m *Manifest) validate() error {
 		return Invalid("maxAttempts", "must be between 1 and %d", maxMaxAttempts)
 	}
 	if r := m.Review; r != nil {
-		if len(r.Reviewers) > MaxReviewers {
-			return Invalid("review.reviewers", "has %d entries, at most %d allowed", len(r.Reviewers), MaxReviewers)
+		if err := r.ValidateGate("review"); err != nil {
+			return err
 		}
-		seen := make(map[string]bool, len(r.Reviewers))
-		for i, rv := range r.Reviewers {
-			if err := ValidateText(fmt.Sprintf("review.reviewers[%d]", i), rv, MaxNameLen); err != nil || rv == "" {
-				return Invalid(fmt.Sprintf("review.reviewers[%d]", i), "must be a non-empty reviewer name")
-			}
-			// A repeated reviewer would count twice against the quorum
-			// check yet vote once: the quorum could never be reached.
-			if seen[rv] {
-				return Invalid(fmt.Sprintf("review.reviewers[%d]", i), "%q appears twice", rv)
-			}
-			seen[rv] = true
-		}
-		if r.Quorum == 0 {
-			r.Quorum = max(1, len(r.Reviewers))
-		}
-		if r.Quorum < 1 || (len(r.Reviewers) > 0 && r.Quorum > len(r.Reviewers)) {
-			return Invalid("review.quorum", "must be between 1 and the number of reviewers")
+		if m.Kind == KindComposite {
+			// A composite job has no step of its own to review: it ships
+			// when its children do.
+			return Invalid("review", "a composite job ships when its children have; put the review gate on the children")
 		}
 	}
 	return nil

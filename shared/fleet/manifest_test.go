@@ -113,7 +113,7 @@ var validManifests = []validManifest{
 			Persona: "backend", Priority: fleet.PriorityCritical,
 			Budget: fleet.Budget{Wall: fleet.Duration(90 * time.Minute), USD: 12.5},
 			Deps:   []string{"job-1", "job_2"}, DepsMode: fleet.DepsAny, IdempotencyKey: "key with spaces/and:colons",
-			ParentID: "job-0", Review: &fleet.Review{Reviewers: []string{"ann", "bob", "cy"}, Quorum: 2},
+			ParentID: "job-0", Review: &fleet.Review{Reviewers: []string{"ann", "bob", "cy"}, Quorum: 2, OnReject: fleet.RejectRequeue},
 			MaxAttempts: 5, Body: "Do it.\n",
 		}},
 	{"each priority: low", manifest("Do it.\n", "repo: r", "title: T", "priority: low"),
@@ -133,16 +133,29 @@ var validManifests = []validManifest{
 		defaults(func(m *fleet.Manifest) { m.MaxAttempts = 20 })},
 	{"review quorum defaults to the number of reviewers",
 		manifest("Do it.\n", "repo: r", "title: T", "review: {reviewers: [ann, bob, cy]}"),
-		defaults(func(m *fleet.Manifest) { m.Review = &fleet.Review{Reviewers: []string{"ann", "bob", "cy"}, Quorum: 3} })},
+		defaults(func(m *fleet.Manifest) {
+			m.Review = &fleet.Review{Reviewers: []string{"ann", "bob", "cy"}, Quorum: 3, OnReject: fleet.RejectRequeue}
+		})},
 	{"review quorum 0 means the default",
 		manifest("Do it.\n", "repo: r", "title: T", "review: {reviewers: [ann, bob], quorum: 0}"),
-		defaults(func(m *fleet.Manifest) { m.Review = &fleet.Review{Reviewers: []string{"ann", "bob"}, Quorum: 2} })},
+		defaults(func(m *fleet.Manifest) {
+			m.Review = &fleet.Review{Reviewers: []string{"ann", "bob"}, Quorum: 2, OnReject: fleet.RejectRequeue}
+		})},
 	{"review quorum equal to reviewers",
 		manifest("Do it.\n", "repo: r", "title: T", "review: {reviewers: [ann, bob], quorum: 2}"),
-		defaults(func(m *fleet.Manifest) { m.Review = &fleet.Review{Reviewers: []string{"ann", "bob"}, Quorum: 2} })},
+		defaults(func(m *fleet.Manifest) {
+			m.Review = &fleet.Review{Reviewers: []string{"ann", "bob"}, Quorum: 2, OnReject: fleet.RejectRequeue}
+		})},
 	{"review without reviewers needs one approval",
 		manifest("Do it.\n", "repo: r", "title: T", "review: {}"),
-		defaults(func(m *fleet.Manifest) { m.Review = &fleet.Review{Quorum: 1} })},
+		defaults(func(m *fleet.Manifest) { m.Review = &fleet.Review{Quorum: 1, OnReject: fleet.RejectRequeue} })},
+	{"review onReject fail", manifest("Do it.\n", "repo: r", "title: T", "review: {reviewers: [ann], onReject: fail}"),
+		defaults(func(m *fleet.Manifest) {
+			m.Review = &fleet.Review{Reviewers: []string{"ann"}, Quorum: 1, OnReject: fleet.RejectFail}
+		})},
+	{"kind composite", manifest("Do it.\n", "repo: r", "title: T", "kind: composite"),
+		defaults(func(m *fleet.Manifest) { m.Kind = fleet.KindComposite })},
+	{"kind task is the default", manifest("Do it.\n", "repo: r", "title: T", "kind: task"), defaults()},
 	{"budget usd zero and integer wall", manifest("Do it.\n", "repo: r", "title: T", "budget: {usd: 0, wall: 2h}"),
 		defaults(func(m *fleet.Manifest) { m.Budget = fleet.Budget{Wall: fleet.Duration(2 * time.Hour)} })},
 	{"quoted keys", manifest("Do it.\n", `"repo": r`, `'title': T`), defaults()},
@@ -271,6 +284,14 @@ var invalidManifests = []invalidManifest{
 	{"review reviewer empty", manifest("Do it.\n", "repo: r", `review: {reviewers: [""]}`), fleet.CodeInvalid, "review.reviewers[0]"},
 	{"review reviewer too long", manifest("Do it.\n", "repo: r", "review: {reviewers: [ann, "+strings.Repeat("b", fleet.MaxNameLen+1)+"]}"), fleet.CodeInvalid, "review.reviewers[1]"},
 	{"review unknown field", manifest("Do it.\n", "repo: r", "review: {approvers: [ann]}"), fleet.CodeInvalid, "review.approvers"},
+	{"review onReject unknown", manifest("Do it.\n", "repo: r", "review: {onReject: retry}"), fleet.CodeInvalid, "review.onReject"},
+	{"review onReject a list", manifest("Do it.\n", "repo: r", "review: {onReject: [fail]}"), fleet.CodeInvalid, "review.onReject"},
+	{"review reviewer not a plain name", manifest("Do it.\n", "repo: r", "review: {reviewers: [ann, bob smith]}"), fleet.CodeInvalid, "review.reviewers[1]"},
+	{"kind unknown", manifest("Do it.\n", "repo: r", "kind: epic"), fleet.CodeInvalid, "kind"},
+	{"kind empty", manifest("Do it.\n", "repo: r", `kind: ""`), fleet.CodeInvalid, "kind"},
+	{"kind in capitals", manifest("Do it.\n", "repo: r", "kind: Composite"), fleet.CodeInvalid, "kind"},
+	{"kind a list", manifest("Do it.\n", "repo: r", "kind: [composite]"), fleet.CodeInvalid, "kind"},
+	{"composite with a review gate", manifest("Do it.\n", "repo: r", "kind: composite", "review: {quorum: 1}"), fleet.CodeInvalid, "review"},
 	{"review not a mapping", manifest("Do it.\n", "repo: r", "review: [ann]"), fleet.CodeInvalid, "review"},
 	{"deps with a bad id", manifest("Do it.\n", "repo: r", "deps: [job-1, ../job-2]"), fleet.CodeInvalid, "deps[1]"},
 	{"deps with an empty id", manifest("Do it.\n", "repo: r", `deps: [""]`), fleet.CodeInvalid, "deps[0]"},

@@ -95,6 +95,14 @@ var Transitions = []Rule{
 	// Nothing waits forever: a dependency that ended unshipped fails the
 	// jobs that can no longer start.
 	{StageBlocked, StageFailed, ActorSystem, LeaseNone, "dependency_failed"},
+	// A job given children waits for them in blocked. A holder that posts
+	// children gives its seat back: the job needs no factory until they
+	// have shipped.
+	{StageQueued, StageBlocked, ActorOperator, LeaseNone, "waiting on its children"},
+	{StageAssigned, StageBlocked, ActorFactory, LeaseRelease, "children posted: waiting on them without a seat"},
+	{StageBuilding, StageBlocked, ActorFactory, LeaseRelease, "children posted: waiting on them without a seat"},
+	// A composite job has no step of its own: it ships with its children.
+	{StageBlocked, StageShipped, ActorSystem, LeaseNone, "composite: every child shipped"},
 	{StageQueued, StageAssigned, ActorFactory, LeaseAcquire, "claimed"},
 	{StageAssigned, StageBuilding, ActorFactory, LeaseKeep, "build started"},
 	// Handing the work to a gate ends the factory's part: the lease goes, so a
@@ -118,6 +126,10 @@ var Transitions = []Rule{
 	{StageBuilding, StageFailed, ActorSystem, LeaseRevoke, "budget exceeded"},
 	{StageReview, StageTesting, ActorSystem, LeaseNone, "review quorum reached"},
 	{StageReview, StageTesting, ActorOperator, LeaseNone, "approved"},
+	// A reviewer's rejection: back to the queue with the comment as
+	// feedback (no attempt spent), or failed when the gate says onReject: fail.
+	{StageReview, StageQueued, ActorSystem, LeaseNone, "rejected in review: back to the queue with the feedback"},
+	{StageReview, StageFailed, ActorSystem, LeaseNone, "rejected in review"},
 	{StageReview, StageFailed, ActorOperator, LeaseNone, "rejected"},
 	{StageTesting, StageFailed, ActorOperator, LeaseNone, "rejected"},
 	{StageTesting, StageShipped, ActorOperator, LeaseNone, "shipped"},
@@ -151,6 +163,9 @@ var gateSkipping = map[transitionKey]bool{
 	{StageBuilding, StageShipped, ActorFactory}: true,
 	{StageReview, StageTesting, ActorOperator}:  true,
 	{StageReview, StageShipped, ActorOperator}:  true,
+	// Composite jobs carry no gate (the manifest refuses one); should one
+	// be given a gate anyway, shipping it with its children would skip it.
+	{StageBlocked, StageShipped, ActorSystem}: true,
 }
 
 var transitionIndex = func() map[transitionKey]Rule {

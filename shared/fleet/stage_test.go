@@ -34,6 +34,11 @@ var legalMoves = map[move]fleet.LeaseEffect{
 	{fleet.StageQueued, fleet.StageBlocked, fleet.ActorSystem}: fleet.LeaseNone,
 	{fleet.StageBlocked, fleet.StageQueued, fleet.ActorSystem}: fleet.LeaseNone,
 	{fleet.StageBlocked, fleet.StageFailed, fleet.ActorSystem}: fleet.LeaseNone,
+	// children: the parent waits in blocked, a holder giving its seat back
+	{fleet.StageQueued, fleet.StageBlocked, fleet.ActorOperator}:  fleet.LeaseNone,
+	{fleet.StageAssigned, fleet.StageBlocked, fleet.ActorFactory}: fleet.LeaseRelease,
+	{fleet.StageBuilding, fleet.StageBlocked, fleet.ActorFactory}: fleet.LeaseRelease,
+	{fleet.StageBlocked, fleet.StageShipped, fleet.ActorSystem}:   fleet.LeaseNone,
 	// the factory's part
 	{fleet.StageQueued, fleet.StageAssigned, fleet.ActorFactory}:     fleet.LeaseAcquire,
 	{fleet.StageAssigned, fleet.StageBuilding, fleet.ActorFactory}:   fleet.LeaseKeep,
@@ -57,6 +62,8 @@ var legalMoves = map[move]fleet.LeaseEffect{
 	{fleet.StageReview, fleet.StageTesting, fleet.ActorSystem}:    fleet.LeaseNone,
 	{fleet.StageReview, fleet.StageTesting, fleet.ActorOperator}:  fleet.LeaseNone,
 	{fleet.StageReview, fleet.StageFailed, fleet.ActorOperator}:   fleet.LeaseNone,
+	{fleet.StageReview, fleet.StageQueued, fleet.ActorSystem}:     fleet.LeaseNone,
+	{fleet.StageReview, fleet.StageFailed, fleet.ActorSystem}:     fleet.LeaseNone,
 	{fleet.StageTesting, fleet.StageFailed, fleet.ActorOperator}:  fleet.LeaseNone,
 	{fleet.StageTesting, fleet.StageShipped, fleet.ActorOperator}: fleet.LeaseNone,
 	{fleet.StageReview, fleet.StageShipped, fleet.ActorOperator}:  fleet.LeaseNone,

@@ -21,6 +21,14 @@ const (
 	MaxRepos = 1000
 	// MaxProducts bounds the products a factory serves.
 	MaxProducts = 100
+	// MaxChildrenPerRequest bounds the children one POST .../children
+	// carries.
+	MaxChildrenPerRequest = 50
+	// MaxTreeDepth bounds how deep a tree of children goes: a root is at
+	// depth 0, its children at 1.
+	MaxTreeDepth = 5
+	// MaxTreeJobs bounds the jobs of one tree, its root included.
+	MaxTreeJobs = 500
 	// MaxReviewers bounds a review gate's reviewers.
 	MaxReviewers = 50
 	MaxTitleLen  = 300

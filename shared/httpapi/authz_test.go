@@ -83,6 +83,15 @@ func authzRequests(w *authzWorld) map[string]authzRequest {
 		"GET /api/fleet/events/stream":            {path: "/api/fleet/events/stream", token: operator, want: 200},
 		"GET /api/fleet/events":                   {path: "/api/fleet/events", token: operator, want: 200},
 		"POST /api/fleet/claim":                   {path: "/api/fleet/claim", token: factoryF1, want: 200},
+		"POST /api/fleet/jobs/{id}/children": {path: queued + "/children", body: map[string]any{"children": []string{manifest("r1")}},
+			token: operator, want: 201, scope: scopeJob},
+		"GET /api/fleet/jobs/{id}/dag": {path: held + "/dag", token: factoryF1, want: 200, scope: scopeJob},
+		// The holder may request a review of its job, but not of one it
+		// has not started building: 409 once through authorisation.
+		"POST /api/fleet/jobs/{id}/review/request": {path: held + "/review/request", body: map[string]any{"leaseEpoch": w.heldEpoch, "head": "aq/job/x@1"}, token: factoryF1, want: 409, scope: scopeJob},
+		// Not in review: 409 once through authorisation.
+		"POST /api/fleet/jobs/{id}/review": {path: queued + "/review", body: map[string]any{"approve": true, "head": "h"},
+			token: operator, want: 409, scope: scopeJob},
 		"POST /api/fleet/accept": {path: "/api/fleet/accept", body: map[string]any{"jobId": w.queued, "dispatchEpoch": 0},
 			token: factoryF1, want: http.StatusConflict, scope: scopeJob}, // never dispatched to f1
 		"POST /api/fleet/fail": {path: "/api/fleet/fail", body: map[string]any{"jobId": w.held, "leaseEpoch": w.heldEpoch,

@@ -28,7 +28,7 @@ func TestReviewGateBypassRefused(t *testing.T) {
 	}
 	require.Equal(t, before, f.snapshot(), "a refused bypass changes nothing")
 	var got fleet.Job
-	f.ok(200, &got, "PATCH", "/api/fleet/jobs/"+j.ID, tok, map[string]any{"stage": "review", "leaseEpoch": c.LeaseEpoch})
+	f.ok(200, &got, "PATCH", "/api/fleet/jobs/"+j.ID, tok, map[string]any{"stage": "review", "leaseEpoch": c.LeaseEpoch, "checkpoint": "aq/job/" + j.ID + "@1"})
 	require.Equal(t, fleet.StageReview, got.Stage)
 	res := f.call("POST", "/api/fleet/jobs/"+j.ID+"/actions/ship", rootToken, map[string]any{"reason": "skip it"})
 	require.Equal(t, http.StatusConflict, res.status, "%s", res)

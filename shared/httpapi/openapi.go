@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -315,6 +316,38 @@ func operations() []operation {
 			},
 			ok:     map[string]obj{"200": eventStream("The product's changes, as server-sent events.")},
 			errors: []string{"400"}},
+		{method: "POST", path: "/fleet/jobs/{id}/children", access: anyPrincipal, summary: "Give a job children",
+			description: fmt.Sprintf("The children are created in the job's product with parentId set, each idempotent by its idempotencyKey "+
+				"(a child without one is keyed by its parent and manifest: the same manifest again is the same child). A child's deps may name "+
+				"a sibling of the same request by its idempotencyKey. The parent then waits in blocked: an operator posts to a queued or "+
+				"blocked job; the holder factory posts with its leaseEpoch (fenced) and gives its seat back. When every child has shipped the "+
+				"parent is queued for its own step, or shipped at once when kind: composite; a child ending unshipped fails it with "+
+				"dependency_failed. Limits: %d children per request, depth %d below the root, %d jobs per tree (400 naming children). "+
+				"201 when a child was created; 200 with the same jobs when every one existed already.",
+				fleet.MaxChildrenPerRequest, fleet.MaxTreeDepth, fleet.MaxTreeJobs),
+			params: []obj{jobID}, body: jsonBody(ref("ChildrenRequest")),
+			ok: map[string]obj{"201": respond("The children, in the request's order.", listOf("Job")),
+				"200": respond("The same children as before; nothing written.", listOf("Job"))},
+			errors: []string{"400", "404", "409", "413", "422"}},
+		{method: "GET", path: "/fleet/jobs/{id}/dag", access: anyPrincipal, summary: "The tree of children a job belongs to",
+			description: "Its root, every job below it and the jobs outside it one of them depends on, with child and dep edges and a count per stage.",
+			params:      []obj{jobID}, ok: map[string]obj{"200": respond("The DAG.", ref("DAG"))},
+			errors: []string{"400", "404"}},
+		{method: "POST", path: "/fleet/jobs/{id}/review/request", access: anyPrincipal, summary: "Request a review",
+			description: "Sets the review gate's reviewers, quorum and head; a new head clears the votes. The holder (fenced by leaseEpoch) " +
+				"delivers its building job for review; an operator changes the gate of a job in review, which passes to testing at once " +
+				"when the votes already make the quorum.",
+			params: []obj{jobID}, body: jsonBody(ref("ReviewRequest")),
+			ok:     map[string]obj{"200": respond("The job.", ref("Job"))},
+			errors: []string{"400", "404", "409", "413"}},
+		{method: "POST", path: "/fleet/jobs/{id}/review", access: operatorOnly, summary: "Vote on a job in review",
+			description: "The voter is the operator token's name (name:token in FLEET_OPERATOR_TOKEN); when the gate lists reviewers it must be " +
+				"one of them (403 otherwise). A vote on another head than review.head is 409 conflict. A reviewer's later vote on the same head " +
+				"replaces their earlier one. Approvals of quorum distinct reviewers move the job to testing; a rejection moves it to queued " +
+				"with the comment as review.feedback (no attempt spent), or to failed with onReject: fail.",
+			params: []obj{jobID}, body: jsonBody(ref("VoteRequest")),
+			ok:     map[string]obj{"200": respond("The job after the vote.", ref("Job"))},
+			errors: []string{"400", "404", "409", "413"}},
 
 		{method: "POST", path: "/fleet/claim", access: factoryOnly, summary: "Claim the best job (poll transport)",
 			description: "Draws from every product the factory's token is scoped to. The body may be empty or {}. " +
@@ -546,23 +579,48 @@ func schemas() obj {
 			"targetFactoryId": str("Where the dispatcher sent the job; empty while undecided."),
 			"dispatch": object(nil, obj{"at": dateTime(""), "unroutable": str("Why no factory was eligible."),
 				"unroutableKind": unroutableKind, "deadLettered": integer("")}),
-			"checkpoint":    str("The holder's last checkpoint, kept across requeues."),
-			"attempts":      integer("Retryable failures so far."),
-			"maxAttempts":   integer(""),
-			"notBefore":     dateTime("Not claimable before this (retry backoff)."),
-			"lastFailure":   object(nil, obj{"reason": str(""), "retryable": boolean(""), "factoryId": str(""), "at": dateTime("")}),
-			"parentId":      str(""),
-			"deps":          boundedList("Job ids that must ship first.", fleet.MaxDeps),
-			"depsMode":      enum("", "all", "any"),
-			"hasDependants": boolean(""),
-			"budget":        object(nil, obj{"wall": str("A duration such as 45m0s."), "usd": number("")}),
-			"review": object(nil, obj{"reviewers": boundedList("", fleet.MaxReviewers), "quorum": integer(""),
-				"votes": arrayOf(object(nil, obj{"reviewer": str(""), "approve": boolean(""), "comment": str(""), "at": dateTime("")}))}),
+			"checkpoint":     str("The holder's last checkpoint, kept across requeues."),
+			"attempts":       integer("Retryable failures so far."),
+			"maxAttempts":    integer(""),
+			"notBefore":      dateTime("Not claimable before this (retry backoff)."),
+			"lastFailure":    object(nil, obj{"reason": str(""), "retryable": boolean(""), "factoryId": str(""), "at": dateTime("")}),
+			"parentId":       str("The job it is a child of (POST /fleet/jobs/{id}/children)."),
+			"deps":           boundedList("Job ids that must ship first.", fleet.MaxDeps),
+			"depsMode":       enum("", "all", "any"),
+			"hasDependants":  boolean(""),
+			"budget":         object(nil, obj{"wall": str("A duration such as 45m0s."), "usd": number("")}),
+			"review":         ref("Review"),
+			"kind":           enum("task (the default, omitted) runs its own step; composite ships when every child has.", "composite"),
+			"rootId":         str("The root of the job's tree of children; absent on a root."),
+			"depth":          integer("Levels below the root (0 for a root)."),
+			"children":       stringList("The jobs posted as its children; while blocked it waits until every one shipped."),
 			"idempotencyKey": str(""),
 			"queuedAt":       dateTime(""),
 			"eventSeq":       integer("The seq of the job's latest event."),
 			"createdAt":      dateTime(""),
 			"updatedAt":      dateTime(""),
+		}),
+		"Review": object([]string{"approvals"}, obj{
+			"reviewers": boundedList("Operator names who may vote; empty means any operator.", fleet.MaxReviewers),
+			"quorum":    integer("Approvals of distinct reviewers that pass the gate."),
+			"onReject":  enum("requeue (default): back to the queue with the comment as feedback, no attempt spent; fail: failed.", "requeue", "fail"),
+			"head":      str("The checkpoint under review (e.g. aq/job/<id>@<sha>); votes are bound to it, a new head clears them."),
+			"votes": arrayOf(object([]string{"reviewer", "approve", "at"}, obj{"reviewer": str(""), "approve": boolean(""),
+				"comment": str(""), "head": str(""), "at": dateTime("")})),
+			"approvals": integer("Distinct reviewers approving head."),
+			"awaiting":  stringList("Listed reviewers who have not voted on head."),
+			"feedback":  str("The comment of the rejection that sent the job back, for its next attempt."),
+		}),
+		"WaitItem": object([]string{"id", "stage"}, obj{"id": name(""), "stage": ref("Stage")}),
+		"DAG": object([]string{"rootId", "nodes", "edges", "counts"}, obj{
+			"rootId": name("The root of the tree."),
+			"nodes": arrayOf(object([]string{"id", "title", "stage", "deps", "depsMode"}, obj{
+				"id": name(""), "title": str(""), "stage": ref("Stage"), "kind": enum("", "composite"),
+				"parentId": str(""), "deps": stringList(""), "depsMode": enum("", "all", "any"),
+			})),
+			"edges": arrayOf(object([]string{"from", "to", "kind"}, obj{"from": name(""), "to": name(""),
+				"kind": enum("child: from the parent to the child; dep: from the dependency to the job waiting on it.", coord.EdgeChild, coord.EdgeDep)})),
+			"counts": describe(obj{"type": "object", "additionalProperties": obj{"type": "integer"}}, "Nodes per stage."),
 		}),
 		"JobPage": object([]string{"items", "cursor"}, obj{"items": arrayOf(ref("Job")),
 			"cursor": str("Pass as cursor for the next page; empty on the last page.")}),
@@ -585,6 +643,11 @@ func schemas() obj {
 				"deadLettered": integer("")}),
 			"profile": object([]string{"name", "version", "capabilities"}, obj{
 				"name": name(""), "version": integer(""), "capabilities": stringList("Required capabilities that came from the job's profile."),
+			}),
+			"review": ref("Review"),
+			"waiting": object([]string{"depsMode", "deps", "children"}, obj{
+				"depsMode": enum("", "all", "any"),
+				"deps":     arrayOf(ref("WaitItem")), "children": arrayOf(ref("WaitItem")),
 			}),
 			"schedule": object([]string{"jobId", "routable", "required", "candidates"}, obj{
 				"jobId": str(""), "routable": boolean(""), "reason": str("Why no factory is eligible."),
@@ -653,6 +716,22 @@ func schemas() obj {
 			"stage":      enum("building, review, testing or shipped; omit to set only the checkpoint.", stageNames()...),
 			"leaseEpoch": integer("The epoch the claim returned."),
 			"checkpoint": describe(obj{"type": "string", "maxLength": 1024}, ""),
+		}),
+		"ChildrenRequest": request([]string{"children"}, obj{
+			"leaseEpoch": integer("The holder's epoch: required from a factory, refused from an operator."),
+			"children": describe(obj{"type": "array", "maxItems": fleet.MaxChildrenPerRequest, "items": obj{"oneOf": []obj{
+				{"type": "string", "description": "A manifest."}, ref("SubmitRequest")}}}, "The children's manifests."),
+		}),
+		"ReviewRequest": request(nil, obj{
+			"leaseEpoch": integer("The holder's epoch: required from a factory, refused from an operator."),
+			"reviewers":  boundedList("Replaces the reviewers (operator names).", fleet.MaxReviewers),
+			"quorum":     describe(obj{"type": "integer", "minimum": 1}, "Approvals needed; without it a new reviewers list needs all of them."),
+			"head":       describe(obj{"type": "string", "maxLength": 1024}, "The checkpoint to review; a new head clears the votes. The holder's default is its checkpoint."),
+		}),
+		"VoteRequest": request([]string{"approve", "head"}, obj{
+			"approve": boolean("true approves head; false rejects it."),
+			"comment": describe(obj{"type": "string", "maxLength": fleet.MaxReviewCommentLen}, "Kept as review.feedback on a rejection."),
+			"head":    describe(obj{"type": "string", "maxLength": 1024}, "The review.head voted on; another head is 409."),
 		}),
 		"ActionRequest": request(nil, obj{"reason": describe(obj{"type": "string", "maxLength": 2000}, "")}),
 		"LeaseRequest":  request([]string{"leaseEpoch"}, obj{"leaseEpoch": integer("The epoch the claim returned.")}),

@@ -14,9 +14,8 @@ type route struct {
 // apiPrefix is where the Functions host mounts HTTP routes.
 const apiPrefix = "/api"
 
-// routes is every route the API serves. Budgets, DAG children, review,
-// artifacts and the tracker bridge are not served yet:
-// they are absent here, and so they answer 404.
+// routes is every route the API serves. Budgets, artifacts and the tracker
+// bridge are not served yet: they are absent here, and so they answer 404.
 var routes = []route{
 	{method: "GET", pattern: "/api/healthz", access: public, handle: (*server).healthz},
 	{method: "GET", pattern: "/api/openapi.json", access: public, handle: (*server).openAPI},
@@ -34,6 +33,10 @@ var routes = []route{
 	{method: "GET", pattern: "/api/fleet/events", access: operatorOnly, query: []string{"after", "wait"}, handle: (*server).productEvents},
 	{method: "GET", pattern: "/api/fleet/events/stream", access: operatorOnly, query: []string{"after"}, handle: (*server).productEventStream},
 	{method: "GET", pattern: "/api/fleet/jobs/{id}/explain", access: anyPrincipal, handle: (*server).explainJob},
+	{method: "POST", pattern: "/api/fleet/jobs/{id}/children", access: anyPrincipal, handle: (*server).postChildren},
+	{method: "GET", pattern: "/api/fleet/jobs/{id}/dag", access: anyPrincipal, handle: (*server).jobDAG},
+	{method: "POST", pattern: "/api/fleet/jobs/{id}/review/request", access: anyPrincipal, handle: (*server).requestReview},
+	{method: "POST", pattern: "/api/fleet/jobs/{id}/review", access: operatorOnly, handle: (*server).vote},
 
 	{method: "POST", pattern: "/api/fleet/claim", access: factoryOnly, handle: (*server).claim},
 	{method: "POST", pattern: "/api/fleet/accept", access: factoryOnly, handle: (*server).accept},

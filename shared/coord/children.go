@@ -1,0 +1,514 @@
+package coord
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// A job's children (API.md, "DAG") are jobs posted to it: they run in its
+// product, and the job waits for them in blocked, holding no seat. When
+// every child has shipped it is queued again for its own step, or shipped
+// at once when it is a composite job; a child that ends unshipped fails it
+// with dependency_failed. Both happen from the child's own ending
+// transition (settleParent); the redispatch sweep's UnblockReady only
+// catches what a crash in between left.
+
+// ChildrenRequest is a POST /fleet/jobs/{id}/children.
+type ChildrenRequest struct {
+	// Actor is fleet.ActorOperator or fleet.ActorFactory; ActorID names
+	// the operator or the factory.
+	Actor   fleet.Actor
+	ActorID string
+	// LeaseEpoch fences a holder factory (required); operators send none.
+	LeaseEpoch *int64
+	// Manifests are the children's manifests, in the request's order.
+	Manifests [][]byte
+}
+
+// childSpec is one child of a request as parsed.
+type childSpec struct {
+	field string // children[i], for errors
+	m     *fleet.Manifest
+	id    string
+	after []int // siblings it depends on
+}
+
+// PostChildren creates the children of job parentID (each idempotent by its
+// idempotencyKey; a child without one is keyed by its parent and manifest)
+// and makes the parent wait for them. A holder factory's parent gives its
+// lease back. Every child is checked before any is written; created is
+// false when every child already existed and the parent waits on each.
+func (c *Coordinator) PostChildren(ctx context.Context, productID, parentID string, req ChildrenRequest) (children []*fleet.Job, created bool, err error) {
+	switch n := len(req.Manifests); {
+	case n == 0:
+		return nil, false, fleet.Invalid("children", "is required: at least one child manifest")
+	case n > fleet.MaxChildrenPerRequest:
+		return nil, false, fleet.Invalid("children", "has %d entries, at most %d allowed per request", n, fleet.MaxChildrenPerRequest)
+	}
+	parent, err := c.GetJob(ctx, productID, parentID)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := checkEpoch(req.Actor, req.LeaseEpoch); err != nil {
+		return nil, false, err
+	}
+	specs, err := parseChildren(productID, parent.ID, req.Manifests)
+	if err != nil {
+		return nil, false, err
+	}
+	order, err := childOrder(specs)
+	if err != nil {
+		return nil, false, err
+	}
+	existing := make([]*fleet.Job, len(specs))
+	known := 0
+	for i, s := range specs {
+		j, err := c.GetJob(ctx, productID, s.id)
+		if errors.Is(err, fleet.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if j.ParentID != parent.ID {
+			return nil, false, &fleet.Error{Code: fleet.CodeConflict, Field: s.field + ".idempotencyKey",
+				Message: fmt.Sprintf("idempotencyKey %q names job %s, which is not a child of %s", s.m.IdempotencyKey, j.ID, parent.ID)}
+		}
+		existing[i] = j
+		if slices.Contains(parent.Children, j.ID) {
+			known++
+		}
+	}
+	if known == len(specs) {
+		// The same children again: nothing to write, whoever asks (a
+		// holder retrying a post whose answer it lost no longer holds
+		// the lease it posted under).
+		return existing, false, nil
+	}
+	switch req.Actor {
+	case fleet.ActorFactory:
+		if err := parent.CheckFence(req.ActorID, *req.LeaseEpoch); err != nil {
+			return nil, false, err
+		}
+	case fleet.ActorOperator:
+		if err := operatorMayPostChildren(parent); err != nil {
+			return nil, false, err
+		}
+	default:
+		return nil, false, fmt.Errorf("post children: actor %q may not", req.Actor)
+	}
+	if depth := parent.Depth + 1; depth > fleet.MaxTreeDepth {
+		return nil, false, fleet.Invalid("children", "would be at depth %d below their root, deeper than the limit of %d", depth, fleet.MaxTreeDepth)
+	}
+	root := rootOf(parent)
+	fresh := 0
+	pending := map[string]bool{}
+	for i, s := range specs {
+		if existing[i] == nil {
+			fresh++
+			pending[s.id] = true
+		}
+	}
+	size, err := c.treeSize(ctx, productID, root)
+	if err != nil {
+		return nil, false, err
+	}
+	if size+fresh > fleet.MaxTreeJobs {
+		return nil, false, fleet.Invalid("children", "the tree of %s holds %d jobs; %d more would pass the limit of %d", root, size, fresh, fleet.MaxTreeJobs)
+	}
+	prepared := make([]*fleet.Job, len(specs))
+	for _, i := range order {
+		if existing[i] != nil {
+			continue
+		}
+		j, err := c.prepareJob(ctx, productID, specs[i].id, specs[i].m, pending)
+		if err != nil {
+			return nil, false, withFieldPrefix(specs[i].field, err)
+		}
+		j.ParentID, j.RootID, j.Depth = parent.ID, root, parent.Depth+1
+		prepared[i] = j
+	}
+
+	children = make([]*fleet.Job, len(specs))
+	ids := make([]string, len(specs))
+	for _, i := range order {
+		j := existing[i]
+		if j == nil {
+			// A failure here leaves the children made so far in place,
+			// the parent not yet waiting: the same request again (the
+			// children are idempotent) completes it.
+			if j, _, err = c.createJob(ctx, prepared[i]); err != nil {
+				return nil, false, err
+			}
+		}
+		children[i], ids[i] = j, j.ID
+	}
+	created = fresh > 0
+	after, err := c.transition(ctx, c.childrenMove(parent, req, ids))
+	if err != nil {
+		return nil, false, err
+	}
+	// The children may have ended already (a re-post, a quick child): the
+	// parent is settled now, not when the next one ends.
+	c.settleBlocked(context.WithoutCancel(ctx), after)
+	return children, created, nil
+}
+
+// childrenMove records ids as parent's children and makes it wait for them:
+// a holder's job gives its lease back, a queued one is blocked, a blocked
+// one stays blocked.
+func (c *Coordinator) childrenMove(parent *fleet.Job, req ChildrenRequest, ids []string) move {
+	m := move{pk: parent.ProductID, id: parent.ID, to: fleet.StageBlocked, actor: req.Actor, actorID: req.ActorID,
+		event: fleet.EventChildren, message: fmt.Sprintf("waits for %d child(ren): %s", len(ids), strings.Join(ids, ", ")),
+		effect: func(_, j *fleet.Job) {
+			for _, id := range ids {
+				if !slices.Contains(j.Children, id) {
+					j.Children = append(j.Children, id)
+				}
+			}
+		}}
+	if req.Actor == fleet.ActorFactory {
+		m.guard = func(j *fleet.Job) error { return j.CheckFence(req.ActorID, *req.LeaseEpoch) }
+		return m
+	}
+	m.mayStay = true
+	m.guard = operatorMayPostChildren
+	return m
+}
+
+// checkEpoch: a holder factory acts under its leaseEpoch; an operator holds
+// no lease and sends none.
+func checkEpoch(actor fleet.Actor, epoch *int64) error {
+	switch {
+	case actor == fleet.ActorFactory && epoch == nil:
+		return fleet.Invalid("leaseEpoch", "is required: the leaseEpoch of the holder's claim")
+	case actor == fleet.ActorOperator && epoch != nil:
+		return fleet.Invalid("leaseEpoch", "is the holder factory's fence; an operator sends none")
+	}
+	return nil
+}
+
+// operatorMayPostChildren: an operator gives children to a job no factory
+// holds and that has not moved past the queue; the holder of a running job
+// posts its own.
+func operatorMayPostChildren(j *fleet.Job) error {
+	if j.Stage == fleet.StageQueued || j.Stage == fleet.StageBlocked {
+		return nil
+	}
+	return fleet.Errorf(fleet.CodeConflict, "job %s is %s: an operator posts children to a queued or blocked job (a running job's holder posts its own)", j.ID, j.Stage)
+}
+
+// parseChildren parses every manifest of a request and resolves the
+// dependencies among the siblings: a dep naming another child's
+// idempotencyKey is that child.
+func parseChildren(productID, parentID string, manifests [][]byte) ([]childSpec, error) {
+	specs := make([]childSpec, len(manifests))
+	byKey := make(map[string]int, len(manifests))
+	for i, raw := range manifests {
+		field := fmt.Sprintf("children[%d]", i)
+		m, err := fleet.ParseManifest(raw)
+		if err != nil {
+			return nil, withFieldPrefix(field, err)
+		}
+		if m.ParentID != "" && m.ParentID != parentID {
+			return nil, fleet.Invalid(field+".parentId", "names %s, but a child's parent is the job it is posted to (%s)", m.ParentID, parentID)
+		}
+		m.ParentID = parentID
+		if m.IdempotencyKey == "" {
+			// The same manifest posted again (a retried request, an
+			// engine proposing it again) is the same child.
+			sum := sha256.Sum256(raw)
+			m.IdempotencyKey = "child:" + parentID + ":" + hex.EncodeToString(sum[:16])
+		}
+		if prev, dup := byKey[m.IdempotencyKey]; dup {
+			return nil, fleet.Invalid(field+".idempotencyKey", "is children[%d]'s too (identical manifests without a key are one child)", prev)
+		}
+		byKey[m.IdempotencyKey] = i
+		specs[i] = childSpec{field: field, m: m, id: keyedID(productID, m.IdempotencyKey)}
+	}
+	for i := range specs {
+		deps := make([]string, 0, len(specs[i].m.Deps))
+		for d, dep := range specs[i].m.Deps {
+			if j, ok := byKey[dep]; ok {
+				if j == i {
+					return nil, fleet.Invalid(fmt.Sprintf("%s.deps[%d]", specs[i].field, d), "a job cannot depend on itself")
+				}
+				dep = specs[j].id
+				specs[i].after = append(specs[i].after, j)
+			}
+			if !slices.Contains(deps, dep) {
+				deps = append(deps, dep)
+			}
+		}
+		specs[i].m.Deps = deps
+	}
+	return specs, nil
+}
+
+// childOrder is an order in which every child comes after the siblings it
+// depends on (they must exist when it is created); a cycle is refused.
+func childOrder(specs []childSpec) ([]int, error) {
+	order := make([]int, 0, len(specs))
+	placed := make([]bool, len(specs))
+	for len(order) < len(specs) {
+		progress := false
+		for i, s := range specs {
+			if placed[i] || slices.ContainsFunc(s.after, func(j int) bool { return !placed[j] }) {
+				continue
+			}
+			placed[i], progress = true, true
+			order = append(order, i)
+		}
+		if !progress {
+			for i := range specs {
+				if !placed[i] {
+					return nil, fleet.Invalid(specs[i].field+".deps", "the children's dependencies form a cycle")
+				}
+			}
+		}
+	}
+	return order, nil
+}
+
+// withFieldPrefix returns err with its field under prefix (children[2].repo).
+func withFieldPrefix(prefix string, err error) error {
+	var fe *fleet.Error
+	if !errors.As(err, &fe) {
+		return err
+	}
+	out := *fe
+	if out.Field == "" || out.Field == "manifest" {
+		out.Field = prefix
+	} else {
+		out.Field = prefix + "." + out.Field
+	}
+	return &out
+}
+
+func rootOf(j *fleet.Job) string {
+	if j.RootID != "" {
+		return j.RootID
+	}
+	return j.ID
+}
+
+// treeSize counts the jobs of root's tree, root included.
+func (c *Coordinator) treeSize(ctx context.Context, productID, root string) (int, error) {
+	items, err := c.queryAll(ctx, Jobs, Query{PartitionKey: productID, Where: []Cond{Eq("rootId", root)}})
+	if err != nil {
+		return 0, err
+	}
+	return len(items) + 1, nil
+}
+
+// waitState is where a blocked job's wait stands: its dependencies (by
+// its depsMode) and its children (every one must ship) together.
+func (c *Coordinator) waitState(ctx context.Context, j *fleet.Job, lookup depsLookup) (depsVerdict, string, error) {
+	v, why, err := c.depsState(ctx, j, lookup)
+	if err != nil || v == depsBroken || len(j.Children) == 0 {
+		return v, why, err
+	}
+	shipped, ended := 0, 0
+	for _, id := range j.Children {
+		st, err := lookup(ctx, j.ProductID, id)
+		if err != nil {
+			return depsWaiting, "", err
+		}
+		switch {
+		case st == fleet.StageShipped:
+			shipped++
+		case endedUnshipped(st):
+			ended++
+			if why == "" {
+				why = fmt.Sprintf("child %s ended %s", id, st)
+			}
+		}
+	}
+	switch cv := depsVerdictOf(fleet.DepsAll, shipped, ended, len(j.Children)); {
+	case cv == depsBroken:
+		return depsBroken, why, nil
+	case cv == depsReady && v == depsReady:
+		return depsReady, "", nil
+	}
+	return depsWaiting, "", nil
+}
+
+// sameChildren refuses to move j on a verdict about its children when more
+// were posted since it was read.
+func sameChildren(read *fleet.Job) func(*fleet.Job) error {
+	n := len(read.Children)
+	return func(cur *fleet.Job) error {
+		if len(cur.Children) != n {
+			return fleet.Errorf(fleet.CodeConflict, "job %s was given more children", cur.ID)
+		}
+		return nil
+	}
+}
+
+// settleParent settles the parent of ended, a child that just reached a
+// terminal stage, if the parent waits for it.
+func (c *Coordinator) settleParent(ctx context.Context, ended *fleet.Job) {
+	if ended.ParentID == "" {
+		return
+	}
+	parent, err := c.GetJob(ctx, ended.ProductID, ended.ParentID)
+	if err != nil {
+		c.log.ErrorContext(ctx, "settle parent: read it", "job", ended.ID, "parent", ended.ParentID, "err", err)
+		return
+	}
+	if parent.Stage != fleet.StageBlocked || !slices.Contains(parent.Children, ended.ID) {
+		return
+	}
+	c.settleBlockedBy(ctx, parent, func(ctx context.Context, productID, id string) (fleet.Stage, error) {
+		if id == ended.ID {
+			return ended.Stage, nil
+		}
+		return c.depStage(ctx, productID, id)
+	})
+}
+
+// cancelDescendants cancels every non-terminal descendant of j (cancelled
+// by operatorID). Among siblings, jobs others depend on go last, so a
+// dependant is cancelled rather than failed for its cancelled dependency.
+func (c *Coordinator) cancelDescendants(ctx context.Context, operatorID string, j *fleet.Job, reason string) {
+	kids := make([]*fleet.Job, 0, len(j.Children))
+	for _, id := range j.Children {
+		k, err := c.GetJob(ctx, j.ProductID, id)
+		if err != nil {
+			c.log.ErrorContext(ctx, "cancel descendants: read child", "job", j.ID, "child", id, "err", err)
+			continue
+		}
+		kids = append(kids, k)
+	}
+	why := fmt.Sprintf("cancelled with %s", j.ID)
+	if reason != "" {
+		why += ": " + reason
+	}
+	for _, k := range dependantsFirst(kids) {
+		if !k.Stage.Terminal() {
+			if _, err := c.Act(ctx, operatorID, k.ProductID, k.ID, ActionCancel, why); err == nil {
+				continue // its own cancel took its descendants
+			} else if !errors.Is(err, fleet.ErrConflict) {
+				c.log.ErrorContext(ctx, "cancel descendant", "job", k.ID, "err", err)
+			}
+		}
+		// Ended (or ended meanwhile): its descendants may still run.
+		c.cancelDescendants(ctx, operatorID, k, reason)
+	}
+}
+
+// dependantsFirst orders siblings so that none comes before a sibling that
+// depends on it.
+func dependantsFirst(kids []*fleet.Job) []*fleet.Job {
+	out := make([]*fleet.Job, 0, len(kids))
+	left := slices.Clone(kids)
+	for len(left) > 0 {
+		next := slices.IndexFunc(left, func(k *fleet.Job) bool {
+			return !slices.ContainsFunc(left, func(o *fleet.Job) bool { return slices.Contains(o.Deps, k.ID) })
+		})
+		if next < 0 {
+			next = 0 // a cycle cannot be posted; take any
+		}
+		out = append(out, left[next])
+		left = slices.Delete(left, next, next+1)
+	}
+	return out
+}
+
+// DAG is the tree of children a job belongs to, with the dependencies
+// among (and out of) it.
+type DAG struct {
+	RootID string              `json:"rootId"`
+	Nodes  []DAGNode           `json:"nodes"`
+	Edges  []DAGEdge           `json:"edges"`
+	Counts map[fleet.Stage]int `json:"counts"`
+}
+
+// DAGNode is one job of a DAG.
+type DAGNode struct {
+	ID       string         `json:"id"`
+	Title    string         `json:"title"`
+	Stage    fleet.Stage    `json:"stage"`
+	Kind     fleet.JobKind  `json:"kind,omitempty"`
+	ParentID string         `json:"parentId,omitempty"`
+	Deps     []string       `json:"deps"`
+	DepsMode fleet.DepsMode `json:"depsMode"`
+}
+
+// DAGEdge kinds.
+const (
+	EdgeChild = "child" // from the parent to the child
+	EdgeDep   = "dep"   // from the dependency to the job waiting on it
+)
+
+// DAGEdge is one edge of a DAG.
+type DAGEdge struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	Kind string `json:"kind"`
+}
+
+// DAG returns the tree job id belongs to: its root, every job below it,
+// and the jobs outside it that one of them depends on, with child and dep
+// edges and a count per stage.
+func (c *Coordinator) DAG(ctx context.Context, productID, id string) (*DAG, error) {
+	j, err := c.GetJob(ctx, productID, id)
+	if err != nil {
+		return nil, err
+	}
+	rootID := rootOf(j)
+	root := j
+	if rootID != j.ID {
+		if root, err = c.GetJob(ctx, productID, rootID); err != nil {
+			return nil, err
+		}
+	}
+	members, err := c.queryJobs(ctx, Query{PartitionKey: productID, Where: []Cond{Eq("rootId", rootID)}})
+	if err != nil {
+		return nil, err
+	}
+	jobs := append([]*fleet.Job{root}, members...)
+	in := make(map[string]bool, len(jobs))
+	for _, m := range jobs {
+		in[m.ID] = true
+	}
+	for _, m := range slices.Clone(jobs) {
+		for _, dep := range m.Deps {
+			if in[dep] {
+				continue
+			}
+			d, err := c.GetJob(ctx, productID, dep)
+			if errors.Is(err, fleet.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			in[dep] = true
+			jobs = append(jobs, d)
+		}
+	}
+	slices.SortFunc(jobs, func(a, b *fleet.Job) int { return strings.Compare(a.ID, b.ID) })
+	d := &DAG{RootID: rootID, Nodes: make([]DAGNode, 0, len(jobs)), Edges: []DAGEdge{}, Counts: map[fleet.Stage]int{}}
+	for _, m := range jobs {
+		d.Nodes = append(d.Nodes, DAGNode{ID: m.ID, Title: m.Title, Stage: m.Stage, Kind: m.Kind, ParentID: m.ParentID,
+			Deps: m.Deps, DepsMode: m.DepsMode})
+		d.Counts[m.Stage]++
+		if m.ParentID != "" && in[m.ParentID] {
+			d.Edges = append(d.Edges, DAGEdge{From: m.ParentID, To: m.ID, Kind: EdgeChild})
+		}
+		for _, dep := range m.Deps {
+			if in[dep] {
+				d.Edges = append(d.Edges, DAGEdge{From: dep, To: m.ID, Kind: EdgeDep})
+			}
+		}
+	}
+	return d, nil
+}

@@ -1,0 +1,183 @@
+package coord_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+const gate3 = "review: {reviewers: [alice, bob, carol], quorum: 2}"
+
+// deliver takes a gated job through claim and building to review by f1,
+// delivered at head; it returns the head.
+func (e *env) deliver(id, head string) string {
+	e.t.Helper()
+	cl := e.claimJob("f1", id)
+	_, err := e.c.Patch(e.ctx, "f1", prod, id, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
+	require.NoError(e.t, err)
+	j, err := e.c.Patch(e.ctx, "f1", prod, id, coord.PatchRequest{Stage: fleet.StageReview, LeaseEpoch: cl.LeaseEpoch, Checkpoint: &head})
+	require.NoError(e.t, err)
+	require.Equal(e.t, head, j.Review.Head, "the delivered checkpoint is the head under review")
+	return head
+}
+
+func (e *env) vote(id, who string, approve bool, head, comment string) (*fleet.Job, error) {
+	return e.c.Vote(e.ctx, prod, id, coord.VoteRequest{Reviewer: who, Approve: approve, Head: head, Comment: comment})
+}
+
+// TestReviewQuorum: approvals of two distinct listed reviewers pass the
+// gate to testing; the same reviewer twice does not; a reviewer not listed
+// is forbidden; a vote on another head is a conflict. The job and /explain
+// show who voted and who is awaited, and every vote is an event.
+func TestReviewQuorum(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.factory("f1")
+	j := e.submit(gate3)
+	require.Equal(t, []string{"alice", "bob", "carol"}, j.Review.Awaiting)
+	head := e.deliver(j.ID, "aq/job/"+j.ID+"@c0ffee")
+
+	got, err := e.vote(j.ID, "alice", true, head, "lgtm")
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageReview, got.Stage)
+	got, err = e.vote(j.ID, "alice", true, head, "really lgtm")
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageReview, got.Stage, "the same reviewer twice is one approval")
+	require.Equal(t, 1, got.Review.Approvals)
+	require.Equal(t, []string{"bob", "carol"}, got.Review.Awaiting)
+
+	before := e.rawJob(j.ID)
+	_, err = e.vote(j.ID, "mallory", true, head, "")
+	requireCode(t, err, fleet.CodeForbidden, "")
+	_, err = e.vote(j.ID, "bob", true, "aq/job/"+j.ID+"@0ld", "")
+	requireCode(t, err, fleet.CodeConflict, "head")
+	require.Equal(t, before, e.rawJob(j.ID), "refused votes change nothing")
+
+	ex, err := e.c.Explain(e.ctx, nil, prod, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, []string{"bob", "carol"}, ex.Review.Awaiting)
+	require.Equal(t, "alice", ex.Review.Votes[0].Reviewer)
+
+	got, err = e.vote(j.ID, "bob", true, head, "")
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageTesting, got.Stage, "quorum of two distinct reviewers")
+	evs := e.events(j.ID)
+	requireContiguous(t, evs)
+	votes := 0
+	for _, ev := range evs {
+		if ev.Type == fleet.EventReviewVote {
+			votes++
+			require.Equal(t, fleet.ActorOperator, ev.Actor)
+		}
+	}
+	require.Equal(t, 3, votes, "every accepted vote is an event")
+	last := evs[len(evs)-1]
+	require.Equal(t, "bob", last.ActorID)
+	require.Equal(t, fleet.StageTesting, last.To)
+	_, err = e.c.Act(e.ctx, "op", prod, j.ID, coord.ActionShip, "")
+	require.NoError(t, err)
+}
+
+// TestReviewRejection: a rejection sends the job back to the queue with
+// the comment as review.feedback and no attempt spent; the next delivery
+// brings a new head with fresh votes. With onReject: fail it fails.
+func TestReviewRejection(t *testing.T) {
+	t.Parallel()
+	t.Run("requeue", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.factory("f1")
+		j := e.submit(gate3)
+		head := e.deliver(j.ID, "aq/job/"+j.ID+"@1")
+		_, err := e.vote(j.ID, "carol", true, head, "")
+		require.NoError(t, err)
+		got, err := e.vote(j.ID, "alice", false, head, "rename the flag")
+		require.NoError(t, err)
+		require.Equal(t, fleet.StageQueued, got.Stage)
+		require.Equal(t, "rename the flag", got.Review.Feedback)
+		require.Equal(t, 0, got.Attempts, "a rejection spends no attempt")
+		require.Empty(t, got.Review.Votes)
+		require.Equal(t, head, got.Checkpoint, "the next attempt starts from the reviewed work")
+
+		head2 := e.deliver(j.ID, "aq/job/"+j.ID+"@2")
+		got = e.job(j.ID)
+		require.Empty(t, got.Review.Feedback, "consumed by the attempt that delivered the new head")
+		_, err = e.vote(j.ID, "alice", true, head, "")
+		requireCode(t, err, fleet.CodeConflict, "head")
+		_, err = e.vote(j.ID, "alice", true, head2, "")
+		require.NoError(t, err)
+		got, err = e.vote(j.ID, "bob", true, head2, "")
+		require.NoError(t, err)
+		require.Equal(t, fleet.StageTesting, got.Stage)
+	})
+	t.Run("fail", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.factory("f1")
+		j := e.submit("review: {reviewers: [alice], onReject: fail}")
+		head := e.deliver(j.ID, "aq/job/"+j.ID+"@1")
+		got, err := e.vote(j.ID, "alice", false, head, "wrong approach")
+		require.NoError(t, err)
+		require.Equal(t, fleet.StageFailed, got.Stage)
+		require.Contains(t, got.LastFailure.Reason, "wrong approach")
+	})
+}
+
+// TestReviewRequest: an operator's request changes the gate of a job in
+// review (a new head clears the votes, a lower quorum the votes already
+// meet passes it); the holder's request delivers its job for review,
+// fenced.
+func TestReviewRequest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.factory("f1")
+	j := e.submit(gate3)
+	cl := e.claim("f1")
+	_, err := e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
+	require.NoError(t, err)
+	head := "aq/job/" + j.ID + "@1"
+	_, err = e.c.RequestReview(e.ctx, prod, j.ID, coord.ReviewRequest{Actor: fleet.ActorFactory, ActorID: "f1", LeaseEpoch: ptr(cl.LeaseEpoch + 1), Head: &head})
+	requireCode(t, err, fleet.CodeFenced, "")
+	got, err := e.c.RequestReview(e.ctx, prod, j.ID, coord.ReviewRequest{Actor: fleet.ActorFactory, ActorID: "f1", LeaseEpoch: ptr(cl.LeaseEpoch), Head: &head})
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageReview, got.Stage)
+	require.Equal(t, head, got.Review.Head)
+	_, held := got.Lease()
+	require.False(t, held)
+
+	_, err = e.vote(j.ID, "alice", true, head, "")
+	require.NoError(t, err)
+	head2 := "aq/job/" + j.ID + "@2"
+	got, err = e.c.RequestReview(e.ctx, prod, j.ID, coord.ReviewRequest{Actor: fleet.ActorOperator, ActorID: "op", Head: &head2})
+	require.NoError(t, err)
+	require.Empty(t, got.Review.Votes, "a new head clears the votes")
+	_, err = e.vote(j.ID, "alice", true, head2, "")
+	require.NoError(t, err)
+	got, err = e.c.RequestReview(e.ctx, prod, j.ID, coord.ReviewRequest{Actor: fleet.ActorOperator, ActorID: "op", Quorum: ptr(1)})
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageTesting, got.Stage, "the votes meet the lowered quorum")
+	evs := e.events(j.ID)
+	require.Equal(t, fleet.EventReviewRequested, evs[len(evs)-1].Type)
+
+	_, err = e.c.RequestReview(e.ctx, prod, j.ID, coord.ReviewRequest{Actor: fleet.ActorOperator, ActorID: "op", Quorum: ptr(1)})
+	requireCode(t, err, fleet.CodeConflict, "")
+	_, err = e.c.RequestReview(e.ctx, prod, j.ID, coord.ReviewRequest{Actor: fleet.ActorOperator, ActorID: "op", Reviewers: []string{"a", "a"}})
+	requireCode(t, err, fleet.CodeInvalid, "reviewers[1]")
+}
+
+// TestGatedDeliveryNeedsHead: a gated job is delivered for review with a
+// checkpoint, the head its reviewers vote on.
+func TestGatedDeliveryNeedsHead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.factory("f1")
+	j := e.submit(gate3)
+	cl := e.claim("f1")
+	_, err := e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
+	require.NoError(t, err)
+	_, err = e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageReview, LeaseEpoch: cl.LeaseEpoch})
+	requireCode(t, err, fleet.CodeInvalid, "checkpoint")
+}
