@@ -162,11 +162,9 @@ func Step(s State, in Input, out Output) (bool, State) {
 		}
 		return true, next
 	case OpAct:
+		// The jobs have no dependencies, so a requeue goes to queued,
+		// never to blocked.
 		targets := []fleet.Stage{in.Stage}
-		if in.Stage == fleet.StageQueued {
-			// A requeue of a job with unmet dependencies goes to blocked.
-			targets = append(targets, fleet.StageBlocked)
-		}
 		switch out.Outcome {
 		case Illegal:
 			return !anyRule(s.Stage, targets, fleet.ActorOperator), s
