@@ -37,6 +37,7 @@ type API interface {
 	Patch(ctx context.Context, productID, id string, p fleetapi.Patch) (*fleet.Job, error)
 	Release(ctx context.Context, productID, id string, epoch int64) error
 	Fail(ctx context.Context, productID, id string, epoch int64, reason string, retryable bool) (*fleet.Job, error)
+	PostChildren(ctx context.Context, productID, id string, epoch int64, manifests []string) ([]fleet.Job, error)
 }
 
 // Outcome is how the factory's work ended; with --once it is the exit

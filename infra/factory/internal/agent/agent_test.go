@@ -57,6 +57,10 @@ func (f *fakeAPI) Fail(context.Context, string, string, int64, string, bool) (*f
 	return nil, errors.New("unused")
 }
 
+func (f *fakeAPI) PostChildren(context.Context, string, string, int64, []string) ([]fleet.Job, error) {
+	return nil, errors.New("unused")
+}
+
 var fenced = &fleetapi.Error{Status: 409, Code: "fenced", Message: "stale"}
 
 func claim(ttl time.Duration) *protocol.Claimed {

@@ -31,6 +31,9 @@ const (
 	reasonGit        = "git_error"
 	reasonShipHook   = "ship_hook_failed"
 	reasonInvalidJob = "invalid_job"
+	// reasonInvalidChildren: the engine proposed children the coordinator
+	// (or the factory, before asking it) refused.
+	reasonInvalidChildren = "invalid_children"
 )
 
 // outputTail is how much of the engine's output a failure report quotes.
@@ -157,7 +160,7 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	if err != nil {
 		return jb.fail(reasonNoEngine, err.Error(), true)
 	}
-	wt, err := a.git.Prepare(ctx, gitwt.Run{Repo: j.Repo, Job: j.ID, Epoch: cl.LeaseEpoch, Checkpoint: j.Checkpoint})
+	wt, err := a.git.Prepare(ctx, gitwt.Run{Repo: j.Repo, Job: j.ID, Epoch: cl.LeaseEpoch, Checkpoint: checkpointBranch(j.Checkpoint)})
 	if err != nil {
 		return jb.stopped(err, "prepare worktree")
 	}
@@ -203,7 +206,21 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 		}
 		return jb.fail(reasonCrash, msg, false)
 	}
+	children, err := jb.proposedChildren()
+	if err != nil {
+		return jb.fail(reasonInvalidChildren, err.Error(), false)
+	}
+	if len(children) > 0 {
+		return jb.postChildren(children)
+	}
 	return jb.deliver()
+}
+
+// checkpointBranch is the branch of a checkpoint: a delivery for review
+// records branch@sha, the head its reviewers vote on.
+func checkpointBranch(cp string) string {
+	branch, _, _ := strings.Cut(cp, "@")
+	return branch
 }
 
 // engineFor picks the engine a job asks for (engine:<name> among its
@@ -247,6 +264,17 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	personaPath, err := jb.writePersona()
 	if err != nil {
 		return engine.Result{}, err
+	}
+	if err := jb.writeReviewFeedback(); err != nil {
+		return engine.Result{}, err
+	}
+	if err := os.Mkdir(jb.childrenDir(), a.dirMode()); err != nil && !errors.Is(err, os.ErrExist) {
+		return engine.Result{}, err
+	}
+	if a.runAs != nil {
+		if err := os.Chown(jb.childrenDir(), int(a.runAs.UID), int(a.runAs.GID)); err != nil {
+			return engine.Result{}, err
+		}
 	}
 	vars := engine.Vars{Prompt: j.Body, PromptFile: promptPath, PersonaFile: personaPath, JobID: j.ID, Repo: j.Repo, Title: j.Title,
 		Branch: gitwt.JobBranch(j.ID), Worktree: jb.wt.Path}
@@ -315,6 +343,93 @@ func (jb *job) writePersona() (string, error) {
 	return path, nil
 }
 
+// reviewFeedbackPath is where the feedback of the rejection that sent the
+// job back is written for the engine: the job directory, never committed.
+func (jb *job) reviewFeedbackPath() string { return filepath.Join(jb.dir, "review-feedback.md") }
+
+// writeReviewFeedback writes review.feedback (an empty file when there is
+// none, so an engine may read it unconditionally).
+func (jb *job) writeReviewFeedback() error {
+	var body string
+	if r := jb.j.Review; r != nil {
+		body = r.Feedback
+	}
+	path := jb.reviewFeedbackPath()
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		return err
+	}
+	if jb.a.runAs != nil {
+		return os.Chown(path, int(jb.a.runAs.UID), int(jb.a.runAs.GID))
+	}
+	return nil
+}
+
+// childrenDir is where the engine may write child manifests (*.md): the
+// job directory, outside the worktree.
+func (jb *job) childrenDir() string { return filepath.Join(jb.dir, "children") }
+
+// proposedChildren reads the manifests the engine wrote to its children
+// directory, in name order. Only the count and size are checked here; the
+// coordinator checks the manifests.
+func (jb *job) proposedChildren() ([]string, error) {
+	entries, err := os.ReadDir(jb.childrenDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".md") {
+			continue
+		}
+		if len(out) == fleet.MaxChildrenPerRequest {
+			return nil, fmt.Errorf("the engine proposed more than %d children", fleet.MaxChildrenPerRequest)
+		}
+		info, err := e.Info()
+		if err != nil {
+			return nil, err
+		}
+		if !info.Mode().IsRegular() || info.Size() > fleet.MaxManifestBytes {
+			return nil, fmt.Errorf("child manifest %s is not a regular file of at most %d bytes", e.Name(), fleet.MaxManifestBytes)
+		}
+		b, err := os.ReadFile(filepath.Join(jb.childrenDir(), e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, string(b))
+	}
+	return out, nil
+}
+
+// postChildren hands the job's children to the coordinator: the work so
+// far is checkpointed (the job's next step resumes from it), then the
+// children are posted under the lease, which releases it: the job waits
+// for them in blocked, holding no seat here.
+func (jb *job) postChildren(manifests []string) Outcome {
+	ctx := jb.ctx
+	jb.checkpoint(ctx, "children proposed")
+	kids, err := jb.a.api.PostChildren(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch, manifests)
+	if err != nil {
+		if fleetapi.IsPermanent(err) && !fleetapi.IsFenced(err) && !fleetapi.IsConflict(err) {
+			return jb.fail(reasonInvalidChildren, err.Error(), false)
+		}
+		return jb.stopped(err, "post children")
+	}
+	ids := make([]string, len(kids))
+	for i, k := range kids {
+		ids[i] = k.ID
+	}
+	jb.log.InfoContext(ctx, "children posted; the job waits for them without a seat", "children", ids)
+	lctx, cancel := jb.localCtx()
+	defer cancel()
+	if err := jb.wt.Remove(lctx); err != nil {
+		jb.log.WarnContext(lctx, "remove worktree", "err", err)
+	}
+	return OutcomeDone
+}
+
 // scrubEnv is env without the factory's secrets: the engine runs
 // arbitrary code and must not act as the factory.
 func scrubEnv(env []string) []string {
@@ -335,6 +450,9 @@ func (jb *job) env(engineName, promptPath string) []string {
 	}
 	return append(env,
 		"FLEET_JOB_PERSONA_FILE="+jb.personaPath(),
+		"FLEET_JOB_REVIEW_FEEDBACK_FILE="+jb.reviewFeedbackPath(),
+		"FLEET_JOB_CHILDREN_DIR="+jb.childrenDir(),
+		"FLEET_JOB_CHILDREN="+strings.Join(j.Children, ","),
 		"FLEET_JOB_PROFILE="+profile,
 		"FLEET_JOB_PROFILE_VERSION="+profileVersion,
 		"FLEET_FACTORY_ID="+jb.a.cfg.FactoryID,
@@ -439,10 +557,13 @@ func (jb *job) deliver() Outcome {
 		}
 	}
 	next := fleet.Stage(a.cfg.ShipStage)
+	delivered := branch
 	if j.Review != nil {
-		next = fleet.StageReview
+		// The reviewers vote on this commit: a later push to the branch
+		// is another head.
+		next, delivered = fleet.StageReview, branch+"@"+head
 	}
-	if _, err := a.api.Patch(ctx, j.ProductID, j.ID, fleetapi.Patch{Stage: next, LeaseEpoch: jb.cl.LeaseEpoch, Checkpoint: &branch}); err != nil {
+	if _, err := a.api.Patch(ctx, j.ProductID, j.ID, fleetapi.Patch{Stage: next, LeaseEpoch: jb.cl.LeaseEpoch, Checkpoint: &delivered}); err != nil {
 		if !jb.reached(next, err) {
 			if fleetapi.IsFenced(err) || errors.Is(err, errFenced) {
 				jb.unpush(branch, head)

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -34,6 +35,8 @@ type fakeCoord struct {
 	ttl     time.Duration
 	patches []fleetapi.Patch
 	fails   []string
+	// children are the manifests posted as the job's children.
+	children []string
 	// onRenew, if set, runs inside Renew when the lease is confirmed
 	// (tests use it to act in the window between a fence check and the
 	// write it guards).
@@ -108,6 +111,20 @@ func (c *fakeCoord) Patch(_ context.Context, _, _ string, p fleetapi.Patch) (*fl
 	}
 	j := c.job
 	return &j, nil
+}
+func (c *fakeCoord) PostChildren(_ context.Context, _, _ string, epoch int64, manifests []string) ([]fleet.Job, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.fenced(epoch); err != nil {
+		return nil, err
+	}
+	c.children = append(c.children, manifests...)
+	c.job.Stage, c.job.HolderFactoryID = fleet.StageBlocked, ""
+	out := make([]fleet.Job, len(manifests))
+	for i := range out {
+		out[i] = fleet.Job{ID: fmt.Sprintf("child%d", i), ParentID: c.job.ID}
+	}
+	return out, nil
 }
 func (c *fakeCoord) Release(_ context.Context, _, _ string, epoch int64) error {
 	c.mu.Lock()

@@ -181,6 +181,21 @@ func (c *Client) Fail(ctx context.Context, productID, id string, epoch int64, re
 	return &j, nil
 }
 
+// PostChildren posts the children the holder's engine proposed, fenced by
+// epoch; the coordinator releases the lease and the job waits for them.
+// Retried like an idempotent call: the same children again are answered
+// with the same jobs and change nothing, even once the lease is gone.
+func (c *Client) PostChildren(ctx context.Context, productID, id string, epoch int64, manifests []string) ([]fleet.Job, error) {
+	var out struct {
+		Items []fleet.Job `json:"items"`
+	}
+	body := map[string]any{"leaseEpoch": epoch, "children": manifests}
+	if err := c.do(ctx, http.MethodPost, "/jobs/"+url.PathEscape(id)+"/children", productID, body, &out, true); err != nil {
+		return nil, err
+	}
+	return out.Items, nil
+}
+
 func (c *Client) do(ctx context.Context, method, path, productID string, in, out any, idempotent bool) error {
 	_, err := c.call(ctx, method, path, productID, in, out, idempotent)
 	return err
