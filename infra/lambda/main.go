@@ -50,7 +50,9 @@ func open(ctx context.Context, l config.Lookup) (*app.App, *handler, error) {
 	if l.Get(config.OperatorToken) == "" {
 		return nil, nil, fmt.Errorf("%s must be set: Lambda instances share no data directory to keep a generated token in", config.OperatorToken)
 	}
-	a, err := app.Open(ctx, l, log)
+	// Lambda's buffered invoke mode cannot stream: the live event streams
+	// answer as long polls (see app.WithBufferedResponses).
+	a, err := app.Open(ctx, l, log, app.WithBufferedResponses())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/config"
@@ -55,12 +56,28 @@ func NewLogger(l config.Lookup) (*slog.Logger, error) {
 }
 
 // Option adjusts how Open builds the fleet.
-type Option func(*coord.Config)
+type Option func(*options)
+
+type options struct {
+	coord *coord.Config
+	api   httpapi.Config
+}
 
 // WithChangeFeed says this app's job writes are seen by a change feed that
 // runs the dispatch function (the Functions app; not the Lambda front
 // door), so idle sweeps may skip on the ledger's word (coord.Config.ChangeFeed).
-func WithChangeFeed() Option { return func(c *coord.Config) { c.ChangeFeed = true } }
+func WithChangeFeed() Option { return func(o *options) { o.coord.ChangeFeed = true } }
+
+// WithBufferedResponses says the front door hands a response on only once
+// it is complete (the Lambda front door): the live event streams then end
+// as soon as they have sent something, and within BufferedMaxStream
+// otherwise, so a client that reconnects with Last-Event-ID long-polls.
+func WithBufferedResponses() Option {
+	return func(o *options) { o.api.Buffered, o.api.MaxStream = true, BufferedMaxStream }
+}
+
+// BufferedMaxStream stays under API Gateway's 30 s integration timeout.
+const BufferedMaxStream = 25 * time.Second
 
 // Open builds the fleet from settings.
 func Open(ctx context.Context, l config.Lookup, log *slog.Logger, opts ...Option) (*App, error) {
@@ -75,8 +92,9 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger, opts ...Option
 	if err != nil {
 		return nil, err
 	}
-	for _, o := range opts {
-		o(&cfg)
+	o := options{coord: &cfg}
+	for _, opt := range opts {
+		opt(&o)
 	}
 	st, err := OpenStore(ctx, l)
 	if err != nil {

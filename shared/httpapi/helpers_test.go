@@ -89,6 +89,8 @@ type fixtureOption func(*Config)
 
 func withMaxBody(n int64) fixtureOption { return func(c *Config) { c.MaxBodyBytes = n } }
 
+func buffered(c *Config) { c.Buffered = true }
+
 // newFixture serves the API over a real coordinator on a fresh SQLite store
 // in a temp dir, with a fake clock.
 func newFixture(t *testing.T, opts ...fixtureOption) *fixture {

@@ -91,6 +91,11 @@ type Config struct {
 	// MaxStream ends a stream after this long (its client resumes); 0 means
 	// DefaultMaxStream.
 	MaxStream time.Duration
+	// Buffered says responses reach the client only when complete (a front
+	// door that cannot stream): a live stream then ends as soon as it has
+	// sent an event, so a client reconnecting with Last-Event-ID long-polls
+	// instead of waiting on a stream that never flushes.
+	Buffered bool
 }
 
 // DefaultMaxBodyBytes is the default body cap: the largest manifest.
@@ -114,6 +119,7 @@ type server struct {
 	timers    clock.Timers
 	keepAlive time.Duration
 	maxStream time.Duration
+	buffered  bool
 }
 
 // New builds the API handler over c.
@@ -125,7 +131,7 @@ func New(c *coord.Coordinator, cfg Config) http.Handler {
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}
-	s.timers, s.keepAlive, s.maxStream = cfg.Timers, cfg.KeepAlive, cfg.MaxStream
+	s.timers, s.keepAlive, s.maxStream, s.buffered = cfg.Timers, cfg.KeepAlive, cfg.MaxStream, cfg.Buffered
 	if s.timers == nil {
 		s.timers = clock.System{}
 	}

@@ -139,8 +139,9 @@ func (s *server) jobEventStream(w http.ResponseWriter, r *http.Request, p *princ
 	deadline := s.timers.Now().Add(s.maxStream)
 	for {
 		var ended bool
+		before := after
 		after, ended = s.sendEvents(out, events, after)
-		if out.flush() != nil || ended {
+		if out.flush() != nil || ended || (s.buffered && after != before) {
 			return nil
 		}
 		select {
@@ -233,6 +234,10 @@ func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *p
 		last = reached
 	}
 	out.id(last.String())
+	if s.buffered && out.started {
+		_ = out.flush() // the replay sent something: hand it over now
+		return nil
+	}
 	tick := s.timers.NewTicker(s.keepAlive)
 	defer tick.Stop()
 	deadline := s.timers.Now().Add(s.maxStream)
@@ -253,6 +258,10 @@ func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *p
 			last = b.Pos
 			if len(b.Changes) > 0 {
 				sent = last
+				if s.buffered {
+					_ = out.flush()
+					return nil
+				}
 			}
 		case <-tick.C():
 			if !s.timers.Now().Before(deadline) {

@@ -367,3 +367,43 @@ func TestProductEventsLongPoll(t *testing.T) {
 	require.Equal(t, 400, res.status)
 	require.Equal(t, "after", res.errorOf(t).Field)
 }
+
+// TestStreamsBehindABufferingFrontDoor: with Buffered (the Lambda front
+// door), a stream ends as soon as it has sent events, so the buffered
+// answer reaches the client and its reconnect with Last-Event-ID long-polls.
+func TestStreamsBehindABufferingFrontDoor(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, buffered)
+	f.putProduct("p1", "r1")
+	tok := f.enroll("f1", []string{"p1"}, "r1")
+	j := f.submit("p1", manifest("r1"))
+	c := f.claim(tok)
+	path := "/api/fleet/jobs/" + j.ID + "/events/stream"
+
+	s := f.stream(path, rootToken)
+	for _, want := range []string{"1", "2"} {
+		b, _ := s.nextEvent()
+		require.Equal(t, want, b.id)
+	}
+	s.ended()
+
+	s = f.stream(path, rootToken, header("Last-Event-ID", "2"))
+	f.ok(200, nil, "PATCH", "/api/fleet/jobs/"+j.ID, tok, map[string]any{"stage": "building", "leaseEpoch": c.LeaseEpoch})
+	b, _ := s.nextEvent()
+	require.Equal(t, "3", b.id)
+	s.ended()
+
+	p := f.stream("/api/fleet/events/stream", rootToken, product("p1"))
+	start := p.next()
+	require.True(t, start.hasID)
+	k := f.submit("p1", manifest("r1"))
+	_, ev := p.nextEvent()
+	require.Equal(t, k.ID, ev.JobID)
+	p.ended()
+
+	// Nothing to send: it ends at MaxStream with the position to resume from.
+	p = f.stream("/api/fleet/events/stream", rootToken, product("p1"))
+	require.True(t, p.next().hasID)
+	f.clock.Advance(DefaultMaxStream)
+	p.ended()
+}
