@@ -123,6 +123,8 @@ printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 	require.NotContains(t, url, s.Token, "the token never goes into a URL")
 	stored := evalJS[string](t, ctx, "sessionStorage.getItem('fleet.console.token')")
 	require.Equal(t, s.Token, stored)
+	// Live over the product's event stream, not polling.
+	waitJS(t, ctx, 20*time.Second, "the console follows the event stream", `document.querySelector('#live').textContent === 'live · stream'`)
 	// Set once; a reload would lose it.
 	evalJS[bool](t, ctx, "window.__noReload = true")
 
@@ -193,4 +195,10 @@ printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 	waitJS(t, ctx, 20*time.Second, "reconnecting is shown", `document.querySelector('#live').textContent.startsWith('reconnecting') && !document.querySelector('#banner').hidden`)
 	require.Positive(t, evalJS[int](t, ctx, `document.querySelectorAll('main tbody tr').length`), "the last data stays on the page")
 	shoot(t, ctx, "09-reconnecting")
+
+	// The coordinator comes back at the same address: the page resumes the
+	// stream (with its Last-Event-ID) and the banner goes.
+	addr := strings.TrimPrefix(s.URL, "http://")
+	startStack(t, "FLEET_LISTEN="+addr, "FLEET_DATA_DIR="+s.DataDir, "FLEET_OPERATOR_TOKEN="+s.Token)
+	waitJS(t, ctx, 60*time.Second, "live again", `document.querySelector('#live').textContent === 'live · stream' && document.querySelector('#banner').hidden`)
 }

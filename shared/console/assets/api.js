@@ -68,7 +68,8 @@ export async function loadRoutes() {
   }
   return routes;
 }
-export function has(path) { return !!routes && routes.has('/api/fleet' + path); }
+// The document's paths are below its server URL, /api.
+export function has(path) { return !!routes && routes.has('/fleet' + path); }
 
 // streamEvents reads a text/event-stream with fetch (EventSource cannot send
 // an Authorization header, and the token must not go in the URL). It
@@ -106,7 +107,8 @@ export function streamEvents(path, onEvent, onState) {
               if (k === 'id') ev.id = v; else if (k === 'event') ev.type = v; else if (k === 'data') ev.data += (ev.data ? '\n' : '') + v;
             }
             if (ev.id) lastId = ev.id;
-            if (ev.data || ev.id) onEvent(ev);
+            // A bare id only moves the resume point.
+            if (ev.data) onEvent(ev);
           }
         }
         if (!stopped) onState('reconnecting', 'the stream ended');
