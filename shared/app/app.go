@@ -150,6 +150,16 @@ func coordConfig(l config.Lookup) (coord.Config, error) {
 	if cfg.RedispatchAfter, err = l.Duration(config.RedispatchAfter); err != nil {
 		return cfg, err
 	}
+	if cfg.CancelGrace, err = l.Duration(config.CancelGrace); err != nil {
+		return cfg, err
+	}
+	switch v := l.Get(config.Preemption); v {
+	case "on":
+	case "off":
+		cfg.NoPreemption = true
+	default:
+		return cfg, fmt.Errorf("%s=%q: want on or off", config.Preemption, v)
+	}
 	// Resolved here, not only in coord.New: the bus is built from the
 	// effective configuration before the coordinator exists.
 	return cfg.Resolve()

@@ -32,12 +32,14 @@ type transport struct {
 	client busClient
 }
 
-// coord finds the dead-letter drain by a type assertion, so a signature
-// drift would only disable it: the compiler checks all three here.
+// coord finds the dead-letter drain and control messages by a type
+// assertion, so a signature drift would only disable them: the compiler
+// checks all four here.
 var (
 	_ coord.Publisher        = (*transport)(nil)
 	_ coord.GCPublisher      = (*transport)(nil)
 	_ coord.DeadLetterSource = (*transport)(nil)
+	_ coord.ControlPublisher = (*transport)(nil)
 )
 
 // openBus connects the dispatch transport the settings select: Service Bus

@@ -25,6 +25,9 @@ func TestTransportImplementsCoordInterfaces(t *testing.T) {
 	if _, ok := p.(coord.GCPublisher); !ok {
 		t.Fatal("transport does not carry GC requests")
 	}
+	if _, ok := p.(coord.ControlPublisher); !ok {
+		t.Fatal("transport does not carry cancel and preempt commands")
+	}
 }
 
 // depthOnly is a busClient whose Depth answers from a table.

@@ -44,6 +44,9 @@ const (
 	KindDispatch Kind = "dispatch"
 	// KindGC: the body is a protocol.GCRequest.
 	KindGC Kind = "gc"
+	// KindControl: the body is a protocol.ControlMessage (cancel or
+	// preempt one lease).
+	KindControl Kind = "control"
 )
 
 // ReasonMaxDeliveries is the dead-letter reason of a message that was

@@ -312,3 +312,51 @@ func TestDrainDeadLettersWithoutReceiver(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
+
+func TestDispatcherPublishControl(t *testing.T) {
+	t.Parallel()
+	s := &recordingSender{}
+	d := bus.NewDispatcher(s, bus.DispatcherOptions{DispatchTTL: 2 * time.Minute})
+	msg := protocol.ControlMessage{Action: protocol.ControlCancel, JobID: "job-42", ProductID: "p1",
+		TargetFactoryID: "mac-1.local", LeaseEpoch: 3}
+	require.NoError(t, d.PublishControl(t.Context(), msg))
+	require.Len(t, s.sent, 1)
+	m := s.sent[0]
+	require.Equal(t, "control:cancel:job-42:3", m.ID, "one command per lease: a repeated publish collapses")
+	require.Equal(t, "mac-1.local", m.Subscription)
+	require.Equal(t, map[string]string{bus.PropTargetFactoryID: "mac-1.local", bus.PropProductID: "p1",
+		bus.PropKind: "control"}, m.Properties, "routed on targetFactoryId like a dispatch")
+	require.Equal(t, 2*time.Minute, m.TTL)
+
+	dec, err := bus.Decode(bus.NewDelivery(m, 1, time.Now(), nil))
+	require.NoError(t, err)
+	require.Equal(t, &msg, dec.Control)
+	require.Nil(t, dec.Dispatch)
+	require.Nil(t, dec.GC)
+
+	for name, bad := range map[string]protocol.ControlMessage{
+		"no job":         {Action: protocol.ControlCancel, TargetFactoryID: "a", LeaseEpoch: 1},
+		"no target":      {Action: protocol.ControlCancel, JobID: "j", LeaseEpoch: 1},
+		"unknown action": {Action: "pause", JobID: "j", TargetFactoryID: "a", LeaseEpoch: 1},
+	} {
+		require.ErrorIs(t, d.PublishControl(t.Context(), bad), bus.ErrInvalid, name)
+	}
+	for name, mutate := range map[string]func(m *bus.Message){
+		"wrong kind":         func(m *bus.Message) { m.Properties[bus.PropKind] = "dispatch" },
+		"id mismatch":        func(m *bus.Message) { m.ID = "control:cancel:job-42:4" },
+		"wrong subscription": func(m *bus.Message) { m.Subscription = "mac-2" },
+		"zero epoch": func(m *bus.Message) {
+			m.Body = []byte(`{"action":"cancel","jobId":"job-42","targetFactoryId":"mac-1.local"}`)
+			m.ID = "control:cancel:job-42:0"
+		},
+		"unknown action": func(m *bus.Message) {
+			m.Body = []byte(`{"action":"pause","jobId":"job-42","targetFactoryId":"mac-1.local","leaseEpoch":3}`)
+			m.ID = "control:pause:job-42:3"
+		},
+	} {
+		bad := m.Clone()
+		mutate(&bad)
+		_, err := bus.DecodeControl(bus.NewDelivery(bad, 1, time.Now(), nil))
+		require.ErrorIs(t, err, bus.ErrMalformed, name)
+	}
+}

@@ -102,6 +102,23 @@ func (d *Dispatcher) PublishGC(ctx context.Context, req protocol.GCRequest) erro
 	return nil
 }
 
+// PublishControl sends a cancel or preempt command to the factory holding
+// the lease. Its ID names the lease (ControlMessage.MessageID), so a repeated
+// publish collapses in the broker. It carries no TTL of its own beyond the
+// dispatch one: a command outliving the lease it names is ignored by the
+// factory, and the renewal answer carries the request besides.
+func (d *Dispatcher) PublishControl(ctx context.Context, msg protocol.ControlMessage) error {
+	m, err := ControlToMessage(msg)
+	if err != nil {
+		return err
+	}
+	m.TTL = d.opts.DispatchTTL
+	if err := d.sender.Send(ctx, m); err != nil {
+		return fmt.Errorf("send control %s to %s: %w", m.ID, m.Subscription, err)
+	}
+	return nil
+}
+
 // DrainDeadLetters hands every dead-lettered dispatch message of subs to
 // handle (coord's DeadLettered, which re-routes the job if the message was
 // its current dispatch) and completes it once handled. It returns how many
@@ -217,6 +234,57 @@ func GCToMessage(req protocol.GCRequest, now time.Time) (Message, error) {
 	return m, m.Validate()
 }
 
+// ControlToMessage is the bus form of a control message, addressed to the
+// holder's subscription like a dispatch (the same targetFactoryId property,
+// so Service Bus subscription rules route it unchanged).
+func ControlToMessage(msg protocol.ControlMessage) (Message, error) {
+	switch {
+	case msg.JobID == "" || msg.TargetFactoryID == "":
+		return Message{}, fmt.Errorf("%w: control message needs a job id and a target factory (got %q, %q)",
+			ErrInvalid, msg.JobID, msg.TargetFactoryID)
+	case msg.Action != protocol.ControlCancel && msg.Action != protocol.ControlPreempt:
+		return Message{}, fmt.Errorf("%w: control message has unknown action %q", ErrInvalid, msg.Action)
+	}
+	body, err := json.Marshal(msg)
+	if err != nil {
+		return Message{}, fmt.Errorf("encode control %s: %w", msg.MessageID(), err)
+	}
+	m := Message{
+		ID:           msg.MessageID(),
+		Subscription: msg.TargetFactoryID,
+		Body:         body,
+		Properties: map[string]string{
+			PropTargetFactoryID: msg.TargetFactoryID,
+			PropProductID:       msg.ProductID,
+			PropKind:            string(KindControl),
+		},
+	}
+	return m, m.Validate()
+}
+
+// DecodeControl reads a control delivery. Any error wraps ErrMalformed.
+func DecodeControl(d Delivery) (protocol.ControlMessage, error) {
+	var msg protocol.ControlMessage
+	if k := d.Kind(); k != KindControl {
+		return msg, fmt.Errorf("%w: message %s is of kind %q, not %q", ErrMalformed, d.ID, k, KindControl)
+	}
+	if err := decodeJSON(d.Body, &msg); err != nil {
+		return msg, fmt.Errorf("%w: message %s: control body: %v", ErrMalformed, d.ID, err)
+	}
+	switch {
+	case msg.JobID == "" || msg.LeaseEpoch <= 0:
+		return msg, fmt.Errorf("%w: message %s: control body needs jobId and a positive leaseEpoch", ErrMalformed, d.ID)
+	case msg.Action != protocol.ControlCancel && msg.Action != protocol.ControlPreempt:
+		return msg, fmt.Errorf("%w: message %s: unknown control action %q", ErrMalformed, d.ID, msg.Action)
+	case msg.MessageID() != d.ID:
+		return msg, fmt.Errorf("%w: message id %q does not match its body (%s)", ErrMalformed, d.ID, msg.MessageID())
+	case d.Subscription != "" && msg.TargetFactoryID != d.Subscription:
+		return msg, fmt.Errorf("%w: message %s targets %q but was delivered to subscription %q",
+			ErrMalformed, d.ID, msg.TargetFactoryID, d.Subscription)
+	}
+	return msg, nil
+}
+
 // DecodeDispatch reads a dispatch delivery. Any error wraps ErrMalformed:
 // the message can never be handled and belongs on the dead-letter queue.
 // It checks that the body agrees with the envelope (ID, subscription), so
@@ -263,6 +331,7 @@ func DecodeGC(d Delivery) (protocol.GCRequest, error) {
 type Decoded struct {
 	Dispatch *protocol.DispatchMessage
 	GC       *protocol.GCRequest
+	Control  *protocol.ControlMessage
 }
 
 // Decode reads a delivery of any known kind; an unknown kind is malformed
@@ -282,6 +351,12 @@ func Decode(d Delivery) (Decoded, error) {
 			return Decoded{}, err
 		}
 		return Decoded{GC: &r}, nil
+	case KindControl:
+		m, err := DecodeControl(d)
+		if err != nil {
+			return Decoded{}, err
+		}
+		return Decoded{Control: &m}, nil
 	default:
 		return Decoded{}, fmt.Errorf("%w: message %s has unknown kind %q", ErrMalformed, d.ID, d.Kind())
 	}

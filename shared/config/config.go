@@ -31,6 +31,8 @@ const (
 	RedispatchAfter  = "FLEET_REDISPATCH_AFTER"
 	StaleAfter       = "FLEET_STALE_AFTER"
 	DownAfter        = "FLEET_DOWN_AFTER"
+	CancelGrace      = "FLEET_CANCEL_GRACE"
+	Preemption       = "FLEET_PREEMPTION"
 	Store            = "FLEET_STORE"
 	CosmosDatabase   = "FLEET_COSMOS_DATABASE"
 	CosmosEndpoint   = "CosmosDB__accountEndpoint"
@@ -60,6 +62,8 @@ var Settings = []Setting{
 	{RedispatchAfter, duration(coord.DefaultRedispatchAfter), "A dispatched job not accepted within this is dispatched again."},
 	{StaleAfter, duration(coord.DefaultStaleAfter), "A static factory silent this long is stale."},
 	{DownAfter, duration(coord.DefaultDownAfter), "A static factory silent this long is down."},
+	{CancelGrace, duration(coord.DefaultCancelGrace), "How long the holder of a cancelled or preempted job has to stop, checkpoint and release before its lease is revoked and the job cancelled (or requeued) anyway."},
+	{Preemption, "on", "`off` stops critical jobs from preempting lower-priority running jobs when no eligible factory has a free seat."},
 	{Store, "sqlite", "State store: `sqlite` (one machine) or `cosmos`."},
 	{CosmosDatabase, "fleet", "Cosmos DB database name."},
 	{CosmosEndpoint, "", "Cosmos DB account endpoint; setting it selects the cosmos store."},

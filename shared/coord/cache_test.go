@@ -33,10 +33,10 @@ func TestMutateRetriesOnPrecondition(t *testing.T) {
 
 	hs.setBeforeReplace(once(func(pk, id string) error { return coord.ErrPrecondition }))
 	reads, replaces := hs.jobReads.Load(), hs.jobReplaces.Load()
-	exp, err := e.c.Renew(e.ctx, "f1", prod, j.ID, cl.LeaseEpoch)
+	ren, err := e.c.Renew(e.ctx, "f1", prod, j.ID, cl.LeaseEpoch)
 	require.NoError(t, err)
-	require.Equal(t, e.clock.Now().Add(e.c.Config().LeaseTTL), exp)
-	require.Equal(t, exp, e.job(j.ID).LeaseExpiresAt)
+	require.Equal(t, e.clock.Now().Add(e.c.Config().LeaseTTL), ren.LeaseExpiresAt)
+	require.Equal(t, ren.LeaseExpiresAt, e.job(j.ID).LeaseExpiresAt)
 	require.Equal(t, replaces+2, hs.jobReplaces.Load(), "the injected failure, then the real write")
 	require.Equal(t, reads+1+1, hs.jobReads.Load(), "a fresh read after the lost CAS (plus e.job's)")
 	require.Equal(t, int64(1), e.c.Stats().CASConflicts)

@@ -35,6 +35,7 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		{"negative redispatch", coord.Config{RedispatchAfter: -1}, "config.redispatchAfter"},
 		{"negative factory cache", coord.Config{FactoryCacheTTL: -1}, "config.factoryCacheTTL"},
 		{"negative token cache", coord.Config{TokenCacheTTL: -1}, "config.tokenCacheTTL"},
+		{"negative cancel grace", coord.Config{CancelGrace: -time.Second}, "config.cancelGrace"},
 		{"stale after down", coord.Config{StaleAfter: time.Hour, DownAfter: time.Minute}, "config.staleAfter"},
 		{"stale equals down", coord.Config{StaleAfter: time.Minute, DownAfter: time.Minute}, "config.staleAfter"},
 		{"stale past the default down", coord.Config{StaleAfter: coord.DefaultDownAfter + time.Second}, "config.staleAfter"},
@@ -67,6 +68,8 @@ func TestNewDefaults(t *testing.T) {
 	require.Equal(t, coord.DefaultLeaseTTL, got.LeaseTTL)
 	require.Equal(t, coord.DefaultDownAfter, got.DownAfter)
 	require.Equal(t, coord.DefaultMaxRetryBackoff, got.MaxRetryBackoff)
+	require.Equal(t, coord.DefaultCancelGrace, got.CancelGrace)
+	require.False(t, got.NoPreemption, "preemption is on by default")
 	require.Equal(t, schedule.DefaultWeights, got.Weights)
 
 	_, err = coord.New(coord.Config{}, coord.Deps{Clock: newFakeClock()})

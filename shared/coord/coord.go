@@ -54,7 +54,17 @@ type Config struct {
 	// while a stream is connected to this process (writes made by this
 	// process wake it at once). Nothing is read while no stream is.
 	LivePoll time.Duration
-	Weights  schedule.Weights
+	// CancelGrace is how long the holder of a job has to acknowledge a
+	// cancel or a preemption (stop, checkpoint, release) before the reaper
+	// revokes its lease and ends the run itself. A poll factory hears of
+	// the request only at its next renewal, so the default leaves room
+	// for the factory's default renewal cadence (a third of the lease)
+	// plus the time to stop an engine and push a checkpoint.
+	CancelGrace time.Duration
+	// NoPreemption turns preemption off (FLEET_PREEMPTION=off): a critical
+	// job then waits for a free seat like any other.
+	NoPreemption bool
+	Weights      schedule.Weights
 }
 
 // Defaults: the one place they are written. shared/config documents the
@@ -69,6 +79,7 @@ const (
 	DefaultFactoryCacheTTL = time.Second
 	DefaultTokenCacheTTL   = time.Minute
 	DefaultLivePoll        = time.Second
+	DefaultCancelGrace     = 2 * time.Minute
 )
 
 // Resolve returns c with zero fields set to their defaults, or an invalid
@@ -90,6 +101,7 @@ func (c Config) Resolve() (Config, error) {
 		{"factoryCacheTTL", &c.FactoryCacheTTL, DefaultFactoryCacheTTL},
 		{"tokenCacheTTL", &c.TokenCacheTTL, DefaultTokenCacheTTL},
 		{"livePoll", &c.LivePoll, DefaultLivePoll},
+		{"cancelGrace", &c.CancelGrace, DefaultCancelGrace},
 	}
 	for _, d := range durations {
 		switch {

@@ -145,8 +145,8 @@ func TestRenew(t *testing.T) {
 	cl := e.claim("f1")
 	require.Equal(t, t0.Add(time.Minute), cl.LeaseExpiresAt)
 	e.clock.Advance(50 * time.Second)
-	exp, err := e.c.Renew(e.ctx, "f1", prod, cl.Job.ID, cl.LeaseEpoch)
+	ren, err := e.c.Renew(e.ctx, "f1", prod, cl.Job.ID, cl.LeaseEpoch)
 	require.NoError(t, err)
-	require.Equal(t, t0.Add(50*time.Second+time.Minute), exp)
-	require.Equal(t, exp, e.job(cl.Job.ID).LeaseExpiresAt)
+	require.Equal(t, t0.Add(50*time.Second+time.Minute), ren.LeaseExpiresAt)
+	require.Equal(t, ren.LeaseExpiresAt, e.job(cl.Job.ID).LeaseExpiresAt)
 }

@@ -274,9 +274,27 @@ func requireCode(t *testing.T, err error, code fleet.Code, field string) {
 // recordingPublisher is the fake dispatch transport: it records what it was
 // asked to publish and fails while fail is set.
 type recordingPublisher struct {
-	mu   sync.Mutex
-	msgs []protocol.DispatchMessage
-	fail error
+	mu       sync.Mutex
+	msgs     []protocol.DispatchMessage
+	controls []protocol.ControlMessage
+	fail     error
+}
+
+// PublishControl makes the fake a coord.ControlPublisher too.
+func (p *recordingPublisher) PublishControl(_ context.Context, m protocol.ControlMessage) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fail != nil {
+		return p.fail
+	}
+	p.controls = append(p.controls, m)
+	return nil
+}
+
+func (p *recordingPublisher) sentControls() []protocol.ControlMessage {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]protocol.ControlMessage(nil), p.controls...)
 }
 
 func (p *recordingPublisher) Publish(_ context.Context, m protocol.DispatchMessage) error {

@@ -358,6 +358,11 @@ type move struct {
 	// eventActor, when set, is the actor the event names instead of actor:
 	// the review gate moves a job as the system on an operator's vote.
 	eventActor fleet.Actor
+	// describe, when set, names the event, its message and the result of
+	// the run a release or revocation ends from the job as it was before
+	// the move (a cancel acknowledged or forced); empty values keep the
+	// defaults.
+	describe func(before *fleet.Job) (fleet.EventType, string, fleet.RunResult)
 }
 
 // transition applies m: the guard, the stage machine's rule and the effect
@@ -409,6 +414,12 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 	if m.messageOf != nil {
 		message = m.messageOf()
 	}
+	var run fleet.RunResult
+	if m.describe != nil {
+		if ev, msg, r := m.describe(before); ev != "" {
+			event, message, run = ev, msg, r
+		}
+	}
 	if event == "" {
 		event = fleet.EventStage
 	}
@@ -434,6 +445,9 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 			result = fleet.RunLost
 		case after.Stage == fleet.StageFailed || after.Stage == fleet.StageDeadLetter || after.Stage == fleet.StageQueued:
 			result = fleet.RunFailed
+		}
+		if run != "" {
+			result = run
 		}
 		c.recordRun(ctx, before, result, message)
 	}
@@ -547,7 +561,12 @@ func (c *Coordinator) Act(ctx context.Context, operatorID, productID, jobID stri
 			j.LastFailure = &fleet.Failure{Reason: "rejected: " + reason, At: j.UpdatedAt}
 		}
 	case ActionCancel:
-		to, event = fleet.StageCancelled, fleet.EventCancel
+		after, err := c.cancel(ctx, operatorID, productID, jobID, reason)
+		if err != nil {
+			return nil, err
+		}
+		c.cancelDescendants(context.WithoutCancel(ctx), operatorID, after, reason)
+		return after, nil
 	case ActionRequeue:
 		to, event = fleet.StageQueued, fleet.EventRequeue
 		// A job whose dependencies have not shipped waits for them in
@@ -590,9 +609,6 @@ func (c *Coordinator) Act(ctx context.Context, operatorID, productID, jobID stri
 		if settled, ok := c.settleBlocked(context.WithoutCancel(ctx), after); ok {
 			after = settled
 		}
-	}
-	if action == ActionCancel {
-		c.cancelDescendants(context.WithoutCancel(ctx), operatorID, after, reason)
 	}
 	return after, nil
 }

@@ -173,8 +173,10 @@ func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID st
 	return claimed(after), nil
 }
 
-// Renew extends the holder's lease.
-func (c *Coordinator) Renew(ctx context.Context, factoryID, productID, jobID string, leaseEpoch int64) (time.Time, error) {
+// Renew extends the holder's lease. The answer says whether the holder has
+// been asked to stop (cancel or preemption): a factory that missed the
+// control message learns of it here.
+func (c *Coordinator) Renew(ctx context.Context, factoryID, productID, jobID string, leaseEpoch int64) (protocol.Renewal, error) {
 	j, err := c.mutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
 		if err := j.CheckFence(factoryID, leaseEpoch); err != nil {
 			return err
@@ -184,15 +186,9 @@ func (c *Coordinator) Renew(ctx context.Context, factoryID, productID, jobID str
 		return nil
 	})
 	if err != nil {
-		return time.Time{}, err
+		return protocol.Renewal{}, err
 	}
-	return j.LeaseExpiresAt, nil
-}
-
-// Release gives the job back to the queue, keeping its checkpoint.
-func (c *Coordinator) Release(ctx context.Context, factoryID, productID, jobID string, leaseEpoch int64) (*fleet.Job, error) {
-	return c.transition(ctx, move{pk: productID, id: jobID, to: fleet.StageQueued, actor: fleet.ActorFactory, actorID: factoryID,
-		event: fleet.EventReleased, guard: func(j *fleet.Job) error { return j.CheckFence(factoryID, leaseEpoch) }})
+	return protocol.Renewal{LeaseExpiresAt: j.LeaseExpiresAt, CancelRequested: j.CancelRequested, PreemptRequested: j.PreemptRequested}, nil
 }
 
 // FailRequest is a holder's failure report.
@@ -247,7 +243,8 @@ func (c *Coordinator) backoff(attempt int) time.Duration {
 // (fencing the old holder) and its checkpoint kept. A lost run counts as an
 // attempt: a job whose holder dies every time goes to dead_letter once its
 // attempts run out instead of taking down factories forever. It returns how
-// many jobs it reaped.
+// many jobs it reaped. Jobs asked to stop (cancel, preemption) are ended
+// instead once their grace is over or their lease expired (forceStops).
 //
 // Idle, a tick costs one point read: see ledger.go.
 func (c *Coordinator) Reap(ctx context.Context) (int, error) {
@@ -262,10 +259,15 @@ func (c *Coordinator) Reap(ctx context.Context) (int, error) {
 	if len(leased) == 0 {
 		c.markQuiet(ctx, view)
 	}
-	n := 0
+	// Stop requests past their grace first: a cancelled job whose holder
+	// died ends cancelled, not queued again.
+	n, err := c.forceStops(ctx, leased)
 	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
 	for _, j := range leased {
-		if !j.LeaseExpired(c.now()) {
+		if !j.LeaseExpired(c.now()) || j.StopRequested() {
 			continue
 		}
 		holder, attempts := j.HolderFactoryID, j.Attempts

@@ -169,11 +169,15 @@ func TestIllegalTransitions(t *testing.T) {
 	_, err = e.c.Act(e.ctx, "op", prod, "j-missing", coord.ActionShip, "")
 	require.ErrorIs(t, err, fleet.ErrNotFound)
 
-	// Cancelling a held job revokes the lease and fences the holder.
+	// Cancelling a held job asks the holder, who acknowledges by
+	// releasing; its lease is then gone.
 	got, err := e.c.Act(e.ctx, "op", prod, j.ID, coord.ActionCancel, "not needed")
 	require.NoError(t, err)
+	require.Equal(t, fleet.StageBuilding, got.Stage)
+	require.True(t, got.CancelRequested)
+	got, err = e.c.ReleaseWith(e.ctx, "f1", prod, j.ID, coord.ReleaseRequest{LeaseEpoch: cl.LeaseEpoch, Outcome: fleet.ReleaseCancelled})
+	require.NoError(t, err)
 	require.Equal(t, fleet.StageCancelled, got.Stage)
-	require.Equal(t, cl.LeaseEpoch+1, got.LeaseEpoch)
 	_, err = e.c.Renew(e.ctx, "f1", prod, j.ID, cl.LeaseEpoch)
 	require.ErrorIs(t, err, fleet.ErrFenced)
 	requireContiguous(t, e.events(j.ID))

@@ -46,6 +46,21 @@ type FactoryMetrics struct {
 // stays in dead_letter until requeued.
 const DeadLetterAlertWindow = 24 * time.Hour
 
+// cancelAlert reports a cancel its holder has not acknowledged yet: a
+// warning within the grace, critical once the reaper is overdue to force it.
+func (c *Coordinator) cancelAlert(j *fleet.Job, now time.Time) fleet.Alert {
+	deadline := j.StopRequestedAt.Add(c.cfg.CancelGrace)
+	waited := now.Sub(j.StopRequestedAt).Round(time.Second).String()
+	a := fleet.Alert{Kind: fleet.AlertCancelUnacknowledged, Severity: fleet.SeverityWarning,
+		Subject: j.ProductID + "/" + j.ID, Since: j.StopRequestedAt,
+		Message: "cancel not acknowledged by " + j.HolderFactoryID + " for " + waited + "; forced at " + deadline.Format(time.RFC3339)}
+	if !now.Before(deadline) {
+		a.Severity = fleet.SeverityCritical
+		a.Message = "cancel not acknowledged by " + j.HolderFactoryID + " for " + waited + ", past the grace; the reaper revokes the lease at its next tick"
+	}
+	return a
+}
+
 // StarvingJob is a queued job waiting past StarvationAge.
 type StarvingJob struct {
 	JobID      string `json:"jobId"`
@@ -113,6 +128,10 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 	starvingRepo := map[string]bool{} // product/repo already alerted
 	for _, j := range jobs {
 		m.Jobs[string(j.Stage)]++
+		if j.Stage.Leased() && j.CancelRequested {
+			m.Alerts = append(m.Alerts, c.cancelAlert(j, now))
+			continue
+		}
 		if j.Stage == fleet.StageBlocked {
 			// Normally failed at once when the dependency ends; one still
 			// blocked was missed (a crash) and waits for the sweep.

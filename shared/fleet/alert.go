@@ -20,6 +20,9 @@ const (
 	// AlertBlockedOnFailed: a blocked job waits on a dependency that ended
 	// unshipped; the sweep fails it (dependency_failed).
 	AlertBlockedOnFailed AlertKind = "blocked_on_failed"
+	// AlertCancelUnacknowledged: the holder of a cancelled job has not
+	// acknowledged the cancel yet; the coordinator forces it after the grace.
+	AlertCancelUnacknowledged AlertKind = "cancel_unacknowledged"
 )
 
 // Severity ranks alerts.

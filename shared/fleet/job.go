@@ -157,14 +157,25 @@ type Job struct {
 	DispatchEpoch  int64  `json:"dispatchEpoch"`
 	// TargetFactoryID is "" while the job awaits a dispatch decision; kept in
 	// the document even when empty so queries can select on it.
-	TargetFactoryID string    `json:"targetFactoryId"`
-	Dispatch        Dispatch  `json:"dispatch"`
-	Checkpoint      string    `json:"checkpoint,omitempty"`
-	Attempts        int       `json:"attempts"`
-	MaxAttempts     int       `json:"maxAttempts"`
-	NotBefore       time.Time `json:"notBefore,omitzero"`
-	LastFailure     *Failure  `json:"lastFailure,omitempty"`
-	ParentID        string    `json:"parentId,omitempty"`
+	TargetFactoryID string   `json:"targetFactoryId"`
+	Dispatch        Dispatch `json:"dispatch"`
+	Checkpoint      string   `json:"checkpoint,omitempty"`
+	// CancelRequested and PreemptRequested are commands to the holder of
+	// the lease (API.md, "Cancel and preemption"): stop the engine,
+	// checkpoint and release with outcome cancelled or preempted. The
+	// holder learns of them from a control message on its subscription
+	// and from every renewal; StopRequestedAt starts the grace after which
+	// the coordinator revokes the lease itself. They end with the lease.
+	CancelRequested  bool      `json:"cancelRequested,omitempty"`
+	PreemptRequested bool      `json:"preemptRequested,omitempty"`
+	StopRequestedAt  time.Time `json:"stopRequestedAt,omitzero"`
+	// PreemptedBy is the critical job the holder is asked to make way for.
+	PreemptedBy *JobRef   `json:"preemptedBy,omitempty"`
+	Attempts    int       `json:"attempts"`
+	MaxAttempts int       `json:"maxAttempts"`
+	NotBefore   time.Time `json:"notBefore,omitzero"`
+	LastFailure *Failure  `json:"lastFailure,omitempty"`
+	ParentID    string    `json:"parentId,omitempty"`
 	// RootID is the root of the job's tree of children (absent on a root);
 	// Depth is how far below it the job is (0 for a root).
 	RootID string `json:"rootId,omitempty"`
@@ -189,6 +200,12 @@ type Job struct {
 	Rev string `json:"-"`
 }
 
+// JobRef names a job in its product.
+type JobRef struct {
+	ProductID string `json:"productId"`
+	JobID     string `json:"jobId"`
+}
+
 // Lease returns the job's lease and whether one is held.
 func (j *Job) Lease() (Lease, bool) {
 	if j.HolderFactoryID == "" {
@@ -200,6 +217,25 @@ func (j *Job) Lease() (Lease, bool) {
 // LeaseExpired reports whether a held lease has run out at now.
 func (j *Job) LeaseExpired(now time.Time) bool {
 	return j.HolderFactoryID != "" && !now.Before(j.LeaseExpiresAt)
+}
+
+// StopRequested reports whether the holder has been asked to stop (cancel
+// or preemption) and has not yet answered.
+func (j *Job) StopRequested() bool { return j.CancelRequested || j.PreemptRequested }
+
+// StopOverdue reports whether a stop request has gone unacknowledged past
+// grace at now, or the lease it was addressed to has expired: the
+// coordinator then revokes the lease itself.
+func (j *Job) StopOverdue(now time.Time, grace time.Duration) bool {
+	if !j.StopRequested() || !j.Stage.Leased() {
+		return false
+	}
+	return !now.Before(j.StopRequestedAt.Add(grace)) || j.LeaseExpired(now)
+}
+
+// ClearStopRequest forgets a stop request (its lease ended).
+func (j *Job) ClearStopRequest() {
+	j.CancelRequested, j.PreemptRequested, j.StopRequestedAt, j.PreemptedBy = false, false, time.Time{}, nil
 }
 
 // RetryStage is the one retry-or-dead-letter rule: where a job goes when
@@ -246,6 +282,11 @@ func (j *Job) Apply(rule Rule, now time.Time, factoryID string, ttl time.Duratio
 		j.LeaseEpoch++
 		j.HolderFactoryID, j.LeaseExpiresAt, j.LeaseAcquiredAt = "", time.Time{}, time.Time{}
 	}
+	if rule.Lease == LeaseRelease || rule.Lease == LeaseRevoke {
+		// A stop request is addressed to one lease: the next run starts
+		// with none.
+		j.ClearStopRequest()
+	}
 	if rule.To == StageQueued {
 		j.QueuedAt = now
 		// A job back in the queue needs a fresh dispatch decision; the
@@ -266,7 +307,32 @@ const (
 	RunSucceeded RunResult = "succeeded"
 	RunFailed    RunResult = "failed"
 	RunLost      RunResult = "lost" // lease expired or revoked
+	// RunCancelled: stopped by an operator's cancel, acknowledged or forced.
+	RunCancelled RunResult = "cancelled"
+	// RunPreempted: stopped to make way for a critical job; the job went
+	// back to the queue without spending an attempt.
+	RunPreempted RunResult = "preempted"
 )
+
+// ReleaseOutcome is why a holder gives its lease back (the outcome of
+// POST /fleet/jobs/{id}/lease/release).
+type ReleaseOutcome string
+
+// Release outcomes. The empty one is a plain release: back to the queue.
+const (
+	ReleasePlain     ReleaseOutcome = ""
+	ReleaseCancelled ReleaseOutcome = "cancelled"
+	ReleasePreempted ReleaseOutcome = "preempted"
+)
+
+// ParseReleaseOutcome validates a release outcome.
+func ParseReleaseOutcome(field, s string) (ReleaseOutcome, error) {
+	switch o := ReleaseOutcome(s); o {
+	case ReleasePlain, ReleaseCancelled, ReleasePreempted:
+		return o, nil
+	}
+	return "", Invalid(field, "unknown outcome %q (want cancelled, preempted, or none for a plain release)", s)
+}
 
 // Run is one attempt at a job by one factory, from claim to release.
 type Run struct {
@@ -323,6 +389,18 @@ const (
 	EventRequeue EventType = "requeue"
 	EventReject  EventType = "reject"
 	EventCancel  EventType = "cancel"
+	// Cancel of a leased job: requested (the job stays with its holder),
+	// then acknowledged by the holder's release or forced after the grace.
+	EventCancelRequested    EventType = "cancel_requested"
+	EventCancelAcknowledged EventType = "cancel_acknowledged"
+	EventCancelForced       EventType = "cancel_forced"
+	// Preemption: preempted_by on the victim names the critical job it
+	// makes way for, preempted on the critical job names the victim; the
+	// victim's release is acknowledged or forced like a cancel.
+	EventPreemptedBy         EventType = "preempted_by"
+	EventPreempted           EventType = "preempted"
+	EventPreemptAcknowledged EventType = "preempt_acknowledged"
+	EventPreemptForced       EventType = "preempt_forced"
 )
 
 // EventTypes lists every event type.
@@ -330,6 +408,8 @@ var EventTypes = []EventType{
 	EventSubmitted, EventStage, EventClaimed, EventReleased, EventFailed, EventLeaseExpired,
 	EventUnblocked, EventDependencyFailed, EventShip, EventRequeue, EventReject, EventCancel,
 	EventChildren, EventReviewRequested, EventReviewVote,
+	EventCancelRequested, EventCancelAcknowledged, EventCancelForced,
+	EventPreemptedBy, EventPreempted, EventPreemptAcknowledged, EventPreemptForced,
 }
 
 // EventID names the event seq of a job.

@@ -117,8 +117,8 @@ var Transitions = []Rule{
 	{StageAssigned, StageQueued, ActorFactory, LeaseRelease, "released by the holder"},
 	{StageBuilding, StageDeadLetter, ActorFactory, LeaseRelease, "failed, retries exhausted"},
 	{StageAssigned, StageDeadLetter, ActorFactory, LeaseRelease, "failed, retries exhausted"},
-	{StageAssigned, StageQueued, ActorSystem, LeaseRevoke, "lease expired"},
-	{StageBuilding, StageQueued, ActorSystem, LeaseRevoke, "lease expired or preempted"},
+	{StageAssigned, StageQueued, ActorSystem, LeaseRevoke, "lease expired, or preemption forced"},
+	{StageBuilding, StageQueued, ActorSystem, LeaseRevoke, "lease expired, or preemption forced"},
 	// A job whose runs keep dying (its holder crashes or hangs every time)
 	// stops being retried once its attempts run out.
 	{StageAssigned, StageDeadLetter, ActorSystem, LeaseRevoke, "lease expired, attempts exhausted"},
@@ -143,8 +143,14 @@ var Transitions = []Rule{
 	{StageCancelled, StageBlocked, ActorOperator, LeaseNone, "requeued, waiting on dependencies"},
 	{StageQueued, StageCancelled, ActorOperator, LeaseNone, "cancelled"},
 	{StageBlocked, StageCancelled, ActorOperator, LeaseNone, "cancelled"},
-	{StageAssigned, StageCancelled, ActorOperator, LeaseRevoke, "cancelled"},
-	{StageBuilding, StageCancelled, ActorOperator, LeaseRevoke, "cancelled"},
+	// A leased job is not cancelled by the operator's request itself: the
+	// holder is asked (cancelRequested), stops its engine, checkpoints and
+	// acknowledges by releasing; without an acknowledgement within the
+	// cancel grace the system revokes the lease and cancels the job anyway.
+	{StageAssigned, StageCancelled, ActorFactory, LeaseRelease, "cancel acknowledged"},
+	{StageBuilding, StageCancelled, ActorFactory, LeaseRelease, "cancel acknowledged"},
+	{StageAssigned, StageCancelled, ActorSystem, LeaseRevoke, "cancel forced: not acknowledged within the grace"},
+	{StageBuilding, StageCancelled, ActorSystem, LeaseRevoke, "cancel forced: not acknowledged within the grace"},
 	{StageReview, StageCancelled, ActorOperator, LeaseNone, "cancelled"},
 	{StageTesting, StageCancelled, ActorOperator, LeaseNone, "cancelled"},
 }

@@ -76,12 +76,15 @@ var legalMoves = map[move]fleet.LeaseEffect{
 	{fleet.StageDeadLetter, fleet.StageBlocked, fleet.ActorOperator}: fleet.LeaseNone,
 	{fleet.StageCancelled, fleet.StageBlocked, fleet.ActorOperator}:  fleet.LeaseNone,
 	// cancel
-	{fleet.StageQueued, fleet.StageCancelled, fleet.ActorOperator}:   fleet.LeaseNone,
-	{fleet.StageBlocked, fleet.StageCancelled, fleet.ActorOperator}:  fleet.LeaseNone,
-	{fleet.StageAssigned, fleet.StageCancelled, fleet.ActorOperator}: fleet.LeaseRevoke,
-	{fleet.StageBuilding, fleet.StageCancelled, fleet.ActorOperator}: fleet.LeaseRevoke,
-	{fleet.StageReview, fleet.StageCancelled, fleet.ActorOperator}:   fleet.LeaseNone,
-	{fleet.StageTesting, fleet.StageCancelled, fleet.ActorOperator}:  fleet.LeaseNone,
+	{fleet.StageQueued, fleet.StageCancelled, fleet.ActorOperator}:  fleet.LeaseNone,
+	{fleet.StageBlocked, fleet.StageCancelled, fleet.ActorOperator}: fleet.LeaseNone,
+	// cancel of a leased job: acknowledged by the holder, or forced after the grace
+	{fleet.StageAssigned, fleet.StageCancelled, fleet.ActorFactory}: fleet.LeaseRelease,
+	{fleet.StageBuilding, fleet.StageCancelled, fleet.ActorFactory}: fleet.LeaseRelease,
+	{fleet.StageAssigned, fleet.StageCancelled, fleet.ActorSystem}:  fleet.LeaseRevoke,
+	{fleet.StageBuilding, fleet.StageCancelled, fleet.ActorSystem}:  fleet.LeaseRevoke,
+	{fleet.StageReview, fleet.StageCancelled, fleet.ActorOperator}:  fleet.LeaseNone,
+	{fleet.StageTesting, fleet.StageCancelled, fleet.ActorOperator}: fleet.LeaseNone,
 }
 
 func TestTransitionTable(t *testing.T) {
@@ -289,9 +292,20 @@ func TestApply(t *testing.T) {
 			}
 			if rule.From.Leased() {
 				j.HolderFactoryID, j.LeaseExpiresAt = oldHolder, oldExpiry
+				j.CancelRequested, j.PreemptRequested, j.StopRequestedAt = true, true, t0
+				j.PreemptedBy = &fleet.JobRef{ProductID: "p1", JobID: "crit"}
 			}
 
 			j.Apply(rule, now, newHolder, ttl)
+
+			// A stop request is addressed to one lease and ends with it.
+			if rule.Lease == fleet.LeaseKeep {
+				require.True(t, j.StopRequested())
+			} else {
+				require.False(t, j.StopRequested())
+				require.True(t, j.StopRequestedAt.IsZero())
+				require.Nil(t, j.PreemptedBy)
+			}
 
 			require.Equal(t, rule.To, j.Stage)
 			require.Equal(t, now, j.UpdatedAt)
@@ -415,4 +429,36 @@ func TestCheckJobTransitionGate(t *testing.T) {
 	_, err := fleet.CheckJobTransition(&fleet.Job{Stage: fleet.StageQueued}, fleet.StageShipped, fleet.ActorOperator)
 	var te *fleet.IllegalTransitionError
 	require.ErrorAs(t, err, &te, "an illegal move stays illegal")
+}
+
+// TestStopOverdue: a stop request is overdue once the grace has passed since
+// it was made, or as soon as the lease it names has expired.
+func TestStopOverdue(t *testing.T) {
+	t.Parallel()
+	grace := time.Minute
+	leased := func(mod func(j *fleet.Job)) *fleet.Job {
+		j := &fleet.Job{ID: "j", Stage: fleet.StageBuilding, HolderFactoryID: "f", LeaseExpiresAt: t0.Add(time.Hour),
+			CancelRequested: true, StopRequestedAt: t0}
+		mod(j)
+		return j
+	}
+	tests := []struct {
+		name string
+		j    *fleet.Job
+		now  time.Time
+		want bool
+	}{
+		{"within the grace", leased(func(*fleet.Job) {}), t0.Add(grace - time.Nanosecond), false},
+		{"at the grace", leased(func(*fleet.Job) {}), t0.Add(grace), true},
+		{"preemption past the grace", leased(func(j *fleet.Job) { j.CancelRequested, j.PreemptRequested = false, true }), t0.Add(grace), true},
+		{"lease expired within the grace", leased(func(j *fleet.Job) { j.LeaseExpiresAt = t0.Add(time.Second) }), t0.Add(time.Second), true},
+		{"nothing requested", leased(func(j *fleet.Job) { j.CancelRequested = false }), t0.Add(time.Hour), false},
+		{"not leased", leased(func(j *fleet.Job) { j.Stage, j.HolderFactoryID = fleet.StageQueued, "" }), t0.Add(time.Hour), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, tt.j.StopOverdue(tt.now, grace))
+		})
+	}
 }

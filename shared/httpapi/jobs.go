@@ -251,6 +251,10 @@ func (s *server) actOnJob(w http.ResponseWriter, r *http.Request, p *principal) 
 	if err != nil {
 		return err
 	}
+	if action == coord.ActionCancel && j.Stage.Leased() && j.CancelRequested {
+		// Asked, not done: the holder acknowledges, or the grace forces it.
+		return writeJSON(w, http.StatusAccepted, j)
+	}
 	return writeJSON(w, http.StatusOK, j)
 }
 

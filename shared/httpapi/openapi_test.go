@@ -188,6 +188,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"PatchRequest"}, patchRequest{}},
 		{[]string{"ActionRequest"}, actionRequest{}},
 		{[]string{"LeaseRequest"}, leaseRequest{}},
+		{[]string{"ReleaseRequest"}, releaseRequest{}},
+		{[]string{"Job", "preemptedBy"}, fleet.JobRef{}},
 		{[]string{"AcceptRequest"}, acceptRequest{}},
 		{[]string{"FailRequest"}, failRequest{}},
 		{[]string{"EnrollRequest"}, enrollRequest{}},

@@ -3,10 +3,10 @@ package httpapi
 import (
 	"bytes"
 	"net/http"
-	"time"
 
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // The worker routes. Each acts as the factory whose token it carries; the
@@ -31,9 +31,17 @@ type leaseRequest struct {
 	LeaseEpoch *int64 `json:"leaseEpoch"`
 }
 
-type renewResponse struct {
-	LeaseExpiresAt time.Time `json:"leaseExpiresAt"`
+// releaseRequest is a release: plain, or acknowledging a cancel or a
+// preemption with the checkpoint the holder pushed on the way out.
+type releaseRequest struct {
+	LeaseEpoch *int64  `json:"leaseEpoch"`
+	Outcome    *string `json:"outcome"`
+	Checkpoint *string `json:"checkpoint"`
 }
+
+// renewResponse is the renewal answer (protocol.Renewal), named for the
+// OpenAPI document.
+type renewResponse = protocol.Renewal
 
 type claimRequest struct {
 	// RequestID makes the claim safe to retry (API.md names no field; this
@@ -129,40 +137,53 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, p *principal) erro
 	return writeJSON(w, http.StatusOK, j)
 }
 
-// leaseTarget reads what renew and release share: the job id and the epoch.
-func (s *server) leaseTarget(w http.ResponseWriter, r *http.Request, p *principal) (product, id string, epoch int64, err error) {
-	if id, err = pathName(r, "id"); err != nil {
-		return "", "", 0, err
+func (s *server) renewLease(w http.ResponseWriter, r *http.Request, p *principal) error {
+	id, err := pathName(r, "id")
+	if err != nil {
+		return err
 	}
 	var req leaseRequest
-	if err = s.decodeBody(w, r, &req, true); err != nil {
-		return "", "", 0, err
+	if err := s.decodeBody(w, r, &req, true); err != nil {
+		return err
 	}
 	if req.LeaseEpoch == nil {
-		return "", "", 0, required("leaseEpoch", "the leaseEpoch the claim returned")
+		return required("leaseEpoch", "the leaseEpoch the claim returned")
 	}
-	product, err = s.jobProduct(r, p, id, "")
-	return product, id, *req.LeaseEpoch, err
-}
-
-func (s *server) renewLease(w http.ResponseWriter, r *http.Request, p *principal) error {
-	product, id, epoch, err := s.leaseTarget(w, r, p)
+	product, err := s.jobProduct(r, p, id, "")
 	if err != nil {
 		return err
 	}
-	until, err := s.coord.Renew(r.Context(), p.id, product, id, epoch)
+	ren, err := s.coord.Renew(r.Context(), p.id, product, id, *req.LeaseEpoch)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, renewResponse{LeaseExpiresAt: until})
+	return writeJSON(w, http.StatusOK, ren)
 }
 
 func (s *server) releaseLease(w http.ResponseWriter, r *http.Request, p *principal) error {
-	product, id, epoch, err := s.leaseTarget(w, r, p)
+	id, err := pathName(r, "id")
 	if err != nil {
 		return err
 	}
-	j, err := s.coord.Release(r.Context(), p.id, product, id, epoch)
+	var req releaseRequest
+	if err := s.decodeBody(w, r, &req, true); err != nil {
+		return err
+	}
+	if req.LeaseEpoch == nil {
+		return required("leaseEpoch", "the leaseEpoch the claim returned")
+	}
+	var outcome fleet.ReleaseOutcome
+	if req.Outcome != nil {
+		if outcome, err = fleet.ParseReleaseOutcome("outcome", *req.Outcome); err != nil {
+			return err
+		}
+	}
+	product, err := s.jobProduct(r, p, id, "")
+	if err != nil {
+		return err
+	}
+	j, err := s.coord.ReleaseWith(r.Context(), p.id, product, id,
+		coord.ReleaseRequest{LeaseEpoch: *req.LeaseEpoch, Outcome: outcome, Checkpoint: req.Checkpoint})
 	if err != nil {
 		return err
 	}

@@ -48,3 +48,45 @@ type Claimed struct {
 	LeaseEpoch     int64      `json:"leaseEpoch"`
 	LeaseExpiresAt time.Time  `json:"leaseExpiresAt"`
 }
+
+// Renewal is the answer to a lease renewal: the new expiry, and whether
+// the holder has been asked to stop. A factory that has not heard of a
+// cancel or a preemption through a control message (a poll factory, or
+// one whose message was lost) learns of it here.
+type Renewal struct {
+	LeaseExpiresAt   time.Time `json:"leaseExpiresAt"`
+	CancelRequested  bool      `json:"cancelRequested"`
+	PreemptRequested bool      `json:"preemptRequested"`
+}
+
+// ControlAction is what a control message asks of the holder.
+type ControlAction string
+
+// Control actions.
+const (
+	// ControlCancel: stop the engine, checkpoint, release with outcome
+	// cancelled.
+	ControlCancel ControlAction = "cancel"
+	// ControlPreempt: stop the engine, checkpoint, release with outcome
+	// preempted; the job is queued again.
+	ControlPreempt ControlAction = "preempt"
+)
+
+// ControlMessage is a command to the factory holding one lease of one job,
+// sent on that factory's subscription so it acts at once instead of at its
+// next renewal. It names the lease epoch: a factory holding a newer lease
+// of the job (or none) ignores it, and the release it answers with is
+// fenced like every holder's write.
+type ControlMessage struct {
+	Action          ControlAction `json:"action"`
+	JobID           string        `json:"jobId"`
+	ProductID       string        `json:"productId"`
+	TargetFactoryID string        `json:"targetFactoryId"`
+	LeaseEpoch      int64         `json:"leaseEpoch"`
+}
+
+// MessageID is the broker's duplicate-detection key:
+// control:<action>:jobId:leaseEpoch, one command per lease.
+func (m ControlMessage) MessageID() string {
+	return "control:" + string(m.Action) + ":" + m.JobID + ":" + strconv.FormatInt(m.LeaseEpoch, 10)
+}

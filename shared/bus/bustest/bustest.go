@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/bus"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // Backend is what the suite needs of a broker adapter.
@@ -62,6 +63,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		fn   func(t *testing.T, h *harness)
 	}{
 		{"TargetedPublish", s.targetedPublish},
+		{"ControlMessageTargeted", s.controlTargeted},
 		{"DuplicateDetection", s.duplicateDetection},
 		{"ReceiveWaitsThenReturnsEmpty", s.receiveWaitsEmpty},
 		{"ReceiveReturnsPromptlyWhenMessageArrives", s.receiveReturnsPromptly},
@@ -243,6 +245,23 @@ func (s *suite) targetedPublish(t *testing.T, h *harness) {
 	require.NotNil(t, d.Handle(), "a delivery carries its backend handle")
 	require.NoError(t, h.b.Complete(h.ctx, d))
 	h.eventuallyDepth(b, 0)
+}
+
+// controlTargeted: a cancel command reaches only the holder's subscription
+// and decodes there as sent (no ordering key: it must not wait behind the
+// repo's dispatches).
+func (s *suite) controlTargeted(t *testing.T, h *harness) {
+	a, b := h.sub("a"), h.sub("b")
+	msg := protocol.ControlMessage{Action: protocol.ControlCancel, JobID: "job-1", ProductID: "p1", TargetFactoryID: a, LeaseEpoch: 2}
+	m, err := bus.ControlToMessage(msg)
+	require.NoError(t, err)
+	h.send(m)
+	h.receiveNone(b, time.Second)
+	d := h.receiveOne(a)
+	dec, err := bus.Decode(d)
+	require.NoError(t, err)
+	require.Equal(t, &msg, dec.Control)
+	require.NoError(t, h.b.Complete(h.ctx, d))
 }
 
 func (s *suite) duplicateDetection(t *testing.T, h *harness) {

@@ -36,6 +36,7 @@ type API interface {
 	GetJob(ctx context.Context, productID, id string) (*fleet.Job, error)
 	Patch(ctx context.Context, productID, id string, p fleetapi.Patch) (*fleet.Job, error)
 	Release(ctx context.Context, productID, id string, epoch int64) error
+	Acknowledge(ctx context.Context, productID, id string, ack fleetapi.Acknowledgement) error
 	Fail(ctx context.Context, productID, id string, epoch int64, reason string, retryable bool) (*fleet.Job, error)
 	PostChildren(ctx context.Context, productID, id string, epoch int64, manifests []string) ([]fleet.Job, error)
 }
@@ -51,6 +52,7 @@ const (
 	OutcomeFailed      Outcome = 3 // the job failed and was reported
 	OutcomeFenced      Outcome = 4 // the lease was lost; work quarantined, nothing shipped
 	OutcomeInterrupted Outcome = 5 // stopped by a signal; WIP checkpointed, job released
+	OutcomeStopped     Outcome = 6 // cancelled or preempted by the coordinator; WIP checkpointed, acknowledged
 )
 
 func (o Outcome) String() string {
@@ -65,6 +67,8 @@ func (o Outcome) String() string {
 		return "fenced"
 	case OutcomeInterrupted:
 		return "interrupted"
+	case OutcomeStopped:
+		return "stopped"
 	}
 	return fmt.Sprintf("outcome(%d)", int(o))
 }
@@ -208,39 +212,77 @@ func (a *Agent) Run(ctx context.Context) Outcome {
 	return out
 }
 
-// loop is the long-running mode.
+// loop is the long-running mode. With every seat taken a bus factory keeps
+// receiving, one message at a time, so a cancel or preempt command for a
+// running job reaches it at once; a dispatch that arrives meanwhile waits
+// (parked, at most one per seat) for the next free seat, where the fenced
+// accept decides whether it is still current. A poll factory's receive is
+// a claim, so it stops at full seats and hears of commands at renewal.
 func (a *Agent) loop(ctx context.Context) Outcome {
 	wait := receiveWait
 	if a.cfg.Transport == config.TransportPoll {
 		wait = a.cfg.Poll
 	}
 	backoff := time.Second
+	var parked []transport.Delivery
 	for {
 		select {
 		case <-ctx.Done():
+			a.abandonAll(ctx, parked)
 			return OutcomeDone
 		case err := <-a.fatal:
 			a.log.ErrorContext(ctx, "stopping", "err", err)
+			a.abandonAll(ctx, parked)
 			return OutcomeError
 		default:
 		}
 		free := a.cfg.Seats - a.load()
-		if free <= 0 {
-			select {
-			case <-ctx.Done():
-				return OutcomeDone
-			case <-a.freed:
-			}
+		if free > 0 && len(parked) > 0 {
+			d := parked[0]
+			parked = parked[1:]
+			a.handle(ctx, d)
 			continue
 		}
+		rctx, max := ctx, free
+		stopWaiting := func() {}
+		if free <= 0 {
+			if a.cfg.Transport == config.TransportPoll || len(parked) >= a.cfg.Seats {
+				select {
+				case <-ctx.Done():
+					a.abandonAll(ctx, parked)
+					return OutcomeDone
+				case <-a.freed:
+				}
+				continue
+			}
+			// Listen for commands until a seat frees.
+			var cancel context.CancelFunc
+			rctx, cancel = context.WithCancel(ctx)
+			go func() {
+				select {
+				case <-a.freed:
+					cancel()
+				case <-rctx.Done():
+				}
+			}()
+			stopWaiting = cancel
+			max = 1
+		}
 		a.syncLoad(ctx)
-		ds, err := a.recv.Receive(ctx, free, wait)
+		ds, err := a.recv.Receive(rctx, max, wait)
+		interrupted := rctx.Err() != nil && ctx.Err() == nil
+		stopWaiting()
 		if err != nil {
 			if ctx.Err() != nil {
+				a.abandonAll(ctx, parked)
 				return OutcomeDone
+			}
+			if interrupted {
+				continue // a seat freed
 			}
 			a.log.WarnContext(ctx, "receive failed", "err", err, "retryIn", backoff.String())
 			if !sleep(ctx, backoff) {
+				a.abandonAll(ctx, parked)
 				return OutcomeDone
 			}
 			backoff = min(backoff*2, time.Minute)
@@ -248,7 +290,22 @@ func (a *Agent) loop(ctx context.Context) Outcome {
 		}
 		backoff = time.Second
 		for _, d := range ds {
+			if d.Dispatch != nil && a.cfg.Seats-a.load() <= 0 {
+				parked = append(parked, d)
+				continue
+			}
 			a.handle(ctx, d)
+		}
+	}
+}
+
+// abandonAll gives parked dispatches back to the broker on the way out.
+func (a *Agent) abandonAll(ctx context.Context, ds []transport.Delivery) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for _, d := range ds {
+		if err := a.recv.Abandon(actx, d); err != nil {
+			a.log.WarnContext(actx, "abandon a parked dispatch", "delivery", d.ID, "err", err)
 		}
 	}
 }
@@ -355,6 +412,14 @@ func (a *Agent) handleHeld(ctx context.Context, d transport.Delivery, h *hold) *
 		}
 		a.gcRequest(ctx, *d.GC)
 		return nil
+	case d.Control != nil:
+		// Complete first: the command is also in every renewal answer, so
+		// a lost one only costs the wait for the next renewal.
+		if err := a.recv.Complete(ctx, d); err != nil {
+			log.WarnContext(ctx, "complete control message", "err", err)
+		}
+		a.control(ctx, log, *d.Control)
+		return nil
 	case d.Claimed != nil:
 		return a.start(ctx, d.Claimed, time.Now())
 	case d.Dispatch != nil:
@@ -362,6 +427,27 @@ func (a *Agent) handleHeld(ctx context.Context, d transport.Delivery, h *hold) *
 	}
 	h.release()
 	return nil
+}
+
+// control stops the run a cancel or preempt command names, if it runs here
+// under the lease the command names: a command for an older lease (the
+// job was requeued and claimed again) or for a job not running here is
+// stale.
+func (a *Agent) control(ctx context.Context, log *slog.Logger, msg protocol.ControlMessage) {
+	cause := errCancelRequested
+	if msg.Action == protocol.ControlPreempt {
+		cause = errPreemptRequested
+	}
+	a.mu.Lock()
+	r, ok := a.running[msg.JobID]
+	a.mu.Unlock()
+	log = log.With("job", msg.JobID, "leaseEpoch", msg.LeaseEpoch, "action", msg.Action)
+	if !ok || r.epoch != msg.LeaseEpoch {
+		log.InfoContext(ctx, "control message for a run not here; ignored")
+		return
+	}
+	log.InfoContext(ctx, "stopping the run at the coordinator's request")
+	r.cancel(cause)
 }
 
 // accept claims a dispatched job and settles its message. Without a hold

@@ -30,11 +30,11 @@ type fakeAPI struct {
 	job       *fleet.Job
 }
 
-func (f *fakeAPI) Renew(context.Context, string, string, int64) (time.Time, error) {
+func (f *fakeAPI) Renew(context.Context, string, string, int64) (protocol.Renewal, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.renews++
-	return time.Now().Add(time.Minute), f.renewErr
+	return protocol.Renewal{LeaseExpiresAt: time.Now().Add(time.Minute)}, f.renewErr
 }
 func (f *fakeAPI) Heartbeat(context.Context, fleetapi.Heartbeat) error { return nil }
 func (f *fakeAPI) Accept(context.Context, protocol.DispatchMessage) (*protocol.Claimed, error) {
@@ -53,6 +53,9 @@ func (f *fakeAPI) Patch(context.Context, string, string, fleetapi.Patch) (*fleet
 	return nil, errors.New("unused")
 }
 func (f *fakeAPI) Release(context.Context, string, string, int64) error { return nil }
+func (f *fakeAPI) Acknowledge(context.Context, string, string, fleetapi.Acknowledgement) error {
+	return nil
+}
 func (f *fakeAPI) Fail(context.Context, string, string, int64, string, bool) (*fleet.Job, error) {
 	return nil, errors.New("unused")
 }

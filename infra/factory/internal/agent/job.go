@@ -681,6 +681,10 @@ func (jb *job) stopped(err error, step string) Outcome {
 		return jb.quarantine(step, cause)
 	case errors.Is(cause, errShutdown):
 		return jb.release()
+	case errors.Is(cause, errCancelRequested):
+		return jb.acknowledge(fleet.ReleaseCancelled)
+	case errors.Is(cause, errPreemptRequested):
+		return jb.acknowledge(fleet.ReleasePreempted)
 	}
 	return jb.fail(reasonGit, fmt.Sprintf("%s: %v", step, err), true)
 }
@@ -722,6 +726,37 @@ func (jb *job) release() Outcome {
 		}
 	}
 	return OutcomeInterrupted
+}
+
+// acknowledge answers a cancel or a preemption: the engine's process group
+// is already stopped (the job's context ended with the request as cause);
+// the work so far is checkpointed to aq/wip/<id> and the lease released
+// with the outcome, naming the checkpoint. A cancelled job's WIP stays on
+// the origin for a person to look at; a preempted one resumes from it.
+func (jb *job) acknowledge(outcome fleet.ReleaseOutcome) Outcome {
+	ctx, cancel := jb.localCtx()
+	defer cancel()
+	jb.checkpoint(ctx, string(outcome))
+	ack := fleetapi.Acknowledgement{LeaseEpoch: jb.cl.LeaseEpoch, Outcome: outcome}
+	if jb.lastWIP != "" {
+		wip := gitwt.WIPBranch(jb.j.ID)
+		ack.Checkpoint = &wip
+	}
+	if err := jb.a.api.Acknowledge(ctx, jb.j.ProductID, jb.j.ID, ack); err != nil {
+		if fleetapi.IsFenced(err) {
+			// The grace ran out first: the coordinator forced it.
+			return jb.quarantine("acknowledge "+string(outcome), err)
+		}
+		jb.log.ErrorContext(ctx, "could not acknowledge; the coordinator forces it after the grace", "outcome", outcome, "err", err)
+	} else {
+		jb.log.InfoContext(ctx, "stop acknowledged", "outcome", outcome, "checkpoint", jb.lastWIP)
+	}
+	if jb.wt != nil {
+		if err := jb.wt.Remove(ctx); err != nil {
+			jb.log.WarnContext(ctx, "remove worktree", "err", err)
+		}
+	}
+	return OutcomeStopped
 }
 
 // fail reports the failure at once (which frees the lease) and removes the

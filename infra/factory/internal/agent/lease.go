@@ -19,11 +19,16 @@ var (
 	errLeaseLost = errors.New("lease lost: no successful renewal for a whole lease length")
 	errBudget    = errors.New("wall budget exhausted")
 	errShutdown  = errors.New("factory shutting down")
+	// errCancelRequested and errPreemptRequested: the coordinator asked the
+	// holder to stop (a control message or a renewal answer said so); the
+	// run checkpoints and acknowledges with a release.
+	errCancelRequested  = errors.New("cancel requested by an operator")
+	errPreemptRequested = errors.New("preempted by a critical job")
 )
 
 // LeaseAPI is what a lease needs of the coordinator.
 type LeaseAPI interface {
-	Renew(ctx context.Context, productID, id string, epoch int64) (time.Time, error)
+	Renew(ctx context.Context, productID, id string, epoch int64) (protocol.Renewal, error)
 }
 
 // lease tracks the job's lease on the factory's clock. Every duration is
@@ -52,18 +57,32 @@ func newLease(api LeaseAPI, cl *protocol.Claimed, received time.Time) *lease {
 	return &lease{api: api, product: cl.Job.ProductID, jobID: cl.Job.ID, epoch: cl.LeaseEpoch, ttl: ttl, lastOK: received}
 }
 
-// renew extends the lease now.
-func (l *lease) renew(ctx context.Context) error {
+// renew extends the lease now. The answer says whether the holder was asked
+// to stop; only keep acts on that (a renewal under a push's guard while
+// the run checkpoints on its way out must not stop it again).
+func (l *lease) renew(ctx context.Context) (protocol.Renewal, error) {
 	start := time.Now()
-	if _, err := l.api.Renew(ctx, l.product, l.jobID, l.epoch); err != nil {
+	ren, err := l.api.Renew(ctx, l.product, l.jobID, l.epoch)
+	if err != nil {
 		if fleetapi.IsFenced(err) {
-			return fmt.Errorf("%w: %w", errFenced, err)
+			return ren, fmt.Errorf("%w: %w", errFenced, err)
 		}
-		return err
+		return ren, err
 	}
 	l.mu.Lock()
 	l.lastOK = start
 	l.mu.Unlock()
+	return ren, nil
+}
+
+// stopCause is the cause a renewal answer gives to stop the run, or nil.
+func stopCause(ren protocol.Renewal) error {
+	switch {
+	case ren.CancelRequested:
+		return errCancelRequested
+	case ren.PreemptRequested:
+		return errPreemptRequested
+	}
 	return nil
 }
 
@@ -80,7 +99,7 @@ func (l *lease) sinceOK() time.Duration {
 // fence check and its write cannot complete the write after the reaper has
 // handed the job on.
 func (l *lease) guard(ctx context.Context) (context.Context, context.CancelFunc, error) {
-	if err := l.renew(ctx); err != nil {
+	if _, err := l.renew(ctx); err != nil {
 		return nil, nil, err
 	}
 	l.mu.Lock()
@@ -96,7 +115,9 @@ func (l *lease) guard(ctx context.Context) (context.Context, context.CancelFunc,
 
 // keep renews every interval until ctx ends. It calls lost when the lease
 // is fenced, or when no renewal has succeeded for a whole lease length
-// (the coordinator may have reaped it; going on would risk a zombie write).
+// (the coordinator may have reaped it; going on would risk a zombie write),
+// and with errCancelRequested or errPreemptRequested when a renewal answer
+// asks the holder to stop (how a poll factory hears of it).
 func (l *lease) keep(ctx context.Context, every time.Duration, log *slog.Logger, lost func(error)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -106,9 +127,13 @@ func (l *lease) keep(ctx context.Context, every time.Duration, log *slog.Logger,
 			return
 		case <-t.C:
 		}
-		err := l.renew(ctx)
+		ren, err := l.renew(ctx)
 		switch {
 		case err == nil:
+			if cause := stopCause(ren); cause != nil {
+				lost(cause)
+				return
+			}
 		case errors.Is(err, errFenced):
 			lost(errFenced)
 			return

@@ -35,6 +35,7 @@ type fakeCoord struct {
 	ttl     time.Duration
 	patches []fleetapi.Patch
 	fails   []string
+	acks    []fleetapi.Acknowledgement
 	// children are the manifests posted as the job's children.
 	children []string
 	// onRenew, if set, runs inside Renew when the lease is confirmed
@@ -73,7 +74,7 @@ func (c *fakeCoord) fenced(epoch int64) error {
 	return nil
 }
 
-func (c *fakeCoord) Renew(_ context.Context, _, _ string, epoch int64) (time.Time, error) {
+func (c *fakeCoord) Renew(_ context.Context, _, _ string, epoch int64) (protocol.Renewal, error) {
 	c.mu.Lock()
 	err := c.fenced(epoch)
 	hook := c.onRenew
@@ -81,7 +82,10 @@ func (c *fakeCoord) Renew(_ context.Context, _, _ string, epoch int64) (time.Tim
 	if err == nil && hook != nil {
 		hook(epoch)
 	}
-	return time.Now().Add(c.ttl), err
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return protocol.Renewal{LeaseExpiresAt: time.Now().Add(c.ttl), CancelRequested: c.job.CancelRequested,
+		PreemptRequested: c.job.PreemptRequested}, err
 }
 func (c *fakeCoord) Heartbeat(context.Context, fleetapi.Heartbeat) error { return nil }
 func (c *fakeCoord) Accept(context.Context, protocol.DispatchMessage) (*protocol.Claimed, error) {
@@ -133,6 +137,22 @@ func (c *fakeCoord) Release(_ context.Context, _, _ string, epoch int64) error {
 		return err
 	}
 	c.job.Stage, c.job.HolderFactoryID = fleet.StageQueued, ""
+	return nil
+}
+func (c *fakeCoord) Acknowledge(_ context.Context, _, _ string, ack fleetapi.Acknowledgement) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.fenced(ack.LeaseEpoch); err != nil {
+		return err
+	}
+	c.acks = append(c.acks, ack)
+	c.job.Stage, c.job.HolderFactoryID = fleet.StageCancelled, ""
+	if ack.Outcome == fleet.ReleasePreempted {
+		c.job.Stage = fleet.StageQueued
+	}
+	if ack.Checkpoint != nil {
+		c.job.Checkpoint = *ack.Checkpoint
+	}
 	return nil
 }
 func (c *fakeCoord) Fail(_ context.Context, _, _ string, epoch int64, reason string, _ bool) (*fleet.Job, error) {

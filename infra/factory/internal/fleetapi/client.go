@@ -156,13 +156,27 @@ func (c *Client) Patch(ctx context.Context, productID, id string, p Patch) (*fle
 	return &j, nil
 }
 
-// Renew extends the lease and returns its new expiry.
-func (c *Client) Renew(ctx context.Context, productID, id string, epoch int64) (time.Time, error) {
-	var out struct {
-		LeaseExpiresAt time.Time `json:"leaseExpiresAt"`
-	}
+// Renew extends the lease and returns its new expiry and whether the
+// holder has been asked to stop (cancel, preemption).
+func (c *Client) Renew(ctx context.Context, productID, id string, epoch int64) (protocol.Renewal, error) {
+	var out protocol.Renewal
 	err := c.do(ctx, http.MethodPost, "/jobs/"+url.PathEscape(id)+"/lease/renew", productID, map[string]any{"leaseEpoch": epoch}, &out, true)
-	return out.LeaseExpiresAt, err
+	return out, err
+}
+
+// Acknowledgement is a release that answers a cancel or a preemption.
+type Acknowledgement struct {
+	LeaseEpoch int64                `json:"leaseEpoch"`
+	Outcome    fleet.ReleaseOutcome `json:"outcome"`
+	Checkpoint *string              `json:"checkpoint,omitempty"`
+}
+
+// Acknowledge releases the lease with an outcome: the job ends cancelled,
+// or goes back to the queue after a preemption. Retried on transient
+// failures: the alternative is waiting out the grace; a repeat of one that
+// succeeded unseen is fenced, and so is one the coordinator forced first.
+func (c *Client) Acknowledge(ctx context.Context, productID, id string, ack Acknowledgement) error {
+	return c.do(ctx, http.MethodPost, "/jobs/"+url.PathEscape(id)+"/lease/release", productID, ack, nil, true)
 }
 
 // Release gives the job back to the queue, checkpoint kept.

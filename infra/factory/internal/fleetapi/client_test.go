@@ -73,9 +73,9 @@ func TestRetries(t *testing.T) {
 	defer srv.Close()
 	c := New(srv.URL, "tok", "")
 	c.Backoff = time.Millisecond
-	until, err := c.Renew(context.Background(), "p", "j1", 1)
+	ren, err := c.Renew(context.Background(), "p", "j1", 1)
 	require.NoError(t, err)
-	require.Equal(t, 2030, until.Year())
+	require.Equal(t, 2030, ren.LeaseExpiresAt.Year())
 	require.EqualValues(t, 3, calls.Load())
 
 	calls.Store(0)

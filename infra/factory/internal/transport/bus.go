@@ -52,7 +52,7 @@ func (b *Bus) Receive(ctx context.Context, max int, wait time.Duration) ([]Deliv
 			}
 			continue
 		}
-		out = append(out, Delivery{ID: d.ID, Dispatch: dec.Dispatch, GC: dec.GC, LockedUntil: d.LockedUntil,
+		out = append(out, Delivery{ID: d.ID, Dispatch: dec.Dispatch, GC: dec.GC, Control: dec.Control, LockedUntil: d.LockedUntil,
 			Redelivered: d.DeliveryCount > 1, handle: d})
 	}
 	return out, nil

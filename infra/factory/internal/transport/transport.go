@@ -18,8 +18,8 @@ import (
 	"github.com/gigafactory/fleet/shared/protocol"
 )
 
-// Delivery is one unit of work received. Exactly one of Dispatch, GC and
-// Claimed is set.
+// Delivery is one unit of work received. Exactly one of Dispatch, GC,
+// Control and Claimed is set.
 type Delivery struct {
 	// ID identifies the delivery in logs (the broker's message id, or
 	// claim:<job>:<epoch> for the poll transport).
@@ -28,6 +28,8 @@ type Delivery struct {
 	Dispatch *protocol.DispatchMessage
 	// GC asks for a cleanup of finished jobs' branches.
 	GC *protocol.GCRequest
+	// Control asks the holder of a lease to stop (cancel, preemption).
+	Control *protocol.ControlMessage
 	// Claimed is a job this transport already claimed (the poll
 	// transport's receive is the claim).
 	Claimed *protocol.Claimed

@@ -1,0 +1,157 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
+	"github.com/gigafactory/fleet/infra/factory/internal/transport"
+	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
+)
+
+// stopEngine is a shell engine that writes some work, records its process
+// group (its own pid: the engine leads its group), says it is up and then
+// hangs with a child until it is stopped.
+func stopEngine(started, pidFile string) string {
+	return `sh -c 'echo wip > wip.txt; echo $$ > ` + pidFile + `; sleep 600 & echo up > ` + started + `; wait'`
+}
+
+func waitUp(t *testing.T, started string) {
+	t.Helper()
+	up, err := os.Open(started)
+	require.NoError(t, err)
+	_, _ = io.ReadAll(up)
+	up.Close()
+}
+
+// liveGroup lists the processes of group pgid that are not zombies: a
+// killed child whose new parent (here, pid 1) does not reap it stays a
+// zombie, which signal 0 would still find though it runs nothing.
+func liveGroup(t *testing.T, pgid int) []string {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	require.NoError(t, err)
+	var live []string
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces.
+		rest := string(b[strings.LastIndexByte(string(b), ')')+2:])
+		f := strings.Fields(rest)
+		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
+			live = append(live, p)
+		}
+	}
+	return live
+}
+
+func readPgid(t *testing.T, pidFile string) int {
+	t.Helper()
+	b, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	pgid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	return pgid
+}
+
+// TestStopRequests: a cancel or preempt command, from a control message or
+// from a renewal answer, stops the engine's whole process group, pushes the
+// work to aq/wip/<id> and acknowledges with the matching outcome naming
+// that checkpoint.
+func TestStopRequests(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		outcome fleet.ReleaseOutcome
+		// ask delivers the request to the run of job at epoch.
+		ask func(a *Agent, c *fakeCoord, epoch int64)
+	}{
+		{"cancel by control message", fleet.ReleaseCancelled, func(a *Agent, _ *fakeCoord, epoch int64) {
+			a.handle(context.Background(), transport.Delivery{ID: "c", Control: &protocol.ControlMessage{
+				Action: protocol.ControlCancel, JobID: "j1", ProductID: "p", TargetFactoryID: "f1", LeaseEpoch: epoch}})
+		}},
+		{"preempt by control message", fleet.ReleasePreempted, func(a *Agent, _ *fakeCoord, epoch int64) {
+			a.handle(context.Background(), transport.Delivery{ID: "c", Control: &protocol.ControlMessage{
+				Action: protocol.ControlPreempt, JobID: "j1", ProductID: "p", TargetFactoryID: "f1", LeaseEpoch: epoch}})
+		}},
+		{"cancel by renewal answer", fleet.ReleaseCancelled, func(_ *Agent, c *fakeCoord, _ int64) {
+			c.mu.Lock()
+			c.job.CancelRequested = true
+			c.mu.Unlock()
+		}},
+		{"preempt by renewal answer", fleet.ReleasePreempted, func(_ *Agent, c *fakeCoord, _ int64) {
+			c.mu.Lock()
+			c.job.PreemptRequested = true
+			c.mu.Unlock()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			repo := newGitRepo(t, root)
+			gates := t.TempDir()
+			started, pidFile := fifo(t, gates, "started"), filepath.Join(gates, "pid")
+			c := newFakeCoord("j1", "app")
+			a := newGitAgent(t, root, repo, c, stopEngine(started, pidFile))
+			cl := c.claim()
+			r := a.handle(context.Background(), transport.Delivery{ID: "claim:j1:1", Claimed: cl})
+			require.NotNil(t, r)
+			waitUp(t, started)
+			pgid := readPgid(t, pidFile)
+
+			tt.ask(a, c, cl.LeaseEpoch)
+			require.Equal(t, OutcomeStopped, waitRun(t, r, "the stopped run"))
+
+			require.Empty(t, liveGroup(t, pgid), "the engine's process group is gone")
+			require.Equal(t, "wip", repo.show("aq/wip/j1", "wip.txt"), "the work so far was pushed")
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			wip := "aq/wip/j1"
+			require.Equal(t, []fleetapi.Acknowledgement{{LeaseEpoch: cl.LeaseEpoch, Outcome: tt.outcome, Checkpoint: &wip}}, c.acks)
+			require.Empty(t, c.fails)
+		})
+	}
+}
+
+// TestStaleControlMessageIgnored: a command naming another lease of the job
+// (an older one) or a job not running here stops nothing.
+func TestStaleControlMessageIgnored(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	repo := newGitRepo(t, root)
+	gates := t.TempDir()
+	started, pidFile := fifo(t, gates, "started"), filepath.Join(gates, "pid")
+	c := newFakeCoord("j1", "app")
+	a := newGitAgent(t, root, repo, c, stopEngine(started, pidFile))
+	cl := c.claim()
+	r := a.handle(context.Background(), transport.Delivery{ID: "claim:j1:1", Claimed: cl})
+	require.NotNil(t, r)
+	waitUp(t, started)
+	for _, msg := range []protocol.ControlMessage{
+		{Action: protocol.ControlCancel, JobID: "j1", TargetFactoryID: "f1", LeaseEpoch: cl.LeaseEpoch - 1},
+		{Action: protocol.ControlCancel, JobID: "j2", TargetFactoryID: "f1", LeaseEpoch: cl.LeaseEpoch},
+	} {
+		a.handle(context.Background(), transport.Delivery{ID: "c", Control: &msg})
+	}
+	select {
+	case <-r.done:
+		t.Fatal("a stale command stopped the run")
+	default:
+	}
+	r.cancel(errShutdown)
+	require.Equal(t, OutcomeInterrupted, waitRun(t, r, "the run"))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Empty(t, c.acks)
+}
