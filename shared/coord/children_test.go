@@ -202,8 +202,9 @@ func TestChildFailureFailsDependantsAndParent(t *testing.T) {
 }
 
 // TestCancelReachesEveryDescendant: cancelling a parent cancels each
-// non-terminal descendant, leased ones included (their lease is revoked),
-// dependants before their dependencies; shipped ones stay shipped.
+// non-terminal descendant, dependants before their dependencies; a leased
+// one is asked to stop like any leased job and ends cancelled when its
+// holder acknowledges; shipped ones stay shipped.
 func TestCancelReachesEveryDescendant(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -224,6 +225,11 @@ func TestCancelReachesEveryDescendant(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, fleet.StageCancelled, got.Stage)
 	require.Equal(t, fleet.StageShipped, e.job(kids[0].ID).Stage)
+	running := e.job(kids[1].ID)
+	require.Equal(t, fleet.StageBuilding, running.Stage, "the holder still has it")
+	require.True(t, running.CancelRequested)
+	_, err = e.c.ReleaseWith(e.ctx, "f1", prod, kids[1].ID, coord.ReleaseRequest{LeaseEpoch: cl.LeaseEpoch, Outcome: fleet.ReleaseCancelled})
+	require.NoError(t, err)
 	for _, id := range []string{kids[1].ID, kids[2].ID, kids[3].ID, grand[0].ID, grand[1].ID} {
 		j := e.job(id)
 		require.Equal(t, fleet.StageCancelled, j.Stage, "%s (%s)", j.Title, id)
