@@ -286,7 +286,7 @@ func (w *world) do(cl int, in lintest.Input, op func() (*fleet.Job, error)) {
 }
 
 func stateOf(j *fleet.Job) lintest.State {
-	return lintest.State{Stage: j.Stage, Epoch: j.LeaseEpoch, Holder: j.HolderFactoryID}
+	return lintest.State{Stage: j.Stage, Epoch: j.LeaseEpoch, Holder: j.HolderFactoryID, CancelRequested: j.CancelRequested}
 }
 
 // outcome classifies an operation's error the way a client would read it.

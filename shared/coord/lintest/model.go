@@ -65,12 +65,18 @@ type State struct {
 	// MayBackOff: the job was queued by a retryable failure, whose backoff
 	// (NotBefore) may not have passed, so a claim may find it not ready.
 	MayBackOff bool
+	// CancelRequested: an operator cancelled the leased job; it ends
+	// cancelled when the holder releases (or the reaper forces it).
+	CancelRequested bool
 }
 
 func (s State) String() string {
 	h := s.Holder
 	if h == "" {
 		h = "-"
+	}
+	if s.CancelRequested {
+		h += " cancel-requested"
 	}
 	return fmt.Sprintf("%s e%d %s", s.Stage, s.Epoch, h)
 }
@@ -143,10 +149,10 @@ func Step(s State, in Input, out Output) (bool, State) {
 		case Fenced:
 			return !fenceHolds(s, in), s
 		case Illegal:
-			return fenceHolds(s, in) && !anyRule(s.Stage, factoryTargets(in), fleet.ActorFactory), s
+			return fenceHolds(s, in) && !anyRule(s.Stage, factoryTargets(s, in), fleet.ActorFactory), s
 		case OK:
 			ok, next := moved(s, fenceHolds(s, in), fleet.ActorFactory, in.Factory, out.Job)
-			if !ok || !contains(factoryTargets(in), out.Job.Stage) {
+			if !ok || !contains(factoryTargets(s, in), out.Job.Stage) {
 				return false, s
 			}
 			next.MayBackOff = in.Kind == OpFail && in.Retryable && next.Stage == fleet.StageQueued
@@ -160,11 +166,18 @@ func Step(s State, in Input, out Output) (bool, State) {
 		if !ok || rule(s.Stage, out.Job.Stage, fleet.ActorSystem).Lease != fleet.LeaseRevoke {
 			return false, s
 		}
-		return true, next
+		// A pending cancel is forced, never requeued.
+		return (out.Job.Stage == fleet.StageCancelled) == s.CancelRequested, next
 	case OpAct:
 		// The jobs have no dependencies, so a requeue goes to queued,
 		// never to blocked.
 		targets := []fleet.Stage{in.Stage}
+		if in.Stage == fleet.StageCancelled && s.Stage.Leased() {
+			// Cancel of a leased job is a request: the holder keeps it.
+			want := s
+			want.CancelRequested = true
+			return out.Outcome == OK && out.Job == want, want
+		}
 		switch out.Outcome {
 		case Illegal:
 			return !anyRule(s.Stage, targets, fleet.ActorOperator), s
@@ -176,12 +189,17 @@ func Step(s State, in Input, out Output) (bool, State) {
 	return false, s
 }
 
-// factoryTargets are the stages a holder's operation may move the job to.
-func factoryTargets(in Input) []fleet.Stage {
+// factoryTargets are the stages a holder's operation may move the job in
+// state s to.
+func factoryTargets(s State, in Input) []fleet.Stage {
 	switch in.Kind {
 	case OpPatch:
 		return []fleet.Stage{in.Stage}
 	case OpRelease:
+		if s.CancelRequested {
+			// The release acknowledges the pending cancel.
+			return []fleet.Stage{fleet.StageCancelled}
+		}
 		return []fleet.Stage{fleet.StageQueued}
 	case OpFail:
 		if in.Retryable {
@@ -208,14 +226,14 @@ func moved(s State, pre bool, actor fleet.Actor, actorID string, out State) (boo
 	if err != nil {
 		return false, s
 	}
-	want := State{Stage: out.Stage, Epoch: s.Epoch, Holder: s.Holder}
+	want := State{Stage: out.Stage, Epoch: s.Epoch, Holder: s.Holder, CancelRequested: s.CancelRequested}
 	switch r.Lease {
 	case fleet.LeaseAcquire:
 		want.Epoch, want.Holder = s.Epoch+1, actorID
 	case fleet.LeaseRevoke:
-		want.Epoch, want.Holder = s.Epoch+1, ""
+		want.Epoch, want.Holder, want.CancelRequested = s.Epoch+1, "", false
 	case fleet.LeaseRelease:
-		want.Holder = ""
+		want.Holder, want.CancelRequested = "", false
 	}
 	if out != want {
 		return false, s
