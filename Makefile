@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build test vet lint tidy-check staticcheck run bench package handler func-app azurite chromium test-tools
+.PHONY: all build test fuzz fuzz-ci vet lint tidy-check staticcheck run bench package handler func-app azurite chromium test-tools
 
 all: build
 
@@ -67,6 +67,33 @@ lint: vet tidy-check staticcheck
 # skip, except under CI=true, where they fail.
 test: lint tf-check-if-available test-tools
 	$(GO) run ./tests/azurite -dir $(AZURITE_DIR) -version $(AZURITE_VERSION) -- $(GO) test -race -count=1 ./...
+	$(MAKE) --no-print-directory fuzz-ci
+
+# Fuzzing: every Fuzz target of the module (found by name in the test
+# files), each for FUZZTIME. Their seed corpora run in every `go test`;
+# `make test` also fuzzes each for FUZZTIME_CI. A crasher is saved under
+# the package's testdata/fuzz/<target>/ (commit it: it becomes a seed that
+# go test re-runs) and its path printed; any crasher fails the target.
+FUZZTIME ?= 60s
+FUZZTIME_CI ?= 10s
+fuzz:
+	@set -u; failed=""; \
+	for t in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs grep -h -o '^func Fuzz[A-Za-z0-9_]*' | sed 's/^func //' | sort -u); do \
+		dir=$$(grep -rl --include='*_test.go' "^func $$t(" . | head -1 | xargs dirname); \
+		echo "fuzz: $$t in $$dir for $(FUZZTIME)"; \
+		log=$$(mktemp); \
+		if $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) "$$dir" >"$$log" 2>&1; then \
+			grep -E '^fuzz: elapsed' "$$log" | tail -1; \
+		else \
+			cat "$$log"; failed="$$failed $$t"; \
+			grep -o 'testdata/fuzz/[^ ]*' "$$log" | sed "s|^|fuzz: crasher $$dir/|"; \
+		fi; \
+		rm -f "$$log"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: FAILED:$$failed"; exit 1; fi; echo "fuzz: no crashers"
+
+fuzz-ci:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_CI)
 
 # Tools the black-box tests drive, installed with apt-get when missing:
 # Debian's chromium for the web console's browser test (tests/console_test.go).

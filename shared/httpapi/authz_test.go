@@ -17,7 +17,7 @@ type authzWorld struct {
 	heldEpoch                      int64
 }
 
-func newAuthzWorld(t *testing.T) *authzWorld {
+func newAuthzWorld(t testing.TB) *authzWorld {
 	f := newFixture(t)
 	f.putProduct("p1", "r1")
 	f.putProduct("other", "r2")

@@ -59,7 +59,7 @@ func (s *faultyStore) Read(ctx context.Context, container, pk, id string) (coord
 }
 
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	url    string
 	store  *sqlite.Store
 	faulty *faultyStore
@@ -93,7 +93,7 @@ func buffered(c *Config) { c.Buffered = true }
 
 // newFixture serves the API over a real coordinator on a fresh SQLite store
 // in a temp dir, with a fake clock.
-func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
+func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "fleet.db"))
 	require.NoError(t, err)
@@ -248,13 +248,19 @@ type snapshot map[string]map[string]string
 
 func (f *fixture) snapshot() snapshot {
 	f.t.Helper()
+	return snapshotStore(f.t, f.store)
+}
+
+// snapshotStore is the snapshot of st, failing tb on a store error.
+func snapshotStore(tb testing.TB, st *sqlite.Store) snapshot {
+	tb.Helper()
 	out := snapshot{}
 	for _, c := range coord.Containers {
 		docs := map[string]string{}
 		q := coord.Query{}
 		for {
-			page, err := f.store.Query(context.Background(), c.Name, q)
-			require.NoError(f.t, err)
+			page, err := st.Query(context.Background(), c.Name, q)
+			require.NoError(tb, err)
 			for _, it := range page.Items {
 				docs[it.PartitionKey+"/"+it.ID] = it.Rev + " " + string(it.Body)
 			}

@@ -23,7 +23,7 @@ type sseBlock struct {
 
 // sseStream reads a live stream block by block in the background.
 type sseStream struct {
-	t      *testing.T
+	t      testing.TB
 	resp   *http.Response
 	blocks chan sseBlock
 	done   chan struct{} // closed when the server ended the stream

@@ -1,0 +1,73 @@
+package funchost_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/funchost"
+)
+
+// FuzzInvocation posts any body to the custom handler as an invocation of
+// an HTTP, a timer and a change-feed function: the handler never panics and
+// always answers the host a JSON envelope (200, or 500 for a payload it
+// cannot decode, which the host records as a failed invocation), and a
+// change-feed batch it decodes re-encodes to the same documents.
+func FuzzInvocation(f *testing.F) {
+	files, err := filepath.Glob("testdata/*.json")
+	require.NoError(f, err)
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		require.NoError(f, err)
+		for fn := range 3 {
+			f.Add(uint8(fn), b)
+		}
+	}
+	f.Add(uint8(2), []byte(`{"Data":{"docs":"\"[{\\\"id\\\":\\\"a\\\"}]\""}}`))
+	f.Add(uint8(0), []byte(`{"Data":{"req":"{\"Url\":\"http://h/api/x\",\"Method\":\"get\"}"}}`))
+
+	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Path", r.URL.Path)
+		_, _ = w.Write(b)
+	})
+	var batch []json.RawMessage
+	srv := funchost.NewServer(nil, "", nil)
+	srv.Handle("http", funchost.HTTPFunc(echo, "req", "res"))
+	srv.Handle("timer", funchost.TimerFunc("timer", "tick", nil, func(context.Context) (int, error) { return 0, nil }))
+	srv.Handle("feed", func(_ context.Context, inv *funchost.Invocation) (*funchost.Result, error) {
+		docs, err := funchost.Documents(inv.Data["docs"])
+		batch = docs
+		return nil, err
+	})
+	names := []string{"http", "timer", "feed"}
+
+	f.Fuzz(func(t *testing.T, fn uint8, body []byte) {
+		batch = nil
+		name := names[int(fn)%len(names)]
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/"+name, strings.NewReader(string(body))))
+		require.Contains(t, []int{http.StatusOK, http.StatusInternalServerError}, rec.Code, "%s", rec.Body)
+		require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+		var res funchost.Result
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &res), "not an envelope: %s", rec.Body)
+		require.NotNil(t, res.Outputs)
+		require.NotNil(t, res.Logs)
+		if name == "feed" && rec.Code == http.StatusOK && batch != nil {
+			again, err := funchost.Documents(funchost.EncodeDocuments(batch))
+			require.NoError(t, err)
+			require.Len(t, again, len(batch))
+			for i := range batch {
+				require.JSONEq(t, string(batch[i]), string(again[i]))
+			}
+		}
+	})
+}
