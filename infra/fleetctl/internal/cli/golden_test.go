@@ -47,7 +47,7 @@ func newWorld(t *testing.T) *world {
 	clk := clocktest.New(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
 	c, err := coord.New(coord.Config{}, coord.Deps{Store: st, Clock: clk})
 	require.NoError(t, err)
-	srv := httptest.NewServer(httpapi.New(c, httpapi.Config{OperatorTokens: []httpapi.OperatorToken{{Name: "ops", Token: opToken}}}))
+	srv := httptest.NewServer(httpapi.New(c, httpapi.Config{OperatorTokens: []httpapi.OperatorToken{{Name: "ops", Token: opToken}}, Timers: clk}))
 	t.Cleanup(srv.Close)
 	return &world{t: t, url: srv.URL, clock: clk, ids: map[string]string{}, tmp: t.TempDir()}
 }
@@ -251,6 +251,38 @@ func TestGolden(t *testing.T) {
 	for _, c := range cases {
 		run(c)
 	}
+	// A composite job with two children (the DAG), and two jobs held at
+	// the review gate, delivered by the factory.
+	epic := w.submit("demo", manifest("Epic", "hello", "kind: composite\n"))
+	children, _ := json.Marshal(map[string]any{"children": []string{manifest("Part one", "hello", "idempotencyKey: part-1\n"), manifest("Part two", "web", "idempotencyKey: part-2\n")}})
+	w.api("POST", "/jobs/"+epic+"/children", opToken, "demo", "application/json", string(children))
+	w.clock.Advance(time.Second)
+	// Only this factory has the docs repo, so it claims exactly these.
+	ftDocs := w.enroll("docs-box", "demo", caps, 1)
+	w.heartbeat(ftDocs, caps, []string{"docs"})
+	gated := func(title string) string {
+		id := w.submit("demo", manifest(title, "docs", "review: {reviewers: [ops], quorum: 1}\n"))
+		claim := w.api("POST", "/claim", ftDocs, "", "", "")
+		require.Equal(t, id, claim["job"].(map[string]any)["id"])
+		epoch := fmt.Sprint(claim["leaseEpoch"])
+		w.api("PATCH", "/jobs/"+id, ftDocs, "", "application/json", `{"stage": "building", "leaseEpoch": `+epoch+`}`)
+		w.api("PATCH", "/jobs/"+id, ftDocs, "", "application/json", `{"stage": "review", "leaseEpoch": `+epoch+`, "checkpoint": "aq/job/`+id+`@abc123"}`)
+		w.clock.Advance(time.Second)
+		return id
+	}
+	approveMe, rejectMe := gated("Review me"), gated("Reject me in review")
+	for _, c := range []tc{
+		{name: "jobs-watch", args: []string{"jobs", "watch", built}},
+		{name: "jobs-watch-json", args: []string{"jobs", "watch", built, "--after", "3", "-o", "json"}},
+		{name: "jobs-dag", args: []string{"jobs", "dag", epic}},
+		{name: "jobs-dag-json", args: []string{"jobs", "dag", epic, "-o", "json"}},
+		{name: "review-approve", args: []string{"review", "approve", approveMe, "--comment", "looks good"}},
+		{name: "review-reject-json", args: []string{"review", "reject", rejectMe, "--comment", "needs tests", "-o", "json"}},
+		{name: "err-review-not-in-review", args: []string{"review", "approve", rejectMe, "--head", "aq/job/x@old"}, exit: ExitConflict},
+	} {
+		run(c)
+	}
+
 	// Half an hour on: the queued jobs starve and the silent factories go
 	// stale, so metrics and alerts have something to say.
 	w.clock.Advance(40 * time.Minute)

@@ -15,7 +15,7 @@ import (
 
 func (a *app) jobsCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "jobs", Aliases: []string{"job"}, Short: "List, submit and act on jobs"}
-	cmd.AddCommand(a.jobsLs(), a.jobsShow(), a.jobsSubmit(), a.jobsExplain(), a.jobsEvents(), a.jobsRuns())
+	cmd.AddCommand(a.jobsLs(), a.jobsShow(), a.jobsSubmit(), a.jobsExplain(), a.jobsEvents(), a.jobsRuns(), a.jobsWatch(), a.jobsDAG())
 	for _, act := range []struct{ name, short string }{
 		{"ship", "Ship a job in testing"},
 		{"requeue", "Put a job back in the queue"},

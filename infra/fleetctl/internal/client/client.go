@@ -114,6 +114,11 @@ func (c *Client) Open(ctx context.Context, req Request) (*http.Response, error) 
 }
 
 func (c *Client) open(ctx context.Context, req Request) (*http.Response, error) {
+	return c.openHeader(ctx, req, "", "")
+}
+
+// openHeader is open with one extra request header (name "" for none).
+func (c *Client) openHeader(ctx context.Context, req Request, name, value string) (*http.Response, error) {
 	var body io.Reader
 	if req.Body != nil {
 		body = bytes.NewReader(req.Body)
@@ -133,6 +138,9 @@ func (c *Client) open(ctx context.Context, req Request) (*http.Response, error) 
 		accept = "application/json"
 	}
 	hr.Header.Set("Accept", accept)
+	if name != "" {
+		hr.Header.Set(name, value)
+	}
 	if req.Body != nil {
 		ct := req.ContentType
 		if ct == "" {

@@ -103,3 +103,26 @@ type IssuedToken struct {
 	FactoryID string `json:"factoryId"`
 	Token     string `json:"token"`
 }
+
+// DAG is GET /fleet/jobs/{id}/dag.
+type DAG struct {
+	RootID string    `json:"rootId"`
+	Nodes  []DAGNode `json:"nodes"`
+	Edges  []struct {
+		From string `json:"from"`
+		To   string `json:"to"`
+		Kind string `json:"kind"`
+	} `json:"edges"`
+	Counts map[string]int `json:"counts"`
+}
+
+// DAGNode is one job of a DAG.
+type DAGNode struct {
+	ID       string         `json:"id"`
+	Title    string         `json:"title"`
+	Stage    fleet.Stage    `json:"stage"`
+	Kind     fleet.JobKind  `json:"kind,omitempty"`
+	ParentID string         `json:"parentId,omitempty"`
+	Deps     []string       `json:"deps"`
+	DepsMode fleet.DepsMode `json:"depsMode"`
+}
