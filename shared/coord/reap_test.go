@@ -153,3 +153,33 @@ func TestReapRacesRenew(t *testing.T) {
 	require.Equal(t, cl.LeaseEpoch, got.LeaseEpoch)
 	require.Equal(t, "f1", got.HolderFactoryID)
 }
+
+// TestReapRacesCancel: an operator cancels a job whose lease has expired
+// after the reaper listed it and before its write. The reaper must not put
+// it back in the queue: the cancel is pending and ends the job cancelled
+// (acknowledged by the holder or forced after the grace), never lost. Found
+// by the linearizability check (shared/coord/lintest).
+func TestReapRacesCancel(t *testing.T) {
+	t.Parallel()
+	hs := &hookStore{}
+	e := newEnv(t, withConfig(coord.Config{LeaseTTL: time.Minute}), withStore(func(s coord.Store) coord.Store {
+		hs.Store = s
+		return hs
+	}))
+	operator := e.peer() // the operator's coordinator, writing past e's listing
+	e.factory("f1")
+	j := e.submit()
+	cl := e.claim("f1")
+	e.clock.Advance(time.Minute)
+	hs.setBeforeReplace(once(func(pk, id string) error {
+		_, err := operator.Act(e.ctx, "ops", pk, id, coord.ActionCancel, "not needed")
+		return err
+	}))
+	n, err := e.c.Reap(e.ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	got := e.job(j.ID)
+	require.Equal(t, fleet.StageAssigned, got.Stage, "the pending cancel is the reaper's to force after the grace, not to requeue")
+	require.True(t, got.CancelRequested)
+	require.Equal(t, cl.LeaseEpoch, got.LeaseEpoch)
+}
