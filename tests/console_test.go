@@ -183,10 +183,29 @@ printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 		`[...document.querySelectorAll('main tbody tr')].some(r => r.textContent.includes('stale factory') && r.textContent.includes('ghost'))`)
 	shoot(t, ctx, "07-alerts")
 
+	// The review gate: the factory delivers a gated job to review; the
+	// review card shows the head and approving it moves the job to testing.
+	gated := s.Submit("demo", "---\ntitle: Needs a review\nrepo: app\ncapabilities: [engine:fake]\nreview: {quorum: 1}\n---\nWrite hello.txt.\n")
+	run(t, ctx, 20*time.Second, "open the gated job", chromedp.Navigate(s.URL+"/api/console/#/job/"+gated))
+	waitJS(t, ctx, 90*time.Second, "the job waits in review with a head", `document.querySelector('#job-stage')?.textContent === 'review' && !!document.querySelector('#review-approve')`)
+	shoot(t, ctx, "08-review")
+	run(t, ctx, 20*time.Second, "approve", chromedp.SendKeys(chromedp.CSS("#review-comment"), "ship it"), chromedp.Click(chromedp.CSS("#review-approve")))
+	waitJS(t, ctx, 20*time.Second, "approved to testing", `document.querySelector('#review-outcome')?.textContent.includes('testing') && document.querySelector('#job-stage').textContent === 'testing'`)
+	require.Equal(t, "testing", s.Job("demo", gated)["stage"])
+
+	// The DAG: a composite job's children, drawn under it.
+	parent := s.Submit("demo", "---\ntitle: Epic\nrepo: app\nkind: composite\ncapabilities: [gpu:none]\n---\nSplit it.\n")
+	kids := s.Op("POST", "/jobs/"+parent+"/children", "demo", map[string]any{"children": []string{
+		"---\ntitle: Part one\nrepo: app\ncapabilities: [gpu:none]\n---\nOne.\n", "---\ntitle: Part two\nrepo: app\ncapabilities: [gpu:none]\n---\nTwo.\n"}})
+	require.Equal(t, 201, kids.Status, "%s", kids.Body)
+	run(t, ctx, 20*time.Second, "open the epic", chromedp.Navigate(s.URL+"/api/console/#/job/"+parent))
+	waitJS(t, ctx, 20*time.Second, "the DAG lists both children", `(() => { const d = document.querySelector('#dag-card'); return d && !d.hidden && d.textContent.includes('Part one') && d.textContent.includes('Part two'); })()`)
+	shoot(t, ctx, "09-dag")
+
 	// A failing call shows its error, not an empty page.
 	run(t, ctx, 20*time.Second, "missing job", chromedp.Navigate(s.URL+"/api/console/#/job/jdoesnotexist"))
 	waitJS(t, ctx, 20*time.Second, "the error is shown", `document.querySelector('main .error')?.textContent.includes('not_found')`)
-	shoot(t, ctx, "08-error")
+	shoot(t, ctx, "10-error")
 
 	// The coordinator goes away: the page says so and keeps what it showed.
 	run(t, ctx, 20*time.Second, "fleet map again", chromedp.Navigate(s.URL+"/api/console/#/fleet"))
@@ -194,7 +213,7 @@ printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 	s.kill()
 	waitJS(t, ctx, 20*time.Second, "reconnecting is shown", `document.querySelector('#live').textContent.startsWith('reconnecting') && !document.querySelector('#banner').hidden`)
 	require.Positive(t, evalJS[int](t, ctx, `document.querySelectorAll('main tbody tr').length`), "the last data stays on the page")
-	shoot(t, ctx, "09-reconnecting")
+	shoot(t, ctx, "11-reconnecting")
 
 	// The coordinator comes back at the same address: the page resumes the
 	// stream (with its Last-Event-ID) and the banner goes.

@@ -414,7 +414,9 @@ async function jobView(r) {
   const explain = h('div');
   const runs = h('div');
   const events = h('div');
-  main.replaceChildren(head, h('div', { class: 'card' }, h('h3', {}, 'Actions'), actions, outcome),
+  const review = h('div', { class: 'card', id: 'review-card', hidden: true });
+  const dag = h('div', { class: 'card', id: 'dag-card', hidden: true });
+  main.replaceChildren(head, h('div', { class: 'card' }, h('h3', {}, 'Actions'), actions, outcome), review, dag,
     h('div', { class: 'card' }, h('h3', {}, 'Details'), details),
     h('div', { class: 'card' }, h('h3', {}, 'Where it can run (explain)'), explain),
     h('div', { class: 'card' }, h('h3', {}, 'Runs'), runs),
@@ -452,6 +454,12 @@ async function jobView(r) {
       ['Last failure', j.lastFailure ? j.lastFailure.reason : '–'], ['Created', time(j.createdAt)], ['Updated', time(j.updatedAt)],
     ].flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])), h('details', {}, h('summary', {}, 'Task'), h('pre', {}, j.body)));
     explain.replaceChildren(...explainPanel(ex));
+    renderReview(review, j, refresh);
+    if (has('/jobs/{id}/dag')) {
+      const d = await get(`/jobs/${p}/dag`);
+      dag.hidden = (d.nodes || []).length < 2;
+      if (!dag.hidden) dag.replaceChildren(h('h3', {}, 'DAG'), ...dagTree(d, j.id));
+    }
     runs.replaceChildren(table(['Run', 'Factory', 'Result', 'Started', 'Ended', 'Reason'], (rn.items || []).map(x => h('tr', {},
       h('td', { class: 'mono' }, x.id), h('td', {}, x.factoryId), h('td', {}, x.result), h('td', {}, time(x.startedAt)),
       h('td', {}, x.endedAt ? time(x.endedAt) : '–'), h('td', {}, dash(x.reason)))), 'No run yet.'));
@@ -462,6 +470,64 @@ async function jobView(r) {
   }
   await refresh();
   return refresh;
+}
+
+// renderReview shows the review gate: reviewers, quorum, the head under
+// review, votes, and approve/reject for the head while the job is in review.
+function renderReview(card, j, refresh) {
+  const r = j.review;
+  card.hidden = !r;
+  if (!r) return;
+  // Keep a comment being typed across live refreshes.
+  const prev = card.querySelector('#review-comment');
+  const comment = h('input', { id: 'review-comment', type: 'text', size: 50, value: prev ? prev.value : '' });
+  const outcome = card.querySelector('#review-outcome') || h('div', { id: 'review-outcome', class: 'outcome', role: 'status', 'aria-live': 'polite' });
+  const canVote = j.stage === 'review' && r.head && has('/jobs/{id}/review');
+  async function vote(approve) {
+    outcome.replaceChildren(approve ? 'approving…' : 'rejecting…');
+    try {
+      const { data } = await api('POST', `/jobs/${encodeURIComponent(j.id)}/review`, { body: { approve, comment: comment.value, head: r.head } });
+      outcome.replaceChildren(`${approve ? 'approved' : 'rejected'}: job is now `, stageBadge(data.stage));
+      comment.value = '';
+      await refresh();
+    } catch (e) {
+      outcome.replaceChildren(errorBox(e));
+    }
+  }
+  card.replaceChildren(h('h3', {}, 'Review'),
+    h('dl', { class: 'kv' }, ...[
+      ['Head', r.head ? h('code', {}, r.head) : '–'], ['Reviewers', list(r.reviewers)],
+      ['Approvals', `${r.approvals || 0} of ${r.quorum || 1}`], ['Awaiting', list(r.awaiting)],
+      ['On reject', r.onReject || 'requeue'], ['Feedback', dash(r.feedback)],
+    ].flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
+    h('h4', {}, 'Votes'),
+    (r.votes || []).length ? h('ul', { class: 'timeline' }, r.votes.map(v => h('li', {},
+      badge(v.approve ? 's-shipped' : 's-failed', v.approve ? 'approve' : 'reject'), ' ', h('strong', {}, v.reviewer), ' ',
+      time(v.at), v.comment ? ' — ' + v.comment : ''))) : h('p', { class: 'note' }, 'No votes on this head yet.'),
+    canVote ? h('div', { class: 'actions' }, h('label', { for: 'review-comment' }, 'Comment'), comment,
+      h('button', { type: 'button', class: 'primary', id: 'review-approve', onclick: () => vote(true) }, 'Approve'),
+      h('button', { type: 'button', class: 'danger', id: 'review-reject', onclick: () => vote(false) }, 'Reject')) : null,
+    outcome);
+}
+
+// dagTree draws a job's DAG as a nested list from its root, with the
+// dependencies of each node and the jobs outside the tree they point at.
+function dagTree(d, current) {
+  const kids = {};
+  const ids = new Set(d.nodes.map(n => n.id));
+  const roots = [];
+  for (const n of d.nodes) {
+    if (n.parentId && ids.has(n.parentId)) (kids[n.parentId] ||= []).push(n);
+    else roots.push(n);
+  }
+  roots.sort((a, b) => (a.id === d.rootId ? -1 : b.id === d.rootId ? 1 : 0));
+  const item = n => h('li', {},
+    n.id === current ? h('strong', {}, n.title) : h('a', { href: '#/job/' + encodeURIComponent(n.id) }, n.title), ' ', stageBadge(n.stage),
+    n.kind === 'composite' ? h('span', { class: 'note' }, ' composite') : '',
+    (n.deps || []).length ? h('span', { class: 'note' }, ` waits on ${n.deps.length} (${n.depsMode})`) : '',
+    kids[n.id] ? h('ul', {}, kids[n.id].map(item)) : null);
+  const counts = Object.entries(d.counts || {}).filter(([, c]) => c > 0).map(([s, c]) => `${s} ${c}`).join(' · ');
+  return [h('ul', { class: 'dag' }, roots.map(item)), h('p', { class: 'note' }, counts)];
 }
 
 function explainPanel(ex) {
