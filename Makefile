@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build test fuzz fuzz-ci vet lint tidy-check staticcheck run bench package handler func-app azurite chromium test-tools
+.PHONY: all build test fuzz fuzz-ci bench-scale vet lint tidy-check staticcheck run bench package handler func-app azurite chromium test-tools
 
 all: build
 
@@ -117,6 +117,12 @@ endef
 # (tests/bench/README.md). Smoke run: make bench BENCH_FLAGS="-jobs 200 -idle 5s".
 bench:
 	$(GO) run ./tests/bench $(BENCH_FLAGS)
+
+# How the cost of a claim and of a dispatch grows with the queue: 1,000
+# factories and 1k / 10k / 100k queued jobs, in process over SQLite
+# (tests/benchscale). Smoke run: make bench-scale BENCH_SCALE_FLAGS="-sizes 1000 -factories 50".
+bench-scale:
+	$(GO) run ./tests/benchscale $(BENCH_SCALE_FLAGS)
 
 # --- Terraform (terraform/; see terraform/README.md) ---------------------------
 # tf-check runs offline: the azurerm provider comes from a filesystem mirror

@@ -1,0 +1,217 @@
+// Command benchscale measures how the coordinator's cost grows with the
+// work (`make bench-scale`): for each queue size it builds a fresh SQLite
+// store with one product, -factories enrolled factories and that many
+// queued jobs, then measures a poll claim (latency p50/p99, store
+// operations and bytes read per claim, memory allocated per claim) and the
+// dispatch of one new job (latency p50/p99), and prints one table row per
+// size. It runs the coordinator in process over the real SQLite store, so
+// the figures are the use case's own, without HTTP.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/clock"
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
+	"github.com/gigafactory/fleet/shared/store/sqlite"
+	"github.com/gigafactory/fleet/shared/store/storecount"
+)
+
+func main() {
+	sizes := flag.String("sizes", "1000,10000,100000", "queued jobs per run, comma-separated")
+	factories := flag.Int("factories", 1000, "enrolled factories")
+	claims := flag.Int("claims", 20, "claims measured per size")
+	dispatches := flag.Int("dispatches", 20, "dispatches measured per size")
+	flag.Parse()
+	fmt.Printf("benchscale: %d factories, %d claims and %d dispatches per size, SQLite, %s/%s, %d CPUs\n\n",
+		*factories, *claims, *dispatches, runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+	fmt.Printf("%9s | %11s %11s | %9s %13s %11s | %11s %11s | %9s\n",
+		"queued", "claim p50", "claim p99", "ops/claim", "KiB read/claim", "KiB alloc", "disp p50", "disp p99", "heap MiB")
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			fail(fmt.Errorf("-sizes: %q is not a number", s))
+		}
+		r, err := measure(n, *factories, *claims, *dispatches)
+		if err != nil {
+			fail(err)
+		}
+		fmt.Printf("%9d | %11s %11s | %9.1f %13.1f %11.1f | %11s %11s | %9.1f\n", n,
+			r.claimP50, r.claimP99, r.opsPerClaim, r.kibPerClaim, r.allocKiBPerClaim, r.dispP50, r.dispP99, r.heapMiB)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "benchscale:", err)
+	os.Exit(1)
+}
+
+type row struct {
+	claimP50, claimP99, dispP50, dispP99 time.Duration
+	opsPerClaim, kibPerClaim             float64
+	allocKiBPerClaim, heapMiB            float64
+}
+
+// bytesStore counts the document bytes the store hands back.
+type bytesStore struct {
+	coord.Store
+	read atomic.Int64
+}
+
+func (s *bytesStore) Read(ctx context.Context, container, pk, id string) (coord.Item, error) {
+	it, err := s.Store.Read(ctx, container, pk, id)
+	s.read.Add(int64(len(it.Body)))
+	return it, err
+}
+
+func (s *bytesStore) Query(ctx context.Context, container string, q coord.Query) (coord.Page, error) {
+	p, err := s.Store.Query(ctx, container, q)
+	for _, it := range p.Items {
+		s.read.Add(int64(len(it.Body)))
+	}
+	return p, err
+}
+
+func (s *bytesStore) ReadChanges(ctx context.Context, container, continuation string, max int) (coord.ChangePage, error) {
+	p, err := s.Store.ReadChanges(ctx, container, continuation, max)
+	for _, it := range p.Items {
+		s.read.Add(int64(len(it.Body)))
+	}
+	return p, err
+}
+
+type nopPublisher struct{}
+
+func (nopPublisher) Publish(context.Context, protocol.DispatchMessage) error { return nil }
+
+const (
+	product = "p1"
+	repo    = "r1"
+)
+
+func measure(queued, factories, claims, dispatches int) (row, error) {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "benchscale")
+	if err != nil {
+		return row{}, err
+	}
+	defer os.RemoveAll(dir)
+	raw, err := sqlite.Open(ctx, filepath.Join(dir, "fleet.db"))
+	if err != nil {
+		return row{}, err
+	}
+	defer raw.Close()
+	bytes := &bytesStore{Store: raw}
+	counted := storecount.New(bytes)
+	c, err := coord.New(coord.Config{}, coord.Deps{Store: counted, Clock: clock.System{}, Publisher: nopPublisher{}})
+	if err != nil {
+		return row{}, err
+	}
+	if _, err := c.PutProduct(ctx, product, product, []string{repo}); err != nil {
+		return row{}, err
+	}
+	caps := []string{"os:linux", "engine:claude"}
+	toks := make([]*fleet.Token, 0, factories)
+	for i := range factories {
+		_, secret, err := c.Enroll(ctx, coord.EnrollRequest{FactoryID: fmt.Sprintf("f%04d", i), Products: []string{product}, Capabilities: caps, SeatLimit: 4})
+		if err != nil {
+			return row{}, err
+		}
+		tok, err := c.AuthenticateFactory(ctx, secret)
+		if err != nil {
+			return row{}, err
+		}
+		if _, err := c.Heartbeat(ctx, tok, coord.Heartbeat{Capabilities: caps, Repos: []string{repo}}); err != nil {
+			return row{}, err
+		}
+		toks = append(toks, tok)
+	}
+	// The queue is written straight to the store: submitting 100,000 jobs
+	// through the use case would measure submit, not the claim.
+	now := time.Now().UTC()
+	priorities := []fleet.Priority{fleet.PriorityLow, fleet.PriorityNormal, fleet.PriorityNormal, fleet.PriorityHigh}
+	for i := range queued {
+		at := now.Add(-time.Duration(queued-i) * time.Second)
+		j := fleet.Job{ID: fmt.Sprintf("j%07d", i), ProductID: product, Title: "job", Repo: repo, Capabilities: []string{"engine:claude"},
+			Priority: priorities[i%len(priorities)], Stage: fleet.StageQueued, Body: "Do the thing.\n", MaxAttempts: 3, Deps: []string{},
+			QueuedAt: at, EventSeq: 1, CreatedAt: at, UpdatedAt: at}
+		body, err := json.Marshal(j)
+		if err != nil {
+			return row{}, err
+		}
+		if _, err := raw.Create(ctx, coord.Jobs, product, j.ID, body); err != nil {
+			return row{}, err
+		}
+	}
+
+	var r row
+	lat := make([]time.Duration, 0, claims)
+	ops0, bytes0 := counted.Snapshot(), bytes.read.Load()
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	for range claims {
+		tok := toks[rand.IntN(len(toks))]
+		start := time.Now()
+		got, err := c.Claim(ctx, coord.ClaimRequest{Token: tok})
+		lat = append(lat, time.Since(start))
+		if err != nil {
+			return row{}, fmt.Errorf("claim: %w", err)
+		}
+		if got == nil {
+			return row{}, fmt.Errorf("claim by %s found no job in a queue of %d", tok.FactoryID, queued)
+		}
+	}
+	runtime.ReadMemStats(&m1)
+	ops := counted.Snapshot().Sub(ops0)
+	r.claimP50, r.claimP99 = percentile(lat, 50), percentile(lat, 99)
+	r.opsPerClaim = float64(ops.Total()) / float64(claims)
+	r.kibPerClaim = float64(bytes.read.Load()-bytes0) / 1024 / float64(claims)
+	r.allocKiBPerClaim = float64(m1.TotalAlloc-m0.TotalAlloc) / 1024 / float64(claims)
+	r.heapMiB = float64(m1.HeapAlloc) / (1 << 20)
+
+	lat = lat[:0]
+	manifest := []byte("---\ntitle: new job\nrepo: " + repo + "\ncapabilities: [engine:claude]\n---\nDo it.\n")
+	for range dispatches {
+		j, _, err := c.Submit(ctx, product, manifest)
+		if err != nil {
+			return row{}, fmt.Errorf("submit: %w", err)
+		}
+		it, err := raw.Read(ctx, coord.Jobs, product, j.ID)
+		if err != nil {
+			return row{}, err
+		}
+		start := time.Now()
+		ds, err := c.DispatchChanged(ctx, []coord.Item{it})
+		lat = append(lat, time.Since(start))
+		if err != nil {
+			return row{}, fmt.Errorf("dispatch: %w", err)
+		}
+		if len(ds) != 1 || ds[0].Skipped != "" {
+			return row{}, fmt.Errorf("dispatch of %s: %+v", j.ID, ds)
+		}
+	}
+	r.dispP50, r.dispP99 = percentile(lat, 50), percentile(lat, 99)
+	return r, nil
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(0, min(len(s)-1, i-1))].Round(10 * time.Microsecond)
+}
