@@ -137,7 +137,8 @@ func TestDAGFailingChildFailsDependantsAndParent(t *testing.T) {
 
 // TestDAGCancelParentLeavesNothingRunning: cancelling the parent while one
 // child runs and the others wait leaves no descendant queued, blocked or
-// running, grandchildren included.
+// running, grandchildren included; the running one through the
+// acknowledged cancel (its holder stops the engine and releases).
 func TestDAGCancelParentLeavesNothingRunning(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
@@ -150,10 +151,11 @@ func TestDAGCancelParentLeavesNothingRunning(t *testing.T) {
 		childManifest("sub", "kind: composite"))
 	_, grand := postChildren(t, s, "demo", ids[2], childManifest("grandchild"))
 	started := filepath.Join(t.TempDir(), "started")
-	// One seat: the slow child holds it until it is stopped.
+	// One seat: the slow child holds it until it is stopped. The holder
+	// hears the cancel in its next renewal answer and acknowledges it.
 	eng := facEngine(t, `if [ "$FLEET_JOB_TITLE" = slow ]; then touch `+started+`; exec sleep 600; fi
 echo ok > out.txt`)
-	startFactory(t, s, "fa", "demo", 1, repo, eng)
+	f := startFactory(t, s, "fa", "demo", 1, repo, eng, "FLEET_RENEW_INTERVAL=1s")
 	Eventually(t, 60*time.Second, "the slow child runs", func() bool {
 		_, err := os.Stat(started)
 		return err == nil
@@ -173,6 +175,7 @@ echo ok > out.txt`)
 	for _, id := range all {
 		require.Equal(t, "cancelled", facStage(t, s, "demo", id), id)
 	}
+	require.Contains(t, f.Output(), "cancel", "the running child's holder stopped it")
 }
 
 // TestDAGHolderPostsChildren: a job's engine proposes two children by
