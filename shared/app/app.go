@@ -25,6 +25,7 @@ import (
 	"github.com/gigafactory/fleet/shared/store/cosmos"
 	"github.com/gigafactory/fleet/shared/store/sqlite"
 	"github.com/gigafactory/fleet/shared/store/storecount"
+	"github.com/gigafactory/fleet/shared/store/storefault"
 )
 
 // App is a configured fleet.
@@ -96,17 +97,32 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger, opts ...Option
 	for _, opt := range opts {
 		opt(&o)
 	}
+	faults, err := storefault.Parse(l.Get(config.StoreFaults))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", config.StoreFaults, err)
+	}
 	st, err := OpenStore(ctx, l)
 	if err != nil {
 		return nil, err
 	}
+	var inner coord.Store = st.Store
+	var injector *storefault.Store
+	if faults.Enabled() {
+		// Under the counter, so injected failures are counted as calls.
+		injector = storefault.New(inner, faults, storefault.Options{})
+		inner = injector
+		log.Warn("store fault injection is on (testing only)", "setting", config.StoreFaults, "spec", l.Get(config.StoreFaults))
+	}
 	// Every store call is counted: the figures show in /fleet/metrics and
 	// are what the benchmark reports per job lifecycle.
-	counted := storecount.New(st.Store)
+	counted := storecount.New(inner)
 	a.Store, a.DataDir = counted, st.DataDir
 	a.closers = append(a.closers, st.Close)
 	metrics := map[string]coord.MetricsSource{
 		"store": func(context.Context, []*fleet.Factory) (any, error) { return counted.Snapshot(), nil },
+	}
+	if injector != nil {
+		metrics["storeFaults"] = func(context.Context, []*fleet.Factory) (any, error) { return injector.Snapshot(), nil }
 	}
 	if rs, ok := st.Store.(interface{ Stats() cosmos.Stats }); ok {
 		metrics["cosmos"] = func(context.Context, []*fleet.Factory) (any, error) { return rs.Stats(), nil }

@@ -34,6 +34,7 @@ const (
 	CancelGrace      = "FLEET_CANCEL_GRACE"
 	Preemption       = "FLEET_PREEMPTION"
 	Store            = "FLEET_STORE"
+	StoreFaults      = "FLEET_STORE_FAULTS"
 	CosmosDatabase   = "FLEET_COSMOS_DATABASE"
 	CosmosEndpoint   = "CosmosDB__accountEndpoint"
 	CosmosClientID   = "CosmosDB__clientId"
@@ -65,6 +66,7 @@ var Settings = []Setting{
 	{CancelGrace, duration(coord.DefaultCancelGrace), "How long the holder of a cancelled or preempted job has to stop, checkpoint and release before its lease is revoked and the job cancelled (or requeued) anyway."},
 	{Preemption, "on", "`off` stops critical jobs from preempting lower-priority running jobs when no eligible factory has a free seat."},
 	{Store, "sqlite", "State store: `sqlite` (one machine) or `cosmos`."},
+	{StoreFaults, "", "Testing only: inject store faults into a fraction of calls, e.g. `errors:0.02,latency:0.05:50ms` (2% fail as unavailable, 5% take 50ms longer). The chaos campaign (`make chaos`) sets it; never set it in production."},
 	{CosmosDatabase, "fleet", "Cosmos DB database name."},
 	{CosmosEndpoint, "", "Cosmos DB account endpoint; setting it selects the cosmos store."},
 	{CosmosClientID, "", "Client id of the user-assigned managed identity for Cosmos DB (unset: DefaultAzureCredential)."},
