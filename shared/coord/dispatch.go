@@ -166,6 +166,9 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 	switch {
 	case unroutable.Kind != "":
 		d.Skipped = Skip(unroutable.Text)
+		if unroutable.Kind == fleet.UnroutableBusy {
+			c.preempt(ctx, j, factories)
+		}
 		return d, nil
 	case !stamped:
 		d.Skipped = SkipDispatched

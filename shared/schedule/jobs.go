@@ -21,27 +21,23 @@ func compareJobs(aRank int, aTotal float64, aSince time.Time, aID string, bRank 
 	return cmp.Compare(aID, bID)
 }
 
-// PreemptionVictim picks the running job that critical may evict, if any.
-// Only a critical job preempts, and only jobs that hold a lease (assigned or
-// building) of strictly lower priority can be evicted, so a critical job
+// PreemptionVictim picks the running job that critical may evict, if any
+// (API.md, "Cancel and preemption"). Only a critical job preempts, and only
+// a job that holds a lease (assigned or building), is not already asked to
+// stop (a cancel or another preemption is freeing that seat already) and
+// is at least one priority level lower can be evicted, so a critical job
 // never evicts another critical one. Among those it picks the one whose
 // eviction costs least:
 //
 //  1. lowest priority first;
-//  2. assigned before building: an assigned job has not started work, so
-//     requeueing it loses nothing;
-//  3. most recently queued first (QueuedAt, else CreatedAt): within a
-//     priority RankJobs puts older jobs first, so the job that entered the
-//     queue last is the one most likely claimed last, with the least work
-//     done. The job carries no claim time of its own. QueuedAt is used rather than
-//     UpdatedAt, which every checkpoint and patch moves, or LeaseExpiresAt,
-//     which every renewal moves: neither says when the run started, and
-//     ranking on them would make the choice flap between calls;
-//  4. ID asc, so the choice never depends on the order of running.
+//  2. most recently started run first (LeaseAcquiredAt, else the queue
+//     time for a job stored before runs were stamped): it has done the
+//     least work, and it resumes from its checkpoint anyway;
+//  3. ID asc, so the choice never depends on the order of running.
 //
 // The caller passes the jobs running on factories that could run critical
-// (those that failed the hard filter only for want of a seat): evicting a
-// job from any other factory frees a seat critical cannot use.
+// (those that failed the hard filter only for want of a seat, SeatBlocked):
+// evicting a job from any other factory frees a seat critical cannot use.
 func PreemptionVictim(critical *fleet.Job, running []*fleet.Job) (*fleet.Job, bool) {
 	if critical == nil || critical.Priority.Rank() != fleet.PriorityCritical.Rank() {
 		return nil, false
@@ -49,7 +45,7 @@ func PreemptionVictim(critical *fleet.Job, running []*fleet.Job) (*fleet.Job, bo
 	ceiling := critical.Priority.Rank()
 	var victim *fleet.Job
 	for _, j := range running {
-		if j == nil || j == critical || j.ID == critical.ID || !j.Stage.Leased() || j.Priority.Rank() >= ceiling {
+		if j == nil || j == critical || j.ID == critical.ID || !j.Stage.Leased() || j.StopRequested() || j.Priority.Rank() >= ceiling {
 			continue
 		}
 		if victim == nil || compareVictims(j, victim) < 0 {
@@ -63,16 +59,31 @@ func compareVictims(a, b *fleet.Job) int {
 	if c := cmp.Compare(a.Priority.Rank(), b.Priority.Rank()); c != 0 {
 		return c
 	}
-	if aa, ba := a.Stage == fleet.StageAssigned, b.Stage == fleet.StageAssigned; aa != ba {
-		if aa {
-			return -1
-		}
-		return 1
-	}
-	if c := queuedSince(b).Compare(queuedSince(a)); c != 0 {
+	if c := startedAt(b).Compare(startedAt(a)); c != 0 {
 		return c
 	}
 	return cmp.Compare(a.ID, b.ID)
+}
+
+// startedAt is when the job's current run began.
+func startedAt(j *fleet.Job) time.Time {
+	if !j.LeaseAcquiredAt.IsZero() {
+		return j.LeaseAcquiredAt
+	}
+	return queuedSince(j)
+}
+
+// SeatBlocked returns the factories that fail j's hard filter only for want
+// of a free seat: the ones a preemption could make room on.
+func SeatBlocked(j *fleet.Job, fs []*fleet.Factory) []*fleet.Factory {
+	n := newNeed(j)
+	var out []*fleet.Factory
+	for _, f := range fs {
+		if f != nil && n.verdict(f) == seatsFull {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // RankJobs returns the jobs a polling factory f is eligible for, best first:

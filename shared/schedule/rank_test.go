@@ -202,6 +202,10 @@ func TestRankJobsFirst(t *testing.T) {
 	}
 }
 
+func startedAgo(d time.Duration) func(*fleet.Job) {
+	return func(j *fleet.Job) { j.LeaseAcquiredAt = t0.Add(-d) }
+}
+
 func TestPreemptionVictim(t *testing.T) {
 	t.Parallel()
 	critical := newJob("crit", withPriority(fleet.PriorityCritical))
@@ -229,15 +233,28 @@ func TestPreemptionVictim(t *testing.T) {
 			running("c-testing", fleet.PriorityLow, inStage(fleet.StageTesting)),
 			running("d-building", fleet.PriorityHigh),
 		}, "d-building"},
-		{"assigned before building: no work lost", critical, []*fleet.Job{
-			running("a-building", fleet.PriorityLow, queuedAgo(time.Minute)),
-			running("b-assigned", fleet.PriorityLow, inStage(fleet.StageAssigned), queuedAgo(time.Hour)),
-		}, "b-assigned"},
-		{"most recently queued among equals", critical, []*fleet.Job{
-			running("a-early", fleet.PriorityLow, queuedAgo(time.Hour)),
-			running("b-late", fleet.PriorityLow, queuedAgo(time.Minute)),
-			running("c-mid", fleet.PriorityLow, queuedAgo(10*time.Minute)),
+		{"most recently started run among equals", critical, []*fleet.Job{
+			running("a-early", fleet.PriorityLow, startedAgo(time.Hour)),
+			running("b-late", fleet.PriorityLow, startedAgo(time.Minute)),
+			running("c-mid", fleet.PriorityLow, startedAgo(10*time.Minute)),
 		}, "b-late"},
+		{"started, not queued, decides", critical, []*fleet.Job{
+			running("a-queued-late-started-early", fleet.PriorityLow, queuedAgo(time.Minute), startedAgo(time.Hour)),
+			running("b-queued-early-started-late", fleet.PriorityLow, queuedAgo(2*time.Hour), startedAgo(time.Second)),
+		}, "b-queued-early-started-late"},
+		{"lower priority beats a later start", critical, []*fleet.Job{
+			running("a-low-early", fleet.PriorityLow, startedAgo(time.Hour)),
+			running("b-normal-late", fleet.PriorityNormal, startedAgo(time.Second)),
+		}, "a-low-early"},
+		{"a job already asked to stop is not chosen again", critical, []*fleet.Job{
+			running("a-preempted", fleet.PriorityLow, func(j *fleet.Job) { j.PreemptRequested = true }),
+			running("b-cancelling", fleet.PriorityLow, func(j *fleet.Job) { j.CancelRequested = true }),
+			running("c-high", fleet.PriorityHigh),
+		}, "c-high"},
+		{"without a start, the queue time", critical, []*fleet.Job{
+			running("a", fleet.PriorityLow, queuedAgo(time.Hour)),
+			running("b", fleet.PriorityLow, queuedAgo(time.Minute)),
+		}, "b"},
 		{"falls back to CreatedAt", critical, []*fleet.Job{
 			running("a", fleet.PriorityLow, func(j *fleet.Job) { j.QueuedAt, j.CreatedAt = time.Time{}, t0.Add(-time.Hour) }),
 			running("b", fleet.PriorityLow, func(j *fleet.Job) { j.QueuedAt, j.CreatedAt = time.Time{}, t0 }),
@@ -264,4 +281,32 @@ func TestPreemptionVictim(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSeatBlocked: only factories that could run the job but for a free
+// seat are places a preemption could make room on.
+func TestSeatBlocked(t *testing.T) {
+	t.Parallel()
+	j := newJob("crit", withPriority(fleet.PriorityCritical))
+	full := func(id string, mods ...func(*fleet.Factory)) *fleet.Factory {
+		f := &fleet.Factory{ID: id, Capabilities: []string{"engine:claude"}, Repos: []string{"notes"}, SeatLimit: 1, Load: 1, Health: fleet.HealthOK}
+		for _, m := range mods {
+			m(f)
+		}
+		return f
+	}
+	fs := []*fleet.Factory{
+		full("a-full"),
+		full("b-free", func(f *fleet.Factory) { f.Load = 0 }),
+		full("c-no-repo", func(f *fleet.Factory) { f.Repos = nil }),
+		full("d-down", func(f *fleet.Factory) { f.Health = fleet.HealthDown }),
+		full("e-other-product", func(f *fleet.Factory) { f.Products = []string{"p2"} }),
+		nil,
+		full("f-full"),
+	}
+	var ids []string
+	for _, f := range SeatBlocked(j, fs) {
+		ids = append(ids, f.ID)
+	}
+	require.Equal(t, []string{"a-full", "f-full"}, ids)
 }
