@@ -278,6 +278,11 @@ func (c *Coordinator) Reap(ctx context.Context) (int, error) {
 				if !cur.LeaseExpired(c.now()) {
 					return fleet.Errorf(fleet.CodeConflict, "lease of job %s was renewed", cur.ID)
 				}
+				if cur.StopRequested() {
+					// Cancelled or preempted since the read: ending it is
+					// forceStops' (a cancel must not be lost to a requeue).
+					return fleet.Errorf(fleet.CodeConflict, "job %s was asked to stop", cur.ID)
+				}
 				if cur.Attempts != attempts {
 					// Another reap or failure counted meanwhile: the holder
 					// this pass names may be gone; the next pass decides anew.
