@@ -96,13 +96,17 @@ fuzz-ci:
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_CI)
 
 # Tools the black-box tests drive, installed with apt-get when missing:
-# Debian's chromium for the web console's browser test (tests/console_test.go).
+# Debian's chromium for the web console's browser test (tests/console_test.go)
+# and tmux for the `fleetctl top` test (tests/top_test.go).
 # Without them those tests skip, except under CI=true, where installing must
 # succeed and the tests fail rather than skip.
-test-tools: chromium
+test-tools: chromium tmux
 
 chromium:
 	@$(call apt_tool,chromium,chromium)
+
+tmux:
+	@$(call apt_tool,tmux,tmux)
 
 # apt_tool(command, package): install package unless command is on PATH.
 define apt_tool

@@ -42,7 +42,7 @@ per line (NDJSON).`,
 			backoff := 500 * time.Millisecond
 			for {
 				var err error
-				last, err = a.client.Stream(cmd.Context(), path, last, func(ev client.Event) error {
+				last, err = a.client.Stream(cmd.Context(), path, last, nil, func(ev client.Event) error {
 					var e fleet.Event
 					if err := json.Unmarshal([]byte(ev.Data), &e); err != nil {
 						return &client.Error{Code: fleet.CodeUnavailable, Message: "undecodable event: " + err.Error()}

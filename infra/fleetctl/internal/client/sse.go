@@ -20,8 +20,9 @@ type Event struct {
 // when set) and calls fn for every event with data, until the server ends
 // the stream, fn returns an error, or ctx ends. It returns the id of the
 // last event seen (a bare id line counts: it moves the resume point), so the
-// caller can resume where it stood.
-func (c *Client) Stream(ctx context.Context, path, after string, fn func(Event) error) (string, error) {
+// caller can resume where it stood. opened, when set, is called once the
+// server has accepted the stream.
+func (c *Client) Stream(ctx context.Context, path, after string, opened func(), fn func(Event) error) (string, error) {
 	req := Request{Method: http.MethodGet, Path: path, Accept: "text/event-stream"}
 	hc := c.HTTP
 	// A stream outlives any whole-request timeout.
@@ -39,6 +40,9 @@ func (c *Client) Stream(ctx context.Context, path, after string, fn func(Event) 
 		return after, err
 	}
 	defer resp.Body.Close()
+	if opened != nil {
+		opened()
+	}
 	last := after
 	rd := bufio.NewReaderSize(resp.Body, 64<<10)
 	var ev Event
