@@ -58,21 +58,76 @@ func (c *Coordinator) Claim(ctx context.Context, req ClaimRequest) (*protocol.Cl
 	// The token is the authority on scope: the factory document says what
 	// the factory can do (capabilities, repos, seats), not what it may see.
 	f.Products = slices.Clone(req.Token.Products)
-	var queued []*fleet.Job
+	try := func(queued []*fleet.Job) (*protocol.Claimed, error) {
+		return c.claimBest(ctx, f, queued, req.RequestID)
+	}
 	if len(f.Products) == 0 {
-		queued, err = c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageQueued))}})
-	} else {
-		for _, p := range f.Products {
-			js, qerr := c.queryJobs(ctx, Query{PartitionKey: p, Where: []Cond{Eq("stage", string(fleet.StageQueued))}})
-			if qerr != nil {
-				return nil, qerr
+		// An unscoped token draws from every product: a cross-partition
+		// filter, which has no order to page by, so it reads the queue.
+		queued, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageQueued))}})
+		if err != nil {
+			return nil, err
+		}
+		return try(queued)
+	}
+	return c.claimPaged(ctx, f.Products, try)
+}
+
+// claimPage is how many queued jobs of one priority of one product a poll
+// claim reads at a time.
+const claimPage = 32
+
+// claimPaged offers try the queue a bounded page at a time, so a claim's
+// cost does not grow with the queue: priorities from the highest down (the
+// ranking puts every job of a higher priority first anyway), and within
+// one, each product's oldest jobs first (a partition lists in id order, and
+// ids are time-ordered). The next page of a priority is read only when
+// nothing on the pages before could be claimed (none eligible for this
+// factory, backing off, or lost to racing claimers), so no claimable job is
+// ever passed over; the ranking (fit, load, starvation) orders each page.
+//
+// No job starves behind the page: within a priority, the jobs past it are
+// younger than every job on it, so each job reaches the first page once
+// the older ones ahead of it are taken, as the starvation term would have
+// it anyway; across priorities the order is the ranking's, as before.
+func (c *Coordinator) claimPaged(ctx context.Context, products []string, try func([]*fleet.Job) (*protocol.Claimed, error)) (*protocol.Claimed, error) {
+	for _, prio := range fleet.PrioritiesHighestFirst() {
+		conts := make(map[string]string, len(products))
+		open := slices.Clone(products)
+		for len(open) > 0 {
+			var page []*fleet.Job
+			var next []string
+			for _, p := range open {
+				res, err := c.store.Query(ctx, Jobs, Query{PartitionKey: p, Limit: claimPage, Continuation: conts[p],
+					Where: []Cond{Eq("stage", string(fleet.StageQueued)), Eq("priority", string(prio))}})
+				if err != nil {
+					return nil, fmt.Errorf("query %s: %w", Jobs, err)
+				}
+				for _, it := range res.Items {
+					j, err := decodeJob(it)
+					if err != nil {
+						return nil, err
+					}
+					page = append(page, j)
+				}
+				if res.Continuation != "" {
+					conts[p] = res.Continuation
+					next = append(next, p)
+				}
 			}
-			queued = append(queued, js...)
+			if cl, err := try(page); cl != nil || err != nil {
+				return cl, err
+			}
+			open = next
 		}
 	}
-	if err != nil {
-		return nil, err
-	}
+	return nil, nil
+}
+
+// claimBest takes the best of queued that factory f may claim, or nil
+// when every one is ineligible, backing off or lost to a racing claimer.
+func (c *Coordinator) claimBest(ctx context.Context, f *fleet.Factory, queued []*fleet.Job, requestID string) (*protocol.Claimed, error) {
+	factoryID := f.ID
 	for _, j := range claimOrder(schedule.RankJobs(f, queued, c.now(), c.cfg.Weights)) {
 		after, err := c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageAssigned, actor: fleet.ActorFactory, actorID: factoryID,
 			event: fleet.EventClaimed, message: "claimed (poll)",
@@ -85,7 +140,7 @@ func (c *Coordinator) Claim(ctx context.Context, req ClaimRequest) (*protocol.Cl
 				}
 				return nil
 			},
-			effect: func(_, j *fleet.Job) { j.ClaimRequestID = req.RequestID }})
+			effect: func(_, j *fleet.Job) { j.ClaimRequestID = requestID }})
 		if err == nil {
 			c.stats.claims.Add(1)
 			return claimed(after), nil

@@ -31,6 +31,11 @@ func (p Priority) Rank() int {
 	}
 }
 
+// PrioritiesHighestFirst lists every priority from the highest rank down.
+func PrioritiesHighestFirst() []Priority {
+	return []Priority{PriorityCritical, PriorityHigh, PriorityNormal, PriorityLow}
+}
+
 // ParsePriority validates a priority; "" means normal.
 func ParsePriority(field, s string) (Priority, error) {
 	switch p := Priority(s); p {

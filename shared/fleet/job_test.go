@@ -301,3 +301,19 @@ func TestRunAndEventIDs(t *testing.T) {
 		require.Less(t, fleet.EventID("j1", seqs[i-1]), fleet.EventID("j1", seqs[i]))
 	}
 }
+
+// The claim reads the queue one priority at a time in this order, so it
+// must be the ranking's: every priority, strictly highest first.
+func TestPrioritiesHighestFirst(t *testing.T) {
+	t.Parallel()
+	ps := fleet.PrioritiesHighestFirst()
+	for i, p := range ps {
+		got, err := fleet.ParsePriority("priority", string(p))
+		require.NoError(t, err)
+		require.Equal(t, p, got)
+		if i > 0 {
+			require.Greater(t, ps[i-1].Rank(), p.Rank())
+		}
+	}
+	require.Len(t, ps, 4)
+}

@@ -268,6 +268,14 @@ func tableDDL(name string) []string {
 			`CREATE INDEX IF NOT EXISTS `+quoteIdent(name+"_pk_"+f)+` ON `+q+` (pk, `+fieldExpr(f)+`, id)`,
 		)
 	}
+	if name == coord.Jobs {
+		// A poll claim reads one product's queued jobs of one priority
+		// oldest first, a page at a time (WHERE pk = ? AND stage = ? AND
+		// priority = ? AND id > ? ORDER BY id LIMIT ?): this index serves
+		// it without reading the rest of the queue.
+		ddl = append(ddl, `CREATE INDEX IF NOT EXISTS `+quoteIdent(name+"_pk_stage_priority")+` ON `+q+
+			` (pk, `+fieldExpr("stage")+`, `+fieldExpr("priority")+`, id)`)
+	}
 	return ddl
 }
 
