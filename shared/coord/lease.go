@@ -343,11 +343,6 @@ func (c *Coordinator) Reap(ctx context.Context) (int, error) {
 					// this pass names may be gone; the next pass decides anew.
 					return fleet.Errorf(fleet.CodeConflict, "job %s changed", cur.ID)
 				}
-				if cur.StopRequested() {
-					// A cancel or preemption came after the listing: it is
-					// forceStops' to end after its grace, as if listed so.
-					return fleet.Errorf(fleet.CodeConflict, "job %s has a stop pending", cur.ID)
-				}
 				return nil
 			},
 			effect: func(_, j *fleet.Job) {
