@@ -198,7 +198,7 @@ var (
 
 func (m *topModel) View() string {
 	var b strings.Builder
-	status := m.live
+	var status string
 	switch m.live {
 	case "live":
 		status = topGood.Render("● live")
