@@ -2,6 +2,7 @@ package cosmos
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -49,6 +50,13 @@ func (t *tracker) observe(resp *http.Response, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err != nil {
+		// A try the operation's own context ended (its deadline struck
+		// during a retry, or before the retry reached the wire) says
+		// nothing about the server: the last answer stays what was
+		// happening, so a deadline hit while throttled is still throttling.
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return
+		}
 		t.lastErr = err
 		t.lastStatus = 0
 		return
