@@ -31,6 +31,7 @@ import (
 // App is a configured fleet.
 type App struct {
 	Store   coord.Store
+	Blobs   coord.BlobStore // nil when none is configured
 	Coord   *coord.Coordinator
 	API     http.Handler
 	Log     *slog.Logger
@@ -127,7 +128,13 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger, opts ...Option
 	if rs, ok := st.Store.(interface{ Stats() cosmos.Stats }); ok {
 		metrics["cosmos"] = func(context.Context, []*fleet.Factory) (any, error) { return rs.Stats(), nil }
 	}
-	deps := coord.Deps{Store: a.Store, Clock: clock.System{}, Log: log, Metrics: metrics}
+	blobs, closeBlobs, err := openBlobs(ctx, l, a.DataDir, log)
+	if err != nil {
+		return nil, err
+	}
+	a.Blobs = blobs
+	a.closers = append(a.closers, closeBlobs)
+	deps := coord.Deps{Store: a.Store, Clock: clock.System{}, Log: log, Metrics: metrics, Blobs: blobs}
 	tr, err := openBus(ctx, l, cfg, log)
 	if err != nil {
 		return nil, err
@@ -175,6 +182,9 @@ func coordConfig(l config.Lookup) (coord.Config, error) {
 		cfg.NoPreemption = true
 	default:
 		return cfg, fmt.Errorf("%s=%q: want on or off", config.Preemption, v)
+	}
+	if cfg.ArtifactMaxBytes, err = l.Bytes(config.ArtifactMaxBytes); err != nil {
+		return cfg, err
 	}
 	// Resolved here, not only in coord.New: the bus is built from the
 	// effective configuration before the coordinator exists.

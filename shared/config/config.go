@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -21,33 +22,36 @@ type Setting struct {
 
 // Setting names.
 const (
-	Listen           = "FLEET_LISTEN"
-	DataDir          = "FLEET_DATA_DIR"
-	OperatorToken    = "FLEET_OPERATOR_TOKEN"
-	LeaseTTL         = "FLEET_LEASE_TTL"
-	ReaperSchedule   = "FLEET_REAPER_SCHEDULE"
-	RedispatchSched  = "FLEET_REDISPATCH_SCHEDULE"
-	GCSchedule       = "FLEET_GC_SCHEDULE"
-	RedispatchAfter  = "FLEET_REDISPATCH_AFTER"
-	StaleAfter       = "FLEET_STALE_AFTER"
-	DownAfter        = "FLEET_DOWN_AFTER"
-	CancelGrace      = "FLEET_CANCEL_GRACE"
-	Preemption       = "FLEET_PREEMPTION"
-	Store            = "FLEET_STORE"
-	StoreFaults      = "FLEET_STORE_FAULTS"
-	CosmosDatabase   = "FLEET_COSMOS_DATABASE"
-	CosmosEndpoint   = "CosmosDB__accountEndpoint"
-	CosmosClientID   = "CosmosDB__clientId"
-	CosmosEmulator   = "FLEET_COSMOS_EMULATOR"
-	CosmosKey        = "FLEET_COSMOS_KEY"
-	Bus              = "FLEET_BUS"
-	NATSURL          = "FLEET_NATS_URL"
-	NATSListen       = "FLEET_NATS_LISTEN"
-	LocalPools       = "FLEET_LOCAL_POOLS"
-	ServiceBusNS     = "ServiceBus__fullyQualifiedNamespace"
-	ServiceBusClient = "ServiceBus__clientId"
-	ServiceBusTopic  = "FLEET_SERVICEBUS_TOPIC"
-	LogLevel         = "FLEET_LOG_LEVEL"
+	Listen            = "FLEET_LISTEN"
+	DataDir           = "FLEET_DATA_DIR"
+	OperatorToken     = "FLEET_OPERATOR_TOKEN"
+	LeaseTTL          = "FLEET_LEASE_TTL"
+	ReaperSchedule    = "FLEET_REAPER_SCHEDULE"
+	RedispatchSched   = "FLEET_REDISPATCH_SCHEDULE"
+	GCSchedule        = "FLEET_GC_SCHEDULE"
+	RedispatchAfter   = "FLEET_REDISPATCH_AFTER"
+	StaleAfter        = "FLEET_STALE_AFTER"
+	DownAfter         = "FLEET_DOWN_AFTER"
+	CancelGrace       = "FLEET_CANCEL_GRACE"
+	Preemption        = "FLEET_PREEMPTION"
+	Store             = "FLEET_STORE"
+	StoreFaults       = "FLEET_STORE_FAULTS"
+	CosmosDatabase    = "FLEET_COSMOS_DATABASE"
+	CosmosEndpoint    = "CosmosDB__accountEndpoint"
+	CosmosClientID    = "CosmosDB__clientId"
+	CosmosEmulator    = "FLEET_COSMOS_EMULATOR"
+	CosmosKey         = "FLEET_COSMOS_KEY"
+	Bus               = "FLEET_BUS"
+	NATSURL           = "FLEET_NATS_URL"
+	NATSListen        = "FLEET_NATS_LISTEN"
+	LocalPools        = "FLEET_LOCAL_POOLS"
+	ServiceBusNS      = "ServiceBus__fullyQualifiedNamespace"
+	ServiceBusClient  = "ServiceBus__clientId"
+	ServiceBusTopic   = "FLEET_SERVICEBUS_TOPIC"
+	LogLevel          = "FLEET_LOG_LEVEL"
+	ArtifactsURL      = "FLEET_ARTIFACTS_URL"
+	ArtifactsEmulator = "FLEET_ARTIFACTS_EMULATOR"
+	ArtifactMaxBytes  = "FLEET_ARTIFACT_MAX_BYTES"
 )
 
 // Settings lists every setting with its default; the README's
@@ -80,6 +84,9 @@ var Settings = []Setting{
 	{ServiceBusClient, "", "Client id of the user-assigned managed identity for Service Bus."},
 	{ServiceBusTopic, "fleet-dispatch", "Service Bus topic of dispatch messages."},
 	{LogLevel, "info", "debug, info, warn or error."},
+	{ArtifactsURL, "", "Blob container URL for artifact bytes (`https://<account>.blob.core.windows.net/artifacts`, Terraform sets it), reached with the managed identity. Unset: a directory `blobs` under the data dir."},
+	{ArtifactsEmulator, "", "`1` when the artifacts URL is Azurite's: its well-known development key, plain http, container created if missing. Never for a real account."},
+	{ArtifactMaxBytes, strconv.Itoa(coord.DefaultArtifactMaxBytes), "Largest artifact upload, in bytes; more is 413 with nothing stored. Keep it under the Functions host's 100 MiB request limit."},
 }
 
 // duration writes a default as a person would (90s, 5m), not as
@@ -127,6 +134,16 @@ func (l Lookup) Duration(name string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s=%q: want a positive Go duration such as 90s or 5m", name, v)
 	}
 	return d, nil
+}
+
+// Bytes reads a positive byte count setting.
+func (l Lookup) Bytes(name string) (int64, error) {
+	v := l.Get(name)
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive number of bytes such as 52428800", name, v)
+	}
+	return n, nil
 }
 
 // DataDirPath returns the absolute data directory, created if missing.

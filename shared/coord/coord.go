@@ -64,7 +64,10 @@ type Config struct {
 	// NoPreemption turns preemption off (FLEET_PREEMPTION=off): a critical
 	// job then waits for a free seat like any other.
 	NoPreemption bool
-	Weights      schedule.Weights
+	// ArtifactMaxBytes bounds one artifact upload; more is 413 and
+	// nothing is stored.
+	ArtifactMaxBytes int64
+	Weights          schedule.Weights
 }
 
 // Defaults: the one place they are written. shared/config documents the
@@ -80,6 +83,9 @@ const (
 	DefaultTokenCacheTTL   = time.Minute
 	DefaultLivePoll        = time.Second
 	DefaultCancelGrace     = 2 * time.Minute
+	// DefaultArtifactMaxBytes stays under the Functions host's 100 MiB
+	// request limit, which refuses larger bodies before the API sees them.
+	DefaultArtifactMaxBytes = 50 << 20
 )
 
 // Resolve returns c with zero fields set to their defaults, or an invalid
@@ -111,6 +117,12 @@ func (c Config) Resolve() (Config, error) {
 			*d.v = d.def
 		}
 	}
+	switch {
+	case c.ArtifactMaxBytes < 0:
+		return c, fleet.Invalid("config.artifactMaxBytes", "must be a positive number of bytes (0 for the default), got %d", c.ArtifactMaxBytes)
+	case c.ArtifactMaxBytes == 0:
+		c.ArtifactMaxBytes = DefaultArtifactMaxBytes
+	}
 	if c.StaleAfter >= c.DownAfter {
 		return c, fleet.Invalid("config.staleAfter", "must be shorter than downAfter (%v), got %v", c.DownAfter, c.StaleAfter)
 	}
@@ -141,6 +153,9 @@ type Deps struct {
 	Publisher Publisher
 	// Metrics are named sections Metrics adds to the fleet view.
 	Metrics map[string]MetricsSource
+	// Blobs keeps artifact bytes; without it artifact routes answer
+	// unavailable.
+	Blobs BlobStore
 }
 
 // Coordinator runs the use cases over a Store. It is safe for concurrent use
@@ -161,6 +176,7 @@ type Coordinator struct {
 	onFleetChange func(context.Context)
 	metricSources map[string]MetricsSource
 	live          *live
+	blobs         BlobStore
 }
 
 // New builds a coordinator from a configuration Resolve accepts.
@@ -196,6 +212,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 		stats:         newStats(),
 		publisher:     deps.Publisher,
 		metricSources: maps.Clone(deps.Metrics),
+		blobs:         deps.Blobs,
 	}
 	if c.publisher != nil {
 		c.onFleetChange = c.retryUnroutable

@@ -66,10 +66,14 @@ type env struct {
 type envOpt func(*envOptions)
 
 type envOptions struct {
-	cfg  coord.Config
-	wrap func(coord.Store) coord.Store
-	pub  coord.Publisher
+	cfg   coord.Config
+	wrap  func(coord.Store) coord.Store
+	pub   coord.Publisher
+	blobs coord.BlobStore
 }
+
+// withBlobs gives the coordinator a blob store for artifacts.
+func withBlobs(b coord.BlobStore) envOpt { return func(o *envOptions) { o.blobs = b } }
 
 func withConfig(cfg coord.Config) envOpt { return func(o *envOptions) { o.cfg = cfg } }
 
@@ -95,7 +99,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	if o.wrap != nil {
 		e.store = o.wrap(raw)
 	}
-	e.c = e.newCoord(o.cfg, coord.Deps{Store: e.store, Publisher: o.pub})
+	e.c = e.newCoord(o.cfg, coord.Deps{Store: e.store, Publisher: o.pub, Blobs: o.blobs})
 	_, err := e.c.PutProduct(e.ctx, prod, "Product one", []string{repo, "api"})
 	require.NoError(t, err)
 	return e

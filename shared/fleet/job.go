@@ -406,6 +406,9 @@ const (
 	EventPreempted           EventType = "preempted"
 	EventPreemptAcknowledged EventType = "preempt_acknowledged"
 	EventPreemptForced       EventType = "preempt_forced"
+	// An artifact's pointer added to or removed from the job.
+	EventArtifactAdded   EventType = "artifact_added"
+	EventArtifactDeleted EventType = "artifact_deleted"
 )
 
 // EventTypes lists every event type.
@@ -415,6 +418,7 @@ var EventTypes = []EventType{
 	EventChildren, EventReviewRequested, EventReviewVote,
 	EventCancelRequested, EventCancelAcknowledged, EventCancelForced,
 	EventPreemptedBy, EventPreempted, EventPreemptAcknowledged, EventPreemptForced,
+	EventArtifactAdded, EventArtifactDeleted,
 }
 
 // EventID names the event seq of a job.

@@ -2,9 +2,12 @@ package httpapi
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 // authzWorld is the state every authz case runs against: products p1 and
@@ -15,6 +18,7 @@ type authzWorld struct {
 	f1, revoked, foreign, foreign2 string // factory tokens
 	held, queued                   string // job ids in p1
 	heldEpoch                      int64
+	artifact                       string // an operator's artifact of held
 }
 
 func newAuthzWorld(t testing.TB) *authzWorld {
@@ -33,6 +37,9 @@ func newAuthzWorld(t testing.TB) *authzWorld {
 	w.heldEpoch = c.LeaseEpoch
 	w.queued = f.submit("p1", manifest("r1")).ID
 	f.ok(http.StatusCreated, nil, "PUT", "/api/fleet/profiles/backend", rootToken, map[string]any{"profile": "---\n---\nBe careful.\n"}, product("p1"))
+	var a fleet.Artifact
+	f.ok(http.StatusCreated, &a, "POST", "/api/fleet/jobs/"+w.held+"/artifacts?name=notes.txt", rootToken, "operator's notes", contentType("text/plain"))
+	w.artifact = a.ID
 	return w
 }
 
@@ -92,6 +99,12 @@ func authzRequests(w *authzWorld) map[string]authzRequest {
 		// Not in review: 409 once through authorisation.
 		"POST /api/fleet/jobs/{id}/review": {path: queued + "/review", body: map[string]any{"approve": true, "head": "h"},
 			token: operator, want: 409, scope: scopeJob},
+		"POST /api/fleet/jobs/{id}/artifacts": {path: held + "/artifacts?name=output.log&kind=log&leaseEpoch=" + strconv.FormatInt(w.heldEpoch, 10),
+			body: "engine output\n", contentType: "text/plain", token: factoryF1, want: 201, scope: scopeJob},
+		"GET /api/fleet/jobs/{id}/artifacts":    {path: held + "/artifacts", token: factoryF1, want: 200, scope: scopeJob},
+		"GET /api/fleet/artifacts/{id}":         {path: "/api/fleet/artifacts/" + w.artifact, token: factoryF1, want: 200, scope: scopeJob},
+		"GET /api/fleet/artifacts/{id}/content": {path: "/api/fleet/artifacts/" + w.artifact + "/content", token: operator, want: 200, scope: scopeJob},
+		"DELETE /api/fleet/artifacts/{id}":      {path: "/api/fleet/artifacts/" + w.artifact, token: operator, want: 204, scope: scopeJob},
 		"POST /api/fleet/accept": {path: "/api/fleet/accept", body: map[string]any{"jobId": w.queued, "dispatchEpoch": 0},
 			token: factoryF1, want: http.StatusConflict, scope: scopeJob}, // never dispatched to f1
 		"POST /api/fleet/fail": {path: "/api/fleet/fail", body: map[string]any{"jobId": w.held, "leaseEpoch": w.heldEpoch,

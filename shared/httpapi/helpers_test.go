@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	blobfs "github.com/gigafactory/fleet/shared/blob/fs"
 	"github.com/gigafactory/fleet/shared/clock/clocktest"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -66,7 +68,11 @@ type fixture struct {
 	coord  *coord.Coordinator
 	clock  *clocktest.Clock
 	logs   *syncBuffer
+	blobs  *blobfs.Store
 }
+
+// testArtifactMax is the fixtures' artifact size limit.
+const testArtifactMax = 1 << 20
 
 type syncBuffer struct {
 	mu sync.Mutex
@@ -100,7 +106,10 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 	t.Cleanup(func() { _ = st.Close() })
 	faulty := &faultyStore{Store: st}
 	clk := clocktest.New(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
-	c, err := coord.New(coord.Config{}, coord.Deps{Store: faulty, Clock: clk})
+	blobs, err := blobfs.Open(filepath.Join(t.TempDir(), "blobs"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = blobs.Close() })
+	c, err := coord.New(coord.Config{ArtifactMaxBytes: testArtifactMax}, coord.Deps{Store: faulty, Clock: clk, Blobs: blobs})
 	require.NoError(t, err)
 	logs := &syncBuffer{}
 	cfg := Config{
@@ -119,7 +128,7 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 	}
 	srv := httptest.NewServer(New(c, cfg))
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, url: srv.URL, store: st, faulty: faulty, coord: c, clock: clk, logs: logs}
+	return &fixture{t: t, url: srv.URL, store: st, faulty: faulty, coord: c, clock: clk, logs: logs, blobs: blobs}
 }
 
 // result is an answered request.
@@ -248,7 +257,19 @@ type snapshot map[string]map[string]string
 
 func (f *fixture) snapshot() snapshot {
 	f.t.Helper()
-	return snapshotStore(f.t, f.store)
+	out := snapshotStore(f.t, f.store)
+	// The blob store is state too: a refused upload must leave no bytes.
+	blobs := map[string]string{}
+	require.NoError(f.t, filepath.WalkDir(f.blobs.Dir(), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == ".lock" {
+			return err
+		}
+		rel, _ := filepath.Rel(f.blobs.Dir(), path)
+		blobs[rel] = ""
+		return nil
+	}))
+	out["blobs"] = blobs
+	return out
 }
 
 // snapshotStore is the snapshot of st, failing tb on a store error.

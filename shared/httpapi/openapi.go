@@ -351,6 +351,43 @@ func operations() []operation {
 			params: []obj{jobID}, body: jsonBody(ref("VoteRequest")),
 			ok:     map[string]obj{"200": respond("The job after the vote.", ref("Job"))},
 			errors: []string{"400", "404", "409", "413"}},
+		{method: "POST", path: "/fleet/jobs/{id}/artifacts", access: anyPrincipal, summary: "Upload an artifact (holder fenced, or operator)",
+			description: "The body is the artifact's bytes, with Content-Type saying what they are (default application/octet-stream) " +
+				"and Content-Length declared (a chunked body is refused: the Functions host drops it). The holder factory sends " +
+				"leaseEpoch and a stale one is 409 fenced with nothing stored; an operator sends none and the artifact belongs to no run. " +
+				"Bytes are stored once per product whatever the number of identical uploads; over the size limit " +
+				"(FLEET_ARTIFACT_MAX_BYTES) is 413 with nothing stored.",
+			params: []obj{jobID,
+				{"name": "name", "in": "query", "required": true, "schema": name(""), "description": "The artifact's name, such as output.log."},
+				queryParam("kind", "What it holds; default other.", enum("", "log", "diff", "report", "other")),
+				queryParam("leaseEpoch", "The holder's epoch; required of a factory, refused from an operator.", obj{"type": "integer", "minimum": 0}),
+			},
+			body:   obj{"required": true, "content": obj{"*/*": obj{"schema": obj{"type": "string", "format": "binary"}}}},
+			ok:     map[string]obj{"201": withHeader(respond("Stored.", ref("Artifact")), "Location", "The artifact's URL.")},
+			errors: []string{"400", "404", "409", "413"}},
+		{method: "GET", path: "/fleet/jobs/{id}/artifacts", access: anyPrincipal, summary: "A job's artifacts",
+			description: "Oldest first.",
+			params:      []obj{jobID}, ok: map[string]obj{"200": respond("The artifacts.", listOf("Artifact"))},
+			errors: []string{"400", "404"}},
+		{method: "GET", path: "/fleet/artifacts/{id}", access: anyPrincipal, summary: "Read an artifact's metadata",
+			params: []obj{pathParam("id", "The artifact id.")}, ok: map[string]obj{"200": respond("The artifact.", ref("Artifact"))},
+			errors: []string{"400", "404"}},
+		{method: "GET", path: "/fleet/artifacts/{id}/content", access: anyPrincipal, summary: "Download an artifact's bytes",
+			description: "With the artifact's Content-Type, its Content-Length and ETag \"<sha256>\"; If-None-Match with that tag answers 304. " +
+				"Served as an attachment, sandboxed, never sniffed.",
+			params: []obj{pathParam("id", "The artifact id."),
+				{"name": "If-None-Match", "in": "header", "required": false, "schema": obj{"type": "string"}, "description": "The ETag held."}},
+			ok: map[string]obj{
+				"200": {"description": "The bytes.", "content": obj{"*/*": obj{"schema": obj{"type": "string", "format": "binary"}}},
+					"headers": obj{"ETag": obj{"schema": obj{"type": "string"}, "description": "The SHA-256 of the bytes, quoted."}}},
+				"304": respond("Not modified: the client's copy is current.", nil),
+			},
+			errors: []string{"400", "404"}},
+		{method: "DELETE", path: "/fleet/artifacts/{id}", access: operatorOnly, summary: "Delete an artifact",
+			description: "Removes the pointer; the bytes go when no other artifact of the product has the same digest.",
+			params:      []obj{pathParam("id", "The artifact id.")},
+			ok:          map[string]obj{"204": respond("Deleted.", nil)},
+			errors:      []string{"400", "404"}},
 
 		{method: "POST", path: "/fleet/claim", access: factoryOnly, summary: "Claim the best job (poll transport)",
 			description: "Draws from every product the factory's token is scoped to. The body may be empty or {}. " +
@@ -645,6 +682,12 @@ func schemas() obj {
 			"id": str(""), "jobId": str(""), "productId": str(""), "seq": integer(""), "type": eventType,
 			"from": ref("Stage"), "to": ref("Stage"), "actor": enum("", "factory", "operator", "system"),
 			"actorId": str(""), "message": str(""), "data": obj{"description": "Free-form JSON."}, "at": dateTime(""),
+		}),
+		"Artifact": object([]string{"id", "jobId", "productId", "runId", "name", "kind", "contentType", "size", "sha256", "createdAt"}, obj{
+			"id": str("<jobId>.<suffix>"), "jobId": name(""), "productId": name(""),
+			"runId": str("The run (jobId:leaseEpoch) that uploaded it; empty for an operator's."),
+			"name":  name(""), "kind": enum("", "log", "diff", "report", "other"), "contentType": str(""),
+			"size": integer("Bytes."), "sha256": str("Lower-case hex digest of the bytes."), "createdAt": dateTime(""),
 		}),
 		"Explanation": object([]string{"jobId", "stage", "dispatchEpoch", "schedule"}, obj{
 			"jobId": str(""), "stage": ref("Stage"), "targetFactoryId": str(""), "dispatchEpoch": integer(""),

@@ -170,6 +170,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"RenewResponse"}, renewResponse{}},
 		{[]string{"Run"}, fleet.Run{}},
 		{[]string{"Event"}, fleet.Event{}},
+		{[]string{"Artifact"}, fleet.Artifact{}},
 		{[]string{"Explanation"}, coord.Explanation{}},
 		{[]string{"Explanation", "dispatch"}, fleet.Dispatch{}},
 		{[]string{"Explanation", "schedule"}, schedule.Explanation{}},

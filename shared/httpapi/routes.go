@@ -14,8 +14,8 @@ type route struct {
 // apiPrefix is where the Functions host mounts HTTP routes.
 const apiPrefix = "/api"
 
-// routes is every route the API serves. Budgets, artifacts and the tracker
-// bridge are not served yet: they are absent here, and so they answer 404.
+// routes is every route the API serves. Budgets and the tracker bridge are
+// not served yet: they are absent here, and so they answer 404.
 var routes = []route{
 	{method: "GET", pattern: "/api/healthz", access: public, handle: (*server).healthz},
 	{method: "GET", pattern: "/api/openapi.json", access: public, handle: (*server).openAPI},
@@ -37,6 +37,11 @@ var routes = []route{
 	{method: "GET", pattern: "/api/fleet/jobs/{id}/dag", access: anyPrincipal, handle: (*server).jobDAG},
 	{method: "POST", pattern: "/api/fleet/jobs/{id}/review/request", access: anyPrincipal, handle: (*server).requestReview},
 	{method: "POST", pattern: "/api/fleet/jobs/{id}/review", access: operatorOnly, handle: (*server).vote},
+	{method: "POST", pattern: "/api/fleet/jobs/{id}/artifacts", access: anyPrincipal, query: []string{"name", "kind", "leaseEpoch"}, handle: (*server).uploadArtifact},
+	{method: "GET", pattern: "/api/fleet/jobs/{id}/artifacts", access: anyPrincipal, handle: (*server).listArtifacts},
+	{method: "GET", pattern: "/api/fleet/artifacts/{id}", access: anyPrincipal, handle: (*server).getArtifact},
+	{method: "GET", pattern: "/api/fleet/artifacts/{id}/content", access: anyPrincipal, handle: (*server).artifactContent},
+	{method: "DELETE", pattern: "/api/fleet/artifacts/{id}", access: operatorOnly, handle: (*server).deleteArtifact},
 
 	{method: "POST", pattern: "/api/fleet/claim", access: factoryOnly, handle: (*server).claim},
 	{method: "POST", pattern: "/api/fleet/accept", access: factoryOnly, handle: (*server).accept},
