@@ -103,3 +103,57 @@ func TestArtifactsOnStack(t *testing.T) {
 		})
 	}
 }
+
+// TestFactoryUploadsRunArtifacts: a real factory process uploads the
+// engine's output and the diff of every run, each under its own run: the
+// first run fails, the operator requeues, the second ships.
+func TestFactoryUploadsRunArtifacts(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	repo := newFacRepo(t, "app")
+	s.Product("demo", "app")
+	eng := facEngine(t, `echo "run $FLEET_JOB_LEASE_EPOCH of $FLEET_JOB_ID says hello"
+echo "epoch $FLEET_JOB_LEASE_EPOCH" > "made-$FLEET_JOB_LEASE_EPOCH.txt"
+if [ "$FLEET_JOB_LEASE_EPOCH" = 1 ]; then echo "giving up" >&2; exit 3; fi`)
+	startFactory(t, s, "fa", "demo", 1, repo, eng)
+
+	id := s.Submit("demo", Manifest("Twice", "app", "engine:fake"))
+	facWaitStage(t, s, "demo", id, "failed", 60*time.Second)
+	r := s.Op(http.MethodPost, "/jobs/"+id+"/actions/requeue", "demo", map[string]any{"reason": "again"})
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	job := facWaitStage(t, s, "demo", id, "shipped", 60*time.Second)
+	second := int64(job["leaseEpoch"].(float64))
+
+	list := s.Op(http.MethodGet, "/jobs/"+id+"/artifacts", "demo", nil)
+	require.Equal(t, http.StatusOK, list.Status)
+	var page struct {
+		Items []struct {
+			ID, RunID, Name, Kind, SHA256 string
+			Size                          int64
+		} `json:"items"`
+	}
+	list.JSON(t, &page)
+	got := map[string]string{}
+	for _, a := range page.Items {
+		content := s.Op(http.MethodGet, "/artifacts/"+a.ID+"/content", "demo", nil)
+		require.Equal(t, http.StatusOK, content.Status)
+		sum := sha256.Sum256(content.Body)
+		require.Equal(t, a.SHA256, hex.EncodeToString(sum[:]), a.Name)
+		got[a.RunID+" "+a.Name] = string(content.Body)
+	}
+	run1, run2 := id+":1", id+":"+strconv.FormatInt(second, 10)
+	require.Len(t, got, 4, "a log and a diff per run: %v", keys(got))
+	require.Contains(t, got[run1+" engine.log"], "run 1 of "+id+" says hello")
+	require.Contains(t, got[run1+" engine.log"], "giving up")
+	require.Contains(t, got[run1+" change.diff"], "+epoch 1")
+	require.Contains(t, got[run2+" engine.log"], "run "+strconv.FormatInt(second, 10)+" of "+id+" says hello")
+	require.Contains(t, got[run2+" change.diff"], "made-"+strconv.FormatInt(second, 10)+".txt")
+}
+
+func keys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

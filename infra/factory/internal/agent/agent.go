@@ -39,6 +39,7 @@ type API interface {
 	Acknowledge(ctx context.Context, productID, id string, ack fleetapi.Acknowledgement) error
 	Fail(ctx context.Context, productID, id string, epoch int64, reason string, retryable bool) (*fleet.Job, error)
 	PostChildren(ctx context.Context, productID, id string, epoch int64, manifests []string) ([]fleet.Job, error)
+	UploadArtifact(ctx context.Context, productID, jobID string, epoch int64, a fleetapi.Artifact) (*fleet.Artifact, error)
 }
 
 // Outcome is how the factory's work ended; with --once it is the exit

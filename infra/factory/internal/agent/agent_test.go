@@ -56,6 +56,9 @@ func (f *fakeAPI) Release(context.Context, string, string, int64) error { return
 func (f *fakeAPI) Acknowledge(context.Context, string, string, fleetapi.Acknowledgement) error {
 	return nil
 }
+func (f *fakeAPI) UploadArtifact(context.Context, string, string, int64, fleetapi.Artifact) (*fleet.Artifact, error) {
+	return nil, errors.New("unused")
+}
 func (f *fakeAPI) Fail(context.Context, string, string, int64, string, bool) (*fleet.Job, error) {
 	return nil, errors.New("unused")
 }

@@ -115,6 +115,10 @@ type job struct {
 	logPath string
 	wt      *gitwt.Worktree
 
+	// uploaded is set once the run's artifacts were uploaded, so a step
+	// that fails after the upload does not upload them again.
+	uploaded bool
+
 	// lastWIP is the commit last pushed to aq/wip/<id>. Only the job's
 	// goroutine and, while the engine runs, its checkpoint ticker touch
 	// the worktree, never both at once (runEngine waits for the ticker).
@@ -410,6 +414,7 @@ func (jb *job) proposedChildren() ([]string, error) {
 func (jb *job) postChildren(manifests []string) Outcome {
 	ctx := jb.ctx
 	jb.checkpoint(ctx, "children proposed")
+	jb.uploadArtifacts(ctx)
 	kids, err := jb.a.api.PostChildren(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch, manifests)
 	if err != nil {
 		if fleetapi.IsPermanent(err) && !fleetapi.IsFenced(err) && !fleetapi.IsConflict(err) {
@@ -563,6 +568,7 @@ func (jb *job) deliver() Outcome {
 		// is another head.
 		next, delivered = fleet.StageReview, branch+"@"+head
 	}
+	jb.uploadArtifacts(lctx)
 	if _, err := a.api.Patch(ctx, j.ProductID, j.ID, fleetapi.Patch{Stage: next, LeaseEpoch: jb.cl.LeaseEpoch, Checkpoint: &delivered}); err != nil {
 		if !jb.reached(next, err) {
 			if fleetapi.IsFenced(err) || errors.Is(err, errFenced) {
@@ -715,6 +721,7 @@ func (jb *job) release() Outcome {
 	// The job's own context ended with the shutdown; checkpoint under
 	// this one.
 	jb.checkpoint(ctx, "shutdown")
+	jb.uploadArtifacts(ctx)
 	if err := jb.a.api.Release(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch); err != nil {
 		jb.log.WarnContext(ctx, "release on shutdown; the reaper will requeue the job", "err", err)
 	} else {
@@ -737,6 +744,7 @@ func (jb *job) acknowledge(outcome fleet.ReleaseOutcome) Outcome {
 	ctx, cancel := jb.localCtx()
 	defer cancel()
 	jb.checkpoint(ctx, string(outcome))
+	jb.uploadArtifacts(ctx)
 	ack := fleetapi.Acknowledgement{LeaseEpoch: jb.cl.LeaseEpoch, Outcome: outcome}
 	if jb.lastWIP != "" {
 		wip := gitwt.WIPBranch(jb.j.ID)
@@ -767,6 +775,7 @@ func (jb *job) fail(kind, detail string, retryable bool) Outcome {
 	// Sanitised and bounded by the client (it quotes engine output).
 	reason := kind + ": " + detail
 	jb.log.ErrorContext(ctx, "job failed", "reason", reason, "retryable", retryable)
+	jb.uploadArtifacts(ctx)
 	if _, err := jb.a.api.Fail(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch, reason, retryable); err != nil {
 		if fleetapi.IsFenced(err) {
 			return jb.quarantine("report failure", err)

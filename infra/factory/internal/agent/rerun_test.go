@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,6 +39,7 @@ type fakeCoord struct {
 	acks    []fleetapi.Acknowledgement
 	// children are the manifests posted as the job's children.
 	children []string
+	uploads  []upload
 	// onRenew, if set, runs inside Renew when the lease is confirmed
 	// (tests use it to act in the window between a fence check and the
 	// write it guards).
@@ -165,6 +167,36 @@ func (c *fakeCoord) Fail(_ context.Context, _, _ string, epoch int64, reason str
 	c.job.Stage, c.job.HolderFactoryID = fleet.StageFailed, ""
 	j := c.job
 	return &j, nil
+}
+
+// upload is an artifact the coordinator stored.
+type upload struct {
+	name  string
+	kind  fleet.ArtifactKind
+	epoch int64
+	body  string
+}
+
+// UploadArtifact stores the file's bytes, fenced like every holder write.
+func (c *fakeCoord) UploadArtifact(_ context.Context, _, _ string, epoch int64, a fleetapi.Artifact) (*fleet.Artifact, error) {
+	body, err := os.ReadFile(a.Path)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.fenced(epoch); err != nil {
+		return nil, err
+	}
+	c.uploads = append(c.uploads, upload{name: a.Name, kind: a.Kind, epoch: epoch, body: string(body)})
+	return &fleet.Artifact{ID: fmt.Sprintf("%s.a%d", c.job.ID, len(c.uploads)), Name: a.Name, Size: int64(len(body))}, nil
+}
+
+// uploaded lists what was stored.
+func (c *fakeCoord) uploaded() []upload {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.uploads)
 }
 
 // gitRepo is an origin (bare, README on main) and a clone of it under a
@@ -311,4 +343,10 @@ cat ` + gate2 + ` > /dev/null; echo second > result.txt'`
 	require.Equal(t, "second", repo.show("aq/job/j1", "result.txt"))
 	require.Empty(t, repo.show("aq/job/j1", "first.txt"), "the old run's work is not in the result")
 	require.Zero(t, a.load())
+	// Only the valid run's artifacts: the fenced one uploads nothing.
+	require.Len(t, coord.uploads, 2)
+	for _, u := range coord.uploads {
+		require.EqualValues(t, 3, u.epoch, "%s", u.name)
+		require.NotContains(t, u.body, "first", "%s", u.name)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"time"
 
@@ -276,19 +277,29 @@ func (c *Client) once(ctx context.Context, method, path, productID string, body 
 	if productID != "" {
 		req.Header.Set("x-product-id", productID)
 	}
-	resp, err := c.http.Do(req)
+	status, retryAfter, err := c.answer(c.http, req, out)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%s %s: %w", method, path, err)
+		return status, retryAfter, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	return status, 0, nil
+}
+
+// answer sends req and decodes a 2xx body into out, or the API's error
+// shape into an *Error.
+func (c *Client) answer(hc *http.Client, req *http.Request, out any) (int, time.Duration, error) {
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
-		return resp.StatusCode, 0, fmt.Errorf("%s %s: read answer: %w", method, path, err)
+		return resp.StatusCode, 0, fmt.Errorf("read answer: %w", err)
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		if out != nil && resp.StatusCode != http.StatusNoContent && len(data) > 0 {
 			if err := json.Unmarshal(data, out); err != nil {
-				return resp.StatusCode, 0, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+				return resp.StatusCode, 0, fmt.Errorf("decode answer: %w", err)
 			}
 		}
 		return resp.StatusCode, 0, nil
@@ -310,5 +321,76 @@ func (c *Client) once(ctx context.Context, method, path, productID string, body 
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
 		retryAfter = time.Duration(s) * time.Second
 	}
-	return resp.StatusCode, retryAfter, fmt.Errorf("%s %s: %w", method, path, apiErr)
+	return resp.StatusCode, retryAfter, apiErr
+}
+
+// Artifact is one file of a run to upload.
+type Artifact struct {
+	Name        string
+	Kind        fleet.ArtifactKind
+	ContentType string
+	Path        string
+}
+
+// UploadArtifact uploads the file a names as an artifact of the job's run
+// at epoch: streamed from disk with its length declared (the Functions host
+// forwards a body only with Content-Length). A transient failure is tried
+// again from the start of the file; a retry after an upload that succeeded
+// unseen only adds a second pointer to the same stored bytes.
+func (c *Client) UploadArtifact(ctx context.Context, productID, jobID string, epoch int64, a Artifact) (*fleet.Artifact, error) {
+	q := url.Values{"name": {a.Name}, "kind": {string(a.Kind)}, "leaseEpoch": {strconv.FormatInt(epoch, 10)}}
+	path := "/jobs/" + url.PathEscape(jobID) + "/artifacts?" + q.Encode()
+	// No client timeout: a large file takes as long as it takes; ctx bounds it.
+	hc := &http.Client{Transport: c.http.Transport}
+	if _, err := os.Stat(a.Path); err != nil {
+		return nil, fmt.Errorf("upload %s: %w", a.Name, err)
+	}
+	delay := c.Backoff
+	for i := 1; ; i++ {
+		out, retryAfter, err := c.uploadOnce(ctx, hc, path, productID, a)
+		if err == nil || i >= max(c.Attempts, 1) || !transient(err) || ctx.Err() != nil {
+			return out, err
+		}
+		wait := max(delay+rand.N(delay/2+1), retryAfter)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		delay *= 2
+	}
+}
+
+func (c *Client) uploadOnce(ctx context.Context, hc *http.Client, path, productID string, a Artifact) (*fleet.Artifact, time.Duration, error) {
+	f, err := os.Open(a.Path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("upload %s: %w", a.Name, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0, fmt.Errorf("upload %s: %w", a.Name, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, f)
+	if err != nil {
+		return nil, 0, fmt.Errorf("upload %s: %w", a.Name, err)
+	}
+	req.ContentLength = fi.Size()
+	if fi.Size() == 0 {
+		req.Body = http.NoBody
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Content-Type", a.ContentType)
+	if productID != "" {
+		req.Header.Set("x-product-id", productID)
+	}
+	var out fleet.Artifact
+	_, retryAfter, err := c.answer(hc, req, &out)
+	if err != nil {
+		return nil, retryAfter, fmt.Errorf("upload %s: %w", a.Name, err)
+	}
+	return &out, 0, nil
 }

@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
@@ -116,6 +117,20 @@ var safeConfig = []string{
 
 // git runs git in dir and returns its stdout, trimmed of the final newline.
 func git(ctx context.Context, dir string, args ...string) (string, error) {
+	var stdout bytes.Buffer
+	if err := gitTo(ctx, dir, &stdout, args...); err != nil {
+		var ge *GitError
+		if errors.As(err, &ge) {
+			ge.Stdout = stdout.String()
+		}
+		return "", err
+	}
+	return strings.TrimRight(stdout.String(), "\n"), nil
+}
+
+// gitTo runs git in dir with its stdout going to out (a large diff need not
+// fit in memory).
+func gitTo(ctx context.Context, dir string, out io.Writer, args ...string) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, gitTimeout)
@@ -131,10 +146,10 @@ func git(ctx context.Context, dir string, args ...string) (string, error) {
 	// break every later command in the repository.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = out, &stderr
 	if err := cmd.Run(); err != nil {
-		ge := &GitError{Args: args, ExitCode: -1, Stdout: stdout.String(), Stderr: stderr.String(), Err: err}
+		ge := &GitError{Args: args, ExitCode: -1, Stderr: stderr.String(), Err: err}
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
 			ge.ExitCode = ee.ExitCode()
@@ -142,9 +157,9 @@ func git(ctx context.Context, dir string, args ...string) (string, error) {
 		if ctx.Err() != nil {
 			ge.Err = fmt.Errorf("%w (%w)", err, ctx.Err())
 		}
-		return "", ge
+		return ge
 	}
-	return strings.TrimRight(stdout.String(), "\n"), nil
+	return nil
 }
 
 // exitCode is the exit status of a failed git command, -1 for other errors.

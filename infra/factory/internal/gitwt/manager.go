@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -423,6 +424,12 @@ func (w *Worktree) Commit(ctx context.Context, msg string) (bool, error) {
 		return false, err
 	}
 	return head != w.Base, nil
+}
+
+// DiffTo writes the run's change — from the commit the worktree started
+// from to HEAD, binary files included as git apply takes them — to out.
+func (w *Worktree) DiffTo(ctx context.Context, out io.Writer) error {
+	return gitTo(ctx, w.Path, out, "--git-dir="+w.gitDir, "--work-tree="+w.Path, "diff", "--binary", "--no-ext-diff", "--no-color", w.Base, "HEAD")
 }
 
 // Head is the worktree's current commit.

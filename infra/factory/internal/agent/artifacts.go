@@ -1,0 +1,111 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"mime"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// envUsageFile names the engine's usage report, when the factory gives the
+// engine one: a file the engine writes and the run uploads as a report.
+const envUsageFile = "FLEET_JOB_USAGE_FILE"
+
+// Artifact names of a run.
+const (
+	artifactLog  = "engine.log"
+	artifactDiff = "change.diff"
+)
+
+// uploadArtifacts uploads what this run leaves behind — the engine's
+// output, the diff from the run's base to its last commit, and the usage
+// report when the engine wrote one — under the run's lease epoch, before
+// the run hands the job on (the upload is fenced like any holder write).
+// Best effort: a lost artifact must not fail a run. A fenced upload stores
+// nothing, and the step after it meets the same fence.
+func (jb *job) uploadArtifacts(ctx context.Context) {
+	if jb.uploaded {
+		return
+	}
+	jb.uploaded = true
+	for _, a := range jb.runArtifacts(ctx) {
+		got, err := jb.a.api.UploadArtifact(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch, a)
+		if err != nil {
+			jb.log.WarnContext(ctx, "artifact not uploaded", "name", a.Name, "err", err)
+			if fleetapi.IsFenced(err) {
+				return
+			}
+			continue
+		}
+		jb.log.InfoContext(ctx, "artifact uploaded", "name", a.Name, "artifact", got.ID, "size", got.Size, "sha256", got.SHA256)
+	}
+}
+
+// runArtifacts lists the files of this run that exist.
+func (jb *job) runArtifacts(ctx context.Context) []fleetapi.Artifact {
+	var out []fleetapi.Artifact
+	if jb.logPath != "" && exists(jb.logPath) {
+		out = append(out, fleetapi.Artifact{Name: artifactLog, Kind: fleet.ArtifactLog, ContentType: "text/plain; charset=utf-8", Path: jb.logPath})
+	}
+	if jb.wt != nil {
+		path := filepath.Join(jb.dir, artifactDiff)
+		if err := jb.writeDiff(ctx, path); err != nil {
+			jb.log.WarnContext(ctx, "diff not written", "err", err)
+		} else {
+			out = append(out, fleetapi.Artifact{Name: artifactDiff, Kind: fleet.ArtifactDiff, ContentType: "text/x-diff", Path: path})
+		}
+	}
+	if path := jb.usageFile(); path != "" && exists(path) {
+		ct := mime.TypeByExtension(filepath.Ext(path))
+		if ct == "" {
+			ct = "application/octet-stream"
+		}
+		out = append(out, fleetapi.Artifact{Name: usageName(path), Kind: fleet.ArtifactReport, ContentType: ct, Path: path})
+	}
+	return out
+}
+
+func (jb *job) writeDiff(ctx context.Context, path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	err = jb.wt.DiffTo(ctx, f)
+	return errors.Join(err, f.Close())
+}
+
+// usageFile is the usage report's path as the engine was told it ("" when
+// it was not): read from the engine's environment, the one place that
+// names it.
+func (jb *job) usageFile() string {
+	if jb.wt == nil {
+		return ""
+	}
+	path := ""
+	// The last entry wins, as for the engine.
+	for _, kv := range jb.env(jb.a.cfg.DefaultEngine, filepath.Join(jb.dir, "prompt.md")) {
+		if v, ok := strings.CutPrefix(kv, envUsageFile+"="); ok {
+			path = v
+		}
+	}
+	return path
+}
+
+// usageName is the artifact name of the usage report: its file name when
+// that is a plain name, else usage.
+func usageName(path string) string {
+	if name := filepath.Base(path); fleet.ValidateName("name", name) == nil {
+		return name
+	}
+	return "usage"
+}
+
+func exists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
+}
