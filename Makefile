@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build test fuzz fuzz-ci bench-scale vet lint tidy-check staticcheck run bench package handler func-app azurite chromium test-tools
+.PHONY: all build test chaos fuzz fuzz-ci bench-scale vet lint tidy-check staticcheck run bench package handler func-app azurite chromium test-tools
 
 all: build
 
@@ -116,6 +116,14 @@ command -v $(1) >/dev/null 2>&1 || { \
 	{ if [ "$$CI" = true ]; then echo "$(1): could not install $(2), and CI=true needs it"; exit 1; fi; \
 	  echo "$(1): could not install $(2); the tests that need it will skip"; }; }
 endef
+
+# The chaos campaign (tests/chaos): the real local stack, 8 factory
+# processes and 2,000 jobs under scheduled faults (factory kill -9 and
+# SIGSTOP, handler kill, stack and broker restart, store faults, network
+# faults); non-zero when a job is lost, double-assigned, shipped from a
+# stale epoch or moved illegally. Smaller: make chaos CHAOS_FLAGS="-factories 3 -jobs 100 -faults 60s".
+chaos:
+	$(GO) run ./tests/chaos $(CHAOS_FLAGS)
 
 # Performance figures on the real local stack, with their targets
 # (tests/bench/README.md). Smoke run: make bench BENCH_FLAGS="-jobs 200 -idle 5s".

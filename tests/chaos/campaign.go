@@ -1,0 +1,549 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// campaign is one chaos run's settings.
+type campaign struct {
+	Factories, Seats, Jobs int
+	Faults, FaultEvery     time.Duration
+	Drain                  time.Duration
+	StoreFaults            string
+	Seed                   uint64
+	Verbose                bool
+}
+
+const product = "chaos"
+
+// Fault kinds, as reported.
+const (
+	faultKill9      = "factory kill -9"
+	faultStop       = "factory SIGSTOP/SIGCONT"
+	faultHandler    = "handler kill -9"
+	faultStack      = "stack+broker restart"
+	faultNetDrop    = "net drop"
+	faultNetDelay   = "net delay"
+	faultNetReset   = "net reset"
+	faultStoreError = "store error"
+	faultStoreDelay = "store latency"
+)
+
+type runner struct {
+	c     campaign
+	out   io.Writer
+	rng   *mrand.Rand
+	rngMu sync.Mutex
+	st    *stack
+	op    *apiClient
+	voter *apiClient
+	px    *proxy
+	facs  []*factoryProc
+
+	faultMu sync.Mutex
+	faults  map[string]int64
+
+	idsMu     sync.Mutex
+	submitted []string
+
+	storeFaultsMu         sync.Mutex
+	storeErrs, storeDelay int64
+	lastErrs, lastDelay   int64
+}
+
+func (r *runner) intn(n int) int {
+	r.rngMu.Lock()
+	defer r.rngMu.Unlock()
+	return r.rng.IntN(n)
+}
+
+func (r *runner) float() float64 {
+	r.rngMu.Lock()
+	defer r.rngMu.Unlock()
+	return r.rng.Float64()
+}
+
+func (r *runner) count(kind string) {
+	r.faultMu.Lock()
+	r.faults[kind]++
+	r.faultMu.Unlock()
+}
+
+func (r *runner) logf(format string, args ...any) {
+	if r.c.Verbose {
+		fmt.Fprintf(r.out, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+	}
+}
+
+func token(prefix string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// Run runs the campaign and prints its report.
+func (c campaign) Run(ctx context.Context, out io.Writer) (*report, error) {
+	began := time.Now()
+	root, err := findRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "fleet-chaos-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	fmt.Fprintf(out, "chaos: seed %d, %d factories x %d seats, %d jobs, faults for %s, drain %s, store faults %q\n",
+		c.Seed, c.Factories, c.Seats, c.Jobs, c.Faults, c.Drain, c.StoreFaults)
+	bins, err := build(ctx, root, filepath.Join(dir, "bin"))
+	if err != nil {
+		return nil, err
+	}
+	r := &runner{c: c, out: out, rng: mrand.New(mrand.NewPCG(c.Seed, 1)), faults: map[string]int64{}}
+	admin, alice := token("admin_"), token("alice_")
+	tokens := "admin:" + admin + ",alice:" + alice
+	common := []string{
+		"FLEET_OPERATOR_TOKEN=" + tokens,
+		// Short leases and frequent sweeps, so a killed or stopped holder's
+		// job is reassigned within seconds, while its engine may still run.
+		"FLEET_LEASE_TTL=6s",
+		"FLEET_REAPER_SCHEDULE=*/2 * * * * *",
+		"FLEET_REDISPATCH_AFTER=5s",
+		"FLEET_REDISPATCH_SCHEDULE=*/5 * * * * *",
+		"FLEET_CANCEL_GRACE=10s",
+	}
+	r.st, err = newStack(root, bins, filepath.Join(dir, "data"), append(common, "FLEET_STORE_FAULTS="+c.StoreFaults))
+	if err != nil {
+		return nil, err
+	}
+	if err := r.st.start(ctx); err != nil {
+		return nil, err
+	}
+	defer r.st.stop()
+	hc := &http.Client{Timeout: 20 * time.Second}
+	r.op = &apiClient{base: r.st.URL(), token: admin, product: product, http: hc}
+	r.voter = &apiClient{base: r.st.URL(), token: alice, product: product, http: hc}
+	if err := r.retry(ctx, func() error {
+		return r.op.do(ctx, http.MethodPut, "/products/"+product, "", map[string]any{"repos": []string{"app"}}, nil)
+	}); err != nil {
+		return nil, err
+	}
+	origin, err := newOrigin(dir, "app")
+	if err != nil {
+		return nil, err
+	}
+	if r.px, err = newProxy(r.st.httpAddr, c.Seed); err != nil {
+		return nil, err
+	}
+	defer r.px.close()
+	engine := filepath.Join(dir, "engine.sh")
+	if err := os.WriteFile(engine, []byte(engineScript), 0o755); err != nil {
+		return nil, err
+	}
+	runLog := filepath.Join(dir, "runs.log")
+	for i := range c.Factories {
+		transport := "poll"
+		if i%2 == 1 {
+			transport = "nats"
+		}
+		sp := factorySpec{id: fmt.Sprintf("f%02d", i), product: product, repo: "app", origin: origin,
+			dir: filepath.Join(dir, fmt.Sprintf("f%02d", i)), engine: engine, runLog: runLog,
+			url: r.px.URL(), nats: r.st.NATS(), transport: transport, seats: c.Seats}
+		var f *factoryProc
+		if err := r.retry(ctx, func() error { f, err = newFactory(ctx, r.op, bins.factory, sp); return err }); err != nil {
+			return nil, err
+		}
+		if err := f.start(); err != nil {
+			return nil, err
+		}
+		r.facs = append(r.facs, f)
+	}
+	defer func() {
+		for _, f := range r.facs {
+			f.stop()
+		}
+	}()
+
+	// Faults, the submitter and the operators (reviewer, shipper) run
+	// together; faults end after c.Faults.
+	faultCtx, stopFaults := context.WithTimeout(ctx, c.Faults)
+	defer stopFaults()
+	opCtx, stopOps := context.WithCancel(ctx)
+	defer stopOps()
+	var wg sync.WaitGroup
+	r.px.setFaults(true)
+	wg.Go(func() { r.processFaults(faultCtx) })
+	var ops sync.WaitGroup
+	ops.Go(func() { r.watchStoreFaults(opCtx) })
+	ops.Go(func() { r.operators(opCtx) })
+	submitErr := make(chan error, 1)
+	go func() { submitErr <- r.submit(ctx) }()
+
+	<-faultCtx.Done()
+	wg.Wait()
+	r.px.setFaults(false)
+	for _, f := range r.facs { // every factory back: running, not stopped
+		if f.running() {
+			f.signal(syscall.SIGCONT)
+		} else if err := f.start(); err != nil {
+			return nil, err
+		}
+	}
+	// Store faults off for the drain: the stack comes back without them.
+	r.noteStoreFaults(ctx)
+	r.st.env = withoutStoreFaults(r.st.env)
+	if err := r.st.restart(ctx); err != nil {
+		return nil, fmt.Errorf("restart the stack without store faults: %w", err)
+	}
+	r.count(faultStack)
+	if err := <-submitErr; err != nil {
+		return nil, err
+	}
+	faultsEnded := time.Now()
+	fmt.Fprintf(out, "chaos: faults stopped after %s; draining (up to %s)\n", faultsEnded.Sub(began).Round(time.Second), c.Drain)
+
+	drainCtx, stopDrain := context.WithTimeout(ctx, c.Drain)
+	defer stopDrain()
+	drained := r.waitTerminal(drainCtx)
+	stopOps()
+	ops.Wait()
+	fmt.Fprintf(out, "chaos: drain %s (all terminal: %v)\n", time.Since(faultsEnded).Round(time.Second), drained)
+
+	rep, err := r.check(ctx, origin, runLog)
+	if err != nil {
+		return nil, err
+	}
+	r.faultMu.Lock()
+	rep.Faults = r.faults
+	r.faultMu.Unlock()
+	rep.Faults[faultNetDrop] = r.px.drops.Load()
+	rep.Faults[faultNetDelay] = r.px.delays.Load()
+	rep.Faults[faultNetReset] = r.px.resets.Load()
+	r.storeFaultsMu.Lock()
+	rep.Faults[faultStoreError], rep.Faults[faultStoreDelay] = r.storeErrs, r.storeDelay
+	r.storeFaultsMu.Unlock()
+	rep.Wall = time.Since(began)
+	rep.print(out)
+	return rep, nil
+}
+
+func withoutStoreFaults(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "FLEET_STORE_FAULTS=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// retry calls f until it succeeds, answers a 4xx, or two minutes pass: the
+// campaign's own calls go to a stack that is being broken on purpose, so a
+// 5xx or a refused connection is expected and the call is made again (the
+// submissions carry idempotency keys, so a repeat creates nothing twice).
+func (r *runner) retry(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := f()
+		var he *httpError
+		if err == nil || (errors.As(err, &he) && he.status < 500) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// manifest is one job: its title tells the engine what to do.
+func (r *runner) manifest(key string, extra ...string) string {
+	kind, ms := "ok", 200+r.intn(2500)
+	switch p := r.float(); {
+	case p < 0.10:
+		kind = "fail"
+	case p < 0.14:
+		kind = "hang"
+	}
+	return fmt.Sprintf("---\ntitle: %s %s %d\nrepo: app\ncapabilities: [engine:fake]\nmaxAttempts: 2\nbudget: {wall: 4s}\nidempotencyKey: %s\n%s---\nChaos job %s.\n",
+		key, kind, ms, key, strings.Join(extra, ""), key)
+}
+
+// submit submits c.Jobs jobs over the fault window: one in ten a DAG
+// parent given two children, one in ten review-gated.
+func (r *runner) submit(ctx context.Context) error {
+	spacing := time.Duration(float64(r.c.Faults) * 0.8 / float64(r.c.Jobs))
+	n := 0
+	for i := 0; n < r.c.Jobs; i++ {
+		key := fmt.Sprintf("chaos-%05d", i)
+		var extra []string
+		dag := r.intn(10) == 0 && n+3 <= r.c.Jobs
+		if r.intn(10) == 0 && !dag {
+			extra = append(extra, "review: {reviewers: [alice], quorum: 1}\n")
+		}
+		var job struct {
+			ID string `json:"id"`
+		}
+		if err := r.retry(ctx, func() error { return r.op.do(ctx, http.MethodPost, "/jobs", "", r.manifest(key, extra...), &job) }); err != nil {
+			return fmt.Errorf("submit %s: %w", key, err)
+		}
+		r.addIDs(job.ID)
+		n++
+		if dag {
+			children := []string{r.manifest(key + "-c1"), r.manifest(key + "-c2")}
+			var page struct {
+				Items []struct {
+					ID string `json:"id"`
+				} `json:"items"`
+			}
+			err := r.retry(ctx, func() error {
+				return r.op.do(ctx, http.MethodPost, "/jobs/"+job.ID+"/children", "", map[string]any{"children": children}, &page)
+			})
+			var he *httpError
+			switch {
+			case err == nil:
+				for _, it := range page.Items {
+					r.addIDs(it.ID)
+				}
+				n += len(page.Items)
+			case errors.As(err, &he) && he.status == http.StatusConflict:
+				// A factory claimed the parent first: it runs as a plain job.
+			default:
+				return fmt.Errorf("children of %s: %w", key, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(spacing):
+		}
+	}
+	return nil
+}
+
+func (r *runner) addIDs(ids ...string) {
+	r.idsMu.Lock()
+	r.submitted = append(r.submitted, ids...)
+	r.idsMu.Unlock()
+}
+
+func (r *runner) ids() []string {
+	r.idsMu.Lock()
+	defer r.idsMu.Unlock()
+	return append([]string(nil), r.submitted...)
+}
+
+// processFaults injects a process fault every FaultEvery on average.
+func (r *runner) processFaults(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		wait := time.Duration(float64(r.c.FaultEvery) * (0.5 + r.float()))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		p := r.float()
+		switch {
+		case p < 0.40:
+			f := r.facs[r.intn(len(r.facs))]
+			if !f.running() {
+				continue
+			}
+			r.logf("kill -9 %s", f.ID)
+			f.kill9()
+			r.count(faultKill9)
+			down := time.Duration(500+r.intn(4000)) * time.Millisecond
+			wg.Go(func() {
+				time.Sleep(down)
+				if err := f.start(); err != nil {
+					fmt.Fprintf(r.out, "chaos: restart %s: %v\n", f.ID, err)
+				}
+			})
+		case p < 0.80:
+			f := r.facs[r.intn(len(r.facs))]
+			if !f.running() {
+				continue
+			}
+			// Sometimes past the lease TTL: the job is reassigned while
+			// the stopped holder's engine runs on.
+			pause := time.Duration(1000+r.intn(12000)) * time.Millisecond
+			r.logf("SIGSTOP %s for %s", f.ID, pause)
+			f.signal(syscall.SIGSTOP)
+			r.count(faultStop)
+			wg.Go(func() {
+				time.Sleep(pause)
+				if f.running() {
+					f.signal(syscall.SIGCONT)
+				}
+			})
+		case p < 0.95:
+			pid, err := r.st.handlerPID(ctx)
+			if err != nil {
+				continue
+			}
+			r.logf("kill -9 handler %d", pid)
+			r.noteStoreFaults(ctx)
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				r.count(faultHandler)
+			}
+		default:
+			r.logf("restart the stack")
+			r.noteStoreFaults(ctx)
+			// Not cut short by the end of the fault window: a stack half
+			// started would be left to the drain's restart to find.
+			if err := r.st.restart(context.WithoutCancel(ctx)); err != nil {
+				fmt.Fprintf(r.out, "chaos: restart the stack: %v\n", err)
+				return
+			}
+			r.count(faultStack)
+		}
+	}
+}
+
+// watchStoreFaults samples the handler's injected-fault counters; they
+// start from zero whenever the handler does, so the campaign adds up what
+// each handler process reported.
+func (r *runner) watchStoreFaults(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		r.noteStoreFaults(ctx)
+	}
+}
+
+func (r *runner) noteStoreFaults(ctx context.Context) {
+	var m struct {
+		StoreFaults *struct {
+			Errors int64 `json:"errors"`
+			Delays int64 `json:"delays"`
+		} `json:"storeFaults"`
+	}
+	if err := r.op.do(ctx, http.MethodGet, "/metrics", "", nil, &m); err != nil || m.StoreFaults == nil {
+		return
+	}
+	r.storeFaultsMu.Lock()
+	defer r.storeFaultsMu.Unlock()
+	e, d := m.StoreFaults.Errors, m.StoreFaults.Delays
+	if e < r.lastErrs || d < r.lastDelay { // a new handler process
+		r.lastErrs, r.lastDelay = 0, 0
+	}
+	r.storeErrs += e - r.lastErrs
+	r.storeDelay += d - r.lastDelay
+	r.lastErrs, r.lastDelay = e, d
+}
+
+// operators act as people would: alice approves what waits in review (one
+// in five she rejects, which sends it back with feedback), and the admin
+// ships what waits in testing.
+func (r *runner) operators(ctx context.Context) {
+	for ctx.Err() == nil {
+		for _, j := range r.list(ctx, "review") {
+			if j.Review == nil || j.Review.Head == "" {
+				continue
+			}
+			approve := r.intn(5) != 0
+			_ = r.voter.do(ctx, http.MethodPost, "/jobs/"+j.ID+"/review", "", map[string]any{
+				"approve": approve, "head": j.Review.Head, "comment": "chaos review",
+			}, nil)
+		}
+		for _, j := range r.list(ctx, "testing") {
+			_ = r.op.do(ctx, http.MethodPost, "/jobs/"+j.ID+"/actions/ship", "", map[string]any{}, nil)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+type jobView struct {
+	ID     string `json:"id"`
+	Stage  string `json:"stage"`
+	Title  string `json:"title"`
+	Review *struct {
+		Head string `json:"head"`
+	} `json:"review"`
+	ParentID string   `json:"parentId"`
+	Children []string `json:"children"`
+}
+
+// list pages through the jobs in stage ("" for all). Errors end the
+// listing early: the callers poll again.
+func (r *runner) list(ctx context.Context, stage string) []jobView {
+	var all []jobView
+	cursor := ""
+	for {
+		q := "/jobs?limit=200"
+		if stage != "" {
+			q += "&stage=" + stage
+		}
+		if cursor != "" {
+			q += "&cursor=" + cursor
+		}
+		var page struct {
+			Items  []jobView `json:"items"`
+			Cursor string    `json:"cursor"`
+		}
+		if err := r.op.do(ctx, http.MethodGet, q, "", nil, &page); err != nil {
+			return all
+		}
+		all = append(all, page.Items...)
+		if page.Cursor == "" {
+			return all
+		}
+		cursor = page.Cursor
+	}
+}
+
+var terminal = map[string]bool{"shipped": true, "failed": true, "dead_letter": true, "cancelled": true}
+
+// waitTerminal waits until every submitted job is terminal.
+func (r *runner) waitTerminal(ctx context.Context) bool {
+	for {
+		jobs := r.list(ctx, "")
+		left := 0
+		for _, j := range jobs {
+			if !terminal[j.Stage] {
+				left++
+			}
+		}
+		if len(jobs) >= len(r.ids()) && left == 0 {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
