@@ -185,19 +185,21 @@ type jobResult struct {
 //
 //   - Every recorded move (from, to, actor) is in fleet.Transitions, and
 //     where no event is missing, each move starts where the last one ended.
-//   - Runs (one per lease epoch) never overlap: a run ends (released,
-//     revoked) before the next epoch's starts.
+//   - One holder at a time: no claim while the job is held, no holder's
+//     move by a factory other than the one that claimed it, and no two
+//     runs at one lease epoch. (Run end times are taken after the write
+//     that ended the lease, so they cannot order leases exactly.)
 //   - A result delivered by a factory (to review, testing or shipped) was
 //     pushed by the run that delivered it: the epoch the engine left in the
 //     job branch on the origin is the delivering run's.
 func checkJob(j jobView, evs []event, runs []run, origin string) jobResult {
 	var res jobResult
-	cur, last := "", int64(0)
+	cur, last, holder := "", int64(0), ""
 	var delivered []event
 	for _, ev := range evs {
 		if ev.Seq != last+1 {
 			res.gaps += int(ev.Seq - last - 1)
-			cur = "" // unknown after a gap
+			cur, holder = "", "" // unknown after a gap
 		}
 		last = ev.Seq
 		if ev.To == "" {
@@ -215,24 +217,34 @@ func checkJob(j jobView, evs []event, runs []run, origin string) jobResult {
 		if cur != "" && ev.From != cur {
 			res.illegal = append(res.illegal, fmt.Sprintf("%s seq %d: %s -> %s by %s, but the job was in %s", j.ID, ev.Seq, ev.From, ev.To, ev.Actor, cur))
 		}
+		// A claim while the job is held, or a holder's move made by a
+		// factory that does not hold it: two live holders at once.
+		leased := func(s string) bool { return fleet.Stage(s).Leased() }
+		if ev.Type == string(fleet.EventClaimed) && cur != "" && leased(cur) {
+			res.double = append(res.double, fmt.Sprintf("%s seq %d: claimed by %s while %s held it", j.ID, ev.Seq, ev.ActorID, holder))
+		}
+		if ev.Actor == string(fleet.ActorFactory) && ev.Type != string(fleet.EventClaimed) && holder != "" && ev.ActorID != holder {
+			res.double = append(res.double, fmt.Sprintf("%s seq %d: %s moved it %s -> %s while %s held it", j.ID, ev.Seq, ev.ActorID, ev.From, ev.To, holder))
+		}
+		switch {
+		case ev.Type == string(fleet.EventClaimed):
+			holder = ev.ActorID
+		case !leased(ev.To):
+			holder = ""
+		}
 		cur = ev.To
 		if ev.Actor == string(fleet.ActorFactory) && (ev.To == "review" || ev.To == "testing" || ev.To == "shipped") {
 			delivered = append(delivered, ev)
 		}
 	}
 
-	sort.Slice(runs, func(a, b int) bool { return runs[a].LeaseEpoch < runs[b].LeaseEpoch })
-	for i := 1; i < len(runs); i++ {
-		prev, next := runs[i-1], runs[i]
-		switch {
-		case prev.LeaseEpoch == next.LeaseEpoch:
-			res.double = append(res.double, fmt.Sprintf("%s: two runs at epoch %d (%s, %s)", j.ID, next.LeaseEpoch, prev.FactoryID, next.FactoryID))
-		case prev.EndedAt.IsZero():
-			res.double = append(res.double, fmt.Sprintf("%s: epoch %d (%s) never ended, yet epoch %d (%s) started", j.ID, prev.LeaseEpoch, prev.FactoryID, next.LeaseEpoch, next.FactoryID))
-		case prev.EndedAt.After(next.StartedAt):
-			res.double = append(res.double, fmt.Sprintf("%s: epoch %d (%s) ended %s, after epoch %d (%s) started %s", j.ID,
-				prev.LeaseEpoch, prev.FactoryID, prev.EndedAt.Format(time.RFC3339Nano), next.LeaseEpoch, next.FactoryID, next.StartedAt.Format(time.RFC3339Nano)))
+	// Two runs at one epoch would be two holders under one lease.
+	seen := map[int64]string{}
+	for _, rn := range runs {
+		if f, dup := seen[rn.LeaseEpoch]; dup {
+			res.double = append(res.double, fmt.Sprintf("%s: two runs at epoch %d (%s, %s)", j.ID, rn.LeaseEpoch, f, rn.FactoryID))
 		}
+		seen[rn.LeaseEpoch] = rn.FactoryID
 	}
 
 	if len(delivered) > 0 && j.Stage == "shipped" {
