@@ -433,17 +433,19 @@ func (r *runner) watchStoreFaults(ctx context.Context) {
 
 func (r *runner) noteStoreFaults(ctx context.Context) {
 	var m struct {
-		StoreFaults *struct {
-			Errors int64 `json:"errors"`
-			Delays int64 `json:"delays"`
-		} `json:"storeFaults"`
+		Adapters struct {
+			StoreFaults *struct {
+				Errors int64 `json:"errors"`
+				Delays int64 `json:"delays"`
+			} `json:"storeFaults"`
+		} `json:"adapters"`
 	}
-	if err := r.op.do(ctx, http.MethodGet, "/metrics", "", nil, &m); err != nil || m.StoreFaults == nil {
+	if err := r.op.do(ctx, http.MethodGet, "/metrics", "", nil, &m); err != nil || m.Adapters.StoreFaults == nil {
 		return
 	}
 	r.storeFaultsMu.Lock()
 	defer r.storeFaultsMu.Unlock()
-	e, d := m.StoreFaults.Errors, m.StoreFaults.Delays
+	e, d := m.Adapters.StoreFaults.Errors, m.Adapters.StoreFaults.Delays
 	if e < r.lastErrs || d < r.lastDelay { // a new handler process
 		r.lastErrs, r.lastDelay = 0, 0
 	}
