@@ -135,12 +135,26 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 	if err != nil {
 		return d, err
 	}
+	budget, err := c.budgetOf(ctx, pk)
+	if err != nil {
+		return d, err
+	}
 	var unroutable schedule.Reason
+	var held *fleet.Hold
 	stamped := false
 	j, err := c.mutateJob(ctx, pk, id, func(j *fleet.Job) error {
-		unroutable, stamped = schedule.Reason{}, false
+		unroutable, held, stamped = schedule.Reason{}, nil, false
 		if c.dueForDispatch(j, redo) != "" {
 			return errNoChange
+		}
+		if held = budgetHold(budget, j); held != nil {
+			// Admission: a held job is not sent anywhere; the budget
+			// making room routes it (releaseHeld).
+			if j.Dispatch.UnroutableKind == fleet.UnroutableBudget && j.Dispatch.Unroutable == held.Message && j.TargetFactoryID == "" {
+				return errNoChange
+			}
+			holdDispatch(j, *held, c.now())
+			return nil
 		}
 		best, reason := schedule.BestFactory(j, factories, c.now(), c.cfg.Weights)
 		if best == nil {
@@ -164,6 +178,9 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 		return d, err
 	}
 	switch {
+	case held != nil:
+		d.Skipped = Skip(held.Message)
+		return d, nil
 	case unroutable.Kind != "":
 		d.Skipped = Skip(unroutable.Text)
 		if unroutable.Kind == fleet.UnroutableBusy {
@@ -323,7 +340,10 @@ type Explanation struct {
 	Review *fleet.Review `json:"review,omitempty"`
 	// Waiting, for a blocked job, is what it waits for: each dependency
 	// and child with its stage.
-	Waiting  *WaitExplanation     `json:"waiting,omitempty"`
+	Waiting *WaitExplanation `json:"waiting,omitempty"`
+	// Budget, for a queued job, is why its product's budget holds it back
+	// now (paused, or no room under the ceiling); nil when it does not.
+	Budget   *fleet.Hold          `json:"budget,omitempty"`
 	Schedule schedule.Explanation `json:"schedule"`
 }
 
@@ -387,6 +407,13 @@ func (c *Coordinator) Explain(ctx context.Context, scope Scope, productID, jobID
 			}
 		}
 		e.Waiting = w
+	}
+	if j.Stage == fleet.StageQueued {
+		b, err := c.budgetOf(ctx, j.ProductID)
+		if err != nil {
+			return nil, err
+		}
+		e.Budget = budgetHold(b, j)
 	}
 	return e, nil
 }

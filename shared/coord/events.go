@@ -70,6 +70,7 @@ func (c *Coordinator) recordRun(ctx context.Context, before *fleet.Job, result f
 		StartedAt:  before.LeaseAcquiredAt,
 		EndedAt:    c.now(),
 	}
+	withReport(&run, before)
 	body, err := json.Marshal(run)
 	if err == nil {
 		_, err = c.store.Upsert(ctx, Runs, run.JobID, run.ID, body)
@@ -99,11 +100,13 @@ func (c *Coordinator) Runs(ctx context.Context, productID, jobID string) ([]flee
 	}
 	sortRuns(out)
 	if l, ok := j.Lease(); ok {
-		out = append(out, fleet.Run{
+		run := fleet.Run{
 			ID: fleet.RunID(j.ID, l.LeaseEpoch), JobID: j.ID, ProductID: j.ProductID,
 			FactoryID: l.HolderFactoryID, LeaseEpoch: l.LeaseEpoch, Result: fleet.RunRunning,
 			StartedAt: j.LeaseAcquiredAt,
-		})
+		}
+		withReport(&run, j)
+		out = append(out, run)
 	}
 	return out, nil
 }
@@ -111,4 +114,15 @@ func (c *Coordinator) Runs(ctx context.Context, productID, jobID string) ([]flee
 // sortRuns orders by epoch: ids sort as text, so "j:10" would precede "j:9".
 func sortRuns(rs []fleet.Run) {
 	slices.SortFunc(rs, func(a, b fleet.Run) int { return cmp.Compare(a.LeaseEpoch, b.LeaseEpoch) })
+}
+
+// withReport copies what the holder reported about run from j.
+func withReport(run *fleet.Run, j *fleet.Job) {
+	if r := j.ReportFor(run.LeaseEpoch); r != nil {
+		run.Engine, run.Usage, run.Head = r.Engine, r.Usage, r.Head
+		if r.Diff != nil {
+			d := *r.Diff
+			run.Diff = &d
+		}
+	}
 }

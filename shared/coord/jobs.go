@@ -84,6 +84,10 @@ func (c *Coordinator) prepareJob(ctx context.Context, productID, id string, m *f
 	if err := c.applyPersona(ctx, j); err != nil {
 		return nil, err
 	}
+	// After the persona, whose budget fills the manifest's gaps.
+	if err := c.checkJobBudget(ctx, productID, j.Budget); err != nil {
+		return nil, err
+	}
 	// The stored size is checked before any write (marking dependencies is
 	// one): a manifest under its byte limit can still encode past the
 	// store's, since JSON escapes '<', '>', '&' and control characters.
@@ -363,6 +367,10 @@ type move struct {
 	// the move (a cancel acknowledged or forced); empty values keep the
 	// defaults.
 	describe func(before *fleet.Job) (fleet.EventType, string, fleet.RunResult)
+	// report, when set, is the holder's last word on the run this move
+	// ends (usage, head, diff): merged into the job's run report before
+	// the move, so the run document and the budget settle from it.
+	report *fleet.RunReport
 }
 
 // transition applies m: the guard, the stage machine's rule and the effect
@@ -376,6 +384,9 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 			if err := m.guard(j); err != nil {
 				return err
 			}
+		}
+		if m.report != nil {
+			mergeReport(j, *m.report)
 		}
 		to := m.to
 		if m.decide != nil {
@@ -450,6 +461,7 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 			result = run
 		}
 		c.recordRun(ctx, before, result, message)
+		c.settleRun(ctx, before)
 	}
 	if after.Stage.Terminal() {
 		c.settleDependants(ctx, after)
@@ -463,6 +475,23 @@ type PatchRequest struct {
 	Stage      fleet.Stage
 	LeaseEpoch int64
 	Checkpoint *string
+	// Usage, Head and Diff report on the run (final figures on the
+	// delivering patch); see ReportUsage for how usage merges.
+	Usage *fleet.Usage
+	Head  string
+	Diff  *fleet.DiffStat
+}
+
+// report is the run report the patch carries, or nil.
+func (r PatchRequest) report() *fleet.RunReport {
+	if r.Usage == nil && r.Head == "" && r.Diff == nil {
+		return nil
+	}
+	rep := &fleet.RunReport{LeaseEpoch: r.LeaseEpoch, Head: r.Head, Diff: r.Diff}
+	if r.Usage != nil {
+		rep.Usage = *r.Usage
+	}
+	return rep
 }
 
 // Patch applies a holder factory's fenced update: a stage move, a new
@@ -474,6 +503,10 @@ func (c *Coordinator) Patch(ctx context.Context, factoryID, productID, jobID str
 			return nil, err
 		}
 	}
+	if err := validateReport(req.Usage, req.Head, req.Diff); err != nil {
+		return nil, err
+	}
+	report := req.report()
 	fence := func(j *fleet.Job) error { return j.CheckFence(factoryID, req.LeaseEpoch) }
 	setCheckpoint := func(_, j *fleet.Job) {
 		if req.Checkpoint != nil {
@@ -481,17 +514,23 @@ func (c *Coordinator) Patch(ctx context.Context, factoryID, productID, jobID str
 		}
 	}
 	if req.Stage == "" {
-		if req.Checkpoint == nil {
-			return nil, fleet.Invalid("stage", "a patch needs a stage, a checkpoint or both")
+		if req.Checkpoint == nil && report == nil {
+			return nil, fleet.Invalid("stage", "a patch needs a stage, a checkpoint, a run report (usage, head, diff) or some of them")
 		}
 		return c.mutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
 			if err := fence(j); err != nil {
 				return err
 			}
-			if j.Checkpoint == *req.Checkpoint {
+			changed := false
+			if req.Checkpoint != nil && j.Checkpoint != *req.Checkpoint {
+				j.Checkpoint, changed = *req.Checkpoint, true
+			}
+			if report != nil && mergeReport(j, *report) {
+				changed = true
+			}
+			if !changed {
 				return errNoChange
 			}
-			j.Checkpoint = *req.Checkpoint
 			j.UpdatedAt = c.now()
 			return nil
 		})
@@ -521,7 +560,7 @@ func (c *Coordinator) Patch(ctx context.Context, factoryID, productID, jobID str
 		}
 	}
 	return c.transition(ctx, move{pk: productID, id: jobID, to: req.Stage, actor: fleet.ActorFactory, actorID: factoryID,
-		guard: guard, effect: effect})
+		guard: guard, effect: effect, report: report})
 }
 
 // Action is an operator action on a job.

@@ -128,7 +128,29 @@ func (c *Coordinator) claimPaged(ctx context.Context, products []string, try fun
 // when every one is ineligible, backing off or lost to a racing claimer.
 func (c *Coordinator) claimBest(ctx context.Context, f *fleet.Factory, queued []*fleet.Job, requestID string) (*protocol.Claimed, error) {
 	factoryID := f.ID
+	// Each product's budget is read once per claim to pass over the jobs
+	// it holds back; the reservation re-checks on the fresh document.
+	budgets := map[string]*fleet.ProductBudget{}
+	var err error
 	for _, j := range claimOrder(schedule.RankJobs(f, queued, c.now(), c.cfg.Weights)) {
+		b, ok := budgets[j.ProductID]
+		if !ok {
+			if b, err = c.admissionView(ctx, j.ProductID); err != nil {
+				return nil, err
+			}
+			budgets[j.ProductID] = b
+		}
+		if budgetHold(b, j) != nil {
+			continue
+		}
+		res, err := c.reserve(ctx, j)
+		var held *heldError
+		switch {
+		case errors.As(err, &held), errors.Is(err, errReservedElsewhere):
+			continue
+		case err != nil:
+			return nil, err
+		}
 		after, err := c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageAssigned, actor: fleet.ActorFactory, actorID: factoryID,
 			event: fleet.EventClaimed, message: "claimed (poll)",
 			guard: func(j *fleet.Job) error {
@@ -138,13 +160,14 @@ func (c *Coordinator) claimBest(ctx context.Context, f *fleet.Factory, queued []
 				if j.NotBefore.After(c.now()) {
 					return fleet.Errorf(fleet.CodeConflict, "job %s is backing off", j.ID)
 				}
-				return nil
+				return fenceReservation(res, j)
 			},
 			effect: func(_, j *fleet.Job) { j.ClaimRequestID = requestID }})
 		if err == nil {
 			c.stats.claims.Add(1)
 			return claimed(after), nil
 		}
+		c.undo(ctx, res)
 		if !errors.Is(err, fleet.ErrConflict) {
 			return nil, err
 		}
@@ -202,6 +225,10 @@ func claimOrder(ranked []*fleet.Job) []*fleet.Job {
 // Accept is the push transport's claim: the factory a dispatch message
 // targeted takes the job, if the message is still current.
 func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*protocol.Claimed, error) {
+	res, err := c.reserveAccept(ctx, productID, jobID, dispatchEpoch)
+	if err != nil {
+		return nil, err
+	}
 	after, err := c.transition(ctx, move{pk: productID, id: jobID, to: fleet.StageAssigned, actor: fleet.ActorFactory, actorID: factoryID,
 		event: fleet.EventClaimed, message: "accepted dispatch",
 		guard: func(j *fleet.Job) error {
@@ -213,9 +240,10 @@ func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID st
 			case j.TargetFactoryID != factoryID:
 				return fleet.Errorf(fleet.CodeConflict, "job %s was dispatched to another factory", j.ID)
 			}
-			return nil
+			return fenceReservation(res, j)
 		}})
 	if err != nil {
+		c.undo(ctx, res)
 		if errors.Is(err, fleet.ErrConflict) {
 			c.stats.claimConflicts.Add(1)
 		}
@@ -251,6 +279,8 @@ type FailRequest struct {
 	LeaseEpoch int64
 	Reason     string
 	Retryable  bool
+	// Usage is the run's final usage, when the holder knows it.
+	Usage *fleet.Usage
 }
 
 // Fail records a failure and frees the lease at once. A terminal failure
@@ -264,6 +294,13 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 	if strings.TrimSpace(req.Reason) == "" {
 		req.Reason = "no reason given"
 	}
+	var report *fleet.RunReport
+	if req.Usage != nil {
+		if err := req.Usage.Validate("usage"); err != nil {
+			return nil, err
+		}
+		report = &fleet.RunReport{LeaseEpoch: req.LeaseEpoch, Usage: *req.Usage}
+	}
 	// The target stage depends on the attempts stored on the job, so it is
 	// decided on the job each CAS attempt reads.
 	return c.transition(ctx, move{pk: productID, id: jobID, actor: fleet.ActorFactory, actorID: factoryID,
@@ -274,7 +311,8 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 			}
 			return j.RetryStage()
 		},
-		guard: func(j *fleet.Job) error { return j.CheckFence(factoryID, req.LeaseEpoch) },
+		guard:  func(j *fleet.Job) error { return j.CheckFence(factoryID, req.LeaseEpoch) },
+		report: report,
 		effect: func(_, j *fleet.Job) {
 			now := c.now()
 			j.LastFailure = &fleet.Failure{Reason: req.Reason, Retryable: req.Retryable, FactoryID: factoryID, At: now}

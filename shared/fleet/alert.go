@@ -23,6 +23,11 @@ const (
 	// AlertCancelUnacknowledged: the holder of a cancelled job has not
 	// acknowledged the cancel yet; the coordinator forces it after the grace.
 	AlertCancelUnacknowledged AlertKind = "cancel_unacknowledged"
+	// AlertBudgetAlert: a product's spend reached alertAt of its ceiling.
+	AlertBudgetAlert AlertKind = "budget_alert"
+	// AlertBudgetPaused: a product is paused (spend at the ceiling, or an
+	// operator); its queued jobs wait.
+	AlertBudgetPaused AlertKind = "budget_paused"
 )
 
 // Severity ranks alerts.

@@ -127,6 +127,9 @@ const (
 	// full, down, out of scope); a passing state whose counts move with
 	// every heartbeat.
 	UnroutableBusy UnroutableKind = "busy"
+	// UnroutableBudget: the product's budget holds the job back (paused,
+	// or no room under the ceiling); it flows when the budget makes room.
+	UnroutableBudget UnroutableKind = "budget"
 )
 
 // Failure is the last failure a factory reported.
@@ -196,6 +199,11 @@ type Job struct {
 	Budget         Budget  `json:"budget"`
 	Review         *Review `json:"review,omitempty"`
 	IdempotencyKey string  `json:"idempotencyKey,omitempty"`
+	// Report is what the holder reported about its run (usage, engine,
+	// delivered head); it names its lease epoch and is replaced when the
+	// next run starts, so it survives into the run document even if the
+	// process ends between the release and the run's write.
+	Report *RunReport `json:"runReport,omitempty"`
 	// QueuedAt is when the job last entered queued; the scheduler ages from it.
 	QueuedAt  time.Time `json:"queuedAt,omitzero"`
 	EventSeq  int64     `json:"eventSeq"`
@@ -350,6 +358,10 @@ type Run struct {
 	Reason     string    `json:"reason,omitempty"`
 	StartedAt  time.Time `json:"startedAt"`
 	EndedAt    time.Time `json:"endedAt,omitzero"`
+	Engine     string    `json:"engine,omitempty"`
+	Usage      Usage     `json:"usage"`
+	Head       string    `json:"head,omitempty"`
+	Diff       *DiffStat `json:"diff,omitempty"`
 }
 
 // RunID names the run of job at leaseEpoch: one run per lease.
@@ -409,6 +421,8 @@ const (
 	// An artifact's pointer added to or removed from the job.
 	EventArtifactAdded   EventType = "artifact_added"
 	EventArtifactDeleted EventType = "artifact_deleted"
+	// EventUsage: the holder reported its run's usage (cumulative).
+	EventUsage EventType = "usage"
 )
 
 // EventTypes lists every event type.
@@ -419,6 +433,7 @@ var EventTypes = []EventType{
 	EventCancelRequested, EventCancelAcknowledged, EventCancelForced,
 	EventPreemptedBy, EventPreempted, EventPreemptAcknowledged, EventPreemptForced,
 	EventArtifactAdded, EventArtifactDeleted,
+	EventUsage,
 }
 
 // EventID names the event seq of a job.

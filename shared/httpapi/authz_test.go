@@ -40,6 +40,7 @@ func newAuthzWorld(t testing.TB) *authzWorld {
 	var a fleet.Artifact
 	f.ok(http.StatusCreated, &a, "POST", "/api/fleet/jobs/"+w.held+"/artifacts?name=notes.txt", rootToken, "operator's notes", contentType("text/plain"))
 	w.artifact = a.ID
+	f.ok(http.StatusOK, nil, "PUT", "/api/fleet/budgets/p1", rootToken, map[string]any{"ceilingUsd": 1000})
 	return w
 }
 
@@ -128,6 +129,15 @@ func authzRequests(w *authzWorld) map[string]authzRequest {
 		"GET /api/fleet/profiles/{name}":          {path: "/api/fleet/profiles/backend?version=1", token: operator, want: 200},
 		"GET /api/fleet/profiles/{name}/versions": {path: "/api/fleet/profiles/backend/versions", token: operator, want: 200},
 		"GET /api/fleet/queue-state":              {path: "/api/fleet/queue-state", token: factoryF1, want: 200},
+		"POST /api/fleet/jobs/{id}/usage": {path: held + "/usage", body: map[string]any{"leaseEpoch": w.heldEpoch, "usd": 0.5,
+			"inputTokens": 10, "outputTokens": 20}, token: factoryF1, want: 200, scope: scopeJob},
+		"PUT /api/fleet/budgets/{productId}": {path: "/api/fleet/budgets/p1", body: map[string]any{"ceilingUsd": 50, "period": "total"},
+			token: operator, want: 200, scope: scopeResource},
+		"GET /api/fleet/budgets/{productId}":          {path: "/api/fleet/budgets/p1", token: operator, want: 200, scope: scopeResource},
+		"GET /api/fleet/budgets/{productId}/burndown": {path: "/api/fleet/budgets/p1/burndown", token: operator, want: 200, scope: scopeResource},
+		"POST /api/fleet/budgets/{productId}/pause": {path: "/api/fleet/budgets/p1/pause", body: map[string]any{"reason": "audit"},
+			token: operator, want: 200, scope: scopeResource},
+		"POST /api/fleet/budgets/{productId}/resume": {path: "/api/fleet/budgets/p1/resume", token: operator, want: 200, scope: scopeResource},
 	}
 }
 

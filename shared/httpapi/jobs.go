@@ -37,6 +37,11 @@ type patchRequest struct {
 	Stage      *string `json:"stage"`
 	LeaseEpoch *int64  `json:"leaseEpoch"`
 	Checkpoint *string `json:"checkpoint"`
+	// Usage, Head and Diff report on the run; the delivering patch carries
+	// its final usage, the head it pushed and the diff stat.
+	Usage *fleet.Usage    `json:"usage"`
+	Head  *string         `json:"head"`
+	Diff  *fleet.DiffStat `json:"diff"`
 }
 
 type actionRequest struct {
@@ -213,7 +218,13 @@ func (s *server) patchJob(w http.ResponseWriter, r *http.Request, p *principal) 
 	if req.LeaseEpoch == nil {
 		return required("leaseEpoch", "the leaseEpoch the claim returned")
 	}
-	patch := coord.PatchRequest{LeaseEpoch: *req.LeaseEpoch, Checkpoint: req.Checkpoint}
+	patch := coord.PatchRequest{LeaseEpoch: *req.LeaseEpoch, Checkpoint: req.Checkpoint, Usage: req.Usage, Diff: req.Diff}
+	if req.Head != nil {
+		if *req.Head == "" {
+			return fleet.Invalid("head", "must be the commit delivered; omit it when there is none")
+		}
+		patch.Head = *req.Head
+	}
 	if req.Stage != nil {
 		if patch.Stage, err = fleet.ParseStage("stage", *req.Stage); err != nil {
 			return err

@@ -388,6 +388,13 @@ func operations() []operation {
 			params:      []obj{pathParam("id", "The artifact id.")},
 			ok:          map[string]obj{"204": respond("Deleted.", nil)},
 			errors:      []string{"400", "404"}},
+		{method: "POST", path: "/fleet/jobs/{id}/usage", access: factoryOnly, summary: "Report a run's usage (holder, fenced)",
+			description: "The run's usage so far, cumulative: each figure merges by maximum, so a retried or late report changes nothing " +
+				"and a lower figure never lowers what was recorded. A report that changes the figures appends a usage event; " +
+				"one that passes the run's budget reservation grows the reservation. The final PATCH and /fail may carry the same usage object.",
+			params: []obj{jobID}, body: jsonBody(ref("UsageRequest")),
+			ok:     map[string]obj{"200": respond("The job, its runReport updated.", ref("Job"))},
+			errors: []string{"400", "404", "409", "413"}},
 
 		{method: "POST", path: "/fleet/claim", access: factoryOnly, summary: "Claim the best job (poll transport)",
 			description: "Draws from every product the factory's token is scoped to. The body may be empty or {}. " +
@@ -452,6 +459,34 @@ func operations() []operation {
 			params: []obj{pathParam("productId", "The product id.")},
 			ok:     map[string]obj{"200": respond("The product.", ref("Product"))},
 			errors: []string{"400", "404"}},
+		{method: "PUT", path: "/fleet/budgets/{productId}", access: operatorOnly, summary: "Set a product's budget",
+			description: "ceilingUsd is required; period (month or total, default month), alertAt (default 0.8), autoPause (default true) " +
+				"and defaultJobUsd (the estimate of a job without budget.usd, default 0) take defaults when absent. Spend, reservations " +
+				"and a pause are kept across PUTs. Jobs are only assigned while the product is not paused and spent + reserved + estimate <= ceiling.",
+			params: []obj{pathParam("productId", "The product id.")},
+			body:   jsonBody(ref("BudgetRequest")),
+			ok:     map[string]obj{"200": respond("The budget.", ref("Budget"))},
+			errors: []string{"400", "404", "409", "413"}},
+		{method: "GET", path: "/fleet/budgets/{productId}", access: operatorOnly, summary: "Read a product's budget",
+			params: []obj{pathParam("productId", "The product id.")},
+			ok:     map[string]obj{"200": respond("The budget.", ref("Budget"))},
+			errors: []string{"400", "404"}},
+		{method: "GET", path: "/fleet/budgets/{productId}/burndown", access: operatorOnly, summary: "A budget's burndown",
+			description: "The period's cumulative spend at each settled run, and the linear forecast of when it reaches the ceiling (null when it will not this period).",
+			params:      []obj{pathParam("productId", "The product id.")},
+			ok:          map[string]obj{"200": respond("The burndown.", ref("Burndown"))},
+			errors:      []string{"400", "404"}},
+		{method: "POST", path: "/fleet/budgets/{productId}/pause", access: operatorOnly, summary: "Pause a product",
+			description: "No job of the product is assigned until it is resumed; running jobs finish.",
+			params:      []obj{pathParam("productId", "The product id.")},
+			body:        optionalJSONBody(ref("PauseRequest")),
+			ok:          map[string]obj{"200": respond("The budget.", ref("Budget"))},
+			errors:      []string{"400", "404", "409", "413"}},
+		{method: "POST", path: "/fleet/budgets/{productId}/resume", access: operatorOnly, summary: "Resume a product",
+			description: "Lifts the pause and lets held jobs flow at once (admission still applies).",
+			params:      []obj{pathParam("productId", "The product id.")},
+			ok:          map[string]obj{"200": respond("The budget.", ref("Budget"))},
+			errors:      []string{"400", "404", "409"}},
 		{method: "GET", path: "/fleet/repos", access: operatorOnly, summary: "Repos known to the fleet",
 			description: "Each with the products owning it and the factories holding it; limited to x-product-id or the token's scope.",
 			ok:          map[string]obj{"200": respond("The repos, by name.", listOf("RepoInfo"))}},
@@ -545,8 +580,19 @@ var eventType = func() obj {
 }()
 
 // unroutableKind is the schema of a job's dispatch.unroutableKind.
-var unroutableKind = enum("no_factory: nothing in the fleet can run the job (it needs a change); busy: factories could, but none can now.",
-	string(fleet.UnroutableNoFactory), string(fleet.UnroutableBusy))
+var unroutableKind = enum("no_factory: nothing in the fleet can run the job (it needs a change); busy: factories could, but none can now; "+
+	"budget: its product's budget holds it back (paused, or no room under the ceiling).",
+	string(fleet.UnroutableNoFactory), string(fleet.UnroutableBusy), string(fleet.UnroutableBudget))
+
+// usageSchema is fleet.Usage.
+var usageSchema = object([]string{"usd", "inputTokens", "outputTokens"}, obj{
+	"usd": number("Cumulative cost in USD."), "inputTokens": integer(""), "outputTokens": integer(""),
+})
+
+// diffSchema is fleet.DiffStat.
+var diffSchema = object([]string{"files", "insertions", "deletions"}, obj{
+	"files": integer(""), "insertions": integer(""), "deletions": integer(""),
+})
 
 func enum(desc string, values ...string) obj {
 	return describe(obj{"type": "string", "enum": values}, desc)
@@ -639,10 +685,14 @@ func schemas() obj {
 			"depth":            integer("Levels below the root (0 for a root)."),
 			"children":         stringList("The jobs posted as its children; while blocked it waits until every one shipped."),
 			"idempotencyKey":   str(""),
-			"queuedAt":         dateTime(""),
-			"eventSeq":         integer("The seq of the job's latest event."),
-			"createdAt":        dateTime(""),
-			"updatedAt":        dateTime(""),
+			"runReport": object([]string{"leaseEpoch", "usage"}, obj{
+				"leaseEpoch": integer("The run (lease epoch) reported on."), "engine": str(""), "usage": usageSchema,
+				"head": str("The commit delivered."), "diff": diffSchema,
+			}),
+			"queuedAt":  dateTime(""),
+			"eventSeq":  integer("The seq of the job's latest event."),
+			"createdAt": dateTime(""),
+			"updatedAt": dateTime(""),
 		}),
 		"Review": object([]string{"approvals"}, obj{
 			"reviewers": boundedList("Operator names who may vote; empty means any operator.", fleet.MaxReviewers),
@@ -677,6 +727,8 @@ func schemas() obj {
 			"id": str("jobId:leaseEpoch"), "jobId": str(""), "productId": str(""), "factoryId": str(""),
 			"leaseEpoch": integer(""), "result": enum("", "running", "succeeded", "failed", "lost", "cancelled", "preempted"),
 			"reason": str(""), "startedAt": dateTime(""), "endedAt": dateTime(""),
+			"engine": str("The engine the holder reported."), "usage": usageSchema,
+			"head": str("The commit the run delivered."), "diff": diffSchema,
 		}),
 		"Event": object([]string{"id", "jobId", "seq", "type", "actor", "at"}, obj{
 			"id": str(""), "jobId": str(""), "productId": str(""), "seq": integer(""), "type": eventType,
@@ -700,6 +752,10 @@ func schemas() obj {
 			"waiting": object([]string{"depsMode", "deps", "children"}, obj{
 				"depsMode": enum("", "all", "any"),
 				"deps":     arrayOf(ref("WaitItem")), "children": arrayOf(ref("WaitItem")),
+			}),
+			"budget": object([]string{"kind", "message"}, obj{
+				"kind":    enum("Why the product's budget holds the queued job back now.", string(fleet.HoldPaused), string(fleet.HoldCeiling)),
+				"message": str(""),
 			}),
 			"schedule": object([]string{"jobId", "routable", "required", "candidates"}, obj{
 				"jobId": str(""), "routable": boolean(""), "reason": str("Why no factory is eligible."),
@@ -747,9 +803,10 @@ func schemas() obj {
 			"jobs":     describe(obj{"type": "object", "additionalProperties": obj{"type": "integer"}}, "Active jobs by stage."),
 			"starving": arrayOf(object(nil, obj{"jobId": str(""), "productId": str(""), "waitingFor": str(""), "reason": str("")})),
 			"alerts": arrayOf(object([]string{"kind", "severity", "subject", "since", "message"}, obj{
-				"kind":     enum("What the alert is about.", "starving", "stale_factory", "dead_letter", "blocked_on_failed"),
+				"kind": enum("What the alert is about.", "starving", "stale_factory", "dead_letter", "blocked_on_failed", string(fleet.AlertCancelUnacknowledged),
+					string(fleet.AlertBudgetAlert), string(fleet.AlertBudgetPaused)),
 				"severity": enum("", "warning", "critical"),
-				"subject":  str("What it names: product/repo (starving), a factory id (stale_factory), product/job (dead_letter, blocked_on_failed)."),
+				"subject":  str("What it names: product/repo (starving), a factory id (stale_factory), product/job (dead_letter, blocked_on_failed), a product (budget_alert, budget_paused)."),
 				"since":    dateTime("When the condition began."),
 				"message":  str("A sentence for a person."),
 			})),
@@ -768,6 +825,9 @@ func schemas() obj {
 			"stage":      enum("building, review, testing or shipped; omit to set only the checkpoint.", stageNames()...),
 			"leaseEpoch": integer("The epoch the claim returned."),
 			"checkpoint": describe(obj{"type": "string", "maxLength": 1024}, ""),
+			"usage":      describe(usageSchema, "The run's usage so far (cumulative; see POST /fleet/jobs/{id}/usage)."),
+			"head":       name("The commit the run delivered."),
+			"diff":       describe(diffSchema, "The delivered change's git diff --shortstat against its base."),
 		}),
 		"ChildrenRequest": request([]string{"children"}, obj{
 			"leaseEpoch": integer("The holder's epoch: required from a factory, refused from an operator."),
@@ -799,6 +859,35 @@ func schemas() obj {
 				"Never refused for its text: stored with control characters escaped, cut to %d bytes.", fleet.MaxReasonLen)),
 			"retryable": boolean("true: retry after a backoff; false: fail for good."),
 			"productId": name("Saves a lookup when x-product-id is absent."),
+			"usage":     describe(usageSchema, "The run's final usage, when known."),
+		}),
+		"UsageRequest": request([]string{"leaseEpoch", "usd"}, obj{
+			"leaseEpoch": integer("The epoch the claim returned."), "usd": describe(obj{"type": "number", "minimum": 0}, "Cumulative USD."),
+			"inputTokens": describe(obj{"type": "integer", "minimum": 0}, "Cumulative."), "outputTokens": describe(obj{"type": "integer", "minimum": 0}, "Cumulative."),
+			"engine": name("The engine running the job."),
+		}),
+		"BudgetRequest": request([]string{"ceilingUsd"}, obj{
+			"ceilingUsd":    describe(obj{"type": "number", "exclusiveMinimum": 0}, "The most the product may spend per period."),
+			"period":        enum("Default month (calendar month, UTC).", string(fleet.PeriodMonth), string(fleet.PeriodTotal)),
+			"alertAt":       describe(obj{"type": "number", "exclusiveMinimum": 0, "maximum": 1}, "budget_alert once spend reaches this fraction of the ceiling; default 0.8."),
+			"autoPause":     boolean("Pause the product when spend reaches the ceiling; default true."),
+			"defaultJobUsd": describe(obj{"type": "number", "minimum": 0}, "The estimate of a job that names no budget.usd; default 0."),
+		}),
+		"PauseRequest": request(nil, obj{"reason": describe(obj{"type": "string", "maxLength": 2000}, "Why, for people.")}),
+		"Budget": object([]string{"productId", "ceilingUsd", "period", "periodStart", "spentUsd", "reservedUsd", "remainingUsd",
+			"paused", "pausedReason", "alertAt", "autoPause", "updatedAt"}, obj{
+			"productId": name(""), "ceilingUsd": number(""), "period": enum("", string(fleet.PeriodMonth), string(fleet.PeriodTotal)),
+			"periodStart": dateTime(""), "spentUsd": number("Settled spend this period."),
+			"reservedUsd":  number("Estimates held for runs admitted and not yet settled."),
+			"remainingUsd": number("ceiling - spent - reserved, at least 0."), "paused": boolean(""),
+			"pausedReason": describe(obj{"type": []string{"string", "null"}, "enum": []any{string(fleet.PausedBudgetExhausted), string(fleet.PausedOperator), nil}}, ""),
+			"pauseMessage": str("The operator's reason, or the spend that paused it."),
+			"alertAt":      number(""), "autoPause": boolean(""), "defaultJobUsd": number(""), "updatedAt": dateTime(""),
+		}),
+		"Burndown": object([]string{"productId", "ceilingUsd", "periodStart", "points", "forecastExhaustedAt"}, obj{
+			"productId": name(""), "ceilingUsd": number(""), "periodStart": dateTime(""),
+			"points":              arrayOf(object([]string{"at", "spentUsd"}, obj{"at": dateTime(""), "spentUsd": number("Cumulative spend of the period.")})),
+			"forecastExhaustedAt": describe(obj{"type": []string{"string", "null"}, "format": "date-time"}, "null when spend will not reach the ceiling this period."),
 		}),
 		"EnrollRequest": request([]string{"factoryId"}, obj{
 			"factoryId": name(""), "kind": enum("Default static.", "static", "elastic"),

@@ -196,6 +196,16 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"EnrollRequest"}, enrollRequest{}},
 		{[]string{"HeartbeatRequest"}, heartbeatRequest{}},
 		{[]string{"ProductRequest"}, productRequest{}},
+		{[]string{"UsageRequest"}, usageRequest{}},
+		{[]string{"BudgetRequest"}, budgetRequest{}},
+		{[]string{"PauseRequest"}, pauseRequest{}},
+		{[]string{"Budget"}, coord.BudgetView{}},
+		{[]string{"Burndown"}, coord.Burndown{}},
+		{[]string{"Burndown", "points"}, fleet.BurnPoint{}},
+		{[]string{"Run", "usage"}, fleet.Usage{}},
+		{[]string{"Run", "diff"}, fleet.DiffStat{}},
+		{[]string{"Job", "runReport"}, fleet.RunReport{}},
+		{[]string{"Explanation", "budget"}, fleet.Hold{}},
 	} {
 		name := strings.Join(tc.path, ".")
 		s, ok := schemas[tc.path[0]].(obj)

@@ -14,8 +14,8 @@ type route struct {
 // apiPrefix is where the Functions host mounts HTTP routes.
 const apiPrefix = "/api"
 
-// routes is every route the API serves. Budgets and the tracker bridge are
-// not served yet: they are absent here, and so they answer 404.
+// routes is every route the API serves. The tracker bridge is not served
+// yet: it is absent here, and so it answers 404.
 var routes = []route{
 	{method: "GET", pattern: "/api/healthz", access: public, handle: (*server).healthz},
 	{method: "GET", pattern: "/api/openapi.json", access: public, handle: (*server).openAPI},
@@ -42,6 +42,7 @@ var routes = []route{
 	{method: "GET", pattern: "/api/fleet/artifacts/{id}", access: anyPrincipal, handle: (*server).getArtifact},
 	{method: "GET", pattern: "/api/fleet/artifacts/{id}/content", access: anyPrincipal, handle: (*server).artifactContent},
 	{method: "DELETE", pattern: "/api/fleet/artifacts/{id}", access: operatorOnly, handle: (*server).deleteArtifact},
+	{method: "POST", pattern: "/api/fleet/jobs/{id}/usage", access: factoryOnly, handle: (*server).reportUsage},
 
 	{method: "POST", pattern: "/api/fleet/claim", access: factoryOnly, handle: (*server).claim},
 	{method: "POST", pattern: "/api/fleet/accept", access: factoryOnly, handle: (*server).accept},
@@ -62,6 +63,12 @@ var routes = []route{
 	{method: "GET", pattern: "/api/fleet/profiles", access: operatorOnly, handle: (*server).listProfiles},
 	{method: "GET", pattern: "/api/fleet/profiles/{name}", access: operatorOnly, query: []string{"version"}, handle: (*server).getProfile},
 	{method: "GET", pattern: "/api/fleet/profiles/{name}/versions", access: operatorOnly, handle: (*server).profileVersions},
+
+	{method: "PUT", pattern: "/api/fleet/budgets/{productId}", access: operatorOnly, handle: (*server).putBudget},
+	{method: "GET", pattern: "/api/fleet/budgets/{productId}", access: operatorOnly, handle: (*server).getBudget},
+	{method: "GET", pattern: "/api/fleet/budgets/{productId}/burndown", access: operatorOnly, handle: (*server).burndown},
+	{method: "POST", pattern: "/api/fleet/budgets/{productId}/pause", access: operatorOnly, handle: (*server).pauseBudget},
+	{method: "POST", pattern: "/api/fleet/budgets/{productId}/resume", access: operatorOnly, handle: (*server).resumeBudget},
 
 	{method: "GET", pattern: "/api/fleet/metrics", access: operatorOnly, handle: (*server).metrics},
 	{method: "GET", pattern: "/api/fleet/queue-state", access: anyPrincipal, handle: (*server).queueState},

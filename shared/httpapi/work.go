@@ -25,6 +25,8 @@ type failRequest struct {
 	Reason     *string `json:"reason"`
 	Retryable  *bool   `json:"retryable"`
 	ProductID  string  `json:"productId"`
+	// Usage is the run's final usage, when the holder knows it.
+	Usage *fleet.Usage `json:"usage"`
 }
 
 type leaseRequest struct {
@@ -130,7 +132,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, p *principal) erro
 		return err
 	}
 	j, err := s.coord.Fail(r.Context(), p.id, product, req.JobID,
-		coord.FailRequest{LeaseEpoch: *req.LeaseEpoch, Reason: *req.Reason, Retryable: *req.Retryable})
+		coord.FailRequest{LeaseEpoch: *req.LeaseEpoch, Reason: *req.Reason, Retryable: *req.Retryable, Usage: req.Usage})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,644 @@
+package coord
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// Budgets (API.md, "Budgets"). A product's budget is one document in
+// container Budgets: its ceiling and settings, the period's spend and its
+// burndown points, and the reservations of the runs admitted and not yet
+// settled, keyed by job id.
+//
+// Admission and the claim are two compare-and-swaps on two documents (the
+// store has single-document CAS only), made in this order:
+//
+//  1. reserve on the budget: spent + reserved + estimate <= ceiling and
+//     not paused, and no live reservation for this job, or nothing is
+//     written. Racing claimers serialise on the budget's revision, so the
+//     last dollars go to one of them; the reservation names the job and
+//     the lease epoch the claim is about to take, so two claimers of one
+//     job cannot both hold one.
+//  2. CAS the job to assigned, guarded on that epoch. If it loses, the
+//     reservation is taken back (undo).
+//
+// A crash between 1 and 2, or between a run's end and its settling, leaves
+// a reservation no run will settle. It is keyed by job and epoch, so it is
+// reclaimed idempotently: an admission the budget refuses looks at the
+// reservations older than the lease TTL (a claim's second CAS is long done
+// by then), reads their jobs, and settles every one whose run is over (from
+// the usage the run reported) or never started. Settling deletes the
+// reservation in the same write that adds the spend, so a reclaim racing
+// the run's own settle counts the run once.
+
+// budgetDocs is the budget's document kind for cas.
+var budgetDocs = docKind[fleet.ProductBudget]{name: "budget", container: Budgets, setRev: func(b *fleet.ProductBudget, r string) { b.Rev = r }}
+
+// Budget defaults: the one place they are written.
+const (
+	DefaultBudgetAlertAt = 0.8
+)
+
+// BudgetRequest is an operator's PUT of a product's budget. Nil fields
+// take their defaults (period month, alertAt 0.8, autoPause true,
+// defaultJobUsd 0); ceilingUsd is required.
+type BudgetRequest struct {
+	CeilingUSD    *float64
+	Period        string
+	AlertAt       *float64
+	AutoPause     *bool
+	DefaultJobUSD *float64
+}
+
+// BudgetView is a budget as GET answers it.
+type BudgetView struct {
+	ProductID     string             `json:"productId"`
+	CeilingUSD    float64            `json:"ceilingUsd"`
+	Period        fleet.BudgetPeriod `json:"period"`
+	PeriodStart   time.Time          `json:"periodStart"`
+	SpentUSD      float64            `json:"spentUsd"`
+	ReservedUSD   float64            `json:"reservedUsd"`
+	RemainingUSD  float64            `json:"remainingUsd"`
+	Paused        bool               `json:"paused"`
+	PausedReason  *fleet.PauseReason `json:"pausedReason"`
+	PauseMessage  string             `json:"pauseMessage,omitempty"`
+	AlertAt       float64            `json:"alertAt"`
+	AutoPause     bool               `json:"autoPause"`
+	DefaultJobUSD float64            `json:"defaultJobUsd"`
+	UpdatedAt     time.Time          `json:"updatedAt"`
+}
+
+// Burndown is the period's spend over time and where it is heading.
+type Burndown struct {
+	ProductID           string            `json:"productId"`
+	CeilingUSD          float64           `json:"ceilingUsd"`
+	PeriodStart         time.Time         `json:"periodStart"`
+	Points              []fleet.BurnPoint `json:"points"`
+	ForecastExhaustedAt *time.Time        `json:"forecastExhaustedAt"`
+}
+
+func viewOf(b *fleet.ProductBudget) *BudgetView {
+	return &BudgetView{
+		ProductID: b.ProductID, CeilingUSD: b.CeilingUSD, Period: b.Period, PeriodStart: b.PeriodStart,
+		SpentUSD: b.SpentUSD, ReservedUSD: b.ReservedUSD(), RemainingUSD: b.RemainingUSD(),
+		Paused: b.Paused, PausedReason: b.PausedReason, PauseMessage: b.PauseMessage,
+		AlertAt: b.AlertAt, AutoPause: b.AutoPause, DefaultJobUSD: b.DefaultJobUSD, UpdatedAt: b.UpdatedAt,
+	}
+}
+
+func positiveUSD(field string, v float64, allowZero bool) error {
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return fleet.Invalid(field, "must be a finite number")
+	case v < 0 || (v == 0 && !allowZero):
+		return fleet.Invalid(field, "must be a positive number of USD, got %v", v)
+	}
+	return nil
+}
+
+// PutBudget sets a product's budget. A new budget starts its period now
+// (month: the current calendar month); changing an existing one keeps its
+// spend, reservations and pause, and a change of period starts the new
+// kind of period now. A change that may make room lets held jobs flow at once.
+func (c *Coordinator) PutBudget(ctx context.Context, productID string, req BudgetRequest) (*BudgetView, error) {
+	if err := fleet.ValidateName("productId", productID); err != nil {
+		return nil, err
+	}
+	if req.CeilingUSD == nil {
+		return nil, fleet.Invalid("ceilingUsd", "is required: the most the product may spend per period, in USD")
+	}
+	if err := positiveUSD("ceilingUsd", *req.CeilingUSD, false); err != nil {
+		return nil, err
+	}
+	period, err := fleet.ParseBudgetPeriod("period", req.Period)
+	if err != nil {
+		return nil, err
+	}
+	alertAt := DefaultBudgetAlertAt
+	if req.AlertAt != nil {
+		alertAt = *req.AlertAt
+		if math.IsNaN(alertAt) || alertAt <= 0 || alertAt > 1 {
+			return nil, fleet.Invalid("alertAt", "must be a fraction of the ceiling in (0, 1], got %v", alertAt)
+		}
+	}
+	autoPause := true
+	if req.AutoPause != nil {
+		autoPause = *req.AutoPause
+	}
+	var defaultJob float64
+	if req.DefaultJobUSD != nil {
+		defaultJob = *req.DefaultJobUSD
+		if err := positiveUSD("defaultJobUsd", defaultJob, true); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := c.GetProduct(ctx, productID); err != nil {
+		return nil, err
+	}
+	now := c.now()
+	apply := func(b *fleet.ProductBudget) {
+		if b.Period != period {
+			b.Period, b.PeriodStart = period, fleet.PeriodStartAt(period, now, now)
+		}
+		b.CeilingUSD, b.AlertAt, b.AutoPause, b.DefaultJobUSD, b.UpdatedAt = *req.CeilingUSD, alertAt, autoPause, defaultJob, now
+	}
+	id := fleet.BudgetID(productID)
+	b, _, err := cas(ctx, c, budgetDocs, productID, id, func(b *fleet.ProductBudget) error {
+		b.Roll(now)
+		apply(b)
+		return nil
+	})
+	if errors.Is(err, fleet.ErrNotFound) {
+		b = &fleet.ProductBudget{ID: id, ProductID: productID, Reservations: map[string]fleet.Reservation{},
+			Points: []fleet.BurnPoint{}, CreatedAt: now}
+		apply(b)
+		body, merr := json.Marshal(b)
+		if merr != nil {
+			return nil, fmt.Errorf("encode budget: %w", merr)
+		}
+		rev, cerr := c.store.Create(ctx, Budgets, productID, id, body)
+		if errors.Is(cerr, ErrExists) {
+			// A racing first PUT: apply this one over it.
+			return c.PutBudget(ctx, productID, req)
+		}
+		if cerr != nil {
+			return nil, fmt.Errorf("create budget %s: %w", productID, cerr)
+		}
+		b.Rev, err = rev, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.releaseHeld(context.WithoutCancel(ctx), productID)
+	return viewOf(b), nil
+}
+
+// budgetOf reads a product's budget as of now (rolled into the current
+// period, not written); nil when the product has none.
+func (c *Coordinator) budgetOf(ctx context.Context, productID string) (*fleet.ProductBudget, error) {
+	b, _, err := readDoc[fleet.ProductBudget](ctx, c.store, Budgets, productID, fleet.BudgetID(productID), "budget")
+	if errors.Is(err, fleet.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	b.Roll(c.now())
+	return b, nil
+}
+
+// readBudget is budgetOf where a missing budget is not_found.
+func (c *Coordinator) readBudget(ctx context.Context, productID string) (*fleet.ProductBudget, error) {
+	if err := fleet.ValidateName("productId", productID); err != nil {
+		return nil, err
+	}
+	b, err := c.budgetOf(ctx, productID)
+	if err == nil && b == nil {
+		err = notFound("budget of product", productID)
+	}
+	return b, err
+}
+
+// GetBudget returns a product's budget.
+func (c *Coordinator) GetBudget(ctx context.Context, productID string) (*BudgetView, error) {
+	b, err := c.readBudget(ctx, productID)
+	if err != nil {
+		return nil, err
+	}
+	return viewOf(b), nil
+}
+
+// GetBurndown returns the period's burndown and its forecast.
+func (c *Coordinator) GetBurndown(ctx context.Context, productID string) (*Burndown, error) {
+	b, err := c.readBudget(ctx, productID)
+	if err != nil {
+		return nil, err
+	}
+	points := b.Points
+	if points == nil {
+		points = []fleet.BurnPoint{}
+	}
+	return &Burndown{ProductID: productID, CeilingUSD: b.CeilingUSD, PeriodStart: b.PeriodStart,
+		Points: points, ForecastExhaustedAt: b.ForecastExhaustedAt()}, nil
+}
+
+// mutateBudget applies fn to the product's budget, rolled into the
+// current period first.
+func (c *Coordinator) mutateBudget(ctx context.Context, productID string, fn func(b *fleet.ProductBudget) error) (*fleet.ProductBudget, bool, error) {
+	return cas(ctx, c, budgetDocs, productID, fleet.BudgetID(productID), func(b *fleet.ProductBudget) error {
+		rolled := b.Roll(c.now())
+		err := fn(b)
+		if errors.Is(err, errNoChange) && rolled {
+			return nil
+		}
+		return err
+	})
+}
+
+// PauseBudget stops assignments for the product until it is resumed.
+// Running jobs finish.
+func (c *Coordinator) PauseBudget(ctx context.Context, productID, reason string) (*BudgetView, error) {
+	if err := fleet.ValidateName("productId", productID); err != nil {
+		return nil, err
+	}
+	if err := fleet.ValidateText("reason", reason, 2000); err != nil {
+		return nil, err
+	}
+	b, _, err := c.mutateBudget(ctx, productID, func(b *fleet.ProductBudget) error {
+		if b.Paused && b.PausedReason != nil && *b.PausedReason == fleet.PausedOperator && b.PauseMessage == reason {
+			return errNoChange
+		}
+		b.Pause(fleet.PausedOperator, reason, c.now())
+		return nil
+	})
+	if err != nil {
+		return nil, budgetError(productID, err)
+	}
+	return viewOf(b), nil
+}
+
+// ResumeBudget lifts a pause (the operator's, or spend's) and lets the jobs
+// it held flow at once: poll factories see the queue state move, and push
+// factories get the jobs dispatched now, not at the next sweep. Admission
+// still applies: with spend at the ceiling, jobs stay held (raise the
+// ceiling first).
+func (c *Coordinator) ResumeBudget(ctx context.Context, productID string) (*BudgetView, error) {
+	if err := fleet.ValidateName("productId", productID); err != nil {
+		return nil, err
+	}
+	b, _, err := c.mutateBudget(ctx, productID, func(b *fleet.ProductBudget) error {
+		if !b.Paused {
+			return errNoChange
+		}
+		b.Unpause()
+		b.UpdatedAt = c.now()
+		return nil
+	})
+	if err != nil {
+		return nil, budgetError(productID, err)
+	}
+	c.releaseHeld(context.WithoutCancel(ctx), productID)
+	return viewOf(b), nil
+}
+
+// budgetError names a missing budget as such.
+func budgetError(productID string, err error) error {
+	if errors.Is(err, fleet.ErrNotFound) {
+		return notFound("budget of product", productID)
+	}
+	return err
+}
+
+// releaseHeld lets jobs a budget held flow now: poll factories are told the
+// queue changed, and every queued job of the product without a dispatch is
+// routed again (dispatch applies admission, so the ones still held stay).
+func (c *Coordinator) releaseHeld(ctx context.Context, productID string) {
+	c.bumpQueueState(ctx, productID)
+	if c.publisher == nil {
+		return
+	}
+	waiting, err := c.queryJobs(ctx, Query{PartitionKey: productID,
+		Where: []Cond{Eq("stage", string(fleet.StageQueued)), Eq("targetFactoryId", "")}})
+	if err != nil {
+		c.log.ErrorContext(ctx, "release budget-held jobs", "product", productID, "err", err)
+		return
+	}
+	for _, j := range waiting {
+		if _, err := c.dispatch(ctx, j.ProductID, j.ID, nil); err != nil {
+			c.log.ErrorContext(ctx, "dispatch budget-held job", "job", j.ID, "err", err)
+		}
+	}
+}
+
+// heldError is an admission the budget refused.
+type heldError struct{ hold fleet.Hold }
+
+func (e *heldError) Error() string { return e.hold.Message }
+
+// reservation is an estimate reserve took for one claim.
+type reservation struct {
+	productID, jobID string
+	epoch            int64
+}
+
+// errReservedElsewhere: another claimer holds the job's reservation for
+// the same epoch (it is claiming the job right now).
+var errReservedElsewhere = errors.New("job reserved by another claim")
+
+// reserve is step 1 of an assignment of j (see the top of this file): nil
+// and no error when the product has no budget; a *heldError when admission
+// refuses; errReservedElsewhere when another claim of j holds it.
+func (c *Coordinator) reserve(ctx context.Context, j *fleet.Job) (*reservation, error) {
+	b, err := c.budgetOf(ctx, j.ProductID)
+	if err != nil || b == nil {
+		return nil, err
+	}
+	epoch := j.LeaseEpoch + 1
+	if r, ok := b.Reservations[j.ID]; ok && r.LeaseEpoch != epoch {
+		// A reservation of an earlier run of this job: that run is over
+		// (the job is queued again), so it is settled first.
+		c.reclaim(ctx, j.ProductID, func(id string, _ fleet.Reservation) bool { return id == j.ID })
+	}
+	res := &reservation{productID: j.ProductID, jobID: j.ID, epoch: epoch}
+	for try := 0; ; try++ {
+		_, _, err = c.mutateBudget(ctx, j.ProductID, func(b *fleet.ProductBudget) error {
+			if r, ok := b.Reservations[j.ID]; ok {
+				if r.LeaseEpoch == epoch {
+					return errReservedElsewhere
+				}
+				return fleet.Errorf(fleet.CodeConflict, "job %s has an unsettled reservation of run %d", j.ID, r.LeaseEpoch)
+			}
+			if h := b.Reserve(j.ID, epoch, b.Estimate(j.Budget), c.now()); h != nil {
+				return &heldError{hold: *h}
+			}
+			return nil
+		})
+		var held *heldError
+		if try == 0 && errors.As(err, &held) && held.hold.Kind == fleet.HoldCeiling {
+			// Full: a reservation a crash left behind may be what fills it.
+			if c.reclaim(ctx, j.ProductID, c.suspect) > 0 {
+				continue
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		return res, nil
+	}
+}
+
+// admissionView is the product's budget as a claim pre-filters its jobs
+// by: when it is full, reservations a crash left behind are reclaimed
+// first, so they cannot keep it full.
+func (c *Coordinator) admissionView(ctx context.Context, productID string) (*fleet.ProductBudget, error) {
+	b, err := c.budgetOf(ctx, productID)
+	if err != nil || b == nil || b.Paused || b.RemainingUSD() > 0 {
+		return b, err
+	}
+	if c.reclaim(ctx, productID, c.suspect) == 0 {
+		return b, nil
+	}
+	return c.budgetOf(ctx, productID)
+}
+
+// suspect selects reservations old enough that their claim's job CAS is
+// long over: only those may be reclaimed while their job is still queued.
+func (c *Coordinator) suspect(_ string, r fleet.Reservation) bool {
+	return c.now().Sub(r.At) >= c.cfg.LeaseTTL
+}
+
+// undo takes back a reservation whose claim lost its job CAS.
+func (c *Coordinator) undo(ctx context.Context, res *reservation) {
+	if res == nil {
+		return
+	}
+	_, _, err := c.mutateBudget(context.WithoutCancel(ctx), res.productID, func(b *fleet.ProductBudget) error {
+		if r, ok := b.Reservations[res.jobID]; !ok || r.LeaseEpoch != res.epoch {
+			return errNoChange
+		}
+		delete(b.Reservations, res.jobID)
+		b.UpdatedAt = c.now()
+		return nil
+	})
+	if err != nil {
+		// Left behind, it is reclaimed once it is older than the lease TTL.
+		c.log.WarnContext(ctx, "take back a budget reservation", "job", res.jobID, "err", err)
+	}
+}
+
+// fenceReservation is the claim's guard for step 2: the job must still be
+// at the epoch the reservation was made for.
+func fenceReservation(res *reservation, j *fleet.Job) error {
+	if res != nil && j.LeaseEpoch+1 != res.epoch {
+		return fleet.Errorf(fleet.CodeConflict, "job %s moved to lease epoch %d since its budget was reserved", j.ID, j.LeaseEpoch)
+	}
+	return nil
+}
+
+// reclaim settles the reservations pick selects whose run is over or never
+// started, each from the usage its run reported. It returns how many it
+// settled.
+func (c *Coordinator) reclaim(ctx context.Context, productID string, pick func(jobID string, r fleet.Reservation) bool) int {
+	b, err := c.budgetOf(ctx, productID)
+	if err != nil || b == nil {
+		return 0
+	}
+	type settle struct {
+		epoch int64
+		usd   float64
+	}
+	done := map[string]settle{}
+	for id, r := range b.Reservations {
+		if !pick(id, r) {
+			continue
+		}
+		j, err := c.GetJob(ctx, productID, id)
+		switch {
+		case errors.Is(err, fleet.ErrNotFound):
+			done[id] = settle{epoch: r.LeaseEpoch}
+			continue
+		case err != nil:
+			continue
+		}
+		_, live := j.Lease()
+		switch {
+		case j.LeaseEpoch == r.LeaseEpoch && live:
+			continue // the run is going: it settles when it ends
+		case j.LeaseEpoch < r.LeaseEpoch && !c.suspect(id, r):
+			continue // its claim may still be landing
+		}
+		done[id] = settle{epoch: r.LeaseEpoch, usd: c.runUSD(ctx, j, r.LeaseEpoch)}
+	}
+	if len(done) == 0 {
+		return 0
+	}
+	n := 0
+	_, _, err = c.mutateBudget(ctx, productID, func(b *fleet.ProductBudget) error {
+		n = 0
+		for id, s := range done {
+			if b.Settle(id, s.epoch, s.usd, c.now()) {
+				n++
+			}
+		}
+		if n == 0 {
+			return errNoChange
+		}
+		return nil
+	})
+	if err != nil {
+		c.log.WarnContext(ctx, "reclaim budget reservations", "product", productID, "err", err)
+		return 0
+	}
+	c.log.InfoContext(ctx, "reclaimed budget reservations left by a crash", "product", productID, "count", n)
+	return n
+}
+
+// runUSD is what the run of j at epoch reported: from its run document, or
+// the job's report when the run document was never written.
+func (c *Coordinator) runUSD(ctx context.Context, j *fleet.Job, epoch int64) float64 {
+	run, _, err := readDoc[fleet.Run](ctx, c.store, Runs, j.ID, fleet.RunID(j.ID, epoch), "run")
+	if err == nil {
+		return run.Usage.USD
+	}
+	if r := j.ReportFor(epoch); r != nil {
+		return r.Usage.USD
+	}
+	return 0
+}
+
+// settleRun settles the budget reservation of the run before's lease held,
+// from the usage it reported; then jobs the reservation held back may flow.
+func (c *Coordinator) settleRun(ctx context.Context, before *fleet.Job) {
+	var usd float64
+	if r := before.ReportFor(before.LeaseEpoch); r != nil {
+		usd = r.Usage.USD
+	}
+	_, written, err := c.mutateBudget(ctx, before.ProductID, func(b *fleet.ProductBudget) error {
+		if !b.Settle(before.ID, before.LeaseEpoch, usd, c.now()) {
+			return errNoChange
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, fleet.ErrNotFound):
+		return
+	case err != nil:
+		// Left behind, it is reclaimed once it is older than the lease TTL.
+		c.log.ErrorContext(ctx, "settle budget reservation", "job", before.ID, "epoch", before.LeaseEpoch, "err", err)
+		return
+	}
+	if written {
+		c.releaseHeld(ctx, before.ProductID)
+	}
+}
+
+// growReservation raises the reservation of a run whose reported usage
+// passed it, so admission counts what the run has spent so far.
+func (c *Coordinator) growReservation(ctx context.Context, productID, jobID string, epoch int64, usd float64) {
+	_, _, err := c.mutateBudget(ctx, productID, func(b *fleet.ProductBudget) error {
+		r, ok := b.Reservations[jobID]
+		if !ok || r.LeaseEpoch != epoch || r.USD >= usd {
+			return errNoChange
+		}
+		r.USD = usd
+		b.Reservations[jobID] = r
+		b.UpdatedAt = c.now()
+		return nil
+	})
+	if err != nil && !errors.Is(err, fleet.ErrNotFound) {
+		c.log.WarnContext(ctx, "grow budget reservation", "job", jobID, "err", err)
+	}
+}
+
+// budgetHold says whether j's product budget holds it back now (without
+// reserving): nil when it may be assigned or the product has no budget.
+func budgetHold(b *fleet.ProductBudget, j *fleet.Job) *fleet.Hold {
+	if b == nil {
+		return nil
+	}
+	return b.Admit(b.Estimate(j.Budget))
+}
+
+// checkJobBudget is submit's rule: a job whose own budget.usd exceeds its
+// product's ceiling can never be admitted, so it is refused (422).
+func (c *Coordinator) checkJobBudget(ctx context.Context, productID string, job fleet.Budget) error {
+	if job.USD <= 0 {
+		return nil
+	}
+	b, err := c.budgetOf(ctx, productID)
+	if err != nil || b == nil {
+		return err
+	}
+	if job.USD > b.CeilingUSD {
+		return &fleet.Error{Code: fleet.CodeBudgetExceeded, Field: "budget.usd", Message: fmt.Sprintf(
+			"the job's budget of %.2f USD exceeds product %s's ceiling of %.2f USD per %s; it could never run", job.USD, productID, b.CeilingUSD, b.Period)}
+	}
+	return nil
+}
+
+// budgetAlerts are the budget_alert and budget_paused alerts of the
+// products' budgets (every product's when productID is empty).
+func (c *Coordinator) budgetAlerts(ctx context.Context, productID string) ([]fleet.Alert, error) {
+	items, err := c.queryAll(ctx, Budgets, Query{PartitionKey: productID})
+	if err != nil {
+		return nil, err
+	}
+	var out []fleet.Alert
+	for _, it := range items {
+		b, err := decode[fleet.ProductBudget](it)
+		if err != nil {
+			return nil, err
+		}
+		b.Roll(c.now())
+		if b.Paused {
+			why := fleet.PausedOperator
+			if b.PausedReason != nil {
+				why = *b.PausedReason
+			}
+			msg := fmt.Sprintf("product %s is paused (%s); queued jobs wait for resume", b.ProductID, why)
+			if b.PauseMessage != "" {
+				msg += ": " + b.PauseMessage
+			}
+			out = append(out, fleet.Alert{Kind: fleet.AlertBudgetPaused, Severity: fleet.SeverityCritical,
+				Subject: b.ProductID, Since: b.PausedAt, Message: msg})
+		}
+		if on, since := b.Alerting(); on {
+			out = append(out, fleet.Alert{Kind: fleet.AlertBudgetAlert, Severity: fleet.SeverityWarning, Subject: b.ProductID, Since: since,
+				Message: fmt.Sprintf("product %s spent %.2f of its %.2f USD ceiling this period (alert at %.0f%%)",
+					b.ProductID, b.SpentUSD, b.CeilingUSD, b.AlertAt*100)})
+		}
+	}
+	return out, nil
+}
+
+// reserveAccept is admission for the push transport: the reservation an
+// accept takes before its CAS. A job its budget holds back loses its
+// dispatch (the message is void: 409) and waits, its reason recorded,
+// until the budget makes room and releaseHeld routes it again.
+func (c *Coordinator) reserveAccept(ctx context.Context, productID, jobID string, dispatchEpoch int64) (*reservation, error) {
+	b, err := c.budgetOf(ctx, productID)
+	if err != nil || b == nil {
+		return nil, err
+	}
+	j, err := c.GetJob(ctx, productID, jobID)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.reserve(ctx, j)
+	var held *heldError
+	switch {
+	case errors.As(err, &held):
+		c.holdDispatched(ctx, productID, jobID, dispatchEpoch, held.hold)
+		return nil, fleet.Errorf(fleet.CodeConflict, "job %s is held back by its budget: %s", jobID, held.hold.Message)
+	case errors.Is(err, errReservedElsewhere):
+		return nil, fleet.Errorf(fleet.CodeConflict, "job %s is being claimed by someone else", jobID)
+	}
+	return res, err
+}
+
+// holdDispatched voids the dispatch of a job its budget holds back, so it
+// waits untargeted (and says why) instead of for the redispatch sweep.
+func (c *Coordinator) holdDispatched(ctx context.Context, productID, jobID string, dispatchEpoch int64, h fleet.Hold) {
+	_, err := c.mutateJob(context.WithoutCancel(ctx), productID, jobID, func(j *fleet.Job) error {
+		if j.Stage != fleet.StageQueued || j.DispatchEpoch != dispatchEpoch {
+			return errNoChange
+		}
+		holdDispatch(j, h, c.now())
+		return nil
+	})
+	if err != nil {
+		c.log.WarnContext(ctx, "record budget hold", "job", jobID, "err", err)
+	}
+}
+
+// holdDispatch records on j that its budget holds it back.
+func holdDispatch(j *fleet.Job, h fleet.Hold, now time.Time) {
+	j.TargetFactoryID = ""
+	j.Dispatch.Unroutable, j.Dispatch.UnroutableKind, j.Dispatch.At = h.Message, fleet.UnroutableBudget, now
+}
