@@ -156,6 +156,9 @@ func TestBadInputNeverServerError(t *testing.T) {
 		{"repo ../x", http.MethodPost, "/jobs", s.Token, manifest("repo: ../x\n"), 400, "invalid_argument", "repo"},
 		{"capability without a colon", http.MethodPost, "/jobs", s.Token, manifest("repo: r1\ncapabilities: [build]\n"), 400, "invalid_argument", "capabilities[0]"},
 		{"wrong type", http.MethodPost, "/factories/heartbeat", ft, []byte(`{"capabilities": [], "repos": [], "load": "high", "health": "ok"}`), 400, "invalid_argument", "load"},
+		{"negative usage", http.MethodPost, "/jobs/" + job + "/usage", ft, map[string]any{"leaseEpoch": epoch, "usd": -1}, 400, "invalid_argument", "usd"},
+		{"budget without a ceiling", http.MethodPut, "/budgets/demo", s.Token, map[string]any{"period": "month"}, 400, "invalid_argument", "ceilingUsd"},
+		{"budget with an unknown period", http.MethodPut, "/budgets/demo", s.Token, map[string]any{"ceilingUsd": 5, "period": "week"}, 400, "invalid_argument", "period"},
 	}
 	before := snapshot(t, s, s.Token, job)
 	for _, tc := range tests {

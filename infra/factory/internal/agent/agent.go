@@ -37,9 +37,10 @@ type API interface {
 	Patch(ctx context.Context, productID, id string, p fleetapi.Patch) (*fleet.Job, error)
 	Release(ctx context.Context, productID, id string, epoch int64) error
 	Acknowledge(ctx context.Context, productID, id string, ack fleetapi.Acknowledgement) error
-	Fail(ctx context.Context, productID, id string, epoch int64, reason string, retryable bool) (*fleet.Job, error)
+	Fail(ctx context.Context, productID, id string, epoch int64, reason string, retryable bool, usage *fleet.Usage) (*fleet.Job, error)
 	PostChildren(ctx context.Context, productID, id string, epoch int64, manifests []string) ([]fleet.Job, error)
 	UploadArtifact(ctx context.Context, productID, jobID string, epoch int64, a fleetapi.Artifact) (*fleet.Artifact, error)
+	ReportUsage(ctx context.Context, productID, id string, epoch int64, engine string, u fleet.Usage) error
 }
 
 // Outcome is how the factory's work ended; with --once it is the exit

@@ -59,7 +59,11 @@ func (f *fakeAPI) Acknowledge(context.Context, string, string, fleetapi.Acknowle
 func (f *fakeAPI) UploadArtifact(context.Context, string, string, int64, fleetapi.Artifact) (*fleet.Artifact, error) {
 	return nil, errors.New("unused")
 }
-func (f *fakeAPI) Fail(context.Context, string, string, int64, string, bool) (*fleet.Job, error) {
+func (f *fakeAPI) ReportUsage(context.Context, string, string, int64, string, fleet.Usage) error {
+	return nil
+}
+
+func (f *fakeAPI) Fail(context.Context, string, string, int64, string, bool, *fleet.Usage) (*fleet.Job, error) {
 	return nil, errors.New("unused")
 }
 

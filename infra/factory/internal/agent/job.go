@@ -123,6 +123,11 @@ type job struct {
 	// goroutine and, while the engine runs, its checkpoint ticker touch
 	// the worktree, never both at once (runEngine waits for the ticker).
 	lastWIP string
+
+	engine string // the engine running the job, once picked
+	usage  usageMeter
+	// overUSD is set when the engine was stopped for passing budget.usd.
+	overUSD bool
 }
 
 // runJob takes one claimed job from building to delivered or failed.
@@ -164,6 +169,10 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	if err != nil {
 		return jb.fail(reasonNoEngine, err.Error(), true)
 	}
+	jb.engine = name
+	if err := jb.createUsageFile(); err != nil {
+		return jb.fail(reasonGit, fmt.Sprintf("create usage file: %v", err), true)
+	}
 	wt, err := a.git.Prepare(ctx, gitwt.Run{Repo: j.Repo, Job: j.ID, Epoch: cl.LeaseEpoch, Checkpoint: checkpointBranch(j.Checkpoint)})
 	if err != nil {
 		return jb.stopped(err, "prepare worktree")
@@ -193,6 +202,12 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	log.InfoContext(ctx, "engine finished", "engine", name, "result", res.String())
 	if res.Stopped {
 		cause := context.Cause(ctx)
+		if cause == nil && jb.overUSD {
+			jb.checkpoint(ctx, "budget exceeded")
+			u := jb.finalUsage()
+			return jb.fail(reasonBudget, fmt.Sprintf("usd budget %.2f exceeded (the engine reported %.4f); engine %s and its process group killed",
+				j.Budget.USD, u.USD, name), false)
+		}
 		if cause == nil {
 			cause = errBudget
 		}
@@ -298,8 +313,15 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 		defer f.Close()
 		spec.Stdin = f
 	}
-	ectx, cancel := context.WithTimeoutCause(jb.ctx, jb.wall(), errBudget)
+	wctx, cancel := context.WithTimeoutCause(jb.ctx, jb.wall(), errBudget)
 	defer cancel()
+	ectx, stopEngine := context.WithCancelCause(wctx)
+	defer stopEngine(nil)
+	// The run's engine is known from the start, whether or not it reports
+	// usage.
+	if err := a.api.ReportUsage(jb.ctx, j.ProductID, j.ID, jb.cl.LeaseEpoch, name, fleet.Usage{}); err != nil {
+		jb.log.WarnContext(jb.ctx, "report the engine", "err", err)
+	}
 	cpCtx, stopCP := context.WithCancel(jb.ctx)
 	var cp sync.WaitGroup
 	cp.Go(func() {
@@ -310,6 +332,13 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 			case <-cpCtx.Done():
 				return
 			case <-t.C:
+				// Usage first: an engine past its budget.usd is stopped
+				// like one past its wall budget.
+				if jb.meterUsage(jb.ctx) && !jb.overUSD {
+					jb.overUSD = true
+					jb.log.WarnContext(jb.ctx, "usd budget exceeded: stopping the engine", "budgetUsd", j.Budget.USD)
+					stopEngine(errUSDBudget)
+				}
 				jb.checkpoint(jb.ctx, "periodic")
 			}
 		}
@@ -320,6 +349,9 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	res, err := engine.Run(ectx, spec)
 	stopCP()
 	cp.Wait()
+	if !jb.overUSD && jb.meterUsage(jb.ctx) && res.Stopped {
+		jb.overUSD = true
+	}
 	return res, err
 }
 
@@ -415,6 +447,8 @@ func (jb *job) postChildren(manifests []string) Outcome {
 	ctx := jb.ctx
 	jb.checkpoint(ctx, "children proposed")
 	jb.uploadArtifacts(ctx)
+	// Posting children ends the run: its usage is reported first.
+	jb.meterUsage(ctx)
 	kids, err := jb.a.api.PostChildren(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch, manifests)
 	if err != nil {
 		if fleetapi.IsPermanent(err) && !fleetapi.IsFenced(err) && !fleetapi.IsConflict(err) {
@@ -458,6 +492,7 @@ func (jb *job) env(engineName, promptPath string) []string {
 		"FLEET_JOB_REVIEW_FEEDBACK_FILE="+jb.reviewFeedbackPath(),
 		"FLEET_JOB_CHILDREN_DIR="+jb.childrenDir(),
 		"FLEET_JOB_CHILDREN="+strings.Join(j.Children, ","),
+		"FLEET_JOB_USAGE_FILE="+jb.usagePath(),
 		"FLEET_JOB_PROFILE="+profile,
 		"FLEET_JOB_PROFILE_VERSION="+profileVersion,
 		"FLEET_FACTORY_ID="+jb.a.cfg.FactoryID,
@@ -536,6 +571,10 @@ func (jb *job) deliver() Outcome {
 	if !changed {
 		jb.log.InfoContext(ctx, "the engine changed nothing; delivering the unchanged branch")
 	}
+	diff, diffErr := jb.wt.DiffStat(lctx)
+	if diffErr != nil {
+		jb.log.WarnContext(ctx, "diff stat", "err", diffErr)
+	}
 	branch := gitwt.JobBranch(j.ID)
 	if err := jb.push(ctx, branch); err != nil {
 		if errors.Is(err, errPushOutlived) {
@@ -569,7 +608,11 @@ func (jb *job) deliver() Outcome {
 		next, delivered = fleet.StageReview, branch+"@"+head
 	}
 	jb.uploadArtifacts(lctx)
-	if _, err := a.api.Patch(ctx, j.ProductID, j.ID, fleetapi.Patch{Stage: next, LeaseEpoch: jb.cl.LeaseEpoch, Checkpoint: &delivered}); err != nil {
+	final := fleetapi.Patch{Stage: next, LeaseEpoch: jb.cl.LeaseEpoch, Checkpoint: &delivered, Usage: jb.finalUsage(), Head: head}
+	if diffErr == nil {
+		final.Diff = &diff
+	}
+	if _, err := a.api.Patch(ctx, j.ProductID, j.ID, final); err != nil {
 		if !jb.reached(next, err) {
 			if fleetapi.IsFenced(err) || errors.Is(err, errFenced) {
 				jb.unpush(branch, head)
@@ -722,6 +765,8 @@ func (jb *job) release() Outcome {
 	// this one.
 	jb.checkpoint(ctx, "shutdown")
 	jb.uploadArtifacts(ctx)
+	// Release carries no usage: what the run spent is reported first.
+	jb.meterUsage(ctx)
 	if err := jb.a.api.Release(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch); err != nil {
 		jb.log.WarnContext(ctx, "release on shutdown; the reaper will requeue the job", "err", err)
 	} else {
@@ -745,6 +790,8 @@ func (jb *job) acknowledge(outcome fleet.ReleaseOutcome) Outcome {
 	defer cancel()
 	jb.checkpoint(ctx, string(outcome))
 	jb.uploadArtifacts(ctx)
+	// The release carries no usage: what the run spent is reported first.
+	jb.meterUsage(ctx)
 	ack := fleetapi.Acknowledgement{LeaseEpoch: jb.cl.LeaseEpoch, Outcome: outcome}
 	if jb.lastWIP != "" {
 		wip := gitwt.WIPBranch(jb.j.ID)
@@ -776,7 +823,7 @@ func (jb *job) fail(kind, detail string, retryable bool) Outcome {
 	reason := kind + ": " + detail
 	jb.log.ErrorContext(ctx, "job failed", "reason", reason, "retryable", retryable)
 	jb.uploadArtifacts(ctx)
-	if _, err := jb.a.api.Fail(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch, reason, retryable); err != nil {
+	if _, err := jb.a.api.Fail(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch, reason, retryable, jb.finalUsage()); err != nil {
 		if fleetapi.IsFenced(err) {
 			return jb.quarantine("report failure", err)
 		}

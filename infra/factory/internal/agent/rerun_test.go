@@ -157,7 +157,11 @@ func (c *fakeCoord) Acknowledge(_ context.Context, _, _ string, ack fleetapi.Ack
 	}
 	return nil
 }
-func (c *fakeCoord) Fail(_ context.Context, _, _ string, epoch int64, reason string, _ bool) (*fleet.Job, error) {
+func (c *fakeCoord) ReportUsage(context.Context, string, string, int64, string, fleet.Usage) error {
+	return nil
+}
+
+func (c *fakeCoord) Fail(_ context.Context, _, _ string, epoch int64, reason string, _ bool, _ *fleet.Usage) (*fleet.Job, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.fenced(epoch); err != nil {

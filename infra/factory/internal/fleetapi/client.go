@@ -144,6 +144,11 @@ type Patch struct {
 	Stage      fleet.Stage `json:"stage,omitempty"`
 	LeaseEpoch int64       `json:"leaseEpoch"`
 	Checkpoint *string     `json:"checkpoint,omitempty"`
+	// Usage, Head and Diff report on the run: the delivering patch
+	// carries the final usage, the pushed head and its diff stat.
+	Usage *fleet.Usage    `json:"usage,omitempty"`
+	Head  string          `json:"head,omitempty"`
+	Diff  *fleet.DiffStat `json:"diff,omitempty"`
 }
 
 // Patch applies p to job id. A checkpoint-only patch is idempotent and
@@ -185,11 +190,25 @@ func (c *Client) Release(ctx context.Context, productID, id string, epoch int64)
 	return c.do(ctx, http.MethodPost, "/jobs/"+url.PathEscape(id)+"/lease/release", productID, map[string]any{"leaseEpoch": epoch}, nil, false)
 }
 
-// Fail reports a failure and frees the lease at once. The reason is
-// sanitised first (SanitizeReason): it often quotes an engine's output.
-func (c *Client) Fail(ctx context.Context, productID, id string, epoch int64, reason string, retryable bool) (*fleet.Job, error) {
+// ReportUsage sends the run's cumulative usage (and the engine running
+// it). Cumulative figures make it safe to retry.
+func (c *Client) ReportUsage(ctx context.Context, productID, id string, epoch int64, engine string, u fleet.Usage) error {
+	body := map[string]any{"leaseEpoch": epoch, "usd": u.USD, "inputTokens": u.InputTokens, "outputTokens": u.OutputTokens}
+	if engine != "" {
+		body["engine"] = engine
+	}
+	return c.do(ctx, http.MethodPost, "/jobs/"+url.PathEscape(id)+"/usage", productID, body, nil, true)
+}
+
+// Fail reports a failure and frees the lease at once, with the run's
+// final usage when known. The reason is sanitised first
+// (SanitizeReason): it often quotes an engine's output.
+func (c *Client) Fail(ctx context.Context, productID, id string, epoch int64, reason string, retryable bool, usage *fleet.Usage) (*fleet.Job, error) {
 	var j fleet.Job
 	body := map[string]any{"jobId": id, "leaseEpoch": epoch, "reason": SanitizeReason(reason), "retryable": retryable, "productId": productID}
+	if usage != nil {
+		body["usage"] = usage
+	}
 	if err := c.do(ctx, http.MethodPost, "/fail", productID, body, &j, false); err != nil {
 		return nil, err
 	}

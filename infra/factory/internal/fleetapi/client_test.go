@@ -124,7 +124,7 @@ func TestRequests(t *testing.T) {
 	j, err := c.Patch(ctx, "prod", "j1", Patch{LeaseEpoch: 2, Checkpoint: &cp})
 	require.NoError(t, err)
 	require.Equal(t, "building", string(j.Stage))
-	_, err = c.Fail(ctx, "prod", "j1", 2, "crash: x", false)
+	_, err = c.Fail(ctx, "prod", "j1", 2, "crash: x", false, nil)
 	require.NoError(t, err)
 	require.NoError(t, c.Heartbeat(ctx, Heartbeat{Capabilities: []string{}, Repos: []string{}}))
 	require.Equal(t, []string{
@@ -177,7 +177,7 @@ func TestFailReasonSanitised(t *testing.T) {
 	defer srv.Close()
 	c := New(srv.URL, "tok", "")
 	for _, reason := range []string{"crash: \x1b[31mred\x1b[0m", long} {
-		_, err := c.Fail(context.Background(), "p", "j1", 1, reason, false)
+		_, err := c.Fail(context.Background(), "p", "j1", 1, reason, false, nil)
 		require.NoError(t, err, "a failure report is never refused for its text")
 		sent := got.Load().(string)
 		require.LessOrEqual(t, len(sent), MaxReasonLen)

@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -430,6 +432,38 @@ func (w *Worktree) Commit(ctx context.Context, msg string) (bool, error) {
 // from to HEAD, binary files included as git apply takes them — to out.
 func (w *Worktree) DiffTo(ctx context.Context, out io.Writer) error {
 	return gitTo(ctx, w.Path, out, "--git-dir="+w.gitDir, "--work-tree="+w.Path, "diff", "--binary", "--no-ext-diff", "--no-color", w.Base, "HEAD")
+}
+
+// DiffStat is the size of the worktree's HEAD against the default
+// branch it forked from (git diff --shortstat over the merge base), what
+// the delivered change adds up to whatever checkpoints it resumed from.
+func (w *Worktree) DiffStat(ctx context.Context) (fleet.DiffStat, error) {
+	out, err := w.git(ctx, "diff", "--shortstat", "--no-ext-diff", "--no-textconv", "refs/remotes/origin/"+w.DefaultBranch+"...HEAD")
+	if err != nil {
+		return fleet.DiffStat{}, err
+	}
+	return ParseShortstat(out), nil
+}
+
+var shortstatTerms = regexp.MustCompile(`(\d+) (files? changed|insertions?\(\+\)|deletions?\(-\))`)
+
+// ParseShortstat reads git diff --shortstat's line
+// (" 2 files changed, 10 insertions(+), 3 deletions(-)"; parts absent
+// when zero, the whole line empty for no change).
+func ParseShortstat(s string) fleet.DiffStat {
+	var d fleet.DiffStat
+	for _, m := range shortstatTerms.FindAllStringSubmatch(s, -1) {
+		n, _ := strconv.Atoi(m[1])
+		switch m[2][0] {
+		case 'f':
+			d.Files = n
+		case 'i':
+			d.Insertions = n
+		case 'd':
+			d.Deletions = n
+		}
+	}
+	return d
 }
 
 // Head is the worktree's current commit.

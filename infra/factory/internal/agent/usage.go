@@ -1,0 +1,132 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// errUSDBudget stops an engine whose reported usage passed the job's
+// budget.usd, as errBudget does at the wall budget.
+var errUSDBudget = errors.New("usd budget exhausted")
+
+// maxUsageFile bounds what is read of the usage file: it holds three numbers.
+const maxUsageFile = 64 << 10
+
+// usageFile is the file engines may write their usage to
+// ($FLEET_JOB_USAGE_FILE): in the job directory, outside the worktree,
+// so it is never committed.
+func (jb *job) usagePath() string { return filepath.Join(jb.dir, "usage.json") }
+
+// usageMeter reads the engine's usage file and reports what changed.
+type usageMeter struct {
+	mu       sync.Mutex
+	last     fleet.Usage
+	reported fleet.Usage
+	seen     bool
+}
+
+// read returns the usage the file holds now, merged (by maximum) with
+// what it held before: the figures are cumulative, so a half-written or
+// missing file never lowers them. ok is false while nothing was read.
+func (m *usageMeter) read(path string) (fleet.Usage, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	u, err := readUsageFile(path)
+	if err == nil && u != nil {
+		m.last, m.seen = m.last.Max(*u), true
+	}
+	return m.last, m.seen, err
+}
+
+// readUsageFile parses the usage file: JSON {usd, inputTokens,
+// outputTokens}, other fields ignored (an engine may copy more from its
+// CLI's output). nil without error when the file is absent or empty.
+func readUsageFile(path string) (*fleet.Usage, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, maxUsageFile)
+	n, _ := f.Read(b)
+	b = b[:n]
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var u fleet.Usage
+	if err := json.Unmarshal(b, &u); err != nil {
+		return nil, fmt.Errorf("usage file %s: %w", path, err)
+	}
+	if err := u.Validate(""); err != nil {
+		return nil, fmt.Errorf("usage file %s: %w", path, err)
+	}
+	return &u, nil
+}
+
+// createUsageFile makes the (empty) usage file, the engine's to write.
+func (jb *job) createUsageFile() error {
+	path := jb.usagePath()
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		return err
+	}
+	if jb.a.runAs != nil {
+		return os.Chown(path, int(jb.a.runAs.UID), int(jb.a.runAs.GID))
+	}
+	return nil
+}
+
+// meterUsage reads the usage file, reports it when it changed, and says
+// whether it passed the job's budget.usd. Best effort: a failed report is
+// sent again at the next reading (reports are cumulative).
+func (jb *job) meterUsage(ctx context.Context) (over bool) {
+	if jb.dir == "" {
+		return false
+	}
+	u, ok, err := jb.usage.read(jb.usagePath())
+	if err != nil {
+		jb.log.WarnContext(ctx, "usage file not read", "err", err)
+	}
+	if !ok {
+		return false
+	}
+	jb.usage.mu.Lock()
+	changed := u != jb.usage.reported
+	jb.usage.mu.Unlock()
+	if changed {
+		if err := jb.a.api.ReportUsage(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch, jb.engine, u); err != nil {
+			jb.log.WarnContext(ctx, "usage report", "err", err)
+		} else {
+			jb.usage.mu.Lock()
+			jb.usage.reported = u
+			jb.usage.mu.Unlock()
+		}
+	}
+	limit := jb.j.Budget.USD
+	return limit > 0 && u.USD > limit
+}
+
+// finalUsage is the usage to carry on the run's last report (the
+// delivering patch, the failure), or nil when the engine wrote none.
+func (jb *job) finalUsage() *fleet.Usage {
+	if jb.dir == "" {
+		return nil
+	}
+	u, ok, err := jb.usage.read(jb.usagePath())
+	if err != nil {
+		jb.log.WarnContext(jb.ctx, "usage file not read", "err", err)
+	}
+	if !ok {
+		return nil
+	}
+	return &u
+}
