@@ -1,9 +1,11 @@
 package coord_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -379,4 +381,57 @@ func TestBudgetSubmitOverCeiling(t *testing.T) {
 	require.NoError(t, err)
 	j := e.submit("budget: {usd: 2}")
 	require.Equal(t, fleet.StageQueued, j.Stage)
+}
+
+// failBudgetWrites fails every Replace of a budget document while on is set:
+// the process dying between a run's end and its settling.
+type failBudgetWrites struct {
+	coord.Store
+	on atomic.Bool
+}
+
+func (s *failBudgetWrites) Replace(ctx context.Context, container, pk, id string, body []byte, ifRev string) (string, error) {
+	if container == coord.Budgets && s.on.Load() {
+		return "", errors.New("crash")
+	}
+	return s.Store.Replace(ctx, container, pk, id, body, ifRev)
+}
+
+// TestBudgetUnsettledRunReclaimed: a run that ended without its budget
+// being settled keeps its reservation until an admission it blocks finds it
+// older than the lease TTL; then it is settled from the run's recorded
+// usage, once.
+func TestBudgetUnsettledRunReclaimed(t *testing.T) {
+	t.Parallel()
+	var fb *failBudgetWrites
+	e := newEnv(t, withStore(func(s coord.Store) coord.Store {
+		fb = &failBudgetWrites{Store: s}
+		return fb
+	}))
+	e.factory("f1")
+	e.putBudget(1)
+	e.submit("budget: {usd: 1}")
+	e.submit("budget: {usd: 1}")
+	cl := e.claimed("f1")
+	fb.on.Store(true)
+	e.shipWith("f1", cl, 0.25)
+	fb.on.Store(false)
+	b := e.budget()
+	require.InDelta(t, 1, b.ReservedUSD, 1e-9, "the settle was lost")
+	require.Zero(t, b.SpentUSD)
+
+	cl2, err := e.c.Claim(e.ctx, e.as("f1"))
+	require.NoError(t, err)
+	require.Nil(t, cl2)
+	e.clock.Advance(e.c.Config().LeaseTTL)
+	e.beat(e.mustTok("f1"))
+	cl2, err = e.c.Claim(e.ctx, e.as("f1"))
+	require.NoError(t, err)
+	require.Nil(t, cl2, "0.25 spent + 1 > 1: reclaimed, but still no room")
+	b = e.budget()
+	require.InDelta(t, 0.25, b.SpentUSD, 1e-9, "settled from the run's usage")
+	require.Zero(t, b.ReservedUSD)
+	_, err = e.c.Claim(e.ctx, e.as("f1"))
+	require.NoError(t, err)
+	require.InDelta(t, 0.25, e.budget().SpentUSD, 1e-9, "counted once")
 }
