@@ -601,7 +601,7 @@ func (c *Coordinator) budgetAlerts(ctx context.Context, productID string) ([]fle
 // accept takes before its CAS. A job its budget holds back loses its
 // dispatch (the message is void: 409) and waits, its reason recorded,
 // until the budget makes room and releaseHeld routes it again.
-func (c *Coordinator) reserveAccept(ctx context.Context, productID, jobID string, dispatchEpoch int64) (*reservation, error) {
+func (c *Coordinator) reserveAccept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*reservation, error) {
 	b, err := c.budgetOf(ctx, productID)
 	if err != nil || b == nil {
 		return nil, err
@@ -609,6 +609,11 @@ func (c *Coordinator) reserveAccept(ctx context.Context, productID, jobID string
 	j, err := c.GetJob(ctx, productID, jobID)
 	if err != nil {
 		return nil, err
+	}
+	if j.Stage != fleet.StageQueued || j.DispatchEpoch != dispatchEpoch || j.TargetFactoryID != factoryID {
+		// A stale accept: the job's CAS refuses it, and nothing is reserved
+		// (and taken back) for it, so the refusal writes nothing.
+		return nil, nil
 	}
 	res, err := c.reserve(ctx, j)
 	var held *heldError

@@ -225,7 +225,7 @@ func claimOrder(ranked []*fleet.Job) []*fleet.Job {
 // Accept is the push transport's claim: the factory a dispatch message
 // targeted takes the job, if the message is still current.
 func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*protocol.Claimed, error) {
-	res, err := c.reserveAccept(ctx, productID, jobID, dispatchEpoch)
+	res, err := c.reserveAccept(ctx, factoryID, productID, jobID, dispatchEpoch)
 	if err != nil {
 		return nil, err
 	}
