@@ -60,7 +60,7 @@ func (jb *job) runArtifacts(ctx context.Context) []fleetapi.Artifact {
 			out = append(out, fleetapi.Artifact{Name: artifactDiff, Kind: fleet.ArtifactDiff, ContentType: "text/x-diff", Path: path})
 		}
 	}
-	if path := jb.usageFile(); path != "" && exists(path) {
+	if path := jb.usageFile(); path != "" && written(path) {
 		ct := mime.TypeByExtension(filepath.Ext(path))
 		if ct == "" {
 			ct = "application/octet-stream"
@@ -108,4 +108,11 @@ func usageName(path string) string {
 func exists(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode().IsRegular()
+}
+
+// written reports a regular file with something in it: the factory creates
+// the usage file empty for the engine, so an empty one was never written.
+func written(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Size() > 0
 }
