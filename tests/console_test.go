@@ -94,7 +94,7 @@ func waitJS(t *testing.T, ctx context.Context, within time.Duration, what, expr 
 // the local stack and a real factory process: sign in, submit a job
 // through the form (its choices come from live data), watch it go queued
 // -> assigned -> building -> testing without a reload, ship it, see an
-// alert, see a failing call's error, and see "reconnecting" when the
+// alert, put a persona profile twice and read its versions, see a failing call's error, and see "reconnecting" when the
 // coordinator goes away. One screenshot per page.
 func TestConsoleInBrowser(t *testing.T) {
 	t.Parallel()
@@ -183,12 +183,48 @@ printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 		`[...document.querySelectorAll('main tbody tr')].some(r => r.textContent.includes('stale factory') && r.textContent.includes('ghost'))`)
 	shoot(t, ctx, "07-alerts")
 
+	// Profiles: listed in the nav (the server serves the routes); a profile
+	// put through the form is listed at v1, put again at v2; a bad field is
+	// named, not a blank page; the detail shows the version and its history.
+	require.False(t, evalJS[bool](t, ctx, `document.querySelector('#nav a[href="#/profiles"]').hidden`), "the Profiles entry is shown")
+	run(t, ctx, 20*time.Second, "profiles page", chromedp.Click(chromedp.CSS(`#nav a[href="#/profiles"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#p-doc")))
+	run(t, ctx, 20*time.Second, "put v1",
+		chromedp.SendKeys(chromedp.CSS("#p-name"), "backend"),
+		chromedp.SetValue(chromedp.CSS("#p-doc"), "---\ncapabilities: [lang:go]\n---\nYou write Go services.\n"),
+		chromedp.Click(chromedp.CSS("#p-save")))
+	waitJS(t, ctx, 20*time.Second, "v1 saved and listed", `document.querySelector('#p-saved-version')?.textContent === 'v1' &&
+		/v1/.test(document.querySelector('#profiles-list tr[data-name="backend"]')?.textContent) &&
+		document.querySelector('#profiles-list tr[data-name="backend"]').textContent.includes('lang:go')`)
+	run(t, ctx, 20*time.Second, "put v2",
+		chromedp.SetValue(chromedp.CSS("#p-doc"), "---\ncapabilities: [lang:go, db:postgres]\nbudget: {wall: 30m}\n---\nYou write Go services on Postgres.\n"),
+		chromedp.Click(chromedp.CSS("#p-save")))
+	waitJS(t, ctx, 20*time.Second, "v2 saved and listed", `document.querySelector('#p-saved-version')?.textContent === 'v2' &&
+		/v2/.test(document.querySelector('#profiles-list tr[data-name="backend"]')?.textContent) &&
+		document.querySelector('#profiles-list tr[data-name="backend"]').textContent.includes('db:postgres')`)
+	latest := s.Op("GET", "/profiles/backend", "demo", nil)
+	require.Equal(t, 200, latest.Status, "%s", latest.Body)
+	require.Contains(t, string(latest.Body), `"version":2`)
+	shoot(t, ctx, "08-profiles")
+	run(t, ctx, 20*time.Second, "put a bad field", chromedp.SetValue(chromedp.CSS("#p-doc"), "---\ncolour: blue\n---\nx\n"),
+		chromedp.Click(chromedp.CSS("#p-save")))
+	waitJS(t, ctx, 20*time.Second, "the error names the field", `document.querySelector('#p-outcome .error')?.textContent.includes('(colour)')`)
+	run(t, ctx, 20*time.Second, "open the profile", chromedp.Click(chromedp.CSS(`#profiles-list tr[data-name="backend"] a`)))
+	waitJS(t, ctx, 20*time.Second, "the detail shows v2 and both versions", `document.querySelector('#profile-version')?.textContent === 'v2' &&
+		document.querySelector('#profile-body').textContent.includes('on Postgres') &&
+		document.querySelectorAll('#profile-versions tr[data-version]').length === 2`)
+	require.Contains(t, evalJS[string](t, ctx, `document.querySelector('#p-doc').value`), "db:postgres", "the form starts from the shown version")
+	run(t, ctx, 20*time.Second, "open v1", chromedp.Click(chromedp.CSS(`#profile-versions tr[data-version="1"] a`)))
+	waitJS(t, ctx, 20*time.Second, "the detail shows v1", `document.querySelector('#profile-version')?.textContent === 'v1' &&
+		document.querySelector('#profile-fields').textContent.includes('lang:go') && !document.querySelector('#profile-fields').textContent.includes('db:postgres')`)
+	shoot(t, ctx, "09-profile")
+
 	// The review gate: the factory delivers a gated job to review; the
 	// review card shows the head and approving it moves the job to testing.
 	gated := s.Submit("demo", "---\ntitle: Needs a review\nrepo: app\ncapabilities: [engine:fake]\nreview: {quorum: 1}\n---\nWrite hello.txt.\n")
 	run(t, ctx, 20*time.Second, "open the gated job", chromedp.Navigate(s.URL+"/api/console/#/job/"+gated))
 	waitJS(t, ctx, 90*time.Second, "the job waits in review with a head", `document.querySelector('#job-stage')?.textContent === 'review' && !!document.querySelector('#review-approve')`)
-	shoot(t, ctx, "08-review")
+	shoot(t, ctx, "10-review")
 	run(t, ctx, 20*time.Second, "approve", chromedp.SendKeys(chromedp.CSS("#review-comment"), "ship it"), chromedp.Click(chromedp.CSS("#review-approve")))
 	waitJS(t, ctx, 20*time.Second, "approved to testing", `document.querySelector('#review-outcome')?.textContent.includes('testing') && document.querySelector('#job-stage').textContent === 'testing'`)
 	require.Equal(t, "testing", s.Job("demo", gated)["stage"])
@@ -200,12 +236,12 @@ printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 	require.Equal(t, 201, kids.Status, "%s", kids.Body)
 	run(t, ctx, 20*time.Second, "open the epic", chromedp.Navigate(s.URL+"/api/console/#/job/"+parent))
 	waitJS(t, ctx, 20*time.Second, "the DAG lists both children", `(() => { const d = document.querySelector('#dag-card'); return d && !d.hidden && d.textContent.includes('Part one') && d.textContent.includes('Part two'); })()`)
-	shoot(t, ctx, "09-dag")
+	shoot(t, ctx, "11-dag")
 
 	// A failing call shows its error, not an empty page.
 	run(t, ctx, 20*time.Second, "missing job", chromedp.Navigate(s.URL+"/api/console/#/job/jdoesnotexist"))
 	waitJS(t, ctx, 20*time.Second, "the error is shown", `document.querySelector('main .error')?.textContent.includes('not_found')`)
-	shoot(t, ctx, "10-error")
+	shoot(t, ctx, "12-error")
 
 	// The coordinator goes away: the page says so and keeps what it showed.
 	run(t, ctx, 20*time.Second, "fleet map again", chromedp.Navigate(s.URL+"/api/console/#/fleet"))
@@ -213,7 +249,7 @@ printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 	s.kill()
 	waitJS(t, ctx, 20*time.Second, "reconnecting is shown", `document.querySelector('#live').textContent.startsWith('reconnecting') && !document.querySelector('#banner').hidden`)
 	require.Positive(t, evalJS[int](t, ctx, `document.querySelectorAll('main tbody tr').length`), "the last data stays on the page")
-	shoot(t, ctx, "11-reconnecting")
+	shoot(t, ctx, "13-reconnecting")
 
 	// The coordinator comes back at the same address: the page resumes the
 	// stream (with its Last-Event-ID) and the banner goes.

@@ -1,5 +1,5 @@
 // The fleet console: a single page over /api/fleet. Hash routes
-// (#/fleet, #/jobs, #/job/<id>, #/new, #/alerts) keep the token out of
+// (#/fleet, #/jobs, #/job/<id>, #/new, #/alerts, #/profiles, #/profile/<name>) keep the token out of
 // every URL; views re-fetch in place on every live tick, so the page never
 // reloads, and a failed call shows its error instead of an empty page.
 import { api, get, session, loadRoutes, has, streamEvents } from './api.js';
@@ -128,7 +128,9 @@ function parseHash() {
   return { name: parts[0] || 'fleet', arg: parts[1], query: new URLSearchParams(qs || '') };
 }
 
-const views = { fleet: fleetView, jobs: jobsView, job: jobView, new: newJobView, alerts: alertsView };
+const views = { fleet: fleetView, jobs: jobsView, job: jobView, new: newJobView, alerts: alertsView, profiles: profilesView, profile: profileView };
+// Detail pages light up their list's nav entry.
+const SECTION = { job: 'jobs', profile: 'profiles' };
 
 let routeSeq = 0;
 // route renders the page the hash names; quiet (a live retry of a page
@@ -142,7 +144,7 @@ async function route(quiet) {
   const r = parseHash();
   const view = views[r.name] || fleetView;
   for (const a of document.querySelectorAll('#nav a')) {
-    a.toggleAttribute('aria-current', a.dataset.section === r.name || (r.name === 'job' && a.dataset.section === 'jobs'));
+    a.toggleAttribute('aria-current', a.dataset.section === (SECTION[r.name] || r.name));
     if (a.hasAttribute('aria-current')) a.setAttribute('aria-current', 'page');
   }
   if (quiet !== true) {
@@ -223,6 +225,8 @@ async function refreshProducts() {
 
 async function start() {
   await loadRoutes();
+  // Sections whose routes this server does not serve stay out of the nav.
+  for (const a of document.querySelectorAll('#nav a[data-route]')) a.hidden = !has(a.dataset.route);
   await refreshProducts();
   live.start();
   if (!location.hash || location.hash === '#' || location.hash === '#/') location.hash = '#/fleet';
@@ -560,6 +564,122 @@ async function alertsView() {
       h('td', {}, badge('sev-' + a.severity, a.severity)), h('td', {}, a.kind.replace(/_/g, ' ')), h('td', {}, a.subject),
       h('td', {}, time(a.since)), h('td', {}, linkJobs(a.message))));
     region.replaceChildren(table(['Severity', 'Kind', 'Subject', 'Since', 'Message'], rows, 'No alerts: nothing is starving, stale or dead-lettered.'));
+  }
+  await refresh();
+  return refresh;
+}
+
+// ---- persona profiles ---------------------------------------------------
+
+const profileLink = (name, version) => h('a', { href: '#/profile/' + encodeURIComponent(name) + (version ? '?version=' + version : '') }, name);
+const budgetText = b => [b && b.wall ? 'wall ' + b.wall : '', b && b.usd ? '$' + b.usd : ''].filter(Boolean).join(', ') || '–';
+
+// profileDocument rebuilds a version's Markdown document from its fields,
+// the starting point for the next version. JSON strings are YAML strings.
+function profileDocument(p) {
+  const lines = ['---', 'capabilities: [' + (p.capabilities || []).map(yamlString).join(', ') + ']'];
+  if (p.engine) lines.push('engine: ' + yamlString(p.engine));
+  const b = p.budget || {};
+  const budget = [b.wall ? 'wall: ' + yamlString(b.wall) : '', b.usd ? 'usd: ' + b.usd : ''].filter(Boolean);
+  if (budget.length) lines.push('budget: {' + budget.join(', ') + '}');
+  lines.push('---', p.body || '');
+  return lines.join('\n');
+}
+
+// profileEditor is the form that PUTs a new version of a profile: the name
+// (fixed when editing one) and the Markdown document. It shows the new
+// version, or the API's error with its field, and then calls onSaved.
+function profileEditor({ name, doc, onSaved }) {
+  const nameInput = h('input', { id: 'p-name', required: true, autocomplete: 'off', spellcheck: 'false', value: name || '', readonly: !!name,
+    'aria-describedby': 'p-name-note' });
+  const text = h('textarea', { id: 'p-doc', required: true, spellcheck: 'false', rows: 12, 'aria-describedby': 'p-doc-note' });
+  text.value = doc || '---\ncapabilities: []\n---\nYou are …\n';
+  const outcome = h('div', { id: 'p-outcome', class: 'outcome', role: 'status', 'aria-live': 'polite' });
+  const submit = h('button', { type: 'submit', class: 'primary', id: 'p-save' }, name ? 'Save a new version' : 'Save profile');
+  const form = h('form', { class: 'card', 'aria-labelledby': 'p-edit-title' },
+    h('h3', { id: 'p-edit-title' }, name ? 'Edit (saves a new version)' : 'New profile or new version'),
+    h('div', { class: 'row' }, h('label', { for: 'p-name' }, 'Name'), nameInput,
+      h('p', { class: 'note', id: 'p-name-note' }, 'Versions are immutable: saving never changes one, it adds the next.')),
+    h('div', { class: 'row' }, h('label', { for: 'p-doc' }, 'Profile (Markdown with front matter)'), text,
+      h('p', { class: 'note', id: 'p-doc-note' }, 'Front matter: capabilities, engine, budget ({wall, usd}); the body is the persona\'s instructions.')),
+    h('div', { class: 'actions' }, submit), outcome);
+  form.addEventListener('submit', async ev => {
+    ev.preventDefault();
+    const n = nameInput.value.trim();
+    submit.disabled = true;
+    outcome.replaceChildren('Saving…');
+    try {
+      const { data } = await api('PUT', '/profiles/' + encodeURIComponent(n), { body: text.value, ctype: 'text/markdown' });
+      outcome.replaceChildren('Saved ', profileLink(data.name, data.version), ' ', h('strong', { id: 'p-saved-version' }, 'v' + data.version), '.');
+      await onSaved(data);
+    } catch (e) {
+      outcome.replaceChildren(errorBox(e));
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  return form;
+}
+
+// Profiles: the product's personas (latest version of each) and a form
+// for a new profile or a new version of one.
+async function profilesView() {
+  needProduct();
+  const region = h('div', { id: 'profiles-list' });
+  async function refresh() {
+    const res = await get('/profiles');
+    region.replaceChildren(table(['Profile', { label: 'Latest version', num: true }, 'Capabilities', 'Engine', 'Budget', 'Saved'],
+      (res.items || []).map(p => h('tr', { 'data-name': p.name },
+        h('th', { scope: 'row' }, profileLink(p.name)), h('td', { class: 'num' }, 'v' + p.version), h('td', {}, list(p.capabilities)),
+        h('td', {}, dash(p.engine)), h('td', {}, budgetText(p.budget)), h('td', {}, time(p.createdAt)))),
+    'No profile yet: save one below, or with fleetctl profiles put.'));
+  }
+  await refresh();
+  main.replaceChildren(h('h2', {}, 'Profiles'), region, profileEditor({ onSaved: refresh }));
+  return refresh;
+}
+
+// Profile detail: one version's front matter and body (the latest, or
+// ?version=), its version history, and the form for the next version.
+async function profileView(r) {
+  needProduct();
+  const name = r.arg;
+  const state = { version: Number(r.query.get('version')) || 0, loaded: null };
+  const head = h('div');
+  const fields = h('div', { id: 'profile-fields' });
+  const versions = h('div', { id: 'profile-versions' });
+  const editor = h('div');
+  main.replaceChildren(head, h('div', { class: 'card' }, h('h3', {}, 'Version'), fields),
+    h('div', { class: 'card' }, h('h3', {}, 'Versions'), versions), editor);
+  async function refresh() {
+    const p = encodeURIComponent(name);
+    const [prof, vs] = await Promise.all([get(`/profiles/${p}` + (state.version ? '?version=' + state.version : '')), get(`/profiles/${p}/versions`)]);
+    head.replaceChildren(h('h2', {}, 'Profile ', name, ' ', h('span', { id: 'profile-version' }, 'v' + prof.version)),
+      h('p', {}, h('a', { href: '#/profiles' }, '← All profiles')));
+    fields.replaceChildren(h('dl', { class: 'kv' }, ...[
+      ['Name', prof.name], ['Version', prof.version], ['Capabilities', list(prof.capabilities)], ['Engine', dash(prof.engine)],
+      ['Budget', budgetText(prof.budget)], ['Saved by', dash(prof.createdBy)], ['Saved', time(prof.createdAt)],
+    ].flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])), h('h4', {}, 'Instructions'), h('pre', { id: 'profile-body' }, prof.body));
+    const items = (vs.items || []).slice().sort((a, b) => b.version - a.version);
+    versions.replaceChildren(table([{ label: 'Version', num: true }, 'Capabilities', 'Engine', 'Budget', { label: 'Body bytes', num: true }, 'Saved by', 'Saved'],
+      items.map(v => h('tr', { 'data-version': v.version },
+        h('th', { scope: 'row', class: 'num' }, v.version === prof.version ? h('strong', { 'aria-current': 'true' }, 'v' + v.version)
+          : h('a', { href: '#/profile/' + p + '?version=' + v.version }, 'v' + v.version)),
+        h('td', {}, list(v.capabilities)), h('td', {}, dash(v.engine)), h('td', {}, budgetText(v.budget)),
+        h('td', { class: 'num' }, v.bodyBytes), h('td', {}, dash(v.createdBy)), h('td', {}, time(v.createdAt)))), 'No version.'));
+    // The form starts from the shown version, once: a live refresh must not
+    // overwrite what is being typed.
+    if (state.loaded !== prof.version) {
+      state.loaded = prof.version;
+      editor.replaceChildren(profileEditor({ name, doc: profileDocument(prof), onSaved: saved }));
+    }
+  }
+  async function saved(data) {
+    // Show what was just saved; keep the outcome the form reports.
+    state.version = 0;
+    state.loaded = data.version;
+    history.replaceState(null, '', '#/profile/' + encodeURIComponent(name));
+    await refresh();
   }
   await refresh();
   return refresh;
