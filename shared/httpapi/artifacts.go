@@ -18,11 +18,7 @@ import (
 // forwards a body only when Content-Length is set, so a chunked upload
 // would arrive empty there.
 func (s *server) uploadArtifact(w http.ResponseWriter, r *http.Request, p *principal) error {
-	id, err := pathName(r, "id")
-	if err != nil {
-		return err
-	}
-	product, err := s.jobProduct(r, p, id, "")
+	id, product, err := s.pathJob(r, p)
 	if err != nil {
 		return err
 	}
@@ -53,11 +49,7 @@ func (s *server) uploadArtifact(w http.ResponseWriter, r *http.Request, p *princ
 }
 
 func (s *server) listArtifacts(w http.ResponseWriter, r *http.Request, p *principal) error {
-	id, err := pathName(r, "id")
-	if err != nil {
-		return err
-	}
-	product, err := s.jobProduct(r, p, id, "")
+	id, product, err := s.pathJob(r, p)
 	if err != nil {
 		return err
 	}

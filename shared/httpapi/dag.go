@@ -104,11 +104,7 @@ func prefixed(prefix string, err error) error {
 }
 
 func (s *server) jobDAG(w http.ResponseWriter, r *http.Request, p *principal) error {
-	id, err := pathName(r, "id")
-	if err != nil {
-		return err
-	}
-	product, err := s.jobProduct(r, p, id, "")
+	id, product, err := s.pathJob(r, p)
 	if err != nil {
 		return err
 	}

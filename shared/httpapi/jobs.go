@@ -70,6 +70,16 @@ func needProduct(r *http.Request, p *principal) (string, error) {
 	return "", fleet.Invalid(productField, "is required: name the product this request is for")
 }
 
+// pathJob reads the {id} of a job route and the product it is in, checked
+// against the caller's scope: the preamble of every job-scoped route.
+func (s *server) pathJob(r *http.Request, p *principal) (id, product string, err error) {
+	if id, err = pathName(r, "id"); err != nil {
+		return "", "", err
+	}
+	product, err = s.jobProduct(r, p, id, "")
+	return id, product, err
+}
+
 // jobProduct finds the product of job id on p's behalf, in the order
 // x-product-id, the product the body names (hint), p's only product, and
 // last a lookup of the job across products, whose product must then be in
@@ -270,11 +280,7 @@ func (s *server) actOnJob(w http.ResponseWriter, r *http.Request, p *principal) 
 }
 
 func (s *server) jobRuns(w http.ResponseWriter, r *http.Request, p *principal) error {
-	id, err := pathName(r, "id")
-	if err != nil {
-		return err
-	}
-	product, err := s.jobProduct(r, p, id, "")
+	id, product, err := s.pathJob(r, p)
 	if err != nil {
 		return err
 	}
@@ -339,11 +345,7 @@ func (s *server) jobEvents(w http.ResponseWriter, r *http.Request, p *principal)
 }
 
 func (s *server) explainJob(w http.ResponseWriter, r *http.Request, p *principal) error {
-	id, err := pathName(r, "id")
-	if err != nil {
-		return err
-	}
-	product, err := s.jobProduct(r, p, id, "")
+	id, product, err := s.pathJob(r, p)
 	if err != nil {
 		return err
 	}
