@@ -315,23 +315,14 @@ func (c *Coordinator) waitState(ctx context.Context, j *fleet.Job, lookup depsLo
 	if err != nil || v == depsBroken || len(j.Children) == 0 {
 		return v, why, err
 	}
-	shipped, ended := 0, 0
-	for _, id := range j.Children {
-		st, err := lookup(ctx, j.ProductID, id)
-		if err != nil {
-			return depsWaiting, "", err
-		}
-		switch {
-		case st == fleet.StageShipped:
-			shipped++
-		case endedUnshipped(st):
-			ended++
-			if why == "" {
-				why = fmt.Sprintf("child %s ended %s", id, st)
-			}
-		}
+	cv, cwhy, err := awaitVerdict(ctx, j.ProductID, j.Children, fleet.DepsAll, "child", lookup)
+	if err != nil {
+		return depsWaiting, "", err
 	}
-	switch cv := depsVerdictOf(fleet.DepsAll, shipped, ended, len(j.Children)); {
+	if why == "" {
+		why = cwhy
+	}
+	switch {
 	case cv == depsBroken:
 		return depsBroken, why, nil
 	case cv == depsReady && v == depsReady:

@@ -269,9 +269,16 @@ func (c *Coordinator) depStage(ctx context.Context, productID, id string) (fleet
 // depsState reads j's dependencies now. With the verdict depsBroken, why
 // names a dependency that ended unshipped.
 func (c *Coordinator) depsState(ctx context.Context, j *fleet.Job, lookup depsLookup) (v depsVerdict, why string, err error) {
-	shipped, ended := 0, 0
-	for _, dep := range j.Deps {
-		st, err := lookup(ctx, j.ProductID, dep)
+	return awaitVerdict(ctx, j.ProductID, j.Deps, j.DepsMode, "dependency", lookup)
+}
+
+// awaitVerdict reads the stages of the jobs ids names (a job's
+// dependencies or its children) and judges them by mode; why names the
+// first that ended unshipped, as "<noun> <id> ended <stage>".
+func awaitVerdict(ctx context.Context, productID string, ids []string, mode fleet.DepsMode, noun string, lookup depsLookup) (depsVerdict, string, error) {
+	shipped, ended, why := 0, 0, ""
+	for _, id := range ids {
+		st, err := lookup(ctx, productID, id)
 		if err != nil {
 			return depsWaiting, "", err
 		}
@@ -281,11 +288,11 @@ func (c *Coordinator) depsState(ctx context.Context, j *fleet.Job, lookup depsLo
 		case endedUnshipped(st):
 			ended++
 			if why == "" {
-				why = fmt.Sprintf("dependency %s ended %s", dep, st)
+				why = fmt.Sprintf("%s %s ended %s", noun, id, st)
 			}
 		}
 	}
-	return depsVerdictOf(j.DepsMode, shipped, ended, len(j.Deps)), why, nil
+	return depsVerdictOf(mode, shipped, ended, len(ids)), why, nil
 }
 
 // GetJob reads a job. With productID empty it looks the id up across
