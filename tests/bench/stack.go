@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gigafactory/fleet/tests/internal/tail"
 )
 
 // findRoot returns dir, or the nearest directory upward holding host.json
@@ -68,7 +69,7 @@ type stack struct {
 	DataDir string
 
 	cmd      *exec.Cmd
-	log      *tailBuffer
+	log      *tail.Buffer
 	exited   chan struct{} // closed once the process has ended
 	exitErr  error         // set before exited is closed
 	stopping atomic.Bool
@@ -105,7 +106,7 @@ func stackEnv(dataDir string) []string {
 // startStack starts fleet-local with a fresh data directory and waits for its
 // banner.
 func startStack(ctx context.Context, root, handler, local, dataDir string) (*stack, error) {
-	s := &stack{DataDir: dataDir, log: &tailBuffer{max: 64 << 10}, exited: make(chan struct{})}
+	s := &stack{DataDir: dataDir, log: &tail.Buffer{Max: 64 << 10}, exited: make(chan struct{})}
 	s.cmd = exec.Command(local, "-root", root, "-handler", handler)
 	s.cmd.Env = stackEnv(dataDir)
 	s.cmd.Stderr = s.log
@@ -207,31 +208,4 @@ func (s *stack) stop() error {
 		<-s.exited
 		return fmt.Errorf("the stack did not stop within 30s of SIGTERM; output:\n%s", s.log)
 	}
-}
-
-// tailBuffer keeps the last max bytes written to it: the stack's output,
-// shown when something goes wrong.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if over := len(t.b) - t.max; over > 0 {
-		t.b = t.b[over:]
-		if i := bytes.IndexByte(t.b, '\n'); i >= 0 {
-			t.b = t.b[i+1:]
-		}
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gigafactory/fleet/tests/internal/tail"
 )
 
 // git runs git in dir.
@@ -86,7 +88,7 @@ type factoryProc struct {
 	ID      string
 	bin     string
 	env     []string
-	log     *tailBuffer
+	log     *tail.Buffer
 	mu      sync.Mutex
 	cmd     *exec.Cmd
 	done    chan struct{}
@@ -139,7 +141,7 @@ func newFactory(ctx context.Context, a *apiClient, bin string, sp factorySpec) (
 		"FLEET_GC_INTERVAL=0",
 		"FLEET_LOG_LEVEL=info",
 	)
-	return &factoryProc{ID: sp.id, bin: bin, env: env, log: &tailBuffer{max: 64 << 10}}, nil
+	return &factoryProc{ID: sp.id, bin: bin, env: env, log: &tail.Buffer{Max: 64 << 10}}, nil
 }
 
 func (f *factoryProc) start() error {

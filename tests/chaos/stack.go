@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gigafactory/fleet/tests/internal/tail"
 )
 
 // findRoot returns the nearest directory upward holding host.json and go.mod.
@@ -77,7 +78,7 @@ type stack struct {
 	httpAddr, natsAddr string
 	Token              string
 	DataDir            string
-	log                *tailBuffer
+	log                *tail.Buffer
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -95,7 +96,7 @@ func newStack(root string, bins binaries, dataDir string, extraEnv []string) (*s
 	if err != nil {
 		return nil, err
 	}
-	s := &stack{root: root, bins: bins, DataDir: dataDir, log: &tailBuffer{max: 256 << 10},
+	s := &stack{root: root, bins: bins, DataDir: dataDir, log: &tail.Buffer{Max: 256 << 10},
 		httpAddr: fmt.Sprintf("127.0.0.1:%d", hp), natsAddr: fmt.Sprintf("127.0.0.1:%d", np)}
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
@@ -203,30 +204,4 @@ func (s *stack) handlerPID(ctx context.Context) (int, error) {
 		return 0, errors.New("no handler running")
 	}
 	return st.Handler.PID, nil
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if over := len(t.b) - t.max; over > 0 {
-		t.b = t.b[over:]
-		if i := bytes.IndexByte(t.b, '\n'); i >= 0 {
-			t.b = t.b[i+1:]
-		}
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }
