@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -540,11 +541,17 @@ func withHeader(r obj, header, desc string) obj {
 
 func ref(n string) obj { return obj{"$ref": "#/components/schemas/" + n} }
 
+// describe returns a copy of o with the description: schemas such as
+// usageSchema are shared between several properties, so writing into o
+// would give every use the last description (and race when two documents
+// are built at once).
 func describe(o obj, desc string) obj {
-	if desc != "" {
-		o["description"] = desc
+	if desc == "" {
+		return o
 	}
-	return o
+	c := maps.Clone(o)
+	c["description"] = desc
+	return c
 }
 
 func str(desc string) obj      { return describe(obj{"type": "string"}, desc) }

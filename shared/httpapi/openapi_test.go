@@ -224,3 +224,18 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAPISharedSchemasKeepTheirOwnDescription: usage and diff schemas
+// are shared by runs, usage reports and PATCH; the PATCH property's
+// description once wrote itself into the shared map, so the run schema
+// carried it too (and building two documents at once raced).
+func TestOpenAPISharedSchemasKeepTheirOwnDescription(t *testing.T) {
+	t.Parallel()
+	schemas := openAPIDocument()["components"].(obj)["schemas"].(obj)
+	prop := func(schema, name string) obj {
+		return schemas[schema].(obj)["properties"].(obj)[name].(obj)
+	}
+	require.NotEmpty(t, prop("PatchRequest", "usage")["description"])
+	require.NotContains(t, prop("Run", "usage"), "description")
+	require.NotContains(t, prop("Run", "diff"), "description")
+}
