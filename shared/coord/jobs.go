@@ -26,6 +26,14 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 		// One way to make a child, so its parent always waits for it.
 		return nil, false, fleet.Invalid("parentId", "children are posted with POST /api/fleet/jobs/%s/children, which makes the parent wait for them", m.ParentID)
 	}
+	return c.submitManifest(ctx, productID, m, nil)
+}
+
+// submitManifest creates the job of a parsed manifest, or, when the
+// manifest's idempotencyKey names a job already, returns that one with
+// created=false: the one rule of idempotent submission (Submit, tracker
+// ingest). mark, when set, adds to the job before it is written.
+func (c *Coordinator) submitManifest(ctx context.Context, productID string, m *fleet.Manifest, mark func(j *fleet.Job)) (job *fleet.Job, created bool, err error) {
 	id := c.newID("j")
 	if m.IdempotencyKey != "" {
 		id = keyedID(productID, m.IdempotencyKey)
@@ -36,6 +44,9 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 	j, err := c.prepareJob(ctx, productID, id, m, nil)
 	if err != nil {
 		return nil, false, err
+	}
+	if mark != nil {
+		mark(j)
 	}
 	return c.createJob(ctx, j)
 }

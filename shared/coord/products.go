@@ -21,6 +21,49 @@ type ProductRequest struct {
 	// it, claiming one is a conflict naming the owner. Only an unscoped
 	// operator may set it (the HTTP layer checks).
 	MoveRepos bool
+	// Tracker changes the product's tracker target; nil keeps it.
+	Tracker *TrackerChange
+}
+
+// TrackerChange sets or removes a product's tracker target. Setting one
+// without a secret keeps the secret already set (a new URL needs no
+// re-sent secret); a product without one must be given one.
+type TrackerChange struct {
+	Remove     bool
+	WebhookURL string
+	Secret     fleet.Secret
+}
+
+// validate checks what can be checked without the stored product.
+func (t *TrackerChange) validate() error {
+	if t == nil || t.Remove {
+		return nil
+	}
+	if err := fleet.ValidateWebhookURL("tracker.webhookUrl", t.WebhookURL); err != nil {
+		return err
+	}
+	if t.Secret != "" {
+		return fleet.ValidateSecret("tracker.secret", t.Secret)
+	}
+	return nil
+}
+
+// apply returns the tracker target old becomes.
+func (t *TrackerChange) apply(old *fleet.TrackerConfig) (*fleet.TrackerConfig, error) {
+	switch {
+	case t == nil:
+		return old, nil
+	case t.Remove:
+		return nil, nil
+	}
+	next := &fleet.TrackerConfig{WebhookURL: t.WebhookURL, Secret: t.Secret}
+	if next.Secret == "" {
+		if old == nil || old.Secret == "" {
+			return nil, fleet.Invalid("tracker.secret", "is required: the product has no webhook secret yet (every delivery is signed with it)")
+		}
+		next.Secret = old.Secret
+	}
+	return next, nil
 }
 
 // PutProduct declares a product and the repos it owns, replacing the list;
@@ -47,8 +90,11 @@ func (c *Coordinator) DeclareProduct(ctx context.Context, req ProductRequest) (*
 	if err != nil {
 		return nil, err
 	}
+	if err := req.Tracker.validate(); err != nil {
+		return nil, err
+	}
 	for range maxCASAttempts {
-		p, err := c.declareOnce(ctx, req.ID, req.Name, repos, req.MoveRepos)
+		p, err := c.declareOnce(ctx, req.ID, req.Name, repos, req.MoveRepos, req.Tracker)
 		if errors.Is(err, errProductMoved) {
 			continue
 		}
@@ -60,9 +106,17 @@ func (c *Coordinator) DeclareProduct(ctx context.Context, req ProductRequest) (*
 // errProductMoved: the product document changed under a declaration.
 var errProductMoved = errors.New("product changed")
 
-func (c *Coordinator) declareOnce(ctx context.Context, id, name string, repos []string, move bool) (*fleet.Product, error) {
+func (c *Coordinator) declareOnce(ctx context.Context, id, name string, repos []string, move bool, tracker *TrackerChange) (*fleet.Product, error) {
 	old, oldIt, err := readDoc[fleet.Product](ctx, c.store, Products, id, id, "product")
 	if err != nil && !errors.Is(err, fleet.ErrNotFound) {
+		return nil, err
+	}
+	var oldTracker *fleet.TrackerConfig
+	if old != nil {
+		oldTracker = old.Tracker
+	}
+	nextTracker, err := tracker.apply(oldTracker)
+	if err != nil {
 		return nil, err
 	}
 	// Every claim is checked before any is made: a refused declaration
@@ -96,7 +150,7 @@ func (c *Coordinator) declareOnce(ctx context.Context, id, name string, repos []
 	}
 
 	now := c.now()
-	p := &fleet.Product{ID: id, ProductID: id, Name: name, Repos: repos, CreatedAt: now, UpdatedAt: now}
+	p := &fleet.Product{ID: id, ProductID: id, Name: name, Repos: repos, Tracker: nextTracker, CreatedAt: now, UpdatedAt: now}
 	if old != nil {
 		p.CreatedAt = old.CreatedAt
 	}

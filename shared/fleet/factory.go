@@ -88,13 +88,17 @@ func RepoCapability(repo string) string { return "repo:" + repo }
 
 // Product is a tenant: billing, budgets and token scope. It owns repos.
 type Product struct {
-	ID        string    `json:"id"`
-	ProductID string    `json:"productId"`
-	Name      string    `json:"name,omitempty"`
-	Repos     []string  `json:"repos"`
-	CreatedAt time.Time `json:"createdAt"`
-	UpdatedAt time.Time `json:"updatedAt"`
-	Rev       string    `json:"-"`
+	ID        string   `json:"id"`
+	ProductID string   `json:"productId"`
+	Name      string   `json:"name,omitempty"`
+	Repos     []string `json:"repos"`
+	// Tracker is where the events of the product's tracked jobs are
+	// echoed; nil when nowhere. Its secret is stored, never shown: the
+	// API answers with View.
+	Tracker   *TrackerConfig `json:"tracker,omitempty"`
+	CreatedAt time.Time      `json:"createdAt"`
+	UpdatedAt time.Time      `json:"updatedAt"`
+	Rev       string         `json:"-"`
 }
 
 // RepoOwner records which product owns a repo: one document per repo, so

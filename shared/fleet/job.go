@@ -199,6 +199,10 @@ type Job struct {
 	Budget         Budget  `json:"budget"`
 	Review         *Review `json:"review,omitempty"`
 	IdempotencyKey string  `json:"idempotencyKey,omitempty"`
+	// Tracker is the tracker item the job was ingested from (nil for a
+	// job submitted otherwise); its events are echoed to the product's
+	// tracker webhook.
+	Tracker *TrackerRef `json:"tracker,omitempty"`
 	// Report is what the holder reported about its run (usage, engine,
 	// delivered head); it names its lease epoch and is replaced when the
 	// next run starts, so it survives into the run document even if the
@@ -423,6 +427,12 @@ const (
 	EventArtifactDeleted EventType = "artifact_deleted"
 	// EventUsage: the holder reported its run's usage (cumulative).
 	EventUsage EventType = "usage"
+	// EventTrackerUpdated: a newer revision of the tracker item replaced
+	// what the job (not started yet) will run.
+	EventTrackerUpdated EventType = "tracker_updated"
+	// EventEchoResend: an operator asked for every event of the job to be
+	// sent to the tracker webhook again.
+	EventEchoResend EventType = "echo_resend"
 )
 
 // EventTypes lists every event type.
@@ -433,7 +443,7 @@ var EventTypes = []EventType{
 	EventCancelRequested, EventCancelAcknowledged, EventCancelForced,
 	EventPreemptedBy, EventPreempted, EventPreemptAcknowledged, EventPreemptForced,
 	EventArtifactAdded, EventArtifactDeleted,
-	EventUsage,
+	EventUsage, EventTrackerUpdated, EventEchoResend,
 }
 
 // EventID names the event seq of a job.

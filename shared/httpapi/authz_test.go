@@ -138,6 +138,8 @@ func authzRequests(w *authzWorld) map[string]authzRequest {
 		"POST /api/fleet/budgets/{productId}/pause": {path: "/api/fleet/budgets/p1/pause", body: map[string]any{"reason": "audit"},
 			token: operator, want: 200, scope: scopeResource},
 		"POST /api/fleet/budgets/{productId}/resume": {path: "/api/fleet/budgets/p1/resume", token: operator, want: 200, scope: scopeResource},
+		"POST /api/fleet/tracker/ingest": {path: "/api/fleet/tracker/ingest", body: map[string]any{"source": "jira", "itemId": "P-1",
+			"revision": 1, "manifest": manifest("r1")}, token: operator, want: 201},
 	}
 }
 

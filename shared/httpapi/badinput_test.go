@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -177,6 +178,32 @@ func TestBadInput(t *testing.T) {
 		{name: "submit for a repo the product does not own", method: "POST", path: "/api/fleet/jobs", token: rootToken,
 			body: manifest("r2"), opts: []reqOption{p1, md}, status: 422, code: fleet.CodeRepoNotOwned, field: "repo"},
 	}
+	ingest := "/api/fleet/tracker/ingest"
+	mf, _ := json.Marshal(manifest("r1"))
+	cases = append(cases,
+		bad("ingest without source", "POST", ingest, rootToken, `{"itemId": "P-1", "revision": 1, "manifest": `+string(mf)+`}`, "source", p1),
+		bad("ingest with a bad source", "POST", ingest, rootToken, `{"source": "a:b", "itemId": "P-1", "revision": 1, "manifest": `+string(mf)+`}`, "source", p1),
+		bad("ingest with a numeric item", "POST", ingest, rootToken, `{"source": "jira", "itemId": 7, "revision": 1, "manifest": `+string(mf)+`}`, "itemId", p1),
+		bad("ingest without revision", "POST", ingest, rootToken, `{"source": "jira", "itemId": "P-1", "manifest": `+string(mf)+`}`, "revision", p1),
+		bad("ingest with a string revision", "POST", ingest, rootToken, `{"source": "jira", "itemId": "P-1", "revision": "2", "manifest": `+string(mf)+`}`, "revision", p1),
+		bad("ingest with revision 0", "POST", ingest, rootToken, `{"source": "jira", "itemId": "P-1", "revision": 0, "manifest": `+string(mf)+`}`, "revision", p1),
+		bad("ingest without manifest", "POST", ingest, rootToken, `{"source": "jira", "itemId": "P-1", "revision": 1}`, "manifest", p1),
+		bad("ingest with manifest and fields", "POST", ingest, rootToken, `{"source": "jira", "itemId": "P-1", "revision": 1, "manifest": `+string(mf)+`, "title": "x"}`, "title", p1),
+		bad("ingest fields with a bad priority", "POST", ingest, rootToken, `{"source": "jira", "itemId": "P-1", "revision": 1, "repo": "r1", "priority": "urgent"}`, "priority", p1),
+		bad("ingest fields with an unknown field", "POST", ingest, rootToken, `{"source": "jira", "itemId": "P-1", "revision": 1, "repo": "r1", "colour": "red"}`, "colour", p1),
+		bad("ingest with a numeric body", "POST", ingest, rootToken, `{"source": "jira", "itemId": "P-1", "revision": 1, "repo": "r1", "body": 5}`, "body", p1),
+		bad("ingest naming its own key", "POST", ingest, rootToken, `{"source": "jira", "itemId": "P-1", "revision": 1, "repo": "r1", "body": "Do it.", "idempotencyKey": "k"}`, "idempotencyKey", p1),
+		bad("ingest without a product", "POST", ingest, rootToken, `{"source": "jira", "itemId": "P-1", "revision": 1, "manifest": `+string(mf)+`}`, productField),
+		tc{name: "ingest for a repo the product does not own", method: "POST", path: ingest, token: rootToken,
+			body: `{"source": "jira", "itemId": "P-1", "revision": 1, "repo": "r2", "body": "Do it."}`, opts: []reqOption{p1}, status: 422, code: fleet.CodeRepoNotOwned, field: "repo"},
+		bad("tracker webhook not absolute", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": ["r1"], "tracker": {"webhookUrl": "/hook", "secret": "0123456789abcdef"}}`, "tracker.webhookUrl"),
+		bad("tracker webhook ftp", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": ["r1"], "tracker": {"webhookUrl": "ftp://h/x", "secret": "0123456789abcdef"}}`, "tracker.webhookUrl"),
+		bad("tracker webhook with credentials", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": ["r1"], "tracker": {"webhookUrl": "https://u:p@h/x", "secret": "0123456789abcdef"}}`, "tracker.webhookUrl"),
+		bad("tracker without a secret", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": ["r1"], "tracker": {"webhookUrl": "https://h/x"}}`, "tracker.secret"),
+		bad("tracker with a short secret", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": ["r1"], "tracker": {"webhookUrl": "https://h/x", "secret": "short"}}`, "tracker.secret"),
+		bad("tracker with an unknown field", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": ["r1"], "tracker": {"url": "https://h/x"}}`, "tracker.url"),
+		bad("tracker as a string", "PUT", "/api/fleet/products/p1", rootToken, `{"repos": ["r1"], "tracker": "https://h/x"}`, "tracker"),
+	)
 
 	before := f.snapshot()
 	for _, c := range cases {

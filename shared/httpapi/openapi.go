@@ -450,6 +450,19 @@ func operations() []operation {
 			ok:          map[string]obj{"204": respond("Revoked.", nil)},
 			errors:      []string{"400", "404", "409"}},
 
+		{method: "POST", path: "/fleet/tracker/ingest", access: operatorOnly, summary: "Ingest a tracker item as a job",
+			description: "The item's job is the one of idempotencyKey tracker:<source>:<itemId>: the same item again returns it (200). " +
+				"A higher revision replaces the manifest of a job that has not started (never assigned: leaseEpoch 0, queued or blocked) and records a tracker_updated event; " +
+				"a lower or equal one returns the job unchanged; a higher one after the job started is 409 conflict (field revision). " +
+				"X-Fleet-Ingest says which: created, updated or unchanged. The manifest comes as one Markdown string (manifest) or as its fields " +
+				"(title, repo, capabilities, ... and body for the task), never both; it must not name an idempotencyKey. Needs a product: x-product-id, or a token scoped to one.",
+			body: jsonBody(ref("IngestRequest")),
+			ok: map[string]obj{
+				"201": withHeader(withHeader(respond("Created.", ref("Job")), "Location", "The job's URL."), ingestOutcomeHeader, "created"),
+				"200": withHeader(respond("The item's job, updated to the revision or unchanged.", ref("Job")), ingestOutcomeHeader, "updated or unchanged"),
+			},
+			errors: []string{"400", "409", "413", "422"}},
+
 		{method: "PUT", path: "/fleet/products/{productId}", access: operatorOnly, summary: "Declare a product and its repos",
 			description: "repos replaces the list. A repo has one owning product: claiming one another product owns is 409 conflict naming the owner, unless an unscoped operator sets moveRepos. A job whose repo its product does not own is rejected with 422 repo_not_owned.",
 			params:      []obj{pathParam("productId", "The product id.")},
@@ -692,6 +705,9 @@ func schemas() obj {
 			"depth":            integer("Levels below the root (0 for a root)."),
 			"children":         stringList("The jobs posted as its children; while blocked it waits until every one shipped."),
 			"idempotencyKey":   str(""),
+			"tracker": object([]string{"source", "itemId", "revision"}, obj{
+				"source": name("The tracker."), "itemId": str("The item's id there."), "revision": integer("The item's revision the job carries."),
+			}),
 			"runReport": object([]string{"leaseEpoch", "usage"}, obj{
 				"leaseEpoch": integer("The run (lease epoch) reported on."), "engine": str(""), "usage": usageSchema,
 				"head": str("The commit delivered."), "diff": diffSchema,
@@ -784,6 +800,10 @@ func schemas() obj {
 		}),
 		"Product": object([]string{"id", "repos"}, obj{
 			"id": name(""), "productId": name(""), "name": str(""), "repos": stringList("Repos it owns."),
+			"tracker": object([]string{"webhookUrl", "secretSet"}, obj{
+				"webhookUrl": str("Where the events of its tracked jobs are POSTed."),
+				"secretSet":  boolean("A signing secret is set; the secret itself is never returned."),
+			}),
 			"createdAt": dateTime(""), "updatedAt": dateTime(""),
 		}),
 		"Profile": object([]string{"name", "productId", "version", "capabilities", "budget", "body", "createdAt"}, obj{
@@ -826,6 +846,13 @@ func schemas() obj {
 			"factoryId": name(""), "token": str("The factory's bearer token; shown only here."), "factory": ref("Factory")}),
 		"TokenResponse": object([]string{"factoryId", "token"}, obj{"factoryId": name(""), "token": str("Shown only here.")}),
 
+		"IngestRequest": describe(obj{"type": "object", "required": []string{"source", "itemId", "revision"}, "properties": obj{
+			"source":   name("The tracker (jira, github, ...): part of the idempotency key, so a plain name."),
+			"itemId":   describe(obj{"type": "string", "maxLength": fleet.MaxTrackerItemIDLen}, "The item's id in its tracker, one line."),
+			"revision": describe(obj{"type": "integer", "minimum": 1}, "The item's revision; a higher one updates a job that has not started."),
+			"manifest": describe(obj{"type": "string", "maxLength": fleet.MaxManifestBytes}, "The Markdown manifest; or leave it out and send its fields."),
+			"body":     str("With the manifest's fields: the task, Markdown."),
+		}, "additionalProperties": true}, "Either manifest, or the manifest's front-matter fields (title, repo, capabilities, persona, priority, budget, deps, depsMode, kind, review, maxAttempts) and body."),
 		"SubmitRequest": request([]string{"manifest"}, obj{"manifest": describe(obj{"type": "string", "maxLength": fleet.MaxManifestBytes},
 			"The Markdown manifest with YAML front matter.")}),
 		"PatchRequest": request([]string{"leaseEpoch"}, obj{
@@ -913,6 +940,11 @@ func schemas() obj {
 		"ProfileRequest": request([]string{"profile"}, obj{"profile": str("The Markdown profile: front matter and instructions.")}),
 		"ProductRequest": request([]string{"repos"}, obj{"name": describe(obj{"type": "string", "maxLength": fleet.MaxNameLen}, ""),
 			"repos":     boundedList("The repos it owns; replaces the list. A repo another product owns is 409 naming the owner.", fleet.MaxRepos),
-			"moveRepos": boolean("Take repos other products own (they stop listing them). Unscoped operators only; default false.")}),
+			"moveRepos": boolean("Take repos other products own (they stop listing them). Unscoped operators only; default false."),
+			"tracker": describe(request([]string{"webhookUrl"}, obj{
+				"webhookUrl": describe(obj{"type": "string", "maxLength": fleet.MaxWebhookURLLen}, "An absolute http or https URL without credentials."),
+				"secret": describe(obj{"type": "string", "minLength": fleet.MinSecretLen, "maxLength": fleet.MaxSecretLen},
+					"The HMAC-SHA256 key deliveries are signed with; required when none is set, kept when left out. Never returned."),
+			}), "The echo target of the product's tracked jobs; null removes it, absent keeps it.")}),
 	}
 }

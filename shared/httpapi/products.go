@@ -1,7 +1,11 @@
 package httpapi
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -14,6 +18,35 @@ type productRequest struct {
 	Repos []string `json:"repos"`
 	// MoveRepos takes repos other products own (unscoped operators only).
 	MoveRepos bool `json:"moveRepos"`
+	// Tracker sets the echo target ({webhookUrl, secret}); null removes
+	// it; absent keeps it. Raw, because null and absent differ here.
+	Tracker json.RawMessage `json:"tracker"`
+}
+
+// trackerRequest is a product's tracker target as PUT sends it; the
+// secret may be left out to keep the one set.
+type trackerRequest struct {
+	WebhookURL string `json:"webhookUrl"`
+	Secret     string `json:"secret"`
+}
+
+// trackerChange reads the tracker field of a product request.
+func trackerChange(raw json.RawMessage) (*coord.TrackerChange, error) {
+	switch t := bytes.TrimSpace(raw); {
+	case len(t) == 0:
+		return nil, nil
+	case string(t) == "null":
+		return &coord.TrackerChange{Remove: true}, nil
+	}
+	var req trackerRequest
+	if err := decodeStrict(raw, &req, true); err != nil {
+		var fe *fleet.Error
+		if errors.As(err, &fe) {
+			fe.Field = strings.TrimSuffix("tracker."+fe.Field, ".")
+		}
+		return nil, err
+	}
+	return &coord.TrackerChange{WebhookURL: req.WebhookURL, Secret: fleet.Secret(req.Secret)}, nil
 }
 
 type healthResponse struct {
@@ -55,11 +88,15 @@ func (s *server) putProduct(w http.ResponseWriter, r *http.Request, p *principal
 		// over every product may decide that.
 		return forbidden("only an unscoped operator may move repos between products (moveRepos)")
 	}
-	prod, err := s.coord.DeclareProduct(r.Context(), coord.ProductRequest{ID: id, Name: req.Name, Repos: req.Repos, MoveRepos: req.MoveRepos})
+	tracker, err := trackerChange(req.Tracker)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, prod)
+	prod, err := s.coord.DeclareProduct(r.Context(), coord.ProductRequest{ID: id, Name: req.Name, Repos: req.Repos, MoveRepos: req.MoveRepos, Tracker: tracker})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, prod.View())
 }
 
 func (s *server) getProduct(w http.ResponseWriter, r *http.Request, p *principal) error {
@@ -71,7 +108,7 @@ func (s *server) getProduct(w http.ResponseWriter, r *http.Request, p *principal
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, prod)
+	return writeJSON(w, http.StatusOK, prod.View())
 }
 
 // repos lists the repos of the request's product, or of every product in

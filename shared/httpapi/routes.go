@@ -14,8 +14,7 @@ type route struct {
 // apiPrefix is where the Functions host mounts HTTP routes.
 const apiPrefix = "/api"
 
-// routes is every route the API serves. The tracker bridge is not served
-// yet: it is absent here, and so it answers 404.
+// routes is every route the API serves.
 var routes = []route{
 	{method: "GET", pattern: "/api/healthz", access: public, handle: (*server).healthz},
 	{method: "GET", pattern: "/api/openapi.json", access: public, handle: (*server).openAPI},
@@ -58,6 +57,8 @@ var routes = []route{
 	{method: "PUT", pattern: "/api/fleet/products/{productId}", access: operatorOnly, handle: (*server).putProduct},
 	{method: "GET", pattern: "/api/fleet/products/{productId}", access: operatorOnly, handle: (*server).getProduct},
 	{method: "GET", pattern: "/api/fleet/repos", access: operatorOnly, handle: (*server).repos},
+
+	{method: "POST", pattern: "/api/fleet/tracker/ingest", access: operatorOnly, handle: (*server).ingest},
 
 	{method: "PUT", pattern: "/api/fleet/profiles/{name}", access: operatorOnly, handle: (*server).putProfile},
 	{method: "GET", pattern: "/api/fleet/profiles", access: operatorOnly, handle: (*server).listProfiles},
