@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build test chaos fuzz fuzz-ci bench-scale vet lint tidy-check staticcheck run bench package handler func-app azurite chromium test-tools
+.PHONY: all build demo test chaos fuzz fuzz-ci bench-scale vet lint tidy-check staticcheck run bench package handler func-app azurite chromium test-tools
 
 all: build
 
@@ -13,11 +13,20 @@ handler:
 
 build: handler
 	$(GO) build -o $(BIN)/fleet-local ./local
+	$(GO) build -o $(BIN)/fleet-demo ./local/demo
 	$(GO) build -o $(BIN)/ ./infra/...
 
 # The local stack: SQLite + the Functions host emulator running bin/handler.
 run: build
 	$(BIN)/fleet-local
+
+# The demo (local/demo): the local stack, two factory processes running
+# local/demo/engine.sh over a bare git repo under .fleet-demo/, and a few
+# jobs (a DAG, a review-gated one, one that fails once, plain ones). It
+# prints the console URL, the operator token and the `fleetctl top`
+# command; Ctrl-C stops all of it. DEMO_FLAGS="-listen 127.0.0.1:0 -dir /tmp/d".
+demo: build
+	$(BIN)/fleet-demo -bin $(BIN) $(DEMO_FLAGS)
 
 # The deployment zip: linux/amd64 handler, host.json, one folder per function.
 DIST ?= dist
