@@ -11,7 +11,7 @@ locals {
     fleet_jobs = {
       partition_key  = "/productId"
       default_ttl    = 0
-      excluded_paths = ["/body/?", "/profile/body/?"]
+      excluded_paths = ["/body/?", "/profile/body/?", "/recentEvents/*"]
     }
     fleet_runs = {
       partition_key  = "/jobId"

@@ -126,32 +126,35 @@ func (c *Coordinator) UploadArtifact(ctx context.Context, up ArtifactUpload) (*f
 		actor, actorID = fleet.ActorFactory, up.FactoryID
 	}
 	// The job's write is where the upload is decided: the fence holds at
-	// that instant, and it takes the event's seq.
+	// that instant, and it records the event (events.go).
 	j, err = c.mutateJob(ctx, up.ProductID, up.JobID, func(j *fleet.Job) error {
 		if err := fence(j); err != nil {
 			return err
 		}
-		j.EventSeq++
 		j.UpdatedAt = c.now()
-		return nil
+		return c.recordEvent(ctx, j, fleet.Event{Type: fleet.EventArtifactAdded, Actor: actor, ActorID: actorID,
+			Message: fleet.ArtifactMessage("added", a), Data: artifactData(a)})
 	})
 	if err != nil {
 		return nil, err
 	}
 	// Decided: the rest must not be cut short by the client going away.
 	ctx = context.WithoutCancel(ctx)
+	c.appendEvent(ctx, j)
 	a.CreatedAt = j.UpdatedAt
 	doc, err := json.Marshal(a)
 	if err != nil {
 		return nil, fmt.Errorf("encode artifact: %w", err)
 	}
 	if _, err := c.store.Create(ctx, Artifacts, a.JobID, a.ID, doc); err != nil {
+		c.uploadUndone(ctx, a, err)
 		return nil, fmt.Errorf("create artifact %s: %w", a.ID, err)
 	}
 	// The pointer exists: only now may the bytes be committed (see above).
 	info, err := staged.Commit(ctx)
 	if err != nil {
 		c.dropPointer(ctx, a)
+		c.uploadUndone(ctx, a, err)
 		return nil, fmt.Errorf("commit artifact %s: %w", a.ID, err)
 	}
 	// An operator may have deleted the pointer between its creation and
@@ -160,9 +163,24 @@ func (c *Coordinator) UploadArtifact(ctx context.Context, up ArtifactUpload) (*f
 	if _, err := c.store.Read(ctx, Artifacts, a.JobID, a.ID); errors.Is(err, ErrNotFound) {
 		c.releaseBlob(ctx, staged.Key(), info.Version)
 	}
-	c.appendEvent(ctx, j, fleet.Event{Type: fleet.EventArtifactAdded, Actor: actor, ActorID: actorID,
-		Message: fleet.ArtifactMessage("added", a), Data: artifactData(a)})
 	return a, nil
+}
+
+// uploadUndone records that an upload decided (its artifact_added event is
+// committed) then failed, so the job's history does not list an artifact
+// that was never kept. A process that dies in between leaves the added
+// event alone: its artifact id then reads as not found.
+func (c *Coordinator) uploadUndone(ctx context.Context, a *fleet.Artifact, cause error) {
+	j, err := c.mutateJob(ctx, a.ProductID, a.JobID, func(j *fleet.Job) error {
+		j.UpdatedAt = c.now()
+		return c.recordEvent(ctx, j, fleet.Event{Type: fleet.EventArtifactDeleted, Actor: fleet.ActorSystem,
+			Message: fleet.ArtifactMessage("not kept (the upload failed after it was accepted)", a), Data: artifactData(a)})
+	})
+	if err != nil {
+		c.log.ErrorContext(ctx, "failed upload not recorded", "artifact", a.ID, "cause", cause, "err", err)
+		return
+	}
+	c.appendEvent(ctx, j)
 }
 
 // dropPointer removes the pointer of an upload that failed after creating
@@ -289,16 +307,15 @@ func (c *Coordinator) DeleteArtifact(ctx context.Context, operatorID string, a *
 		c.releaseBlob(ctx, key, info.Version)
 	}
 	j, err := c.mutateJob(ctx, a.ProductID, a.JobID, func(j *fleet.Job) error {
-		j.EventSeq++
 		j.UpdatedAt = c.now()
-		return nil
+		return c.recordEvent(ctx, j, fleet.Event{Type: fleet.EventArtifactDeleted, Actor: fleet.ActorOperator, ActorID: operatorID,
+			Message: fleet.ArtifactMessage("deleted", a), Data: artifactData(a)})
 	})
 	if err != nil {
 		c.log.ErrorContext(ctx, "artifact deleted, event not recorded", "artifact", a.ID, "err", err)
 		return nil
 	}
-	c.appendEvent(ctx, j, fleet.Event{Type: fleet.EventArtifactDeleted, Actor: fleet.ActorOperator, ActorID: operatorID,
-		Message: fleet.ArtifactMessage("deleted", a), Data: artifactData(a)})
+	c.appendEvent(ctx, j)
 	return nil
 }
 

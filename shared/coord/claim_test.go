@@ -150,7 +150,7 @@ func TestClaimExactlyOnce(t *testing.T) {
 	require.Nil(t, left, "nothing is left to claim")
 	st := e.c.Stats()
 	require.Equal(t, int64(len(ids)), st.Claims)
-	require.Zero(t, st.EventsLost, "a duplicate claim event would collide on its id")
+	require.Zero(t, st.EventsDeferred, "a duplicate claim event would collide on its id")
 	t.Logf("%d claims, %d lost claim races, %d CAS conflicts", st.Claims, st.ClaimConflicts, st.CASConflicts)
 }
 

@@ -1,5 +1,10 @@
 package coord
 
+import "time"
+
+// eventsTTL is how long the events container keeps an event.
+const eventsTTL = 90 * 24 * time.Hour
+
 // Container describes one store container (a Cosmos DB container, a SQLite
 // table). This list is the single definition of the store's shape: the SQLite
 // backend creates its tables from it, the Cosmos backend checks against it, and
@@ -44,10 +49,10 @@ const (
 // within one document partition, so a lease held elsewhere could disagree with
 // the job's stage after a crash between two writes.
 var Containers = []Container{
-	{Name: Jobs, PartitionKey: "/productId", ExcludedPaths: []string{"/body/?", "/profile/body/?"}},
+	{Name: Jobs, PartitionKey: "/productId", ExcludedPaths: []string{"/body/?", "/profile/body/?", "/recentEvents/*"}},
 	{Name: Runs, PartitionKey: "/jobId"},
 	{Name: Factories, PartitionKey: "/id"},
-	{Name: Events, PartitionKey: "/jobId", DefaultTTL: 90 * 24 * 3600, ExcludedPaths: []string{"/data/*"}},
+	{Name: Events, PartitionKey: "/jobId", DefaultTTL: int(eventsTTL / time.Second), ExcludedPaths: []string{"/data/*"}},
 	{Name: Artifacts, PartitionKey: "/jobId"},
 	{Name: QueueStates, PartitionKey: "/productId"},
 	{Name: Products, PartitionKey: "/productId"},

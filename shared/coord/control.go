@@ -104,25 +104,24 @@ func (c *Coordinator) requestStop(ctx context.Context, req stopRequest) (*fleet.
 			j.StopRequestedAt = now
 		}
 		j.UpdatedAt = now
-		j.EventSeq++
-		return nil
+		ev := fleet.Event{Type: fleet.EventCancelRequested, Actor: fleet.ActorOperator, ActorID: req.actorID,
+			Message: fmt.Sprintf("cancel requested: %s must acknowledge by %s or the lease is revoked", j.HolderFactoryID,
+				j.StopRequestedAt.Add(c.cfg.CancelGrace).Format(time.RFC3339))}
+		if req.message != "" {
+			ev.Message += "; reason: " + req.message
+		}
+		if req.action == protocol.ControlPreempt {
+			ev = fleet.Event{Type: fleet.EventPreemptedBy, Actor: fleet.ActorSystem, ActorID: req.actorID,
+				Message: fmt.Sprintf("preempted by critical job %s: %s must release by %s or the lease is revoked", req.actorID,
+					j.HolderFactoryID, j.StopRequestedAt.Add(c.cfg.CancelGrace).Format(time.RFC3339))}
+		}
+		return c.recordEvent(ctx, j, ev)
 	})
 	if err != nil || !written {
 		return after, err
 	}
 	ctx = context.WithoutCancel(ctx)
-	ev := fleet.Event{Type: fleet.EventCancelRequested, Actor: fleet.ActorOperator, ActorID: req.actorID,
-		Message: fmt.Sprintf("cancel requested: %s must acknowledge by %s or the lease is revoked", after.HolderFactoryID,
-			after.StopRequestedAt.Add(c.cfg.CancelGrace).Format(time.RFC3339))}
-	if req.message != "" {
-		ev.Message += "; reason: " + req.message
-	}
-	if req.action == protocol.ControlPreempt {
-		ev = fleet.Event{Type: fleet.EventPreemptedBy, Actor: fleet.ActorSystem, ActorID: req.actorID,
-			Message: fmt.Sprintf("preempted by critical job %s: %s must release by %s or the lease is revoked", req.actorID,
-				after.HolderFactoryID, after.StopRequestedAt.Add(c.cfg.CancelGrace).Format(time.RFC3339))}
-	}
-	c.appendEvent(ctx, after, ev)
+	c.appendEvent(ctx, after)
 	c.publishControl(ctx, after, req.action)
 	return after, nil
 }

@@ -177,6 +177,7 @@ type Coordinator struct {
 	metricSources map[string]MetricsSource
 	live          *live
 	blobs         BlobStore
+	written       *writtenSeqs
 }
 
 // New builds a coordinator from a configuration Resolve accepts.
@@ -213,6 +214,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 		publisher:     deps.Publisher,
 		metricSources: maps.Clone(deps.Metrics),
 		blobs:         deps.Blobs,
+		written:       newWrittenSeqs(),
 	}
 	if c.publisher != nil {
 		c.onFleetChange = c.retryUnroutable

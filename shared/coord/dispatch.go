@@ -38,7 +38,8 @@ type Decision struct {
 	Skipped Skip `json:"skipped,omitempty"`
 }
 
-// DispatchChanged handles one change-feed batch of job documents: every job
+// DispatchChanged handles one change-feed batch of job documents: it writes
+// any event a job holds that the events container lacks, and every job
 // that is queued and has no dispatch for its current state is routed,
 // stamped by CAS and published. Redelivering the same batch is harmless: a
 // job already stamped is skipped. Errors of single jobs are joined; the
@@ -65,6 +66,14 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []Item) ([]Deci
 			live = true
 		}
 		observe(&c.stats.feedLagSum, &c.stats.feedLagN, c.now().Sub(j.UpdatedAt))
+		// The feed sees every job's latest version: it writes the events a
+		// writer that failed or died left in the job only (events.go). A
+		// failure fails the batch, so the host retries it.
+		if err := c.repairChanged(ctx, j); err != nil {
+			errs = append(errs, err)
+		} else if j.Stage.Terminal() {
+			c.written.forget(j.ID)
+		}
 		if skip := c.dueForDispatch(j, nil); skip != "" {
 			out = append(out, Decision{JobID: j.ID, Skipped: skip})
 			continue

@@ -84,8 +84,11 @@ func (c *Coordinator) prepareJob(ctx context.Context, productID, id string, m *f
 		Stage: fleet.StageQueued, Body: m.Body, MaxAttempts: m.MaxAttempts,
 		ParentID: m.ParentID, Deps: m.Deps, DepsMode: m.DepsMode, Budget: m.Budget,
 		Review: m.Review, IdempotencyKey: m.IdempotencyKey,
-		QueuedAt: now, EventSeq: 1, CreatedAt: now, UpdatedAt: now,
+		QueuedAt: now, CreatedAt: now, UpdatedAt: now,
 	}
+	// Submitted is its first event, committed with it (events.go);
+	// createJob names the stage it is created in.
+	j.RecordEvent(fleet.Event{Type: fleet.EventSubmitted, To: j.Stage, Actor: fleet.ActorOperator})
 	if j.Deps == nil {
 		j.Deps = []string{}
 	}
@@ -123,6 +126,7 @@ func (c *Coordinator) createJob(ctx context.Context, j *fleet.Job) (*fleet.Job, 
 	}
 	if !satisfied {
 		j.Stage = fleet.StageBlocked
+		j.RecentEvents[0].To = j.Stage
 	}
 	body, err := encodeSubmitted(j)
 	if err != nil {
@@ -145,7 +149,7 @@ func (c *Coordinator) createJob(ctx context.Context, j *fleet.Job) (*fleet.Job, 
 	// The job is committed: what follows must not be cut short by the
 	// caller going away, as in transition.
 	ctx = context.WithoutCancel(ctx)
-	c.appendEvent(ctx, j, fleet.Event{Type: fleet.EventSubmitted, To: j.Stage, Actor: fleet.ActorOperator})
+	c.appendEvent(ctx, j)
 	if j.Stage == fleet.StageQueued {
 		c.bumpQueueState(ctx, productID)
 	} else if settled, ok := c.settleBlocked(ctx, j); ok {
@@ -397,6 +401,7 @@ type move struct {
 func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job, err error) {
 	var before *fleet.Job
 	var rule fleet.Rule
+	var run fleet.RunResult
 	after, err = c.mutateJob(ctx, m.pk, m.id, func(j *fleet.Job) error {
 		if m.guard != nil {
 			if err := m.guard(j); err != nil {
@@ -427,11 +432,31 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 			}
 			j.Apply(rule, c.now(), holder, c.cfg.LeaseTTL)
 		}
-		j.EventSeq++
 		if m.effect != nil {
 			m.effect(before, j)
 		}
-		return nil
+		// The event is committed with the move (events.go).
+		event, message := m.event, m.message
+		if m.messageOf != nil {
+			message = m.messageOf()
+		}
+		run = ""
+		if m.describe != nil {
+			if ev, msg, r := m.describe(before); ev != "" {
+				event, message, run = ev, msg, r
+			}
+		}
+		if event == "" {
+			event = fleet.EventStage
+		}
+		if message == "" {
+			message = rule.Why
+		}
+		actor := m.actor
+		if m.eventActor != "" {
+			actor = m.eventActor
+		}
+		return c.recordEvent(ctx, j, fleet.Event{Type: event, From: before.Stage, To: j.Stage, Actor: actor, ActorID: m.actorID, Message: message})
 	})
 	if err != nil {
 		return nil, err
@@ -439,27 +464,9 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 	// The transition is committed: what follows must not be cut short by the
 	// caller going away (a client disconnect, a host timeout).
 	ctx = context.WithoutCancel(ctx)
-	event, message := m.event, m.message
-	if m.messageOf != nil {
-		message = m.messageOf()
-	}
-	var run fleet.RunResult
-	if m.describe != nil {
-		if ev, msg, r := m.describe(before); ev != "" {
-			event, message, run = ev, msg, r
-		}
-	}
-	if event == "" {
-		event = fleet.EventStage
-	}
-	if message == "" {
-		message = rule.Why
-	}
-	actor := m.actor
-	if m.eventActor != "" {
-		actor = m.eventActor
-	}
-	c.appendEvent(ctx, after, fleet.Event{Type: event, From: before.Stage, To: after.Stage, Actor: actor, ActorID: m.actorID, Message: message})
+	ev, _ := after.LatestEvent()
+	message := ev.Message
+	c.appendEvent(ctx, after)
 	if before.Stage == after.Stage {
 		return after, nil
 	}

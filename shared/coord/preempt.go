@@ -65,15 +65,14 @@ func (c *Coordinator) preempt(ctx context.Context, critical *fleet.Job, factorie
 	// victim.
 	msg := fmt.Sprintf("preempting %s/%s (priority %s) on %s for a seat", victim.ProductID, victim.ID, victim.Priority, after.HolderFactoryID)
 	j, written, err := cas(ctx, c, jobDocs.withCache(c.jobs), critical.ProductID, critical.ID, func(j *fleet.Job) error {
-		j.EventSeq++
 		j.UpdatedAt = c.now()
-		return nil
+		return c.recordEvent(ctx, j, fleet.Event{Type: fleet.EventPreempted, Actor: fleet.ActorSystem, Message: msg})
 	})
 	if err != nil || !written {
 		c.log.ErrorContext(ctx, "preemption: record it on the critical job", "job", critical.ID, "err", err)
 		return
 	}
-	c.appendEvent(context.WithoutCancel(ctx), j, fleet.Event{Type: fleet.EventPreempted, Actor: fleet.ActorSystem, Message: msg})
+	c.appendEvent(context.WithoutCancel(ctx), j)
 }
 
 // seatFreed hands the seat a preempted job gave up on factoryID to the

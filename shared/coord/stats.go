@@ -14,7 +14,8 @@ type Stats struct {
 	dispatched     atomic.Int64
 	publishFailed  atomic.Int64
 	deadLettered   atomic.Int64
-	eventsLost     atomic.Int64
+	eventsDeferred atomic.Int64
+	eventsRepaired atomic.Int64
 	quietSkips     atomic.Int64
 	// Lag sums in microseconds and counts: submit -> publish, publish -> accept.
 	dispatchLagSum, dispatchLagN atomic.Int64
@@ -33,7 +34,11 @@ type StatsSnapshot struct {
 	Dispatched       int64   `json:"dispatched"`
 	PublishFailed    int64   `json:"publishFailed"`
 	DeadLettered     int64   `json:"deadLettered"`
-	EventsLost       int64   `json:"eventsLost"`
+	// EventsDeferred counts events whose write right after their job's
+	// change failed: the job holds them until a repair writes them
+	// (EventsRepaired counts those writes, by any repair of this process).
+	EventsDeferred int64 `json:"eventsDeferred"`
+	EventsRepaired int64 `json:"eventsRepaired"`
 	// QuietSkips counts sweep ticks skipped on the ledger's word (one point
 	// read each, no query).
 	QuietSkips int64 `json:"quietSkips"`
@@ -71,7 +76,8 @@ func (c *Coordinator) Stats() StatsSnapshot {
 		Dispatched:      s.dispatched.Load(),
 		PublishFailed:   s.publishFailed.Load(),
 		DeadLettered:    s.deadLettered.Load(),
-		EventsLost:      s.eventsLost.Load(),
+		EventsDeferred:  s.eventsDeferred.Load(),
+		EventsRepaired:  s.eventsRepaired.Load(),
 		QuietSkips:      s.quietSkips.Load(),
 		DispatchLagMs:   mean(&s.dispatchLagSum, &s.dispatchLagN),
 		AcceptLagMs:     mean(&s.acceptLagSum, &s.acceptLagN),

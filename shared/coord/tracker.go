@@ -119,9 +119,9 @@ func (c *Coordinator) updateTracked(ctx context.Context, found *fleet.Job, m *fl
 			j.TargetFactoryID = ""
 			j.Dispatch = fleet.Dispatch{DeadLettered: j.Dispatch.DeadLettered}
 		}
-		j.EventSeq++
 		j.UpdatedAt = c.now()
-		return nil
+		return c.recordEvent(ctx, j, fleet.Event{Type: fleet.EventTrackerUpdated, To: j.Stage, Actor: fleet.ActorOperator,
+			Message: fmt.Sprintf("tracker item %s:%s revision %d replaced revision %d", ref.Source, ref.ItemID, ref.Revision, from)})
 	})
 	if err != nil {
 		return nil, "", err
@@ -130,8 +130,7 @@ func (c *Coordinator) updateTracked(ctx context.Context, found *fleet.Job, m *fl
 		return j, outcome, nil
 	}
 	ctx = context.WithoutCancel(ctx)
-	c.appendEvent(ctx, j, fleet.Event{Type: fleet.EventTrackerUpdated, To: j.Stage, Actor: fleet.ActorOperator,
-		Message: fmt.Sprintf("tracker item %s:%s revision %d replaced revision %d", ref.Source, ref.ItemID, ref.Revision, from)})
+	c.appendEvent(ctx, j)
 	if j.Stage == fleet.StageQueued {
 		c.bumpQueueState(ctx, j.ProductID)
 	}

@@ -95,17 +95,17 @@ func (c *Coordinator) ReportUsage(ctx context.Context, factoryID, productID, job
 			return errNoChange
 		}
 		changed = true
-		j.EventSeq++
 		j.UpdatedAt = c.now()
-		return nil
+		u := j.Report.Usage
+		return c.recordEvent(ctx, j, fleet.Event{Type: fleet.EventUsage, Actor: fleet.ActorFactory, ActorID: factoryID,
+			Message: fmt.Sprintf("usage so far: %.4f USD, %d input and %d output tokens", u.USD, u.InputTokens, u.OutputTokens)})
 	})
 	if err != nil || !changed {
 		return j, err
 	}
 	ctx = context.WithoutCancel(ctx)
 	u := j.Report.Usage
-	c.appendEvent(ctx, j, fleet.Event{Type: fleet.EventUsage, Actor: fleet.ActorFactory, ActorID: factoryID,
-		Message: fmt.Sprintf("usage so far: %.4f USD, %d input and %d output tokens", u.USD, u.InputTokens, u.OutputTokens)})
+	c.appendEvent(ctx, j)
 	c.growReservation(ctx, j.ProductID, j.ID, req.LeaseEpoch, u.USD)
 	return j, nil
 }

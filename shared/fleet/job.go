@@ -209,10 +209,17 @@ type Job struct {
 	// process ends between the release and the run's write.
 	Report *RunReport `json:"runReport,omitempty"`
 	// QueuedAt is when the job last entered queued; the scheduler ages from it.
-	QueuedAt  time.Time `json:"queuedAt,omitzero"`
-	EventSeq  int64     `json:"eventSeq"`
-	CreatedAt time.Time `json:"createdAt"`
-	UpdatedAt time.Time `json:"updatedAt"`
+	QueuedAt time.Time `json:"queuedAt,omitzero"`
+	EventSeq int64     `json:"eventSeq"`
+	// RecentEvents are the job's latest events (seq EventSeq and the few
+	// before it), committed in the same write as the changes they record:
+	// the job and its events container are two documents with no
+	// transaction between them, so an event written only after the job
+	// could be lost. Entries omit id, jobId and productId (the job's);
+	// Recent fills them in. See coord/events.go for how the ring is kept.
+	RecentEvents []Event   `json:"recentEvents,omitempty"`
+	CreatedAt    time.Time `json:"createdAt"`
+	UpdatedAt    time.Time `json:"updatedAt"`
 
 	Rev string `json:"-"`
 }
@@ -373,9 +380,10 @@ func RunID(jobID string, leaseEpoch int64) string { return fmt.Sprintf("%s:%d", 
 
 // Event is one entry of a job's append-only audit stream.
 type Event struct {
-	ID        string          `json:"id"` // jobId:seq
-	JobID     string          `json:"jobId"`
-	ProductID string          `json:"productId"`
+	// ID, JobID and ProductID are left out of a job's RecentEvents only.
+	ID        string          `json:"id,omitempty"` // jobId:seq
+	JobID     string          `json:"jobId,omitempty"`
+	ProductID string          `json:"productId,omitempty"`
 	Seq       int64           `json:"seq"`
 	Type      EventType       `json:"type"`
 	From      Stage           `json:"from,omitempty"`
@@ -448,3 +456,40 @@ var EventTypes = []EventType{
 
 // EventID names the event seq of a job.
 func EventID(jobID string, seq int64) string { return fmt.Sprintf("%s:%012d", jobID, seq) }
+
+// RecordEvent gives ev the job's next seq and keeps it in RecentEvents;
+// the caller writes the job. ev.At defaults to UpdatedAt. It returns the
+// event whole.
+func (j *Job) RecordEvent(ev Event) Event {
+	j.EventSeq++
+	ev.Seq = j.EventSeq
+	if ev.At.IsZero() {
+		ev.At = j.UpdatedAt
+	}
+	ev.ID, ev.JobID, ev.ProductID = "", "", ""
+	j.RecentEvents = append(j.RecentEvents, ev)
+	return j.whole(ev)
+}
+
+// Recent returns RecentEvents whole, oldest first.
+func (j *Job) Recent() []Event {
+	out := make([]Event, len(j.RecentEvents))
+	for i, ev := range j.RecentEvents {
+		out[i] = j.whole(ev)
+	}
+	return out
+}
+
+// LatestEvent is the event of the job's last recorded change, if the job
+// still holds it.
+func (j *Job) LatestEvent() (Event, bool) {
+	if n := len(j.RecentEvents); n > 0 && j.RecentEvents[n-1].Seq == j.EventSeq {
+		return j.whole(j.RecentEvents[n-1]), true
+	}
+	return Event{}, false
+}
+
+func (j *Job) whole(ev Event) Event {
+	ev.ID, ev.JobID, ev.ProductID = EventID(j.ID, ev.Seq), j.ID, j.ProductID
+	return ev
+}

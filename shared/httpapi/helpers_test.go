@@ -42,6 +42,24 @@ type faultyStore struct {
 	coord.Store
 	mu      sync.Mutex
 	failing bool
+	// loseEvents fails every write of an event (unavailable).
+	loseEvents bool
+}
+
+func (s *faultyStore) setLoseEvents(v bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loseEvents = v
+}
+
+func (s *faultyStore) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
+	s.mu.Lock()
+	lose := s.loseEvents && container == coord.Events
+	s.mu.Unlock()
+	if lose {
+		return "", coord.ErrUnavailable
+	}
+	return s.Store.Create(ctx, container, pk, id, body)
 }
 
 func (s *faultyStore) setFailing(v bool) {

@@ -585,6 +585,15 @@ func boundedList(desc string, max int) obj {
 }
 func arrayOf(items obj) obj { return obj{"type": "array", "items": items} }
 
+// eventProps are the fields of a job event.
+func eventProps() obj {
+	return obj{
+		"id": str(""), "jobId": str(""), "productId": str(""), "seq": integer(""), "type": eventType,
+		"from": ref("Stage"), "to": ref("Stage"), "actor": enum("", "factory", "operator", "system"),
+		"actorId": str(""), "message": str(""), "data": obj{"description": "Free-form JSON."}, "at": dateTime(""),
+	}
+}
+
 // name is a plain name: a job, factory, product or repo id.
 func name(desc string) obj {
 	return describe(obj{"type": "string", "pattern": `^[A-Za-z0-9_][A-Za-z0-9._-]*$`, "maxLength": fleet.MaxNameLen}, desc)
@@ -712,8 +721,10 @@ func schemas() obj {
 				"leaseEpoch": integer("The run (lease epoch) reported on."), "engine": str(""), "usage": usageSchema,
 				"head": str("The commit delivered."), "diff": diffSchema,
 			}),
-			"queuedAt":  dateTime(""),
-			"eventSeq":  integer("The seq of the job's latest event."),
+			"queuedAt": dateTime(""),
+			"eventSeq": integer("The seq of the job's latest event."),
+			"recentEvents": describe(arrayOf(ref("RecentEvent")), "The job's latest events (up to 8, seq ending at eventSeq), "+
+				"committed with the changes they record; GET /fleet/jobs/{id}/events lists them all."),
 			"createdAt": dateTime(""),
 			"updatedAt": dateTime(""),
 		}),
@@ -753,11 +764,10 @@ func schemas() obj {
 			"engine": str("The engine the holder reported."), "usage": usageSchema,
 			"head": str("The commit the run delivered."), "diff": diffSchema,
 		}),
-		"Event": object([]string{"id", "jobId", "seq", "type", "actor", "at"}, obj{
-			"id": str(""), "jobId": str(""), "productId": str(""), "seq": integer(""), "type": eventType,
-			"from": ref("Stage"), "to": ref("Stage"), "actor": enum("", "factory", "operator", "system"),
-			"actorId": str(""), "message": str(""), "data": obj{"description": "Free-form JSON."}, "at": dateTime(""),
-		}),
+		"Event": object([]string{"id", "jobId", "seq", "type", "actor", "at"}, eventProps()),
+		// A job's own copy of its latest events: the same fields less the
+		// ones the job names (id, jobId, productId).
+		"RecentEvent": object([]string{"seq", "type", "actor", "at"}, eventProps()),
 		"Artifact": object([]string{"id", "jobId", "productId", "runId", "name", "kind", "contentType", "size", "sha256", "createdAt"}, obj{
 			"id": str("<jobId>.<suffix>"), "jobId": name(""), "productId": name(""),
 			"runId": str("The run (jobId:leaseEpoch) that uploaded it; empty for an operator's."),

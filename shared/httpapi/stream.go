@@ -31,9 +31,10 @@ const (
 	// DefaultMaxStream stays under host.json's functionTimeout (5 min).
 	DefaultMaxStream = 4 * time.Minute
 	// eventGapGrace is how long a missing seq is waited for before the
-	// events after it are sent anyway: two writers of one job can commit
-	// their events out of order, but an event missing for longer was lost
-	// (appendEvent logs it) and must not hold the stream back forever.
+	// events after it are sent anyway. coord.Events fills in every event
+	// the container lacks from the job itself, so a gap is only ever one
+	// the store no longer has (past its TTL, or lost before jobs held
+	// their recent events), which must not hold the stream back forever.
 	eventGapGrace     = 5 * time.Second
 	headerLastEventID = "Last-Event-ID"
 )

@@ -162,6 +162,38 @@ func TestJobStreamReplaysThenGoesLiveAndEndsAtTerminal(t *testing.T) {
 	s.ended()
 }
 
+// TestJobStreamShowsAnEventWhoseWriteFailed: the write of the building
+// move's event fails after the move committed. The stream shows it, in
+// order and at once, when the next event wakes it (no gap to wait out),
+// and the job's events list it.
+func TestJobStreamShowsAnEventWhoseWriteFailed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	tok := f.enroll("f1", []string{"p1"}, "r1")
+	j := f.submit("p1", manifest("r1"))
+	c := f.claim(tok)
+
+	s := f.stream("/api/fleet/jobs/"+j.ID+"/events/stream?after=2", rootToken)
+	f.faulty.setLoseEvents(true)
+	f.ok(200, nil, "PATCH", "/api/fleet/jobs/"+j.ID, tok, map[string]any{"stage": "building", "leaseEpoch": c.LeaseEpoch})
+	f.faulty.setLoseEvents(false)
+	f.ok(200, nil, "POST", "/api/fleet/fail", tok, map[string]any{"jobId": j.ID, "leaseEpoch": c.LeaseEpoch, "reason": "broke", "retryable": false})
+	b, ev := s.nextEvent()
+	require.Equal(t, "3", b.id)
+	require.Equal(t, fleet.StageBuilding, ev.To)
+	b, _ = s.nextEvent()
+	require.Equal(t, "4", b.id)
+	s.ended()
+
+	var page struct{ Items []fleet.Event }
+	f.ok(200, &page, "GET", "/api/fleet/jobs/"+j.ID+"/events", rootToken, nil)
+	require.Len(t, page.Items, 4)
+	for i, ev := range page.Items {
+		require.Equal(t, int64(i+1), ev.Seq)
+	}
+}
+
 func TestJobStreamResumes(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)

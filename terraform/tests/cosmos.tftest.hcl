@@ -41,7 +41,7 @@ run "containers_match_the_store" {
   }
 
   assert {
-    condition     = [for p in azurerm_cosmosdb_sql_container.this["fleet_jobs"].indexing_policy[0].excluded_path : p.path] == ["/body/?", "/profile/body/?"] && [for p in azurerm_cosmosdb_sql_container.this["fleet_events"].indexing_policy[0].excluded_path : p.path] == ["/data/*"] && [for p in azurerm_cosmosdb_sql_container.this["fleet_profiles"].indexing_policy[0].excluded_path : p.path] == ["/body/?"]
+    condition     = [for p in azurerm_cosmosdb_sql_container.this["fleet_jobs"].indexing_policy[0].excluded_path : p.path] == ["/body/?", "/profile/body/?", "/recentEvents/*"] && [for p in azurerm_cosmosdb_sql_container.this["fleet_events"].indexing_policy[0].excluded_path : p.path] == ["/data/*"] && [for p in azurerm_cosmosdb_sql_container.this["fleet_profiles"].indexing_policy[0].excluded_path : p.path] == ["/body/?"]
     error_message = "Large unqueried fields (job body and its profile snapshot, event data, profile bodies) stay out of the index."
   }
 

@@ -214,7 +214,8 @@ type coordStats struct {
 	ClaimConflicts int64 `json:"claimConflicts"`
 	Dispatched     int64 `json:"dispatched"`
 	PublishFailed  int64 `json:"publishFailed"`
-	EventsLost     int64 `json:"eventsLost"`
+	EventsDeferred int64 `json:"eventsDeferred"`
+	EventsRepaired int64 `json:"eventsRepaired"`
 }
 
 // handlerMetrics reads the handler process's store counts and coordinator

@@ -148,7 +148,9 @@ func measure(queued, factories, claims, dispatches int) (row, error) {
 		at := now.Add(-time.Duration(queued-i) * time.Second)
 		j := fleet.Job{ID: fmt.Sprintf("j%07d", i), ProductID: product, Title: "job", Repo: repo, Capabilities: []string{"engine:claude"},
 			Priority: priorities[i%len(priorities)], Stage: fleet.StageQueued, Body: "Do the thing.\n", MaxAttempts: 3, Deps: []string{},
-			QueuedAt: at, EventSeq: 1, CreatedAt: at, UpdatedAt: at}
+			QueuedAt: at, CreatedAt: at, UpdatedAt: at}
+		// Shaped as Submit writes it: its submitted event is in the document.
+		j.RecordEvent(fleet.Event{Type: fleet.EventSubmitted, To: j.Stage, Actor: fleet.ActorOperator})
 		body, err := json.Marshal(j)
 		if err != nil {
 			return row{}, err

@@ -1,0 +1,328 @@
+package coord_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	blobfs "github.com/gigafactory/fleet/shared/blob/fs"
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// eventFaults decorates a Store: event documents whose id lost() names are
+// never written (Create fails before the store is touched: a store error,
+// or the writer's process dying between the job's CAS and the event's
+// write, look the same from outside), and queries of the events container
+// fail while queriesDown.
+type eventFaults struct {
+	coord.Store
+	mu          sync.Mutex
+	lost        func(id string) bool
+	queriesDown bool
+	creates     int
+}
+
+func (s *eventFaults) set(lost func(id string) bool, queriesDown bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lost, s.queriesDown = lost, queriesDown
+}
+
+func (s *eventFaults) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
+	if container == coord.Events {
+		s.mu.Lock()
+		s.creates++
+		lost := s.lost != nil && s.lost(id)
+		s.mu.Unlock()
+		if lost {
+			return "", coord.ErrUnavailable
+		}
+	}
+	return s.Store.Create(ctx, container, pk, id, body)
+}
+
+func (s *eventFaults) Query(ctx context.Context, container string, q coord.Query) (coord.Page, error) {
+	s.mu.Lock()
+	down := s.queriesDown && container == coord.Events
+	s.mu.Unlock()
+	if down {
+		return coord.Page{}, coord.ErrUnavailable
+	}
+	return s.Store.Query(ctx, container, q)
+}
+
+// seqs names event ids by seq: lost(seqs(2, 3)) loses events 2 and 3 of
+// every job.
+func seqs(ns ...int64) func(id string) bool {
+	return func(id string) bool {
+		for _, n := range ns {
+			if strings.HasSuffix(id, fleet.EventID("", n)) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func all(string) bool { return true }
+
+func newEventFaultEnv(t *testing.T) (*env, *eventFaults) {
+	var faults *eventFaults
+	e := newEnv(t, withStore(func(s coord.Store) coord.Store {
+		faults = &eventFaults{Store: s}
+		return faults
+	}))
+	return e, faults
+}
+
+// stored is the seqs the events container holds for job id, read past the
+// coordinator (no ring merged in).
+func (e *env) stored(id string) []int64 {
+	e.t.Helper()
+	page, err := e.raw.Query(e.ctx, coord.Events, coord.Query{PartitionKey: id})
+	require.NoError(e.t, err)
+	require.Empty(e.t, page.Continuation)
+	out := make([]int64, 0, len(page.Items))
+	for _, it := range page.Items {
+		var ev fleet.Event
+		require.NoError(e.t, json.Unmarshal(it.Body, &ev))
+		out = append(out, ev.Seq)
+	}
+	return out
+}
+
+func upTo(n int64) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(i + 1)
+	}
+	return out
+}
+
+// feedRepair hands every job change since the start of the jobs feed to
+// DispatchChanged of c (the dispatch function of another process when c is
+// a peer): as the Functions host would, latest versions only.
+func (e *env) feedRepair(c *coord.Coordinator) {
+	e.t.Helper()
+	page, err := e.raw.ReadChanges(e.ctx, coord.Jobs, "", 1000)
+	require.NoError(e.t, err)
+	_, err = c.DispatchChanged(e.ctx, page.Items)
+	require.NoError(e.t, err)
+}
+
+// runJob submits a job, claims it as f1 and moves it to building: events
+// submitted (1), claimed (2), stage (3).
+func (e *env) runJob() (*fleet.Job, int64) {
+	e.t.Helper()
+	j := e.submit()
+	cl := e.claim("f1")
+	_, err := e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
+	require.NoError(e.t, err)
+	return j, cl.LeaseEpoch
+}
+
+// TestEventWriteFailureLeavesNoGap: the event writes of the claim and the
+// stage move fail after their CAS committed. The container has a gap;
+// nobody reading through the coordinator sees it, and the change feed's
+// repair (another process, which never saw the writes) fills it.
+func TestEventWriteFailureLeavesNoGap(t *testing.T) {
+	t.Parallel()
+	e, faults := newEventFaultEnv(t)
+	e.factory("f1")
+	faults.set(seqs(2, 3), false)
+	j, _ := e.runJob()
+	faults.set(nil, false)
+
+	require.Equal(t, []int64{1}, e.stored(j.ID), "the writes of events 2 and 3 failed")
+	// The feed first: Events would repair on read too.
+	e.feedRepair(e.peer())
+	require.Equal(t, upTo(3), e.stored(j.ID), "the change feed's repair wrote the events the job held")
+
+	evs := e.events(j.ID)
+	requireContiguous(t, evs)
+	require.Equal(t, []string{"submitted", "claimed", "stage"}, eventTypes(evs))
+}
+
+// TestEventsMergeTheJobsRecentEvents: before any repair, Events (the
+// /events route and the job's SSE stream) shows the events whose write
+// failed, from the job, and writes them.
+func TestEventsMergeTheJobsRecentEvents(t *testing.T) {
+	t.Parallel()
+	e, faults := newEventFaultEnv(t)
+	e.factory("f1")
+	faults.set(seqs(2), false)
+	j, _ := e.runJob()
+	faults.set(nil, false)
+	require.Equal(t, []int64{1, 3}, e.stored(j.ID))
+
+	evs := e.events(j.ID)
+	requireContiguous(t, evs)
+	require.Equal(t, []string{"submitted", "claimed", "stage"}, eventTypes(evs))
+	require.Equal(t, fleet.EventID(j.ID, 2), evs[1].ID)
+	require.Equal(t, j.ID, evs[1].JobID)
+	require.Equal(t, prod, evs[1].ProductID)
+	require.Equal(t, upTo(3), e.stored(j.ID), "reading repaired it")
+
+	after, err := e.c.Events(e.ctx, prod, j.ID, 1, 1)
+	require.NoError(t, err)
+	require.Len(t, after, 1)
+	require.Equal(t, int64(2), after[0].Seq, "after and limit apply to the merged list")
+}
+
+// TestEventLostPastManyChanges: the claim's event is lost (the writer
+// died) and the job changes many more times before anyone looks; a
+// change feed that only shows the job's latest version must still find
+// it. The job's ring lets an event go only once it is in the container,
+// so it is written by the time the ring would drop it, with no feed at all.
+func TestEventLostPastManyChanges(t *testing.T) {
+	t.Parallel()
+	e, faults := newEventFaultEnv(t)
+	e.factory("f1")
+	faults.set(seqs(2), false)
+	j, epoch := e.runJob()
+	faults.set(nil, false)
+	const reports = 30
+	for i := range reports {
+		_, err := e.c.ReportUsage(e.ctx, "f1", prod, j.ID, coord.UsageRequest{LeaseEpoch: epoch, Usage: fleet.Usage{USD: float64(i + 1)}})
+		require.NoError(t, err)
+	}
+	require.Equal(t, upTo(3+reports), e.stored(j.ID), "the claim's event was written before the job let it go")
+	require.LessOrEqual(t, len(e.job(j.ID).RecentEvents), 8, "the job keeps only its latest events")
+}
+
+// TestEventsRingBoundedWhileEventsDown: with the events container out of
+// reach the job keeps its events, up to a bound past which its changes are
+// refused (unavailable) and write nothing; when it is back, the next change
+// writes them all.
+func TestEventsRingBoundedWhileEventsDown(t *testing.T) {
+	t.Parallel()
+	e, faults := newEventFaultEnv(t)
+	e.factory("f1")
+	j, epoch := e.runJob()
+	faults.set(all, true)
+	usd := 0.0
+	report := func() error {
+		usd++
+		_, err := e.c.ReportUsage(e.ctx, "f1", prod, j.ID, coord.UsageRequest{LeaseEpoch: epoch, Usage: fleet.Usage{USD: usd}})
+		return err
+	}
+	var err error
+	for range 100 {
+		if err = report(); err != nil {
+			break
+		}
+	}
+	require.ErrorIs(t, err, coord.ErrUnavailable)
+	held := e.job(j.ID)
+	require.Len(t, held.RecentEvents, 32, "the job holds events up to the bound")
+	before := e.rawJob(j.ID)
+	require.ErrorIs(t, report(), coord.ErrUnavailable)
+	require.Equal(t, before, e.rawJob(j.ID), "a refused change writes nothing")
+
+	faults.set(nil, false)
+	require.NoError(t, report())
+	stored := e.stored(j.ID)
+	require.Equal(t, upTo(held.EventSeq-3), stored[:held.EventSeq-3], "the change wrote the events the job let go")
+	e.feedRepair(e.c)
+	require.Equal(t, upTo(held.EventSeq+1), e.stored(j.ID), "the feed wrote the ones it keeps")
+	requireContiguous(t, e.events(j.ID))
+}
+
+// TestNoEventOfAFailedCAS: a change whose job write fails, or loses a race
+// and is retried, shows no event of the attempt that did not commit.
+func TestNoEventOfAFailedCAS(t *testing.T) {
+	t.Parallel()
+	hooks := &hookStore{}
+	e := newEnv(t, withStore(func(s coord.Store) coord.Store { hooks.Store = s; return hooks }))
+	e.factory("f1")
+	j := e.submit()
+	cl := e.claim("f1")
+
+	hooks.setBeforeReplace(once(func(string, string) error { return coord.ErrUnavailable }))
+	_, err := e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
+	require.ErrorIs(t, err, coord.ErrUnavailable)
+	hooks.setBeforeReplace(once(func(string, string) error { return coord.ErrPrecondition }))
+	_, err = e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
+	require.NoError(t, err, "a lost race is retried")
+	_, err = e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageReview, LeaseEpoch: cl.LeaseEpoch + 1})
+	require.ErrorIs(t, err, fleet.ErrFenced)
+
+	e.feedRepair(e.c)
+	evs := e.events(j.ID)
+	requireContiguous(t, evs)
+	require.Equal(t, []string{"submitted", "claimed", "stage"}, eventTypes(evs), "one event per committed change")
+	require.Equal(t, upTo(3), e.stored(j.ID))
+}
+
+// TestEventRepairCounts: /fleet/metrics tells deferred writes from
+// repaired ones.
+func TestEventRepairCounts(t *testing.T) {
+	t.Parallel()
+	e, faults := newEventFaultEnv(t)
+	e.factory("f1")
+	faults.set(seqs(2, 3), false)
+	j, _ := e.runJob()
+	faults.set(nil, false)
+	st := e.c.Stats()
+	require.Equal(t, int64(2), st.EventsDeferred)
+	require.Zero(t, st.EventsRepaired)
+
+	e.feedRepair(e.c)
+	require.Equal(t, int64(2), e.c.Stats().EventsRepaired)
+	e.feedRepair(e.c)
+	require.Equal(t, int64(2), e.c.Stats().EventsRepaired, "a repaired event is written once")
+	require.Len(t, e.events(j.ID), 3)
+}
+
+// TestEventRepairCostsNothingWhenWritten: the feed's repair of a job whose
+// events this process wrote itself queries nothing.
+func TestEventRepairCostsNothingWhenWritten(t *testing.T) {
+	t.Parallel()
+	e, faults := newEventFaultEnv(t)
+	e.factory("f1")
+	e.runJob()
+	faults.mu.Lock()
+	before := faults.creates
+	faults.mu.Unlock()
+	faults.set(nil, true) // a query would fail the batch
+	e.feedRepair(e.c)
+	faults.mu.Lock()
+	defer faults.mu.Unlock()
+	require.Equal(t, before, faults.creates)
+}
+
+// pointerFails fails every write of an artifact pointer.
+type pointerFails struct{ coord.Store }
+
+func (s pointerFails) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
+	if container == coord.Artifacts {
+		return "", coord.ErrUnavailable
+	}
+	return s.Store.Create(ctx, container, pk, id, body)
+}
+
+// TestFailedUploadSaysItsArtifactWasNotKept: an upload is decided (and its
+// event committed) by the job's CAS before its pointer is written; when the
+// pointer's write then fails, the job's history says the artifact was not
+// kept instead of leaving it listed as added.
+func TestFailedUploadSaysItsArtifactWasNotKept(t *testing.T) {
+	t.Parallel()
+	blobs, err := blobfs.Open(filepath.Join(t.TempDir(), "blobs"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = blobs.Close() })
+	e := newEnv(t, withBlobs(blobs), withStore(func(s coord.Store) coord.Store { return pointerFails{s} }))
+	j := e.submit()
+	_, err = e.upload(coord.ArtifactUpload{JobID: j.ID, Name: "out.log", ActorID: "op"}, []byte("x"))
+	require.ErrorIs(t, err, coord.ErrUnavailable)
+	evs := e.events(j.ID)
+	requireContiguous(t, evs)
+	require.Equal(t, []string{"submitted", "artifact_added", "artifact_deleted"}, eventTypes(evs))
+	require.Contains(t, evs[2].Message, "out.log not kept")
+	require.JSONEq(t, string(evs[1].Data), string(evs[2].Data), "both name the same artifact")
+}
