@@ -295,9 +295,10 @@ func budgetError(productID string, err error) error {
 	return err
 }
 
-// releaseHeld lets jobs a budget held flow now: poll factories are told the
-// queue changed, and every queued job of the product without a dispatch is
-// routed again (dispatch applies admission, so the ones still held stay).
+// releaseHeld lets jobs a budget or seat cap held flow now: poll factories
+// are told the queue changed, and every queued job of the product without a
+// dispatch is routed again (dispatch applies admission, so the ones still
+// held stay).
 func (c *Coordinator) releaseHeld(ctx context.Context, productID string) {
 	c.bumpQueueState(ctx, productID)
 	if c.publisher == nil {
@@ -438,22 +439,15 @@ func (c *Coordinator) reclaim(ctx context.Context, productID string, pick func(j
 		if !pick(id, r) {
 			continue
 		}
-		j, err := c.GetJob(ctx, productID, id)
-		switch {
-		case errors.Is(err, fleet.ErrNotFound):
-			done[id] = settle{epoch: r.LeaseEpoch}
-			continue
-		case err != nil:
+		j, over := c.runOver(ctx, productID, id, r.LeaseEpoch, r.At)
+		if !over {
 			continue
 		}
-		_, live := j.Lease()
-		switch {
-		case j.LeaseEpoch == r.LeaseEpoch && live:
-			continue // the run is going: it settles when it ends
-		case j.LeaseEpoch < r.LeaseEpoch && !c.suspect(id, r):
-			continue // its claim may still be landing
+		s := settle{epoch: r.LeaseEpoch}
+		if j != nil {
+			s.usd = c.runUSD(ctx, j, r.LeaseEpoch)
 		}
-		done[id] = settle{epoch: r.LeaseEpoch, usd: c.runUSD(ctx, j, r.LeaseEpoch)}
+		done[id] = s
 	}
 	if len(done) == 0 {
 		return 0
@@ -493,8 +487,9 @@ func (c *Coordinator) runUSD(ctx context.Context, j *fleet.Job, epoch int64) flo
 }
 
 // settleRun settles the budget reservation of the run before's lease held,
-// from the usage it reported; then jobs the reservation held back may flow.
-func (c *Coordinator) settleRun(ctx context.Context, before *fleet.Job) {
+// from the usage it reported; it reports whether it did (then jobs the
+// reservation held back may flow: see endAdmission).
+func (c *Coordinator) settleRun(ctx context.Context, before *fleet.Job) bool {
 	var usd float64
 	if r := before.ReportFor(before.LeaseEpoch); r != nil {
 		usd = r.Usage.USD
@@ -507,15 +502,13 @@ func (c *Coordinator) settleRun(ctx context.Context, before *fleet.Job) {
 	})
 	switch {
 	case errors.Is(err, fleet.ErrNotFound):
-		return
+		return false
 	case err != nil:
 		// Left behind, it is reclaimed once it is older than the lease TTL.
 		c.log.ErrorContext(ctx, "settle budget reservation", "job", before.ID, "epoch", before.LeaseEpoch, "err", err)
-		return
+		return false
 	}
-	if written {
-		c.releaseHeld(ctx, before.ProductID)
-	}
+	return written
 }
 
 // growReservation raises the reservation of a run whose reported usage
@@ -597,15 +590,11 @@ func (c *Coordinator) budgetAlerts(ctx context.Context, productID string) ([]fle
 	return out, nil
 }
 
-// reserveAccept is admission for the push transport: the reservation an
-// accept takes before its CAS. A job its budget holds back loses its
-// dispatch (the message is void: 409) and waits, its reason recorded,
-// until the budget makes room and releaseHeld routes it again.
-func (c *Coordinator) reserveAccept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*reservation, error) {
-	b, err := c.budgetOf(ctx, productID)
-	if err != nil || b == nil {
-		return nil, err
-	}
+// admitAccept is admission for the push transport: the reservation and
+// seat an accept takes before its CAS. A job its budget or seat cap holds
+// back loses its dispatch (the message is void: 409) and waits, its reason
+// recorded, until room is made and releaseHeld routes it again.
+func (c *Coordinator) admitAccept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*admission, error) {
 	j, err := c.GetJob(ctx, productID, jobID)
 	if err != nil {
 		return nil, err
@@ -615,20 +604,21 @@ func (c *Coordinator) reserveAccept(ctx context.Context, factoryID, productID, j
 		// (and taken back) for it, so the refusal writes nothing.
 		return nil, nil
 	}
-	res, err := c.reserve(ctx, j)
+	a, err := c.admit(ctx, j)
 	var held *heldError
 	switch {
 	case errors.As(err, &held):
 		c.holdDispatched(ctx, productID, jobID, dispatchEpoch, held.hold)
-		return nil, fleet.Errorf(fleet.CodeConflict, "job %s is held back by its budget: %s", jobID, held.hold.Message)
+		return nil, fleet.Errorf(fleet.CodeConflict, "job %s is held back: %s", jobID, held.hold.Message)
 	case errors.Is(err, errReservedElsewhere):
 		return nil, fleet.Errorf(fleet.CodeConflict, "job %s is being claimed by someone else", jobID)
 	}
-	return res, err
+	return a, err
 }
 
-// holdDispatched voids the dispatch of a job its budget holds back, so it
-// waits untargeted (and says why) instead of for the redispatch sweep.
+// holdDispatched voids the dispatch of a job its budget or seat cap holds
+// back, so it waits untargeted (and says why) instead of for the
+// redispatch sweep.
 func (c *Coordinator) holdDispatched(ctx context.Context, productID, jobID string, dispatchEpoch int64, h fleet.Hold) {
 	_, err := c.mutateJob(context.WithoutCancel(ctx), productID, jobID, func(j *fleet.Job) error {
 		if j.Stage != fleet.StageQueued || j.DispatchEpoch != dispatchEpoch {
@@ -642,8 +632,16 @@ func (c *Coordinator) holdDispatched(ctx context.Context, productID, jobID strin
 	}
 }
 
-// holdDispatch records on j that its budget holds it back.
+// holdDispatch records on j that its budget or seat cap holds it back.
 func holdDispatch(j *fleet.Job, h fleet.Hold, now time.Time) {
 	j.TargetFactoryID = ""
-	j.Dispatch.Unroutable, j.Dispatch.UnroutableKind, j.Dispatch.At = h.Message, fleet.UnroutableBudget, now
+	j.Dispatch.Unroutable, j.Dispatch.UnroutableKind, j.Dispatch.At = h.Message, holdKind(h), now
+}
+
+// holdKind is how a dispatch records a hold.
+func holdKind(h fleet.Hold) fleet.UnroutableKind {
+	if h.Kind == fleet.HoldSeatCap {
+		return fleet.UnroutableSeatCap
+	}
+	return fleet.UnroutableBudget
 }

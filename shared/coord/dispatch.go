@@ -148,6 +148,10 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 	if err != nil {
 		return d, err
 	}
+	product, err := c.productOf(ctx, pk)
+	if err != nil {
+		return d, err
+	}
 	var unroutable schedule.Reason
 	var held *fleet.Hold
 	stamped := false
@@ -156,10 +160,10 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 		if c.dueForDispatch(j, redo) != "" {
 			return errNoChange
 		}
-		if held = budgetHold(budget, j); held != nil {
+		if held = admissionHold(budget, product, j); held != nil {
 			// Admission: a held job is not sent anywhere; the budget
-			// making room routes it (releaseHeld).
-			if j.Dispatch.UnroutableKind == fleet.UnroutableBudget && j.Dispatch.Unroutable == held.Message && j.TargetFactoryID == "" {
+			// making room or a seat freeing routes it (releaseHeld).
+			if j.Dispatch.UnroutableKind == holdKind(*held) && j.Dispatch.Unroutable == held.Message && j.TargetFactoryID == "" {
 				return errNoChange
 			}
 			holdDispatch(j, *held, c.now())
@@ -352,7 +356,10 @@ type Explanation struct {
 	Waiting *WaitExplanation `json:"waiting,omitempty"`
 	// Budget, for a queued job, is why its product's budget holds it back
 	// now (paused, or no room under the ceiling); nil when it does not.
-	Budget   *fleet.Hold          `json:"budget,omitempty"`
+	Budget *fleet.Hold `json:"budget,omitempty"`
+	// SeatCap, for a queued job, is its product's seat cap holding it back
+	// (kind seat_cap, with running and maxRunning); nil when it does not.
+	SeatCap  *fleet.Hold          `json:"seatCap,omitempty"`
 	Schedule schedule.Explanation `json:"schedule"`
 }
 
@@ -423,6 +430,11 @@ func (c *Coordinator) Explain(ctx context.Context, scope Scope, productID, jobID
 			return nil, err
 		}
 		e.Budget = budgetHold(b, j)
+		p, err := c.productOf(ctx, j.ProductID)
+		if err != nil {
+			return nil, err
+		}
+		e.SeatCap = p.SeatHold()
 	}
 	return e, nil
 }

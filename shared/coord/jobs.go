@@ -486,7 +486,7 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 			result = run
 		}
 		c.recordRun(ctx, before, result, message)
-		c.settleRun(ctx, before)
+		c.endAdmission(ctx, before)
 	}
 	if after.Stage.Terminal() {
 		c.settleDependants(ctx, after)

@@ -128,9 +128,11 @@ func (c *Coordinator) claimPaged(ctx context.Context, products []string, try fun
 // when every one is ineligible, backing off or lost to a racing claimer.
 func (c *Coordinator) claimBest(ctx context.Context, f *fleet.Factory, queued []*fleet.Job, requestID string) (*protocol.Claimed, error) {
 	factoryID := f.ID
-	// Each product's budget is read once per claim to pass over the jobs
-	// it holds back; the reservation re-checks on the fresh document.
+	// Each product's budget and seats are read once per claim to pass over
+	// the jobs they hold back; admit re-checks on the fresh documents.
 	budgets := map[string]*fleet.ProductBudget{}
+	products := map[string]*fleet.Product{}
+	capped := map[string]bool{}
 	var err error
 	for _, j := range claimOrder(schedule.RankJobs(f, queued, c.now(), c.cfg.Weights)) {
 		b, ok := budgets[j.ProductID]
@@ -140,13 +142,26 @@ func (c *Coordinator) claimBest(ctx context.Context, f *fleet.Factory, queued []
 			}
 			budgets[j.ProductID] = b
 		}
-		if budgetHold(b, j) != nil {
+		p, ok := products[j.ProductID]
+		if !ok {
+			if p, err = c.seatView(ctx, j.ProductID); err != nil {
+				return nil, err
+			}
+			products[j.ProductID] = p
+		}
+		if capped[j.ProductID] || admissionHold(b, p, j) != nil {
 			continue
 		}
-		res, err := c.reserve(ctx, j)
+		a, err := c.admit(ctx, j)
 		var held *heldError
 		switch {
-		case errors.As(err, &held), errors.Is(err, errReservedElsewhere):
+		case errors.As(err, &held):
+			if held.hold.Kind == fleet.HoldSeatCap {
+				// Every seat is taken: no other job of the product gets one.
+				capped[j.ProductID] = true
+			}
+			continue
+		case errors.Is(err, errReservedElsewhere):
 			continue
 		case err != nil:
 			return nil, err
@@ -160,14 +175,14 @@ func (c *Coordinator) claimBest(ctx context.Context, f *fleet.Factory, queued []
 				if j.NotBefore.After(c.now()) {
 					return fleet.Errorf(fleet.CodeConflict, "job %s is backing off", j.ID)
 				}
-				return fenceReservation(res, j)
+				return fenceAdmission(a, j)
 			},
 			effect: func(_, j *fleet.Job) { j.ClaimRequestID = requestID }})
 		if err == nil {
 			c.stats.claims.Add(1)
 			return claimed(after), nil
 		}
-		c.undo(ctx, res)
+		c.giveBack(ctx, a)
 		if !errors.Is(err, fleet.ErrConflict) {
 			return nil, err
 		}
@@ -225,7 +240,7 @@ func claimOrder(ranked []*fleet.Job) []*fleet.Job {
 // Accept is the push transport's claim: the factory a dispatch message
 // targeted takes the job, if the message is still current.
 func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*protocol.Claimed, error) {
-	res, err := c.reserveAccept(ctx, factoryID, productID, jobID, dispatchEpoch)
+	a, err := c.admitAccept(ctx, factoryID, productID, jobID, dispatchEpoch)
 	if err != nil {
 		return nil, err
 	}
@@ -240,10 +255,10 @@ func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID st
 			case j.TargetFactoryID != factoryID:
 				return fleet.Errorf(fleet.CodeConflict, "job %s was dispatched to another factory", j.ID)
 			}
-			return fenceReservation(res, j)
+			return fenceAdmission(a, j)
 		}})
 	if err != nil {
-		c.undo(ctx, res)
+		c.giveBack(ctx, a)
 		if errors.Is(err, fleet.ErrConflict) {
 			c.stats.claimConflicts.Add(1)
 		}

@@ -23,6 +23,9 @@ type ProductRequest struct {
 	MoveRepos bool
 	// Tracker changes the product's tracker target; nil keeps it.
 	Tracker *TrackerChange
+	// MaxRunning caps how many of the product's jobs hold a lease at once;
+	// 0 is uncapped.
+	MaxRunning int
 }
 
 // TrackerChange sets or removes a product's tracker target. Setting one
@@ -93,8 +96,12 @@ func (c *Coordinator) DeclareProduct(ctx context.Context, req ProductRequest) (*
 	if err := req.Tracker.validate(); err != nil {
 		return nil, err
 	}
+	if err := fleet.ValidateMaxRunning("maxRunning", req.MaxRunning); err != nil {
+		return nil, err
+	}
+	req.Repos = repos
 	for range maxCASAttempts {
-		p, err := c.declareOnce(ctx, req.ID, req.Name, repos, req.MoveRepos, req.Tracker)
+		p, err := c.declareOnce(ctx, req)
 		if errors.Is(err, errProductMoved) {
 			continue
 		}
@@ -106,7 +113,8 @@ func (c *Coordinator) DeclareProduct(ctx context.Context, req ProductRequest) (*
 // errProductMoved: the product document changed under a declaration.
 var errProductMoved = errors.New("product changed")
 
-func (c *Coordinator) declareOnce(ctx context.Context, id, name string, repos []string, move bool, tracker *TrackerChange) (*fleet.Product, error) {
+func (c *Coordinator) declareOnce(ctx context.Context, req ProductRequest) (*fleet.Product, error) {
+	id, name, repos, move := req.ID, req.Name, req.Repos, req.MoveRepos
 	old, oldIt, err := readDoc[fleet.Product](ctx, c.store, Products, id, id, "product")
 	if err != nil && !errors.Is(err, fleet.ErrNotFound) {
 		return nil, err
@@ -115,7 +123,11 @@ func (c *Coordinator) declareOnce(ctx context.Context, id, name string, repos []
 	if old != nil {
 		oldTracker = old.Tracker
 	}
-	nextTracker, err := tracker.apply(oldTracker)
+	nextTracker, err := req.Tracker.apply(oldTracker)
+	if err != nil {
+		return nil, err
+	}
+	seats, err := c.seatsFor(ctx, old, req.MaxRunning)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +162,7 @@ func (c *Coordinator) declareOnce(ctx context.Context, id, name string, repos []
 	}
 
 	now := c.now()
-	p := &fleet.Product{ID: id, ProductID: id, Name: name, Repos: repos, Tracker: nextTracker, CreatedAt: now, UpdatedAt: now}
+	p := &fleet.Product{ID: id, ProductID: id, Name: name, Repos: repos, Tracker: nextTracker, MaxRunning: req.MaxRunning, Seats: seats, CreatedAt: now, UpdatedAt: now}
 	if old != nil {
 		p.CreatedAt = old.CreatedAt
 	}
@@ -187,7 +199,26 @@ func (c *Coordinator) declareOnce(ctx context.Context, id, name string, repos []
 	if err := c.releaseRepos(context.WithoutCancel(ctx), id, repos); err != nil {
 		c.log.ErrorContext(ctx, "release dropped repos", "product", id, "err", err)
 	}
+	if old.Capped() && (!p.Capped() || p.MaxRunning > old.MaxRunning) {
+		// More seats: the jobs the cap held flow now.
+		c.releaseHeld(context.WithoutCancel(ctx), id)
+	}
 	return p, nil
+}
+
+// seatsFor is the seats a product declared with cap maxRunning starts
+// with: none uncapped; the old ones while it stays capped; and the runs
+// going now when it becomes capped, so they count against the new cap.
+func (c *Coordinator) seatsFor(ctx context.Context, old *fleet.Product, maxRunning int) (map[string]fleet.Seat, error) {
+	switch {
+	case maxRunning == 0:
+		return nil, nil
+	case old.Capped():
+		return old.Seats, nil
+	case old == nil:
+		return map[string]fleet.Seat{}, nil
+	}
+	return c.leasedSeats(ctx, old.ID)
 }
 
 func repoOwnedError(i int, repo, owner string) error {

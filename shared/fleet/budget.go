@@ -157,12 +157,17 @@ type HoldKind string
 const (
 	HoldPaused  HoldKind = "paused"
 	HoldCeiling HoldKind = "ceiling"
+	// HoldSeatCap: the product's maxRunning seats are all taken.
+	HoldSeatCap HoldKind = "seat_cap"
 )
 
 // Hold is why a queued job may not be assigned now.
 type Hold struct {
 	Kind    HoldKind `json:"kind"`
 	Message string   `json:"message"`
+	// Running and MaxRunning are the seat count of a seat_cap hold.
+	Running    int `json:"running,omitempty"`
+	MaxRunning int `json:"maxRunning,omitempty"`
 }
 
 // Admit is the admission rule: a job estimated at estimate may be

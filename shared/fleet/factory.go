@@ -95,10 +95,16 @@ type Product struct {
 	// Tracker is where the events of the product's tracked jobs are
 	// echoed; nil when nowhere. Its secret is stored, never shown: the
 	// API answers with View.
-	Tracker   *TrackerConfig `json:"tracker,omitempty"`
-	CreatedAt time.Time      `json:"createdAt"`
-	UpdatedAt time.Time      `json:"updatedAt"`
-	Rev       string         `json:"-"`
+	Tracker *TrackerConfig `json:"tracker,omitempty"`
+	// MaxRunning caps how many of the product's jobs hold a lease at once;
+	// 0 is uncapped.
+	MaxRunning int `json:"maxRunning"`
+	// Seats are the leases counted against MaxRunning, by job id (see
+	// seats.go): taken with the assignment, freed when its lease ends.
+	Seats     map[string]Seat `json:"seats,omitempty"`
+	CreatedAt time.Time       `json:"createdAt"`
+	UpdatedAt time.Time       `json:"updatedAt"`
+	Rev       string          `json:"-"`
 }
 
 // RepoOwner records which product owns a repo: one document per repo, so

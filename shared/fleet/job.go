@@ -130,6 +130,9 @@ const (
 	// UnroutableBudget: the product's budget holds the job back (paused,
 	// or no room under the ceiling); it flows when the budget makes room.
 	UnroutableBudget UnroutableKind = "budget"
+	// UnroutableSeatCap: the product runs as many jobs as its maxRunning
+	// allows; it flows when one of them ends.
+	UnroutableSeatCap UnroutableKind = "seat_cap"
 )
 
 // Failure is the last failure a factory reported.

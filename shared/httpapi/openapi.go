@@ -464,7 +464,7 @@ func operations() []operation {
 			errors: []string{"400", "409", "413", "422"}},
 
 		{method: "PUT", path: "/fleet/products/{productId}", access: operatorOnly, summary: "Declare a product and its repos",
-			description: "repos replaces the list. A repo has one owning product: claiming one another product owns is 409 conflict naming the owner, unless an unscoped operator sets moveRepos. A job whose repo its product does not own is rejected with 422 repo_not_owned.",
+			description: "repos replaces the list. A repo has one owning product: claiming one another product owns is 409 conflict naming the owner, unless an unscoped operator sets moveRepos. A job whose repo its product does not own is rejected with 422 repo_not_owned. maxRunning caps the product's jobs holding a lease at once (0 or absent: uncapped).",
 			params:      []obj{pathParam("productId", "The product id.")},
 			body:        jsonBody(ref("ProductRequest")),
 			ok:          map[string]obj{"200": respond("The product.", ref("Product"))},
@@ -610,8 +610,17 @@ var eventType = func() obj {
 
 // unroutableKind is the schema of a job's dispatch.unroutableKind.
 var unroutableKind = enum("no_factory: nothing in the fleet can run the job (it needs a change); busy: factories could, but none can now; "+
-	"budget: its product's budget holds it back (paused, or no room under the ceiling).",
-	string(fleet.UnroutableNoFactory), string(fleet.UnroutableBusy), string(fleet.UnroutableBudget))
+	"budget: its product's budget holds it back (paused, or no room under the ceiling); seat_cap: its product runs maxRunning jobs already.",
+	string(fleet.UnroutableNoFactory), string(fleet.UnroutableBusy), string(fleet.UnroutableBudget), string(fleet.UnroutableSeatCap))
+
+// holdSchema is fleet.Hold, why admission holds a queued job back;
+// running and maxRunning are a seat_cap hold's.
+func holdSchema(required []string, desc string, kinds ...string) obj {
+	return object(required, obj{
+		"kind": enum(desc, kinds...), "message": str(""),
+		"running": integer("seat_cap: seats taken."), "maxRunning": integer("seat_cap: the product's cap."),
+	})
+}
 
 // usageSchema is fleet.Usage.
 var usageSchema = object([]string{"usd", "inputTokens", "outputTokens"}, obj{
@@ -786,10 +795,10 @@ func schemas() obj {
 				"depsMode": enum("", "all", "any"),
 				"deps":     arrayOf(ref("WaitItem")), "children": arrayOf(ref("WaitItem")),
 			}),
-			"budget": object([]string{"kind", "message"}, obj{
-				"kind":    enum("Why the product's budget holds the queued job back now.", string(fleet.HoldPaused), string(fleet.HoldCeiling)),
-				"message": str(""),
-			}),
+			"budget": holdSchema([]string{"kind", "message"}, "Why the product's budget holds the queued job back now.",
+				string(fleet.HoldPaused), string(fleet.HoldCeiling)),
+			"seatCap": holdSchema([]string{"kind", "message", "running", "maxRunning"},
+				"The product's maxRunning seats are all taken: the queued job waits for one to free.", string(fleet.HoldSeatCap)),
 			"schedule": object([]string{"jobId", "routable", "required", "candidates"}, obj{
 				"jobId": str(""), "routable": boolean(""), "reason": str("Why no factory is eligible."),
 				"best": str("The factory the scheduler would pick."), "required": stringList("Capabilities checked, with repo:<repo>."),
@@ -808,12 +817,16 @@ func schemas() obj {
 			"enrollment": str("Names this enrollment of the id: deregistering revokes its tokens, not those of a later enrollment."),
 			"enrolledAt": dateTime(""), "updatedAt": dateTime(""),
 		}),
-		"Product": object([]string{"id", "repos"}, obj{
+		"Product": object([]string{"id", "repos", "maxRunning"}, obj{
 			"id": name(""), "productId": name(""), "name": str(""), "repos": stringList("Repos it owns."),
 			"tracker": object([]string{"webhookUrl", "secretSet"}, obj{
 				"webhookUrl": str("Where the events of its tracked jobs are POSTed."),
 				"secretSet":  boolean("A signing secret is set; the secret itself is never returned."),
 			}),
+			"maxRunning": integer("The seat cap: at most this many of its jobs hold a lease at once; 0: uncapped."),
+			"seats": describe(obj{"type": "object", "additionalProperties": object([]string{"leaseEpoch", "at"}, obj{
+				"leaseEpoch": integer(""), "at": dateTime("When the seat was taken."),
+			})}, "The leases counted against maxRunning, by job id (capped products only)."),
 			"createdAt": dateTime(""), "updatedAt": dateTime(""),
 		}),
 		"Profile": object([]string{"name", "productId", "version", "capabilities", "budget", "body", "createdAt"}, obj{
@@ -955,6 +968,8 @@ func schemas() obj {
 				"webhookUrl": describe(obj{"type": "string", "maxLength": fleet.MaxWebhookURLLen}, "An absolute http or https URL without credentials."),
 				"secret": describe(obj{"type": "string", "minLength": fleet.MinSecretLen, "maxLength": fleet.MaxSecretLen},
 					"The HMAC-SHA256 key deliveries are signed with; required when none is set, kept when left out. Never returned."),
-			}), "The echo target of the product's tracked jobs; null removes it, absent keeps it.")}),
+			}), "The echo target of the product's tracked jobs; null removes it, absent keeps it."),
+			"maxRunning": describe(obj{"type": "integer", "minimum": 0, "maximum": fleet.MaxMaxRunning},
+				"At most this many of the product's jobs hold a lease at once (claim, accept and dispatch wait for a seat); 0 or absent: uncapped.")}),
 	}
 }

@@ -209,6 +209,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"Run", "diff"}, fleet.DiffStat{}},
 		{[]string{"Job", "runReport"}, fleet.RunReport{}},
 		{[]string{"Explanation", "budget"}, fleet.Hold{}},
+		{[]string{"Explanation", "seatCap"}, fleet.Hold{}},
 	} {
 		name := strings.Join(tc.path, ".")
 		s, ok := schemas[tc.path[0]].(obj)

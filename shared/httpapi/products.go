@@ -21,6 +21,8 @@ type productRequest struct {
 	// Tracker sets the echo target ({webhookUrl, secret}); null removes
 	// it; absent keeps it. Raw, because null and absent differ here.
 	Tracker json.RawMessage `json:"tracker"`
+	// MaxRunning is the product's seat cap; absent or 0: uncapped.
+	MaxRunning int `json:"maxRunning"`
 }
 
 // trackerRequest is a product's tracker target as PUT sends it; the
@@ -92,7 +94,7 @@ func (s *server) putProduct(w http.ResponseWriter, r *http.Request, p *principal
 	if err != nil {
 		return err
 	}
-	prod, err := s.coord.DeclareProduct(r.Context(), coord.ProductRequest{ID: id, Name: req.Name, Repos: req.Repos, MoveRepos: req.MoveRepos, Tracker: tracker})
+	prod, err := s.coord.DeclareProduct(r.Context(), coord.ProductRequest{ID: id, Name: req.Name, Repos: req.Repos, MoveRepos: req.MoveRepos, Tracker: tracker, MaxRunning: req.MaxRunning})
 	if err != nil {
 		return err
 	}

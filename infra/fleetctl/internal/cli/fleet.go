@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -32,20 +33,47 @@ func (a *app) productsCommand() *cobra.Command {
 	var name string
 	var repos []string
 	var move bool
+	var maxRunning int
 	put := &cobra.Command{
-		Use:   "put ID --repo R [--repo R2 ...]",
-		Short: "Declare a product and the repos it owns (the list replaces the old one)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "put ID [--repo R ...] [--name N] [--max-running N]",
+		Short: "Declare a product: the repos it owns (the list replaces the old one), its name and seat cap",
+		Long: `Declare a product. --repo replaces the list of repos it owns; --max-running caps
+how many of its jobs run at once (0: uncapped). What a flag does not set is kept
+from the product as it is (read first), so 'products put demo --max-running 2'
+leaves demo's repos alone.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			path := "/products/" + url.PathEscape(args[0])
+			f := cmd.Flags()
+			if !f.Changed("repo") || !f.Changed("name") || !f.Changed("max-running") {
+				var cur fleet.Product
+				_, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: path}, &cur)
+				var ce *client.Error
+				switch {
+				case errors.As(err, &ce) && ce.Code == fleet.CodeNotFound: // a new product
+				case err != nil:
+					return err
+				default:
+					if !f.Changed("repo") {
+						repos = cur.Repos
+					}
+					if !f.Changed("name") {
+						name = cur.Name
+					}
+					if !f.Changed("max-running") {
+						maxRunning = cur.MaxRunning
+					}
+				}
+			}
 			if repos == nil {
 				repos = []string{}
 			}
-			body, err := jsonBody(map[string]any{"name": name, "repos": repos, "moveRepos": move})
+			body, err := jsonBody(map[string]any{"name": name, "repos": repos, "moveRepos": move, "maxRunning": maxRunning})
 			if err != nil {
 				return err
 			}
 			var p fleet.Product
-			raw, err := a.call(cmd, client.Request{Method: http.MethodPut, Path: "/products/" + url.PathEscape(args[0]), Body: body}, &p)
+			raw, err := a.call(cmd, client.Request{Method: http.MethodPut, Path: path, Body: body}, &p)
 			if err != nil {
 				return err
 			}
@@ -55,6 +83,7 @@ func (a *app) productsCommand() *cobra.Command {
 	put.Flags().StringVar(&name, "name", "", "display name")
 	put.Flags().StringSliceVar(&repos, "repo", nil, "a repo the product owns (repeat, or comma-separate)")
 	put.Flags().BoolVar(&move, "move-repos", false, "take repos another product owns (unscoped operators only)")
+	put.Flags().IntVar(&maxRunning, "max-running", 0, "at most this many of its jobs run at once (0: uncapped)")
 	cmd.AddCommand(get, put)
 	return cmd
 }
@@ -63,7 +92,16 @@ func (a *app) printProduct(raw []byte, p *fleet.Product) error {
 	if a.json() {
 		return a.printJSON(raw)
 	}
-	return a.fields([][2]string{{"id", p.ID}, {"name", orDash(p.Name)}, {"repos", list(p.Repos)}, {"updated", a.ago(p.UpdatedAt) + " ago"}})
+	return a.fields([][2]string{{"id", p.ID}, {"name", orDash(p.Name)}, {"repos", list(p.Repos)},
+		{"max running", seatCap(p)}, {"updated", a.ago(p.UpdatedAt) + " ago"}})
+}
+
+// seatCap is a product's seat cap as people read it.
+func seatCap(p *fleet.Product) string {
+	if !p.Capped() {
+		return "uncapped"
+	}
+	return fmt.Sprintf("%d (%d running)", p.MaxRunning, p.Running())
 }
 
 func (a *app) reposCommand() *cobra.Command {

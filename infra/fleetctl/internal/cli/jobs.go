@@ -291,6 +291,11 @@ func (a *app) jobsExplain() *cobra.Command {
 			if e.Profile != nil {
 				kv = append(kv, [2]string{"profile", fmt.Sprintf("%s v%d adds %s", e.Profile.Name, e.Profile.Version, list(e.Profile.Capabilities))})
 			}
+			for _, h := range []*fleet.Hold{e.Budget, e.SeatCap} {
+				if h != nil {
+					kv = append(kv, [2]string{"held", string(h.Kind) + ": " + h.Message})
+				}
+			}
 			if err := a.fields(kv); err != nil {
 				return err
 			}

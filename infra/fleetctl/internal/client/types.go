@@ -48,6 +48,9 @@ type Explanation struct {
 		Version      int64    `json:"version"`
 		Capabilities []string `json:"capabilities"`
 	} `json:"profile,omitempty"`
+	// Budget and SeatCap say why admission holds a queued job back.
+	Budget   *fleet.Hold `json:"budget,omitempty"`
+	SeatCap  *fleet.Hold `json:"seatCap,omitempty"`
 	Schedule struct {
 		Routable   bool        `json:"routable"`
 		Reason     string      `json:"reason,omitempty"`

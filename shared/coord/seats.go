@@ -1,0 +1,273 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// Seat caps (API.md: PUT /fleet/products/{id} {maxRunning}). A capped
+// product's seats live on its product document (fleet/seats.go) and are
+// taken the way a budget reservation is (budgets.go): a compare-and-swap
+// on the product before the job's own CAS, keyed by job and the epoch the
+// claim takes, given back if the job CAS loses, freed when the lease ends
+// (transition -> endAdmission), and, when a crash left one behind,
+// reclaimed by an assignment the cap refuses once it is older than the
+// lease TTL. An uncapped product's claims write nothing here.
+
+// seatClaim is a seat takeSeat took for one claim.
+type seatClaim struct {
+	productID, jobID string
+	epoch            int64
+}
+
+// productOf reads a product for admission; nil when it does not exist.
+func (c *Coordinator) productOf(ctx context.Context, productID string) (*fleet.Product, error) {
+	p, err := c.GetProduct(ctx, productID)
+	if errors.Is(err, fleet.ErrNotFound) {
+		return nil, nil
+	}
+	return p, err
+}
+
+// seatView is the product as a claim pre-filters its jobs by: when its
+// seats are all taken, seats a crash left behind are reclaimed first.
+func (c *Coordinator) seatView(ctx context.Context, productID string) (*fleet.Product, error) {
+	p, err := c.productOf(ctx, productID)
+	if err != nil || p.SeatHold() == nil {
+		return p, err
+	}
+	if c.reclaimSeats(ctx, productID, c.staleSeat) == 0 {
+		return p, nil
+	}
+	return c.productOf(ctx, productID)
+}
+
+// takeSeat gives j's next run a seat on its capped product: nil and no
+// error when the product is uncapped; a *heldError when its seats are
+// taken; errReservedElsewhere when another claim of j holds the seat.
+func (c *Coordinator) takeSeat(ctx context.Context, j *fleet.Job) (*seatClaim, error) {
+	p, err := c.productOf(ctx, j.ProductID)
+	if err != nil || !p.Capped() {
+		return nil, err
+	}
+	epoch := j.LeaseEpoch + 1
+	if s, ok := p.Seats[j.ID]; ok && s.LeaseEpoch != epoch {
+		// The seat of an earlier run of this job: that run is over.
+		c.reclaimSeats(ctx, j.ProductID, func(id string, _ fleet.Seat) bool { return id == j.ID })
+	}
+	for try := 0; ; try++ {
+		_, _, err = cas(ctx, c, productDocs, j.ProductID, j.ProductID, func(p *fleet.Product) error {
+			if !p.Capped() {
+				return errNoChange // uncapped meanwhile: nothing to hold
+			}
+			if s, ok := p.Seats[j.ID]; ok {
+				if s.LeaseEpoch == epoch {
+					return errReservedElsewhere
+				}
+				return fleet.Errorf(fleet.CodeConflict, "job %s holds the seat of run %d", j.ID, s.LeaseEpoch)
+			}
+			if h := p.TakeSeat(j.ID, epoch, c.now()); h != nil {
+				return &heldError{hold: *h}
+			}
+			return nil
+		})
+		var held *heldError
+		if try == 0 && errors.As(err, &held) && c.reclaimSeats(ctx, j.ProductID, c.staleSeat) > 0 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &seatClaim{productID: j.ProductID, jobID: j.ID, epoch: epoch}, nil
+	}
+}
+
+// giveBackSeat takes back a seat whose claim lost its job CAS.
+func (c *Coordinator) giveBackSeat(ctx context.Context, s *seatClaim) {
+	if s == nil {
+		return
+	}
+	if _, err := c.freeSeat(context.WithoutCancel(ctx), s.productID, s.jobID, s.epoch); err != nil {
+		// Left behind, it is reclaimed once it is older than the lease TTL.
+		c.log.WarnContext(ctx, "give back a seat", "job", s.jobID, "err", err)
+	}
+}
+
+// freeSeat frees the seat of job's run at epoch; it reports whether there
+// was one.
+func (c *Coordinator) freeSeat(ctx context.Context, productID, jobID string, epoch int64) (bool, error) {
+	_, written, err := cas(ctx, c, productDocs, productID, productID, func(p *fleet.Product) error {
+		if !p.FreeSeat(jobID, epoch) {
+			return errNoChange
+		}
+		return nil
+	})
+	if errors.Is(err, fleet.ErrNotFound) {
+		return false, nil
+	}
+	return written, err
+}
+
+// staleSeat selects seats old enough that their claim's job CAS is long
+// over: only those may be reclaimed while their job is still queued.
+func (c *Coordinator) staleSeat(_ string, s fleet.Seat) bool {
+	return c.now().Sub(s.At) >= c.cfg.LeaseTTL
+}
+
+// reclaimSeats frees the seats pick selects whose run is over or never
+// started; it returns how many it freed.
+func (c *Coordinator) reclaimSeats(ctx context.Context, productID string, pick func(jobID string, s fleet.Seat) bool) int {
+	p, err := c.productOf(ctx, productID)
+	if err != nil || p == nil {
+		return 0
+	}
+	over := map[string]int64{}
+	for id, s := range p.Seats {
+		if !pick(id, s) {
+			continue
+		}
+		if _, done := c.runOver(ctx, productID, id, s.LeaseEpoch, s.At); done {
+			over[id] = s.LeaseEpoch
+		}
+	}
+	if len(over) == 0 {
+		return 0
+	}
+	n := 0
+	_, _, err = cas(ctx, c, productDocs, productID, productID, func(p *fleet.Product) error {
+		n = 0
+		for id, epoch := range over {
+			if p.FreeSeat(id, epoch) {
+				n++
+			}
+		}
+		if n == 0 {
+			return errNoChange
+		}
+		return nil
+	})
+	if err != nil {
+		c.log.WarnContext(ctx, "reclaim seats", "product", productID, "err", err)
+		return 0
+	}
+	c.log.InfoContext(ctx, "reclaimed seats left by a crash", "product", productID, "count", n)
+	return n
+}
+
+// runOver is the one rule for whether what an assignment of job at epoch
+// took (a budget reservation, a seat) may be given back: its run is over
+// or never started. A run that is going keeps it; so does a claim at that
+// epoch that may still be landing (taken less than the lease TTL ago). It
+// returns the job when it still exists.
+func (c *Coordinator) runOver(ctx context.Context, productID, jobID string, epoch int64, at time.Time) (*fleet.Job, bool) {
+	j, err := c.GetJob(ctx, productID, jobID)
+	switch {
+	case errors.Is(err, fleet.ErrNotFound):
+		return nil, true
+	case err != nil:
+		return nil, false
+	}
+	_, live := j.Lease()
+	switch {
+	case j.LeaseEpoch == epoch && live:
+		return j, false // the run is going: it gives back when it ends
+	case j.LeaseEpoch < epoch && c.now().Sub(at) < c.cfg.LeaseTTL:
+		return j, false // its claim may still be landing
+	}
+	return j, true
+}
+
+// leasedSeats are the seats of the product's jobs holding a lease now: a
+// cap set on a product with runs going counts them.
+func (c *Coordinator) leasedSeats(ctx context.Context, productID string) (map[string]fleet.Seat, error) {
+	leased, err := c.queryJobs(ctx, Query{PartitionKey: productID,
+		Where: []Cond{In("stage", string(fleet.StageAssigned), string(fleet.StageBuilding))}})
+	if err != nil {
+		return nil, err
+	}
+	seats := map[string]fleet.Seat{}
+	now := c.now()
+	for _, j := range leased {
+		if _, ok := j.Lease(); ok {
+			seats[j.ID] = fleet.Seat{LeaseEpoch: j.LeaseEpoch, At: now}
+		}
+	}
+	return seats, nil
+}
+
+// admission is what one assignment took before its job CAS: the budget
+// reservation and the seat, either nil when the product has no budget or
+// no cap.
+type admission struct {
+	res  *reservation
+	seat *seatClaim
+}
+
+// admit is step 1 of every assignment (claim, accept): the budget
+// reservation, then the seat; a *heldError when either refuses (nothing
+// stays taken), errReservedElsewhere when another claim of j is landing.
+func (c *Coordinator) admit(ctx context.Context, j *fleet.Job) (*admission, error) {
+	res, err := c.reserve(ctx, j)
+	if err != nil {
+		return nil, err
+	}
+	seat, err := c.takeSeat(ctx, j)
+	if err != nil {
+		c.undo(ctx, res)
+		return nil, err
+	}
+	return &admission{res: res, seat: seat}, nil
+}
+
+// giveBack takes back what an assignment whose job CAS lost took.
+func (c *Coordinator) giveBack(ctx context.Context, a *admission) {
+	if a == nil {
+		return
+	}
+	c.undo(ctx, a.res)
+	c.giveBackSeat(ctx, a.seat)
+}
+
+// fenceAdmission is the job CAS's guard: the job must still be at the
+// epoch its reservation and seat were taken for.
+func fenceAdmission(a *admission, j *fleet.Job) error {
+	if a == nil {
+		return nil
+	}
+	if a.res != nil {
+		return fenceReservation(a.res, j)
+	}
+	if a.seat != nil && j.LeaseEpoch+1 != a.seat.epoch {
+		return fleet.Errorf(fleet.CodeConflict, "job %s moved to lease epoch %d since its seat was taken", j.ID, j.LeaseEpoch)
+	}
+	return nil
+}
+
+// admissionHold is the one pre-check of whether j may be assigned now,
+// without taking anything: its budget's hold, else its product's seat
+// cap's; nil when it may.
+func admissionHold(b *fleet.ProductBudget, p *fleet.Product, j *fleet.Job) *fleet.Hold {
+	if h := budgetHold(b, j); h != nil {
+		return h
+	}
+	return p.SeatHold()
+}
+
+// endAdmission gives back what before's run took when its lease ends
+// (release, fail, ship, reap, revoke, preempt, cancel): the budget settles
+// from the run's usage and the seat frees; then the jobs either held back
+// flow at once.
+func (c *Coordinator) endAdmission(ctx context.Context, before *fleet.Job) {
+	settled := c.settleRun(ctx, before)
+	freed, err := c.freeSeat(ctx, before.ProductID, before.ID, before.LeaseEpoch)
+	if err != nil {
+		// Left behind, it is reclaimed once it is older than the lease TTL.
+		c.log.ErrorContext(ctx, "free seat", "job", before.ID, "epoch", before.LeaseEpoch, "err", err)
+	}
+	if settled || freed {
+		c.releaseHeld(ctx, before.ProductID)
+	}
+}
