@@ -286,6 +286,32 @@ func TestGolden(t *testing.T) {
 		run(c)
 	}
 
+	// A budget, and a run whose usage settles into it past the alert.
+	run(tc{name: "budgets-set", args: []string{"budgets", "set", "--ceiling", "5", "--default-job-usd", "0.5"}})
+	// A repo only one factory has, so that factory's claim is this job.
+	w.api("PUT", "/products/demo", opToken, "", "application/json", `{"name": "Demo", "repos": ["hello", "web", "docs", "ledger"]}`)
+	ftSpend := w.enroll("spender", "demo", caps, 1)
+	w.heartbeat(ftSpend, caps, []string{"ledger"})
+	spend := w.submit("demo", manifest("Spend", "ledger", ""))
+	claim = w.api("POST", "/claim", ftSpend, "", "", "")
+	require.Equal(t, spend, claim["job"].(map[string]any)["id"])
+	w.api("PATCH", "/jobs/"+spend, ftSpend, "", "application/json", `{"stage": "building", "leaseEpoch": `+epoch+`}`)
+	w.api("PATCH", "/jobs/"+spend, ftSpend, "", "application/json", `{"stage": "testing", "leaseEpoch": `+epoch+`, "usage": {"usd": 4.25, "inputTokens": 9000, "outputTokens": 800}}`)
+	for _, c := range []tc{
+		{name: "budgets-show", args: []string{"budgets", "show"}},
+		{name: "budgets-show-json", args: []string{"budgets", "show", "demo", "-o", "json"}},
+		{name: "budgets-pause", args: []string{"budgets", "pause", "--reason", "quarter end"}},
+		{name: "budgets-resume-json", args: []string{"budgets", "resume", "demo", "-o", "json"}},
+		{name: "budgets-set-keeps", args: []string{"budgets", "set", "--alert-at", "0.6"}},
+		// Shell completion: products from the live fleet, periods.
+		{name: "complete-budgets-product", args: []string{"__complete", "budgets", "show", ""}},
+		{name: "complete-budgets-period", args: []string{"__complete", "budgets", "set", "--period", ""}},
+		{name: "err-budgets-new-needs-ceiling", args: []string{"budgets", "set", "other"}, exit: ExitUsage},
+		{name: "err-budgets-no-product", args: []string{"budgets", "show"}, env: map[string]string{"FLEET_PRODUCT": ""}, exit: ExitUsage},
+	} {
+		run(c)
+	}
+
 	// Half an hour on: the queued jobs starve and the silent factories go
 	// stale, so metrics and alerts have something to say.
 	w.clock.Advance(40 * time.Minute)

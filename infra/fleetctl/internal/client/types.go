@@ -129,3 +129,33 @@ type DAGNode struct {
 	Deps     []string       `json:"deps"`
 	DepsMode fleet.DepsMode `json:"depsMode"`
 }
+
+// Budget is GET /fleet/budgets/{productId}.
+type Budget struct {
+	ProductID     string    `json:"productId"`
+	CeilingUSD    float64   `json:"ceilingUsd"`
+	Period        string    `json:"period"`
+	PeriodStart   time.Time `json:"periodStart"`
+	SpentUSD      float64   `json:"spentUsd"`
+	ReservedUSD   float64   `json:"reservedUsd"`
+	RemainingUSD  float64   `json:"remainingUsd"`
+	Paused        bool      `json:"paused"`
+	PausedReason  *string   `json:"pausedReason"`
+	PauseMessage  string    `json:"pauseMessage,omitempty"`
+	AlertAt       float64   `json:"alertAt"`
+	AutoPause     bool      `json:"autoPause"`
+	DefaultJobUSD float64   `json:"defaultJobUsd"`
+	UpdatedAt     time.Time `json:"updatedAt"`
+}
+
+// Burndown is GET /fleet/budgets/{productId}/burndown.
+type Burndown struct {
+	ProductID   string    `json:"productId"`
+	CeilingUSD  float64   `json:"ceilingUsd"`
+	PeriodStart time.Time `json:"periodStart"`
+	Points      []struct {
+		At       time.Time `json:"at"`
+		SpentUSD float64   `json:"spentUsd"`
+	} `json:"points"`
+	ForecastExhaustedAt *time.Time `json:"forecastExhaustedAt"`
+}
