@@ -374,18 +374,58 @@ func (c *Coordinator) reserve(ctx context.Context, j *fleet.Job) (*reservation, 
 	}
 }
 
-// admissionView is the product's budget as a claim pre-filters its jobs
-// by: when it is full, reservations a crash left behind are reclaimed
-// first, so they cannot keep it full.
-func (c *Coordinator) admissionView(ctx context.Context, productID string) (*fleet.ProductBudget, error) {
-	b, err := c.budgetOf(ctx, productID)
-	if err != nil || b == nil || b.Paused || b.RemainingUSD() > 0 {
-		return b, err
+// claimBudget is one product's budget as a claim pre-filters its jobs by:
+// read once per claim, and reclaimed at most once.
+type claimBudget struct {
+	b         *fleet.ProductBudget
+	reclaimed bool
+}
+
+// budgetFor is j's product budget as a claim pre-filters its jobs by
+// (views caches each product's for the claim). When j does not fit under
+// the ceiling, reservations a crash left behind are reclaimed first (once
+// per claim), so they cannot keep it held: not only when the budget is
+// full, since a leaked reservation that leaves less room than any queued
+// job's estimate holds them all back just the same.
+func (c *Coordinator) budgetFor(ctx context.Context, views map[string]*claimBudget, j *fleet.Job) (*fleet.ProductBudget, error) {
+	v, ok := views[j.ProductID]
+	if !ok {
+		b, err := c.budgetOf(ctx, j.ProductID)
+		if err != nil {
+			return nil, err
+		}
+		v = &claimBudget{b: b}
+		views[j.ProductID] = v
 	}
-	if c.reclaim(ctx, productID, c.suspect) == 0 {
-		return b, nil
+	h := budgetHold(v.b, j)
+	if h == nil || h.Kind != fleet.HoldCeiling || v.reclaimed {
+		return v.b, nil
 	}
-	return c.budgetOf(ctx, productID)
+	v.reclaimed = true
+	if c.reclaim(ctx, j.ProductID, c.suspect) == 0 {
+		return v.b, nil
+	}
+	b, err := c.budgetOf(ctx, j.ProductID)
+	if err != nil {
+		return nil, err
+	}
+	v.b = b
+	return b, nil
+}
+
+// reclaimHeld is admission's reclaim for the push transport: dispatch
+// sends no held job, so no accept would ever meet the leaked reservation
+// that holds it; the redispatch sweep reclaims, once per product, for the
+// queued jobs their budget holds back, before routing them again.
+func (c *Coordinator) reclaimHeld(ctx context.Context, queued []*fleet.Job) {
+	done := map[string]bool{}
+	for _, j := range queued {
+		if j.Dispatch.UnroutableKind != fleet.UnroutableBudget || done[j.ProductID] {
+			continue
+		}
+		done[j.ProductID] = true
+		c.reclaim(ctx, j.ProductID, c.suspect)
+	}
 }
 
 // suspect selects reservations old enough that their claim's job CAS is

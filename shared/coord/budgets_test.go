@@ -337,6 +337,70 @@ func TestBudgetLeakedReservation(t *testing.T) {
 	require.Zero(t, b.SpentUSD)
 }
 
+// leakReservation writes a reservation of usd for a job that never got
+// it (a crash between the budget's CAS and the job's), made at t0.
+func (e *env) leakReservation(usd float64) {
+	e.t.Helper()
+	it, err := e.raw.Read(e.ctx, coord.Budgets, prod, prod)
+	require.NoError(e.t, err)
+	var doc fleet.ProductBudget
+	require.NoError(e.t, json.Unmarshal(it.Body, &doc))
+	doc.Reservations = map[string]fleet.Reservation{"jgone": {LeaseEpoch: 1, USD: usd, At: t0}}
+	body, err := json.Marshal(doc)
+	require.NoError(e.t, err)
+	_, err = e.raw.Replace(e.ctx, coord.Budgets, prod, prod, body, it.Rev)
+	require.NoError(e.t, err)
+}
+
+// TestBudgetLeakedReservationLeavingSomeRoom: a leaked reservation that
+// leaves room, but less than any queued job's estimate, holds them all back
+// as surely as one that fills the budget; once it is older than the lease
+// TTL, the admission it blocks reclaims it, on the poll transport (the
+// claim) and the push one (the redispatch sweep: no held job is
+// dispatched, so no accept would meet it). The chaos campaign found it: 3
+// jobs held for good behind 0.26 USD reserved for a run long over.
+func TestBudgetLeakedReservationLeavingSomeRoom(t *testing.T) {
+	t.Parallel()
+	t.Run("poll", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.factory("f1")
+		e.putBudget(1)
+		j := e.submit("budget: {usd: 0.5}")
+		e.leakReservation(0.6)
+		cl, err := e.c.Claim(e.ctx, e.as("f1"))
+		require.NoError(t, err)
+		require.Nil(t, cl, "a fresh reservation may be a claim still landing")
+		e.clock.Advance(e.c.Config().LeaseTTL)
+		e.beat(e.mustTok("f1"))
+		cl, err = e.c.Claim(e.ctx, e.as("f1"))
+		require.NoError(t, err)
+		require.NotNil(t, cl, "0.4 USD of room left by a leaked 0.6 holds a 0.5 job back for good")
+		require.Equal(t, j.ID, cl.Job.ID)
+		require.InDelta(t, 0.5, e.budget().ReservedUSD, 1e-9, "only the new claim's reservation")
+	})
+	t.Run("push", func(t *testing.T) {
+		t.Parallel()
+		e, pub := dispatchEnv(t)
+		e.factory("f1")
+		e.putBudget(1)
+		e.leakReservation(0.6)
+		j := e.submit("budget: {usd: 0.5}")
+		_, err := e.c.Redispatch(e.ctx)
+		require.NoError(t, err)
+		require.Empty(t, pub.sent(), "held: a fresh reservation may be a claim still landing")
+		require.Equal(t, fleet.UnroutableBudget, e.job(j.ID).Dispatch.UnroutableKind)
+		e.clock.Advance(e.c.Config().LeaseTTL)
+		e.beat(e.mustTok("f1"))
+		_, err = e.c.Redispatch(e.ctx)
+		require.NoError(t, err)
+		sent := pub.sent()
+		require.Len(t, sent, 1, "0.4 USD of room left by a leaked 0.6 holds a 0.5 job back for good")
+		require.Equal(t, j.ID, sent[0].JobID)
+		require.Zero(t, e.budget().ReservedUSD, "reclaimed; the accept reserves")
+	})
+}
+
 func (e *env) mustTok(id string) *fleet.Token {
 	tok, ok := e.toks.Load(id)
 	require.True(e.t, ok)

@@ -278,6 +278,7 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 		return !ok || h == fleet.HealthStale || h == fleet.HealthDown ||
 			c.now().Sub(j.Dispatch.At) >= c.cfg.RedispatchAfter
 	}
+	c.reclaimHeld(ctx, queued)
 	n := 0
 	for _, j := range queued {
 		if c.dueForDispatch(j, lost) != "" {

@@ -130,17 +130,13 @@ func (c *Coordinator) claimBest(ctx context.Context, f *fleet.Factory, queued []
 	factoryID := f.ID
 	// Each product's budget and seats are read once per claim to pass over
 	// the jobs they hold back; admit re-checks on the fresh documents.
-	budgets := map[string]*fleet.ProductBudget{}
+	budgets := map[string]*claimBudget{}
 	products := map[string]*fleet.Product{}
 	capped := map[string]bool{}
-	var err error
 	for _, j := range claimOrder(schedule.RankJobs(f, queued, c.now(), c.cfg.Weights)) {
-		b, ok := budgets[j.ProductID]
-		if !ok {
-			if b, err = c.admissionView(ctx, j.ProductID); err != nil {
-				return nil, err
-			}
-			budgets[j.ProductID] = b
+		b, err := c.budgetFor(ctx, budgets, j)
+		if err != nil {
+			return nil, err
 		}
 		p, ok := products[j.ProductID]
 		if !ok {
