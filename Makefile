@@ -130,7 +130,9 @@ endef
 # processes and 2,000 jobs under scheduled faults (factory kill -9 and
 # SIGSTOP, handler kill, stack and broker restart, store faults, network
 # faults); non-zero when a job is lost, double-assigned, shipped from a
-# stale epoch or moved illegally. Smaller: make chaos CHAOS_FLAGS="-factories 3 -jobs 100 -faults 60s".
+# stale epoch or moved illegally, a budget-capped product spends past its
+# ceiling beyond the reservations, or a fault kind was never injected.
+# `make test` runs a short one (TestChaosShort). Smaller: make chaos CHAOS_FLAGS="-factories 3 -jobs 100 -faults 60s".
 chaos:
 	$(GO) run ./tests/chaos $(CHAOS_FLAGS)
 

@@ -7,15 +7,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	mrand "math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 // campaign is one chaos run's settings.
@@ -28,7 +32,15 @@ type campaign struct {
 	Verbose                bool
 }
 
-const product = "chaos"
+// The products: most jobs go to product; one in five to budgetProduct,
+// whose budget's ceiling stops it part-way through the campaign.
+const (
+	product       = "chaos"
+	budgetProduct = "chaos-budget"
+)
+
+// repoOf is each product's repository (a repository has one owner).
+var repoOf = map[string]string{product: "app", budgetProduct: "ledger"}
 
 // Fault kinds, as reported.
 const (
@@ -54,8 +66,9 @@ type runner struct {
 	px    *proxy
 	facs  []*factoryProc
 
-	faultMu sync.Mutex
-	faults  map[string]int64
+	faultMu   sync.Mutex
+	faults    map[string]int64
+	faultErrs []string
 
 	idsMu     sync.Mutex
 	submitted []string
@@ -107,6 +120,7 @@ func (c campaign) Run(ctx context.Context, out io.Writer) (*report, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	defer killStrays(dir)
 	fmt.Fprintf(out, "chaos: seed %d, %d factories x %d seats, %d jobs, faults for %s, drain %s, store faults %q\n",
 		c.Seed, c.Factories, c.Seats, c.Jobs, c.Faults, c.Drain, c.StoreFaults)
 	bins, err := build(ctx, root, filepath.Join(dir, "bin"))
@@ -137,14 +151,29 @@ func (c campaign) Run(ctx context.Context, out io.Writer) (*report, error) {
 	hc := &http.Client{Timeout: 20 * time.Second}
 	r.op = &apiClient{base: r.st.URL(), token: admin, product: product, http: hc}
 	r.voter = &apiClient{base: r.st.URL(), token: alice, product: product, http: hc}
+	for _, p := range []string{product, budgetProduct} {
+		if err := r.retry(ctx, func() error {
+			return r.op.do(ctx, http.MethodPut, "/products/"+p, p, map[string]any{"repos": []string{repoOf[p]}}, nil)
+		}); err != nil {
+			return nil, err
+		}
+	}
+	// A total ceiling about half the budgeted jobs' spend (a fifth of the
+	// jobs, spending 0.45 USD a run on average): admission meets it
+	// mid-campaign with every factory claiming (autoPause then stops the
+	// product; the rest wait, held, their reason in /explain).
+	ceiling := math.Max(2, math.Round(float64(c.Jobs)/5*0.25*100)/100)
 	if err := r.retry(ctx, func() error {
-		return r.op.do(ctx, http.MethodPut, "/products/"+product, "", map[string]any{"repos": []string{"app"}}, nil)
+		return r.op.do(ctx, http.MethodPut, "/budgets/"+budgetProduct, budgetProduct,
+			map[string]any{"ceilingUsd": ceiling, "period": "total", "autoPause": true}, nil)
 	}); err != nil {
 		return nil, err
 	}
-	origin, err := newOrigin(dir, "app")
-	if err != nil {
-		return nil, err
+	origins := map[string]string{}
+	for _, repo := range []string{repoOf[product], repoOf[budgetProduct]} {
+		if origins[repo], err = newOrigin(dir, repo); err != nil {
+			return nil, err
+		}
 	}
 	if r.px, err = newProxy(r.st.httpAddr, c.Seed); err != nil {
 		return nil, err
@@ -160,7 +189,7 @@ func (c campaign) Run(ctx context.Context, out io.Writer) (*report, error) {
 		if i%2 == 1 {
 			transport = "nats"
 		}
-		sp := factorySpec{id: fmt.Sprintf("f%02d", i), product: product, repo: "app", origin: origin,
+		sp := factorySpec{id: fmt.Sprintf("f%02d", i), products: []string{product, budgetProduct}, origins: origins,
 			dir: filepath.Join(dir, fmt.Sprintf("f%02d", i)), engine: engine, runLog: runLog,
 			url: r.px.URL(), nats: r.st.NATS(), transport: transport, seats: c.Seats}
 		var f *factoryProc
@@ -209,7 +238,6 @@ func (c campaign) Run(ctx context.Context, out io.Writer) (*report, error) {
 	if err := r.st.restart(ctx); err != nil {
 		return nil, fmt.Errorf("restart the stack without store faults: %w", err)
 	}
-	r.count(faultStack)
 	if err := <-submitErr; err != nil {
 		return nil, err
 	}
@@ -223,7 +251,7 @@ func (c campaign) Run(ctx context.Context, out io.Writer) (*report, error) {
 	ops.Wait()
 	fmt.Fprintf(out, "chaos: drain %s (all terminal: %v)\n", time.Since(faultsEnded).Round(time.Second), drained)
 
-	rep, err := r.check(ctx, origin, runLog)
+	rep, err := r.check(ctx, origins, runLog)
 	if err != nil {
 		return nil, err
 	}
@@ -236,9 +264,48 @@ func (c campaign) Run(ctx context.Context, out io.Writer) (*report, error) {
 	r.storeFaultsMu.Lock()
 	rep.Faults[faultStoreError], rep.Faults[faultStoreDelay] = r.storeErrs, r.storeDelay
 	r.storeFaultsMu.Unlock()
+	r.faultMu.Lock()
+	rep.FaultErrs = r.faultErrs
+	r.faultMu.Unlock()
+	for _, k := range c.kinds() {
+		if rep.Faults[k] == 0 {
+			rep.Missing = append(rep.Missing, k)
+		}
+	}
 	rep.Wall = time.Since(began)
 	rep.print(out)
 	return rep, nil
+}
+
+// killStrays kills what is left running in the campaign's directory: the
+// engines of factories killed with kill -9 are orphaned (as on a real
+// machine) and would otherwise outlive the campaign.
+func killStrays(dir string) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd")); err == nil && strings.HasPrefix(cwd, dir+"/") {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// kinds are the fault kinds the campaign injects with its settings.
+func (c campaign) kinds() []string {
+	ks := []string{faultNetDrop, faultNetDelay, faultNetReset}
+	for _, k := range processKinds {
+		ks = append(ks, k.kind)
+	}
+	if strings.Contains(c.StoreFaults, "errors:") {
+		ks = append(ks, faultStoreError)
+	}
+	if strings.Contains(c.StoreFaults, "latency:") {
+		ks = append(ks, faultStoreDelay)
+	}
+	return ks
 }
 
 func withoutStoreFaults(env []string) []string {
@@ -273,6 +340,12 @@ func (r *runner) retry(ctx context.Context, f func() error) error {
 
 // manifest is one job: its title tells the engine what to do.
 func (r *runner) manifest(key string, extra ...string) string {
+	return r.manifestSpending(key, repoOf[product], 0, 0, extra...)
+}
+
+// manifestSpending is a job whose budget.usd is estimate and whose engine
+// spends usd (neither when estimate is 0).
+func (r *runner) manifestSpending(key, repo string, estimate, usd float64, extra ...string) string {
 	kind, ms := "ok", 200+r.intn(2500)
 	switch p := r.float(); {
 	case p < 0.10:
@@ -280,17 +353,50 @@ func (r *runner) manifest(key string, extra ...string) string {
 	case p < 0.14:
 		kind = "hang"
 	}
-	return fmt.Sprintf("---\ntitle: %s %s %d\nrepo: app\ncapabilities: [engine:fake]\nmaxAttempts: 2\nbudget: {wall: 4s}\nidempotencyKey: %s\n%s---\nChaos job %s.\n",
-		key, kind, ms, key, strings.Join(extra, ""), key)
+	title, budget := fmt.Sprintf("%s %s %d", key, kind, ms), "{wall: 4s}"
+	if estimate > 0 {
+		title += fmt.Sprintf(" %.2f", usd)
+		budget = fmt.Sprintf("{wall: 4s, usd: %.2f}", estimate)
+	}
+	return fmt.Sprintf("---\ntitle: %s\nrepo: %s\ncapabilities: [engine:fake]\nmaxAttempts: 2\nbudget: %s\nidempotencyKey: %s\n%s---\nChaos job %s.\n",
+		title, repo, budget, key, strings.Join(extra, ""), key)
 }
 
-// submit submits c.Jobs jobs over the fault window: one in ten a DAG
-// parent given two children, one in ten review-gated.
+// budgeted is a job of the budget-capped product: an estimate between
+// 0.20 and 1.00 USD, and a run that spends half to all of it, or (one in
+// twenty) half as much again, past its estimate.
+func (r *runner) budgeted(key string) string {
+	estimate := float64(20+r.intn(81)) / 100
+	usd := estimate * (0.5 + 0.5*r.float())
+	if r.intn(20) == 0 {
+		usd = estimate * 1.5
+	}
+	return r.manifestSpending(key, repoOf[budgetProduct], estimate, usd)
+}
+
+// submit submits c.Jobs jobs over the fault window: one in five to the
+// budget-capped product; of the others, one in ten a DAG parent given two
+// children, one in ten review-gated.
 func (r *runner) submit(ctx context.Context) error {
 	spacing := time.Duration(float64(r.c.Faults) * 0.8 / float64(r.c.Jobs))
 	n := 0
 	for i := 0; n < r.c.Jobs; i++ {
 		key := fmt.Sprintf("chaos-%05d", i)
+		if i%5 == 4 {
+			var job struct {
+				ID string `json:"id"`
+			}
+			m := r.budgeted(key)
+			if err := r.retry(ctx, func() error { return r.op.do(ctx, http.MethodPost, "/jobs", budgetProduct, m, &job) }); err != nil {
+				return fmt.Errorf("submit %s: %w", key, err)
+			}
+			r.addIDs(job.ID)
+			n++
+			if err := sleepCtx(ctx, spacing); err != nil {
+				return err
+			}
+			continue
+		}
 		var extra []string
 		dag := r.intn(10) == 0 && n+3 <= r.c.Jobs
 		if r.intn(10) == 0 && !dag {
@@ -299,7 +405,8 @@ func (r *runner) submit(ctx context.Context) error {
 		var job struct {
 			ID string `json:"id"`
 		}
-		if err := r.retry(ctx, func() error { return r.op.do(ctx, http.MethodPost, "/jobs", "", r.manifest(key, extra...), &job) }); err != nil {
+		m := r.manifest(key, extra...)
+		if err := r.retry(ctx, func() error { return r.op.do(ctx, http.MethodPost, "/jobs", "", m, &job) }); err != nil {
 			return fmt.Errorf("submit %s: %w", key, err)
 		}
 		r.addIDs(job.ID)
@@ -327,13 +434,20 @@ func (r *runner) submit(ctx context.Context) error {
 				return fmt.Errorf("children of %s: %w", key, err)
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(spacing):
+		if err := sleepCtx(ctx, spacing); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }
 
 func (r *runner) addIDs(ids ...string) {
@@ -348,35 +462,74 @@ func (r *runner) ids() []string {
 	return append([]string(nil), r.submitted...)
 }
 
+// processKinds are the process faults, in the order of their weights.
+var processKinds = []struct {
+	kind   string
+	weight float64
+}{{faultKill9, 0.40}, {faultStop, 0.40}, {faultHandler, 0.15}, {faultStack, 0.05}}
+
+// nextFault picks the n-th process fault: the first ones are every kind
+// once, in a random order, so that even a short campaign injects each;
+// after that, by weight.
+func (r *runner) nextFault(n int, first []string) string {
+	if n < len(first) {
+		return first[n]
+	}
+	p := r.float()
+	for _, k := range processKinds {
+		if p < k.weight {
+			return k.kind
+		}
+		p -= k.weight
+	}
+	return processKinds[0].kind
+}
+
+// faultFailed records a fault the stack did not recover from as it must
+// (the emulator not restarting the handler, the stack not coming back).
+func (r *runner) faultFailed(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintln(r.out, "chaos:", msg)
+	r.faultMu.Lock()
+	r.faultErrs = append(r.faultErrs, msg)
+	r.faultMu.Unlock()
+}
+
 // processFaults injects a process fault every FaultEvery on average.
 func (r *runner) processFaults(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for {
+	first := make([]string, len(processKinds))
+	for i, k := range processKinds {
+		first[i] = k.kind
+	}
+	r.rngMu.Lock()
+	r.rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
+	r.rngMu.Unlock()
+	for n := 0; ; {
 		wait := time.Duration(float64(r.c.FaultEvery) * (0.5 + r.float()))
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
 		}
-		p := r.float()
-		switch {
-		case p < 0.40:
+		kind := r.nextFault(n, first)
+		switch kind {
+		case faultKill9:
 			f := r.facs[r.intn(len(r.facs))]
 			if !f.running() {
 				continue
 			}
 			r.logf("kill -9 %s", f.ID)
 			f.kill9()
-			r.count(faultKill9)
 			down := time.Duration(500+r.intn(4000)) * time.Millisecond
 			wg.Go(func() {
 				time.Sleep(down)
 				if err := f.start(); err != nil {
-					fmt.Fprintf(r.out, "chaos: restart %s: %v\n", f.ID, err)
+					r.faultFailed("restart factory %s: %v", f.ID, err)
 				}
 			})
-		case p < 0.80:
+		case faultStop:
 			f := r.facs[r.intn(len(r.facs))]
 			if !f.running() {
 				continue
@@ -386,35 +539,50 @@ func (r *runner) processFaults(ctx context.Context) {
 			pause := time.Duration(1000+r.intn(12000)) * time.Millisecond
 			r.logf("SIGSTOP %s for %s", f.ID, pause)
 			f.signal(syscall.SIGSTOP)
-			r.count(faultStop)
 			wg.Go(func() {
 				time.Sleep(pause)
 				if f.running() {
 					f.signal(syscall.SIGCONT)
 				}
 			})
-		case p < 0.95:
+		case faultHandler:
 			pid, err := r.st.handlerPID(ctx)
 			if err != nil {
-				continue
+				continue // the stack is restarting
 			}
 			r.logf("kill -9 handler %d", pid)
 			r.noteStoreFaults(ctx)
-			if syscall.Kill(pid, syscall.SIGKILL) == nil {
-				r.count(faultHandler)
+			if syscall.Kill(pid, syscall.SIGKILL) != nil {
+				continue
 			}
-		default:
+			// The host emulator must start a new handler process.
+			wg.Go(func() { r.awaitHandler(context.WithoutCancel(ctx), pid) })
+		case faultStack:
 			r.logf("restart the stack")
 			r.noteStoreFaults(ctx)
 			// Not cut short by the end of the fault window: a stack half
 			// started would be left to the drain's restart to find.
 			if err := r.st.restart(context.WithoutCancel(ctx)); err != nil {
-				fmt.Fprintf(r.out, "chaos: restart the stack: %v\n", err)
+				r.faultFailed("restart the stack: %v", err)
 				return
 			}
-			r.count(faultStack)
 		}
+		r.count(kind)
+		n++
 	}
+}
+
+// awaitHandler waits for the host emulator to replace the handler process
+// old that was killed.
+func (r *runner) awaitHandler(ctx context.Context, old int) {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if pid, err := r.st.handlerPID(ctx); err == nil && pid != old {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	r.faultFailed("the handler killed (pid %d) was not restarted within 60s", old)
 }
 
 // watchStoreFaults samples the handler's injected-fault counters; they
@@ -456,10 +624,11 @@ func (r *runner) noteStoreFaults(ctx context.Context) {
 
 // operators act as people would: alice approves what waits in review (one
 // in five she rejects, which sends it back with feedback), and the admin
-// ships what waits in testing.
+// ships what waits in testing. (Budget-capped jobs have no gate.)
 func (r *runner) operators(ctx context.Context) {
 	for ctx.Err() == nil {
-		for _, j := range r.list(ctx, "review") {
+		review, _ := r.list(ctx, product, "review")
+		for _, j := range review {
 			if j.Review == nil || j.Review.Head == "" {
 				continue
 			}
@@ -468,30 +637,31 @@ func (r *runner) operators(ctx context.Context) {
 				"approve": approve, "head": j.Review.Head, "comment": "chaos review",
 			}, nil)
 		}
-		for _, j := range r.list(ctx, "testing") {
+		testing, _ := r.list(ctx, product, "testing")
+		for _, j := range testing {
 			_ = r.op.do(ctx, http.MethodPost, "/jobs/"+j.ID+"/actions/ship", "", map[string]any{}, nil)
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(500 * time.Millisecond):
-		}
+		_ = sleepCtx(ctx, 500*time.Millisecond)
 	}
 }
 
 type jobView struct {
-	ID     string `json:"id"`
-	Stage  string `json:"stage"`
-	Title  string `json:"title"`
-	Review *struct {
+	ID        string `json:"id"`
+	ProductID string `json:"productId"`
+	Stage     string `json:"stage"`
+	Title     string `json:"title"`
+	Review    *struct {
 		Head string `json:"head"`
 	} `json:"review"`
+	Budget struct {
+		USD float64 `json:"usd"`
+	} `json:"budget"`
 	ParentID string   `json:"parentId"`
 	Children []string `json:"children"`
 }
 
-// list pages through the jobs in stage ("" for all). Errors end the
-// listing early: the callers poll again.
-func (r *runner) list(ctx context.Context, stage string) []jobView {
+// list pages through product's jobs in stage ("" for all).
+func (r *runner) list(ctx context.Context, product, stage string) ([]jobView, error) {
 	var all []jobView
 	cursor := ""
 	for {
@@ -506,38 +676,76 @@ func (r *runner) list(ctx context.Context, stage string) []jobView {
 			Items  []jobView `json:"items"`
 			Cursor string    `json:"cursor"`
 		}
-		if err := r.op.do(ctx, http.MethodGet, q, "", nil, &page); err != nil {
-			return all
+		if err := r.op.do(ctx, http.MethodGet, q, product, nil, &page); err != nil {
+			return all, err
 		}
 		all = append(all, page.Items...)
 		if page.Cursor == "" {
-			return all
+			return all, nil
 		}
 		cursor = page.Cursor
 	}
 }
 
+// listAll is every job of product, the listing retried whole on errors:
+// the check must not take a failed page for missing jobs.
+func (r *runner) listAll(ctx context.Context, product string) ([]jobView, error) {
+	var jobs []jobView
+	err := r.retry(ctx, func() error {
+		var err error
+		jobs, err = r.list(ctx, product, "")
+		return err
+	})
+	return jobs, err
+}
+
 var terminal = map[string]bool{"shipped": true, "failed": true, "dead_letter": true, "cancelled": true}
 
-// waitTerminal waits until every submitted job is terminal.
+// waitTerminal waits until every submitted job is terminal, or (a job of
+// the budget-capped product) queued and held back by a budget that has
+// nothing reserved: spend has used the room, no run is in flight that
+// could give some back, so the hold stays.
 func (r *runner) waitTerminal(ctx context.Context) bool {
 	for {
-		jobs := r.list(ctx, "")
-		left := 0
-		for _, j := range jobs {
-			if !terminal[j.Stage] {
-				left++
-			}
-		}
-		if len(jobs) >= len(r.ids()) && left == 0 {
+		if r.settled(ctx) {
 			return true
 		}
-		select {
-		case <-ctx.Done():
+		if sleepCtx(ctx, 2*time.Second) != nil {
 			return false
-		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+func (r *runner) settled(ctx context.Context) bool {
+	var jobs, pending []jobView
+	for _, p := range []string{product, budgetProduct} {
+		js, err := r.list(ctx, p, "")
+		if err != nil {
+			return false
+		}
+		jobs = append(jobs, js...)
+	}
+	for _, j := range jobs {
+		if terminal[j.Stage] {
+			continue
+		}
+		if j.ProductID != budgetProduct || j.Stage != string(fleet.StageQueued) {
+			return false
+		}
+		pending = append(pending, j)
+	}
+	if len(jobs) < len(r.ids()) {
+		return false
+	}
+	if len(pending) == 0 {
+		return true
+	}
+	var b budgetView
+	if err := r.op.do(ctx, http.MethodGet, "/budgets/"+budgetProduct, budgetProduct, nil, &b); err != nil || micros(b.ReservedUSD) != 0 {
+		return false
+	}
+	held, err := r.budgetHolds(ctx, pending)
+	return err == nil && len(held) == len(pending)
 }
 
 // sortedKeys returns m's keys in order.

@@ -40,7 +40,7 @@ func gitOut(dir string, args ...string) (string, error) {
 // newOrigin makes a bare origin with one commit on main.
 func newOrigin(dir, name string) (string, error) {
 	origin := filepath.Join(dir, name+".git")
-	seed := filepath.Join(dir, "seed")
+	seed := filepath.Join(dir, name+"-seed")
 	for _, step := range [][]string{
 		{"init", "--quiet", "--bare", "--initial-branch=main", origin},
 		{"clone", "--quiet", origin, seed},
@@ -65,15 +65,21 @@ func newOrigin(dir, name string) (string, error) {
 // "hang": outlive the wall budget). It logs its start and end with the
 // job, lease epoch and factory to the shared run log (lines under
 // PIPE_BUF, appended: atomic), and leaves its epoch in the worktree so the
-// pushed result names the run that made it.
+// pushed result names the run that made it. A budget-capped job's title
+// ends with the USD the run spends ("chaos-N ok 800 0.42"): the engine
+// reports it in $FLEET_JOB_USAGE_FILE at once, as an engine that has
+// spent it would, and logs it with its start.
 const engineScript = `#!/usr/bin/env bash
 set -u
 factory=$1 log=$2
-read -r _ kind ms <<<"$FLEET_JOB_TITLE"
-echo "start $FLEET_JOB_ID $FLEET_JOB_LEASE_EPOCH $factory $(date +%s%N)" >>"$log"
+read -r _ kind ms usd <<<"$FLEET_JOB_TITLE"
+if [ -n "${usd:-}" ] && [ -n "${FLEET_JOB_USAGE_FILE:-}" ]; then
+  echo "{\"usd\": $usd, \"inputTokens\": 1000, \"outputTokens\": 100}" >"$FLEET_JOB_USAGE_FILE"
+fi
+echo "start $FLEET_JOB_ID $FLEET_JOB_LEASE_EPOCH $factory $(date +%s%N) ${usd:-}" >>"$log"
 echo "$FLEET_JOB_LEASE_EPOCH" > chaos-epoch.txt
 case $kind in
-hang) sleep 3600 ;;
+hang) sleep 60 ;; # far past the 4s wall budget; bounded, so an orphan (its factory killed) ends soon
 *) sleep "$(awk -v ms="$ms" 'BEGIN{printf "%.3f", ms/1000}')" ;;
 esac
 rc=0
@@ -96,9 +102,11 @@ type factoryProc struct {
 }
 
 type factorySpec struct {
-	id, product, repo, origin, dir, engine, runLog, url, nats string
-	transport                                                 string
-	seats                                                     int
+	id, dir, engine, runLog, url, nats string
+	transport                          string
+	origins                            map[string]string // repo name -> its bare origin
+	products                           []string
+	seats                              int
 }
 
 // newFactory enrolls the factory and prepares its repo base and work dir.
@@ -107,7 +115,7 @@ func newFactory(ctx context.Context, a *apiClient, bin string, sp factorySpec) (
 		Token string `json:"token"`
 	}
 	if err := a.do(ctx, http.MethodPost, "/factories/enroll", "", map[string]any{
-		"factoryId": sp.id, "kind": "static", "products": []string{sp.product}, "seatLimit": sp.seats,
+		"factoryId": sp.id, "kind": "static", "products": sp.products, "seatLimit": sp.seats,
 	}, &enrolled); err != nil {
 		return nil, fmt.Errorf("enroll %s: %w", sp.id, err)
 	}
@@ -116,8 +124,10 @@ func newFactory(ctx context.Context, a *apiClient, bin string, sp factorySpec) (
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		return nil, err
 	}
-	if err := git(base, "clone", "--quiet", sp.origin, sp.repo); err != nil {
-		return nil, err
+	for name, origin := range sp.origins {
+		if err := git(base, "clone", "--quiet", origin, name); err != nil {
+			return nil, err
+		}
 	}
 	tokenFile := filepath.Join(sp.dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(enrolled.Token+"\n"), 0o600); err != nil {

@@ -10,8 +10,14 @@ import (
 )
 
 // proxy forwards TCP connections from factories to the coordinator and,
-// while faults are on, breaks some of them: a new connection may be
-// dropped (closed at once), delayed, or reset (RST) part-way through.
+// while faults are on, breaks some of the requests on them. Factories
+// keep their connections alive, so the proxy decides per request (each
+// read of the client's bytes), not per connection, or a long-lived
+// connection would carry no fault at all. A request may be dropped (its
+// bytes swallowed and the connection left silent for a while, then
+// closed: a black hole), delayed, or reset (forwarded, then both sides
+// reset part-way through the exchange, so the client cannot tell whether
+// its call took effect).
 type proxy struct {
 	ln     net.Listener
 	target string
@@ -21,7 +27,7 @@ type proxy struct {
 	on                    bool
 	dropRate              float64
 	delayRate             float64
-	delay                 time.Duration
+	maxDelay              time.Duration
 	resetRate             float64
 	conns                 map[net.Conn]struct{}
 	drops, delays, resets atomic.Int64
@@ -33,7 +39,7 @@ func newProxy(target string, seed uint64) (*proxy, error) {
 		return nil, err
 	}
 	p := &proxy{ln: ln, target: target, rng: rand.New(rand.NewPCG(seed, 7)), conns: map[net.Conn]struct{}{},
-		dropRate: 0.03, delayRate: 0.10, delay: 300 * time.Millisecond, resetRate: 0.03}
+		dropRate: 0.01, delayRate: 0.05, maxDelay: 800 * time.Millisecond, resetRate: 0.01}
 	go p.serve()
 	return p, nil
 }
@@ -64,22 +70,24 @@ const (
 	reset
 )
 
-func (p *proxy) decide() verdict {
+// decide draws the fate of one request and, for the ones it breaks, how
+// long the fault lasts.
+func (p *proxy) decide() (verdict, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.on {
-		return pass
+		return pass, 0
 	}
 	r := p.rng.Float64()
 	switch {
 	case r < p.dropRate:
-		return drop
+		return drop, time.Second + time.Duration(p.rng.Int64N(int64(3*time.Second)))
 	case r < p.dropRate+p.resetRate:
-		return reset
+		return reset, 5*time.Millisecond + time.Duration(p.rng.Int64N(int64(200*time.Millisecond)))
 	case r < p.dropRate+p.resetRate+p.delayRate:
-		return slow
+		return slow, 50*time.Millisecond + time.Duration(p.rng.Int64N(int64(p.maxDelay)))
 	}
-	return pass
+	return pass, 0
 }
 
 func (p *proxy) track(c net.Conn, add bool) {
@@ -102,19 +110,19 @@ func (p *proxy) serve() {
 	}
 }
 
+// resetBoth closes both sides, the client's with an RST.
+func resetBoth(c, up net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
+	_ = up.Close()
+}
+
 func (p *proxy) handle(c net.Conn) {
 	p.track(c, true)
 	defer p.track(c, false)
 	defer c.Close()
-	v := p.decide()
-	switch v {
-	case drop:
-		p.drops.Add(1)
-		return
-	case slow:
-		p.delays.Add(1)
-		time.Sleep(p.delay)
-	}
 	up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
 	if err != nil {
 		return
@@ -122,27 +130,39 @@ func (p *proxy) handle(c net.Conn) {
 	p.track(up, true)
 	defer p.track(up, false)
 	defer up.Close()
-	if v == reset {
-		// Let the request through, then reset both sides mid-exchange: the
-		// client cannot tell whether its call took effect.
-		p.resets.Add(1)
-		go func() {
-			time.Sleep(time.Duration(5+p.rngInt(200)) * time.Millisecond)
-			if tc, ok := c.(*net.TCPConn); ok {
-				_ = tc.SetLinger(0)
-			}
-			_ = c.Close()
-			_ = up.Close()
-		}()
-	}
 	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+	go func() { p.upstream(c, up); done <- struct{}{} }()
 	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
 	<-done
 }
 
-func (p *proxy) rngInt(n int) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.rng.IntN(n)
+// upstream forwards the client's requests, breaking some of them.
+func (p *proxy) upstream(c, up net.Conn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			v, d := p.decide()
+			switch v {
+			case drop:
+				p.drops.Add(1)
+				time.Sleep(d)
+				_ = c.Close()
+				_ = up.Close()
+				return
+			case slow:
+				p.delays.Add(1)
+				time.Sleep(d)
+			case reset:
+				p.resets.Add(1)
+				time.AfterFunc(d, func() { resetBoth(c, up) })
+			}
+			if _, werr := up.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
