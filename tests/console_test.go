@@ -2,7 +2,10 @@ package tests
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 )
@@ -104,6 +108,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	s.Product("demo", "app")
 	// Long enough a build for the page's 2 s poll to see it.
 	eng := facEngine(t, `sleep 5
+printf '{"usd": 0.25, "inputTokens": 1200, "outputTokens": 340}\n' > "$FLEET_JOB_USAGE_FILE"
 printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 	startFactory(t, s, "fa", "demo", 1, repo, eng, "FLEET_SHIP_STAGE=testing")
 	// A factory that heartbeats once and falls silent: a stale_factory alert.
@@ -165,6 +170,47 @@ printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 	require.Equal(t, []string{"queued", "assigned", "building", "testing"}, timeline, "the live timeline")
 	require.True(t, evalJS[bool](t, ctx, `window.__noReload === true`), "the page updated without a reload")
 	shoot(t, ctx, "04-job-testing")
+
+	// The run's usage, head and diffstat, and its artifacts: the diff
+	// downloads through the bearer header into a file whose sha256 is the
+	// one the API lists.
+	waitJS(t, ctx, 20*time.Second, "the run shows usage, head and diff",
+		`document.querySelector('#main .run-usage')?.textContent === '$0.25 · 1200 in / 340 out' && /^[0-9a-f]{12}$/.test(document.querySelector('#main .run-head')?.textContent) && document.querySelector('#main .run-diff')?.textContent === '1 file, +1 −0'`)
+	waitJS(t, ctx, 20*time.Second, "the artifacts card lists the diff",
+		`!!document.querySelector('#artifacts-card tr[data-kind="diff"] .artifact-download')`)
+	r := s.Op(http.MethodGet, "/jobs/"+jobID+"/artifacts", "demo", nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	var arts struct {
+		Items []map[string]any `json:"items"`
+	}
+	r.JSON(t, &arts)
+	var diff map[string]any
+	for _, a := range arts.Items {
+		if a["kind"] == "diff" {
+			diff = a
+		}
+	}
+	require.NotNil(t, diff, "artifacts: %s", r.Body)
+	downloads := t.TempDir()
+	run(t, ctx, 20*time.Second, "download the diff",
+		chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+			_, err := chromedp.Call(ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
+				Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllow, DownloadPath: downloads,
+			})
+			return err
+		}),
+		chromedp.Click(chromedp.CSS(`#artifacts-card tr[data-kind="diff"] .artifact-download`)))
+	waitJS(t, ctx, 20*time.Second, "the download is verified", `document.querySelector('#artifact-outcome')?.textContent.includes('sha256 verified')`)
+	var saved []byte
+	Eventually(t, 20*time.Second, "the browser saved the diff", func() bool {
+		b, err := os.ReadFile(filepath.Join(downloads, diff["name"].(string)))
+		saved = b
+		return err == nil && int64(len(b)) == int64(diff["size"].(float64))
+	})
+	sum := sha256.Sum256(saved)
+	require.Equal(t, diff["sha256"], hex.EncodeToString(sum[:]))
+	require.Contains(t, string(saved), "hello.txt")
+	shoot(t, ctx, "04b-job-artifacts")
 
 	// Ship it: the outcome is shown, and the stage follows.
 	run(t, ctx, 20*time.Second, "ship", chromedp.Click(chromedp.CSS("#act-ship")))

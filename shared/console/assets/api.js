@@ -123,3 +123,23 @@ export function streamEvents(path, onEvent, onState) {
   loop();
   return () => { stopped = true; if (ctrl) ctrl.abort(); };
 }
+
+// fetchBlob reads a route's bytes with the bearer header (a plain link
+// could not send it, and the token must not go in the URL): the caller
+// saves them through a blob: URL.
+export async function fetchBlob(path) {
+  const headers = { 'Authorization': 'Bearer ' + session.token };
+  if (session.product) headers['X-Product-Id'] = session.product;
+  let resp;
+  try {
+    resp = await fetch('/api/fleet' + path, { headers, cache: 'no-store' });
+  } catch (e) {
+    throw new ApiError('GET', path, 0, 'unavailable', 'the coordinator cannot be reached (' + e.message + ')');
+  }
+  if (!resp.ok) {
+    let e = null;
+    try { e = (await resp.json()).error; } catch { e = null; }
+    throw new ApiError('GET', path, resp.status, (e && e.code) || 'error', (e && e.message) || resp.statusText, (e && e.field) || '');
+  }
+  return resp.blob();
+}

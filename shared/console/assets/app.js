@@ -2,7 +2,7 @@
 // (#/fleet, #/jobs, #/job/<id>, #/new, #/alerts, #/profiles, #/profile/<name>) keep the token out of
 // every URL; views re-fetch in place on every live tick, so the page never
 // reloads, and a failed call shows its error instead of an empty page.
-import { api, get, session, loadRoutes, has, streamEvents } from './api.js';
+import { api, get, session, loadRoutes, has, streamEvents, fetchBlob } from './api.js';
 
 const STAGES = ['queued', 'blocked', 'assigned', 'building', 'review', 'testing', 'shipped', 'failed', 'dead_letter', 'cancelled'];
 const TERMINAL = new Set(['shipped', 'failed', 'dead_letter', 'cancelled']);
@@ -420,10 +420,11 @@ async function jobView(r) {
   const events = h('div');
   const review = h('div', { class: 'card', id: 'review-card', hidden: true });
   const dag = h('div', { class: 'card', id: 'dag-card', hidden: true });
+  const artifacts = h('div', { class: 'card', id: 'artifacts-card', hidden: true });
   main.replaceChildren(head, h('div', { class: 'card' }, h('h3', {}, 'Actions'), actions, outcome), review, dag,
     h('div', { class: 'card' }, h('h3', {}, 'Details'), details),
     h('div', { class: 'card' }, h('h3', {}, 'Where it can run (explain)'), explain),
-    h('div', { class: 'card' }, h('h3', {}, 'Runs'), runs),
+    h('div', { class: 'card' }, h('h3', {}, 'Runs'), runs), artifacts,
     h('div', { class: 'card' }, h('h3', {}, 'Timeline'), events));
   let job = null;
   async function act(action) {
@@ -464,9 +465,8 @@ async function jobView(r) {
       dag.hidden = (d.nodes || []).length < 2;
       if (!dag.hidden) dag.replaceChildren(h('h3', {}, 'DAG'), ...dagTree(d, j.id));
     }
-    runs.replaceChildren(table(['Run', 'Factory', 'Result', 'Started', 'Ended', 'Reason'], (rn.items || []).map(x => h('tr', {},
-      h('td', { class: 'mono' }, x.id), h('td', {}, x.factoryId), h('td', {}, x.result), h('td', {}, time(x.startedAt)),
-      h('td', {}, x.endedAt ? time(x.endedAt) : '–'), h('td', {}, dash(x.reason)))), 'No run yet.'));
+    runs.replaceChildren(runsTable(rn.items || []));
+    await renderArtifacts(artifacts, j.id);
     events.replaceChildren(h('ol', { class: 'timeline', id: 'timeline' }, (ev.items || []).map(e => h('li', { 'data-to': e.to || '' },
       h('span', { class: 'mono' }, '#' + e.seq), ' ', time(e.at), ' ', h('strong', {}, e.type), ' ',
       e.to ? [e.from ? stageBadge(e.from) : '', ' → ', stageBadge(e.to)] : '', ' ',
@@ -474,6 +474,51 @@ async function jobView(r) {
   }
   await refresh();
   return refresh;
+}
+
+// runsTable lists a job's runs with what each cost and delivered: usage
+// (usd, tokens), the head it pushed and its diffstat.
+function runsTable(items) {
+  const usage = u => (u && (u.usd || u.inputTokens || u.outputTokens)
+    ? `$${(u.usd || 0).toFixed(2)} · ${u.inputTokens || 0} in / ${u.outputTokens || 0} out` : '–');
+  const diff = d => (d ? `${d.files} file${d.files === 1 ? '' : 's'}, +${d.insertions} −${d.deletions}` : '–');
+  return table(['Run', 'Factory', 'Engine', 'Result', 'Usage', 'Head', 'Diff', 'Started', 'Ended', 'Reason'], items.map(x => h('tr', { 'data-run': x.id },
+    h('td', { class: 'mono' }, x.id), h('td', {}, x.factoryId), h('td', {}, dash(x.engine)), h('td', {}, x.result),
+    h('td', { class: 'run-usage' }, usage(x.usage)), h('td', { class: 'mono run-head', title: x.head || '' }, x.head ? x.head.slice(0, 12) : '–'),
+    h('td', { class: 'run-diff' }, diff(x.diff)), h('td', {}, time(x.startedAt)),
+    h('td', {}, x.endedAt ? time(x.endedAt) : '–'), h('td', {}, dash(x.reason)))), 'No run yet.');
+}
+
+// renderArtifacts lists a job's artifacts (the engine log, the diff, the
+// usage report of each run) with a download that sends the bearer header
+// and saves through a blob: URL, checking the bytes against the sha256.
+async function renderArtifacts(card, jobId) {
+  if (!has('/jobs/{id}/artifacts')) return;
+  const { items = [] } = await get(`/jobs/${encodeURIComponent(jobId)}/artifacts`);
+  card.hidden = items.length === 0;
+  const outcome = card.querySelector('#artifact-outcome') || h('div', { id: 'artifact-outcome', class: 'outcome', role: 'status', 'aria-live': 'polite' });
+  async function download(a) {
+    outcome.replaceChildren(`downloading ${a.name}…`);
+    try {
+      const blob = await fetchBlob(`/artifacts/${encodeURIComponent(a.id)}/content`);
+      const sum = [...new Uint8Array(await crypto.subtle.digest('SHA-256', await blob.arrayBuffer()))]
+        .map(b => b.toString(16).padStart(2, '0')).join('');
+      if (sum !== a.sha256) throw new Error(`${a.name}: sha256 ${sum} does not match ${a.sha256}`);
+      const url = URL.createObjectURL(blob);
+      const link = h('a', { href: url, download: a.name });
+      document.body.append(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 60000);
+      outcome.replaceChildren(`saved ${a.name} (${blob.size} bytes, sha256 verified)`);
+    } catch (e) {
+      outcome.replaceChildren(errorBox(e));
+    }
+  }
+  card.replaceChildren(h('h3', {}, 'Artifacts'), table(['Name', 'Kind', 'Size', 'sha256', 'Run', 'Created', ''], items.map(a => h('tr', { 'data-artifact': a.id, 'data-kind': a.kind },
+    h('td', {}, a.name), h('td', {}, a.kind), h('td', {}, `${a.size} B`), h('td', { class: 'mono', title: a.sha256 }, a.sha256.slice(0, 12)),
+    h('td', { class: 'mono' }, dash(a.runId)), h('td', {}, time(a.createdAt)),
+    h('td', {}, h('button', { type: 'button', class: 'artifact-download', onclick: () => download(a) }, 'Download')))), 'No artifacts.'), outcome);
 }
 
 // renderReview shows the review gate: reviewers, quorum, the head under

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	blobfs "github.com/gigafactory/fleet/shared/blob/fs"
 	"github.com/gigafactory/fleet/shared/clock/clocktest"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/httpapi"
@@ -45,7 +46,9 @@ func newWorld(t *testing.T) *world {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	clk := clocktest.New(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
-	c, err := coord.New(coord.Config{}, coord.Deps{Store: st, Clock: clk})
+	blobs, err := blobfs.Open(filepath.Join(t.TempDir(), "blobs"))
+	require.NoError(t, err)
+	c, err := coord.New(coord.Config{}, coord.Deps{Store: st, Clock: clk, Blobs: blobs})
 	require.NoError(t, err)
 	srv := httptest.NewServer(httpapi.New(c, httpapi.Config{OperatorTokens: []httpapi.OperatorToken{{Name: "ops", Token: opToken}}, Timers: clk}))
 	t.Cleanup(srv.Close)
@@ -254,6 +257,7 @@ func TestGolden(t *testing.T) {
 	for _, c := range cases {
 		run(c)
 	}
+
 	// A composite job with two children (the DAG), and two jobs held at
 	// the review gate, delivered by the factory.
 	epic := w.submit("demo", manifest("Epic", "hello", "kind: composite\n"))
@@ -323,6 +327,23 @@ func TestGolden(t *testing.T) {
 	} {
 		run(c)
 	}
+
+	// An artifact of the built job, uploaded as an operator may (last, so
+	// its event and id leave the transcripts above as they were).
+	art := w.api("POST", "/jobs/"+built+"/artifacts?name=notes.txt&kind=report", opToken, "demo", "text/plain", "release notes\n")["id"].(string)
+	artFile := filepath.Join(w.tmp, "notes.txt")
+	for _, c := range []tc{
+		{name: "artifacts-ls", args: []string{"artifacts", "ls", built}},
+		{name: "artifacts-ls-json", args: []string{"artifacts", "ls", built, "-o", "json"}},
+		{name: "artifacts-get", args: []string{"artifacts", "get", art}},
+		{name: "artifacts-get-file", args: []string{"artifacts", "get", art, "-o", artFile}},
+		{name: "err-artifact-not-found", args: []string{"artifacts", "get", built + ".anope"}, exit: ExitNotFound},
+	} {
+		run(c)
+	}
+	saved, err := os.ReadFile(artFile)
+	require.NoError(t, err)
+	require.Equal(t, "release notes\n", string(saved), "artifacts get -o wrote the bytes")
 }
 
 func golden(t *testing.T, name, got string) {

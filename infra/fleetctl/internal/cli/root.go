@@ -185,7 +185,8 @@ Exit codes: 0 ok, 1 other failure, 2 usage or invalid argument, 3 not found,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: err.Error()} })
 
 	root.AddCommand(a.jobsCommand(), a.factoriesCommand(), a.productsCommand(), a.reposCommand(),
-		a.profilesCommand(), a.metricsCommand(), a.alertsCommand(), a.reviewCommand(), a.topCommand(), a.budgetsCommand())
+		a.profilesCommand(), a.metricsCommand(), a.alertsCommand(), a.reviewCommand(), a.topCommand(), a.budgetsCommand(),
+		a.artifactsCommand())
 	return root
 }
 
