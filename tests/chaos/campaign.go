@@ -658,6 +658,7 @@ type jobView struct {
 	} `json:"budget"`
 	ParentID string   `json:"parentId"`
 	Children []string `json:"children"`
+	EventSeq int64    `json:"eventSeq"`
 }
 
 // list pages through product's jobs in stage ("" for all).

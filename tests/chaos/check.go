@@ -34,11 +34,12 @@ type report struct {
 	// Missing are the fault kinds the campaign never injected: a campaign
 	// that did not inject every kind proves nothing about the missing one.
 	FaultErrs, Missing []string
+	// Gaps are events missing from a job's history: every committed change
+	// has its event, even when the store failed its write (coord/events.go).
+	Gaps []string
 
 	// Not failures, shown for what they say about the run:
 	Held          int // budget-product jobs queued at the end, their budget hold recorded (explain names it)
-	EventGaps     int // events the coordinator could not record (best effort under store faults)
-	GapJobs       int // jobs whose history has a gap; their checks resume at the next claim
 	FencedOverlap int // engine runs of one job that overlapped (an old holder's engine running on after it was fenced)
 	EngineRuns    int
 	Unverified    int // shipped results whose run record is missing (runs are recorded best effort)
@@ -47,7 +48,8 @@ type report struct {
 // OK reports whether the guarantees held.
 func (r *report) OK() bool {
 	return len(r.Lost) == 0 && len(r.Double) == 0 && len(r.Stale) == 0 && len(r.Illegal) == 0 &&
-		len(r.Budget.Overspend) == 0 && len(r.FaultErrs) == 0 && len(r.Missing) == 0
+		len(r.Budget.Overspend) == 0 && len(r.FaultErrs) == 0 && len(r.Missing) == 0 &&
+		len(r.Gaps) == 0
 }
 
 func (r *report) print(w io.Writer) {
@@ -63,8 +65,8 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "%s %d", k, r.Stages[k])
 	}
 	fmt.Fprintln(w, ")")
-	fmt.Fprintf(w, "chaos: engine runs %d, overlapping runs of one job (old holder fenced) %d, event gaps %d (in %d jobs), ships without a run record %d, budget-held at the end %d\n",
-		r.EngineRuns, r.FencedOverlap, r.EventGaps, r.GapJobs, r.Unverified, r.Held)
+	fmt.Fprintf(w, "chaos: engine runs %d, overlapping runs of one job (old holder fenced) %d, ships without a run record %d, budget-held at the end %d\n",
+		r.EngineRuns, r.FencedOverlap, r.Unverified, r.Held)
 	b := r.Budget
 	fmt.Fprintf(w, "chaos: budget ceiling %.2f USD: spent %.6f (ledger %.6f, %d runs recorded %.6f), reserved %.6f, runs' usage past their estimate %.6f; engines wrote %.6f (killed runs' usage never reported included)\n",
 		b.Ceiling, b.Spent, b.Ledger, b.Runs, b.RunsSpent, b.Reserved, b.Excess, b.EngineUSD)
@@ -72,7 +74,7 @@ func (r *report) print(w io.Writer) {
 		name string
 		v    []string
 	}{{"lost", r.Lost}, {"double", r.Double}, {"stale ships", r.Stale}, {"illegal paths", r.Illegal},
-		{"overspend", r.Budget.Overspend}, {"fault kinds not injected", r.Missing}, {"faults not recovered", r.FaultErrs}} {
+		{"overspend", r.Budget.Overspend}, {"fault kinds not injected", r.Missing}, {"faults not recovered", r.FaultErrs}, {"event gaps", r.Gaps}} {
 		fmt.Fprintf(w, "chaos: %s %d\n", f.name, len(f.v))
 		for i, s := range f.v {
 			if i == 10 {
@@ -158,10 +160,7 @@ func (r *runner) check(ctx context.Context, origins map[string]string, runLog st
 			rep.Double = append(rep.Double, res.double...)
 			rep.Stale = append(rep.Stale, res.stale...)
 			rep.Illegal = append(rep.Illegal, res.illegal...)
-			rep.EventGaps += res.gaps
-			if res.gaps > 0 {
-				rep.GapJobs++
-			}
+			rep.Gaps = append(rep.Gaps, res.gaps...)
 			rep.Unverified += res.unverified
 			if j.ProductID == budgetProduct {
 				for _, rn := range runs {
@@ -267,8 +266,8 @@ func (r *runner) history(ctx context.Context, j jobView) ([]event, []run, error)
 }
 
 type jobResult struct {
-	double, stale, illegal []string
-	gaps, unverified       int
+	double, stale, illegal, gaps []string
+	unverified                   int
 }
 
 // checkJob checks one job's history.
@@ -291,7 +290,7 @@ func checkJob(j jobView, evs []event, runs []run, shipped func(jobID string) (in
 	var delivered []event
 	for _, ev := range evs {
 		if ev.Seq != last+1 {
-			res.gaps += int(ev.Seq - last - 1)
+			res.gaps = append(res.gaps, fmt.Sprintf("%s: events %d to %d missing", j.ID, last+1, ev.Seq-1))
 			cur, holder = "", "" // unknown after a gap
 		}
 		last = ev.Seq
@@ -336,6 +335,9 @@ func checkJob(j jobView, evs []event, runs []run, shipped func(jobID string) (in
 		if ev.Actor == string(fleet.ActorFactory) && (ev.To == "review" || ev.To == "testing" || ev.To == "shipped") {
 			delivered = append(delivered, ev)
 		}
+	}
+	if last < j.EventSeq {
+		res.gaps = append(res.gaps, fmt.Sprintf("%s: events %d to %d missing (the job is at %d)", j.ID, last+1, j.EventSeq, j.EventSeq))
 	}
 
 	// Two runs at one epoch would be two holders under one lease.

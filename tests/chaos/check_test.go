@@ -49,6 +49,7 @@ func TestCheckJob(t *testing.T) {
 		shipped  func(string) (int64, error)
 		want     jobResult
 		contains string // in the one finding expected
+		eventSeq int64  // the job's eventSeq (0: unchecked)
 	}{
 		{name: "a clean history has no findings", evs: seqd(submitted, claimF1, buildF1, shipF1),
 			runs: []run{run1}, shipped: epochIs(1)},
@@ -85,9 +86,11 @@ func TestCheckJob(t *testing.T) {
 			evs:  seqd(submitted, ev("stage", "building", "shipped", "factory", "f1")),
 			runs: []run{run1}, shipped: epochIs(1),
 			want: jobResult{illegal: []string{"j1 seq 2: building -> shipped by factory, but the job was in queued"}}},
-		{name: "a gap is counted, and the path is not judged across it",
+		{name: "a gap is a failure, and the path is not judged across it",
 			evs:  []event{{Seq: 1, Type: "submitted", To: "queued", Actor: "operator"}, func() event { e := buildF1; e.Seq = 3; return e }(), func() event { e := shipF1; e.Seq = 4; return e }()},
-			runs: []run{run1}, shipped: epochIs(1), want: jobResult{gaps: 1}},
+			runs: []run{run1}, shipped: epochIs(1), want: jobResult{gaps: []string{"j1: events 2 to 2 missing"}}},
+		{name: "fewer events than the job's eventSeq is a gap", evs: seqd(submitted, claimF1, buildF1, shipF1), eventSeq: 5,
+			runs: []run{run1}, shipped: epochIs(1), want: jobResult{gaps: []string{"j1: events 5 to 5 missing (the job is at 5)"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -96,6 +99,7 @@ func TestCheckJob(t *testing.T) {
 				sh = epochIs(0)
 			}
 			j := shipped
+			j.EventSeq = tc.eventSeq
 			if tc.evs[len(tc.evs)-1].To != "shipped" {
 				j.Stage = tc.evs[len(tc.evs)-1].To
 			}
