@@ -129,7 +129,13 @@ func (r *runner) check(ctx context.Context, origins map[string]string, runLog st
 		return nil, err
 	}
 	rep.Held = len(held)
-	rep.Lost = lostJobs(r.ids(), byID, held)
+	var ledger budgetView
+	if err := r.retry(ctx, func() error {
+		return r.op.do(ctx, http.MethodGet, "/budgets/"+budgetProduct, budgetProduct, nil, &ledger)
+	}); err != nil {
+		return nil, fmt.Errorf("budget of %s: %w", budgetProduct, err)
+	}
+	rep.Lost = lostJobs(r.ids(), byID, held, ledger.ReservedUSD)
 	shipped := func(id string) (int64, error) {
 		got, err := gitOut(origins[repoOf[byID[id].ProductID]], "show", "refs/heads/aq/job/"+id+":chaos-epoch.txt")
 		if err != nil {
@@ -179,12 +185,6 @@ func (r *runner) check(ctx context.Context, origins map[string]string, runLog st
 		return nil, err
 	}
 	rep.EngineRuns, rep.FencedOverlap = n, overlap
-	var ledger budgetView
-	if err := r.retry(ctx, func() error {
-		return r.op.do(ctx, http.MethodGet, "/budgets/"+budgetProduct, budgetProduct, nil, &ledger)
-	}); err != nil {
-		return nil, fmt.Errorf("budget of %s: %w", budgetProduct, err)
-	}
 	rep.Budget = checkBudget(ledger, spends)
 	rep.Budget.EngineUSD = engineUSD
 	for _, s := range [][]string{rep.Lost, rep.Double, rep.Stale, rep.Illegal} {
@@ -219,8 +219,14 @@ func (r *runner) budgetHolds(ctx context.Context, jobs []jobView) (map[string]st
 
 // lostJobs are the submitted jobs the coordinator does not list, or lists
 // in a stage that is not terminal without a recorded reason (the only one
-// the campaign can meet is its budget holding a queued job back).
-func lostJobs(submitted []string, byID map[string]jobView, held map[string]string) []string {
+// the campaign can meet is its budget holding a queued job back). A hold
+// is a reason only while nothing is reserved: at the end every other job
+// is terminal, so no run is in flight and a reservation left is one a
+// crash leaked, holding the job back for nothing.
+func lostJobs(submitted []string, byID map[string]jobView, held map[string]string, reservedUSD float64) []string {
+	if micros(reservedUSD) != 0 {
+		held = nil
+	}
 	var lost []string
 	for _, id := range submitted {
 		j, ok := byID[id]
@@ -229,6 +235,8 @@ func lostJobs(submitted []string, byID map[string]jobView, held map[string]strin
 			lost = append(lost, id+": submitted (201) but not listed")
 		case terminal[j.Stage]:
 		case held[id] != "":
+		case held[id] == "" && reservedUSD > 0 && j.ProductID == budgetProduct && j.Stage == string(fleet.StageQueued):
+			lost = append(lost, fmt.Sprintf("%s: queued at the deadline (%s), held behind %.6f USD reserved for no run", id, j.Title, reservedUSD))
 		default:
 			lost = append(lost, fmt.Sprintf("%s: %s at the deadline (%s)", id, j.Stage, j.Title))
 		}

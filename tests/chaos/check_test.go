@@ -124,12 +124,18 @@ func TestLostJobs(t *testing.T) {
 		"queued":  {ID: "queued", Stage: "queued", Title: "chaos-3 ok 100"},
 	}
 	held := map[string]string{"held": "ceiling: product chaos-budget budget: ..."}
-	got := lostJobs([]string{"shipped", "dead", "held", "stuck", "queued", "gone"}, byID, held)
+	got := lostJobs([]string{"shipped", "dead", "held", "stuck", "queued", "gone"}, byID, held, 0)
 	require.Equal(t, []string{
 		"stuck: building at the deadline (chaos-2 ok 100)",
 		"queued: queued at the deadline (chaos-3 ok 100)",
 		"gone: submitted (201) but not listed",
 	}, got)
+
+	// Held behind a reservation no run will settle (everything else has
+	// ended): the hold names a reason that is not true, so the job is lost.
+	byID["held"] = jobView{ID: "held", ProductID: budgetProduct, Stage: "queued", Title: "chaos-1 ok 100 0.50"}
+	got = lostJobs([]string{"shipped", "held"}, byID, held, 0.26)
+	require.Equal(t, []string{"held: queued at the deadline (chaos-1 ok 100 0.50), held behind 0.260000 USD reserved for no run"}, got)
 }
 
 func TestCheckBudget(t *testing.T) {
