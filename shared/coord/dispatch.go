@@ -261,9 +261,13 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	health := make(map[string]fleet.Health, len(factories))
+	draining := map[string]bool{}
 	subs := make([]string, 0, len(factories))
 	for _, f := range factories {
 		health[f.ID] = f.Health
+		if f.Draining {
+			draining[f.ID] = true
+		}
 		subs = append(subs, f.ID)
 	}
 	if ds, ok := c.publisher.(DeadLetterSource); ok {
@@ -275,7 +279,7 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 	}
 	lost := func(j *fleet.Job) bool {
 		h, ok := health[j.TargetFactoryID]
-		return !ok || h == fleet.HealthStale || h == fleet.HealthDown ||
+		return !ok || h == fleet.HealthStale || h == fleet.HealthDown || draining[j.TargetFactoryID] ||
 			c.now().Sub(j.Dispatch.At) >= c.cfg.RedispatchAfter
 	}
 	c.reclaimHeld(ctx, queued)

@@ -284,6 +284,26 @@ func (c *Coordinator) Heartbeat(ctx context.Context, tok *fleet.Token, hb Heartb
 	return f, nil
 }
 
+// SetDraining drains a factory (draining true) or puts it back into service.
+// A draining factory passes no hard filter, so it gets no new assignments
+// (dispatch, claim, accept, preemption room) while it keeps, renews and
+// finishes the jobs it holds; jobs already dispatched to it are dispatched
+// again by the sweep. Undraining retries waiting jobs at once.
+func (c *Coordinator) SetDraining(ctx context.Context, id string, draining bool) (*fleet.Factory, error) {
+	f, err := c.mutateFactory(ctx, id, func(f *fleet.Factory) error {
+		if f.Draining == draining {
+			return errNoChange
+		}
+		f.Draining = draining
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.fleetChanged(ctx)
+	return f, nil
+}
+
 // Deregister removes a factory and revokes every token of its enrollment.
 // Jobs it held are reaped when their leases expire; jobs dispatched to it
 // are re-dispatched by the sweep.

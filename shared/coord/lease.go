@@ -236,6 +236,11 @@ func claimOrder(ranked []*fleet.Job) []*fleet.Job {
 // Accept is the push transport's claim: the factory a dispatch message
 // targeted takes the job, if the message is still current.
 func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*protocol.Claimed, error) {
+	if f, err := c.GetFactory(ctx, factoryID); err == nil && f.Draining {
+		// Dispatched before the drain: refused before anything is
+		// reserved, and the sweep sends the job elsewhere.
+		return nil, fleet.Errorf(fleet.CodeConflict, "factory %s is draining: it takes no new jobs", factoryID)
+	}
 	a, err := c.admitAccept(ctx, factoryID, productID, jobID, dispatchEpoch)
 	if err != nil {
 		return nil, err

@@ -53,6 +53,9 @@ type Factory struct {
 	Load           int      `json:"load"`
 	Health         Health   `json:"health"`
 	CostPerHourUSD float64  `json:"costPerHourUsd,omitempty"`
+	// Draining is set by an operator (POST /fleet/factories/{id}/drain): the
+	// factory gets no new assignments and keeps the jobs it runs.
+	Draining bool `json:"draining,omitempty"`
 	// TokenID is the hash of the factory's current token (not secret).
 	TokenID string `json:"tokenId,omitempty"`
 	// Enrollment names this enrollment of the id; its tokens carry it, so

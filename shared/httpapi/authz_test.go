@@ -116,6 +116,8 @@ func authzRequests(w *authzWorld) map[string]authzRequest {
 			body: map[string]any{"capabilities": []string{"os:linux"}, "repos": []string{"r1"}}, token: factoryF1, want: 200},
 		"GET /api/fleet/factories":                    {path: "/api/fleet/factories", token: operator, want: 200},
 		"DELETE /api/fleet/factories/{id}":            {path: "/api/fleet/factories/f1", token: operator, want: 204, scope: scopeResource},
+		"POST /api/fleet/factories/{id}/drain":        {path: "/api/fleet/factories/f1/drain", token: operator, want: 200, scope: scopeResource},
+		"POST /api/fleet/factories/{id}/undrain":      {path: "/api/fleet/factories/f1/undrain", token: operator, want: 200, scope: scopeResource},
 		"POST /api/fleet/factories/{id}/token/rotate": {path: "/api/fleet/factories/f1/token/rotate", token: factoryF1, want: 200, scope: scopeResource},
 		"POST /api/fleet/factories/{id}/token/revoke": {path: "/api/fleet/factories/f1/token/revoke", token: operator, want: 204, scope: scopeResource},
 		"PUT /api/fleet/products/{productId}": {path: "/api/fleet/products/p1", body: map[string]any{"repos": []string{"r1", "r3"}},

@@ -128,6 +128,28 @@ func (s *server) deregister(w http.ResponseWriter, r *http.Request, p *principal
 	return noContent(w)
 }
 
+// drain and undrain set a factory's draining flag (an extension of API.md:
+// no new assignments, running jobs kept).
+func (s *server) drain(w http.ResponseWriter, r *http.Request, p *principal) error {
+	return s.setDraining(w, r, p, true)
+}
+
+func (s *server) undrain(w http.ResponseWriter, r *http.Request, p *principal) error {
+	return s.setDraining(w, r, p, false)
+}
+
+func (s *server) setDraining(w http.ResponseWriter, r *http.Request, p *principal, draining bool) error {
+	id, err := s.factoryFor(r, p)
+	if err != nil {
+		return err
+	}
+	f, err := s.coord.SetDraining(r.Context(), id, draining)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, f)
+}
+
 func (s *server) rotateToken(w http.ResponseWriter, r *http.Request, p *principal) error {
 	id, err := s.factoryFor(r, p)
 	if err != nil {

@@ -51,6 +51,8 @@ var routes = []route{
 	{method: "POST", pattern: "/api/fleet/factories/heartbeat", access: factoryOnly, handle: (*server).heartbeat},
 	{method: "GET", pattern: "/api/fleet/factories", access: operatorOnly, handle: (*server).listFactories},
 	{method: "DELETE", pattern: "/api/fleet/factories/{id}", access: operatorOnly, handle: (*server).deregister},
+	{method: "POST", pattern: "/api/fleet/factories/{id}/drain", access: operatorOnly, handle: (*server).drain},
+	{method: "POST", pattern: "/api/fleet/factories/{id}/undrain", access: operatorOnly, handle: (*server).undrain},
 	{method: "POST", pattern: "/api/fleet/factories/{id}/token/rotate", access: operatorOrSelf, handle: (*server).rotateToken},
 	{method: "POST", pattern: "/api/fleet/factories/{id}/token/revoke", access: operatorOrSelf, handle: (*server).revokeToken},
 

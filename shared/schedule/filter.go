@@ -137,6 +137,7 @@ const (
 	admitted verdict = iota
 	lacksCapability
 	isDown
+	isDraining
 	outOfScope
 	seatsFull
 )
@@ -151,6 +152,8 @@ func (n *need) verdict(f *fleet.Factory) verdict {
 		return lacksCapability
 	case f.Health == fleet.HealthDown:
 		return isDown
+	case f.Draining:
+		return isDraining
 	case !f.Serves(n.product):
 		return outOfScope
 	case f.FreeSeats() <= 0:
@@ -163,7 +166,7 @@ func (n *need) verdict(f *fleet.Factory) verdict {
 // The hot paths need only the yes/no, so they skip the capability scans for
 // the many factories that are full, down or out of scope.
 func (n *need) admits(f *fleet.Factory) bool {
-	return f.FreeSeats() > 0 && f.Health != fleet.HealthDown && f.Serves(n.product) && n.satisfiedBy(f)
+	return f.FreeSeats() > 0 && f.Health != fleet.HealthDown && !f.Draining && f.Serves(n.product) && n.satisfiedBy(f)
 }
 
 // reason words a failed verdict for one factory. Explain calls it for every
@@ -175,6 +178,8 @@ func (n *need) reason(f *fleet.Factory, v verdict) string {
 		return n.missingReason(f)
 	case isDown:
 		return "factory is down"
+	case isDraining:
+		return "factory is draining"
 	case outOfScope:
 		if n.scopeReason == "" {
 			n.scopeReason = "not scoped to product " + n.product
@@ -239,7 +244,7 @@ const (
 	// factory enrolled, or a capability nobody has); it needs a change.
 	UnroutablePrefix = "unroutable: "
 	// NoEligiblePrefix: factories could run the job, but none can now
-	// (seats full, down, out of scope); the counts after it move with every
+	// (seats full, down, draining, out of scope); the counts after it move with every
 	// heartbeat.
 	NoEligiblePrefix = "no eligible factory: "
 )
@@ -330,6 +335,8 @@ func (n *need) unroutable(fs []*fleet.Factory) Reason {
 			s += plural(c, "lacks ", "lack ") + k.token
 		case isDown:
 			s += plural(c, "is", "are") + " down"
+		case isDraining:
+			s += plural(c, "is", "are") + " draining"
 		case outOfScope:
 			s += plural(c, "is", "are") + " not scoped to product " + n.product
 		case seatsFull:

@@ -26,6 +26,7 @@ func TestHardFilterReasons(t *testing.T) {
 			func(*fleet.Factory) {}, "missing capabilities engine:codex, node:20; missing repo:x"},
 		{"down", newJob("j"), withHealth(fleet.HealthDown), "factory is down"},
 		{"stale is not filtered", newJob("j"), withHealth(fleet.HealthStale), ""},
+		{"draining", newJob("j"), func(f *fleet.Factory) { f.Draining = true }, "factory is draining"},
 		{"not scoped", newJob("j"), func(f *fleet.Factory) { f.Products = []string{"p2", "p3"} }, "not scoped to product p1"},
 		{"scoped", newJob("j"), func(f *fleet.Factory) { f.Products = []string{"p2", "p1"} }, ""},
 		{"no free seat", newJob("j"), withLoad(2), "no free seat (load 2 of 2)"},
@@ -37,6 +38,10 @@ func TestHardFilterReasons(t *testing.T) {
 			"missing capability engine:codex"},
 		{"down before product", newJob("j"), func(f *fleet.Factory) { f.Health = fleet.HealthDown; f.Products = []string{"p2"} },
 			"factory is down"},
+		{"down before draining", newJob("j"), func(f *fleet.Factory) { f.Health = fleet.HealthDown; f.Draining = true },
+			"factory is down"},
+		{"draining before product and seat", newJob("j"), func(f *fleet.Factory) { f.Draining = true; f.Products = []string{"p2"}; f.Load = 2 },
+			"factory is draining"},
 		{"product before seat", newJob("j"), func(f *fleet.Factory) { f.Products = []string{"p2"}; f.Load = 2 },
 			"not scoped to product p1"},
 	}
@@ -113,6 +118,7 @@ func TestNoEligibleSummary(t *testing.T) {
 	t.Parallel()
 	full := func(id string) *fleet.Factory { return newFactory(id, withLoad(2)) }
 	down := func(id string) *fleet.Factory { return newFactory(id, withHealth(fleet.HealthDown)) }
+	draining := func(id string) *fleet.Factory { return newFactory(id, func(f *fleet.Factory) { f.Draining = true }) }
 	scoped := func(id string) *fleet.Factory {
 		return newFactory(id, func(f *fleet.Factory) { f.Products = []string{"other"} })
 	}
@@ -126,6 +132,10 @@ func TestNoEligibleSummary(t *testing.T) {
 			"no eligible factory: 2 have no free seat, 1 is down"},
 		{"singular forms, filter order on equal counts", newJob("j"), []*fleet.Factory{full("a"), scoped("s"), down("d")},
 			"no eligible factory: 1 is down, 1 is not scoped to product p1, 1 has no free seat"},
+		{"draining counted by dimension", newJob("j"), []*fleet.Factory{draining("r1"), full("a"), draining("r2"), down("d")},
+			"no eligible factory: 2 are draining, 1 is down, 1 has no free seat"},
+		{"one draining", newJob("j"), []*fleet.Factory{draining("r1"), full("a")},
+			"no eligible factory: 1 is draining, 1 has no free seat"},
 		{"plural forms", newJob("j"), []*fleet.Factory{down("d1"), down("d2"), scoped("s1"), scoped("s2")},
 			"no eligible factory: 2 are down, 2 are not scoped to product p1"},
 		{

@@ -99,7 +99,7 @@ func SeatBlocked(j *fleet.Job, fs []*fleet.Factory) []*fleet.Factory {
 //  3. queue time asc (QueuedAt, else CreatedAt): first come, first served;
 //  4. ID asc, so the answer never depends on the order of jobs.
 func RankJobs(f *fleet.Factory, jobs []*fleet.Job, now time.Time, w Weights) []*fleet.Job {
-	if f == nil || f.Health == fleet.HealthDown || f.FreeSeats() <= 0 {
+	if f == nil || f.Health == fleet.HealthDown || f.Draining || f.FreeSeats() <= 0 {
 		return nil
 	}
 	type ranked struct {

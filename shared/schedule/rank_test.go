@@ -178,6 +178,7 @@ func TestRankJobsFirst(t *testing.T) {
 				newJob("d-runnable", withPriority(fleet.PriorityLow)),
 			}, "d-runnable"},
 		{"down factory takes nothing", newFactory("f", withHealth(fleet.HealthDown)), []*fleet.Job{newJob("a")}, ""},
+		{"draining factory takes nothing", newFactory("f", func(f *fleet.Factory) { f.Draining = true }), []*fleet.Job{newJob("a")}, ""},
 		{"full factory takes nothing", newFactory("f", withLoad(2)), []*fleet.Job{newJob("a")}, ""},
 		{"stale factory still takes work", newFactory("f", withHealth(fleet.HealthStale)), []*fleet.Job{newJob("a")}, "a"},
 		{"nil factory", nil, []*fleet.Job{newJob("a")}, ""},

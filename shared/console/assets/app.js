@@ -239,6 +239,10 @@ function needProduct() {
   if (!session.product) throw new Error('Pick a product first: no product is selected (x-product-id).');
 }
 
+// drainingBadge marks a factory an operator drains (no new assignments;
+// POST /fleet/factories/{id}/drain).
+const drainingBadge = f => (f.draining ? [' ', badge('h-draining', 'draining')] : null);
+
 // Fleet map: every factory with health, seats, load, capabilities, repos,
 // last heartbeat, kind, and the jobs it runs.
 async function fleetView() {
@@ -256,7 +260,7 @@ async function fleetView() {
     const rows = (fs.items || []).map(x => h('tr', {},
       h('th', { scope: 'row' }, h('span', { class: 'mono' }, x.id)),
       h('td', {}, x.kind),
-      h('td', {}, badge('h-' + x.health, x.health)),
+      h('td', {}, badge('h-' + x.health, x.health), drainingBadge(x)),
       h('td', {}, h('span', { class: 'seats', role: 'img', 'aria-label': `${x.load} of ${x.seatLimit} seats used` },
         h('span')), ` ${x.load}/${x.seatLimit}`),
       h('td', {}, list(x.capabilities)),

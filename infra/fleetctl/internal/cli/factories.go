@@ -11,13 +11,14 @@ import (
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
-// There is no drain route in the API yet, so there is no `factories drain`.
 func (a *app) factoriesCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "factories", Aliases: []string{"factory"}, Short: "List, enroll and retire factories"}
 	token := &cobra.Command{Use: "token", Short: "Rotate or revoke a factory's token"}
 	token.AddCommand(a.factoryToken("rotate", "Issue a new token (the old one stops working)"),
 		a.factoryToken("revoke", "Revoke the token: the factory can no longer call the API"))
-	cmd.AddCommand(a.factoriesLs(), a.factoriesEnroll(), a.factoriesDeregister(), token)
+	cmd.AddCommand(a.factoriesLs(), a.factoriesEnroll(), a.factoriesDeregister(), token,
+		a.factoryDrain("drain", "Stop new assignments to a factory; it finishes the jobs it runs"),
+		a.factoryDrain("undrain", "Put a drained factory back into service"))
 	return cmd
 }
 
@@ -55,7 +56,7 @@ func (a *app) factoriesLs() *cobra.Command {
 			}
 			rows := make([][]string, 0, len(page.Items))
 			for _, f := range page.Items {
-				rows = append(rows, []string{f.ID, string(f.Kind), string(f.Health), fmt.Sprintf("%d/%d", f.Load, f.SeatLimit),
+				rows = append(rows, []string{f.ID, string(f.Kind), healthText(&f), fmt.Sprintf("%d/%d", f.Load, f.SeatLimit),
 					list(f.Products), list(f.Capabilities), list(f.Repos), a.ago(f.LastHeartbeatAt)})
 			}
 			return a.table([]string{"ID", "KIND", "HEALTH", "SEATS", "PRODUCTS", "CAPABILITIES", "REPOS", "HEARTBEAT"}, rows)
@@ -139,6 +140,40 @@ func (a *app) factoryToken(op, short string) *cobra.Command {
 				a.printf("revoked the token of %s\n", args[0])
 			default:
 				a.printf("new token of %s (shown once):\n%s\n", t.FactoryID, t.Token)
+			}
+			return nil
+		},
+	}
+}
+
+// healthText is a factory's health, with "draining" when it is drained.
+func healthText(f *fleet.Factory) string {
+	if f.Draining {
+		return string(f.Health) + ",draining"
+	}
+	return string(f.Health)
+}
+
+// factoryDrain is `factories drain ID` or `factories undrain ID`.
+func (a *app) factoryDrain(op, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:               op + " ID",
+		Short:             short,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeFactories,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var f fleet.Factory
+			raw, err := a.call(cmd, client.Request{Method: http.MethodPost, Path: "/factories/" + url.PathEscape(args[0]) + "/" + op}, &f)
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				return a.printJSON(raw)
+			}
+			if f.Draining {
+				a.printf("%s is draining: no new jobs; the jobs it runs finish (load %d)\n", f.ID, f.Load)
+			} else {
+				a.printf("%s takes new jobs again\n", f.ID)
 			}
 			return nil
 		},
