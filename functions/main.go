@@ -18,6 +18,8 @@ import (
 
 	"github.com/gigafactory/fleet/functions/api"
 	"github.com/gigafactory/fleet/functions/dispatch"
+	"github.com/gigafactory/fleet/functions/echo"
+	"github.com/gigafactory/fleet/functions/echosweep"
 	"github.com/gigafactory/fleet/functions/gcsweep"
 	"github.com/gigafactory/fleet/functions/reaper"
 	"github.com/gigafactory/fleet/functions/redispatch"
@@ -91,6 +93,8 @@ func functions(a *app.App) map[string]funchost.Func {
 		reaper.Name:     reaper.Func(a.Coord, log),
 		redispatch.Name: redispatch.Func(a.Coord, log),
 		gcsweep.Name:    gcsweep.Func(a.Coord, log),
+		echo.Name:       echo.Func(a.Coord, log),
+		echosweep.Name:  echosweep.Func(a.Coord, log),
 	}
 }
 

@@ -177,8 +177,11 @@ func samples(t *testing.T) []sample {
 			payload = testdataValue(t, "timer_first_run.json", "timer")
 		case "cosmosdbtrigger":
 			payload = testdataValue(t, "dispatch_empty.json", "documents")
+			// Each change-feed function says what it did with the batch.
+			want := map[string]string{"dispatch": `["batch of 0, 0 published"]`, "echo": `["batch of 0, 0 events delivered"]`}[fn.Name]
+			require.NotEmpty(t, want, "function %s: no expected answer to an empty batch", fn.Name)
 			s.check = func(t *testing.T, res map[string]json.RawMessage) {
-				require.JSONEq(t, `["batch of 0, 0 published"]`, string(res["Logs"]))
+				require.JSONEq(t, want, string(res["Logs"]))
 			}
 		default:
 			t.Fatalf("function %s: no sample invocation for trigger type %s", fn.Name, trig.Type)

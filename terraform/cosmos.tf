@@ -68,6 +68,11 @@ locals {
       default_ttl    = 0
       excluded_paths = []
     }
+    fleet_echo = {
+      partition_key  = "/jobId"
+      default_ttl    = 0
+      excluded_paths = []
+    }
     leases = {
       partition_key  = "/id"
       default_ttl    = 0

@@ -48,6 +48,7 @@ locals {
     FLEET_REAPER_SCHEDULE     = var.reaper_schedule
     FLEET_REDISPATCH_SCHEDULE = var.redispatch_schedule
     FLEET_GC_SCHEDULE         = var.gc_schedule
+    FLEET_ECHO_SCHEDULE       = var.echo_schedule
     FLEET_LEASE_TTL           = var.lease_ttl
     FLEET_REDISPATCH_AFTER    = var.redispatch_after
 

@@ -321,6 +321,17 @@ variable "gc_schedule" {
   }
 }
 
+variable "echo_schedule" {
+  description = "NCRONTAB of the tracker echo sweep timer, which re-drives due webhook deliveries (FLEET_ECHO_SCHEDULE)."
+  type        = string
+  default     = "*/5 * * * * *"
+
+  validation {
+    condition     = length(split(" ", trimspace(var.echo_schedule))) == 6
+    error_message = "echo_schedule must be an NCRONTAB expression with six fields (seconds first)."
+  }
+}
+
 variable "lease_ttl" {
   description = "Job lease time-to-live, a Go duration (FLEET_LEASE_TTL)."
   type        = string

@@ -4,11 +4,15 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/config"
+	"github.com/gigafactory/fleet/shared/store/sqlite"
 )
 
 // repoRoot holds the real host.json and functions/.
@@ -30,7 +34,7 @@ func TestLoadAppRepo(t *testing.T) {
 		byName[f.Name] = f
 		names = append(names, f.Name)
 	}
-	require.Equal(t, []string{"api", "dispatch", "gcsweep", "reaper", "redispatch"}, names)
+	require.Equal(t, []string{"api", "dispatch", "echo", "echosweep", "gcsweep", "reaper", "redispatch"}, names)
 
 	tests := []struct {
 		function string
@@ -40,6 +44,8 @@ func TestLoadAppRepo(t *testing.T) {
 	}{
 		{function: "api", trigger: "httpTrigger", binding: "req", httpOnly: true},
 		{function: "dispatch", trigger: "cosmosDBTrigger", binding: "documents"},
+		{function: "echo", trigger: "cosmosDBTrigger", binding: "documents"},
+		{function: "echosweep", trigger: "timerTrigger", binding: "timer"},
 		{function: "gcsweep", trigger: "timerTrigger", binding: "timer"},
 		{function: "reaper", trigger: "timerTrigger", binding: "timer"},
 		{function: "redispatch", trigger: "timerTrigger", binding: "timer"},
@@ -321,4 +327,31 @@ func TestParseSchedule(t *testing.T) {
 			require.Equal(t, tc.next, s.Next(from))
 		})
 	}
+}
+
+// TestFeedLeasePrefixes: functions following one container with one lease
+// container must differ in leaseContainerPrefix (the host names leases by
+// prefix and container, so they would split the feed); with distinct
+// prefixes each keeps its own checkpoint. The shipped app passes.
+func TestFeedLeasePrefixes(t *testing.T) {
+	t.Parallel()
+	host := `{"version":"2.0","customHandler":{"description":{"defaultExecutablePath":"handler"}}}`
+	get := Settings(func(name string) string { return map[string]string{"DB": "fleet"}[name] })
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "fleet.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+
+	root := writeApp(t, &host, map[string]string{"a": feed(`"leaseContainerName":"leases"`), "b": feed(`"leaseContainerName":"leases"`)})
+	_, err = New(Options{Root: root, Settings: get, Store: st})
+	require.ErrorContains(t, err, "functions a and b both follow fleet_jobs with the leases of leases and the same leaseContainerPrefix")
+
+	root = writeApp(t, &host, map[string]string{"a": feed(`"leaseContainerName":"leases"`), "b": feed(`"leaseContainerName":"leases","leaseContainerPrefix":"b-"`)})
+	emu, err := New(Options{Root: root, Settings: get, Store: st})
+	require.NoError(t, err)
+	ids := []string{emu.feeds[0].leaseID, emu.feeds[1].leaseID}
+	slices.Sort(ids)
+	require.Equal(t, []string{"hostemu.a.fleet_jobs", "hostemu.b-fleet_jobs"}, ids)
+
+	_, err = New(Options{Root: repoRoot, Settings: config.Default, Store: st})
+	require.NoError(t, err, "the shipped dispatch and echo functions keep their own leases")
 }

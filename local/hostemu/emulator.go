@@ -96,6 +96,12 @@ func New(opts Options) (*Emulator, error) {
 			if err != nil {
 				return nil, err
 			}
+			for _, other := range e.feeds {
+				if other.leaseKey() == f.leaseKey() {
+					return nil, fmt.Errorf("functions %s and %s both follow %s with the leases of %s and the same leaseContainerPrefix %q: the host would split the feed between them; give each its own leaseContainerPrefix",
+						other.fn.Name, fn.Name, f.container, f.lease, f.prefix)
+				}
+			}
 			if opts.Changed != nil {
 				f.changed = opts.Changed(f.container)
 			}

@@ -40,6 +40,7 @@ type feedTrigger struct {
 	binding   string
 	container string
 	lease     string
+	prefix    string
 	leaseID   string
 	pollDelay time.Duration
 	maxItems  int
@@ -67,6 +68,9 @@ func newFeedTrigger(fn *Function, trig Binding, get Settings, store FeedStore, c
 	if t.lease, err = get.String(trig, "leaseContainerName", "leases"); err != nil {
 		return nil, fmt.Errorf("function %s: %w", fn.Name, err)
 	}
+	if t.prefix, err = get.String(trig, "leaseContainerPrefix", ""); err != nil {
+		return nil, fmt.Errorf("function %s: %w", fn.Name, err)
+	}
 	delay, err := get.Int(trig, "feedPollDelay", 5000)
 	if err != nil {
 		return nil, fmt.Errorf("function %s: %w", fn.Name, err)
@@ -82,8 +86,19 @@ func newFeedTrigger(fn *Function, trig Binding, get Settings, store FeedStore, c
 		return nil, fmt.Errorf("function %s: retry: %w", fn.Name, err)
 	}
 	t.leaseID = "hostemu." + fn.Name + "." + t.container
+	if t.prefix != "" {
+		// The host names leases by prefix and monitored container, not by
+		// function: two functions sharing a prefix share one checkpoint.
+		t.leaseID = "hostemu." + t.prefix + t.container
+	}
 	return t, nil
 }
+
+// leaseKey is what the host's lease documents are named after: the lease
+// container, the prefix and the monitored container. Two functions with
+// the same key would take each other's leases, and each would see only
+// part of the feed.
+func (t *feedTrigger) leaseKey() string { return t.lease + "/" + t.prefix + "/" + t.container }
 
 func (t *feedTrigger) checkpoint(ctx context.Context) (string, error) {
 	it, err := t.store.Read(ctx, t.lease, t.leaseID, t.leaseID)

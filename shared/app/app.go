@@ -26,6 +26,7 @@ import (
 	"github.com/gigafactory/fleet/shared/store/sqlite"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 	"github.com/gigafactory/fleet/shared/store/storefault"
+	"github.com/gigafactory/fleet/shared/webhook"
 )
 
 // App is a configured fleet.
@@ -134,7 +135,7 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger, opts ...Option
 	}
 	a.Blobs = blobs
 	a.closers = append(a.closers, closeBlobs)
-	deps := coord.Deps{Store: a.Store, Clock: clock.System{}, Log: log, Metrics: metrics, Blobs: blobs}
+	deps := coord.Deps{Store: a.Store, Clock: clock.System{}, Log: log, Metrics: metrics, Blobs: blobs, Webhook: webhook.New(cfg.EchoTimeout)}
 	tr, err := openBus(ctx, l, cfg, log)
 	if err != nil {
 		return nil, err
@@ -184,6 +185,15 @@ func coordConfig(l config.Lookup) (coord.Config, error) {
 		return cfg, fmt.Errorf("%s=%q: want on or off", config.Preemption, v)
 	}
 	if cfg.ArtifactMaxBytes, err = l.Bytes(config.ArtifactMaxBytes); err != nil {
+		return cfg, err
+	}
+	if cfg.EchoBackoff, err = l.Duration(config.EchoBackoff); err != nil {
+		return cfg, err
+	}
+	if cfg.EchoMaxBackoff, err = l.Duration(config.EchoMaxBackoff); err != nil {
+		return cfg, err
+	}
+	if cfg.EchoTimeout, err = l.Duration(config.EchoTimeout); err != nil {
 		return cfg, err
 	}
 	// Resolved here, not only in coord.New: the bus is built from the

@@ -52,6 +52,10 @@ const (
 	ArtifactsURL      = "FLEET_ARTIFACTS_URL"
 	ArtifactsEmulator = "FLEET_ARTIFACTS_EMULATOR"
 	ArtifactMaxBytes  = "FLEET_ARTIFACT_MAX_BYTES"
+	EchoSchedule      = "FLEET_ECHO_SCHEDULE"
+	EchoBackoff       = "FLEET_ECHO_BACKOFF"
+	EchoMaxBackoff    = "FLEET_ECHO_MAX_BACKOFF"
+	EchoTimeout       = "FLEET_ECHO_TIMEOUT"
 )
 
 // Settings lists every setting with its default; the README's
@@ -87,6 +91,10 @@ var Settings = []Setting{
 	{ArtifactsURL, "", "Blob container URL for artifact bytes (`https://<account>.blob.core.windows.net/artifacts`, Terraform sets it), reached with the managed identity. Unset: a directory `blobs` under the data dir."},
 	{ArtifactsEmulator, "", "`1` when the artifacts URL is Azurite's: its well-known development key, plain http, container created if missing. Never for a real account."},
 	{ArtifactMaxBytes, strconv.Itoa(coord.DefaultArtifactMaxBytes), "Largest artifact upload, in bytes; more is 413 with nothing stored. Keep it under the Functions host's 100 MiB request limit."},
+	{EchoSchedule, "*/5 * * * * *", "NCRONTAB of the tracker echo sweep, which re-drives deliveries that are due (a retry after backoff, a missing event, a lost change-feed batch)."},
+	{EchoBackoff, duration(coord.DefaultEchoBackoff), "Wait after a failed tracker webhook delivery; doubles with each failure in a row."},
+	{EchoMaxBackoff, duration(coord.DefaultEchoMaxBackoff), "Longest wait between tracker webhook delivery attempts."},
+	{EchoTimeout, duration(coord.DefaultEchoTimeout), "Timeout of one tracker webhook request."},
 }
 
 // duration writes a default as a person would (90s, 5m), not as

@@ -39,6 +39,8 @@ const (
 	// Ledger holds one document of fleet-wide counters that let idle
 	// sweeps and token revalidation cost a point read (ledger.go).
 	Ledger = "fleet_ledger"
+	// Echoes holds each tracked job's echo delivery state (echo.go).
+	Echoes = "fleet_echo"
 	// Leases holds change-feed checkpoints, the Functions host's lease
 	// container (partitioned on /id as the Cosmos trigger requires).
 	Leases = "leases"
@@ -61,5 +63,6 @@ var Containers = []Container{
 	{Name: Profiles, PartitionKey: "/productId", ExcludedPaths: []string{"/body/?"}},
 	{Name: Tokens, PartitionKey: "/id"},
 	{Name: Ledger, PartitionKey: "/id"},
+	{Name: Echoes, PartitionKey: "/jobId"},
 	{Name: Leases, PartitionKey: "/id"},
 }

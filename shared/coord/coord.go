@@ -67,7 +67,13 @@ type Config struct {
 	// ArtifactMaxBytes bounds one artifact upload; more is 413 and
 	// nothing is stored.
 	ArtifactMaxBytes int64
-	Weights          schedule.Weights
+	// EchoBackoff is the wait after a failed tracker echo delivery; it
+	// doubles with every failure in a row up to EchoMaxBackoff. EchoTimeout
+	// bounds one webhook request.
+	EchoBackoff    time.Duration
+	EchoMaxBackoff time.Duration
+	EchoTimeout    time.Duration
+	Weights        schedule.Weights
 }
 
 // Defaults: the one place they are written. shared/config documents the
@@ -108,6 +114,9 @@ func (c Config) Resolve() (Config, error) {
 		{"tokenCacheTTL", &c.TokenCacheTTL, DefaultTokenCacheTTL},
 		{"livePoll", &c.LivePoll, DefaultLivePoll},
 		{"cancelGrace", &c.CancelGrace, DefaultCancelGrace},
+		{"echoBackoff", &c.EchoBackoff, DefaultEchoBackoff},
+		{"echoMaxBackoff", &c.EchoMaxBackoff, DefaultEchoMaxBackoff},
+		{"echoTimeout", &c.EchoTimeout, DefaultEchoTimeout},
 	}
 	for _, d := range durations {
 		switch {
@@ -125,6 +134,9 @@ func (c Config) Resolve() (Config, error) {
 	}
 	if c.StaleAfter >= c.DownAfter {
 		return c, fleet.Invalid("config.staleAfter", "must be shorter than downAfter (%v), got %v", c.DownAfter, c.StaleAfter)
+	}
+	if c.EchoMaxBackoff < c.EchoBackoff {
+		return c, fleet.Invalid("config.echoMaxBackoff", "must be at least echoBackoff (%v), got %v", c.EchoBackoff, c.EchoMaxBackoff)
 	}
 	if c.MaxRetryBackoff < c.RetryBackoff {
 		return c, fleet.Invalid("config.maxRetryBackoff", "must be at least retryBackoff (%v), got %v", c.RetryBackoff, c.MaxRetryBackoff)
@@ -156,6 +168,9 @@ type Deps struct {
 	// Blobs keeps artifact bytes; without it artifact routes answer
 	// unavailable.
 	Blobs BlobStore
+	// Webhook sends tracker echo deliveries; without it they fail and
+	// are retried (only the echo function's process needs one).
+	Webhook Webhook
 }
 
 // Coordinator runs the use cases over a Store. It is safe for concurrent use
@@ -178,6 +193,7 @@ type Coordinator struct {
 	live          *live
 	blobs         BlobStore
 	written       *writtenSeqs
+	webhook       Webhook
 }
 
 // New builds a coordinator from a configuration Resolve accepts.
@@ -215,6 +231,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 		metricSources: maps.Clone(deps.Metrics),
 		blobs:         deps.Blobs,
 		written:       newWrittenSeqs(),
+		webhook:       deps.Webhook,
 	}
 	if c.publisher != nil {
 		c.onFleetChange = c.retryUnroutable

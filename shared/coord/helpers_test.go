@@ -70,7 +70,11 @@ type envOptions struct {
 	wrap  func(coord.Store) coord.Store
 	pub   coord.Publisher
 	blobs coord.BlobStore
+	deps  func(*coord.Deps)
 }
+
+// withDeps adjusts the coordinator's dependencies (a webhook, a logger).
+func withDeps(fn func(*coord.Deps)) envOpt { return func(o *envOptions) { o.deps = fn } }
 
 // withBlobs gives the coordinator a blob store for artifacts.
 func withBlobs(b coord.BlobStore) envOpt { return func(o *envOptions) { o.blobs = b } }
@@ -99,7 +103,11 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	if o.wrap != nil {
 		e.store = o.wrap(raw)
 	}
-	e.c = e.newCoord(o.cfg, coord.Deps{Store: e.store, Publisher: o.pub, Blobs: o.blobs})
+	deps := coord.Deps{Store: e.store, Publisher: o.pub, Blobs: o.blobs}
+	if o.deps != nil {
+		o.deps(&deps)
+	}
+	e.c = e.newCoord(o.cfg, deps)
 	_, err := e.c.PutProduct(e.ctx, prod, "Product one", []string{repo, "api"})
 	require.NoError(t, err)
 	return e

@@ -32,8 +32,9 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 // submitManifest creates the job of a parsed manifest, or, when the
 // manifest's idempotencyKey names a job already, returns that one with
 // created=false: the one rule of idempotent submission (Submit, tracker
-// ingest). mark, when set, adds to the job before it is written.
-func (c *Coordinator) submitManifest(ctx context.Context, productID string, m *fleet.Manifest, mark func(j *fleet.Job)) (job *fleet.Job, created bool, err error) {
+// ingest). mark, when set, adds to the job (and may write what must exist
+// before it) once every check passed, before the job is written.
+func (c *Coordinator) submitManifest(ctx context.Context, productID string, m *fleet.Manifest, mark func(j *fleet.Job) error) (job *fleet.Job, created bool, err error) {
 	id := c.newID("j")
 	if m.IdempotencyKey != "" {
 		id = keyedID(productID, m.IdempotencyKey)
@@ -46,7 +47,9 @@ func (c *Coordinator) submitManifest(ctx context.Context, productID string, m *f
 		return nil, false, err
 	}
 	if mark != nil {
-		mark(j)
+		if err := mark(j); err != nil {
+			return nil, false, err
+		}
 	}
 	return c.createJob(ctx, j)
 }

@@ -57,7 +57,10 @@ func (c *Coordinator) Ingest(ctx context.Context, req IngestRequest) (*fleet.Job
 	}
 	m.IdempotencyKey = fleet.TrackerKey(req.Ref.Source, req.Ref.ItemID)
 	ref := req.Ref
-	j, created, err := c.submitManifest(ctx, req.ProductID, m, func(j *fleet.Job) { j.Tracker = &ref })
+	j, created, err := c.submitManifest(ctx, req.ProductID, m, func(j *fleet.Job) error {
+		j.Tracker = &ref
+		return c.openEcho(ctx, j)
+	})
 	if err != nil || created {
 		return j, IngestCreated, err
 	}

@@ -19,6 +19,7 @@ type authzWorld struct {
 	held, queued                   string // job ids in p1
 	heldEpoch                      int64
 	artifact                       string // an operator's artifact of held
+	tracked                        string // a job of p1 ingested from a tracker item
 }
 
 func newAuthzWorld(t testing.TB) *authzWorld {
@@ -41,6 +42,10 @@ func newAuthzWorld(t testing.TB) *authzWorld {
 	f.ok(http.StatusCreated, &a, "POST", "/api/fleet/jobs/"+w.held+"/artifacts?name=notes.txt", rootToken, "operator's notes", contentType("text/plain"))
 	w.artifact = a.ID
 	f.ok(http.StatusOK, nil, "PUT", "/api/fleet/budgets/p1", rootToken, map[string]any{"ceilingUsd": 1000})
+	var tracked fleet.Job
+	f.ok(http.StatusCreated, &tracked, "POST", "/api/fleet/tracker/ingest", rootToken,
+		map[string]any{"source": "jira", "itemId": "W-1", "revision": 1, "manifest": manifest("r1")}, product("p1"))
+	w.tracked = tracked.ID
 	return w
 }
 
@@ -140,6 +145,8 @@ func authzRequests(w *authzWorld) map[string]authzRequest {
 		"POST /api/fleet/budgets/{productId}/pause": {path: "/api/fleet/budgets/p1/pause", body: map[string]any{"reason": "audit"},
 			token: operator, want: 200, scope: scopeResource},
 		"POST /api/fleet/budgets/{productId}/resume": {path: "/api/fleet/budgets/p1/resume", token: operator, want: 200, scope: scopeResource},
+		"POST /api/fleet/tracker/echo":               {path: "/api/fleet/tracker/echo", body: map[string]any{"jobId": w.tracked}, token: operator, want: 202, scope: scopeJob},
+		"GET /api/fleet/jobs/{id}/echo":              {path: "/api/fleet/jobs/" + w.tracked + "/echo", token: operator, want: 200, scope: scopeJob},
 		"POST /api/fleet/tracker/ingest": {path: "/api/fleet/tracker/ingest", body: map[string]any{"source": "jira", "itemId": "P-1",
 			"revision": 1, "manifest": manifest("r1")}, token: operator, want: 201},
 	}

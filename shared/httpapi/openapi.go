@@ -473,6 +473,19 @@ func operations() []operation {
 			},
 			errors: []string{"400", "409", "413", "422"}},
 
+		{method: "POST", path: "/fleet/tracker/echo", access: operatorOnly, summary: "Re-send a tracked job's events",
+			description: "Starts the job's delivery over from seq 1 (every event is sent again, in order, backoff cleared) and records an echo_resend event, " +
+				"whose write wakes the echo function. Answers at once with the delivery state; the sending happens in the echo function. 409 for a job not ingested from a tracker.",
+			body:   jsonBody(ref("ResendRequest")),
+			ok:     map[string]obj{"202": respond("The delivery state, reset.", ref("EchoState"))},
+			errors: []string{"400", "404", "409"}},
+		{method: "GET", path: "/fleet/jobs/{id}/echo", access: operatorOnly, summary: "A tracked job's echo delivery state",
+			description: "How far delivery of the job's events to its product's tracker webhook got: deliveredSeq (every seq up to it acknowledged, in order), " +
+				"pendingSeq (the next to send; null when up to date), lastError and nextAttemptAt (the backoff's next try; null when none). 409 for a job not ingested from a tracker.",
+			params: []obj{jobID},
+			ok:     map[string]obj{"200": respond("The delivery state.", ref("EchoState"))},
+			errors: []string{"400", "404", "409"}},
+
 		{method: "PUT", path: "/fleet/products/{productId}", access: operatorOnly, summary: "Declare a product and its repos",
 			description: "repos replaces the list. A repo has one owning product: claiming one another product owns is 409 conflict naming the owner, unless an unscoped operator sets moveRepos. A job whose repo its product does not own is rejected with 422 repo_not_owned. maxRunning caps the product's jobs holding a lease at once (0 or absent: uncapped).",
 			params:      []obj{pathParam("productId", "The product id.")},
@@ -880,6 +893,16 @@ func schemas() obj {
 			"factoryId": name(""), "token": str("The factory's bearer token; shown only here."), "factory": ref("Factory")}),
 		"TokenResponse": object([]string{"factoryId", "token"}, obj{"factoryId": name(""), "token": str("Shown only here.")}),
 
+		"ResendRequest": request([]string{"jobId"}, obj{"jobId": name("A job ingested from a tracker item.")}),
+		"EchoState": object([]string{"jobId", "deliveredSeq", "pendingSeq", "latestSeq", "attempts", "lastError", "nextAttemptAt"}, obj{
+			"jobId":         name(""),
+			"deliveredSeq":  integer("Every event up to this seq was acknowledged by the webhook, in order."),
+			"pendingSeq":    describe(obj{"type": []string{"integer", "null"}}, "The next seq to send; null when every event so far was delivered."),
+			"latestSeq":     integer("The job's latest event."),
+			"attempts":      integer("Failures in a row; the backoff doubles with each."),
+			"lastError":     describe(obj{"type": []string{"string", "null"}}, "Why the last attempt failed, or the missing seq it waits for; null after a delivery."),
+			"nextAttemptAt": describe(obj{"type": []string{"string", "null"}, "format": "date-time"}, "When the next attempt is due; null when none is pending."),
+		}),
 		"IngestRequest": describe(obj{"type": "object", "required": []string{"source", "itemId", "revision"}, "properties": obj{
 			"source":   name("The tracker (jira, github, ...): part of the idempotency key, so a plain name."),
 			"itemId":   describe(obj{"type": "string", "maxLength": fleet.MaxTrackerItemIDLen}, "The item's id in its tracker, one line."),

@@ -180,6 +180,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"Product"}, fleet.Product{}},
 		{[]string{"Product", "tracker"}, fleet.TrackerView{}},
 		{[]string{"Job", "tracker"}, fleet.TrackerRef{}},
+		{[]string{"EchoState"}, coord.EchoView{}},
+		{[]string{"ResendRequest"}, resendRequest{}},
 		{[]string{"ProductRequest", "tracker"}, trackerRequest{}},
 		{[]string{"RepoInfo"}, coord.RepoInfo{}},
 		{[]string{"QueueState"}, fleet.QueueState{}},

@@ -61,6 +61,8 @@ var routes = []route{
 	{method: "GET", pattern: "/api/fleet/repos", access: operatorOnly, handle: (*server).repos},
 
 	{method: "POST", pattern: "/api/fleet/tracker/ingest", access: operatorOnly, handle: (*server).ingest},
+	{method: "POST", pattern: "/api/fleet/tracker/echo", access: operatorOnly, handle: (*server).resendEcho},
+	{method: "GET", pattern: "/api/fleet/jobs/{id}/echo", access: operatorOnly, handle: (*server).jobEcho},
 
 	{method: "PUT", pattern: "/api/fleet/profiles/{name}", access: operatorOnly, handle: (*server).putProfile},
 	{method: "GET", pattern: "/api/fleet/profiles", access: operatorOnly, handle: (*server).listProfiles},

@@ -111,3 +111,42 @@ func ingestManifest(fields map[string]json.RawMessage) ([]byte, error) {
 	}
 	return []byte("---\n" + string(front) + "\n---\n" + task), nil
 }
+
+// jobEcho answers a tracked job's delivery state.
+func (s *server) jobEcho(w http.ResponseWriter, r *http.Request, p *principal) error {
+	id, product, err := s.pathJob(r, p)
+	if err != nil {
+		return err
+	}
+	v, err := s.coord.Echo(r.Context(), product, id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, v)
+}
+
+// resendRequest names the job whose events are sent again.
+type resendRequest struct {
+	JobID string `json:"jobId"`
+}
+
+// resendEcho starts a job's delivery over from seq 1 and answers 202 with
+// its state: the echo function does the sending.
+func (s *server) resendEcho(w http.ResponseWriter, r *http.Request, p *principal) error {
+	var req resendRequest
+	if err := s.decodeBody(w, r, &req, true); err != nil {
+		return err
+	}
+	if err := fleet.ValidateName("jobId", req.JobID); err != nil {
+		return err
+	}
+	product, err := s.jobProduct(r, p, req.JobID, "")
+	if err != nil {
+		return err
+	}
+	v, err := s.coord.ResendEcho(r.Context(), product, req.JobID, p.id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusAccepted, v)
+}

@@ -30,6 +30,7 @@ run "containers_match_the_store" {
       fleet_profiles    = tolist(["/productId"])
       fleet_tokens      = tolist(["/id"])
       fleet_ledger      = tolist(["/id"])
+      fleet_echo        = tolist(["/jobId"])
       leases            = tolist(["/id"])
     }
     error_message = "Container names or partition keys differ from coord.Containers."

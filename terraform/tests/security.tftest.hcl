@@ -143,6 +143,7 @@ run "fleet_settings_have_their_defaults" {
         FLEET_REAPER_SCHEDULE     = "*/15 * * * * *"
         FLEET_REDISPATCH_SCHEDULE = "*/30 * * * * *"
         FLEET_GC_SCHEDULE         = "0 0 * * * *"
+        FLEET_ECHO_SCHEDULE       = "*/5 * * * * *"
         FLEET_LEASE_TTL           = "5m"
         FLEET_REDISPATCH_AFTER    = "5m" # the dispatch TTL: 2m on one machine, 5m to cover a cold start
         FLEET_BUS                 = "servicebus"

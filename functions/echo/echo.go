@@ -1,0 +1,53 @@
+// Package echo is the `echo` function: a Cosmos DB change-feed trigger on
+// the jobs container with its own lease prefix (its checkpoints never mix
+// with dispatch's), which sends the new events of tracked jobs to their
+// product's tracker webhook. A delivery that fails is recorded on the job's
+// echo state with its backoff and the invocation returns: it never waits
+// for a webhook to come back, and never fails the batch for one. The
+// echosweep timer re-drives what is due.
+package echo
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/gigafactory/fleet/functions/dispatch"
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/funchost"
+)
+
+// Name is the function's folder name.
+const Name = "echo"
+
+// Echoer is what the function needs of the coordinator.
+type Echoer interface {
+	EchoChanged(ctx context.Context, items []coord.Item) (int, error)
+}
+
+// Func handles one batch of changed jobs.
+func Func(e Echoer, log *slog.Logger) funchost.Func {
+	return func(ctx context.Context, inv *funchost.Invocation) (*funchost.Result, error) {
+		raw, ok := inv.Data[dispatch.DocumentsBinding]
+		if !ok {
+			return nil, fmt.Errorf("%w: no %q in Data", funchost.ErrBadPayload, dispatch.DocumentsBinding)
+		}
+		// The same documents as dispatch's: changed jobs.
+		items, err := dispatch.Items(raw)
+		if err != nil {
+			return nil, err
+		}
+		n, err := e.EchoChanged(ctx, items)
+		if err != nil {
+			// A store failure: the host checkpoints past the batch, and the
+			// sweep finds the jobs by their open echo state.
+			log.ErrorContext(ctx, "echo batch failed", "documents", len(items), "delivered", n, "err", err)
+			return nil, fmt.Errorf("echo batch of %d: %d delivered: %w", len(items), n, err)
+		}
+		return &funchost.Result{
+			Outputs:     map[string]any{},
+			Logs:        []string{fmt.Sprintf("batch of %d, %d events delivered", len(items), n)},
+			ReturnValue: n,
+		}, nil
+	}
+}

@@ -1,0 +1,492 @@
+package coord
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// Tracker echo.
+//
+// Every event of a tracked job is POSTed to its product's tracker webhook,
+// at least once and in seq order, by the echo function: a change-feed
+// trigger on the jobs container (its own lease prefix), so the API path
+// never waits on a webhook. Each tracked job has one delivery document in
+// Echoes (EchoState): how far delivery got, the failure it met and when to
+// try again. A job whose webhook fails backs off on its own; the function
+// records that and returns, and the echosweep timer re-drives whatever is
+// due (a change-feed trigger cannot be re-invoked on a schedule, and the
+// host checkpoints past a failed batch). Events are sent strictly one
+// after the other: a seq that neither the events container nor the job's
+// ring of recent events holds is waited for, never skipped.
+
+// Webhook sends one echo delivery. The adapter (shared/webhook) wraps an
+// HTTP client; a non-2xx answer is an error.
+type Webhook interface {
+	Post(ctx context.Context, req WebhookRequest) error
+}
+
+// WebhookRequest is one POST of an echo delivery.
+type WebhookRequest struct {
+	URL     string
+	Headers map[string]string
+	Body    []byte
+}
+
+// EchoState is the delivery document of one tracked job (Echoes, /jobId).
+type EchoState struct {
+	ID        string `json:"id"` // the job id
+	JobID     string `json:"jobId"`
+	ProductID string `json:"productId"`
+	// DeliveredSeq is the last seq the webhook acknowledged; every seq up
+	// to it was acknowledged, in order.
+	DeliveredSeq int64 `json:"deliveredSeq"`
+	// Stage is the job's stage after event DeliveredSeq: the stage sent
+	// with an event that moves none.
+	Stage fleet.Stage `json:"stage,omitempty"`
+	// Attempts counts failures since the last delivery; the backoff grows
+	// with it.
+	Attempts      int       `json:"attempts"`
+	LastError     string    `json:"lastError,omitempty"`
+	NextAttemptAt time.Time `json:"nextAttemptAt,omitzero"`
+	// Open while events may remain to send: the job is not terminal, or
+	// not every event of it was delivered. The sweep reads open documents
+	// only (a plain cross-partition filter).
+	Open bool `json:"open"`
+	// SweepAt is when the sweep next looks at the job: a due retry, or a
+	// periodic look at a job in progress in case a change-feed batch was
+	// lost.
+	SweepAt time.Time `json:"sweepAt,omitzero"`
+	// LockOwner holds the job's delivery until LockedUntil, so a sweep and
+	// a feed invocation never send the same job's events at once.
+	LockOwner   string    `json:"lockOwner,omitempty"`
+	LockedUntil time.Time `json:"lockedUntil,omitzero"`
+	UpdatedAt   time.Time `json:"updatedAt"`
+	Rev         string    `json:"-"`
+}
+
+// EchoView is a job's delivery state as GET /fleet/jobs/{id}/echo shows it.
+type EchoView struct {
+	JobID        string `json:"jobId"`
+	DeliveredSeq int64  `json:"deliveredSeq"`
+	// PendingSeq is the next seq to deliver; nil when every event so far
+	// was delivered.
+	PendingSeq *int64 `json:"pendingSeq"`
+	// LatestSeq is the job's latest event.
+	LatestSeq     int64      `json:"latestSeq"`
+	Attempts      int        `json:"attempts"`
+	LastError     *string    `json:"lastError"`
+	NextAttemptAt *time.Time `json:"nextAttemptAt"`
+}
+
+// echoDocs is the delivery documents' kind for cas.
+var echoDocs = docKind[EchoState]{name: "echo state", container: Echoes, setRev: func(s *EchoState, r string) { s.Rev = r }}
+
+// Echo delivery defaults.
+const (
+	DefaultEchoBackoff    = 2 * time.Second
+	DefaultEchoMaxBackoff = 5 * time.Minute
+	DefaultEchoTimeout    = 10 * time.Second
+	// echoGapWait bounds the wait for a missing seq: its event is written
+	// (or repaired) in the events container, whose writes do not wake the
+	// echo function, so the sweep looks again this soon at the latest.
+	echoGapWait = 30 * time.Second
+	// echoRecheck is how often the sweep looks at a tracked job in
+	// progress that is up to date, in case a change-feed batch was lost.
+	echoRecheck = time.Minute
+	// echoParallel bounds the jobs one invocation delivers at once: a slow
+	// webhook holds one of them, not the batch.
+	echoParallel = 8
+)
+
+// echoBackoff is the wait after the attempts-th failure in a row:
+// EchoBackoff doubling up to EchoMaxBackoff.
+func (c *Coordinator) echoBackoff(attempts int) time.Duration {
+	d := c.cfg.EchoBackoff
+	for i := 1; i < attempts && d < c.cfg.EchoMaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, c.cfg.EchoMaxBackoff)
+}
+
+// EchoChanged delivers the events of the tracked jobs among changed job
+// documents (a change-feed batch). Jobs not tracked cost nothing: the
+// batch's own document says so. It returns how many events were delivered.
+func (c *Coordinator) EchoChanged(ctx context.Context, items []Item) (int, error) {
+	var refs []JobRefItem
+	for _, it := range items {
+		j, err := decodeJob(it)
+		if err != nil {
+			return 0, err
+		}
+		if j.Tracker != nil {
+			refs = append(refs, JobRefItem{ProductID: j.ProductID, JobID: j.ID})
+		}
+	}
+	return c.echoJobs(ctx, refs, false)
+}
+
+// JobRefItem names a job to deliver for.
+type JobRefItem struct{ ProductID, JobID string }
+
+// EchoSweep re-drives delivery for every open tracked job that is due: a
+// retry whose backoff passed, a seq that was missing, a job whose change
+// the feed lost. It returns how many events were delivered.
+func (c *Coordinator) EchoSweep(ctx context.Context) (int, error) {
+	items, err := c.queryAll(ctx, Echoes, Query{Where: []Cond{Eq("open", true)}})
+	if err != nil {
+		return 0, err
+	}
+	now := c.now()
+	var due []JobRefItem
+	for _, it := range items {
+		s, err := decode[EchoState](it)
+		if err != nil {
+			return 0, err
+		}
+		if !s.SweepAt.After(now) {
+			due = append(due, JobRefItem{ProductID: s.ProductID, JobID: s.JobID})
+		}
+	}
+	return c.echoJobs(ctx, due, true)
+}
+
+// echoJobs delivers for each job, a few at a time.
+func (c *Coordinator) echoJobs(ctx context.Context, refs []JobRefItem, sweep bool) (int, error) {
+	var (
+		mu        sync.Mutex
+		delivered int
+		errs      []error
+		wg        sync.WaitGroup
+	)
+	sem := make(chan struct{}, echoParallel)
+	for _, r := range refs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			n, err := c.echoJob(ctx, r.ProductID, r.JobID, sweep)
+			mu.Lock()
+			defer mu.Unlock()
+			delivered += n
+			if err != nil {
+				errs = append(errs, fmt.Errorf("job %s: %w", r.JobID, err))
+			}
+		})
+	}
+	wg.Wait()
+	return delivered, errors.Join(errs...)
+}
+
+// errEchoLost: the delivery document changed under this delivery (a
+// re-send, or another deliverer after our lock ran out): stop, the other
+// one carries on.
+var errEchoLost = errors.New("echo state changed under this delivery")
+
+// echoJob delivers the job's undelivered events in order until one fails,
+// one is missing, or none remains; then it records where it stands and
+// returns. Webhook failures are recorded, not returned: the job backs off,
+// and other jobs go on.
+func (c *Coordinator) echoJob(ctx context.Context, productID, jobID string, sweep bool) (int, error) {
+	total := 0
+	for {
+		n, again, err := c.echoOnce(ctx, productID, jobID, sweep)
+		total += n
+		if err != nil || !again {
+			if errors.Is(err, errEchoLost) {
+				err = nil
+			}
+			return total, err
+		}
+	}
+}
+
+// echoOnce is one locked pass over a job. again says the job moved on
+// while the pass held the lock (a feed invocation for it may have found
+// the lock and left), so another pass is due.
+func (c *Coordinator) echoOnce(ctx context.Context, productID, jobID string, sweep bool) (delivered int, again bool, err error) {
+	j, err := c.GetJob(ctx, productID, jobID)
+	if errors.Is(err, fleet.ErrNotFound) {
+		// An ingest that created the state but never the job: nothing
+		// will ever be sent.
+		_ = c.store.Delete(ctx, Echoes, jobID, jobID, "")
+		return 0, false, nil
+	}
+	if err != nil || j.Tracker == nil {
+		return 0, false, err
+	}
+	owner := c.newID("l")
+	st, err := c.lockEcho(ctx, j, owner, sweep)
+	if err != nil || st == nil {
+		return 0, false, err
+	}
+	// The pass's outcome is written whatever the caller does meanwhile.
+	ctx = context.WithoutCancel(ctx)
+	var (
+		fail    string
+		waitGap bool
+		stopped bool
+	)
+	product, err := c.GetProduct(ctx, productID)
+	switch {
+	case err != nil && !errors.Is(err, fleet.ErrNotFound):
+		fail = "read product: " + err.Error()
+	case product == nil || product.Tracker == nil:
+		fail = fmt.Sprintf("product %s has no tracker webhook (PUT /api/fleet/products/%s with tracker)", productID, productID)
+	}
+	if fail == "" && st.DeliveredSeq < j.EventSeq {
+		// Events merges what the job's change holds but the container
+		// lacks yet (events.go), so a seq is missing here only while
+		// neither has it.
+		evs, rerr := c.Events(ctx, productID, jobID, st.DeliveredSeq, 0)
+		if rerr != nil {
+			fail = "read events: " + rerr.Error()
+		}
+		bySeq := make(map[int64]fleet.Event, len(evs))
+		for _, ev := range evs {
+			bySeq[ev.Seq] = ev
+		}
+		for seq := st.DeliveredSeq + 1; fail == "" && seq <= j.EventSeq; seq++ {
+			ev, ok := bySeq[seq]
+			if !ok {
+				fail, waitGap = fmt.Sprintf("waiting for event %d, not recorded yet", seq), true
+				break
+			}
+			stage := st.Stage
+			if ev.To != "" {
+				stage = ev.To
+			}
+			if perr := c.postEcho(ctx, product.Tracker, j, ev, stage); perr != nil {
+				fail = fmt.Sprintf("event %d: %v", seq, perr)
+				break
+			}
+			delivered++
+			st.DeliveredSeq, st.Stage, st.Attempts, st.LastError, st.NextAttemptAt = seq, stage, 0, "", time.Time{}
+			// Recorded after each acknowledgement: a crash re-sends at most
+			// the one event in flight.
+			if err := c.writeEcho(ctx, st); err != nil {
+				stopped = true
+				break
+			}
+		}
+	}
+	if stopped {
+		return delivered, false, errEchoLost
+	}
+	now := c.now()
+	st.LockOwner, st.LockedUntil = "", time.Time{}
+	if fail != "" {
+		st.Attempts++
+		st.LastError = fleet.SanitizeText(fail, fleet.MaxReasonLen)
+		wait := c.echoBackoff(st.Attempts)
+		if waitGap {
+			wait = min(wait, echoGapWait)
+		}
+		st.NextAttemptAt = now.Add(wait)
+		st.SweepAt, st.Open = st.NextAttemptAt, true
+		c.log.WarnContext(ctx, "tracker echo: delivery paused", "job", jobID, "deliveredSeq", st.DeliveredSeq,
+			"attempts", st.Attempts, "retryIn", wait, "err", st.LastError)
+	} else {
+		st.Open = !(j.Stage.Terminal() && st.DeliveredSeq >= j.EventSeq)
+		st.SweepAt = now.Add(echoRecheck)
+	}
+	if err := c.writeEcho(ctx, st); err != nil {
+		return delivered, false, errEchoLost
+	}
+	if fail != "" {
+		return delivered, false, nil
+	}
+	// The lock is released: a change that found it held is in the job now.
+	after, err := c.GetJob(ctx, productID, jobID)
+	if err != nil {
+		return delivered, false, err
+	}
+	return delivered, after.EventSeq > st.DeliveredSeq, nil
+}
+
+// lockEcho takes the job's delivery document for one pass, creating it on
+// the first; nil when another deliverer holds it, when its backoff has not
+// passed, or when nothing is left to send and nothing to record.
+func (c *Coordinator) lockEcho(ctx context.Context, j *fleet.Job, owner string, sweep bool) (*EchoState, error) {
+	now := c.now()
+	for range maxCASAttempts {
+		st, it, err := readDoc[EchoState](ctx, c.store, Echoes, j.ID, j.ID, "echo state")
+		fresh := errors.Is(err, fleet.ErrNotFound)
+		switch {
+		case fresh:
+			st = &EchoState{ID: j.ID, JobID: j.ID, ProductID: j.ProductID}
+		case err != nil:
+			return nil, err
+		default:
+			st.Rev = it.Rev
+		}
+		switch {
+		case st.LockOwner != "" && now.Before(st.LockedUntil):
+			return nil, nil
+		case now.Before(st.NextAttemptAt):
+			// Backing off: the sweep comes back when it is due.
+			return nil, nil
+		case !fresh && !sweep && st.DeliveredSeq >= j.EventSeq && st.Open == !j.Stage.Terminal():
+			// Up to date and nothing to record.
+			return nil, nil
+		}
+		st.LockOwner, st.LockedUntil, st.UpdatedAt = owner, now.Add(c.cfg.EchoTimeout*4), now
+		body, err := json.Marshal(st)
+		if err != nil {
+			return nil, err
+		}
+		var rev string
+		if fresh {
+			rev, err = c.store.Create(ctx, Echoes, j.ID, j.ID, body)
+		} else {
+			rev, err = c.store.Replace(ctx, Echoes, j.ID, j.ID, body, st.Rev)
+		}
+		if errors.Is(err, ErrExists) || errors.Is(err, ErrPrecondition) || errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lock echo of job %s: %w", j.ID, err)
+		}
+		st.Rev = rev
+		return st, nil
+	}
+	return nil, nil
+}
+
+// writeEcho writes a pass's progress at the revision it holds.
+func (c *Coordinator) writeEcho(ctx context.Context, st *EchoState) error {
+	st.UpdatedAt = c.now()
+	body, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	rev, err := c.store.Replace(ctx, Echoes, st.ID, st.ID, body, st.Rev)
+	if err != nil {
+		if !errors.Is(err, ErrPrecondition) && !errors.Is(err, ErrNotFound) {
+			c.log.ErrorContext(ctx, "tracker echo: state not recorded", "job", st.JobID, "err", err)
+		}
+		return errEchoLost
+	}
+	st.Rev = rev
+	return nil
+}
+
+// postEcho sends one event, signed.
+func (c *Coordinator) postEcho(ctx context.Context, t *fleet.TrackerConfig, j *fleet.Job, ev fleet.Event, stage fleet.Stage) error {
+	if c.webhook == nil {
+		return errors.New("no webhook client configured in this process")
+	}
+	body, err := json.Marshal(fleet.EchoEvent{
+		Source: j.Tracker.Source, ItemID: j.Tracker.ItemID, JobID: j.ID, ProductID: j.ProductID,
+		Seq: ev.Seq, Type: ev.Type, Stage: stage, At: ev.At,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.EchoTimeout)
+	defer cancel()
+	return c.webhook.Post(ctx, WebhookRequest{URL: t.WebhookURL, Body: body, Headers: map[string]string{
+		"Content-Type":            "application/json",
+		fleet.EchoEventIDHeader:   fleet.EchoEventID(j.ID, ev.Seq),
+		fleet.EchoSignatureHeader: fleet.SignEcho(t.Secret, body),
+	}})
+}
+
+// Echo is a tracked job's delivery state.
+func (c *Coordinator) Echo(ctx context.Context, productID, jobID string) (*EchoView, error) {
+	j, err := c.GetJob(ctx, productID, jobID)
+	if err != nil {
+		return nil, err
+	}
+	if j.Tracker == nil {
+		return nil, notTracked(j)
+	}
+	st, _, err := readDoc[EchoState](ctx, c.store, Echoes, jobID, jobID, "echo state")
+	if errors.Is(err, fleet.ErrNotFound) {
+		st, err = &EchoState{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	v := &EchoView{JobID: j.ID, DeliveredSeq: st.DeliveredSeq, LatestSeq: j.EventSeq, Attempts: st.Attempts}
+	if st.DeliveredSeq < j.EventSeq {
+		next := st.DeliveredSeq + 1
+		v.PendingSeq = &next
+	}
+	if st.LastError != "" {
+		v.LastError = &st.LastError
+	}
+	if !st.NextAttemptAt.IsZero() {
+		at := st.NextAttemptAt
+		v.NextAttemptAt = &at
+	}
+	return v, nil
+}
+
+// ResendEcho starts a job's delivery over from seq 1: every event is sent
+// again, in order, with the backoff cleared. The request itself is an event
+// of the job (echo_resend, sent last), and its write wakes the echo
+// function, so the re-send starts at once; the API does not wait for it.
+func (c *Coordinator) ResendEcho(ctx context.Context, productID, jobID, operator string) (*EchoView, error) {
+	j, err := c.GetJob(ctx, productID, jobID)
+	if err != nil {
+		return nil, err
+	}
+	if j.Tracker == nil {
+		return nil, notTracked(j)
+	}
+	now := c.now()
+	reset := func(st *EchoState) {
+		*st = EchoState{ID: j.ID, JobID: j.ID, ProductID: j.ProductID, Open: true, SweepAt: now, UpdatedAt: now, Rev: st.Rev}
+	}
+	_, _, err = cas(ctx, c, echoDocs, jobID, jobID, func(st *EchoState) error { reset(st); return nil })
+	if errors.Is(err, fleet.ErrNotFound) {
+		st := &EchoState{}
+		reset(st)
+		body, merr := json.Marshal(st)
+		if merr != nil {
+			return nil, merr
+		}
+		if _, err = c.store.Create(ctx, Echoes, jobID, jobID, body); errors.Is(err, ErrExists) {
+			_, _, err = cas(ctx, c, echoDocs, jobID, jobID, func(st *EchoState) error { reset(st); return nil })
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	j, err = c.mutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
+		j.UpdatedAt = c.now()
+		return c.recordEvent(ctx, j, fleet.Event{Type: fleet.EventEchoResend, Actor: fleet.ActorOperator, ActorID: operator,
+			Message: fmt.Sprintf("every event of %s:%s is sent to the tracker again, from seq 1", j.Tracker.Source, j.Tracker.ItemID)})
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.appendEvent(context.WithoutCancel(ctx), j)
+	return c.Echo(ctx, productID, jobID)
+}
+
+// openEcho creates a tracked job's delivery document, open and due for
+// the sweep, before the job itself is written: a job whose change the feed
+// never delivered is still found by the sweep. A document whose job was
+// never written is removed by the sweep.
+func (c *Coordinator) openEcho(ctx context.Context, j *fleet.Job) error {
+	now := c.now()
+	body, err := json.Marshal(EchoState{ID: j.ID, JobID: j.ID, ProductID: j.ProductID, Open: true, SweepAt: now, UpdatedAt: now})
+	if err != nil {
+		return err
+	}
+	if _, err := c.store.Create(ctx, Echoes, j.ID, j.ID, body); err != nil && !errors.Is(err, ErrExists) {
+		return fmt.Errorf("create echo state of job %s: %w", j.ID, err)
+	}
+	return nil
+}
+
+// notTracked: the job came from no tracker item.
+func notTracked(j *fleet.Job) error {
+	return &fleet.Error{Code: fleet.CodeConflict, Message: fmt.Sprintf("job %s was not ingested from a tracker item (POST /api/fleet/tracker/ingest), so nothing is echoed", j.ID)}
+}
