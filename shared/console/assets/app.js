@@ -425,7 +425,8 @@ async function jobView(r) {
   const review = h('div', { class: 'card', id: 'review-card', hidden: true });
   const dag = h('div', { class: 'card', id: 'dag-card', hidden: true });
   const artifacts = h('div', { class: 'card', id: 'artifacts-card', hidden: true });
-  main.replaceChildren(head, h('div', { class: 'card' }, h('h3', {}, 'Actions'), actions, outcome), review, dag,
+  const tracker = h('div', { class: 'card', id: 'tracker-card', hidden: true });
+  main.replaceChildren(head, h('div', { class: 'card' }, h('h3', {}, 'Actions'), actions, outcome), review, dag, tracker,
     h('div', { class: 'card' }, h('h3', {}, 'Details'), details),
     h('div', { class: 'card' }, h('h3', {}, 'Where it can run (explain)'), explain),
     h('div', { class: 'card' }, h('h3', {}, 'Runs'), runs), artifacts,
@@ -464,6 +465,7 @@ async function jobView(r) {
     ].flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])), h('details', {}, h('summary', {}, 'Task'), h('pre', {}, j.body)));
     explain.replaceChildren(...explainPanel(ex));
     renderReview(review, j, refresh);
+    await renderTracker(tracker, j);
     if (has('/jobs/{id}/dag')) {
       const d = await get(`/jobs/${p}/dag`);
       dag.hidden = (d.nodes || []).length < 2;
@@ -560,6 +562,46 @@ function renderReview(card, j, refresh) {
     canVote ? h('div', { class: 'actions' }, h('label', { for: 'review-comment' }, 'Comment'), comment,
       h('button', { type: 'button', class: 'primary', id: 'review-approve', onclick: () => vote(true) }, 'Approve'),
       h('button', { type: 'button', class: 'danger', id: 'review-reject', onclick: () => vote(false) }, 'Reject')) : null,
+    outcome);
+}
+
+// renderTracker shows, for a job ingested from a tracker item, the item,
+// how far its events got to the product's webhook, and a Re-send button
+// whose outcome stays shown across live refreshes.
+async function renderTracker(card, j) {
+  const t = j.tracker;
+  card.hidden = !t || !has('/jobs/{id}/echo');
+  if (card.hidden) return;
+  const outcome = card.querySelector('#echo-outcome') || h('div', { id: 'echo-outcome', class: 'outcome', role: 'status', 'aria-live': 'polite' });
+  let state = null;
+  let stateError = null;
+  try {
+    state = await get(`/jobs/${encodeURIComponent(j.id)}/echo`);
+  } catch (e) {
+    stateError = e;
+  }
+  async function resend() {
+    outcome.replaceChildren('re-sending…');
+    try {
+      const { data } = await api('POST', '/tracker/echo', { body: { jobId: j.id } });
+      outcome.replaceChildren(`re-send started: every event from seq 1 goes again (${data.latestSeq} events).`);
+    } catch (e) {
+      outcome.replaceChildren(errorBox(e));
+    }
+  }
+  const echo = state ? [
+    ['Delivered', h('span', { id: 'echo-delivered' }, `${state.deliveredSeq} of ${state.latestSeq}`)],
+    ['Pending', dash(state.pendingSeq)], ['Attempts', state.attempts],
+    ['Last error', h('span', { id: 'echo-error' }, dash(state.lastError))],
+    ['Next attempt', state.nextAttemptAt ? time(state.nextAttemptAt) : '–'],
+  ] : [];
+  card.replaceChildren(h('h3', {}, 'Tracker'),
+    h('dl', { class: 'kv' }, ...[
+      ['Source', t.source], ['Item', h('span', { class: 'mono', id: 'tracker-item' }, t.itemId)], ['Revision', t.revision], ...echo,
+    ].flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
+    stateError ? errorBox(stateError) : null,
+    has('/tracker/echo') ? h('div', { class: 'actions' },
+      h('button', { type: 'button', id: 'echo-resend', onclick: resend }, 'Re-send to tracker')) : null,
     outcome);
 }
 

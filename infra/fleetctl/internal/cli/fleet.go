@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -22,7 +23,7 @@ func (a *app) productsCommand() *cobra.Command {
 		Short: "Show a product",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var p fleet.Product
+			var p fleet.ProductView
 			raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/products/" + url.PathEscape(args[0])}, &p)
 			if err != nil {
 				return err
@@ -34,19 +35,23 @@ func (a *app) productsCommand() *cobra.Command {
 	var repos []string
 	var move bool
 	var maxRunning int
+	var webhookURL, secretFile string
 	put := &cobra.Command{
-		Use:   "put ID [--repo R ...] [--name N] [--max-running N]",
+		Use:   "put ID [--repo R ...] [--name N] [--max-running N] [--webhook-url URL] [--secret-file F]",
 		Short: "Declare a product: the repos it owns (the list replaces the old one), its name and seat cap",
 		Long: `Declare a product. --repo replaces the list of repos it owns; --max-running caps
 how many of its jobs run at once (0: uncapped). What a flag does not set is kept
 from the product as it is (read first), so 'products put demo --max-running 2'
-leaves demo's repos alone.`,
+leaves demo's repos alone. --webhook-url and --secret-file set the tracker echo
+target (the secret is read from a file, never a flag, and never shown again);
+either alone keeps the other as it is.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := "/products/" + url.PathEscape(args[0])
 			f := cmd.Flags()
-			if !f.Changed("repo") || !f.Changed("name") || !f.Changed("max-running") {
-				var cur fleet.Product
+			var curURL string
+			if !f.Changed("repo") || !f.Changed("name") || !f.Changed("max-running") || !f.Changed("webhook-url") {
+				var cur fleet.ProductView
 				_, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: path}, &cur)
 				var ce *client.Error
 				switch {
@@ -63,16 +68,27 @@ leaves demo's repos alone.`,
 					if !f.Changed("max-running") {
 						maxRunning = cur.MaxRunning
 					}
+					if cur.Tracker != nil {
+						curURL = cur.Tracker.WebhookURL
+					}
 				}
 			}
 			if repos == nil {
 				repos = []string{}
 			}
-			body, err := jsonBody(map[string]any{"name": name, "repos": repos, "moveRepos": move, "maxRunning": maxRunning})
+			req := map[string]any{"name": name, "repos": repos, "moveRepos": move, "maxRunning": maxRunning}
+			if f.Changed("webhook-url") || f.Changed("secret-file") {
+				tracker, err := a.trackerTarget(webhookURL, curURL, secretFile)
+				if err != nil {
+					return err
+				}
+				req["tracker"] = tracker
+			}
+			body, err := jsonBody(req)
 			if err != nil {
 				return err
 			}
-			var p fleet.Product
+			var p fleet.ProductView
 			raw, err := a.call(cmd, client.Request{Method: http.MethodPut, Path: path, Body: body}, &p)
 			if err != nil {
 				return err
@@ -84,16 +100,46 @@ leaves demo's repos alone.`,
 	put.Flags().StringSliceVar(&repos, "repo", nil, "a repo the product owns (repeat, or comma-separate)")
 	put.Flags().BoolVar(&move, "move-repos", false, "take repos another product owns (unscoped operators only)")
 	put.Flags().IntVar(&maxRunning, "max-running", 0, "at most this many of its jobs run at once (0: uncapped)")
+	put.Flags().StringVar(&webhookURL, "webhook-url", "", "the tracker webhook every event of its tracked jobs is POSTed to")
+	put.Flags().StringVar(&secretFile, "secret-file", "", "file holding the webhook signing secret (- for stdin)")
 	cmd.AddCommand(get, put)
 	return cmd
 }
 
-func (a *app) printProduct(raw []byte, p *fleet.Product) error {
+func (a *app) printProduct(raw []byte, p *fleet.ProductView) error {
 	if a.json() {
 		return a.printJSON(raw)
 	}
+	tracker := "-"
+	if t := p.Tracker; t != nil {
+		tracker = t.WebhookURL
+		if t.SecretSet {
+			tracker += " (secret set)"
+		}
+	}
 	return a.fields([][2]string{{"id", p.ID}, {"name", orDash(p.Name)}, {"repos", list(p.Repos)},
-		{"max running", seatCap(p)}, {"updated", a.ago(p.UpdatedAt) + " ago"}})
+		{"max running", seatCap(p.Product)}, {"tracker", tracker}, {"updated", a.ago(p.UpdatedAt) + " ago"}})
+}
+
+// trackerTarget is the tracker field of a product PUT: the URL given (or
+// the one set), and the secret from its file when given (else the one set
+// is kept).
+func (a *app) trackerTarget(webhookURL, current, secretFile string) (map[string]any, error) {
+	if webhookURL == "" {
+		webhookURL = current
+	}
+	if webhookURL == "" {
+		return nil, usagef("--webhook-url is required: the product has no tracker webhook yet")
+	}
+	t := map[string]any{"webhookUrl": webhookURL}
+	if secretFile != "" {
+		b, err := a.readInput(secretFile)
+		if err != nil {
+			return nil, err
+		}
+		t["secret"] = strings.TrimRight(string(b), "\r\n")
+	}
+	return t, nil
 }
 
 // seatCap is a product's seat cap as people read it.

@@ -348,6 +348,42 @@ func TestGolden(t *testing.T) {
 	saved, err := os.ReadFile(artFile)
 	require.NoError(t, err)
 	require.Equal(t, "release notes\n", string(saved), "artifacts get -o wrote the bytes")
+	// The tracker bridge: a product's webhook (its secret from a file,
+	// never printed), an item ingested, re-ingested and updated, its job's
+	// echo state and a re-send.
+	const secret = "golden-webhook-secret-0123456789"
+	secretFile := filepath.Join(w.tmp, "secret")
+	require.NoError(t, os.WriteFile(secretFile, []byte(secret+"\n"), 0o600))
+	itemFile := filepath.Join(w.tmp, "item.md")
+	require.NoError(t, os.WriteFile(itemFile, []byte(manifest("From the tracker", "hello", "")), 0o644))
+	ingest := func(rev int) []string {
+		return []string{"tracker", "ingest", itemFile, "--source", "jira", "--item", "APP-1", "--revision", fmt.Sprint(rev)}
+	}
+	for _, c := range []tc{
+		{name: "products-put-tracker", args: []string{"products", "put", "demo", "--webhook-url", "https://hooks.example/fleet", "--secret-file", secretFile}},
+		{name: "products-get-tracker-json", args: []string{"products", "get", "demo", "-o", "json"}},
+		{name: "products-put-tracker-url-keeps-secret", args: []string{"products", "put", "demo", "--webhook-url", "https://hooks.example/v2"}},
+		{name: "err-products-tracker-no-url", args: []string{"products", "put", "other", "--secret-file", secretFile}, exit: ExitUsage},
+		{name: "tracker-ingest", args: ingest(1)},
+		{name: "tracker-ingest-again", args: ingest(1)},
+		{name: "tracker-ingest-update-json", args: append(ingest(2), "-o", "json")},
+		{name: "err-tracker-ingest-no-revision", args: []string{"tracker", "ingest", itemFile, "--source", "jira", "--item", "APP-1"}, exit: ExitUsage},
+	} {
+		got, code := w.run(c.env, c.stdin, c.args...)
+		require.NotContains(t, got, secret, "%s: the secret is never printed", c.name)
+		require.Equal(t, c.exit, code, "%s:\n%s", c.name, got)
+		golden(t, c.name, got)
+	}
+	body, _ := json.Marshal(map[string]any{"source": "jira", "itemId": "APP-1", "revision": 2, "manifest": manifest("From the tracker", "hello", "")})
+	tracked := w.api("POST", "/tracker/ingest", opToken, "demo", "application/json", string(body))["id"].(string)
+	for _, c := range []tc{
+		{name: "jobs-show-tracked", args: []string{"jobs", "show", tracked}},
+		{name: "jobs-echo", args: []string{"jobs", "echo", tracked}},
+		{name: "tracker-resend-json", args: []string{"tracker", "resend", tracked, "-o", "json"}},
+		{name: "err-jobs-echo-untracked", args: []string{"jobs", "echo", queued}, exit: ExitConflict},
+	} {
+		run(c)
+	}
 }
 
 func golden(t *testing.T, name, got string) {

@@ -15,7 +15,7 @@ import (
 
 func (a *app) jobsCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "jobs", Aliases: []string{"job"}, Short: "List, submit and act on jobs"}
-	cmd.AddCommand(a.jobsLs(), a.jobsShow(), a.jobsSubmit(), a.jobsExplain(), a.jobsEvents(), a.jobsRuns(), a.jobsWatch(), a.jobsDAG())
+	cmd.AddCommand(a.jobsLs(), a.jobsShow(), a.jobsSubmit(), a.jobsExplain(), a.jobsEvents(), a.jobsRuns(), a.jobsWatch(), a.jobsDAG(), a.jobsEcho())
 	for _, act := range []struct{ name, short string }{
 		{"ship", "Ship a job in testing"},
 		{"requeue", "Put a job back in the queue"},
@@ -173,6 +173,9 @@ func (a *app) printJob(j *fleet.Job) error {
 	}
 	if j.LastFailure != nil {
 		kv = append(kv, [2]string{"lastFailure", j.LastFailure.Reason})
+	}
+	if t := j.Tracker; t != nil {
+		kv = append(kv, [2]string{"tracker", fmt.Sprintf("%s:%s revision %d", t.Source, t.ItemID, t.Revision)})
 	}
 	if j.Dispatch.Unroutable != "" {
 		kv = append(kv, [2]string{"unroutable", j.Dispatch.Unroutable})

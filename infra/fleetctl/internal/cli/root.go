@@ -186,7 +186,7 @@ Exit codes: 0 ok, 1 other failure, 2 usage or invalid argument, 3 not found,
 
 	root.AddCommand(a.jobsCommand(), a.factoriesCommand(), a.productsCommand(), a.reposCommand(),
 		a.profilesCommand(), a.metricsCommand(), a.alertsCommand(), a.reviewCommand(), a.topCommand(), a.budgetsCommand(),
-		a.artifactsCommand())
+		a.artifactsCommand(), a.trackerCommand())
 	return root
 }
 
