@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build demo test chaos fuzz fuzz-ci bench-scale vet lint tidy-check staticcheck run bench package handler func-app azurite chromium test-tools
+.PHONY: all build demo screenshot test chaos fuzz fuzz-ci bench-scale vet lint tidy-check staticcheck run bench package handler func-app azurite chromium test-tools
 
 all: build
 
@@ -27,6 +27,12 @@ run: build
 # command; Ctrl-C stops all of it. DEMO_FLAGS="-listen 127.0.0.1:0 -dir /tmp/d".
 demo: build
 	$(BIN)/fleet-demo -bin $(BIN) $(DEMO_FLAGS)
+
+# docs/console.png, the README's picture of the console: the browser test
+# (tests/console_test.go) saves its shipped job's page there.
+screenshot: chromium
+	mkdir -p docs
+	FLEET_CONSOLE_SCREENSHOT=$(CURDIR)/docs/console.png $(GO) test -count=1 -run '^TestConsoleInBrowser$$' ./tests/
 
 # The deployment zip: linux/amd64 handler, host.json, one folder per function.
 DIST ?= dist

@@ -39,7 +39,7 @@ func TestReadmeQuickStart(t *testing.T) {
 	dataDir := filepath.Join(work, ".fleet")
 	// As `make run` does: generated operator token, push dispatch on.
 	s := startStack(t, "FLEET_DATA_DIR="+dataDir, "FLEET_OPERATOR_TOKEN=", "FLEET_BUS=nats")
-	script := readmeBlock(t, "## Quick start")
+	script := readmeBlock(t, "## The API with curl")
 
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
 	cmd.Dir = work
@@ -63,4 +63,16 @@ func TestReadmeDocumentsEverySetting(t *testing.T) {
 		}
 	}
 	require.Empty(t, missing, "README's configuration table lacks these settings")
+}
+
+// TestReadmeScreenshot: the console screenshot the README shows exists
+// (`make screenshot` writes it from the browser test).
+func TestReadmeScreenshot(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(b), "](docs/console.png)")
+	png, err := os.ReadFile(filepath.Join(repoRoot, "docs", "console.png"))
+	require.NoError(t, err, "make screenshot writes docs/console.png")
+	require.True(t, strings.HasPrefix(string(png), "\x89PNG"), "docs/console.png is a PNG")
 }

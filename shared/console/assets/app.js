@@ -445,7 +445,10 @@ async function jobView(r) {
   }
   async function refresh() {
     const p = encodeURIComponent(id);
-    const [j, ev, rn, ex] = await Promise.all([get(`/jobs/${p}`), get(`/jobs/${p}/events`), get(`/jobs/${p}/runs`),
+    // The job first, then what hangs off it: read together, the events
+    // could predate the job and the badge show a stage the timeline lacks.
+    const j = await get(`/jobs/${p}`);
+    const [ev, rn, ex] = await Promise.all([get(`/jobs/${p}/events`), get(`/jobs/${p}/runs`),
       get(`/jobs/${p}/explain`).catch(e => ({ error: e }))]);
     job = j;
     head.replaceChildren(h('h2', {}, j.title, ' ', h('span', { id: 'job-stage' }, stageBadge(j.stage)),
