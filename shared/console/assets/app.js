@@ -451,6 +451,13 @@ async function jobView(r) {
     const [ev, rn, ex] = await Promise.all([get(`/jobs/${p}/events`), get(`/jobs/${p}/runs`),
       get(`/jobs/${p}/explain`).catch(e => ({ error: e }))]);
     job = j;
+    // The badge and the timeline change together, before the cards below
+    // fetch more: between two awaits the page once showed a stage its
+    // timeline did not have yet.
+    events.replaceChildren(h('ol', { class: 'timeline', id: 'timeline' }, (ev.items || []).map(e => h('li', { 'data-to': e.to || '' },
+      h('span', { class: 'mono' }, '#' + e.seq), ' ', time(e.at), ' ', h('strong', {}, e.type), ' ',
+      e.to ? [e.from ? stageBadge(e.from) : '', ' → ', stageBadge(e.to)] : '', ' ',
+      h('span', { class: 'note' }, `by ${e.actor}${e.actorId ? ' ' + e.actorId : ''}`), e.message ? ' — ' + e.message : ''))));
     head.replaceChildren(h('h2', {}, j.title, ' ', h('span', { id: 'job-stage' }, stageBadge(j.stage)),
       j.cancelRequested ? h('span', {}, ' ', badge('s-cancelled', 'cancelling')) : null),
     h('p', { class: 'note' }, h('span', { class: 'mono' }, j.id), ' · ', j.repo, ' · ', j.priority));
@@ -476,10 +483,6 @@ async function jobView(r) {
     }
     runs.replaceChildren(runsTable(rn.items || []));
     await renderArtifacts(artifacts, j.id);
-    events.replaceChildren(h('ol', { class: 'timeline', id: 'timeline' }, (ev.items || []).map(e => h('li', { 'data-to': e.to || '' },
-      h('span', { class: 'mono' }, '#' + e.seq), ' ', time(e.at), ' ', h('strong', {}, e.type), ' ',
-      e.to ? [e.from ? stageBadge(e.from) : '', ' → ', stageBadge(e.to)] : '', ' ',
-      h('span', { class: 'note' }, `by ${e.actor}${e.actorId ? ' ' + e.actorId : ''}`), e.message ? ' — ' + e.message : ''))));
   }
   await refresh();
   return refresh;
