@@ -98,7 +98,8 @@ func waitJS(t *testing.T, ctx context.Context, within time.Duration, what, expr 
 // the local stack and a real factory process: sign in, submit a job
 // through the form (its choices come from live data), watch it go queued
 // -> assigned -> building -> testing without a reload, ship it, see an
-// alert, put a persona profile twice and read its versions, see a failing call's error, and see "reconnecting" when the
+// alert, see the budget page's burndown and pause and resume it, see the run's budget alert, put a persona profile twice
+// and read its versions, see a failing call's error, and see "reconnecting" when the
 // coordinator goes away. One screenshot per page.
 func TestConsoleInBrowser(t *testing.T) {
 	t.Parallel()
@@ -107,6 +108,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	repo := newFacRepo(t, "app")
 	s.Product("demo", "app")
 	// Long enough a build for the page's 2 s poll to see it.
+	// A budget the first run's usage (0.25 of 0.40) takes past its alert.
+	b := s.Op("PUT", "/budgets/demo", "", map[string]any{"ceilingUsd": 0.4, "period": "total", "alertAt": 0.5})
+	require.Equal(t, 200, b.Status, "%s", b.Body)
 	eng := facEngine(t, `sleep 5
 printf '{"usd": 0.25, "inputTokens": 1200, "outputTokens": 340}\n' > "$FLEET_JOB_USAGE_FILE"
 printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
@@ -229,11 +233,44 @@ printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 	waitJS(t, ctx, 20*time.Second, "the job is listed", fmt.Sprintf(`document.querySelector('main table')?.textContent.includes(%q)`, jobID))
 	shoot(t, ctx, "06-jobs")
 
-	// Alerts: the silent factory.
+	// Alerts: the silent factory, and the budget the run's usage took past
+	// its alert.
 	run(t, ctx, 20*time.Second, "alerts page", chromedp.Click(chromedp.CSS(`#nav a[href="#/alerts"]`)))
 	waitJS(t, ctx, 30*time.Second, "a stale_factory alert for ghost",
 		`[...document.querySelectorAll('main tbody tr')].some(r => r.textContent.includes('stale factory') && r.textContent.includes('ghost'))`)
+	waitJS(t, ctx, 30*time.Second, "a budget_alert for demo",
+		`[...document.querySelectorAll('main tbody tr')].some(r => r.textContent.includes('budget alert') && r.textContent.includes('0.25 of its 0.40 USD'))`)
 	shoot(t, ctx, "07-alerts")
+
+	// Budgets: listed in the nav (the server serves the routes); the figures,
+	// the burndown chart (with its text alternative and the table), the seat
+	// cap; pause and resume show their outcome and the API agrees; a bad
+	// reason shows the API's error naming the field.
+	require.False(t, evalJS[bool](t, ctx, `document.querySelector('#nav a[href="#/budgets"]').hidden`), "the Budgets entry is shown")
+	run(t, ctx, 20*time.Second, "budgets page", chromedp.Click(chromedp.CSS(`#nav a[href="#/budgets"]`)))
+	waitJS(t, ctx, 20*time.Second, "the burndown chart with one settled run", `(() => {
+		const c = document.querySelector('#burndown-chart');
+		return c && c.querySelectorAll('circle').length === 1 && c.querySelector('title').textContent.includes('Burndown') &&
+			c.querySelector('desc').textContent.includes('$0.25 of a $0.40 ceiling') &&
+			document.querySelectorAll('#bd-data tbody tr').length === 1 &&
+			document.querySelector('#budget-figures').textContent.includes('$0.25 (63%)') &&
+			document.querySelector('#seat-cap').textContent.includes('Uncapped');
+	})()`)
+	require.True(t, evalJS[bool](t, ctx, `!!document.querySelector('#bd-forecast')`), "the forecast line is drawn")
+	shoot(t, ctx, "07a-budgets")
+	run(t, ctx, 20*time.Second, "pause", chromedp.SendKeys(chromedp.CSS("#b-reason"), "console test"), chromedp.Click(chromedp.CSS("#b-pause")))
+	waitJS(t, ctx, 20*time.Second, "paused", `document.querySelector('#b-outcome')?.textContent.startsWith('Paused (operator)') &&
+		document.querySelector('#budget-state').textContent.includes('paused · operator') && document.querySelector('#budget-state').textContent.includes('console test')`)
+	require.Contains(t, string(s.Op("GET", "/budgets/demo", "", nil).Body), `"paused":true`)
+	shoot(t, ctx, "07b-budgets-paused")
+	run(t, ctx, 20*time.Second, "resume", chromedp.Click(chromedp.CSS("#b-resume")))
+	waitJS(t, ctx, 20*time.Second, "resumed", `document.querySelector('#b-outcome')?.textContent.startsWith('Resumed') &&
+		document.querySelector('#budget-state').textContent.includes('assigning')`)
+	require.Contains(t, string(s.Op("GET", "/budgets/demo", "", nil).Body), `"paused":false`)
+	run(t, ctx, 20*time.Second, "pause with a reason too long", chromedp.SetValue(chromedp.CSS("#b-reason"), strings.Repeat("x", 2001)),
+		chromedp.Click(chromedp.CSS("#b-pause")))
+	waitJS(t, ctx, 20*time.Second, "the error names the field", `document.querySelector('#b-outcome .error')?.textContent.includes('(reason)')`)
+	require.Contains(t, string(s.Op("GET", "/budgets/demo", "", nil).Body), `"paused":false`, "a refused pause changes nothing")
 
 	// Profiles: listed in the nav (the server serves the routes); a profile
 	// put through the form is listed at v1, put again at v2; a bad field is

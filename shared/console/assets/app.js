@@ -1,5 +1,5 @@
 // The fleet console: a single page over /api/fleet. Hash routes
-// (#/fleet, #/jobs, #/job/<id>, #/new, #/alerts, #/profiles, #/profile/<name>) keep the token out of
+// (#/fleet, #/jobs, #/job/<id>, #/new, #/alerts, #/profiles, #/profile/<name>, #/budgets) keep the token out of
 // every URL; views re-fetch in place on every live tick, so the page never
 // reloads, and a failed call shows its error instead of an empty page.
 import { api, get, session, loadRoutes, has, streamEvents, fetchBlob } from './api.js';
@@ -128,7 +128,7 @@ function parseHash() {
   return { name: parts[0] || 'fleet', arg: parts[1], query: new URLSearchParams(qs || '') };
 }
 
-const views = { fleet: fleetView, jobs: jobsView, job: jobView, new: newJobView, alerts: alertsView, profiles: profilesView, profile: profileView };
+const views = { fleet: fleetView, jobs: jobsView, job: jobView, new: newJobView, alerts: alertsView, profiles: profilesView, profile: profileView, budgets: budgetsView };
 // Detail pages light up their list's nav entry.
 const SECTION = { job: 'jobs', profile: 'profiles' };
 
@@ -777,6 +777,135 @@ async function profileView(r) {
     state.loaded = data.version;
     history.replaceState(null, '', '#/profile/' + encodeURIComponent(name));
     await refresh();
+  }
+  await refresh();
+  return refresh;
+}
+
+// ---- budgets --------------------------------------------------------------
+
+const usd = v => '$' + Number(v || 0).toFixed(2);
+const pct = (v, of) => (of > 0 ? Math.round(100 * v / of) + '%' : '–');
+const utc = iso => (iso ? new Date(iso).toISOString().replace('T', ' ').replace(/:\d\d\.\d+Z$/, ' UTC') : '–');
+// The SVG namespace, as the HTML parser assigns it (an <svg> in HTML needs
+// no xmlns), so the assets name no URL at all.
+const SVG = (() => { const t = document.createElement('template'); t.innerHTML = '<svg></svg>'; return t.content.firstChild.namespaceURI; })();
+
+// svgEl builds an SVG node (attributes only: the policy forbids inline styles).
+function svgEl(tag, attrs, ...kids) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) if (v !== undefined && v !== null) el.setAttribute(k, String(v));
+  for (const kid of kids.flat()) if (kid !== undefined && kid !== null) el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+  return el;
+}
+
+// burndownChart draws the period's cumulative spend against the ceiling,
+// with the forecast's straight line to the moment it reaches it. The
+// title and description say in words what the lines show; the table
+// after the chart holds the same figures.
+function burndownChart(bd) {
+  const W = 720, H = 260, L = 56, R = 16, T = 16, B = 36;
+  const start = Date.parse(bd.periodStart);
+  const pts = (bd.points || []).map(p => ({ t: Date.parse(p.at), v: p.spentUsd }));
+  const fc = bd.forecastExhaustedAt ? Date.parse(bd.forecastExhaustedAt) : null;
+  // The span the data and the forecast cover, with a margin; a minute at least.
+  const end = start + 1.1 * Math.max(60e3, Math.max(Date.now(), fc || 0, ...pts.map(p => p.t)) - start);
+  const top = Math.max(bd.ceilingUsd, ...pts.map(p => p.v)) * 1.1 || 1;
+  const x = t => L + (W - L - R) * (t - start) / (end - start);
+  const y = v => T + (H - T - B) * (1 - v / top);
+  const last = pts.length ? pts[pts.length - 1] : { t: start, v: 0 };
+  const line = [{ t: start, v: 0 }, ...pts].map(p => `${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`).join(' ');
+  const desc = `Spend ${usd(last.v)} of a ${usd(bd.ceilingUsd)} ceiling since ${utc(bd.periodStart)}, over ${pts.length} settled run(s). ` +
+    (fc ? `At this rate the ceiling is reached ${utc(bd.forecastExhaustedAt)}.` : 'At this rate the ceiling is not reached this period.');
+  return svgEl('svg', { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', 'aria-labelledby': 'bd-title bd-desc', id: 'burndown-chart' },
+    svgEl('title', { id: 'bd-title' }, 'Burndown: spend against the ceiling'),
+    svgEl('desc', { id: 'bd-desc' }, desc),
+    svgEl('line', { x1: L, y1: y(0), x2: W - R, y2: y(0), class: 'axis' }),
+    svgEl('line', { x1: L, y1: T, x2: L, y2: y(0), class: 'axis' }),
+    svgEl('line', { x1: L, y1: y(bd.ceilingUsd), x2: W - R, y2: y(bd.ceilingUsd), class: 'ceiling' }),
+    svgEl('text', { x: L - 6, y: y(bd.ceilingUsd) + 4, 'text-anchor': 'end', class: 'label' }, usd(bd.ceilingUsd)),
+    svgEl('text', { x: L - 6, y: y(0) + 4, 'text-anchor': 'end', class: 'label' }, '$0'),
+    svgEl('text', { x: L, y: H - 10, class: 'label' }, utc(bd.periodStart)),
+    svgEl('text', { x: W - R, y: H - 10, 'text-anchor': 'end', class: 'label' }, utc(new Date(end).toISOString())),
+    svgEl('polyline', { points: line, class: 'spend' }),
+    pts.map(p => svgEl('circle', { cx: x(p.t).toFixed(1), cy: y(p.v).toFixed(1), r: 3, class: 'spend-dot' })),
+    fc && fc > last.t ? svgEl('line', { x1: x(last.t), y1: y(last.v), x2: x(fc), y2: y(bd.ceilingUsd), class: 'forecast', id: 'bd-forecast' }) : null);
+}
+
+// Budgets: the product's budget (spent, reserved, remaining, ceiling,
+// period, pause), the burndown with its forecast, pause and resume with
+// their outcome, and the product's seat cap.
+async function budgetsView() {
+  needProduct();
+  const p = encodeURIComponent(session.product);
+  const figures = h('div', { id: 'budget-figures' });
+  const chart = h('div', { id: 'budget-chart' });
+  const seats = h('div', { id: 'budget-seats' });
+  const outcome = h('div', { id: 'b-outcome', class: 'outcome', role: 'status', 'aria-live': 'polite' });
+  const reason = h('input', { id: 'b-reason', type: 'text', autocomplete: 'off', placeholder: 'why (optional)' });
+  const pauseBtn = h('button', { type: 'button', class: 'danger', id: 'b-pause' }, 'Pause');
+  const resumeBtn = h('button', { type: 'button', class: 'primary', id: 'b-resume' }, 'Resume');
+  async function act(path, body, done) {
+    pauseBtn.disabled = resumeBtn.disabled = true;
+    outcome.replaceChildren(path.endsWith('pause') ? 'Pausing…' : 'Resuming…');
+    try {
+      const { data } = await api('POST', `/budgets/${p}/${path}`, { body: JSON.stringify(body || {}) });
+      outcome.replaceChildren(h('strong', { id: 'b-done' }, done(data)));
+      await refresh();
+    } catch (e) {
+      outcome.replaceChildren(errorBox(e));
+    } finally {
+      pauseBtn.disabled = resumeBtn.disabled = false;
+    }
+  }
+  pauseBtn.addEventListener('click', () => act('pause', { reason: reason.value.trim() },
+    b => `Paused (${b.pausedReason || 'operator'}): no job of ${b.productId} is assigned until resumed; running jobs finish.`));
+  resumeBtn.addEventListener('click', () => act('resume', {},
+    b => (b.paused ? 'Still paused.' : `Resumed: ${b.productId}'s queued jobs flow again (${usd(b.remainingUsd)} left).`)));
+  const controls = h('div', { class: 'card', id: 'budget-controls' }, h('h3', {}, 'Pause and resume'),
+    h('div', { class: 'row' }, h('label', { for: 'b-reason' }, 'Reason for a pause'), reason),
+    h('div', { class: 'actions' }, pauseBtn, resumeBtn), outcome);
+  main.replaceChildren(h('h2', {}, 'Budget of ', session.product), figures, chart, controls, seats);
+  async function refresh() {
+    let b;
+    try {
+      b = await get(`/budgets/${p}`);
+    } catch (e) {
+      if (e.status !== 404) throw e;
+      figures.replaceChildren(h('p', { class: 'note', id: 'budget-none' },
+        `Product ${session.product} has no budget: set one with fleetctl budgets set --ceiling USD, or PUT /api/fleet/budgets/${session.product}.`));
+      chart.replaceChildren();
+      controls.hidden = true;
+      await drawSeats();
+      return;
+    }
+    controls.hidden = false;
+    const bd = await get(`/budgets/${p}/burndown`);
+    const pausedText = b.paused ? badge('sev-critical', 'paused · ' + (b.pausedReason || 'operator')) : badge('h-ok', 'assigning');
+    figures.replaceChildren(h('div', { class: 'stats' },
+      stat('Spent', `${usd(b.spentUsd)} (${pct(b.spentUsd, b.ceilingUsd)})`), stat('Reserved', usd(b.reservedUsd)),
+      stat('Remaining', usd(b.remainingUsd)), stat('Ceiling', `${usd(b.ceilingUsd)} / ${b.period}`)),
+    h('dl', { class: 'kv card', id: 'budget-kv' }, ...[
+      ['State', h('span', { id: 'budget-state' }, pausedText, b.pauseMessage ? ' ' + b.pauseMessage : '')],
+      ['Period', `${b.period}, since ${utc(b.periodStart)}`], ['Alert at', pct(b.alertAt, 1) + ' of the ceiling'],
+      ['Auto pause', b.autoPause ? 'at the ceiling' : 'off'], ['Default job estimate', usd(b.defaultJobUsd)], ['Updated', time(b.updatedAt)],
+    ].flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])));
+    const rows = (bd.points || []).map(pt => h('tr', {}, h('td', {}, utc(pt.at)), h('td', { class: 'num' }, usd(pt.spentUsd)),
+      h('td', { class: 'num' }, pct(pt.spentUsd, bd.ceilingUsd))));
+    chart.replaceChildren(h('div', { class: 'card' }, h('h3', {}, 'Burndown'), burndownChart(bd),
+      h('p', { class: 'note', id: 'bd-forecast-text' }, bd.forecastExhaustedAt ? `Forecast: the ceiling is reached ${utc(bd.forecastExhaustedAt)}.`
+        : 'Forecast: at this rate the ceiling is not reached this period.'),
+      h('details', { id: 'bd-data' }, h('summary', {}, 'Burndown data (table)'),
+        table(['Settled at', { label: 'Spent so far', num: true }, { label: 'Of ceiling', num: true }], rows, 'No run has settled this period.'))));
+    await drawSeats();
+  }
+  async function drawSeats() {
+    const prod = await get(`/products/${p}`, { product: '' });
+    const running = Object.keys(prod.seats || {}).length;
+    seats.replaceChildren(h('div', { class: 'card' }, h('h3', {}, 'Seat cap'),
+      h('p', { id: 'seat-cap' }, prod.maxRunning ? `At most ${prod.maxRunning} of ${session.product}'s jobs run at once; ${running} running now.`
+        : `Uncapped: ${session.product}'s jobs run wherever seats are free.`),
+      h('p', { class: 'note' }, 'Set it with fleetctl products put ', session.product, ' --max-running N.')));
   }
   await refresh();
   return refresh;
