@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/gigafactory/fleet/functions/echosweep"
 	"github.com/gigafactory/fleet/functions/gcsweep"
 	"github.com/gigafactory/fleet/functions/reaper"
 	"github.com/gigafactory/fleet/functions/redispatch"
@@ -42,6 +43,7 @@ func timerFuncs(c *coord.Coordinator, log *slog.Logger) map[string]funchost.Func
 		reaper.Name:     reaper.Func(c, log),
 		redispatch.Name: redispatch.Func(c, log),
 		gcsweep.Name:    gcsweep.Func(c, log),
+		echosweep.Name:  echosweep.Func(c, log),
 	}
 }
 
