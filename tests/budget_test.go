@@ -3,7 +3,6 @@ package tests
 import (
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -215,42 +214,7 @@ func TestBudgetRacingClaims(t *testing.T) {
 	for i := range 8 {
 		s.Submit("demo", "---\ntitle: j"+fmt.Sprint(i)+"\nrepo: app\nbudget: {usd: 1}\n---\nDo it.\n")
 	}
-	const claimers = 32
-	tokens := make([]string, claimers)
-	for i := range claimers {
-		tokens[i] = s.Factory(fmt.Sprintf("f%02d", i), "demo", 1, []string{"os:linux"}, []string{"app"})
-	}
-	var mu sync.Mutex
-	won := map[string]bool{}
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for _, tok := range tokens {
-		wg.Go(func() {
-			<-start
-			for {
-				r := s.As(tok, http.MethodPost, "/claim", "", nil)
-				switch r.Status {
-				case http.StatusConflict:
-					continue // lost CAS races too often: retry, as a factory does
-				case http.StatusOK:
-					var cl struct {
-						Job struct {
-							ID string `json:"id"`
-						} `json:"job"`
-					}
-					r.JSON(t, &cl)
-					mu.Lock()
-					won[cl.Job.ID] = true
-					mu.Unlock()
-				default:
-					require.Equal(t, http.StatusNoContent, r.Status, "%s", r.Body)
-				}
-				return
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
+	won := raceClaims(t, s, "demo", 32)
 	require.Len(t, won, 3)
 	b := getBudget(t, s, "demo")
 	require.InDelta(t, 3, b.ReservedUSD, 1e-9)

@@ -109,10 +109,21 @@ func TestSeatCapRacingClaims(t *testing.T) {
 	for i := range 8 {
 		s.Submit("demo", Manifest(fmt.Sprintf("j%d", i), "app"))
 	}
-	const claimers = 32
+	won := raceClaims(t, s, "demo", 32)
+	require.Len(t, won, 3)
+	r = s.Op(http.MethodGet, "/products/demo", "", nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	require.Len(t, r.Map(t)["seats"], 3)
+}
+
+// raceClaims enrolls claimers one-seat factories for product's repo app
+// and has them all POST /claim at once (a lost CAS retried, as a factory
+// does); it returns the ids of the jobs won.
+func raceClaims(t *testing.T, s *Stack, product string, claimers int) map[string]bool {
+	t.Helper()
 	tokens := make([]string, claimers)
 	for i := range claimers {
-		tokens[i] = s.Factory(fmt.Sprintf("f%02d", i), "demo", 1, []string{"os:linux"}, []string{"app"})
+		tokens[i] = s.Factory(fmt.Sprintf("f%02d", i), product, 1, []string{"os:linux"}, []string{"app"})
 	}
 	var mu sync.Mutex
 	won := map[string]bool{}
@@ -145,8 +156,5 @@ func TestSeatCapRacingClaims(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	require.Len(t, won, 3)
-	r = s.Op(http.MethodGet, "/products/demo", "", nil)
-	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
-	require.Len(t, r.Map(t)["seats"], 3)
+	return won
 }
