@@ -90,6 +90,12 @@ func waitJS(t *testing.T, ctx context.Context, within time.Duration, what, expr 
 	_, err := chromedp.Run(c, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond)))
 	if err != nil {
 		shoot(t, ctx, "failed-"+strings.NewReplacer(" ", "-", "/", "-").Replace(what))
+		// The screenshot is gone with CI's machine; the page's text is in the log.
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		page, _ := chromedp.Run(c, chromedp.Evaluate[string](`'live: ' + (document.querySelector('#live')?.textContent || '') +
+			'\nbanner: ' + (document.querySelector('#banner')?.textContent || '') + '\n' + (document.querySelector('#main')?.innerText || '').slice(0, 4000)`))
+		t.Logf("the page when %q timed out:\n%s", what, page)
 	}
 	require.NoError(t, err, what)
 }
