@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -29,8 +30,14 @@ type Spec struct {
 	// be root). Env should then come from User.Env.
 	User *User
 	// Started, if set, is called with the process group id once the engine
-	// runs, so a crash-restart can find and kill a group it left behind.
+	// runs.
 	Started func(pgid int)
+	// Contain, if set, holds everything the engine starts, and ends it all
+	// when the engine ends: a cgroup named Run, else a kill of what
+	// carries the run's mark. Run must then name the run (unique among the
+	// factory's runs in flight).
+	Contain *Containment
+	Run     string
 }
 
 // Result is how a run ended.
@@ -43,6 +50,9 @@ type Result struct {
 	// says why (budget, fence, shutdown).
 	Stopped  bool
 	Duration time.Duration
+	// Leftover, with Spec.Contain, says that processes of the run could
+	// not all be ended.
+	Leftover error
 }
 
 // Success reports a clean exit that nobody stopped.
@@ -60,13 +70,24 @@ func (r Result) String() string {
 
 // Run starts the engine and waits for it. When ctx ends first the engine's
 // whole process group gets SIGTERM, then SIGKILL after Grace. Whatever the
-// ending, the group is killed once the engine itself has exited, so no
-// child it left running outlives the job or keeps writing to the worktree.
-// An error means the engine could not be started at all.
-func Run(ctx context.Context, s Spec) (Result, error) {
+// ending, the group is killed once the engine itself has exited, and with
+// Contain so is every process the engine started, whether or not it left
+// the group, so nothing outlives the run or keeps writing to the worktree.
+// An error means the engine could not be started at all; Result.Leftover
+// says whether something of the run could not be ended.
+func Run(ctx context.Context, s Spec) (res Result, err error) {
 	if len(s.Argv) == 0 {
 		return Result{}, errors.New("engine: empty command")
 	}
+	jail, err := s.Contain.jail(s.Run)
+	if err != nil {
+		return Result{}, fmt.Errorf("engine: contain the run: %w", err)
+	}
+	defer func() {
+		if jerr := jail.end(); jerr != nil {
+			res.Leftover = fmt.Errorf("engine: end the run's processes: %w", jerr)
+		}
+	}()
 	logf, err := os.OpenFile(s.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return Result{}, fmt.Errorf("engine: open log: %w", err)
@@ -75,6 +96,9 @@ func Run(ctx context.Context, s Spec) (Result, error) {
 
 	cmd := exec.Command(s.Argv[0], s.Argv[1:]...)
 	cmd.Dir, cmd.Env = s.Dir, s.Env
+	if jail != nil {
+		cmd.Env = append(slices.Clone(s.Env), MarkEnv+"="+jail.mark)
+	}
 	// An *os.File, not a pipe: Wait then returns when the engine exits,
 	// not when the last grandchild holding the pipe does.
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -82,6 +106,10 @@ func Run(ctx context.Context, s Spec) (Result, error) {
 	cmd.SysProcAttr = sysProcAttr()
 	if s.User != nil {
 		cmd.SysProcAttr.Credential = s.User.credential()
+	}
+	if jail != nil && jail.cg != nil {
+		// Cloned into its cgroup: no fork of the engine is ever outside.
+		jail.cg.apply(cmd.SysProcAttr)
 	}
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -110,10 +138,12 @@ func Run(ctx context.Context, s Spec) (Result, error) {
 			waitErr = <-done
 		}
 	}
-	// Stragglers: children that outlived the engine, or ignored SIGTERM.
+	// Stragglers: children that outlived the engine, or ignored SIGTERM;
+	// the rest of the run (outside the group) ends with the jail, before
+	// Run returns.
 	KillGroup(pgid)
 
-	res := Result{Stopped: stopped, Duration: time.Since(start), ExitCode: cmd.ProcessState.ExitCode()}
+	res = Result{Stopped: stopped, Duration: time.Since(start), ExitCode: cmd.ProcessState.ExitCode()}
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		res.Signal = ws.Signal().String()
 	}

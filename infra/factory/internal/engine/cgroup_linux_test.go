@@ -1,0 +1,195 @@
+//go:build linux
+
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// testContainment is a containment with cgroups, or skips the test (fails
+// it under CI=true: CI runs as root on a kernel with cgroup v2, so a
+// missing cgroup there is a broken runner, not a reason to skip).
+func testContainment(t *testing.T) *Containment {
+	t.Helper()
+	c := Contain(uniqueInstance(t), filepath.Join(t.TempDir(), "cgroup"))
+	if !c.Cgroups() {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("cgroups cannot be used but CI=true: CI runs as root with cgroup v2 writable: %s", c.NoCgroups)
+		}
+		t.Skipf("cgroups cannot be used here (run as root on Linux 5.14+ with cgroup v2): %s", c.NoCgroups)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func uniqueInstance(t *testing.T) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "fleet-test-" + hex.EncodeToString(b[:])
+}
+
+// hostile is an engine that leaves detached children behind and exits:
+// a setsid'd loop, and a double-forked nohup'd one, each writing its pid
+// to a file first and then appending to out.
+const hostile = `setsid sh -c 'echo $$ > pid1; while :; do echo x >> out; sleep 0.05; done' > /dev/null 2>&1 &
+( nohup sh -c 'echo $$ > pid2; while :; do echo y >> out; sleep 0.05; done' > /dev/null 2>&1 & ) &
+while [ ! -s pid1 ] || [ ! -s pid2 ]; do sleep 0.01; done`
+
+// alive reports whether pid runs (a zombie waiting for its reaper does
+// not).
+func alive(pid int) bool {
+	return syscall.Kill(pid, 0) == nil && !isZombie(pid)
+}
+
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	return pid
+}
+
+// TestRunEndsDetachedChildren: children that left the engine's process
+// group and session (setsid, a double fork with nohup) end with the run,
+// and the run's cgroup is gone; with cgroups and with the fallback (the
+// run's mark in the environment).
+func TestRunEndsDetachedChildren(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"cgroup", "mark"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			var c *Containment
+			if mode == "cgroup" {
+				c = testContainment(t)
+			} else {
+				c = &Containment{Instance: uniqueInstance(t), NoCgroups: "test"}
+			}
+			dir := t.TempDir()
+			res, err := Run(context.Background(), Spec{Argv: []string{"sh", "-c", hostile}, Dir: dir, Env: os.Environ(),
+				LogPath: filepath.Join(dir, "log"), Grace: time.Second, Contain: c, Run: "job-1-e1"})
+			require.NoError(t, err)
+			require.NoError(t, res.Leftover)
+			require.True(t, res.Success(), "%s: %s", res, Tail(filepath.Join(dir, "log"), 500))
+			for _, f := range []string{"pid1", "pid2"} {
+				pid := readPID(t, filepath.Join(dir, f))
+				require.False(t, alive(pid), "the detached child %s (pid %d) outlived the run", f, pid)
+			}
+			if c.Cgroups() {
+				require.NoDirExists(t, filepath.Join(c.cg.Dir(), "job-1-e1"), "the run's cgroup is removed")
+			}
+			before, err := os.ReadFile(filepath.Join(dir, "out"))
+			require.NoError(t, err)
+			time.Sleep(200 * time.Millisecond)
+			after, err := os.ReadFile(filepath.Join(dir, "out"))
+			require.NoError(t, err)
+			require.Equal(t, len(before), len(after), "nothing writes after the run")
+		})
+	}
+}
+
+// TestRunStoppedEndsDetachedChildren: a run stopped from outside (budget,
+// fence, shutdown) ends its detached children too.
+func TestRunStoppedEndsDetachedChildren(t *testing.T) {
+	t.Parallel()
+	c := testContainment(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "pid2")); err == nil {
+				cancel()
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	res, err := Run(ctx, Spec{Argv: []string{"sh", "-c", hostile + "\nexec sleep 60"}, Dir: dir, Env: os.Environ(),
+		LogPath: filepath.Join(dir, "log"), Grace: 100 * time.Millisecond, Contain: c, Run: "stopped-e1"})
+	require.NoError(t, err)
+	require.True(t, res.Stopped)
+	for _, f := range []string{"pid1", "pid2"} {
+		pid := readPID(t, filepath.Join(dir, f))
+		require.False(t, alive(pid), "the detached child %s (pid %d) outlived the stopped run", f, pid)
+	}
+}
+
+// TestContainmentSweepEndsAnEarlierLife: run cgroups and marked processes
+// a factory killed with -9 left behind are ended by the next life's sweep
+// (same instance), which finds the subtree from the record.
+func TestContainmentSweepEndsAnEarlierLife(t *testing.T) {
+	t.Parallel()
+	first := testContainment(t)
+	record := first.record
+	g, err := first.cg.Create("orphan-e1")
+	require.NoError(t, err)
+	cmd := exec.Command("sh", "-c", "setsid sleep 60 & exec sleep 60")
+	cmd.Env = append(os.Environ(), MarkEnv+"="+first.Mark("orphan-e1"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	g.apply(cmd.SysProcAttr)
+	require.NoError(t, cmd.Start())
+	go func() { _ = cmd.Wait() }()
+	// And one outside any cgroup of ours, carrying only the mark.
+	marked := exec.Command("sleep", "60")
+	marked.Env = append(os.Environ(), MarkEnv+"="+first.Mark("orphan2-e1"))
+	require.NoError(t, marked.Start())
+	go func() { _ = marked.Wait() }()
+
+	second := Contain(first.Instance, record)
+	require.True(t, second.Cgroups(), second.NoCgroups)
+	require.NoError(t, second.Sweep(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	require.NoDirExists(t, g.Dir(), "the leftover run cgroup is removed")
+	require.Eventually(t, func() bool { return !alive(cmd.Process.Pid) && !alive(marked.Process.Pid) }, 2*time.Second, 10*time.Millisecond,
+		"the earlier life's processes are ended")
+}
+
+// TestCgroup2Mount reads the cgroup2 mount out of mountinfo: unified,
+// hybrid and a container's sub-tree mount.
+func TestCgroup2Mount(t *testing.T) {
+	t.Parallel()
+	hybrid := `30 22 0:27 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+31 30 0:28 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+40 30 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+`
+	unified := `25 22 0:23 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate
+`
+	sub := `700 690 0:23 /docker/abc /sys/fs/cgroup ro,nosuid - cgroup2 cgroup rw
+`
+	spaced := `41 30 0:37 / /mnt/cg\0402 rw - cgroup2 none rw
+`
+	tests := []struct {
+		mountinfo, own, mnt, root string
+		ok                        bool
+	}{
+		{hybrid, "/", "/sys/fs/cgroup/unified", "/", true},
+		{unified, "/system.slice/factory.service", "/sys/fs/cgroup", "/", true},
+		{sub, "/docker/abc", "/sys/fs/cgroup", "/docker/abc", true},
+		{sub, "/other", "", "", false},
+		{spaced, "/", "/mnt/cg 2", "/", true},
+		{"31 30 0:28 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n", "/", "", "", false},
+	}
+	for i, tt := range tests {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			t.Parallel()
+			mnt, root, ok := cgroup2Mount(tt.mountinfo, tt.own)
+			require.Equal(t, tt.ok, ok)
+			require.Equal(t, tt.mnt, mnt)
+			require.Equal(t, tt.root, root)
+		})
+	}
+}
