@@ -56,6 +56,14 @@ func alive(pid int) bool {
 	return syscall.Kill(pid, 0) == nil && !isZombie(pid)
 }
 
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
 func readPID(t *testing.T, path string) int {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -112,7 +120,7 @@ func TestRunStoppedEndsDetachedChildren(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		for {
-			if _, err := os.Stat(filepath.Join(dir, "pid2")); err == nil {
+			if fileSize(filepath.Join(dir, "pid1")) > 0 && fileSize(filepath.Join(dir, "pid2")) > 0 {
 				cancel()
 				return
 			}
