@@ -36,6 +36,7 @@ const (
 	EnvSeats              = "FLEET_SEATS"
 	EnvEnginePrefix       = "FLEET_ENGINE_"
 	EnvEngineUser         = "FLEET_ENGINE_USER" // a setting, not an engine named "user"
+	EnvEngineUIDs         = "FLEET_ENGINE_UIDS" // a setting, not an engine named "uids"
 	EnvDefaultEngine      = "FLEET_DEFAULT_ENGINE"
 	EnvShipStage          = "FLEET_SHIP_STAGE"
 	EnvShipHook           = "FLEET_SHIP_HOOK"
@@ -115,6 +116,10 @@ type Config struct {
 	// EngineUser is the account engines run as (name or uid); empty runs
 	// them as the factory's own user.
 	EngineUser string
+	// EngineUIDs, when set, gives each seat a uid of its own: a run's
+	// engine runs as its seat's uid, so runs cannot reach each other's
+	// files or processes. Exclusive with EngineUser.
+	EngineUIDs UIDRange
 
 	ShipStage string
 	ShipHook  string
@@ -146,6 +151,52 @@ type Config struct {
 	ServiceBusSessions bool
 }
 
+// UIDRange is an inclusive range of uids; the zero value is none.
+type UIDRange struct{ First, Last uint32 }
+
+// Size is how many uids the range holds.
+func (r UIDRange) Size() int {
+	if r.First == 0 {
+		return 0
+	}
+	return int(r.Last-r.First) + 1
+}
+
+func (r UIDRange) String() string {
+	if r.First == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d-%d", r.First, r.Last)
+}
+
+// nobodyUID is the kernel's overflow uid, shared by every service that
+// runs as nobody: never a seat uid, since every process of a seat uid is
+// killed.
+const nobodyUID = 65534
+
+// parseUIDRange reads "first-last" or a single uid.
+func parseUIDRange(s string) (UIDRange, error) {
+	a, b, isRange := strings.Cut(strings.TrimSpace(s), "-")
+	if !isRange {
+		b = a
+	}
+	first, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 32)
+	last, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 32)
+	switch {
+	case err1 != nil || err2 != nil:
+		return UIDRange{}, fmt.Errorf("%q is not a uid range such as 20000-20031", s)
+	case first == 0:
+		return UIDRange{}, fmt.Errorf("%q includes uid 0 (root)", s)
+	case last < first:
+		return UIDRange{}, fmt.Errorf("%q ends before it starts", s)
+	case last >= 1<<32-1:
+		return UIDRange{}, fmt.Errorf("%q includes %d, which is no uid", s, uint64(1<<32-1))
+	case first <= nobodyUID && nobodyUID <= last:
+		return UIDRange{}, fmt.Errorf("%q includes %d (nobody), which other services share", s, nobodyUID)
+	}
+	return UIDRange{First: uint32(first), Last: uint32(last)}, nil
+}
+
 // multiFlag collects a repeatable name=value flag.
 type multiFlag []string
 
@@ -163,7 +214,7 @@ func Parse(args, env []string) (Config, error) {
 
 	var seats, heartbeat, renew, checkpoint, poll, gcInterval, defaultWall, killGrace, onceWait, hbEnabled string
 	var engines, repoURLs, extraCaps multiFlag
-	var sessions string
+	var sessions, engineUIDs string
 	fs.StringVar(&c.URL, "url", e[EnvURL], "coordinator base URL, without /api ("+EnvURL+")")
 	fs.StringVar(&c.FactoryID, "factory-id", e[EnvFactoryID], "factory id ("+EnvFactoryID+")")
 	fs.StringVar(&c.Token, "token", e[EnvToken], "factory token ("+EnvToken+"); prefer --token-file: flags show in ps, variables in /proc/<pid>/environ")
@@ -177,6 +228,7 @@ func Parse(args, env []string) (Config, error) {
 	fs.Var(&extraCaps, "capability", "extra capability to advertise, kind:value; repeatable ("+EnvCapabilities+", comma-separated)")
 	fs.Var(&engines, "engine", "name=command template; repeatable ("+EnvEnginePrefix+"<NAME>)")
 	fs.StringVar(&c.EngineUser, "engine-user", e[EnvEngineUser], "run engines as this user (name or uid); the factory must run as root ("+EnvEngineUser+")")
+	fs.StringVar(&engineUIDs, "engine-uids", e[EnvEngineUIDs], "uid range, e.g. 20000-20031, giving each seat a uid of its own for its engine; the factory must run as root ("+EnvEngineUIDs+")")
 	fs.StringVar(&c.DefaultEngine, "default-engine", e[EnvDefaultEngine], "engine for jobs that name none ("+EnvDefaultEngine+")")
 	fs.StringVar(&c.ShipStage, "ship-stage", e[EnvShipStage], "stage a finished job without a review gate goes to: shipped or testing ("+EnvShipStage+")")
 	fs.StringVar(&c.ShipHook, "ship-hook", e[EnvShipHook], "command template run after the result branch is pushed ("+EnvShipHook+")")
@@ -251,6 +303,20 @@ func Parse(args, env []string) (Config, error) {
 			fail("--seats (%s): %q is not a number between 1 and 1000", EnvSeats, seats)
 		}
 		c.Seats = n
+	}
+
+	if engineUIDs != "" {
+		r, err := parseUIDRange(engineUIDs)
+		switch {
+		case err != nil:
+			fail("--engine-uids (%s): %v", EnvEngineUIDs, err)
+		case r.Size() < c.Seats:
+			fail("--engine-uids (%s): %s holds %d uids, fewer than the %d seats (one uid per seat)", EnvEngineUIDs, r, r.Size(), c.Seats)
+		case c.EngineUser != "":
+			fail("--engine-uids (%s) and --engine-user (%s): give one, not both (the uid range gives each seat its own uid; the user is one account for every run)", EnvEngineUIDs, EnvEngineUser)
+		default:
+			c.EngineUIDs = r
+		}
 	}
 
 	c.URL = strings.TrimRight(strings.TrimSpace(c.URL), "/")
@@ -379,7 +445,7 @@ func Parse(args, env []string) (Config, error) {
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		name, ok := strings.CutPrefix(k, EnvEnginePrefix)
-		if !ok || name == "" || k == EnvEngineUser {
+		if !ok || name == "" || k == EnvEngineUser || k == EnvEngineUIDs {
 			continue
 		}
 		addEngine(c.Engines, strings.ToLower(name), v, k, fail)

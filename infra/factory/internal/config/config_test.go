@@ -77,6 +77,21 @@ func TestParseTable(t *testing.T) {
 				require.Equal(t, "nobody", c.EngineUser)
 				require.Equal(t, map[string]string{"claude": "claude -p @prompt"}, c.Engines)
 			}},
+		{name: "engine uids: a range, a setting and not an engine", env: base("FLEET_ENGINE_UIDS=20000-20031", "FLEET_SEATS=32"),
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, UIDRange{First: 20000, Last: 20031}, c.EngineUIDs)
+				require.Equal(t, 32, c.EngineUIDs.Size())
+				require.Equal(t, map[string]string{"claude": "claude -p @prompt"}, c.Engines)
+			}},
+		{name: "engine uids: one uid for one seat", args: []string{"--engine-uids", "30000"}, env: base(),
+			check: func(t *testing.T, c Config) { require.Equal(t, UIDRange{First: 30000, Last: 30000}, c.EngineUIDs) }},
+		{name: "engine uids: fewer than the seats", env: base("FLEET_ENGINE_UIDS=20000-20002", "FLEET_SEATS=4"), err: "holds 3 uids, fewer than the 4 seats"},
+		{name: "engine uids: root", env: base("FLEET_ENGINE_UIDS=0-31"), err: "--engine-uids (FLEET_ENGINE_UIDS): \"0-31\" includes uid 0"},
+		{name: "engine uids: nobody", env: base("FLEET_ENGINE_UIDS=65530-65540"), err: "includes 65534 (nobody)"},
+		{name: "engine uids: backwards", env: base("FLEET_ENGINE_UIDS=20031-20000"), err: "ends before it starts"},
+		{name: "engine uids: not numbers", env: base("FLEET_ENGINE_UIDS=engine"), err: "is not a uid range such as 20000-20031"},
+		{name: "engine uids: not -1", env: base("FLEET_ENGINE_UIDS=4294967290-4294967295"), err: "which is no uid"},
+		{name: "engine uids and engine user exclude each other", env: base("FLEET_ENGINE_UIDS=20000-20031", "FLEET_ENGINE_USER=nobody"), err: "give one, not both"},
 		{name: "default engine must exist", env: base("FLEET_DEFAULT_ENGINE=codex"), err: "not a configured engine"},
 		{name: "empty engine template", env: base("FLEET_ENGINE_X= "), err: "template is empty"},
 		{name: "bad engine name", env: base("FLEET_ENGINE_A:B=x"), err: "engine name"},
