@@ -128,7 +128,13 @@ type Options struct {
 	// Name is the connection name servers show in their monitoring.
 	Name string
 	// ConnOptions are passed to nats.Connect: credentials, TLS, reconnects.
+	// A factory adds FactoryConnOptions.
 	ConnOptions []natsgo.Option
+	// Bind uses the streams as they are: Open neither creates, updates nor
+	// reads them, and subscriptions are created on them by name. A factory
+	// binds: its credentials allow nothing on the streams themselves
+	// (FactoryPermissions), so the coordinator must have created them.
+	Bind bool
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -224,6 +230,9 @@ func Open(ctx context.Context, url string, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
 	c := &Client{nc: nc, js: js, opts: opts, log: opts.Logger, consumers: map[consumerKey]jetstream.Consumer{}}
+	if opts.Bind {
+		return c, nil
+	}
 	if err := c.ensureStreams(ctx); err != nil {
 		nc.Close()
 		return nil, err
@@ -309,11 +318,14 @@ func (c *Client) EnsureSubscription(ctx context.Context, sub string) error {
 	rctx, cancel := c.requestCtx(ctx)
 	defer cancel()
 	for _, dlq := range []bool{false, true} {
-		stream, subject, desc := c.dispatch, c.subject("dispatch", sub), "dispatch"
+		stream, subject, desc := c.opts.Stream, c.subject("dispatch", sub), "dispatch"
 		if dlq {
-			stream, subject, desc = c.dlq, c.subject("dlq", sub), "dead letters"
+			stream, subject, desc = c.opts.DeadLetterStream, c.subject("dlq", sub), "dead letters"
 		}
-		cons, err := stream.CreateOrUpdateConsumer(rctx, jetstream.ConsumerConfig{
+		// By stream name, not through a stream handle: a bound client has
+		// none, and the filtered create subject is the one a factory's
+		// permissions name.
+		cons, err := c.js.CreateOrUpdateConsumer(rctx, stream, jetstream.ConsumerConfig{
 			Durable:       tok,
 			Description:   "Gigafactory fleet " + desc + " of " + sub,
 			FilterSubject: subject,
@@ -347,14 +359,14 @@ func (c *Client) DeleteSubscription(ctx context.Context, sub string) error {
 	defer cancel()
 	var errs []error
 	for _, dlq := range []bool{false, true} {
-		stream := c.dispatch
+		stream := c.opts.Stream
 		if dlq {
-			stream = c.dlq
+			stream = c.opts.DeadLetterStream
 		}
 		c.mu.Lock()
 		delete(c.consumers, consumerKey{dlq, sub})
 		c.mu.Unlock()
-		if err := stream.DeleteConsumer(rctx, token(sub)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if err := c.js.DeleteConsumer(rctx, stream, token(sub)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			errs = append(errs, c.mapErr("delete subscription "+sub, err))
 		}
 	}
@@ -690,7 +702,13 @@ func (c *Client) Depth(ctx context.Context, sub string) (int64, error) {
 		return 0, c.consumerErr(false, sub, err)
 	}
 	subject := c.subject("dispatch", sub)
-	info, err := c.dispatch.Info(rctx, jetstream.WithSubjectFilter(subject))
+	stream := c.dispatch
+	if stream == nil { // a bound client: look the stream up
+		if stream, err = c.js.Stream(rctx, c.opts.Stream); err != nil {
+			return 0, c.mapErr("depth of "+sub, err)
+		}
+	}
+	info, err := stream.Info(rctx, jetstream.WithSubjectFilter(subject))
 	if err != nil {
 		return 0, c.mapErr("depth of "+sub, err)
 	}
@@ -728,13 +746,13 @@ func (c *Client) consumer(ctx context.Context, dlq bool, sub string) (jetstream.
 	if ok {
 		return cons, nil
 	}
-	stream := c.dispatch
+	stream := c.opts.Stream
 	if dlq {
-		stream = c.dlq
+		stream = c.opts.DeadLetterStream
 	}
 	rctx, cancel := c.requestCtx(ctx)
 	defer cancel()
-	cons, err := stream.Consumer(rctx, token(sub))
+	cons, err := c.js.Consumer(rctx, stream, token(sub))
 	if err != nil {
 		return nil, c.mapErr("subscription "+sub, err)
 	}

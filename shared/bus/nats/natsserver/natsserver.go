@@ -6,6 +6,7 @@ package natsserver
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,7 +35,41 @@ type Options struct {
 	StartTimeout time.Duration
 	// Logger receives the server's log; nil discards it.
 	Logger *slog.Logger
+	// Auth, when set, makes the server require credentials of every
+	// client (see Auth). Unset, any client may do anything: for tests and
+	// the bus conformance suite only.
+	Auth *Auth
 }
+
+// Auth is who may connect and what each may do. Every connection presents
+// a token (nats.Token): the coordinator's secret, with every right, or
+// another token that Grant resolves to a user with limited rights (the
+// local stack: a factory's fleet bearer token, resolved as the API
+// resolves it, limited to the factory's own subscription). Anything else
+// is refused at connect.
+type Auth struct {
+	// Coordinator is the secret of the coordinator's connections (the
+	// handler, the local stack's pool launchers); at least
+	// MinCoordinatorTokenLen characters.
+	Coordinator string
+	// Grant resolves any other token; an error refuses the connection. It
+	// runs while the client connects, bounded by GrantTimeout.
+	Grant func(ctx context.Context, token string) (Grant, error)
+}
+
+// Grant is a user Auth.Grant admits: a name for logs and the subjects it
+// may use (nothing else).
+type Grant struct {
+	Name      string
+	Publish   []string
+	Subscribe []string
+}
+
+// MinCoordinatorTokenLen is the shortest coordinator secret Start accepts.
+const MinCoordinatorTokenLen = 16
+
+// GrantTimeout bounds one resolution of a token by Auth.Grant.
+const GrantTimeout = 5 * time.Second
 
 // Server is a NATS server with JetStream running in this process.
 type Server struct {
@@ -63,6 +98,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
+	if o.Auth != nil && len(o.Auth.Coordinator) < MinCoordinatorTokenLen {
+		return nil, fmt.Errorf("natsserver: the coordinator's token must be at least %d characters", MinCoordinatorTokenLen)
+	}
 	opts := &server.Options{
 		ServerName: o.ServerName,
 		Host:       o.Host,
@@ -75,6 +113,13 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		// No monitoring port: nothing here needs one and it would be one
 		// more port to collide on.
 		HTTPPort: 0,
+	}
+	if o.Auth != nil {
+		log := o.Logger
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		opts.CustomClientAuthentication = &authenticator{auth: *o.Auth, log: log.With("component", "nats-auth")}
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
@@ -126,3 +171,44 @@ func (a slogAdapter) Fatalf(format string, v ...any)  { a.l.Error(fmt.Sprintf(fo
 func (a slogAdapter) Errorf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
 func (a slogAdapter) Debugf(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
 func (a slogAdapter) Tracef(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
+
+// authenticator is the server's CustomClientAuthentication: it runs once
+// per connection, before the client can publish or subscribe.
+type authenticator struct {
+	auth Auth
+	log  *slog.Logger
+}
+
+// Check admits the coordinator with every right and a factory with its
+// own subscription's; it refuses everything else, logging why but never
+// the token.
+func (a *authenticator) Check(c server.ClientAuthentication) bool {
+	opts := c.GetOpts()
+	if c.Kind() != server.CLIENT || opts == nil {
+		return false
+	}
+	log := a.log.With("remote", fmt.Sprint(c.RemoteAddress()), "name", opts.Name)
+	tok := opts.Token
+	if subtle.ConstantTimeCompare([]byte(tok), []byte(a.auth.Coordinator)) == 1 {
+		c.RegisterUser(&server.User{Username: "fleet-coordinator"})
+		return true
+	}
+	if tok == "" || a.auth.Grant == nil {
+		log.Warn("nats connection refused: no token")
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), GrantTimeout)
+	defer cancel()
+	g, err := a.auth.Grant(ctx, tok)
+	if err != nil {
+		log.Warn("nats connection refused: token not accepted", "err", err)
+		return false
+	}
+	// Non-nil, empty lists: a grant that names nothing allows nothing.
+	c.RegisterUser(&server.User{Username: g.Name, Permissions: &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: append([]string{}, g.Publish...)},
+		Subscribe: &server.SubjectPermission{Allow: append([]string{}, g.Subscribe...)},
+	}})
+	log.Debug("nats connection admitted", "user", g.Name)
+	return true
+}
