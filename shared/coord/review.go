@@ -35,8 +35,8 @@ func deliverForReview(j *fleet.Job, head string) {
 // what the gate has.
 type ReviewRequest struct {
 	// Actor is fleet.ActorFactory (the holder, fenced by LeaseEpoch: the
-	// job is delivered for review) or fleet.ActorOperator (the job is in
-	// review already).
+	// job is delivered for review; it may send only Head) or
+	// fleet.ActorOperator (the job is in review already).
 	Actor      fleet.Actor
 	ActorID    string
 	LeaseEpoch *int64
@@ -45,11 +45,22 @@ type ReviewRequest struct {
 	Head       *string
 }
 
-// RequestReview asks for a review: it sets the gate's reviewers, quorum
-// and head (a new head clears the votes). From the holder it delivers the
-// building job for review; from an operator it changes the gate of a job
-// in review, which passes it at once if the votes already make the quorum.
+// RequestReview asks for a review: it sets the gate's head (a new head
+// clears the votes) and, from an operator, its reviewers and quorum. From
+// the holder it delivers the building job for review; from an operator it
+// changes the gate of a job in review, which passes it at once if the votes
+// already make the quorum. The gate never drops below the manifest's: the
+// holder, the party under review, may not touch reviewers or quorum, and an
+// operator may add reviewers or raise the quorum only (403 otherwise).
 func (c *Coordinator) RequestReview(ctx context.Context, productID, jobID string, req ReviewRequest) (*fleet.Job, error) {
+	if req.Actor == fleet.ActorFactory {
+		switch {
+		case req.Reviewers != nil:
+			return nil, holderMayNot("reviewers")
+		case req.Quorum != nil:
+			return nil, holderMayNot("quorum")
+		}
+	}
 	if req.Head != nil {
 		if err := validateHead("head", *req.Head); err != nil {
 			return nil, err
@@ -81,6 +92,13 @@ func (c *Coordinator) RequestReview(ctx context.Context, productID, jobID string
 		if gate == nil {
 			gate = &fleet.Review{}
 		}
+		if req.Reviewers != nil || req.Quorum != nil {
+			// Only an operator gets here (the holder was refused above).
+			// Until the first change the gate is the manifest's.
+			if gate.Minimum == nil {
+				gate.Minimum = &fleet.Gate{Reviewers: slices.Clone(gate.Reviewers), Quorum: max(gate.Quorum, 1)}
+			}
+		}
 		if req.Reviewers != nil {
 			gate.Reviewers = req.Reviewers
 			if req.Quorum == nil {
@@ -92,6 +110,9 @@ func (c *Coordinator) RequestReview(ctx context.Context, productID, jobID string
 		}
 		if err := gate.ValidateGate("review"); err != nil {
 			return reviewField(err)
+		}
+		if err := checkMinimum(gate); err != nil {
+			return err
 		}
 		head := gate.Head
 		switch {
@@ -226,6 +247,33 @@ func (c *Coordinator) Vote(ctx context.Context, productID, jobID string, req Vot
 		return nil, err
 	}
 	return after, nil
+}
+
+// holderMayNot refuses a holder's change of the gate it is reviewed by.
+func holderMayNot(field string) error {
+	return &fleet.Error{Code: fleet.CodeForbidden, Field: field, Message: "the holder may send only leaseEpoch and head: " +
+		"the party under review cannot change its own gate's " + field + " (an operator may add reviewers or raise the quorum)"}
+}
+
+// checkMinimum refuses a gate below its minimum (the manifest's): every
+// reviewer listed there must stay listed, and the quorum may not drop. A
+// list where the manifest had none (any operator) only narrows who votes.
+func checkMinimum(gate *fleet.Review) error {
+	m := gate.Minimum
+	if m == nil {
+		return nil
+	}
+	for _, rv := range m.Reviewers {
+		if !slices.Contains(gate.Reviewers, rv) {
+			return &fleet.Error{Code: fleet.CodeForbidden, Field: "reviewers", Message: fmt.Sprintf(
+				"%s is a reviewer the manifest set (%v): reviewers may be added, never removed", rv, m.Reviewers)}
+		}
+	}
+	if gate.Quorum < m.Quorum {
+		return &fleet.Error{Code: fleet.CodeForbidden, Field: "quorum", Message: fmt.Sprintf(
+			"quorum %d is below the manifest's %d: the quorum may be raised, never lowered", gate.Quorum, m.Quorum)}
+	}
+	return nil
 }
 
 func validateHead(field, head string) error {

@@ -156,16 +156,104 @@ func TestReviewRequest(t *testing.T) {
 	require.Empty(t, got.Review.Votes, "a new head clears the votes")
 	_, err = e.vote(j.ID, "alice", true, head2, "")
 	require.NoError(t, err)
-	got, err = e.c.RequestReview(e.ctx, prod, j.ID, coord.ReviewRequest{Actor: fleet.ActorOperator, ActorID: "op", Quorum: ptr(1)})
+	got, err = e.c.RequestReview(e.ctx, prod, j.ID, coord.ReviewRequest{Actor: fleet.ActorOperator, ActorID: "op",
+		Reviewers: []string{"alice", "bob", "carol", "dave"}, Quorum: ptr(2)})
 	require.NoError(t, err)
-	require.Equal(t, fleet.StageTesting, got.Stage, "the votes meet the lowered quorum")
+	require.Equal(t, fleet.StageReview, got.Stage)
+	require.Equal(t, 1, got.Review.Approvals, "adding a reviewer keeps the votes on the same head")
+	require.Equal(t, []string{"bob", "carol", "dave"}, got.Review.Awaiting)
 	evs := e.events(j.ID)
 	require.Equal(t, fleet.EventReviewRequested, evs[len(evs)-1].Type)
+	got, err = e.vote(j.ID, "dave", true, head2, "")
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageTesting, got.Stage, "the added reviewer's approval counts")
 
-	_, err = e.c.RequestReview(e.ctx, prod, j.ID, coord.ReviewRequest{Actor: fleet.ActorOperator, ActorID: "op", Quorum: ptr(1)})
+	_, err = e.c.RequestReview(e.ctx, prod, j.ID, coord.ReviewRequest{Actor: fleet.ActorOperator, ActorID: "op", Quorum: ptr(3)})
 	requireCode(t, err, fleet.CodeConflict, "")
 	_, err = e.c.RequestReview(e.ctx, prod, j.ID, coord.ReviewRequest{Actor: fleet.ActorOperator, ActorID: "op", Reviewers: []string{"a", "a"}})
 	requireCode(t, err, fleet.CodeInvalid, "reviewers[1]")
+}
+
+// TestReviewGateCannotBeWeakened: the holder of a gated job (alice, bob,
+// carol; quorum 2) may not change reviewers or quorum at all; an operator
+// may add reviewers or raise the quorum but never drop a reviewer of the
+// manifest or go below its quorum (403 naming the field), and never ask for
+// more approvals than there are reviewers (400). A refused request changes
+// nothing, and the holder's attempt (reviewers [opa], quorum 1) leaves the
+// gate needing two of the manifest's reviewers.
+func TestReviewGateCannotBeWeakened(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.factory("f1")
+	j := e.submit(gate3)
+	cl := e.claim("f1")
+	_, err := e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
+	require.NoError(t, err)
+	head := "aq/job/" + j.ID + "@1"
+	holder := func(reviewers []string, quorum *int) coord.ReviewRequest {
+		return coord.ReviewRequest{Actor: fleet.ActorFactory, ActorID: "f1", LeaseEpoch: ptr(cl.LeaseEpoch), Head: &head, Reviewers: reviewers, Quorum: quorum}
+	}
+	operator := func(reviewers []string, quorum *int) coord.ReviewRequest {
+		return coord.ReviewRequest{Actor: fleet.ActorOperator, ActorID: "op", Reviewers: reviewers, Quorum: quorum}
+	}
+	refuse := func(req coord.ReviewRequest, code fleet.Code, field string) {
+		t.Helper()
+		before := e.rawJob(j.ID)
+		_, err := e.c.RequestReview(e.ctx, prod, j.ID, req)
+		requireCode(t, err, code, field)
+		require.Equal(t, before, e.rawJob(j.ID), "a refused request changes nothing")
+	}
+
+	// The holder, while building: only its head.
+	refuse(holder([]string{"opa"}, ptr(1)), fleet.CodeForbidden, "reviewers")
+	refuse(holder(nil, ptr(1)), fleet.CodeForbidden, "quorum")
+	refuse(holder([]string{"alice", "bob", "carol"}, nil), fleet.CodeForbidden, "reviewers")
+	refuse(holder(nil, ptr(3)), fleet.CodeForbidden, "quorum")
+	got, err := e.c.RequestReview(e.ctx, prod, j.ID, holder(nil, nil))
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageReview, got.Stage)
+	require.Equal(t, []string{"alice", "bob", "carol"}, got.Review.Reviewers)
+	require.Equal(t, 2, got.Review.Quorum)
+	_, err = e.vote(j.ID, "opa", true, head, "")
+	requireCode(t, err, fleet.CodeForbidden, "")
+	got, err = e.vote(j.ID, "alice", true, head, "")
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageReview, got.Stage, "one approval is not the manifest's quorum")
+
+	// An operator, while in review: never below the manifest.
+	for _, tc := range []struct {
+		name      string
+		reviewers []string
+		quorum    *int
+		code      fleet.Code
+		field     string
+	}{
+		{"replace the reviewers", []string{"opa"}, ptr(1), fleet.CodeForbidden, "reviewers"},
+		{"drop a reviewer", []string{"alice", "bob"}, nil, fleet.CodeForbidden, "reviewers"},
+		{"any operator instead of the list", []string{}, nil, fleet.CodeForbidden, "reviewers"},
+		{"lower the quorum", nil, ptr(1), fleet.CodeForbidden, "quorum"},
+		{"add a reviewer, lower the quorum", []string{"alice", "bob", "carol", "dave"}, ptr(1), fleet.CodeForbidden, "quorum"},
+		{"quorum above the reviewers", nil, ptr(4), fleet.CodeInvalid, "quorum"},
+		{"quorum above the new reviewers", []string{"alice", "bob", "carol", "dave"}, ptr(5), fleet.CodeInvalid, "quorum"},
+		{"quorum zero", nil, ptr(0), fleet.CodeInvalid, "quorum"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { refuse(operator(tc.reviewers, tc.quorum), tc.code, tc.field) })
+	}
+	got, err = e.c.RequestReview(e.ctx, prod, j.ID, operator([]string{"alice", "bob", "carol", "dave"}, ptr(3)))
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageReview, got.Stage)
+	require.Equal(t, &fleet.Gate{Reviewers: []string{"alice", "bob", "carol"}, Quorum: 2}, got.Review.Minimum,
+		"the manifest's gate is kept as the minimum")
+	// Back down to the manifest is allowed; below it is not, whatever the
+	// gate is now.
+	got, err = e.c.RequestReview(e.ctx, prod, j.ID, operator(nil, ptr(2)))
+	require.NoError(t, err)
+	require.Equal(t, 2, got.Review.Quorum)
+	refuse(operator([]string{"alice", "bob", "dave"}, ptr(2)), fleet.CodeForbidden, "reviewers")
+	refuse(operator(nil, ptr(1)), fleet.CodeForbidden, "quorum")
+	got, err = e.vote(j.ID, "dave", true, head, "")
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageTesting, got.Stage, "two of the (widened) reviewers")
 }
 
 // TestGatedDeliveryNeedsHead: a gated job is delivered for review with a

@@ -59,6 +59,16 @@ type Review struct {
 	// Feedback is the comment of the rejection that sent the job back to
 	// the queue, for the next attempt's engine.
 	Feedback string `json:"feedback,omitempty"`
+	// Minimum is the gate as the manifest set it, recorded when an
+	// operator first changes the gate: a change may add reviewers or
+	// raise the quorum, never go below it. Nil while unchanged.
+	Minimum *Gate `json:"minimum,omitempty"`
+}
+
+// Gate is a review gate's reviewers and quorum.
+type Gate struct {
+	Reviewers []string `json:"reviewers,omitempty"`
+	Quorum    int      `json:"quorum"`
 }
 
 // Clone returns a deep copy of r (nil for nil).
@@ -70,6 +80,9 @@ func (r *Review) Clone() *Review {
 	c.Reviewers = slices.Clone(r.Reviewers)
 	c.Votes = slices.Clone(r.Votes)
 	c.Awaiting = slices.Clone(r.Awaiting)
+	if r.Minimum != nil {
+		c.Minimum = &Gate{Reviewers: slices.Clone(r.Minimum.Reviewers), Quorum: r.Minimum.Quorum}
+	}
 	return &c
 }
 

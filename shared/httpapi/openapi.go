@@ -338,12 +338,16 @@ func operations() []operation {
 			params:      []obj{jobID}, ok: map[string]obj{"200": respond("The DAG.", ref("DAG"))},
 			errors: []string{"400", "404"}},
 		{method: "POST", path: "/fleet/jobs/{id}/review/request", access: anyPrincipal, summary: "Request a review",
-			description: "Sets the review gate's reviewers, quorum and head; a new head clears the votes. The holder (fenced by leaseEpoch) " +
-				"delivers its building job for review; an operator changes the gate of a job in review, which passes to testing at once " +
-				"when the votes already make the quorum.",
+			description: "Sets the review gate's head (a new head clears the votes) and, from an operator, its reviewers and quorum. " +
+				"The holder (fenced by leaseEpoch) delivers its building job for review and may send only leaseEpoch and head: " +
+				"reviewers or quorum from it are 403 forbidden naming the field (the party under review cannot change its own gate). " +
+				"An operator changes the gate of a job in review, which passes to testing at once when the votes already make the quorum; " +
+				"it may add reviewers or raise the quorum, never drop a reviewer the manifest listed or go below its quorum " +
+				"(403 forbidden, field reviewers or quorum; the manifest's gate is kept as review.minimum). " +
+				"A quorum above the number of reviewers is 400.",
 			params: []obj{jobID}, body: jsonBody(ref("ReviewRequest")),
 			ok:     map[string]obj{"200": respond("The job.", ref("Job"))},
-			errors: []string{"400", "404", "409", "413"}},
+			errors: []string{"400", "403", "404", "409", "413"}},
 		{method: "POST", path: "/fleet/jobs/{id}/review", access: operatorOnly, summary: "Vote on a job in review",
 			description: "The voter is the operator token's name (name:token in FLEET_OPERATOR_TOKEN); when the gate lists reviewers it must be " +
 				"one of them (403 otherwise). A vote on another head than review.head is 409 conflict. A reviewer's later vote on the same head " +
@@ -770,6 +774,9 @@ func schemas() obj {
 			"approvals": integer("Distinct reviewers approving head."),
 			"awaiting":  stringList("Listed reviewers who have not voted on head."),
 			"feedback":  str("The comment of the rejection that sent the job back, for its next attempt."),
+			"minimum": describe(object([]string{"quorum"}, obj{"reviewers": stringList(""), "quorum": integer("")}),
+				"The gate as the manifest set it, recorded when an operator first changes the gate: a change may add reviewers "+
+					"or raise the quorum, never go below it."),
 		}),
 		"WaitItem": object([]string{"id", "stage"}, obj{"id": name(""), "stage": ref("Stage")}),
 		"DAG": object([]string{"rootId", "nodes", "edges", "counts"}, obj{
@@ -927,8 +934,8 @@ func schemas() obj {
 		}),
 		"ReviewRequest": request(nil, obj{
 			"leaseEpoch": integer("The holder's epoch: required from a factory, refused from an operator."),
-			"reviewers":  boundedList("Replaces the reviewers (operator names).", fleet.MaxReviewers),
-			"quorum":     describe(obj{"type": "integer", "minimum": 1}, "Approvals needed; without it a new reviewers list needs all of them."),
+			"reviewers":  boundedList("Operator only: replaces the reviewers (operator names); every reviewer of the manifest must stay.", fleet.MaxReviewers),
+			"quorum":     describe(obj{"type": "integer", "minimum": 1}, "Operator only: approvals needed, at least the manifest's; without it a new reviewers list needs all of them."),
 			"head":       describe(obj{"type": "string", "maxLength": 1024}, "The checkpoint to review; a new head clears the votes. The holder's default is its checkpoint."),
 		}),
 		"VoteRequest": request([]string{"approve", "head"}, obj{
