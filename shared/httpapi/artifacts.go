@@ -49,7 +49,7 @@ func (s *server) uploadArtifact(w http.ResponseWriter, r *http.Request, p *princ
 }
 
 func (s *server) listArtifacts(w http.ResponseWriter, r *http.Request, p *principal) error {
-	id, product, err := s.pathJob(r, p)
+	id, product, err := s.pathHeldJob(r, p)
 	if err != nil {
 		return err
 	}
@@ -60,7 +60,8 @@ func (s *server) listArtifacts(w http.ResponseWriter, r *http.Request, p *princi
 	return writeJSON(w, http.StatusOK, items[fleet.Artifact]{Items: list})
 }
 
-// artifact reads the artifact {id} names, within p's scope.
+// artifact reads the artifact {id} names, within p's scope; a factory
+// only an artifact of a job it holds.
 func (s *server) artifact(r *http.Request, p *principal) (*fleet.Artifact, error) {
 	id, err := pathName(r, "id")
 	if err != nil {
@@ -72,6 +73,9 @@ func (s *server) artifact(r *http.Request, p *principal) (*fleet.Artifact, error
 	}
 	if !p.allows(a.ProductID) {
 		return nil, forbidden("artifact %s belongs to a product outside this token's scope", id)
+	}
+	if err := s.holderRead(r, p, a.ProductID, a.JobID); err != nil {
+		return nil, err
 	}
 	return a, nil
 }

@@ -13,13 +13,15 @@ import (
 // authzWorld is the state every authz case runs against: products p1 and
 // other; f1 (p1) holding job held at epoch 1; job queued in p1; f2 (p1)
 // whose token is revoked; fo serving only other; fo2 serving other and p3.
+// TestAuthzMatrix adds f3 (p1), holding nothing, for the routes a factory
+// may use only for a job it holds.
 type authzWorld struct {
-	f                              *fixture
-	f1, revoked, foreign, foreign2 string // factory tokens
-	held, queued                   string // job ids in p1
-	heldEpoch                      int64
-	artifact                       string // an operator's artifact of held
-	tracked                        string // a job of p1 ingested from a tracker item
+	f                                         *fixture
+	f1, revoked, bystander, foreign, foreign2 string // factory tokens
+	held, queued                              string // job ids in p1
+	heldEpoch                                 int64
+	artifact                                  string // an operator's artifact of held
+	tracked                                   string // a job of p1 ingested from a tracker item
 }
 
 func newAuthzWorld(t testing.TB) *authzWorld {
@@ -60,6 +62,9 @@ type authzRequest struct {
 	// scope says what the request names that belongs to p1, so that a
 	// principal of other products is refused even without x-product-id.
 	scope scope
+	// heldOnly: a factory of p1 may make it only for a job it holds
+	// (API.md, Auth), so f3 is refused.
+	heldOnly bool
 }
 
 type scope int
@@ -89,16 +94,16 @@ func authzRequests(w *authzWorld) map[string]authzRequest {
 			token: operator, want: 200, scope: scopeJob},
 		"POST /api/fleet/jobs/{id}/lease/renew":   {path: held + "/lease/renew", body: lease, token: factoryF1, want: 200, scope: scopeJob},
 		"POST /api/fleet/jobs/{id}/lease/release": {path: held + "/lease/release", body: lease, token: factoryF1, want: 200, scope: scopeJob},
-		"GET /api/fleet/jobs/{id}/runs":           {path: held + "/runs", token: operator, want: 200, scope: scopeJob},
-		"GET /api/fleet/jobs/{id}/events":         {path: held + "/events", token: factoryF1, want: 200, scope: scopeJob},
-		"GET /api/fleet/jobs/{id}/explain":        {path: held + "/explain", token: operator, want: 200, scope: scopeJob},
+		"GET /api/fleet/jobs/{id}/runs":           {path: held + "/runs", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
+		"GET /api/fleet/jobs/{id}/events":         {path: held + "/events", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
+		"GET /api/fleet/jobs/{id}/explain":        {path: held + "/explain", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
 		"GET /api/fleet/jobs/{id}/events/stream":  {path: held + "/events/stream", token: factoryF1, want: 200, scope: scopeJob},
 		"GET /api/fleet/events/stream":            {path: "/api/fleet/events/stream", token: operator, want: 200},
 		"GET /api/fleet/events":                   {path: "/api/fleet/events", token: operator, want: 200},
 		"POST /api/fleet/claim":                   {path: "/api/fleet/claim", token: factoryF1, want: 200},
 		"POST /api/fleet/jobs/{id}/children": {path: queued + "/children", body: map[string]any{"children": []string{manifest("r1")}},
 			token: operator, want: 201, scope: scopeJob},
-		"GET /api/fleet/jobs/{id}/dag": {path: held + "/dag", token: factoryF1, want: 200, scope: scopeJob},
+		"GET /api/fleet/jobs/{id}/dag": {path: held + "/dag", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
 		// The holder may request a review of its job, but not of one it
 		// has not started building: 409 once through authorisation.
 		"POST /api/fleet/jobs/{id}/review/request": {path: held + "/review/request", body: map[string]any{"leaseEpoch": w.heldEpoch, "head": "aq/job/x@1"}, token: factoryF1, want: 409, scope: scopeJob},
@@ -107,9 +112,9 @@ func authzRequests(w *authzWorld) map[string]authzRequest {
 			token: operator, want: 409, scope: scopeJob},
 		"POST /api/fleet/jobs/{id}/artifacts": {path: held + "/artifacts?name=output.log&kind=log&leaseEpoch=" + strconv.FormatInt(w.heldEpoch, 10),
 			body: "engine output\n", contentType: "text/plain", token: factoryF1, want: 201, scope: scopeJob},
-		"GET /api/fleet/jobs/{id}/artifacts":    {path: held + "/artifacts", token: factoryF1, want: 200, scope: scopeJob},
-		"GET /api/fleet/artifacts/{id}":         {path: "/api/fleet/artifacts/" + w.artifact, token: factoryF1, want: 200, scope: scopeJob},
-		"GET /api/fleet/artifacts/{id}/content": {path: "/api/fleet/artifacts/" + w.artifact + "/content", token: operator, want: 200, scope: scopeJob},
+		"GET /api/fleet/jobs/{id}/artifacts":    {path: held + "/artifacts", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
+		"GET /api/fleet/artifacts/{id}":         {path: "/api/fleet/artifacts/" + w.artifact, token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
+		"GET /api/fleet/artifacts/{id}/content": {path: "/api/fleet/artifacts/" + w.artifact + "/content", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
 		"DELETE /api/fleet/artifacts/{id}":      {path: "/api/fleet/artifacts/" + w.artifact, token: operator, want: 204, scope: scopeJob},
 		"POST /api/fleet/accept": {path: "/api/fleet/accept", body: map[string]any{"jobId": w.queued, "dispatchEpoch": 0},
 			token: factoryF1, want: http.StatusConflict, scope: scopeJob}, // never dispatched to f1
@@ -180,6 +185,11 @@ func denials(w *authzWorld, rt route, req authzRequest) []denial {
 	case operatorOrSelf:
 		d = append(d, denial{name: "factory acting on another factory", token: w.foreign, want: 403})
 	}
+	if req.heldOnly {
+		d = append(d,
+			denial{name: "factory of the product not holding the job", token: w.bystander, product: "p1", want: 403},
+			denial{name: "factory of the product not holding the job, no header", token: w.bystander, want: 403})
+	}
 	admitsOperators := rt.access != factoryOnly
 	admitsFactories := rt.access == factoryOnly || rt.access == anyPrincipal
 	switch req.scope {
@@ -213,6 +223,10 @@ func TestAuthzMatrix(t *testing.T) {
 			w := newAuthzWorld(t)
 			req, ok := authzRequests(w)[key]
 			require.True(t, ok, "route %s has no authz case: add one to authzRequests", key)
+			if req.heldOnly {
+				// Its only repo is one no job names: it never gets one.
+				w.bystander = w.f.enroll("f3", []string{"p1"}, "r9")
+			}
 			ct := req.contentType
 			if ct == "" {
 				ct = "application/json"

@@ -104,7 +104,7 @@ func prefixed(prefix string, err error) error {
 }
 
 func (s *server) jobDAG(w http.ResponseWriter, r *http.Request, p *principal) error {
-	id, product, err := s.pathJob(r, p)
+	id, product, err := s.pathHeldJob(r, p)
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,8 @@ func TestChildrenAndDAG(t *testing.T) {
 	require.Equal(t, kids.Items[1].ID, again.Items[1].ID)
 
 	var dag coord.DAG
-	f.ok(200, &dag, "GET", "/api/fleet/jobs/"+kids.Items[1].ID+"/dag", tok, nil)
+	require.Equal(t, 403, f.call("GET", "/api/fleet/jobs/"+kids.Items[1].ID+"/dag", tok, nil).status, "a factory reads the DAG only of a job it holds")
+	f.ok(200, &dag, "GET", "/api/fleet/jobs/"+kids.Items[1].ID+"/dag", rootToken, nil)
 	require.Equal(t, parent.ID, dag.RootID)
 	require.Len(t, dag.Nodes, 3)
 	require.Equal(t, map[fleet.Stage]int{fleet.StageBlocked: 2, fleet.StageQueued: 1}, dag.Counts)

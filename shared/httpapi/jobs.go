@@ -80,6 +80,37 @@ func (s *server) pathJob(r *http.Request, p *principal) (id, product string, err
 	return id, product, err
 }
 
+// pathHeldJob is pathJob for the reads a factory may make only of a job it
+// holds now (holderRead).
+func (s *server) pathHeldJob(r *http.Request, p *principal) (id, product string, err error) {
+	if id, product, err = s.pathJob(r, p); err != nil {
+		return "", "", err
+	}
+	return id, product, s.holderRead(r, p, product, id)
+}
+
+// holderRead is the rule of API.md "Auth" for a factory's reads: the runs,
+// events, explanation, DAG and artifacts of a job only while it holds the
+// job (they are another run's work otherwise, possibly another factory's).
+// The job document itself stays readable in its products: the factory
+// asks about jobs it no longer holds (whether a branch's job is over, and
+// whether a lost answer was applied). A job it does not hold is 403
+// forbidden, as for any token acting outside what it covers; an operator
+// is bound by its product scope alone.
+func (s *server) holderRead(r *http.Request, p *principal, product, id string) error {
+	if !p.isFactory() {
+		return nil
+	}
+	j, err := s.coord.GetJob(r.Context(), product, id)
+	if err != nil {
+		return err
+	}
+	if j.HolderFactoryID != p.id {
+		return forbidden("job %s is not held by factory %s: a factory reads the runs, events, artifacts, explanation and DAG only of the jobs it holds", id, p.id)
+	}
+	return nil
+}
+
 // jobProduct finds the product of job id on p's behalf, in the order
 // x-product-id, the product the body names (hint), p's only product, and
 // last a lookup of the job across products, whose product must then be in
@@ -280,7 +311,7 @@ func (s *server) actOnJob(w http.ResponseWriter, r *http.Request, p *principal) 
 }
 
 func (s *server) jobRuns(w http.ResponseWriter, r *http.Request, p *principal) error {
-	id, product, err := s.pathJob(r, p)
+	id, product, err := s.pathHeldJob(r, p)
 	if err != nil {
 		return err
 	}
@@ -311,6 +342,9 @@ func (s *server) jobEvents(w http.ResponseWriter, r *http.Request, p *principal)
 	}
 	product, err := s.jobProduct(r, p, id, "")
 	if err != nil {
+		return err
+	}
+	if err := s.holderRead(r, p, product, id); err != nil {
 		return err
 	}
 	ctx := r.Context()
@@ -345,7 +379,7 @@ func (s *server) jobEvents(w http.ResponseWriter, r *http.Request, p *principal)
 }
 
 func (s *server) explainJob(w http.ResponseWriter, r *http.Request, p *principal) error {
-	id, product, err := s.pathJob(r, p)
+	id, product, err := s.pathHeldJob(r, p)
 	if err != nil {
 		return err
 	}

@@ -73,9 +73,11 @@ func TestLifecycle(t *testing.T) {
 	f.ok(200, &got, "GET", "/api/fleet/jobs/"+j.ID, rootToken, nil)
 	require.Equal(t, fleet.StageShipped, got.Stage)
 	f.ok(200, &got, "GET", "/api/fleet/jobs/"+j.ID, er.Token, nil)
+	// The factory no longer holds it: the job yes, its events no.
+	require.Equal(t, 403, f.call("GET", "/api/fleet/jobs/"+j.ID+"/events", er.Token, nil).status)
 
 	var events items[fleet.Event]
-	f.ok(200, &events, "GET", "/api/fleet/jobs/"+j.ID+"/events", er.Token, nil)
+	f.ok(200, &events, "GET", "/api/fleet/jobs/"+j.ID+"/events", rootToken, nil)
 	var types []string
 	for _, e := range events.Items {
 		types = append(types, string(e.Type))
