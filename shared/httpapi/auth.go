@@ -3,6 +3,7 @@ package httpapi
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -145,6 +146,9 @@ type principal struct {
 	products []string
 	// token is the factory's token; nil for operators.
 	token *fleet.Token
+	// capKey names the principal for the stream caps: the factory, or the
+	// operator token (two tokens under one name are two principals).
+	capKey string
 }
 
 func (p *principal) String() string { return string(p.kind) + ":" + p.id }
@@ -252,7 +256,8 @@ func (s *server) authenticate(r *http.Request) (*principal, error) {
 		return nil, unauthenticated("malformed Authorization header; send Authorization: Bearer <token>")
 	}
 	if k := s.operator(token); k != nil {
-		return &principal{kind: fleet.PrincipalOperator, id: k.name, products: k.products}, nil
+		return &principal{kind: fleet.PrincipalOperator, id: k.name, products: k.products,
+			capKey: "operator:" + k.name + ":" + hex.EncodeToString(k.sum[:6])}, nil
 	}
 	if !strings.HasPrefix(token, coord.FactoryTokenPrefix) {
 		return nil, errBadToken
@@ -264,7 +269,8 @@ func (s *server) authenticate(r *http.Request) (*principal, error) {
 		}
 		return nil, err
 	}
-	return &principal{kind: fleet.PrincipalFactory, id: tok.FactoryID, products: tok.Products, token: tok}, nil
+	return &principal{kind: fleet.PrincipalFactory, id: tok.FactoryID, products: tok.Products, token: tok,
+		capKey: "factory:" + tok.FactoryID}, nil
 }
 
 // errBadToken is the one answer for unknown and revoked tokens alike.

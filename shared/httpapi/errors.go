@@ -106,7 +106,9 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case fleet.CodeUnauthenticated:
 		h.Set("WWW-Authenticate", `Bearer realm="fleet"`)
 	case fleet.CodeThrottled:
-		h.Set("Retry-After", strconv.Itoa(retryAfterThrottled))
+		if h.Get("Retry-After") == "" { // a stream cap sets its own
+			h.Set("Retry-After", strconv.Itoa(retryAfterThrottled))
+		}
 	case fleet.CodeUnavailable:
 		h.Set("Retry-After", strconv.Itoa(retryAfterUnavailable))
 	}

@@ -96,6 +96,11 @@ type Config struct {
 	// sent an event, so a client reconnecting with Last-Event-ID long-polls
 	// instead of waiting on a stream that never flushes.
 	Buffered bool
+	// MaxStreamsPerPrincipal and MaxStreams cap the streams and long polls
+	// open at once per principal and in the process (streamcap.go); 0
+	// means DefaultMaxStreamsPerPrincipal and DefaultMaxStreams.
+	MaxStreamsPerPrincipal int
+	MaxStreams             int
 }
 
 // DefaultMaxBodyBytes is the default body cap: the largest manifest.
@@ -120,6 +125,7 @@ type server struct {
 	keepAlive time.Duration
 	maxStream time.Duration
 	buffered  bool
+	caps      *streamCaps
 }
 
 // New builds the API handler over c.
@@ -141,6 +147,7 @@ func New(c *coord.Coordinator, cfg Config) http.Handler {
 	if s.maxStream <= 0 {
 		s.maxStream = DefaultMaxStream
 	}
+	s.caps = newStreamCaps(cfg.MaxStreamsPerPrincipal, cfg.MaxStreams)
 	s.mux = http.NewServeMux()
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.pattern, s.endpoint(rt))
@@ -229,6 +236,13 @@ func (s *server) endpoint(rt route) http.Handler {
 		p, err := s.authorize(r, rt.access)
 		if err == nil {
 			_, err = query(r, rt.query...)
+		}
+		if err == nil && p != nil && rt.long.counts(r) {
+			// Before the handler reads or subscribes to anything.
+			var release func()
+			if release, err = s.caps.acquire(w, p.capKey); err == nil {
+				defer release()
+			}
 		}
 		if err == nil {
 			err = rt.handle(s, w, r, p)

@@ -272,7 +272,8 @@ func operations() []operation {
 				queryParam("after", "Only events with a greater seq.", obj{"type": "integer", "minimum": 0, "default": 0}),
 				queryParam("limit", "At most this many.", obj{"type": "integer", "minimum": 1, "maximum": maxEventPage, "default": maxEventPage}),
 				queryParam("wait", "Long poll: when no event follows after, wait up to this long (a duration such as 30s, at most 60s) "+
-					"for one before answering. The equivalent of the stream for clients behind a proxy that buffers responses.",
+					"for one before answering. The equivalent of the stream for clients behind a proxy that buffers responses. "+
+					"A wait above zero counts against the stream caps (429 throttled past them).",
 					obj{"type": "string", "default": "0s"}),
 			},
 			ok:     map[string]obj{"200": respond("The events.", listOf("Event"))},
@@ -281,8 +282,10 @@ func operations() []operation {
 			description: "text/event-stream. Each event is `id: <seq>`, `event: <type>`, `data: <Event JSON>`. " +
 				"Resume with the Last-Event-ID header (what EventSource sends) or after=<seq>: the events after it are replayed first, then live ones follow. " +
 				"A `: keep-alive` comment every 15 s keeps it open. The stream ends after the event that takes the job to a terminal stage " +
-				"(shipped, failed, dead_letter, cancelled), and after 4 minutes in any case (reconnect with the last id: nothing is missed). " +
-				"A bad Last-Event-ID or after is 400 naming it.",
+				"(shipped, failed, dead_letter, cancelled), and after 200 s in any case, under the Azure front end's 230 s (reconnect with the last id: nothing is missed). " +
+				"Behind a front door that buffers (the Lambda shape, or the Functions host forwarding instead of proxying: User-Agent Azure-Functions-Host/…) it ends as soon as it has sent events, at most 500 at a time, or after 60 s with nothing: a long poll. " +
+				"A factory token may stream only a job it holds now (403 forbidden otherwise). A bad Last-Event-ID or after is 400 naming it." +
+				" Counts against the stream caps (FLEET_MAX_STREAMS_PER_PRINCIPAL per token, FLEET_MAX_STREAMS per process): past either, 429 throttled with Retry-After, before anything is read.",
 			params: []obj{jobID,
 				queryParam("after", "Resume after this seq (Last-Event-ID wins when both are sent).", obj{"type": "integer", "minimum": 0}),
 				{"name": headerLastEventID, "in": "header", "required": false, "schema": obj{"type": "string"}, "description": "The seq to resume after."},
@@ -300,7 +303,8 @@ func operations() []operation {
 				"With wait, an answer that would be empty waits up to that long for a change. Needs a product: x-product-id, or a token scoped to one.",
 			params: []obj{
 				queryParam("after", "The position of the previous answer (or an id of the stream).", obj{"type": "string"}),
-				queryParam("wait", "Wait up to this long (a duration such as 30s, at most 60s) when nothing changed.", obj{"type": "string", "default": "0s"}),
+				queryParam("wait", "Wait up to this long (a duration such as 30s, at most 60s) when nothing changed. "+
+					"A wait above zero counts against the stream caps (429 throttled past them).", obj{"type": "string", "default": "0s"}),
 			},
 			ok: map[string]obj{"200": respond("The changes and the position after them.", object([]string{"items", "position"}, obj{
 				"items": arrayOf(object([]string{"id", "type", "data"}, obj{
@@ -314,8 +318,10 @@ func operations() []operation {
 				"and of its factories (`event: factory`, data the Factory). Needs a product: x-product-id, or a token scoped to one. " +
 				"Ids are opaque positions in the store's change feeds; a block with only an id (no data) moves the client's position without an event. " +
 				"Resume with Last-Event-ID or after=<id>: what changed since is replayed first. A resumed client misses nothing and may see a change twice " +
-				"(de-duplicate job events by data.id). Keep-alive comments every 15 s; the stream ends after 4 minutes (reconnect with the last id). " +
-				"A bad Last-Event-ID or after is 400 naming it.",
+				"(de-duplicate job events by data.id). Keep-alive comments every 15 s; the stream ends after 200 s (reconnect with the last id). " +
+				"Behind a front door that buffers it ends as soon as it has sent changes, or after 60 s with nothing. " +
+				"A bad Last-Event-ID or after is 400 naming it." +
+				" Counts against the stream caps (FLEET_MAX_STREAMS_PER_PRINCIPAL per token, FLEET_MAX_STREAMS per process): past either, 429 throttled with Retry-After, before anything is read.",
 			params: []obj{
 				queryParam("after", "Resume after this id (Last-Event-ID wins when both are sent).", obj{"type": "string"}),
 				{"name": headerLastEventID, "in": "header", "required": false, "schema": obj{"type": "string"}, "description": "The id to resume after."},

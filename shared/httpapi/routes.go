@@ -7,7 +7,9 @@ type route struct {
 	pattern string // a net/http ServeMux pattern path, under /api
 	access  access
 	// query lists the query parameters the route takes; any other is 400.
-	query  []string
+	query []string
+	// long says which of its requests count against the stream caps.
+	long   longLived
 	handle handlerFunc
 }
 
@@ -27,10 +29,10 @@ var routes = []route{
 	{method: "POST", pattern: "/api/fleet/jobs/{id}/lease/renew", access: factoryOnly, handle: (*server).renewLease},
 	{method: "POST", pattern: "/api/fleet/jobs/{id}/lease/release", access: factoryOnly, handle: (*server).releaseLease},
 	{method: "GET", pattern: "/api/fleet/jobs/{id}/runs", access: anyPrincipal, handle: (*server).jobRuns},
-	{method: "GET", pattern: "/api/fleet/jobs/{id}/events", access: anyPrincipal, query: []string{"after", "limit", "wait"}, handle: (*server).jobEvents},
-	{method: "GET", pattern: "/api/fleet/jobs/{id}/events/stream", access: anyPrincipal, query: []string{"after"}, handle: (*server).jobEventStream},
-	{method: "GET", pattern: "/api/fleet/events", access: operatorOnly, query: []string{"after", "wait"}, handle: (*server).productEvents},
-	{method: "GET", pattern: "/api/fleet/events/stream", access: operatorOnly, query: []string{"after"}, handle: (*server).productEventStream},
+	{method: "GET", pattern: "/api/fleet/jobs/{id}/events", access: anyPrincipal, query: []string{"after", "limit", "wait"}, long: longWithWait, handle: (*server).jobEvents},
+	{method: "GET", pattern: "/api/fleet/jobs/{id}/events/stream", access: anyPrincipal, query: []string{"after"}, long: alwaysLong, handle: (*server).jobEventStream},
+	{method: "GET", pattern: "/api/fleet/events", access: operatorOnly, query: []string{"after", "wait"}, long: longWithWait, handle: (*server).productEvents},
+	{method: "GET", pattern: "/api/fleet/events/stream", access: operatorOnly, query: []string{"after"}, long: alwaysLong, handle: (*server).productEventStream},
 	{method: "GET", pattern: "/api/fleet/jobs/{id}/explain", access: anyPrincipal, handle: (*server).explainJob},
 	{method: "POST", pattern: "/api/fleet/jobs/{id}/children", access: anyPrincipal, handle: (*server).postChildren},
 	{method: "GET", pattern: "/api/fleet/jobs/{id}/dag", access: anyPrincipal, handle: (*server).jobDAG},

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -28,8 +29,14 @@ import (
 // Stream defaults.
 const (
 	DefaultKeepAlive = 15 * time.Second
-	// DefaultMaxStream stays under host.json's functionTimeout (5 min).
-	DefaultMaxStream = 4 * time.Minute
+	// DefaultMaxStream ends a stream before the Azure front end cuts it:
+	// it drops a request after 230 s (the App Service / Functions load
+	// balancer's limit, whatever host.json's functionTimeout says), and a
+	// stream cut there ends without its last flush and logs as a failed
+	// invocation. 200 s leaves 30 s for the end to reach the client
+	// through the host and a front end that is slow to pass it on; the
+	// end is exact (its own timer), not rounded up to a keep-alive tick.
+	DefaultMaxStream = 200 * time.Second
 	// eventGapGrace is how long a missing seq is waited for before the
 	// events after it are sent anyway. coord.Events fills in every event
 	// the container lacks from the job itself, so a gap is only ever one
@@ -38,6 +45,59 @@ const (
 	eventGapGrace     = 5 * time.Second
 	headerLastEventID = "Last-Event-ID"
 )
+
+// hostUserAgent is the product token the Functions host puts in the
+// User-Agent of a request it forwards to a custom handler
+// (HttpWorkerConstants.UserAgentHeaderValue, added by
+// DefaultHttpWorkerService.AddHeaders as "Azure-Functions-Host/<version>",
+// after the client's own User-Agent, which ToHttpRequestMessage copies).
+// Only that forwarding path adds it: proxying (enableProxyingHttpRequest,
+// YARP) passes the client's User-Agent through and adds only the
+// X-Azure-Functions-HostVersion and -InvocationId headers
+// (AddProxyingHeaders). Checked in azure-functions-host
+// src/WebJobs.Script/Workers/Http/DefaultHttpWorkerService.cs and
+// HttpWorkerConstants.cs (host 4.1037 and the 2025 proxying change, PR
+// #11035). A forwarded request's answer is read whole by the host's
+// HttpClient before it replies, so a live stream would reach the client
+// only when it ended: terraform/README.md ("Streams and the hosting plan")
+// says on which plans that happens.
+const hostUserAgent = "Azure-Functions-Host/"
+
+// forwardedByHost reports whether r came through the host's buffering
+// forwarding path. A client that sends that User-Agent itself gets the
+// buffered answer, which is still correct, only less live.
+func forwardedByHost(r *http.Request) bool {
+	for _, ua := range r.Header.Values("User-Agent") {
+		for _, product := range strings.Fields(ua) {
+			if strings.HasPrefix(product, hostUserAgent) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// streamMode is how one stream is answered: live, or buffered (it ends as
+// soon as it has sent something, because nothing reaches the client before
+// the end) and within how long.
+type streamMode struct {
+	buffered bool
+	max      time.Duration
+}
+
+// modeOf picks the mode for r: buffered behind a front door configured as
+// buffering (Config.Buffered, the Lambda shape) or when the Functions host
+// forwarded the request. A forwarded stream is a long poll, so it is
+// bounded like one (maxWait), not by MaxStream: a buffered answer with
+// nothing to send is silent all along, and a shorter silence is kinder to
+// whatever sits between the client and the host.
+func (s *server) modeOf(r *http.Request) streamMode {
+	m := streamMode{buffered: s.buffered, max: s.maxStream}
+	if !m.buffered && forwardedByHost(r) {
+		m.buffered, m.max = true, min(s.maxStream, maxWait)
+	}
+	return m
+}
 
 // sse writes one stream. The status line and headers go out with the first
 // write, so an error found before it (a bad resume id) is still a clean 4xx.
@@ -122,6 +182,16 @@ func (s *server) jobEventStream(w http.ResponseWriter, r *http.Request, p *princ
 	if err != nil {
 		return err
 	}
+	if err := s.streamable(r, p, product, id); err != nil {
+		return err
+	}
+	mode := s.modeOf(r)
+	// A buffered answer is handed on whole: a bounded batch, the client
+	// resumes from its last id.
+	limit := 0
+	if mode.buffered {
+		limit = maxEventPage
+	}
 	ctx := r.Context()
 	// Subscribe before the first read, so an event written in between
 	// wakes the stream instead of being missed.
@@ -130,38 +200,58 @@ func (s *server) jobEventStream(w http.ResponseWriter, r *http.Request, p *princ
 		return err
 	}
 	defer sub.Close()
-	events, err := s.coord.Events(ctx, product, id, after, 0)
+	events, err := s.coord.Events(ctx, product, id, after, limit)
 	if err != nil {
 		return err // not found, or the store: nothing sent yet
 	}
 	out := newSSE(w)
 	tick := s.timers.NewTicker(s.keepAlive)
 	defer tick.Stop()
-	deadline := s.timers.Now().Add(s.maxStream)
+	end := s.timers.NewTicker(mode.max)
+	defer end.Stop()
 	for {
 		var ended bool
 		before := after
 		after, ended = s.sendEvents(out, events, after)
-		if out.flush() != nil || ended || (s.buffered && after != before) {
+		if out.flush() != nil || ended || (mode.buffered && after != before) {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-end.C():
+			return nil
 		case <-sub.Woken():
 		case <-tick.C():
-			if !s.timers.Now().Before(deadline) {
-				return nil
-			}
 			out.comment("keep-alive")
 		}
-		if events, err = s.coord.Events(ctx, product, id, after, 0); err != nil {
+		if events, err = s.coord.Events(ctx, product, id, after, limit); err != nil {
 			// The headers are out: end the stream, the client resumes.
 			s.log.WarnContext(ctx, "event stream: read failed", "job", id, "err", err)
 			_ = out.flush()
 			return nil
 		}
 	}
+}
+
+// streamable checks that p may follow job id live (API.md, "Limits on
+// long-lived requests"): an operator any job in its scope, a factory only a
+// job it holds now. A factory may still read the job itself; a stream of it
+// is what costs, so a job it does not hold is 403 forbidden, as the
+// codebase answers a token acting outside what it covers (not 404: the
+// job exists and the same token may GET it).
+func (s *server) streamable(r *http.Request, p *principal, product, id string) error {
+	if !p.isFactory() {
+		return nil
+	}
+	j, err := s.coord.GetJob(r.Context(), product, id)
+	if err != nil {
+		return err
+	}
+	if j.HolderFactoryID != p.id {
+		return forbidden("a factory may stream only the jobs it holds; job %s is not held by factory %s", id, p.id)
+	}
+	return nil
 }
 
 // sendEvents queues the events that follow after in seq order and returns
@@ -201,6 +291,7 @@ func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *p
 		}
 		from = &pos
 	}
+	mode := s.modeOf(r)
 	ctx := r.Context()
 	sub, err := s.coord.Subscribe(ctx, coord.Watch{ProductID: product})
 	if err != nil {
@@ -235,13 +326,14 @@ func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *p
 		last = reached
 	}
 	out.id(last.String())
-	if s.buffered && out.started {
+	if mode.buffered && out.started {
 		_ = out.flush() // the replay sent something: hand it over now
 		return nil
 	}
 	tick := s.timers.NewTicker(s.keepAlive)
 	defer tick.Stop()
-	deadline := s.timers.Now().Add(s.maxStream)
+	end := s.timers.NewTicker(mode.max)
+	defer end.Stop()
 	sent := last
 	for {
 		if out.flush() != nil {
@@ -259,15 +351,18 @@ func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *p
 			last = b.Pos
 			if len(b.Changes) > 0 {
 				sent = last
-				if s.buffered {
+				if mode.buffered {
 					_ = out.flush()
 					return nil
 				}
 			}
-		case <-tick.C():
-			if !s.timers.Now().Before(deadline) {
-				return nil
+		case <-end.C():
+			if last != sent {
+				out.id(last.String()) // where to resume, as the keep-alive would
 			}
+			_ = out.flush()
+			return nil
+		case <-tick.C():
 			if last != sent {
 				// Changes of other products moved the feeds: hand the
 				// client the newer position, so a resume reads less.
