@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -23,10 +25,14 @@ import (
 
 	"github.com/gigafactory/fleet/local/hostemu"
 	"github.com/gigafactory/fleet/local/launcher"
+	natsgo "github.com/nats-io/nats.go"
+
 	"github.com/gigafactory/fleet/shared/app"
 	natsbus "github.com/gigafactory/fleet/shared/bus/nats"
 	"github.com/gigafactory/fleet/shared/bus/nats/natsserver"
+	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/config"
+	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 )
 
@@ -82,13 +88,17 @@ func run() error {
 		env = append(env, config.DataDir+"="+st.DataDir)
 	}
 
-	natsURL, stopNATS, err := startNATS(ctx, l)
+	nb, err := startNATS(ctx, l, st.Store, log)
 	if err != nil {
 		return err
 	}
-	defer stopNATS()
+	defer nb.stop()
+	natsURL := nb.url
 	if natsURL != "" {
 		env = append(env, config.NATSURL+"="+natsURL)
+	}
+	if nb.generated {
+		env = append(env, config.NATSToken+"="+nb.token)
 	}
 
 	handlerPath := *handler
@@ -113,7 +123,7 @@ func run() error {
 			return hostemu.WatchFiles(ctx, 2*time.Millisecond, st.ChangeMarker(container))
 		}
 	}
-	pools, err := startPools(ctx, l, dir, natsURL, log)
+	pools, err := startPools(ctx, l, dir, nb, log)
 	if err != nil {
 		return err
 	}
@@ -145,7 +155,7 @@ func run() error {
 			fmt.Printf("fleet: data in %s\n", st.DataDir)
 		}
 		if natsURL != "" {
-			fmt.Printf("fleet: dispatch on NATS at %s (factories: FLEET_TRANSPORT=nats FLEET_NATS_URL=%s)\n", natsURL, natsURL)
+			fmt.Printf("fleet: dispatch on NATS at %s (factories: FLEET_TRANSPORT=nats FLEET_NATS_URL=%s; each connects with its fleet token)\n", natsURL, natsURL)
 		}
 		pools.start(poolCtx, "http://"+addr)
 		fmt.Printf("fleet: %d functions from %s; Ctrl-C stops\n", len(emu.App().Functions), dir)
@@ -165,7 +175,8 @@ type localPools struct {
 
 // startPools reads FLEET_LOCAL_POOLS; the launchers start once the API
 // listens (start).
-func startPools(ctx context.Context, l config.Lookup, root, natsURL string, log *slog.Logger) (*localPools, error) {
+func startPools(ctx context.Context, l config.Lookup, root string, nb *natsBroker, log *slog.Logger) (*localPools, error) {
+	natsURL := nb.url
 	lp := &localPools{natsURL: natsURL, log: log}
 	path := l.Get(config.LocalPools)
 	if path == "" {
@@ -185,11 +196,12 @@ func startPools(ctx context.Context, l config.Lookup, root, natsURL string, log 
 	if err != nil {
 		return nil, err
 	}
-	c, err := natsbus.Open(ctx, natsURL, natsbus.Options{Name: "fleet-pools", Logger: log})
+	// The launchers read depths and create the pools' subscriptions: the
+	// coordinator's connection, not a factory's.
+	c, err := nb.admin(ctx, "fleet-pools", log)
 	if err != nil {
 		return nil, fmt.Errorf("pools: nats at %s: %w", natsURL, err)
 	}
-	context.AfterFunc(ctx, func() { _ = c.Close(context.WithoutCancel(ctx)) })
 	for _, p := range pools {
 		// Terraform creates each pool's subscription in Azure; here the
 		// stack does, so depth counts from the first dispatch on.
@@ -262,32 +274,122 @@ func readLocalSettings(path string) (map[string]string, error) {
 	return s.Values, nil
 }
 
+// natsBroker is the dispatch broker the stack runs with: the embedded NATS
+// server, an external one (FLEET_NATS_URL), or none (url "").
+type natsBroker struct {
+	url string
+	// token is the coordinator's NATS secret: FLEET_NATS_TOKEN, or one
+	// generated for the embedded server (generated), which the handler
+	// gets in its environment.
+	token     string
+	generated bool
+	// client is the stack's own coordinator connection to the embedded
+	// server (it created the streams); nil for an external server.
+	client *natsbus.Client
+	stop   func()
+}
+
+// admin returns a coordinator connection: the embedded server's, or a new
+// one to the external server, closed when ctx ends.
+func (nb *natsBroker) admin(ctx context.Context, name string, log *slog.Logger) (*natsbus.Client, error) {
+	if nb.client != nil {
+		return nb.client, nil
+	}
+	c, err := openCoordinatorClient(ctx, nb.url, nb.token, name, log)
+	if err != nil {
+		return nil, err
+	}
+	context.AfterFunc(ctx, func() { _ = c.Close(context.WithoutCancel(ctx)) })
+	return c, nil
+}
+
+func openCoordinatorClient(ctx context.Context, url, token, name string, log *slog.Logger) (*natsbus.Client, error) {
+	var conn []natsgo.Option
+	if token != "" {
+		conn = append(conn, natsgo.Token(token))
+	}
+	return natsbus.Open(ctx, url, natsbus.Options{Name: name, Logger: log, ConnOptions: conn})
+}
+
 // startNATS starts the embedded NATS server the dispatch function publishes
 // to, unless another transport or an external server is configured. Its
 // streams live in the data directory, so queued dispatch messages survive a
 // restart.
-func startNATS(ctx context.Context, l config.Lookup) (url string, stop func(), err error) {
+//
+// The server requires credentials (issue 23: an open one let any local
+// process, an engine included, read every product's dispatches and forge
+// cancels). The coordinator presents FLEET_NATS_TOKEN, generated here when
+// unset, with every right; a factory presents its fleet bearer token, which
+// the server resolves against the store exactly as the API does (so
+// revocation and deregistration apply to new connections), and may then
+// use only its own subscription (natsbus.FactoryPermissions).
+func startNATS(ctx context.Context, l config.Lookup, st coord.Store, log *slog.Logger) (*natsBroker, error) {
+	nb := &natsBroker{token: l.Get(config.NATSToken), stop: func() {}}
 	if l.Get(config.Bus) != "nats" || l.Get(config.ServiceBusNS) != "" {
-		return "", func() {}, nil
+		return nb, nil
 	}
 	if url := l.Get(config.NATSURL); url != "" {
-		return url, func() {}, nil
+		nb.url = url
+		return nb, nil
 	}
 	dir, err := l.DataDirPath()
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	host, portStr, err := net.SplitHostPort(l.Get(config.NATSListen))
 	if err != nil {
-		return "", nil, fmt.Errorf("%s: %w", config.NATSListen, err)
+		return nil, fmt.Errorf("%s: %w", config.NATSListen, err)
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil {
-		return "", nil, fmt.Errorf("%s: port %q: %w", config.NATSListen, portStr, err)
+		return nil, fmt.Errorf("%s: port %q: %w", config.NATSListen, portStr, err)
 	}
-	e, err := natsserver.Start(ctx, natsserver.Options{StoreDir: filepath.Join(dir, "nats"), Host: host, Port: port})
+	if nb.token == "" {
+		var b [32]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		nb.token, nb.generated = "fnc_"+base64.RawURLEncoding.EncodeToString(b[:]), true
+	} else if len(nb.token) < natsserver.MinCoordinatorTokenLen {
+		return nil, fmt.Errorf("%s: at least %d characters", config.NATSToken, natsserver.MinCoordinatorTokenLen)
+	}
+	// A coordinator of its own over the same store, used only to resolve
+	// factory tokens (with the API's token cache and revocation ledger).
+	tokens, err := coord.New(coord.Config{}, coord.Deps{Store: st, Clock: clock.System{}, Log: log})
 	if err != nil {
-		return "", nil, fmt.Errorf("embedded NATS on %s: %w", l.Get(config.NATSListen), err)
+		return nil, err
 	}
-	return e.ClientURL(), e.Shutdown, nil
+	e, err := natsserver.Start(ctx, natsserver.Options{StoreDir: filepath.Join(dir, "nats"), Host: host, Port: port,
+		Auth: &natsserver.Auth{Coordinator: nb.token, Grant: factoryGrant(tokens), Logger: log}})
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS on %s: %w", l.Get(config.NATSListen), err)
+	}
+	nb.url = e.ClientURL()
+	// Create the streams now: a factory may not (it binds to them), and
+	// one may connect before the handler has published anything.
+	if nb.client, err = openCoordinatorClient(ctx, nb.url, nb.token, "fleet-local", log); err != nil {
+		e.Shutdown()
+		return nil, fmt.Errorf("embedded NATS streams: %w", err)
+	}
+	nb.stop = func() {
+		_ = nb.client.Close(context.WithoutCancel(ctx))
+		e.Shutdown()
+	}
+	return nb, nil
+}
+
+// factoryGrant admits a connection presenting a live factory's fleet token
+// to that factory's own subscription (its id, a pool's too).
+func factoryGrant(c *coord.Coordinator) func(ctx context.Context, token string) (natsserver.Grant, error) {
+	return func(ctx context.Context, token string) (natsserver.Grant, error) {
+		t, err := c.AuthenticateFactory(ctx, token)
+		if err != nil {
+			return natsserver.Grant{}, err
+		}
+		p, err := natsbus.FactoryPermissions(natsbus.Options{}, t.FactoryID)
+		if err != nil {
+			return natsserver.Grant{}, err
+		}
+		return natsserver.Grant{Name: "factory:" + t.FactoryID, Publish: p.Publish, Subscribe: p.Subscribe}, nil
+	}
 }

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -13,8 +12,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	natsbus "github.com/gigafactory/fleet/shared/bus/nats"
 )
 
 // poolEvent is one of the stack's pool launcher log lines.
@@ -211,18 +208,15 @@ printf 'pool %s\n' "$FLEET_JOB_ID" > result.txt`)
 
 	// The first dispatch's lock lapses (the stack's AckWait), the message
 	// is refused by whichever execution gets it, and is completed.
-	// Only reads the depth: no EnsureSubscription, which would reset the
-	// consumer's AckWait to this client's.
-	nc, err := natsbus.Open(context.Background(), s.NATS, natsbus.Options{Name: "test-depth"})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = nc.Close(context.Background()) })
+	// The depth as the coordinator reports it: the broker requires the
+	// coordinator's credentials to count.
 	Eventually(t, 150*time.Second, "the pool is back at zero executions with an empty subscription", func() bool {
 		ev := s.poolEvents("linux")
 		if len(ev) == 0 || ev[len(ev)-1].Msg != "pool execution exited" || ev[len(ev)-1].Running != 0 {
 			return false
 		}
-		n, err := nc.Depth(context.Background(), "linux")
-		return err == nil && n == 0
+		n, ok := s.subscriptionDepth(t, "linux")
+		return ok && n == 0
 	})
 	refused := 0
 	for _, e := range s.poolEvents("linux") {
@@ -245,4 +239,24 @@ printf 'pool %s\n' "$FLEET_JOB_ID" > result.txt`)
 		}
 	}
 	require.Equal(t, 1, refused, "the crashed execution's dispatch came back once, to an execution that refused it")
+}
+
+// subscriptionDepth is sub's depth in /fleet/metrics (ok false while it
+// is not reported).
+func (s *Stack) subscriptionDepth(t *testing.T, sub string) (int64, bool) {
+	t.Helper()
+	var m struct {
+		Adapters struct {
+			Bus struct {
+				SubscriptionDepth map[string]int64 `json:"subscriptionDepth"`
+			} `json:"bus"`
+		} `json:"adapters"`
+	}
+	r := s.Op(http.MethodGet, "/metrics", "", nil)
+	if r.Status != http.StatusOK {
+		return 0, false
+	}
+	r.JSON(t, &m)
+	n, ok := m.Adapters.Bus.SubscriptionDepth[sub]
+	return n, ok
 }

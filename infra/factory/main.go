@@ -98,7 +98,8 @@ func openTransport(ctx context.Context, cfg config.Config, api *fleetapi.Client,
 	case config.TransportPoll:
 		return transport.NewPoll(api, cfg.Poll, log), nil
 	case config.TransportNATS:
-		return transport.OpenNATS(ctx, cfg.NATSURL, cfg.FactoryID, cfg.Subscription, log)
+		return transport.OpenNATS(ctx, transport.NATSOptions{URL: cfg.NATSURL, FactoryID: cfg.FactoryID,
+			Subscription: cfg.Subscription, Token: cfg.Token, Log: log})
 	case config.TransportServiceBus:
 		return openServiceBus(ctx, cfg, log)
 	}

@@ -64,8 +64,13 @@ func openBus(ctx context.Context, l config.Lookup, cfg coord.Config, log *slog.L
 		// No reconnect buffer: a publish made while disconnected fails at
 		// once instead of going out later, so a failed publish means "not
 		// sent" and the redispatch sweep, not a stale buffer, resends it.
-		c, err := natsbus.Open(ctx, url, natsbus.Options{Name: "fleet-handler", Logger: log,
-			ConnOptions: []natsgo.Option{natsgo.ReconnectBufSize(-1)}})
+		conn := []natsgo.Option{natsgo.ReconnectBufSize(-1)}
+		if tok := l.Get(config.NATSToken); tok != "" {
+			// The coordinator's own NATS secret (the local stack generates
+			// it), never a fleet token.
+			conn = append(conn, natsgo.Token(tok))
+		}
+		c, err := natsbus.Open(ctx, url, natsbus.Options{Name: "fleet-handler", Logger: log, ConnOptions: conn})
 		if err != nil {
 			return nil, fmt.Errorf("nats at %s: %w", url, err)
 		}

@@ -44,6 +44,7 @@ const (
 	Bus               = "FLEET_BUS"
 	NATSURL           = "FLEET_NATS_URL"
 	NATSListen        = "FLEET_NATS_LISTEN"
+	NATSToken         = "FLEET_NATS_TOKEN"
 	LocalPools        = "FLEET_LOCAL_POOLS"
 	ServiceBusNS      = "ServiceBus__fullyQualifiedNamespace"
 	ServiceBusClient  = "ServiceBus__clientId"
@@ -83,6 +84,7 @@ var Settings = []Setting{
 	{Bus, "nats", "Dispatch transport: `nats`, `servicebus` or `none` (poll only)."},
 	{NATSURL, "", "NATS server URL the handler publishes dispatch messages to. Unset, the local stack embeds a server and sets it; a handler with no URL publishes nothing (factories poll)."},
 	{NATSListen, "127.0.0.1:4222", "Where the local stack's embedded NATS server listens; factories on this machine connect to it."},
+	{NATSToken, "", "Secret the coordinator presents to the NATS server (as its token). The local stack's embedded server requires credentials: unset, the stack generates one at each start and hands it to the handler; factories present their own fleet token and may read only their own subscription. Set it for an external server that requires a token (at least 16 characters for the embedded one)."},
 	{LocalPools, "", "Local stack only: a JSON file of elastic pools the stack runs as KEDA runs a Container Apps Job, starting `factory --once` executions from each pool subscription's depth (README, \"Elastic pools on one machine\")."},
 	{ServiceBusNS, "", "Service Bus namespace host; setting it selects the servicebus transport."},
 	{ServiceBusClient, "", "Client id of the user-assigned managed identity for Service Bus."},

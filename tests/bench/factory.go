@@ -46,7 +46,9 @@ func newFactory(ctx context.Context, st *stack, op *client, id, product, repo st
 	if err := f.heartbeat(ctx); err != nil {
 		return nil, err
 	}
-	f.bus, err = natsbus.Open(ctx, st.NATS, natsbus.Options{Name: "bench-" + id})
+	// As a factory connects: its fleet token, limited to its subscription.
+	f.bus, err = natsbus.Open(ctx, st.NATS, natsbus.Options{Name: "bench-" + id, Bind: true,
+		ConnOptions: natsbus.FactoryConnOptions(id, tok)})
 	if err != nil {
 		return nil, fmt.Errorf("factory %s: nats: %w", id, err)
 	}

@@ -416,7 +416,8 @@ func (a *Agent) handleHeld(ctx context.Context, d transport.Delivery, h *hold) *
 		return nil
 	case d.Control != nil:
 		// Complete first: the command is also in every renewal answer, so
-		// a lost one only costs the wait for the next renewal.
+		// a lost one only costs the wait for the next renewal. control
+		// acts only on the coordinator's confirmation.
 		if err := a.recv.Complete(ctx, d); err != nil {
 			log.WarnContext(ctx, "complete control message", "err", err)
 		}
@@ -432,14 +433,14 @@ func (a *Agent) handleHeld(ctx context.Context, d transport.Delivery, h *hold) *
 }
 
 // control stops the run a cancel or preempt command names, if it runs here
-// under the lease the command names: a command for an older lease (the
-// job was requeued and claimed again) or for a job not running here is
-// stale.
+// under the lease the command names (a command for an older lease, or for
+// a job not running here, is stale) and the coordinator confirms it. The
+// message is only a prompt to ask now rather than at the next renewal:
+// anyone able to publish on the subscription could have sent it, so the
+// run stops only when an immediate lease renewal, answered by the API to
+// this factory's token, says cancelRequested or preemptRequested. A
+// forged command costs one renewal and stops nothing.
 func (a *Agent) control(ctx context.Context, log *slog.Logger, msg protocol.ControlMessage) {
-	cause := errCancelRequested
-	if msg.Action == protocol.ControlPreempt {
-		cause = errPreemptRequested
-	}
 	a.mu.Lock()
 	r, ok := a.running[msg.JobID]
 	a.mu.Unlock()
@@ -448,7 +449,25 @@ func (a *Agent) control(ctx context.Context, log *slog.Logger, msg protocol.Cont
 		log.InfoContext(ctx, "control message for a run not here; ignored")
 		return
 	}
-	log.InfoContext(ctx, "stopping the run at the coordinator's request")
+	ren, err := a.api.Renew(ctx, msg.ProductID, msg.JobID, r.epoch)
+	switch {
+	case fleetapi.IsFenced(err):
+		// The coordinator's word too: the lease is no longer ours.
+		log.WarnContext(ctx, "control message: the renewal that confirms it was fenced; stopping the run", "err", err)
+		r.cancel(errFenced)
+		return
+	case err != nil:
+		// Unconfirmed: the lease keeper's next renewal carries the
+		// command if there is one.
+		log.WarnContext(ctx, "control message not confirmed (renewal failed); left to the next renewal", "err", err)
+		return
+	}
+	cause := stopCause(ren)
+	if cause == nil {
+		log.WarnContext(ctx, "control message the coordinator does not confirm (no cancel or preemption requested); ignored")
+		return
+	}
+	log.InfoContext(ctx, "stopping the run at the coordinator's request", "cause", cause.Error())
 	r.cancel(cause)
 }
 

@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -76,13 +78,28 @@ func TestStopRequests(t *testing.T) {
 		// ask delivers the request to the run of job at epoch.
 		ask func(a *Agent, c *fakeCoord, epoch int64)
 	}{
-		{"cancel by control message", fleet.ReleaseCancelled, func(a *Agent, _ *fakeCoord, epoch int64) {
+		// The coordinator sets the request, then sends the message; the
+		// message is acted on once the renewal it prompts confirms it.
+		{"cancel by control message", fleet.ReleaseCancelled, func(a *Agent, c *fakeCoord, epoch int64) {
+			c.mu.Lock()
+			c.job.CancelRequested = true
+			c.mu.Unlock()
 			a.handle(context.Background(), transport.Delivery{ID: "c", Control: &protocol.ControlMessage{
 				Action: protocol.ControlCancel, JobID: "j1", ProductID: "p", TargetFactoryID: "f1", LeaseEpoch: epoch}})
 		}},
-		{"preempt by control message", fleet.ReleasePreempted, func(a *Agent, _ *fakeCoord, epoch int64) {
+		{"preempt by control message", fleet.ReleasePreempted, func(a *Agent, c *fakeCoord, epoch int64) {
+			c.mu.Lock()
+			c.job.PreemptRequested = true
+			c.mu.Unlock()
 			a.handle(context.Background(), transport.Delivery{ID: "c", Control: &protocol.ControlMessage{
 				Action: protocol.ControlPreempt, JobID: "j1", ProductID: "p", TargetFactoryID: "f1", LeaseEpoch: epoch}})
+		}},
+		{"message and answer disagree: the answer wins", fleet.ReleasePreempted, func(a *Agent, c *fakeCoord, epoch int64) {
+			c.mu.Lock()
+			c.job.PreemptRequested = true
+			c.mu.Unlock()
+			a.handle(context.Background(), transport.Delivery{ID: "c", Control: &protocol.ControlMessage{
+				Action: protocol.ControlCancel, JobID: "j1", ProductID: "p", TargetFactoryID: "f1", LeaseEpoch: epoch}})
 		}},
 		{"cancel by renewal answer", fleet.ReleaseCancelled, func(_ *Agent, c *fakeCoord, _ int64) {
 			c.mu.Lock()
@@ -104,6 +121,10 @@ func TestStopRequests(t *testing.T) {
 			started, pidFile := fifo(t, gates, "started"), filepath.Join(gates, "pid")
 			c := newFakeCoord("j1", "app")
 			a := newGitAgent(t, root, repo, c, stopEngine(started, pidFile))
+			if strings.Contains(tt.name, "message") {
+				// Only the message may stop the run, not the lease keeper.
+				a.cfg.Renew = time.Hour
+			}
 			cl := c.claim()
 			r := a.handle(context.Background(), transport.Delivery{ID: "claim:j1:1", Claimed: cl})
 			require.NotNil(t, r)
@@ -151,6 +172,42 @@ func TestStaleControlMessageIgnored(t *testing.T) {
 	}
 	r.cancel(errShutdown)
 	require.Equal(t, OutcomeInterrupted, waitRun(t, r, "the run"))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Empty(t, c.acks)
+}
+
+// TestControlMessageNeedsTheCoordinatorsWord: a control message alone
+// stops nothing (whoever can publish on the subscription could have forged
+// it): the factory renews at once and, the answer asking nothing, goes on.
+// The lease keeper renews once an hour here, so every renewal is the
+// message's. (TestStopRequests: a confirmed one stops the run.)
+func TestControlMessageNeedsTheCoordinatorsWord(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	repo := newGitRepo(t, root)
+	gates := t.TempDir()
+	started, pidFile := fifo(t, gates, "started"), filepath.Join(gates, "pid")
+	c := newFakeCoord("j1", "app")
+	a := newGitAgent(t, root, repo, c, stopEngine(started, pidFile))
+	a.cfg.Renew = time.Hour
+	var renewals atomic.Int32
+	c.onRenew = func(int64) { renewals.Add(1) }
+	cl := c.claim()
+	r := a.handle(context.Background(), transport.Delivery{ID: "claim:j1:1", Claimed: cl})
+	require.NotNil(t, r)
+	waitUp(t, started)
+
+	for _, action := range []protocol.ControlAction{protocol.ControlCancel, protocol.ControlPreempt} {
+		a.handle(context.Background(), transport.Delivery{ID: "c", Control: &protocol.ControlMessage{
+			Action: action, JobID: "j1", ProductID: "p", TargetFactoryID: "f1", LeaseEpoch: cl.LeaseEpoch}})
+	}
+	// The first cause wins: had a message stopped the run, this shutdown
+	// would not be what ends it.
+	checks := renewals.Load()
+	r.cancel(errShutdown)
+	require.Equal(t, OutcomeInterrupted, waitRun(t, r, "the run"), "a forged command stopped the run")
+	require.EqualValues(t, 2, checks, "each message was checked with one renewal")
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	require.Empty(t, c.acks)

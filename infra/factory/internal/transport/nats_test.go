@@ -2,12 +2,15 @@ package transport
 
 import (
 	"context"
-	"github.com/gigafactory/fleet/shared/bus/nats/natsserver"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/bus/nats/natsserver"
 
 	"github.com/gigafactory/fleet/shared/bus"
 	busnats "github.com/gigafactory/fleet/shared/bus/nats"
@@ -22,16 +25,27 @@ func TestBusOverNATS(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir()})
+	// As the local stack runs it: credentials required, the factory
+	// limited to its own subscription, which is all it needs.
+	const coordinator = "coordinator-secret-0123456789"
+	srv, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), Auth: &natsserver.Auth{Coordinator: coordinator,
+		Grant: func(_ context.Context, tok string) (natsserver.Grant, error) {
+			if tok != "fft_f1" {
+				return natsserver.Grant{}, errors.New("unknown token")
+			}
+			p, err := busnats.FactoryPermissions(busnats.Options{}, "f1")
+			return natsserver.Grant{Name: "f1", Publish: p.Publish, Subscribe: p.Subscribe}, err
+		}}})
 	require.NoError(t, err)
 	t.Cleanup(srv.Shutdown)
 
-	recv, err := OpenNATS(ctx, srv.ClientURL(), "f1", "f1", slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = recv.Close(context.Background()) })
-	pub, err := busnats.Open(ctx, srv.ClientURL(), busnats.Options{})
+	pub, err := busnats.Open(ctx, srv.ClientURL(), busnats.Options{ConnOptions: []natsgo.Option{natsgo.Token(coordinator)}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
+	recv, err := OpenNATS(ctx, NATSOptions{URL: srv.ClientURL(), FactoryID: "f1", Subscription: "f1", Token: "fft_f1",
+		Log: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = recv.Close(context.Background()) })
 
 	d := bus.NewDispatcher(pub, bus.DispatcherOptions{})
 	msg := protocol.DispatchMessage{JobID: "j1", ProductID: "p", Repo: "app", TargetFactoryID: "f1", DispatchEpoch: 2}

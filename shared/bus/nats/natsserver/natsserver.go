@@ -55,6 +55,9 @@ type Auth struct {
 	// Grant resolves any other token; an error refuses the connection. It
 	// runs while the client connects, bounded by GrantTimeout.
 	Grant func(ctx context.Context, token string) (Grant, error)
+	// Logger receives refused connections (never a token); nil discards.
+	// Apart from Options.Logger, which takes the server's whole log.
+	Logger *slog.Logger
 }
 
 // Grant is a user Auth.Grant admits: a name for logs and the subjects it
@@ -115,7 +118,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		HTTPPort: 0,
 	}
 	if o.Auth != nil {
-		log := o.Logger
+		log := o.Auth.Logger
 		if log == nil {
 			log = slog.New(slog.DiscardHandler)
 		}
