@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -123,7 +122,10 @@ func TestTrackerEchoThroughOutage(t *testing.T) {
 	t.Parallel()
 	const secret = fleet.Secret("tracker-shared-secret-0123456789")
 	hook := newTrackerHook(t, secret)
-	s := startStack(t, "FLEET_ECHO_BACKOFF=200ms", "FLEET_ECHO_MAX_BACKOFF=1s", "FLEET_ECHO_SCHEDULE=* * * * * *")
+	// The receiver is on loopback, which webhooks may reach only when
+	// allowed.
+	s := startStack(t, "FLEET_ECHO_BACKOFF=200ms", "FLEET_ECHO_MAX_BACKOFF=1s", "FLEET_ECHO_SCHEDULE=* * * * * *",
+		"FLEET_WEBHOOK_ALLOW_CIDRS=127.0.0.0/8", "FLEET_ECHO_BREAKER_COOLDOWN=1s")
 	repo := newFacRepo(t, "app")
 	r := s.Op(http.MethodPut, "/products/demo", "", map[string]any{"repos": []string{"app"},
 		"tracker": map[string]any{"webhookUrl": hook.URL(), "secret": string(secret)}})
@@ -152,7 +154,7 @@ func TestTrackerEchoThroughOutage(t *testing.T) {
 	Eventually(t, 30*time.Second, "the echo state records the refused connection", func() bool {
 		e := s.Op(http.MethodGet, "/jobs/"+id+"/echo", "demo", nil).Map(t)
 		last, _ := e["lastError"].(string)
-		return strings.Contains(last, "connection refused")
+		return last == "connection_refused"
 	})
 
 	// The engine works until the test lets it finish: the first half of
@@ -200,4 +202,55 @@ func TestTrackerEchoThroughOutage(t *testing.T) {
 	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
 	require.Equal(t, "revision", r.Map(t)["error"].(map[string]any)["field"])
 	require.NotContains(t, s.out.String(), string(secret), "the secret never reaches the logs")
+}
+
+// TestTrackerWebhookRefusesLoopback: a product operator who points the
+// tracker webhook at a service on the stack's own host (here something
+// that greets like NATS) gets nothing through and reads nothing back: the
+// echo refuses the address when it dials, whether named by IP or by a name
+// that resolves to it, and the echo state says only refused_address.
+func TestTrackerWebhookRefusesLoopback(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	var mu sync.Mutex
+	accepted := 0
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			accepted++
+			mu.Unlock()
+			_, _ = io.WriteString(conn, "INFO {\"server_id\":\"NSECRETBANNER\",\"version\":\"2.11\"}\r\n")
+			_ = conn.Close()
+		}
+	}()
+	_, port, err := net.SplitHostPort(ln.Addr().String())
+	require.NoError(t, err)
+	s := startStack(t, "FLEET_ECHO_BACKOFF=200ms", "FLEET_ECHO_MAX_BACKOFF=1s", "FLEET_ECHO_SCHEDULE=* * * * * *")
+	for i, url := range []string{"http://127.0.0.1:" + port + "/", "http://localhost:" + port + "/x"} {
+		product := []string{"ssrf", "ssrfname"}[i]
+		r := s.Op(http.MethodPut, "/products/"+product, "", map[string]any{"repos": []string{product},
+			"tracker": map[string]any{"webhookUrl": url, "secret": "tracker-shared-secret-0123456789"}})
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+		r = s.Op(http.MethodPost, "/tracker/ingest", product, map[string]any{"source": "jira", "itemId": "SSRF-1",
+			"revision": 1, "manifest": Manifest("probe", product, "engine:fake")})
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		id := r.Map(t)["id"].(string)
+		var e map[string]any
+		Eventually(t, 30*time.Second, "the echo state records a refused address", func() bool {
+			e = s.Op(http.MethodGet, "/jobs/"+id+"/echo", product, nil).Map(t)
+			return e["lastError"] != nil && e["attempts"].(float64) >= 2
+		})
+		require.Equal(t, "refused_address", e["lastError"], "%s: %v", url, e)
+		require.Equal(t, float64(0), e["deliveredSeq"])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Zero(t, accepted, "the echo never connected")
+	require.NotContains(t, s.out.String(), "NSECRETBANNER")
 }

@@ -1,10 +1,11 @@
 // Package echo is the `echo` function: a Cosmos DB change-feed trigger on
 // the jobs container with its own lease prefix (its checkpoints never mix
 // with dispatch's), which sends the new events of tracked jobs to their
-// product's tracker webhook. A delivery that fails is recorded on the job's
-// echo state with its backoff and the invocation returns: it never waits
-// for a webhook to come back, and never fails the batch for one. The
-// echosweep timer re-drives what is due.
+// product's tracker webhook. It hands the batch's tracked jobs to their
+// products' delivery lanes (coord, echolanes.go) and returns at once: the
+// next batch, whatever products it holds, never waits on any webhook. A
+// delivery that fails is recorded on the job's echo state with its backoff;
+// the echosweep timer re-drives what is due.
 package echo
 
 import (
@@ -22,7 +23,7 @@ const Name = "echo"
 
 // Echoer is what the function needs of the coordinator.
 type Echoer interface {
-	EchoChanged(ctx context.Context, items []coord.Item) (int, error)
+	EchoChanged(ctx context.Context, items []coord.Item, mode coord.EchoMode) (coord.EchoRun, error)
 }
 
 // Func handles one batch of changed jobs.
@@ -37,17 +38,18 @@ func Func(e Echoer, log *slog.Logger) funchost.Func {
 		if err != nil {
 			return nil, err
 		}
-		n, err := e.EchoChanged(ctx, items)
+		run, err := e.EchoChanged(ctx, items, coord.EchoHandOff)
 		if err != nil {
-			// A store failure: the host checkpoints past the batch, and the
-			// sweep finds the jobs by their open echo state.
-			log.ErrorContext(ctx, "echo batch failed", "documents", len(items), "delivered", n, "err", err)
-			return nil, fmt.Errorf("echo batch of %d: %d delivered: %w", len(items), n, err)
+			// A document that does not decode: the host checkpoints past
+			// the batch, and the sweep finds the jobs by their open echo
+			// state.
+			log.ErrorContext(ctx, "echo batch failed", "documents", len(items), "err", err)
+			return nil, fmt.Errorf("echo batch of %d: %w", len(items), err)
 		}
 		return &funchost.Result{
 			Outputs:     map[string]any{},
-			Logs:        []string{fmt.Sprintf("batch of %d, %d events delivered", len(items), n)},
-			ReturnValue: n,
+			Logs:        []string{fmt.Sprintf("batch of %d, %d tracked jobs handed to their delivery lanes", len(items), run.Jobs)},
+			ReturnValue: run.Jobs,
 		}, nil
 	}
 }

@@ -135,7 +135,11 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger, opts ...Option
 	}
 	a.Blobs = blobs
 	a.closers = append(a.closers, closeBlobs)
-	deps := coord.Deps{Store: a.Store, Clock: clock.System{}, Log: log, Metrics: metrics, Blobs: blobs, Webhook: webhook.New(cfg.EchoTimeout)}
+	hook, err := webhookOptions(l, cfg)
+	if err != nil {
+		return nil, err
+	}
+	deps := coord.Deps{Store: a.Store, Clock: clock.System{}, Log: log, Metrics: metrics, Blobs: blobs, Webhook: webhook.New(hook)}
 	tr, err := openBus(ctx, l, cfg, log)
 	if err != nil {
 		return nil, err
@@ -196,9 +200,37 @@ func coordConfig(l config.Lookup) (coord.Config, error) {
 	if cfg.EchoTimeout, err = l.Duration(config.EchoTimeout); err != nil {
 		return cfg, err
 	}
+	if cfg.EchoParallel, err = l.Count(config.EchoParallel); err != nil {
+		return cfg, err
+	}
+	if cfg.EchoBreakerFailures, err = l.Count(config.EchoBreakerFails); err != nil {
+		return cfg, err
+	}
+	if cfg.EchoBreakerCooldown, err = l.Duration(config.EchoBreakerCool); err != nil {
+		return cfg, err
+	}
 	// Resolved here, not only in coord.New: the bus is built from the
 	// effective configuration before the coordinator exists.
 	return cfg.Resolve()
+}
+
+// webhookOptions reads the tracker webhook client's settings.
+func webhookOptions(l config.Lookup, cfg coord.Config) (webhook.Options, error) {
+	o := webhook.Options{Timeout: cfg.EchoTimeout}
+	var err error
+	if o.DialTimeout, err = l.Duration(config.EchoDialTimeout); err != nil {
+		return o, err
+	}
+	if o.TLSTimeout, err = l.Duration(config.EchoTLSTimeout); err != nil {
+		return o, err
+	}
+	if o.HeaderTimeout, err = l.Duration(config.EchoHeaderTimeout); err != nil {
+		return o, err
+	}
+	if o.Allow, err = webhook.ParseAllow(l.Get(config.WebhookAllowCIDRs)); err != nil {
+		return o, fmt.Errorf("%s: %w", config.WebhookAllowCIDRs, err)
+	}
+	return o, nil
 }
 
 // OpenedStore is a store and what is needed to release it.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/webhook"
 )
 
 // Setting is one environment variable the fleet reads.
@@ -57,6 +58,13 @@ const (
 	EchoBackoff       = "FLEET_ECHO_BACKOFF"
 	EchoMaxBackoff    = "FLEET_ECHO_MAX_BACKOFF"
 	EchoTimeout       = "FLEET_ECHO_TIMEOUT"
+	EchoDialTimeout   = "FLEET_ECHO_DIAL_TIMEOUT"
+	EchoTLSTimeout    = "FLEET_ECHO_TLS_TIMEOUT"
+	EchoHeaderTimeout = "FLEET_ECHO_HEADER_TIMEOUT"
+	EchoParallel      = "FLEET_ECHO_PARALLEL"
+	EchoBreakerFails  = "FLEET_ECHO_BREAKER_FAILURES"
+	EchoBreakerCool   = "FLEET_ECHO_BREAKER_COOLDOWN"
+	WebhookAllowCIDRs = "FLEET_WEBHOOK_ALLOW_CIDRS"
 )
 
 // Settings lists every setting with its default; the README's
@@ -97,6 +105,13 @@ var Settings = []Setting{
 	{EchoBackoff, duration(coord.DefaultEchoBackoff), "Wait after a failed tracker webhook delivery; doubles with each failure in a row."},
 	{EchoMaxBackoff, duration(coord.DefaultEchoMaxBackoff), "Longest wait between tracker webhook delivery attempts."},
 	{EchoTimeout, duration(coord.DefaultEchoTimeout), "Timeout of one tracker webhook request."},
+	{EchoDialTimeout, duration(webhook.DefaultDialTimeout), "Timeout of a tracker webhook's TCP connect."},
+	{EchoTLSTimeout, duration(webhook.DefaultTLSTimeout), "Timeout of a tracker webhook's TLS handshake."},
+	{EchoHeaderTimeout, duration(webhook.DefaultHeaderTimeout), "How long a tracker webhook has to start answering once a delivery is sent."},
+	{EchoParallel, strconv.Itoa(coord.DefaultEchoParallel), "Deliveries one product's echo lane runs at once; products never wait for each other's webhooks."},
+	{EchoBreakerFails, strconv.Itoa(coord.DefaultEchoBreakerFailures), "Failed deliveries in a row after which a tracker webhook is not tried for FLEET_ECHO_BREAKER_COOLDOWN (its jobs show `circuit_open`); then one delivery probes it."},
+	{EchoBreakerCool, duration(coord.DefaultEchoBreakerCooldown), "How long an open webhook breaker skips its webhook."},
+	{WebhookAllowCIDRs, "", "Address ranges tracker webhooks may reach although they are not public, comma-separated CIDRs (e.g. `10.20.0.0/16,fd12::/48`). Unset: loopback, private, link-local, unique-local, CGNAT, multicast and cloud metadata addresses are refused when dialled, after DNS."},
 }
 
 // duration writes a default as a person would (90s, 5m), not as
@@ -152,6 +167,16 @@ func (l Lookup) Bytes(name string) (int64, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n <= 0 {
 		return 0, fmt.Errorf("%s=%q: want a positive number of bytes such as 52428800", name, v)
+	}
+	return n, nil
+}
+
+// Count reads a positive whole-number setting.
+func (l Lookup) Count(name string) (int, error) {
+	v := l.Get(name)
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive whole number such as 4", name, v)
 	}
 	return n, nil
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/webhook"
 )
 
 // TestDurationDefaultsAreTheCoordinators: the documented defaults are
@@ -22,11 +23,31 @@ func TestDurationDefaultsAreTheCoordinators(t *testing.T) {
 		{StaleAfter, coord.DefaultStaleAfter, "90s"},
 		{DownAfter, coord.DefaultDownAfter, "10m"},
 		{RedispatchAfter, coord.DefaultRedispatchAfter, "2m"},
+		{EchoBreakerCool, coord.DefaultEchoBreakerCooldown, "30s"},
+		{EchoDialTimeout, webhook.DefaultDialTimeout, "3s"},
+		{EchoTLSTimeout, webhook.DefaultTLSTimeout, "3s"},
+		{EchoHeaderTimeout, webhook.DefaultHeaderTimeout, "5s"},
 	}
 	for _, tt := range tests {
 		require.Equal(t, tt.text, Default(tt.name), tt.name)
 		got, err := Lookup{Values: map[string]string{}}.Duration(tt.name)
 		require.NoError(t, err)
 		require.Equal(t, tt.want, got, tt.name)
+	}
+}
+
+// TestCount: whole-number settings read their defaults and refuse
+// anything but a positive number, naming the setting.
+func TestCount(t *testing.T) {
+	t.Parallel()
+	n, err := Lookup{}.Count(EchoParallel)
+	require.NoError(t, err)
+	require.Equal(t, coord.DefaultEchoParallel, n)
+	n, err = Lookup{}.Count(EchoBreakerFails)
+	require.NoError(t, err)
+	require.Equal(t, coord.DefaultEchoBreakerFailures, n)
+	for _, bad := range []string{"0", "-1", "four", "1.5"} {
+		_, err := Lookup{Values: map[string]string{EchoParallel: bad}}.Count(EchoParallel)
+		require.ErrorContains(t, err, EchoParallel, bad)
 	}
 }

@@ -73,7 +73,13 @@ type Config struct {
 	EchoBackoff    time.Duration
 	EchoMaxBackoff time.Duration
 	EchoTimeout    time.Duration
-	Weights        schedule.Weights
+	// EchoParallel bounds the deliveries one product's lane runs at once
+	// (echolanes.go); EchoBreakerFailures failed deliveries in a row stop
+	// a webhook from being tried for EchoBreakerCooldown.
+	EchoParallel        int
+	EchoBreakerFailures int
+	EchoBreakerCooldown time.Duration
+	Weights             schedule.Weights
 }
 
 // Defaults: the one place they are written. shared/config documents the
@@ -117,6 +123,7 @@ func (c Config) Resolve() (Config, error) {
 		{"echoBackoff", &c.EchoBackoff, DefaultEchoBackoff},
 		{"echoMaxBackoff", &c.EchoMaxBackoff, DefaultEchoMaxBackoff},
 		{"echoTimeout", &c.EchoTimeout, DefaultEchoTimeout},
+		{"echoBreakerCooldown", &c.EchoBreakerCooldown, DefaultEchoBreakerCooldown},
 	}
 	for _, d := range durations {
 		switch {
@@ -131,6 +138,22 @@ func (c Config) Resolve() (Config, error) {
 		return c, fleet.Invalid("config.artifactMaxBytes", "must be a positive number of bytes (0 for the default), got %d", c.ArtifactMaxBytes)
 	case c.ArtifactMaxBytes == 0:
 		c.ArtifactMaxBytes = DefaultArtifactMaxBytes
+	}
+	counts := [...]struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"echoParallel", &c.EchoParallel, DefaultEchoParallel},
+		{"echoBreakerFailures", &c.EchoBreakerFailures, DefaultEchoBreakerFailures},
+	}
+	for _, n := range counts {
+		switch {
+		case *n.v < 0:
+			return c, fleet.Invalid("config."+n.name, "must be a positive number (0 for the default), got %d", *n.v)
+		case *n.v == 0:
+			*n.v = n.def
+		}
 	}
 	if c.StaleAfter >= c.DownAfter {
 		return c, fleet.Invalid("config.staleAfter", "must be shorter than downAfter (%v), got %v", c.DownAfter, c.StaleAfter)
@@ -194,6 +217,7 @@ type Coordinator struct {
 	blobs         BlobStore
 	written       *writtenSeqs
 	webhook       Webhook
+	echo          *echoLanes
 }
 
 // New builds a coordinator from a configuration Resolve accepts.
@@ -232,6 +256,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 		blobs:         deps.Blobs,
 		written:       newWrittenSeqs(),
 		webhook:       deps.Webhook,
+		echo:          newEchoLanes(),
 	}
 	if c.publisher != nil {
 		c.onFleetChange = c.retryUnroutable

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -18,12 +17,13 @@ import (
 // trigger on the jobs container (its own lease prefix), so the API path
 // never waits on a webhook. Each tracked job has one delivery document in
 // Echoes (EchoState): how far delivery got, the failure it met and when to
-// try again. A job whose webhook fails backs off on its own; the function
-// records that and returns, and the echosweep timer re-drives whatever is
-// due (a change-feed trigger cannot be re-invoked on a schedule, and the
-// host checkpoints past a failed batch). Events are sent strictly one
-// after the other: a seq that neither the events container nor the job's
-// ring of recent events holds is waited for, never skipped.
+// try again. The function hands the batch's jobs to their products'
+// delivery lanes (echolanes.go) and returns; a job whose webhook fails
+// backs off on its own, and the echosweep timer re-drives whatever is due
+// (a change-feed trigger cannot be re-invoked on a schedule, and the host
+// checkpoints past a failed batch). Events are sent strictly one after the
+// other: a seq that neither the events container nor the job's ring of
+// recent events holds is waited for, never skipped.
 
 // Webhook sends one echo delivery. The adapter (shared/webhook) wraps an
 // HTTP client; a non-2xx answer is an error.
@@ -36,6 +36,54 @@ type WebhookRequest struct {
 	URL     string
 	Headers map[string]string
 	Body    []byte
+}
+
+// EchoFailure is why a delivery stopped, as the delivery state shows it
+// (lastError): a class, never the far end's words or the URL. A webhook
+// may point anywhere, so echoing what answered there would let whoever
+// sets the URL read other services back; the log keeps the detail.
+type EchoFailure string
+
+// Echo failure classes. The webhook adapter names transport and HTTP
+// failures; the rest are the coordinator's own.
+const (
+	EchoConnRefused    EchoFailure = "connection_refused"
+	EchoConnReset      EchoFailure = "connection_reset"
+	EchoTimeoutFailure EchoFailure = "timeout"
+	EchoDNS            EchoFailure = "dns"
+	EchoRefusedAddress EchoFailure = "refused_address"
+	EchoTLS            EchoFailure = "tls"
+	EchoUnreachable    EchoFailure = "unreachable"
+	EchoHTTP3xx        EchoFailure = "http_3xx"
+	EchoHTTP4xx        EchoFailure = "http_4xx"
+	EchoHTTP5xx        EchoFailure = "http_5xx"
+	EchoHTTPOther      EchoFailure = "http_status"
+	EchoBadResponse    EchoFailure = "bad_response"
+	EchoFailed         EchoFailure = "failed"
+	EchoCircuitOpen    EchoFailure = "circuit_open"
+	EchoEventMissing   EchoFailure = "event_missing"
+	EchoNoTracker      EchoFailure = "no_tracker"
+	EchoStoreFailed    EchoFailure = "store"
+	EchoNoClient       EchoFailure = "no_client"
+)
+
+// WebhookError is a failed delivery and its class; Err is the detail, for
+// the log.
+type WebhookError struct {
+	Class EchoFailure
+	Err   error
+}
+
+func (e *WebhookError) Error() string { return string(e.Class) + ": " + e.Err.Error() }
+func (e *WebhookError) Unwrap() error { return e.Err }
+
+// webhookFailure is the class of a Webhook error; one the adapter did
+// not classify is just failed.
+func webhookFailure(err error) EchoFailure {
+	if we, ok := errors.AsType[*WebhookError](err); ok && we.Class != "" {
+		return we.Class
+	}
+	return EchoFailed
 }
 
 // EchoState is the delivery document of one tracked job (Echoes, /jobId).
@@ -99,9 +147,6 @@ const (
 	// echoRecheck is how often the sweep looks at a tracked job in
 	// progress that is up to date, in case a change-feed batch was lost.
 	echoRecheck = time.Minute
-	// echoParallel bounds the jobs one invocation delivers at once: a slow
-	// webhook holds one of them, not the batch.
-	echoParallel = 8
 )
 
 // echoBackoff is the wait after the attempts-th failure in a row:
@@ -114,21 +159,22 @@ func (c *Coordinator) echoBackoff(attempts int) time.Duration {
 	return min(d, c.cfg.EchoMaxBackoff)
 }
 
-// EchoChanged delivers the events of the tracked jobs among changed job
-// documents (a change-feed batch). Jobs not tracked cost nothing: the
-// batch's own document says so. It returns how many events were delivered.
-func (c *Coordinator) EchoChanged(ctx context.Context, items []Item) (int, error) {
+// EchoChanged hands the tracked jobs among changed job documents (a
+// change-feed batch) to their products' delivery lanes; with EchoAwait it
+// waits for their deliveries too. Jobs not tracked cost nothing: the
+// batch's own document says so.
+func (c *Coordinator) EchoChanged(ctx context.Context, items []Item, mode EchoMode) (EchoRun, error) {
 	var refs []JobRefItem
 	for _, it := range items {
 		j, err := decodeJob(it)
 		if err != nil {
-			return 0, err
+			return EchoRun{}, err
 		}
 		if j.Tracker != nil {
 			refs = append(refs, JobRefItem{ProductID: j.ProductID, JobID: j.ID})
 		}
 	}
-	return c.echoJobs(ctx, refs, false)
+	return c.echoJobs(ctx, refs, false, mode)
 }
 
 // JobRefItem names a job to deliver for.
@@ -136,7 +182,8 @@ type JobRefItem struct{ ProductID, JobID string }
 
 // EchoSweep re-drives delivery for every open tracked job that is due: a
 // retry whose backoff passed, a seq that was missing, a job whose change
-// the feed lost. It returns how many events were delivered.
+// the feed lost. It waits for those deliveries (each in its product's
+// lane) and returns how many events were delivered.
 func (c *Coordinator) EchoSweep(ctx context.Context) (int, error) {
 	items, err := c.queryAll(ctx, Echoes, Query{Where: []Cond{Eq("open", true)}})
 	if err != nil {
@@ -153,33 +200,34 @@ func (c *Coordinator) EchoSweep(ctx context.Context) (int, error) {
 			due = append(due, JobRefItem{ProductID: s.ProductID, JobID: s.JobID})
 		}
 	}
-	return c.echoJobs(ctx, due, true)
+	run, err := c.echoJobs(ctx, due, true, EchoAwait)
+	return run.Delivered, err
 }
 
-// echoJobs delivers for each job, a few at a time.
-func (c *Coordinator) echoJobs(ctx context.Context, refs []JobRefItem, sweep bool) (int, error) {
-	var (
-		mu        sync.Mutex
-		delivered int
-		errs      []error
-		wg        sync.WaitGroup
-	)
-	sem := make(chan struct{}, echoParallel)
-	for _, r := range refs {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			n, err := c.echoJob(ctx, r.ProductID, r.JobID, sweep)
-			mu.Lock()
-			defer mu.Unlock()
-			delivered += n
-			if err != nil {
-				errs = append(errs, fmt.Errorf("job %s: %w", r.JobID, err))
-			}
-		})
+// echoJobs hands each job to its product's lane and, with EchoAwait,
+// waits for the outcomes (or ctx: the deliveries go on in their lanes).
+func (c *Coordinator) echoJobs(ctx context.Context, refs []JobRefItem, sweep bool, mode EchoMode) (EchoRun, error) {
+	run := EchoRun{Jobs: len(refs)}
+	dones := make([]<-chan echoResult, len(refs))
+	for i, r := range refs {
+		dones[i] = c.submitEcho(ctx, r, sweep)
 	}
-	wg.Wait()
-	return delivered, errors.Join(errs...)
+	if mode != EchoAwait {
+		return run, nil
+	}
+	var errs []error
+	for i, d := range dones {
+		select {
+		case res := <-d:
+			run.Delivered += res.delivered
+			if res.err != nil {
+				errs = append(errs, fmt.Errorf("job %s: %w", refs[i].JobID, res.err))
+			}
+		case <-ctx.Done():
+			return run, ctx.Err()
+		}
+	}
+	return run, errors.Join(errs...)
 }
 
 // errEchoLost: the delivery document changed under this delivery (a
@@ -227,16 +275,18 @@ func (c *Coordinator) echoOnce(ctx context.Context, productID, jobID string, swe
 	// The pass's outcome is written whatever the caller does meanwhile.
 	ctx = context.WithoutCancel(ctx)
 	var (
-		fail    string
+		fail    EchoFailure
+		detail  error // for the log only: it may quote the far end
 		waitGap bool
 		stopped bool
+		reopen  time.Time // when an open breaker lets the webhook be tried
 	)
 	product, err := c.GetProduct(ctx, productID)
 	switch {
 	case err != nil && !errors.Is(err, fleet.ErrNotFound):
-		fail = "read product: " + err.Error()
+		fail, detail = EchoStoreFailed, fmt.Errorf("read product: %w", err)
 	case product == nil || product.Tracker == nil:
-		fail = fmt.Sprintf("product %s has no tracker webhook (PUT /api/fleet/products/%s with tracker)", productID, productID)
+		fail, detail = EchoNoTracker, fmt.Errorf("product %s has no tracker webhook (PUT /api/fleet/products/%s with tracker)", productID, productID)
 	}
 	if fail == "" && st.DeliveredSeq < j.EventSeq {
 		// Events merges what the job's change holds but the container
@@ -244,7 +294,7 @@ func (c *Coordinator) echoOnce(ctx context.Context, productID, jobID string, swe
 		// neither has it.
 		evs, rerr := c.Events(ctx, productID, jobID, st.DeliveredSeq, 0)
 		if rerr != nil {
-			fail = "read events: " + rerr.Error()
+			fail, detail = EchoStoreFailed, fmt.Errorf("read events: %w", rerr)
 		}
 		bySeq := make(map[int64]fleet.Event, len(evs))
 		for _, ev := range evs {
@@ -253,15 +303,23 @@ func (c *Coordinator) echoOnce(ctx context.Context, productID, jobID string, swe
 		for seq := st.DeliveredSeq + 1; fail == "" && seq <= j.EventSeq; seq++ {
 			ev, ok := bySeq[seq]
 			if !ok {
-				fail, waitGap = fmt.Sprintf("waiting for event %d, not recorded yet", seq), true
+				fail, detail, waitGap = EchoEventMissing, fmt.Errorf("waiting for event %d, not recorded yet", seq), true
 				break
 			}
 			stage := st.Stage
 			if ev.To != "" {
 				stage = ev.To
 			}
-			if perr := c.postEcho(ctx, product.Tracker, j, ev, stage); perr != nil {
-				fail = fmt.Sprintf("event %d: %v", seq, perr)
+			url := product.Tracker.WebhookURL
+			allowed, until := c.echoAllow(url)
+			if !allowed {
+				fail, detail, reopen = EchoCircuitOpen, fmt.Errorf("event %d: the webhook failed %d times in a row; not tried before %s", seq, c.cfg.EchoBreakerFailures, until.Format(time.RFC3339)), until
+				break
+			}
+			perr := c.postEcho(ctx, product.Tracker, j, ev, stage)
+			c.echoRecord(url, perr == nil)
+			if perr != nil {
+				fail, detail = webhookFailure(perr), fmt.Errorf("event %d: %w", seq, perr)
 				break
 			}
 			delivered++
@@ -281,15 +339,20 @@ func (c *Coordinator) echoOnce(ctx context.Context, productID, jobID string, swe
 	st.LockOwner, st.LockedUntil = "", time.Time{}
 	if fail != "" {
 		st.Attempts++
-		st.LastError = fleet.SanitizeText(fail, fleet.MaxReasonLen)
+		// Only the class is kept where an operator reads it back: what
+		// answered at the far end stays in the log.
+		st.LastError = string(fail)
 		wait := c.echoBackoff(st.Attempts)
 		if waitGap {
 			wait = min(wait, echoGapWait)
 		}
 		st.NextAttemptAt = now.Add(wait)
+		if reopen.After(st.NextAttemptAt) {
+			st.NextAttemptAt = reopen
+		}
 		st.SweepAt, st.Open = st.NextAttemptAt, true
-		c.log.WarnContext(ctx, "tracker echo: delivery paused", "job", jobID, "deliveredSeq", st.DeliveredSeq,
-			"attempts", st.Attempts, "retryIn", wait, "err", st.LastError)
+		c.log.WarnContext(ctx, "tracker echo: delivery paused", "job", jobID, "product", productID, "deliveredSeq", st.DeliveredSeq,
+			"attempts", st.Attempts, "retryIn", st.NextAttemptAt.Sub(now), "class", st.LastError, "err", detail)
 	} else {
 		st.Open = !(j.Stage.Terminal() && st.DeliveredSeq >= j.EventSeq)
 		st.SweepAt = now.Add(echoRecheck)
@@ -378,7 +441,7 @@ func (c *Coordinator) writeEcho(ctx context.Context, st *EchoState) error {
 // postEcho sends one event, signed.
 func (c *Coordinator) postEcho(ctx context.Context, t *fleet.TrackerConfig, j *fleet.Job, ev fleet.Event, stage fleet.Stage) error {
 	if c.webhook == nil {
-		return errors.New("no webhook client configured in this process")
+		return &WebhookError{Class: EchoNoClient, Err: errors.New("no webhook client configured in this process")}
 	}
 	body, err := json.Marshal(fleet.EchoEvent{
 		Source: j.Tracker.Source, ItemID: j.Tracker.ItemID, JobID: j.ID, ProductID: j.ProductID,

@@ -22,21 +22,53 @@ const (
 	hookSecret = fleet.Secret("echo-secret-0123456789")
 )
 
-// fakeWebhook records deliveries; URLs in down fail.
+// fakeWebhook records deliveries; URLs in down fail, with fail's error
+// when set; URLs in hold wait for their channel to close (a tarpit).
 type fakeWebhook struct {
-	mu   sync.Mutex
-	got  []coord.WebhookRequest
-	down map[string]bool
+	mu    sync.Mutex
+	got   []coord.WebhookRequest
+	tries map[string]int
+	down  map[string]bool
+	fail  error
+	hold  map[string]chan struct{}
+	// posted, when set, hears of every acknowledged delivery.
+	posted chan coord.WebhookRequest
 }
 
-func (h *fakeWebhook) Post(_ context.Context, r coord.WebhookRequest) error {
+func (h *fakeWebhook) Post(ctx context.Context, r coord.WebhookRequest) error {
+	h.mu.Lock()
+	hold := h.hold[r.URL]
+	h.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return &coord.WebhookError{Class: coord.EchoTimeoutFailure, Err: ctx.Err()}
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.tries == nil {
+		h.tries = map[string]int{}
+	}
+	h.tries[r.URL]++
 	if h.down[r.URL] {
-		return errors.New("the webhook answered 500 Internal Server Error")
+		if h.fail != nil {
+			return h.fail
+		}
+		return &coord.WebhookError{Class: coord.EchoHTTP5xx, Err: errors.New("the webhook answered 500 Internal Server Error")}
 	}
 	h.got = append(h.got, r)
+	if h.posted != nil {
+		h.posted <- r
+	}
 	return nil
+}
+
+func (h *fakeWebhook) triesOf(url string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.tries[url]
 }
 
 func (h *fakeWebhook) setDown(url string, down bool) {
@@ -88,9 +120,15 @@ type echoEnv struct {
 }
 
 func newEchoEnv(t *testing.T) *echoEnv {
+	// The breaker stays out of the way of the backoff tests; its own test
+	// sets it.
+	return newEchoEnvWith(t, coord.Config{EchoBackoff: time.Second, EchoMaxBackoff: 8 * time.Second, EchoBreakerFailures: 1000})
+}
+
+func newEchoEnvWith(t *testing.T, cfg coord.Config) *echoEnv {
 	hook := &fakeWebhook{}
 	logs, mu := &bytes.Buffer{}, &sync.Mutex{}
-	e := newEnv(t, withConfig(coord.Config{EchoBackoff: time.Second, EchoMaxBackoff: 8 * time.Second}),
+	e := newEnv(t, withConfig(cfg),
 		withDeps(func(d *coord.Deps) {
 			d.Webhook = hook
 			d.Log = slog.New(slog.NewJSONHandler(lockedWriter{mu, logs}, nil))
@@ -127,9 +165,9 @@ func (e *echoEnv) feed(ids ...string) int {
 	for i, id := range ids {
 		items[i] = e.rawJob(id)
 	}
-	n, err := e.c.EchoChanged(e.ctx, items)
+	run, err := e.c.EchoChanged(e.ctx, items, coord.EchoAwait)
 	require.NoError(e.t, err)
-	return n
+	return run.Delivered
 }
 
 func (e *echoEnv) sweep() int {
@@ -218,7 +256,7 @@ func TestEchoBacksOffAndTheSweepRetries(t *testing.T) {
 	require.Equal(t, int64(0), v.DeliveredSeq)
 	require.Equal(t, ptr(int64(1)), v.PendingSeq)
 	require.Equal(t, 1, v.Attempts)
-	require.Contains(t, *v.LastError, "event 1: the webhook answered 500")
+	require.Equal(t, "http_5xx", *v.LastError)
 	require.Equal(t, t0.Add(time.Second), *v.NextAttemptAt)
 
 	e.run(j)
@@ -247,6 +285,7 @@ func TestEchoBacksOffAndTheSweepRetries(t *testing.T) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	require.Contains(t, e.logs.String(), "tracker echo: delivery paused")
+	require.Contains(t, e.logs.String(), "the webhook answered 500", "the log keeps the detail")
 	require.NotContains(t, e.logs.String(), string(hookSecret), "the secret is never logged")
 }
 
@@ -286,7 +325,7 @@ func TestEchoWaitsForAMissingEvent(t *testing.T) {
 	v := e.echo(j.ID)
 	require.Equal(t, int64(1), v.DeliveredSeq)
 	require.Equal(t, ptr(int64(2)), v.PendingSeq)
-	require.Contains(t, *v.LastError, "waiting for event 2")
+	require.Equal(t, "event_missing", *v.LastError)
 	e.clock.Advance(time.Second)
 	require.Zero(t, e.sweep(), "still missing: still waiting")
 
@@ -312,9 +351,9 @@ func TestEchoDownWebhookBlocksOnlyItsJobs(t *testing.T) {
 	ok := e.ingest("PROJ-4")
 	stuckItem, err := e.raw.Read(e.ctx, coord.Jobs, "p2", stuck.ID)
 	require.NoError(t, err)
-	n, err := e.c.EchoChanged(e.ctx, []coord.Item{stuckItem, e.rawJob(ok.ID)})
+	run, err := e.c.EchoChanged(e.ctx, []coord.Item{stuckItem, e.rawJob(ok.ID)}, coord.EchoAwait)
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	require.Equal(t, coord.EchoRun{Jobs: 2, Delivered: 1}, run)
 	require.Equal(t, []int64{1}, e.hook.seqs(t, ok.ID))
 	v, err := e.c.Echo(e.ctx, "p2", stuck.ID)
 	require.NoError(t, err)
@@ -356,7 +395,7 @@ func TestEchoConcurrentDeliverers(t *testing.T) {
 	for i := range 6 {
 		wg.Go(func() {
 			if i%2 == 0 {
-				_, err := e.c.EchoChanged(e.ctx, []coord.Item{e.rawJob(j.ID)})
+				_, err := e.c.EchoChanged(e.ctx, []coord.Item{e.rawJob(j.ID)}, coord.EchoAwait)
 				require.NoError(t, err)
 				return
 			}

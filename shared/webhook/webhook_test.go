@@ -1,9 +1,14 @@
 package webhook
 
 import (
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,8 +17,19 @@ import (
 	"github.com/gigafactory/fleet/shared/coord"
 )
 
+// loopback lets the tests reach their own servers.
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+
+func classOf(t *testing.T, err error) coord.EchoFailure {
+	t.Helper()
+	var we *coord.WebhookError
+	require.True(t, errors.As(err, &we), "not a WebhookError: %v", err)
+	return we.Class
+}
+
 // TestPost: the body and headers go as given; only a 2xx acknowledges, a
-// redirect is not followed, and a refused connection is an error.
+// redirect is not followed, and a refused connection is an error; each
+// failure has its class, and the far end's body is in none of them.
 func TestPost(t *testing.T) {
 	t.Parallel()
 	var got []*http.Request
@@ -26,12 +42,16 @@ func TestPost(t *testing.T) {
 			w.WriteHeader(http.StatusNoContent)
 		case "/moved":
 			http.Redirect(w, r, "/ok", http.StatusFound)
+		case "/denied":
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, "FAR-END-SECRET")
 		default:
 			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, "FAR-END-SECRET")
 		}
 	}))
 	defer srv.Close()
-	c := New(5 * time.Second)
+	c := New(Options{Timeout: 5 * time.Second, Allow: loopback})
 	req := func(path string) coord.WebhookRequest {
 		return coord.WebhookRequest{URL: srv.URL + path, Body: []byte(`{"seq":1}`), Headers: map[string]string{"X-Fleet-Event-Id": "j:1"}}
 	}
@@ -39,9 +59,147 @@ func TestPost(t *testing.T) {
 	require.Equal(t, `{"seq":1}`, bodies[0])
 	require.Equal(t, http.MethodPost, got[0].Method)
 	require.Equal(t, "j:1", got[0].Header.Get("X-Fleet-Event-Id"))
-	require.ErrorContains(t, c.Post(t.Context(), req("/fail")), "the webhook answered 500")
-	require.ErrorContains(t, c.Post(t.Context(), req("/moved")), "the webhook answered 302")
-	require.Len(t, got, 3, "the redirect was not followed")
+	for path, class := range map[string]coord.EchoFailure{"/fail": coord.EchoHTTP5xx, "/denied": coord.EchoHTTP4xx, "/moved": coord.EchoHTTP3xx} {
+		err := c.Post(t.Context(), req(path))
+		require.Equal(t, class, classOf(t, err), path)
+		require.NotContains(t, err.Error(), "FAR-END-SECRET")
+	}
+	require.Len(t, got, 4, "the redirect was not followed")
+	for _, r := range got[1:] {
+		require.NotEqual(t, "/ok", r.URL.Path, "the redirect was not followed")
+	}
 	srv.Close()
-	require.ErrorContains(t, c.Post(t.Context(), req("/ok")), "connection refused")
+	// A kept-alive connection the server just closed would answer EOF.
+	c.http.CloseIdleConnections()
+	err := c.Post(t.Context(), req("/ok"))
+	require.ErrorContains(t, err, "connection refused")
+	require.Equal(t, coord.EchoConnRefused, classOf(t, err))
+}
+
+// TestForbidden: every range that is not the public internet is refused,
+// including IPv4 addresses carried in IPv6 ones; public addresses pass.
+func TestForbidden(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{
+		"0.0.0.0", "0.1.2.3", "127.0.0.1", "127.255.255.254", "10.0.0.1", "10.255.255.255", "172.16.0.1", "172.31.255.255",
+		"192.168.0.1", "192.168.255.255", "100.64.0.1", "100.127.255.255", "100.100.100.200", "169.254.0.1",
+		"169.254.169.254", "169.254.170.2", "168.63.129.16", "192.0.0.192", "192.0.2.1", "198.18.0.1", "198.51.100.7",
+		"203.0.113.9", "224.0.0.1", "239.255.255.250", "240.0.0.1", "255.255.255.255",
+		"::", "::1", "::127.0.0.1", "fe80::1", "fe80::1%eth0", "fc00::1", "fd00:ec2::254", "fd12:3456::1", "fec0::1",
+		"ff02::1", "ff05::2", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe",
+		"64:ff9b::7f00:1", "64:ff9b:1::1", "2002:7f00:1::1", "2002:a9fe:a9fe::", "2001::1", "2001:db8::1", "100::1",
+	} {
+		require.True(t, Forbidden(netip.MustParseAddr(s)), s)
+	}
+	for _, s := range []string{
+		"8.8.8.8", "1.1.1.1", "172.32.0.1", "172.15.255.255", "100.128.0.1", "100.63.255.255", "169.253.255.255",
+		"168.63.129.17", "192.169.0.1", "2606:4700:4700::1111", "2a00:1450::1", "::ffff:8.8.8.8", "64:ff9b::808:808",
+		"2002:808:808::1",
+	} {
+		require.False(t, Forbidden(netip.MustParseAddr(s)), s)
+	}
+}
+
+// listener counts the connections it accepts and never answers them.
+func tarpit(t *testing.T) (addr string, accepted *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	accepted = &atomic.Int64{}
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			t.Cleanup(func() { _ = conn.Close() })
+		}
+	}()
+	return ln.Addr().String(), accepted
+}
+
+// TestPostRefusesPrivateAddresses: a URL naming a forbidden address, or a
+// name resolving to one (localhost), is refused when dialled: nothing
+// connects. Allow lets a range through.
+func TestPostRefusesPrivateAddresses(t *testing.T) {
+	t.Parallel()
+	addr, accepted := tarpit(t)
+	_, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	c := New(Options{Timeout: 5 * time.Second})
+	urls := []string{"http://" + addr + "/hook", "http://localhost:" + port + "/hook", "https://localhost:" + port + "/hook"}
+	for _, ip := range []string{"10.0.0.1", "172.16.0.1", "192.168.1.1", "100.64.0.1", "169.254.169.254", "168.63.129.16", "0.0.0.0", "224.0.0.1", "127.1.2.3"} {
+		urls = append(urls, "http://"+net.JoinHostPort(ip, port)+"/hook")
+	}
+	for _, u := range urls {
+		err := c.Post(t.Context(), coord.WebhookRequest{URL: u, Body: []byte(`{}`)})
+		require.Equal(t, coord.EchoRefusedAddress, classOf(t, err), "%s: %v", u, err)
+	}
+	require.Zero(t, accepted.Load(), "nothing connected")
+
+	allowed := New(Options{Timeout: 5 * time.Second, HeaderTimeout: 100 * time.Millisecond, Allow: ParseAllowMust(t, "127.0.0.0/8, ::1")})
+	err = allowed.Post(t.Context(), coord.WebhookRequest{URL: "http://localhost:" + port + "/hook", Body: []byte(`{}`)})
+	require.Equal(t, coord.EchoTimeoutFailure, classOf(t, err), "allowed: it connected, and the tarpit never answered: %v", err)
+	require.Positive(t, accepted.Load())
+}
+
+func ParseAllowMust(t *testing.T, s string) []netip.Prefix {
+	t.Helper()
+	p, err := ParseAllow(s)
+	require.NoError(t, err)
+	return p
+}
+
+// TestPostFarEndWordsAreNotTheClass: a far end that does not speak HTTP
+// (here a NATS-like banner) is bad_response, and the class carries none of
+// its words.
+func TestPostFarEndWordsAreNotTheClass(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// Once the request is in, so the answer is this one's.
+			_, _ = conn.Read(make([]byte, 4096))
+			_, _ = io.WriteString(conn, "INFO {\"server_id\":\"NSECRETBANNER\",\"version\":\"2.11\"}\r\n")
+			_ = conn.Close()
+		}
+	}()
+	c := New(Options{Timeout: 5 * time.Second, Allow: loopback})
+	err = c.Post(t.Context(), coord.WebhookRequest{URL: "http://" + ln.Addr().String() + "/", Body: []byte(`{}`)})
+	require.Equal(t, coord.EchoBadResponse, classOf(t, err), "%v", err)
+	require.NotContains(t, string(classOf(t, err)), "SECRET")
+}
+
+// TestClientTimeoutsAndNoProxy: the phases' timeouts are set, and no proxy
+// is taken from the environment (a proxy would dial for us, and the
+// address check would see only the proxy).
+func TestClientTimeoutsAndNoProxy(t *testing.T) {
+	t.Parallel()
+	c := New(Options{Timeout: 10 * time.Second})
+	tr := c.http.Transport.(*http.Transport)
+	require.Nil(t, tr.Proxy)
+	require.Equal(t, DefaultTLSTimeout, tr.TLSHandshakeTimeout)
+	require.Equal(t, DefaultHeaderTimeout, tr.ResponseHeaderTimeout)
+	require.NotNil(t, tr.DialContext)
+}
+
+// TestParseAllow: CIDRs and bare addresses, comma-separated; anything else
+// is an error naming it.
+func TestParseAllow(t *testing.T) {
+	t.Parallel()
+	got, err := ParseAllow(" 10.20.0.0/16, fd12::/48 ,192.168.1.7,, ")
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16"), netip.MustParsePrefix("fd12::/48"), netip.MustParsePrefix("192.168.1.7/32")}, got)
+	for _, bad := range []string{"10.0.0.0/33", "intranet", "10.0.0/8"} {
+		_, err := ParseAllow(bad)
+		require.ErrorContains(t, err, strconv.Quote(bad))
+	}
 }

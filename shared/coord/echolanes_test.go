@@ -1,0 +1,191 @@
+package coord_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+const tarpitURL = "https://tarpit.example/fleet"
+
+// ingestFor ingests an item of another product.
+func (e *echoEnv) ingestFor(product, repo, item string) coord.Item {
+	e.t.Helper()
+	j, _, err := e.c.Ingest(e.ctx, coord.IngestRequest{ProductID: product, Ref: fleet.TrackerRef{Source: "jira", ItemID: item, Revision: 1}, Manifest: manifest("repo: " + repo)})
+	require.NoError(e.t, err)
+	it, err := e.raw.Read(e.ctx, coord.Jobs, product, j.ID)
+	require.NoError(e.t, err)
+	return it
+}
+
+// handOff runs the echo function's call and fails the test if it does not
+// return: the feed must never wait on a webhook.
+func (e *echoEnv) handOff(items ...coord.Item) coord.EchoRun {
+	e.t.Helper()
+	type out struct {
+		run coord.EchoRun
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		run, err := e.c.EchoChanged(e.ctx, items, coord.EchoHandOff)
+		done <- out{run, err}
+	}()
+	select {
+	case o := <-done:
+		require.NoError(e.t, o.err)
+		return o.run
+	case <-time.After(10 * time.Second):
+		e.t.Fatal("the echo function's hand-off waited on a webhook")
+		return coord.EchoRun{}
+	}
+}
+
+// delivered waits for n acknowledged deliveries of job id.
+func (e *echoEnv) delivered(id string, n int) {
+	e.t.Helper()
+	for got := 0; got < n; {
+		select {
+		case r := <-e.hook.posted:
+			if strings.HasPrefix(r.Headers[fleet.EchoEventIDHeader], id+":") {
+				got++
+			}
+		case <-time.After(10 * time.Second):
+			e.t.Fatalf("job %s: %d of %d deliveries arrived", id, got, n)
+		}
+	}
+}
+
+// TestEchoTarpitDelaysOnlyItsProduct: product p2's webhook accepts and
+// never answers. A change-feed batch holding more of p2's jobs than a lane
+// runs at once, then one of prod's, returns at once, and prod's event is
+// delivered while every p2 delivery still hangs; so is prod's next batch.
+func TestEchoTarpitDelaysOnlyItsProduct(t *testing.T) {
+	t.Parallel()
+	e := newEchoEnv(t)
+	e.hook.posted = make(chan coord.WebhookRequest, 64)
+	release := make(chan struct{})
+	e.hook.hold = map[string]chan struct{}{tarpitURL: release}
+	_, err := e.c.DeclareProduct(e.ctx, coord.ProductRequest{ID: "p2", Repos: []string{"docs"},
+		Tracker: &coord.TrackerChange{WebhookURL: tarpitURL, Secret: hookSecret}})
+	require.NoError(t, err)
+
+	var batch []coord.Item
+	for i := range 2 * coord.DefaultEchoParallel {
+		batch = append(batch, e.ingestFor("p2", "docs", "SLOW-"+string(rune('a'+i))))
+	}
+	ok := e.ingest("PROJ-9")
+	batch = append(batch, e.rawJob(ok.ID))
+	require.Equal(t, coord.EchoRun{Jobs: len(batch)}, e.handOff(batch...))
+	e.delivered(ok.ID, 1)
+
+	e.run(ok)
+	last := e.job(ok.ID).EventSeq
+	e.handOff(append(batch[:len(batch)-1:len(batch)-1], e.rawJob(ok.ID))...)
+	e.delivered(ok.ID, int(last-1))
+	require.Equal(t, seqRange(1, last), e.hook.seqs(t, ok.ID))
+	require.Zero(t, e.hook.triesOf(tarpitURL), "every p2 delivery is still hanging")
+
+	// Let the tarpit go so its lanes end with the test.
+	close(release)
+	for range len(batch) - 1 {
+		select {
+		case <-e.hook.posted:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the released tarpit deliveries did not arrive")
+		}
+	}
+}
+
+// TestEchoLastErrorIsAClass: whatever the webhook's error says (a far
+// end's banner, a URL), the delivery state keeps only its class; the log
+// keeps the detail.
+func TestEchoLastErrorIsAClass(t *testing.T) {
+	t.Parallel()
+	const farEnd = `INFO {"server_id":"NDXSECRET","version":"2.11"}`
+	cases := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"classified", &coord.WebhookError{Class: coord.EchoBadResponse, Err: errors.New(`malformed HTTP response "` + farEnd + `"`)}, "bad_response"},
+		{"refused address", &coord.WebhookError{Class: coord.EchoRefusedAddress, Err: errors.New("dial 127.0.0.1:4222: " + farEnd)}, "refused_address"},
+		{"unclassified", errors.New("Post " + hookURL + ": " + farEnd), "failed"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEchoEnv(t)
+			e.hook.setDown(hookURL, true)
+			e.hook.fail = tc.err
+			j := e.ingest("PROJ-" + tc.name)
+			require.Zero(t, e.feed(j.ID))
+			v := e.echo(j.ID)
+			require.Equal(t, tc.want, *v.LastError)
+			require.NotContains(t, *v.LastError, "SECRET")
+			require.NotContains(t, *v.LastError, "hooks.example")
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			require.Contains(t, e.logs.String(), "NDXSECRET", "the log keeps the detail")
+		})
+	}
+}
+
+// TestEchoBreaker: after EchoBreakerFailures failures in a row the webhook
+// is not tried (circuit_open) until the cooldown has passed on the clock;
+// then one delivery probes it: a failed probe opens it again, a good one
+// closes it and everything is delivered.
+func TestEchoBreaker(t *testing.T) {
+	t.Parallel()
+	e := newEchoEnvWith(t, coord.Config{EchoBackoff: time.Second, EchoMaxBackoff: 2 * time.Second,
+		EchoBreakerFailures: 3, EchoBreakerCooldown: 30 * time.Second})
+	e.hook.setDown(hookURL, true)
+	var ids []string
+	for i := range 3 {
+		j := e.ingest("PROJ-" + string(rune('a'+i)))
+		ids = append(ids, j.ID)
+		require.Zero(t, e.feed(j.ID))
+		require.Equal(t, "http_5xx", *e.echo(j.ID).LastError)
+	}
+	require.Equal(t, 3, e.hook.triesOf(hookURL))
+
+	// Open: a new job is not even tried, and waits out the cooldown.
+	d := e.ingest("PROJ-d")
+	ids = append(ids, d.ID)
+	require.Zero(t, e.feed(d.ID))
+	v := e.echo(d.ID)
+	require.Equal(t, "circuit_open", *v.LastError)
+	require.Equal(t, t0.Add(30*time.Second), *v.NextAttemptAt)
+	e.clock.Advance(10 * time.Second)
+	require.Zero(t, e.sweep())
+	require.Equal(t, 3, e.hook.triesOf(hookURL), "no try while the breaker is open")
+	for _, id := range ids {
+		require.Equal(t, "circuit_open", *e.echo(id).LastError)
+	}
+
+	// Cooled down, still failing: one probe, and open again.
+	e.clock.Advance(20 * time.Second)
+	require.Zero(t, e.sweep())
+	require.Equal(t, 4, e.hook.triesOf(hookURL), "one probe")
+	e.clock.Advance(5 * time.Second)
+	require.Zero(t, e.sweep())
+	require.Equal(t, 4, e.hook.triesOf(hookURL), "open again after the failed probe")
+
+	// Back: the probe closes it, and every job is delivered.
+	e.hook.setDown(hookURL, false)
+	e.clock.Advance(30 * time.Second)
+	for range 3 {
+		e.sweep()
+		e.clock.Advance(2 * time.Second)
+	}
+	for _, id := range ids {
+		require.Equal(t, []int64{1}, e.hook.seqs(t, id))
+		require.Nil(t, e.echo(id).LastError)
+	}
+}
