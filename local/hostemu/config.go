@@ -65,6 +65,29 @@ const (
 	ModeProxy
 )
 
+// HTTPModeSetting makes the emulator hand HTTP requests on in a mode of
+// its choosing instead of host.json's: "forward" plays a host without
+// proxying, which forwards (and buffers) even when host.json enables
+// proxying (the in-proc host that serves non-Flex plans: proxying, host PR
+// #11035, was not backported to it); "proxy" and "envelope" force those;
+// "auto" or unset follows host.json.
+const HTTPModeSetting = "FLEET_HOST_HTTP_MODE"
+
+// parseHTTPMode reads HTTPModeSetting; ok is false for auto.
+func parseHTTPMode(v string) (mode HTTPMode, ok bool, err error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "auto":
+		return 0, false, nil
+	case "forward":
+		return ModeForward, true, nil
+	case "proxy":
+		return ModeProxy, true, nil
+	case "envelope":
+		return ModeEnvelope, true, nil
+	}
+	return 0, false, fmt.Errorf("%s=%q: want auto, forward, proxy or envelope", HTTPModeSetting, v)
+}
+
 // HTTPMode is the mode host.json selects for HTTP-only functions.
 func (h *HostConfig) HTTPMode() HTTPMode {
 	switch {

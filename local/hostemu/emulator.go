@@ -71,12 +71,22 @@ func New(opts Options) (*Emulator, error) {
 	}
 	e.child = &Child{Path: path, Args: desc.Arguments, Dir: dir, Env: opts.Env, Log: opts.Log}
 
+	mode := app.Host.HTTPMode()
+	if opts.Settings != nil {
+		forced, ok, err := parseHTTPMode(opts.Settings(HTTPModeSetting))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			mode = forced
+		}
+	}
 	var routes []*httpRoute
 	for _, fn := range app.Functions {
 		trig, _ := fn.Trigger()
 		switch strings.ToLower(trig.Type) {
 		case "httptrigger":
-			r, err := newHTTPRoute(fn, trig, opts.Settings, app.Host.HTTPMode())
+			r, err := newHTTPRoute(fn, trig, opts.Settings, mode)
 			if err != nil {
 				return nil, fmt.Errorf("function %s: %w", fn.Name, err)
 			}

@@ -3,6 +3,7 @@ package hostemu
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -283,10 +284,37 @@ func hostQuery(u *url.URL) map[string]string {
 	return query
 }
 
+// The headers the host adds to what it hands a custom handler
+// (azure-functions-host src/WebJobs.Script/Workers/Http/HttpWorkerConstants.cs).
+const (
+	headerHostVersion  = "X-Azure-Functions-HostVersion"
+	headerInvocationID = "X-Azure-Functions-InvocationId"
+	// hostUserAgent is the product token DefaultHttpWorkerService.AddHeaders
+	// appends to the User-Agent of a forwarded request (and of an envelope
+	// invocation); proxying (AddProxyingHeaders) leaves the client's alone.
+	hostUserAgent = "Azure-Functions-Host"
+	// emulatedHostVersion is the host version the emulator reports.
+	emulatedHostVersion = "4.1037.0"
+)
+
+// newInvocationID is a fresh invocation id, a GUID as the host's.
+func newInvocationID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
 // forward hands the request to the handler at its original path, with the
 // body read by requestBody.
 func (h *httpFront) forward(w http.ResponseWriter, r *http.Request, addr string, body []byte) {
 	out := r.Clone(context.WithValue(r.Context(), addrKey{}, addr))
+	// AddHeaders: the host version, the invocation id, and its product
+	// token after the client's User-Agent (ToHttpRequestMessage copies the
+	// client's headers first, then UserAgent.ParseAdd appends).
+	out.Header.Set(headerHostVersion, emulatedHostVersion)
+	out.Header.Set(headerInvocationID, newInvocationID())
+	out.Header.Set("User-Agent", strings.TrimSpace(r.Header.Get("User-Agent")+" "+hostUserAgent+"/"+emulatedHostVersion))
 	out.TransferEncoding = nil
 	out.ContentLength = int64(len(body))
 	out.Body = http.NoBody
@@ -315,6 +343,11 @@ func (h *httpFront) proxyRequest(w http.ResponseWriter, r *http.Request, addr st
 		return
 	}
 	out := r.WithContext(context.WithValue(r.Context(), addrKey{}, addr))
+	out.Header = r.Header.Clone()
+	// AddProxyingHeaders: these two, overriding what the client sent; the
+	// User-Agent stays the client's.
+	out.Header.Set(headerHostVersion, emulatedHostVersion)
+	out.Header.Set(headerInvocationID, newInvocationID())
 	out.Body = http.MaxBytesReader(w, r.Body, maxRequestBytes)
 	h.proxy.ServeHTTP(w, out)
 }
@@ -419,6 +452,10 @@ func invoke(ctx context.Context, client *http.Client, addr, fn string, inv *func
 		return nil, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// ProcessDefaultInvocationRequest calls AddHeaders too.
+	req.Header.Set(headerHostVersion, emulatedHostVersion)
+	req.Header.Set(headerInvocationID, newInvocationID())
+	req.Header.Set("User-Agent", hostUserAgent+"/"+emulatedHostVersion)
 	resp, err := client.Do(req)
 	if err != nil {
 		return nil, 0, err
