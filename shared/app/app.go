@@ -158,9 +158,28 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger, opts ...Option
 	}
 	// The web console rides on the API's handler, so every shape that serves
 	// the API (Functions app, local stack, Lambda) serves it at /api/console/.
-	a.API = console.Mount(httpapi.New(a.Coord, httpapi.Config{OperatorTokens: tokens, Logger: log}))
+	api := o.api
+	api.OperatorTokens, api.Logger = tokens, log
+	if api.MaxStreamsPerPrincipal, api.MaxStreams, err = streamCaps(l); err != nil {
+		return nil, err
+	}
+	a.API = console.Mount(httpapi.New(a.Coord, api))
 	ok = true
 	return a, nil
+}
+
+// streamCaps reads the caps on streams and long polls (httpapi, streamcap.go).
+func streamCaps(l config.Lookup) (perPrincipal, total int, err error) {
+	if perPrincipal, err = l.Count(config.MaxStreamsPerPrincipal); err != nil {
+		return 0, 0, err
+	}
+	if total, err = l.Count(config.MaxStreams); err != nil {
+		return 0, 0, err
+	}
+	if perPrincipal > total {
+		return 0, 0, fmt.Errorf("%s=%d is above %s=%d: the process cap would always refuse first", config.MaxStreamsPerPrincipal, perPrincipal, config.MaxStreams, total)
+	}
+	return perPrincipal, total, nil
 }
 
 func coordConfig(l config.Lookup) (coord.Config, error) {

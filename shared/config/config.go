@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/httpapi"
 	"github.com/gigafactory/fleet/shared/webhook"
 )
 
@@ -65,6 +66,10 @@ const (
 	EchoBreakerFails  = "FLEET_ECHO_BREAKER_FAILURES"
 	EchoBreakerCool   = "FLEET_ECHO_BREAKER_COOLDOWN"
 	WebhookAllowCIDRs = "FLEET_WEBHOOK_ALLOW_CIDRS"
+
+	MaxStreamsPerPrincipal = "FLEET_MAX_STREAMS_PER_PRINCIPAL"
+	MaxStreams             = "FLEET_MAX_STREAMS"
+	HostHTTPMode           = "FLEET_HOST_HTTP_MODE" // read by local/hostemu (hostemu.HTTPModeSetting)
 )
 
 // Settings lists every setting with its default; the README's
@@ -112,6 +117,9 @@ var Settings = []Setting{
 	{EchoBreakerFails, strconv.Itoa(coord.DefaultEchoBreakerFailures), "Failed deliveries in a row after which a tracker webhook is not tried for FLEET_ECHO_BREAKER_COOLDOWN (its jobs show `circuit_open`); then one delivery probes it."},
 	{EchoBreakerCool, duration(coord.DefaultEchoBreakerCooldown), "How long an open webhook breaker skips its webhook."},
 	{WebhookAllowCIDRs, "", "Address ranges tracker webhooks may reach although they are not public, comma-separated CIDRs (e.g. `10.20.0.0/16,fd12::/48`). Unset: loopback, private, link-local, unique-local, CGNAT, multicast and cloud metadata addresses are refused when dialled, after DNS."},
+	{MaxStreamsPerPrincipal, strconv.Itoa(httpapi.DefaultMaxStreamsPerPrincipal), "Live streams (`…/stream`) and long polls (`?wait=`) one token may hold open at once in one process; past it, 429 `throttled` with `Retry-After`, before anything is read. At most FLEET_MAX_STREAMS."},
+	{MaxStreams, strconv.Itoa(httpapi.DefaultMaxStreams), "Live streams and long polls one process holds open at once, all tokens together; past it, 429 `throttled` with `Retry-After`. Keep it well under the process's open-file limit: each takes a connection (two behind the host emulator)."},
+	{HostHTTPMode, "auto", "Local stack only: how the host emulator hands HTTP requests to the handler. `auto` follows host.json (proxying: streams stream); `forward` plays a Functions host without proxying (the one of non-Flex plans), which buffers every answer, so streams answer as long polls; `proxy` and `envelope` force those."},
 }
 
 // duration writes a default as a person would (90s, 5m), not as
