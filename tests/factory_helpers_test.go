@@ -160,7 +160,14 @@ func startFactory(t *testing.T, s *Stack, id, product string, seats int, repo *f
 // runFactory starts the factory program for an enrolled factory.
 func runFactory(t *testing.T, s *Stack, id, token string, seats int, repoBase, engine string, env ...string) *factoryProc {
 	t.Helper()
-	f := &factoryProc{t: t, ID: id, WorkDir: t.TempDir(), out: &lockedBuffer{}, done: make(chan struct{})}
+	return runFactoryIn(t, s, id, token, seats, repoBase, engine, t.TempDir(), env...)
+}
+
+// runFactoryIn is runFactory with the work directory given (a restart
+// works in its predecessor's).
+func runFactoryIn(t *testing.T, s *Stack, id, token string, seats int, repoBase, engine, workDir string, env ...string) *factoryProc {
+	t.Helper()
+	f := &factoryProc{t: t, ID: id, WorkDir: workDir, out: &lockedBuffer{}, done: make(chan struct{})}
 	f.cmd = exec.Command(factoryBinary(t), facArgs(env)...)
 	// The token from a file, the safe way: it never enters the factory's
 	// environment (and so /proc/<pid>/environ).

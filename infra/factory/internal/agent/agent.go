@@ -96,8 +96,13 @@ type Agent struct {
 	gcMu    sync.Mutex
 
 	// runAs is the account engines run as (FLEET_ENGINE_USER), nil for
-	// the factory's own.
+	// the factory's own or a uid per seat.
 	runAs *engine.User
+	// seats are the seat uids (FLEET_ENGINE_UIDS), nil without.
+	seats *uidPool
+	// contain ends every process of a run when it ends; nil only in
+	// tests that never call Run.
+	contain *engine.Containment
 
 	hbMu     sync.Mutex
 	lastLoad int
@@ -150,15 +155,15 @@ func (a *Agent) runningDispatch(job string) int64 {
 // one message is handled. On shutdown every running job is checkpointed
 // and released before Run returns.
 func (a *Agent) Run(ctx context.Context) Outcome {
-	if a.cfg.EngineUser != "" {
-		u, err := a.engineUser()
-		if err != nil {
-			a.log.ErrorContext(ctx, "engines cannot run as "+a.cfg.EngineUser, "err", err)
-			return OutcomeError
-		}
-		a.runAs = u
-		a.log.InfoContext(ctx, "engines run as another user", "user", u.Name, "uid", u.UID)
+	if err := a.isolate(ctx); err != nil {
+		a.log.ErrorContext(ctx, "runs cannot be isolated as configured", "err", err)
+		return OutcomeError
 	}
+	defer func() {
+		if err := a.contain.Close(); err != nil {
+			a.log.WarnContext(ctx, "remove the cgroup subtree", "err", err)
+		}
+	}()
 	if err := os.MkdirAll(a.jobsDir(), a.dirMode()); err != nil {
 		a.log.ErrorContext(ctx, "create jobs dir", "err", err)
 		return OutcomeError

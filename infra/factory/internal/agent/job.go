@@ -125,7 +125,10 @@ type job struct {
 	lastWIP string
 
 	engine string // the engine running the job, once picked
-	usage  usageMeter
+	// user is the account the engine runs as: the run's seat uid, the one
+	// FLEET_ENGINE_USER, or nil for the factory's own.
+	user  *engine.User
+	usage usageMeter
 	// overUSD is set when the engine was stopped for passing budget.usd.
 	overUSD bool
 }
@@ -164,6 +167,12 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	}
 	defer os.RemoveAll(jb.dir)
 	jb.logPath = filepath.Join(jb.dir, "engine.log")
+	u, releaseUser, err := jb.runUser()
+	if err != nil {
+		return jb.fail(reasonNoEngine, fmt.Sprintf("no account for the engine: %v", err), true)
+	}
+	defer releaseUser()
+	jb.user = u
 
 	name, tmpl, err := a.engineFor(j)
 	if err != nil {
@@ -178,11 +187,12 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 		return jb.stopped(err, "prepare worktree")
 	}
 	jb.wt = wt
-	if a.runAs != nil {
-		// The engine's user gets the worktree's files; the git directory
-		// (in the mirror) stays the factory's, read-only to it.
-		if err := a.runAs.Give(wt.Path); err != nil {
-			return jb.fail(reasonGit, fmt.Sprintf("hand the worktree to %s: %v", a.runAs.Name, err), true)
+	if jb.user != nil {
+		// The engine's user gets the worktree's files, and only it may
+		// enter the worktree; the git directory (in the mirror) stays the
+		// factory's, read-only to it.
+		if err := errors.Join(jb.user.Give(wt.Path), os.Chmod(wt.Path, 0o700)); err != nil {
+			return jb.fail(reasonGit, fmt.Sprintf("hand the worktree to %s: %v", jb.user.Name, err), true)
 		}
 	}
 	jb.lastWIP = ""
@@ -275,8 +285,8 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	if err := os.WriteFile(promptPath, []byte(j.Body), 0o600); err != nil {
 		return engine.Result{}, err
 	}
-	if a.runAs != nil {
-		if err := os.Chown(promptPath, int(a.runAs.UID), int(a.runAs.GID)); err != nil {
+	if jb.user != nil {
+		if err := os.Chown(promptPath, int(jb.user.UID), int(jb.user.GID)); err != nil {
 			return engine.Result{}, err
 		}
 	}
@@ -290,8 +300,8 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	if err := os.Mkdir(jb.childrenDir(), a.dirMode()); err != nil && !errors.Is(err, os.ErrExist) {
 		return engine.Result{}, err
 	}
-	if a.runAs != nil {
-		if err := os.Chown(jb.childrenDir(), int(a.runAs.UID), int(a.runAs.GID)); err != nil {
+	if jb.user != nil {
+		if err := errors.Join(os.Chown(jb.childrenDir(), int(jb.user.UID), int(jb.user.GID)), os.Chmod(jb.childrenDir(), 0o700)); err != nil {
 			return engine.Result{}, err
 		}
 	}
@@ -301,9 +311,14 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	if err != nil {
 		return engine.Result{}, fmt.Errorf("engine %s: %w", name, err)
 	}
-	spec := engine.Spec{Argv: exp.Argv, Dir: jb.wt.Path, Env: append(jb.env(name, promptPath), exp.Env...), LogPath: jb.logPath, Grace: a.cfg.KillGrace}
-	if a.runAs != nil {
-		spec.User, spec.Env = a.runAs, a.runAs.Env(spec.Env)
+	spec := engine.Spec{Argv: exp.Argv, Dir: jb.wt.Path, Env: append(jb.env(name, promptPath), exp.Env...), LogPath: jb.logPath, Grace: a.cfg.KillGrace,
+		Contain: a.contain, Run: filepath.Base(jb.dir)}
+	if jb.user != nil {
+		spec.User, spec.Env = jb.user, jb.user.Env(spec.Env)
+		if a.seats != nil {
+			// Not the shared /tmp, where other seats could read its files.
+			spec.Env = append(spec.Env, "TMPDIR="+jb.user.Home)
+		}
 	}
 	if !exp.UsesPrompt {
 		f, err := os.Open(promptPath)
@@ -347,6 +362,9 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 		jb.log.InfoContext(jb.ctx, "engine started", "engine", name, "pgid", pgid, "argv0", exp.Argv[0])
 	}
 	res, err := engine.Run(ectx, spec)
+	if res.Leftover != nil {
+		jb.log.ErrorContext(jb.ctx, "processes of the run outlived it", "err", res.Leftover)
+	}
 	stopCP()
 	cp.Wait()
 	if !jb.overUSD && jb.meterUsage(jb.ctx) && res.Stopped {
@@ -371,8 +389,8 @@ func (jb *job) writePersona() (string, error) {
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		return "", err
 	}
-	if jb.a.runAs != nil {
-		if err := os.Chown(path, int(jb.a.runAs.UID), int(jb.a.runAs.GID)); err != nil {
+	if jb.user != nil {
+		if err := os.Chown(path, int(jb.user.UID), int(jb.user.GID)); err != nil {
 			return "", err
 		}
 	}
@@ -394,8 +412,8 @@ func (jb *job) writeReviewFeedback() error {
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		return err
 	}
-	if jb.a.runAs != nil {
-		return os.Chown(path, int(jb.a.runAs.UID), int(jb.a.runAs.GID))
+	if jb.user != nil {
+		return os.Chown(path, int(jb.user.UID), int(jb.user.GID))
 	}
 	return nil
 }
@@ -692,7 +710,8 @@ func (jb *job) shipHook(ctx context.Context, head string, changed bool) error {
 	// The hook is the operator's and runs as the factory, in a worktree
 	// whose files the engine wrote: its git must not follow them.
 	env = jb.wt.CommandEnv(append(env, exp.Env...))
-	res, err := engine.Run(ctx, engine.Spec{Argv: exp.Argv, Dir: jb.wt.Path, Env: env, LogPath: jb.logPath, Grace: jb.a.cfg.KillGrace})
+	res, err := engine.Run(ctx, engine.Spec{Argv: exp.Argv, Dir: jb.wt.Path, Env: env, LogPath: jb.logPath, Grace: jb.a.cfg.KillGrace,
+		Contain: jb.a.contain, Run: filepath.Base(jb.dir) + "-hook"})
 	if err != nil {
 		return fmt.Errorf("ship hook: %w", err)
 	}

@@ -79,8 +79,8 @@ func (jb *job) createUsageFile() error {
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		return err
 	}
-	if jb.a.runAs != nil {
-		return os.Chown(path, int(jb.a.runAs.UID), int(jb.a.runAs.GID))
+	if jb.user != nil {
+		return os.Chown(path, int(jb.user.UID), int(jb.user.GID))
 	}
 	return nil
 }
