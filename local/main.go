@@ -33,6 +33,7 @@ import (
 	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/config"
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/httpapi"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 )
 
@@ -150,7 +151,7 @@ func run() error {
 	}()
 	return emu.Run(emuCtx, func(addr string) {
 		fmt.Printf("fleet: listening on http://%s (API under /api, e.g. http://%s/api/healthz)\n", addr, addr)
-		fmt.Printf("fleet: operator token (%s): %s\n", tokenSource, token)
+		fmt.Println(tokenBanner(l.Get(config.OperatorToken), tokenSource, token))
 		if st.DataDir != "" {
 			fmt.Printf("fleet: data in %s\n", st.DataDir)
 		}
@@ -160,6 +161,26 @@ func run() error {
 		pools.start(poolCtx, "http://"+addr)
 		fmt.Printf("fleet: %d functions from %s; Ctrl-C stops\n", len(emu.App().Functions), dir)
 	})
+}
+
+// tokenBanner says which operator tokens the stack accepts. It shows a
+// token only when the stack generated it (kept in the data dir): one set
+// in FLEET_OPERATOR_TOKEN is its owner's secret, possibly the unscoped
+// one, and a start-up banner ends up in terminals, logs and CI output, so
+// of those only the names are shown.
+func tokenBanner(configured, source, token string) string {
+	if configured == "" {
+		return fmt.Sprintf("fleet: operator token (%s): %s", source, token)
+	}
+	names := "none readable (the handler says why)"
+	if toks, err := httpapi.ParseOperatorTokens(configured); err == nil {
+		list := make([]string, len(toks))
+		for i, t := range toks {
+			list[i] = t.Name
+		}
+		names = strings.Join(list, ", ")
+	}
+	return fmt.Sprintf("fleet: operator tokens from %s: %s (not printed)", config.OperatorToken, names)
 }
 
 // localPools are the elastic pools of FLEET_LOCAL_POOLS, each run by a
