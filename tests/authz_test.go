@@ -60,8 +60,9 @@ func snapshot(t *testing.T, s *Stack, admin string, jobID string) string {
 
 // TestAuthzMatrix: every documented route × {no token, unknown token,
 // revoked factory token, factory token on an operator route, a product the
-// principal is not scoped to} is refused with 401/403 by the real binary,
-// and nothing stored changes.
+// principal is not scoped to, a factory of the product reading what only
+// the job's holder may} is refused with 401/403 by the real binary, and
+// nothing stored changes.
 func TestAuthzMatrix(t *testing.T) {
 	t.Parallel()
 	admin, scoped := randomToken("adm_"), randomToken("scp_")
@@ -71,6 +72,10 @@ func TestAuthzMatrix(t *testing.T) {
 	s.Product("other", "r2")
 	ft := s.Factory("f1", "demo", 2, []string{"os:linux"}, []string{"r1"})
 	revoked := s.Factory("f-revoked", "demo", 1, []string{"os:linux"}, []string{"r1"})
+	// Serves demo but has only a repo no job names: it never holds one.
+	idle := s.Factory("f-idle", "demo", 1, []string{"os:linux"}, []string{"r9"})
+	holderReads := map[string]bool{"GET /fleet/jobs/{id}/runs": true, "GET /fleet/jobs/{id}/events": true, "GET /fleet/jobs/{id}/events/stream": true,
+		"GET /fleet/jobs/{id}/explain": true, "GET /fleet/jobs/{id}/dag": true, "GET /fleet/jobs/{id}/artifacts": true}
 	rv := s.Op(http.MethodPost, "/factories/f-revoked/token/revoke", "", nil)
 	require.Less(t, rv.Status, 300, "revoke: %s", rv.Body)
 	job := s.Submit("demo", Manifest("Guarded", "r1", "os:linux"))
@@ -109,6 +114,9 @@ func TestAuthzMatrix(t *testing.T) {
 		}
 		if strings.Contains(op.access, "factory") {
 			attempts = append(attempts, attempt{"factory outside its product", ft, []string{"x-product-id", "other"}, http.StatusForbidden})
+		}
+		if holderReads[name] {
+			attempts = append(attempts, attempt{"factory of the product not holding the job", idle, []string{"x-product-id", "demo"}, http.StatusForbidden})
 		}
 		for _, a := range attempts {
 			r := Call(t, op.method, url, a.token, map[string]any{}, a.headers...)

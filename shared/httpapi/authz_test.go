@@ -97,7 +97,7 @@ func authzRequests(w *authzWorld) map[string]authzRequest {
 		"GET /api/fleet/jobs/{id}/runs":           {path: held + "/runs", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
 		"GET /api/fleet/jobs/{id}/events":         {path: held + "/events", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
 		"GET /api/fleet/jobs/{id}/explain":        {path: held + "/explain", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
-		"GET /api/fleet/jobs/{id}/events/stream":  {path: held + "/events/stream", token: factoryF1, want: 200, scope: scopeJob},
+		"GET /api/fleet/jobs/{id}/events/stream":  {path: held + "/events/stream", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
 		"GET /api/fleet/events/stream":            {path: "/api/fleet/events/stream", token: operator, want: 200},
 		"GET /api/fleet/events":                   {path: "/api/fleet/events", token: operator, want: 200},
 		"POST /api/fleet/claim":                   {path: "/api/fleet/claim", token: factoryF1, want: 200},

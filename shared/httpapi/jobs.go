@@ -90,8 +90,9 @@ func (s *server) pathHeldJob(r *http.Request, p *principal) (id, product string,
 }
 
 // holderRead is the rule of API.md "Auth" for a factory's reads: the runs,
-// events, explanation, DAG and artifacts of a job only while it holds the
-// job (they are another run's work otherwise, possibly another factory's).
+// events (polled or streamed), explanation, DAG and artifacts of a job only
+// while it holds the job (they are another run's work otherwise, possibly
+// another factory's, and a stream of a job is what costs).
 // The job document itself stays readable in its products: the factory
 // asks about jobs it no longer holds (whether a branch's job is over, and
 // whether a lost answer was applied). A job it does not hold is 403

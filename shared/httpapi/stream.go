@@ -55,9 +55,13 @@ const (
 // YARP) passes the client's User-Agent through and adds only the
 // X-Azure-Functions-HostVersion and -InvocationId headers
 // (AddProxyingHeaders). Checked in azure-functions-host
-// src/WebJobs.Script/Workers/Http/DefaultHttpWorkerService.cs and
-// HttpWorkerConstants.cs (host 4.1037 and the 2025 proxying change, PR
-// #11035). A forwarded request's answer is read whole by the host's
+// src/WebJobs.Script/Workers/Http/DefaultHttpWorkerService.cs, host
+// 4.1037.0 (commit 89dc438d4): InvokeAsync (lines 60-72) forwards, SendAsync
+// (line 128) reads the whole answer, AddHeaders (lines 161-166) does
+// UserAgent.ParseAdd($"{HttpWorkerConstants.UserAgentHeaderValue}/{ScriptHost.Version}");
+// HttpWorkerConstants.cs line 11: UserAgentHeaderValue = "Azure-Functions-Host";
+// and in the 2025 version with proxying (PR #11035), where
+// ProxyInvocationRequest calls AddProxyingHeaders instead. A forwarded request's answer is read whole by the host's
 // HttpClient before it replies, so a live stream would reach the client
 // only when it ended: terraform/README.md ("Streams and the hosting plan")
 // says on which plans that happens.
@@ -182,7 +186,9 @@ func (s *server) jobEventStream(w http.ResponseWriter, r *http.Request, p *princ
 	if err != nil {
 		return err
 	}
-	if err := s.streamable(r, p, product, id); err != nil {
+	// A factory follows only a job it holds (API.md, "Limits on long-lived
+	// requests"): the same rule as its other reads of a job's work.
+	if err := s.holderRead(r, p, product, id); err != nil {
 		return err
 	}
 	mode := s.modeOf(r)
@@ -232,26 +238,6 @@ func (s *server) jobEventStream(w http.ResponseWriter, r *http.Request, p *princ
 			return nil
 		}
 	}
-}
-
-// streamable checks that p may follow job id live (API.md, "Limits on
-// long-lived requests"): an operator any job in its scope, a factory only a
-// job it holds now. A factory may still read the job itself; a stream of it
-// is what costs, so a job it does not hold is 403 forbidden, as the
-// codebase answers a token acting outside what it covers (not 404: the
-// job exists and the same token may GET it).
-func (s *server) streamable(r *http.Request, p *principal, product, id string) error {
-	if !p.isFactory() {
-		return nil
-	}
-	j, err := s.coord.GetJob(r.Context(), product, id)
-	if err != nil {
-		return err
-	}
-	if j.HolderFactoryID != p.id {
-		return forbidden("a factory may stream only the jobs it holds; job %s is not held by factory %s", id, p.id)
-	}
-	return nil
 }
 
 // sendEvents queues the events that follow after in seq order and returns
