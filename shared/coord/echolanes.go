@@ -29,6 +29,9 @@ const (
 	// echoLaneQueue bounds the jobs waiting in one lane; past it a job is
 	// left to the sweep (its delivery document is open and due).
 	echoLaneQueue = 4096
+	// maxBreakers bounds the failing webhooks remembered: an operator may
+	// change a product's URL any number of times.
+	maxBreakers = 1024
 )
 
 // EchoMode says whether an echo invocation waits for its deliveries.
@@ -183,6 +186,9 @@ func (c *Coordinator) echoRecord(url string, ok bool) {
 		return
 	}
 	if b == nil {
+		if len(l.breakers) >= maxBreakers {
+			l.pruneBreakers(now)
+		}
 		b = &breaker{}
 		l.breakers[url] = b
 	}
@@ -192,5 +198,14 @@ func (c *Coordinator) echoRecord(url string, ok bool) {
 			c.log.Warn("tracker echo: webhook breaker open", "failures", b.failures, "cooldown", c.cfg.EchoBreakerCooldown)
 		}
 		b.openUntil, b.probing = now.Add(c.cfg.EchoBreakerCooldown), false
+	}
+}
+
+// pruneBreakers forgets the breakers that are not open now; l.mu is held.
+func (l *echoLanes) pruneBreakers(now time.Time) {
+	for url, b := range l.breakers {
+		if !b.probing && !now.Before(b.openUntil) {
+			delete(l.breakers, url)
+		}
 	}
 }
