@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -202,4 +203,69 @@ func TestParseAllow(t *testing.T) {
 		_, err := ParseAllow(bad)
 		require.ErrorContains(t, err, strconv.Quote(bad))
 	}
+}
+
+// rebindingDNS is a DNS server that answers A queries with first once and
+// with then ever after (a rebinding attack), and AAAA queries with nothing.
+func rebindingDNS(t *testing.T, first, then netip.Addr) *net.Resolver {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pc.Close() })
+	var answered atomic.Int64
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			q := buf[:n]
+			// The question: labels up to a zero byte, then type and class.
+			end := 12
+			for end < len(q) && q[end] != 0 {
+				end += int(q[end]) + 1
+			}
+			if end+5 > len(q) {
+				continue
+			}
+			question := q[12 : end+5]
+			qtype := int(q[end+1])<<8 | int(q[end+2])
+			resp := append([]byte{q[0], q[1], 0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0}, question...)
+			if qtype == 1 {
+				a := then
+				if answered.Add(1) == 1 {
+					a = first
+				}
+				ip := a.As4()
+				resp[7] = 1
+				resp = append(resp, 0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4)
+				resp = append(resp, ip[:]...)
+			}
+			_, _ = pc.WriteTo(resp, from)
+		}
+	}()
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "udp", pc.LocalAddr().String())
+	}}
+}
+
+// TestPostRefusesARebindingName: the address is checked on every dial, after
+// resolution: a name that first resolved to an allowed address and then
+// rebinds to the metadata address is refused on the next connection.
+func TestPostRefusesARebindingName(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	defer srv.Close()
+	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+	require.NoError(t, err)
+	res := rebindingDNS(t, netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("169.254.169.254"))
+	c := New(Options{Timeout: 5 * time.Second, Allow: ParseAllowMust(t, "127.0.0.1"), Resolver: res})
+	req := coord.WebhookRequest{URL: "http://tracker.test:" + port + "/hook", Body: []byte(`{}`)}
+	require.NoError(t, c.Post(t.Context(), req), "the first lookup names an allowed address")
+	c.http.CloseIdleConnections()
+	err = c.Post(t.Context(), req)
+	require.Equal(t, coord.EchoRefusedAddress, classOf(t, err), "%v", err)
+	require.ErrorContains(t, err, "169.254.169.254")
 }
