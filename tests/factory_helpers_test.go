@@ -192,6 +192,7 @@ func runFactoryIn(t *testing.T, s *Stack, id, token string, seats int, repoBase,
 	}()
 	t.Cleanup(func() {
 		f.Stop()
+		removeFactoryCgroups(f.WorkDir)
 		if strings.Contains(f.out.String(), "WARNING: DATA RACE") {
 			t.Errorf("factory %s: data race", id)
 		}
@@ -200,6 +201,33 @@ func runFactoryIn(t *testing.T, s *Stack, id, token string, seats int, repoBase,
 		}
 	})
 	return f
+}
+
+// removeFactoryCgroups removes the cgroup subtree a factory recorded in
+// its work directory, with the run cgroups one killed with -9 left: a
+// factory removes them when it stops or restarts, and a temp work
+// directory sees neither.
+func removeFactoryCgroups(workDir string) {
+	b, err := os.ReadFile(filepath.Join(workDir, "cgroup"))
+	if err != nil {
+		return
+	}
+	sub := strings.TrimSpace(string(b))
+	if !strings.HasPrefix(filepath.Base(sub), "fleet-") {
+		return
+	}
+	runs, _ := os.ReadDir(sub)
+	for _, r := range runs {
+		if !r.IsDir() {
+			continue
+		}
+		d := filepath.Join(sub, r.Name())
+		_ = os.WriteFile(filepath.Join(d, "cgroup.kill"), []byte("1"), 0)
+		for i := 0; i < 100 && os.Remove(d) != nil; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	_ = os.Remove(sub)
 }
 
 // facArgs picks the "--flag" entries of env: they are passed as arguments.

@@ -168,11 +168,17 @@ func TestIsolationConcurrentRunsCannotReachEachOther(t *testing.T) {
 	workDir := filepath.Join(shared, "work")
 	require.NoError(t, os.Mkdir(workDir, 0o755))
 
+	// The runs tell each other their run names (the directory names of
+	// their worktree and job files) through a directory all may write:
+	// the factory lets a seat list neither.
+	rendezvous := filepath.Join(shared, "rendezvous")
+	require.NoError(t, os.Mkdir(rendezvous, 0o777))
+	require.NoError(t, os.Chmod(rendezvous, 0o1777))
 	engine := isoEngine(t, shared, `WT="$FLEET_JOB_WORKTREE"; JOBS="$(dirname "$(dirname "$FLEET_JOB_PROMPT_FILE")")"; WORK="$(dirname "$JOBS")"
 me="$(basename "$WT")"
 echo "secret of $FLEET_JOB_ID" > secret.txt
-# Wait for the other run's worktree (worktrees/app/ lists run names).
-for i in $(seq 1 400); do other="$(ls "$WT/.." | grep -v "^$me\$" | head -n 1)"; [ -n "$other" ] && break; sleep 0.05; done
+touch `+rendezvous+`/"$me"
+for i in $(seq 1 400); do other="$(ls `+rendezvous+` | grep -v "^$me\$" | head -n 1)"; [ -n "$other" ] && break; sleep 0.05; done
 {
 echo "uid=$(id -u)"
 echo "found-other=$([ -n "$other" ] && echo yes || echo no)"
@@ -187,10 +193,12 @@ try read-other-prompt 'cat "$OJ/prompt.md"'
 try write-other-prompt 'echo x >> "$OJ/prompt.md"'
 try list-other-job-dir 'ls "$OJ"'
 try list-work-dir 'ls "$WORK"'
+try list-worktrees 'ls "$WT/.."'
 try list-jobs-dir 'ls "$JOBS"'
 try write-work-dir 'echo x > "$WORK/INJECTED.txt"'
 try write-mirror 'echo x > "$WORK/mirrors/app.git/INJECTED.txt"'
 try read-own-prompt 'cat "$FLEET_JOB_PROMPT_FILE"'
+try git-in-own-worktree 'git status --porcelain && git log -1'
 try write-home 'echo x > "$HOME/note"'
 try signal-other 'for p in $(ps -e -o pid=,uid= | awk -v me="$(id -u)" '"'"'$2 != me && $2 >= 47110 && $2 <= 47111 {print $1}'"'"'); do kill -0 $p && exit 0; done; exit 1'
 } > reach.txt
@@ -225,12 +233,13 @@ sleep 2 # stay while the other run probes
 		require.Contains(t, reach, "found-other=yes", "the runs overlapped")
 		require.Contains(t, reach, "read-own-prompt=yes")
 		require.Contains(t, reach, "write-home=yes")
+		require.Contains(t, reach, "git-in-own-worktree=yes", "read-only git works for the engine")
 		for _, line := range strings.Split(reach, "\n") {
 			k, v, _ := strings.Cut(line, "=")
 			switch k {
 			case "uid":
 				uids[v] = true
-			case "found-other", "read-own-prompt", "write-home", "":
+			case "found-other", "read-own-prompt", "write-home", "git-in-own-worktree", "":
 			default:
 				require.Equal(t, "no", v, "job %s could %s", id, k)
 			}

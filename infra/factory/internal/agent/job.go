@@ -191,7 +191,13 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 		// The engine's user gets the worktree's files, and only it may
 		// enter the worktree; the git directory (in the mirror) stays the
 		// factory's, read-only to it.
-		if err := errors.Join(jb.user.Give(wt.Path), os.Chmod(wt.Path, 0o700)); err != nil {
+		err := errors.Join(jb.user.Give(wt.Path), os.Chmod(wt.Path, 0o700))
+		if a.seats != nil {
+			// Seats pass through the repo's worktree directory to their
+			// own, and list nobody's.
+			err = errors.Join(err, os.Chmod(filepath.Dir(wt.Path), 0o711))
+		}
+		if err != nil {
 			return jb.fail(reasonGit, fmt.Sprintf("hand the worktree to %s: %v", jb.user.Name, err), true)
 		}
 	}

@@ -201,3 +201,42 @@ func TestCgroup2Mount(t *testing.T) {
 		})
 	}
 }
+
+// TestKillUID: every process of a uid ends, detached or not, and nothing
+// of another uid is touched.
+func TestKillUID(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("KillUID needs root to start processes as another uid but CI=true: CI runs as root")
+		}
+		t.Skip("starting processes as another uid needs root")
+	}
+	const uid = 47190
+	dir := t.TempDir()
+	for p := dir; p != filepath.Dir(p) && p != os.TempDir(); p = filepath.Dir(p) {
+		require.NoError(t, os.Chmod(p, 0o755))
+	}
+	require.NoError(t, os.Chmod(dir, 0o777))
+	as := func(script string) *exec.Cmd {
+		cmd := exec.Command("sh", "-c", script)
+		cmd.Dir = dir
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		return cmd
+	}
+	require.NoError(t, as(`setsid sh -c 'echo $$ > pid1; exec sleep 60' > /dev/null 2>&1 &
+while [ ! -s pid1 ]; do sleep 0.01; done`).Run())
+	direct := as("exec sleep 60")
+	require.NoError(t, direct.Start())
+	go func() { _ = direct.Wait() }()
+	other := exec.Command("sleep", "60")
+	require.NoError(t, other.Start())
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+
+	require.NotEmpty(t, PIDsOfUID(uid))
+	require.NoError(t, KillUID(uid))
+	require.Empty(t, PIDsOfUID(uid))
+	require.False(t, alive(readPID(t, filepath.Join(dir, "pid1"))), "the detached process of the uid ended")
+	require.True(t, alive(other.Process.Pid), "a process of another uid lives on")
+	require.Error(t, KillUID(0), "never every process of root")
+}
