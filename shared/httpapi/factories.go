@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"net/http"
-	"slices"
 
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -82,19 +81,18 @@ func (s *server) heartbeat(w http.ResponseWriter, r *http.Request, p *principal)
 }
 
 // listFactories lists the factories serving the request's product, or for
-// a principal scoped to several products those serving any of them.
+// a principal scoped to several products those serving any of them; a
+// shared factory shows only the caller's products and their repos.
 func (s *server) listFactories(w http.ResponseWriter, r *http.Request, p *principal) error {
-	product := productOf(r, p)
-	fs, err := s.coord.ListFactories(r.Context(), product)
+	fs, err := s.coord.ListFactories(r.Context(), productOf(r, p))
 	if err != nil {
 		return err
 	}
-	if product == "" && len(p.products) > 0 {
-		fs = slices.DeleteFunc(fs, func(f *fleet.Factory) bool {
-			return !slices.ContainsFunc(p.products, f.Serves)
-		})
+	view, err := s.coord.View(r.Context(), coord.Scope(p.products))
+	if err != nil {
+		return err
 	}
-	return writeJSON(w, http.StatusOK, items[*fleet.Factory]{Items: fs})
+	return writeJSON(w, http.StatusOK, items[*fleet.Factory]{Items: view.Factories(fs)})
 }
 
 // factoryFor reads factory {id} and checks p may manage it. A factory acting

@@ -315,7 +315,8 @@ func operations() []operation {
 			errors: []string{"400"}},
 		{method: "GET", path: "/fleet/events/stream", access: operatorOnly, summary: "A product's changes, live (SSE)",
 			description: "text/event-stream of every change of the product's jobs (each job event: `event: <type>`, data the Event) " +
-				"and of its factories (`event: factory`, data the Factory). Needs a product: x-product-id, or a token scoped to one. " +
+				"and of its factories (`event: factory`, data the Factory, shown as GET /fleet/factories shows it to the token). " +
+				"Needs a product: x-product-id, or a token scoped to one. " +
 				"Ids are opaque positions in the store's change feeds; a block with only an id (no data) moves the client's position without an event. " +
 				"Resume with Last-Event-ID or after=<id>: what changed since is replayed first. A resumed client misses nothing and may see a change twice " +
 				"(de-duplicate job events by data.id). Keep-alive comments every 15 s; the stream ends after 200 s (reconnect with the last id). " +
@@ -445,8 +446,9 @@ func operations() []operation {
 			ok:          map[string]obj{"200": respond("The factory.", ref("Factory"))},
 			errors:      []string{"400", "404", "409", "413"}},
 		{method: "GET", path: "/fleet/factories", access: operatorOnly, summary: "List factories",
-			description: "Those serving x-product-id, or every factory the token's scope covers.",
-			ok:          map[string]obj{"200": respond("The factories, by id.", listOf("Factory"))}},
+			description: "Those serving x-product-id, or every factory serving a product of the token's scope. To a product-scoped token " +
+				"a factory shared with other products shows only the token's products and the repos they own (capabilities, load and health stay).",
+			ok: map[string]obj{"200": respond("The factories, by id.", listOf("Factory"))}},
 		{method: "DELETE", path: "/fleet/factories/{id}", access: operatorOnly, summary: "Deregister a factory",
 			description: "Revokes its token. Jobs it held are reaped when their leases expire.",
 			params:      []obj{pathParam("id", "The factory id.")},

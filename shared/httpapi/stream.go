@@ -279,6 +279,10 @@ func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *p
 	}
 	mode := s.modeOf(r)
 	ctx := r.Context()
+	view, err := s.coord.View(ctx, coord.Scope(p.products))
+	if err != nil {
+		return err
+	}
 	sub, err := s.coord.Subscribe(ctx, coord.Watch{ProductID: product})
 	if err != nil {
 		return err
@@ -292,7 +296,7 @@ func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *p
 		// the replay ends, so nothing falls in between (a change may come
 		// twice).
 		reached, err := s.coord.Replay(ctx, *from, product, func(changes []coord.Change, at coord.Position) error {
-			if err := queueChanges(out, changes); err != nil {
+			if err := queueChanges(out, view, changes); err != nil {
 				return err
 			}
 			if len(changes) > 0 {
@@ -331,7 +335,7 @@ func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *p
 		case <-sub.Lost():
 			return nil // too far behind: the client resumes from its last id
 		case b := <-sub.Batches():
-			if err := queueChanges(out, b.Changes); err != nil {
+			if err := queueChanges(out, view, b.Changes); err != nil {
 				return nil
 			}
 			last = b.Pos
@@ -365,9 +369,11 @@ func resumeField(r *http.Request) string {
 	return field
 }
 
-func queueChanges(out *sse, changes []coord.Change) error {
+// queueChanges queues changes as the caller's view shows them: a shared
+// factory's other products and their repos are not the caller's to see.
+func queueChanges(out *sse, view *coord.View, changes []coord.Change) error {
 	for _, ch := range changes {
-		if err := out.event(ch.ID.String(), ch.Type, ch.Data()); err != nil {
+		if err := out.event(ch.ID.String(), ch.Type, view.Change(ch).Data()); err != nil {
 			return err
 		}
 	}
@@ -432,6 +438,10 @@ func (s *server) productEvents(w http.ResponseWriter, r *http.Request, p *princi
 		from = &pos
 	}
 	ctx := r.Context()
+	view, err := s.coord.View(ctx, coord.Scope(p.products))
+	if err != nil {
+		return err
+	}
 	// Subscribed before the replay, so nothing written in between is
 	// missed while waiting.
 	sub, err := s.coord.Subscribe(ctx, coord.Watch{ProductID: product})
@@ -442,7 +452,7 @@ func (s *server) productEvents(w http.ResponseWriter, r *http.Request, p *princi
 	out := productChanges{Items: []productChange{}, Position: sub.Start.String()}
 	add := func(changes []coord.Change) {
 		for _, ch := range changes {
-			out.Items = append(out.Items, productChange{ID: ch.ID.String(), Type: ch.Type, Data: ch.Data()})
+			out.Items = append(out.Items, productChange{ID: ch.ID.String(), Type: ch.Type, Data: view.Change(ch).Data()})
 		}
 	}
 	if from != nil {

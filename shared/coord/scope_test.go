@@ -1,0 +1,82 @@
+package coord_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// TestViewShowsOnlyTheScope (issue 23 item 8): a factory shared by two
+// products shows a reader scoped to one of them only that product and the
+// repos it owns (capabilities stay); a factory serving none of the reader's
+// products is left out; a factory serving every product keeps saying so; an
+// unscoped reader sees every factory as it is.
+func TestViewShowsOnlyTheScope(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, err := e.c.PutProduct(e.ctx, "p2", "", []string{"secret-repo"})
+	require.NoError(t, err)
+	withRepos := func(rs ...string) factoryOpt {
+		return func(_ *coord.EnrollRequest, hb *coord.Heartbeat) { hb.Repos = rs }
+	}
+	e.factory("shared", products(prod, "p2"), withRepos(repo, "secret-repo", "unowned"))
+	e.factory("theirs", products("p2"), withRepos("secret-repo"))
+	e.factory("anyone", withRepos(repo, "secret-repo"))
+	all, err := e.c.ListFactories(e.ctx, "")
+	require.NoError(t, err)
+
+	byID := func(fs []*fleet.Factory) map[string]*fleet.Factory {
+		m := map[string]*fleet.Factory{}
+		for _, f := range fs {
+			m[f.ID] = f
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name  string
+		scope coord.Scope
+		want  map[string][2][]string // id -> products, repos
+	}{
+		{"scoped to one product", coord.Scope{prod}, map[string][2][]string{
+			"shared": {{prod}, {repo}},
+			"anyone": {{}, {repo}},
+		}},
+		{"scoped to the other", coord.Scope{"p2"}, map[string][2][]string{
+			"shared": {{"p2"}, {"secret-repo"}},
+			"theirs": {{"p2"}, {"secret-repo"}},
+			"anyone": {{}, {"secret-repo"}},
+		}},
+		{"scoped to a product without a declaration", coord.Scope{"p9"}, map[string][2][]string{
+			"anyone": {{}, {}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := e.c.View(e.ctx, tc.scope)
+			require.NoError(t, err)
+			got := byID(v.Factories(all))
+			require.Len(t, got, len(tc.want))
+			for id, w := range tc.want {
+				f := got[id]
+				require.NotNil(t, f, id)
+				require.ElementsMatch(t, w[0], f.Products, "%s: products", id)
+				require.ElementsMatch(t, w[1], f.Repos, "%s: repos", id)
+				require.Equal(t, baseCaps, f.Capabilities, "%s: capabilities stay", id)
+				if len(f.Products) > 0 {
+					require.Equal(t, f.Products[0], f.ProductID)
+				}
+			}
+			// The stored documents are untouched.
+			require.Equal(t, []string{prod, "p2"}, byID(all)["shared"].Products)
+			ch := v.Change(coord.Change{Type: coord.ChangeFactory, Factory: byID(all)["shared"]})
+			if f := got["shared"]; f != nil {
+				require.Equal(t, f, ch.Factory, "a stream's factory change shows the same view")
+			}
+		})
+	}
+	v, err := e.c.View(e.ctx, nil)
+	require.NoError(t, err)
+	require.Equal(t, all, v.Factories(all), "an unscoped reader sees every factory as it is")
+}
