@@ -206,9 +206,10 @@ func TestTrackerEchoThroughOutage(t *testing.T) {
 
 // TestTrackerWebhookRefusesLoopback: a product operator who points the
 // tracker webhook at a service on the stack's own host (here something
-// that greets like NATS) gets nothing through and reads nothing back: the
-// echo refuses the address when it dials, whether named by IP or by a name
-// that resolves to it, and the echo state says only refused_address.
+// that greets like NATS) gets nothing through and reads nothing back: a
+// literal loopback address is refused when set (400 naming
+// tracker.webhookUrl), a name that resolves to it when the echo dials, and
+// the echo state then says only refused_address.
 func TestTrackerWebhookRefusesLoopback(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -232,23 +233,28 @@ func TestTrackerWebhookRefusesLoopback(t *testing.T) {
 	_, port, err := net.SplitHostPort(ln.Addr().String())
 	require.NoError(t, err)
 	s := startStack(t, "FLEET_ECHO_BACKOFF=200ms", "FLEET_ECHO_MAX_BACKOFF=1s", "FLEET_ECHO_SCHEDULE=* * * * * *")
-	for i, url := range []string{"http://127.0.0.1:" + port + "/", "http://localhost:" + port + "/x"} {
-		product := []string{"ssrf", "ssrfname"}[i]
-		r := s.Op(http.MethodPut, "/products/"+product, "", map[string]any{"repos": []string{product},
-			"tracker": map[string]any{"webhookUrl": url, "secret": "tracker-shared-secret-0123456789"}})
-		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
-		r = s.Op(http.MethodPost, "/tracker/ingest", product, map[string]any{"source": "jira", "itemId": "SSRF-1",
-			"revision": 1, "manifest": Manifest("probe", product, "engine:fake")})
-		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
-		id := r.Map(t)["id"].(string)
-		var e map[string]any
-		Eventually(t, 30*time.Second, "the echo state records a refused address", func() bool {
-			e = s.Op(http.MethodGet, "/jobs/"+id+"/echo", product, nil).Map(t)
-			return e["lastError"] != nil && e["attempts"].(float64) >= 2
-		})
-		require.Equal(t, "refused_address", e["lastError"], "%s: %v", url, e)
-		require.Equal(t, float64(0), e["deliveredSeq"])
-	}
+	const secret = "tracker-shared-secret-0123456789"
+	r := s.Op(http.MethodPut, "/products/ssrf", "", map[string]any{"repos": []string{"ssrf"},
+		"tracker": map[string]any{"webhookUrl": "http://127.0.0.1:" + port + "/", "secret": secret}})
+	require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
+	require.Equal(t, "tracker.webhookUrl", r.Map(t)["error"].(map[string]any)["field"])
+
+	// A name is judged where it resolves, when the echo dials.
+	url, product := "http://localhost:"+port+"/x", "ssrfname"
+	r = s.Op(http.MethodPut, "/products/"+product, "", map[string]any{"repos": []string{product},
+		"tracker": map[string]any{"webhookUrl": url, "secret": secret}})
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	r = s.Op(http.MethodPost, "/tracker/ingest", product, map[string]any{"source": "jira", "itemId": "SSRF-1",
+		"revision": 1, "manifest": Manifest("probe", product, "engine:fake")})
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	id := r.Map(t)["id"].(string)
+	var e map[string]any
+	Eventually(t, 30*time.Second, "the echo state records a refused address", func() bool {
+		e = s.Op(http.MethodGet, "/jobs/"+id+"/echo", product, nil).Map(t)
+		return e["lastError"] != nil && e["attempts"].(float64) >= 2
+	})
+	require.Equal(t, "refused_address", e["lastError"], "%s: %v", url, e)
+	require.Equal(t, float64(0), e["deliveredSeq"])
 	mu.Lock()
 	defer mu.Unlock()
 	require.Zero(t, accepted, "the echo never connected")

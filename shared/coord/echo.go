@@ -31,6 +31,27 @@ type Webhook interface {
 	Post(ctx context.Context, req WebhookRequest) error
 }
 
+// WebhookTargets is what a Webhook may also do: say at once that a URL
+// names an address it would refuse to dial, so setting it is a 400 rather
+// than a stream of refused deliveries. Only what needs no DNS can be judged
+// then; the dial judges the rest.
+type WebhookTargets interface {
+	RefusedTarget(rawURL string) error
+}
+
+// checkWebhookTarget refuses a tracker change whose URL the webhook would
+// never dial.
+func (c *Coordinator) checkWebhookTarget(t *TrackerChange) error {
+	wt, ok := c.webhook.(WebhookTargets)
+	if t == nil || t.Remove || !ok {
+		return nil
+	}
+	if err := wt.RefusedTarget(t.WebhookURL); err != nil {
+		return fleet.Invalid("tracker.webhookUrl", "%v", err)
+	}
+	return nil
+}
+
 // WebhookRequest is one POST of an echo delivery.
 type WebhookRequest struct {
 	URL     string

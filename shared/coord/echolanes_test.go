@@ -189,3 +189,32 @@ func TestEchoBreaker(t *testing.T) {
 		require.Nil(t, e.echo(id).LastError)
 	}
 }
+
+// targetCheckingWebhook is a webhook that refuses some URLs outright.
+type targetCheckingWebhook struct {
+	*fakeWebhook
+	refused string
+}
+
+func (w targetCheckingWebhook) RefusedTarget(url string) error {
+	if url == w.refused {
+		return errors.New("webhook address 127.0.0.1 is not public")
+	}
+	return nil
+}
+
+// TestProductWebhookTargetRefused: a tracker URL the webhook says it will
+// never dial is a 400 naming tracker.webhookUrl, and nothing is written.
+func TestProductWebhookTargetRefused(t *testing.T) {
+	t.Parallel()
+	const refused = "http://127.0.0.1:4222/"
+	e := newEnv(t, withDeps(func(d *coord.Deps) { d.Webhook = targetCheckingWebhook{fakeWebhook: &fakeWebhook{}, refused: refused} }))
+	_, err := e.c.DeclareProduct(e.ctx, coord.ProductRequest{ID: "p9", Repos: []string{"r9"},
+		Tracker: &coord.TrackerChange{WebhookURL: refused, Secret: hookSecret}})
+	requireCode(t, err, fleet.CodeInvalid, "tracker.webhookUrl")
+	_, err = e.c.GetProduct(e.ctx, "p9")
+	require.ErrorIs(t, err, fleet.ErrNotFound)
+	_, err = e.c.DeclareProduct(e.ctx, coord.ProductRequest{ID: "p9", Repos: []string{"r9"},
+		Tracker: &coord.TrackerChange{WebhookURL: hookURL, Secret: hookSecret}})
+	require.NoError(t, err)
+}

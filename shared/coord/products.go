@@ -96,6 +96,9 @@ func (c *Coordinator) DeclareProduct(ctx context.Context, req ProductRequest) (*
 	if err := req.Tracker.validate(); err != nil {
 		return nil, err
 	}
+	if err := c.checkWebhookTarget(req.Tracker); err != nil {
+		return nil, err
+	}
 	if err := fleet.ValidateMaxRunning("maxRunning", req.MaxRunning); err != nil {
 		return nil, err
 	}

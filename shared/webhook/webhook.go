@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -57,7 +58,8 @@ type Options struct {
 
 // Client posts deliveries.
 type Client struct {
-	http *http.Client
+	http  *http.Client
+	guard guard
 }
 
 // New returns a client whose requests give up after timeout.
@@ -73,7 +75,7 @@ func New(o Options) *Client {
 	}
 	g := guard{allow: o.Allow}
 	d := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second, Resolver: o.Resolver, ControlContext: g.control}
-	return &Client{http: &http.Client{
+	return &Client{guard: g, http: &http.Client{
 		Timeout: o.Timeout,
 		Transport: &http.Transport{
 			Proxy:                  nil,
@@ -89,6 +91,21 @@ func New(o Options) *Client {
 		// second URL nobody validated.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}}
+}
+
+// RefusedTarget says whether a webhook URL names, by a literal address, a
+// place the client will not dial. A host name passes: what it resolves to
+// is judged on every dial.
+func (c *Client) RefusedTarget(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil // the URL's own validation reports it
+	}
+	a, err := netip.ParseAddr(u.Hostname())
+	if err != nil {
+		return nil
+	}
+	return c.guard.check(a)
 }
 
 // Post sends one delivery; an error (a *coord.WebhookError) says why it

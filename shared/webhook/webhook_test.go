@@ -269,3 +269,18 @@ func TestPostRefusesARebindingName(t *testing.T) {
 	require.Equal(t, coord.EchoRefusedAddress, classOf(t, err), "%v", err)
 	require.ErrorContains(t, err, "169.254.169.254")
 }
+
+// TestRefusedTarget: a URL naming a forbidden address literally is refused
+// when it is set; a public or allowed address and any host name pass (the
+// dial judges names).
+func TestRefusedTarget(t *testing.T) {
+	t.Parallel()
+	c := New(Options{Allow: ParseAllowMust(t, "10.20.0.0/16")})
+	for _, u := range []string{"http://127.0.0.1:4222/", "https://[::1]/hook", "http://169.254.169.254/latest", "http://[fd00:ec2::254]/", "http://10.1.2.3/", "http://[::ffff:192.168.1.1]:8080/x"} {
+		var refused *RefusedError
+		require.ErrorAs(t, c.RefusedTarget(u), &refused, u)
+	}
+	for _, u := range []string{"https://hooks.example/fleet", "http://localhost:8080/", "https://8.8.8.8/", "http://10.20.3.4/hook", "::not a url"} {
+		require.NoError(t, c.RefusedTarget(u), u)
+	}
+}
