@@ -117,39 +117,56 @@ while [ ! -s PIDDIR/setsid ] || [ ! -s PIDDIR/nohup ]; do sleep 0.01; done
 // TestIsolationDetachedChildrenEnd: an engine that starts a setsid'd loop
 // and a double-forked nohup'd one and exits: within a second of its run's
 // end neither runs, and the next job's result branch (whose engine takes
-// a while) holds no INJECTED.txt.
+// a while) holds no INJECTED.txt. With engines as the factory's own user
+// (the cgroup alone ends the loops) and on seat uids.
 func TestIsolationDetachedChildrenEnd(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
-	s := startStack(t)
-	repo := newFacRepo(t, "app")
-	s.Product("demo", "app")
-	marker := randomToken("iso-detach-")
-	killMarked(t, marker)
+	for _, tc := range []struct{ name, uids string }{{"factory uid", ""}, {"seat uids", "47120-47121"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := startStack(t)
+			repo := newFacRepo(t, "app")
+			s.Product("demo", "app")
+			marker := randomToken("iso-detach-")
+			killMarked(t, marker)
+			shared := sharedDir(t)
+			pidDir := filepath.Join(shared, "pids")
+			require.NoError(t, os.Mkdir(pidDir, 0o777))
+			require.NoError(t, os.Chmod(pidDir, 0o1777))
+			workDir := filepath.Join(shared, "work")
+			require.NoError(t, os.Mkdir(workDir, 0o755))
 
-	engine := facEngine(t, `case "$FLEET_JOB_TITLE" in
-Hostile*) `+strings.NewReplacer("MARKER", marker, "PIDDIR", t.TempDir()).Replace(hostileLoops)+`
+			engine := isoEngine(t, shared, `case "$FLEET_JOB_TITLE" in
+Hostile*) `+strings.NewReplacer("MARKER", marker, "PIDDIR", pidDir).Replace(hostileLoops)+`
   echo hostile > result.txt ;;
 *) sleep 2; echo clean > result.txt ;;
 esac`)
-	f := startFactory(t, s, "fa", "demo", 1, repo, engine)
-	requireCgroups(t, f)
+			var env []string
+			if tc.uids != "" {
+				env = append(env, "FLEET_ENGINE_UIDS="+tc.uids)
+			}
+			token := s.Factory("fa", "demo", 1, []string{"os:linux"}, []string{repo.Name})
+			f := runFactoryIn(t, s, "fa", token, 1, repo.Base, engine, workDir, env...)
+			requireCgroups(t, f)
 
-	hostile := s.Submit("demo", Manifest("Hostile", "app", "engine:fake"))
-	facWaitStage(t, s, "demo", hostile, "shipped", 30*time.Second)
-	deadline := time.Now().Add(time.Second)
-	for len(markerPIDs(marker)) > 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+			hostile := s.Submit("demo", Manifest("Hostile", "app", "engine:fake"))
+			facWaitStage(t, s, "demo", hostile, "shipped", 30*time.Second)
+			deadline := time.Now().Add(time.Second)
+			for len(markerPIDs(marker)) > 0 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			left := markerPIDs(marker)
+
+			clean := s.Submit("demo", Manifest("Clean", "app", "engine:fake"))
+			facWaitStage(t, s, "demo", clean, "shipped", 30*time.Second)
+			require.Equal(t, "clean", repo.Show(t, "aq/job/"+clean, "result.txt"))
+			_, err := facGitTry(repo.Origin, "show", "refs/heads/aq/job/"+clean+":INJECTED.txt")
+			require.Error(t, err, "a loop of the earlier run wrote INJECTED.txt into the next job's worktree")
+			require.Empty(t, left, "the detached loops outlived their run by more than a second")
+			require.Empty(t, markerPIDs(marker))
+		})
 	}
-	left := markerPIDs(marker)
-
-	clean := s.Submit("demo", Manifest("Clean", "app", "engine:fake"))
-	facWaitStage(t, s, "demo", clean, "shipped", 30*time.Second)
-	require.Equal(t, "clean", repo.Show(t, "aq/job/"+clean, "result.txt"))
-	_, err := facGitTry(repo.Origin, "show", "refs/heads/aq/job/"+clean+":INJECTED.txt")
-	require.Error(t, err, "a loop of the earlier run wrote INJECTED.txt into the next job's worktree")
-	require.Empty(t, left, "the detached loops outlived their run by more than a second")
-	require.Empty(t, markerPIDs(marker))
 }
 
 // TestIsolationConcurrentRunsCannotReachEachOther: two runs at once on a
