@@ -145,7 +145,18 @@ func (s *server) setDraining(w http.ResponseWriter, r *http.Request, p *principa
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, f)
+	return s.writeFactory(w, r, p, http.StatusOK, f)
+}
+
+// writeFactory answers with f as p's view shows it: a factory p covers
+// serves only p's products, but may have another product's repos checked
+// out.
+func (s *server) writeFactory(w http.ResponseWriter, r *http.Request, p *principal, status int, f *fleet.Factory) error {
+	view, err := s.coord.View(r.Context(), coord.Scope(p.products))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, status, view.Factory(f))
 }
 
 func (s *server) rotateToken(w http.ResponseWriter, r *http.Request, p *principal) error {

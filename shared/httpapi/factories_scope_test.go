@@ -12,10 +12,10 @@ import (
 )
 
 // TestFactoriesShowOnlyTheCallersScope (issue 23 item 8): GET
-// /fleet/factories and the product stream's factory changes show a
-// product-scoped operator a factory shared with other products with only
-// the caller's products and their repos (capabilities stay), and leave out
-// a factory serving none of its products.
+// /fleet/factories, drain/undrain's answer and the product stream's factory
+// changes show a product-scoped operator a factory shared with other
+// products with only the caller's products and their repos (capabilities
+// stay), and leave out a factory serving none of its products.
 func TestFactoriesShowOnlyTheCallersScope(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -41,6 +41,20 @@ func TestFactoriesShowOnlyTheCallersScope(t *testing.T) {
 	require.Equal(t, map[string]seen{"fs": {[]string{"other"}, []string{"r2"}}, "fo": {[]string{"other"}, []string{"r2"}}}, list(otherToken))
 	require.Equal(t, map[string]seen{"fs": {[]string{"p1", "other"}, []string{"r1", "r2"}}, "fo": {[]string{"other"}, []string{"r2"}}}, list(multiToken))
 	require.Equal(t, list(multiToken), list(rootToken))
+
+	// A factory of other alone, with p1's repo checked out too: other's
+	// operator manages it, and sees only other's repo.
+	f.enroll("fo2", []string{"other"}, "r1", "r2")
+	require.Equal(t, seen{[]string{"other"}, []string{"r2"}}, list(otherToken)["fo2"])
+	for _, action := range []string{"drain", "undrain"} {
+		var fc fleet.Factory
+		f.ok(http.StatusOK, &fc, "POST", "/api/fleet/factories/fo2/"+action, otherToken, nil)
+		require.Equal(t, []string{"r2"}, fc.Repos, action)
+	}
+	var whole fleet.Factory
+	f.ok(http.StatusOK, &whole, "POST", "/api/fleet/factories/fo2/drain", rootToken, nil)
+	require.Equal(t, []string{"r1", "r2"}, whole.Repos, "an unscoped operator sees it whole")
+	f.ok(http.StatusOK, nil, "POST", "/api/fleet/factories/fo2/undrain", rootToken, nil)
 
 	// The product stream, as its long poll: the shared factory's next
 	// heartbeat is a change of p1's stream, shown as p1's operator sees it.
