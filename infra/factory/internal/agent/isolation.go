@@ -86,12 +86,16 @@ func (a *Agent) seatUIDs(ctx context.Context) (*uidPool, error) {
 		if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
 			a.log.WarnContext(ctx, "a seat uid belongs to an account; every process of a seat uid is killed when a run ends", "uid", uid, "account", u.Username)
 		}
-		if err := engine.KillUID(uid); err != nil {
-			return nil, err
-		}
 		p.free = append(p.free, uid)
 		if uid == r.Last {
 			break
+		}
+	}
+	// What an earlier life's runs left running as seat uids.
+	for _, uid := range engine.UIDsInUse(r.First, r.Last) {
+		a.log.WarnContext(ctx, "ending the processes of a seat uid an earlier life of this factory left", "uid", uid)
+		if err := engine.KillUID(uid); err != nil {
+			return nil, err
 		}
 	}
 	for _, d := range []string{a.cfg.WorkDir, a.jobsDir(), a.git.WorktreesDir(), filepath.Join(a.cfg.WorkDir, "mirrors")} {

@@ -44,6 +44,9 @@ func (g *Cgroup) apply(*syscall.SysProcAttr) {}
 // SweepCgroupTree does nothing here.
 func SweepCgroupTree(string) ([]string, error) { return nil, nil }
 
+// UIDsInUse finds nothing here.
+func UIDsInUse(uint32, uint32) []uint32 { return nil }
+
 // PIDsOfUID finds nothing here.
 func PIDsOfUID(uint32) []int { return nil }
 

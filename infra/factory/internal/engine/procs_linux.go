@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,26 +38,9 @@ func pids(match func(pid int) bool) []int {
 }
 
 // hasUID reports whether any of pid's real, effective, saved or file
-// system uids is uid. A zombie counts: it is gone but for its entry.
+// system uids is uid.
 func hasUID(pid int, uid uint32) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return false
-	}
-	for line := range strings.Lines(string(b)) {
-		rest, ok := strings.CutPrefix(line, "Uid:")
-		if !ok {
-			continue
-		}
-		want := strconv.FormatUint(uint64(uid), 10)
-		for _, f := range strings.Fields(rest) {
-			if f == want {
-				return true
-			}
-		}
-		return false
-	}
-	return false
+	return slices.Contains(uidsOf(pid), uid)
 }
 
 // isZombie reports whether pid has exited and waits for its parent.
@@ -68,6 +52,47 @@ func isZombie(pid int) bool {
 	// pid (comm) state ...: comm may hold spaces and parentheses.
 	i := bytes.LastIndexByte(b, ')')
 	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+}
+
+// UIDsInUse lists the uids from first to last that a live process runs
+// as, in one pass over /proc.
+func UIDsInUse(first, last uint32) []uint32 {
+	seen := map[uint32]bool{}
+	pids(func(pid int) bool {
+		for _, uid := range uidsOf(pid) {
+			if uid >= first && uid <= last && !seen[uid] && !isZombie(pid) {
+				seen[uid] = true
+			}
+		}
+		return false
+	})
+	out := make([]uint32, 0, len(seen))
+	for uid := range seen {
+		out = append(out, uid)
+	}
+	return out
+}
+
+// uidsOf is pid's real, effective, saved and file system uids.
+func uidsOf(pid int) []uint32 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return nil
+	}
+	for line := range strings.Lines(string(b)) {
+		rest, ok := strings.CutPrefix(line, "Uid:")
+		if !ok {
+			continue
+		}
+		var out []uint32
+		for _, f := range strings.Fields(rest) {
+			if n, err := strconv.ParseUint(f, 10, 32); err == nil {
+				out = append(out, uint32(n))
+			}
+		}
+		return out
+	}
+	return nil
 }
 
 // PIDsOfUID lists the live processes running as uid.
