@@ -67,3 +67,37 @@ echo "attempt $FLEET_JOB_LEASE_EPOCH" >> work.txt`)
 	require.Equal(t, float64(2), rv["approvals"])
 	require.Equal(t, http.StatusOK, s.Op(http.MethodPost, "/jobs/"+id+"/actions/ship", "demo", map[string]any{}).Status)
 }
+
+// TestReviewGateHolderCannotWeakenOnTheStack is issue 23 item 5 against the
+// real binary: the holder of a job gated on two of alice and bob asks for
+// a review by opa alone (reviewers [opa], quorum 1) and is refused with 403
+// naming reviewers; delivered with its head only, opa's approval counts for
+// nothing and alice's alone does not pass the gate.
+func TestReviewGateHolderCannotWeakenOnTheStack(t *testing.T) {
+	t.Parallel()
+	admin, alice, opa := randomToken("adm_"), randomToken("alice_"), randomToken("opa_")
+	s := startStack(t, "FLEET_OPERATOR_TOKEN=admin:"+admin+",alice:"+alice+",bob:"+randomToken("bob_")+",opa:"+opa)
+	s.Token = admin
+	s.Product("demo", "r1")
+	ft := s.Factory("f1", "demo", 1, []string{"os:linux"}, []string{"r1"})
+	id := s.Submit("demo", "---\ntitle: gated\nrepo: r1\ncapabilities: [os:linux]\nreview: {reviewers: [alice, bob], quorum: 2}\n---\nDo it.\n")
+	r := s.As(ft, http.MethodPost, "/claim", "demo", nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	epoch := r.Map(t)["leaseEpoch"]
+	r = s.As(ft, http.MethodPatch, "/jobs/"+id, "demo", map[string]any{"stage": "building", "leaseEpoch": epoch})
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	head := "aq/job/" + id + "@1"
+
+	r = s.As(ft, http.MethodPost, "/jobs/"+id+"/review/request", "demo", map[string]any{"leaseEpoch": epoch, "head": head, "reviewers": []string{"opa"}, "quorum": 1})
+	require.Equal(t, http.StatusForbidden, r.Status, "%s", r.Body)
+	require.Equal(t, "reviewers", r.Map(t)["error"].(map[string]any)["field"])
+	require.Equal(t, "building", facStage(t, s, "demo", id), "a refused request changes nothing")
+
+	r = s.As(ft, http.MethodPost, "/jobs/"+id+"/review/request", "demo", map[string]any{"leaseEpoch": epoch, "head": head})
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	vote := map[string]any{"approve": true, "head": head}
+	require.Equal(t, http.StatusForbidden, s.As(opa, http.MethodPost, "/jobs/"+id+"/review", "demo", vote).Status, "opa is no reviewer")
+	r = s.As(alice, http.MethodPost, "/jobs/"+id+"/review", "demo", vote)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	require.Equal(t, "review", r.Map(t)["stage"], "one approval is not the manifest's quorum")
+}
