@@ -9,6 +9,7 @@ import (
 	"net/http"
 
 	"github.com/gigafactory/fleet/shared/funchost"
+	"github.com/gigafactory/fleet/shared/httpapi"
 )
 
 // Name is the function's folder name.
@@ -20,7 +21,13 @@ const (
 	ResponseBinding = "res"
 )
 
-// Func answers an envelope-mode invocation through the API handler.
+// Func answers an envelope-mode invocation through the API handler. The
+// answer goes back whole in Outputs.res, so nothing streams: the request is
+// marked buffered and a live event stream answers as a long poll instead of
+// holding the invocation until the stream's end.
 func Func(h http.Handler) funchost.Func {
-	return funchost.HTTPFunc(h, RequestBinding, ResponseBinding)
+	buffered := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(httpapi.WithBufferedResponse(r.Context())))
+	})
+	return funchost.HTTPFunc(buffered, RequestBinding, ResponseBinding)
 }

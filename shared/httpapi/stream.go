@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,6 +82,16 @@ func forwardedByHost(r *http.Request) bool {
 	return false
 }
 
+type bufferedKey struct{}
+
+// WithBufferedResponse marks a request context whose answer reaches the
+// client only once complete (the Functions host's envelope invocation,
+// which wraps the whole answer in Outputs.res): its streams answer as long
+// polls, as a forwarded request's do.
+func WithBufferedResponse(ctx context.Context) context.Context {
+	return context.WithValue(ctx, bufferedKey{}, true)
+}
+
 // streamMode is how one stream is answered: live, or buffered (it ends as
 // soon as it has sent something, because nothing reaches the client before
 // the end) and within how long.
@@ -97,7 +108,7 @@ type streamMode struct {
 // whatever sits between the client and the host.
 func (s *server) modeOf(r *http.Request) streamMode {
 	m := streamMode{buffered: s.buffered, max: s.maxStream}
-	if !m.buffered && forwardedByHost(r) {
+	if !m.buffered && (forwardedByHost(r) || r.Context().Value(bufferedKey{}) != nil) {
 		m.buffered, m.max = true, min(s.maxStream, maxWait)
 	}
 	return m
