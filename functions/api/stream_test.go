@@ -37,7 +37,9 @@ func TestEnvelopeStreamAnswersAsALongPoll(t *testing.T) {
 		require.NoError(t, err)
 		b, err := json.Marshal(res)
 		require.NoError(t, err)
-		var out struct{ Outputs map[string]funchost.HTTPResponse }
+		var out struct {
+			Outputs map[string]funchost.HTTPResponse
+		}
 		require.NoError(t, json.Unmarshal(b, &out))
 		return out.Outputs[api.ResponseBinding]
 	}
