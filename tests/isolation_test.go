@@ -38,16 +38,23 @@ func requireRoot(t *testing.T) {
 // under CI=true) when it got no cgroups.
 func requireCgroups(t *testing.T, f *factoryProc) {
 	t.Helper()
+	requireIsolation(t, f, "cgroups")
+}
+
+// requireIsolation waits for the factory's isolation line and skips (fails
+// under CI=true) when it does not say "<what>":true.
+func requireIsolation(t *testing.T, f *factoryProc, what string) {
+	t.Helper()
 	Eventually(t, 30*time.Second, "factory "+f.ID+" logs its run isolation", func() bool {
 		return strings.Contains(f.Output(), `"msg":"run isolation"`)
 	})
-	if strings.Contains(f.Output(), `"cgroups":true`) {
+	if strings.Contains(f.Output(), `"`+what+`":true`) {
 		return
 	}
 	if os.Getenv("CI") == "true" {
-		t.Fatalf("factory %s runs without cgroups but CI=true: CI has cgroup v2 writable; output:\n%s", f.ID, f.Output())
+		t.Fatalf("factory %s runs without %s but CI=true: CI has cgroup v2 writable and runs as root; output:\n%s", f.ID, what, f.Output())
 	}
-	t.Skipf("factory %s cannot use cgroups here (cgroup v2, Linux 5.14+, root)", f.ID)
+	t.Skipf("factory %s cannot use %s here (cgroup v2, Linux 5.14+, root)", f.ID, what)
 }
 
 // sharedDir is a temp dir every uid can pass through: the seat uids must
@@ -103,13 +110,14 @@ func killMarked(t *testing.T, marker string) {
 }
 
 // hostileLoops starts two loops that leave the engine's process group
-// and session (setsid; a double fork with nohup), wait a second (the run
-// is over by then) and then write INJECTED.txt into every worktree of the
-// factory, forever. The engine exits once both have left (each writes
+// and session (setsid with a cleared environment, so without the run's
+// mark; a double fork with nohup), wait a second (the run is over by
+// then) and then write INJECTED.txt into every worktree of the factory,
+// forever. The engine exits once both have left (each writes
 // its pid to PIDDIR first): an engine that exits sooner has them killed
 // with its process group.
 const hostileLoops = `WORK="$(dirname "$(dirname "$FLEET_JOB_WORKTREE")")"
-setsid bash -c 'echo $$ > PIDDIR/setsid; sleep 1; while :; do for d in '"$WORK"'/*/*/; do echo x >> "$d/INJECTED.txt"; done 2> /dev/null; sleep 0.05; done # MARKER-setsid' > /dev/null 2>&1 < /dev/null &
+env -i "$(command -v setsid)" /bin/bash -c 'echo $$ > PIDDIR/setsid; sleep 1; while :; do for d in '"$WORK"'/*/*/; do echo x >> "$d/INJECTED.txt"; done 2> /dev/null; sleep 0.05; done # MARKER-setsid' > /dev/null 2>&1 < /dev/null &
 ( nohup bash -c 'echo $$ > PIDDIR/nohup; sleep 1; while :; do for d in '"$WORK"'/*/*/; do echo y >> "$d/INJECTED.txt"; done 2> /dev/null; sleep 0.05; done # MARKER-nohup' > /dev/null 2>&1 < /dev/null & ) &
 while [ ! -s PIDDIR/setsid ] || [ ! -s PIDDIR/nohup ]; do sleep 0.01; done
 `
@@ -118,11 +126,14 @@ while [ ! -s PIDDIR/setsid ] || [ ! -s PIDDIR/nohup ]; do sleep 0.01; done
 // and a double-forked nohup'd one and exits: within a second of its run's
 // end neither runs, and the next job's result branch (whose engine takes
 // a while) holds no INJECTED.txt. With engines as the factory's own user
-// (the cgroup alone ends the loops) and on seat uids.
+// (the cgroup alone ends the loops), on seat uids, and without cgroups
+// (the run's reaper ends them).
 func TestIsolationDetachedChildrenEnd(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
-	for _, tc := range []struct{ name, uids string }{{"factory uid", ""}, {"seat uids", "47120-47121"}} {
+	for _, tc := range []struct{ name, uids, cgroups string }{
+		{"factory uid", "", ""}, {"seat uids", "47120-47121", ""}, {"reaper", "", "off"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := startStack(t)
@@ -146,9 +157,13 @@ esac`)
 			if tc.uids != "" {
 				env = append(env, "FLEET_ENGINE_UIDS="+tc.uids)
 			}
+			what := "cgroups"
+			if tc.cgroups != "" {
+				env, what = append(env, "FLEET_RUN_CGROUPS="+tc.cgroups), "reaper"
+			}
 			token := s.Factory("fa", "demo", 1, []string{"os:linux"}, []string{repo.Name})
 			f := runFactoryIn(t, s, "fa", token, 1, repo.Base, engine, workDir, env...)
-			requireCgroups(t, f)
+			requireIsolation(t, f, what)
 
 			hostile := s.Submit("demo", Manifest("Hostile", "app", "engine:fake"))
 			facWaitStage(t, s, "demo", hostile, "shipped", 30*time.Second)
@@ -325,4 +340,29 @@ echo later > result.txt`)
 	Eventually(t, 10*time.Second, "the restarted factory ends its previous life's child", func() bool { return len(markerPIDs(marker)) == 0 })
 	require.Empty(t, runs(), "no run cgroup of the previous life is left under %s", subtree)
 	require.Contains(t, second.Output(), "ended run cgroups an earlier life of this factory left")
+}
+
+// TestIsolationKilledFactoryReaperEndsRun: without cgroups, a factory
+// killed with -9 has each run's reaper (its parent-death signal) end what
+// the run started, a detached child with a cleared environment included,
+// before any restart.
+func TestIsolationKilledFactoryReaperEndsRun(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	s := startStack(t)
+	repo := newFacRepo(t, "app")
+	s.Product("demo", "app")
+	marker := randomToken("iso-reaper-")
+	killMarked(t, marker)
+
+	engine := facEngine(t, `env -i "$(command -v setsid)" /bin/bash -c 'while :; do sleep 0.05; done # `+marker+`' > /dev/null 2>&1 < /dev/null &
+exec sleep 60`)
+	f := startFactory(t, s, "fa", "demo", 1, repo, engine, "FLEET_RUN_CGROUPS=off")
+	requireIsolation(t, f, "reaper")
+	s.Submit("demo", Manifest("Leave a child", "app", "engine:fake"))
+	Eventually(t, 30*time.Second, "the detached child runs", func() bool { return len(markerPIDs(marker)) > 0 })
+
+	f.Signal(syscall.SIGKILL)
+	f.Wait(10 * time.Second)
+	Eventually(t, 5*time.Second, "the reaper ends the run when its factory dies", func() bool { return len(markerPIDs(marker)) == 0 })
 }

@@ -17,12 +17,15 @@ import (
 	"github.com/gigafactory/fleet/infra/factory/internal/agent"
 	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
+	"github.com/gigafactory/fleet/infra/factory/internal/engine"
 	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
 )
 
 func main() {
+	// A run's reaper (where cgroups cannot be used) is this binary.
+	engine.MaybeReaper()
 	os.Exit(run(os.Args[1:]))
 }
 

@@ -36,9 +36,14 @@ func instanceName(cfg config.Config) string {
 // earlier life of this factory left running. Whatever cannot be had here
 // is said, at WARN, never silently.
 func (a *Agent) isolate(ctx context.Context) error {
-	a.contain = engine.Contain(instanceName(a.cfg), filepath.Join(a.cfg.WorkDir, "cgroup"))
-	if !a.contain.Cgroups() {
-		a.log.WarnContext(ctx, "runs get no cgroup of their own: a run's processes are ended by process group, by the run's mark in their environment and, with FLEET_ENGINE_UIDS, by uid; a process that clears its environment and runs as the factory's own uid can outlive its run",
+	a.contain = engine.Contain(instanceName(a.cfg), filepath.Join(a.cfg.WorkDir, "cgroup"), a.cfg.NoRunCgroups)
+	switch {
+	case a.contain.Cgroups():
+	case a.contain.Reaper():
+		a.log.WarnContext(ctx, "runs get no cgroup of their own: each run's reaper (a child subreaper) ends what the run started, with its process group, the processes carrying the run's mark and, with "+config.EnvEngineUIDs+", every process of the seat's uid; an engine running as the factory's own uid can kill its reaper and so escape",
+			"why", a.contain.NoCgroups)
+	default:
+		a.log.WarnContext(ctx, "runs get no cgroup of their own and no reaper: a run's processes are ended by process group, by the run's mark in their environment and, with "+config.EnvEngineUIDs+", by uid; a process that clears its environment and runs as the factory's own uid can outlive its run",
 			"why", a.contain.NoCgroups)
 	}
 	if err := a.contain.Sweep(a.log); err != nil {
@@ -67,7 +72,7 @@ func (a *Agent) isolate(ctx context.Context) error {
 		a.log.WarnContext(ctx, "engines run as the factory's own uid: nothing separates a run from other runs or from the factory; a uid per seat ("+config.EnvEngineUIDs+") needs the factory to run as root",
 			"uid", os.Geteuid())
 	}
-	a.log.InfoContext(ctx, "run isolation", "cgroups", a.contain.Cgroups(), "cgroupSubtree", a.contain.Instance,
+	a.log.InfoContext(ctx, "run isolation", "cgroups", a.contain.Cgroups(), "reaper", a.contain.Reaper(), "cgroupSubtree", a.contain.Instance,
 		"seatUIDs", a.cfg.EngineUIDs.String(), "engineUser", a.cfg.EngineUser)
 	return nil
 }

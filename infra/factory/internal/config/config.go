@@ -37,6 +37,7 @@ const (
 	EnvEnginePrefix       = "FLEET_ENGINE_"
 	EnvEngineUser         = "FLEET_ENGINE_USER" // a setting, not an engine named "user"
 	EnvEngineUIDs         = "FLEET_ENGINE_UIDS" // a setting, not an engine named "uids"
+	EnvRunCgroups         = "FLEET_RUN_CGROUPS"
 	EnvDefaultEngine      = "FLEET_DEFAULT_ENGINE"
 	EnvShipStage          = "FLEET_SHIP_STAGE"
 	EnvShipHook           = "FLEET_SHIP_HOOK"
@@ -120,6 +121,9 @@ type Config struct {
 	// engine runs as its seat's uid, so runs cannot reach each other's
 	// files or processes. Exclusive with EngineUser.
 	EngineUIDs UIDRange
+	// NoRunCgroups is set when runs must not get a cgroup each
+	// (FLEET_RUN_CGROUPS=off): the fallback is used instead.
+	NoRunCgroups bool
 
 	ShipStage string
 	ShipHook  string
@@ -214,7 +218,7 @@ func Parse(args, env []string) (Config, error) {
 
 	var seats, heartbeat, renew, checkpoint, poll, gcInterval, defaultWall, killGrace, onceWait, hbEnabled string
 	var engines, repoURLs, extraCaps multiFlag
-	var sessions, engineUIDs string
+	var sessions, engineUIDs, runCgroups string
 	fs.StringVar(&c.URL, "url", e[EnvURL], "coordinator base URL, without /api ("+EnvURL+")")
 	fs.StringVar(&c.FactoryID, "factory-id", e[EnvFactoryID], "factory id ("+EnvFactoryID+")")
 	fs.StringVar(&c.Token, "token", e[EnvToken], "factory token ("+EnvToken+"); prefer --token-file: flags show in ps, variables in /proc/<pid>/environ")
@@ -229,6 +233,7 @@ func Parse(args, env []string) (Config, error) {
 	fs.Var(&engines, "engine", "name=command template; repeatable ("+EnvEnginePrefix+"<NAME>)")
 	fs.StringVar(&c.EngineUser, "engine-user", e[EnvEngineUser], "run engines as this user (name or uid); the factory must run as root ("+EnvEngineUser+")")
 	fs.StringVar(&engineUIDs, "engine-uids", e[EnvEngineUIDs], "uid range, e.g. 20000-20031, giving each seat a uid of its own for its engine; the factory must run as root ("+EnvEngineUIDs+")")
+	fs.StringVar(&runCgroups, "run-cgroups", e[EnvRunCgroups], "auto (a cgroup per run where the factory can write cgroup v2) or off (the fallback) ("+EnvRunCgroups+")")
 	fs.StringVar(&c.DefaultEngine, "default-engine", e[EnvDefaultEngine], "engine for jobs that name none ("+EnvDefaultEngine+")")
 	fs.StringVar(&c.ShipStage, "ship-stage", e[EnvShipStage], "stage a finished job without a review gate goes to: shipped or testing ("+EnvShipStage+")")
 	fs.StringVar(&c.ShipHook, "ship-hook", e[EnvShipHook], "command template run after the result branch is pushed ("+EnvShipHook+")")
@@ -317,6 +322,14 @@ func Parse(args, env []string) (Config, error) {
 		default:
 			c.EngineUIDs = r
 		}
+	}
+
+	switch runCgroups {
+	case "", "auto":
+	case "off":
+		c.NoRunCgroups = true
+	default:
+		fail("--run-cgroups (%s): %q is not auto or off", EnvRunCgroups, runCgroups)
 	}
 
 	c.URL = strings.TrimRight(strings.TrimSpace(c.URL), "/")

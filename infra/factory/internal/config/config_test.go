@@ -40,6 +40,7 @@ func TestParseDefaults(t *testing.T) {
 	require.Equal(t, "laptop-1", c.Subscription)
 	require.Equal(t, "fleet factory laptop-1", c.GitName)
 	require.Equal(t, "info", c.LogLevel)
+	require.False(t, c.NoRunCgroups, "a cgroup per run where the factory can")
 	require.Equal(t, "[redacted]", c.Redacted().Token)
 }
 
@@ -92,6 +93,9 @@ func TestParseTable(t *testing.T) {
 		{name: "engine uids: not numbers", env: base("FLEET_ENGINE_UIDS=engine"), err: "is not a uid range such as 20000-20031"},
 		{name: "engine uids: not -1", env: base("FLEET_ENGINE_UIDS=4294967290-4294967295"), err: "which is no uid"},
 		{name: "engine uids and engine user exclude each other", env: base("FLEET_ENGINE_UIDS=20000-20031", "FLEET_ENGINE_USER=nobody"), err: "give one, not both"},
+		{name: "run cgroups off", env: base("FLEET_RUN_CGROUPS=off"),
+			check: func(t *testing.T, c Config) { require.True(t, c.NoRunCgroups) }},
+		{name: "run cgroups bad", env: base("FLEET_RUN_CGROUPS=no"), err: "--run-cgroups (FLEET_RUN_CGROUPS): \"no\" is not auto or off"},
 		{name: "default engine must exist", env: base("FLEET_DEFAULT_ENGINE=codex"), err: "not a configured engine"},
 		{name: "empty engine template", env: base("FLEET_ENGINE_X= "), err: "template is empty"},
 		{name: "bad engine name", env: base("FLEET_ENGINE_A:B=x"), err: "engine name"},

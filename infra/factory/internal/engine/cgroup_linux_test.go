@@ -26,7 +26,7 @@ import (
 // missing cgroup there is a broken runner, not a reason to skip).
 func testContainment(t *testing.T) *Containment {
 	t.Helper()
-	c := Contain(uniqueInstance(t), filepath.Join(t.TempDir(), "cgroup"))
+	c := Contain(uniqueInstance(t), filepath.Join(t.TempDir(), "cgroup"), false)
 	if !c.Cgroups() {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("cgroups cannot be used but CI=true: CI runs as root with cgroup v2 writable: %s", c.NoCgroups)
@@ -44,11 +44,13 @@ func uniqueInstance(t *testing.T) string {
 }
 
 // hostile is an engine that leaves detached children behind and exits:
-// a setsid'd loop, and a double-forked nohup'd one, each writing its pid
-// to a file first and then appending to out.
+// a setsid'd loop, a double-forked nohup'd one, and a setsid'd one with a
+// cleared environment (no run mark), each writing its pid to a file first
+// and then appending to out.
 const hostile = `setsid sh -c 'echo $$ > pid1; while :; do echo x >> out; sleep 0.05; done' > /dev/null 2>&1 &
 ( nohup sh -c 'echo $$ > pid2; while :; do echo y >> out; sleep 0.05; done' > /dev/null 2>&1 & ) &
-while [ ! -s pid1 ] || [ ! -s pid2 ]; do sleep 0.01; done`
+env -i "$(command -v setsid)" /bin/sh -c 'echo $$ > pid3; while :; do echo z >> out; sleep 0.05; done' > /dev/null 2>&1 &
+while [ ! -s pid1 ] || [ ! -s pid2 ] || [ ! -s pid3 ]; do sleep 0.01; done`
 
 // alive reports whether pid runs (a zombie waiting for its reaper does
 // not).
@@ -74,18 +76,25 @@ func readPID(t *testing.T, path string) int {
 }
 
 // TestRunEndsDetachedChildren: children that left the engine's process
-// group and session (setsid, a double fork with nohup) end with the run,
-// and the run's cgroup is gone; with cgroups and with the fallback (the
-// run's mark in the environment).
+// group and session (setsid, a double fork with nohup, one with a cleared
+// environment) end with the run, and the run's cgroup is gone; with
+// cgroups, and without: the run's reaper (a child subreaper), and, with
+// no reaper either, the run's mark in the environment, which a child
+// that clears its environment escapes.
 func TestRunEndsDetachedChildren(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"cgroup", "mark"} {
+	for _, mode := range []string{"cgroup", "reaper", "mark"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			var c *Containment
-			if mode == "cgroup" {
+			children := []string{"pid1", "pid2", "pid3"}
+			switch mode {
+			case "cgroup":
 				c = testContainment(t)
-			} else {
+			case "reaper":
+				require.NotEmpty(t, reaperExe, "TestMain makes the test binary a reaper")
+				c = &Containment{Instance: uniqueInstance(t), NoCgroups: "test", reaper: reaperExe}
+			default:
 				c = &Containment{Instance: uniqueInstance(t), NoCgroups: "test"}
 			}
 			dir := t.TempDir()
@@ -94,8 +103,13 @@ func TestRunEndsDetachedChildren(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, res.Leftover)
 			require.True(t, res.Success(), "%s: %s", res, Tail(filepath.Join(dir, "log"), 500))
-			for _, f := range []string{"pid1", "pid2"} {
+			for _, f := range children {
 				pid := readPID(t, filepath.Join(dir, f))
+				if mode == "mark" && f == "pid3" {
+					// Out of the mark's reach: ended here by pid.
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+					continue
+				}
 				require.False(t, alive(pid), "the detached child %s (pid %d) outlived the run", f, pid)
 			}
 			if c.Cgroups() {
@@ -109,12 +123,24 @@ func TestRunEndsDetachedChildren(t *testing.T) {
 // fence, shutdown) ends its detached children too.
 func TestRunStoppedEndsDetachedChildren(t *testing.T) {
 	t.Parallel()
-	c := testContainment(t)
+	for _, mode := range []string{"cgroup", "reaper"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testRunStopped(t, mode)
+		})
+	}
+}
+
+func testRunStopped(t *testing.T, mode string) {
+	c := &Containment{Instance: uniqueInstance(t), NoCgroups: "test", reaper: reaperExe}
+	if mode == "cgroup" {
+		c = testContainment(t)
+	}
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		for {
-			if fileSize(filepath.Join(dir, "pid1")) > 0 && fileSize(filepath.Join(dir, "pid2")) > 0 {
+			if fileSize(filepath.Join(dir, "pid1")) > 0 && fileSize(filepath.Join(dir, "pid2")) > 0 && fileSize(filepath.Join(dir, "pid3")) > 0 {
 				cancel()
 				return
 			}
@@ -125,7 +151,7 @@ func TestRunStoppedEndsDetachedChildren(t *testing.T) {
 		LogPath: filepath.Join(dir, "log"), Grace: 100 * time.Millisecond, Contain: c, Run: "stopped-e1"})
 	require.NoError(t, err)
 	require.True(t, res.Stopped)
-	for _, f := range []string{"pid1", "pid2"} {
+	for _, f := range []string{"pid1", "pid2", "pid3"} {
 		pid := readPID(t, filepath.Join(dir, f))
 		require.False(t, alive(pid), "the detached child %s (pid %d) outlived the stopped run", f, pid)
 	}
@@ -152,7 +178,7 @@ func TestContainmentSweepEndsAnEarlierLife(t *testing.T) {
 	require.NoError(t, marked.Start())
 	go func() { _ = marked.Wait() }()
 
-	second := Contain(first.Instance, record)
+	second := Contain(first.Instance, record, false)
 	require.True(t, second.Cgroups(), second.NoCgroups)
 	require.NoError(t, second.Sweep(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	require.NoDirExists(t, g.Dir(), "the leftover run cgroup is removed")

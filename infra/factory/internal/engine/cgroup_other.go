@@ -55,3 +55,8 @@ func KillUID(uint32) error { return errLinuxOnly }
 
 // KillMarked cannot look here.
 func KillMarked(string, bool) ([]int, error) { return nil, nil }
+
+// reaperSupported: only Linux has child subreapers.
+const reaperSupported = false
+
+func reaperMain([]string) int { return 127 }

@@ -29,13 +29,21 @@ type Containment struct {
 	// NoCgroups says why cgroups are not used; empty when they are.
 	NoCgroups string
 	record    string
+	// reaper is the binary that acts as a run's reaper where there is no
+	// cgroup, "" for none (MaybeReaper was not called).
+	reaper string
 }
 
 // Contain sets up the containment of a factory: instance names it (unique
 // per work directory), record is a file that remembers where its cgroup
-// subtree is, so a later life finds it even from another cgroup.
-func Contain(instance, record string) *Containment {
-	c := &Containment{Instance: instance, record: record}
+// subtree is, so a later life finds it even from another cgroup. With
+// noCgroups it uses the fallback although cgroups may work.
+func Contain(instance, record string, noCgroups bool) *Containment {
+	c := &Containment{Instance: instance, record: record, reaper: reaperExe}
+	if noCgroups {
+		c.NoCgroups = "turned off"
+		return c
+	}
 	cg, err := OpenCgroups(instance)
 	if err != nil {
 		c.NoCgroups = err.Error()
@@ -48,6 +56,9 @@ func Contain(instance, record string) *Containment {
 	}
 	return c
 }
+
+// Reaper reports whether runs without a cgroup get a reaper.
+func (c *Containment) Reaper() bool { return c != nil && c.cg == nil && c.reaper != "" }
 
 // Cgroups reports whether runs get a cgroup each.
 func (c *Containment) Cgroups() bool { return c != nil && c.cg != nil }
@@ -97,8 +108,9 @@ func (c *Containment) Close() error {
 
 // runJail is one run's containment while it runs.
 type runJail struct {
-	mark string
-	cg   *Cgroup
+	mark   string
+	cg     *Cgroup
+	reaper string
 }
 
 // jail prepares the containment of one run.
@@ -106,7 +118,7 @@ func (c *Containment) jail(run string) (*runJail, error) {
 	if c == nil || run == "" {
 		return nil, nil
 	}
-	j := &runJail{mark: c.Mark(run)}
+	j := &runJail{mark: c.Mark(run), reaper: c.reaper}
 	if c.cg != nil {
 		g, err := c.cg.Create(run)
 		if err != nil {

@@ -9,7 +9,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -94,7 +96,22 @@ func Run(ctx context.Context, s Spec) (res Result, err error) {
 	}
 	defer logf.Close()
 
-	cmd := exec.Command(s.Argv[0], s.Argv[1:]...)
+	// Without a cgroup the run's reaper (a subreaper) starts the engine and
+	// ends everything below it; it runs as the factory and gives the engine
+	// the run's credentials, so the engine cannot kill it.
+	useReaper := jail != nil && jail.cg == nil && jail.reaper != ""
+	argv := s.Argv
+	if useReaper {
+		if err := findProgram(s); err != nil {
+			return Result{}, fmt.Errorf("engine: start %s: %w", s.Argv[0], err)
+		}
+		var cred *syscall.Credential
+		if s.User != nil {
+			cred = s.User.credential()
+		}
+		argv = append([]string{jail.reaper}, reaperArgs(cred, s.Argv)...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = s.Dir, s.Env
 	if jail != nil {
 		cmd.Env = append(slices.Clone(s.Env), MarkEnv+"="+jail.mark)
@@ -104,8 +121,12 @@ func Run(ctx context.Context, s Spec) (res Result, err error) {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Stdin = s.Stdin
 	cmd.SysProcAttr = sysProcAttr()
-	if s.User != nil {
+	if s.User != nil && !useReaper {
 		cmd.SysProcAttr.Credential = s.User.credential()
+	}
+	if useReaper {
+		// A factory that dies has its reaper end the run.
+		setDeathSignal(cmd.SysProcAttr, reaperKillSignal)
 	}
 	if jail != nil && jail.cg != nil {
 		// Cloned into its cgroup: no fork of the engine is ever outside.
@@ -134,8 +155,19 @@ func Run(ctx context.Context, s Spec) (res Result, err error) {
 		case waitErr = <-done:
 			grace.Stop()
 		case <-grace.C:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			waitErr = <-done
+			if useReaper {
+				// Not SIGKILL: the reaper must live to end the run.
+				_ = cmd.Process.Signal(reaperKillSignal)
+				select {
+				case waitErr = <-done:
+				case <-time.After(reaperWait):
+					_ = syscall.Kill(-pgid, syscall.SIGKILL)
+					waitErr = <-done
+				}
+			} else {
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				waitErr = <-done
+			}
 		}
 	}
 	// Stragglers: children that outlived the engine, or ignored SIGTERM;
@@ -152,6 +184,41 @@ func Run(ctx context.Context, s Spec) (res Result, err error) {
 		return res, fmt.Errorf("engine: wait: %w", waitErr)
 	}
 	return res, nil
+}
+
+// reaperWait bounds how long a reaper told to end the run gets to do it.
+const reaperWait = 10 * time.Second
+
+// findProgram checks the engine's program exists before a reaper is
+// started for it, so a missing one is a start error, as without a reaper,
+// not the reaper's exit status.
+func findProgram(s Spec) error {
+	prog := s.Argv[0]
+	if strings.Contains(prog, "/") {
+		if !filepath.IsAbs(prog) {
+			prog = filepath.Join(s.Dir, prog)
+		}
+		_, err := os.Stat(prog)
+		return err
+	}
+	path := ""
+	for _, kv := range s.Env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for dir := range strings.SplitSeq(path, ":") {
+		if dir == "" {
+			dir = "."
+		}
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(s.Dir, dir)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, prog)); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: %w", prog, exec.ErrNotFound)
 }
 
 // KillGroup sends SIGKILL to process group pgid; a group that no longer

@@ -10,3 +10,6 @@ import "syscall"
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// setDeathSignal does nothing: only Linux has a parent-death signal.
+func setDeathSignal(*syscall.SysProcAttr, syscall.Signal) {}
