@@ -3,6 +3,7 @@ package coord
 import (
 	"container/list"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -83,11 +84,52 @@ func (c *itemCache) drop(pk, id string) {
 // factoryCache holds the factory list the scheduler ranks, refreshed at most
 // every ttl: dispatching a burst of jobs should not read every factory
 // document once per job.
+//
+// It also counts each factory's occupied seats from what the coordinator
+// granted, not from the load the factory last reported (issue 29: a
+// one-seat factory that claimed a job and has not heartbeated since looked
+// idle, so a critical job was sent to it and preempted nothing). The count
+// is derived, not kept: each refresh runs one query for the leased jobs
+// (assigned or building) beside the factory query, and every job this
+// process writes (mutateJob) corrects it between refreshes. A counter on the
+// factory document, taken by CAS like a product's seats (seats.go), would
+// cost two factory writes per lease (grant and end), contend with the
+// heartbeat's CAS on the same document, and need leaks reclaimed after a
+// crash; the query costs nothing per lease, nothing while nothing is
+// scheduled (idle sweeps never list factories), and cannot leak: a seat is
+// free once its lease has expired. Its price is staleness: a lease another
+// process granted is seen within ttl.
+//
+// Dispatches count too, until taken: a dispatch is a promise of the seat,
+// so two dispatches in one change-feed batch must not both go to a
+// one-seat factory. Only this process's dispatches are known here (another
+// process's are seen when the factory takes them); one counts until its job
+// is leased, leaves the queue or loses its target, or RedispatchAfter has
+// passed, when the sweep treats the dispatch as lost anyway.
 type factoryCache struct {
 	mu        sync.Mutex
 	ttl       time.Duration
+	offerTTL  time.Duration
 	loadedAt  time.Time
 	factories []*fleet.Factory
+	// held is job id -> the factory holding its lease, until its expiry;
+	// offers is job id -> the factory it was dispatched to, until the
+	// dispatch counts as lost.
+	held, offers map[string]seatUse
+	// counted says factories carry the counts of held and offers; next is
+	// the earliest time one of those counts runs out.
+	counted bool
+	next    time.Time
+}
+
+// seatUse is one seat a job takes on a factory until a time.
+type seatUse struct {
+	factoryID string
+	until     time.Time
+}
+
+func newFactoryCache(ttl, offerTTL time.Duration) *factoryCache {
+	return &factoryCache{ttl: ttl, offerTTL: offerTTL, held: map[string]seatUse{}, offers: map[string]seatUse{}}
 }
 
 // update puts a factory this process just wrote into the cached list, so
@@ -98,11 +140,46 @@ func (fc *factoryCache) update(f *fleet.Factory) {
 	for i, cur := range fc.factories {
 		if cur.ID == f.ID {
 			cp := *f
+			cp.Leases, cp.Offers = cur.Leases, cur.Offers
 			fc.factories = append(fc.factories[:i:i], append([]*fleet.Factory{&cp}, fc.factories[i+1:]...)...)
 			return
 		}
 	}
 	fc.factories, fc.loadedAt = nil, time.Time{}
+}
+
+// noteJob records the seat a job this process just wrote takes now: its
+// live lease, its dispatch not yet taken, or none.
+func (fc *factoryCache) noteJob(j *fleet.Job) {
+	var held, offer seatUse
+	switch {
+	case j.Stage.Leased() && j.HolderFactoryID != "":
+		held = seatUse{factoryID: j.HolderFactoryID, until: j.LeaseExpiresAt}
+	case j.Stage == fleet.StageQueued && j.TargetFactoryID != "":
+		offer = seatUse{factoryID: j.TargetFactoryID, until: j.Dispatch.At.Add(fc.offerTTL)}
+	}
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	heldSame := setUse(fc.held, j.ID, held)
+	offerSame := setUse(fc.offers, j.ID, offer)
+	fc.counted = fc.counted && heldSame && offerSame
+	for _, u := range []seatUse{held, offer} {
+		if u.factoryID != "" {
+			fc.soonest(u.until)
+		}
+	}
+}
+
+// setUse sets or (u zero) deletes id's entry in m, and reports whether the
+// factory it counts for is unchanged (so the counts are too).
+func setUse(m map[string]seatUse, id string, u seatUse) bool {
+	old := m[id]
+	if u.factoryID == "" {
+		delete(m, id)
+	} else {
+		m[id] = u
+	}
+	return old.factoryID == u.factoryID
 }
 
 func (fc *factoryCache) invalidate() {
@@ -120,9 +197,35 @@ func (c *Coordinator) listFactories(ctx context.Context) ([]*fleet.Factory, erro
 	fc.mu.Lock()
 	if fc.factories != nil && now.Sub(fc.loadedAt) < fc.ttl {
 		defer fc.mu.Unlock()
+		fc.count(now)
 		return fc.factories, nil
 	}
 	fc.mu.Unlock()
+	fs, err := c.readFactories(ctx)
+	if err != nil {
+		return nil, err
+	}
+	leased, err := c.queryJobs(ctx, Query{Where: []Cond{In("stage", string(fleet.StageAssigned), string(fleet.StageBuilding))}})
+	if err != nil {
+		return nil, err
+	}
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.factories, fc.loadedAt = fs, now
+	clear(fc.held)
+	for _, j := range leased {
+		if j.HolderFactoryID != "" && !j.LeaseExpired(now) {
+			fc.held[j.ID] = seatUse{factoryID: j.HolderFactoryID, until: j.LeaseExpiresAt}
+		}
+	}
+	fc.counted = false
+	fc.count(now)
+	return fc.factories, nil
+}
+
+// readFactories reads every factory document, with its derived health and
+// no seat counts.
+func (c *Coordinator) readFactories(ctx context.Context) ([]*fleet.Factory, error) {
 	items, err := c.queryAll(ctx, Factories, Query{})
 	if err != nil {
 		return nil, err
@@ -136,10 +239,78 @@ func (c *Coordinator) listFactories(ctx context.Context) ([]*fleet.Factory, erro
 		f.Rev = it.Rev
 		fs = append(fs, c.effectiveHealth(f))
 	}
-	fc.mu.Lock()
-	fc.factories, fc.loadedAt = fs, now
-	fc.mu.Unlock()
 	return fs, nil
+}
+
+// count sets each cached factory's Leases and Offers from held and offers
+// at now, copying the factories whose counts change (callers may still hold
+// the previous list). Entries past their time are dropped, as are offers
+// whose job is leased (to whichever factory): taken, they count as leases.
+func (fc *factoryCache) count(now time.Time) {
+	if fc.counted && (fc.next.IsZero() || now.Before(fc.next)) {
+		return
+	}
+	fc.next = time.Time{}
+	leases, offers := map[string]int{}, map[string]int{}
+	for id, u := range fc.held {
+		if !now.Before(u.until) {
+			delete(fc.held, id)
+			continue
+		}
+		leases[u.factoryID]++
+		fc.soonest(u.until)
+	}
+	for id, u := range fc.offers {
+		if _, taken := fc.held[id]; taken || !now.Before(u.until) {
+			delete(fc.offers, id)
+			continue
+		}
+		offers[u.factoryID]++
+		fc.soonest(u.until)
+	}
+	var fs []*fleet.Factory
+	for i, f := range fc.factories {
+		if f.Leases == leases[f.ID] && f.Offers == offers[f.ID] {
+			continue
+		}
+		if fs == nil {
+			fs = slices.Clone(fc.factories)
+		}
+		cp := *f
+		cp.Leases, cp.Offers = leases[f.ID], offers[f.ID]
+		fs[i] = &cp
+	}
+	if fs != nil {
+		fc.factories = fs
+	}
+	fc.counted = true
+}
+
+// withoutOffer is fs as the job jobID sees it: its own dispatch, when it
+// counts on its target, does not take a seat from itself.
+func (fc *factoryCache) withoutOffer(fs []*fleet.Factory, jobID string) []*fleet.Factory {
+	fc.mu.Lock()
+	u, ok := fc.offers[jobID]
+	fc.mu.Unlock()
+	if !ok {
+		return fs
+	}
+	i := slices.IndexFunc(fs, func(f *fleet.Factory) bool { return f.ID == u.factoryID && f.Offers > 0 })
+	if i < 0 {
+		return fs
+	}
+	fs = slices.Clone(fs)
+	cp := *fs[i]
+	cp.Offers--
+	fs[i] = &cp
+	return fs
+}
+
+// soonest keeps next at the earliest time a counted seat runs out.
+func (fc *factoryCache) soonest(until time.Time) {
+	if fc.next.IsZero() || until.Before(fc.next) {
+		fc.next = until
+	}
 }
 
 // tokenCache remembers verified factory tokens, so a factory's requests do

@@ -13,6 +13,7 @@ import (
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
+	"github.com/gigafactory/fleet/shared/schedule"
 )
 
 // seedJobs declares products p00, p01, … (each owning notes) and fills
@@ -279,8 +280,11 @@ func TestClaimRacesAccept(t *testing.T) {
 	t.Parallel()
 	const rounds, pollers = 20, 6
 	pub := &recordingPublisher{}
-	e := newEnv(t, withPublisher(pub))
-	e.factory("target")
+	// Capability fit alone routes: the jobs target wins stay leased, and
+	// their counted leases would otherwise score it below the idle pollers
+	// (and fill it) in later rounds.
+	e := newEnv(t, withPublisher(pub), withConfig(coord.Config{Weights: schedule.Weights{CapabilityFit: 1}}))
+	e.factory("target", seats(rounds))
 	pushWins := 0
 	for i := range pollers {
 		e.factory(fmt.Sprintf("poller%d", i), caps(append([]string{"tier:spare"}, baseCaps...)...))

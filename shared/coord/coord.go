@@ -247,7 +247,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 		log:           log,
 		jobs:          newItemCache(4096),
 		factoryDocs:   newItemCache(4096),
-		factories:     &factoryCache{ttl: cfg.FactoryCacheTTL},
+		factories:     newFactoryCache(cfg.FactoryCacheTTL, cfg.RedispatchAfter),
 		tokens:        &tokenCache{entries: map[string]tokenEntry{}},
 		products:      &productCache{ttl: cfg.FactoryCacheTTL, entries: map[string]productEntry{}},
 		stats:         newStats(),
@@ -283,6 +283,11 @@ func (c *Coordinator) newID(prefix string) string {
 // mutateJob applies fn to the job and writes it back (see cas).
 func (c *Coordinator) mutateJob(ctx context.Context, pk, id string, fn func(j *fleet.Job) error) (*fleet.Job, error) {
 	j, _, err := cas(ctx, c, jobDocs.withCache(c.jobs), pk, id, fn)
+	if err == nil && j != nil {
+		// The seats the scheduler counts follow every lease granted or
+		// ended and every dispatch sent here, not only each refresh.
+		c.factories.noteJob(j)
+	}
 	return j, err
 }
 

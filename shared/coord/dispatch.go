@@ -404,7 +404,7 @@ func (c *Coordinator) Explain(ctx context.Context, scope Scope, productID, jobID
 	if err != nil {
 		return nil, err
 	}
-	factories = scope.visible(factories)
+	factories = scope.visible(c.factories.withoutOffer(factories, j.ID))
 	e := &Explanation{
 		JobID: j.ID, Stage: j.Stage, TargetFactoryID: j.TargetFactoryID, DispatchEpoch: j.DispatchEpoch,
 		Dispatch: j.Dispatch, Schedule: schedule.Explain(j, factories, c.now(), c.cfg.Weights),

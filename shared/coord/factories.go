@@ -190,10 +190,11 @@ func (c *Coordinator) GetFactory(ctx context.Context, id string) (*fleet.Factory
 }
 
 // ListFactories returns every factory, fresh from the store, sorted by id.
-// With productID set, only factories serving that product.
+// With productID set, only factories serving that product. It counts no
+// seats (Leases, Offers): that query is paid only where the scheduler reads
+// factories (listFactories), not by the GC plan and metrics timers.
 func (c *Coordinator) ListFactories(ctx context.Context, productID string) ([]*fleet.Factory, error) {
-	c.factories.invalidate()
-	all, err := c.listFactories(ctx)
+	all, err := c.readFactories(ctx)
 	if err != nil {
 		return nil, err
 	}

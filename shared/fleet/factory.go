@@ -45,14 +45,24 @@ type Factory struct {
 	ID   string      `json:"id"`
 	Kind FactoryKind `json:"kind"`
 	// ProductID is the first product of Products: every document carries one.
-	ProductID      string   `json:"productId"`
-	Products       []string `json:"products"`
-	Capabilities   []string `json:"capabilities"`
-	Repos          []string `json:"repos"`
-	SeatLimit      int      `json:"seatLimit"`
-	Load           int      `json:"load"`
-	Health         Health   `json:"health"`
-	CostPerHourUSD float64  `json:"costPerHourUsd,omitempty"`
+	ProductID    string   `json:"productId"`
+	Products     []string `json:"products"`
+	Capabilities []string `json:"capabilities"`
+	Repos        []string `json:"repos"`
+	SeatLimit    int      `json:"seatLimit"`
+	// Load is the load the factory last reported in a heartbeat, kept as
+	// reported: it also counts work the factory does outside the fleet.
+	Load int `json:"load"`
+	// Leases and Offers are never stored: the coordinator counts them where
+	// the scheduler reads factories (coord/cache.go), from what it granted
+	// itself rather than from a report that may lag or never come (an
+	// elastic pool sends none). Leases is the live leases it holds for the
+	// factory; Offers the dispatches this process sent the factory that it
+	// has not taken yet.
+	Leases         int     `json:"-"`
+	Offers         int     `json:"-"`
+	Health         Health  `json:"health"`
+	CostPerHourUSD float64 `json:"costPerHourUsd,omitempty"`
 	// Draining is set by an operator (POST /fleet/factories/{id}/drain): the
 	// factory gets no new assignments and keeps the jobs it runs.
 	Draining bool `json:"draining,omitempty"`
@@ -83,8 +93,13 @@ func (f *Factory) EffectiveCapabilities() []string {
 	return caps
 }
 
+// Occupied is how many seats the scheduler treats as taken: the seats the
+// coordinator counted (leases and its pending dispatches) or the load the
+// factory reported, whichever is larger.
+func (f *Factory) Occupied() int { return max(f.Load, f.Leases+f.Offers) }
+
 // FreeSeats is how many more jobs the factory can take.
-func (f *Factory) FreeSeats() int { return max(f.SeatLimit-f.Load, 0) }
+func (f *Factory) FreeSeats() int { return max(f.SeatLimit-f.Occupied(), 0) }
 
 // RepoCapability is the capability token for having repo checked out.
 func RepoCapability(repo string) string { return "repo:" + repo }

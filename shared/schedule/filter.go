@@ -186,9 +186,29 @@ func (n *need) reason(f *fleet.Factory, v verdict) string {
 		}
 		return n.scopeReason
 	case seatsFull:
-		return "no free seat (load " + strconv.Itoa(f.Load) + " of " + strconv.Itoa(f.SeatLimit) + ")"
+		return seatsReason(f)
 	}
 	return ""
+}
+
+// seatsReason words a full factory's seats: both counts, so a gap between
+// what the coordinator granted and what the factory reported shows
+// ("no free seat (leases 1, reported 0 of 1)").
+func seatsReason(f *fleet.Factory) string {
+	var b strings.Builder
+	b.Grow(64)
+	b.WriteString("no free seat (leases ")
+	b.WriteString(strconv.Itoa(f.Leases))
+	if f.Offers > 0 {
+		b.WriteString(", dispatched ")
+		b.WriteString(strconv.Itoa(f.Offers))
+	}
+	b.WriteString(", reported ")
+	b.WriteString(strconv.Itoa(f.Load))
+	b.WriteString(" of ")
+	b.WriteString(strconv.Itoa(f.SeatLimit))
+	b.WriteString(")")
+	return b.String()
 }
 
 // missingReason lists what f lacks, plain capabilities first and repos after

@@ -29,10 +29,18 @@ func TestHardFilterReasons(t *testing.T) {
 		{"draining", newJob("j"), func(f *fleet.Factory) { f.Draining = true }, "factory is draining"},
 		{"not scoped", newJob("j"), func(f *fleet.Factory) { f.Products = []string{"p2", "p3"} }, "not scoped to product p1"},
 		{"scoped", newJob("j"), func(f *fleet.Factory) { f.Products = []string{"p2", "p1"} }, ""},
-		{"no free seat", newJob("j"), withLoad(2), "no free seat (load 2 of 2)"},
-		{"over the seat limit", newJob("j"), withLoad(3), "no free seat (load 3 of 2)"},
-		{"no seats at all", newJob("j"), func(f *fleet.Factory) { f.SeatLimit = 0 }, "no free seat (load 0 of 0)"},
+		{"no free seat", newJob("j"), withLoad(2), "no free seat (leases 0, reported 2 of 2)"},
+		{"over the seat limit", newJob("j"), withLoad(3), "no free seat (leases 0, reported 3 of 2)"},
+		{"no seats at all", newJob("j"), func(f *fleet.Factory) { f.SeatLimit = 0 }, "no free seat (leases 0, reported 0 of 0)"},
 		{"last free seat", newJob("j"), withLoad(1), ""},
+		// Counted seats: the leases the coordinator granted fill seats the
+		// factory has not reported yet; the larger count wins either way.
+		{"leases fill the seats, none reported", newJob("j"), withLeases(2), "no free seat (leases 2, reported 0 of 2)"},
+		{"leases and a dispatch", newJob("j"), func(f *fleet.Factory) { f.Leases, f.Offers = 1, 1 },
+			"no free seat (leases 1, dispatched 1, reported 0 of 2)"},
+		{"reported above the leases", newJob("j"), func(f *fleet.Factory) { f.Leases, f.Load = 1, 2 },
+			"no free seat (leases 1, reported 2 of 2)"},
+		{"one lease of two seats", newJob("j"), withLeases(1), ""},
 		// Order: capability, then down, then product, then seat.
 		{"capability before down", newJob("j", codex), func(f *fleet.Factory) { f.Health = fleet.HealthDown; f.Load = 2 },
 			"missing capability engine:codex"},

@@ -47,6 +47,9 @@ func newJob(id string, mods ...func(*fleet.Job)) *fleet.Job {
 
 func withLoad(load int) func(*fleet.Factory) { return func(f *fleet.Factory) { f.Load = load } }
 
+// withLeases sets the leases the coordinator counted for the factory.
+func withLeases(n int) func(*fleet.Factory) { return func(f *fleet.Factory) { f.Leases = n } }
+
 func withHealth(h fleet.Health) func(*fleet.Factory) {
 	return func(f *fleet.Factory) { f.Health = h }
 }

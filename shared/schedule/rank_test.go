@@ -41,6 +41,17 @@ func TestBestFactoryTieBreaks(t *testing.T) {
 			Weights{}, "b",
 		},
 		{
+			// A lease the factory has not reported yet scores as load.
+			"counted leases score as load: the unreported lease loses",
+			[]*fleet.Factory{newFactory("a-leased", withLeases(1)), newFactory("b-idle")},
+			DefaultWeights, "b-idle",
+		},
+		{
+			"zero weights: counted leases break the tie as load does",
+			[]*fleet.Factory{newFactory("a-leased", withLeases(1)), newFactory("b-idle")},
+			Weights{}, "b-idle",
+		},
+		{
 			"affinity decides between otherwise equal factories",
 			[]*fleet.Factory{newFactory("a"), newFactory("b", withCaps("os:linux", "engine:claude", "persona:builder"))},
 			DefaultWeights, "b",

@@ -14,7 +14,10 @@
 //     (required = the job's capabilities plus the implicit repo:<job.Repo>,
 //     since a factory without the repo cannot build it); the factory is not
 //     down; it serves the job's product; it has a free seat. The first failing
-//     check is the factory's reason.
+//     check is the factory's reason. Seats taken are fleet.Factory.Occupied:
+//     the leases the coordinator counted (plus its dispatches not yet taken)
+//     or the load the factory reported, whichever is larger, so a factory
+//     that has not heartbeated since a claim is not taken for idle.
 //   - Each eligible factory gets Terms, raw values in documented ranges, and a
 //     total Σ weight × term.
 //   - Ranking is by total, then lower load, then factory ID, so equal inputs
@@ -127,9 +130,16 @@ type Candidate struct {
 	Eligible  bool   `json:"eligible"`
 	// Reason is why the factory failed the hard filter; empty when eligible.
 	Reason string `json:"reason,omitempty"`
-	// Load is the factory's load, shown because it breaks ties between equal
-	// totals.
+	// Load is the seats the scheduler counts taken (fleet.Factory.Occupied),
+	// shown because it breaks ties between equal totals.
 	Load int `json:"load"`
+	// Leases is the live leases the coordinator holds for the factory and
+	// Reported the load the factory last heartbeated; Load is the larger of
+	// Leases+Dispatched and Reported.
+	Leases   int `json:"leases"`
+	Reported int `json:"reported"`
+	// Dispatched is the dispatches sent to the factory it has not taken yet.
+	Dispatched int `json:"dispatched,omitempty"`
 	// Terms and Total are set only for eligible factories: an ineligible one
 	// is not scored.
 	Terms Terms   `json:"terms,omitzero"`
@@ -191,7 +201,7 @@ func Explain(j *fleet.Job, fs []*fleet.Factory, now time.Time, w Weights) Explan
 			}
 			return 1
 		case a.v == admitted:
-			return compareFactories(a.total, fa.Load, fa.ID, b.total, fb.Load, fb.ID)
+			return compareFactories(a.total, fa.Occupied(), fa.ID, b.total, fb.Occupied(), fb.ID)
 		default:
 			return cmp.Compare(fa.ID, fb.ID)
 		}
@@ -205,7 +215,7 @@ func Explain(j *fleet.Job, fs []*fleet.Factory, now time.Time, w Weights) Explan
 	for k, s := range ranked {
 		f := fs[s.i]
 		c := &e.Candidates[k]
-		c.FactoryID, c.Load = f.ID, f.Load
+		c.FactoryID, c.Load, c.Leases, c.Reported, c.Dispatched = f.ID, f.Occupied(), f.Leases, f.Load, f.Offers
 		if s.v == admitted {
 			c.Eligible, c.Terms, c.Total = true, s.terms, s.total
 		} else {
@@ -235,7 +245,7 @@ func BestFactory(j *fleet.Job, fs []*fleet.Factory, now time.Time, w Weights) (b
 			continue
 		}
 		total := n.terms(f, starvation).Total(w)
-		if best == nil || compareFactories(total, f.Load, f.ID, bestTotal, best.Load, best.ID) < 0 {
+		if best == nil || compareFactories(total, f.Occupied(), f.ID, bestTotal, best.Occupied(), best.ID) < 0 {
 			best, bestTotal = f, total
 		}
 	}
@@ -265,7 +275,7 @@ func (n *need) terms(f *fleet.Factory, starvation float64) Terms {
 		// len(EffectiveCapabilities()) without building the slice.
 		CapabilityFit: capabilityFitTerm(n.size, len(f.Capabilities)+len(f.Repos)),
 		Affinity:      affinityTerm(f, n.persona),
-		Load:          loadTerm(f.Load),
+		Load:          loadTerm(f.Occupied()),
 		CostFit:       costFitTerm(f.CostPerHourUSD, n.budget),
 		Health:        healthTerm(f.Health),
 		Starvation:    starvation,

@@ -240,8 +240,8 @@ func TestExplanationJSON(t *testing.T) {
 		"jobId": "j", "routable": true, "best": "ok",
 		"required": ["engine:claude", "repo:notes"],
 		"candidates": [
-			{"factoryId": "ok", "eligible": true, "load": 0, "total": 3.35,
+			{"factoryId": "ok", "eligible": true, "load": 0, "leases": 0, "reported": 0, "total": 3.35,
 			 "terms": {"capabilityFit": 0.6, "affinity": 0, "load": 1, "costFit": 1, "health": 1, "starvation": 0}},
-			{"factoryId": "down", "eligible": false, "load": 0, "reason": "factory is down"}
+			{"factoryId": "down", "eligible": false, "load": 0, "leases": 0, "reported": 0, "reason": "factory is down"}
 		]}`, string(b))
 }
