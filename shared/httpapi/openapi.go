@@ -843,9 +843,14 @@ func schemas() obj {
 			"schedule": object([]string{"jobId", "routable", "required", "candidates"}, obj{
 				"jobId": str(""), "routable": boolean(""), "reason": str("Why no factory is eligible."),
 				"best": str("The factory the scheduler would pick."), "required": stringList("Capabilities checked, with repo:<repo>."),
-				"candidates": arrayOf(object([]string{"factoryId", "eligible", "load"}, obj{
-					"factoryId": str(""), "eligible": boolean(""), "reason": str("Why it failed the hard filter."),
-					"load": integer(""), "terms": object(nil, terms), "total": number("Σ weight × term."),
+				"candidates": arrayOf(object([]string{"factoryId", "eligible", "load", "leases", "reported"}, obj{
+					"factoryId": str(""), "eligible": boolean(""),
+					"reason":     str("Why it failed the hard filter, e.g. \"no free seat (leases 1, reported 0 of 1)\"."),
+					"load":       integer("The seats the scheduler counts taken: the larger of leases + dispatched and reported."),
+					"leases":     integer("The live leases the coordinator holds for the factory."),
+					"reported":   integer("The load the factory last reported in a heartbeat."),
+					"dispatched": integer("Dispatches this coordinator sent the factory that it has not taken yet."),
+					"terms":      object(nil, terms), "total": number("Σ weight × term."),
 				})),
 			}),
 		}),
