@@ -195,4 +195,25 @@ func TestCountedSeatsStoreCost(t *testing.T) {
 	_, err = e.c.Redispatch(e.ctx)
 	require.NoError(t, err)
 	t.Logf("one redispatch tick: %+v", counted.Snapshot().Sub(before))
+
+	// Idle, with the change feed on (as deployed): nothing queued, the
+	// sweep's quiet check returns before it lists factories, so counting
+	// seats adds nothing.
+	var idle *storecount.Store
+	e2, _ := dispatchEnv(t, withConfig(feedConfig), withStore(func(s coord.Store) coord.Store {
+		idle = storecount.New(s)
+		return idle
+	}))
+	e2.factory("f1")
+	for range 2 {
+		_, err = e2.c.Redispatch(e2.ctx)
+		require.NoError(t, err)
+		e2.clock.Advance(time.Minute)
+	}
+	before = idle.Snapshot()
+	_, err = e2.c.Redispatch(e2.ctx)
+	require.NoError(t, err)
+	quiet := idle.Snapshot().Sub(before)
+	t.Logf("one idle redispatch tick: %+v", quiet)
+	require.Zero(t, quiet.Queries, "an idle tick queries nothing")
 }
