@@ -254,6 +254,21 @@ printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 	// reason shows the API's error naming the field.
 	require.False(t, evalJS[bool](t, ctx, `document.querySelector('#nav a[href="#/budgets"]').hidden`), "the Budgets entry is shown")
 	run(t, ctx, 20*time.Second, "budgets page", chromedp.Click(chromedp.CSS(`#nav a[href="#/budgets"]`)))
+	// This step failed in CI about one run in four with the figures, the
+	// forecast and the seat cap all shown: each part of the wait is logged
+	// when it times out, to say which one did not hold.
+	t.Cleanup(func() {
+		if t.Failed() {
+			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			parts, _ := chromedp.Run(c, chromedp.Evaluate[string](`JSON.stringify((() => { const c = document.querySelector('#burndown-chart');
+				return { circles: c && c.querySelectorAll('circle').length, title: c && c.querySelector('title')?.textContent, desc: c && c.querySelector('desc')?.textContent,
+					rows: document.querySelectorAll('#bd-data tbody tr').length, table: document.querySelector('#bd-data')?.textContent }; })())`))
+			t.Logf("the budgets page's burndown: %s", parts)
+			bd := s.Op(http.MethodGet, "/budgets/demo/burndown", "", nil)
+			t.Logf("GET /budgets/demo/burndown: %d %s", bd.Status, bd.Body)
+		}
+	})
 	waitJS(t, ctx, 20*time.Second, "the burndown chart with one settled run", `(() => {
 		const c = document.querySelector('#burndown-chart');
 		return c && c.querySelectorAll('circle').length === 1 && c.querySelector('title').textContent.includes('Burndown') &&
