@@ -335,7 +335,12 @@ printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 	run(t, ctx, 20*time.Second, "open the gated job", chromedp.Navigate(s.URL+"/api/console/#/job/"+gated))
 	waitJS(t, ctx, 90*time.Second, "the job waits in review with a head", `document.querySelector('#job-stage')?.textContent === 'review' && !!document.querySelector('#review-approve')`)
 	shoot(t, ctx, "10-review")
-	run(t, ctx, 20*time.Second, "approve", chromedp.SendKeys(chromedp.CSS("#review-comment"), "ship it"), chromedp.Click(chromedp.CSS("#review-approve")))
+	// Typed and clicked in one script: the job page's live refresh rebuilds
+	// the review card (keeping a comment being typed), and a node looked up
+	// by the driver before a refresh is gone when it is clicked after one
+	// (CI: "approve: Could not find node with given id (-32000)").
+	require.True(t, evalJS[bool](t, ctx, `(() => { const c = document.querySelector('#review-comment');
+		c.value = 'ship it'; document.querySelector('#review-approve').click(); return true; })()`), "approve")
 	waitJS(t, ctx, 20*time.Second, "approved to testing", `document.querySelector('#review-outcome')?.textContent.includes('testing') && document.querySelector('#job-stage').textContent === 'testing'`)
 	require.Equal(t, "testing", s.Job("demo", gated)["stage"])
 
