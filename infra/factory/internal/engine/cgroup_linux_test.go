@@ -58,14 +58,6 @@ func alive(pid int) bool {
 	return syscall.Kill(pid, 0) == nil && !isZombie(pid)
 }
 
-func fileSize(path string) int64 {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
-
 func readPID(t *testing.T, path string) int {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -137,17 +129,20 @@ func testRunStopped(t *testing.T, mode string) {
 		c = testContainment(t)
 	}
 	dir := t.TempDir()
+	// The engine says it is up (every child has written its pid) through
+	// a fifo; the run is stopped then.
+	up := filepath.Join(dir, "up")
+	require.NoError(t, syscall.Mkfifo(up, 0o600))
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	go func() {
-		for {
-			if fileSize(filepath.Join(dir, "pid1")) > 0 && fileSize(filepath.Join(dir, "pid2")) > 0 && fileSize(filepath.Join(dir, "pid3")) > 0 {
-				cancel()
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
+		if f, err := os.Open(up); err == nil {
+			_, _ = io.ReadAll(f)
+			_ = f.Close()
 		}
+		cancel()
 	}()
-	res, err := Run(ctx, Spec{Argv: []string{"sh", "-c", hostile + "\nexec sleep 60"}, Dir: dir, Env: os.Environ(),
+	res, err := Run(ctx, Spec{Argv: []string{"sh", "-c", hostile + "\necho up > up\nexec sleep 60"}, Dir: dir, Env: os.Environ(),
 		LogPath: filepath.Join(dir, "log"), Grace: 100 * time.Millisecond, Contain: c, Run: "stopped-e1"})
 	require.NoError(t, err)
 	require.True(t, res.Stopped)
@@ -182,8 +177,9 @@ func TestContainmentSweepEndsAnEarlierLife(t *testing.T) {
 	require.True(t, second.Cgroups(), second.NoCgroups)
 	require.NoError(t, second.Sweep(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	require.NoDirExists(t, g.Dir(), "the leftover run cgroup is removed")
-	require.Eventually(t, func() bool { return !alive(cmd.Process.Pid) && !alive(marked.Process.Pid) }, 2*time.Second, 10*time.Millisecond,
-		"the earlier life's processes are ended")
+	// Sweep returns once the cgroup is empty and no marked process lives.
+	require.False(t, alive(cmd.Process.Pid), "the earlier life's process in its run cgroup is ended")
+	require.False(t, alive(marked.Process.Pid), "the earlier life's marked process is ended")
 }
 
 // TestCgroup2Mount reads the cgroup2 mount out of mountinfo: unified,
