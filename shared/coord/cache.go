@@ -205,7 +205,7 @@ func (c *Coordinator) listFactories(ctx context.Context) ([]*fleet.Factory, erro
 	if err != nil {
 		return nil, err
 	}
-	leased, err := c.queryJobs(ctx, Query{Where: []Cond{In("stage", string(fleet.StageAssigned), string(fleet.StageBuilding))}})
+	leased, err := c.leasedJobs(ctx, "")
 	if err != nil {
 		return nil, err
 	}

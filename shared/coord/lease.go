@@ -339,6 +339,13 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 		}})
 }
 
+// leasedJobs are the jobs holding a lease (assigned or building), of one
+// product or, with productID empty, of all: the one query the reaper, the
+// preemption, the seat caps and the scheduler's seat counts share.
+func (c *Coordinator) leasedJobs(ctx context.Context, productID string) ([]*fleet.Job, error) {
+	return c.queryJobs(ctx, Query{PartitionKey: productID, Where: []Cond{In("stage", string(fleet.StageAssigned), string(fleet.StageBuilding))}})
+}
+
 // backoff is RetryBackoff × 2^(attempt-1), capped.
 func (c *Coordinator) backoff(attempt int) time.Duration {
 	d := c.cfg.RetryBackoff
@@ -361,7 +368,7 @@ func (c *Coordinator) Reap(ctx context.Context) (int, error) {
 	if err != nil || skip {
 		return 0, err
 	}
-	leased, err := c.queryJobs(ctx, Query{Where: []Cond{In("stage", string(fleet.StageAssigned), string(fleet.StageBuilding))}})
+	leased, err := c.leasedJobs(ctx, "")
 	if err != nil {
 		return 0, err
 	}

@@ -32,7 +32,7 @@ func (c *Coordinator) preempt(ctx context.Context, critical *fleet.Job, factorie
 	for i, f := range blocked {
 		holders[i] = f.ID
 	}
-	leased, err := c.queryJobs(ctx, Query{Where: []Cond{In("stage", string(fleet.StageAssigned), string(fleet.StageBuilding))}})
+	leased, err := c.leasedJobs(ctx, "")
 	if err != nil {
 		c.log.ErrorContext(ctx, "preemption: list running jobs", "job", critical.ID, "err", err)
 		return

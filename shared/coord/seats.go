@@ -183,8 +183,7 @@ func (c *Coordinator) runOver(ctx context.Context, productID, jobID string, epoc
 // leasedSeats are the seats of the product's jobs holding a lease now: a
 // cap set on a product with runs going counts them.
 func (c *Coordinator) leasedSeats(ctx context.Context, productID string) (map[string]fleet.Seat, error) {
-	leased, err := c.queryJobs(ctx, Query{PartitionKey: productID,
-		Where: []Cond{In("stage", string(fleet.StageAssigned), string(fleet.StageBuilding))}})
+	leased, err := c.leasedJobs(ctx, productID)
 	if err != nil {
 		return nil, err
 	}
