@@ -167,10 +167,9 @@ esac`)
 
 			hostile := s.Submit("demo", Manifest("Hostile", "app", "engine:fake"))
 			facWaitStage(t, s, "demo", hostile, "shipped", 30*time.Second)
-			deadline := time.Now().Add(time.Second)
-			for len(markerPIDs(marker)) > 0 && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
+			// The job ships after its engine's run ended, and a run ends
+			// only once every process of it has (its cgroup empty, or its
+			// reaper's descendants gone): nothing may be left by now.
 			left := markerPIDs(marker)
 
 			clean := s.Submit("demo", Manifest("Clean", "app", "engine:fake"))
@@ -178,7 +177,7 @@ esac`)
 			require.Equal(t, "clean", repo.Show(t, "aq/job/"+clean, "result.txt"))
 			_, err := facGitTry(repo.Origin, "show", "refs/heads/aq/job/"+clean+":INJECTED.txt")
 			require.Error(t, err, "a loop of the earlier run wrote INJECTED.txt into the next job's worktree")
-			require.Empty(t, left, "the detached loops outlived their run by more than a second")
+			require.Empty(t, left, "the detached loops outlived their run")
 			require.Empty(t, markerPIDs(marker))
 		})
 	}
@@ -304,8 +303,10 @@ func TestIsolationRestartEndsLeftovers(t *testing.T) {
 	killMarked(t, marker)
 	once := filepath.Join(t.TempDir(), "once")
 
+	enginePID := filepath.Join(t.TempDir(), "engine-pid")
 	engine := facEngine(t, `if mkdir `+once+` 2> /dev/null; then
   setsid bash -c 'while :; do sleep 0.05; done # `+marker+`' > /dev/null 2>&1 < /dev/null &
+  echo $$ > `+enginePID+`
   exec sleep 60
 fi
 echo later > result.txt`)
@@ -330,14 +331,24 @@ echo later > result.txt`)
 	}
 	require.NotEmpty(t, runs(), "the run has a cgroup under %s", subtree)
 
+	var pgid int // the engine's: it leads its process group
+	Eventually(t, 10*time.Second, "the engine records its pid", func() bool {
+		b, err := os.ReadFile(enginePID)
+		pgid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pgid > 0
+	})
+
 	first.Signal(syscall.SIGKILL)
 	first.Wait(10 * time.Second)
-	time.Sleep(500 * time.Millisecond)
+	// The kill is over once the engine is gone (its parent-death signal).
+	Eventually(t, 10*time.Second, "the engine ends with its factory", func() bool { return len(liveGroup(t, pgid)) == 0 })
 	require.NotEmpty(t, markerPIDs(marker), "the detached child survives the factory's kill -9 (so the restart has something to end)")
 
 	second := runFactoryIn(t, s, "fa", token, 1, repo.Base, engine, workDir)
+	// The isolation line is logged after the start-up sweep has ended what
+	// the previous life left.
 	requireCgroups(t, second)
-	Eventually(t, 10*time.Second, "the restarted factory ends its previous life's child", func() bool { return len(markerPIDs(marker)) == 0 })
+	require.Empty(t, markerPIDs(marker), "the restarted factory ends its previous life's child")
 	require.Empty(t, runs(), "no run cgroup of the previous life is left under %s", subtree)
 	require.Contains(t, second.Output(), "ended run cgroups an earlier life of this factory left")
 }
@@ -355,14 +366,27 @@ func TestIsolationKilledFactoryReaperEndsRun(t *testing.T) {
 	marker := randomToken("iso-reaper-")
 	killMarked(t, marker)
 
+	// The engine's parent is its reaper, which leads a process group of
+	// its own.
+	reaperPID := filepath.Join(t.TempDir(), "reaper-pid")
 	engine := facEngine(t, `env -i "$(command -v setsid)" /bin/bash -c 'while :; do sleep 0.05; done # `+marker+`' > /dev/null 2>&1 < /dev/null &
+echo $PPID > `+reaperPID+`
 exec sleep 60`)
 	f := startFactory(t, s, "fa", "demo", 1, repo, engine, "FLEET_RUN_CGROUPS=off")
 	requireIsolation(t, f, "reaper")
 	s.Submit("demo", Manifest("Leave a child", "app", "engine:fake"))
 	Eventually(t, 30*time.Second, "the detached child runs", func() bool { return len(markerPIDs(marker)) > 0 })
+	var reaper int
+	Eventually(t, 10*time.Second, "the engine records its reaper's pid", func() bool {
+		b, err := os.ReadFile(reaperPID)
+		reaper, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && reaper > 0
+	})
 
 	f.Signal(syscall.SIGKILL)
 	f.Wait(10 * time.Second)
-	Eventually(t, 5*time.Second, "the reaper ends the run when its factory dies", func() bool { return len(markerPIDs(marker)) == 0 })
+	// Judged once the reaper has exited, which it does only after ending
+	// every descendant: by then none of the run's processes may be left.
+	Eventually(t, 30*time.Second, "the reaper exits when its factory dies", func() bool { return len(liveGroup(t, reaper)) == 0 })
+	require.Empty(t, markerPIDs(marker), "the reaper ends the run when its factory dies")
 }
