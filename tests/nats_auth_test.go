@@ -149,7 +149,9 @@ func TestForgedControlMessageStopsNothing(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
 	facWaitStage(t, s, "demo", id, "cancelled", 30*time.Second)
 	t.Logf("cancel -> acknowledged after a forged preemption: %s", time.Since(start).Round(time.Millisecond))
-	require.Less(t, time.Since(start), 5*time.Second, "the real cancel came by message, not at the next renewal")
+	// Only a control message the renewal confirms logs this; the lease
+	// keeper (the next renewal, a minute away) stops a run silently.
+	require.Contains(t, f.Output(), "stopping the run at the coordinator's request", "the real cancel came by message, not at the next renewal")
 	types := eventTypesOf(t, s, "demo", id)
 	require.Contains(t, types, "cancel_acknowledged")
 	require.NotContains(t, types, "preempted")
