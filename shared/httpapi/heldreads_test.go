@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/store/storecount"
 )
 
 // TestFactoryReadsOnlyHeldJobs (issue 23 item 7): a factory reads the runs,
@@ -49,5 +50,29 @@ func TestFactoryReadsOnlyHeldJobs(t *testing.T) {
 	refused(w.f1, "the holder after its release")
 	for _, path := range reads {
 		f.ok(http.StatusOK, nil, "GET", path, p1Token, nil)
+	}
+}
+
+// TestHeldReadsReadTheJobOnce: the holder check is the job lookup itself.
+// A factory of two products asking without x-product-id costs the store
+// what an operator of the same products does, on every held read.
+func TestHeldReadsReadTheJobOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	f.putProduct("other", "r2")
+	tok := f.enroll("f1", []string{"p1", "other"}, "r1", "r2")
+	j := f.submit("p1", manifest("r1"))
+	require.Equal(t, j.ID, f.claim(tok).Job.ID)
+	cost := func(path, token string) storecount.Counts {
+		t.Helper()
+		f.ok(http.StatusOK, nil, "GET", path, token, nil) // fills the token cache
+		before := f.counts.Snapshot()
+		f.ok(http.StatusOK, nil, "GET", path, token, nil)
+		return f.counts.Snapshot().Sub(before)
+	}
+	held := "/api/fleet/jobs/" + j.ID
+	for _, path := range []string{held + "/runs", held + "/events", held + "/explain", held + "/dag", held + "/artifacts"} {
+		require.Equal(t, cost(path, multiToken), cost(path, tok), "%s: the factory's store calls (right) against an operator's (left)", path)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/store/sqlite"
+	"github.com/gigafactory/fleet/shared/store/storecount"
 )
 
 // Operator tokens every fixture configures.
@@ -83,6 +84,8 @@ type fixture struct {
 	url    string
 	store  *sqlite.Store
 	faulty *faultyStore
+	// counts counts the coordinator's store calls.
+	counts *storecount.Store
 	coord  *coord.Coordinator
 	clock  *clocktest.Clock
 	logs   *syncBuffer
@@ -127,7 +130,8 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 	blobs, err := blobfs.Open(filepath.Join(t.TempDir(), "blobs"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = blobs.Close() })
-	c, err := coord.New(coord.Config{ArtifactMaxBytes: testArtifactMax}, coord.Deps{Store: faulty, Clock: clk, Blobs: blobs})
+	counts := storecount.New(faulty)
+	c, err := coord.New(coord.Config{ArtifactMaxBytes: testArtifactMax}, coord.Deps{Store: counts, Clock: clk, Blobs: blobs})
 	require.NoError(t, err)
 	logs := &syncBuffer{}
 	cfg := Config{
@@ -146,7 +150,7 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 	}
 	srv := httptest.NewServer(New(c, cfg))
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, url: srv.URL, store: st, faulty: faulty, coord: c, clock: clk, logs: logs, blobs: blobs}
+	return &fixture{t: t, url: srv.URL, store: st, faulty: faulty, counts: counts, coord: c, clock: clk, logs: logs, blobs: blobs}
 }
 
 // result is an answered request.

@@ -81,23 +81,40 @@ func (s *server) pathJob(r *http.Request, p *principal) (id, product string, err
 }
 
 // pathHeldJob is pathJob for the reads a factory may make only of a job it
-// holds now (holderRead).
+// holds now (heldJobProduct).
 func (s *server) pathHeldJob(r *http.Request, p *principal) (id, product string, err error) {
-	if id, product, err = s.pathJob(r, p); err != nil {
+	if id, err = pathName(r, "id"); err != nil {
 		return "", "", err
 	}
-	return id, product, s.holderRead(r, p, product, id)
+	product, err = s.heldJobProduct(r, p, id)
+	return id, product, err
 }
 
-// holderRead is the rule of API.md "Auth" for a factory's reads: the runs,
-// events (polled or streamed), explanation, DAG and artifacts of a job only
-// while it holds the job (they are another run's work otherwise, possibly
-// another factory's, and a stream of a job is what costs).
-// The job document itself stays readable in its products: the factory
-// asks about jobs it no longer holds (whether a branch's job is over, and
-// whether a lost answer was applied). A job it does not hold is 403
-// forbidden, as for any token acting outside what it covers; an operator
-// is bound by its product scope alone.
+// heldJobProduct is jobProduct under the rule of API.md "Auth" for a
+// factory's reads: the runs, events (polled or streamed), explanation, DAG
+// and artifacts of a job only while it holds the job (they are another
+// run's work otherwise, possibly another factory's, and a stream of a job
+// is what costs). The job document itself stays readable in its products:
+// the factory asks about jobs it no longer holds (whether a branch's job
+// is over, and whether a lost answer was applied). A factory's job is read
+// once, for its product and its holder alike; an operator is bound by its
+// product scope alone.
+func (s *server) heldJobProduct(r *http.Request, p *principal, id string) (string, error) {
+	if !p.isFactory() {
+		return s.jobProduct(r, p, id, "")
+	}
+	j, err := s.coord.GetJob(r.Context(), productOf(r, p), id)
+	if err != nil {
+		return "", err
+	}
+	if !p.allows(j.ProductID) {
+		return "", forbidden("job %s belongs to a product outside this token's scope", id)
+	}
+	return j.ProductID, holds(p, j)
+}
+
+// holderRead applies heldJobProduct's rule to job id of product, found
+// without reading the job (an artifact names both).
 func (s *server) holderRead(r *http.Request, p *principal, product, id string) error {
 	if !p.isFactory() {
 		return nil
@@ -106,8 +123,14 @@ func (s *server) holderRead(r *http.Request, p *principal, product, id string) e
 	if err != nil {
 		return err
 	}
+	return holds(p, j)
+}
+
+// holds is nil when factory p holds j, else 403 forbidden, as for any
+// token acting outside what it covers.
+func holds(p *principal, j *fleet.Job) error {
 	if j.HolderFactoryID != p.id {
-		return forbidden("job %s is not held by factory %s: a factory reads the runs, events, artifacts, explanation and DAG only of the jobs it holds", id, p.id)
+		return forbidden("job %s is not held by factory %s: a factory reads the runs, events, artifacts, explanation and DAG only of the jobs it holds", j.ID, p.id)
 	}
 	return nil
 }
@@ -341,11 +364,8 @@ func (s *server) jobEvents(w http.ResponseWriter, r *http.Request, p *principal)
 	if err != nil {
 		return err
 	}
-	product, err := s.jobProduct(r, p, id, "")
+	product, err := s.heldJobProduct(r, p, id)
 	if err != nil {
-		return err
-	}
-	if err := s.holderRead(r, p, product, id); err != nil {
 		return err
 	}
 	ctx := r.Context()

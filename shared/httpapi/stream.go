@@ -193,13 +193,10 @@ func (s *server) jobEventStream(w http.ResponseWriter, r *http.Request, p *princ
 			return fleet.Invalid(field, "must be an event seq (a whole number >= 0), got %q", v)
 		}
 	}
-	product, err := s.jobProduct(r, p, id, "")
-	if err != nil {
-		return err
-	}
 	// A factory follows only a job it holds (API.md, "Limits on long-lived
 	// requests"): the same rule as its other reads of a job's work.
-	if err := s.holderRead(r, p, product, id); err != nil {
+	product, err := s.heldJobProduct(r, p, id)
+	if err != nil {
 		return err
 	}
 	mode := s.modeOf(r)
