@@ -173,11 +173,7 @@ const (
 // echoBackoff is the wait after the attempts-th failure in a row:
 // EchoBackoff doubling up to EchoMaxBackoff.
 func (c *Coordinator) echoBackoff(attempts int) time.Duration {
-	d := c.cfg.EchoBackoff
-	for i := 1; i < attempts && d < c.cfg.EchoMaxBackoff; i++ {
-		d *= 2
-	}
-	return min(d, c.cfg.EchoMaxBackoff)
+	return doubling(c.cfg.EchoBackoff, c.cfg.EchoMaxBackoff, attempts)
 }
 
 // EchoChanged hands the tracked jobs among changed job documents (a

@@ -348,11 +348,17 @@ func (c *Coordinator) leasedJobs(ctx context.Context, productID string) ([]*flee
 
 // backoff is RetryBackoff × 2^(attempt-1), capped.
 func (c *Coordinator) backoff(attempt int) time.Duration {
-	d := c.cfg.RetryBackoff
-	for i := 1; i < attempt && d < c.cfg.MaxRetryBackoff; i++ {
+	return doubling(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff, attempt)
+}
+
+// doubling is base × 2^(n-1), capped at limit: the one backoff rule of the
+// coordinator (a job's retries, a webhook's).
+func doubling(base, limit time.Duration, n int) time.Duration {
+	d := base
+	for i := 1; i < n && d < limit; i++ {
 		d *= 2
 	}
-	return min(d, c.cfg.MaxRetryBackoff)
+	return min(d, limit)
 }
 
 // Reap returns every job whose lease expired to the queue with leaseEpoch+1
