@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -53,19 +54,42 @@ func get(t *testing.T, path string) *funchost.Invocation {
 	return &funchost.Invocation{Data: map[string]json.RawMessage{api.RequestBinding: raw}}
 }
 
+// newFunc serves the real API, over a coordinator on a fresh SQLite store
+// that knows operatorToken, as the api function.
+func newFunc(t *testing.T) (*coord.Coordinator, funchost.Func) {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "fleet.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
+	c, err := coord.New(coord.Config{}, coord.Deps{Store: st, Clock: clock.System{}})
+	require.NoError(t, err)
+	return c, api.Func(httpapi.New(c, httpapi.Config{OperatorTokens: []httpapi.OperatorToken{{Name: "ops", Token: operatorToken}}}))
+}
+
+// invoke runs inv through f and returns the answer it put in
+// Outputs.res; an API error is an HTTP answer, not a failed invocation.
+func invoke(ctx context.Context, t *testing.T, f funchost.Func, inv *funchost.Invocation) funchost.HTTPResponse {
+	t.Helper()
+	res, err := f(ctx, inv)
+	require.NoError(t, err, "an API error is an HTTP answer, not a failed invocation")
+	b, err := json.Marshal(res)
+	require.NoError(t, err)
+	var out struct {
+		Outputs map[string]funchost.HTTPResponse
+	}
+	require.NoError(t, json.Unmarshal(b, &out))
+	resp, ok := out.Outputs[api.ResponseBinding]
+	require.True(t, ok, "no Outputs.%s in %s", api.ResponseBinding, b)
+	return resp
+}
+
 // TestFuncEnvelopeMode drives the real API through the envelope form a host
 // without request forwarding uses: the request comes from Data.req, the
 // answer must land in Outputs.res with status, headers and body.
 func TestFuncEnvelopeMode(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "fleet.db"))
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, st.Close()) })
-	c, err := coord.New(coord.Config{}, coord.Deps{Store: st, Clock: clock.System{}})
-	require.NoError(t, err)
-	h := httpapi.New(c, httpapi.Config{OperatorTokens: []httpapi.OperatorToken{{Name: "ops", Token: operatorToken}}})
-	f := api.Func(h)
+	c, f := newFunc(t)
 
 	var jobID string
 	steps := []struct {
@@ -121,17 +145,7 @@ func TestFuncEnvelopeMode(t *testing.T) {
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
-			res, err := f(ctx, st.inv())
-			require.NoError(t, err, "an API error is an HTTP answer, not a failed invocation")
-			b, err := json.Marshal(res)
-			require.NoError(t, err)
-			var out struct {
-				Outputs map[string]funchost.HTTPResponse
-				Logs    []string
-			}
-			require.NoError(t, json.Unmarshal(b, &out))
-			resp, ok := out.Outputs[api.ResponseBinding]
-			require.True(t, ok, "no Outputs.%s in %s", api.ResponseBinding, b)
+			resp := invoke(ctx, t, f, st.inv())
 			require.Equal(t, st.status, resp.StatusCode, resp.Body)
 			require.True(t, strings.HasPrefix(resp.Headers["Content-Type"], "application/json"), "Content-Type %q", resp.Headers["Content-Type"])
 			if st.check != nil {
