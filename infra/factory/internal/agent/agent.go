@@ -454,9 +454,10 @@ func (a *Agent) control(ctx context.Context, log *slog.Logger, msg protocol.Cont
 		log.InfoContext(ctx, "control message for a run not here; ignored")
 		return
 	}
-	ren, err := a.api.Renew(ctx, msg.ProductID, msg.JobID, r.epoch)
+	// The run's own lease: its product and epoch, not the message's.
+	ren, err := r.lease.renew(ctx)
 	switch {
-	case fleetapi.IsFenced(err):
+	case errors.Is(err, errFenced):
 		// The coordinator's word too: the lease is no longer ours.
 		log.WarnContext(ctx, "control message: the renewal that confirms it was fenced; stopping the run", "err", err)
 		r.cancel(errFenced)

@@ -181,7 +181,8 @@ func TestStaleControlMessageIgnored(t *testing.T) {
 // stops nothing (whoever can publish on the subscription could have forged
 // it): the factory renews at once and, the answer asking nothing, goes on.
 // The lease keeper renews once an hour here, so every renewal is the
-// message's. (TestStopRequests: a confirmed one stops the run.)
+// message's, and each renews the run's own lease: the product a message
+// names is not asked. (TestStopRequests: a confirmed one stops the run.)
 func TestControlMessageNeedsTheCoordinatorsWord(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -200,7 +201,7 @@ func TestControlMessageNeedsTheCoordinatorsWord(t *testing.T) {
 
 	for _, action := range []protocol.ControlAction{protocol.ControlCancel, protocol.ControlPreempt} {
 		a.handle(context.Background(), transport.Delivery{ID: "c", Control: &protocol.ControlMessage{
-			Action: action, JobID: "j1", ProductID: "p", TargetFactoryID: "f1", LeaseEpoch: cl.LeaseEpoch}})
+			Action: action, JobID: "j1", ProductID: "forged", TargetFactoryID: "f1", LeaseEpoch: cl.LeaseEpoch}})
 	}
 	// The first cause wins: had a message stopped the run, this shutdown
 	// would not be what ends it.
@@ -210,5 +211,6 @@ func TestControlMessageNeedsTheCoordinatorsWord(t *testing.T) {
 	require.EqualValues(t, 2, checks, "each message was checked with one renewal")
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	require.Equal(t, []string{"p", "p"}, c.renewedFor[:2], "the run's lease was renewed, under the claim's product")
 	require.Empty(t, c.acks)
 }

@@ -51,6 +51,9 @@ type jobRun struct {
 	cancel        context.CancelCauseFunc
 	done          chan struct{}
 	outcome       Outcome
+	// lease is the run's lease: its keeper renews it, and so does a
+	// control message, to have the coordinator confirm it.
+	lease *lease
 }
 
 // start runs cl's job in the background under a seat. There is at most
@@ -65,7 +68,8 @@ func (a *Agent) start(ctx context.Context, cl *protocol.Claimed, received time.T
 	// The job's life is its own: a shutdown cancels it explicitly (with
 	// errShutdown), so it can checkpoint and release on the way out.
 	jctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	r := &jobRun{id: j.ID, repo: j.Repo, epoch: cl.LeaseEpoch, dispatchEpoch: j.DispatchEpoch, cancel: cancel, done: make(chan struct{})}
+	r := &jobRun{id: j.ID, repo: j.Repo, epoch: cl.LeaseEpoch, dispatchEpoch: j.DispatchEpoch, cancel: cancel, done: make(chan struct{}),
+		lease: newLease(a.api, cl, received)}
 	a.mu.Lock()
 	prev := a.running[j.ID]
 	if prev != nil && prev.epoch >= r.epoch {
@@ -89,7 +93,7 @@ func (a *Agent) start(ctx context.Context, cl *protocol.Claimed, received time.T
 		if prev != nil {
 			<-prev.done
 		}
-		r.outcome = a.runJob(jctx, cancel, cl, received)
+		r.outcome = a.runJob(jctx, cancel, cl, r.lease)
 		a.mu.Lock()
 		if a.running[j.ID] == r {
 			delete(a.running, j.ID)
@@ -134,10 +138,10 @@ type job struct {
 }
 
 // runJob takes one claimed job from building to delivered or failed.
-func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *protocol.Claimed, received time.Time) Outcome {
+func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *protocol.Claimed, l *lease) Outcome {
 	j := cl.Job
 	log := a.log.With("job", j.ID, "product", j.ProductID, "repo", j.Repo, "leaseEpoch", cl.LeaseEpoch)
-	jb := &job{a: a, cl: cl, j: j, log: log, ctx: ctx, lease: newLease(a.api, cl, received)}
+	jb := &job{a: a, cl: cl, j: j, log: log, ctx: ctx, lease: l}
 	log.InfoContext(ctx, "job claimed", "title", j.Title, "checkpoint", j.Checkpoint)
 
 	keepCtx, stopKeep := context.WithCancel(ctx)

@@ -44,6 +44,8 @@ type fakeCoord struct {
 	// (tests use it to act in the window between a fence check and the
 	// write it guards).
 	onRenew func(epoch int64)
+	// renewedFor is the product of every renewal, in order.
+	renewedFor []string
 }
 
 func newFakeCoord(id, repo string) *fakeCoord {
@@ -76,8 +78,9 @@ func (c *fakeCoord) fenced(epoch int64) error {
 	return nil
 }
 
-func (c *fakeCoord) Renew(_ context.Context, _, _ string, epoch int64) (protocol.Renewal, error) {
+func (c *fakeCoord) Renew(_ context.Context, product, _ string, epoch int64) (protocol.Renewal, error) {
 	c.mu.Lock()
+	c.renewedFor = append(c.renewedFor, product)
 	err := c.fenced(epoch)
 	hook := c.onRenew
 	c.mu.Unlock()
