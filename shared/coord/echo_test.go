@@ -31,6 +31,11 @@ type fakeWebhook struct {
 	down  map[string]bool
 	fail  error
 	hold  map[string]chan struct{}
+	// holding counts the deliveries each held URL has taken in (hanging
+	// until their channel closes).
+	holding map[string]int
+	// entered, when set, hears of every delivery a held URL takes in.
+	entered chan string
 	// posted, when set, hears of every acknowledged delivery.
 	posted chan coord.WebhookRequest
 }
@@ -38,7 +43,17 @@ type fakeWebhook struct {
 func (h *fakeWebhook) Post(ctx context.Context, r coord.WebhookRequest) error {
 	h.mu.Lock()
 	hold := h.hold[r.URL]
+	if hold != nil {
+		if h.holding == nil {
+			h.holding = map[string]int{}
+		}
+		h.holding[r.URL]++
+	}
+	entered := h.entered
 	h.mu.Unlock()
+	if hold != nil && entered != nil {
+		entered <- r.URL
+	}
 	if hold != nil {
 		select {
 		case <-hold:
@@ -63,6 +78,12 @@ func (h *fakeWebhook) Post(ctx context.Context, r coord.WebhookRequest) error {
 		h.posted <- r
 	}
 	return nil
+}
+
+func (h *fakeWebhook) holdingOf(url string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.holding[url]
 }
 
 func (h *fakeWebhook) triesOf(url string) int {

@@ -66,10 +66,13 @@ func (e *echoEnv) delivered(id string, n int) {
 // never answers. A change-feed batch holding more of p2's jobs than a lane
 // runs at once, then one of prod's, returns at once, and prod's event is
 // delivered while every p2 delivery still hangs; so is prod's next batch.
+// p2's lane has exactly EchoParallel deliveries hanging: the rest of its
+// jobs wait in the lane rather than pile up on the tarpit.
 func TestEchoTarpitDelaysOnlyItsProduct(t *testing.T) {
 	t.Parallel()
 	e := newEchoEnv(t)
 	e.hook.posted = make(chan coord.WebhookRequest, 64)
+	e.hook.entered = make(chan string, 64)
 	release := make(chan struct{})
 	e.hook.hold = map[string]chan struct{}{tarpitURL: release}
 	_, err := e.c.DeclareProduct(e.ctx, coord.ProductRequest{ID: "p2", Repos: []string{"docs"},
@@ -84,6 +87,13 @@ func TestEchoTarpitDelaysOnlyItsProduct(t *testing.T) {
 	batch = append(batch, e.rawJob(ok.ID))
 	require.Equal(t, coord.EchoRun{Jobs: len(batch)}, e.handOff(batch...))
 	e.delivered(ok.ID, 1)
+	for i := range coord.DefaultEchoParallel {
+		select {
+		case <-e.hook.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of p2's deliveries reached the tarpit, want %d", i, coord.DefaultEchoParallel)
+		}
+	}
 
 	e.run(ok)
 	last := e.job(ok.ID).EventSeq
@@ -91,6 +101,7 @@ func TestEchoTarpitDelaysOnlyItsProduct(t *testing.T) {
 	e.delivered(ok.ID, int(last-1))
 	require.Equal(t, seqRange(1, last), e.hook.seqs(t, ok.ID))
 	require.Zero(t, e.hook.triesOf(tarpitURL), "every p2 delivery is still hanging")
+	require.Equal(t, coord.DefaultEchoParallel, e.hook.holdingOf(tarpitURL), "p2's lane runs EchoParallel deliveries at once")
 
 	// Let the tarpit go so its lanes end with the test.
 	close(release)
