@@ -45,13 +45,28 @@ func hasUID(pid int, uid uint32) bool {
 
 // isZombie reports whether pid has exited and waits for its parent.
 func isZombie(pid int) bool {
+	_, ok := liveParent(pid)
+	return !ok
+}
+
+// liveParent is pid's parent, from one read of /proc/<pid>/stat; ok is
+// false when pid is gone or a zombie.
+func liveParent(pid int) (ppid int, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return true // gone
+		return 0, false // gone
 	}
-	// pid (comm) state ...: comm may hold spaces and parentheses.
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
 	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+	if i < 0 {
+		return 0, false
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 2 || f[0][0] == 'Z' || f[0][0] == 'X' {
+		return 0, false
+	}
+	ppid, err = strconv.Atoi(string(f[1]))
+	return ppid, err == nil
 }
 
 // UIDsInUse lists the uids from first to last that a live process runs

@@ -170,22 +170,7 @@ func killAll(pgid int, exited <-chan syscall.WaitStatus) <-chan syscall.WaitStat
 func descendants(root int) []int {
 	parent := map[int]int{}
 	pids(func(pid int) bool {
-		if isZombie(pid) {
-			return false
-		}
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			return false
-		}
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 {
-			return false
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 2 {
-			return false
-		}
-		if pp, err := strconv.Atoi(f[1]); err == nil {
+		if pp, ok := liveParent(pid); ok {
 			parent[pid] = pp
 		}
 		return false
