@@ -17,14 +17,7 @@ import (
 func TestEchoSettings(t *testing.T) {
 	t.Parallel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	lookup := func(kv ...string) config.Lookup {
-		v := map[string]string{config.DataDir: t.TempDir(), config.Bus: "none", config.OperatorToken: "op_0123456789abcdef"}
-		for i := 0; i < len(kv); i += 2 {
-			v[kv[i]] = kv[i+1]
-		}
-		return config.Lookup{Values: v}
-	}
-	a, err := Open(t.Context(), lookup(), log)
+	a, err := Open(t.Context(), testLookup(t, nil), log)
 	require.NoError(t, err)
 	cfg := a.Coord.Config()
 	require.Equal(t, coord.DefaultEchoParallel, cfg.EchoParallel)
@@ -32,8 +25,8 @@ func TestEchoSettings(t *testing.T) {
 	require.Equal(t, coord.DefaultEchoBreakerCooldown, cfg.EchoBreakerCooldown)
 	require.NoError(t, a.Close())
 
-	a, err = Open(t.Context(), lookup(config.EchoParallel, "2", config.EchoBreakerFails, "7", config.EchoBreakerCool, "1m",
-		config.WebhookAllowCIDRs, "10.20.0.0/16,fd12::/48"), log)
+	a, err = Open(t.Context(), testLookup(t, map[string]string{config.EchoParallel: "2", config.EchoBreakerFails: "7", config.EchoBreakerCool: "1m",
+		config.WebhookAllowCIDRs: "10.20.0.0/16,fd12::/48"}), log)
 	require.NoError(t, err)
 	cfg = a.Coord.Config()
 	require.Equal(t, 2, cfg.EchoParallel)
@@ -45,7 +38,7 @@ func TestEchoSettings(t *testing.T) {
 		config.WebhookAllowCIDRs: "10.0.0.0/33", config.EchoParallel: "0", config.EchoBreakerFails: "many",
 		config.EchoBreakerCool: "soon", config.EchoDialTimeout: "-1s", config.EchoTLSTimeout: "x", config.EchoHeaderTimeout: "0s",
 	} {
-		_, err := Open(t.Context(), lookup(name, bad), log)
+		_, err := Open(t.Context(), testLookup(t, map[string]string{name: bad}), log)
 		require.ErrorContains(t, err, name, bad)
 	}
 }

@@ -18,10 +18,7 @@ func TestStoreFaultsSetting(t *testing.T) {
 	t.Parallel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	lookup := func(faults string) config.Lookup {
-		return config.Lookup{Values: map[string]string{
-			config.DataDir: t.TempDir(), config.Bus: "none", config.StoreFaults: faults,
-			config.OperatorToken: "op_0123456789abcdef",
-		}}
+		return testLookup(t, map[string]string{config.StoreFaults: faults})
 	}
 	isInjected := func(a *App) bool {
 		var s coord.Store = a.Store

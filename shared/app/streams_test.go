@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,14 +16,15 @@ import (
 	"github.com/gigafactory/fleet/shared/config"
 )
 
-const streamsTestToken = "op_0123456789abcdef"
+// testOperatorToken is the operator token of testLookup's configuration.
+const testOperatorToken = "op_0123456789abcdef"
 
-func streamsLookup(t *testing.T, extra map[string]string) config.Lookup {
+// testLookup is a start-up configuration on a fresh data dir, without a
+// bus, accepting testOperatorToken, with extra on top.
+func testLookup(t *testing.T, extra map[string]string) config.Lookup {
 	t.Helper()
-	v := map[string]string{config.DataDir: t.TempDir(), config.Bus: "none", config.OperatorToken: streamsTestToken}
-	for k, x := range extra {
-		v[k] = x
-	}
+	v := map[string]string{config.DataDir: t.TempDir(), config.Bus: "none", config.OperatorToken: testOperatorToken}
+	maps.Copy(v, extra)
 	return config.Lookup{Values: v}
 }
 
@@ -30,7 +32,7 @@ func streamsCall(t *testing.T, ctx context.Context, method, url, body string) *h
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+streamsTestToken)
+	req.Header.Set("Authorization", "Bearer "+testOperatorToken)
 	req.Header.Set("X-Product-Id", "p1")
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
@@ -47,18 +49,21 @@ func streamsCall(t *testing.T, ctx context.Context, method, url, body string) *h
 func TestStreamCapSettings(t *testing.T) {
 	t.Parallel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	for _, bad := range []map[string]string{
-		{config.MaxStreamsPerPrincipal: "0"},
-		{config.MaxStreamsPerPrincipal: "many"},
-		{config.MaxStreams: "-1"},
-		{config.MaxStreamsPerPrincipal: "64", config.MaxStreams: "16"},
+	for _, tc := range []struct {
+		bad   map[string]string
+		names string
+	}{
+		{map[string]string{config.MaxStreamsPerPrincipal: "0"}, config.MaxStreamsPerPrincipal},
+		{map[string]string{config.MaxStreamsPerPrincipal: "many"}, config.MaxStreamsPerPrincipal},
+		{map[string]string{config.MaxStreams: "-1"}, config.MaxStreams + "="},
+		{map[string]string{config.MaxStreamsPerPrincipal: "64", config.MaxStreams: "16"}, config.MaxStreams + "=16"},
 	} {
-		_, err := Open(t.Context(), streamsLookup(t, bad), log)
-		require.Error(t, err, "%v", bad)
-		require.ErrorContains(t, err, "FLEET_MAX_STREAMS", "%v", bad)
+		_, err := Open(t.Context(), testLookup(t, tc.bad), log)
+		require.Error(t, err, "%v", tc.bad)
+		require.ErrorContains(t, err, tc.names, "%v", tc.bad)
 	}
 
-	a, err := Open(t.Context(), streamsLookup(t, map[string]string{config.MaxStreamsPerPrincipal: "1"}), log)
+	a, err := Open(t.Context(), testLookup(t, map[string]string{config.MaxStreamsPerPrincipal: "1"}), log)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close() })
 	srv := httptest.NewServer(a.API)
@@ -77,7 +82,7 @@ func TestStreamCapSettings(t *testing.T) {
 func TestBufferedResponsesOption(t *testing.T) {
 	t.Parallel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := Open(t.Context(), streamsLookup(t, nil), log, WithBufferedResponses())
+	a, err := Open(t.Context(), testLookup(t, nil), log, WithBufferedResponses())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close() })
 	srv := httptest.NewServer(a.API)
