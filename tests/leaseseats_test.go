@@ -23,15 +23,9 @@ func TestLeasesFillSeatsWithoutHeartbeat(t *testing.T) {
 	fp := s.Factory("fp", "demo", 1, caps, []string{"app"})
 
 	low := s.Submit("demo", "---\ntitle: Low\nrepo: app\ncapabilities: [os:linux]\npriority: low\n---\nslow")
-	r := s.As(fp, http.MethodPost, "/claim", "", nil)
-	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
-	var cl struct {
-		Job        map[string]any `json:"job"`
-		LeaseEpoch int64          `json:"leaseEpoch"`
-	}
-	r.JSON(t, &cl)
-	require.Equal(t, low, cl.Job["id"])
-	r = s.As(fp, http.MethodPatch, "/jobs/"+low, "", map[string]any{"stage": "building", "leaseEpoch": cl.LeaseEpoch})
+	claimed, epoch := s.Claim(fp)
+	require.Equal(t, low, claimed)
+	r := s.As(fp, http.MethodPatch, "/jobs/"+low, "", map[string]any{"stage": "building", "leaseEpoch": epoch})
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 
 	crit := s.Submit("demo", "---\ntitle: Hotfix\nrepo: app\ncapabilities: [os:linux]\npriority: critical\n---\nnow")
@@ -52,7 +46,7 @@ func TestLeasesFillSeatsWithoutHeartbeat(t *testing.T) {
 	require.EqualValues(t, 0, fpEntry["reported"])
 
 	Eventually(t, 10*time.Second, "fp's renewal to ask for the preemption", func() bool {
-		r := s.As(fp, http.MethodPost, "/jobs/"+low+"/lease/renew", "", map[string]any{"leaseEpoch": cl.LeaseEpoch})
+		r := s.As(fp, http.MethodPost, "/jobs/"+low+"/lease/renew", "", map[string]any{"leaseEpoch": epoch})
 		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 		return r.Map(t)["preemptRequested"] == true
 	})

@@ -323,6 +323,20 @@ func (s *Stack) Submit(product, manifest string) string {
 	return r.Map(s.t)["id"].(string)
 }
 
+// Claim claims as factory token, which must get a job, and returns the
+// job's id and its lease epoch.
+func (s *Stack) Claim(token string) (jobID string, leaseEpoch int64) {
+	s.t.Helper()
+	r := s.As(token, http.MethodPost, "/claim", "", nil)
+	require.Equal(s.t, http.StatusOK, r.Status, "claim: %s", r.Body)
+	var cl struct {
+		Job        struct{ ID string } `json:"job"`
+		LeaseEpoch int64               `json:"leaseEpoch"`
+	}
+	r.JSON(s.t, &cl)
+	return cl.Job.ID, cl.LeaseEpoch
+}
+
 // Job reads a job.
 func (s *Stack) Job(product, id string) map[string]any {
 	s.t.Helper()

@@ -73,19 +73,13 @@ func TestStreamsPastTheCapLeaveOthersAlone(t *testing.T) {
 	victim := s.Factory("fv", "victim", 4, []string{"os:linux"}, []string{"r-victim"})
 
 	held := s.Submit("attack", Manifest("held", "r-attack", "os:linux"))
-	r := s.As(attacker, http.MethodPost, "/claim", "", nil)
-	require.Equal(t, http.StatusOK, r.Status, "claim: %s", r.Body)
-	var claim struct {
-		Job        struct{ ID string } `json:"job"`
-		LeaseEpoch int64               `json:"leaseEpoch"`
-	}
-	r.JSON(t, &claim)
-	require.Equal(t, held, claim.Job.ID)
+	claimed, epoch := s.Claim(attacker)
+	require.Equal(t, held, claimed)
 	streamURL := s.API + "/jobs/" + held + "/events/stream"
 
 	// A factory may stream only a job it holds: another factory of the
 	// same product is refused, before any slot is spent.
-	r = s.As(bystander, http.MethodGet, "/jobs/"+held+"/events/stream", "", nil)
+	r := s.As(bystander, http.MethodGet, "/jobs/"+held+"/events/stream", "", nil)
 	require.Equal(t, http.StatusForbidden, r.Status, "%s", r.Body)
 	require.Contains(t, string(r.Body), "not held by factory fa2")
 
@@ -255,7 +249,7 @@ func TestStreamsPastTheCapLeaveOthersAlone(t *testing.T) {
 
 		// The streams that were admitted still work.
 		if round == rounds-1 {
-			r := s.As(attacker, http.MethodPatch, "/jobs/"+held, "attack", map[string]any{"stage": "building", "leaseEpoch": claim.LeaseEpoch})
+			r := s.As(attacker, http.MethodPatch, "/jobs/"+held, "attack", map[string]any{"stage": "building", "leaseEpoch": epoch})
 			require.Equal(t, http.StatusOK, r.Status, "patch: %s", r.Body)
 			for i, st := range streams {
 				require.True(t, waitEvent(t, st.events, "stage"), "open stream %d saw the job move to building", i+1)
