@@ -66,6 +66,37 @@ func readPgid(t *testing.T, pidFile string) int {
 	return pgid
 }
 
+// heldRun is job j1 running on an agent with the stop engine, under the
+// lease of claim cl.
+type heldRun struct {
+	a    *Agent
+	c    *fakeCoord
+	repo gitRepo
+	r    *jobRun
+	cl   *protocol.Claimed
+	pgid int // the engine's process group
+}
+
+// startHeldRun claims j1 on a fresh agent and returns once its engine is
+// up. renew, if not zero, is the lease keeper's cadence.
+func startHeldRun(t *testing.T, renew time.Duration) heldRun {
+	t.Helper()
+	root := t.TempDir()
+	h := heldRun{repo: newGitRepo(t, root), c: newFakeCoord("j1", "app")}
+	gates := t.TempDir()
+	started, pidFile := fifo(t, gates, "started"), filepath.Join(gates, "pid")
+	h.a = newGitAgent(t, root, h.repo, h.c, stopEngine(started, pidFile))
+	if renew != 0 {
+		h.a.cfg.Renew = renew
+	}
+	h.cl = h.c.claim()
+	h.r = h.a.handle(context.Background(), transport.Delivery{ID: "claim:j1:1", Claimed: h.cl})
+	require.NotNil(t, h.r)
+	waitUp(t, started)
+	h.pgid = readPgid(t, pidFile)
+	return h
+}
+
 // TestStopRequests: a cancel or preempt command, from a control message or
 // from a renewal answer, stops the engine's whole process group, pushes the
 // work to aq/wip/<id> and acknowledges with the matching outcome naming
@@ -75,71 +106,44 @@ func TestStopRequests(t *testing.T) {
 	tests := []struct {
 		name    string
 		outcome fleet.ReleaseOutcome
-		// ask delivers the request to the run of job at epoch.
-		ask func(a *Agent, c *fakeCoord, epoch int64)
+		// The coordinator's request, in every renewal answer.
+		cancel, preempt bool
+		// message, if set, is the control message the coordinator sends
+		// after setting the request; it is acted on once the renewal it
+		// prompts confirms it. Without, the lease keeper hears of it.
+		message protocol.ControlAction
 	}{
-		// The coordinator sets the request, then sends the message; the
-		// message is acted on once the renewal it prompts confirms it.
-		{"cancel by control message", fleet.ReleaseCancelled, func(a *Agent, c *fakeCoord, epoch int64) {
-			c.mu.Lock()
-			c.job.CancelRequested = true
-			c.mu.Unlock()
-			a.handle(context.Background(), transport.Delivery{ID: "c", Control: &protocol.ControlMessage{
-				Action: protocol.ControlCancel, JobID: "j1", ProductID: "p", TargetFactoryID: "f1", LeaseEpoch: epoch}})
-		}},
-		{"preempt by control message", fleet.ReleasePreempted, func(a *Agent, c *fakeCoord, epoch int64) {
-			c.mu.Lock()
-			c.job.PreemptRequested = true
-			c.mu.Unlock()
-			a.handle(context.Background(), transport.Delivery{ID: "c", Control: &protocol.ControlMessage{
-				Action: protocol.ControlPreempt, JobID: "j1", ProductID: "p", TargetFactoryID: "f1", LeaseEpoch: epoch}})
-		}},
-		{"message and answer disagree: the answer wins", fleet.ReleasePreempted, func(a *Agent, c *fakeCoord, epoch int64) {
-			c.mu.Lock()
-			c.job.PreemptRequested = true
-			c.mu.Unlock()
-			a.handle(context.Background(), transport.Delivery{ID: "c", Control: &protocol.ControlMessage{
-				Action: protocol.ControlCancel, JobID: "j1", ProductID: "p", TargetFactoryID: "f1", LeaseEpoch: epoch}})
-		}},
-		{"cancel by renewal answer", fleet.ReleaseCancelled, func(_ *Agent, c *fakeCoord, _ int64) {
-			c.mu.Lock()
-			c.job.CancelRequested = true
-			c.mu.Unlock()
-		}},
-		{"preempt by renewal answer", fleet.ReleasePreempted, func(_ *Agent, c *fakeCoord, _ int64) {
-			c.mu.Lock()
-			c.job.PreemptRequested = true
-			c.mu.Unlock()
-		}},
+		{"cancel by control message", fleet.ReleaseCancelled, true, false, protocol.ControlCancel},
+		{"preempt by control message", fleet.ReleasePreempted, false, true, protocol.ControlPreempt},
+		{"message and answer disagree: the answer wins", fleet.ReleasePreempted, false, true, protocol.ControlCancel},
+		{"cancel by renewal answer", fleet.ReleaseCancelled, true, false, ""},
+		{"preempt by renewal answer", fleet.ReleasePreempted, false, true, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			root := t.TempDir()
-			repo := newGitRepo(t, root)
-			gates := t.TempDir()
-			started, pidFile := fifo(t, gates, "started"), filepath.Join(gates, "pid")
-			c := newFakeCoord("j1", "app")
-			a := newGitAgent(t, root, repo, c, stopEngine(started, pidFile))
-			if strings.Contains(tt.name, "message") {
+			var renew time.Duration
+			if tt.message != "" {
 				// Only the message may stop the run, not the lease keeper.
-				a.cfg.Renew = time.Hour
+				renew = time.Hour
 			}
-			cl := c.claim()
-			r := a.handle(context.Background(), transport.Delivery{ID: "claim:j1:1", Claimed: cl})
-			require.NotNil(t, r)
-			waitUp(t, started)
-			pgid := readPgid(t, pidFile)
+			h := startHeldRun(t, renew)
+			c := h.c
+			c.mu.Lock()
+			c.job.CancelRequested, c.job.PreemptRequested = tt.cancel, tt.preempt
+			c.mu.Unlock()
+			if tt.message != "" {
+				h.a.handle(context.Background(), transport.Delivery{ID: "c", Control: &protocol.ControlMessage{
+					Action: tt.message, JobID: "j1", ProductID: "p", TargetFactoryID: "f1", LeaseEpoch: h.cl.LeaseEpoch}})
+			}
+			require.Equal(t, OutcomeStopped, waitRun(t, h.r, "the stopped run"))
 
-			tt.ask(a, c, cl.LeaseEpoch)
-			require.Equal(t, OutcomeStopped, waitRun(t, r, "the stopped run"))
-
-			require.Empty(t, liveGroup(t, pgid), "the engine's process group is gone")
-			require.Equal(t, "wip", repo.show("aq/wip/j1", "wip.txt"), "the work so far was pushed")
+			require.Empty(t, liveGroup(t, h.pgid), "the engine's process group is gone")
+			require.Equal(t, "wip", h.repo.show("aq/wip/j1", "wip.txt"), "the work so far was pushed")
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			wip := "aq/wip/j1"
-			require.Equal(t, []fleetapi.Acknowledgement{{LeaseEpoch: cl.LeaseEpoch, Outcome: tt.outcome, Checkpoint: &wip}}, c.acks)
+			require.Equal(t, []fleetapi.Acknowledgement{{LeaseEpoch: h.cl.LeaseEpoch, Outcome: tt.outcome, Checkpoint: &wip}}, c.acks)
 			require.Empty(t, c.fails)
 		})
 	}
@@ -149,16 +153,8 @@ func TestStopRequests(t *testing.T) {
 // (an older one) or a job not running here stops nothing.
 func TestStaleControlMessageIgnored(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	repo := newGitRepo(t, root)
-	gates := t.TempDir()
-	started, pidFile := fifo(t, gates, "started"), filepath.Join(gates, "pid")
-	c := newFakeCoord("j1", "app")
-	a := newGitAgent(t, root, repo, c, stopEngine(started, pidFile))
-	cl := c.claim()
-	r := a.handle(context.Background(), transport.Delivery{ID: "claim:j1:1", Claimed: cl})
-	require.NotNil(t, r)
-	waitUp(t, started)
+	h := startHeldRun(t, 0)
+	a, c, r, cl := h.a, h.c, h.r, h.cl
 	for _, msg := range []protocol.ControlMessage{
 		{Action: protocol.ControlCancel, JobID: "j1", TargetFactoryID: "f1", LeaseEpoch: cl.LeaseEpoch - 1},
 		{Action: protocol.ControlCancel, JobID: "j2", TargetFactoryID: "f1", LeaseEpoch: cl.LeaseEpoch},
@@ -185,19 +181,12 @@ func TestStaleControlMessageIgnored(t *testing.T) {
 // names is not asked. (TestStopRequests: a confirmed one stops the run.)
 func TestControlMessageNeedsTheCoordinatorsWord(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	repo := newGitRepo(t, root)
-	gates := t.TempDir()
-	started, pidFile := fifo(t, gates, "started"), filepath.Join(gates, "pid")
-	c := newFakeCoord("j1", "app")
-	a := newGitAgent(t, root, repo, c, stopEngine(started, pidFile))
-	a.cfg.Renew = time.Hour
+	h := startHeldRun(t, time.Hour)
+	a, c, r, cl := h.a, h.c, h.r, h.cl
 	var renewals atomic.Int32
+	c.mu.Lock()
 	c.onRenew = func(int64) { renewals.Add(1) }
-	cl := c.claim()
-	r := a.handle(context.Background(), transport.Delivery{ID: "claim:j1:1", Claimed: cl})
-	require.NotNil(t, r)
-	waitUp(t, started)
+	c.mu.Unlock()
 
 	for _, action := range []protocol.ControlAction{protocol.ControlCancel, protocol.ControlPreempt} {
 		a.handle(context.Background(), transport.Delivery{ID: "c", Control: &protocol.ControlMessage{
