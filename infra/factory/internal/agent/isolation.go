@@ -124,28 +124,22 @@ type uidPool struct {
 	free []uint32
 }
 
-// take gives a run a uid no process runs as: any still alive is ended
-// first; a uid whose processes cannot be ended is set aside.
+// take gives a run a free uid. No process runs as a free uid: start-up
+// ended an earlier life's, and give takes a uid back only once every
+// process of it has ended, so no scan of /proc is needed here.
 func (p *uidPool) take() (uint32, error) {
-	var errs []error
-	for {
-		p.mu.Lock()
-		if len(p.free) == 0 {
-			p.mu.Unlock()
-			return 0, errors.Join(append(errs, errors.New("no seat uid is free"))...)
-		}
-		uid := p.free[0]
-		p.free = p.free[1:]
-		p.mu.Unlock()
-		if err := engine.KillUID(uid); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		return uid, nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.free) == 0 {
+		return 0, errors.New("no seat uid is free")
 	}
+	uid := p.free[0]
+	p.free = p.free[1:]
+	return uid, nil
 }
 
-// give takes a uid back once every process of it has ended.
+// give takes a uid back once every process of it has ended; a uid whose
+// processes cannot be ended is set aside.
 func (p *uidPool) give(uid uint32) error {
 	if err := engine.KillUID(uid); err != nil {
 		return err
