@@ -58,10 +58,7 @@ func TestChildrenAndDAG(t *testing.T) {
 func TestReviewOverHTTP(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.putProduct("p1", "r1")
-	tok := f.enroll("f1", []string{"p1"}, "r1")
-	j := f.submit("p1", manifest("r1", "review: {reviewers: [root, p1-op, carol], quorum: 2}"))
-	c := f.claim(tok)
+	j, tok, c := f.heldJob("review: {reviewers: [root, p1-op, carol], quorum: 2}")
 	f.ok(200, nil, "PATCH", "/api/fleet/jobs/"+j.ID, tok, map[string]any{"stage": "building", "leaseEpoch": c.LeaseEpoch})
 	head := "aq/job/" + j.ID + "@1"
 	f.ok(200, nil, "PATCH", "/api/fleet/jobs/"+j.ID, tok, map[string]any{"stage": "review", "leaseEpoch": c.LeaseEpoch, "checkpoint": head})

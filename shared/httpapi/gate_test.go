@@ -15,10 +15,7 @@ import (
 func TestReviewGateBypassRefused(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.putProduct("p1", "r1")
-	tok := f.enroll("f1", []string{"p1"}, "r1")
-	j := f.submit("p1", manifest("r1", "review: {reviewers: [alice, bob], quorum: 2}"))
-	c := f.claim(tok)
+	j, tok, c := f.heldJob("review: {reviewers: [alice, bob], quorum: 2}")
 	f.ok(200, nil, "PATCH", "/api/fleet/jobs/"+j.ID, tok, map[string]any{"stage": "building", "leaseEpoch": c.LeaseEpoch})
 	before := f.snapshot()
 	for _, stage := range []string{"testing", "shipped"} {
@@ -43,10 +40,7 @@ func TestReviewGateBypassRefused(t *testing.T) {
 func TestReviewGateHolderCannotWeaken(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.putProduct("p1", "r1")
-	tok := f.enroll("f1", []string{"p1"}, "r1")
-	j := f.submit("p1", manifest("r1", "review: {reviewers: [root, p1-op], quorum: 2}"))
-	c := f.claim(tok)
+	j, tok, c := f.heldJob("review: {reviewers: [root, p1-op], quorum: 2}")
 	f.ok(200, nil, "PATCH", "/api/fleet/jobs/"+j.ID, tok, map[string]any{"stage": "building", "leaseEpoch": c.LeaseEpoch})
 	path := "/api/fleet/jobs/" + j.ID + "/review/request"
 	head := "aq/job/" + j.ID + "@1"

@@ -265,6 +265,19 @@ func (f *fixture) claim(token string) protocol.Claimed {
 	return c
 }
 
+// heldJob puts product p1 (repo r1), enrolls factory f1 serving it,
+// submits a job of manifest("r1", extra...) and has f1 claim it: the job,
+// f1's token and the claim.
+func (f *fixture) heldJob(extra ...string) (*fleet.Job, string, protocol.Claimed) {
+	f.t.Helper()
+	f.putProduct("p1", "r1")
+	tok := f.enroll("f1", []string{"p1"}, "r1")
+	j := f.submit("p1", manifest("r1", extra...))
+	c := f.claim(tok)
+	require.Equal(f.t, j.ID, c.Job.ID)
+	return j, tok, c
+}
+
 // manifest builds a Markdown manifest for repo with extra front-matter lines.
 func manifest(repo string, extra ...string) string {
 	front := "title: Fix the login redirect\nrepo: " + repo + "\ncapabilities: [os:linux, engine:claude]\n"

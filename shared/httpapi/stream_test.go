@@ -129,10 +129,7 @@ func (s *sseStream) ended() {
 func TestJobStreamReplaysThenGoesLiveAndEndsAtTerminal(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.putProduct("p1", "r1")
-	tok := f.enroll("f1", []string{"p1"}, "r1")
-	j := f.submit("p1", manifest("r1"))
-	c := f.claim(tok)
+	j, tok, c := f.heldJob()
 
 	s := f.stream("/api/fleet/jobs/"+j.ID+"/events/stream", rootToken)
 	b, ev := s.nextEvent()
@@ -169,10 +166,7 @@ func TestJobStreamReplaysThenGoesLiveAndEndsAtTerminal(t *testing.T) {
 func TestJobStreamShowsAnEventWhoseWriteFailed(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.putProduct("p1", "r1")
-	tok := f.enroll("f1", []string{"p1"}, "r1")
-	j := f.submit("p1", manifest("r1"))
-	c := f.claim(tok)
+	j, tok, c := f.heldJob()
 
 	s := f.stream("/api/fleet/jobs/"+j.ID+"/events/stream?after=2", rootToken)
 	f.faulty.setLoseEvents(true)
@@ -197,10 +191,7 @@ func TestJobStreamShowsAnEventWhoseWriteFailed(t *testing.T) {
 func TestJobStreamResumes(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.putProduct("p1", "r1")
-	tok := f.enroll("f1", []string{"p1"}, "r1")
-	j := f.submit("p1", manifest("r1"))
-	f.claim(tok)
+	j, _, _ := f.heldJob()
 	path := "/api/fleet/jobs/" + j.ID + "/events/stream"
 
 	for _, tc := range []struct {
@@ -406,10 +397,7 @@ func TestProductEventsLongPoll(t *testing.T) {
 func TestStreamsBehindABufferingFrontDoor(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, buffered)
-	f.putProduct("p1", "r1")
-	tok := f.enroll("f1", []string{"p1"}, "r1")
-	j := f.submit("p1", manifest("r1"))
-	c := f.claim(tok)
+	j, tok, c := f.heldJob()
 	path := "/api/fleet/jobs/" + j.ID + "/events/stream"
 
 	s := f.stream(path, rootToken)

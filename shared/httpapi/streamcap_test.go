@@ -187,10 +187,7 @@ func TestFactoryStreamsOnlyJobsItHolds(t *testing.T) {
 func TestStreamsForwardedByTheHostAreBuffered(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.putProduct("p1", "r1")
-	tok := f.enroll("f1", []string{"p1"}, "r1")
-	j := f.submit("p1", manifest("r1"))
-	f.claim(tok)
+	j, _, _ := f.heldJob()
 	path := "/api/fleet/jobs/" + j.ID + "/events/stream"
 	forwarded := header("User-Agent", "fleetctl/1.0 Azure-Functions-Host/4.1037.0")
 
