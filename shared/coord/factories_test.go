@@ -301,7 +301,7 @@ func TestFactoryScopes(t *testing.T) {
 	e := newEnv(t)
 	_, err := e.c.PutProduct(e.ctx, "p2", "", []string{"docs"})
 	require.NoError(t, err)
-	e.factory("only-p2", products("p2"), func(_ *coord.EnrollRequest, hb *coord.Heartbeat) { hb.Repos = []string{repo, "docs"} })
+	e.factory("only-p2", products("p2"), repos(repo, "docs"))
 	e.submit()
 	none, err := e.c.Claim(e.ctx, e.as("only-p2"))
 	require.NoError(t, err)

@@ -32,18 +32,9 @@ func TestGCPlanKeyedByProductAndRepo(t *testing.T) {
 	_, err = e.c.Act(e.ctx, "op", prod, j1.ID, coord.ActionCancel, "")
 	require.NoError(t, err)
 
-	onlyP1 := func(r *coord.EnrollRequest, hb *coord.Heartbeat) {
-		r.Products = []string{prod}
-		hb.Repos = []string{"shared"}
-	}
-	onlyP2 := func(r *coord.EnrollRequest, hb *coord.Heartbeat) {
-		r.Products = []string{"p2"}
-		hb.Repos = []string{"shared"}
-	}
-	every := func(_ *coord.EnrollRequest, hb *coord.Heartbeat) { hb.Repos = []string{"shared"} }
-	e.factory("f1", onlyP1)
-	e.factory("f2", onlyP2)
-	e.factory("fall", every)
+	e.factory("f1", products(prod), repos("shared"))
+	e.factory("f2", products("p2"), repos("shared"))
+	e.factory("fall", repos("shared"))
 
 	plan, err := e.c.GCPlan(e.ctx)
 	require.NoError(t, err)

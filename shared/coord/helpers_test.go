@@ -189,6 +189,11 @@ func products(ps ...string) factoryOpt {
 	return func(r *coord.EnrollRequest, _ *coord.Heartbeat) { r.Products = ps }
 }
 
+// repos are the repos the factory's heartbeat says it has checked out.
+func repos(rs ...string) factoryOpt {
+	return func(_ *coord.EnrollRequest, hb *coord.Heartbeat) { hb.Repos = rs }
+}
+
 // factory enrolls a factory (baseCaps, 4 seats, every product unless
 // products() says otherwise) and heartbeats once with its capabilities and
 // repo notes. It returns the factory's token.

@@ -7,17 +7,25 @@ import (
 
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 const gate3 = "review: {reviewers: [alice, bob, carol], quorum: 2}"
+
+// building has f1 claim job id and start building it.
+func (e *env) building(id string) *protocol.Claimed {
+	e.t.Helper()
+	cl := e.claimJob("f1", id)
+	_, err := e.c.Patch(e.ctx, "f1", prod, id, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
+	require.NoError(e.t, err)
+	return cl
+}
 
 // deliver takes a gated job through claim and building to review by f1,
 // delivered at head; it returns the head.
 func (e *env) deliver(id, head string) string {
 	e.t.Helper()
-	cl := e.claimJob("f1", id)
-	_, err := e.c.Patch(e.ctx, "f1", prod, id, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
-	require.NoError(e.t, err)
+	cl := e.building(id)
 	j, err := e.c.Patch(e.ctx, "f1", prod, id, coord.PatchRequest{Stage: fleet.StageReview, LeaseEpoch: cl.LeaseEpoch, Checkpoint: &head})
 	require.NoError(e.t, err)
 	require.Equal(e.t, head, j.Review.Head, "the delivered checkpoint is the head under review")
@@ -135,11 +143,9 @@ func TestReviewRequest(t *testing.T) {
 	e := newEnv(t)
 	e.factory("f1")
 	j := e.submit(gate3)
-	cl := e.claim("f1")
-	_, err := e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
-	require.NoError(t, err)
+	cl := e.building(j.ID)
 	head := "aq/job/" + j.ID + "@1"
-	_, err = e.c.RequestReview(e.ctx, prod, j.ID, coord.ReviewRequest{Actor: fleet.ActorFactory, ActorID: "f1", LeaseEpoch: ptr(cl.LeaseEpoch + 1), Head: &head})
+	_, err := e.c.RequestReview(e.ctx, prod, j.ID, coord.ReviewRequest{Actor: fleet.ActorFactory, ActorID: "f1", LeaseEpoch: ptr(cl.LeaseEpoch + 1), Head: &head})
 	requireCode(t, err, fleet.CodeFenced, "")
 	got, err := e.c.RequestReview(e.ctx, prod, j.ID, coord.ReviewRequest{Actor: fleet.ActorFactory, ActorID: "f1", LeaseEpoch: ptr(cl.LeaseEpoch), Head: &head})
 	require.NoError(t, err)
@@ -186,9 +192,7 @@ func TestReviewGateCannotBeWeakened(t *testing.T) {
 	e := newEnv(t)
 	e.factory("f1")
 	j := e.submit(gate3)
-	cl := e.claim("f1")
-	_, err := e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
-	require.NoError(t, err)
+	cl := e.building(j.ID)
 	head := "aq/job/" + j.ID + "@1"
 	holder := func(reviewers []string, quorum *int) coord.ReviewRequest {
 		return coord.ReviewRequest{Actor: fleet.ActorFactory, ActorID: "f1", LeaseEpoch: ptr(cl.LeaseEpoch), Head: &head, Reviewers: reviewers, Quorum: quorum}
@@ -263,9 +267,7 @@ func TestGatedDeliveryNeedsHead(t *testing.T) {
 	e := newEnv(t)
 	e.factory("f1")
 	j := e.submit(gate3)
-	cl := e.claim("f1")
-	_, err := e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
-	require.NoError(t, err)
-	_, err = e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageReview, LeaseEpoch: cl.LeaseEpoch})
+	cl := e.building(j.ID)
+	_, err := e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageReview, LeaseEpoch: cl.LeaseEpoch})
 	requireCode(t, err, fleet.CodeInvalid, "checkpoint")
 }

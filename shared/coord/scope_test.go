@@ -19,12 +19,9 @@ func TestViewShowsOnlyTheScope(t *testing.T) {
 	e := newEnv(t)
 	_, err := e.c.PutProduct(e.ctx, "p2", "", []string{"secret-repo"})
 	require.NoError(t, err)
-	withRepos := func(rs ...string) factoryOpt {
-		return func(_ *coord.EnrollRequest, hb *coord.Heartbeat) { hb.Repos = rs }
-	}
-	e.factory("shared", products(prod, "p2"), withRepos(repo, "secret-repo", "unowned"))
-	e.factory("theirs", products("p2"), withRepos("secret-repo"))
-	e.factory("anyone", withRepos(repo, "secret-repo"))
+	e.factory("shared", products(prod, "p2"), repos(repo, "secret-repo", "unowned"))
+	e.factory("theirs", products("p2"), repos("secret-repo"))
+	e.factory("anyone", repos(repo, "secret-repo"))
 	all, err := e.c.ListFactories(e.ctx, "")
 	require.NoError(t, err)
 
