@@ -106,11 +106,12 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case fleet.CodeUnauthenticated:
 		h.Set("WWW-Authenticate", `Bearer realm="fleet"`)
 	case fleet.CodeThrottled:
-		if h.Get("Retry-After") == "" { // a stream cap sets its own
-			h.Set("Retry-After", strconv.Itoa(retryAfterThrottled))
-		}
+		h.Set("Retry-After", strconv.Itoa(retryAfterThrottled))
 	case fleet.CodeUnavailable:
 		h.Set("Retry-After", strconv.Itoa(retryAfterUnavailable))
+	}
+	if ra, ok := errors.AsType[retryAfter](err); ok {
+		h.Set("Retry-After", strconv.Itoa(ra.seconds))
 	}
 	if status >= http.StatusInternalServerError {
 		level := slog.LevelError

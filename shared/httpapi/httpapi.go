@@ -240,7 +240,7 @@ func (s *server) endpoint(rt route) http.Handler {
 		if err == nil && p != nil && rt.long.counts(r) {
 			// Before the handler reads or subscribes to anything.
 			var release func()
-			if release, err = s.caps.acquire(w, p.capKey); err == nil {
+			if release, err = s.caps.acquire(p.capKey); err == nil {
 				defer release()
 			}
 		}

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"net/http"
-	"strconv"
 	"sync"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -80,24 +79,29 @@ func newStreamCaps(perPrincipal, total int) *streamCaps {
 	return &streamCaps{perPrincipal: perPrincipal, total: total, open: map[string]int{}}
 }
 
-// errStreamCap is the refusal. writeError adds Retry-After to every
-// throttled answer unless one is set: acquire sets the one streams need.
-func errStreamCap(format string, args ...any) error {
-	return fleet.Errorf(fleet.CodeThrottled, format, args...)
+// retryAfter is an error whose answer tells the client when to retry,
+// instead of the default of its code (writeError).
+type retryAfter struct {
+	error
+	seconds int
 }
 
-// acquire takes a slot for principal key, or refuses with 429 throttled and
-// a Retry-After header on w. release gives the slot back; it is safe to
-// call once.
-func (c *streamCaps) acquire(w http.ResponseWriter, key string) (release func(), err error) {
+func (e retryAfter) Unwrap() error { return e.error }
+
+// errStreamCap is the refusal: 429 throttled, retry after streamRetryAfter.
+func errStreamCap(format string, args ...any) error {
+	return retryAfter{error: fleet.Errorf(fleet.CodeThrottled, format, args...), seconds: streamRetryAfter}
+}
+
+// acquire takes a slot for principal key, or refuses with errStreamCap.
+// release gives the slot back; it is safe to call once.
+func (c *streamCaps) acquire(key string) (release func(), err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
 	case c.open[key] >= c.perPrincipal:
-		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
 		return nil, errStreamCap("this token already holds %d open streams and long polls, the most one principal may hold (FLEET_MAX_STREAMS_PER_PRINCIPAL); close one or retry after the Retry-After delay", c.perPrincipal)
 	case c.inUse >= c.total:
-		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
 		return nil, errStreamCap("the server holds %d open streams and long polls, its limit (FLEET_MAX_STREAMS); retry after the Retry-After delay", c.total)
 	}
 	c.open[key]++
