@@ -258,3 +258,31 @@ while [ ! -s pid1 ]; do sleep 0.01; done`).Run())
 	require.True(t, alive(other.Process.Pid), "a process of another uid lives on")
 	require.Error(t, KillUID(0), "never every process of root")
 }
+
+// TestRunFindsTheProgramAlike: with a reaper or without, the engine's
+// program is found the same way (on the factory's PATH, as exec.Command
+// does), whatever PATH the engine's environment holds, and a missing one
+// is a start error either way.
+func TestRunFindsTheProgramAlike(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"reaper", "mark"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			c := &Containment{Instance: uniqueInstance(t), NoCgroups: "test"}
+			if mode == "reaper" {
+				require.NotEmpty(t, reaperExe, "TestMain makes the test binary a reaper")
+				c.reaper = reaperExe
+			}
+			dir := t.TempDir()
+			spec := Spec{Argv: []string{"sh", "-c", "exit 0"}, Dir: dir, Env: []string{"PATH=" + filepath.Join(dir, "nothing-here")},
+				LogPath: filepath.Join(dir, "log"), Grace: time.Second, Contain: c, Run: "find-e1"}
+			res, err := Run(context.Background(), spec)
+			require.NoError(t, err)
+			require.True(t, res.Success(), "%s: %s", res, Tail(spec.LogPath, 500))
+
+			spec.Argv = []string{"no-such-engine-" + uniqueInstance(t)}
+			_, err = Run(context.Background(), spec)
+			require.ErrorIs(t, err, exec.ErrNotFound)
+		})
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -77,13 +76,9 @@ func reaperMain(args []string) int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, reaperKillSignal)
 	attr := &os.ProcAttr{Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
 		Sys: &syscall.SysProcAttr{Setpgid: true, Credential: cred}}
-	path := args[2]
-	if !strings.Contains(path, "/") {
-		if p, err := exec.LookPath(path); err == nil {
-			path = p
-		}
-	}
-	engine, err := os.StartProcess(path, args[2:], attr)
+	// args[2] is a path: Run resolved the program as it does without a
+	// reaper.
+	engine, err := os.StartProcess(args[2], args[2:], attr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fleet run reaper: start:", err)
 		return 127

@@ -102,14 +102,15 @@ func Run(ctx context.Context, s Spec) (res Result, err error) {
 	useReaper := jail != nil && jail.cg == nil && jail.reaper != ""
 	argv := s.Argv
 	if useReaper {
-		if err := findProgram(s); err != nil {
+		prog, err := findProgram(s)
+		if err != nil {
 			return Result{}, fmt.Errorf("engine: start %s: %w", s.Argv[0], err)
 		}
 		var cred *syscall.Credential
 		if s.User != nil {
 			cred = s.User.credential()
 		}
-		argv = append([]string{jail.reaper}, reaperArgs(cred, s.Argv)...)
+		argv = append([]string{jail.reaper}, reaperArgs(cred, append([]string{prog}, s.Argv[1:]...))...)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = s.Dir, s.Env
@@ -189,36 +190,21 @@ func Run(ctx context.Context, s Spec) (res Result, err error) {
 // reaperWait bounds how long a reaper told to end the run gets to do it.
 const reaperWait = 10 * time.Second
 
-// findProgram checks the engine's program exists before a reaper is
-// started for it, so a missing one is a start error, as without a reaper,
-// not the reaper's exit status.
-func findProgram(s Spec) error {
+// findProgram is the engine's program as exec.Command finds it without
+// a reaper (exec.LookPath, on the factory's PATH), and checks that it
+// exists, so a missing one is a start error with a reaper too, not the
+// reaper's exit status.
+func findProgram(s Spec) (string, error) {
 	prog := s.Argv[0]
-	if strings.Contains(prog, "/") {
-		if !filepath.IsAbs(prog) {
-			prog = filepath.Join(s.Dir, prog)
-		}
-		_, err := os.Stat(prog)
-		return err
+	if !strings.Contains(prog, "/") {
+		return exec.LookPath(prog)
 	}
-	path := ""
-	for _, kv := range s.Env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = v
-		}
+	p := prog
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(s.Dir, p)
 	}
-	for dir := range strings.SplitSeq(path, ":") {
-		if dir == "" {
-			dir = "."
-		}
-		if !filepath.IsAbs(dir) {
-			dir = filepath.Join(s.Dir, dir)
-		}
-		if fi, err := os.Stat(filepath.Join(dir, prog)); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-			return nil
-		}
-	}
-	return fmt.Errorf("%s: %w", prog, exec.ErrNotFound)
+	_, err := os.Stat(p)
+	return prog, err
 }
 
 // KillGroup sends SIGKILL to process group pgid; a group that no longer
