@@ -57,6 +57,31 @@ func requireIsolation(t *testing.T, f *factoryProc, what string) {
 	t.Skipf("factory %s cannot use %s here (cgroup v2, Linux 5.14+, root)", f.ID, what)
 }
 
+// isoStack starts a stack with product demo on repo app, and names a
+// marker for the test's processes, ended when the test ends.
+func isoStack(t *testing.T, prefix string) (*Stack, *facRepo, string) {
+	t.Helper()
+	requireRoot(t)
+	s := startStack(t)
+	repo := newFacRepo(t, "app")
+	s.Product("demo", "app")
+	marker := randomToken(prefix)
+	killMarked(t, marker)
+	return s, repo, marker
+}
+
+// waitPIDFile waits until an engine has written a pid to path.
+func waitPIDFile(t *testing.T, path, what string) int {
+	t.Helper()
+	var pid int
+	Eventually(t, 10*time.Second, what, func() bool {
+		b, err := os.ReadFile(path)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
+	return pid
+}
+
 // sharedDir is a temp dir every uid can pass through: the seat uids must
 // reach their worktrees (the factory refuses to start otherwise) and
 // their engine's script.
@@ -123,8 +148,8 @@ while [ ! -s PIDDIR/setsid ] || [ ! -s PIDDIR/nohup ]; do sleep 0.01; done
 `
 
 // TestIsolationDetachedChildrenEnd: an engine that starts a setsid'd loop
-// and a double-forked nohup'd one and exits: within a second of its run's
-// end neither runs, and the next job's result branch (whose engine takes
+// and a double-forked nohup'd one and exits: once its run has ended
+// neither runs, and the next job's result branch (whose engine takes
 // a while) holds no INJECTED.txt. With engines as the factory's own user
 // (the cgroup alone ends the loops), on seat uids, and without cgroups
 // (the run's reaper ends them).
@@ -136,11 +161,7 @@ func TestIsolationDetachedChildrenEnd(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := startStack(t)
-			repo := newFacRepo(t, "app")
-			s.Product("demo", "app")
-			marker := randomToken("iso-detach-")
-			killMarked(t, marker)
+			s, repo, marker := isoStack(t, "iso-detach-")
 			shared := sharedDir(t)
 			pidDir := filepath.Join(shared, "pids")
 			require.NoError(t, os.Mkdir(pidDir, 0o777))
@@ -295,12 +316,7 @@ sleep 2 # stay while the other run probes
 // directory ends that child and removes the run's cgroup.
 func TestIsolationRestartEndsLeftovers(t *testing.T) {
 	t.Parallel()
-	requireRoot(t)
-	s := startStack(t)
-	repo := newFacRepo(t, "app")
-	s.Product("demo", "app")
-	marker := randomToken("iso-restart-")
-	killMarked(t, marker)
+	s, repo, marker := isoStack(t, "iso-restart-")
 	once := filepath.Join(t.TempDir(), "once")
 
 	enginePID := filepath.Join(t.TempDir(), "engine-pid")
@@ -331,12 +347,8 @@ echo later > result.txt`)
 	}
 	require.NotEmpty(t, runs(), "the run has a cgroup under %s", subtree)
 
-	var pgid int // the engine's: it leads its process group
-	Eventually(t, 10*time.Second, "the engine records its pid", func() bool {
-		b, err := os.ReadFile(enginePID)
-		pgid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil && pgid > 0
-	})
+	// The engine leads its process group.
+	pgid := waitPIDFile(t, enginePID, "the engine records its pid")
 
 	first.Signal(syscall.SIGKILL)
 	first.Wait(10 * time.Second)
@@ -359,12 +371,7 @@ echo later > result.txt`)
 // before any restart.
 func TestIsolationKilledFactoryReaperEndsRun(t *testing.T) {
 	t.Parallel()
-	requireRoot(t)
-	s := startStack(t)
-	repo := newFacRepo(t, "app")
-	s.Product("demo", "app")
-	marker := randomToken("iso-reaper-")
-	killMarked(t, marker)
+	s, repo, marker := isoStack(t, "iso-reaper-")
 
 	// The engine's parent is its reaper, which leads a process group of
 	// its own.
@@ -376,12 +383,7 @@ exec sleep 60`)
 	requireIsolation(t, f, "reaper")
 	s.Submit("demo", Manifest("Leave a child", "app", "engine:fake"))
 	Eventually(t, 30*time.Second, "the detached child runs", func() bool { return len(markerPIDs(marker)) > 0 })
-	var reaper int
-	Eventually(t, 10*time.Second, "the engine records its reaper's pid", func() bool {
-		b, err := os.ReadFile(reaperPID)
-		reaper, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil && reaper > 0
-	})
+	reaper := waitPIDFile(t, reaperPID, "the engine records its reaper's pid")
 
 	f.Signal(syscall.SIGKILL)
 	f.Wait(10 * time.Second)
