@@ -140,13 +140,13 @@ func TestPostRefusesPrivateAddresses(t *testing.T) {
 	}
 	require.Zero(t, accepted.Load(), "nothing connected")
 
-	allowed := New(Options{Timeout: 5 * time.Second, HeaderTimeout: 100 * time.Millisecond, Allow: ParseAllowMust(t, "127.0.0.0/8, ::1")})
+	allowed := New(Options{Timeout: 5 * time.Second, HeaderTimeout: 100 * time.Millisecond, Allow: mustParseAllow(t, "127.0.0.0/8, ::1")})
 	err = allowed.Post(t.Context(), coord.WebhookRequest{URL: "http://localhost:" + port + "/hook", Body: []byte(`{}`)})
 	require.Equal(t, coord.EchoTimeoutFailure, classOf(t, err), "allowed: it connected, and the tarpit never answered: %v", err)
 	require.Positive(t, accepted.Load())
 }
 
-func ParseAllowMust(t *testing.T, s string) []netip.Prefix {
+func mustParseAllow(t *testing.T, s string) []netip.Prefix {
 	t.Helper()
 	p, err := ParseAllow(s)
 	require.NoError(t, err)
@@ -261,7 +261,7 @@ func TestPostRefusesARebindingName(t *testing.T) {
 	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
 	require.NoError(t, err)
 	res := rebindingDNS(t, netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("169.254.169.254"))
-	c := New(Options{Timeout: 5 * time.Second, Allow: ParseAllowMust(t, "127.0.0.1"), Resolver: res})
+	c := New(Options{Timeout: 5 * time.Second, Allow: mustParseAllow(t, "127.0.0.1"), Resolver: res})
 	req := coord.WebhookRequest{URL: "http://tracker.test:" + port + "/hook", Body: []byte(`{}`)}
 	require.NoError(t, c.Post(t.Context(), req), "the first lookup names an allowed address")
 	c.http.CloseIdleConnections()
@@ -275,7 +275,7 @@ func TestPostRefusesARebindingName(t *testing.T) {
 // dial judges names).
 func TestRefusedTarget(t *testing.T) {
 	t.Parallel()
-	c := New(Options{Allow: ParseAllowMust(t, "10.20.0.0/16")})
+	c := New(Options{Allow: mustParseAllow(t, "10.20.0.0/16")})
 	for _, u := range []string{"http://127.0.0.1:4222/", "https://[::1]/hook", "http://169.254.169.254/latest", "http://[fd00:ec2::254]/", "http://10.1.2.3/", "http://[::ffff:192.168.1.1]:8080/x"} {
 		var refused *RefusedError
 		require.ErrorAs(t, c.RefusedTarget(u), &refused, u)
