@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -74,12 +75,15 @@ func TestAuthzMatrix(t *testing.T) {
 	revoked := s.Factory("f-revoked", "demo", 1, []string{"os:linux"}, []string{"r1"})
 	// Serves demo but has only a repo no job names: it never holds one.
 	idle := s.Factory("f-idle", "demo", 1, []string{"os:linux"}, []string{"r9"})
-	holderReads := map[string]bool{"GET /fleet/jobs/{id}/runs": true, "GET /fleet/jobs/{id}/events": true, "GET /fleet/jobs/{id}/events/stream": true,
-		"GET /fleet/jobs/{id}/explain": true, "GET /fleet/jobs/{id}/dag": true, "GET /fleet/jobs/{id}/artifacts": true}
 	rv := s.Op(http.MethodPost, "/factories/f-revoked/token/revoke", "", nil)
 	require.Less(t, rv.Status, 300, "revoke: %s", rv.Body)
 	job := s.Submit("demo", Manifest("Guarded", "r1", "os:linux"))
-	require.Equal(t, http.StatusOK, s.As(ft, http.MethodPost, "/claim", "", nil).Status)
+	claimed, epoch := s.Claim(ft)
+	require.Equal(t, job, claimed)
+	// An artifact of the held job, for the artifact routes' {id}.
+	up := upload(t, s, ft, job, "name=out.log&kind=log&leaseEpoch="+strconv.FormatInt(epoch, 10), []byte("engine output\n"), "text/plain")
+	require.Equal(t, http.StatusCreated, up.Status, "upload: %s", up.Body)
+	artifact := up.Map(t)["id"].(string)
 
 	before := snapshot(t, s, admin, job)
 	concrete := strings.NewReplacer("{id}", job, "{action}", "ship", "{productId}", "demo", "{name}", "backend")
@@ -92,6 +96,9 @@ func TestAuthzMatrix(t *testing.T) {
 		url := s.URL + "/api" + concrete.Replace(op.path)
 		if strings.HasPrefix(op.path, "/fleet/factories/{id}") {
 			url = s.URL + "/api" + strings.Replace(op.path, "{id}", "f1", 1)
+		}
+		if strings.HasPrefix(op.path, "/fleet/artifacts/{id}") {
+			url = s.URL + "/api" + strings.Replace(op.path, "{id}", artifact, 1)
 		}
 		name := op.method + " " + op.path
 		type attempt struct {
@@ -115,7 +122,7 @@ func TestAuthzMatrix(t *testing.T) {
 		if strings.Contains(op.access, "factory") {
 			attempts = append(attempts, attempt{"factory outside its product", ft, []string{"x-product-id", "other"}, http.StatusForbidden})
 		}
-		if holderReads[name] {
+		if op.access == "operator,factory-holder" {
 			attempts = append(attempts, attempt{"factory of the product not holding the job", idle, []string{"x-product-id", "demo"}, http.StatusForbidden})
 		}
 		for _, a := range attempts {

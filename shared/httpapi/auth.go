@@ -195,6 +195,11 @@ const (
 	factoryOnly                  // factory tokens: the route acts as the factory
 	anyPrincipal                 // operators, and factories within their products
 	operatorOrSelf               // operators, and a factory acting on its own {id}
+	// operatorOrHolder: operators, and a factory only for a job it holds
+	// now (the job {id}, or the artifact {id}'s job). The handler checks
+	// the holding (heldJobProduct, holderRead), as it reads the job anyway;
+	// authorize admits the factory as for anyPrincipal.
+	operatorOrHolder
 )
 
 func (a access) String() string {
@@ -209,6 +214,8 @@ func (a access) String() string {
 		return "operator,factory"
 	case operatorOrSelf:
 		return "operator,factory-self"
+	case operatorOrHolder:
+		return "operator,factory-holder"
 	}
 	return fmt.Sprintf("access(%d)", int(a))
 }

@@ -62,9 +62,6 @@ type authzRequest struct {
 	// scope says what the request names that belongs to p1, so that a
 	// principal of other products is refused even without x-product-id.
 	scope scope
-	// heldOnly: a factory of p1 may make it only for a job it holds
-	// (API.md, Auth), so f3 is refused.
-	heldOnly bool
 }
 
 type scope int
@@ -94,16 +91,16 @@ func authzRequests(w *authzWorld) map[string]authzRequest {
 			token: operator, want: 200, scope: scopeJob},
 		"POST /api/fleet/jobs/{id}/lease/renew":   {path: held + "/lease/renew", body: lease, token: factoryF1, want: 200, scope: scopeJob},
 		"POST /api/fleet/jobs/{id}/lease/release": {path: held + "/lease/release", body: lease, token: factoryF1, want: 200, scope: scopeJob},
-		"GET /api/fleet/jobs/{id}/runs":           {path: held + "/runs", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
-		"GET /api/fleet/jobs/{id}/events":         {path: held + "/events", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
-		"GET /api/fleet/jobs/{id}/explain":        {path: held + "/explain", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
-		"GET /api/fleet/jobs/{id}/events/stream":  {path: held + "/events/stream", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
+		"GET /api/fleet/jobs/{id}/runs":           {path: held + "/runs", token: factoryF1, want: 200, scope: scopeJob},
+		"GET /api/fleet/jobs/{id}/events":         {path: held + "/events", token: factoryF1, want: 200, scope: scopeJob},
+		"GET /api/fleet/jobs/{id}/explain":        {path: held + "/explain", token: factoryF1, want: 200, scope: scopeJob},
+		"GET /api/fleet/jobs/{id}/events/stream":  {path: held + "/events/stream", token: factoryF1, want: 200, scope: scopeJob},
 		"GET /api/fleet/events/stream":            {path: "/api/fleet/events/stream", token: operator, want: 200},
 		"GET /api/fleet/events":                   {path: "/api/fleet/events", token: operator, want: 200},
 		"POST /api/fleet/claim":                   {path: "/api/fleet/claim", token: factoryF1, want: 200},
 		"POST /api/fleet/jobs/{id}/children": {path: queued + "/children", body: map[string]any{"children": []string{manifest("r1")}},
 			token: operator, want: 201, scope: scopeJob},
-		"GET /api/fleet/jobs/{id}/dag": {path: held + "/dag", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
+		"GET /api/fleet/jobs/{id}/dag": {path: held + "/dag", token: factoryF1, want: 200, scope: scopeJob},
 		// The holder may request a review of its job, but not of one it
 		// has not started building: 409 once through authorisation.
 		"POST /api/fleet/jobs/{id}/review/request": {path: held + "/review/request", body: map[string]any{"leaseEpoch": w.heldEpoch, "head": "aq/job/x@1"}, token: factoryF1, want: 409, scope: scopeJob},
@@ -112,9 +109,9 @@ func authzRequests(w *authzWorld) map[string]authzRequest {
 			token: operator, want: 409, scope: scopeJob},
 		"POST /api/fleet/jobs/{id}/artifacts": {path: held + "/artifacts?name=output.log&kind=log&leaseEpoch=" + strconv.FormatInt(w.heldEpoch, 10),
 			body: "engine output\n", contentType: "text/plain", token: factoryF1, want: 201, scope: scopeJob},
-		"GET /api/fleet/jobs/{id}/artifacts":    {path: held + "/artifacts", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
-		"GET /api/fleet/artifacts/{id}":         {path: "/api/fleet/artifacts/" + w.artifact, token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
-		"GET /api/fleet/artifacts/{id}/content": {path: "/api/fleet/artifacts/" + w.artifact + "/content", token: factoryF1, want: 200, scope: scopeJob, heldOnly: true},
+		"GET /api/fleet/jobs/{id}/artifacts":    {path: held + "/artifacts", token: factoryF1, want: 200, scope: scopeJob},
+		"GET /api/fleet/artifacts/{id}":         {path: "/api/fleet/artifacts/" + w.artifact, token: factoryF1, want: 200, scope: scopeJob},
+		"GET /api/fleet/artifacts/{id}/content": {path: "/api/fleet/artifacts/" + w.artifact + "/content", token: factoryF1, want: 200, scope: scopeJob},
 		"DELETE /api/fleet/artifacts/{id}":      {path: "/api/fleet/artifacts/" + w.artifact, token: operator, want: 204, scope: scopeJob},
 		"POST /api/fleet/accept": {path: "/api/fleet/accept", body: map[string]any{"jobId": w.queued, "dispatchEpoch": 0},
 			token: factoryF1, want: http.StatusConflict, scope: scopeJob}, // never dispatched to f1
@@ -185,13 +182,15 @@ func denials(w *authzWorld, rt route, req authzRequest) []denial {
 	case operatorOrSelf:
 		d = append(d, denial{name: "factory acting on another factory", token: w.foreign, want: 403})
 	}
-	if req.heldOnly {
+	if rt.access == operatorOrHolder {
+		// A factory of p1 may make it only for a job it holds (API.md,
+		// Auth), so f3 is refused.
 		d = append(d,
 			denial{name: "factory of the product not holding the job", token: w.bystander, product: "p1", want: 403},
 			denial{name: "factory of the product not holding the job, no header", token: w.bystander, want: 403})
 	}
 	admitsOperators := rt.access != factoryOnly
-	admitsFactories := rt.access == factoryOnly || rt.access == anyPrincipal
+	admitsFactories := rt.access == factoryOnly || rt.access == anyPrincipal || rt.access == operatorOrHolder
 	switch req.scope {
 	case scopeJob:
 		// A principal of exactly one product looks in that product and
@@ -223,7 +222,7 @@ func TestAuthzMatrix(t *testing.T) {
 			w := newAuthzWorld(t)
 			req, ok := authzRequests(w)[key]
 			require.True(t, ok, "route %s has no authz case: add one to authzRequests", key)
-			if req.heldOnly {
+			if rt.access == operatorOrHolder {
 				// Its only repo is one no job names: it never gets one.
 				w.bystander = w.f.enroll("f3", []string{"p1"}, "r9")
 			}

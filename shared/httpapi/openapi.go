@@ -71,8 +71,8 @@ func openAPIDocument() obj {
 				"x-product-id selects the product on product-scoped routes. Errors are " +
 				`{"error": {"code", "message", "field"}}. x-fleet-access on each operation says ` +
 				"which principals it admits: operator, factory (the route acts as that factory), " +
-				"operator,factory (factories only within their products) or operator,factory-self " +
-				"(a factory only on itself).",
+				"operator,factory (factories only within their products), operator,factory-self " +
+				"(a factory only on itself) or operator,factory-holder (a factory only for a job it holds now, 403 otherwise).",
 		},
 		"servers":  []obj{{"url": apiPrefix}},
 		"security": []obj{{"bearer": []string{}}},
@@ -262,11 +262,11 @@ func operations() []operation {
 			params: []obj{jobID}, body: jsonBody(ref("ReleaseRequest")),
 			ok:     map[string]obj{"200": respond("The job after the release.", ref("Job"))},
 			errors: []string{"400", "404", "409", "413"}},
-		{method: "GET", path: "/fleet/jobs/{id}/runs", access: anyPrincipal, summary: "A job's runs",
+		{method: "GET", path: "/fleet/jobs/{id}/runs", access: operatorOrHolder, summary: "A job's runs",
 			description: "One run per lease, oldest first; the run in progress, if any, last. A factory token reads this only for a job it holds now (403 forbidden otherwise).",
 			params:      []obj{jobID}, ok: map[string]obj{"200": respond("The runs.", listOf("Run"))},
 			errors: []string{"400", "404"}},
-		{method: "GET", path: "/fleet/jobs/{id}/events", access: anyPrincipal, summary: "A job's events",
+		{method: "GET", path: "/fleet/jobs/{id}/events", access: operatorOrHolder, summary: "A job's events",
 			description: "Oldest first. Page with after=<seq of the last event seen>. A factory token reads this only for a job it holds now (403 forbidden otherwise).",
 			params: []obj{jobID,
 				queryParam("after", "Only events with a greater seq.", obj{"type": "integer", "minimum": 0, "default": 0}),
@@ -278,7 +278,7 @@ func operations() []operation {
 			},
 			ok:     map[string]obj{"200": respond("The events.", listOf("Event"))},
 			errors: []string{"400", "404"}},
-		{method: "GET", path: "/fleet/jobs/{id}/events/stream", access: anyPrincipal, summary: "A job's events, live (SSE)",
+		{method: "GET", path: "/fleet/jobs/{id}/events/stream", access: operatorOrHolder, summary: "A job's events, live (SSE)",
 			description: "text/event-stream. Each event is `id: <seq>`, `event: <type>`, `data: <Event JSON>`. " +
 				"Resume with the Last-Event-ID header (what EventSource sends) or after=<seq>: the events after it are replayed first, then live ones follow. " +
 				"A `: keep-alive` comment every 15 s keeps it open. The stream ends after the event that takes the job to a terminal stage " +
@@ -292,7 +292,7 @@ func operations() []operation {
 			},
 			ok:     map[string]obj{"200": eventStream("The job's events, as server-sent events.")},
 			errors: []string{"400", "404"}},
-		{method: "GET", path: "/fleet/jobs/{id}/explain", access: anyPrincipal, summary: "Why a job went where it went",
+		{method: "GET", path: "/fleet/jobs/{id}/explain", access: operatorOrHolder, summary: "Why a job went where it went",
 			description: "Per factory: whether it passed the hard filter (and why not) and each score term with the total. A factory token reads this only for a job it holds now (403 forbidden otherwise).",
 			params:      []obj{jobID}, ok: map[string]obj{"200": respond("The explanation.", ref("Explanation"))},
 			errors: []string{"400", "404"}},
@@ -342,7 +342,7 @@ func operations() []operation {
 			ok: map[string]obj{"201": respond("The children, in the request's order.", listOf("Job")),
 				"200": respond("The same children as before; nothing written.", listOf("Job"))},
 			errors: []string{"400", "404", "409", "413", "422"}},
-		{method: "GET", path: "/fleet/jobs/{id}/dag", access: anyPrincipal, summary: "The tree of children a job belongs to",
+		{method: "GET", path: "/fleet/jobs/{id}/dag", access: operatorOrHolder, summary: "The tree of children a job belongs to",
 			description: "Its root, every job below it and the jobs outside it one of them depends on, with child and dep edges and a count per stage. A factory token reads this only for a job it holds now (403 forbidden otherwise).",
 			params:      []obj{jobID}, ok: map[string]obj{"200": respond("The DAG.", ref("DAG"))},
 			errors: []string{"400", "404"}},
@@ -379,15 +379,15 @@ func operations() []operation {
 			body:   obj{"required": true, "content": obj{"*/*": obj{"schema": obj{"type": "string", "format": "binary"}}}},
 			ok:     map[string]obj{"201": withHeader(respond("Stored.", ref("Artifact")), "Location", "The artifact's URL.")},
 			errors: []string{"400", "404", "409", "413"}},
-		{method: "GET", path: "/fleet/jobs/{id}/artifacts", access: anyPrincipal, summary: "A job's artifacts",
+		{method: "GET", path: "/fleet/jobs/{id}/artifacts", access: operatorOrHolder, summary: "A job's artifacts",
 			description: "Oldest first. A factory token reads this only for a job it holds now (403 forbidden otherwise).",
 			params:      []obj{jobID}, ok: map[string]obj{"200": respond("The artifacts.", listOf("Artifact"))},
 			errors: []string{"400", "404"}},
-		{method: "GET", path: "/fleet/artifacts/{id}", access: anyPrincipal, summary: "Read an artifact's metadata",
+		{method: "GET", path: "/fleet/artifacts/{id}", access: operatorOrHolder, summary: "Read an artifact's metadata",
 			description: "A factory token reads this only for an artifact of a job it holds now (403 forbidden otherwise).",
 			params:      []obj{pathParam("id", "The artifact id.")}, ok: map[string]obj{"200": respond("The artifact.", ref("Artifact"))},
 			errors: []string{"400", "404"}},
-		{method: "GET", path: "/fleet/artifacts/{id}/content", access: anyPrincipal, summary: "Download an artifact's bytes",
+		{method: "GET", path: "/fleet/artifacts/{id}/content", access: operatorOrHolder, summary: "Download an artifact's bytes",
 			description: "With the artifact's Content-Type, its Content-Length and ETag \"<sha256>\"; If-None-Match with that tag answers 304. " +
 				"Served as an attachment, sandboxed, never sniffed. A factory token reads this only for an artifact of a job it holds now (403 forbidden otherwise).",
 			params: []obj{pathParam("id", "The artifact id."),
