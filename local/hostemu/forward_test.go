@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/config"
 )
 
 // TestHTTPFrontMarksForwardedRequests: forwarding appends the host's
@@ -69,15 +71,16 @@ func TestHTTPModeSetting(t *testing.T) {
 		{"type":"httpTrigger","direction":"in","name":"req","route":"{*path}"},{"type":"http","direction":"out","name":"res"}]}`), 0o644))
 	for setting, want := range map[string]HTTPMode{"": ModeProxy, "auto": ModeProxy, "forward": ModeForward, "Proxy": ModeProxy, "envelope": ModeEnvelope} {
 		e, err := New(Options{Root: root, Settings: func(name string) string {
-			if name == HTTPModeSetting {
+			if name == config.HostHTTPMode { // the name the configuration documents
+
 				return setting
 			}
 			return ""
 		}})
 		require.NoError(t, err, setting)
 		require.Len(t, e.front.routes, 1)
-		require.Equal(t, want, e.front.routes[0].mode, "%s=%q", HTTPModeSetting, setting)
+		require.Equal(t, want, e.front.routes[0].mode, "%s=%q", config.HostHTTPMode, setting)
 	}
 	_, err := New(Options{Root: root, Settings: func(string) string { return "buffered" }})
-	require.ErrorContains(t, err, HTTPModeSetting)
+	require.ErrorContains(t, err, config.HostHTTPMode)
 }
