@@ -40,10 +40,7 @@ func TestTokenCacheBoundsRevocation(t *testing.T) {
 func TestSteadyHeartbeatReadsNothing(t *testing.T) {
 	t.Parallel()
 	var counted *storecount.Store
-	e := newEnv(t, withStore(func(s coord.Store) coord.Store {
-		counted = storecount.New(s)
-		return counted
-	}))
+	e := newEnv(t, countingStore(&counted))
 	_, secret, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
 	require.NoError(t, err)
 	hb := coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}, Health: fleet.HealthOK}

@@ -202,10 +202,7 @@ func TestHeartbeat(t *testing.T) {
 func TestSilentFactoryHealth(t *testing.T) {
 	t.Parallel()
 	var counted *storecount.Store
-	e := newEnv(t, withStore(func(s coord.Store) coord.Store {
-		counted = storecount.New(s)
-		return counted
-	}))
+	e := newEnv(t, countingStore(&counted))
 	static := e.factory("static")
 	e.factory("pool", kind(fleet.KindElastic))
 	health := func() map[string]fleet.Health {

@@ -17,6 +17,7 @@ import (
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/store/sqlite"
+	"github.com/gigafactory/fleet/shared/store/storecount"
 )
 
 // t0 is when every test starts; nothing here reads the wall clock.
@@ -86,6 +87,14 @@ func withPublisher(p coord.Publisher) envOpt { return func(o *envOptions) { o.pu
 
 func withStore(wrap func(coord.Store) coord.Store) envOpt {
 	return func(o *envOptions) { o.wrap = wrap }
+}
+
+// countingStore counts the env's store operations in *into.
+func countingStore(into **storecount.Store) envOpt {
+	return withStore(func(s coord.Store) coord.Store {
+		*into = storecount.New(s)
+		return *into
+	})
 }
 
 // newEnv is a coordinator on a fresh SQLite file with product p1 declared.

@@ -106,10 +106,7 @@ func TestIdleSweepCost(t *testing.T) {
 	t.Parallel()
 	var counted *storecount.Store
 	pub := &gcPublisher{}
-	e := newEnv(t, withConfig(feedConfig), withPublisher(pub), withStore(func(s coord.Store) coord.Store {
-		counted = storecount.New(s)
-		return counted
-	}))
+	e := newEnv(t, withConfig(feedConfig), withPublisher(pub), countingStore(&counted))
 	e.factory("f1")
 	fd := &feeder{e: e, c: e.c}
 
@@ -288,10 +285,7 @@ func TestQuietMarkFeedCrash(t *testing.T) {
 func TestTokenRevalidationCost(t *testing.T) {
 	t.Parallel()
 	var counted *storecount.Store
-	e := newEnv(t, withStore(func(s coord.Store) coord.Store {
-		counted = storecount.New(s)
-		return counted
-	}))
+	e := newEnv(t, countingStore(&counted))
 	var secrets []string
 	for _, id := range []string{"f1", "f2", "f3", "f4"} {
 		_, s, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: id})

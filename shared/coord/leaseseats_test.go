@@ -167,10 +167,7 @@ func TestElasticPoolTargetedByCountedSeats(t *testing.T) {
 func TestCountedSeatsStoreCost(t *testing.T) {
 	t.Parallel()
 	var counted *storecount.Store
-	e, _ := dispatchEnv(t, withStore(func(s coord.Store) coord.Store {
-		counted = storecount.New(s)
-		return counted
-	}))
+	e, _ := dispatchEnv(t, countingStore(&counted))
 	e.factory("f1", seats(1))
 	e.clock.Advance(2 * coord.DefaultFactoryCacheTTL)
 	before := counted.Snapshot()
@@ -200,10 +197,7 @@ func TestCountedSeatsStoreCost(t *testing.T) {
 	// sweep's quiet check returns before it lists factories, so counting
 	// seats adds nothing.
 	var idle *storecount.Store
-	e2, _ := dispatchEnv(t, withConfig(feedConfig), withStore(func(s coord.Store) coord.Store {
-		idle = storecount.New(s)
-		return idle
-	}))
+	e2, _ := dispatchEnv(t, withConfig(feedConfig), countingStore(&idle))
 	e2.factory("f1")
 	for range 2 {
 		_, err = e2.c.Redispatch(e2.ctx)
