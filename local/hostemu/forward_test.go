@@ -72,7 +72,6 @@ func TestHTTPModeSetting(t *testing.T) {
 	for setting, want := range map[string]HTTPMode{"": ModeProxy, "auto": ModeProxy, "forward": ModeForward, "Proxy": ModeProxy, "envelope": ModeEnvelope} {
 		e, err := New(Options{Root: root, Settings: func(name string) string {
 			if name == config.HostHTTPMode { // the name the configuration documents
-
 				return setting
 			}
 			return ""
