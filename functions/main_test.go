@@ -18,12 +18,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/local/hostemu"
 	"github.com/gigafactory/fleet/shared/app"
 	"github.com/gigafactory/fleet/shared/config"
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/funchost"
 )
 
@@ -111,12 +112,12 @@ func TestFunctionJSONUsesDocumentedSettings(t *testing.T) {
 // read the feed.
 type idleStore struct{}
 
-func (idleStore) ReadChanges(context.Context, string, string, int) (coord.ChangePage, error) {
-	return coord.ChangePage{}, nil
+func (idleStore) ReadChanges(context.Context, string, string, int) (store.ChangePage, error) {
+	return store.ChangePage{}, nil
 }
 
-func (idleStore) Read(context.Context, string, string, string) (coord.Item, error) {
-	return coord.Item{}, coord.ErrNotFound
+func (idleStore) Read(context.Context, string, string, string) (store.Item, error) {
+	return store.Item{}, store.ErrNotFound
 }
 
 func (idleStore) Upsert(context.Context, string, string, string, []byte) (string, error) {

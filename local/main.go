@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/local/hostemu"
 	"github.com/gigafactory/fleet/local/launcher"
 	natsgo "github.com/nats-io/nats.go"
@@ -344,7 +346,7 @@ func openCoordinatorClient(ctx context.Context, url, token, name string, log *sl
 // the server resolves against the store exactly as the API does (so
 // revocation and deregistration apply to new connections), and may then
 // use only its own subscription (natsbus.FactoryPermissions).
-func startNATS(ctx context.Context, l config.Lookup, st coord.Store, log *slog.Logger) (*natsBroker, error) {
+func startNATS(ctx context.Context, l config.Lookup, st store.Store, log *slog.Logger) (*natsBroker, error) {
 	nb := &natsBroker{token: l.Get(config.NATSToken), stop: func() {}}
 	if l.Get(config.Bus) != "nats" || l.Get(config.ServiceBusNS) != "" {
 		return nb, nil

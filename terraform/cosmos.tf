@@ -2,8 +2,8 @@
 # the data plane through a Cosmos SQL role assignment.
 
 locals {
-  # BEGIN coord.Containers
-  # Mirror of shared/coord/containers.go, the single definition of the store's
+  # BEGIN store.Containers
+  # Mirror of shared/store/containers.go, the single definition of the store's
   # shape; tests/terraform_containers_test.go fails on any difference. One entry
   # per container: partition key path, default TTL in seconds (0 = off) and the
   # paths left out of the index.
@@ -79,7 +79,7 @@ locals {
       excluded_paths = []
     }
   }
-  # END coord.Containers
+  # END store.Containers
 
   # Built-in "Cosmos DB Built-in Data Contributor" data-plane role.
   cosmos_data_contributor_role = "00000000-0000-0000-0000-000000000002"

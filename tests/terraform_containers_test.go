@@ -11,13 +11,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/store"
 )
 
 // The Cosmos DB containers Terraform creates must be exactly the store's
-// containers (shared/coord/containers.go). terraform/cosmos.tf keeps its
-// mirror in a locals block between "# BEGIN coord.Containers" and
-// "# END coord.Containers"; this test parses that block as text (no terraform
+// containers (shared/store/containers.go). terraform/cosmos.tf keeps its
+// mirror in a locals block between "# BEGIN store.Containers" and
+// "# END store.Containers"; this test parses that block as text (no terraform
 // binary needed) and compares it field by field.
 func TestTerraformContainersMatchStore(t *testing.T) {
 	got, err := tfParseCosmosContainers(filepath.Join(tfRepoRoot(t), "terraform", "cosmos.tf"))
@@ -25,10 +25,10 @@ func TestTerraformContainersMatchStore(t *testing.T) {
 		t.Fatalf("terraform/cosmos.tf: %v", err)
 	}
 
-	want := map[string]coord.Container{}
-	for _, c := range coord.Containers {
+	want := map[string]store.Container{}
+	for _, c := range store.Containers {
 		if _, dup := want[c.Name]; dup {
-			t.Fatalf("coord.Containers lists %q twice", c.Name)
+			t.Fatalf("store.Containers lists %q twice", c.Name)
 		}
 		want[c.Name] = c
 	}
@@ -37,7 +37,7 @@ func TestTerraformContainersMatchStore(t *testing.T) {
 	for name, w := range want {
 		g, ok := got[name]
 		if !ok {
-			diffs = append(diffs, fmt.Sprintf("%s: in coord.Containers, missing from terraform/cosmos.tf", name))
+			diffs = append(diffs, fmt.Sprintf("%s: in store.Containers, missing from terraform/cosmos.tf", name))
 			continue
 		}
 		if g.PartitionKey != w.PartitionKey {
@@ -52,7 +52,7 @@ func TestTerraformContainersMatchStore(t *testing.T) {
 	}
 	for name := range got {
 		if _, ok := want[name]; !ok {
-			diffs = append(diffs, fmt.Sprintf("%s: in terraform/cosmos.tf, not in coord.Containers", name))
+			diffs = append(diffs, fmt.Sprintf("%s: in terraform/cosmos.tf, not in store.Containers", name))
 		}
 	}
 	slices.Sort(diffs)
@@ -66,7 +66,7 @@ func TestTerraformContainersMatchStore(t *testing.T) {
 func TestTerraformContainersParserIsStrict(t *testing.T) {
 	cases := map[string]string{
 		"unknown attribute": `
-  # BEGIN coord.Containers
+  # BEGIN store.Containers
   cosmos_containers = {
     a = {
       partition_key  = "/id"
@@ -75,18 +75,18 @@ func TestTerraformContainersParserIsStrict(t *testing.T) {
       unique_keys    = []
     }
   }
-  # END coord.Containers`,
+  # END store.Containers`,
 		"missing attribute": `
-  # BEGIN coord.Containers
+  # BEGIN store.Containers
   cosmos_containers = {
     a = {
       partition_key  = "/id"
       excluded_paths = []
     }
   }
-  # END coord.Containers`,
+  # END store.Containers`,
 		"expression TTL": `
-  # BEGIN coord.Containers
+  # BEGIN store.Containers
   cosmos_containers = {
     a = {
       partition_key  = "/id"
@@ -94,7 +94,7 @@ func TestTerraformContainersParserIsStrict(t *testing.T) {
       excluded_paths = []
     }
   }
-  # END coord.Containers`,
+  # END store.Containers`,
 		"no markers": `cosmos_containers = {}`,
 	}
 	for name, src := range cases {
@@ -110,7 +110,7 @@ func TestTerraformContainersParserIsStrict(t *testing.T) {
 	}
 
 	ok := `
-  # BEGIN coord.Containers
+  # BEGIN store.Containers
   cosmos_containers = {
     a = {
       partition_key  = "/productId"
@@ -118,7 +118,7 @@ func TestTerraformContainersParserIsStrict(t *testing.T) {
       excluded_paths = ["/body/?", "/data/*"]
     }
   }
-  # END coord.Containers`
+  # END store.Containers`
 	path := filepath.Join(t.TempDir(), "cosmos.tf")
 	if err := os.WriteFile(path, []byte(ok), 0o644); err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ var (
 // locals block: one `name = { ... }` per container with exactly the
 // attributes partition_key (string), default_ttl (integer or product of
 // integers) and excluded_paths (list of strings).
-func tfParseCosmosContainers(path string) (map[string]coord.Container, error) {
+func tfParseCosmosContainers(path string) (map[string]store.Container, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -151,11 +151,11 @@ func tfParseCosmosContainers(path string) (map[string]coord.Container, error) {
 	defer f.Close()
 
 	var (
-		out      = map[string]coord.Container{}
+		out      = map[string]store.Container{}
 		inBlock  bool
 		inMap    bool
 		done     bool
-		cur      *coord.Container
+		cur      *store.Container
 		seen     map[string]bool
 		lineNo   int
 		scanner  = bufio.NewScanner(f)
@@ -165,13 +165,13 @@ func tfParseCosmosContainers(path string) (map[string]coord.Container, error) {
 		lineNo++
 		line := strings.TrimSpace(scanner.Text())
 		switch {
-		case line == "# BEGIN coord.Containers":
+		case line == "# BEGIN store.Containers":
 			if inBlock || done {
 				return nil, fmt.Errorf("%s: second BEGIN marker", location())
 			}
 			inBlock = true
 			continue
-		case line == "# END coord.Containers":
+		case line == "# END store.Containers":
 			if !inBlock || cur != nil || inMap {
 				return nil, fmt.Errorf("%s: END marker inside an unfinished block", location())
 			}
@@ -203,7 +203,7 @@ func tfParseCosmosContainers(path string) (map[string]coord.Container, error) {
 			if _, dup := out[m[1]]; dup {
 				return nil, fmt.Errorf("%s: container %q listed twice", location(), m[1])
 			}
-			cur = &coord.Container{Name: m[1]}
+			cur = &store.Container{Name: m[1]}
 			seen = map[string]bool{}
 		case line == "}":
 			for _, a := range []string{"partition_key", "default_ttl", "excluded_paths"} {
@@ -251,7 +251,7 @@ func tfParseCosmosContainers(path string) (map[string]coord.Container, error) {
 		return nil, err
 	}
 	if !done {
-		return nil, fmt.Errorf("no complete `# BEGIN coord.Containers` ... `# END coord.Containers` block")
+		return nil, fmt.Errorf("no complete `# BEGIN store.Containers` ... `# END store.Containers` block")
 	}
 	return out, nil
 }

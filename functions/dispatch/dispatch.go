@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/funchost"
 )
@@ -24,7 +26,7 @@ const DocumentsBinding = "documents"
 
 // Dispatcher is what the function needs of the coordinator.
 type Dispatcher interface {
-	DispatchChanged(ctx context.Context, items []coord.Item) ([]coord.Decision, error)
+	DispatchChanged(ctx context.Context, items []store.Item) ([]coord.Decision, error)
 }
 
 // feedDoc holds the fields of a changed document the store needs to address
@@ -36,12 +38,12 @@ type feedDoc struct {
 }
 
 // Items turns a batch into store items.
-func Items(raw json.RawMessage) ([]coord.Item, error) {
+func Items(raw json.RawMessage) ([]store.Item, error) {
 	docs, err := funchost.Documents(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", funchost.ErrBadPayload, err)
 	}
-	items := make([]coord.Item, 0, len(docs))
+	items := make([]store.Item, 0, len(docs))
 	for i, d := range docs {
 		var fd feedDoc
 		if err := json.Unmarshal(d, &fd); err != nil {
@@ -50,7 +52,7 @@ func Items(raw json.RawMessage) ([]coord.Item, error) {
 		if fd.ID == "" || fd.ProductID == "" {
 			return nil, fmt.Errorf("%w: document %d has no id or productId", funchost.ErrBadPayload, i)
 		}
-		items = append(items, coord.Item{ID: fd.ID, PartitionKey: fd.ProductID, Rev: fd.ETag, Body: d})
+		items = append(items, store.Item{ID: fd.ID, PartitionKey: fd.ProductID, Rev: fd.ETag, Body: d})
 	}
 	return items, nil
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/functions/dispatch"
@@ -41,20 +43,20 @@ func TestItems(t *testing.T) {
 	tests := []struct {
 		name    string
 		raw     json.RawMessage
-		want    []coord.Item // Body is checked separately
+		want    []store.Item // Body is checked separately
 		wantErr string
 	}{
 		{name: "host batch, _etag becomes Rev", raw: envelope(t, "dispatch_missing.json").Data[dispatch.DocumentsBinding],
-			want: []coord.Item{{ID: missingJob, PartitionKey: "p1", Rev: `"0100d1a2-0000-0d00-0000-6745f1c50000"`}}},
+			want: []store.Item{{ID: missingJob, PartitionKey: "p1", Rev: `"0100d1a2-0000-0d00-0000-6745f1c50000"`}}},
 		{name: "two documents in feed order",
 			raw: funchost.EncodeDocuments([]json.RawMessage{
 				json.RawMessage(`{"id":"b","productId":"p2","_etag":"\"2\""}`),
 				json.RawMessage(`{"id":"a","productId":"p1","_etag":"\"1\""}`),
 			}),
-			want: []coord.Item{{ID: "b", PartitionKey: "p2", Rev: `"2"`}, {ID: "a", PartitionKey: "p1", Rev: `"1"`}}},
+			want: []store.Item{{ID: "b", PartitionKey: "p2", Rev: `"2"`}, {ID: "a", PartitionKey: "p1", Rev: `"1"`}}},
 		{name: "no _etag: no revision", raw: json.RawMessage(`[{"id":"a","productId":"p1"}]`),
-			want: []coord.Item{{ID: "a", PartitionKey: "p1"}}},
-		{name: "empty batch", raw: envelope(t, "dispatch_empty.json").Data[dispatch.DocumentsBinding], want: []coord.Item{}},
+			want: []store.Item{{ID: "a", PartitionKey: "p1"}}},
+		{name: "empty batch", raw: envelope(t, "dispatch_empty.json").Data[dispatch.DocumentsBinding], want: []store.Item{}},
 		{name: "document without productId", raw: funchost.EncodeDocuments([]json.RawMessage{json.RawMessage(`{"id":"a"}`)}),
 			wantErr: "document 0 has no id or productId"},
 		{name: "document that is not an object", raw: json.RawMessage(`[{"id":"a","productId":"p1"},7]`),
@@ -147,7 +149,7 @@ func newFixture(t *testing.T) *fixture {
 // with Cosmos's system properties, _etag carrying the revision.
 func (f *fixture) feedDoc(t *testing.T) json.RawMessage {
 	t.Helper()
-	it, err := f.store.Read(t.Context(), coord.Jobs, "p1", f.jobID)
+	it, err := f.store.Read(t.Context(), store.Jobs, "p1", f.jobID)
 	require.NoError(t, err)
 	var doc map[string]any
 	require.NoError(t, json.Unmarshal(it.Body, &doc))
@@ -201,8 +203,8 @@ func TestFunc(t *testing.T) {
 		require.Equal(t, f.jobID, msgs[0].JobID)
 		require.Equal(t, "f1", msgs[0].TargetFactoryID)
 		require.Equal(t, f.jobID+":1", msgs[0].MessageID())
-		_, err = f.store.Read(t.Context(), coord.Jobs, "p1", missingJob)
-		require.ErrorIs(t, err, coord.ErrNotFound, "skipping must not recreate the job")
+		_, err = f.store.Read(t.Context(), store.Jobs, "p1", missingJob)
+		require.ErrorIs(t, err, store.ErrNotFound, "skipping must not recreate the job")
 	})
 
 	t.Run("a redelivered batch publishes nothing twice", func(t *testing.T) {

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/functions/dispatch"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/funchost"
@@ -23,7 +25,7 @@ const Name = "echo"
 
 // Echoer is what the function needs of the coordinator.
 type Echoer interface {
-	EchoChanged(ctx context.Context, items []coord.Item, mode coord.EchoMode) (coord.EchoRun, error)
+	EchoChanged(ctx context.Context, items []store.Item, mode coord.EchoMode) (coord.EchoRun, error)
 }
 
 // Func handles one batch of changed jobs.

@@ -15,10 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/config"
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/funchost"
 	"github.com/gigafactory/fleet/shared/store/sqlite"
 )
@@ -180,9 +181,9 @@ func TestEmulatorEndToEnd(t *testing.T) {
 	require.Equal(t, http.StatusCreated, resp.StatusCode, string(jobBody))
 	var job struct{ ID string }
 	require.NoError(t, json.Unmarshal(jobBody, &job))
-	leaseID := "hostemu.dispatch." + coord.Jobs
+	leaseID := "hostemu.dispatch." + store.Jobs
 	require.Eventually(t, func() bool {
-		it, err := st.Read(ctx, coord.Leases, leaseID, leaseID)
+		it, err := st.Read(ctx, store.Leases, leaseID, leaseID)
 		if err != nil {
 			return false
 		}
@@ -192,8 +193,8 @@ func TestEmulatorEndToEnd(t *testing.T) {
 		}
 		// Checkpointed past the job: the feed from the lease no longer
 		// holds it.
-		page, err := st.ReadChanges(ctx, coord.Jobs, cp.Continuation, 100)
-		return err == nil && !slices.ContainsFunc(page.Items, func(it coord.Item) bool { return it.ID == job.ID })
+		page, err := st.ReadChanges(ctx, store.Jobs, cp.Continuation, 100)
+		return err == nil && !slices.ContainsFunc(page.Items, func(it store.Item) bool { return it.ID == job.ID })
 	}, within, 10*time.Millisecond, "the dispatch function never took the job's change")
 
 	// kill -9 the handler: the emulator restarts it, and the API answers

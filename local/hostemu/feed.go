@@ -13,15 +13,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/funchost"
 )
 
 // FeedStore is what the Cosmos DB trigger needs of the store: the change
 // feed, and documents in the lease container for its checkpoint.
 type FeedStore interface {
-	ReadChanges(ctx context.Context, container, continuation string, max int) (coord.ChangePage, error)
-	Read(ctx context.Context, container, pk, id string) (coord.Item, error)
+	ReadChanges(ctx context.Context, container, continuation string, max int) (store.ChangePage, error)
+	Read(ctx context.Context, container, pk, id string) (store.Item, error)
 	Upsert(ctx context.Context, container, pk, id string, body []byte) (string, error)
 }
 
@@ -102,7 +103,7 @@ func (t *feedTrigger) leaseKey() string { return t.lease + "/" + t.prefix + "/" 
 
 func (t *feedTrigger) checkpoint(ctx context.Context) (string, error) {
 	it, err := t.store.Read(ctx, t.lease, t.leaseID, t.leaseID)
-	if errors.Is(err, coord.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return "", nil
 	}
 	if err != nil {
@@ -211,7 +212,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // deliver invokes the function with one batch, retrying per the function's
 // retry policy. It returns whether the batch succeeded.
-func (t *feedTrigger) deliver(ctx context.Context, items []coord.Item) bool {
+func (t *feedTrigger) deliver(ctx context.Context, items []store.Item) bool {
 	docs := make([]json.RawMessage, len(items))
 	for i, it := range items {
 		docs[i] = withSystemProperties(it)
@@ -245,7 +246,7 @@ func (t *feedTrigger) deliver(ctx context.Context, items []coord.Item) bool {
 
 // withSystemProperties adds what Cosmos DB adds to every document it hands
 // out: _etag (the revision a CAS needs) and _ts.
-func withSystemProperties(it coord.Item) json.RawMessage {
+func withSystemProperties(it store.Item) json.RawMessage {
 	body := bytes.TrimSpace(it.Body)
 	if len(body) < 2 || body[0] != '{' {
 		return it.Body

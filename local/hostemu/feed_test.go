@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/funchost"
 	"github.com/gigafactory/fleet/shared/store/sqlite"
 )
@@ -143,7 +144,7 @@ func (e *feedEnv) write(ids ...string) []string {
 	e.t.Helper()
 	revs := make([]string, len(ids))
 	for i, id := range ids {
-		rev, err := e.store.Create(e.t.Context(), coord.Jobs, "p1", id, []byte(`{"id":"`+id+`","productId":"p1","stage":"queued"}`))
+		rev, err := e.store.Create(e.t.Context(), store.Jobs, "p1", id, []byte(`{"id":"`+id+`","productId":"p1","stage":"queued"}`))
 		require.NoError(e.t, err)
 		revs[i] = rev
 	}
@@ -152,8 +153,8 @@ func (e *feedEnv) write(ids ...string) []string {
 
 // checkpoint reads the trigger's lease document.
 func (e *feedEnv) checkpoint() (Checkpoint, bool) {
-	it, err := e.store.Read(context.Background(), coord.Leases, "hostemu.dispatch.fleet_jobs", "hostemu.dispatch.fleet_jobs")
-	if errors.Is(err, coord.ErrNotFound) {
+	it, err := e.store.Read(context.Background(), store.Leases, "hostemu.dispatch.fleet_jobs", "hostemu.dispatch.fleet_jobs")
+	if errors.Is(err, store.ErrNotFound) {
 		return Checkpoint{}, false
 	}
 	require.NoError(e.t, err)
@@ -231,11 +232,11 @@ func TestFeedTriggerConfig(t *testing.T) {
 
 type idleFeed struct{}
 
-func (idleFeed) ReadChanges(context.Context, string, string, int) (coord.ChangePage, error) {
-	return coord.ChangePage{}, nil
+func (idleFeed) ReadChanges(context.Context, string, string, int) (store.ChangePage, error) {
+	return store.ChangePage{}, nil
 }
-func (idleFeed) Read(context.Context, string, string, string) (coord.Item, error) {
-	return coord.Item{}, coord.ErrNotFound
+func (idleFeed) Read(context.Context, string, string, string) (store.Item, error) {
+	return store.Item{}, store.ErrNotFound
 }
 func (idleFeed) Upsert(context.Context, string, string, string, []byte) (string, error) {
 	return "", nil

@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/funchost"
 )
 
@@ -116,7 +117,7 @@ func TestWithSystemProperties(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			before := time.Now().Unix()
-			got := withSystemProperties(coord.Item{ID: "j1", PartitionKey: "p1", Rev: "17", Body: []byte(tc.body)})
+			got := withSystemProperties(store.Item{ID: "j1", PartitionKey: "p1", Rev: "17", Body: []byte(tc.body)})
 			if tc.same {
 				require.Equal(t, tc.body, string(got))
 				return

@@ -10,9 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/robfig/cron/v3"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/funchost"
 )
 
@@ -48,7 +49,7 @@ func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // statusStore keeps timer schedule status documents (in the store's lease
 // container), as the host keeps them in its storage account.
 type statusStore interface {
-	Read(ctx context.Context, container, pk, id string) (coord.Item, error)
+	Read(ctx context.Context, container, pk, id string) (store.Item, error)
 	Upsert(ctx context.Context, container, pk, id string, body []byte) (string, error)
 }
 
@@ -123,8 +124,8 @@ func (t *timerTrigger) loadStatus(ctx context.Context) (*funchost.ScheduleStatus
 	if t.store == nil {
 		return nil, nil
 	}
-	it, err := t.store.Read(ctx, coord.Leases, t.statusID(), t.statusID())
-	if errors.Is(err, coord.ErrNotFound) {
+	it, err := t.store.Read(ctx, store.Leases, t.statusID(), t.statusID())
+	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
@@ -142,7 +143,7 @@ func (t *timerTrigger) saveStatus(ctx context.Context, st funchost.ScheduleStatu
 		return
 	}
 	body, _ := json.Marshal(timerStatusDoc{ID: t.statusID(), Function: t.fn.Name, Status: st})
-	if _, err := t.store.Upsert(ctx, coord.Leases, t.statusID(), t.statusID(), body); err != nil && ctx.Err() == nil {
+	if _, err := t.store.Upsert(ctx, store.Leases, t.statusID(), t.statusID(), body); err != nil && ctx.Err() == nil {
 		t.log.Warn("timer: cannot keep the schedule status", "function", t.fn.Name, "err", err)
 	}
 }

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/funchost"
 )
 
@@ -76,14 +77,14 @@ type memStatus struct {
 	docs map[string][]byte
 }
 
-func (m *memStatus) Read(_ context.Context, container, _, id string) (coord.Item, error) {
+func (m *memStatus) Read(_ context.Context, container, _, id string) (store.Item, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, ok := m.docs[container+"/"+id]
 	if !ok {
-		return coord.Item{}, coord.ErrNotFound
+		return store.Item{}, store.ErrNotFound
 	}
-	return coord.Item{Body: b}, nil
+	return store.Item{Body: b}, nil
 }
 
 func (m *memStatus) Upsert(_ context.Context, container, _, id string, body []byte) (string, error) {
@@ -296,14 +297,14 @@ func TestTimerPastDueOnlyAtStartup(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			store := &memStatus{}
+			st := &memStatus{}
 			if tc.stored != nil {
 				b, err := json.Marshal(timerStatusDoc{ID: "hostemu.timer.sweep", Function: "sweep", Status: *tc.stored})
 				require.NoError(t, err)
-				_, err = store.Upsert(t.Context(), coord.Leases, "hostemu.timer.sweep", "hostemu.timer.sweep", b)
+				_, err = st.Upsert(t.Context(), store.Leases, "hostemu.timer.sweep", "hostemu.timer.sweep", b)
 				require.NoError(t, err)
 			}
-			r := startTimer(t, "0 * * * * *", tc.extra, tc.start, store, nil)
+			r := startTimer(t, "0 * * * * *", tc.extra, tc.start, st, nil)
 			var first *funchost.TimerInfo
 			if tc.now {
 				first = r.fire()
@@ -322,7 +323,7 @@ func TestTimerPastDueOnlyAtStartup(t *testing.T) {
 			// The status is kept (before the timer waits again), so the next
 			// start knows what ran.
 			require.Equal(t, next.Add(time.Minute).Sub(next), r.next().wait)
-			it, err := store.Read(t.Context(), coord.Leases, "hostemu.timer.sweep", "hostemu.timer.sweep")
+			it, err := st.Read(t.Context(), store.Leases, "hostemu.timer.sweep", "hostemu.timer.sweep")
 			require.NoError(t, err)
 			var doc timerStatusDoc
 			require.NoError(t, json.Unmarshal(it.Body, &doc))

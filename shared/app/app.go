@@ -16,6 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/blob"
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/config"
 	"github.com/gigafactory/fleet/shared/console"
@@ -31,8 +34,8 @@ import (
 
 // App is a configured fleet.
 type App struct {
-	Store   coord.Store
-	Blobs   coord.BlobStore // nil when none is configured
+	Store   store.Store
+	Blobs   blob.Store // nil when none is configured
 	Coord   *coord.Coordinator
 	API     http.Handler
 	Log     *slog.Logger
@@ -107,7 +110,7 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger, opts ...Option
 	if err != nil {
 		return nil, err
 	}
-	var inner coord.Store = st.Store
+	var inner store.Store = st.Store
 	var injector *storefault.Store
 	if faults.Enabled() {
 		// Under the counter, so injected failures are counted as calls.
@@ -254,7 +257,7 @@ func webhookOptions(l config.Lookup, cfg coord.Config) (webhook.Options, error) 
 
 // OpenedStore is a store and what is needed to release it.
 type OpenedStore struct {
-	Store coord.Store
+	Store store.Store
 	// DataDir is the local data directory; "" for a cloud store.
 	DataDir string
 	// Path is the SQLite database file; "" for a cloud store.

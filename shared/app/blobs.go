@@ -8,17 +8,18 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gigafactory/fleet/shared/blob"
+
 	"github.com/gigafactory/fleet/shared/blob/azblob"
 	blobfs "github.com/gigafactory/fleet/shared/blob/fs"
 	"github.com/gigafactory/fleet/shared/config"
-	"github.com/gigafactory/fleet/shared/coord"
 )
 
 // openBlobs opens the artifact blob store the settings select: the
 // container FLEET_ARTIFACTS_URL names (Azure Blob Storage with the managed
 // identity, or Azurite), else a directory under the data dir. With neither
 // (a cloud store and no URL) there is none, and artifact routes say so.
-func openBlobs(ctx context.Context, l config.Lookup, dataDir string, log *slog.Logger) (coord.BlobStore, func() error, error) {
+func openBlobs(ctx context.Context, l config.Lookup, dataDir string, log *slog.Logger) (blob.Store, func() error, error) {
 	if raw := l.Get(config.ArtifactsURL); raw != "" {
 		service, container, err := splitContainerURL(raw)
 		if err != nil {

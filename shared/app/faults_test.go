@@ -5,10 +5,11 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/config"
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/store/storefault"
 )
 
@@ -21,12 +22,12 @@ func TestStoreFaultsSetting(t *testing.T) {
 		return testLookup(t, map[string]string{config.StoreFaults: faults})
 	}
 	isInjected := func(a *App) bool {
-		var s coord.Store = a.Store
+		var s store.Store = a.Store
 		for {
 			switch w := s.(type) {
 			case *storefault.Store:
 				return true
-			case interface{ Unwrap() coord.Store }:
+			case interface{ Unwrap() store.Store }:
 				s = w.Unwrap()
 			default:
 				return false
@@ -45,7 +46,7 @@ func TestStoreFaultsSetting(t *testing.T) {
 	a, err = Open(t.Context(), lookup("errors:1"), log)
 	require.NoError(t, err)
 	require.True(t, isInjected(a))
-	_, err = a.Store.Read(t.Context(), coord.Jobs, "p", "j")
-	require.ErrorIs(t, err, coord.ErrUnavailable)
+	_, err = a.Store.Read(t.Context(), store.Jobs, "p", "j")
+	require.ErrorIs(t, err, store.ErrUnavailable)
 	require.NoError(t, a.Close())
 }

@@ -1,4 +1,5 @@
-// Package blob holds what every coord.BlobStore backend shares: reading an
+// Package blob is the artifact-bytes port: the Store every backend implements,
+// its key, info and errors, and what the backends share: reading an
 // upload within its size limit. The backends are blob/fs and blob/azblob;
 // blob/blobtest is their conformance suite.
 package blob
@@ -8,13 +9,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-
-	"github.com/gigafactory/fleet/shared/coord"
 )
 
 // CopyLimited copies r to w until r ends, and returns how many bytes it
 // copied. It reads at most limit+1 bytes: one more than allowed means the
-// upload is too large (coord.ErrBlobTooLarge), without reading the rest.
+// upload is too large (blob.ErrTooLarge), without reading the rest.
 // An error reading r is returned wrapped, so the caller can tell a client
 // that stopped sending from a failing backend; ctx is checked between reads.
 func CopyLimited(ctx context.Context, w io.Writer, r io.Reader, limit int64) (int64, error) {
@@ -33,7 +32,7 @@ func CopyLimited(ctx context.Context, w io.Writer, r io.Reader, limit int64) (in
 	case err != nil:
 		return n, fmt.Errorf("blob: writing the upload: %w", err)
 	case n > limit:
-		return n, fmt.Errorf("blob: more than %d bytes: %w", limit, coord.ErrBlobTooLarge)
+		return n, fmt.Errorf("blob: more than %d bytes: %w", limit, ErrTooLarge)
 	}
 	return n, nil
 }

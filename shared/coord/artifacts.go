@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gigafactory/fleet/shared/blob"
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 // Artifacts: pointer documents in the store (fleet_artifacts, partitioned
-// by job) and the bytes in a BlobStore, content-addressed per product.
+// by job) and the bytes in a blob.Store, content-addressed per product.
 //
 // References and the blob's lifetime. Identical bytes are one blob, shared
 // by every pointer carrying their digest; the blob goes when the last such
@@ -109,7 +112,7 @@ func (c *Coordinator) UploadArtifact(ctx context.Context, up ArtifactUpload) (*f
 	switch {
 	case body.err != nil:
 		return nil, fleet.Invalid("body", "the upload stopped before its end: %v", body.err)
-	case errors.Is(err, ErrBlobTooLarge):
+	case errors.Is(err, blob.ErrTooLarge):
 		return nil, tooLarge(limit)
 	case err != nil:
 		return nil, fmt.Errorf("stage artifact: %w", err)
@@ -146,7 +149,7 @@ func (c *Coordinator) UploadArtifact(ctx context.Context, up ArtifactUpload) (*f
 	if err != nil {
 		return nil, fmt.Errorf("encode artifact: %w", err)
 	}
-	if _, err := c.store.Create(ctx, Artifacts, a.JobID, a.ID, doc); err != nil {
+	if _, err := c.store.Create(ctx, store.Artifacts, a.JobID, a.ID, doc); err != nil {
 		c.uploadUndone(ctx, a, err)
 		return nil, fmt.Errorf("create artifact %s: %w", a.ID, err)
 	}
@@ -160,7 +163,7 @@ func (c *Coordinator) UploadArtifact(ctx context.Context, up ArtifactUpload) (*f
 	// An operator may have deleted the pointer between its creation and
 	// the commit; its release could not see bytes not yet committed, so
 	// release them here.
-	if _, err := c.store.Read(ctx, Artifacts, a.JobID, a.ID); errors.Is(err, ErrNotFound) {
+	if _, err := c.store.Read(ctx, store.Artifacts, a.JobID, a.ID); errors.Is(err, store.ErrNotFound) {
 		c.releaseBlob(ctx, staged.Key(), info.Version)
 	}
 	return a, nil
@@ -186,9 +189,9 @@ func (c *Coordinator) uploadUndone(ctx context.Context, a *fleet.Artifact, cause
 // dropPointer removes the pointer of an upload that failed after creating
 // it, and the bytes if nothing else references them.
 func (c *Coordinator) dropPointer(ctx context.Context, a *fleet.Artifact) {
-	key := BlobKey{Namespace: a.ProductID, SHA256: a.SHA256}
+	key := blob.Key{Namespace: a.ProductID, SHA256: a.SHA256}
 	info, serr := c.blobs.Stat(ctx, key)
-	if err := c.store.Delete(ctx, Artifacts, a.JobID, a.ID, ""); err != nil && !errors.Is(err, ErrNotFound) {
+	if err := c.store.Delete(ctx, store.Artifacts, a.JobID, a.ID, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
 		c.log.ErrorContext(ctx, "artifact pointer of a failed upload not removed", "artifact", a.ID, "err", err)
 		return
 	}
@@ -234,7 +237,7 @@ func (c *Coordinator) Artifacts(ctx context.Context, productID, jobID string) ([
 	if _, err := c.GetJob(ctx, productID, jobID); err != nil {
 		return nil, err
 	}
-	items, err := c.queryAll(ctx, Artifacts, Query{PartitionKey: jobID})
+	items, err := c.queryAll(ctx, store.Artifacts, store.Query{PartitionKey: jobID})
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +259,7 @@ func (c *Coordinator) GetArtifact(ctx context.Context, productID, id string) (*f
 	if !ok {
 		return nil, notFound("artifact", id)
 	}
-	a, _, err := readDoc[fleet.Artifact](ctx, c.store, Artifacts, jobID, id, "artifact")
+	a, _, err := readDoc[fleet.Artifact](ctx, c.store, store.Artifacts, jobID, id, "artifact")
 	if err != nil {
 		return nil, err
 	}
@@ -271,8 +274,8 @@ func (c *Coordinator) OpenArtifact(ctx context.Context, a *fleet.Artifact) (io.R
 	if c.blobs == nil {
 		return nil, errNoBlobs
 	}
-	r, _, err := c.blobs.Open(ctx, BlobKey{Namespace: a.ProductID, SHA256: a.SHA256})
-	if errors.Is(err, ErrBlobNotFound) {
+	r, _, err := c.blobs.Open(ctx, blob.Key{Namespace: a.ProductID, SHA256: a.SHA256})
+	if errors.Is(err, blob.ErrNotFound) {
 		// Only an upload that died between its pointer and its commit
 		// leaves this; the pointer can be deleted.
 		return nil, &fleet.Error{Code: fleet.CodeNotFound, Err: err,
@@ -290,14 +293,14 @@ func (c *Coordinator) DeleteArtifact(ctx context.Context, operatorID string, a *
 	if c.blobs == nil {
 		return errNoBlobs
 	}
-	key := BlobKey{Namespace: a.ProductID, SHA256: a.SHA256}
+	key := blob.Key{Namespace: a.ProductID, SHA256: a.SHA256}
 	// The version is read before the pointer goes (releaseBlob).
 	info, serr := c.blobs.Stat(ctx, key)
-	if serr != nil && !errors.Is(serr, ErrBlobNotFound) {
+	if serr != nil && !errors.Is(serr, blob.ErrNotFound) {
 		return fmt.Errorf("stat artifact %s: %w", a.ID, serr)
 	}
-	if err := c.store.Delete(ctx, Artifacts, a.JobID, a.ID, ""); err != nil {
-		if errors.Is(err, ErrNotFound) {
+	if err := c.store.Delete(ctx, store.Artifacts, a.JobID, a.ID, ""); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
 			return notFound("artifact", a.ID)
 		}
 		return fmt.Errorf("delete artifact %s: %w", a.ID, err)
@@ -323,11 +326,11 @@ func (c *Coordinator) DeleteArtifact(ctx context.Context, operatorID string, a *
 // references it. version must have been read before the query below runs
 // (see the top of this file). A failure leaves the bytes (an orphan costs
 // storage, never correctness) and is logged.
-func (c *Coordinator) releaseBlob(ctx context.Context, key BlobKey, version string) {
-	q := Query{Where: []Cond{Eq("productId", key.Namespace), Eq("sha256", key.SHA256)}, Limit: 1}
+func (c *Coordinator) releaseBlob(ctx context.Context, key blob.Key, version string) {
+	q := store.Query{Where: []store.Cond{store.Eq("productId", key.Namespace), store.Eq("sha256", key.SHA256)}, Limit: 1}
 	for {
 		// A cross-partition page may be empty and still go on.
-		page, err := c.store.Query(ctx, Artifacts, q)
+		page, err := c.store.Query(ctx, store.Artifacts, q)
 		if err != nil {
 			c.log.ErrorContext(ctx, "artifact bytes kept: references not counted", "blob", key.String(), "err", err)
 			return
@@ -342,7 +345,7 @@ func (c *Coordinator) releaseBlob(ctx context.Context, key BlobKey, version stri
 	}
 	err := c.blobs.Delete(ctx, key, version)
 	switch {
-	case errors.Is(err, ErrBlobVersion):
+	case errors.Is(err, blob.ErrVersion):
 		// An upload of the same bytes committed meanwhile: they stay.
 	case err != nil:
 		c.log.ErrorContext(ctx, "artifact bytes not deleted", "blob", key.String(), "err", err)

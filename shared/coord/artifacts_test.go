@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/blob"
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/blob/azblob"
@@ -29,11 +32,11 @@ import (
 // blobBackend is a blob store the artifact tests run on, and a way to
 // count the blobs it holds.
 type blobBackend struct {
-	store coord.BlobStore
+	store blob.Store
 	count func(t *testing.T) int
 }
 
-// blobBackends are every BlobStore backend available here: the directory
+// blobBackends are every blob.Store backend available here: the directory
 // store always, Azurite when `make test` started it (skipped otherwise, as
 // the conformance suite is).
 var blobBackends = map[string]func(t *testing.T) blobBackend{
@@ -70,14 +73,14 @@ var blobBackends = map[string]func(t *testing.T) blobBackend{
 
 // countBlobs counts blobs of p1 by their digests as stat sees them: the
 // suite keeps the digests it uploaded.
-func countBlobs(t *testing.T, s coord.BlobStore) int {
+func countBlobs(t *testing.T, s blob.Store) int {
 	t.Helper()
 	n := 0
 	for _, d := range uploadedDigests.list() {
-		if _, err := s.Stat(context.Background(), coord.BlobKey{Namespace: prod, SHA256: d}); err == nil {
+		if _, err := s.Stat(context.Background(), blob.Key{Namespace: prod, SHA256: d}); err == nil {
 			n++
 		} else {
-			require.ErrorIs(t, err, coord.ErrBlobNotFound)
+			require.ErrorIs(t, err, blob.ErrNotFound)
 		}
 	}
 	return n
@@ -195,12 +198,12 @@ func TestArtifactOverLimit(t *testing.T) {
 	forEachBlobBackend(t, func(t *testing.T, e *env, b blobBackend) {
 		j := e.submit()
 		big := bytes.Repeat([]byte("x"), 1<<20+1)
-		before := e.snapshotContainers(coord.Jobs, coord.Artifacts, coord.Events)
+		before := e.snapshotContainers(store.Jobs, store.Artifacts, store.Events)
 		_, err := e.upload(coord.ArtifactUpload{JobID: j.ID, Name: "big.bin"}, big)
 		requireCode(t, err, fleet.CodeTooLarge, "body")
 		_, err = e.c.UploadArtifact(e.ctx, coord.ArtifactUpload{ProductID: prod, JobID: j.ID, Name: "big.bin", ActorID: "op", Size: -1, Body: bytes.NewReader(big)})
 		requireCode(t, err, fleet.CodeTooLarge, "body")
-		require.Equal(t, before, e.snapshotContainers(coord.Jobs, coord.Artifacts, coord.Events))
+		require.Equal(t, before, e.snapshotContainers(store.Jobs, store.Artifacts, store.Events))
 		require.Equal(t, 0, b.count(t))
 
 		exact := bytes.Repeat([]byte("y"), 1<<20)
@@ -219,7 +222,7 @@ func TestArtifactFenced(t *testing.T) {
 		j := e.submit()
 		cl := e.claim("f1")
 		queued := e.submit()
-		before := e.snapshotContainers(coord.Jobs, coord.Artifacts, coord.Events)
+		before := e.snapshotContainers(store.Jobs, store.Artifacts, store.Events)
 		for name, up := range map[string]coord.ArtifactUpload{
 			"stale epoch":    {JobID: j.ID, Name: "output.log", FactoryID: "f1", LeaseEpoch: ptr(cl.LeaseEpoch - 1)},
 			"not the holder": {JobID: j.ID, Name: "output.log", FactoryID: "f2", LeaseEpoch: ptr(cl.LeaseEpoch)},
@@ -228,7 +231,7 @@ func TestArtifactFenced(t *testing.T) {
 		} {
 			_, err := e.upload(up, []byte("output of "+name))
 			requireCode(t, err, fleet.CodeFenced, "")
-			require.Equal(t, before, e.snapshotContainers(coord.Jobs, coord.Artifacts, coord.Events), name)
+			require.Equal(t, before, e.snapshotContainers(store.Jobs, store.Artifacts, store.Events), name)
 		}
 		require.Equal(t, 0, b.count(t))
 	})
@@ -354,7 +357,7 @@ func TestArtifactBadInput(t *testing.T) {
 		j := e.submit()
 		cl := e.claim("f1")
 		epoch := ptr(cl.LeaseEpoch)
-		before := e.snapshotContainers(coord.Jobs, coord.Artifacts, coord.Events)
+		before := e.snapshotContainers(store.Jobs, store.Artifacts, store.Events)
 		for _, tc := range []struct {
 			name  string
 			up    coord.ArtifactUpload
@@ -376,7 +379,7 @@ func TestArtifactBadInput(t *testing.T) {
 		_, err = e.c.UploadArtifact(e.ctx, coord.ArtifactUpload{ProductID: prod, JobID: j.ID, Name: "x", ActorID: "op",
 			Size: -1, Body: io.MultiReader(strings.NewReader("start"), errReader{io.ErrUnexpectedEOF})})
 		requireCode(t, err, fleet.CodeInvalid, "body")
-		require.Equal(t, before, e.snapshotContainers(coord.Jobs, coord.Artifacts, coord.Events))
+		require.Equal(t, before, e.snapshotContainers(store.Jobs, store.Artifacts, store.Events))
 		require.Equal(t, 0, b.count(t))
 		for _, id := range []string{"nodot", "j1.", ".x", "j1.x/y"} {
 			_, err := e.c.GetArtifact(e.ctx, prod, id)
@@ -401,7 +404,7 @@ func TestArtifactsNeedBlobStore(t *testing.T) {
 // hookBlobs runs a hook once at a chosen point of the blob store's calls,
 // to force one interleaving of an upload and a delete.
 type hookBlobs struct {
-	coord.BlobStore
+	blob.Store
 	mu                                   sync.Mutex
 	afterCommit, afterStat, beforeDelete func()
 }
@@ -415,36 +418,36 @@ func (h *hookBlobs) take(slot *func()) func() {
 	return fn
 }
 
-func (h *hookBlobs) Stage(ctx context.Context, ns string, r io.Reader, limit int64) (coord.StagedBlob, error) {
-	s, err := h.BlobStore.Stage(ctx, ns, r, limit)
+func (h *hookBlobs) Stage(ctx context.Context, ns string, r io.Reader, limit int64) (blob.Staged, error) {
+	s, err := h.Store.Stage(ctx, ns, r, limit)
 	if err != nil {
 		return nil, err
 	}
-	return &hookStaged{StagedBlob: s, h: h}, nil
+	return &hookStaged{Staged: s, h: h}, nil
 }
 
-func (h *hookBlobs) Stat(ctx context.Context, key coord.BlobKey) (coord.BlobInfo, error) {
-	info, err := h.BlobStore.Stat(ctx, key)
+func (h *hookBlobs) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
+	info, err := h.Store.Stat(ctx, key)
 	if fn := h.take(&h.afterStat); fn != nil {
 		fn()
 	}
 	return info, err
 }
 
-func (h *hookBlobs) Delete(ctx context.Context, key coord.BlobKey, ifVersion string) error {
+func (h *hookBlobs) Delete(ctx context.Context, key blob.Key, ifVersion string) error {
 	if fn := h.take(&h.beforeDelete); fn != nil {
 		fn()
 	}
-	return h.BlobStore.Delete(ctx, key, ifVersion)
+	return h.Store.Delete(ctx, key, ifVersion)
 }
 
 type hookStaged struct {
-	coord.StagedBlob
+	blob.Staged
 	h *hookBlobs
 }
 
-func (s *hookStaged) Commit(ctx context.Context) (coord.BlobInfo, error) {
-	info, err := s.StagedBlob.Commit(ctx)
+func (s *hookStaged) Commit(ctx context.Context) (blob.Info, error) {
+	info, err := s.Staged.Commit(ctx)
 	if fn := s.h.take(&s.h.afterCommit); fn != nil {
 		fn()
 	}
@@ -473,7 +476,7 @@ func TestArtifactReleaseInterleavings(t *testing.T) {
 			fsStore, err := blobfs.Open(filepath.Join(t.TempDir(), "blobs"))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = fsStore.Close() })
-			h := &hookBlobs{BlobStore: fsStore}
+			h := &hookBlobs{Store: fsStore}
 			e := newEnv(t, withBlobs(h))
 			j := e.submit()
 			body := []byte("shared bytes")

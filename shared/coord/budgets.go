@@ -8,6 +8,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -38,7 +40,7 @@ import (
 // the run's own settle counts the run once.
 
 // budgetDocs is the budget's document kind for cas.
-var budgetDocs = docKind[fleet.ProductBudget]{name: "budget", container: Budgets, setRev: func(b *fleet.ProductBudget, r string) { b.Rev = r }}
+var budgetDocs = docKind[fleet.ProductBudget]{name: "budget", container: store.Budgets, setRev: func(b *fleet.ProductBudget, r string) { b.Rev = r }}
 
 // Budget defaults: the one place they are written.
 const (
@@ -162,8 +164,8 @@ func (c *Coordinator) PutBudget(ctx context.Context, productID string, req Budge
 		if merr != nil {
 			return nil, fmt.Errorf("encode budget: %w", merr)
 		}
-		rev, cerr := c.store.Create(ctx, Budgets, productID, id, body)
-		if errors.Is(cerr, ErrExists) {
+		rev, cerr := c.store.Create(ctx, store.Budgets, productID, id, body)
+		if errors.Is(cerr, store.ErrExists) {
 			// A racing first PUT: apply this one over it.
 			return c.PutBudget(ctx, productID, req)
 		}
@@ -182,7 +184,7 @@ func (c *Coordinator) PutBudget(ctx context.Context, productID string, req Budge
 // budgetOf reads a product's budget as of now (rolled into the current
 // period, not written); nil when the product has none.
 func (c *Coordinator) budgetOf(ctx context.Context, productID string) (*fleet.ProductBudget, error) {
-	b, _, err := readDoc[fleet.ProductBudget](ctx, c.store, Budgets, productID, fleet.BudgetID(productID), "budget")
+	b, _, err := readDoc[fleet.ProductBudget](ctx, c.store, store.Budgets, productID, fleet.BudgetID(productID), "budget")
 	if errors.Is(err, fleet.ErrNotFound) {
 		return nil, nil
 	}
@@ -304,8 +306,8 @@ func (c *Coordinator) releaseHeld(ctx context.Context, productID string) {
 	if c.publisher == nil {
 		return
 	}
-	waiting, err := c.queryJobs(ctx, Query{PartitionKey: productID,
-		Where: []Cond{Eq("stage", string(fleet.StageQueued)), Eq("targetFactoryId", "")}})
+	waiting, err := c.queryJobs(ctx, store.Query{PartitionKey: productID,
+		Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued)), store.Eq("targetFactoryId", "")}})
 	if err != nil {
 		c.log.ErrorContext(ctx, "release budget-held jobs", "product", productID, "err", err)
 		return
@@ -516,7 +518,7 @@ func (c *Coordinator) reclaim(ctx context.Context, productID string, pick func(j
 // runUSD is what the run of j at epoch reported: from its run document, or
 // the job's report when the run document was never written.
 func (c *Coordinator) runUSD(ctx context.Context, j *fleet.Job, epoch int64) float64 {
-	run, _, err := readDoc[fleet.Run](ctx, c.store, Runs, j.ID, fleet.RunID(j.ID, epoch), "run")
+	run, _, err := readDoc[fleet.Run](ctx, c.store, store.Runs, j.ID, fleet.RunID(j.ID, epoch), "run")
 	if err == nil {
 		return run.Usage.USD
 	}
@@ -598,7 +600,7 @@ func (c *Coordinator) checkJobBudget(ctx context.Context, productID string, job 
 // budgetAlerts are the budget_alert and budget_paused alerts of the
 // products' budgets (every product's when productID is empty).
 func (c *Coordinator) budgetAlerts(ctx context.Context, productID string) ([]fleet.Alert, error) {
-	items, err := c.queryAll(ctx, Budgets, Query{PartitionKey: productID})
+	items, err := c.queryAll(ctx, store.Budgets, store.Query{PartitionKey: productID})
 	if err != nil {
 		return nil, err
 	}

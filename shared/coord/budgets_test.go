@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -315,14 +317,14 @@ func TestBudgetLeakedReservation(t *testing.T) {
 	j := e.submit("budget: {usd: 1}")
 	// The crash: the reservation for the claim of epoch 1 is written, the
 	// job's CAS never happens.
-	it, err := e.raw.Read(e.ctx, coord.Budgets, prod, prod)
+	it, err := e.raw.Read(e.ctx, store.Budgets, prod, prod)
 	require.NoError(t, err)
 	var doc fleet.ProductBudget
 	require.NoError(t, json.Unmarshal(it.Body, &doc))
 	doc.Reservations = map[string]fleet.Reservation{"jgone": {LeaseEpoch: 1, USD: 1, At: t0}}
 	body, err := json.Marshal(doc)
 	require.NoError(t, err)
-	_, err = e.raw.Replace(e.ctx, coord.Budgets, prod, prod, body, it.Rev)
+	_, err = e.raw.Replace(e.ctx, store.Budgets, prod, prod, body, it.Rev)
 	require.NoError(t, err)
 
 	cl, err := e.c.Claim(e.ctx, e.as("f1"))
@@ -341,14 +343,14 @@ func TestBudgetLeakedReservation(t *testing.T) {
 // it (a crash between the budget's CAS and the job's), made at t0.
 func (e *env) leakReservation(usd float64) {
 	e.t.Helper()
-	it, err := e.raw.Read(e.ctx, coord.Budgets, prod, prod)
+	it, err := e.raw.Read(e.ctx, store.Budgets, prod, prod)
 	require.NoError(e.t, err)
 	var doc fleet.ProductBudget
 	require.NoError(e.t, json.Unmarshal(it.Body, &doc))
 	doc.Reservations = map[string]fleet.Reservation{"jgone": {LeaseEpoch: 1, USD: usd, At: t0}}
 	body, err := json.Marshal(doc)
 	require.NoError(e.t, err)
-	_, err = e.raw.Replace(e.ctx, coord.Budgets, prod, prod, body, it.Rev)
+	_, err = e.raw.Replace(e.ctx, store.Budgets, prod, prod, body, it.Rev)
 	require.NoError(e.t, err)
 }
 
@@ -450,12 +452,12 @@ func TestBudgetSubmitOverCeiling(t *testing.T) {
 // failBudgetWrites fails every Replace of a budget document while on is set:
 // the process dying between a run's end and its settling.
 type failBudgetWrites struct {
-	coord.Store
+	store.Store
 	on atomic.Bool
 }
 
 func (s *failBudgetWrites) Replace(ctx context.Context, container, pk, id string, body []byte, ifRev string) (string, error) {
-	if container == coord.Budgets && s.on.Load() {
+	if container == store.Budgets && s.on.Load() {
 		return "", errors.New("crash")
 	}
 	return s.Store.Replace(ctx, container, pk, id, body, ifRev)
@@ -468,7 +470,7 @@ func (s *failBudgetWrites) Replace(ctx context.Context, container, pk, id string
 func TestBudgetUnsettledRunReclaimed(t *testing.T) {
 	t.Parallel()
 	var fb *failBudgetWrites
-	e := newEnv(t, withStore(func(s coord.Store) coord.Store {
+	e := newEnv(t, withStore(func(s store.Store) store.Store {
 		fb = &failBudgetWrites{Store: s}
 		return fb
 	}))

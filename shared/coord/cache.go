@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -25,25 +27,25 @@ type cacheKey struct{ pk, id string }
 
 type cacheEntry struct {
 	key  cacheKey
-	item Item
+	item store.Item
 }
 
 func newItemCache(max int) *itemCache {
 	return &itemCache{max: max, order: list.New(), items: make(map[cacheKey]*list.Element)}
 }
 
-func (c *itemCache) get(pk, id string) (Item, bool) {
+func (c *itemCache) get(pk, id string) (store.Item, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.items[cacheKey{pk, id}]
 	if !ok {
-		return Item{}, false
+		return store.Item{}, false
 	}
 	c.order.MoveToFront(e)
 	return e.Value.(*cacheEntry).item, true
 }
 
-func (c *itemCache) put(pk, id string, it Item) {
+func (c *itemCache) put(pk, id string, it store.Item) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := cacheKey{pk, id}
@@ -63,7 +65,7 @@ func (c *itemCache) put(pk, id string, it Item) {
 // putIfAbsent stores it unless the document is already cached: a copy this
 // process wrote or read for writing is at least as new as one a change-feed
 // batch carried (which may be a retried, older batch).
-func (c *itemCache) putIfAbsent(pk, id string, it Item) {
+func (c *itemCache) putIfAbsent(pk, id string, it store.Item) {
 	c.mu.Lock()
 	_, ok := c.items[cacheKey{pk, id}]
 	c.mu.Unlock()
@@ -226,7 +228,7 @@ func (c *Coordinator) listFactories(ctx context.Context) ([]*fleet.Factory, erro
 // readFactories reads every factory document, with its derived health and
 // no seat counts.
 func (c *Coordinator) readFactories(ctx context.Context) ([]*fleet.Factory, error) {
-	items, err := c.queryAll(ctx, Factories, Query{})
+	items, err := c.queryAll(ctx, store.Factories, store.Query{})
 	if err != nil {
 		return nil, err
 	}

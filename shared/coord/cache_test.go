@@ -3,6 +3,8 @@ package coord_test
 import (
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -13,7 +15,7 @@ import (
 func hookedEnv(t *testing.T) (*env, *hookStore) {
 	t.Helper()
 	hs := &hookStore{}
-	e := newEnv(t, withStore(func(s coord.Store) coord.Store {
+	e := newEnv(t, withStore(func(s store.Store) store.Store {
 		hs.Store = s
 		return hs
 	}))
@@ -31,7 +33,7 @@ func TestMutateRetriesOnPrecondition(t *testing.T) {
 	cl := e.claim("f1")
 	e.clock.Advance(e.c.Config().LeaseTTL / 2)
 
-	hs.setBeforeReplace(once(func(pk, id string) error { return coord.ErrPrecondition }))
+	hs.setBeforeReplace(once(func(pk, id string) error { return store.ErrPrecondition }))
 	reads, replaces := hs.jobReads.Load(), hs.jobReplaces.Load()
 	ren, err := e.c.Renew(e.ctx, "f1", prod, j.ID, cl.LeaseEpoch)
 	require.NoError(t, err)
@@ -164,16 +166,16 @@ func TestCASExhausted(t *testing.T) {
 	j := e.submit()
 	cl := e.claim("f1")
 	before := e.rawJob(j.ID)
-	hs.setBeforeReplace(func(pk, id string) error { return coord.ErrPrecondition })
+	hs.setBeforeReplace(func(pk, id string) error { return store.ErrPrecondition })
 	_, err := e.c.Renew(e.ctx, "f1", prod, j.ID, cl.LeaseEpoch)
 	require.ErrorIs(t, err, fleet.ErrConflict)
 	require.NotErrorIs(t, err, fleet.ErrFenced)
 	require.Equal(t, before, e.rawJob(j.ID))
 
 	// A store outage is passed on as such, not as a verdict on the job.
-	hs.setBeforeReplace(func(pk, id string) error { return coord.ErrUnavailable })
+	hs.setBeforeReplace(func(pk, id string) error { return store.ErrUnavailable })
 	_, err = e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
-	require.ErrorIs(t, err, coord.ErrUnavailable)
+	require.ErrorIs(t, err, store.ErrUnavailable)
 	require.Empty(t, fleet.CodeOf(err))
 	require.Equal(t, before, e.rawJob(j.ID))
 

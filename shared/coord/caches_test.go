@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -92,7 +94,7 @@ func TestRedispatchUnblocksStrandedJobs(t *testing.T) {
 	shipped.Stage = fleet.StageShipped
 	body, err := json.Marshal(&shipped)
 	require.NoError(t, err)
-	_, err = e.raw.Replace(e.ctx, coord.Jobs, prod, dep.ID, body, it.Rev)
+	_, err = e.raw.Replace(e.ctx, store.Jobs, prod, dep.ID, body, it.Rev)
 	require.NoError(t, err)
 	require.Equal(t, fleet.StageBlocked, e.job(waiter.ID).Stage)
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -43,10 +45,10 @@ type docKind[T any] struct {
 }
 
 var (
-	jobDocs     = docKind[fleet.Job]{name: "job", container: Jobs, setRev: func(j *fleet.Job, r string) { j.Rev = r }}
-	factoryDocs = docKind[fleet.Factory]{name: "factory", container: Factories, setRev: func(f *fleet.Factory, r string) { f.Rev = r }}
-	tokenDocs   = docKind[fleet.Token]{name: "token", container: Tokens, setRev: func(t *fleet.Token, r string) { t.Rev = r }}
-	productDocs = docKind[fleet.Product]{name: "product", container: Products, setRev: func(p *fleet.Product, r string) { p.Rev = r }}
+	jobDocs     = docKind[fleet.Job]{name: "job", container: store.Jobs, setRev: func(j *fleet.Job, r string) { j.Rev = r }}
+	factoryDocs = docKind[fleet.Factory]{name: "factory", container: store.Factories, setRev: func(f *fleet.Factory, r string) { f.Rev = r }}
+	tokenDocs   = docKind[fleet.Token]{name: "token", container: store.Tokens, setRev: func(t *fleet.Token, r string) { t.Rev = r }}
+	productDocs = docKind[fleet.Product]{name: "product", container: store.Products, setRev: func(p *fleet.Product, r string) { p.Rev = r }}
 )
 
 // withCache returns k reading through cache.
@@ -74,14 +76,14 @@ func cas[T any](ctx context.Context, c *Coordinator, k docKind[T], pk, id string
 		return notFound(k.name, id)
 	}
 	for range maxCASAttempts {
-		var it Item
+		var it store.Item
 		cached := false
 		if k.cache != nil {
 			it, cached = k.cache.get(pk, id)
 		}
 		if !cached {
 			if it, err = c.store.Read(ctx, k.container, pk, id); err != nil {
-				if errors.Is(err, ErrNotFound) {
+				if errors.Is(err, store.ErrNotFound) {
 					return nil, false, gone()
 				}
 				return nil, false, readError(k.name, id, err)
@@ -107,18 +109,18 @@ func cas[T any](ctx context.Context, c *Coordinator, k docKind[T], pk, id string
 		}
 		rev, err := c.store.Replace(ctx, k.container, pk, id, body, it.Rev)
 		switch {
-		case errors.Is(err, ErrPrecondition):
+		case errors.Is(err, store.ErrPrecondition):
 			drop()
 			c.stats.casConflicts.Add(1)
 			continue
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, store.ErrNotFound):
 			return nil, false, gone()
 		case err != nil:
 			return nil, false, fmt.Errorf("write %s %s: %w", k.name, id, err)
 		}
 		k.setRev(v, rev)
 		if k.cache != nil {
-			k.cache.put(pk, id, Item{ID: id, PartitionKey: pk, Rev: rev, Body: body})
+			k.cache.put(pk, id, store.Item{ID: id, PartitionKey: pk, Rev: rev, Body: body})
 		}
 		return v, true, nil
 	}

@@ -3,6 +3,8 @@ package coord_test
 import (
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -22,21 +24,21 @@ func TestCASGivesUpWithTypedConflict(t *testing.T) {
 	}{
 		{"job", "job", func(h *hookStore) {
 			h.mu.Lock()
-			h.beforeReplace = func(string, string) error { return coord.ErrPrecondition }
+			h.beforeReplace = func(string, string) error { return store.ErrPrecondition }
 			h.mu.Unlock()
 		}, func(e *env, jobID string) error {
 			_, err := e.c.Act(e.ctx, "op", prod, jobID, coord.ActionCancel, "")
 			return err
 		}},
 		{"factory", "factory", func(h *hookStore) {
-			h.setBeforeFactoryReplace(func(string, string) error { return coord.ErrPrecondition })
+			h.setBeforeFactoryReplace(func(string, string) error { return store.ErrPrecondition })
 		}, func(e *env, _ string) error {
 			tok, _ := e.toks.Load("f1")
 			_, err := e.c.Heartbeat(e.ctx, tok.(*fleet.Token), coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}, Load: 1})
 			return err
 		}},
 		{"token", "token", func(h *hookStore) {
-			h.setBeforeTokenReplace(func(string, string) error { return coord.ErrPrecondition })
+			h.setBeforeTokenReplace(func(string, string) error { return store.ErrPrecondition })
 		}, func(e *env, _ string) error {
 			return e.c.RevokeToken(e.ctx, "f1")
 		}},
@@ -45,7 +47,7 @@ func TestCASGivesUpWithTypedConflict(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var h *hookStore
-			e := newEnv(t, withStore(func(s coord.Store) coord.Store { h = &hookStore{Store: s}; return h }))
+			e := newEnv(t, withStore(func(s store.Store) store.Store { h = &hookStore{Store: s}; return h }))
 			e.factory("f1")
 			j := e.submit()
 			tt.arm(h)
@@ -86,7 +88,7 @@ func TestNotFoundLayers(t *testing.T) {
 	for _, tt := range tests {
 		err := tt.call()
 		require.ErrorIs(t, err, fleet.ErrNotFound, tt.name)
-		require.ErrorIs(t, err, coord.ErrNotFound, tt.name)
+		require.ErrorIs(t, err, store.ErrNotFound, tt.name)
 		require.ErrorContains(t, err, tt.want, tt.name)
 	}
 }

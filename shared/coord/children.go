@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -301,7 +303,7 @@ func rootOf(j *fleet.Job) string {
 
 // treeSize counts the jobs of root's tree, root included.
 func (c *Coordinator) treeSize(ctx context.Context, productID, root string) (int, error) {
-	items, err := c.queryAll(ctx, Jobs, Query{PartitionKey: productID, Where: []Cond{Eq("rootId", root)}})
+	items, err := c.queryAll(ctx, store.Jobs, store.Query{PartitionKey: productID, Where: []store.Cond{store.Eq("rootId", root)}})
 	if err != nil {
 		return 0, err
 	}
@@ -461,7 +463,7 @@ func (c *Coordinator) DAG(ctx context.Context, productID, id string) (*DAG, erro
 			return nil, err
 		}
 	}
-	members, err := c.queryJobs(ctx, Query{PartitionKey: productID, Where: []Cond{Eq("rootId", rootID)}})
+	members, err := c.queryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{store.Eq("rootId", rootID)}})
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -133,14 +135,14 @@ func TestHolderPostsChildren(t *testing.T) {
 	_, err := e.c.Patch(e.ctx, "f1", prod, parent.ID, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
 	require.NoError(t, err)
 
-	before := e.snapshotContainers(coord.Jobs)
+	before := e.snapshotContainers(store.Jobs)
 	_, _, err = e.c.PostChildren(e.ctx, prod, parent.ID, coord.ChildrenRequest{Actor: fleet.ActorFactory, ActorID: "f1",
 		LeaseEpoch: ptr(cl.LeaseEpoch + 1), Manifests: [][]byte{childManifest("x")}})
 	requireCode(t, err, fleet.CodeFenced, "")
 	_, _, err = e.c.PostChildren(e.ctx, prod, parent.ID, coord.ChildrenRequest{Actor: fleet.ActorFactory, ActorID: "f2",
 		LeaseEpoch: ptr(cl.LeaseEpoch), Manifests: [][]byte{childManifest("x")}})
 	requireCode(t, err, fleet.CodeFenced, "")
-	require.Equal(t, before, e.snapshotContainers(coord.Jobs), "a fenced post writes nothing")
+	require.Equal(t, before, e.snapshotContainers(store.Jobs), "a fenced post writes nothing")
 
 	req := coord.ChildrenRequest{Actor: fleet.ActorFactory, ActorID: "f1", LeaseEpoch: ptr(cl.LeaseEpoch),
 		Manifests: [][]byte{childManifest("x"), childManifest("y")}}
@@ -275,7 +277,7 @@ func TestSweepSettlesStrandedParent(t *testing.T) {
 	shipped.Stage = fleet.StageShipped
 	body, err := json.Marshal(&shipped)
 	require.NoError(t, err)
-	_, err = e.raw.Replace(e.ctx, coord.Jobs, prod, kids[0].ID, body, it.Rev)
+	_, err = e.raw.Replace(e.ctx, store.Jobs, prod, kids[0].ID, body, it.Rev)
 	require.NoError(t, err)
 	require.Equal(t, fleet.StageBlocked, e.job(parent.ID).Stage)
 	_, err = e.c.Redispatch(e.ctx)
@@ -316,10 +318,10 @@ func TestChildrenBadInput(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			before := e.snapshotContainers(coord.Jobs, coord.Events)
+			before := e.snapshotContainers(store.Jobs, store.Events)
 			_, _, err := e.c.PostChildren(e.ctx, prod, parent.ID, coord.ChildrenRequest{Actor: fleet.ActorOperator, ActorID: "op", Manifests: tc.manifests})
 			requireCode(t, err, tc.code, tc.field)
-			require.Equal(t, before, e.snapshotContainers(coord.Jobs, coord.Events), "a refused post writes nothing")
+			require.Equal(t, before, e.snapshotContainers(store.Jobs, store.Events), "a refused post writes nothing")
 		})
 	}
 

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -23,7 +25,7 @@ import (
 // stored document under new ids, written straight to the store. They are
 // the documents Submit writes, minus the submit event and queue-state bump,
 // at a third of the writes: the races below need many jobs, not many submits.
-func seedJobs(t *testing.T, ctx context.Context, c *coord.Coordinator, s coord.Store, nProducts, perProduct int) map[string]string {
+func seedJobs(t *testing.T, ctx context.Context, c *coord.Coordinator, s store.Store, nProducts, perProduct int) map[string]string {
 	t.Helper()
 	ids := make(map[string]string, nProducts*perProduct)
 	for p := range nProducts {
@@ -42,7 +44,7 @@ func seedJobs(t *testing.T, ctx context.Context, c *coord.Coordinator, s coord.S
 			j.Title = fmt.Sprintf("job %d of %s", i, pid)
 			body, err := json.Marshal(&j)
 			require.NoError(t, err)
-			_, err = s.Create(ctx, coord.Jobs, pid, j.ID, body)
+			_, err = s.Create(ctx, store.Jobs, pid, j.ID, body)
 			require.NoError(t, err)
 			ids[j.ID] = pid
 		}
@@ -186,7 +188,7 @@ func TestClaimExactlyOnceTwoCoordinators(t *testing.T) {
 	// Both caches start warm: A's from the submits, B's from the change
 	// feed (B has no transport, so it only caches what the feed showed it).
 	// Every claim by one makes the other's copy stale.
-	feed, err := e.raw.ReadChanges(e.ctx, coord.Jobs, "", 1000)
+	feed, err := e.raw.ReadChanges(e.ctx, store.Jobs, "", 1000)
 	require.NoError(t, err)
 	_, err = other.DispatchChanged(e.ctx, feed.Items)
 	require.NoError(t, err)

@@ -7,21 +7,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 // itemCounter counts the job documents queries hand back.
 type itemCounter struct {
-	coord.Store
+	store.Store
 	jobItems atomic.Int64
 }
 
-func (s *itemCounter) Query(ctx context.Context, container string, q coord.Query) (coord.Page, error) {
+func (s *itemCounter) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
 	p, err := s.Store.Query(ctx, container, q)
-	if container == coord.Jobs {
+	if container == store.Jobs {
 		s.jobItems.Add(int64(len(p.Items)))
 	}
 	return p, err
@@ -33,7 +34,7 @@ func (s *itemCounter) Query(ctx context.Context, container string, q coord.Query
 func TestClaimReadsABoundedPage(t *testing.T) {
 	t.Parallel()
 	var counter *itemCounter
-	e := newEnv(t, withStore(func(s coord.Store) coord.Store { counter = &itemCounter{Store: s}; return counter }))
+	e := newEnv(t, withStore(func(s store.Store) store.Store { counter = &itemCounter{Store: s}; return counter }))
 	e.factory("f1", products(prod))
 	for range 100 {
 		e.submit()

@@ -14,6 +14,9 @@ import (
 	"maps"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/blob"
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/schedule"
@@ -176,7 +179,7 @@ func (c Config) Resolve() (Config, error) {
 // Deps are what a coordinator works with besides its configuration. Store
 // and Clock are required; the rest are optional.
 type Deps struct {
-	Store Store
+	Store store.Store
 	Clock clock.Clock
 	// Log may be nil: nothing is logged.
 	Log *slog.Logger
@@ -190,7 +193,7 @@ type Deps struct {
 	Metrics map[string]MetricsSource
 	// Blobs keeps artifact bytes; without it artifact routes answer
 	// unavailable.
-	Blobs BlobStore
+	Blobs blob.Store
 	// Webhook sends tracker echo deliveries; without it they fail and
 	// are retried (only the echo function's process needs one).
 	Webhook Webhook
@@ -200,7 +203,7 @@ type Deps struct {
 // and for many coordinators (processes) sharing one store: every decision is
 // a compare-and-swap, and the caches only ever save a read.
 type Coordinator struct {
-	store         Store
+	store         store.Store
 	clock         clock.Clock
 	cfg           Config
 	log           *slog.Logger
@@ -214,7 +217,7 @@ type Coordinator struct {
 	onFleetChange func(context.Context)
 	metricSources map[string]MetricsSource
 	live          *live
-	blobs         BlobStore
+	blobs         blob.Store
 	written       *writtenSeqs
 	webhook       Webhook
 	echo          *echoLanes
@@ -296,18 +299,18 @@ func (c *Coordinator) mutateJob(ctx context.Context, pk, id string, fn func(j *f
 // matches fleet.ErrNotFound (what callers and the HTTP layer test) and
 // ErrNotFound (what the store said) alike.
 func notFound(what, id string) error {
-	return &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("%s %s not found", what, id), Err: ErrNotFound}
+	return &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("%s %s not found", what, id), Err: store.ErrNotFound}
 }
 
 // readError classifies a failed read of what id.
 func readError(what, id string, err error) error {
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return notFound(what, id)
 	}
 	return fmt.Errorf("read %s %s: %w", what, id, err)
 }
 
-func decodeJob(it Item) (*fleet.Job, error) {
+func decodeJob(it store.Item) (*fleet.Job, error) {
 	var j fleet.Job
 	if err := json.Unmarshal(it.Body, &j); err != nil {
 		return nil, fmt.Errorf("decode job %s: %w", it.ID, err)
@@ -318,7 +321,7 @@ func decodeJob(it Item) (*fleet.Job, error) {
 
 // readDoc reads and decodes one document; a missing one is a not_found
 // error naming what.
-func readDoc[T any](ctx context.Context, s Store, container, pk, id, what string) (*T, Item, error) {
+func readDoc[T any](ctx context.Context, s store.Store, container, pk, id, what string) (*T, store.Item, error) {
 	it, err := s.Read(ctx, container, pk, id)
 	if err != nil {
 		return nil, it, readError(what, id, err)
@@ -327,7 +330,7 @@ func readDoc[T any](ctx context.Context, s Store, container, pk, id, what string
 	return v, it, err
 }
 
-func decode[T any](it Item) (*T, error) {
+func decode[T any](it store.Item) (*T, error) {
 	var v T
 	if err := json.Unmarshal(it.Body, &v); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", it.ID, err)
@@ -336,8 +339,8 @@ func decode[T any](it Item) (*T, error) {
 }
 
 // queryAll drains every page of q.
-func (c *Coordinator) queryAll(ctx context.Context, container string, q Query) ([]Item, error) {
-	var out []Item
+func (c *Coordinator) queryAll(ctx context.Context, container string, q store.Query) ([]store.Item, error) {
+	var out []store.Item
 	for {
 		page, err := c.store.Query(ctx, container, q)
 		if err != nil {
@@ -352,8 +355,8 @@ func (c *Coordinator) queryAll(ctx context.Context, container string, q Query) (
 }
 
 // queryJobs drains q over the jobs container and decodes every job.
-func (c *Coordinator) queryJobs(ctx context.Context, q Query) ([]*fleet.Job, error) {
-	items, err := c.queryAll(ctx, Jobs, q)
+func (c *Coordinator) queryJobs(ctx context.Context, q store.Query) ([]*fleet.Job, error) {
+	items, err := c.queryAll(ctx, store.Jobs, q)
 	if err != nil {
 		return nil, err
 	}

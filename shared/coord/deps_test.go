@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -177,7 +179,7 @@ func TestSweepFailsStrandedDependants(t *testing.T) {
 	cancelled.Stage = fleet.StageCancelled
 	body, err := json.Marshal(&cancelled)
 	require.NoError(t, err)
-	_, err = e.raw.Replace(e.ctx, coord.Jobs, prod, dep.ID, body, it.Rev)
+	_, err = e.raw.Replace(e.ctx, store.Jobs, prod, dep.ID, body, it.Rev)
 	require.NoError(t, err)
 	require.Equal(t, fleet.StageBlocked, e.job(waiter.ID).Stage)
 
@@ -214,7 +216,7 @@ func hasAlert(alerts []fleet.Alert, kind fleet.AlertKind) bool {
 func TestSettlingDependantsReadsNoEndedJob(t *testing.T) {
 	t.Parallel()
 	var h *hookStore
-	e := newEnv(t, withStore(func(s coord.Store) coord.Store { h = &hookStore{Store: s}; return h }))
+	e := newEnv(t, withStore(func(s store.Store) store.Store { h = &hookStore{Store: s}; return h }))
 	dep := e.submit()
 	var dependants []*fleet.Job
 	for range 3 {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/schedule"
@@ -49,7 +51,7 @@ type Decision struct {
 // it held a job that is not terminal (or one it could not decode), ended
 // when it held a terminal one. A failed bump fails the batch, so the host
 // retries it.
-func (c *Coordinator) DispatchChanged(ctx context.Context, items []Item) ([]Decision, error) {
+func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) ([]Decision, error) {
 	out := make([]Decision, 0, len(items))
 	var errs []error
 	live, ended := false, false
@@ -248,7 +250,7 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("unblock: %w", err))
 	}
-	queued, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageQueued))}})
+	queued, err := c.queryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued))}})
 	if err != nil {
 		return 0, err
 	}
@@ -307,7 +309,7 @@ func (c *Coordinator) retryUnroutable(ctx context.Context) {
 	if skip, _, err := c.quiet(ctx, sweepRedispatch); err == nil && skip {
 		return
 	}
-	waiting, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageQueued)), Eq("targetFactoryId", "")}})
+	waiting, err := c.queryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued)), store.Eq("targetFactoryId", "")}})
 	if err != nil {
 		c.log.ErrorContext(ctx, "retry unroutable jobs", "err", err)
 		return

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -20,17 +22,17 @@ func dispatchEnv(t *testing.T, opts ...envOpt) (*env, *recordingPublisher) {
 }
 
 // feed reads the jobs change feed after cont.
-func (e *env) feed(cont string) coord.ChangePage {
+func (e *env) feed(cont string) store.ChangePage {
 	e.t.Helper()
-	page, err := e.raw.ReadChanges(e.ctx, coord.Jobs, cont, 1000)
+	page, err := e.raw.ReadChanges(e.ctx, store.Jobs, cont, 1000)
 	require.NoError(e.t, err)
 	return page
 }
 
-func onlyJob(items []coord.Item, id string) []coord.Item {
+func onlyJob(items []store.Item, id string) []store.Item {
 	for _, it := range items {
 		if it.ID == id {
-			return []coord.Item{it}
+			return []store.Item{it}
 		}
 	}
 	return nil

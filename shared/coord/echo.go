@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -154,7 +156,7 @@ type EchoView struct {
 }
 
 // echoDocs is the delivery documents' kind for cas.
-var echoDocs = docKind[EchoState]{name: "echo state", container: Echoes, setRev: func(s *EchoState, r string) { s.Rev = r }}
+var echoDocs = docKind[EchoState]{name: "echo state", container: store.Echoes, setRev: func(s *EchoState, r string) { s.Rev = r }}
 
 // Echo delivery defaults.
 const (
@@ -180,7 +182,7 @@ func (c *Coordinator) echoBackoff(attempts int) time.Duration {
 // change-feed batch) to their products' delivery lanes; with EchoAwait it
 // waits for their deliveries too. Jobs not tracked cost nothing: the
 // batch's own document says so.
-func (c *Coordinator) EchoChanged(ctx context.Context, items []Item, mode EchoMode) (EchoRun, error) {
+func (c *Coordinator) EchoChanged(ctx context.Context, items []store.Item, mode EchoMode) (EchoRun, error) {
 	var refs []JobRefItem
 	for _, it := range items {
 		j, err := decodeJob(it)
@@ -202,7 +204,7 @@ type JobRefItem struct{ ProductID, JobID string }
 // the feed lost. It waits for those deliveries (each in its product's
 // lane) and returns how many events were delivered.
 func (c *Coordinator) EchoSweep(ctx context.Context) (int, error) {
-	items, err := c.queryAll(ctx, Echoes, Query{Where: []Cond{Eq("open", true)}})
+	items, err := c.queryAll(ctx, store.Echoes, store.Query{Where: []store.Cond{store.Eq("open", true)}})
 	if err != nil {
 		return 0, err
 	}
@@ -278,7 +280,7 @@ func (c *Coordinator) echoOnce(ctx context.Context, productID, jobID string, swe
 	if errors.Is(err, fleet.ErrNotFound) {
 		// An ingest that created the state but never the job: nothing
 		// will ever be sent.
-		_ = c.store.Delete(ctx, Echoes, jobID, jobID, "")
+		_ = c.store.Delete(ctx, store.Echoes, jobID, jobID, "")
 		return 0, false, nil
 	}
 	if err != nil || j.Tracker == nil {
@@ -394,7 +396,7 @@ func (c *Coordinator) echoOnce(ctx context.Context, productID, jobID string, swe
 func (c *Coordinator) lockEcho(ctx context.Context, j *fleet.Job, owner string, sweep bool) (*EchoState, error) {
 	now := c.now()
 	for range maxCASAttempts {
-		st, it, err := readDoc[EchoState](ctx, c.store, Echoes, j.ID, j.ID, "echo state")
+		st, it, err := readDoc[EchoState](ctx, c.store, store.Echoes, j.ID, j.ID, "echo state")
 		fresh := errors.Is(err, fleet.ErrNotFound)
 		switch {
 		case fresh:
@@ -421,11 +423,11 @@ func (c *Coordinator) lockEcho(ctx context.Context, j *fleet.Job, owner string, 
 		}
 		var rev string
 		if fresh {
-			rev, err = c.store.Create(ctx, Echoes, j.ID, j.ID, body)
+			rev, err = c.store.Create(ctx, store.Echoes, j.ID, j.ID, body)
 		} else {
-			rev, err = c.store.Replace(ctx, Echoes, j.ID, j.ID, body, st.Rev)
+			rev, err = c.store.Replace(ctx, store.Echoes, j.ID, j.ID, body, st.Rev)
 		}
-		if errors.Is(err, ErrExists) || errors.Is(err, ErrPrecondition) || errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrExists) || errors.Is(err, store.ErrPrecondition) || errors.Is(err, store.ErrNotFound) {
 			continue
 		}
 		if err != nil {
@@ -444,9 +446,9 @@ func (c *Coordinator) writeEcho(ctx context.Context, st *EchoState) error {
 	if err != nil {
 		return err
 	}
-	rev, err := c.store.Replace(ctx, Echoes, st.ID, st.ID, body, st.Rev)
+	rev, err := c.store.Replace(ctx, store.Echoes, st.ID, st.ID, body, st.Rev)
 	if err != nil {
-		if !errors.Is(err, ErrPrecondition) && !errors.Is(err, ErrNotFound) {
+		if !errors.Is(err, store.ErrPrecondition) && !errors.Is(err, store.ErrNotFound) {
 			c.log.ErrorContext(ctx, "tracker echo: state not recorded", "job", st.JobID, "err", err)
 		}
 		return errEchoLost
@@ -485,7 +487,7 @@ func (c *Coordinator) Echo(ctx context.Context, productID, jobID string) (*EchoV
 	if j.Tracker == nil {
 		return nil, notTracked(j)
 	}
-	st, _, err := readDoc[EchoState](ctx, c.store, Echoes, jobID, jobID, "echo state")
+	st, _, err := readDoc[EchoState](ctx, c.store, store.Echoes, jobID, jobID, "echo state")
 	if errors.Is(err, fleet.ErrNotFound) {
 		st, err = &EchoState{}, nil
 	}
@@ -531,7 +533,7 @@ func (c *Coordinator) ResendEcho(ctx context.Context, productID, jobID, operator
 		if merr != nil {
 			return nil, merr
 		}
-		if _, err = c.store.Create(ctx, Echoes, jobID, jobID, body); errors.Is(err, ErrExists) {
+		if _, err = c.store.Create(ctx, store.Echoes, jobID, jobID, body); errors.Is(err, store.ErrExists) {
 			_, _, err = cas(ctx, c, echoDocs, jobID, jobID, func(st *EchoState) error { reset(st); return nil })
 		}
 	}
@@ -560,7 +562,7 @@ func (c *Coordinator) openEcho(ctx context.Context, j *fleet.Job) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.store.Create(ctx, Echoes, j.ID, j.ID, body); err != nil && !errors.Is(err, ErrExists) {
+	if _, err := c.store.Create(ctx, store.Echoes, j.ID, j.ID, body); err != nil && !errors.Is(err, store.ErrExists) {
 		return fmt.Errorf("create echo state of job %s: %w", j.ID, err)
 	}
 	return nil

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -182,7 +184,7 @@ func (e *echoEnv) ingest(item string) *fleet.Job {
 // feed runs the echo function on the jobs' current documents.
 func (e *echoEnv) feed(ids ...string) int {
 	e.t.Helper()
-	items := make([]coord.Item, len(ids))
+	items := make([]store.Item, len(ids))
 	for i, id := range ids {
 		items[i] = e.rawJob(id)
 	}
@@ -323,9 +325,9 @@ func TestEchoWaitsForAMissingEvent(t *testing.T) {
 	// Event 2 is nowhere: not in the container, and not in the job's ring
 	// of recent events either (what the events' own repairs rely on).
 	id2 := fleet.EventID(j.ID, 2)
-	ev2, err := e.raw.Read(e.ctx, coord.Events, j.ID, id2)
+	ev2, err := e.raw.Read(e.ctx, store.Events, j.ID, id2)
 	require.NoError(t, err)
-	require.NoError(t, e.raw.Delete(e.ctx, coord.Events, j.ID, id2, ""))
+	require.NoError(t, e.raw.Delete(e.ctx, store.Events, j.ID, id2, ""))
 	raw := e.rawJob(j.ID)
 	var doc map[string]any
 	require.NoError(t, json.Unmarshal(raw.Body, &doc))
@@ -338,7 +340,7 @@ func TestEchoWaitsForAMissingEvent(t *testing.T) {
 	doc["recentEvents"] = ring
 	body, err := json.Marshal(doc)
 	require.NoError(t, err)
-	_, err = e.raw.Replace(e.ctx, coord.Jobs, prod, j.ID, body, raw.Rev)
+	_, err = e.raw.Replace(e.ctx, store.Jobs, prod, j.ID, body, raw.Rev)
 	require.NoError(t, err)
 
 	require.Equal(t, 1, e.feed(j.ID))
@@ -350,7 +352,7 @@ func TestEchoWaitsForAMissingEvent(t *testing.T) {
 	e.clock.Advance(time.Second)
 	require.Zero(t, e.sweep(), "still missing: still waiting")
 
-	_, err = e.raw.Create(e.ctx, coord.Events, j.ID, id2, ev2.Body)
+	_, err = e.raw.Create(e.ctx, store.Events, j.ID, id2, ev2.Body)
 	require.NoError(t, err)
 	e.clock.Advance(2 * time.Second)
 	require.Equal(t, int(last-1), e.sweep())
@@ -370,9 +372,9 @@ func TestEchoDownWebhookBlocksOnlyItsJobs(t *testing.T) {
 	stuck, _, err := e.c.Ingest(e.ctx, coord.IngestRequest{ProductID: "p2", Ref: fleet.TrackerRef{Source: "jira", ItemID: "X-1", Revision: 1}, Manifest: manifest("repo: docs")})
 	require.NoError(t, err)
 	ok := e.ingest("PROJ-4")
-	stuckItem, err := e.raw.Read(e.ctx, coord.Jobs, "p2", stuck.ID)
+	stuckItem, err := e.raw.Read(e.ctx, store.Jobs, "p2", stuck.ID)
 	require.NoError(t, err)
-	run, err := e.c.EchoChanged(e.ctx, []coord.Item{stuckItem, e.rawJob(ok.ID)}, coord.EchoAwait)
+	run, err := e.c.EchoChanged(e.ctx, []store.Item{stuckItem, e.rawJob(ok.ID)}, coord.EchoAwait)
 	require.NoError(t, err)
 	require.Equal(t, coord.EchoRun{Jobs: 2, Delivered: 1}, run)
 	require.Equal(t, []int64{1}, e.hook.seqs(t, ok.ID))
@@ -416,7 +418,7 @@ func TestEchoConcurrentDeliverers(t *testing.T) {
 	for i := range 6 {
 		wg.Go(func() {
 			if i%2 == 0 {
-				_, err := e.c.EchoChanged(e.ctx, []coord.Item{e.rawJob(j.ID)}, coord.EchoAwait)
+				_, err := e.c.EchoChanged(e.ctx, []store.Item{e.rawJob(j.ID)}, coord.EchoAwait)
 				require.NoError(t, err)
 				return
 			}

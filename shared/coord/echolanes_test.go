@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -15,18 +17,18 @@ import (
 const tarpitURL = "https://tarpit.example/fleet"
 
 // ingestFor ingests an item of another product.
-func (e *echoEnv) ingestFor(product, repo, item string) coord.Item {
+func (e *echoEnv) ingestFor(product, repo, item string) store.Item {
 	e.t.Helper()
 	j, _, err := e.c.Ingest(e.ctx, coord.IngestRequest{ProductID: product, Ref: fleet.TrackerRef{Source: "jira", ItemID: item, Revision: 1}, Manifest: manifest("repo: " + repo)})
 	require.NoError(e.t, err)
-	it, err := e.raw.Read(e.ctx, coord.Jobs, product, j.ID)
+	it, err := e.raw.Read(e.ctx, store.Jobs, product, j.ID)
 	require.NoError(e.t, err)
 	return it
 }
 
 // handOff runs the echo function's call and fails the test if it does not
 // return: the feed must never wait on a webhook.
-func (e *echoEnv) handOff(items ...coord.Item) coord.EchoRun {
+func (e *echoEnv) handOff(items ...store.Item) coord.EchoRun {
 	e.t.Helper()
 	type out struct {
 		run coord.EchoRun
@@ -79,7 +81,7 @@ func TestEchoTarpitDelaysOnlyItsProduct(t *testing.T) {
 		Tracker: &coord.TrackerChange{WebhookURL: tarpitURL, Secret: hookSecret}})
 	require.NoError(t, err)
 
-	var batch []coord.Item
+	var batch []store.Item
 	for i := range 2 * coord.DefaultEchoParallel {
 		batch = append(batch, e.ingestFor("p2", "docs", "SLOW-"+string(rune('a'+i))))
 	}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -94,7 +96,7 @@ func (c *Coordinator) createEvent(ctx context.Context, ev fleet.Event) error {
 	if err != nil {
 		return fmt.Errorf("encode event %s: %w", ev.ID, err)
 	}
-	if _, err := c.store.Create(ctx, Events, ev.JobID, ev.ID, body); err != nil && !errors.Is(err, ErrExists) {
+	if _, err := c.store.Create(ctx, store.Events, ev.JobID, ev.ID, body); err != nil && !errors.Is(err, store.ErrExists) {
 		return fmt.Errorf("write event %s: %w", ev.ID, err)
 	}
 	return nil
@@ -114,7 +116,7 @@ func (c *Coordinator) materialize(ctx context.Context, evs []fleet.Event, presen
 		for i, ev := range evs {
 			seqs[i] = ev.Seq
 		}
-		items, err := c.queryAll(ctx, Events, Query{PartitionKey: jobID, Where: []Cond{In("seq", seqs...)}})
+		items, err := c.queryAll(ctx, store.Events, store.Query{PartitionKey: jobID, Where: []store.Cond{store.In("seq", seqs...)}})
 		if err != nil {
 			return 0, err
 		}
@@ -165,7 +167,7 @@ func (c *Coordinator) Events(ctx context.Context, productID, jobID string, after
 	// its job's change committed, so every seq the container holds is at
 	// most the job's EventSeq as read next, and the job's ring holds every
 	// seq up to it that may still be missing.
-	items, err := c.queryAll(ctx, Events, Query{PartitionKey: jobID})
+	items, err := c.queryAll(ctx, store.Events, store.Query{PartitionKey: jobID})
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +190,7 @@ func (c *Coordinator) Events(ctx context.Context, productID, jobID string, after
 	var missing []fleet.Event
 	for _, ev := range j.Recent() {
 		// Past the container's TTL an event is gone on purpose.
-		if !present[ev.Seq] && c.now().Sub(ev.At) < eventsTTL {
+		if !present[ev.Seq] && c.now().Sub(ev.At) < store.EventsTTL {
 			missing = append(missing, ev)
 		}
 	}
@@ -228,7 +230,7 @@ func (c *Coordinator) recordRun(ctx context.Context, before *fleet.Job, result f
 	withReport(&run, before)
 	body, err := json.Marshal(run)
 	if err == nil {
-		_, err = c.store.Upsert(ctx, Runs, run.JobID, run.ID, body)
+		_, err = c.store.Upsert(ctx, store.Runs, run.JobID, run.ID, body)
 	}
 	if err != nil {
 		c.log.ErrorContext(ctx, "run not recorded", "job", before.ID, "epoch", before.LeaseEpoch, "err", err)
@@ -241,7 +243,7 @@ func (c *Coordinator) Runs(ctx context.Context, productID, jobID string) ([]flee
 	if err != nil {
 		return nil, err
 	}
-	items, err := c.queryAll(ctx, Runs, Query{PartitionKey: jobID})
+	items, err := c.queryAll(ctx, store.Runs, store.Query{PartitionKey: jobID})
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	blobfs "github.com/gigafactory/fleet/shared/blob/fs"
@@ -21,7 +23,7 @@ import (
 // write, look the same from outside), and queries of the events container
 // fail while queriesDown.
 type eventFaults struct {
-	coord.Store
+	store.Store
 	mu          sync.Mutex
 	lost        func(id string) bool
 	queriesDown bool
@@ -35,24 +37,24 @@ func (s *eventFaults) set(lost func(id string) bool, queriesDown bool) {
 }
 
 func (s *eventFaults) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
-	if container == coord.Events {
+	if container == store.Events {
 		s.mu.Lock()
 		s.creates++
 		lost := s.lost != nil && s.lost(id)
 		s.mu.Unlock()
 		if lost {
-			return "", coord.ErrUnavailable
+			return "", store.ErrUnavailable
 		}
 	}
 	return s.Store.Create(ctx, container, pk, id, body)
 }
 
-func (s *eventFaults) Query(ctx context.Context, container string, q coord.Query) (coord.Page, error) {
+func (s *eventFaults) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
 	s.mu.Lock()
-	down := s.queriesDown && container == coord.Events
+	down := s.queriesDown && container == store.Events
 	s.mu.Unlock()
 	if down {
-		return coord.Page{}, coord.ErrUnavailable
+		return store.Page{}, store.ErrUnavailable
 	}
 	return s.Store.Query(ctx, container, q)
 }
@@ -74,7 +76,7 @@ func all(string) bool { return true }
 
 func newEventFaultEnv(t *testing.T) (*env, *eventFaults) {
 	var faults *eventFaults
-	e := newEnv(t, withStore(func(s coord.Store) coord.Store {
+	e := newEnv(t, withStore(func(s store.Store) store.Store {
 		faults = &eventFaults{Store: s}
 		return faults
 	}))
@@ -85,7 +87,7 @@ func newEventFaultEnv(t *testing.T) (*env, *eventFaults) {
 // coordinator (no ring merged in).
 func (e *env) stored(id string) []int64 {
 	e.t.Helper()
-	page, err := e.raw.Query(e.ctx, coord.Events, coord.Query{PartitionKey: id})
+	page, err := e.raw.Query(e.ctx, store.Events, store.Query{PartitionKey: id})
 	require.NoError(e.t, err)
 	require.Empty(e.t, page.Continuation)
 	out := make([]int64, 0, len(page.Items))
@@ -110,7 +112,7 @@ func upTo(n int64) []int64 {
 // a peer): as the Functions host would, latest versions only.
 func (e *env) feedRepair(c *coord.Coordinator) {
 	e.t.Helper()
-	page, err := e.raw.ReadChanges(e.ctx, coord.Jobs, "", 1000)
+	page, err := e.raw.ReadChanges(e.ctx, store.Jobs, "", 1000)
 	require.NoError(e.t, err)
 	_, err = c.DispatchChanged(e.ctx, page.Items)
 	require.NoError(e.t, err)
@@ -218,11 +220,11 @@ func TestEventsRingBoundedWhileEventsDown(t *testing.T) {
 			break
 		}
 	}
-	require.ErrorIs(t, err, coord.ErrUnavailable)
+	require.ErrorIs(t, err, store.ErrUnavailable)
 	held := e.job(j.ID)
 	require.Len(t, held.RecentEvents, 32, "the job holds events up to the bound")
 	before := e.rawJob(j.ID)
-	require.ErrorIs(t, report(), coord.ErrUnavailable)
+	require.ErrorIs(t, report(), store.ErrUnavailable)
 	require.Equal(t, before, e.rawJob(j.ID), "a refused change writes nothing")
 
 	faults.set(nil, false)
@@ -239,15 +241,15 @@ func TestEventsRingBoundedWhileEventsDown(t *testing.T) {
 func TestNoEventOfAFailedCAS(t *testing.T) {
 	t.Parallel()
 	hooks := &hookStore{}
-	e := newEnv(t, withStore(func(s coord.Store) coord.Store { hooks.Store = s; return hooks }))
+	e := newEnv(t, withStore(func(s store.Store) store.Store { hooks.Store = s; return hooks }))
 	e.factory("f1")
 	j := e.submit()
 	cl := e.claim("f1")
 
-	hooks.setBeforeReplace(once(func(string, string) error { return coord.ErrUnavailable }))
+	hooks.setBeforeReplace(once(func(string, string) error { return store.ErrUnavailable }))
 	_, err := e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
-	require.ErrorIs(t, err, coord.ErrUnavailable)
-	hooks.setBeforeReplace(once(func(string, string) error { return coord.ErrPrecondition }))
+	require.ErrorIs(t, err, store.ErrUnavailable)
+	hooks.setBeforeReplace(once(func(string, string) error { return store.ErrPrecondition }))
 	_, err = e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
 	require.NoError(t, err, "a lost race is retried")
 	_, err = e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageReview, LeaseEpoch: cl.LeaseEpoch + 1})
@@ -298,11 +300,11 @@ func TestEventRepairCostsNothingWhenWritten(t *testing.T) {
 }
 
 // pointerFails fails every write of an artifact pointer.
-type pointerFails struct{ coord.Store }
+type pointerFails struct{ store.Store }
 
 func (s pointerFails) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
-	if container == coord.Artifacts {
-		return "", coord.ErrUnavailable
+	if container == store.Artifacts {
+		return "", store.ErrUnavailable
 	}
 	return s.Store.Create(ctx, container, pk, id, body)
 }
@@ -316,10 +318,10 @@ func TestFailedUploadSaysItsArtifactWasNotKept(t *testing.T) {
 	blobs, err := blobfs.Open(filepath.Join(t.TempDir(), "blobs"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = blobs.Close() })
-	e := newEnv(t, withBlobs(blobs), withStore(func(s coord.Store) coord.Store { return pointerFails{s} }))
+	e := newEnv(t, withBlobs(blobs), withStore(func(s store.Store) store.Store { return pointerFails{s} }))
 	j := e.submit()
 	_, err = e.upload(coord.ArtifactUpload{JobID: j.ID, Name: "out.log", ActorID: "op"}, []byte("x"))
-	require.ErrorIs(t, err, coord.ErrUnavailable)
+	require.ErrorIs(t, err, store.ErrUnavailable)
 	evs := e.events(j.ID)
 	requireContiguous(t, evs)
 	require.Equal(t, []string{"submitted", "artifact_added", "artifact_deleted"}, eventTypes(evs))

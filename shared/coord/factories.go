@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -75,8 +77,8 @@ func (c *Coordinator) Enroll(ctx context.Context, req EnrollRequest) (*fleet.Fac
 	if err != nil {
 		return nil, "", err
 	}
-	rev, err := c.store.Create(ctx, Factories, f.ID, f.ID, body)
-	if errors.Is(err, ErrExists) {
+	rev, err := c.store.Create(ctx, store.Factories, f.ID, f.ID, body)
+	if errors.Is(err, store.ErrExists) {
 		return nil, "", fleet.Errorf(fleet.CodeConflict, "factory %s is already enrolled; rotate its token or deregister it first", f.ID)
 	}
 	if err != nil {
@@ -85,7 +87,7 @@ func (c *Coordinator) Enroll(ctx context.Context, req EnrollRequest) (*fleet.Fac
 	f.Rev = rev
 	if err := c.putToken(ctx, f, hash, f.Products, f.Capabilities); err != nil {
 		// Without a token the factory can never authenticate: undo it.
-		_ = c.store.Delete(ctx, Factories, f.ID, f.ID, "")
+		_ = c.store.Delete(ctx, store.Factories, f.ID, f.ID, "")
 		return nil, "", err
 	}
 	c.factories.invalidate()
@@ -123,7 +125,7 @@ func (c *Coordinator) putToken(ctx context.Context, f *fleet.Factory, hash strin
 	if err != nil {
 		return err
 	}
-	if _, err := c.store.Create(ctx, Tokens, hash, hash, body); err != nil {
+	if _, err := c.store.Create(ctx, store.Tokens, hash, hash, body); err != nil {
 		return fmt.Errorf("store token of %s: %w", f.ID, err)
 	}
 	return nil
@@ -143,8 +145,8 @@ func (c *Coordinator) AuthenticateFactory(ctx context.Context, secret string) (*
 		return t, nil
 	}
 	gen := c.tokens.generation()
-	it, err := c.store.Read(ctx, Tokens, hash, hash)
-	if errors.Is(err, ErrNotFound) {
+	it, err := c.store.Read(ctx, store.Tokens, hash, hash)
+	if errors.Is(err, store.ErrNotFound) {
 		return nil, ErrUnauthenticated
 	}
 	if err != nil {
@@ -181,7 +183,7 @@ var ErrUnauthenticated = &fleet.Error{Code: fleet.CodeUnauthenticated, Message: 
 
 // GetFactory reads one factory.
 func (c *Coordinator) GetFactory(ctx context.Context, id string) (*fleet.Factory, error) {
-	f, it, err := readDoc[fleet.Factory](ctx, c.store, Factories, id, id, "factory")
+	f, it, err := readDoc[fleet.Factory](ctx, c.store, store.Factories, id, id, "factory")
 	if err != nil {
 		return nil, err
 	}
@@ -324,11 +326,11 @@ func (c *Coordinator) Deregister(ctx context.Context, id string) error {
 		if f, err = c.GetFactory(ctx, id); err != nil {
 			return err
 		}
-		err = c.store.Delete(ctx, Factories, id, id, f.Rev)
-		if errors.Is(err, ErrPrecondition) {
+		err = c.store.Delete(ctx, store.Factories, id, id, f.Rev)
+		if errors.Is(err, store.ErrPrecondition) {
 			continue
 		}
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			return notFound("factory", id)
 		}
 		if err != nil {
@@ -350,7 +352,7 @@ func (c *Coordinator) Deregister(ctx context.Context, id string) error {
 // revokeFactoryTokens revokes every live token issued to f's enrollment
 // (a later enrollment of the same id keeps its own).
 func (c *Coordinator) revokeFactoryTokens(ctx context.Context, f *fleet.Factory) error {
-	items, err := c.queryAll(ctx, Tokens, Query{Where: []Cond{Eq("factoryId", f.ID), Eq("revoked", false)}})
+	items, err := c.queryAll(ctx, store.Tokens, store.Query{Where: []store.Cond{store.Eq("factoryId", f.ID), store.Eq("revoked", false)}})
 	if err != nil {
 		return err
 	}
@@ -382,7 +384,7 @@ func (c *Coordinator) RotateToken(ctx context.Context, id string) (string, error
 	// be less: scoping the new token to them would forbid the rest for good.
 	products, capabilities := f.Products, f.Capabilities
 	if f.TokenID != "" {
-		it, err := c.store.Read(ctx, Tokens, f.TokenID, f.TokenID)
+		it, err := c.store.Read(ctx, store.Tokens, f.TokenID, f.TokenID)
 		switch {
 		case err == nil:
 			old, err := decode[fleet.Token](it)
@@ -390,7 +392,7 @@ func (c *Coordinator) RotateToken(ctx context.Context, id string) (string, error
 				return "", err
 			}
 			products, capabilities = old.Products, old.Capabilities
-		case !errors.Is(err, ErrNotFound):
+		case !errors.Is(err, store.ErrNotFound):
 			return "", fmt.Errorf("read token of %s: %w", id, err)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -16,8 +18,8 @@ import (
 // no document, id or partition key.
 func (e *env) requireSecretNotStored(secret string) {
 	e.t.Helper()
-	for _, c := range coord.Containers {
-		q := coord.Query{Limit: 1000}
+	for _, c := range store.Containers {
+		q := store.Query{Limit: 1000}
 		for {
 			page, err := e.raw.Query(e.ctx, c.Name, q)
 			require.NoError(e.t, err)
@@ -50,7 +52,7 @@ func TestEnrollToken(t *testing.T) {
 	require.NotEmpty(t, f.TokenID)
 	require.NotContains(t, f.TokenID, secret)
 
-	page, err := e.raw.Query(e.ctx, coord.Tokens, coord.Query{})
+	page, err := e.raw.Query(e.ctx, store.Tokens, store.Query{})
 	require.NoError(t, err)
 	require.Len(t, page.Items, 1)
 	require.Equal(t, f.TokenID, page.Items[0].ID, "tokens are stored under their hash")
@@ -96,7 +98,7 @@ func TestEnrollRejects(t *testing.T) {
 	fs, err := e.c.ListFactories(e.ctx, "")
 	require.NoError(t, err)
 	require.Empty(t, fs)
-	page, err := e.raw.Query(e.ctx, coord.Tokens, coord.Query{})
+	page, err := e.raw.Query(e.ctx, store.Tokens, store.Query{})
 	require.NoError(t, err)
 	require.Empty(t, page.Items)
 }
@@ -181,11 +183,11 @@ func TestHeartbeat(t *testing.T) {
 		{"seat limit", coord.Heartbeat{SeatLimit: 5000}, fleet.CodeInvalid, "seatLimit"},
 	}
 	for _, tc := range tests {
-		before, err := e.raw.Read(e.ctx, coord.Factories, "f1", "f1")
+		before, err := e.raw.Read(e.ctx, store.Factories, "f1", "f1")
 		require.NoError(t, err)
 		_, err = e.c.Heartbeat(e.ctx, tok, tc.hb)
 		requireCode(t, err, tc.code, tc.field)
-		after, err := e.raw.Read(e.ctx, coord.Factories, "f1", "f1")
+		after, err := e.raw.Read(e.ctx, store.Factories, "f1", "f1")
 		require.NoError(t, err)
 		require.Equal(t, before, after, tc.name)
 	}

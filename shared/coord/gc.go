@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
@@ -23,7 +25,7 @@ var terminalStages = []string{string(fleet.StageShipped), string(fleet.StageFail
 // name alone says nothing about whose git state it is: a factory never gets
 // (nor learns the ids of) another product's jobs.
 func (c *Coordinator) GCPlan(ctx context.Context) ([]protocol.GCRequest, error) {
-	done, err := c.queryJobs(ctx, Query{Where: []Cond{In("stage", terminalStages...)}})
+	done, err := c.queryJobs(ctx, store.Query{Where: []store.Cond{store.In("stage", terminalStages...)}})
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/blob"
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/clock/clocktest"
@@ -58,7 +61,7 @@ type env struct {
 	t     *testing.T
 	ctx   context.Context
 	raw   *sqlite.Store
-	store coord.Store // what the coordinator runs on (raw, or a decorator)
+	store store.Store // what the coordinator runs on (raw, or a decorator)
 	path  string
 	clock *clocktest.Clock
 	c     *coord.Coordinator
@@ -68,9 +71,9 @@ type envOpt func(*envOptions)
 
 type envOptions struct {
 	cfg   coord.Config
-	wrap  func(coord.Store) coord.Store
+	wrap  func(store.Store) store.Store
 	pub   coord.Publisher
-	blobs coord.BlobStore
+	blobs blob.Store
 	deps  func(*coord.Deps)
 }
 
@@ -78,20 +81,20 @@ type envOptions struct {
 func withDeps(fn func(*coord.Deps)) envOpt { return func(o *envOptions) { o.deps = fn } }
 
 // withBlobs gives the coordinator a blob store for artifacts.
-func withBlobs(b coord.BlobStore) envOpt { return func(o *envOptions) { o.blobs = b } }
+func withBlobs(b blob.Store) envOpt { return func(o *envOptions) { o.blobs = b } }
 
 func withConfig(cfg coord.Config) envOpt { return func(o *envOptions) { o.cfg = cfg } }
 
 // withPublisher attaches a dispatch transport.
 func withPublisher(p coord.Publisher) envOpt { return func(o *envOptions) { o.pub = p } }
 
-func withStore(wrap func(coord.Store) coord.Store) envOpt {
+func withStore(wrap func(store.Store) store.Store) envOpt {
 	return func(o *envOptions) { o.wrap = wrap }
 }
 
 // countingStore counts the env's store operations in *into.
 func countingStore(into **storecount.Store) envOpt {
-	return withStore(func(s coord.Store) coord.Store {
+	return withStore(func(s store.Store) store.Store {
 		*into = storecount.New(s)
 		return *into
 	})
@@ -177,9 +180,9 @@ func (e *env) job(id string) *fleet.Job {
 }
 
 // rawJob is the stored document, byte for byte.
-func (e *env) rawJob(id string) coord.Item {
+func (e *env) rawJob(id string) store.Item {
 	e.t.Helper()
-	it, err := e.raw.Read(e.ctx, coord.Jobs, prod, id)
+	it, err := e.raw.Read(e.ctx, store.Jobs, prod, id)
 	require.NoError(e.t, err)
 	return it
 }
@@ -349,7 +352,7 @@ func (p *recordingPublisher) sent() []protocol.DispatchMessage {
 // job and may return an error to inject instead of writing. It counts job
 // reads and replaces.
 type hookStore struct {
-	coord.Store
+	store.Store
 	jobReads, jobReplaces atomic.Int64
 	mu                    sync.Mutex
 	beforeReplace         func(pk, id string) error
@@ -400,20 +403,20 @@ func (s *hookStore) setBeforeReplace(fn func(pk, id string) error) {
 	s.mu.Unlock()
 }
 
-func (s *hookStore) Read(ctx context.Context, container, pk, id string) (coord.Item, error) {
-	if container == coord.Jobs {
+func (s *hookStore) Read(ctx context.Context, container, pk, id string) (store.Item, error) {
+	if container == store.Jobs {
 		s.jobReads.Add(1)
 	}
 	it, err := s.Store.Read(ctx, container, pk, id)
 	s.mu.Lock()
-	if container == coord.Jobs {
+	if container == store.Jobs {
 		s.jobReadIDs = append(s.jobReadIDs, id)
 	}
 	hook := s.afterFactoryRead
 	s.mu.Unlock()
-	if container == coord.Factories && hook != nil {
+	if container == store.Factories && hook != nil {
 		if herr := hook(pk, id); herr != nil {
-			return coord.Item{}, herr
+			return store.Item{}, herr
 		}
 	}
 	return it, err
@@ -423,12 +426,12 @@ func (s *hookStore) Replace(ctx context.Context, container, pk, id string, body 
 	s.mu.Lock()
 	var hook func(pk, id string) error
 	switch container {
-	case coord.Jobs:
+	case store.Jobs:
 		s.jobReplaces.Add(1)
 		hook = s.beforeReplace
-	case coord.Factories:
+	case store.Factories:
 		hook = s.beforeFactoryReplace
-	case coord.Tokens:
+	case store.Tokens:
 		hook = s.beforeTokenReplace
 	}
 	s.mu.Unlock()
@@ -459,7 +462,7 @@ func (e *env) snapshotContainers(containers ...string) map[string]string {
 	e.t.Helper()
 	out := map[string]string{}
 	for _, c := range containers {
-		q := coord.Query{}
+		q := store.Query{}
 		for {
 			page, err := e.raw.Query(e.ctx, c, q)
 			require.NoError(e.t, err)

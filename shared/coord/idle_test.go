@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -57,7 +59,7 @@ func (p *gcPublisher) PublishGC(_ context.Context, req protocol.GCRequest) error
 // the jobs container, beforeMark before the next whole-document write of
 // the ledger (a quiet mark; bumps are Increments and pass).
 type sweepHooks struct {
-	coord.Store
+	store.Store
 	mu                      sync.Mutex
 	beforeQuery, beforeMark func()
 }
@@ -70,8 +72,8 @@ func (s *sweepHooks) take(fn *func()) func() {
 	return h
 }
 
-func (s *sweepHooks) Query(ctx context.Context, container string, q coord.Query) (coord.Page, error) {
-	if container == coord.Jobs {
+func (s *sweepHooks) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
+	if container == store.Jobs {
 		if h := s.take(&s.beforeQuery); h != nil {
 			h()
 		}
@@ -80,7 +82,7 @@ func (s *sweepHooks) Query(ctx context.Context, container string, q coord.Query)
 }
 
 func (s *sweepHooks) Replace(ctx context.Context, container, pk, id string, body []byte, ifRev string) (string, error) {
-	if container == coord.Ledger {
+	if container == store.Ledger {
 		if h := s.take(&s.beforeMark); h != nil {
 			h()
 		}
@@ -89,7 +91,7 @@ func (s *sweepHooks) Replace(ctx context.Context, container, pk, id string, body
 }
 
 func (s *sweepHooks) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
-	if container == coord.Ledger {
+	if container == store.Ledger {
 		if h := s.take(&s.beforeMark); h != nil {
 			h()
 		}
@@ -177,7 +179,7 @@ func TestQuietMarkRace(t *testing.T) {
 			t.Run("W "+names[w]+", B "+names[b], func(t *testing.T) {
 				t.Parallel()
 				hooks := &sweepHooks{}
-				e := newEnv(t, withConfig(feedConfig), withStore(func(s coord.Store) coord.Store {
+				e := newEnv(t, withConfig(feedConfig), withStore(func(s store.Store) store.Store {
 					hooks.Store = s
 					return hooks
 				}))

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -135,12 +137,12 @@ func (c *Coordinator) createJob(ctx context.Context, j *fleet.Job) (*fleet.Job, 
 	if err != nil {
 		return nil, false, err
 	}
-	rev, err := c.store.Create(ctx, Jobs, productID, id, body)
-	if errors.Is(err, ErrExists) && j.IdempotencyKey != "" {
+	rev, err := c.store.Create(ctx, store.Jobs, productID, id, body)
+	if errors.Is(err, store.ErrExists) && j.IdempotencyKey != "" {
 		existing, gerr := c.GetJob(ctx, productID, id)
 		return existing, false, gerr
 	}
-	if errors.Is(err, ErrTooLarge) {
+	if errors.Is(err, store.ErrTooLarge) {
 		return nil, false, &fleet.Error{Code: fleet.CodeTooLarge, Field: "body", Err: err,
 			Message: "the job is too large for the store; shorten the task body"}
 	}
@@ -148,7 +150,7 @@ func (c *Coordinator) createJob(ctx context.Context, j *fleet.Job) (*fleet.Job, 
 		return nil, false, fmt.Errorf("create job: %w", err)
 	}
 	j.Rev = rev
-	c.jobs.put(productID, id, Item{ID: id, PartitionKey: productID, Rev: rev, Body: body})
+	c.jobs.put(productID, id, store.Item{ID: id, PartitionKey: productID, Rev: rev, Body: body})
 	// The job is committed: what follows must not be cut short by the
 	// caller going away, as in transition.
 	ctx = context.WithoutCancel(ctx)
@@ -317,13 +319,13 @@ func awaitVerdict(ctx context.Context, productID string, ids []string, mode flee
 // products (a plain cross-partition filter).
 func (c *Coordinator) GetJob(ctx context.Context, productID, id string) (*fleet.Job, error) {
 	if productID != "" {
-		it, err := c.store.Read(ctx, Jobs, productID, id)
+		it, err := c.store.Read(ctx, store.Jobs, productID, id)
 		if err != nil {
 			return nil, readError("job", id, err)
 		}
 		return decodeJob(it)
 	}
-	jobs, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("id", id)}})
+	jobs, err := c.queryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("id", id)}})
 	if err != nil {
 		return nil, err
 	}
@@ -339,11 +341,11 @@ func (c *Coordinator) ListJobs(ctx context.Context, productID string, stage flee
 	if err := fleet.ValidateName("x-product-id", productID); err != nil {
 		return nil, "", err
 	}
-	q := Query{PartitionKey: productID, Limit: limit, Continuation: cursor}
+	q := store.Query{PartitionKey: productID, Limit: limit, Continuation: cursor}
 	if stage != "" {
-		q.Where = []Cond{Eq("stage", string(stage))}
+		q.Where = []store.Cond{store.Eq("stage", string(stage))}
 	}
-	page, err := c.store.Query(ctx, Jobs, q)
+	page, err := c.store.Query(ctx, store.Jobs, q)
 	if err != nil {
 		return nil, "", fmt.Errorf("list jobs: %w", err)
 	}
@@ -687,7 +689,7 @@ func (c *Coordinator) settleDependants(ctx context.Context, ended *fleet.Job) {
 	if !ended.HasDependants {
 		return
 	}
-	blocked, err := c.queryJobs(ctx, Query{PartitionKey: ended.ProductID, Where: []Cond{Eq("stage", string(fleet.StageBlocked))}})
+	blocked, err := c.queryJobs(ctx, store.Query{PartitionKey: ended.ProductID, Where: []store.Cond{store.Eq("stage", string(fleet.StageBlocked))}})
 	if err != nil {
 		c.log.ErrorContext(ctx, "settle dependants: list blocked jobs", "product", ended.ProductID, "err", err)
 		return
@@ -720,7 +722,7 @@ func (c *Coordinator) UnblockReady(ctx context.Context) (int, error) {
 
 // unblockReady is UnblockReady that also says how many jobs were blocked.
 func (c *Coordinator) unblockReady(ctx context.Context) (unblocked, blocked int, err error) {
-	jobs, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageBlocked))}})
+	jobs, err := c.queryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageBlocked))}})
 	if err != nil {
 		return 0, 0, err
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/schedule"
@@ -64,7 +66,7 @@ func (c *Coordinator) Claim(ctx context.Context, req ClaimRequest) (*protocol.Cl
 	if len(f.Products) == 0 {
 		// An unscoped token draws from every product: a cross-partition
 		// filter, which has no order to page by, so it reads the queue.
-		queued, err := c.queryJobs(ctx, Query{Where: []Cond{Eq("stage", string(fleet.StageQueued))}})
+		queued, err := c.queryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued))}})
 		if err != nil {
 			return nil, err
 		}
@@ -98,10 +100,10 @@ func (c *Coordinator) claimPaged(ctx context.Context, products []string, try fun
 			var page []*fleet.Job
 			var next []string
 			for _, p := range open {
-				res, err := c.store.Query(ctx, Jobs, Query{PartitionKey: p, Limit: claimPage, Continuation: conts[p],
-					Where: []Cond{Eq("stage", string(fleet.StageQueued)), Eq("priority", string(prio))}})
+				res, err := c.store.Query(ctx, store.Jobs, store.Query{PartitionKey: p, Limit: claimPage, Continuation: conts[p],
+					Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued)), store.Eq("priority", string(prio))}})
 				if err != nil {
-					return nil, fmt.Errorf("query %s: %w", Jobs, err)
+					return nil, fmt.Errorf("query %s: %w", store.Jobs, err)
 				}
 				for _, it := range res.Items {
 					j, err := decodeJob(it)
@@ -191,14 +193,14 @@ func (c *Coordinator) claimBest(ctx context.Context, f *fleet.Factory, queued []
 // still holds, or nil. It looks only where the claim could have drawn
 // from: the products' partitions, or every one for an unscoped token.
 func (c *Coordinator) claimedBy(ctx context.Context, factoryID string, products []string, requestID string) (*protocol.Claimed, error) {
-	where := []Cond{Eq("holderFactoryId", factoryID), Eq("claimRequestId", requestID)}
+	where := []store.Cond{store.Eq("holderFactoryId", factoryID), store.Eq("claimRequestId", requestID)}
 	partitions := products
 	if len(partitions) == 0 {
 		partitions = []string{""} // one cross-partition query
 	}
 	var held []*fleet.Job
 	for _, p := range partitions {
-		js, err := c.queryJobs(ctx, Query{PartitionKey: p, Where: where})
+		js, err := c.queryJobs(ctx, store.Query{PartitionKey: p, Where: where})
 		if err != nil {
 			return nil, err
 		}
@@ -343,7 +345,7 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 // product or, with productID empty, of all: the one query the reaper, the
 // preemption, the seat caps and the scheduler's seat counts share.
 func (c *Coordinator) leasedJobs(ctx context.Context, productID string) ([]*fleet.Job, error) {
-	return c.queryJobs(ctx, Query{PartitionKey: productID, Where: []Cond{In("stage", string(fleet.StageAssigned), string(fleet.StageBuilding))}})
+	return c.queryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{store.In("stage", string(fleet.StageAssigned), string(fleet.StageBuilding))}})
 }
 
 // backoff is RetryBackoff × 2^(attempt-1), capped.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gigafactory/fleet/shared/store"
 )
 
 // The ledger is one small document (container Ledger, id ledgerID) of
@@ -99,8 +101,8 @@ func (l *ledger) counter(field string) int64 {
 // readLedger point-reads the ledger. An absent ledger reads as all zeros
 // with rev "" (nothing was ever counted).
 func (c *Coordinator) readLedger(ctx context.Context) (*ledger, string, error) {
-	it, err := c.store.Read(ctx, Ledger, ledgerID, ledgerID)
-	if errors.Is(err, ErrNotFound) {
+	it, err := c.store.Read(ctx, store.Ledger, ledgerID, ledgerID)
+	if errors.Is(err, store.ErrNotFound) {
 		return &ledger{ID: ledgerID, ProductID: "*"}, "", nil
 	}
 	if err != nil {
@@ -123,8 +125,8 @@ func ledgerTokensOf(l *ledger) int64 {
 // bump adds one to a ledger counter, creating the ledger on first use.
 func (c *Coordinator) bump(ctx context.Context, field string) error {
 	for range 2 {
-		_, err := c.store.Increment(ctx, Ledger, ledgerID, ledgerID, field, 1)
-		if !errors.Is(err, ErrNotFound) {
+		_, err := c.store.Increment(ctx, store.Ledger, ledgerID, ledgerID, field, 1)
+		if !errors.Is(err, store.ErrNotFound) {
 			if err != nil {
 				return fmt.Errorf("bump ledger %s: %w", field, err)
 			}
@@ -134,11 +136,11 @@ func (c *Coordinator) bump(ctx context.Context, field string) error {
 		// increment that. A mark recorded at zero meanwhile stays below
 		// the counter this bump leaves behind.
 		body, _ := json.Marshal(ledger{ID: ledgerID, ProductID: "*"})
-		if _, err := c.store.Create(ctx, Ledger, ledgerID, ledgerID, body); err != nil && !errors.Is(err, ErrExists) {
+		if _, err := c.store.Create(ctx, store.Ledger, ledgerID, ledgerID, body); err != nil && !errors.Is(err, store.ErrExists) {
 			return fmt.Errorf("create ledger: %w", err)
 		}
 	}
-	return fmt.Errorf("bump ledger %s: %w", field, ErrNotFound)
+	return fmt.Errorf("bump ledger %s: %w", field, store.ErrNotFound)
 }
 
 // quietView is what a sweep read of the ledger before scanning.
@@ -200,14 +202,14 @@ func (c *Coordinator) markQuiet(ctx context.Context, v quietView) {
 			return
 		}
 		if rev == "" {
-			_, err = c.store.Create(ctx, Ledger, ledgerID, ledgerID, body)
+			_, err = c.store.Create(ctx, store.Ledger, ledgerID, ledgerID, body)
 		} else {
-			_, err = c.store.Replace(ctx, Ledger, ledgerID, ledgerID, body, rev)
+			_, err = c.store.Replace(ctx, store.Ledger, ledgerID, ledgerID, body, rev)
 		}
 		switch {
 		case err == nil:
 			return
-		case errors.Is(err, ErrPrecondition), errors.Is(err, ErrExists), errors.Is(err, ErrNotFound):
+		case errors.Is(err, store.ErrPrecondition), errors.Is(err, store.ErrExists), errors.Is(err, store.ErrNotFound):
 			continue
 		default:
 			c.log.WarnContext(ctx, "record quiet sweep", "sweep", v.sw.name, "err", err)

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
@@ -219,13 +221,13 @@ func (l *live) wakeUp() {
 }
 
 func (l *live) heads(ctx context.Context) (Position, error) {
-	e, err := l.c.store.ChangesHead(ctx, Events)
+	e, err := l.c.store.ChangesHead(ctx, store.Events)
 	if err != nil {
-		return Position{}, fmt.Errorf("live events: head of %s: %w", Events, err)
+		return Position{}, fmt.Errorf("live events: head of %s: %w", store.Events, err)
 	}
-	f, err := l.c.store.ChangesHead(ctx, Factories)
+	f, err := l.c.store.ChangesHead(ctx, store.Factories)
 	if err != nil {
-		return Position{}, fmt.Errorf("live events: head of %s: %w", Factories, err)
+		return Position{}, fmt.Errorf("live events: head of %s: %w", store.Factories, err)
 	}
 	return Position{Events: e, Factories: f}, nil
 }
@@ -326,7 +328,7 @@ func (c *Coordinator) readChanges(ctx context.Context, pos Position, page func([
 	for _, feed := range []struct {
 		container string
 		cur       *string
-	}{{Events, &pos.Events}, {Factories, &pos.Factories}} {
+	}{{store.Events, &pos.Events}, {store.Factories, &pos.Factories}} {
 		for {
 			p, err := c.store.ReadChanges(ctx, feed.container, *feed.cur, feedPage)
 			if err != nil {
@@ -359,8 +361,8 @@ func (c *Coordinator) readChanges(ctx context.Context, pos Position, page func([
 	return pos, nil
 }
 
-func (c *Coordinator) change(container string, it Item) (Change, error) {
-	if container == Events {
+func (c *Coordinator) change(container string, it store.Item) (Change, error) {
+	if container == store.Events {
 		ev, err := decode[fleet.Event](it)
 		if err != nil {
 			return Change{}, err
@@ -379,12 +381,12 @@ func (c *Coordinator) change(container string, it Item) (Change, error) {
 // container it follows, so a stream sees the change without waiting for the
 // next poll.
 type wakingStore struct {
-	Store
+	store.Store
 	live *live
 }
 
 func (s wakingStore) wrote(container string, err error) {
-	if err == nil && (container == Events || container == Factories) {
+	if err == nil && (container == store.Events || container == store.Factories) {
 		s.live.wakeUp()
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/schedule"
 )
@@ -100,7 +102,7 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 	if m.Factories.Seats > 0 {
 		m.Factories.Utilization = float64(m.Factories.Load) / float64(m.Factories.Seats)
 	}
-	q := Query{PartitionKey: productID, Where: []Cond{In("stage", activeStages...)}}
+	q := store.Query{PartitionKey: productID, Where: []store.Cond{store.In("stage", activeStages...)}}
 	jobs, err := c.queryJobs(ctx, q)
 	if err != nil {
 		return nil, err
@@ -164,7 +166,7 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		}
 	}
 	m.Alerts = append(m.Alerts, blockedOnFailed...)
-	dead, err := c.queryJobs(ctx, Query{PartitionKey: productID, Where: []Cond{Eq("stage", string(fleet.StageDeadLetter))}})
+	dead, err := c.queryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{store.Eq("stage", string(fleet.StageDeadLetter))}})
 	if err != nil {
 		return nil, err
 	}

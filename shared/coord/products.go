@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -118,7 +120,7 @@ var errProductMoved = errors.New("product changed")
 
 func (c *Coordinator) declareOnce(ctx context.Context, req ProductRequest) (*fleet.Product, error) {
 	id, name, repos, move := req.ID, req.Name, req.Repos, req.MoveRepos
-	old, oldIt, err := readDoc[fleet.Product](ctx, c.store, Products, id, id, "product")
+	old, oldIt, err := readDoc[fleet.Product](ctx, c.store, store.Products, id, id, "product")
 	if err != nil && !errors.Is(err, fleet.ErrNotFound) {
 		return nil, err
 	}
@@ -150,7 +152,7 @@ func (c *Coordinator) declareOnce(ctx context.Context, req ProductRequest) (*fle
 	var made []*fleet.RepoOwner // claims to undo if the declaration fails
 	undo := func() {
 		for _, o := range made {
-			_ = c.store.Delete(context.WithoutCancel(ctx), Repos, o.ID, o.ID, o.Rev)
+			_ = c.store.Delete(context.WithoutCancel(ctx), store.Repos, o.ID, o.ID, o.Rev)
 		}
 	}
 	for i, r := range repos {
@@ -176,13 +178,13 @@ func (c *Coordinator) declareOnce(ctx context.Context, req ProductRequest) (*fle
 	}
 	var rev string
 	if old == nil {
-		rev, err = c.store.Create(ctx, Products, id, id, body)
-		if errors.Is(err, ErrExists) {
+		rev, err = c.store.Create(ctx, store.Products, id, id, body)
+		if errors.Is(err, store.ErrExists) {
 			err = errProductMoved
 		}
 	} else {
-		rev, err = c.store.Replace(ctx, Products, id, id, body, oldIt.Rev)
-		if errors.Is(err, ErrPrecondition) || errors.Is(err, ErrNotFound) {
+		rev, err = c.store.Replace(ctx, store.Products, id, id, body, oldIt.Rev)
+		if errors.Is(err, store.ErrPrecondition) || errors.Is(err, store.ErrNotFound) {
 			err = errProductMoved
 		}
 	}
@@ -237,7 +239,7 @@ func (c *Coordinator) repoOwners(ctx context.Context, repos []string) (map[strin
 	owners := make(map[string]*fleet.RepoOwner, len(repos))
 	var missing []string
 	for _, r := range repos {
-		o, it, err := readDoc[fleet.RepoOwner](ctx, c.store, Repos, r, r, "repo")
+		o, it, err := readDoc[fleet.RepoOwner](ctx, c.store, store.Repos, r, r, "repo")
 		switch {
 		case errors.Is(err, fleet.ErrNotFound):
 			missing = append(missing, r)
@@ -251,7 +253,7 @@ func (c *Coordinator) repoOwners(ctx context.Context, repos []string) (map[strin
 	if len(missing) == 0 {
 		return owners, nil
 	}
-	items, err := c.queryAll(ctx, Products, Query{})
+	items, err := c.queryAll(ctx, store.Products, store.Query{})
 	if err != nil {
 		return nil, err
 	}
@@ -289,9 +291,9 @@ func (c *Coordinator) createRepoOwner(ctx context.Context, repo, product string)
 	if err != nil {
 		return nil, false, err
 	}
-	rev, err := c.store.Create(ctx, Repos, repo, repo, body)
-	if errors.Is(err, ErrExists) {
-		cur, it, err := readDoc[fleet.RepoOwner](ctx, c.store, Repos, repo, repo, "repo")
+	rev, err := c.store.Create(ctx, store.Repos, repo, repo, body)
+	if errors.Is(err, store.ErrExists) {
+		cur, it, err := readDoc[fleet.RepoOwner](ctx, c.store, store.Repos, repo, repo, "repo")
 		if err != nil {
 			return nil, false, err
 		}
@@ -333,19 +335,19 @@ func (c *Coordinator) claimRepo(ctx context.Context, i int, repo, product string
 		if err != nil {
 			return nil, false, err
 		}
-		rev, err := c.store.Replace(ctx, Repos, repo, repo, body, seen.Rev)
+		rev, err := c.store.Replace(ctx, store.Repos, repo, repo, body, seen.Rev)
 		switch {
 		case err == nil:
 			o.Rev = rev
 			return o, false, nil
-		case errors.Is(err, ErrPrecondition):
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, store.ErrPrecondition):
+		case errors.Is(err, store.ErrNotFound):
 			seen = nil
 			continue
 		default:
 			return nil, false, fmt.Errorf("move repo %s: %w", repo, err)
 		}
-		cur, it, err := readDoc[fleet.RepoOwner](ctx, c.store, Repos, repo, repo, "repo")
+		cur, it, err := readDoc[fleet.RepoOwner](ctx, c.store, store.Repos, repo, repo, "repo")
 		switch {
 		case errors.Is(err, fleet.ErrNotFound):
 			seen = nil
@@ -378,7 +380,7 @@ func (c *Coordinator) unlistRepo(ctx context.Context, product, repo string) erro
 
 // releaseRepos gives up every repo product owns but no longer lists.
 func (c *Coordinator) releaseRepos(ctx context.Context, product string, keep []string) error {
-	items, err := c.queryAll(ctx, Repos, Query{Where: []Cond{Eq("productId", product)}})
+	items, err := c.queryAll(ctx, store.Repos, store.Query{Where: []store.Cond{store.Eq("productId", product)}})
 	if err != nil {
 		return err
 	}
@@ -391,8 +393,8 @@ func (c *Coordinator) releaseRepos(ctx context.Context, product string, keep []s
 			continue
 		}
 		// At the revision read: a repo moved meanwhile is not ours to free.
-		err := c.store.Delete(ctx, Repos, it.ID, it.ID, it.Rev)
-		if err != nil && !errors.Is(err, ErrPrecondition) && !errors.Is(err, ErrNotFound) {
+		err := c.store.Delete(ctx, store.Repos, it.ID, it.ID, it.Rev)
+		if err != nil && !errors.Is(err, store.ErrPrecondition) && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("release repo %s: %w", it.ID, err)
 		}
 	}
@@ -401,7 +403,7 @@ func (c *Coordinator) releaseRepos(ctx context.Context, product string, keep []s
 
 // GetProduct reads a product.
 func (c *Coordinator) GetProduct(ctx context.Context, productID string) (*fleet.Product, error) {
-	p, it, err := readDoc[fleet.Product](ctx, c.store, Products, productID, productID, "product")
+	p, it, err := readDoc[fleet.Product](ctx, c.store, store.Products, productID, productID, "product")
 	if err != nil {
 		return nil, err
 	}
@@ -421,27 +423,27 @@ type RepoInfo struct {
 // set, that product's repos only. An unscoped reader without a product also
 // sees repos only factories have.
 func (c *Coordinator) Repos(ctx context.Context, scope Scope, productID string) ([]RepoInfo, error) {
-	var items []Item
+	var items []store.Item
 	switch {
 	case productID != "":
 		if !scope.Allows(productID) {
 			return []RepoInfo{}, nil
 		}
-		page, err := c.queryAll(ctx, Products, Query{PartitionKey: productID})
+		page, err := c.queryAll(ctx, store.Products, store.Query{PartitionKey: productID})
 		if err != nil {
 			return nil, err
 		}
 		items = page
 	case len(scope) > 0:
 		for _, p := range scope {
-			page, err := c.queryAll(ctx, Products, Query{PartitionKey: p})
+			page, err := c.queryAll(ctx, store.Products, store.Query{PartitionKey: p})
 			if err != nil {
 				return nil, err
 			}
 			items = append(items, page...)
 		}
 	default:
-		all, err := c.queryAll(ctx, Products, Query{})
+		all, err := c.queryAll(ctx, store.Products, store.Query{})
 		if err != nil {
 			return nil, err
 		}
@@ -492,11 +494,11 @@ func (c *Coordinator) Repos(ctx context.Context, scope Scope, productID string) 
 // version is a hint, and the next change bumps it again.
 func (c *Coordinator) bumpQueueState(ctx context.Context, productID string) {
 	for range 3 {
-		_, err := c.store.Increment(ctx, QueueStates, productID, productID, "version", 1)
+		_, err := c.store.Increment(ctx, store.QueueStates, productID, productID, "version", 1)
 		if err == nil {
 			return
 		}
-		if !errors.Is(err, ErrNotFound) {
+		if !errors.Is(err, store.ErrNotFound) {
 			c.log.ErrorContext(ctx, "bump queue state", "product", productID, "err", err)
 			return
 		}
@@ -506,10 +508,10 @@ func (c *Coordinator) bumpQueueState(ctx context.Context, productID string) {
 			c.log.ErrorContext(ctx, "encode queue state", "product", productID, "err", err)
 			return
 		}
-		if _, err = c.store.Create(ctx, QueueStates, productID, productID, body); err == nil {
+		if _, err = c.store.Create(ctx, store.QueueStates, productID, productID, body); err == nil {
 			return
 		}
-		if !errors.Is(err, ErrExists) {
+		if !errors.Is(err, store.ErrExists) {
 			c.log.ErrorContext(ctx, "create queue state", "product", productID, "err", err)
 			return
 		}
@@ -518,8 +520,8 @@ func (c *Coordinator) bumpQueueState(ctx context.Context, productID string) {
 
 // QueueState returns the product's queue version (0 before any job).
 func (c *Coordinator) QueueState(ctx context.Context, productID string) (fleet.QueueState, error) {
-	it, err := c.store.Read(ctx, QueueStates, productID, productID)
-	if errors.Is(err, ErrNotFound) {
+	it, err := c.store.Read(ctx, store.QueueStates, productID, productID)
+	if errors.Is(err, store.ErrNotFound) {
 		return fleet.QueueState{ID: productID, ProductID: productID}, nil
 	}
 	if err != nil {

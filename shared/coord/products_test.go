@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -21,12 +23,12 @@ import (
 func TestRepoOwnership(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t) // p1 owns notes and api
-	before := e.snapshotContainers(coord.Products, coord.Repos)
+	before := e.snapshotContainers(store.Products, store.Repos)
 
 	_, err := e.c.PutProduct(e.ctx, "p2", "", []string{"docs", repo})
 	requireCode(t, err, fleet.CodeConflict, "repos[1]")
 	require.Contains(t, err.Error(), "p1")
-	require.Equal(t, before, e.snapshotContainers(coord.Products, coord.Repos), "a refused claim changed something")
+	require.Equal(t, before, e.snapshotContainers(store.Products, store.Repos), "a refused claim changed something")
 	_, _, err = e.c.Submit(e.ctx, "p2", manifest())
 	requireCode(t, err, fleet.CodeRepoNotOwned, "repo")
 
@@ -102,7 +104,7 @@ func TestRepoClaimRace(t *testing.T) {
 		require.ErrorIs(t, err, fleet.ErrNotFound, "a loser's product was written")
 	}
 	owned := map[string]string{}
-	for _, doc := range e.snapshotContainers(coord.Repos) {
+	for _, doc := range e.snapshotContainers(store.Repos) {
 		var o fleet.RepoOwner
 		require.NoError(t, json.Unmarshal([]byte(doc[strings.Index(doc, " ")+1:]), &o))
 		owned[o.ID] = o.ProductID
@@ -117,7 +119,7 @@ func TestRepoClaimRace(t *testing.T) {
 func TestRepoClaimUndoneWhenRaceLost(t *testing.T) {
 	t.Parallel()
 	racer := &racingClaim{}
-	e := newEnv(t, withStore(func(s coord.Store) coord.Store { racer.Store = s; return racer }))
+	e := newEnv(t, withStore(func(s store.Store) store.Store { racer.Store = s; return racer }))
 	other := e.peer()
 	racer.race = func() {
 		_, err := other.PutProduct(e.ctx, "q", "", []string{"contested"})
@@ -128,20 +130,20 @@ func TestRepoClaimUndoneWhenRaceLost(t *testing.T) {
 	require.Contains(t, err.Error(), "product q")
 	_, err = e.c.GetProduct(e.ctx, "p2")
 	require.ErrorIs(t, err, fleet.ErrNotFound)
-	_, err = e.raw.Read(e.ctx, coord.Repos, "docs", "docs")
-	require.ErrorIs(t, err, coord.ErrNotFound, "the lost race left the claim of docs behind")
+	_, err = e.raw.Read(e.ctx, store.Repos, "docs", "docs")
+	require.ErrorIs(t, err, store.ErrNotFound, "the lost race left the claim of docs behind")
 }
 
 // racingClaim lets race claim repo contested first, right before the
 // coordinator's own attempt to create its owner, once.
 type racingClaim struct {
-	coord.Store
+	store.Store
 	once sync.Once
 	race func()
 }
 
 func (s *racingClaim) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
-	if container == coord.Repos && id == "contested" && s.race != nil {
+	if container == store.Repos && id == "contested" && s.race != nil {
 		s.once.Do(s.race)
 	}
 	return s.Store.Create(ctx, container, pk, id, body)

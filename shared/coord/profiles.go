@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -73,7 +75,7 @@ func (c *Coordinator) PutProfile(ctx context.Context, req PutProfileRequest) (*f
 	p.ProductID, p.CreatedBy = req.ProductID, req.Actor
 	for range maxCASAttempts {
 		latest, rev, err := c.readLatestProfile(ctx, req.ProductID, req.Name)
-		if err != nil && !errors.Is(err, ErrNotFound) {
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return nil, err
 		}
 		next := int64(1)
@@ -85,8 +87,8 @@ func (c *Coordinator) PutProfile(ctx context.Context, req PutProfileRequest) (*f
 		if err != nil {
 			return nil, fmt.Errorf("encode profile: %w", err)
 		}
-		_, err = c.store.Create(ctx, Profiles, req.ProductID, fleet.ProfileVersionID(p.Name, next), body)
-		if errors.Is(err, ErrExists) {
+		_, err = c.store.Create(ctx, store.Profiles, req.ProductID, fleet.ProfileVersionID(p.Name, next), body)
+		if errors.Is(err, store.ErrExists) {
 			// Another PUT took this version; it may have stopped before
 			// moving the pointer, so move it for it, then try the next.
 			c.stats.casConflicts.Add(1)
@@ -111,7 +113,7 @@ func (c *Coordinator) PutProfile(ctx context.Context, req PutProfileRequest) (*f
 // rev is the pointer's revision when it was read ("" when there was none);
 // a lost race re-reads it.
 func (c *Coordinator) advanceLatestProfile(ctx context.Context, productID, name string, v int64, rev string) error {
-	it, err := c.store.Read(ctx, Profiles, productID, fleet.ProfileVersionID(name, v))
+	it, err := c.store.Read(ctx, store.Profiles, productID, fleet.ProfileVersionID(name, v))
 	if err != nil {
 		return fmt.Errorf("read profile %s version %d: %w", name, v, err)
 	}
@@ -126,19 +128,19 @@ func (c *Coordinator) advanceLatestProfile(ctx context.Context, productID, name 
 	}
 	for range maxCASAttempts {
 		if rev == "" {
-			_, err = c.store.Create(ctx, Profiles, productID, name, body)
+			_, err = c.store.Create(ctx, store.Profiles, productID, name, body)
 		} else {
-			_, err = c.store.Replace(ctx, Profiles, productID, name, body, rev)
+			_, err = c.store.Replace(ctx, store.Profiles, productID, name, body, rev)
 		}
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, ErrExists) && !errors.Is(err, ErrPrecondition) && !errors.Is(err, ErrNotFound) {
+		if !errors.Is(err, store.ErrExists) && !errors.Is(err, store.ErrPrecondition) && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("write profile %s latest: %w", name, err)
 		}
 		latest, r, err := c.readLatestProfile(ctx, productID, name)
 		switch {
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, store.ErrNotFound):
 			rev = ""
 			continue
 		case err != nil:
@@ -154,9 +156,9 @@ func (c *Coordinator) advanceLatestProfile(ctx context.Context, productID, name 
 // readLatestProfile reads the latest pointer of name and its revision;
 // ErrNotFound when the profile has no version yet.
 func (c *Coordinator) readLatestProfile(ctx context.Context, productID, name string) (*fleet.Profile, string, error) {
-	it, err := c.store.Read(ctx, Profiles, productID, name)
+	it, err := c.store.Read(ctx, store.Profiles, productID, name)
 	if err != nil {
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			return nil, "", err
 		}
 		return nil, "", fmt.Errorf("read profile %s: %w", name, err)
@@ -189,13 +191,13 @@ func (c *Coordinator) GetProfile(ctx context.Context, productID, name string, ve
 	}
 	if version == 0 {
 		p, _, err := c.readLatestProfile(ctx, productID, name)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			return nil, notFound(err)
 		}
 		return p, err
 	}
-	it, err := c.store.Read(ctx, Profiles, productID, fleet.ProfileVersionID(name, version))
-	if errors.Is(err, ErrNotFound) {
+	it, err := c.store.Read(ctx, store.Profiles, productID, fleet.ProfileVersionID(name, version))
+	if errors.Is(err, store.ErrNotFound) {
 		return nil, notFound(err)
 	}
 	if err != nil {
@@ -211,7 +213,7 @@ func (c *Coordinator) GetProfile(ctx context.Context, productID, name string, ve
 // ListProfiles lists the latest version of each of a product's profiles,
 // by name.
 func (c *Coordinator) ListProfiles(ctx context.Context, productID string) ([]ProfileSummary, error) {
-	return c.queryProfiles(ctx, productID, Eq("kind", profileKindLatest))
+	return c.queryProfiles(ctx, productID, store.Eq("kind", profileKindLatest))
 }
 
 // ProfileVersions lists every version of a product's profile name, oldest
@@ -220,7 +222,7 @@ func (c *Coordinator) ProfileVersions(ctx context.Context, productID, name strin
 	if err := fleet.ValidateName("name", name); err != nil {
 		return nil, err
 	}
-	out, err := c.queryProfiles(ctx, productID, Eq("kind", profileKindVersion), Eq("name", name))
+	out, err := c.queryProfiles(ctx, productID, store.Eq("kind", profileKindVersion), store.Eq("name", name))
 	if err != nil {
 		return nil, err
 	}
@@ -232,14 +234,14 @@ func (c *Coordinator) ProfileVersions(ctx context.Context, productID, name strin
 
 // queryProfiles reads every profile document of a product matching where,
 // in id order (a single-partition query).
-func (c *Coordinator) queryProfiles(ctx context.Context, productID string, where ...Cond) ([]ProfileSummary, error) {
+func (c *Coordinator) queryProfiles(ctx context.Context, productID string, where ...store.Cond) ([]ProfileSummary, error) {
 	if err := fleet.ValidateName("productId", productID); err != nil {
 		return nil, err
 	}
 	out := []ProfileSummary{}
-	q := Query{PartitionKey: productID, Where: where}
+	q := store.Query{PartitionKey: productID, Where: where}
 	for {
-		page, err := c.store.Query(ctx, Profiles, q)
+		page, err := c.store.Query(ctx, store.Profiles, q)
 		if err != nil {
 			return nil, fmt.Errorf("list profiles: %w", err)
 		}
@@ -264,7 +266,7 @@ func (c *Coordinator) applyPersona(ctx context.Context, j *fleet.Job) error {
 		return nil
 	}
 	p, _, err := c.readLatestProfile(ctx, j.ProductID, j.Persona)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return fleet.Invalid("persona", "no profile %s in product %s; create it with PUT /api/fleet/profiles/%s", j.Persona, j.ProductID, j.Persona)
 	}
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -104,7 +106,7 @@ func TestPutProfileAfterOrphanVersion(t *testing.T) {
 	e.putProfile("backend", profileDoc("one\n"))
 	orphan := fmt.Sprintf(`{"id":%q,"kind":"version","name":"backend","productId":%q,"version":2,"capabilities":[],"budget":{},"body":"two\n","createdAt":"2026-01-01T00:00:00Z"}`,
 		fleet.ProfileVersionID("backend", 2), prod)
-	_, err := e.raw.Create(e.ctx, coord.Profiles, prod, fleet.ProfileVersionID("backend", 2), []byte(orphan))
+	_, err := e.raw.Create(e.ctx, store.Profiles, prod, fleet.ProfileVersionID("backend", 2), []byte(orphan))
 	require.NoError(t, err)
 	p := e.putProfile("backend", profileDoc("three\n"))
 	require.Equal(t, int64(3), p.Version)
@@ -142,10 +144,10 @@ func TestPutProfileInvalid(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			before := e.snapshotContainers(coord.Profiles)
+			before := e.snapshotContainers(store.Profiles)
 			_, err := e.c.PutProfile(e.ctx, coord.PutProfileRequest{ProductID: prod, Name: tt.profile, Document: tt.doc})
 			requireCode(t, err, tt.code, tt.field)
-			require.Equal(t, before, e.snapshotContainers(coord.Profiles))
+			require.Equal(t, before, e.snapshotContainers(store.Profiles))
 		})
 	}
 }
@@ -196,10 +198,10 @@ func TestSubmitUnknownPersona(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.putProfile("backend", profileDoc("b"))
-	before := e.snapshotContainers(coord.Jobs, coord.Events)
+	before := e.snapshotContainers(store.Jobs, store.Events)
 	_, _, err := e.c.Submit(e.ctx, prod, manifest("persona: frontend"))
 	requireCode(t, err, fleet.CodeInvalid, "persona")
-	require.Equal(t, before, e.snapshotContainers(coord.Jobs, coord.Events))
+	require.Equal(t, before, e.snapshotContainers(store.Jobs, store.Events))
 	// A profile of another product is not this product's.
 	_, err = e.c.PutProfile(e.ctx, coord.PutProfileRequest{ProductID: "p2", Name: "frontend", Document: profileDoc("b")})
 	require.NoError(t, err)

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -128,7 +130,7 @@ func TestReapSkipsLiveLeases(t *testing.T) {
 func TestReapRacesRenew(t *testing.T) {
 	t.Parallel()
 	hs := &hookStore{}
-	e := newEnv(t, withConfig(coord.Config{LeaseTTL: time.Minute}), withStore(func(s coord.Store) coord.Store {
+	e := newEnv(t, withConfig(coord.Config{LeaseTTL: time.Minute}), withStore(func(s store.Store) store.Store {
 		hs.Store = s
 		return hs
 	}))
@@ -162,7 +164,7 @@ func TestReapRacesRenew(t *testing.T) {
 func TestReapRacesCancel(t *testing.T) {
 	t.Parallel()
 	hs := &hookStore{}
-	e := newEnv(t, withConfig(coord.Config{LeaseTTL: time.Minute}), withStore(func(s coord.Store) coord.Store {
+	e := newEnv(t, withConfig(coord.Config{LeaseTTL: time.Minute}), withStore(func(s store.Store) store.Store {
 		hs.Store = s
 		return hs
 	}))

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -233,14 +235,14 @@ func TestSeatCapLeakedSeat(t *testing.T) {
 	e.factory("f1")
 	e.capSeats(1)
 	j := e.submit()
-	it, err := e.raw.Read(e.ctx, coord.Products, prod, prod)
+	it, err := e.raw.Read(e.ctx, store.Products, prod, prod)
 	require.NoError(t, err)
 	var doc fleet.Product
 	require.NoError(t, json.Unmarshal(it.Body, &doc))
 	doc.Seats = map[string]fleet.Seat{j.ID: {LeaseEpoch: 1, At: t0}}
 	body, err := json.Marshal(doc)
 	require.NoError(t, err)
-	_, err = e.raw.Replace(e.ctx, coord.Products, prod, prod, body, it.Rev)
+	_, err = e.raw.Replace(e.ctx, store.Products, prod, prod, body, it.Rev)
 	require.NoError(t, err)
 
 	cl, err := e.c.Claim(e.ctx, e.as("f1"))

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -108,10 +110,10 @@ func TestSubmitIdempotent(t *testing.T) {
 	require.Len(t, ids, 1)
 	require.Equal(t, 1, creates)
 
-	page, err := e.raw.Query(e.ctx, coord.Jobs, coord.Query{PartitionKey: prod, Where: []coord.Cond{coord.Eq("idempotencyKey", "tracker-4711")}})
+	page, err := e.raw.Query(e.ctx, store.Jobs, store.Query{PartitionKey: prod, Where: []store.Cond{store.Eq("idempotencyKey", "tracker-4711")}})
 	require.NoError(t, err)
 	require.Len(t, page.Items, 1, "one document per key")
-	page, err = e.raw.Query(e.ctx, coord.Jobs, coord.Query{PartitionKey: prod})
+	page, err = e.raw.Query(e.ctx, store.Jobs, store.Query{PartitionKey: prod})
 	require.NoError(t, err)
 	require.Len(t, page.Items, 2)
 	for id := range ids {
@@ -147,14 +149,14 @@ func TestSubmitRejects(t *testing.T) {
 	_, err := e.c.PutProduct(e.ctx, "p2", "", []string{"docs"})
 	require.NoError(t, err)
 	for _, tc := range tests {
-		before, err := e.raw.ReadChanges(e.ctx, coord.Jobs, "", 1000)
+		before, err := e.raw.ReadChanges(e.ctx, store.Jobs, "", 1000)
 		require.NoError(t, err)
 		_, _, err = e.c.Submit(e.ctx, tc.product, tc.manifest)
 		requireCode(t, err, tc.code, tc.field)
 		if tc.code == fleet.CodeRepoNotOwned {
 			require.ErrorIs(t, err, fleet.ErrRepoNotOwned, tc.name)
 		}
-		after, err := e.raw.ReadChanges(e.ctx, coord.Jobs, before.Continuation, 1000)
+		after, err := e.raw.ReadChanges(e.ctx, store.Jobs, before.Continuation, 1000)
 		require.NoError(t, err)
 		var written []string
 		for _, it := range after.Items {
@@ -311,18 +313,18 @@ func TestSubmitEncodedTooLarge(t *testing.T) {
 // document the store refuses for its size is too_large, never a 500.
 func TestStoreTooLargeIsTooLarge(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withStore(func(s coord.Store) coord.Store { return &tooLargeStore{Store: s} }))
+	e := newEnv(t, withStore(func(s store.Store) store.Store { return &tooLargeStore{Store: s} }))
 	_, _, err := e.c.Submit(e.ctx, prod, manifest())
 	require.ErrorIs(t, err, fleet.ErrTooLarge)
-	require.ErrorIs(t, err, coord.ErrTooLarge)
+	require.ErrorIs(t, err, store.ErrTooLarge)
 }
 
 // tooLargeStore refuses every job it is asked to create as too large.
-type tooLargeStore struct{ coord.Store }
+type tooLargeStore struct{ store.Store }
 
 func (s *tooLargeStore) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
-	if container == coord.Jobs {
-		return "", fmt.Errorf("sqlite: create: %w", coord.ErrTooLarge)
+	if container == store.Jobs {
+		return "", fmt.Errorf("sqlite: create: %w", store.ErrTooLarge)
 	}
 	return s.Store.Create(ctx, container, pk, id, body)
 }
@@ -334,7 +336,7 @@ func TestSubmitFinishesAfterCallerLeaves(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	e := newEnv(t, withStore(func(s coord.Store) coord.Store { return &cancelOnCreate{Store: s, cancel: cancel} }))
+	e := newEnv(t, withStore(func(s store.Store) store.Store { return &cancelOnCreate{Store: s, cancel: cancel} }))
 	j, created, err := e.c.Submit(ctx, prod, manifest())
 	require.NoError(t, err)
 	require.True(t, created)
@@ -344,13 +346,13 @@ func TestSubmitFinishesAfterCallerLeaves(t *testing.T) {
 
 // cancelOnCreate cancels the caller's context as soon as a job is created.
 type cancelOnCreate struct {
-	coord.Store
+	store.Store
 	cancel context.CancelFunc
 }
 
 func (s *cancelOnCreate) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
 	rev, err := s.Store.Create(ctx, container, pk, id, body)
-	if container == coord.Jobs {
+	if container == store.Jobs {
 		s.cancel()
 	}
 	return rev, err

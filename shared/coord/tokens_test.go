@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -13,7 +15,7 @@ import (
 // tokensOf reads every stored token of factory id.
 func (e *env) tokensOf(id string) []fleet.Token {
 	e.t.Helper()
-	page, err := e.raw.Query(e.ctx, coord.Tokens, coord.Query{Where: []coord.Cond{coord.Eq("factoryId", id)}})
+	page, err := e.raw.Query(e.ctx, store.Tokens, store.Query{Where: []store.Cond{store.Eq("factoryId", id)}})
 	require.NoError(e.t, err)
 	require.Empty(e.t, page.Continuation)
 	out := make([]fleet.Token, 0, len(page.Items))
@@ -66,7 +68,7 @@ func TestAuthenticationNeedsLiveFactory(t *testing.T) {
 	require.NoError(t, err)
 
 	// The factory document goes, its token stays unrevoked.
-	require.NoError(t, e.raw.Delete(e.ctx, coord.Factories, "f1", "f1", ""))
+	require.NoError(t, e.raw.Delete(e.ctx, store.Factories, "f1", "f1", ""))
 	_, err = e.peer().AuthenticateFactory(e.ctx, secret)
 	require.ErrorIs(t, err, coord.ErrUnauthenticated, "the factory is gone")
 

@@ -8,9 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -346,7 +347,7 @@ func TestManifestEncodedTooLarge(t *testing.T) {
 // (413) wherever it comes from, never a 500.
 func TestStoreTooLargeMapsToTooLarge(t *testing.T) {
 	t.Parallel()
-	d := classify(fmt.Errorf("write factory f1: %w", coord.ErrTooLarge))
+	d := classify(fmt.Errorf("write factory f1: %w", store.ErrTooLarge))
 	require.Equal(t, fleet.CodeTooLarge, d.Code)
 	require.Equal(t, http.StatusRequestEntityTooLarge, statusOf(d.Code))
 }

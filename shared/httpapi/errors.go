@@ -8,7 +8,8 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -78,13 +79,13 @@ func classify(err error) errorDetail {
 		return errorDetail{Code: fleet.CodeConflict, Message: te.Error()}
 	case errors.As(err, &tooBig):
 		return errorDetail{Code: fleet.CodeTooLarge, Message: fmt.Sprintf("the request body is larger than %d bytes", tooBig.Limit)}
-	case errors.Is(err, coord.ErrTooLarge):
+	case errors.Is(err, store.ErrTooLarge):
 		// A use case's own bounds should have named the field; this is the
 		// store refusing a document that slipped past them.
 		return errorDetail{Code: fleet.CodeTooLarge, Message: "the request would store a document larger than the store allows"}
-	case errors.Is(err, coord.ErrThrottled):
+	case errors.Is(err, store.ErrThrottled):
 		return errorDetail{Code: fleet.CodeThrottled, Message: "the store is throttling requests; retry after the Retry-After delay"}
-	case errors.Is(err, coord.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return errorDetail{Code: fleet.CodeUnavailable, Message: "the store is unavailable; retry after the Retry-After delay"}
 	case errors.Is(err, context.Canceled):
 		// The client went away; nobody reads this answer, but the log and

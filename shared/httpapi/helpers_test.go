@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	blobfs "github.com/gigafactory/fleet/shared/blob/fs"
@@ -40,7 +42,7 @@ const (
 // faultyStore fails reads with an unclassified error while failing is set,
 // to reach the 500 path.
 type faultyStore struct {
-	coord.Store
+	store.Store
 	mu      sync.Mutex
 	failing bool
 	// loseEvents fails every write of an event (unavailable).
@@ -55,10 +57,10 @@ func (s *faultyStore) setLoseEvents(v bool) {
 
 func (s *faultyStore) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
 	s.mu.Lock()
-	lose := s.loseEvents && container == coord.Events
+	lose := s.loseEvents && container == store.Events
 	s.mu.Unlock()
 	if lose {
-		return "", coord.ErrUnavailable
+		return "", store.ErrUnavailable
 	}
 	return s.Store.Create(ctx, container, pk, id, body)
 }
@@ -69,12 +71,12 @@ func (s *faultyStore) setFailing(v bool) {
 	s.failing = v
 }
 
-func (s *faultyStore) Read(ctx context.Context, container, pk, id string) (coord.Item, error) {
+func (s *faultyStore) Read(ctx context.Context, container, pk, id string) (store.Item, error) {
 	s.mu.Lock()
 	failing := s.failing
 	s.mu.Unlock()
 	if failing {
-		return coord.Item{}, fmt.Errorf("disk on fire under /var/lib/secret-path")
+		return store.Item{}, fmt.Errorf("disk on fire under /var/lib/secret-path")
 	}
 	return s.Store.Read(ctx, container, pk, id)
 }
@@ -311,9 +313,9 @@ func (f *fixture) snapshot() snapshot {
 func snapshotStore(tb testing.TB, st *sqlite.Store) snapshot {
 	tb.Helper()
 	out := snapshot{}
-	for _, c := range coord.Containers {
+	for _, c := range store.Containers {
 		docs := map[string]string{}
-		q := coord.Query{}
+		q := store.Query{}
 		for {
 			page, err := st.Query(context.Background(), c.Name, q)
 			require.NoError(tb, err)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -331,10 +333,10 @@ func TestClassify(t *testing.T) {
 		{fleet.Errorf(fleet.CodePaused, "paused"), 422, fleet.CodePaused},
 		{fleet.Errorf(fleet.CodeBudgetExceeded, "over"), 422, fleet.CodeBudgetExceeded},
 		{&http.MaxBytesError{Limit: 10}, 413, fleet.CodeTooLarge},
-		{wrapf(coord.ErrThrottled), 429, fleet.CodeThrottled},
-		{wrapf(coord.ErrUnavailable), 503, fleet.CodeUnavailable},
+		{wrapf(store.ErrThrottled), 429, fleet.CodeThrottled},
+		{wrapf(store.ErrUnavailable), 503, fleet.CodeUnavailable},
 		{fleet.Errorf(fleet.CodeThrottled, "slow down"), 429, fleet.CodeThrottled},
-		{wrapf(coord.ErrPrecondition), 500, codeInternal},
+		{wrapf(store.ErrPrecondition), 500, codeInternal},
 	} {
 		d := classify(tc.err)
 		require.Equal(t, tc.code, d.Code, "%v", tc.err)
@@ -354,7 +356,7 @@ func TestThrottledHasRetryAfter(t *testing.T) {
 	s := &server{log: slog.New(slog.DiscardHandler)}
 	rec := httptest.NewRecorder()
 	req, _ := http.NewRequest("GET", "/api/fleet/metrics", nil)
-	s.writeError(rec, req, wrapf(coord.ErrThrottled))
+	s.writeError(rec, req, wrapf(store.ErrThrottled))
 	require.Equal(t, http.StatusTooManyRequests, rec.Code)
 	require.Equal(t, "1", rec.Header().Get("Retry-After"))
 	require.JSONEq(t, `{"error":{"code":"throttled","message":"the store is throttling requests; retry after the Retry-After delay"}}`, rec.Body.String())

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
@@ -313,7 +315,7 @@ func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *p
 			return nil
 		})
 		switch {
-		case errors.Is(err, coord.ErrBadContinuation) && !out.started:
+		case errors.Is(err, store.ErrBadContinuation) && !out.started:
 			return fleet.Invalid(resumeField(r), "is not an id of this stream (%v)", err)
 		case err != nil && !out.started:
 			return err
@@ -468,7 +470,7 @@ func (s *server) productEvents(w http.ResponseWriter, r *http.Request, p *princi
 			add(changes)
 			return nil
 		})
-		if errors.Is(err, coord.ErrBadContinuation) {
+		if errors.Is(err, store.ErrBadContinuation) {
 			return fleet.Invalid("after", "is not a position of this product's events (%v)", err)
 		}
 		if err != nil {

@@ -6,9 +6,10 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -23,14 +24,14 @@ func TestClaimUsesTokenScope(t *testing.T) {
 	tok := f.enroll("f1", []string{"p1"}, "r1", "r2")
 
 	ctx := context.Background()
-	it, err := f.store.Read(ctx, coord.Factories, "f1", "f1")
+	it, err := f.store.Read(ctx, store.Factories, "f1", "f1")
 	require.NoError(t, err)
 	var doc fleet.Factory
 	require.NoError(t, json.Unmarshal(it.Body, &doc))
 	doc.Products = []string{}
 	body, err := json.Marshal(&doc)
 	require.NoError(t, err)
-	_, err = f.store.Replace(ctx, coord.Factories, "f1", "f1", body, it.Rev)
+	_, err = f.store.Replace(ctx, store.Factories, "f1", "f1", body, it.Rev)
 	require.NoError(t, err)
 
 	f.submit("p2", manifest("r2"))

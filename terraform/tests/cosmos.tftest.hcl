@@ -1,5 +1,5 @@
 # The containers Terraform creates are the store's containers
-# (shared/coord/containers.go): names, partition keys, TTLs and index
+# (shared/store/containers.go): names, partition keys, TTLs and index
 # exclusions. tests/terraform_containers_test.go ties the locals block in
 # cosmos.tf to the Go definition; this file ties the resources to that shape.
 
@@ -33,7 +33,7 @@ run "containers_match_the_store" {
       fleet_echo        = tolist(["/jobId"])
       leases            = tolist(["/id"])
     }
-    error_message = "Container names or partition keys differ from coord.Containers."
+    error_message = "Container names or partition keys differ from store.Containers."
   }
 
   assert {

@@ -13,7 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/store/sqlite"
 )
 
@@ -66,7 +67,7 @@ func runCAS(ctx context.Context, dir string, template []byte, d time.Duration) (
 			return nil, err
 		}
 		rests[i] = b[1:]
-		if _, err := st.Create(ctx, coord.Jobs, casProduct, ids[i], body(0, rests[i])); err != nil {
+		if _, err := st.Create(ctx, store.Jobs, casProduct, ids[i], body(0, rests[i])); err != nil {
 			return nil, err
 		}
 	}
@@ -108,13 +109,13 @@ func runCAS(ctx context.Context, dir string, template []byte, d time.Duration) (
 // a lost race with a fresh read (bounded, as the coordinator's CAS loop is).
 func casOnce(ctx context.Context, st *sqlite.Store, id string, next func(n int64) []byte, conflicts *atomic.Int64) error {
 	for range 16 {
-		it, err := st.Read(ctx, coord.Jobs, casProduct, id)
+		it, err := st.Read(ctx, store.Jobs, casProduct, id)
 		if err != nil {
 			return err
 		}
 		rev, _ := strconv.ParseInt(it.Rev, 10, 64)
-		_, err = st.Replace(ctx, coord.Jobs, casProduct, id, next(rev), it.Rev)
-		if errors.Is(err, coord.ErrPrecondition) {
+		_, err = st.Replace(ctx, store.Jobs, casProduct, id, next(rev), it.Rev)
+		if errors.Is(err, store.ErrPrecondition) {
 			conflicts.Add(1)
 			continue
 		}

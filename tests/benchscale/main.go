@@ -23,6 +23,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -68,17 +70,17 @@ type row struct {
 
 // bytesStore counts the document bytes the store hands back.
 type bytesStore struct {
-	coord.Store
+	store.Store
 	read atomic.Int64
 }
 
-func (s *bytesStore) Read(ctx context.Context, container, pk, id string) (coord.Item, error) {
+func (s *bytesStore) Read(ctx context.Context, container, pk, id string) (store.Item, error) {
 	it, err := s.Store.Read(ctx, container, pk, id)
 	s.read.Add(int64(len(it.Body)))
 	return it, err
 }
 
-func (s *bytesStore) Query(ctx context.Context, container string, q coord.Query) (coord.Page, error) {
+func (s *bytesStore) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
 	p, err := s.Store.Query(ctx, container, q)
 	for _, it := range p.Items {
 		s.read.Add(int64(len(it.Body)))
@@ -86,7 +88,7 @@ func (s *bytesStore) Query(ctx context.Context, container string, q coord.Query)
 	return p, err
 }
 
-func (s *bytesStore) ReadChanges(ctx context.Context, container, continuation string, max int) (coord.ChangePage, error) {
+func (s *bytesStore) ReadChanges(ctx context.Context, container, continuation string, max int) (store.ChangePage, error) {
 	p, err := s.Store.ReadChanges(ctx, container, continuation, max)
 	for _, it := range p.Items {
 		s.read.Add(int64(len(it.Body)))
@@ -155,7 +157,7 @@ func measure(queued, factories, claims, dispatches int) (row, error) {
 		if err != nil {
 			return row{}, err
 		}
-		if _, err := raw.Create(ctx, coord.Jobs, product, j.ID, body); err != nil {
+		if _, err := raw.Create(ctx, store.Jobs, product, j.ID, body); err != nil {
 			return row{}, err
 		}
 	}
@@ -193,12 +195,12 @@ func measure(queued, factories, claims, dispatches int) (row, error) {
 		if err != nil {
 			return row{}, fmt.Errorf("submit: %w", err)
 		}
-		it, err := raw.Read(ctx, coord.Jobs, product, j.ID)
+		it, err := raw.Read(ctx, store.Jobs, product, j.ID)
 		if err != nil {
 			return row{}, err
 		}
 		start := time.Now()
-		ds, err := c.DispatchChanged(ctx, []coord.Item{it})
+		ds, err := c.DispatchChanged(ctx, []store.Item{it})
 		lat = append(lat, time.Since(start))
 		if err != nil {
 			return row{}, fmt.Errorf("dispatch: %w", err)

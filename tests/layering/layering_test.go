@@ -74,6 +74,25 @@ func goListDeps(t *testing.T, pkg string) []string {
 	out, err := cmd.Output()
 	require.NoError(t, err, "go list -deps %s", pkg)
 	deps := strings.Fields(string(out))
-	require.Contains(t, deps, module+strings.TrimPrefix(pkg, "."), "go list ran on the module")
+	require.Contains(t, deps, module+strings.TrimSuffix(strings.TrimPrefix(pkg, "."), "/..."), "go list ran on the module")
 	return deps
+}
+
+// TestAdaptersImplementThePorts: the store and blob backends, their
+// conformance suites and wrappers import the port packages (shared/store,
+// shared/blob), never the use cases, so an adapter cannot reach into the
+// coordinator and a change to a use case rebuilds no adapter.
+func TestAdaptersImplementThePorts(t *testing.T) {
+	t.Parallel()
+	for _, pkg := range []string{"./shared/store/...", "./shared/blob/..."} {
+		t.Run(strings.TrimPrefix(pkg, "./"), func(t *testing.T) {
+			t.Parallel()
+			for _, dep := range goListDeps(t, pkg) {
+				for _, f := range []string{module + "/shared/coord", module + "/shared/httpapi", module + "/shared/app"} {
+					require.False(t, dep == f || strings.HasPrefix(dep, f+"/"),
+						"%s links %s: adapters implement the ports and depend on nothing above them", pkg, dep)
+				}
+			}
+		})
+	}
 }

@@ -1,4 +1,4 @@
-// Package azblob is the coord.BlobStore on Azure Blob Storage (and Azurite):
+// Package azblob is the blob.Store on Azure Blob Storage (and Azurite):
 // one block blob per artifact digest, "<namespace>/<sha256>", in a container
 // Terraform creates.
 //
@@ -30,6 +30,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
@@ -40,7 +42,6 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
 	fleetblob "github.com/gigafactory/fleet/shared/blob"
-	"github.com/gigafactory/fleet/shared/coord"
 )
 
 // Azurite's development account: its name and its published, well-known key.
@@ -98,7 +99,7 @@ type Store struct {
 	single    int64
 }
 
-var _ coord.BlobStore = (*Store)(nil)
+var _ fleetblob.Store = (*Store)(nil)
 
 // New connects to the container. On the emulator it creates the container
 // if missing; in Azure, Terraform owns it.
@@ -180,12 +181,12 @@ func newCredential(clientID string) (azcore.TokenCredential, error) {
 	return cred, nil
 }
 
-func (s *Store) blob(k coord.BlobKey) *blockblob.Client { return s.c.NewBlockBlobClient(k.String()) }
+func (s *Store) blob(k fleetblob.Key) *blockblob.Client { return s.c.NewBlockBlobClient(k.String()) }
 
 // Stage spools r to a temporary file, hashing it (SHA-256 for its name,
 // MD5 for the service to check the upload against).
-func (s *Store) Stage(ctx context.Context, namespace string, r io.Reader, limit int64) (coord.StagedBlob, error) {
-	if err := coord.ValidateBlobNamespace(namespace); err != nil {
+func (s *Store) Stage(ctx context.Context, namespace string, r io.Reader, limit int64) (fleetblob.Staged, error) {
+	if err := fleetblob.ValidateNamespace(namespace); err != nil {
 		return nil, err
 	}
 	f, err := os.CreateTemp(s.spool, "fleet-blob-*")
@@ -206,18 +207,18 @@ func (s *Store) Stage(ctx context.Context, namespace string, r io.Reader, limit 
 	}
 	keep = true
 	return &staged{s: s, f: f, size: n, md5: md.Sum(nil),
-		key: coord.BlobKey{Namespace: namespace, SHA256: hex.EncodeToString(sum.Sum(nil))}}, nil
+		key: fleetblob.Key{Namespace: namespace, SHA256: hex.EncodeToString(sum.Sum(nil))}}, nil
 }
 
 type staged struct {
 	s    *Store
 	f    *os.File
-	key  coord.BlobKey
+	key  fleetblob.Key
 	size int64
 	md5  []byte
 }
 
-func (b *staged) Key() coord.BlobKey { return b.key }
+func (b *staged) Key() fleetblob.Key { return b.key }
 func (b *staged) Size() int64        { return b.size }
 
 // Discard removes the spool file.
@@ -244,9 +245,9 @@ const maxCommitAttempts = 8
 // Commit writes the blob unless it exists; if it does, it sets its metadata
 // to give it a new ETag. A touch that finds the blob gone (a delete got in
 // between) writes it again.
-func (b *staged) Commit(ctx context.Context) (coord.BlobInfo, error) {
+func (b *staged) Commit(ctx context.Context) (fleetblob.Info, error) {
 	if b.f == nil {
-		return coord.BlobInfo{}, errors.New("azblob commit: the staged upload was discarded")
+		return fleetblob.Info{}, errors.New("azblob commit: the staged upload was discarded")
 	}
 	for range maxCommitAttempts {
 		etag, err := b.create(ctx)
@@ -254,24 +255,24 @@ func (b *staged) Commit(ctx context.Context) (coord.BlobInfo, error) {
 			return b.info(etag), nil
 		}
 		if !bloberror.HasCode(err, bloberror.BlobAlreadyExists, bloberror.ConditionNotMet) {
-			return coord.BlobInfo{}, fmt.Errorf("azblob commit %s: %w", b.key, mapError(err))
+			return fleetblob.Info{}, fmt.Errorf("azblob commit %s: %w", b.key, mapError(err))
 		}
 		resp, err := b.s.blob(b.key).SetMetadata(ctx, metadata(b.key), nil)
 		if err == nil {
 			return b.info(*resp.ETag), nil
 		}
 		if !bloberror.HasCode(err, bloberror.BlobNotFound) {
-			return coord.BlobInfo{}, fmt.Errorf("azblob commit %s: %w", b.key, mapError(err))
+			return fleetblob.Info{}, fmt.Errorf("azblob commit %s: %w", b.key, mapError(err))
 		}
 	}
-	return coord.BlobInfo{}, fmt.Errorf("azblob commit %s: deleted and written again %d times in a row: %w", b.key, maxCommitAttempts, coord.ErrUnavailable)
+	return fleetblob.Info{}, fmt.Errorf("azblob commit %s: deleted and written again %d times in a row: %w", b.key, maxCommitAttempts, store.ErrUnavailable)
 }
 
-func (b *staged) info(etag azcore.ETag) coord.BlobInfo {
-	return coord.BlobInfo{Key: b.key, Size: b.size, Version: string(etag)}
+func (b *staged) info(etag azcore.ETag) fleetblob.Info {
+	return fleetblob.Info{Key: b.key, Size: b.size, Version: string(etag)}
 }
 
-func metadata(k coord.BlobKey) map[string]*string {
+func metadata(k fleetblob.Key) map[string]*string {
 	sum := k.SHA256
 	return map[string]*string{"sha256": &sum}
 }
@@ -327,32 +328,32 @@ func blockID(i int) string {
 // Open streams the blob. A dropped connection is resumed at the same ETag,
 // so a reader never mixes two versions; if the blob is gone by then, the
 // reader ends with an error.
-func (s *Store) Open(ctx context.Context, key coord.BlobKey) (io.ReadCloser, coord.BlobInfo, error) {
+func (s *Store) Open(ctx context.Context, key fleetblob.Key) (io.ReadCloser, fleetblob.Info, error) {
 	if err := key.Validate(); err != nil {
-		return nil, coord.BlobInfo{}, err
+		return nil, fleetblob.Info{}, err
 	}
 	resp, err := s.blob(key).DownloadStream(ctx, nil)
 	if err != nil {
-		return nil, coord.BlobInfo{}, fmt.Errorf("azblob open %s: %w", key, mapError(err))
+		return nil, fleetblob.Info{}, fmt.Errorf("azblob open %s: %w", key, mapError(err))
 	}
-	info := coord.BlobInfo{Key: key, Size: deref(resp.ContentLength), Version: string(deref(resp.ETag))}
+	info := fleetblob.Info{Key: key, Size: deref(resp.ContentLength), Version: string(deref(resp.ETag))}
 	return resp.NewRetryReader(ctx, &blob.RetryReaderOptions{MaxRetries: 3}), info, nil
 }
 
 // Stat reads the blob's properties.
-func (s *Store) Stat(ctx context.Context, key coord.BlobKey) (coord.BlobInfo, error) {
+func (s *Store) Stat(ctx context.Context, key fleetblob.Key) (fleetblob.Info, error) {
 	if err := key.Validate(); err != nil {
-		return coord.BlobInfo{}, err
+		return fleetblob.Info{}, err
 	}
 	resp, err := s.blob(key).GetProperties(ctx, nil)
 	if err != nil {
-		return coord.BlobInfo{}, fmt.Errorf("azblob stat %s: %w", key, mapError(err))
+		return fleetblob.Info{}, fmt.Errorf("azblob stat %s: %w", key, mapError(err))
 	}
-	return coord.BlobInfo{Key: key, Size: deref(resp.ContentLength), Version: string(deref(resp.ETag))}, nil
+	return fleetblob.Info{Key: key, Size: deref(resp.ContentLength), Version: string(deref(resp.ETag))}, nil
 }
 
 // Delete removes the blob, with If-Match when ifVersion is set.
-func (s *Store) Delete(ctx context.Context, key coord.BlobKey, ifVersion string) error {
+func (s *Store) Delete(ctx context.Context, key fleetblob.Key, ifVersion string) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
@@ -369,16 +370,16 @@ func (s *Store) Delete(ctx context.Context, key coord.BlobKey, ifVersion string)
 	case bloberror.HasCode(err, bloberror.ConditionNotMet):
 		// Azurite answers 412, not 404, for If-Match on a missing blob:
 		// look, so that deleting what is gone stays no error.
-		if _, serr := s.Stat(ctx, key); errors.Is(serr, coord.ErrBlobNotFound) {
+		if _, serr := s.Stat(ctx, key); errors.Is(serr, fleetblob.ErrNotFound) {
 			return nil
 		}
-		return fmt.Errorf("azblob delete %s: %w", key, coord.ErrBlobVersion)
+		return fmt.Errorf("azblob delete %s: %w", key, fleetblob.ErrVersion)
 	}
 	return fmt.Errorf("azblob delete %s: %w", key, mapError(err))
 }
 
-// mapError turns the SDK's errors into the coord.BlobStore contract's: a
-// missing blob is ErrBlobNotFound, an unreachable or overloaded service
+// mapError turns the SDK's errors into the blob.Store contract's: a
+// missing blob is ErrNotFound, an unreachable or overloaded service
 // ErrUnavailable (wrapped with the cause); a missing container, a refused
 // credential and the like stay as they are, a fault of configuration.
 func mapError(err error) error {
@@ -387,14 +388,14 @@ func mapError(err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	case bloberror.HasCode(err, bloberror.BlobNotFound):
-		return fmt.Errorf("%w: %w", coord.ErrBlobNotFound, err)
+		return fmt.Errorf("%w: %w", fleetblob.ErrNotFound, err)
 	case errors.As(err, &re):
 		if re.StatusCode == http.StatusTooManyRequests || re.StatusCode >= http.StatusInternalServerError {
-			return fmt.Errorf("%w: %w", coord.ErrUnavailable, err)
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		}
 		if re.StatusCode == http.StatusNotFound && re.ErrorCode == "" {
 			// A HEAD answers 404 without an error body.
-			return fmt.Errorf("%w: %w", coord.ErrBlobNotFound, err)
+			return fmt.Errorf("%w: %w", fleetblob.ErrNotFound, err)
 		}
 		return err
 	}
@@ -404,7 +405,7 @@ func mapError(err error) error {
 	if errors.As(err, &authErr) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", coord.ErrUnavailable, err)
+	return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 }
 
 func to[T any](v T) *T { return &v }

@@ -9,12 +9,14 @@ import (
 	"os"
 	"testing"
 
+	fleetblob "github.com/gigafactory/fleet/shared/blob"
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/blob/blobtest"
-	"github.com/gigafactory/fleet/shared/coord"
 )
 
 // TestConformance runs the suite against Azurite (tests/azurite starts it
@@ -78,7 +80,7 @@ func TestCredentialChoice(t *testing.T) {
 
 	s, err := New(t.Context(), Config{ServiceURL: "https://acct.blob.core.windows.net", Credential: fakeCredential{}, Transport: tr})
 	require.NoError(t, err)
-	_, _ = s.Stat(t.Context(), coord.BlobKey{Namespace: "p1", SHA256: hex.EncodeToString(make([]byte, 32))})
+	_, _ = s.Stat(t.Context(), fleetblob.Key{Namespace: "p1", SHA256: hex.EncodeToString(make([]byte, 32))})
 	require.Equal(t, "Bearer fake-token", seen[len(seen)-1])
 }
 
@@ -92,22 +94,22 @@ func TestMapError(t *testing.T) {
 		err  error
 		want error // nil: neither not-found nor unavailable
 	}{
-		{"missing blob", resp(404, "BlobNotFound"), coord.ErrBlobNotFound},
-		{"HEAD without a body", resp(404, ""), coord.ErrBlobNotFound},
+		{"missing blob", resp(404, "BlobNotFound"), fleetblob.ErrNotFound},
+		{"HEAD without a body", resp(404, ""), fleetblob.ErrNotFound},
 		{"missing container is configuration", resp(404, "ContainerNotFound"), nil},
 		{"refused credential", resp(403, "AuthorizationPermissionMismatch"), nil},
-		{"throttled", resp(429, ""), coord.ErrUnavailable},
-		{"server busy", resp(503, "ServerBusy"), coord.ErrUnavailable},
-		{"network", errors.New("dial tcp: connection refused"), coord.ErrUnavailable},
+		{"throttled", resp(429, ""), store.ErrUnavailable},
+		{"server busy", resp(503, "ServerBusy"), store.ErrUnavailable},
+		{"network", errors.New("dial tcp: connection refused"), store.ErrUnavailable},
 	} {
 		got := mapError(tc.err)
 		require.ErrorIs(t, got, tc.err, tc.name)
-		for _, sentinel := range []error{coord.ErrBlobNotFound, coord.ErrUnavailable} {
+		for _, sentinel := range []error{fleetblob.ErrNotFound, store.ErrUnavailable} {
 			require.Equal(t, sentinel == tc.want, errors.Is(got, sentinel), "%s: %v", tc.name, got)
 		}
 	}
 	require.ErrorIs(t, mapError(context.Canceled), context.Canceled)
-	require.NotErrorIs(t, mapError(context.Canceled), coord.ErrUnavailable)
+	require.NotErrorIs(t, mapError(context.Canceled), store.ErrUnavailable)
 }
 
 type fakeCredential struct{}

@@ -1,10 +1,10 @@
-// Package blobtest is the conformance suite every coord.BlobStore backend
+// Package blobtest is the conformance suite every blob.Store backend
 // passes: staging with a size limit (streamed, never read past the limit),
 // commit, open, stat and conditional delete, identical and concurrent
 // commits of the same bytes, a delete racing a commit, namespaces, missing
 // blobs and bad keys.
 //
-// The suite asserts only what the coord.BlobStore contract promises: versions
+// The suite asserts only what the blob.Store contract promises: versions
 // are opaque (compared for equality only) and contents are compared byte for
 // byte with their SHA-256 checked independently.
 package blobtest
@@ -20,14 +20,14 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/gigafactory/fleet/shared/blob"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/stretchr/testify/require"
 )
 
 // Backend is a store under test.
 type Backend struct {
-	Store coord.BlobStore
+	Store blob.Store
 	// Staged counts what the backend's staging area holds now. The suite
 	// checks it returns to zero after every failed or discarded stage; nil
 	// skips those checks.
@@ -79,10 +79,10 @@ func digest(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func key(content []byte) coord.BlobKey { return coord.BlobKey{Namespace: ns, SHA256: digest(content)} }
+func key(content []byte) blob.Key { return blob.Key{Namespace: ns, SHA256: digest(content)} }
 
 // put stages and commits content and discards the staging copy.
-func put(t *testing.T, s coord.BlobStore, content []byte) coord.BlobInfo {
+func put(t *testing.T, s blob.Store, content []byte) blob.Info {
 	t.Helper()
 	st, err := s.Stage(t.Context(), ns, bytes.NewReader(content), int64(len(content))+1)
 	require.NoError(t, err)
@@ -93,7 +93,7 @@ func put(t *testing.T, s coord.BlobStore, content []byte) coord.BlobInfo {
 }
 
 // read returns the blob's bytes, checking what Open says about them.
-func read(t *testing.T, s coord.BlobStore, k coord.BlobKey) []byte {
+func read(t *testing.T, s blob.Store, k blob.Key) []byte {
 	t.Helper()
 	rc, info, err := s.Open(t.Context(), k)
 	require.NoError(t, err, "open %s", k)
@@ -107,12 +107,12 @@ func read(t *testing.T, s coord.BlobStore, k coord.BlobKey) []byte {
 	return got
 }
 
-func requireGone(t *testing.T, s coord.BlobStore, k coord.BlobKey) {
+func requireGone(t *testing.T, s blob.Store, k blob.Key) {
 	t.Helper()
 	_, err := s.Stat(t.Context(), k)
-	require.ErrorIs(t, err, coord.ErrBlobNotFound, "stat %s", k)
+	require.ErrorIs(t, err, blob.ErrNotFound, "stat %s", k)
 	_, _, err = s.Open(t.Context(), k)
-	require.ErrorIs(t, err, coord.ErrBlobNotFound, "open %s", k)
+	require.ErrorIs(t, err, blob.ErrNotFound, "open %s", k)
 }
 
 func requireNoStaging(t *testing.T, b Backend) {
@@ -188,7 +188,7 @@ func testStreamed(t *testing.T, b Backend) {
 	st, err := b.Store.Stage(t.Context(), ns, &pattern{n: n}, n)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, st.Discard()) }()
-	want := coord.BlobKey{Namespace: ns, SHA256: patternDigest(t, n)}
+	want := blob.Key{Namespace: ns, SHA256: patternDigest(t, n)}
 	require.Equal(t, want, st.Key())
 	require.Equal(t, int64(n), st.Size())
 	info, err := st.Commit(t.Context())
@@ -219,7 +219,7 @@ func testLimitExact(t *testing.T, b Backend) {
 func testOverLimit(t *testing.T, b Backend) {
 	content := bytes.Repeat([]byte("y"), 1001)
 	st, err := b.Store.Stage(t.Context(), ns, bytes.NewReader(content), 1000)
-	require.ErrorIs(t, err, coord.ErrBlobTooLarge)
+	require.ErrorIs(t, err, blob.ErrTooLarge)
 	require.Nil(t, st)
 	requireGone(t, b.Store, key(content))
 	requireGone(t, b.Store, key(content[:1000]))
@@ -232,7 +232,7 @@ func testOverLimitStopsReading(t *testing.T, b Backend) {
 	const limit = 1 << 20
 	src := &pattern{n: 1 << 62}
 	_, err := b.Store.Stage(t.Context(), ns, src, limit)
-	require.ErrorIs(t, err, coord.ErrBlobTooLarge)
+	require.ErrorIs(t, err, blob.ErrTooLarge)
 	require.LessOrEqual(t, src.read, int64(limit+(1<<20)), "read far past the limit")
 	requireNoStaging(t, b)
 }
@@ -257,7 +257,7 @@ func testReaderError(t *testing.T, b Backend) {
 	content := []byte("half an upload")
 	_, err := b.Store.Stage(t.Context(), ns, &failingReader{data: content, err: errClientGone}, 1<<20)
 	require.ErrorIs(t, err, errClientGone, "the reader's error comes back wrapped")
-	require.NotErrorIs(t, err, coord.ErrBlobTooLarge)
+	require.NotErrorIs(t, err, blob.ErrTooLarge)
 	requireGone(t, b.Store, key(content))
 	requireNoStaging(t, b)
 }
@@ -369,7 +369,7 @@ func testConditionalDelete(t *testing.T, b Backend) {
 	content := []byte("delete me when nobody wrote me since")
 	v1 := put(t, b.Store, content)
 	v2 := put(t, b.Store, content)
-	require.ErrorIs(t, b.Store.Delete(t.Context(), v1.Key, v1.Version), coord.ErrBlobVersion)
+	require.ErrorIs(t, b.Store.Delete(t.Context(), v1.Key, v1.Version), blob.ErrVersion)
 	require.Equal(t, content, read(t, b.Store, v1.Key), "a refused delete removes nothing")
 	require.NoError(t, b.Store.Delete(t.Context(), v2.Key, v2.Version))
 	requireGone(t, b.Store, v2.Key)
@@ -395,7 +395,7 @@ func testCommitAfterDelete(t *testing.T, b Backend) {
 	require.NoError(t, err)
 	require.NotEqual(t, first.Version, again.Version, "a recreated blob has a new version")
 	require.Equal(t, content, read(t, b.Store, first.Key))
-	require.ErrorIs(t, b.Store.Delete(t.Context(), first.Key, first.Version), coord.ErrBlobVersion,
+	require.ErrorIs(t, b.Store.Delete(t.Context(), first.Key, first.Version), blob.ErrVersion,
 		"a delete conditional on the old version cannot remove the new blob")
 	require.Equal(t, content, read(t, b.Store, first.Key))
 }
@@ -424,7 +424,7 @@ func testDeleteRacingCommit(t *testing.T, b Backend) {
 		wg.Wait()
 		require.NoError(t, commitErr, "round %d", round)
 		if delErr != nil {
-			require.ErrorIs(t, delErr, coord.ErrBlobVersion, "round %d", round)
+			require.ErrorIs(t, delErr, blob.ErrVersion, "round %d", round)
 		}
 		require.Equal(t, content, read(t, b.Store, v.Key), "round %d: the committed blob must survive the racing delete", round)
 	}
@@ -432,9 +432,9 @@ func testDeleteRacingCommit(t *testing.T, b Backend) {
 
 func testNamespaces(t *testing.T, b Backend) {
 	content := []byte("shared by two products")
-	a := coord.BlobKey{Namespace: "prod-a", SHA256: digest(content)}
-	other := coord.BlobKey{Namespace: "prod.b_2", SHA256: digest(content)}
-	for _, k := range []coord.BlobKey{a, other} {
+	a := blob.Key{Namespace: "prod-a", SHA256: digest(content)}
+	other := blob.Key{Namespace: "prod.b_2", SHA256: digest(content)}
+	for _, k := range []blob.Key{a, other} {
 		st, err := b.Store.Stage(t.Context(), k.Namespace, bytes.NewReader(content), 1<<20)
 		require.NoError(t, err)
 		require.Equal(t, k, st.Key())
@@ -445,7 +445,7 @@ func testNamespaces(t *testing.T, b Backend) {
 	require.NoError(t, b.Store.Delete(t.Context(), a, ""))
 	requireGone(t, b.Store, a)
 	require.Equal(t, content, read(t, b.Store, other), "a namespace's blobs are its own")
-	requireGone(t, b.Store, coord.BlobKey{Namespace: ns, SHA256: digest(content)})
+	requireGone(t, b.Store, blob.Key{Namespace: ns, SHA256: digest(content)})
 }
 
 // testOpenWhileDeleted: a reader opened before a delete yields the whole
@@ -474,7 +474,7 @@ func testOpenWhileDeleted(t *testing.T, b Backend) {
 
 func testInvalidKeys(t *testing.T, b Backend) {
 	good := digest([]byte("x"))
-	for _, k := range []coord.BlobKey{
+	for _, k := range []blob.Key{
 		{Namespace: "", SHA256: good},
 		{Namespace: "..", SHA256: good},
 		{Namespace: "a/b", SHA256: good},
@@ -485,10 +485,10 @@ func testInvalidKeys(t *testing.T, b Backend) {
 	} {
 		_, err := b.Store.Stat(t.Context(), k)
 		require.Error(t, err, "stat %q", k)
-		require.NotErrorIs(t, err, coord.ErrBlobNotFound, "stat %q: a bad key is not a missing blob", k)
+		require.NotErrorIs(t, err, blob.ErrNotFound, "stat %q: a bad key is not a missing blob", k)
 		_, _, err = b.Store.Open(t.Context(), k)
 		require.Error(t, err, "open %q", k)
-		require.NotErrorIs(t, err, coord.ErrBlobNotFound, "open %q", k)
+		require.NotErrorIs(t, err, blob.ErrNotFound, "open %q", k)
 		require.Error(t, b.Store.Delete(t.Context(), k, ""), "delete %q", k)
 	}
 	for _, bad := range []string{"", "..", "a/b", "-x"} {

@@ -1,4 +1,4 @@
-// Package fs is the coord.BlobStore of one machine: artifact bytes as files
+// Package fs is the blob.Store of one machine: artifact bytes as files
 // in a directory (by default under the data directory).
 //
 // Layout: <dir>/<namespace>/<sha256[:2]>/<sha256> for blobs, <dir>/staging
@@ -31,7 +31,6 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/blob"
-	"github.com/gigafactory/fleet/shared/coord"
 )
 
 // Directory names inside the store's directory.
@@ -54,7 +53,7 @@ type Store struct {
 	lock    *os.File
 }
 
-var _ coord.BlobStore = (*Store)(nil)
+var _ blob.Store = (*Store)(nil)
 
 // Open opens (creating it if needed) the store in dir and removes staging
 // files older than StaleStaging.
@@ -105,13 +104,13 @@ func (s *Store) StagingFiles() (int, error) {
 	return len(entries), err
 }
 
-func (s *Store) path(k coord.BlobKey) string {
+func (s *Store) path(k blob.Key) string {
 	return filepath.Join(s.dir, k.Namespace, k.SHA256[:2], k.SHA256)
 }
 
 // Stage copies r into a staging file, hashing it on the way.
-func (s *Store) Stage(ctx context.Context, namespace string, r io.Reader, limit int64) (coord.StagedBlob, error) {
-	if err := coord.ValidateBlobNamespace(namespace); err != nil {
+func (s *Store) Stage(ctx context.Context, namespace string, r io.Reader, limit int64) (blob.Staged, error) {
+	if err := blob.ValidateNamespace(namespace); err != nil {
 		return nil, err
 	}
 	if limit < 0 {
@@ -142,18 +141,18 @@ func (s *Store) Stage(ctx context.Context, namespace string, r io.Reader, limit 
 		return nil, fmt.Errorf("blob stage: %w", err)
 	}
 	keep = true
-	return &staged{s: s, path: f.Name(), key: coord.BlobKey{Namespace: namespace, SHA256: hex.EncodeToString(h.Sum(nil))}, size: n}, nil
+	return &staged{s: s, path: f.Name(), key: blob.Key{Namespace: namespace, SHA256: hex.EncodeToString(h.Sum(nil))}, size: n}, nil
 }
 
 type staged struct {
 	s    *Store
 	path string
-	key  coord.BlobKey
+	key  blob.Key
 	size int64
 }
 
-func (b *staged) Key() coord.BlobKey { return b.key }
-func (b *staged) Size() int64        { return b.size }
+func (b *staged) Key() blob.Key { return b.key }
+func (b *staged) Size() int64   { return b.size }
 
 // Discard removes the staging file; a committed blob is another link to it
 // and stays.
@@ -166,12 +165,12 @@ func (b *staged) Discard() error {
 
 // Commit links the staged file into place, or gives the blob already there
 // a new version.
-func (b *staged) Commit(ctx context.Context) (coord.BlobInfo, error) {
+func (b *staged) Commit(ctx context.Context) (blob.Info, error) {
 	if err := ctx.Err(); err != nil {
-		return coord.BlobInfo{}, err
+		return blob.Info{}, err
 	}
 	final := b.s.path(b.key)
-	var info coord.BlobInfo
+	var info blob.Info
 	err := b.s.locked(func(v *versions) error {
 		if _, err := os.Lstat(final); errors.Is(err, fs.ErrNotExist) {
 			if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
@@ -191,59 +190,59 @@ func (b *staged) Commit(ctx context.Context) (coord.BlobInfo, error) {
 		if err != nil {
 			return err
 		}
-		info = coord.BlobInfo{Key: b.key, Size: fi.Size(), Version: version(mtime)}
+		info = blob.Info{Key: b.key, Size: fi.Size(), Version: version(mtime)}
 		return nil
 	})
 	if err != nil {
-		return coord.BlobInfo{}, fmt.Errorf("blob commit %s: %w", b.key, err)
+		return blob.Info{}, fmt.Errorf("blob commit %s: %w", b.key, err)
 	}
 	return info, nil
 }
 
 // Open opens the blob's file. Deleting the blob unlinks the name; the open
 // file keeps its bytes.
-func (s *Store) Open(ctx context.Context, key coord.BlobKey) (io.ReadCloser, coord.BlobInfo, error) {
+func (s *Store) Open(ctx context.Context, key blob.Key) (io.ReadCloser, blob.Info, error) {
 	if err := key.Validate(); err != nil {
-		return nil, coord.BlobInfo{}, err
+		return nil, blob.Info{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, coord.BlobInfo{}, err
+		return nil, blob.Info{}, err
 	}
 	f, err := os.Open(s.path(key))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, coord.BlobInfo{}, fmt.Errorf("blob %s: %w", key, coord.ErrBlobNotFound)
+		return nil, blob.Info{}, fmt.Errorf("blob %s: %w", key, blob.ErrNotFound)
 	}
 	if err != nil {
-		return nil, coord.BlobInfo{}, fmt.Errorf("blob open %s: %w", key, err)
+		return nil, blob.Info{}, fmt.Errorf("blob open %s: %w", key, err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		_ = f.Close()
-		return nil, coord.BlobInfo{}, fmt.Errorf("blob open %s: %w", key, err)
+		return nil, blob.Info{}, fmt.Errorf("blob open %s: %w", key, err)
 	}
 	return f, infoOf(key, fi), nil
 }
 
 // Stat describes the blob.
-func (s *Store) Stat(ctx context.Context, key coord.BlobKey) (coord.BlobInfo, error) {
+func (s *Store) Stat(ctx context.Context, key blob.Key) (blob.Info, error) {
 	if err := key.Validate(); err != nil {
-		return coord.BlobInfo{}, err
+		return blob.Info{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return coord.BlobInfo{}, err
+		return blob.Info{}, err
 	}
 	fi, err := os.Stat(s.path(key))
 	if errors.Is(err, fs.ErrNotExist) {
-		return coord.BlobInfo{}, fmt.Errorf("blob %s: %w", key, coord.ErrBlobNotFound)
+		return blob.Info{}, fmt.Errorf("blob %s: %w", key, blob.ErrNotFound)
 	}
 	if err != nil {
-		return coord.BlobInfo{}, fmt.Errorf("blob stat %s: %w", key, err)
+		return blob.Info{}, fmt.Errorf("blob stat %s: %w", key, err)
 	}
 	return infoOf(key, fi), nil
 }
 
 // Delete unlinks the blob, if it is still at ifVersion when one is given.
-func (s *Store) Delete(ctx context.Context, key coord.BlobKey, ifVersion string) error {
+func (s *Store) Delete(ctx context.Context, key blob.Key, ifVersion string) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
@@ -260,7 +259,7 @@ func (s *Store) Delete(ctx context.Context, key coord.BlobKey, ifVersion string)
 			return err
 		}
 		if ifVersion != "" && version(fi.ModTime().UnixNano()) != ifVersion {
-			return coord.ErrBlobVersion
+			return blob.ErrVersion
 		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
@@ -273,8 +272,8 @@ func (s *Store) Delete(ctx context.Context, key coord.BlobKey, ifVersion string)
 	return nil
 }
 
-func infoOf(key coord.BlobKey, fi fs.FileInfo) coord.BlobInfo {
-	return coord.BlobInfo{Key: key, Size: fi.Size(), Version: version(fi.ModTime().UnixNano())}
+func infoOf(key blob.Key, fi fs.FileInfo) blob.Info {
+	return blob.Info{Key: key, Size: fi.Size(), Version: version(fi.ModTime().UnixNano())}
 }
 
 func version(mtimeNanos int64) string { return strconv.FormatInt(mtimeNanos, 10) }

@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/blob"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/blob/blobtest"
-	"github.com/gigafactory/fleet/shared/coord"
 )
 
 func open(t *testing.T, dir string) *Store {
@@ -42,7 +43,7 @@ func TestTwoProcessesShareTheDirectory(t *testing.T) {
 	dir := t.TempDir()
 	a, b := open(t, dir), open(t, dir)
 	content := []byte("shared between processes")
-	stage := func(s *Store) coord.StagedBlob {
+	stage := func(s *Store) blob.Staged {
 		st, err := s.Stage(t.Context(), "p1", bytes.NewReader(content), 1<<10)
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, st.Discard()) })
@@ -57,7 +58,7 @@ func TestTwoProcessesShareTheDirectory(t *testing.T) {
 		seen[v.Version] = true
 		var wg sync.WaitGroup
 		var delErr, commitErr error
-		var w coord.BlobInfo
+		var w blob.Info
 		wg.Go(func() { delErr = a.Delete(context.Background(), v.Key, v.Version) })
 		wg.Go(func() { w, commitErr = sb.Commit(context.Background()) })
 		wg.Wait()
@@ -65,7 +66,7 @@ func TestTwoProcessesShareTheDirectory(t *testing.T) {
 		require.False(t, seen[w.Version], "round %d: version %s issued twice", round, w.Version)
 		seen[w.Version] = true
 		if delErr != nil {
-			require.ErrorIs(t, delErr, coord.ErrBlobVersion)
+			require.ErrorIs(t, delErr, blob.ErrVersion)
 		}
 		_, err = b.Stat(t.Context(), v.Key)
 		require.NoError(t, err, "round %d: the commit must survive the racing delete", round)
@@ -76,7 +77,7 @@ func TestVersionsSurviveReopen(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	content := []byte("versions outlive the process")
-	commit := func() coord.BlobInfo {
+	commit := func() blob.Info {
 		s, err := Open(dir)
 		require.NoError(t, err)
 		defer s.Close()

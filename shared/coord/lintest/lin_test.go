@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
 
@@ -40,7 +42,7 @@ const (
 // coordinator over SQLite and checks the recorded history with Porcupine.
 func TestJobOperationsAreLinearizable(t *testing.T) {
 	t.Parallel()
-	h := run(t, func(s coord.Store) coord.Store { return s })
+	h := run(t, func(s store.Store) store.Store { return s })
 	res, info := check(t, h)
 	require.Equal(t, porcupine.Ok, res, "history of %d operations is not linearizable; see %s", len(h.ops), visualize(t, info))
 }
@@ -51,7 +53,7 @@ func TestJobOperationsAreLinearizable(t *testing.T) {
 // linearizable.
 func TestBrokenCASIsCaught(t *testing.T) {
 	t.Parallel()
-	h := run(t, func(s coord.Store) coord.Store { return blindStore{s} })
+	h := run(t, func(s store.Store) store.Store { return blindStore{s} })
 	res, info := check(t, h)
 	require.Equal(t, porcupine.Illegal, res, "a store that ignores the CAS revision went unnoticed (%d operations)", len(h.ops))
 	// The view of a failed check is written where a failing run leaves it.
@@ -112,7 +114,7 @@ type world struct {
 	h     *history
 }
 
-func run(t *testing.T, wrap func(coord.Store) coord.Store) *history {
+func run(t *testing.T, wrap func(store.Store) store.Store) *history {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "fleet.db")
 	meet := newRendezvous()

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/store"
 )
 
 // rendezvous makes the first two reads of each job document wait for each
@@ -47,13 +47,13 @@ func (r *rendezvous) arrive(id string) chan struct{} {
 
 // rendezvousStore is a coordinator's store with the shared rendezvous.
 type rendezvousStore struct {
-	coord.Store
+	store.Store
 	r *rendezvous
 }
 
-func (s rendezvousStore) Read(ctx context.Context, container, pk, id string) (coord.Item, error) {
+func (s rendezvousStore) Read(ctx context.Context, container, pk, id string) (store.Item, error) {
 	it, err := s.Store.Read(ctx, container, pk, id)
-	if container == coord.Jobs {
+	if container == store.Jobs {
 		if ch := s.r.arrive(id); ch != nil {
 			<-ch
 		}
@@ -77,11 +77,11 @@ func withWrites(ctx context.Context) (context.Context, *writes) {
 }
 
 // observingStore records successful job writes into the context's writes.
-type observingStore struct{ coord.Store }
+type observingStore struct{ store.Store }
 
 func (s observingStore) Replace(ctx context.Context, container, pk, id string, body []byte, ifRev string) (string, error) {
 	rev, err := s.Store.Replace(ctx, container, pk, id, body, ifRev)
-	if w, ok := ctx.Value(writesKey{}).(*writes); ok && err == nil && container == coord.Jobs {
+	if w, ok := ctx.Value(writesKey{}).(*writes); ok && err == nil && container == store.Jobs {
 		w.mu.Lock()
 		w.jobs[id] = body
 		w.mu.Unlock()
@@ -92,10 +92,10 @@ func (s observingStore) Replace(ctx context.Context, container, pk, id string, b
 // blindStore is deliberately broken: it ignores the revision of a job's
 // CAS write and overwrites whatever is there (a lost update), the bug
 // exactly-once assignment rests on not having.
-type blindStore struct{ coord.Store }
+type blindStore struct{ store.Store }
 
 func (s blindStore) Replace(ctx context.Context, container, pk, id string, body []byte, ifRev string) (string, error) {
-	if container != coord.Jobs {
+	if container != store.Jobs {
 		return s.Store.Replace(ctx, container, pk, id, body, ifRev)
 	}
 	for {
@@ -104,7 +104,7 @@ func (s blindStore) Replace(ctx context.Context, container, pk, id string, body 
 			return "", err
 		}
 		rev, err := s.Store.Replace(ctx, container, pk, id, body, cur.Rev)
-		if !errors.Is(err, coord.ErrPrecondition) {
+		if !errors.Is(err, store.ErrPrecondition) {
 			return rev, err
 		}
 	}

@@ -8,17 +8,17 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+	"github.com/gigafactory/fleet/shared/store"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 )
 
-// containerProperties is the Cosmos definition of one of coord.Containers,
+// containerProperties is the Cosmos definition of one of store.Containers,
 // as EnsureContainers creates it and as terraform/cosmos.tf declares it:
 // hash partitioning (v2, which allows keys longer than 100 bytes),
 // consistent indexing of everything but the excluded paths, and the default
 // TTL when one is set.
-func containerProperties(def coord.Container) azcosmos.ContainerProperties {
+func containerProperties(def store.Container) azcosmos.ContainerProperties {
 	props := azcosmos.ContainerProperties{
 		ID: def.Name,
 		PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{
@@ -43,7 +43,7 @@ func containerProperties(def coord.Container) azcosmos.ContainerProperties {
 }
 
 // EnsureContainers creates the database and every container of
-// coord.Containers that does not exist, for the emulator and development
+// store.Containers that does not exist, for the emulator and development
 // accounts; production containers come from Terraform (and the production
 // identity may not create them: data-plane RBAC has no metadata writes).
 // Containers that already exist are checked as CheckContainers does.
@@ -60,12 +60,12 @@ func (s *Store) EnsureContainers(ctx context.Context) error {
 		return err
 	}
 	var problems []error
-	for _, def := range coord.Containers {
+	for _, def := range store.Containers {
 		err := s.run(ctx, opAdmin, "container "+def.Name, false, func(ctx context.Context, cn *conn) error {
 			_, err := cn.db.CreateContainer(ctx, containerProperties(def), nil)
 			return err
 		})
-		if errors.Is(err, coord.ErrExists) {
+		if errors.Is(err, store.ErrExists) {
 			err = s.checkContainer(ctx, def)
 		}
 		if err != nil {
@@ -75,13 +75,13 @@ func (s *Store) EnsureContainers(ctx context.Context) error {
 	return errors.Join(problems...)
 }
 
-// CheckContainers verifies that every container of coord.Containers exists
+// CheckContainers verifies that every container of store.Containers exists
 // with the partition key, default TTL and excluded index paths declared
 // there. A partition key that differs makes every point operation fail or
 // land elsewhere, so a process should refuse to start on it.
 func (s *Store) CheckContainers(ctx context.Context) error {
 	var problems []error
-	for _, def := range coord.Containers {
+	for _, def := range store.Containers {
 		if err := s.checkContainer(ctx, def); err != nil {
 			problems = append(problems, err)
 		}
@@ -89,7 +89,7 @@ func (s *Store) CheckContainers(ctx context.Context) error {
 	return errors.Join(problems...)
 }
 
-func (s *Store) checkContainer(ctx context.Context, def coord.Container) error {
+func (s *Store) checkContainer(ctx context.Context, def store.Container) error {
 	c := s.containers[def.Name]
 	var props *azcosmos.ContainerProperties
 	err := s.run(ctx, opAdmin, "container "+def.Name, true, func(ctx context.Context, cn *conn) error {
@@ -107,13 +107,13 @@ func (s *Store) checkContainer(ctx context.Context, def coord.Container) error {
 		return fmt.Errorf("cosmos: container %s: read returned no properties", def.Name)
 	}
 	if diff := diffContainer(def, *props); len(diff) > 0 {
-		return fmt.Errorf("cosmos: container %s differs from coord.Containers: %s", def.Name, strings.Join(diff, "; "))
+		return fmt.Errorf("cosmos: container %s differs from store.Containers: %s", def.Name, strings.Join(diff, "; "))
 	}
 	return nil
 }
 
 // diffContainer lists how props differs from def.
-func diffContainer(def coord.Container, props azcosmos.ContainerProperties) []string {
+func diffContainer(def store.Container, props azcosmos.ContainerProperties) []string {
 	var diff []string
 	if got := props.PartitionKeyDefinition.Paths; !slices.Equal(got, []string{def.PartitionKey}) {
 		diff = append(diff, fmt.Sprintf("partition key %v, want [%s]", got, def.PartitionKey))

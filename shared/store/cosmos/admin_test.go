@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/gigafactory/fleet/shared/store"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/stretchr/testify/require"
 )
 
 // emptyAccount is a Store on a fake account without the database.
@@ -29,7 +29,7 @@ func TestEnsureContainersCreatesTheDeclaredShape(t *testing.T) {
 	require.NoError(t, s.EnsureContainers(ctx))
 
 	created := f.requests(func(r recorded) bool { return r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/colls") })
-	require.Len(t, created, len(coord.Containers))
+	require.Len(t, created, len(store.Containers))
 	byName := map[string]map[string]json.RawMessage{}
 	for _, r := range created {
 		var props map[string]json.RawMessage
@@ -38,7 +38,7 @@ func TestEnsureContainersCreatesTheDeclaredShape(t *testing.T) {
 		require.NoError(t, json.Unmarshal(props["id"], &id))
 		byName[id] = props
 	}
-	for _, def := range coord.Containers {
+	for _, def := range store.Containers {
 		props, ok := byName[def.Name]
 		require.True(t, ok, def.Name)
 		var pk struct {
@@ -74,7 +74,7 @@ func TestEnsureContainersCreatesTheDeclaredShape(t *testing.T) {
 	require.Positive(t, s.Stats().Admin.Calls)
 
 	// And the store works on what it created.
-	_, err := s.Create(ctx, coord.Jobs, "p", "j", []byte(`{}`))
+	_, err := s.Create(ctx, store.Jobs, "p", "j", []byte(`{}`))
 	require.NoError(t, err)
 }
 
@@ -91,20 +91,20 @@ type pathJSON struct {
 func TestCheckContainersReportsDrift(t *testing.T) {
 	f, s := emptyAccount(t)
 	ctx := context.Background()
-	require.ErrorIs(t, s.CheckContainers(ctx), coord.ErrNotFound, "nothing exists")
+	require.ErrorIs(t, s.CheckContainers(ctx), store.ErrNotFound, "nothing exists")
 
 	// Everything exists, but fleet_jobs is partitioned on the wrong key.
 	defs := map[string]string{}
-	for _, c := range coord.Containers {
+	for _, c := range store.Containers {
 		defs[c.Name] = c.PartitionKey
 	}
-	defs[coord.Jobs] = "/id"
+	defs[store.Jobs] = "/id"
 	f.addContainers("dev", defs)
 
 	err := s.CheckContainers(ctx)
-	require.ErrorContains(t, err, "container fleet_jobs differs from coord.Containers: partition key [/id], want [/productId]")
+	require.ErrorContains(t, err, "container fleet_jobs differs from store.Containers: partition key [/id], want [/productId]")
 	require.ErrorContains(t, err, "index path /body/? not excluded")
-	require.ErrorContains(t, err, "container fleet_events differs from coord.Containers: default TTL 0, want 7776000")
+	require.ErrorContains(t, err, "container fleet_events differs from store.Containers: default TTL 0, want 7776000")
 
 	err = s.EnsureContainers(ctx)
 	require.ErrorContains(t, err, "partition key [/id], want [/productId]", "EnsureContainers never papers over drift")

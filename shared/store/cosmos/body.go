@@ -10,7 +10,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -35,7 +36,7 @@ import (
 
 // maxDocumentSize is Cosmos DB's limit on a stored document. Larger bodies
 // are refused before a request, with a clearer message than the service's
-// 413, as coord.ErrTooLarge.
+// 413, as store.ErrTooLarge.
 const maxDocumentSize = fleet.MaxDocumentBytes
 
 // addedField lists the fields the store added to a body on write. It is
@@ -203,7 +204,7 @@ func prepareBody(body []byte, id, pkField, pk string) ([]byte, error) {
 	}
 	doc := encodeObject(out)
 	if len(doc) > maxDocumentSize {
-		return nil, fmt.Errorf("document is %d bytes, over Cosmos DB's limit of %d: %w", len(doc), maxDocumentSize, coord.ErrTooLarge)
+		return nil, fmt.Errorf("document is %d bytes, over Cosmos DB's limit of %d: %w", len(doc), maxDocumentSize, store.ErrTooLarge)
 	}
 	return doc, nil
 }

@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+	"github.com/gigafactory/fleet/shared/store"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 )
 
 // Change feed.
@@ -63,14 +63,14 @@ func (t feedToken) encode() (string, error) {
 func decodeFeedToken(s, containerName string) (feedToken, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return feedToken{}, fmt.Errorf("continuation is not a cosmos change-feed continuation (%v): %w", err, coord.ErrBadContinuation)
+		return feedToken{}, fmt.Errorf("continuation is not a cosmos change-feed continuation (%v): %w", err, store.ErrBadContinuation)
 	}
 	var t feedToken
 	if err := json.Unmarshal(b, &t); err != nil {
-		return feedToken{}, fmt.Errorf("continuation is not a cosmos change-feed continuation (%v): %w", err, coord.ErrBadContinuation)
+		return feedToken{}, fmt.Errorf("continuation is not a cosmos change-feed continuation (%v): %w", err, store.ErrBadContinuation)
 	}
 	if err := t.check(containerName); err != nil {
-		return feedToken{}, fmt.Errorf("%w: %w", err, coord.ErrBadContinuation)
+		return feedToken{}, fmt.Errorf("%w: %w", err, store.ErrBadContinuation)
 	}
 	return t, nil
 }
@@ -135,11 +135,11 @@ func (s *Store) ChangesHead(ctx context.Context, containerName string) (string, 
 // A range may return slightly more than asked when documents were written
 // in one transaction; they are all returned, since its position has moved
 // past them.
-func (s *Store) ReadChanges(ctx context.Context, containerName, continuation string, max int) (coord.ChangePage, error) {
+func (s *Store) ReadChanges(ctx context.Context, containerName, continuation string, max int) (store.ChangePage, error) {
 	w := containerName
 	c, err := s.container(containerName)
 	if err != nil {
-		return coord.ChangePage{}, s.refuse(opReadChanges, w, err)
+		return store.ChangePage{}, s.refuse(opReadChanges, w, err)
 	}
 	if max <= 0 {
 		max = s.cfg.PageSize
@@ -148,12 +148,12 @@ func (s *Store) ReadChanges(ctx context.Context, containerName, continuation str
 	if continuation != "" {
 		t, err := decodeFeedToken(continuation, containerName)
 		if err != nil {
-			return coord.ChangePage{}, s.refuse(opReadChanges, w, err)
+			return store.ChangePage{}, s.refuse(opReadChanges, w, err)
 		}
 		start = &t
 	}
 
-	var page coord.ChangePage
+	var page store.ChangePage
 	err = s.run(ctx, opReadChanges, w, true, func(ctx context.Context, cn *conn) error {
 		// Work on a copy: a retried attempt starts again from the caller's
 		// continuation.
@@ -175,7 +175,7 @@ func (s *Store) ReadChanges(ctx context.Context, containerName, continuation str
 			tok.Ranges = append([]feedCursor(nil), start.Ranges...)
 		}
 
-		var items []coord.Item
+		var items []store.Item
 		n := len(tok.Ranges)
 		next := tok.Next
 		for i := 0; i < n && len(items) < max; i++ {
@@ -206,7 +206,7 @@ func (s *Store) ReadChanges(ctx context.Context, containerName, continuation str
 				if err != nil {
 					return fmt.Errorf("changed document: %w", err)
 				}
-				items = append(items, coord.Item{ID: d.id, PartitionKey: d.pk, Rev: d.etag, Body: d.body})
+				items = append(items, store.Item{ID: d.id, PartitionKey: d.pk, Rev: d.etag, Body: d.body})
 			}
 			next = (idx + 1) % n
 		}
@@ -215,11 +215,11 @@ func (s *Store) ReadChanges(ctx context.Context, containerName, continuation str
 		if err != nil {
 			return err
 		}
-		page = coord.ChangePage{Items: items, Continuation: cont}
+		page = store.ChangePage{Items: items, Continuation: cont}
 		return nil
 	})
 	if err != nil {
-		return coord.ChangePage{}, err
+		return store.ChangePage{}, err
 	}
 	return page, nil
 }

@@ -32,7 +32,7 @@ type Config struct {
 	// Endpoint is the account endpoint, e.g. https://acct.documents.azure.com:443/
 	// (the app setting CosmosDB__accountEndpoint).
 	Endpoint string
-	// Database is the database holding the coord.Containers.
+	// Database is the database holding the store.Containers.
 	Database string
 
 	// ClientID selects a user-assigned managed identity by client id. Empty

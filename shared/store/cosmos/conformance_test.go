@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/store/storetest"
 )
 
@@ -64,7 +65,7 @@ func TestConformance(t *testing.T) {
 	prefix := "fleetconf-" + time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(run)
 	var seq atomic.Int64
 
-	storetest.Run(t, func(t *testing.T) coord.Store {
+	storetest.Run(t, func(t *testing.T) store.Store {
 		c := cfg
 		c.Database = fmt.Sprintf("%s-%d", prefix, seq.Add(1))
 		s, err := New(c)
@@ -94,9 +95,9 @@ func TestConformance(t *testing.T) {
 // its shared state under concurrency — meets the contract end to end through
 // the real SDK.
 func TestConformanceOnFake(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) coord.Store {
+	storetest.Run(t, func(t *testing.T) store.Store {
 		fx := newFixture(t, nil)
-		for _, c := range coord.Containers {
+		for _, c := range store.Containers {
 			fx.fake.setRanges(testDB, c.Name, 3)
 		}
 		return fx.store

@@ -11,15 +11,15 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
-
-	"github.com/gigafactory/fleet/shared/coord"
 )
 
 // opError is the error every store method returns. Its message is one line
 // (the SDK's ResponseError prints a multi-line dump); it unwraps to the
-// store error (coord.ErrNotFound, …) when there is one and to the underlying
+// store error (store.ErrNotFound, …) when there is one and to the underlying
 // error, so callers can errors.Is on both and errors.As an
 // *azcore.ResponseError for details.
 type opError struct {
@@ -77,22 +77,22 @@ func classify(op, where string, err error, t *tracker, ownDeadline bool) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		switch {
 		case lastStatus == http.StatusTooManyRequests:
-			storeErr = coord.ErrThrottled
+			storeErr = store.ErrThrottled
 			detail = "deadline while throttled (HTTP 429)"
-		case lastStatus != 0 && statusError(lastStatus) == coord.ErrUnavailable:
-			storeErr = coord.ErrUnavailable
+		case lastStatus != 0 && statusError(lastStatus) == store.ErrUnavailable:
+			storeErr = store.ErrUnavailable
 			detail = fmt.Sprintf("deadline after HTTP %d", lastStatus)
 		case ownDeadline:
-			storeErr = coord.ErrUnavailable
+			storeErr = store.ErrUnavailable
 			detail = "no answer within the operation timeout: " + err.Error()
 		case lastErr != nil && isTransport(lastErr):
-			storeErr = coord.ErrUnavailable
+			storeErr = store.ErrUnavailable
 			detail = fmt.Sprintf("%v after transport error: %v", err, lastErr)
 		default:
 			detail = err.Error()
 		}
 	case isTransport(err):
-		storeErr = coord.ErrUnavailable
+		storeErr = store.ErrUnavailable
 		detail = err.Error()
 	default:
 		// A response the store cannot use (a document that is not an
@@ -133,18 +133,18 @@ func isTransport(err error) bool {
 func statusError(status int) error {
 	switch status {
 	case http.StatusNotFound:
-		return coord.ErrNotFound
+		return store.ErrNotFound
 	case http.StatusConflict:
-		return coord.ErrExists
+		return store.ErrExists
 	case http.StatusPreconditionFailed:
-		return coord.ErrPrecondition
+		return store.ErrPrecondition
 	case http.StatusRequestEntityTooLarge:
-		return coord.ErrTooLarge
+		return store.ErrTooLarge
 	case http.StatusTooManyRequests:
-		return coord.ErrThrottled
+		return store.ErrThrottled
 	case http.StatusServiceUnavailable, http.StatusRequestTimeout,
 		http.StatusBadGateway, http.StatusGatewayTimeout:
-		return coord.ErrUnavailable
+		return store.ErrUnavailable
 	}
 	return nil
 }

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/gigafactory/fleet/shared/store"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/stretchr/testify/require"
 )
 
 const testDB = "fleet"
@@ -30,7 +30,7 @@ func newFixture(t *testing.T, mod func(*Config)) *fixture {
 	t.Helper()
 	f := newFake(t)
 	defs := map[string]string{}
-	for _, c := range coord.Containers {
+	for _, c := range store.Containers {
 		defs[c.Name] = c.PartitionKey
 	}
 	f.addContainers(testDB, defs)

@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+	"github.com/gigafactory/fleet/shared/store"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 )
 
 // fieldName is what a Cond.Field may be: a plain top-level property name.
@@ -65,7 +65,7 @@ type Statement struct {
 // has no defined order.
 //
 // It is exported so that tests can enumerate every statement shape.
-func BuildQuery(where []coord.Cond, partitioned bool) (Statement, error) {
+func BuildQuery(where []store.Cond, partitioned bool) (Statement, error) {
 	var (
 		b       strings.Builder
 		params  []azcosmos.QueryParameter
@@ -83,7 +83,7 @@ func BuildQuery(where []coord.Cond, partitioned bool) (Statement, error) {
 		}
 		b.WriteString(propertyRef(c.Field))
 		switch c.Op {
-		case coord.OpEq:
+		case store.OpEq:
 			if len(c.Values) != 1 {
 				return Statement{}, fmt.Errorf("query field %q: = takes one value, got %d", c.Field, len(c.Values))
 			}
@@ -94,7 +94,7 @@ func BuildQuery(where []coord.Cond, partitioned bool) (Statement, error) {
 			params = append(params, p)
 			b.WriteString(" = ")
 			b.WriteString(p.Name)
-		case coord.OpIn:
+		case store.OpIn:
 			if len(c.Values) == 0 {
 				nothing = true
 				continue

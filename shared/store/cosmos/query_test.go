@@ -7,10 +7,10 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 	"github.com/stretchr/testify/require"
-
-	"github.com/gigafactory/fleet/shared/coord"
 )
 
 // forbiddenAcrossPartitions are the query features the gateway refuses
@@ -20,7 +20,7 @@ var forbiddenAcrossPartitions = regexp.MustCompile(`(?i)\b(ORDER\s+BY|TOP|DISTIN
 func TestBuildQuery(t *testing.T) {
 	tests := []struct {
 		name   string
-		where  []coord.Cond
+		where  []store.Cond
 		single string // text with a partition key
 		cross  string // text without
 		params []azcosmos.QueryParameter
@@ -32,42 +32,42 @@ func TestBuildQuery(t *testing.T) {
 		},
 		{
 			name:   "equality",
-			where:  []coord.Cond{coord.Eq("stage", "queued")},
+			where:  []store.Cond{store.Eq("stage", "queued")},
 			single: "SELECT * FROM c WHERE c.stage = @p0 ORDER BY c.id",
 			cross:  "SELECT * FROM c WHERE c.stage = @p0",
 			params: []azcosmos.QueryParameter{{Name: "@p0", Value: "queued"}},
 		},
 		{
 			name:   "equality and IN, as in the issue",
-			where:  []coord.Cond{coord.Eq("stage", "queued"), coord.In("x", "a", "b")},
+			where:  []store.Cond{store.Eq("stage", "queued"), store.In("x", "a", "b")},
 			single: "SELECT * FROM c WHERE c.stage = @p0 AND c.x IN (@p1, @p2) ORDER BY c.id",
 			cross:  "SELECT * FROM c WHERE c.stage = @p0 AND c.x IN (@p1, @p2)",
 			params: []azcosmos.QueryParameter{{Name: "@p0", Value: "queued"}, {Name: "@p1", Value: "a"}, {Name: "@p2", Value: "b"}},
 		},
 		{
 			name:   "IN of one",
-			where:  []coord.Cond{coord.In("priority", 3)},
+			where:  []store.Cond{store.In("priority", 3)},
 			single: "SELECT * FROM c WHERE c.priority IN (@p0) ORDER BY c.id",
 			cross:  "SELECT * FROM c WHERE c.priority IN (@p0)",
 			params: []azcosmos.QueryParameter{{Name: "@p0", Value: 3}},
 		},
 		{
 			name:   "numbers and bools",
-			where:  []coord.Cond{coord.Eq("n", int64(7)), coord.Eq("f", 1.5), coord.Eq("ok", true)},
+			where:  []store.Cond{store.Eq("n", int64(7)), store.Eq("f", 1.5), store.Eq("ok", true)},
 			single: "SELECT * FROM c WHERE c.n = @p0 AND c.f = @p1 AND c.ok = @p2 ORDER BY c.id",
 			cross:  "SELECT * FROM c WHERE c.n = @p0 AND c.f = @p1 AND c.ok = @p2",
 			params: []azcosmos.QueryParameter{{Name: "@p0", Value: int64(7)}, {Name: "@p1", Value: 1.5}, {Name: "@p2", Value: true}},
 		},
 		{
 			name:   "reserved words are bracketed",
-			where:  []coord.Cond{coord.Eq("value", 1), coord.Eq("Order", 2), coord.Eq("_ts", 3)},
+			where:  []store.Cond{store.Eq("value", 1), store.Eq("Order", 2), store.Eq("_ts", 3)},
 			single: `SELECT * FROM c WHERE c["value"] = @p0 AND c["Order"] = @p1 AND c._ts = @p2 ORDER BY c.id`,
 			cross:  `SELECT * FROM c WHERE c["value"] = @p0 AND c["Order"] = @p1 AND c._ts = @p2`,
 			params: []azcosmos.QueryParameter{{Name: "@p0", Value: 1}, {Name: "@p1", Value: 2}, {Name: "@p2", Value: 3}},
 		},
 		{
 			name:   "hostile values stay parameters",
-			where:  []coord.Cond{coord.Eq("stage", `x" OR 1=1 --`), coord.In("y", `') ORDER BY c.id`)},
+			where:  []store.Cond{store.Eq("stage", `x" OR 1=1 --`), store.In("y", `') ORDER BY c.id`)},
 			single: "SELECT * FROM c WHERE c.stage = @p0 AND c.y IN (@p1) ORDER BY c.id",
 			cross:  "SELECT * FROM c WHERE c.stage = @p0 AND c.y IN (@p1)",
 			params: []azcosmos.QueryParameter{{Name: "@p0", Value: `x" OR 1=1 --`}, {Name: "@p1", Value: `') ORDER BY c.id`}},
@@ -89,21 +89,21 @@ func TestBuildQuery(t *testing.T) {
 func TestBuildQueryRefuses(t *testing.T) {
 	tests := []struct {
 		name    string
-		where   []coord.Cond
+		where   []store.Cond
 		wantErr string
 	}{
-		{"dotted field", []coord.Cond{coord.Eq("a.b", 1)}, "must match"},
-		{"bracket injection", []coord.Cond{coord.Eq(`a"] OR c["b`, 1)}, "must match"},
-		{"leading digit", []coord.Cond{coord.Eq("1a", 1)}, "must match"},
-		{"empty field", []coord.Cond{coord.Eq("", 1)}, "must match"},
-		{"spaces", []coord.Cond{coord.Eq("a b", 1)}, "must match"},
-		{"unicode", []coord.Cond{coord.Eq("stagé", 1)}, "must match"},
-		{"equality without a value", []coord.Cond{{Field: "a", Op: coord.OpEq}}, "takes one value"},
-		{"equality with two values", []coord.Cond{{Field: "a", Op: coord.OpEq, Values: []any{1, 2}}}, "takes one value"},
-		{"unknown operator", []coord.Cond{{Field: "a", Op: "LIKE", Values: []any{"x"}}}, "unsupported operator"},
-		{"object value", []coord.Cond{coord.Eq("a", map[string]int{"x": 1})}, "not a string, number or bool"},
-		{"nil value", []coord.Cond{coord.Eq("a", nil)}, "not a string, number or bool"},
-		{"NaN", []coord.Cond{coord.In("a", 1.0, nanValue())}, "not a JSON number"},
+		{"dotted field", []store.Cond{store.Eq("a.b", 1)}, "must match"},
+		{"bracket injection", []store.Cond{store.Eq(`a"] OR c["b`, 1)}, "must match"},
+		{"leading digit", []store.Cond{store.Eq("1a", 1)}, "must match"},
+		{"empty field", []store.Cond{store.Eq("", 1)}, "must match"},
+		{"spaces", []store.Cond{store.Eq("a b", 1)}, "must match"},
+		{"unicode", []store.Cond{store.Eq("stagé", 1)}, "must match"},
+		{"equality without a value", []store.Cond{{Field: "a", Op: store.OpEq}}, "takes one value"},
+		{"equality with two values", []store.Cond{{Field: "a", Op: store.OpEq, Values: []any{1, 2}}}, "takes one value"},
+		{"unknown operator", []store.Cond{{Field: "a", Op: "LIKE", Values: []any{"x"}}}, "unsupported operator"},
+		{"object value", []store.Cond{store.Eq("a", map[string]int{"x": 1})}, "not a string, number or bool"},
+		{"nil value", []store.Cond{store.Eq("a", nil)}, "not a string, number or bool"},
+		{"NaN", []store.Cond{store.In("a", 1.0, nanValue())}, "not a JSON number"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,12 +121,12 @@ func nanValue() float64 {
 }
 
 func TestBuildQueryEmptyIN(t *testing.T) {
-	st, err := BuildQuery([]coord.Cond{coord.Eq("a", 1), coord.In[string]("b")}, false)
+	st, err := BuildQuery([]store.Cond{store.Eq("a", 1), store.In[string]("b")}, false)
 	require.NoError(t, err)
 	require.True(t, st.MatchesNothing)
 	require.Empty(t, st.Text)
 
-	_, err = BuildQuery([]coord.Cond{coord.In[string]("b"), coord.Eq("a.b", 1)}, false)
+	_, err = BuildQuery([]store.Cond{store.In[string]("b"), store.Eq("a.b", 1)}, false)
 	require.Error(t, err, "later conditions are still validated")
 }
 
@@ -135,17 +135,17 @@ func TestBuildQueryEmptyIN(t *testing.T) {
 // field, alone and combined — and checks that no cross-partition one uses a
 // feature the gateway refuses across partitions.
 func TestNoCrossPartitionQueryNeedsAQueryPlan(t *testing.T) {
-	atoms := []coord.Cond{
-		coord.Eq("stage", "queued"),
-		coord.Eq("value", 1),
-		coord.In("repo", "a"),
-		coord.In("order", "a", "b", "c"),
-		coord.Eq("top", true),
-		coord.In("distinct", 1.5, 2),
+	atoms := []store.Cond{
+		store.Eq("stage", "queued"),
+		store.Eq("value", 1),
+		store.In("repo", "a"),
+		store.In("order", "a", "b", "c"),
+		store.Eq("top", true),
+		store.In("distinct", 1.5, 2),
 	}
-	var shapes [][]coord.Cond
+	var shapes [][]store.Cond
 	for mask := 0; mask < 1<<len(atoms); mask++ {
-		var where []coord.Cond
+		var where []store.Cond
 		for i, a := range atoms {
 			if mask&(1<<i) != 0 {
 				where = append(where, a)
@@ -173,7 +173,7 @@ func TestNoCrossPartitionQueryNeedsAQueryPlan(t *testing.T) {
 	require.Len(t, seen, 2<<len(atoms), "every shape distinct")
 }
 
-func paramCount(where []coord.Cond) int {
+func paramCount(where []store.Cond) int {
 	n := 0
 	for _, c := range where {
 		n += len(c.Values)
@@ -191,18 +191,18 @@ func TestQueriesOnTheWire(t *testing.T) {
 	for i := range 5 {
 		pk := fmt.Sprintf("p%d", i%2)
 		body := fmt.Sprintf(`{"stage":%q,"n":%d}`, []string{"queued", "running"}[i%2], i)
-		_, err := fx.store.Create(ctx, coord.Jobs, pk, fmt.Sprintf("j%d", i), []byte(body))
+		_, err := fx.store.Create(ctx, store.Jobs, pk, fmt.Sprintf("j%d", i), []byte(body))
 		require.NoError(t, err)
 	}
-	queries := []coord.Query{
+	queries := []store.Query{
 		{},
 		{PartitionKey: "p0"},
-		{Where: []coord.Cond{coord.Eq("stage", "queued")}},
-		{PartitionKey: "p1", Where: []coord.Cond{coord.In("n", 1, 3)}, Limit: 1},
-		{Where: []coord.Cond{coord.Eq("stage", "queued"), coord.In("n", 0, 2, 4)}, Limit: 10},
+		{Where: []store.Cond{store.Eq("stage", "queued")}},
+		{PartitionKey: "p1", Where: []store.Cond{store.In("n", 1, 3)}, Limit: 1},
+		{Where: []store.Cond{store.Eq("stage", "queued"), store.In("n", 0, 2, 4)}, Limit: 10},
 	}
 	for _, q := range queries {
-		_, err := drain(ctx, fx.store, coord.Jobs, q)
+		_, err := drain(ctx, fx.store, store.Jobs, q)
 		require.NoError(t, err)
 	}
 	sent := fx.fake.requests(queryRequests)
@@ -223,8 +223,8 @@ func TestQueriesOnTheWire(t *testing.T) {
 }
 
 // drain reads every page of q.
-func drain(ctx context.Context, s *Store, container string, q coord.Query) ([]coord.Item, error) {
-	var items []coord.Item
+func drain(ctx context.Context, s *Store, container string, q store.Query) ([]store.Item, error) {
+	var items []store.Item
 	for {
 		page, err := s.Query(ctx, container, q)
 		if err != nil {
@@ -249,29 +249,29 @@ func TestQueryResults(t *testing.T) {
 		{"p2", "e", `{"stage":"done","n":5}`},
 	}
 	for _, d := range docs {
-		_, err := fx.store.Create(ctx, coord.Jobs, d.pk, d.id, []byte(d.body))
+		_, err := fx.store.Create(ctx, store.Jobs, d.pk, d.id, []byte(d.body))
 		require.NoError(t, err)
 	}
 	tests := []struct {
 		name    string
-		q       coord.Query
+		q       store.Query
 		wantIDs []string
 		ordered bool
 	}{
-		{"partition in id order", coord.Query{PartitionKey: "p1"}, []string{"a", "b", "c"}, true},
-		{"partition filtered", coord.Query{PartitionKey: "p1", Where: []coord.Cond{coord.Eq("stage", "queued")}}, []string{"a", "c"}, true},
-		{"partition paged", coord.Query{PartitionKey: "p1", Limit: 1}, []string{"a", "b", "c"}, true},
-		{"cross filtered", coord.Query{Where: []coord.Cond{coord.Eq("stage", "queued")}}, []string{"a", "c", "d"}, false},
-		{"cross IN", coord.Query{Where: []coord.Cond{coord.In("stage", "running", "done")}}, []string{"b", "e"}, false},
-		{"numbers", coord.Query{Where: []coord.Cond{coord.In("n", 1, 5)}}, []string{"c", "e"}, false},
-		{"bools", coord.Query{Where: []coord.Cond{coord.Eq("ok", false)}}, []string{"a"}, false},
-		{"cross paged", coord.Query{Limit: 2}, []string{"a", "b", "c", "d", "e"}, false},
-		{"empty IN", coord.Query{Where: []coord.Cond{coord.In[string]("stage")}}, nil, false},
-		{"no match", coord.Query{PartitionKey: "p3"}, nil, true},
+		{"partition in id order", store.Query{PartitionKey: "p1"}, []string{"a", "b", "c"}, true},
+		{"partition filtered", store.Query{PartitionKey: "p1", Where: []store.Cond{store.Eq("stage", "queued")}}, []string{"a", "c"}, true},
+		{"partition paged", store.Query{PartitionKey: "p1", Limit: 1}, []string{"a", "b", "c"}, true},
+		{"cross filtered", store.Query{Where: []store.Cond{store.Eq("stage", "queued")}}, []string{"a", "c", "d"}, false},
+		{"cross IN", store.Query{Where: []store.Cond{store.In("stage", "running", "done")}}, []string{"b", "e"}, false},
+		{"numbers", store.Query{Where: []store.Cond{store.In("n", 1, 5)}}, []string{"c", "e"}, false},
+		{"bools", store.Query{Where: []store.Cond{store.Eq("ok", false)}}, []string{"a"}, false},
+		{"cross paged", store.Query{Limit: 2}, []string{"a", "b", "c", "d", "e"}, false},
+		{"empty IN", store.Query{Where: []store.Cond{store.In[string]("stage")}}, nil, false},
+		{"no match", store.Query{PartitionKey: "p3"}, nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			items, err := drain(ctx, fx.store, coord.Jobs, tt.q)
+			items, err := drain(ctx, fx.store, store.Jobs, tt.q)
 			require.NoError(t, err)
 			var ids []string
 			for _, it := range items {
@@ -293,19 +293,19 @@ func TestQueryResults(t *testing.T) {
 func TestQueryDrainsEmptyPages(t *testing.T) {
 	fx := newFixture(t, nil)
 	ctx := context.Background()
-	_, err := fx.store.Create(ctx, coord.Jobs, "p", "j", []byte(`{"stage":"queued"}`))
+	_, err := fx.store.Create(ctx, store.Jobs, "p", "j", []byte(`{"stage":"queued"}`))
 	require.NoError(t, err)
 	fx.fake.emptyCrossPages = 3
 	fx.fake.reset()
 
-	page, err := fx.store.Query(ctx, coord.Jobs, coord.Query{Where: []coord.Cond{coord.Eq("stage", "queued")}})
+	page, err := fx.store.Query(ctx, store.Jobs, store.Query{Where: []store.Cond{store.Eq("stage", "queued")}})
 	require.NoError(t, err)
 	require.Len(t, page.Items, 1)
 	require.Empty(t, page.Continuation)
 	require.Len(t, fx.fake.requests(queryRequests), 4, "three empty pages drained")
 
 	fx.fake.reset()
-	page, err = fx.store.Query(ctx, coord.Jobs, coord.Query{Where: []coord.Cond{coord.Eq("stage", "absent")}})
+	page, err = fx.store.Query(ctx, store.Jobs, store.Query{Where: []store.Cond{store.Eq("stage", "absent")}})
 	require.NoError(t, err)
 	require.Empty(t, page.Items)
 	require.Empty(t, page.Continuation, "an empty page is the end")

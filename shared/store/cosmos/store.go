@@ -1,7 +1,7 @@
-// Package cosmos is the coord.Store backend on Azure Cosmos DB for NoSQL,
+// Package cosmos is the store.Store backend on Azure Cosmos DB for NoSQL,
 // through the azcosmos SDK (v1.5.0, gateway mode).
 //
-// Shape: the containers and partition keys of coord.Containers (Terraform
+// Shape: the containers and partition keys of store.Containers (Terraform
 // creates them in production; EnsureContainers creates them on the emulator).
 // Rev is the document's _etag and every CAS write sends it as If-Match, so
 // the primary replica decides races. Bodies read back without Cosmos's system
@@ -31,19 +31,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
-
-	"github.com/gigafactory/fleet/shared/coord"
 )
 
-// Store is a coord.Store on one Cosmos DB database. It is safe for
+// Store is a store.Store on one Cosmos DB database. It is safe for
 // concurrent use; create one per process and Close it on shutdown.
 type Store struct {
 	cfg        Config
-	containers map[string]*container // coord.Containers by name
+	containers map[string]*container // store.Containers by name
 	sessions   *sessionTokens
 	stats      statsRecorder
 
@@ -59,11 +59,11 @@ type Store struct {
 	sleep func(context.Context, time.Duration) error
 }
 
-var _ coord.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
-// container is one of coord.Containers.
+// container is one of store.Containers.
 type container struct {
-	def     coord.Container
+	def     store.Container
 	pkField string // the partition key path without its leading '/'
 }
 
@@ -92,7 +92,7 @@ func New(cfg Config) (*Store, error) {
 		}
 	}
 	s := &Store{cfg: cfg, containers: map[string]*container{}, sessions: newSessionTokens(), sleep: sleepCtx}
-	for _, def := range coord.Containers {
+	for _, def := range store.Containers {
 		field := strings.TrimPrefix(def.PartitionKey, "/")
 		if !fieldName.MatchString(field) {
 			return nil, fmt.Errorf("cosmos: container %s: partition key %q is not a top-level field", def.Name, def.PartitionKey)
@@ -248,7 +248,7 @@ func (s *Store) Stats() Stats { return s.stats.snapshot() }
 func (s *Store) container(name string) (*container, error) {
 	c, ok := s.containers[name]
 	if !ok {
-		return nil, fmt.Errorf("unknown container %q (not in coord.Containers)", name)
+		return nil, fmt.Errorf("unknown container %q (not in store.Containers)", name)
 	}
 	return c, nil
 }
@@ -407,12 +407,12 @@ func (s *Store) Create(ctx context.Context, containerName, pk, id string, body [
 }
 
 // Read returns one document; ErrNotFound when absent.
-func (s *Store) Read(ctx context.Context, containerName, pk, id string) (coord.Item, error) {
+func (s *Store) Read(ctx context.Context, containerName, pk, id string) (store.Item, error) {
 	c, err := s.point(opRead, containerName, pk, id)
 	if err != nil {
-		return coord.Item{}, err
+		return store.Item{}, err
 	}
-	var item coord.Item
+	var item store.Item
 	err = s.run(ctx, opRead, where(containerName, pk, id), true, func(ctx context.Context, cn *conn) error {
 		resp, err := cn.coll(c).ReadItem(ctx, azcosmos.NewPartitionKeyString(pk), id, nil)
 		if err != nil {
@@ -426,7 +426,7 @@ func (s *Store) Read(ctx context.Context, containerName, pk, id string) (coord.I
 		if rev == "" {
 			rev = d.etag
 		}
-		item = coord.Item{ID: id, PartitionKey: pk, Rev: rev, Body: d.body}
+		item = store.Item{ID: id, PartitionKey: pk, Rev: rev, Body: d.body}
 		return nil
 	})
 	return item, err
@@ -530,23 +530,23 @@ func (s *Store) Increment(ctx context.Context, containerName, pk, id, field stri
 // says why). Pages the service returns empty but with a continuation (a
 // cross-partition query visiting partitions with no match) are drained, so
 // an empty page always means the end.
-func (s *Store) Query(ctx context.Context, containerName string, q coord.Query) (coord.Page, error) {
+func (s *Store) Query(ctx context.Context, containerName string, q store.Query) (store.Page, error) {
 	w := fmt.Sprintf("%s pk=%q", containerName, q.PartitionKey)
 	c, err := s.container(containerName)
 	if err != nil {
-		return coord.Page{}, s.refuse(opQuery, w, err)
+		return store.Page{}, s.refuse(opQuery, w, err)
 	}
 	if q.Limit < 0 {
-		return coord.Page{}, s.refuse(opQuery, w, fmt.Errorf("limit %d is negative", q.Limit))
+		return store.Page{}, s.refuse(opQuery, w, fmt.Errorf("limit %d is negative", q.Limit))
 	}
 	partitioned := q.PartitionKey != ""
 	stmt, err := BuildQuery(q.Where, partitioned)
 	if err != nil {
-		return coord.Page{}, s.refuse(opQuery, w, err)
+		return store.Page{}, s.refuse(opQuery, w, err)
 	}
 	if stmt.MatchesNothing {
 		s.stats.record(opQuery, 0, 0, false)
-		return coord.Page{}, nil
+		return store.Page{}, nil
 	}
 	limit := q.Limit
 	if limit == 0 {
@@ -557,7 +557,7 @@ func (s *Store) Query(ctx context.Context, containerName string, q coord.Query) 
 	if partitioned {
 		pk = azcosmos.NewPartitionKeyString(q.PartitionKey)
 	}
-	var page coord.Page
+	var page store.Page
 	err = s.run(ctx, opQuery, w, true, func(ctx context.Context, cn *conn) error {
 		opts := &azcosmos.QueryOptions{
 			QueryParameters: stmt.Params,
@@ -576,7 +576,7 @@ func (s *Store) Query(ctx context.Context, containerName string, q coord.Query) 
 			if err != nil {
 				return err
 			}
-			items := make([]coord.Item, 0, len(resp.Items))
+			items := make([]store.Item, 0, len(resp.Items))
 			for _, raw := range resp.Items {
 				d, err := decodeDoc(raw, c.pkField)
 				if err != nil {
@@ -586,10 +586,10 @@ func (s *Store) Query(ctx context.Context, containerName string, q coord.Query) 
 				if partitioned {
 					itemPK = q.PartitionKey
 				}
-				items = append(items, coord.Item{ID: d.id, PartitionKey: itemPK, Rev: d.etag, Body: d.body})
+				items = append(items, store.Item{ID: d.id, PartitionKey: itemPK, Rev: d.etag, Body: d.body})
 			}
 			if len(items) > 0 || resp.ContinuationToken == nil || *resp.ContinuationToken == "" {
-				page = coord.Page{Items: items}
+				page = store.Page{Items: items}
 				if resp.ContinuationToken != nil {
 					page.Continuation = *resp.ContinuationToken
 				}
@@ -598,7 +598,7 @@ func (s *Store) Query(ctx context.Context, containerName string, q coord.Query) 
 		}
 	})
 	if err != nil {
-		return coord.Page{}, err
+		return store.Page{}, err
 	}
 	return page, nil
 }

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/stretchr/testify/require"
-
-	"github.com/gigafactory/fleet/shared/coord"
 )
 
 func TestNewValidatesConfig(t *testing.T) {
@@ -108,53 +108,53 @@ func TestPointOperationsRoundTrip(t *testing.T) {
 	fx := newFixture(t, nil)
 	s, ctx := fx.store, context.Background()
 
-	rev1, err := s.Create(ctx, coord.Jobs, "p1", "j1", []byte(`{"stage":"queued","attempts":0}`))
+	rev1, err := s.Create(ctx, store.Jobs, "p1", "j1", []byte(`{"stage":"queued","attempts":0}`))
 	require.NoError(t, err)
 	require.NotEmpty(t, rev1)
 
-	it, err := s.Read(ctx, coord.Jobs, "p1", "j1")
+	it, err := s.Read(ctx, store.Jobs, "p1", "j1")
 	require.NoError(t, err)
-	require.Equal(t, coord.Item{ID: "j1", PartitionKey: "p1", Rev: rev1, Body: it.Body}, it)
+	require.Equal(t, store.Item{ID: "j1", PartitionKey: "p1", Rev: rev1, Body: it.Body}, it)
 	require.JSONEq(t, `{"stage":"queued","attempts":0}`, string(it.Body), "system properties and added fields are stripped")
 
-	rev2, err := s.Replace(ctx, coord.Jobs, "p1", "j1", []byte(`{"stage":"running","attempts":0}`), rev1)
+	rev2, err := s.Replace(ctx, store.Jobs, "p1", "j1", []byte(`{"stage":"running","attempts":0}`), rev1)
 	require.NoError(t, err)
 	require.NotEqual(t, rev1, rev2)
 
-	_, err = s.Replace(ctx, coord.Jobs, "p1", "j1", []byte(`{"stage":"lost"}`), rev1)
-	require.ErrorIs(t, err, coord.ErrPrecondition, "stale revision")
+	_, err = s.Replace(ctx, store.Jobs, "p1", "j1", []byte(`{"stage":"lost"}`), rev1)
+	require.ErrorIs(t, err, store.ErrPrecondition, "stale revision")
 
-	n, err := s.Increment(ctx, coord.Jobs, "p1", "j1", "attempts", 2)
+	n, err := s.Increment(ctx, store.Jobs, "p1", "j1", "attempts", 2)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
-	n, err = s.Increment(ctx, coord.Jobs, "p1", "j1", "dispatchEpoch", 1)
+	n, err = s.Increment(ctx, store.Jobs, "p1", "j1", "dispatchEpoch", 1)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "a missing field starts at delta")
 
-	it, err = s.Read(ctx, coord.Jobs, "p1", "j1")
+	it, err = s.Read(ctx, store.Jobs, "p1", "j1")
 	require.NoError(t, err)
 	require.JSONEq(t, `{"stage":"running","attempts":2,"dispatchEpoch":1}`, string(it.Body))
 
-	_, err = s.Create(ctx, coord.Jobs, "p1", "j1", []byte(`{}`))
-	require.ErrorIs(t, err, coord.ErrExists)
+	_, err = s.Create(ctx, store.Jobs, "p1", "j1", []byte(`{}`))
+	require.ErrorIs(t, err, store.ErrExists)
 
-	_, err = s.Upsert(ctx, coord.Jobs, "p1", "j2", []byte(`{"stage":"queued"}`))
+	_, err = s.Upsert(ctx, store.Jobs, "p1", "j2", []byte(`{"stage":"queued"}`))
 	require.NoError(t, err)
-	rev, err := s.Upsert(ctx, coord.Jobs, "p1", "j2", []byte(`{"stage":"done"}`))
+	rev, err := s.Upsert(ctx, store.Jobs, "p1", "j2", []byte(`{"stage":"done"}`))
 	require.NoError(t, err)
 
-	require.ErrorIs(t, s.Delete(ctx, coord.Jobs, "p1", "j2", `"stale"`), coord.ErrPrecondition)
-	require.NoError(t, s.Delete(ctx, coord.Jobs, "p1", "j2", rev))
-	require.ErrorIs(t, s.Delete(ctx, coord.Jobs, "p1", "j2", ""), coord.ErrNotFound)
-	_, err = s.Read(ctx, coord.Jobs, "p1", "j2")
-	require.ErrorIs(t, err, coord.ErrNotFound)
-	_, err = s.Increment(ctx, coord.Jobs, "p1", "j2", "attempts", 1)
-	require.ErrorIs(t, err, coord.ErrNotFound)
-	_, err = s.Replace(ctx, coord.Jobs, "p1", "j2", []byte(`{}`), rev)
-	require.ErrorIs(t, err, coord.ErrNotFound)
+	require.ErrorIs(t, s.Delete(ctx, store.Jobs, "p1", "j2", `"stale"`), store.ErrPrecondition)
+	require.NoError(t, s.Delete(ctx, store.Jobs, "p1", "j2", rev))
+	require.ErrorIs(t, s.Delete(ctx, store.Jobs, "p1", "j2", ""), store.ErrNotFound)
+	_, err = s.Read(ctx, store.Jobs, "p1", "j2")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = s.Increment(ctx, store.Jobs, "p1", "j2", "attempts", 1)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = s.Replace(ctx, store.Jobs, "p1", "j2", []byte(`{}`), rev)
+	require.ErrorIs(t, err, store.ErrNotFound)
 
-	_, err = s.Read(ctx, coord.Jobs, "other", "j1")
-	require.ErrorIs(t, err, coord.ErrNotFound, "the same id in another partition is another document")
+	_, err = s.Read(ctx, store.Jobs, "other", "j1")
+	require.ErrorIs(t, err, store.ErrNotFound, "the same id in another partition is another document")
 }
 
 // TestEveryPointOperationSendsThePartitionKey: Cosmos routes point
@@ -164,19 +164,19 @@ func TestEveryPointOperationSendsThePartitionKey(t *testing.T) {
 	fx := newFixture(t, nil)
 	s, ctx := fx.store, context.Background()
 
-	rev, err := s.Create(ctx, coord.Runs, "job-7", "r1", []byte(`{"n":1}`))
+	rev, err := s.Create(ctx, store.Runs, "job-7", "r1", []byte(`{"n":1}`))
 	require.NoError(t, err)
-	_, err = s.Read(ctx, coord.Runs, "job-7", "r1")
+	_, err = s.Read(ctx, store.Runs, "job-7", "r1")
 	require.NoError(t, err)
-	rev, err = s.Replace(ctx, coord.Runs, "job-7", "r1", []byte(`{"n":2}`), rev)
+	rev, err = s.Replace(ctx, store.Runs, "job-7", "r1", []byte(`{"n":2}`), rev)
 	require.NoError(t, err)
-	_, err = s.Increment(ctx, coord.Runs, "job-7", "r1", "n", 1)
+	_, err = s.Increment(ctx, store.Runs, "job-7", "r1", "n", 1)
 	require.NoError(t, err)
-	_, err = s.Upsert(ctx, coord.Runs, "job-7", "r2", []byte(`{}`))
+	_, err = s.Upsert(ctx, store.Runs, "job-7", "r2", []byte(`{}`))
 	require.NoError(t, err)
-	require.NoError(t, s.Delete(ctx, coord.Runs, "job-7", "r2", ""))
-	_, err = s.Read(ctx, coord.Runs, "job-7", "absent")
-	require.ErrorIs(t, err, coord.ErrNotFound)
+	require.NoError(t, s.Delete(ctx, store.Runs, "job-7", "r2", ""))
+	_, err = s.Read(ctx, store.Runs, "job-7", "absent")
+	require.ErrorIs(t, err, store.ErrNotFound)
 	_ = rev
 
 	points := fx.fake.requests(pointRequests)
@@ -200,7 +200,7 @@ func TestCASWritesSendIfMatch(t *testing.T) {
 		{
 			name: "replace",
 			op: func(s *Store, rev string) error {
-				_, err := s.Replace(context.Background(), coord.Jobs, "p", "j", []byte(`{"v":2}`), rev)
+				_, err := s.Replace(context.Background(), store.Jobs, "p", "j", []byte(`{"v":2}`), rev)
 				return err
 			},
 			match:   method(http.MethodPut),
@@ -208,19 +208,19 @@ func TestCASWritesSendIfMatch(t *testing.T) {
 		},
 		{
 			name:    "conditional delete",
-			op:      func(s *Store, rev string) error { return s.Delete(context.Background(), coord.Jobs, "p", "j", rev) },
+			op:      func(s *Store, rev string) error { return s.Delete(context.Background(), store.Jobs, "p", "j", rev) },
 			match:   method(http.MethodDelete),
 			ifMatch: true,
 		},
 		{
 			name:  "unconditional delete",
-			op:    func(s *Store, _ string) error { return s.Delete(context.Background(), coord.Jobs, "p", "j", "") },
+			op:    func(s *Store, _ string) error { return s.Delete(context.Background(), store.Jobs, "p", "j", "") },
 			match: method(http.MethodDelete),
 		},
 		{
 			name: "upsert",
 			op: func(s *Store, _ string) error {
-				_, err := s.Upsert(context.Background(), coord.Jobs, "p", "j", []byte(`{}`))
+				_, err := s.Upsert(context.Background(), store.Jobs, "p", "j", []byte(`{}`))
 				return err
 			},
 			match: upserts,
@@ -228,7 +228,7 @@ func TestCASWritesSendIfMatch(t *testing.T) {
 		{
 			name: "increment",
 			op: func(s *Store, _ string) error {
-				_, err := s.Increment(context.Background(), coord.Jobs, "p", "j", "v", 1)
+				_, err := s.Increment(context.Background(), store.Jobs, "p", "j", "v", 1)
 				return err
 			},
 			match: method(http.MethodPatch),
@@ -237,7 +237,7 @@ func TestCASWritesSendIfMatch(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fx := newFixture(t, nil)
-			rev, err := fx.store.Create(context.Background(), coord.Jobs, "p", "j", []byte(`{"v":1}`))
+			rev, err := fx.store.Create(context.Background(), store.Jobs, "p", "j", []byte(`{"v":1}`))
 			require.NoError(t, err)
 			require.Empty(t, fx.fake.requests(creates)[0].Header.Get("If-Match"), "create is not conditional")
 
@@ -255,7 +255,7 @@ func TestCASWritesSendIfMatch(t *testing.T) {
 
 func TestReplaceRefusesAnEmptyRevision(t *testing.T) {
 	fx := newFixture(t, nil)
-	_, err := fx.store.Replace(context.Background(), coord.Jobs, "p", "j", []byte(`{}`), "")
+	_, err := fx.store.Replace(context.Background(), store.Jobs, "p", "j", []byte(`{}`), "")
 	require.ErrorContains(t, err, "compare-and-swap")
 	require.Empty(t, fx.fake.requests(docRequests), "nothing sent")
 }
@@ -274,95 +274,95 @@ func TestStatusMapping(t *testing.T) {
 		{
 			name: "412 on replace", match: method(http.MethodPut), resp: status(412),
 			op: func(ctx context.Context, s *Store) error {
-				_, err := s.Replace(ctx, coord.Jobs, "p", "seed", []byte(`{}`), `"rev"`)
+				_, err := s.Replace(ctx, store.Jobs, "p", "seed", []byte(`{}`), `"rev"`)
 				return err
 			},
-			want: coord.ErrPrecondition, requests: 1,
+			want: store.ErrPrecondition, requests: 1,
 		},
 		{
 			name: "412 on conditional delete", match: method(http.MethodDelete), resp: status(412),
-			op:   func(ctx context.Context, s *Store) error { return s.Delete(ctx, coord.Jobs, "p", "seed", `"rev"`) },
-			want: coord.ErrPrecondition, requests: 1,
+			op:   func(ctx context.Context, s *Store) error { return s.Delete(ctx, store.Jobs, "p", "seed", `"rev"`) },
+			want: store.ErrPrecondition, requests: 1,
 		},
 		{
 			name: "409 on create", match: creates, resp: status(409),
 			op: func(ctx context.Context, s *Store) error {
-				_, err := s.Create(ctx, coord.Jobs, "p", "new", []byte(`{}`))
+				_, err := s.Create(ctx, store.Jobs, "p", "new", []byte(`{}`))
 				return err
 			},
-			want: coord.ErrExists, requests: 1,
+			want: store.ErrExists, requests: 1,
 		},
 		{
 			name: "404 on read", match: method(http.MethodGet), resp: status(404),
 			op: func(ctx context.Context, s *Store) error {
-				_, err := s.Read(ctx, coord.Jobs, "p", "seed")
+				_, err := s.Read(ctx, store.Jobs, "p", "seed")
 				return err
 			},
-			want: coord.ErrNotFound, requests: 1,
+			want: store.ErrNotFound, requests: 1,
 		},
 		{
 			name: "404 on increment", match: method(http.MethodPatch), resp: status(404),
 			op: func(ctx context.Context, s *Store) error {
-				_, err := s.Increment(ctx, coord.Jobs, "p", "seed", "n", 1)
+				_, err := s.Increment(ctx, store.Jobs, "p", "seed", "n", 1)
 				return err
 			},
-			want: coord.ErrNotFound, requests: 1,
+			want: store.ErrNotFound, requests: 1,
 		},
 		{
 			name: "429 forever on read", match: method(http.MethodGet), resp: status(429, "x-ms-retry-after-ms", "1"),
 			op: func(ctx context.Context, s *Store) error {
-				_, err := s.Read(ctx, coord.Jobs, "p", "seed")
+				_, err := s.Read(ctx, store.Jobs, "p", "seed")
 				return err
 			},
-			want: coord.ErrThrottled, requests: 4, // ThrottleRetries 3
+			want: store.ErrThrottled, requests: 4, // ThrottleRetries 3
 		},
 		{
 			name: "429 forever on create", match: creates, resp: status(429, "x-ms-retry-after-ms", "1"),
 			op: func(ctx context.Context, s *Store) error {
-				_, err := s.Create(ctx, coord.Jobs, "p", "new", []byte(`{}`))
+				_, err := s.Create(ctx, store.Jobs, "p", "new", []byte(`{}`))
 				return err
 			},
-			want: coord.ErrThrottled, requests: 4, // a 429 was not executed: safe to replay a write
+			want: store.ErrThrottled, requests: 4, // a 429 was not executed: safe to replay a write
 		},
 		{
 			name: "429 asking longer than MaxRetryAfter", match: method(http.MethodGet), resp: status(429, "x-ms-retry-after-ms", "3600000"),
 			op: func(ctx context.Context, s *Store) error {
-				_, err := s.Read(ctx, coord.Jobs, "p", "seed")
+				_, err := s.Read(ctx, store.Jobs, "p", "seed")
 				return err
 			},
-			want: coord.ErrThrottled, requests: 1,
+			want: store.ErrThrottled, requests: 1,
 		},
 		{
 			name: "503 forever on read", match: method(http.MethodGet), resp: status(503),
 			op: func(ctx context.Context, s *Store) error {
-				_, err := s.Read(ctx, coord.Jobs, "p", "seed")
+				_, err := s.Read(ctx, store.Jobs, "p", "seed")
 				return err
 			},
-			want: coord.ErrUnavailable, requests: 3, // UnavailableRetries 2
+			want: store.ErrUnavailable, requests: 3, // UnavailableRetries 2
 		},
 		{
 			name: "503 forever on query", match: queryRequests, resp: status(503),
 			op: func(ctx context.Context, s *Store) error {
-				_, err := s.Query(ctx, coord.Jobs, coord.Query{PartitionKey: "p"})
+				_, err := s.Query(ctx, store.Jobs, store.Query{PartitionKey: "p"})
 				return err
 			},
-			want: coord.ErrUnavailable, requests: 3,
+			want: store.ErrUnavailable, requests: 3,
 		},
 		{
 			name: "503 on create is not replayed", match: creates, resp: status(503),
 			op: func(ctx context.Context, s *Store) error {
-				_, err := s.Create(ctx, coord.Jobs, "p", "new", []byte(`{}`))
+				_, err := s.Create(ctx, store.Jobs, "p", "new", []byte(`{}`))
 				return err
 			},
-			want: coord.ErrUnavailable, requests: 1,
+			want: store.ErrUnavailable, requests: 1,
 		},
 		{
 			name: "503 on increment is not replayed", match: method(http.MethodPatch), resp: status(503),
 			op: func(ctx context.Context, s *Store) error {
-				_, err := s.Increment(ctx, coord.Jobs, "p", "seed", "n", 1)
+				_, err := s.Increment(ctx, store.Jobs, "p", "seed", "n", 1)
 				return err
 			},
-			want: coord.ErrUnavailable, requests: 1,
+			want: store.ErrUnavailable, requests: 1,
 		},
 		{
 			// The adapter refuses an oversized body itself; a service 413
@@ -370,26 +370,26 @@ func TestStatusMapping(t *testing.T) {
 			// same store error.
 			name: "413 on replace", match: method(http.MethodPut), resp: status(413),
 			op: func(ctx context.Context, s *Store) error {
-				_, err := s.Replace(ctx, coord.Jobs, "p", "seed", []byte(`{}`), `"rev"`)
+				_, err := s.Replace(ctx, store.Jobs, "p", "seed", []byte(`{}`), `"rev"`)
 				return err
 			},
-			want: coord.ErrTooLarge, requests: 1,
+			want: store.ErrTooLarge, requests: 1,
 		},
 		{
 			name: "400 has no store meaning", match: method(http.MethodGet), resp: status(400),
 			op: func(ctx context.Context, s *Store) error {
-				_, err := s.Read(ctx, coord.Jobs, "p", "seed")
+				_, err := s.Read(ctx, store.Jobs, "p", "seed")
 				return err
 			},
 			want: nil, requests: 1,
 		},
 	}
-	storeErrs := []error{coord.ErrNotFound, coord.ErrExists, coord.ErrPrecondition, coord.ErrThrottled, coord.ErrUnavailable, coord.ErrTooLarge}
+	storeErrs := []error{store.ErrNotFound, store.ErrExists, store.ErrPrecondition, store.ErrThrottled, store.ErrUnavailable, store.ErrTooLarge}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fx := newFixture(t, nil)
 			ctx := context.Background()
-			_, err := fx.store.Create(ctx, coord.Jobs, "p", "seed", []byte(`{"n":1}`))
+			_, err := fx.store.Create(ctx, store.Jobs, "p", "seed", []byte(`{"n":1}`))
 			require.NoError(t, err)
 			fx.fake.reset()
 			fx.fake.always(tt.match, tt.resp)
@@ -417,19 +417,19 @@ func TestThrottledThenSuccess(t *testing.T) {
 		op    func(context.Context, *Store) error
 	}{
 		{"read", method(http.MethodGet), func(ctx context.Context, s *Store) error {
-			_, err := s.Read(ctx, coord.Jobs, "p", "seed")
+			_, err := s.Read(ctx, store.Jobs, "p", "seed")
 			return err
 		}},
 		{"replace", method(http.MethodPut), func(ctx context.Context, s *Store) error {
-			it, err := s.Read(ctx, coord.Jobs, "p", "seed")
+			it, err := s.Read(ctx, store.Jobs, "p", "seed")
 			if err != nil {
 				return err
 			}
-			_, err = s.Replace(ctx, coord.Jobs, "p", "seed", []byte(`{"n":2}`), it.Rev)
+			_, err = s.Replace(ctx, store.Jobs, "p", "seed", []byte(`{"n":2}`), it.Rev)
 			return err
 		}},
 		{"query", queryRequests, func(ctx context.Context, s *Store) error {
-			_, err := s.Query(ctx, coord.Jobs, coord.Query{Where: []coord.Cond{coord.Eq("n", 1)}})
+			_, err := s.Query(ctx, store.Jobs, store.Query{Where: []store.Cond{store.Eq("n", 1)}})
 			return err
 		}},
 	}
@@ -437,7 +437,7 @@ func TestThrottledThenSuccess(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			fx := newFixture(t, nil)
 			ctx := context.Background()
-			_, err := fx.store.Create(ctx, coord.Jobs, "p", "seed", []byte(`{"n":1}`))
+			_, err := fx.store.Create(ctx, store.Jobs, "p", "seed", []byte(`{"n":1}`))
 			require.NoError(t, err)
 			fx.fake.reset()
 			fx.fake.on(tt.match, status(429, "x-ms-retry-after-ms", "1"))
@@ -456,12 +456,12 @@ func TestThrottledThenSuccess(t *testing.T) {
 func Test503ThenSuccess(t *testing.T) {
 	fx := newFixture(t, nil)
 	ctx := context.Background()
-	_, err := fx.store.Create(ctx, coord.Jobs, "p", "seed", []byte(`{"n":1}`))
+	_, err := fx.store.Create(ctx, store.Jobs, "p", "seed", []byte(`{"n":1}`))
 	require.NoError(t, err)
 	get := method(http.MethodGet)
 	fx.fake.on(get, status(503, "x-ms-retry-after-ms", "250"), status(503))
 
-	it, err := fx.store.Read(ctx, coord.Jobs, "p", "seed")
+	it, err := fx.store.Read(ctx, store.Jobs, "p", "seed")
 	require.NoError(t, err)
 	require.Equal(t, "seed", it.ID)
 	require.Len(t, fx.fake.requests(get), 3)
@@ -476,7 +476,7 @@ func Test503ThenSuccess(t *testing.T) {
 func TestEveryCallHasADeadline(t *testing.T) {
 	fx := newFixture(t, func(c *Config) { c.OperationTimeout = time.Hour })
 	before := time.Now()
-	_, err := fx.store.Upsert(context.Background(), coord.Jobs, "p", "j", []byte(`{}`))
+	_, err := fx.store.Upsert(context.Background(), store.Jobs, "p", "j", []byte(`{}`))
 	require.NoError(t, err)
 	// The account metadata request runs under the SDK's own 60 s timeout.
 	for _, r := range fx.fake.requests(docRequests) {
@@ -488,7 +488,7 @@ func TestEveryCallHasADeadline(t *testing.T) {
 	deadline := time.Now().Add(7 * time.Minute)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	_, err = fx.store.Read(ctx, coord.Jobs, "p", "j")
+	_, err = fx.store.Read(ctx, store.Jobs, "p", "j")
 	require.NoError(t, err)
 	reqs := fx.fake.requests(docRequests)
 	require.Len(t, reqs, 1)
@@ -498,36 +498,36 @@ func TestEveryCallHasADeadline(t *testing.T) {
 func TestDeadlineMapsToUnavailable(t *testing.T) {
 	fx := newFixture(t, func(c *Config) { c.OperationTimeout = 30 * time.Millisecond })
 	fx.fake.always(method(http.MethodGet), canned{hang: true})
-	_, err := fx.store.Read(context.Background(), coord.Jobs, "p", "j")
-	require.ErrorIs(t, err, coord.ErrUnavailable, "the store's own deadline: the service did not answer")
+	_, err := fx.store.Read(context.Background(), store.Jobs, "p", "j")
+	require.ErrorIs(t, err, store.ErrUnavailable, "the store's own deadline: the service did not answer")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = fx.store.Read(ctx, coord.Jobs, "p", "j")
+	_, err = fx.store.Read(ctx, store.Jobs, "p", "j")
 	require.ErrorIs(t, err, context.Canceled)
-	require.NotErrorIs(t, err, coord.ErrUnavailable, "the caller gave up, the service did not fail")
+	require.NotErrorIs(t, err, store.ErrUnavailable, "the caller gave up, the service did not fail")
 }
 
 func TestTransportAndProtocolFailures(t *testing.T) {
 	fx := newFixture(t, nil)
 	ctx := context.Background()
-	_, err := fx.store.Read(ctx, coord.Jobs, "p", "warm-up") // fetches the account topology
-	require.ErrorIs(t, err, coord.ErrNotFound)
+	_, err := fx.store.Read(ctx, store.Jobs, "p", "warm-up") // fetches the account topology
+	require.ErrorIs(t, err, store.ErrNotFound)
 
 	// A connection reset during a write: the SDK cannot know whether the
 	// write happened and does not replay it.
 	fx.fake.always(creates, canned{fail: &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}})
-	_, err = fx.store.Create(ctx, coord.Jobs, "p", "j", []byte(`{}`))
-	require.ErrorIs(t, err, coord.ErrUnavailable)
+	_, err = fx.store.Create(ctx, store.Jobs, "p", "j", []byte(`{}`))
+	require.ErrorIs(t, err, store.ErrUnavailable)
 	require.ErrorIs(t, err, syscall.ECONNRESET)
 	require.Len(t, fx.fake.requests(creates), 1)
 
 	// A stored document the store cannot decode is a bug, not an outage.
 	fx.fake.always(method(http.MethodGet), canned{status: 200, body: `[1]`})
-	_, err = fx.store.Read(ctx, coord.Jobs, "p", "j")
+	_, err = fx.store.Read(ctx, store.Jobs, "p", "j")
 	require.ErrorContains(t, err, "stored document: body is not a JSON object")
-	for _, se := range []error{coord.ErrNotFound, coord.ErrUnavailable, coord.ErrThrottled} {
+	for _, se := range []error{store.ErrNotFound, store.ErrUnavailable, store.ErrThrottled} {
 		require.NotErrorIs(t, err, se)
 	}
 	require.Len(t, fx.fake.requests(method(http.MethodGet)), 2, "not retried")
@@ -551,18 +551,18 @@ func TestFailedFirstContactIsRetried(t *testing.T) {
 			fx := newFixture(t, nil)
 			ctx := context.Background()
 			fx.fake.on(account, tt.resp)
-			_, err := fx.store.Upsert(ctx, coord.Jobs, "p", "j", []byte(`{}`))
+			_, err := fx.store.Upsert(ctx, store.Jobs, "p", "j", []byte(`{}`))
 			require.Error(t, err)
 			require.Empty(t, fx.fake.requests(docRequests), "no data request before the topology is known")
 
-			_, err = fx.store.Upsert(ctx, coord.Jobs, "p", "j", []byte(`{}`))
+			_, err = fx.store.Upsert(ctx, store.Jobs, "p", "j", []byte(`{}`))
 			require.NoError(t, err, "the next call fetches the topology again")
 			require.Len(t, fx.fake.requests(account), 2)
 
 			// Once the account was reached, failures no longer rebuild.
 			before := fx.store.conn.Load()
 			fx.fake.always(method(http.MethodGet), status(500))
-			_, err = fx.store.Read(ctx, coord.Jobs, "p", "j")
+			_, err = fx.store.Read(ctx, store.Jobs, "p", "j")
 			require.Error(t, err)
 			require.Same(t, before, fx.store.conn.Load())
 		})
@@ -582,11 +582,11 @@ func TestDeadlineWhileThrottledIsThrottled(t *testing.T) {
 		c.OperationTimeout = time.Second
 		c.ThrottleRetries = 1000
 	})
-	_, err := fx.store.Read(context.Background(), coord.Jobs, "p", "warm-up") // fetches the account topology
-	require.ErrorIs(t, err, coord.ErrNotFound)
+	_, err := fx.store.Read(context.Background(), store.Jobs, "p", "warm-up") // fetches the account topology
+	require.ErrorIs(t, err, store.ErrNotFound)
 	fx.fake.on(method(http.MethodGet), status(429, "x-ms-retry-after-ms", "20"), canned{hang: true})
-	_, err = fx.store.Read(context.Background(), coord.Jobs, "p", "j")
-	require.ErrorIs(t, err, coord.ErrThrottled)
+	_, err = fx.store.Read(context.Background(), store.Jobs, "p", "j")
+	require.ErrorIs(t, err, store.ErrThrottled)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
@@ -599,52 +599,52 @@ func TestArgumentsRefusedBeforeAnyRequest(t *testing.T) {
 		wantErr string
 	}{
 		{"unknown container", func() error { _, err := s.Read(ctx, "nope", "p", "j"); return err }, "unknown container"},
-		{"empty id", func() error { _, err := s.Read(ctx, coord.Jobs, "p", ""); return err }, "id is empty"},
-		{"id with slash", func() error { _, err := s.Read(ctx, coord.Jobs, "p", "a/b"); return err }, "contains one of"},
-		{"id with hash", func() error { return s.Delete(ctx, coord.Jobs, "p", "a#b", "") }, "contains one of"},
-		{"body not an object", func() error { _, err := s.Create(ctx, coord.Jobs, "p", "j", []byte(`[1]`)); return err }, "not a JSON object"},
-		{"body not JSON", func() error { _, err := s.Upsert(ctx, coord.Jobs, "p", "j", []byte(`{`)); return err }, "not JSON"},
-		{"body with trailing data", func() error { _, err := s.Upsert(ctx, coord.Jobs, "p", "j", []byte(`{} {}`)); return err }, "after the JSON object"},
-		{"duplicate field", func() error { _, err := s.Create(ctx, coord.Jobs, "p", "j", []byte(`{"a":1,"a":2}`)); return err }, "duplicate field"},
-		{"body id differs", func() error { _, err := s.Create(ctx, coord.Jobs, "p", "j", []byte(`{"id":"k"}`)); return err }, "does not match id"},
+		{"empty id", func() error { _, err := s.Read(ctx, store.Jobs, "p", ""); return err }, "id is empty"},
+		{"id with slash", func() error { _, err := s.Read(ctx, store.Jobs, "p", "a/b"); return err }, "contains one of"},
+		{"id with hash", func() error { return s.Delete(ctx, store.Jobs, "p", "a#b", "") }, "contains one of"},
+		{"body not an object", func() error { _, err := s.Create(ctx, store.Jobs, "p", "j", []byte(`[1]`)); return err }, "not a JSON object"},
+		{"body not JSON", func() error { _, err := s.Upsert(ctx, store.Jobs, "p", "j", []byte(`{`)); return err }, "not JSON"},
+		{"body with trailing data", func() error { _, err := s.Upsert(ctx, store.Jobs, "p", "j", []byte(`{} {}`)); return err }, "after the JSON object"},
+		{"duplicate field", func() error { _, err := s.Create(ctx, store.Jobs, "p", "j", []byte(`{"a":1,"a":2}`)); return err }, "duplicate field"},
+		{"body id differs", func() error { _, err := s.Create(ctx, store.Jobs, "p", "j", []byte(`{"id":"k"}`)); return err }, "does not match id"},
 		{"body partition key differs", func() error {
-			_, err := s.Create(ctx, coord.Jobs, "p", "j", []byte(`{"productId":"q"}`))
+			_, err := s.Create(ctx, store.Jobs, "p", "j", []byte(`{"productId":"q"}`))
 			return err
 		}, "does not match partition key"},
 		{"partition key not a string", func() error {
-			_, err := s.Create(ctx, coord.Jobs, "p", "j", []byte(`{"productId":1}`))
+			_, err := s.Create(ctx, store.Jobs, "p", "j", []byte(`{"productId":1}`))
 			return err
 		}, "does not match partition key"},
 		{"id-partitioned container with pk != id", func() error {
-			_, err := s.Create(ctx, coord.Factories, "f1", "f2", []byte(`{}`))
+			_, err := s.Create(ctx, store.Factories, "f1", "f2", []byte(`{}`))
 			return err
 		}, "must equal id"},
 		{"reserved field", func() error {
-			_, err := s.Create(ctx, coord.Jobs, "p", "j", []byte(`{"_fleetAdded":[]}`))
+			_, err := s.Create(ctx, store.Jobs, "p", "j", []byte(`{"_fleetAdded":[]}`))
 			return err
 		}, "reserved"},
 		{"increment of a bad field name", func() error {
-			_, err := s.Increment(ctx, coord.Jobs, "p", "j", "a.b", 1)
+			_, err := s.Increment(ctx, store.Jobs, "p", "j", "a.b", 1)
 			return err
 		}, "must match"},
 		{"increment of the partition key", func() error {
-			_, err := s.Increment(ctx, coord.Jobs, "p", "j", "productId", 1)
+			_, err := s.Increment(ctx, store.Jobs, "p", "j", "productId", 1)
 			return err
 		}, "cannot be incremented"},
 		{"increment of a system field", func() error {
-			_, err := s.Increment(ctx, coord.Jobs, "p", "j", "_ts", 1)
+			_, err := s.Increment(ctx, store.Jobs, "p", "j", "_ts", 1)
 			return err
 		}, "cannot be incremented"},
 		{"negative limit", func() error {
-			_, err := s.Query(ctx, coord.Jobs, coord.Query{Limit: -1})
+			_, err := s.Query(ctx, store.Jobs, store.Query{Limit: -1})
 			return err
 		}, "negative"},
 		{"bad query field", func() error {
-			_, err := s.Query(ctx, coord.Jobs, coord.Query{Where: []coord.Cond{coord.Eq("a b", 1)}})
+			_, err := s.Query(ctx, store.Jobs, store.Query{Where: []store.Cond{store.Eq("a b", 1)}})
 			return err
 		}, "must match"},
 		{"garbage continuation", func() error {
-			_, err := s.ReadChanges(ctx, coord.Jobs, "!!", 1)
+			_, err := s.ReadChanges(ctx, store.Jobs, "!!", 1)
 			return err
 		}, "not a cosmos change-feed continuation"},
 	}
@@ -669,31 +669,31 @@ func TestBodies(t *testing.T) {
 		read      string
 	}{
 		{
-			name: "bare body", container: coord.Jobs, pk: "p", id: "j",
+			name: "bare body", container: store.Jobs, pk: "p", id: "j",
 			body:   `{"stage":"queued"}`,
 			stored: `{"stage":"queued","id":"j","productId":"p","_fleetAdded":["id","productId"]}`,
 			read:   `{"stage":"queued"}`,
 		},
 		{
-			name: "complete body", container: coord.Jobs, pk: "p", id: "j",
+			name: "complete body", container: store.Jobs, pk: "p", id: "j",
 			body:   `{"id":"j","productId":"p","stage":"queued","nested":{"_etag":"kept"}}`,
 			stored: `{"id":"j","productId":"p","stage":"queued","nested":{"_etag":"kept"}}`,
 			read:   `{"id":"j","productId":"p","stage":"queued","nested":{"_etag":"kept"}}`,
 		},
 		{
-			name: "partitioned on id", container: coord.Factories, pk: "f", id: "f",
+			name: "partitioned on id", container: store.Factories, pk: "f", id: "f",
 			body:   `{"host":"h"}`,
 			stored: `{"host":"h","id":"f","_fleetAdded":["id"]}`,
 			read:   `{"host":"h"}`,
 		},
 		{
-			name: "system properties from an earlier read are dropped", container: coord.Jobs, pk: "p", id: "j",
+			name: "system properties from an earlier read are dropped", container: store.Jobs, pk: "p", id: "j",
 			body:   `{"id":"j","productId":"p","_etag":"\"x\"","_ts":1,"_rid":"r","_self":"s","_attachments":"a"}`,
 			stored: `{"id":"j","productId":"p"}`,
 			read:   `{"id":"j","productId":"p"}`,
 		},
 		{
-			name: "unicode and big numbers survive", container: coord.Runs, pk: "job", id: "r",
+			name: "unicode and big numbers survive", container: store.Runs, pk: "job", id: "r",
 			body:   `{"jobId":"job","msg":"h\u00e9 \"q\"","n":12345678901}`,
 			stored: `{"jobId":"job","msg":"hé \"q\"","n":12345678901,"id":"r","_fleetAdded":["id"]}`,
 			read:   `{"jobId":"job","msg":"hé \"q\"","n":12345678901}`,
@@ -713,14 +713,14 @@ func TestBodies(t *testing.T) {
 			require.NoError(t, err)
 			require.JSONEq(t, tt.read, string(it.Body))
 
-			page, err := fx.store.Query(ctx, tt.container, coord.Query{PartitionKey: tt.pk})
+			page, err := fx.store.Query(ctx, tt.container, store.Query{PartitionKey: tt.pk})
 			require.NoError(t, err)
 			require.Len(t, page.Items, 1)
 			require.JSONEq(t, tt.read, string(page.Items[0].Body))
 			require.Equal(t, it.Rev, page.Items[0].Rev)
 			require.Equal(t, tt.pk, page.Items[0].PartitionKey)
 
-			page, err = fx.store.Query(ctx, tt.container, coord.Query{})
+			page, err = fx.store.Query(ctx, tt.container, store.Query{})
 			require.NoError(t, err)
 			require.Len(t, page.Items, 1)
 			require.Equal(t, tt.pk, page.Items[0].PartitionKey, "cross-partition items carry their partition key")
@@ -729,7 +729,7 @@ func TestBodies(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, changes.Items, 1)
 			require.JSONEq(t, tt.read, string(changes.Items[0].Body), "no _lsn either")
-			require.Equal(t, coord.Item{ID: tt.id, PartitionKey: tt.pk, Rev: it.Rev, Body: changes.Items[0].Body}, changes.Items[0])
+			require.Equal(t, store.Item{ID: tt.id, PartitionKey: tt.pk, Rev: it.Rev, Body: changes.Items[0].Body}, changes.Items[0])
 		})
 	}
 }
@@ -737,9 +737,9 @@ func TestBodies(t *testing.T) {
 func TestIncrementAsksForTheDocument(t *testing.T) {
 	fx := newFixture(t, nil)
 	ctx := context.Background()
-	_, err := fx.store.Create(ctx, coord.QueueStates, "p", "q", []byte(`{"depth":40}`))
+	_, err := fx.store.Create(ctx, store.QueueStates, "p", "q", []byte(`{"depth":40}`))
 	require.NoError(t, err)
-	n, err := fx.store.Increment(ctx, coord.QueueStates, "p", "q", "depth", -3)
+	n, err := fx.store.Increment(ctx, store.QueueStates, "p", "q", "depth", -3)
 	require.NoError(t, err)
 	require.EqualValues(t, 37, n)
 
@@ -757,19 +757,19 @@ func TestIncrementAsksForTheDocument(t *testing.T) {
 func TestSessionTokens(t *testing.T) {
 	fx := newFixture(t, nil)
 	ctx := context.Background()
-	_, err := fx.store.Create(ctx, coord.Jobs, "p", "j", []byte(`{}`))
+	_, err := fx.store.Create(ctx, store.Jobs, "p", "j", []byte(`{}`))
 	require.NoError(t, err)
-	_, err = fx.store.Read(ctx, coord.Jobs, "p", "j")
+	_, err = fx.store.Read(ctx, store.Jobs, "p", "j")
 	require.NoError(t, err)
-	_, err = fx.store.Query(ctx, coord.Jobs, coord.Query{})
+	_, err = fx.store.Query(ctx, store.Jobs, store.Query{})
 	require.NoError(t, err)
 
 	require.Empty(t, fx.fake.requests(creates)[0].Header.Get(headerSessionToken), "writes need none")
 	require.Equal(t, "0:-1#1", fx.fake.requests(method(http.MethodGet))[0].Header.Get(headerSessionToken))
 	require.Equal(t, "0:-1#1", fx.fake.requests(queryRequests)[0].Header.Get(headerSessionToken))
-	_, err = fx.store.Read(ctx, coord.Runs, "p", "j")
-	require.ErrorIs(t, err, coord.ErrNotFound)
-	require.Empty(t, fx.fake.requests(onContainer(coord.Runs, docRequests))[0].Header.Get(headerSessionToken),
+	_, err = fx.store.Read(ctx, store.Runs, "p", "j")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.Empty(t, fx.fake.requests(onContainer(store.Runs, docRequests))[0].Header.Get(headerSessionToken),
 		"tokens are per container")
 }
 
@@ -817,13 +817,13 @@ func splitTrim(s string) []string {
 func TestStats(t *testing.T) {
 	fx := newFixture(t, nil)
 	ctx := context.Background()
-	_, err := fx.store.Create(ctx, coord.Jobs, "p", "j", []byte(`{}`)) // + account metadata
+	_, err := fx.store.Create(ctx, store.Jobs, "p", "j", []byte(`{}`)) // + account metadata
 	require.NoError(t, err)
 	fx.fake.on(method(http.MethodGet), status(429, "x-ms-retry-after-ms", "1"))
-	_, err = fx.store.Read(ctx, coord.Jobs, "p", "j") // 429 + 200
+	_, err = fx.store.Read(ctx, store.Jobs, "p", "j") // 429 + 200
 	require.NoError(t, err)
-	_, err = fx.store.Read(ctx, coord.Jobs, "p", "absent") // 404
-	require.ErrorIs(t, err, coord.ErrNotFound)
+	_, err = fx.store.Read(ctx, store.Jobs, "p", "absent") // 404
+	require.ErrorIs(t, err, store.ErrNotFound)
 
 	st := fx.store.Stats()
 	require.Equal(t, OpStats{Calls: 1, RequestCharge: 3}, st.Create)

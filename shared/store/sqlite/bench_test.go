@@ -6,9 +6,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/gigafactory/fleet/shared/store"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/stretchr/testify/require"
 )
 
 // BenchmarkCASReplace measures the claim cycle: Read, then Replace with
@@ -31,18 +31,18 @@ func BenchmarkCASReplace(b *testing.B) {
 			ids := make([]string, bc.docs)
 			for i := range ids {
 				ids[i] = fmt.Sprintf("job-%04d", i)
-				_, err := s.Create(ctx, coord.Jobs, "p1", ids[i], jobBody(ids[i], 0))
+				_, err := s.Create(ctx, store.Jobs, "p1", ids[i], jobBody(ids[i], 0))
 				require.NoError(b, err)
 			}
 			var writes, conflicts, next atomic.Int64
 			cycle := func(id string) error {
 				for {
-					it, err := s.Read(ctx, coord.Jobs, "p1", id)
+					it, err := s.Read(ctx, store.Jobs, "p1", id)
 					if err != nil {
 						return err
 					}
-					_, err = s.Replace(ctx, coord.Jobs, "p1", id, jobBody(id, int(writes.Load())), it.Rev)
-					if errors.Is(err, coord.ErrPrecondition) {
+					_, err = s.Replace(ctx, store.Jobs, "p1", id, jobBody(id, int(writes.Load())), it.Rev)
+					if errors.Is(err, store.ErrPrecondition) {
 						conflicts.Add(1)
 						continue
 					}

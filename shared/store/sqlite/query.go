@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/store"
 )
 
 // Continuation prefixes tell a single-partition continuation (the last id)
@@ -37,7 +37,7 @@ func fieldType(f string) string { return `json_type(body, '$.` + f + `')` }
 // buildQuery turns q into SQL text and arguments. Every value is a bound
 // parameter. It selects limit+1 rows: the extra one only tells whether
 // another page follows.
-func buildQuery(t *table, q coord.Query) (text string, args []any, limit int, err error) {
+func buildQuery(t *table, q store.Query) (text string, args []any, limit int, err error) {
 	if q.Limit < 0 {
 		return "", nil, 0, fmt.Errorf("negative limit %d", q.Limit)
 	}
@@ -87,16 +87,16 @@ func buildQuery(t *table, q coord.Query) (text string, args []any, limit int, er
 // DB: SQLite's json_extract returns 1 for true and the JSON text of an
 // object or array, so each group of values is paired with a json_type guard
 // ("5" never equals 5, true never equals 1).
-func condSQL(c coord.Cond) (string, []any, error) {
+func condSQL(c store.Cond) (string, []any, error) {
 	if !validField(c.Field) {
 		return "", nil, fmt.Errorf("invalid field name %q", c.Field)
 	}
 	switch c.Op {
-	case coord.OpEq:
+	case store.OpEq:
 		if len(c.Values) != 1 {
 			return "", nil, fmt.Errorf("field %q: = takes one value, got %d", c.Field, len(c.Values))
 		}
-	case coord.OpIn:
+	case store.OpIn:
 		if len(c.Values) == 0 {
 			return "0", nil, nil // IN () holds for no document, as in Cosmos DB
 		}

@@ -1,8 +1,8 @@
-// Package sqlite is the one-machine coord.Store: one SQLite file in WAL mode
+// Package sqlite is the one-machine store.Store: one SQLite file in WAL mode
 // (modernc.org/sqlite, pure Go), shaped after Cosmos DB so the use cases run
 // unchanged on either backend.
 //
-// Layout. One table per container of coord.Containers rather than one table
+// Layout. One table per container of store.Containers rather than one table
 // keyed by container: each container gets its own B-trees, so the jobs
 // table's expression indexes cost nothing on event writes, a container's
 // change feed scans only its own rows, and the file reads like the Cosmos
@@ -24,7 +24,7 @@
 // SQLite's sleeping busy handler; other processes sharing the file are
 // serialised by SQLite's WAL write lock and the busy timeout, and an
 // SQLITE_BUSY that outlasts both is retried here before it is reported as
-// coord.ErrThrottled. Reads use a separate pool of read-only connections and
+// store.ErrThrottled. Reads use a separate pool of read-only connections and
 // run in parallel with the writer (WAL snapshots).
 package sqlite
 
@@ -46,17 +46,18 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 // Limits, chosen to match Cosmos DB so that what works here works there.
 const (
 	// MaxBodyBytes is the largest document accepted (Cosmos: 2 MB); a larger
-	// one is coord.ErrTooLarge.
+	// one is store.ErrTooLarge.
 	MaxBodyBytes = fleet.MaxDocumentBytes
 	// MaxIDLength is the longest id accepted, in bytes (Cosmos: 255).
 	MaxIDLength = 255
@@ -73,7 +74,7 @@ const (
 	// write lock before it reports SQLITE_BUSY.
 	busyTimeoutMS = 5000
 	// busyRetries is how many more times an operation that still got
-	// SQLITE_BUSY is tried before it fails with coord.ErrThrottled.
+	// SQLITE_BUSY is tried before it fails with store.ErrThrottled.
 	busyRetries = 3
 	// schemaVersion is stored in PRAGMA user_version; a file written by a
 	// newer schema is refused rather than misread.
@@ -88,12 +89,12 @@ const (
 // expression indexes: the coordinator filters jobs by stage constantly
 // (dispatch sweep, reaper, claim), both across partitions and within one.
 var indexedFields = map[string][]string{
-	coord.Jobs: {"stage"},
+	store.Jobs: {"stage"},
 }
 
-var _ coord.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
-// Store is a coord.Store on a SQLite file. It is safe for concurrent use by
+// Store is a store.Store on a SQLite file. It is safe for concurrent use by
 // many goroutines, and several processes may open the same file.
 type Store struct {
 	path   string
@@ -177,7 +178,7 @@ func (s *Store) open(ctx context.Context) error {
 	s.r.SetMaxIdleConns(n)
 	s.r.SetConnMaxIdleTime(5 * time.Minute)
 
-	for _, c := range coord.Containers {
+	for _, c := range store.Containers {
 		t, err := s.prepare(ctx, c)
 		if err != nil {
 			return fmt.Errorf("prepare %s: %w", c.Name, err)
@@ -218,7 +219,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		`CREATE TABLE IF NOT EXISTS ` + seqTable + ` (one INTEGER PRIMARY KEY CHECK (one = 1), v INTEGER NOT NULL)`,
 		`INSERT OR IGNORE INTO ` + seqTable + ` (one, v) VALUES (1, 0)`,
 	}
-	for _, c := range coord.Containers {
+	for _, c := range store.Containers {
 		if c.Name == seqTable {
 			return fmt.Errorf("container name %q is reserved", c.Name)
 		}
@@ -268,7 +269,7 @@ func tableDDL(name string) []string {
 			`CREATE INDEX IF NOT EXISTS `+quoteIdent(name+"_pk_"+f)+` ON `+q+` (pk, `+fieldExpr(f)+`, id)`,
 		)
 	}
-	if name == coord.Jobs {
+	if name == store.Jobs {
 		// A poll claim reads one product's queued jobs of one priority
 		// oldest first, a page at a time (WHERE pk = ? AND stage = ? AND
 		// priority = ? AND id > ? ORDER BY id LIMIT ?): this index serves
@@ -283,7 +284,7 @@ func tableDDL(name string) []string {
 // writing statement while it holds the write lock.
 const seqNext = `(SELECT v + 1 FROM ` + seqTable + ` WHERE one = 1)`
 
-func (s *Store) prepare(ctx context.Context, c coord.Container) (*table, error) {
+func (s *Store) prepare(ctx context.Context, c store.Container) (*table, error) {
 	t := &table{name: c.Name, pkField: strings.TrimPrefix(c.PartitionKey, "/")}
 	if !validField(t.pkField) {
 		return nil, fmt.Errorf("partition key path %q is not a top-level field", c.PartitionKey)
@@ -326,7 +327,7 @@ func (s *Store) prepare(ctx context.Context, c coord.Container) (*table, error) 
 }
 
 // Close releases the store's connections. Calls after Close fail with
-// coord.ErrUnavailable.
+// store.ErrUnavailable.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
@@ -360,7 +361,7 @@ func (s *Store) closeAll() error {
 	return nil
 }
 
-// Create writes a new document; coord.ErrExists when the id is taken.
+// Create writes a new document; store.ErrExists when the id is taken.
 func (s *Store) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
 	t, err := s.writable(container, pk, id, body)
 	if err != nil {
@@ -369,7 +370,7 @@ func (s *Store) Create(ctx context.Context, container, pk, id string, body []byt
 	var rev int64
 	err = s.retry(ctx, func() error { return writeRow(ctx, t.create, []any{pk, id, string(body)}, &rev) })
 	if errors.Is(err, sql.ErrNoRows) {
-		err = coord.ErrExists
+		err = store.ErrExists
 	}
 	if err != nil {
 		return "", opErr("create", container, pk, id, classify(ctx, err))
@@ -378,11 +379,11 @@ func (s *Store) Create(ctx context.Context, container, pk, id string, body []byt
 	return formatRev(rev), nil
 }
 
-// Read returns one document; coord.ErrNotFound when absent.
-func (s *Store) Read(ctx context.Context, container, pk, id string) (coord.Item, error) {
+// Read returns one document; store.ErrNotFound when absent.
+func (s *Store) Read(ctx context.Context, container, pk, id string) (store.Item, error) {
 	t, err := s.addressed(container, pk, id)
 	if err != nil {
-		return coord.Item{}, opErr("read", container, pk, id, err)
+		return store.Item{}, opErr("read", container, pk, id, err)
 	}
 	var (
 		rev  int64
@@ -390,16 +391,16 @@ func (s *Store) Read(ctx context.Context, container, pk, id string) (coord.Item,
 	)
 	err = s.retry(ctx, func() error { return t.read.QueryRowContext(ctx, pk, id).Scan(&rev, &body) })
 	if errors.Is(err, sql.ErrNoRows) {
-		err = coord.ErrNotFound
+		err = store.ErrNotFound
 	}
 	if err != nil {
-		return coord.Item{}, opErr("read", container, pk, id, classify(ctx, err))
+		return store.Item{}, opErr("read", container, pk, id, classify(ctx, err))
 	}
-	return coord.Item{ID: id, PartitionKey: pk, Rev: formatRev(rev), Body: body}, nil
+	return store.Item{ID: id, PartitionKey: pk, Rev: formatRev(rev), Body: body}, nil
 }
 
 // Replace overwrites an existing document if its revision is still ifRev;
-// coord.ErrPrecondition when it changed, coord.ErrNotFound when it is gone.
+// store.ErrPrecondition when it changed, store.ErrNotFound when it is gone.
 // An empty ifRev is refused: a compare-and-swap that silently turns
 // unconditional is how double claims happen (Upsert writes unconditionally).
 func (s *Store) Replace(ctx context.Context, container, pk, id string, body []byte, ifRev string) (string, error) {
@@ -461,7 +462,7 @@ func (s *Store) Delete(ctx context.Context, container, pk, id, ifRev string) err
 		return err
 	})
 	if err == nil && n == 0 {
-		err = coord.ErrNotFound
+		err = store.ErrNotFound
 		if ifRev != "" {
 			err = s.whyNot(ctx, t, pk, id)
 		}
@@ -492,7 +493,7 @@ func (s *Store) Increment(ctx context.Context, container, pk, id, field string, 
 	err = s.retry(ctx, func() error { return writeRow(ctx, t.incr, []any{pk, id, "$." + field, delta}, &v) })
 	if errors.Is(err, sql.ErrNoRows) {
 		// Absent, or the guard refused it: tell which.
-		if err = s.whyNot(ctx, t, pk, id); errors.Is(err, coord.ErrPrecondition) {
+		if err = s.whyNot(ctx, t, pk, id); errors.Is(err, store.ErrPrecondition) {
 			err = fmt.Errorf("field %q is not an integer or adding %d overflows it", field, delta)
 		}
 	}
@@ -532,35 +533,35 @@ func writeRow(ctx context.Context, st *sql.Stmt, args []any, dest any) error {
 	return rows.Close()
 }
 
-// whyNot explains a conditional write that matched no row: coord.ErrNotFound
-// when the document is absent now, else coord.ErrPrecondition. The write had
+// whyNot explains a conditional write that matched no row: store.ErrNotFound
+// when the document is absent now, else store.ErrPrecondition. The write had
 // no effect, so reporting the state seen by this later read is linearizable.
 func (s *Store) whyNot(ctx context.Context, t *table, pk, id string) error {
 	var rev int64
 	err := s.retry(ctx, func() error { return t.revOf.QueryRowContext(ctx, pk, id).Scan(&rev) })
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return coord.ErrNotFound
+		return store.ErrNotFound
 	case err != nil:
 		return err
 	}
-	return coord.ErrPrecondition
+	return store.ErrPrecondition
 }
 
 // Query returns one page of documents matching q. A single-partition query
 // returns documents in id order; a cross-partition one in storage order.
-func (s *Store) Query(ctx context.Context, container string, q coord.Query) (coord.Page, error) {
+func (s *Store) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
 	t, err := s.table(container)
 	if err != nil {
-		return coord.Page{}, fmt.Errorf("sqlite: query %s: %w", container, err)
+		return store.Page{}, fmt.Errorf("sqlite: query %s: %w", container, err)
 	}
 	text, args, limit, err := buildQuery(t, q)
 	if err != nil {
-		return coord.Page{}, fmt.Errorf("sqlite: query %s: %w", container, err)
+		return store.Page{}, fmt.Errorf("sqlite: query %s: %w", container, err)
 	}
-	var page coord.Page
+	var page store.Page
 	err = s.retry(ctx, func() error {
-		page = coord.Page{}
+		page = store.Page{}
 		rows, err := s.queryStmt(ctx, text, args)
 		if err != nil {
 			return err
@@ -578,7 +579,7 @@ func (s *Store) Query(ctx context.Context, container string, q coord.Query) (coo
 				break
 			}
 			var (
-				it  coord.Item
+				it  store.Item
 				rev int64
 			)
 			if err := rows.Scan(&lastRID, &it.PartitionKey, &it.ID, &rev, &it.Body); err != nil {
@@ -590,7 +591,7 @@ func (s *Store) Query(ctx context.Context, container string, q coord.Query) (coo
 		return rows.Err()
 	})
 	if err != nil {
-		return coord.Page{}, fmt.Errorf("sqlite: query %s: %w", container, classify(ctx, err))
+		return store.Page{}, fmt.Errorf("sqlite: query %s: %w", container, classify(ctx, err))
 	}
 	return page, nil
 }
@@ -629,22 +630,22 @@ func (s *Store) queryStmt(ctx context.Context, text string, args []any) (*sql.Ro
 // changed after continuation, each once at its latest version, in the order
 // of their last change. The continuation is the rev of the last document
 // returned; an empty page returns the continuation it was given.
-func (s *Store) ReadChanges(ctx context.Context, container, continuation string, max int) (coord.ChangePage, error) {
+func (s *Store) ReadChanges(ctx context.Context, container, continuation string, max int) (store.ChangePage, error) {
 	t, err := s.table(container)
 	if err != nil {
-		return coord.ChangePage{}, fmt.Errorf("sqlite: read changes %s: %w", container, err)
+		return store.ChangePage{}, fmt.Errorf("sqlite: read changes %s: %w", container, err)
 	}
 	var after int64
 	if continuation != "" {
 		after, err = strconv.ParseInt(continuation, 10, 64)
 		if err != nil || after < 0 {
-			return coord.ChangePage{}, fmt.Errorf("sqlite: read changes %s: continuation %q: %w", container, continuation, coord.ErrBadContinuation)
+			return store.ChangePage{}, fmt.Errorf("sqlite: read changes %s: continuation %q: %w", container, continuation, store.ErrBadContinuation)
 		}
 	}
 	limit := pageSize(max)
-	var page coord.ChangePage
+	var page store.ChangePage
 	err = s.retry(ctx, func() error {
-		page = coord.ChangePage{Continuation: continuation}
+		page = store.ChangePage{Continuation: continuation}
 		rows, err := t.feed.QueryContext(ctx, after, limit)
 		if err != nil {
 			return err
@@ -652,7 +653,7 @@ func (s *Store) ReadChanges(ctx context.Context, container, continuation string,
 		defer rows.Close()
 		for rows.Next() {
 			var (
-				it  coord.Item
+				it  store.Item
 				rev int64
 			)
 			if err := rows.Scan(&it.PartitionKey, &it.ID, &rev, &it.Body); err != nil {
@@ -665,7 +666,7 @@ func (s *Store) ReadChanges(ctx context.Context, container, continuation string,
 		return rows.Err()
 	})
 	if err != nil {
-		return coord.ChangePage{}, fmt.Errorf("sqlite: read changes %s: %w", container, classify(ctx, err))
+		return store.ChangePage{}, fmt.Errorf("sqlite: read changes %s: %w", container, classify(ctx, err))
 	}
 	return page, nil
 }
@@ -689,7 +690,7 @@ func (s *Store) ChangesHead(ctx context.Context, container string) (string, erro
 // table resolves a container name.
 func (s *Store) table(container string) (*table, error) {
 	if s.closed.Load() {
-		return nil, fmt.Errorf("store is closed: %w", coord.ErrUnavailable)
+		return nil, fmt.Errorf("store is closed: %w", store.ErrUnavailable)
 	}
 	t, ok := s.tables[container]
 	if !ok {
@@ -749,7 +750,7 @@ func checkAddress(pk, id string) error {
 // backend adds them on write and strips them on read.
 func checkBody(t *table, pk, id string, body []byte) error {
 	if len(body) > MaxBodyBytes {
-		return fmt.Errorf("body is %d bytes, more than %d: %w", len(body), MaxBodyBytes, coord.ErrTooLarge)
+		return fmt.Errorf("body is %d bytes, more than %d: %w", len(body), MaxBodyBytes, store.ErrTooLarge)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
@@ -827,7 +828,7 @@ func isBusy(err error) bool {
 // error in the chain: a done context first (SQLite reports an interrupted
 // call as its own error), then lock contention, then I/O trouble.
 func classify(ctx context.Context, err error) error {
-	if errors.Is(err, coord.ErrNotFound) || errors.Is(err, coord.ErrExists) || errors.Is(err, coord.ErrPrecondition) {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrExists) || errors.Is(err, store.ErrPrecondition) {
 		return err
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
@@ -837,13 +838,13 @@ func classify(ctx context.Context, err error) error {
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {
 		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
-			return fmt.Errorf("%w: %w", coord.ErrThrottled, err)
+			return fmt.Errorf("%w: %w", store.ErrThrottled, err)
 		case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_FULL, sqlite3.SQLITE_NOTADB:
-			return fmt.Errorf("%w: %w", coord.ErrUnavailable, err)
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		}
 	}
 	if errors.Is(err, sql.ErrConnDone) {
-		return fmt.Errorf("%w: %w", coord.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	return err
 }

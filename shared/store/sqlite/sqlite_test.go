@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/store/storetest"
 )
 
@@ -31,7 +32,7 @@ func openTemp(t testing.TB) (*Store, string) {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) coord.Store {
+	storetest.Run(t, func(t *testing.T) store.Store {
 		s, _ := openTemp(t)
 		return s
 	})
@@ -56,26 +57,26 @@ func TestRevIsIncreasingInteger(t *testing.T) {
 		require.Greater(t, v, last)
 		last = v
 	}
-	r, err := s.Create(ctx, coord.Jobs, "p1", "a", jobBody("a", 0))
+	r, err := s.Create(ctx, store.Jobs, "p1", "a", jobBody("a", 0))
 	require.NoError(t, err)
 	check(r)
-	r, err = s.Replace(ctx, coord.Jobs, "p1", "a", jobBody("a", 1), r)
+	r, err = s.Replace(ctx, store.Jobs, "p1", "a", jobBody("a", 1), r)
 	require.NoError(t, err)
 	check(r)
-	r, err = s.Upsert(ctx, coord.Runs, "j1", "r1", []byte(`{"id":"r1","jobId":"j1"}`))
+	r, err = s.Upsert(ctx, store.Runs, "j1", "r1", []byte(`{"id":"r1","jobId":"j1"}`))
 	require.NoError(t, err)
 	check(r)
-	_, err = s.Increment(ctx, coord.Jobs, "p1", "a", "n", 1)
+	_, err = s.Increment(ctx, store.Jobs, "p1", "a", "n", 1)
 	require.NoError(t, err)
-	check(mustRev(t, s, coord.Jobs, "p1", "a"))
+	check(mustRev(t, s, store.Jobs, "p1", "a"))
 
 	// Delete the newest document, reopen: the counter does not go back.
-	require.NoError(t, s.Delete(ctx, coord.Jobs, "p1", "a", ""))
+	require.NoError(t, s.Delete(ctx, store.Jobs, "p1", "a", ""))
 	require.NoError(t, s.Close())
 	s2, err := Open(ctx, path)
 	require.NoError(t, err)
 	defer s2.Close()
-	r, err = s2.Create(ctx, coord.Jobs, "p1", "a", jobBody("a", 9))
+	r, err = s2.Create(ctx, store.Jobs, "p1", "a", jobBody("a", 9))
 	require.NoError(t, err)
 	check(r)
 }
@@ -92,14 +93,14 @@ func mustRev(t *testing.T, s *Store, c, pk, id string) string {
 func TestBodyBytesKept(t *testing.T) {
 	s, _ := openTemp(t)
 	body := []byte("{ \"z\": 1,\n  \"id\": \"a\", \"productId\": \"p1\", \"a\": [1.50, 2e3] }")
-	rev, err := s.Create(t.Context(), coord.Jobs, "p1", "a", body)
+	rev, err := s.Create(t.Context(), store.Jobs, "p1", "a", body)
 	require.NoError(t, err)
-	it, err := s.Read(t.Context(), coord.Jobs, "p1", "a")
+	it, err := s.Read(t.Context(), store.Jobs, "p1", "a")
 	require.NoError(t, err)
 	require.Equal(t, string(body), string(it.Body))
-	_, err = s.Replace(t.Context(), coord.Jobs, "p1", "a", jobBody("a", 1), "1"+rev)
-	require.ErrorIs(t, err, coord.ErrPrecondition)
-	it, err = s.Read(t.Context(), coord.Jobs, "p1", "a")
+	_, err = s.Replace(t.Context(), store.Jobs, "p1", "a", jobBody("a", 1), "1"+rev)
+	require.ErrorIs(t, err, store.ErrPrecondition)
+	it, err = s.Read(t.Context(), store.Jobs, "p1", "a")
 	require.NoError(t, err)
 	require.Equal(t, string(body), string(it.Body))
 }
@@ -110,14 +111,14 @@ func TestBodyBytesKept(t *testing.T) {
 func TestStageQueriesUseIndexes(t *testing.T) {
 	s, _ := openTemp(t)
 	for _, tc := range []struct {
-		q     coord.Query
+		q     store.Query
 		index string
 	}{
-		{coord.Query{Where: []coord.Cond{coord.Eq("stage", "queued")}}, "fleet_jobs_stage"},
-		{coord.Query{Where: []coord.Cond{coord.In("stage", "queued", "leased")}}, "fleet_jobs_stage"},
-		{coord.Query{PartitionKey: "p1", Where: []coord.Cond{coord.Eq("stage", "queued")}}, "fleet_jobs_pk_stage"},
+		{store.Query{Where: []store.Cond{store.Eq("stage", "queued")}}, "fleet_jobs_stage"},
+		{store.Query{Where: []store.Cond{store.In("stage", "queued", "leased")}}, "fleet_jobs_stage"},
+		{store.Query{PartitionKey: "p1", Where: []store.Cond{store.Eq("stage", "queued")}}, "fleet_jobs_pk_stage"},
 	} {
-		text, args, _, err := buildQuery(s.tables[coord.Jobs], tc.q)
+		text, args, _, err := buildQuery(s.tables[store.Jobs], tc.q)
 		require.NoError(t, err)
 		rows, err := s.r.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+text, args...)
 		require.NoError(t, err)
@@ -141,14 +142,14 @@ func TestStageQueriesUseIndexes(t *testing.T) {
 func TestWALStaysBounded(t *testing.T) {
 	ctx := t.Context()
 	s, path := openTemp(t)
-	rev, err := s.Create(ctx, coord.Jobs, "p1", "a", jobBody("a", 0))
+	rev, err := s.Create(ctx, store.Jobs, "p1", "a", jobBody("a", 0))
 	require.NoError(t, err)
 	for i := range 3000 { // about 9000 WAL frames unchecked
-		_, err = s.Replace(ctx, coord.Jobs, "p1", "a", jobBody("a", i), rev)
+		_, err = s.Replace(ctx, store.Jobs, "p1", "a", jobBody("a", i), rev)
 		require.NoError(t, err)
-		_, err = s.Increment(ctx, coord.Jobs, "p1", "a", "n", 1)
+		_, err = s.Increment(ctx, store.Jobs, "p1", "a", "n", 1)
 		require.NoError(t, err)
-		rev = mustRev(t, s, coord.Jobs, "p1", "a")
+		rev = mustRev(t, s, store.Jobs, "p1", "a")
 	}
 	fi, err := os.Stat(path + "-wal")
 	require.NoError(t, err)
@@ -177,10 +178,10 @@ func TestClosed(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close(), "Close is idempotent")
-	_, err = s.Read(t.Context(), coord.Jobs, "p1", "a")
-	require.ErrorIs(t, err, coord.ErrUnavailable)
-	_, err = s.Query(t.Context(), coord.Jobs, coord.Query{})
-	require.ErrorIs(t, err, coord.ErrUnavailable)
+	_, err = s.Read(t.Context(), store.Jobs, "p1", "a")
+	require.ErrorIs(t, err, store.ErrUnavailable)
+	_, err = s.Query(t.Context(), store.Jobs, store.Query{})
+	require.ErrorIs(t, err, store.ErrUnavailable)
 }
 
 func TestContinuationKinds(t *testing.T) {
@@ -188,20 +189,20 @@ func TestContinuationKinds(t *testing.T) {
 	ctx := t.Context()
 	for i := range 3 {
 		id := fmt.Sprintf("j%d", i)
-		_, err := s.Create(ctx, coord.Jobs, "p1", id, jobBody(id, i))
+		_, err := s.Create(ctx, store.Jobs, "p1", id, jobBody(id, i))
 		require.NoError(t, err)
 	}
-	single, err := s.Query(ctx, coord.Jobs, coord.Query{PartitionKey: "p1", Limit: 1})
+	single, err := s.Query(ctx, store.Jobs, store.Query{PartitionKey: "p1", Limit: 1})
 	require.NoError(t, err)
-	cross, err := s.Query(ctx, coord.Jobs, coord.Query{Limit: 1})
+	cross, err := s.Query(ctx, store.Jobs, store.Query{Limit: 1})
 	require.NoError(t, err)
 	require.NotEmpty(t, single.Continuation)
 	require.NotEmpty(t, cross.Continuation)
-	_, err = s.Query(ctx, coord.Jobs, coord.Query{Limit: 1, Continuation: single.Continuation})
+	_, err = s.Query(ctx, store.Jobs, store.Query{Limit: 1, Continuation: single.Continuation})
 	require.Error(t, err, "a single-partition continuation used cross-partition")
-	_, err = s.Query(ctx, coord.Jobs, coord.Query{PartitionKey: "p1", Limit: 1, Continuation: cross.Continuation})
+	_, err = s.Query(ctx, store.Jobs, store.Query{PartitionKey: "p1", Limit: 1, Continuation: cross.Continuation})
 	require.Error(t, err, "a cross-partition continuation used in one partition")
-	_, err = s.ReadChanges(ctx, coord.Jobs, "garbage", 10)
+	_, err = s.ReadChanges(ctx, store.Jobs, "garbage", 10)
 	require.Error(t, err)
 }
 
@@ -214,19 +215,19 @@ func TestTwoHandles(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, b.Close()) })
 
-	rev, err := a.Create(ctx, coord.Jobs, "p1", "j", jobBody("j", 0))
+	rev, err := a.Create(ctx, store.Jobs, "p1", "j", jobBody("j", 0))
 	require.NoError(t, err)
-	it, err := b.Read(ctx, coord.Jobs, "p1", "j")
+	it, err := b.Read(ctx, store.Jobs, "p1", "j")
 	require.NoError(t, err)
 	require.Equal(t, rev, it.Rev)
-	_, err = b.Create(ctx, coord.Jobs, "p1", "j", jobBody("j", 0))
-	require.ErrorIs(t, err, coord.ErrExists)
+	_, err = b.Create(ctx, store.Jobs, "p1", "j", jobBody("j", 0))
+	require.ErrorIs(t, err, store.ErrExists)
 
-	revB, err := b.Replace(ctx, coord.Jobs, "p1", "j", jobBody("j", 1), rev)
+	revB, err := b.Replace(ctx, store.Jobs, "p1", "j", jobBody("j", 1), rev)
 	require.NoError(t, err)
-	_, err = a.Replace(ctx, coord.Jobs, "p1", "j", jobBody("j", 2), rev)
-	require.ErrorIs(t, err, coord.ErrPrecondition, "a's stale revision must lose to b's write")
-	page, err := a.ReadChanges(ctx, coord.Jobs, "", 10)
+	_, err = a.Replace(ctx, store.Jobs, "p1", "j", jobBody("j", 2), rev)
+	require.ErrorIs(t, err, store.ErrPrecondition, "a's stale revision must lose to b's write")
+	page, err := a.ReadChanges(ctx, store.Jobs, "", 10)
 	require.NoError(t, err)
 	require.Len(t, page.Items, 1)
 	require.Equal(t, revB, page.Items[0].Rev)
@@ -247,7 +248,7 @@ func TestTwoHandles(t *testing.T) {
 	for err := range errc {
 		require.NoError(t, err)
 	}
-	it, err = a.Read(ctx, coord.Jobs, "p1", "j")
+	it, err = a.Read(ctx, store.Jobs, "p1", "j")
 	require.NoError(t, err)
 	require.Equal(t, float64(1+2*workers*each), decodeN(t, it.Body))
 }
@@ -257,7 +258,7 @@ func TestTwoHandles(t *testing.T) {
 func casIncrement(ctx context.Context, s *Store, id string, times int, onWin func(old, new string)) error {
 	for range times {
 		for {
-			it, err := s.Read(ctx, coord.Jobs, "p1", id)
+			it, err := s.Read(ctx, store.Jobs, "p1", id)
 			if err != nil {
 				return err
 			}
@@ -265,8 +266,8 @@ func casIncrement(ctx context.Context, s *Store, id string, times int, onWin fun
 			if err := json.Unmarshal(it.Body, &b); err != nil {
 				return err
 			}
-			rev, err := s.Replace(ctx, coord.Jobs, "p1", id, jobBody(id, b.N+1), it.Rev)
-			if errors.Is(err, coord.ErrPrecondition) {
+			rev, err := s.Replace(ctx, store.Jobs, "p1", id, jobBody(id, b.N+1), it.Rev)
+			if errors.Is(err, store.ErrPrecondition) {
 				continue
 			}
 			if err != nil {
@@ -310,7 +311,7 @@ func TestProcessesCAS(t *testing.T) {
 	}
 	ctx := t.Context()
 	s, path := openTemp(t)
-	first, err := s.Create(ctx, coord.Jobs, "p1", "shared", jobBody("shared", 0))
+	first, err := s.Create(ctx, store.Jobs, "p1", "shared", jobBody("shared", 0))
 	require.NoError(t, err)
 
 	exe, err := os.Executable()
@@ -347,7 +348,7 @@ func TestProcessesCAS(t *testing.T) {
 	}
 
 	total := procs*childGoroutines*times + times
-	it, err := s.Read(ctx, coord.Jobs, "p1", "shared")
+	it, err := s.Read(ctx, store.Jobs, "p1", "shared")
 	require.NoError(t, err)
 	require.Equal(t, float64(total), decodeN(t, it.Body), "lost updates across processes")
 	require.Len(t, wins, total)
@@ -411,15 +412,15 @@ func TestChangeMarker(t *testing.T) {
 		return fi.ModTime()
 	}
 	old := time.Unix(1, 0)
-	for _, c := range []string{coord.Jobs, coord.Factories} {
+	for _, c := range []string{store.Jobs, store.Factories} {
 		require.NoError(t, os.Chtimes(s.ChangeMarker(c), old, old))
 	}
-	_, err = s.Create(ctx, coord.Factories, "f1", "f1", []byte(`{"id":"f1"}`))
+	_, err = s.Create(ctx, store.Factories, "f1", "f1", []byte(`{"id":"f1"}`))
 	require.NoError(t, err)
-	require.True(t, mtime(coord.Factories).After(old), "the written container's marker moved")
-	require.Equal(t, old, mtime(coord.Jobs), "other markers stay")
+	require.True(t, mtime(store.Factories).After(old), "the written container's marker moved")
+	require.Equal(t, old, mtime(store.Jobs), "other markers stay")
 
-	_, err = s.Create(ctx, coord.Jobs, "p", "j1", []byte(`{"id":"j1","productId":"p"}`))
+	_, err = s.Create(ctx, store.Jobs, "p", "j1", []byte(`{"id":"j1","productId":"p"}`))
 	require.NoError(t, err)
-	require.True(t, mtime(coord.Jobs).After(old))
+	require.True(t, mtime(store.Jobs).After(old))
 }

@@ -1,4 +1,4 @@
-// Package storecount wraps a coord.Store and counts its operations by kind,
+// Package storecount wraps a store.Store and counts its operations by kind,
 // so benchmarks can report store operations per job lifecycle (the cost
 // that Cosmos DB bills as request units).
 package storecount
@@ -8,7 +8,7 @@ import (
 	"errors"
 	"sync/atomic"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/store"
 )
 
 // Counts is a snapshot of the counters. Every call is counted, failed ones
@@ -38,20 +38,20 @@ func (c Counts) Sub(o Counts) Counts {
 // they are not added again).
 func (c Counts) Total() int64 { return c.Reads + c.Writes + c.Queries + c.FeedReads }
 
-// Store is a coord.Store that counts the calls it passes to the one it
+// Store is a store.Store that counts the calls it passes to the one it
 // wraps. It adds no behaviour: results and errors are the inner store's.
 type Store struct {
-	inner                                       coord.Store
+	inner                                       store.Store
 	reads, writes, queries, feedReads, conflict atomic.Int64
 }
 
-var _ coord.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
 // New wraps inner.
-func New(inner coord.Store) *Store { return &Store{inner: inner} }
+func New(inner store.Store) *Store { return &Store{inner: inner} }
 
 // Unwrap returns the wrapped store.
-func (s *Store) Unwrap() coord.Store { return s.inner }
+func (s *Store) Unwrap() store.Store { return s.inner }
 
 // Snapshot returns the counts so far. Each counter is read atomically; a
 // snapshot taken while calls are in flight may count some kinds a call later
@@ -69,7 +69,7 @@ func (s *Store) Snapshot() Counts {
 // write counts a write and whether it lost a race.
 func (s *Store) write(err error) {
 	s.writes.Add(1)
-	if errors.Is(err, coord.ErrPrecondition) || errors.Is(err, coord.ErrExists) {
+	if errors.Is(err, store.ErrPrecondition) || errors.Is(err, store.ErrExists) {
 		s.conflict.Add(1)
 	}
 }
@@ -82,7 +82,7 @@ func (s *Store) Create(ctx context.Context, container, pk, id string, body []byt
 }
 
 // Read counts a read.
-func (s *Store) Read(ctx context.Context, container, pk, id string) (coord.Item, error) {
+func (s *Store) Read(ctx context.Context, container, pk, id string) (store.Item, error) {
 	s.reads.Add(1)
 	return s.inner.Read(ctx, container, pk, id)
 }
@@ -116,13 +116,13 @@ func (s *Store) Increment(ctx context.Context, container, pk, id, field string, 
 }
 
 // Query counts a query page.
-func (s *Store) Query(ctx context.Context, container string, q coord.Query) (coord.Page, error) {
+func (s *Store) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
 	s.queries.Add(1)
 	return s.inner.Query(ctx, container, q)
 }
 
 // ReadChanges counts a feed page.
-func (s *Store) ReadChanges(ctx context.Context, container, continuation string, max int) (coord.ChangePage, error) {
+func (s *Store) ReadChanges(ctx context.Context, container, continuation string, max int) (store.ChangePage, error) {
 	s.feedReads.Add(1)
 	return s.inner.ReadChanges(ctx, container, continuation, max)
 }

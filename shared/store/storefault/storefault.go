@@ -1,5 +1,5 @@
-// Package storefault wraps a coord.Store and injects faults into a fraction
-// of its calls: errors (coord.ErrUnavailable, the store being out of reach)
+// Package storefault wraps a store.Store and injects faults into a fraction
+// of its calls: errors (store.ErrUnavailable, the store being out of reach)
 // and added latency. The chaos campaign (tests/chaos) turns it on in the
 // local stack with FLEET_STORE_FAULTS; it is never on by default.
 //
@@ -18,7 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/store"
 )
 
 // Config is what to inject: each call fails with probability ErrorRate and,
@@ -82,7 +82,7 @@ func rate(s string) (float64, error) {
 }
 
 // ErrInjected is wrapped in every injected error, next to
-// coord.ErrUnavailable, so a log line tells an injected fault from a real one.
+// store.ErrUnavailable, so a log line tells an injected fault from a real one.
 var ErrInjected = fmt.Errorf("storefault: injected fault")
 
 // Counts are the faults injected so far.
@@ -92,9 +92,9 @@ type Counts struct {
 	Calls  int64 `json:"calls"`
 }
 
-// Store is a coord.Store that injects faults before passing calls on.
+// Store is a store.Store that injects faults before passing calls on.
 type Store struct {
-	inner coord.Store
+	inner store.Store
 	cfg   Config
 	sleep func(context.Context, time.Duration) error
 
@@ -104,7 +104,7 @@ type Store struct {
 	errors, delays, calls atomic.Int64
 }
 
-var _ coord.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
 // Options are the test seams: the random source and the sleep.
 type Options struct {
@@ -115,7 +115,7 @@ type Options struct {
 }
 
 // New wraps inner.
-func New(inner coord.Store, cfg Config, o Options) *Store {
+func New(inner store.Store, cfg Config, o Options) *Store {
 	s := &Store{inner: inner, cfg: cfg, rng: o.Rand, sleep: o.Sleep}
 	if s.rng == nil {
 		now := uint64(time.Now().UnixNano())
@@ -139,7 +139,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // Unwrap returns the wrapped store.
-func (s *Store) Unwrap() coord.Store { return s.inner }
+func (s *Store) Unwrap() store.Store { return s.inner }
 
 // Snapshot returns the counts so far.
 func (s *Store) Snapshot() Counts {
@@ -161,7 +161,7 @@ func (s *Store) inject(ctx context.Context, op string) error {
 	}
 	if fail {
 		s.errors.Add(1)
-		return fmt.Errorf("%s: %w (%w)", op, coord.ErrUnavailable, ErrInjected)
+		return fmt.Errorf("%s: %w (%w)", op, store.ErrUnavailable, ErrInjected)
 	}
 	return nil
 }
@@ -175,9 +175,9 @@ func (s *Store) Create(ctx context.Context, container, pk, id string, body []byt
 }
 
 // Read may fail or be delayed.
-func (s *Store) Read(ctx context.Context, container, pk, id string) (coord.Item, error) {
+func (s *Store) Read(ctx context.Context, container, pk, id string) (store.Item, error) {
 	if err := s.inject(ctx, "read"); err != nil {
-		return coord.Item{}, err
+		return store.Item{}, err
 	}
 	return s.inner.Read(ctx, container, pk, id)
 }
@@ -215,17 +215,17 @@ func (s *Store) Increment(ctx context.Context, container, pk, id, field string, 
 }
 
 // Query may fail or be delayed.
-func (s *Store) Query(ctx context.Context, container string, q coord.Query) (coord.Page, error) {
+func (s *Store) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
 	if err := s.inject(ctx, "query"); err != nil {
-		return coord.Page{}, err
+		return store.Page{}, err
 	}
 	return s.inner.Query(ctx, container, q)
 }
 
 // ReadChanges may fail or be delayed.
-func (s *Store) ReadChanges(ctx context.Context, container, continuation string, max int) (coord.ChangePage, error) {
+func (s *Store) ReadChanges(ctx context.Context, container, continuation string, max int) (store.ChangePage, error) {
 	if err := s.inject(ctx, "read changes"); err != nil {
-		return coord.ChangePage{}, err
+		return store.ChangePage{}, err
 	}
 	return s.inner.ReadChanges(ctx, container, continuation, max)
 }

@@ -7,15 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/store"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/store/sqlite"
 	"github.com/gigafactory/fleet/shared/store/storefault"
 	"github.com/gigafactory/fleet/shared/store/storetest"
 )
 
-func newSQLite(t *testing.T) coord.Store {
+func newSQLite(t *testing.T) store.Store {
 	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "fleet.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
@@ -59,7 +60,7 @@ func TestParse(t *testing.T) {
 
 // With nothing to inject the decorator changes no behaviour.
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) coord.Store {
+	storetest.Run(t, func(t *testing.T) store.Store {
 		return storefault.New(newSQLite(t), storefault.Config{}, storefault.Options{})
 	})
 }
@@ -71,13 +72,13 @@ func TestInjectedErrorsWriteNothing(t *testing.T) {
 	ctx := t.Context()
 	inner := newSQLite(t)
 	s := storefault.New(inner, storefault.Config{ErrorRate: 1}, storefault.Options{})
-	_, err := s.Create(ctx, coord.Jobs, "p1", "j1", []byte(`{"id":"j1","productId":"p1"}`))
-	require.ErrorIs(t, err, coord.ErrUnavailable)
+	_, err := s.Create(ctx, store.Jobs, "p1", "j1", []byte(`{"id":"j1","productId":"p1"}`))
+	require.ErrorIs(t, err, store.ErrUnavailable)
 	require.ErrorIs(t, err, storefault.ErrInjected)
-	_, err = inner.Read(ctx, coord.Jobs, "p1", "j1")
-	require.ErrorIs(t, err, coord.ErrNotFound)
-	_, err = s.Read(ctx, coord.Jobs, "p1", "j1")
-	require.ErrorIs(t, err, coord.ErrUnavailable)
+	_, err = inner.Read(ctx, store.Jobs, "p1", "j1")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = s.Read(ctx, store.Jobs, "p1", "j1")
+	require.ErrorIs(t, err, store.ErrUnavailable)
 	require.Equal(t, storefault.Counts{Errors: 2, Calls: 2}, s.Snapshot())
 }
 
@@ -96,8 +97,8 @@ func TestLatencyOnAFraction(t *testing.T) {
 	})
 	const calls = 2000
 	for i := 0; i < calls; i++ {
-		_, err := s.Read(ctx, coord.Jobs, "p1", "missing")
-		require.ErrorIs(t, err, coord.ErrNotFound)
+		_, err := s.Read(ctx, store.Jobs, "p1", "missing")
+		require.ErrorIs(t, err, store.ErrNotFound)
 	}
 	got := s.Snapshot()
 	require.Equal(t, int64(calls), got.Calls)

@@ -9,16 +9,16 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/gigafactory/fleet/shared/store"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/stretchr/testify/require"
 )
 
 // drain reads container's feed from cont until an empty page and returns
 // the items and the continuation to resume from.
-func drain(t *testing.T, s coord.Store, container, cont string, max int) ([]coord.Item, string) {
+func drain(t *testing.T, s store.Store, container, cont string, max int) ([]store.Item, string) {
 	t.Helper()
-	var items []coord.Item
+	var items []store.Item
 	for pages := 0; ; pages++ {
 		require.Less(t, pages, 10000, "change feed does not end")
 		page, err := s.ReadChanges(t.Context(), container, cont, max)
@@ -37,7 +37,7 @@ func drain(t *testing.T, s coord.Store, container, cont string, max int) ([]coor
 	}
 }
 
-func feedIDs(items []coord.Item) []string {
+func feedIDs(items []store.Item) []string {
 	ids := make([]string, len(items))
 	for i, it := range items {
 		ids[i] = it.ID
@@ -46,7 +46,7 @@ func feedIDs(items []coord.Item) []string {
 }
 
 // requireLatest checks that feed items are the documents' current versions.
-func requireLatest(t *testing.T, s coord.Store, container string, items []coord.Item) {
+func requireLatest(t *testing.T, s store.Store, container string, items []store.Item) {
 	t.Helper()
 	for _, it := range items {
 		cur := mustRead(t, s, container, it.PartitionKey, it.ID)
@@ -55,9 +55,9 @@ func requireLatest(t *testing.T, s coord.Store, container string, items []coord.
 	}
 }
 
-func testChangeFeedOrder(t *testing.T, s coord.Store) {
+func testChangeFeedOrder(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	const c, pk = coord.Jobs, "p1"
+	const c, pk = store.Jobs, "p1"
 	body := func(id string, n int) []byte { return doc(t, c, pk, id, fields{"n": n}) }
 
 	page, err := s.ReadChanges(ctx, c, "", 100)
@@ -125,9 +125,9 @@ func testChangeFeedOrder(t *testing.T, s coord.Store) {
 	requireLatest(t, s, c, items)
 }
 
-func testChangeFeedPagination(t *testing.T, s coord.Store) {
+func testChangeFeedPagination(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	const c, pk, total = coord.Jobs, "p1", 25
+	const c, pk, total = store.Jobs, "p1", 25
 	revs := map[string]string{}
 	var created []string
 	for i := range total {
@@ -188,9 +188,9 @@ func testChangeFeedPagination(t *testing.T, s coord.Store) {
 	require.Equal(t, append(slices.Clone(want[midSeen:]), "z"), feedIDs(items))
 }
 
-func testChangeFeedPartitions(t *testing.T, s coord.Store) {
+func testChangeFeedPartitions(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	const c = coord.Jobs
+	const c = store.Jobs
 	var log []string // keys in write order
 	revs := map[string]string{}
 	for round := range 4 {
@@ -242,29 +242,29 @@ func testChangeFeedPartitions(t *testing.T, s coord.Store) {
 	}
 }
 
-func testChangeFeedContainerIsolation(t *testing.T, s coord.Store) {
+func testChangeFeedContainerIsolation(t *testing.T, s store.Store) {
 	for _, id := range []string{"j1", "j2"} {
-		mustCreate(t, s, coord.Jobs, "p1", id, doc(t, coord.Jobs, "p1", id, fields{"kind": "job"}))
-		mustCreate(t, s, coord.Runs, "p1", id, doc(t, coord.Runs, "p1", id, fields{"kind": "run"}))
+		mustCreate(t, s, store.Jobs, "p1", id, doc(t, store.Jobs, "p1", id, fields{"kind": "job"}))
+		mustCreate(t, s, store.Runs, "p1", id, doc(t, store.Runs, "p1", id, fields{"kind": "run"}))
 	}
-	jobs, jobsCont := drain(t, s, coord.Jobs, "", 100)
+	jobs, jobsCont := drain(t, s, store.Jobs, "", 100)
 	require.Equal(t, []string{"j1", "j2"}, feedIDs(jobs))
 	for _, it := range jobs {
 		require.Equal(t, "job", decode(t, it.Body)["kind"])
 	}
-	runs, _ := drain(t, s, coord.Runs, "", 100)
+	runs, _ := drain(t, s, store.Runs, "", 100)
 	require.Equal(t, []string{"j1", "j2"}, feedIDs(runs))
 	for _, it := range runs {
 		require.Equal(t, "run", decode(t, it.Body)["kind"])
 	}
-	events, _ := drain(t, s, coord.Events, "", 100)
+	events, _ := drain(t, s, store.Events, "", 100)
 	require.Empty(t, events)
 
 	// Later writes to another container leave this feed empty.
-	mustCreate(t, s, coord.Runs, "p1", "j3", doc(t, coord.Runs, "p1", "j3", nil))
-	_, err := s.Upsert(t.Context(), coord.Runs, "p1", "j1", doc(t, coord.Runs, "p1", "j1", fields{"kind": "run2"}))
+	mustCreate(t, s, store.Runs, "p1", "j3", doc(t, store.Runs, "p1", "j3", nil))
+	_, err := s.Upsert(t.Context(), store.Runs, "p1", "j1", doc(t, store.Runs, "p1", "j1", fields{"kind": "run2"}))
 	require.NoError(t, err)
-	jobs, _ = drain(t, s, coord.Jobs, jobsCont, 100)
+	jobs, _ = drain(t, s, store.Jobs, jobsCont, 100)
 	require.Empty(t, jobs, "another container's changes appeared in this feed")
 }
 
@@ -272,12 +272,12 @@ func testChangeFeedContainerIsolation(t *testing.T, s coord.Store) {
 // checkpoints past a change that commits later (a revision handed out
 // before an earlier one committed) would miss it for good: the final state
 // it reconstructs must equal the store's.
-func testChangeFeedTail(t *testing.T, s coord.Store) {
+func testChangeFeedTail(t *testing.T, s store.Store) {
 	writers, writes := 6, 40
 	if testing.Short() {
 		writes = 15
 	}
-	const c = coord.Jobs
+	const c = store.Jobs
 	done := make(chan struct{})
 	errs := newFirstErr()
 	type seen struct {
@@ -374,9 +374,9 @@ func testChangeFeedTail(t *testing.T, s coord.Store) {
 // testChangesHead: a reader starting at the head sees every change made
 // after it and none of the history, except, on a backend that starts by
 // time, changes of the same instant (at least once).
-func testChangesHead(t *testing.T, s coord.Store) {
+func testChangesHead(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	const c, pk = coord.Events, "j1"
+	const c, pk = store.Events, "j1"
 	for _, id := range []string{"old1", "old2"} {
 		mustCreate(t, s, c, pk, id, doc(t, c, pk, id, nil))
 	}
@@ -398,9 +398,9 @@ func testChangesHead(t *testing.T, s coord.Store) {
 
 // testChangeFeedBadContinuation: a continuation the backend never issued
 // is ErrBadContinuation (clients hand them back), not an outage.
-func testChangeFeedBadContinuation(t *testing.T, s coord.Store) {
+func testChangeFeedBadContinuation(t *testing.T, s store.Store) {
 	for _, cont := range []string{"garbage!", "-5", "eyJ2Ijo5fQ"} {
-		_, err := s.ReadChanges(t.Context(), coord.Events, cont, 10)
-		require.ErrorIs(t, err, coord.ErrBadContinuation, "continuation %q", cont)
+		_, err := s.ReadChanges(t.Context(), store.Events, cont, 10)
+		require.ErrorIs(t, err, store.ErrBadContinuation, "continuation %q", cont)
 	}
 }

@@ -8,9 +8,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/gigafactory/fleet/shared/store"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/stretchr/testify/require"
 )
 
 // model is what the test wrote: the oracle queries are checked against.
@@ -26,14 +26,14 @@ type modelDoc struct {
 
 func newModel() *model { return &model{docs: map[string]modelDoc{}} }
 
-func (m *model) create(t testing.TB, s coord.Store, container, pk, id string, body []byte) {
+func (m *model) create(t testing.TB, s store.Store, container, pk, id string, body []byte) {
 	t.Helper()
 	rev := mustCreate(t, s, container, pk, id, body)
 	m.docs[key(pk, id)] = modelDoc{pk: pk, id: id, rev: rev, body: body, fields: decode(t, body)}
 }
 
 // match lists the keys of documents satisfying where (and pk, when set).
-func (m *model) match(pk string, where []coord.Cond) []string {
+func (m *model) match(pk string, where []store.Cond) []string {
 	var out []string
 	for k, d := range m.docs {
 		if pk != "" && d.pk != pk {
@@ -56,7 +56,7 @@ func (m *model) match(pk string, where []coord.Cond) []string {
 
 // condHolds is an independent evaluation of a condition: type-exact, as
 // Cosmos DB compares ("1" is not 1, true is not 1, 1 is 1.0).
-func condHolds(f map[string]any, c coord.Cond) bool {
+func condHolds(f map[string]any, c store.Cond) bool {
 	v, ok := f[c.Field]
 	if !ok {
 		return false
@@ -92,7 +92,7 @@ func jsonEqual(stored, want any) bool {
 
 // queryAll pages through q and checks each page and item against the model.
 // It returns the keys in the order received.
-func queryAll(t *testing.T, s coord.Store, m *model, container string, q coord.Query) []string {
+func queryAll(t *testing.T, s store.Store, m *model, container string, q store.Query) []string {
 	t.Helper()
 	var got []string
 	for pages := 0; ; pages++ {
@@ -124,7 +124,7 @@ var stages = []string{"queued", "running", "done"}
 // queryFixture writes the documents the query tests search: n regular ones
 // in partition pk (created in shuffled order, so id order is not creation
 // order) and documents whose field v holds values of every JSON type.
-func queryFixture(t *testing.T, s coord.Store, m *model, container, pk string, n int, seed uint64) {
+func queryFixture(t *testing.T, s store.Store, m *model, container, pk string, n int, seed uint64) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	for _, i := range rng.Perm(n) {
@@ -156,44 +156,44 @@ func queryFixture(t *testing.T, s coord.Store, m *model, container, pk string, n
 // queryCases are conditions and the values they are tried with.
 var queryCases = []struct {
 	name  string
-	where []coord.Cond
+	where []store.Cond
 }{
 	{"all", nil},
-	{"eq string", []coord.Cond{coord.Eq("stage", "queued")}},
-	{"in strings", []coord.Cond{coord.In("stage", "queued", "done")}},
-	{"eq int", []coord.Cond{coord.Eq("prio", 2)}},
-	{"in ints", []coord.Cond{coord.In("prio", 0, 3)}},
-	{"eq float", []coord.Cond{coord.Eq("score", 4.5)}},
-	{"eq true", []coord.Cond{coord.Eq("urgent", true)}},
-	{"eq false", []coord.Cond{coord.Eq("urgent", false)}},
-	{"and", []coord.Cond{coord.Eq("stage", "queued"), coord.Eq("urgent", true)}},
-	{"in and eq", []coord.Cond{coord.In("stage", "running", "done"), coord.Eq("prio", 1)}},
-	{"no match", []coord.Cond{coord.Eq("stage", "nope")}},
-	{"empty in", []coord.Cond{coord.In[string]("stage")}},
-	{"missing field", []coord.Cond{coord.Eq("absent", "x")}},
-	{"id field", []coord.Cond{coord.Eq("id", "d005")}},
-	{"typed string", []coord.Cond{coord.Eq("v", "1")}},
-	{"typed number", []coord.Cond{coord.Eq("v", 1)}},
-	{"typed big number", []coord.Cond{coord.Eq("v", int64(100000000000))}},
-	{"typed bool", []coord.Cond{coord.Eq("v", true)}},
-	{"typed false", []coord.Cond{coord.Eq("v", false)}},
-	{"typed object text", []coord.Cond{coord.Eq("v", `{"a":1}`)}},
-	{"typed mixed in", []coord.Cond{coord.In[any]("v", "1", true)}},
+	{"eq string", []store.Cond{store.Eq("stage", "queued")}},
+	{"in strings", []store.Cond{store.In("stage", "queued", "done")}},
+	{"eq int", []store.Cond{store.Eq("prio", 2)}},
+	{"in ints", []store.Cond{store.In("prio", 0, 3)}},
+	{"eq float", []store.Cond{store.Eq("score", 4.5)}},
+	{"eq true", []store.Cond{store.Eq("urgent", true)}},
+	{"eq false", []store.Cond{store.Eq("urgent", false)}},
+	{"and", []store.Cond{store.Eq("stage", "queued"), store.Eq("urgent", true)}},
+	{"in and eq", []store.Cond{store.In("stage", "running", "done"), store.Eq("prio", 1)}},
+	{"no match", []store.Cond{store.Eq("stage", "nope")}},
+	{"empty in", []store.Cond{store.In[string]("stage")}},
+	{"missing field", []store.Cond{store.Eq("absent", "x")}},
+	{"id field", []store.Cond{store.Eq("id", "d005")}},
+	{"typed string", []store.Cond{store.Eq("v", "1")}},
+	{"typed number", []store.Cond{store.Eq("v", 1)}},
+	{"typed big number", []store.Cond{store.Eq("v", int64(100000000000))}},
+	{"typed bool", []store.Cond{store.Eq("v", true)}},
+	{"typed false", []store.Cond{store.Eq("v", false)}},
+	{"typed object text", []store.Cond{store.Eq("v", `{"a":1}`)}},
+	{"typed mixed in", []store.Cond{store.In[any]("v", "1", true)}},
 }
 
-func testQuerySinglePartition(t *testing.T, s coord.Store) {
+func testQuerySinglePartition(t *testing.T, s store.Store) {
 	m := newModel()
-	queryFixture(t, s, m, coord.Jobs, "p1", 23, 1)
+	queryFixture(t, s, m, store.Jobs, "p1", 23, 1)
 	// Same ids and fields in other partitions: none may leak in.
 	other := newModel()
-	queryFixture(t, s, other, coord.Jobs, "p0", 23, 2)
-	queryFixture(t, s, other, coord.Jobs, "p2", 23, 3)
+	queryFixture(t, s, other, store.Jobs, "p0", 23, 2)
+	queryFixture(t, s, other, store.Jobs, "p2", 23, 3)
 
 	for _, tc := range queryCases {
 		want := m.match("p1", tc.where)
 		for _, limit := range []int{0, 1, 4, 7, 100} {
 			t.Run(fmt.Sprintf("%s/limit=%d", tc.name, limit), func(t *testing.T) {
-				got := queryAll(t, s, m, coord.Jobs, coord.Query{PartitionKey: "p1", Where: tc.where, Limit: limit})
+				got := queryAll(t, s, m, store.Jobs, store.Query{PartitionKey: "p1", Where: tc.where, Limit: limit})
 				// want is sorted by key, and within one partition that is id
 				// order: equality checks order, loss and duplicates at once.
 				require.Equal(t, want, got)
@@ -201,23 +201,23 @@ func testQuerySinglePartition(t *testing.T, s coord.Store) {
 		}
 	}
 	// The oracle is not vacuous.
-	require.Len(t, m.match("p1", []coord.Cond{coord.Eq("v", 1)}), 2)
-	require.Len(t, m.match("p1", []coord.Cond{coord.Eq("stage", "queued")}), 8)
+	require.Len(t, m.match("p1", []store.Cond{store.Eq("v", 1)}), 2)
+	require.Len(t, m.match("p1", []store.Cond{store.Eq("stage", "queued")}), 8)
 }
 
-func testQueryCrossPartition(t *testing.T, s coord.Store) {
+func testQueryCrossPartition(t *testing.T, s store.Store) {
 	m := newModel()
 	for i := range 5 {
-		queryFixture(t, s, m, coord.Jobs, fmt.Sprintf("p%d", i), 9, uint64(i))
+		queryFixture(t, s, m, store.Jobs, fmt.Sprintf("p%d", i), 9, uint64(i))
 	}
 	// Matching documents in another container must not appear.
-	queryFixture(t, s, newModel(), coord.Runs, "p0", 9, 9)
+	queryFixture(t, s, newModel(), store.Runs, "p0", 9, 9)
 
 	for _, tc := range queryCases {
 		want := m.match("", tc.where)
 		for _, limit := range []int{0, 1, 3, 100} {
 			t.Run(fmt.Sprintf("%s/limit=%d", tc.name, limit), func(t *testing.T) {
-				got := queryAll(t, s, m, coord.Jobs, coord.Query{Where: tc.where, Limit: limit})
+				got := queryAll(t, s, m, store.Jobs, store.Query{Where: tc.where, Limit: limit})
 				seen := map[string]bool{}
 				for _, k := range got {
 					require.False(t, seen[k], "document %q returned twice", k)
@@ -227,34 +227,34 @@ func testQueryCrossPartition(t *testing.T, s coord.Store) {
 			})
 		}
 	}
-	require.Len(t, m.match("", []coord.Cond{coord.Eq("stage", "queued")}), 15)
+	require.Len(t, m.match("", []store.Cond{store.Eq("stage", "queued")}), 15)
 }
 
-func testQueryRejectsBadInput(t *testing.T, s coord.Store) {
-	mustCreate(t, s, coord.Jobs, "p1", "j1", doc(t, coord.Jobs, "p1", "j1", fields{"stage": "queued"}))
-	bad := map[string]coord.Query{
-		"empty field":      {Where: []coord.Cond{coord.Eq("", "x")}},
-		"dotted field":     {Where: []coord.Cond{coord.Eq("a.b", "x")}},
-		"quoted field":     {Where: []coord.Cond{coord.Eq("stage') OR 1=1 --", "x")}},
-		"bracket field":    {Where: []coord.Cond{coord.Eq("a[0]", "x")}},
-		"space field":      {Where: []coord.Cond{coord.Eq("a b", "x")}},
-		"digit first":      {Where: []coord.Cond{coord.Eq("1a", "x")}},
-		"eq two values":    {Where: []coord.Cond{{Field: "stage", Op: coord.OpEq, Values: []any{"a", "b"}}}},
-		"eq no value":      {Where: []coord.Cond{{Field: "stage", Op: coord.OpEq}}},
-		"unknown operator": {Where: []coord.Cond{{Field: "stage", Op: "LIKE", Values: []any{"q%"}}}},
-		"nil value":        {Where: []coord.Cond{coord.Eq("stage", nil)}},
-		"slice value":      {Where: []coord.Cond{coord.Eq("stage", []string{"queued"})}},
-		"map value":        {Where: []coord.Cond{coord.Eq("stage", map[string]any{})}},
-		"struct value":     {Where: []coord.Cond{coord.Eq("stage", struct{}{})}},
-		"NaN":              {Where: []coord.Cond{coord.Eq("prio", math.NaN())}},
-		"infinity in IN":   {Where: []coord.Cond{coord.In("prio", 1.0, math.Inf(1))}},
-		"raw JSON value":   {Where: []coord.Cond{coord.Eq("stage", json.RawMessage(`"queued"`))}},
+func testQueryRejectsBadInput(t *testing.T, s store.Store) {
+	mustCreate(t, s, store.Jobs, "p1", "j1", doc(t, store.Jobs, "p1", "j1", fields{"stage": "queued"}))
+	bad := map[string]store.Query{
+		"empty field":      {Where: []store.Cond{store.Eq("", "x")}},
+		"dotted field":     {Where: []store.Cond{store.Eq("a.b", "x")}},
+		"quoted field":     {Where: []store.Cond{store.Eq("stage') OR 1=1 --", "x")}},
+		"bracket field":    {Where: []store.Cond{store.Eq("a[0]", "x")}},
+		"space field":      {Where: []store.Cond{store.Eq("a b", "x")}},
+		"digit first":      {Where: []store.Cond{store.Eq("1a", "x")}},
+		"eq two values":    {Where: []store.Cond{{Field: "stage", Op: store.OpEq, Values: []any{"a", "b"}}}},
+		"eq no value":      {Where: []store.Cond{{Field: "stage", Op: store.OpEq}}},
+		"unknown operator": {Where: []store.Cond{{Field: "stage", Op: "LIKE", Values: []any{"q%"}}}},
+		"nil value":        {Where: []store.Cond{store.Eq("stage", nil)}},
+		"slice value":      {Where: []store.Cond{store.Eq("stage", []string{"queued"})}},
+		"map value":        {Where: []store.Cond{store.Eq("stage", map[string]any{})}},
+		"struct value":     {Where: []store.Cond{store.Eq("stage", struct{}{})}},
+		"NaN":              {Where: []store.Cond{store.Eq("prio", math.NaN())}},
+		"infinity in IN":   {Where: []store.Cond{store.In("prio", 1.0, math.Inf(1))}},
+		"raw JSON value":   {Where: []store.Cond{store.Eq("stage", json.RawMessage(`"queued"`))}},
 		"negative limit":   {Limit: -1},
 	}
 	for name, q := range bad {
 		for _, pk := range []string{"p1", ""} {
 			q.PartitionKey = pk
-			_, err := s.Query(t.Context(), coord.Jobs, q)
+			_, err := s.Query(t.Context(), store.Jobs, q)
 			requireStoreError(t, err, "query with %s (pk %q)", name, pk)
 		}
 	}
@@ -262,10 +262,10 @@ func testQueryRejectsBadInput(t *testing.T, s coord.Store) {
 	// nothing and breaks nothing.
 	for _, v := range []string{`queued' OR '1'='1`, `queued") OR 1=1 --`, `'; DROP TABLE fleet_jobs; --`} {
 		for _, pk := range []string{"p1", ""} {
-			page, err := s.Query(t.Context(), coord.Jobs, coord.Query{PartitionKey: pk, Where: []coord.Cond{coord.Eq("stage", v)}})
+			page, err := s.Query(t.Context(), store.Jobs, store.Query{PartitionKey: pk, Where: []store.Cond{store.Eq("stage", v)}})
 			require.NoError(t, err)
 			require.Empty(t, page.Items)
 		}
 	}
-	mustRead(t, s, coord.Jobs, "p1", "j1")
+	mustRead(t, s, store.Jobs, "p1", "j1")
 }

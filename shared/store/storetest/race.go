@@ -8,9 +8,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/gigafactory/fleet/shared/store"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/stretchr/testify/require"
 )
 
 // casWin is one successful compare-and-swap.
@@ -23,11 +23,11 @@ type casWin struct {
 // → Replace(ifRev), retrying on ErrPrecondition. No update may be lost, and
 // each revision may have exactly one successor: the winners form a single
 // chain from the created revision to the current one.
-func testCASRace(t *testing.T, s coord.Store) {
+func testCASRace(t *testing.T, s store.Store) {
 	const (
 		workers     = 64
 		maxAttempts = 1_000_000 // only guards against a livelock
-		c, pk       = coord.Jobs, "p1"
+		c, pk       = store.Jobs, "p1"
 	)
 	each := 6
 	if testing.Short() {
@@ -77,7 +77,7 @@ func testCASRace(t *testing.T, s coord.Store) {
 						return
 					}
 					rev, err := s.Replace(ctx, c, pk, id, body, it.Rev)
-					if errors.Is(err, coord.ErrPrecondition) {
+					if errors.Is(err, store.ErrPrecondition) {
 						continue // lost the race: read again
 					}
 					if err != nil {
@@ -148,8 +148,8 @@ func raceGate(n int, fn func(w int) error) []error {
 	return out
 }
 
-func testCreateRace(t *testing.T, s coord.Store) {
-	const n, c, pk = 32, coord.Jobs, "p1"
+func testCreateRace(t *testing.T, s store.Store) {
+	const n, c, pk = 32, store.Jobs, "p1"
 	pkf := pkField(t, c)
 	body := func(id string, w int) []byte {
 		b, _ := json.Marshal(map[string]any{"id": id, pkf: pk, "by": w})
@@ -167,7 +167,7 @@ func testCreateRace(t *testing.T, s coord.Store) {
 			winner = w
 			continue
 		}
-		require.ErrorIs(t, err, coord.ErrExists)
+		require.ErrorIs(t, err, store.ErrExists)
 	}
 	require.NotEqual(t, -1, winner, "no create succeeded")
 	require.Equal(t, float64(winner), decode(t, mustRead(t, s, c, pk, "x").Body)["by"])
@@ -185,14 +185,14 @@ func testCreateRace(t *testing.T, s coord.Store) {
 			winner = w
 			continue
 		}
-		require.ErrorIs(t, err, coord.ErrPrecondition)
+		require.ErrorIs(t, err, store.ErrPrecondition)
 	}
 	require.NotEqual(t, -1, winner, "no replace succeeded")
 	require.Equal(t, float64(winner), decode(t, mustRead(t, s, c, pk, "claim").Body)["by"])
 }
 
-func testDeleteRace(t *testing.T, s coord.Store) {
-	const n, c, pk = 32, coord.Jobs, "p1"
+func testDeleteRace(t *testing.T, s store.Store) {
+	const n, c, pk = 32, store.Jobs, "p1"
 	rev := mustCreate(t, s, c, pk, "x", doc(t, c, pk, "x", nil))
 	errs := raceGate(n, func(int) error { return s.Delete(context.Background(), c, pk, "x", rev) })
 	ok := 0
@@ -201,7 +201,7 @@ func testDeleteRace(t *testing.T, s coord.Store) {
 			ok++
 			continue
 		}
-		require.True(t, errors.Is(err, coord.ErrNotFound) || errors.Is(err, coord.ErrPrecondition),
+		require.True(t, errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrPrecondition),
 			"a losing delete must report not found or precondition, got %v", err)
 	}
 	require.Equal(t, 1, ok, "exactly one conditional delete from one revision must succeed")

@@ -1,10 +1,10 @@
-// Package storetest is the conformance suite every coord.Store backend
+// Package storetest is the conformance suite every store.Store backend
 // passes: point operations and their errors, CAS, increments, partition
 // isolation, queries and pagination, the change feed, and real concurrency
 // (racing CAS writers, racing creates and deletes, a feed tailed while
 // written).
 //
-// The suite asserts only what the coord.Store contract promises, so it holds
+// The suite asserts only what the store.Store contract promises, so it holds
 // for Cosmos DB as well as SQLite: revisions are opaque, bodies are compared
 // as JSON unless the same stored document is read twice (then byte for byte),
 // cross-partition results are compared as sets, and change-feed order is
@@ -19,9 +19,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/gigafactory/fleet/shared/store"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/stretchr/testify/require"
 )
 
 // Run runs the suite. newStore is called once per subtest and must return a
@@ -29,11 +29,11 @@ import (
 // subtest runs (a new file, a new database), because query and change-feed
 // assertions are exact; it registers its own cleanup with t.Cleanup.
 // Subtests run in parallel, each on its own store.
-func Run(t *testing.T, newStore func(t *testing.T) coord.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Helper()
 	for _, tc := range []struct {
 		name string
-		fn   func(*testing.T, coord.Store)
+		fn   func(*testing.T, store.Store)
 	}{
 		{"CreateReadExists", testCreateReadExists},
 		{"ReadNotFound", testReadNotFound},
@@ -76,7 +76,7 @@ type fields map[string]any
 // pkField is the top-level field holding container's partition key.
 func pkField(t testing.TB, container string) string {
 	t.Helper()
-	for _, c := range coord.Containers {
+	for _, c := range store.Containers {
 		if c.Name == container {
 			return strings.TrimPrefix(c.PartitionKey, "/")
 		}
@@ -107,7 +107,7 @@ func decode(t testing.TB, body []byte) map[string]any {
 }
 
 // mustCreate creates a document and returns its revision.
-func mustCreate(t testing.TB, s coord.Store, container, pk, id string, body []byte) string {
+func mustCreate(t testing.TB, s store.Store, container, pk, id string, body []byte) string {
 	t.Helper()
 	rev, err := s.Create(context.Background(), container, pk, id, body)
 	require.NoError(t, err, "create %s/%s/%s", container, pk, id)
@@ -116,7 +116,7 @@ func mustCreate(t testing.TB, s coord.Store, container, pk, id string, body []by
 }
 
 // mustRead reads a document that must exist.
-func mustRead(t testing.TB, s coord.Store, container, pk, id string) coord.Item {
+func mustRead(t testing.TB, s store.Store, container, pk, id string) store.Item {
 	t.Helper()
 	it, err := s.Read(context.Background(), container, pk, id)
 	require.NoError(t, err, "read %s/%s/%s", container, pk, id)
@@ -127,15 +127,15 @@ func mustRead(t testing.TB, s coord.Store, container, pk, id string) coord.Item 
 }
 
 // requireAbsent checks that a document does not exist.
-func requireAbsent(t testing.TB, s coord.Store, container, pk, id string) {
+func requireAbsent(t testing.TB, s store.Store, container, pk, id string) {
 	t.Helper()
 	_, err := s.Read(context.Background(), container, pk, id)
-	require.ErrorIs(t, err, coord.ErrNotFound, "%s/%s/%s should not exist", container, pk, id)
+	require.ErrorIs(t, err, store.ErrNotFound, "%s/%s/%s should not exist", container, pk, id)
 }
 
 // requireUnchanged checks that a document is still exactly before: same
 // revision, same bytes.
-func requireUnchanged(t testing.TB, s coord.Store, container string, before coord.Item) {
+func requireUnchanged(t testing.TB, s store.Store, container string, before store.Item) {
 	t.Helper()
 	after := mustRead(t, s, container, before.PartitionKey, before.ID)
 	require.Equal(t, before.Rev, after.Rev, "revision of %s/%s changed", before.PartitionKey, before.ID)
@@ -148,7 +148,7 @@ func requireUnchanged(t testing.TB, s coord.Store, container string, before coor
 func requireStoreError(t testing.TB, err error, msgAndArgs ...any) {
 	t.Helper()
 	require.Error(t, err, msgAndArgs...)
-	for _, sentinel := range []error{coord.ErrNotFound, coord.ErrExists, coord.ErrPrecondition} {
+	for _, sentinel := range []error{store.ErrNotFound, store.ErrExists, store.ErrPrecondition} {
 		require.False(t, errors.Is(err, sentinel), "%v: bad input reported as %v", err, sentinel)
 	}
 }

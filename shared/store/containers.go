@@ -1,9 +1,9 @@
-package coord
+package store
 
 import "time"
 
-// eventsTTL is how long the events container keeps an event.
-const eventsTTL = 90 * 24 * time.Hour
+// EventsTTL is how long the events container keeps an event.
+const EventsTTL = 90 * 24 * time.Hour
 
 // Container describes one store container (a Cosmos DB container, a SQLite
 // table). This list is the single definition of the store's shape: the SQLite
@@ -54,7 +54,7 @@ var Containers = []Container{
 	{Name: Jobs, PartitionKey: "/productId", ExcludedPaths: []string{"/body/?", "/profile/body/?", "/recentEvents/*"}},
 	{Name: Runs, PartitionKey: "/jobId"},
 	{Name: Factories, PartitionKey: "/id"},
-	{Name: Events, PartitionKey: "/jobId", DefaultTTL: int(eventsTTL / time.Second), ExcludedPaths: []string{"/data/*"}},
+	{Name: Events, PartitionKey: "/jobId", DefaultTTL: int(EventsTTL / time.Second), ExcludedPaths: []string{"/data/*"}},
 	{Name: Artifacts, PartitionKey: "/jobId"},
 	{Name: QueueStates, PartitionKey: "/productId"},
 	{Name: Products, PartitionKey: "/productId"},

@@ -1,4 +1,4 @@
-package coord
+package blob
 
 import (
 	"context"
@@ -12,30 +12,30 @@ import (
 // Blob store errors. Every backend returns exactly these (wrapped is fine);
 // a failure to reach the backend is ErrUnavailable, as for the Store.
 var (
-	// ErrBlobNotFound: no blob under that key.
-	ErrBlobNotFound = errors.New("blob: not found")
-	// ErrBlobTooLarge: Stage read more than its limit; nothing was kept.
-	ErrBlobTooLarge = errors.New("blob: larger than the limit")
-	// ErrBlobVersion: a conditional Delete found another version of the blob.
-	ErrBlobVersion = errors.New("blob: version mismatch")
+	// ErrNotFound: no blob under that key.
+	ErrNotFound = errors.New("blob: not found")
+	// ErrTooLarge: Stage read more than its limit; nothing was kept.
+	ErrTooLarge = errors.New("blob: larger than the limit")
+	// ErrVersion: a conditional Delete found another version of the blob.
+	ErrVersion = errors.New("blob: version mismatch")
 )
 
-// BlobKey names a blob: the SHA-256 of its bytes within a namespace (the
+// Key names a blob: the SHA-256 of its bytes within a namespace (the
 // product). Content addressing makes identical uploads one blob; the
 // namespace keeps products apart, so whether some bytes are already stored
 // says nothing about another product's artifacts.
-type BlobKey struct {
+type Key struct {
 	Namespace string
 	SHA256    string // 64 lower-case hex digits
 }
 
 // String is the key as adapters name the blob: "<namespace>/<sha256>".
-func (k BlobKey) String() string { return k.Namespace + "/" + k.SHA256 }
+func (k Key) String() string { return k.Namespace + "/" + k.SHA256 }
 
 // Validate checks the key is one a backend can use as a path or blob name
 // as it is: a plain namespace and a SHA-256 in lower-case hex.
-func (k BlobKey) Validate() error {
-	if err := ValidateBlobNamespace(k.Namespace); err != nil {
+func (k Key) Validate() error {
+	if err := ValidateNamespace(k.Namespace); err != nil {
 		return err
 	}
 	if !fleet.ValidSHA256(k.SHA256) {
@@ -44,18 +44,18 @@ func (k BlobKey) Validate() error {
 	return nil
 }
 
-// ValidateBlobNamespace checks a namespace is a plain name, safe as a path
+// ValidateNamespace checks a namespace is a plain name, safe as a path
 // segment and in a blob name.
-func ValidateBlobNamespace(ns string) error {
+func ValidateNamespace(ns string) error {
 	if err := fleet.ValidateName("namespace", ns); err != nil {
 		return fmt.Errorf("blob namespace %q: %w", ns, err)
 	}
 	return nil
 }
 
-// BlobInfo describes a stored blob.
-type BlobInfo struct {
-	Key  BlobKey
+// Info describes a stored blob.
+type Info struct {
+	Key  Key
 	Size int64
 	// Version changes whenever the blob is written, including a Commit of
 	// bytes already there; Delete can be made conditional on it. It is
@@ -63,7 +63,7 @@ type BlobInfo struct {
 	Version string
 }
 
-// BlobStore keeps artifact bytes outside the document store. Backends:
+// Store keeps artifact bytes outside the document store. Backends:
 // blob/fs (a directory), blob/azblob (Azure Blob Storage); blob/blobtest is
 // the conformance suite they pass.
 //
@@ -74,37 +74,37 @@ type BlobInfo struct {
 // the version read before the reference was dropped, means a Delete racing
 // an identical upload can only remove bytes that the upload then writes
 // again (see releaseBlob).
-type BlobStore interface {
+type Store interface {
 	// Stage reads r to its end into a staging area, at most limit bytes,
 	// and returns the staged bytes with their digest and size. More than
-	// limit bytes is ErrBlobTooLarge; an error reading r is returned
+	// limit bytes is ErrTooLarge; an error reading r is returned
 	// wrapped. Nothing is visible under any key until Commit; on error
 	// nothing is kept.
-	Stage(ctx context.Context, namespace string, r io.Reader, limit int64) (StagedBlob, error)
-	// Open returns the blob's bytes and what they are; ErrBlobNotFound
+	Stage(ctx context.Context, namespace string, r io.Reader, limit int64) (Staged, error)
+	// Open returns the blob's bytes and what they are; ErrNotFound
 	// when absent. A reader keeps working if the blob is deleted while it
 	// is open, or ends with an error; it never yields other bytes.
-	Open(ctx context.Context, key BlobKey) (io.ReadCloser, BlobInfo, error)
-	// Stat describes the blob; ErrBlobNotFound when absent.
-	Stat(ctx context.Context, key BlobKey) (BlobInfo, error)
+	Open(ctx context.Context, key Key) (io.ReadCloser, Info, error)
+	// Stat describes the blob; ErrNotFound when absent.
+	Stat(ctx context.Context, key Key) (Info, error)
 	// Delete removes the blob. With ifVersion set, only at that version
-	// (else ErrBlobVersion and the blob stays). A blob already gone is not
+	// (else ErrVersion and the blob stays). A blob already gone is not
 	// an error.
-	Delete(ctx context.Context, key BlobKey, ifVersion string) error
+	Delete(ctx context.Context, key Key, ifVersion string) error
 }
 
-// StagedBlob is bytes staged by BlobStore.Stage. It is used by one
+// Staged is bytes staged by Store.Stage. It is used by one
 // goroutine; Discard must be called when done with it, committed or not.
-type StagedBlob interface {
+type Staged interface {
 	// Key is where Commit puts the bytes.
-	Key() BlobKey
+	Key() Key
 	// Size is the number of bytes staged.
 	Size() int64
 	// Commit makes the staged bytes the blob of Key: it writes them when
 	// the blob is absent, and when it is present (identical bytes, by
 	// construction) gives it a new Version, so a Delete conditional on an
 	// older version fails. It may be called again, e.g. after a Delete.
-	Commit(ctx context.Context) (BlobInfo, error)
+	Commit(ctx context.Context) (Info, error)
 	// Discard releases the staging area. The committed blob stays.
 	Discard() error
 }

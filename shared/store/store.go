@@ -1,4 +1,8 @@
-package coord
+// Package store is the document-store port: the interface every backend
+// (store/sqlite, store/cosmos) implements, its query and change-feed types,
+// its errors and the containers the fleet keeps. store/storetest is the
+// conformance suite they all pass; the use cases in coord consume it.
+package store
 
 import (
 	"context"
