@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/gigafactory/fleet/shared/blob"
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -120,7 +121,7 @@ func (c *Coordinator) UploadArtifact(ctx context.Context, up ArtifactUpload) (*f
 	defer func() { _ = staged.Discard() }()
 
 	a := &fleet.Artifact{
-		ID: fleet.ArtifactID(up.JobID, c.newID("a")), JobID: up.JobID, ProductID: up.ProductID,
+		ID: fleet.ArtifactID(up.JobID, c.k.NewID("a")), JobID: up.JobID, ProductID: up.ProductID,
 		Name: up.Name, Kind: kind, ContentType: ctype, Size: staged.Size(), SHA256: staged.Key().SHA256,
 	}
 	actor, actorID := fleet.ActorOperator, up.ActorID
@@ -130,12 +131,12 @@ func (c *Coordinator) UploadArtifact(ctx context.Context, up ArtifactUpload) (*f
 	}
 	// The job's write is where the upload is decided: the fence holds at
 	// that instant, and it records the event (events.go).
-	j, err = c.mutateJob(ctx, up.ProductID, up.JobID, func(j *fleet.Job) error {
+	j, err = c.k.MutateJob(ctx, up.ProductID, up.JobID, func(j *fleet.Job) error {
 		if err := fence(j); err != nil {
 			return err
 		}
-		j.UpdatedAt = c.now()
-		return c.recordEvent(ctx, j, fleet.Event{Type: fleet.EventArtifactAdded, Actor: actor, ActorID: actorID,
+		j.UpdatedAt = c.k.Now()
+		return c.k.RecordEvent(ctx, j, fleet.Event{Type: fleet.EventArtifactAdded, Actor: actor, ActorID: actorID,
 			Message: fleet.ArtifactMessage("added", a), Data: artifactData(a)})
 	})
 	if err != nil {
@@ -143,13 +144,13 @@ func (c *Coordinator) UploadArtifact(ctx context.Context, up ArtifactUpload) (*f
 	}
 	// Decided: the rest must not be cut short by the client going away.
 	ctx = context.WithoutCancel(ctx)
-	c.appendEvent(ctx, j)
+	c.k.AppendEvent(ctx, j)
 	a.CreatedAt = j.UpdatedAt
 	doc, err := json.Marshal(a)
 	if err != nil {
 		return nil, fmt.Errorf("encode artifact: %w", err)
 	}
-	if _, err := c.store.Create(ctx, store.Artifacts, a.JobID, a.ID, doc); err != nil {
+	if _, err := c.k.Store.Create(ctx, store.Artifacts, a.JobID, a.ID, doc); err != nil {
 		c.uploadUndone(ctx, a, err)
 		return nil, fmt.Errorf("create artifact %s: %w", a.ID, err)
 	}
@@ -163,7 +164,7 @@ func (c *Coordinator) UploadArtifact(ctx context.Context, up ArtifactUpload) (*f
 	// An operator may have deleted the pointer between its creation and
 	// the commit; its release could not see bytes not yet committed, so
 	// release them here.
-	if _, err := c.store.Read(ctx, store.Artifacts, a.JobID, a.ID); errors.Is(err, store.ErrNotFound) {
+	if _, err := c.k.Store.Read(ctx, store.Artifacts, a.JobID, a.ID); errors.Is(err, store.ErrNotFound) {
 		c.releaseBlob(ctx, staged.Key(), info.Version)
 	}
 	return a, nil
@@ -174,16 +175,16 @@ func (c *Coordinator) UploadArtifact(ctx context.Context, up ArtifactUpload) (*f
 // that was never kept. A process that dies in between leaves the added
 // event alone: its artifact id then reads as not found.
 func (c *Coordinator) uploadUndone(ctx context.Context, a *fleet.Artifact, cause error) {
-	j, err := c.mutateJob(ctx, a.ProductID, a.JobID, func(j *fleet.Job) error {
-		j.UpdatedAt = c.now()
-		return c.recordEvent(ctx, j, fleet.Event{Type: fleet.EventArtifactDeleted, Actor: fleet.ActorSystem,
+	j, err := c.k.MutateJob(ctx, a.ProductID, a.JobID, func(j *fleet.Job) error {
+		j.UpdatedAt = c.k.Now()
+		return c.k.RecordEvent(ctx, j, fleet.Event{Type: fleet.EventArtifactDeleted, Actor: fleet.ActorSystem,
 			Message: fleet.ArtifactMessage("not kept (the upload failed after it was accepted)", a), Data: artifactData(a)})
 	})
 	if err != nil {
-		c.log.ErrorContext(ctx, "failed upload not recorded", "artifact", a.ID, "cause", cause, "err", err)
+		c.k.Log.ErrorContext(ctx, "failed upload not recorded", "artifact", a.ID, "cause", cause, "err", err)
 		return
 	}
-	c.appendEvent(ctx, j)
+	c.k.AppendEvent(ctx, j)
 }
 
 // dropPointer removes the pointer of an upload that failed after creating
@@ -191,8 +192,8 @@ func (c *Coordinator) uploadUndone(ctx context.Context, a *fleet.Artifact, cause
 func (c *Coordinator) dropPointer(ctx context.Context, a *fleet.Artifact) {
 	key := blob.Key{Namespace: a.ProductID, SHA256: a.SHA256}
 	info, serr := c.blobs.Stat(ctx, key)
-	if err := c.store.Delete(ctx, store.Artifacts, a.JobID, a.ID, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
-		c.log.ErrorContext(ctx, "artifact pointer of a failed upload not removed", "artifact", a.ID, "err", err)
+	if err := c.k.Store.Delete(ctx, store.Artifacts, a.JobID, a.ID, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
+		c.k.Log.ErrorContext(ctx, "artifact pointer of a failed upload not removed", "artifact", a.ID, "err", err)
 		return
 	}
 	if serr == nil {
@@ -237,13 +238,13 @@ func (c *Coordinator) Artifacts(ctx context.Context, productID, jobID string) ([
 	if _, err := c.GetJob(ctx, productID, jobID); err != nil {
 		return nil, err
 	}
-	items, err := c.queryAll(ctx, store.Artifacts, store.Query{PartitionKey: jobID})
+	items, err := c.k.QueryAll(ctx, store.Artifacts, store.Query{PartitionKey: jobID})
 	if err != nil {
 		return nil, err
 	}
 	out := make([]fleet.Artifact, 0, len(items))
 	for _, it := range items {
-		a, err := decode[fleet.Artifact](it)
+		a, err := kernel.Decode[fleet.Artifact](it)
 		if err != nil {
 			return nil, err
 		}
@@ -257,14 +258,14 @@ func (c *Coordinator) Artifacts(ctx context.Context, productID, jobID string) ([
 func (c *Coordinator) GetArtifact(ctx context.Context, productID, id string) (*fleet.Artifact, error) {
 	jobID, ok := fleet.ArtifactJobID(id)
 	if !ok {
-		return nil, notFound("artifact", id)
+		return nil, kernel.NotFound("artifact", id)
 	}
-	a, _, err := readDoc[fleet.Artifact](ctx, c.store, store.Artifacts, jobID, id, "artifact")
+	a, _, err := kernel.ReadDoc[fleet.Artifact](ctx, c.k.Store, store.Artifacts, jobID, id, "artifact")
 	if err != nil {
 		return nil, err
 	}
 	if productID != "" && a.ProductID != productID {
-		return nil, notFound("artifact", id)
+		return nil, kernel.NotFound("artifact", id)
 	}
 	return a, nil
 }
@@ -299,9 +300,9 @@ func (c *Coordinator) DeleteArtifact(ctx context.Context, operatorID string, a *
 	if serr != nil && !errors.Is(serr, blob.ErrNotFound) {
 		return fmt.Errorf("stat artifact %s: %w", a.ID, serr)
 	}
-	if err := c.store.Delete(ctx, store.Artifacts, a.JobID, a.ID, ""); err != nil {
+	if err := c.k.Store.Delete(ctx, store.Artifacts, a.JobID, a.ID, ""); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return notFound("artifact", a.ID)
+			return kernel.NotFound("artifact", a.ID)
 		}
 		return fmt.Errorf("delete artifact %s: %w", a.ID, err)
 	}
@@ -309,16 +310,16 @@ func (c *Coordinator) DeleteArtifact(ctx context.Context, operatorID string, a *
 	if serr == nil {
 		c.releaseBlob(ctx, key, info.Version)
 	}
-	j, err := c.mutateJob(ctx, a.ProductID, a.JobID, func(j *fleet.Job) error {
-		j.UpdatedAt = c.now()
-		return c.recordEvent(ctx, j, fleet.Event{Type: fleet.EventArtifactDeleted, Actor: fleet.ActorOperator, ActorID: operatorID,
+	j, err := c.k.MutateJob(ctx, a.ProductID, a.JobID, func(j *fleet.Job) error {
+		j.UpdatedAt = c.k.Now()
+		return c.k.RecordEvent(ctx, j, fleet.Event{Type: fleet.EventArtifactDeleted, Actor: fleet.ActorOperator, ActorID: operatorID,
 			Message: fleet.ArtifactMessage("deleted", a), Data: artifactData(a)})
 	})
 	if err != nil {
-		c.log.ErrorContext(ctx, "artifact deleted, event not recorded", "artifact", a.ID, "err", err)
+		c.k.Log.ErrorContext(ctx, "artifact deleted, event not recorded", "artifact", a.ID, "err", err)
 		return nil
 	}
-	c.appendEvent(ctx, j)
+	c.k.AppendEvent(ctx, j)
 	return nil
 }
 
@@ -330,9 +331,9 @@ func (c *Coordinator) releaseBlob(ctx context.Context, key blob.Key, version str
 	q := store.Query{Where: []store.Cond{store.Eq("productId", key.Namespace), store.Eq("sha256", key.SHA256)}, Limit: 1}
 	for {
 		// A cross-partition page may be empty and still go on.
-		page, err := c.store.Query(ctx, store.Artifacts, q)
+		page, err := c.k.Store.Query(ctx, store.Artifacts, q)
 		if err != nil {
-			c.log.ErrorContext(ctx, "artifact bytes kept: references not counted", "blob", key.String(), "err", err)
+			c.k.Log.ErrorContext(ctx, "artifact bytes kept: references not counted", "blob", key.String(), "err", err)
 			return
 		}
 		if len(page.Items) > 0 {
@@ -348,6 +349,6 @@ func (c *Coordinator) releaseBlob(ctx context.Context, key blob.Key, version str
 	case errors.Is(err, blob.ErrVersion):
 		// An upload of the same bytes committed meanwhile: they stay.
 	case err != nil:
-		c.log.ErrorContext(ctx, "artifact bytes not deleted", "blob", key.String(), "err", err)
+		c.k.Log.ErrorContext(ctx, "artifact bytes not deleted", "blob", key.String(), "err", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -40,7 +41,7 @@ import (
 // the run's own settle counts the run once.
 
 // budgetDocs is the budget's document kind for cas.
-var budgetDocs = docKind[fleet.ProductBudget]{name: "budget", container: store.Budgets, setRev: func(b *fleet.ProductBudget, r string) { b.Rev = r }}
+var budgetDocs = kernel.DocKind[fleet.ProductBudget]{Name: "budget", Container: store.Budgets, SetRev: func(b *fleet.ProductBudget, r string) { b.Rev = r }}
 
 // Budget defaults: the one place they are written.
 const (
@@ -143,7 +144,7 @@ func (c *Coordinator) PutBudget(ctx context.Context, productID string, req Budge
 	if _, err := c.GetProduct(ctx, productID); err != nil {
 		return nil, err
 	}
-	now := c.now()
+	now := c.k.Now()
 	apply := func(b *fleet.ProductBudget) {
 		if b.Period != period {
 			b.Period, b.PeriodStart = period, fleet.PeriodStartAt(period, now, now)
@@ -151,7 +152,7 @@ func (c *Coordinator) PutBudget(ctx context.Context, productID string, req Budge
 		b.CeilingUSD, b.AlertAt, b.AutoPause, b.DefaultJobUSD, b.UpdatedAt = *req.CeilingUSD, alertAt, autoPause, defaultJob, now
 	}
 	id := fleet.BudgetID(productID)
-	b, _, err := cas(ctx, c, budgetDocs, productID, id, func(b *fleet.ProductBudget) error {
+	b, _, err := kernel.CAS(ctx, c.k, budgetDocs, productID, id, func(b *fleet.ProductBudget) error {
 		b.Roll(now)
 		apply(b)
 		return nil
@@ -164,7 +165,7 @@ func (c *Coordinator) PutBudget(ctx context.Context, productID string, req Budge
 		if merr != nil {
 			return nil, fmt.Errorf("encode budget: %w", merr)
 		}
-		rev, cerr := c.store.Create(ctx, store.Budgets, productID, id, body)
+		rev, cerr := c.k.Store.Create(ctx, store.Budgets, productID, id, body)
 		if errors.Is(cerr, store.ErrExists) {
 			// A racing first PUT: apply this one over it.
 			return c.PutBudget(ctx, productID, req)
@@ -184,14 +185,14 @@ func (c *Coordinator) PutBudget(ctx context.Context, productID string, req Budge
 // budgetOf reads a product's budget as of now (rolled into the current
 // period, not written); nil when the product has none.
 func (c *Coordinator) budgetOf(ctx context.Context, productID string) (*fleet.ProductBudget, error) {
-	b, _, err := readDoc[fleet.ProductBudget](ctx, c.store, store.Budgets, productID, fleet.BudgetID(productID), "budget")
+	b, _, err := kernel.ReadDoc[fleet.ProductBudget](ctx, c.k.Store, store.Budgets, productID, fleet.BudgetID(productID), "budget")
 	if errors.Is(err, fleet.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	b.Roll(c.now())
+	b.Roll(c.k.Now())
 	return b, nil
 }
 
@@ -202,7 +203,7 @@ func (c *Coordinator) readBudget(ctx context.Context, productID string) (*fleet.
 	}
 	b, err := c.budgetOf(ctx, productID)
 	if err == nil && b == nil {
-		err = notFound("budget of product", productID)
+		err = kernel.NotFound("budget of product", productID)
 	}
 	return b, err
 }
@@ -233,10 +234,10 @@ func (c *Coordinator) GetBurndown(ctx context.Context, productID string) (*Burnd
 // mutateBudget applies fn to the product's budget, rolled into the
 // current period first.
 func (c *Coordinator) mutateBudget(ctx context.Context, productID string, fn func(b *fleet.ProductBudget) error) (*fleet.ProductBudget, bool, error) {
-	return cas(ctx, c, budgetDocs, productID, fleet.BudgetID(productID), func(b *fleet.ProductBudget) error {
-		rolled := b.Roll(c.now())
+	return kernel.CAS(ctx, c.k, budgetDocs, productID, fleet.BudgetID(productID), func(b *fleet.ProductBudget) error {
+		rolled := b.Roll(c.k.Now())
 		err := fn(b)
-		if errors.Is(err, errNoChange) && rolled {
+		if errors.Is(err, kernel.ErrNoChange) && rolled {
 			return nil
 		}
 		return err
@@ -254,9 +255,9 @@ func (c *Coordinator) PauseBudget(ctx context.Context, productID, reason string)
 	}
 	b, _, err := c.mutateBudget(ctx, productID, func(b *fleet.ProductBudget) error {
 		if b.Paused && b.PausedReason != nil && *b.PausedReason == fleet.PausedOperator && b.PauseMessage == reason {
-			return errNoChange
+			return kernel.ErrNoChange
 		}
-		b.Pause(fleet.PausedOperator, reason, c.now())
+		b.Pause(fleet.PausedOperator, reason, c.k.Now())
 		return nil
 	})
 	if err != nil {
@@ -276,10 +277,10 @@ func (c *Coordinator) ResumeBudget(ctx context.Context, productID string) (*Budg
 	}
 	b, _, err := c.mutateBudget(ctx, productID, func(b *fleet.ProductBudget) error {
 		if !b.Paused {
-			return errNoChange
+			return kernel.ErrNoChange
 		}
 		b.Unpause()
-		b.UpdatedAt = c.now()
+		b.UpdatedAt = c.k.Now()
 		return nil
 	})
 	if err != nil {
@@ -292,7 +293,7 @@ func (c *Coordinator) ResumeBudget(ctx context.Context, productID string) (*Budg
 // budgetError names a missing budget as such.
 func budgetError(productID string, err error) error {
 	if errors.Is(err, fleet.ErrNotFound) {
-		return notFound("budget of product", productID)
+		return kernel.NotFound("budget of product", productID)
 	}
 	return err
 }
@@ -306,15 +307,15 @@ func (c *Coordinator) releaseHeld(ctx context.Context, productID string) {
 	if c.publisher == nil {
 		return
 	}
-	waiting, err := c.queryJobs(ctx, store.Query{PartitionKey: productID,
+	waiting, err := c.k.QueryJobs(ctx, store.Query{PartitionKey: productID,
 		Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued)), store.Eq("targetFactoryId", "")}})
 	if err != nil {
-		c.log.ErrorContext(ctx, "release budget-held jobs", "product", productID, "err", err)
+		c.k.Log.ErrorContext(ctx, "release budget-held jobs", "product", productID, "err", err)
 		return
 	}
 	for _, j := range waiting {
 		if _, err := c.dispatch(ctx, j.ProductID, j.ID, nil); err != nil {
-			c.log.ErrorContext(ctx, "dispatch budget-held job", "job", j.ID, "err", err)
+			c.k.Log.ErrorContext(ctx, "dispatch budget-held job", "job", j.ID, "err", err)
 		}
 	}
 }
@@ -357,7 +358,7 @@ func (c *Coordinator) reserve(ctx context.Context, j *fleet.Job) (*reservation, 
 				}
 				return fleet.Errorf(fleet.CodeConflict, "job %s has an unsettled reservation of run %d", j.ID, r.LeaseEpoch)
 			}
-			if h := b.Reserve(j.ID, epoch, b.Estimate(j.Budget), c.now()); h != nil {
+			if h := b.Reserve(j.ID, epoch, b.Estimate(j.Budget), c.k.Now()); h != nil {
 				return &heldError{hold: *h}
 			}
 			return nil
@@ -433,7 +434,7 @@ func (c *Coordinator) reclaimHeld(ctx context.Context, queued []*fleet.Job) {
 // suspect selects reservations old enough that their claim's job CAS is
 // long over: only those may be reclaimed while their job is still queued.
 func (c *Coordinator) suspect(_ string, r fleet.Reservation) bool {
-	return c.now().Sub(r.At) >= c.cfg.LeaseTTL
+	return c.k.Now().Sub(r.At) >= c.cfg.LeaseTTL
 }
 
 // undo takes back a reservation whose claim lost its job CAS.
@@ -443,15 +444,15 @@ func (c *Coordinator) undo(ctx context.Context, res *reservation) {
 	}
 	_, _, err := c.mutateBudget(context.WithoutCancel(ctx), res.productID, func(b *fleet.ProductBudget) error {
 		if r, ok := b.Reservations[res.jobID]; !ok || r.LeaseEpoch != res.epoch {
-			return errNoChange
+			return kernel.ErrNoChange
 		}
 		delete(b.Reservations, res.jobID)
-		b.UpdatedAt = c.now()
+		b.UpdatedAt = c.k.Now()
 		return nil
 	})
 	if err != nil {
 		// Left behind, it is reclaimed once it is older than the lease TTL.
-		c.log.WarnContext(ctx, "take back a budget reservation", "job", res.jobID, "err", err)
+		c.k.Log.WarnContext(ctx, "take back a budget reservation", "job", res.jobID, "err", err)
 	}
 }
 
@@ -498,27 +499,27 @@ func (c *Coordinator) reclaim(ctx context.Context, productID string, pick func(j
 	_, _, err = c.mutateBudget(ctx, productID, func(b *fleet.ProductBudget) error {
 		n = 0
 		for id, s := range done {
-			if b.Settle(id, s.epoch, s.usd, c.now()) {
+			if b.Settle(id, s.epoch, s.usd, c.k.Now()) {
 				n++
 			}
 		}
 		if n == 0 {
-			return errNoChange
+			return kernel.ErrNoChange
 		}
 		return nil
 	})
 	if err != nil {
-		c.log.WarnContext(ctx, "reclaim budget reservations", "product", productID, "err", err)
+		c.k.Log.WarnContext(ctx, "reclaim budget reservations", "product", productID, "err", err)
 		return 0
 	}
-	c.log.InfoContext(ctx, "reclaimed budget reservations left by a crash", "product", productID, "count", n)
+	c.k.Log.InfoContext(ctx, "reclaimed budget reservations left by a crash", "product", productID, "count", n)
 	return n
 }
 
 // runUSD is what the run of j at epoch reported: from its run document, or
 // the job's report when the run document was never written.
 func (c *Coordinator) runUSD(ctx context.Context, j *fleet.Job, epoch int64) float64 {
-	run, _, err := readDoc[fleet.Run](ctx, c.store, store.Runs, j.ID, fleet.RunID(j.ID, epoch), "run")
+	run, _, err := kernel.ReadDoc[fleet.Run](ctx, c.k.Store, store.Runs, j.ID, fleet.RunID(j.ID, epoch), "run")
 	if err == nil {
 		return run.Usage.USD
 	}
@@ -537,8 +538,8 @@ func (c *Coordinator) settleRun(ctx context.Context, before *fleet.Job) bool {
 		usd = r.Usage.USD
 	}
 	_, written, err := c.mutateBudget(ctx, before.ProductID, func(b *fleet.ProductBudget) error {
-		if !b.Settle(before.ID, before.LeaseEpoch, usd, c.now()) {
-			return errNoChange
+		if !b.Settle(before.ID, before.LeaseEpoch, usd, c.k.Now()) {
+			return kernel.ErrNoChange
 		}
 		return nil
 	})
@@ -547,7 +548,7 @@ func (c *Coordinator) settleRun(ctx context.Context, before *fleet.Job) bool {
 		return false
 	case err != nil:
 		// Left behind, it is reclaimed once it is older than the lease TTL.
-		c.log.ErrorContext(ctx, "settle budget reservation", "job", before.ID, "epoch", before.LeaseEpoch, "err", err)
+		c.k.Log.ErrorContext(ctx, "settle budget reservation", "job", before.ID, "epoch", before.LeaseEpoch, "err", err)
 		return false
 	}
 	return written
@@ -559,15 +560,15 @@ func (c *Coordinator) growReservation(ctx context.Context, productID, jobID stri
 	_, _, err := c.mutateBudget(ctx, productID, func(b *fleet.ProductBudget) error {
 		r, ok := b.Reservations[jobID]
 		if !ok || r.LeaseEpoch != epoch || r.USD >= usd {
-			return errNoChange
+			return kernel.ErrNoChange
 		}
 		r.USD = usd
 		b.Reservations[jobID] = r
-		b.UpdatedAt = c.now()
+		b.UpdatedAt = c.k.Now()
 		return nil
 	})
 	if err != nil && !errors.Is(err, fleet.ErrNotFound) {
-		c.log.WarnContext(ctx, "grow budget reservation", "job", jobID, "err", err)
+		c.k.Log.WarnContext(ctx, "grow budget reservation", "job", jobID, "err", err)
 	}
 }
 
@@ -600,17 +601,17 @@ func (c *Coordinator) checkJobBudget(ctx context.Context, productID string, job 
 // budgetAlerts are the budget_alert and budget_paused alerts of the
 // products' budgets (every product's when productID is empty).
 func (c *Coordinator) budgetAlerts(ctx context.Context, productID string) ([]fleet.Alert, error) {
-	items, err := c.queryAll(ctx, store.Budgets, store.Query{PartitionKey: productID})
+	items, err := c.k.QueryAll(ctx, store.Budgets, store.Query{PartitionKey: productID})
 	if err != nil {
 		return nil, err
 	}
 	var out []fleet.Alert
 	for _, it := range items {
-		b, err := decode[fleet.ProductBudget](it)
+		b, err := kernel.Decode[fleet.ProductBudget](it)
 		if err != nil {
 			return nil, err
 		}
-		b.Roll(c.now())
+		b.Roll(c.k.Now())
 		if b.Paused {
 			why := fleet.PausedOperator
 			if b.PausedReason != nil {
@@ -662,15 +663,15 @@ func (c *Coordinator) admitAccept(ctx context.Context, factoryID, productID, job
 // back, so it waits untargeted (and says why) instead of for the
 // redispatch sweep.
 func (c *Coordinator) holdDispatched(ctx context.Context, productID, jobID string, dispatchEpoch int64, h fleet.Hold) {
-	_, err := c.mutateJob(context.WithoutCancel(ctx), productID, jobID, func(j *fleet.Job) error {
+	_, err := c.k.MutateJob(context.WithoutCancel(ctx), productID, jobID, func(j *fleet.Job) error {
 		if j.Stage != fleet.StageQueued || j.DispatchEpoch != dispatchEpoch {
-			return errNoChange
+			return kernel.ErrNoChange
 		}
-		holdDispatch(j, h, c.now())
+		holdDispatch(j, h, c.k.Now())
 		return nil
 	})
 	if err != nil {
-		c.log.WarnContext(ctx, "record budget hold", "job", jobID, "err", err)
+		c.k.Log.WarnContext(ctx, "record budget hold", "job", jobID, "err", err)
 	}
 }
 

@@ -1,87 +1,16 @@
 package coord
 
 import (
-	"container/list"
 	"context"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/fleet"
 )
-
-// itemCache remembers the last version of documents this process wrote or
-// read for writing, so the next CAS can skip a read. It is only ever an
-// optimisation: a stale entry fails its CAS with ErrPrecondition and the
-// caller re-reads, so correctness never depends on it.
-type itemCache struct {
-	mu    sync.Mutex
-	max   int
-	order *list.List // front = most recent
-	items map[cacheKey]*list.Element
-}
-
-type cacheKey struct{ pk, id string }
-
-type cacheEntry struct {
-	key  cacheKey
-	item store.Item
-}
-
-func newItemCache(max int) *itemCache {
-	return &itemCache{max: max, order: list.New(), items: make(map[cacheKey]*list.Element)}
-}
-
-func (c *itemCache) get(pk, id string) (store.Item, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.items[cacheKey{pk, id}]
-	if !ok {
-		return store.Item{}, false
-	}
-	c.order.MoveToFront(e)
-	return e.Value.(*cacheEntry).item, true
-}
-
-func (c *itemCache) put(pk, id string, it store.Item) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	k := cacheKey{pk, id}
-	if e, ok := c.items[k]; ok {
-		e.Value.(*cacheEntry).item = it
-		c.order.MoveToFront(e)
-		return
-	}
-	c.items[k] = c.order.PushFront(&cacheEntry{key: k, item: it})
-	for c.order.Len() > c.max {
-		last := c.order.Back()
-		c.order.Remove(last)
-		delete(c.items, last.Value.(*cacheEntry).key)
-	}
-}
-
-// putIfAbsent stores it unless the document is already cached: a copy this
-// process wrote or read for writing is at least as new as one a change-feed
-// batch carried (which may be a retried, older batch).
-func (c *itemCache) putIfAbsent(pk, id string, it store.Item) {
-	c.mu.Lock()
-	_, ok := c.items[cacheKey{pk, id}]
-	c.mu.Unlock()
-	if !ok {
-		c.put(pk, id, it)
-	}
-}
-
-func (c *itemCache) drop(pk, id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.items[cacheKey{pk, id}]; ok {
-		c.order.Remove(e)
-		delete(c.items, cacheKey{pk, id})
-	}
-}
 
 // factoryCache holds the factory list the scheduler ranks, refreshed at most
 // every ttl: dispatching a burst of jobs should not read every factory
@@ -195,7 +124,7 @@ func (fc *factoryCache) invalidate() {
 // that could be served from the cache or that give up on their context.
 func (c *Coordinator) listFactories(ctx context.Context) ([]*fleet.Factory, error) {
 	fc := c.factories
-	now := c.now()
+	now := c.k.Now()
 	fc.mu.Lock()
 	if fc.factories != nil && now.Sub(fc.loadedAt) < fc.ttl {
 		defer fc.mu.Unlock()
@@ -228,13 +157,13 @@ func (c *Coordinator) listFactories(ctx context.Context) ([]*fleet.Factory, erro
 // readFactories reads every factory document, with its derived health and
 // no seat counts.
 func (c *Coordinator) readFactories(ctx context.Context) ([]*fleet.Factory, error) {
-	items, err := c.queryAll(ctx, store.Factories, store.Query{})
+	items, err := c.k.QueryAll(ctx, store.Factories, store.Query{})
 	if err != nil {
 		return nil, err
 	}
 	fs := make([]*fleet.Factory, 0, len(items))
 	for _, it := range items {
-		f, err := decode[fleet.Factory](it)
+		f, err := kernel.Decode[fleet.Factory](it)
 		if err != nil {
 			return nil, err
 		}
@@ -335,7 +264,7 @@ type tokenCache struct {
 }
 
 // tokenMaxAge bounds how long a cached token is trusted without a read.
-const tokenMaxAge = quietRescanAfter
+const tokenMaxAge = kernel.QuietRescanAfter
 
 // due claims the next check of the ledger when the last one is ttl old:
 // it returns true to one caller, which must then call checked.
@@ -429,7 +358,7 @@ type productEntry struct {
 // cachedProduct reads a product through the cache.
 func (c *Coordinator) cachedProduct(ctx context.Context, id string) (*fleet.Product, error) {
 	pc := c.products
-	now := c.now()
+	now := c.k.Now()
 	pc.mu.Lock()
 	e, ok := pc.entries[id]
 	pc.mu.Unlock()

@@ -303,7 +303,7 @@ func rootOf(j *fleet.Job) string {
 
 // treeSize counts the jobs of root's tree, root included.
 func (c *Coordinator) treeSize(ctx context.Context, productID, root string) (int, error) {
-	items, err := c.queryAll(ctx, store.Jobs, store.Query{PartitionKey: productID, Where: []store.Cond{store.Eq("rootId", root)}})
+	items, err := c.k.QueryAll(ctx, store.Jobs, store.Query{PartitionKey: productID, Where: []store.Cond{store.Eq("rootId", root)}})
 	if err != nil {
 		return 0, err
 	}
@@ -353,7 +353,7 @@ func (c *Coordinator) settleParent(ctx context.Context, ended *fleet.Job) {
 	}
 	parent, err := c.GetJob(ctx, ended.ProductID, ended.ParentID)
 	if err != nil {
-		c.log.ErrorContext(ctx, "settle parent: read it", "job", ended.ID, "parent", ended.ParentID, "err", err)
+		c.k.Log.ErrorContext(ctx, "settle parent: read it", "job", ended.ID, "parent", ended.ParentID, "err", err)
 		return
 	}
 	if parent.Stage != fleet.StageBlocked || !slices.Contains(parent.Children, ended.ID) {
@@ -375,7 +375,7 @@ func (c *Coordinator) cancelDescendants(ctx context.Context, operatorID string, 
 	for _, id := range j.Children {
 		k, err := c.GetJob(ctx, j.ProductID, id)
 		if err != nil {
-			c.log.ErrorContext(ctx, "cancel descendants: read child", "job", j.ID, "child", id, "err", err)
+			c.k.Log.ErrorContext(ctx, "cancel descendants: read child", "job", j.ID, "child", id, "err", err)
 			continue
 		}
 		kids = append(kids, k)
@@ -389,7 +389,7 @@ func (c *Coordinator) cancelDescendants(ctx context.Context, operatorID string, 
 			if _, err := c.Act(ctx, operatorID, k.ProductID, k.ID, ActionCancel, why); err == nil {
 				continue // its own cancel took its descendants
 			} else if !errors.Is(err, fleet.ErrConflict) {
-				c.log.ErrorContext(ctx, "cancel descendant", "job", k.ID, "err", err)
+				c.k.Log.ErrorContext(ctx, "cancel descendant", "job", k.ID, "err", err)
 			}
 		}
 		// Ended (or ended meanwhile): its descendants may still run.
@@ -463,7 +463,7 @@ func (c *Coordinator) DAG(ctx context.Context, productID, id string) (*DAG, erro
 			return nil, err
 		}
 	}
-	members, err := c.queryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{store.Eq("rootId", rootID)}})
+	members, err := c.k.QueryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{store.Eq("rootId", rootID)}})
 	if err != nil {
 		return nil, err
 	}

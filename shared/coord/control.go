@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
@@ -80,18 +81,18 @@ type stopRequest struct {
 // preemption of a job already asked to stop is a conflict: that seat is
 // being freed for someone else.
 func (c *Coordinator) requestStop(ctx context.Context, req stopRequest) (*fleet.Job, error) {
-	after, written, err := cas(ctx, c, jobDocs.withCache(c.jobs), req.pk, req.id, func(j *fleet.Job) error {
+	after, written, err := kernel.CAS(ctx, c.k, kernel.JobDocs.WithCache(c.k.Jobs), req.pk, req.id, func(j *fleet.Job) error {
 		if !j.Stage.Leased() || j.HolderFactoryID == "" {
 			return fmt.Errorf("%w: job %s is %s", errNotLeased, j.ID, j.Stage)
 		}
 		if req.leaseEpoch != 0 && j.LeaseEpoch != req.leaseEpoch {
 			return fleet.Errorf(fleet.CodeConflict, "job %s moved on to lease %d", j.ID, j.LeaseEpoch)
 		}
-		now := c.now()
+		now := c.k.Now()
 		switch req.action {
 		case protocol.ControlCancel:
 			if j.CancelRequested {
-				return errNoChange
+				return kernel.ErrNoChange
 			}
 			j.CancelRequested = true
 		case protocol.ControlPreempt:
@@ -115,13 +116,13 @@ func (c *Coordinator) requestStop(ctx context.Context, req stopRequest) (*fleet.
 				Message: fmt.Sprintf("preempted by critical job %s: %s must release by %s or the lease is revoked", req.actorID,
 					j.HolderFactoryID, j.StopRequestedAt.Add(c.cfg.CancelGrace).Format(time.RFC3339))}
 		}
-		return c.recordEvent(ctx, j, ev)
+		return c.k.RecordEvent(ctx, j, ev)
 	})
 	if err != nil || !written {
 		return after, err
 	}
 	ctx = context.WithoutCancel(ctx)
-	c.appendEvent(ctx, after)
+	c.k.AppendEvent(ctx, after)
 	c.publishControl(ctx, after, req.action)
 	return after, nil
 }
@@ -136,8 +137,8 @@ func (c *Coordinator) publishControl(ctx context.Context, j *fleet.Job, action p
 	msg := protocol.ControlMessage{Action: action, JobID: j.ID, ProductID: j.ProductID,
 		TargetFactoryID: j.HolderFactoryID, LeaseEpoch: j.LeaseEpoch}
 	if err := cp.PublishControl(ctx, msg); err != nil {
-		c.stats.publishFailed.Add(1)
-		c.log.WarnContext(ctx, "control message not sent; the holder learns at its next renewal", "job", j.ID,
+		c.k.Counters.PublishFailed.Add(1)
+		c.k.Log.WarnContext(ctx, "control message not sent; the holder learns at its next renewal", "job", j.ID,
 			"action", action, "factory", j.HolderFactoryID, "err", err)
 	}
 }
@@ -246,7 +247,7 @@ func (c *Coordinator) forceStops(ctx context.Context, leased []*fleet.Job) (int,
 	n := 0
 	var errs []error
 	for _, j := range leased {
-		if !j.StopOverdue(c.now(), c.cfg.CancelGrace) {
+		if !j.StopOverdue(c.k.Now(), c.cfg.CancelGrace) {
 			continue
 		}
 		holder, epoch := j.HolderFactoryID, j.LeaseEpoch
@@ -260,13 +261,13 @@ func (c *Coordinator) forceStops(ctx context.Context, leased []*fleet.Job) (int,
 				return fleet.StageQueued
 			},
 			guard: func(cur *fleet.Job) error {
-				if cur.LeaseEpoch != epoch || !cur.StopOverdue(c.now(), c.cfg.CancelGrace) {
+				if cur.LeaseEpoch != epoch || !cur.StopOverdue(c.k.Now(), c.cfg.CancelGrace) {
 					return fleet.Errorf(fleet.CodeConflict, "job %s was released meanwhile", cur.ID)
 				}
 				return nil
 			},
 			describe: func(before *fleet.Job) (fleet.EventType, string, fleet.RunResult) {
-				waited := c.now().Sub(before.StopRequestedAt).Round(time.Second)
+				waited := c.k.Now().Sub(before.StopRequestedAt).Round(time.Second)
 				if before.CancelRequested {
 					return fleet.EventCancelForced, fmt.Sprintf("cancel forced: %s did not acknowledge within %s (waited %s); lease revoked",
 						holder, c.cfg.CancelGrace, waited), fleet.RunCancelled

@@ -6,8 +6,6 @@ package coord
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/blob"
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/clock"
@@ -203,22 +202,17 @@ type Deps struct {
 // and for many coordinators (processes) sharing one store: every decision is
 // a compare-and-swap, and the caches only ever save a read.
 type Coordinator struct {
-	store         store.Store
-	clock         clock.Clock
+	k             *kernel.Kernel
 	cfg           Config
-	log           *slog.Logger
-	jobs          *itemCache
-	factoryDocs   *itemCache
+	factoryDocs   *kernel.ItemCache
 	factories     *factoryCache
 	tokens        *tokenCache
 	products      *productCache
 	publisher     Publisher
-	stats         *Stats
 	onFleetChange func(context.Context)
 	metricSources map[string]MetricsSource
 	live          *live
 	blobs         blob.Store
-	written       *writtenSeqs
 	webhook       Webhook
 	echo          *echoLanes
 }
@@ -244,20 +238,23 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Coordinator{
-		store:         deps.Store,
-		clock:         deps.Clock,
+		k: &kernel.Kernel{
+			Store:      deps.Store,
+			Clock:      deps.Clock,
+			Log:        log,
+			Counters:   &kernel.Counters{},
+			Jobs:       kernel.NewItemCache(4096),
+			Written:    kernel.NewWrittenSeqs(),
+			ChangeFeed: cfg.ChangeFeed,
+		},
 		cfg:           cfg,
-		log:           log,
-		jobs:          newItemCache(4096),
-		factoryDocs:   newItemCache(4096),
+		factoryDocs:   kernel.NewItemCache(4096),
 		factories:     newFactoryCache(cfg.FactoryCacheTTL, cfg.RedispatchAfter),
 		tokens:        &tokenCache{entries: map[string]tokenEntry{}},
 		products:      &productCache{ttl: cfg.FactoryCacheTTL, entries: map[string]productEntry{}},
-		stats:         newStats(),
 		publisher:     deps.Publisher,
 		metricSources: maps.Clone(deps.Metrics),
 		blobs:         deps.Blobs,
-		written:       newWrittenSeqs(),
 		webhook:       deps.Webhook,
 		echo:          newEchoLanes(),
 	}
@@ -265,108 +262,18 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 		c.onFleetChange = c.retryUnroutable
 	}
 	c.live = newLive(c, timers, cfg.LivePoll)
-	c.store = wakingStore{Store: deps.Store, live: c.live}
+	c.k.Store = wakingStore{Store: deps.Store, live: c.live}
+	// The seats the scheduler counts follow every lease granted or ended
+	// and every dispatch sent here, not only each refresh.
+	c.k.JobWritten = c.factories.noteJob
 	return c, nil
+}
+
+// GetJob reads one job. Without productID (an operator's global lookup)
+// it queries across products by id.
+func (c *Coordinator) GetJob(ctx context.Context, productID, id string) (*fleet.Job, error) {
+	return c.k.GetJob(ctx, productID, id)
 }
 
 // Config returns the effective configuration.
 func (c *Coordinator) Config() Config { return c.cfg }
-
-func (c *Coordinator) now() time.Time { return c.clock.Now().UTC() }
-
-// newID returns a random, URL-safe, time-ordered id with a prefix: ids made
-// later sort later, so listing a partition in id order lists it in creation
-// order.
-func (c *Coordinator) newID(prefix string) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s%013x%x", prefix, c.now().UnixMilli(), b)
-}
-
-// mutateJob applies fn to the job and writes it back (see cas).
-func (c *Coordinator) mutateJob(ctx context.Context, pk, id string, fn func(j *fleet.Job) error) (*fleet.Job, error) {
-	j, _, err := cas(ctx, c, jobDocs.withCache(c.jobs), pk, id, fn)
-	if err == nil && j != nil {
-		// The seats the scheduler counts follow every lease granted or
-		// ended and every dispatch sent here, not only each refresh.
-		c.factories.noteJob(j)
-	}
-	return j, err
-}
-
-// notFound is the one way a use case reports a missing document: a fleet
-// not_found error naming it, wrapping the store's ErrNotFound, so errors.Is
-// matches fleet.ErrNotFound (what callers and the HTTP layer test) and
-// ErrNotFound (what the store said) alike.
-func notFound(what, id string) error {
-	return &fleet.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("%s %s not found", what, id), Err: store.ErrNotFound}
-}
-
-// readError classifies a failed read of what id.
-func readError(what, id string, err error) error {
-	if errors.Is(err, store.ErrNotFound) {
-		return notFound(what, id)
-	}
-	return fmt.Errorf("read %s %s: %w", what, id, err)
-}
-
-func decodeJob(it store.Item) (*fleet.Job, error) {
-	var j fleet.Job
-	if err := json.Unmarshal(it.Body, &j); err != nil {
-		return nil, fmt.Errorf("decode job %s: %w", it.ID, err)
-	}
-	j.Rev = it.Rev
-	return &j, nil
-}
-
-// readDoc reads and decodes one document; a missing one is a not_found
-// error naming what.
-func readDoc[T any](ctx context.Context, s store.Store, container, pk, id, what string) (*T, store.Item, error) {
-	it, err := s.Read(ctx, container, pk, id)
-	if err != nil {
-		return nil, it, readError(what, id, err)
-	}
-	v, err := decode[T](it)
-	return v, it, err
-}
-
-func decode[T any](it store.Item) (*T, error) {
-	var v T
-	if err := json.Unmarshal(it.Body, &v); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", it.ID, err)
-	}
-	return &v, nil
-}
-
-// queryAll drains every page of q.
-func (c *Coordinator) queryAll(ctx context.Context, container string, q store.Query) ([]store.Item, error) {
-	var out []store.Item
-	for {
-		page, err := c.store.Query(ctx, container, q)
-		if err != nil {
-			return nil, fmt.Errorf("query %s: %w", container, err)
-		}
-		out = append(out, page.Items...)
-		if page.Continuation == "" {
-			return out, nil
-		}
-		q.Continuation = page.Continuation
-	}
-}
-
-// queryJobs drains q over the jobs container and decodes every job.
-func (c *Coordinator) queryJobs(ctx context.Context, q store.Query) ([]*fleet.Job, error) {
-	items, err := c.queryAll(ctx, store.Jobs, q)
-	if err != nil {
-		return nil, err
-	}
-	jobs := make([]*fleet.Job, 0, len(items))
-	for _, it := range items {
-		j, err := decodeJob(it)
-		if err != nil {
-			return nil, err
-		}
-		jobs = append(jobs, j)
-	}
-	return jobs, nil
-}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -56,7 +57,7 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 	var errs []error
 	live, ended := false, false
 	for _, it := range items {
-		j, err := decodeJob(it)
+		j, err := kernel.DecodeJob(it)
 		if err != nil {
 			live = true
 			errs = append(errs, err)
@@ -67,14 +68,14 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 		} else {
 			live = true
 		}
-		observe(&c.stats.feedLagSum, &c.stats.feedLagN, c.now().Sub(j.UpdatedAt))
+		observe(&c.k.Counters.FeedLagSum, &c.k.Counters.FeedLagN, c.k.Now().Sub(j.UpdatedAt))
 		// The feed sees every job's latest version: it writes the events a
 		// writer that failed or died left in the job only (events.go). A
 		// failure fails the batch, so the host retries it.
 		if err := c.repairChanged(ctx, j); err != nil {
 			errs = append(errs, err)
 		} else if j.Stage.Terminal() {
-			c.written.forget(j.ID)
+			c.k.Written.Forget(j.ID)
 		}
 		if skip := c.dueForDispatch(j, nil); skip != "" {
 			out = append(out, Decision{JobID: j.ID, Skipped: skip})
@@ -83,12 +84,12 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 		// The feed's copy saves a read when this process has none; it never
 		// replaces one (a retried batch carries old versions), and a stale
 		// copy only costs a failed CAS and a re-read.
-		c.jobs.putIfAbsent(j.ProductID, j.ID, it)
+		c.k.Jobs.PutIfAbsent(j.ProductID, j.ID, it)
 		d, err := c.dispatch(ctx, j.ProductID, j.ID, nil)
 		switch {
 		case errors.Is(err, fleet.ErrNotFound):
 			// Deleted after the feed saw it: nothing left to route.
-			c.jobs.drop(j.ProductID, j.ID)
+			c.k.Jobs.Drop(j.ProductID, j.ID)
 			d.Skipped = SkipGone
 		case err != nil:
 			errs = append(errs, fmt.Errorf("dispatch %s: %w", j.ID, err))
@@ -97,10 +98,10 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 	}
 	// After handling, whatever its outcome: the sweeps must look.
 	if live {
-		errs = append(errs, c.bump(ctx, ledgerActivity))
+		errs = append(errs, c.k.Bump(ctx, kernel.LedgerActivity))
 	}
 	if ended {
-		errs = append(errs, c.bump(ctx, ledgerEnded))
+		errs = append(errs, c.k.Bump(ctx, kernel.LedgerEnded))
 	}
 	return out, errors.Join(errs...)
 }
@@ -126,7 +127,7 @@ func (c *Coordinator) dueForDispatch(j *fleet.Job, redo func(j *fleet.Job) bool)
 		return SkipNotQueued
 	case j.TargetFactoryID != "" && (redo == nil || !redo(j)):
 		return SkipDispatched
-	case j.NotBefore.After(c.now()):
+	case j.NotBefore.After(c.k.Now()):
 		return SkipBackingOff
 	}
 	return ""
@@ -157,35 +158,35 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 	var unroutable schedule.Reason
 	var held *fleet.Hold
 	stamped := false
-	j, err := c.mutateJob(ctx, pk, id, func(j *fleet.Job) error {
+	j, err := c.k.MutateJob(ctx, pk, id, func(j *fleet.Job) error {
 		unroutable, held, stamped = schedule.Reason{}, nil, false
 		if c.dueForDispatch(j, redo) != "" {
-			return errNoChange
+			return kernel.ErrNoChange
 		}
 		if held = admissionHold(budget, product, j); held != nil {
 			// Admission: a held job is not sent anywhere; the budget
 			// making room or a seat freeing routes it (releaseHeld).
 			if j.Dispatch.UnroutableKind == holdKind(*held) && j.Dispatch.Unroutable == held.Message && j.TargetFactoryID == "" {
-				return errNoChange
+				return kernel.ErrNoChange
 			}
-			holdDispatch(j, *held, c.now())
+			holdDispatch(j, *held, c.k.Now())
 			return nil
 		}
-		best, reason := schedule.BestFactory(j, factories, c.now(), c.cfg.Weights)
+		best, reason := schedule.BestFactory(j, factories, c.k.Now(), c.cfg.Weights)
 		if best == nil {
 			unroutable = reason
 			if sameUnroutable(j.Dispatch, reason) && j.TargetFactoryID == "" {
 				// Writing the same reason again would only wake the change
 				// feed for nothing.
-				return errNoChange
+				return kernel.ErrNoChange
 			}
 			j.TargetFactoryID = ""
-			j.Dispatch.Unroutable, j.Dispatch.UnroutableKind, j.Dispatch.At = reason.Text, reason.Kind, c.now()
+			j.Dispatch.Unroutable, j.Dispatch.UnroutableKind, j.Dispatch.At = reason.Text, reason.Kind, c.k.Now()
 			return nil
 		}
 		j.DispatchEpoch++
 		j.TargetFactoryID = best.ID
-		j.Dispatch.Unroutable, j.Dispatch.UnroutableKind, j.Dispatch.At = "", "", c.now()
+		j.Dispatch.Unroutable, j.Dispatch.UnroutableKind, j.Dispatch.At = "", "", c.k.Now()
 		stamped = true
 		return nil
 	})
@@ -211,11 +212,11 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 		Priority: j.Priority, TargetFactoryID: j.TargetFactoryID, DispatchEpoch: j.DispatchEpoch,
 	}
 	if err := c.publisher.Publish(ctx, msg); err != nil {
-		c.stats.publishFailed.Add(1)
+		c.k.Counters.PublishFailed.Add(1)
 		return d, fmt.Errorf("publish %s: %w", msg.MessageID(), err)
 	}
-	c.stats.dispatched.Add(1)
-	observe(&c.stats.dispatchLagSum, &c.stats.dispatchLagN, c.now().Sub(j.QueuedAt))
+	c.k.Counters.Dispatched.Add(1)
+	observe(&c.k.Counters.DispatchLagSum, &c.k.Counters.DispatchLagN, c.k.Now().Sub(j.QueuedAt))
 	d.Target, d.DispatchEpoch = j.TargetFactoryID, j.DispatchEpoch
 	return d, nil
 }
@@ -239,7 +240,7 @@ type DeadLetterSource interface {
 // costs one point read and skips the dead-letter drain too: a dead letter
 // only matters for a job still queued at its dispatch epoch (ledger.go).
 func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
-	skip, view, err := c.quiet(ctx, sweepRedispatch)
+	skip, view, err := c.k.Quiet(ctx, kernel.SweepRedispatch)
 	if err != nil || skip {
 		return 0, err
 	}
@@ -250,12 +251,12 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("unblock: %w", err))
 	}
-	queued, err := c.queryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued))}})
+	queued, err := c.k.QueryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued))}})
 	if err != nil {
 		return 0, err
 	}
 	if len(errs) == 0 && blocked == 0 && len(queued) == 0 {
-		c.markQuiet(ctx, view)
+		c.k.MarkQuiet(ctx, view)
 	}
 	c.factories.invalidate()
 	factories, err := c.listFactories(ctx)
@@ -282,7 +283,7 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 	lost := func(j *fleet.Job) bool {
 		h, ok := health[j.TargetFactoryID]
 		return !ok || h == fleet.HealthStale || h == fleet.HealthDown || draining[j.TargetFactoryID] ||
-			c.now().Sub(j.Dispatch.At) >= c.cfg.RedispatchAfter
+			c.k.Now().Sub(j.Dispatch.At) >= c.cfg.RedispatchAfter
 	}
 	c.reclaimHeld(ctx, queued)
 	n := 0
@@ -306,17 +307,17 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 // offers it rather than at the next sweep.
 func (c *Coordinator) retryUnroutable(ctx context.Context) {
 	// No queued job since the redispatch sweep last looked: nothing waits.
-	if skip, _, err := c.quiet(ctx, sweepRedispatch); err == nil && skip {
+	if skip, _, err := c.k.Quiet(ctx, kernel.SweepRedispatch); err == nil && skip {
 		return
 	}
-	waiting, err := c.queryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued)), store.Eq("targetFactoryId", "")}})
+	waiting, err := c.k.QueryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued)), store.Eq("targetFactoryId", "")}})
 	if err != nil {
-		c.log.ErrorContext(ctx, "retry unroutable jobs", "err", err)
+		c.k.Log.ErrorContext(ctx, "retry unroutable jobs", "err", err)
 		return
 	}
 	for _, j := range waiting {
 		if _, err := c.dispatch(ctx, j.ProductID, j.ID, nil); err != nil {
-			c.log.ErrorContext(ctx, "retry unroutable job", "job", j.ID, "err", err)
+			c.k.Log.ErrorContext(ctx, "retry unroutable job", "job", j.ID, "err", err)
 		}
 	}
 }
@@ -324,14 +325,14 @@ func (c *Coordinator) retryUnroutable(ctx context.Context) {
 // DeadLettered records that the broker gave up on a dispatch message, and
 // routes the job again if the message was its current dispatch.
 func (c *Coordinator) DeadLettered(ctx context.Context, msg protocol.DispatchMessage) error {
-	c.stats.deadLettered.Add(1)
-	_, err := c.mutateJob(ctx, msg.ProductID, msg.JobID, func(j *fleet.Job) error {
+	c.k.Counters.DeadLettered.Add(1)
+	_, err := c.k.MutateJob(ctx, msg.ProductID, msg.JobID, func(j *fleet.Job) error {
 		if j.Stage != fleet.StageQueued || j.DispatchEpoch != msg.DispatchEpoch {
-			return errNoChange
+			return kernel.ErrNoChange
 		}
 		j.Dispatch.DeadLettered++
 		j.TargetFactoryID = ""
-		j.UpdatedAt = c.now()
+		j.UpdatedAt = c.k.Now()
 		return nil
 	})
 	if errors.Is(err, fleet.ErrNotFound) {
@@ -400,7 +401,7 @@ func (c *Coordinator) Explain(ctx context.Context, scope Scope, productID, jobID
 		return nil, err
 	}
 	if !scope.Allows(j.ProductID) {
-		return nil, notFound("job", jobID)
+		return nil, kernel.NotFound("job", jobID)
 	}
 	factories, err := c.listFactories(ctx)
 	if err != nil {
@@ -409,7 +410,7 @@ func (c *Coordinator) Explain(ctx context.Context, scope Scope, productID, jobID
 	factories = scope.visible(c.factories.withoutOffer(factories, j.ID))
 	e := &Explanation{
 		JobID: j.ID, Stage: j.Stage, TargetFactoryID: j.TargetFactoryID, DispatchEpoch: j.DispatchEpoch,
-		Dispatch: j.Dispatch, Schedule: schedule.Explain(j, factories, c.now(), c.cfg.Weights),
+		Dispatch: j.Dispatch, Schedule: schedule.Explain(j, factories, c.k.Now(), c.cfg.Weights),
 	}
 	if p := j.Profile; p != nil {
 		e.Profile = &ProfileExplanation{Name: p.Name, Version: p.Version, Capabilities: p.Capabilities}

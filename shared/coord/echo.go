@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -156,7 +157,7 @@ type EchoView struct {
 }
 
 // echoDocs is the delivery documents' kind for cas.
-var echoDocs = docKind[EchoState]{name: "echo state", container: store.Echoes, setRev: func(s *EchoState, r string) { s.Rev = r }}
+var echoDocs = kernel.DocKind[EchoState]{Name: "echo state", Container: store.Echoes, SetRev: func(s *EchoState, r string) { s.Rev = r }}
 
 // Echo delivery defaults.
 const (
@@ -185,7 +186,7 @@ func (c *Coordinator) echoBackoff(attempts int) time.Duration {
 func (c *Coordinator) EchoChanged(ctx context.Context, items []store.Item, mode EchoMode) (EchoRun, error) {
 	var refs []JobRefItem
 	for _, it := range items {
-		j, err := decodeJob(it)
+		j, err := kernel.DecodeJob(it)
 		if err != nil {
 			return EchoRun{}, err
 		}
@@ -204,14 +205,14 @@ type JobRefItem struct{ ProductID, JobID string }
 // the feed lost. It waits for those deliveries (each in its product's
 // lane) and returns how many events were delivered.
 func (c *Coordinator) EchoSweep(ctx context.Context) (int, error) {
-	items, err := c.queryAll(ctx, store.Echoes, store.Query{Where: []store.Cond{store.Eq("open", true)}})
+	items, err := c.k.QueryAll(ctx, store.Echoes, store.Query{Where: []store.Cond{store.Eq("open", true)}})
 	if err != nil {
 		return 0, err
 	}
-	now := c.now()
+	now := c.k.Now()
 	var due []JobRefItem
 	for _, it := range items {
-		s, err := decode[EchoState](it)
+		s, err := kernel.Decode[EchoState](it)
 		if err != nil {
 			return 0, err
 		}
@@ -280,13 +281,13 @@ func (c *Coordinator) echoOnce(ctx context.Context, productID, jobID string, swe
 	if errors.Is(err, fleet.ErrNotFound) {
 		// An ingest that created the state but never the job: nothing
 		// will ever be sent.
-		_ = c.store.Delete(ctx, store.Echoes, jobID, jobID, "")
+		_ = c.k.Store.Delete(ctx, store.Echoes, jobID, jobID, "")
 		return 0, false, nil
 	}
 	if err != nil || j.Tracker == nil {
 		return 0, false, err
 	}
-	owner := c.newID("l")
+	owner := c.k.NewID("l")
 	st, err := c.lockEcho(ctx, j, owner, sweep)
 	if err != nil || st == nil {
 		return 0, false, err
@@ -354,7 +355,7 @@ func (c *Coordinator) echoOnce(ctx context.Context, productID, jobID string, swe
 	if stopped {
 		return delivered, false, errEchoLost
 	}
-	now := c.now()
+	now := c.k.Now()
 	st.LockOwner, st.LockedUntil = "", time.Time{}
 	if fail != "" {
 		st.Attempts++
@@ -370,7 +371,7 @@ func (c *Coordinator) echoOnce(ctx context.Context, productID, jobID string, swe
 			st.NextAttemptAt = reopen
 		}
 		st.SweepAt, st.Open = st.NextAttemptAt, true
-		c.log.WarnContext(ctx, "tracker echo: delivery paused", "job", jobID, "product", productID, "deliveredSeq", st.DeliveredSeq,
+		c.k.Log.WarnContext(ctx, "tracker echo: delivery paused", "job", jobID, "product", productID, "deliveredSeq", st.DeliveredSeq,
 			"attempts", st.Attempts, "retryIn", st.NextAttemptAt.Sub(now), "class", st.LastError, "err", detail)
 	} else {
 		st.Open = !(j.Stage.Terminal() && st.DeliveredSeq >= j.EventSeq)
@@ -394,9 +395,9 @@ func (c *Coordinator) echoOnce(ctx context.Context, productID, jobID string, swe
 // the first; nil when another deliverer holds it, when its backoff has not
 // passed, or when nothing is left to send and nothing to record.
 func (c *Coordinator) lockEcho(ctx context.Context, j *fleet.Job, owner string, sweep bool) (*EchoState, error) {
-	now := c.now()
-	for range maxCASAttempts {
-		st, it, err := readDoc[EchoState](ctx, c.store, store.Echoes, j.ID, j.ID, "echo state")
+	now := c.k.Now()
+	for range kernel.MaxCASAttempts {
+		st, it, err := kernel.ReadDoc[EchoState](ctx, c.k.Store, store.Echoes, j.ID, j.ID, "echo state")
 		fresh := errors.Is(err, fleet.ErrNotFound)
 		switch {
 		case fresh:
@@ -423,9 +424,9 @@ func (c *Coordinator) lockEcho(ctx context.Context, j *fleet.Job, owner string, 
 		}
 		var rev string
 		if fresh {
-			rev, err = c.store.Create(ctx, store.Echoes, j.ID, j.ID, body)
+			rev, err = c.k.Store.Create(ctx, store.Echoes, j.ID, j.ID, body)
 		} else {
-			rev, err = c.store.Replace(ctx, store.Echoes, j.ID, j.ID, body, st.Rev)
+			rev, err = c.k.Store.Replace(ctx, store.Echoes, j.ID, j.ID, body, st.Rev)
 		}
 		if errors.Is(err, store.ErrExists) || errors.Is(err, store.ErrPrecondition) || errors.Is(err, store.ErrNotFound) {
 			continue
@@ -441,15 +442,15 @@ func (c *Coordinator) lockEcho(ctx context.Context, j *fleet.Job, owner string, 
 
 // writeEcho writes a pass's progress at the revision it holds.
 func (c *Coordinator) writeEcho(ctx context.Context, st *EchoState) error {
-	st.UpdatedAt = c.now()
+	st.UpdatedAt = c.k.Now()
 	body, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
-	rev, err := c.store.Replace(ctx, store.Echoes, st.ID, st.ID, body, st.Rev)
+	rev, err := c.k.Store.Replace(ctx, store.Echoes, st.ID, st.ID, body, st.Rev)
 	if err != nil {
 		if !errors.Is(err, store.ErrPrecondition) && !errors.Is(err, store.ErrNotFound) {
-			c.log.ErrorContext(ctx, "tracker echo: state not recorded", "job", st.JobID, "err", err)
+			c.k.Log.ErrorContext(ctx, "tracker echo: state not recorded", "job", st.JobID, "err", err)
 		}
 		return errEchoLost
 	}
@@ -487,7 +488,7 @@ func (c *Coordinator) Echo(ctx context.Context, productID, jobID string) (*EchoV
 	if j.Tracker == nil {
 		return nil, notTracked(j)
 	}
-	st, _, err := readDoc[EchoState](ctx, c.store, store.Echoes, jobID, jobID, "echo state")
+	st, _, err := kernel.ReadDoc[EchoState](ctx, c.k.Store, store.Echoes, jobID, jobID, "echo state")
 	if errors.Is(err, fleet.ErrNotFound) {
 		st, err = &EchoState{}, nil
 	}
@@ -521,11 +522,11 @@ func (c *Coordinator) ResendEcho(ctx context.Context, productID, jobID, operator
 	if j.Tracker == nil {
 		return nil, notTracked(j)
 	}
-	now := c.now()
+	now := c.k.Now()
 	reset := func(st *EchoState) {
 		*st = EchoState{ID: j.ID, JobID: j.ID, ProductID: j.ProductID, Open: true, SweepAt: now, UpdatedAt: now, Rev: st.Rev}
 	}
-	_, _, err = cas(ctx, c, echoDocs, jobID, jobID, func(st *EchoState) error { reset(st); return nil })
+	_, _, err = kernel.CAS(ctx, c.k, echoDocs, jobID, jobID, func(st *EchoState) error { reset(st); return nil })
 	if errors.Is(err, fleet.ErrNotFound) {
 		st := &EchoState{}
 		reset(st)
@@ -533,22 +534,22 @@ func (c *Coordinator) ResendEcho(ctx context.Context, productID, jobID, operator
 		if merr != nil {
 			return nil, merr
 		}
-		if _, err = c.store.Create(ctx, store.Echoes, jobID, jobID, body); errors.Is(err, store.ErrExists) {
-			_, _, err = cas(ctx, c, echoDocs, jobID, jobID, func(st *EchoState) error { reset(st); return nil })
+		if _, err = c.k.Store.Create(ctx, store.Echoes, jobID, jobID, body); errors.Is(err, store.ErrExists) {
+			_, _, err = kernel.CAS(ctx, c.k, echoDocs, jobID, jobID, func(st *EchoState) error { reset(st); return nil })
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
-	j, err = c.mutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
-		j.UpdatedAt = c.now()
-		return c.recordEvent(ctx, j, fleet.Event{Type: fleet.EventEchoResend, Actor: fleet.ActorOperator, ActorID: operator,
+	j, err = c.k.MutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
+		j.UpdatedAt = c.k.Now()
+		return c.k.RecordEvent(ctx, j, fleet.Event{Type: fleet.EventEchoResend, Actor: fleet.ActorOperator, ActorID: operator,
 			Message: fmt.Sprintf("every event of %s:%s is sent to the tracker again, from seq 1", j.Tracker.Source, j.Tracker.ItemID)})
 	})
 	if err != nil {
 		return nil, err
 	}
-	c.appendEvent(context.WithoutCancel(ctx), j)
+	c.k.AppendEvent(context.WithoutCancel(ctx), j)
 	return c.Echo(ctx, productID, jobID)
 }
 
@@ -557,12 +558,12 @@ func (c *Coordinator) ResendEcho(ctx context.Context, productID, jobID, operator
 // never delivered is still found by the sweep. A document whose job was
 // never written is removed by the sweep.
 func (c *Coordinator) openEcho(ctx context.Context, j *fleet.Job) error {
-	now := c.now()
+	now := c.k.Now()
 	body, err := json.Marshal(EchoState{ID: j.ID, JobID: j.ID, ProductID: j.ProductID, Open: true, SweepAt: now, UpdatedAt: now})
 	if err != nil {
 		return err
 	}
-	if _, err := c.store.Create(ctx, store.Echoes, j.ID, j.ID, body); err != nil && !errors.Is(err, store.ErrExists) {
+	if _, err := c.k.Store.Create(ctx, store.Echoes, j.ID, j.ID, body); err != nil && !errors.Is(err, store.ErrExists) {
 		return fmt.Errorf("create echo state of job %s: %w", j.ID, err)
 	}
 	return nil

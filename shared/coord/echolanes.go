@@ -104,7 +104,7 @@ func (c *Coordinator) submitEcho(ctx context.Context, ref JobRefItem, sweep bool
 		return done
 	}
 	if len(lane.pending) >= echoLaneQueue {
-		c.log.WarnContext(ctx, "tracker echo: lane full, left to the sweep", "product", ref.ProductID, "job", ref.JobID)
+		c.k.Log.WarnContext(ctx, "tracker echo: lane full, left to the sweep", "product", ref.ProductID, "job", ref.JobID)
 		done <- echoResult{}
 		return done
 	}
@@ -155,7 +155,7 @@ type breaker struct {
 // echoAllow says whether a delivery to url may be tried now; when not, it
 // returns when the webhook may be tried again.
 func (c *Coordinator) echoAllow(url string) (bool, time.Time) {
-	now := c.now()
+	now := c.k.Now()
 	l := c.echo
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -176,7 +176,7 @@ func (c *Coordinator) echoAllow(url string) (bool, time.Time) {
 
 // echoRecord counts a delivery's outcome against url's breaker.
 func (c *Coordinator) echoRecord(url string, ok bool) {
-	now := c.now()
+	now := c.k.Now()
 	l := c.echo
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -195,7 +195,7 @@ func (c *Coordinator) echoRecord(url string, ok bool) {
 	b.failures++
 	if b.probing || b.failures >= c.cfg.EchoBreakerFailures {
 		if b.openUntil.IsZero() || b.probing {
-			c.log.Warn("tracker echo: webhook breaker open", "failures", b.failures, "cooldown", c.cfg.EchoBreakerCooldown)
+			c.k.Log.Warn("tracker echo: webhook breaker open", "failures", b.failures, "cooldown", c.cfg.EchoBreakerCooldown)
 		}
 		b.openUntil, b.probing = now.Add(c.cfg.EchoBreakerCooldown), false
 	}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -66,18 +67,18 @@ func (c *Coordinator) Enroll(ctx context.Context, req EnrollRequest) (*fleet.Fac
 	if err != nil {
 		return nil, "", err
 	}
-	now := c.now()
+	now := c.k.Now()
 	f := &fleet.Factory{
 		ID: req.FactoryID, Kind: req.Kind, Products: products, Capabilities: caps,
 		Repos: []string{}, SeatLimit: req.SeatLimit, Health: fleet.HealthOK, CostPerHourUSD: req.CostPerHourUSD,
-		TokenID: hash, Enrollment: c.newID("e"), EnrolledAt: now, UpdatedAt: now,
+		TokenID: hash, Enrollment: c.k.NewID("e"), EnrolledAt: now, UpdatedAt: now,
 	}
 	f.ProductID = factoryProduct(f)
 	body, err := json.Marshal(f)
 	if err != nil {
 		return nil, "", err
 	}
-	rev, err := c.store.Create(ctx, store.Factories, f.ID, f.ID, body)
+	rev, err := c.k.Store.Create(ctx, store.Factories, f.ID, f.ID, body)
 	if errors.Is(err, store.ErrExists) {
 		return nil, "", fleet.Errorf(fleet.CodeConflict, "factory %s is already enrolled; rotate its token or deregister it first", f.ID)
 	}
@@ -87,7 +88,7 @@ func (c *Coordinator) Enroll(ctx context.Context, req EnrollRequest) (*fleet.Fac
 	f.Rev = rev
 	if err := c.putToken(ctx, f, hash, f.Products, f.Capabilities); err != nil {
 		// Without a token the factory can never authenticate: undo it.
-		_ = c.store.Delete(ctx, store.Factories, f.ID, f.ID, "")
+		_ = c.k.Store.Delete(ctx, store.Factories, f.ID, f.ID, "")
 		return nil, "", err
 	}
 	c.factories.invalidate()
@@ -120,12 +121,12 @@ func hashToken(secret string) string {
 
 func (c *Coordinator) putToken(ctx context.Context, f *fleet.Factory, hash string, products, capabilities []string) error {
 	t := fleet.Token{ID: hash, ProductID: f.ProductID, FactoryID: f.ID, Enrollment: f.Enrollment,
-		Products: products, Capabilities: capabilities, IssuedAt: c.now()}
+		Products: products, Capabilities: capabilities, IssuedAt: c.k.Now()}
 	body, err := json.Marshal(t)
 	if err != nil {
 		return err
 	}
-	if _, err := c.store.Create(ctx, store.Tokens, hash, hash, body); err != nil {
+	if _, err := c.k.Store.Create(ctx, store.Tokens, hash, hash, body); err != nil {
 		return fmt.Errorf("store token of %s: %w", f.ID, err)
 	}
 	return nil
@@ -135,24 +136,24 @@ func (c *Coordinator) putToken(ctx context.Context, f *fleet.Factory, hash strin
 // are both ErrUnauthenticated: a caller learns nothing about which.
 func (c *Coordinator) AuthenticateFactory(ctx context.Context, secret string) (*fleet.Token, error) {
 	hash := hashToken(secret)
-	if c.tokens.due(c.now(), c.cfg.TokenCacheTTL) {
+	if c.tokens.due(c.k.Now(), c.cfg.TokenCacheTTL) {
 		// One point read per TokenCacheTTL per process: did any token of
 		// the fleet stop being valid? If it cannot be read, trust no entry.
-		l, _, err := c.readLedger(ctx)
-		c.tokens.checked(ledgerTokensOf(l), err == nil)
+		l, _, err := c.k.ReadLedger(ctx)
+		c.tokens.checked(kernel.LedgerTokensOf(l), err == nil)
 	}
-	if t, ok := c.tokens.get(hash, c.now()); ok {
+	if t, ok := c.tokens.get(hash, c.k.Now()); ok {
 		return t, nil
 	}
 	gen := c.tokens.generation()
-	it, err := c.store.Read(ctx, store.Tokens, hash, hash)
+	it, err := c.k.Store.Read(ctx, store.Tokens, hash, hash)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ErrUnauthenticated
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read token: %w", err)
 	}
-	t, err := decode[fleet.Token](it)
+	t, err := kernel.Decode[fleet.Token](it)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +175,7 @@ func (c *Coordinator) AuthenticateFactory(ctx context.Context, secret string) (*
 	if subtle.ConstantTimeCompare([]byte(f.TokenID), []byte(hash)) != 1 {
 		return nil, ErrUnauthenticated
 	}
-	c.tokens.put(hash, t, c.now().Add(tokenMaxAge), gen)
+	c.tokens.put(hash, t, c.k.Now().Add(tokenMaxAge), gen)
 	return t, nil
 }
 
@@ -183,7 +184,7 @@ var ErrUnauthenticated = &fleet.Error{Code: fleet.CodeUnauthenticated, Message: 
 
 // GetFactory reads one factory.
 func (c *Coordinator) GetFactory(ctx context.Context, id string) (*fleet.Factory, error) {
-	f, it, err := readDoc[fleet.Factory](ctx, c.store, store.Factories, id, id, "factory")
+	f, it, err := kernel.ReadDoc[fleet.Factory](ctx, c.k.Store, store.Factories, id, id, "factory")
 	if err != nil {
 		return nil, err
 	}
@@ -214,11 +215,11 @@ func (c *Coordinator) ListFactories(ctx context.Context, productID string) ([]*f
 // starts from this process's last copy of the document when it has one, so
 // a steady heartbeat costs one write and no read.
 func (c *Coordinator) mutateFactory(ctx context.Context, id string, fn func(f *fleet.Factory) error) (*fleet.Factory, error) {
-	f, written, err := cas(ctx, c, factoryDocs.withCache(c.factoryDocs), id, id, func(f *fleet.Factory) error {
+	f, written, err := kernel.CAS(ctx, c.k, factoryDocs.WithCache(c.factoryDocs), id, id, func(f *fleet.Factory) error {
 		if err := fn(f); err != nil {
 			return err
 		}
-		f.UpdatedAt = c.now()
+		f.UpdatedAt = c.k.Now()
 		return nil
 	})
 	if written {
@@ -275,7 +276,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, tok *fleet.Token, hb Heartb
 		if hb.SeatLimit > 0 {
 			f.SeatLimit = hb.SeatLimit
 		}
-		f.LastHeartbeatAt = c.now()
+		f.LastHeartbeatAt = c.k.Now()
 		return nil
 	})
 	if err != nil {
@@ -295,7 +296,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, tok *fleet.Token, hb Heartb
 func (c *Coordinator) SetDraining(ctx context.Context, id string, draining bool) (*fleet.Factory, error) {
 	f, err := c.mutateFactory(ctx, id, func(f *fleet.Factory) error {
 		if f.Draining == draining {
-			return errNoChange
+			return kernel.ErrNoChange
 		}
 		f.Draining = draining
 		return nil
@@ -316,34 +317,34 @@ func (c *Coordinator) SetDraining(ctx context.Context, id string, draining bool)
 // token before (and the sweep of the factory's tokens below revokes it) or
 // fails to install it and revokes it itself.
 func (c *Coordinator) Deregister(ctx context.Context, id string) error {
-	c.factoryDocs.drop(id, id)
+	c.factoryDocs.Drop(id, id)
 	var f *fleet.Factory
 	for attempt := 0; ; attempt++ {
-		if attempt == maxCASAttempts {
-			return &ConflictError{Kind: "factory", ID: id, Attempts: maxCASAttempts}
+		if attempt == kernel.MaxCASAttempts {
+			return &kernel.ConflictError{Kind: "factory", ID: id, Attempts: kernel.MaxCASAttempts}
 		}
 		var err error
 		if f, err = c.GetFactory(ctx, id); err != nil {
 			return err
 		}
-		err = c.store.Delete(ctx, store.Factories, id, id, f.Rev)
+		err = c.k.Store.Delete(ctx, store.Factories, id, id, f.Rev)
 		if errors.Is(err, store.ErrPrecondition) {
 			continue
 		}
 		if errors.Is(err, store.ErrNotFound) {
-			return notFound("factory", id)
+			return kernel.NotFound("factory", id)
 		}
 		if err != nil {
 			return fmt.Errorf("delete factory %s: %w", id, err)
 		}
 		break
 	}
-	c.factoryDocs.drop(id, id)
+	c.factoryDocs.Drop(id, id)
 	c.factories.invalidate()
 	// Its tokens no longer authenticate anywhere once other processes see
 	// this bump, whatever becomes of the revocations below.
 	c.tokens.dropAll()
-	if err := c.bump(ctx, ledgerTokens); err != nil {
+	if err := c.k.Bump(ctx, kernel.LedgerTokens); err != nil {
 		return err
 	}
 	return c.revokeFactoryTokens(ctx, f)
@@ -352,13 +353,13 @@ func (c *Coordinator) Deregister(ctx context.Context, id string) error {
 // revokeFactoryTokens revokes every live token issued to f's enrollment
 // (a later enrollment of the same id keeps its own).
 func (c *Coordinator) revokeFactoryTokens(ctx context.Context, f *fleet.Factory) error {
-	items, err := c.queryAll(ctx, store.Tokens, store.Query{Where: []store.Cond{store.Eq("factoryId", f.ID), store.Eq("revoked", false)}})
+	items, err := c.k.QueryAll(ctx, store.Tokens, store.Query{Where: []store.Cond{store.Eq("factoryId", f.ID), store.Eq("revoked", false)}})
 	if err != nil {
 		return err
 	}
 	hashes := []string{f.TokenID}
 	for _, it := range items {
-		t, err := decode[fleet.Token](it)
+		t, err := kernel.Decode[fleet.Token](it)
 		if err != nil {
 			return err
 		}
@@ -384,10 +385,10 @@ func (c *Coordinator) RotateToken(ctx context.Context, id string) (string, error
 	// be less: scoping the new token to them would forbid the rest for good.
 	products, capabilities := f.Products, f.Capabilities
 	if f.TokenID != "" {
-		it, err := c.store.Read(ctx, store.Tokens, f.TokenID, f.TokenID)
+		it, err := c.k.Store.Read(ctx, store.Tokens, f.TokenID, f.TokenID)
 		switch {
 		case err == nil:
-			old, err := decode[fleet.Token](it)
+			old, err := kernel.Decode[fleet.Token](it)
 			if err != nil {
 				return "", err
 			}
@@ -437,9 +438,9 @@ func (c *Coordinator) revokeTokenID(ctx context.Context, hash string) error {
 	// the first drop, and the second one voids its cache entry.
 	c.tokens.drop(hash)
 	defer c.tokens.drop(hash)
-	_, _, err := cas(ctx, c, tokenDocs, hash, hash, func(t *fleet.Token) error {
+	_, _, err := kernel.CAS(ctx, c.k, tokenDocs, hash, hash, func(t *fleet.Token) error {
 		if t.Revoked {
-			return errNoChange
+			return kernel.ErrNoChange
 		}
 		t.Revoked = true
 		return nil
@@ -453,7 +454,7 @@ func (c *Coordinator) revokeTokenID(ctx context.Context, hash string) error {
 	// Other processes forget their cached tokens when they next read the
 	// ledger (within TokenCacheTTL). Bumped after the write, also when it
 	// was revoked already: a retry after a failed bump bumps then.
-	return c.bump(ctx, ledgerTokens)
+	return c.k.Bump(ctx, kernel.LedgerTokens)
 }
 
 // effectiveHealth sets f.Health to what its silence implies. Health is
@@ -476,9 +477,9 @@ func (c *Coordinator) effectiveHealth(f *fleet.Factory) *fleet.Factory {
 // that heartbeats on time keeps what it reported (a stored "stale" is a
 // mark an earlier version's prune timer wrote: ok again).
 func (c *Coordinator) silentHealth(f *fleet.Factory) fleet.Health {
-	since := c.now().Sub(f.LastHeartbeatAt)
+	since := c.k.Now().Sub(f.LastHeartbeatAt)
 	if f.LastHeartbeatAt.IsZero() {
-		since = c.now().Sub(f.EnrolledAt)
+		since = c.k.Now().Sub(f.EnrolledAt)
 	}
 	switch {
 	case since >= c.cfg.DownAfter:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -25,7 +26,7 @@ var terminalStages = []string{string(fleet.StageShipped), string(fleet.StageFail
 // name alone says nothing about whose git state it is: a factory never gets
 // (nor learns the ids of) another product's jobs.
 func (c *Coordinator) GCPlan(ctx context.Context) ([]protocol.GCRequest, error) {
-	done, err := c.queryJobs(ctx, store.Query{Where: []store.Cond{store.In("stage", terminalStages...)}})
+	done, err := c.k.QueryJobs(ctx, store.Query{Where: []store.Cond{store.In("stage", terminalStages...)}})
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +77,7 @@ func (c *Coordinator) GCSweep(ctx context.Context) (int, error) {
 	// No job ended since the last sweep that sent its whole plan: every
 	// request would repeat one already sent (factories also clean up on
 	// their own at start and after each job). See ledger.go.
-	skip, view, err := c.quiet(ctx, sweepGC)
+	skip, view, err := c.k.Quiet(ctx, kernel.SweepGC)
 	if err != nil || skip {
 		return 0, err
 	}
@@ -91,6 +92,6 @@ func (c *Coordinator) GCSweep(ctx context.Context) (int, error) {
 		}
 		n++
 	}
-	c.markQuiet(ctx, view)
+	c.k.MarkQuiet(ctx, view)
 	return n, nil
 }

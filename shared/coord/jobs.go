@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -37,7 +38,7 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 // ingest). mark, when set, adds to the job (and may write what must exist
 // before it) once every check passed, before the job is written.
 func (c *Coordinator) submitManifest(ctx context.Context, productID string, m *fleet.Manifest, mark func(j *fleet.Job) error) (job *fleet.Job, created bool, err error) {
-	id := c.newID("j")
+	id := c.k.NewID("j")
 	if m.IdempotencyKey != "" {
 		id = keyedID(productID, m.IdempotencyKey)
 		if existing, err := c.GetJob(ctx, productID, id); err == nil {
@@ -82,7 +83,7 @@ func (c *Coordinator) prepareJob(ctx context.Context, productID, id string, m *f
 		return nil, &fleet.Error{Code: fleet.CodeRepoNotOwned, Field: "repo",
 			Message: fmt.Sprintf("repo %s is not owned by product %s (it owns: %v)", m.Repo, productID, product.Repos)}
 	}
-	now := c.now()
+	now := c.k.Now()
 	j := &fleet.Job{
 		ID: id, ProductID: productID, Title: m.Title, Repo: m.Repo, Kind: m.Kind,
 		Capabilities: m.Capabilities, Persona: m.Persona, Priority: m.Priority,
@@ -137,7 +138,7 @@ func (c *Coordinator) createJob(ctx context.Context, j *fleet.Job) (*fleet.Job, 
 	if err != nil {
 		return nil, false, err
 	}
-	rev, err := c.store.Create(ctx, store.Jobs, productID, id, body)
+	rev, err := c.k.Store.Create(ctx, store.Jobs, productID, id, body)
 	if errors.Is(err, store.ErrExists) && j.IdempotencyKey != "" {
 		existing, gerr := c.GetJob(ctx, productID, id)
 		return existing, false, gerr
@@ -150,11 +151,11 @@ func (c *Coordinator) createJob(ctx context.Context, j *fleet.Job) (*fleet.Job, 
 		return nil, false, fmt.Errorf("create job: %w", err)
 	}
 	j.Rev = rev
-	c.jobs.put(productID, id, store.Item{ID: id, PartitionKey: productID, Rev: rev, Body: body})
+	c.k.Jobs.Put(productID, id, store.Item{ID: id, PartitionKey: productID, Rev: rev, Body: body})
 	// The job is committed: what follows must not be cut short by the
 	// caller going away, as in transition.
 	ctx = context.WithoutCancel(ctx)
-	c.appendEvent(ctx, j)
+	c.k.AppendEvent(ctx, j)
 	if j.Stage == fleet.StageQueued {
 		c.bumpQueueState(ctx, productID)
 	} else if settled, ok := c.settleBlocked(ctx, j); ok {
@@ -212,10 +213,10 @@ func (c *Coordinator) registerDependant(ctx context.Context, productID, id strin
 	shipped := 0
 	for i, dep := range deps {
 		var depStage fleet.Stage
-		_, err := c.mutateJob(ctx, productID, dep, func(d *fleet.Job) error {
+		_, err := c.k.MutateJob(ctx, productID, dep, func(d *fleet.Job) error {
 			depStage = d.Stage
 			if d.Stage == fleet.StageShipped || d.HasDependants {
-				return errNoChange
+				return kernel.ErrNoChange
 			}
 			d.HasDependants = true
 			return nil
@@ -315,26 +316,6 @@ func awaitVerdict(ctx context.Context, productID string, ids []string, mode flee
 	return depsVerdictOf(mode, shipped, ended, len(ids)), why, nil
 }
 
-// GetJob reads a job. With productID empty it looks the id up across
-// products (a plain cross-partition filter).
-func (c *Coordinator) GetJob(ctx context.Context, productID, id string) (*fleet.Job, error) {
-	if productID != "" {
-		it, err := c.store.Read(ctx, store.Jobs, productID, id)
-		if err != nil {
-			return nil, readError("job", id, err)
-		}
-		return decodeJob(it)
-	}
-	jobs, err := c.queryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("id", id)}})
-	if err != nil {
-		return nil, err
-	}
-	if len(jobs) == 0 {
-		return nil, notFound("job", id)
-	}
-	return jobs[0], nil
-}
-
 // ListJobs returns one page of a product's jobs in creation order,
 // optionally of one stage.
 func (c *Coordinator) ListJobs(ctx context.Context, productID string, stage fleet.Stage, limit int, cursor string) ([]*fleet.Job, string, error) {
@@ -345,13 +326,13 @@ func (c *Coordinator) ListJobs(ctx context.Context, productID string, stage flee
 	if stage != "" {
 		q.Where = []store.Cond{store.Eq("stage", string(stage))}
 	}
-	page, err := c.store.Query(ctx, store.Jobs, q)
+	page, err := c.k.Store.Query(ctx, store.Jobs, q)
 	if err != nil {
 		return nil, "", fmt.Errorf("list jobs: %w", err)
 	}
 	jobs := make([]*fleet.Job, 0, len(page.Items))
 	for _, it := range page.Items {
-		j, err := decodeJob(it)
+		j, err := kernel.DecodeJob(it)
 		if err != nil {
 			return nil, "", err
 		}
@@ -407,7 +388,7 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 	var before *fleet.Job
 	var rule fleet.Rule
 	var run fleet.RunResult
-	after, err = c.mutateJob(ctx, m.pk, m.id, func(j *fleet.Job) error {
+	after, err = c.k.MutateJob(ctx, m.pk, m.id, func(j *fleet.Job) error {
 		if m.guard != nil {
 			if err := m.guard(j); err != nil {
 				return err
@@ -424,7 +405,7 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 		before = &snapshot
 		if m.mayStay && to == j.Stage {
 			rule = fleet.Rule{From: to, To: to, Actor: m.actor, Lease: fleet.LeaseNone}
-			j.UpdatedAt = c.now()
+			j.UpdatedAt = c.k.Now()
 		} else {
 			r, err := fleet.CheckJobTransition(j, to, m.actor)
 			if err != nil {
@@ -435,7 +416,7 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 			if m.actor == fleet.ActorFactory {
 				holder = m.actorID
 			}
-			j.Apply(rule, c.now(), holder, c.cfg.LeaseTTL)
+			j.Apply(rule, c.k.Now(), holder, c.cfg.LeaseTTL)
 		}
 		if m.effect != nil {
 			m.effect(before, j)
@@ -461,7 +442,7 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 		if m.eventActor != "" {
 			actor = m.eventActor
 		}
-		return c.recordEvent(ctx, j, fleet.Event{Type: event, From: before.Stage, To: j.Stage, Actor: actor, ActorID: m.actorID, Message: message})
+		return c.k.RecordEvent(ctx, j, fleet.Event{Type: event, From: before.Stage, To: j.Stage, Actor: actor, ActorID: m.actorID, Message: message})
 	})
 	if err != nil {
 		return nil, err
@@ -471,7 +452,7 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 	ctx = context.WithoutCancel(ctx)
 	ev, _ := after.LatestEvent()
 	message := ev.Message
-	c.appendEvent(ctx, after)
+	c.k.AppendEvent(ctx, after)
 	if before.Stage == after.Stage {
 		return after, nil
 	}
@@ -547,7 +528,7 @@ func (c *Coordinator) Patch(ctx context.Context, factoryID, productID, jobID str
 		if req.Checkpoint == nil && report == nil {
 			return nil, fleet.Invalid("stage", "a patch needs a stage, a checkpoint, a run report (usage, head, diff) or some of them")
 		}
-		return c.mutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
+		return c.k.MutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
 			if err := fence(j); err != nil {
 				return err
 			}
@@ -559,9 +540,9 @@ func (c *Coordinator) Patch(ctx context.Context, factoryID, productID, jobID str
 				changed = true
 			}
 			if !changed {
-				return errNoChange
+				return kernel.ErrNoChange
 			}
-			j.UpdatedAt = c.now()
+			j.UpdatedAt = c.k.Now()
 			return nil
 		})
 	}
@@ -689,9 +670,9 @@ func (c *Coordinator) settleDependants(ctx context.Context, ended *fleet.Job) {
 	if !ended.HasDependants {
 		return
 	}
-	blocked, err := c.queryJobs(ctx, store.Query{PartitionKey: ended.ProductID, Where: []store.Cond{store.Eq("stage", string(fleet.StageBlocked))}})
+	blocked, err := c.k.QueryJobs(ctx, store.Query{PartitionKey: ended.ProductID, Where: []store.Cond{store.Eq("stage", string(fleet.StageBlocked))}})
 	if err != nil {
-		c.log.ErrorContext(ctx, "settle dependants: list blocked jobs", "product", ended.ProductID, "err", err)
+		c.k.Log.ErrorContext(ctx, "settle dependants: list blocked jobs", "product", ended.ProductID, "err", err)
 		return
 	}
 	// The ended job's stage is the one just written, and terminal: it is
@@ -722,7 +703,7 @@ func (c *Coordinator) UnblockReady(ctx context.Context) (int, error) {
 
 // unblockReady is UnblockReady that also says how many jobs were blocked.
 func (c *Coordinator) unblockReady(ctx context.Context) (unblocked, blocked int, err error) {
-	jobs, err := c.queryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageBlocked))}})
+	jobs, err := c.k.QueryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageBlocked))}})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -744,7 +725,7 @@ func (c *Coordinator) settleBlocked(ctx context.Context, j *fleet.Job) (*fleet.J
 func (c *Coordinator) settleBlockedBy(ctx context.Context, j *fleet.Job, lookup depsLookup) (*fleet.Job, bool) {
 	v, why, err := c.waitState(ctx, j, lookup)
 	if err != nil {
-		c.log.ErrorContext(ctx, "settle blocked job: read dependencies", "job", j.ID, "err", err)
+		c.k.Log.ErrorContext(ctx, "settle blocked job: read dependencies", "job", j.ID, "err", err)
 		return nil, false
 	}
 	var after *fleet.Job
@@ -769,7 +750,7 @@ func (c *Coordinator) settleBlockedBy(ctx context.Context, j *fleet.Job, lookup 
 		// A conflict: the job left blocked meanwhile (another pass, an
 		// operator), so there is nothing left to settle.
 		if !errors.Is(err, fleet.ErrConflict) {
-			c.log.ErrorContext(ctx, "settle blocked job", "job", j.ID, "err", err)
+			c.k.Log.ErrorContext(ctx, "settle blocked job", "job", j.ID, "err", err)
 		}
 		return nil, false
 	}

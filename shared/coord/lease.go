@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -66,7 +67,7 @@ func (c *Coordinator) Claim(ctx context.Context, req ClaimRequest) (*protocol.Cl
 	if len(f.Products) == 0 {
 		// An unscoped token draws from every product: a cross-partition
 		// filter, which has no order to page by, so it reads the queue.
-		queued, err := c.queryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued))}})
+		queued, err := c.k.QueryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued))}})
 		if err != nil {
 			return nil, err
 		}
@@ -100,13 +101,13 @@ func (c *Coordinator) claimPaged(ctx context.Context, products []string, try fun
 			var page []*fleet.Job
 			var next []string
 			for _, p := range open {
-				res, err := c.store.Query(ctx, store.Jobs, store.Query{PartitionKey: p, Limit: claimPage, Continuation: conts[p],
+				res, err := c.k.Store.Query(ctx, store.Jobs, store.Query{PartitionKey: p, Limit: claimPage, Continuation: conts[p],
 					Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued)), store.Eq("priority", string(prio))}})
 				if err != nil {
 					return nil, fmt.Errorf("query %s: %w", store.Jobs, err)
 				}
 				for _, it := range res.Items {
-					j, err := decodeJob(it)
+					j, err := kernel.DecodeJob(it)
 					if err != nil {
 						return nil, err
 					}
@@ -135,7 +136,7 @@ func (c *Coordinator) claimBest(ctx context.Context, f *fleet.Factory, queued []
 	budgets := map[string]*claimBudget{}
 	products := map[string]*fleet.Product{}
 	capped := map[string]bool{}
-	for _, j := range claimOrder(schedule.RankJobs(f, queued, c.now(), c.cfg.Weights)) {
+	for _, j := range claimOrder(schedule.RankJobs(f, queued, c.k.Now(), c.cfg.Weights)) {
 		b, err := c.budgetFor(ctx, budgets, j)
 		if err != nil {
 			return nil, err
@@ -170,21 +171,21 @@ func (c *Coordinator) claimBest(ctx context.Context, f *fleet.Factory, queued []
 				if j.Stage != fleet.StageQueued {
 					return fleet.Errorf(fleet.CodeConflict, "job %s was taken", j.ID)
 				}
-				if j.NotBefore.After(c.now()) {
+				if j.NotBefore.After(c.k.Now()) {
 					return fleet.Errorf(fleet.CodeConflict, "job %s is backing off", j.ID)
 				}
 				return fenceAdmission(a, j)
 			},
 			effect: func(_, j *fleet.Job) { j.ClaimRequestID = requestID }})
 		if err == nil {
-			c.stats.claims.Add(1)
+			c.k.Counters.Claims.Add(1)
 			return claimed(after), nil
 		}
 		c.giveBack(ctx, a)
 		if !errors.Is(err, fleet.ErrConflict) {
 			return nil, err
 		}
-		c.stats.claimConflicts.Add(1)
+		c.k.Counters.ClaimConflicts.Add(1)
 	}
 	return nil, nil
 }
@@ -200,7 +201,7 @@ func (c *Coordinator) claimedBy(ctx context.Context, factoryID string, products 
 	}
 	var held []*fleet.Job
 	for _, p := range partitions {
-		js, err := c.queryJobs(ctx, store.Query{PartitionKey: p, Where: where})
+		js, err := c.k.QueryJobs(ctx, store.Query{PartitionKey: p, Where: where})
 		if err != nil {
 			return nil, err
 		}
@@ -263,13 +264,13 @@ func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID st
 	if err != nil {
 		c.giveBack(ctx, a)
 		if errors.Is(err, fleet.ErrConflict) {
-			c.stats.claimConflicts.Add(1)
+			c.k.Counters.ClaimConflicts.Add(1)
 		}
 		return nil, err
 	}
-	c.stats.claims.Add(1)
+	c.k.Counters.Claims.Add(1)
 	if !after.Dispatch.At.IsZero() {
-		observe(&c.stats.acceptLagSum, &c.stats.acceptLagN, c.now().Sub(after.Dispatch.At))
+		observe(&c.k.Counters.AcceptLagSum, &c.k.Counters.AcceptLagN, c.k.Now().Sub(after.Dispatch.At))
 	}
 	return claimed(after), nil
 }
@@ -278,12 +279,12 @@ func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID st
 // been asked to stop (cancel or preemption): a factory that missed the
 // control message learns of it here.
 func (c *Coordinator) Renew(ctx context.Context, factoryID, productID, jobID string, leaseEpoch int64) (protocol.Renewal, error) {
-	j, err := c.mutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
+	j, err := c.k.MutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
 		if err := j.CheckFence(factoryID, leaseEpoch); err != nil {
 			return err
 		}
-		j.LeaseExpiresAt = c.now().Add(c.cfg.LeaseTTL)
-		j.UpdatedAt = c.now()
+		j.LeaseExpiresAt = c.k.Now().Add(c.cfg.LeaseTTL)
+		j.UpdatedAt = c.k.Now()
 		return nil
 	})
 	if err != nil {
@@ -332,7 +333,7 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 		guard:  func(j *fleet.Job) error { return j.CheckFence(factoryID, req.LeaseEpoch) },
 		report: report,
 		effect: func(_, j *fleet.Job) {
-			now := c.now()
+			now := c.k.Now()
 			j.LastFailure = &fleet.Failure{Reason: req.Reason, Retryable: req.Retryable, FactoryID: factoryID, At: now}
 			if req.Retryable {
 				j.Attempts++
@@ -345,7 +346,7 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 // product or, with productID empty, of all: the one query the reaper, the
 // preemption, the seat caps and the scheduler's seat counts share.
 func (c *Coordinator) leasedJobs(ctx context.Context, productID string) ([]*fleet.Job, error) {
-	return c.queryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{store.In("stage", string(fleet.StageAssigned), string(fleet.StageBuilding))}})
+	return c.k.QueryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{store.In("stage", string(fleet.StageAssigned), string(fleet.StageBuilding))}})
 }
 
 // backoff is RetryBackoff × 2^(attempt-1), capped.
@@ -372,7 +373,7 @@ func doubling(base, limit time.Duration, n int) time.Duration {
 //
 // Idle, a tick costs one point read: see ledger.go.
 func (c *Coordinator) Reap(ctx context.Context) (int, error) {
-	skip, view, err := c.quiet(ctx, sweepReap)
+	skip, view, err := c.k.Quiet(ctx, kernel.SweepReap)
 	if err != nil || skip {
 		return 0, err
 	}
@@ -381,7 +382,7 @@ func (c *Coordinator) Reap(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	if len(leased) == 0 {
-		c.markQuiet(ctx, view)
+		c.k.MarkQuiet(ctx, view)
 	}
 	// Stop requests past their grace first: a cancelled job whose holder
 	// died ends cancelled, not queued again.
@@ -391,7 +392,7 @@ func (c *Coordinator) Reap(ctx context.Context) (int, error) {
 		errs = append(errs, err)
 	}
 	for _, j := range leased {
-		if !j.LeaseExpired(c.now()) || j.StopRequested() {
+		if !j.LeaseExpired(c.k.Now()) || j.StopRequested() {
 			continue
 		}
 		holder, attempts := j.HolderFactoryID, j.Attempts
@@ -399,7 +400,7 @@ func (c *Coordinator) Reap(ctx context.Context) (int, error) {
 			event: fleet.EventLeaseExpired, message: fmt.Sprintf("lease of %s expired", holder),
 			decide: (*fleet.Job).RetryStage,
 			guard: func(cur *fleet.Job) error {
-				if !cur.LeaseExpired(c.now()) {
+				if !cur.LeaseExpired(c.k.Now()) {
 					return fleet.Errorf(fleet.CodeConflict, "lease of job %s was renewed", cur.ID)
 				}
 				if cur.StopRequested() {
@@ -416,7 +417,7 @@ func (c *Coordinator) Reap(ctx context.Context) (int, error) {
 			},
 			effect: func(_, j *fleet.Job) {
 				j.Attempts++
-				j.LastFailure = &fleet.Failure{Reason: "lease expired", Retryable: true, FactoryID: holder, At: c.now()}
+				j.LastFailure = &fleet.Failure{Reason: "lease expired", Retryable: true, FactoryID: holder, At: c.k.Now()}
 			}})
 		switch {
 		case err == nil:

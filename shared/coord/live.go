@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/clock"
@@ -221,11 +222,11 @@ func (l *live) wakeUp() {
 }
 
 func (l *live) heads(ctx context.Context) (Position, error) {
-	e, err := l.c.store.ChangesHead(ctx, store.Events)
+	e, err := l.c.k.Store.ChangesHead(ctx, store.Events)
 	if err != nil {
 		return Position{}, fmt.Errorf("live events: head of %s: %w", store.Events, err)
 	}
-	f, err := l.c.store.ChangesHead(ctx, store.Factories)
+	f, err := l.c.k.Store.ChangesHead(ctx, store.Factories)
 	if err != nil {
 		return Position{}, fmt.Errorf("live events: head of %s: %w", store.Factories, err)
 	}
@@ -246,7 +247,7 @@ func (l *live) run(ctx context.Context, gen int, pos Position, done chan struct{
 		next, err := l.c.readChanges(ctx, pos, func(b []Change, at Position) { l.deliver(gen, b, at) })
 		if err != nil {
 			if ctx.Err() == nil {
-				l.c.log.WarnContext(ctx, "live events: change feed read failed; retrying at the next poll", "err", err)
+				l.c.k.Log.WarnContext(ctx, "live events: change feed read failed; retrying at the next poll", "err", err)
 			}
 		}
 		pos = next
@@ -330,7 +331,7 @@ func (c *Coordinator) readChanges(ctx context.Context, pos Position, page func([
 		cur       *string
 	}{{store.Events, &pos.Events}, {store.Factories, &pos.Factories}} {
 		for {
-			p, err := c.store.ReadChanges(ctx, feed.container, *feed.cur, feedPage)
+			p, err := c.k.Store.ReadChanges(ctx, feed.container, *feed.cur, feedPage)
 			if err != nil {
 				return pos, err
 			}
@@ -346,7 +347,7 @@ func (c *Coordinator) readChanges(ctx context.Context, pos Position, page func([
 			for i, it := range p.Items {
 				ch, err := c.change(feed.container, it)
 				if err != nil {
-					c.log.WarnContext(ctx, "live events: undecodable change skipped", "container", feed.container, "id", it.ID, "err", err)
+					c.k.Log.WarnContext(ctx, "live events: undecodable change skipped", "container", feed.container, "id", it.ID, "err", err)
 					continue
 				}
 				ch.ID = before
@@ -363,13 +364,13 @@ func (c *Coordinator) readChanges(ctx context.Context, pos Position, page func([
 
 func (c *Coordinator) change(container string, it store.Item) (Change, error) {
 	if container == store.Events {
-		ev, err := decode[fleet.Event](it)
+		ev, err := kernel.Decode[fleet.Event](it)
 		if err != nil {
 			return Change{}, err
 		}
 		return Change{Type: string(ev.Type), Event: ev}, nil
 	}
-	f, err := decode[fleet.Factory](it)
+	f, err := kernel.Decode[fleet.Factory](it)
 	if err != nil {
 		return Change{}, err
 	}

@@ -84,7 +84,7 @@ type MetricsSource func(ctx context.Context, factories []*fleet.Factory) (any, e
 // Metrics computes the fleet view. With productID set, jobs and factories of
 // that product only.
 func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, error) {
-	now := c.now()
+	now := c.k.Now()
 	m := &Metrics{At: now, Jobs: map[string]int{}, Starving: []StarvingJob{}, Alerts: []fleet.Alert{},
 		Factories: FactoryMetrics{ByHealth: map[string]int{}}}
 	stats := c.Stats()
@@ -103,7 +103,7 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		m.Factories.Utilization = float64(m.Factories.Load) / float64(m.Factories.Seats)
 	}
 	q := store.Query{PartitionKey: productID, Where: []store.Cond{store.In("stage", activeStages...)}}
-	jobs, err := c.queryJobs(ctx, q)
+	jobs, err := c.k.QueryJobs(ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +166,7 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		}
 	}
 	m.Alerts = append(m.Alerts, blockedOnFailed...)
-	dead, err := c.queryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{store.Eq("stage", string(fleet.StageDeadLetter))}})
+	dead, err := c.k.QueryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{store.Eq("stage", string(fleet.StageDeadLetter))}})
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/schedule"
@@ -34,7 +35,7 @@ func (c *Coordinator) preempt(ctx context.Context, critical *fleet.Job, factorie
 	}
 	leased, err := c.leasedJobs(ctx, "")
 	if err != nil {
-		c.log.ErrorContext(ctx, "preemption: list running jobs", "job", critical.ID, "err", err)
+		c.k.Log.ErrorContext(ctx, "preemption: list running jobs", "job", critical.ID, "err", err)
 		return
 	}
 	var running []*fleet.Job
@@ -57,22 +58,22 @@ func (c *Coordinator) preempt(ctx context.Context, critical *fleet.Job, factorie
 		// Released, ended or asked to stop meanwhile: the next dispatch
 		// attempt looks again.
 		if !errors.Is(err, errNotLeased) && !errors.Is(err, fleet.ErrConflict) {
-			c.log.ErrorContext(ctx, "preemption: ask the victim to stop", "job", critical.ID, "victim", victim.ID, "err", err)
+			c.k.Log.ErrorContext(ctx, "preemption: ask the victim to stop", "job", critical.ID, "victim", victim.ID, "err", err)
 		}
 		return
 	}
 	// The link the other way: the critical job's own history names its
 	// victim.
 	msg := fmt.Sprintf("preempting %s/%s (priority %s) on %s for a seat", victim.ProductID, victim.ID, victim.Priority, after.HolderFactoryID)
-	j, written, err := cas(ctx, c, jobDocs.withCache(c.jobs), critical.ProductID, critical.ID, func(j *fleet.Job) error {
-		j.UpdatedAt = c.now()
-		return c.recordEvent(ctx, j, fleet.Event{Type: fleet.EventPreempted, Actor: fleet.ActorSystem, Message: msg})
+	j, written, err := kernel.CAS(ctx, c.k, kernel.JobDocs.WithCache(c.k.Jobs), critical.ProductID, critical.ID, func(j *fleet.Job) error {
+		j.UpdatedAt = c.k.Now()
+		return c.k.RecordEvent(ctx, j, fleet.Event{Type: fleet.EventPreempted, Actor: fleet.ActorSystem, Message: msg})
 	})
 	if err != nil || !written {
-		c.log.ErrorContext(ctx, "preemption: record it on the critical job", "job", critical.ID, "err", err)
+		c.k.Log.ErrorContext(ctx, "preemption: record it on the critical job", "job", critical.ID, "err", err)
 		return
 	}
-	c.appendEvent(context.WithoutCancel(ctx), j)
+	c.k.AppendEvent(context.WithoutCancel(ctx), j)
 }
 
 // seatFreed hands the seat a preempted job gave up on factoryID to the
@@ -85,14 +86,14 @@ func (c *Coordinator) seatFreed(ctx context.Context, critical fleet.JobRef, fact
 		return
 	}
 	stamped := false
-	j, err := c.mutateJob(ctx, critical.ProductID, critical.JobID, func(j *fleet.Job) error {
+	j, err := c.k.MutateJob(ctx, critical.ProductID, critical.JobID, func(j *fleet.Job) error {
 		stamped = false
-		if j.Stage != fleet.StageQueued || j.NotBefore.After(c.now()) {
-			return errNoChange
+		if j.Stage != fleet.StageQueued || j.NotBefore.After(c.k.Now()) {
+			return kernel.ErrNoChange
 		}
 		j.DispatchEpoch++
 		j.TargetFactoryID = factoryID
-		j.Dispatch.Unroutable, j.Dispatch.UnroutableKind, j.Dispatch.At = "", "", c.now()
+		j.Dispatch.Unroutable, j.Dispatch.UnroutableKind, j.Dispatch.At = "", "", c.k.Now()
 		stamped = true
 		return nil
 	})
@@ -100,7 +101,7 @@ func (c *Coordinator) seatFreed(ctx context.Context, critical fleet.JobRef, fact
 	case errors.Is(err, fleet.ErrNotFound):
 		return
 	case err != nil:
-		c.log.ErrorContext(ctx, "dispatch the preempting job to the freed seat", "job", critical.JobID, "factory", factoryID, "err", err)
+		c.k.Log.ErrorContext(ctx, "dispatch the preempting job to the freed seat", "job", critical.JobID, "factory", factoryID, "err", err)
 		return
 	case !stamped:
 		return
@@ -111,9 +112,9 @@ func (c *Coordinator) seatFreed(ctx context.Context, critical fleet.JobRef, fact
 	}
 	if err := c.publisher.Publish(ctx, msg); err != nil {
 		// The redispatch sweep sends it again.
-		c.stats.publishFailed.Add(1)
-		c.log.ErrorContext(ctx, "publish the preempting job to the freed seat", "job", j.ID, "factory", factoryID, "err", err)
+		c.k.Counters.PublishFailed.Add(1)
+		c.k.Log.ErrorContext(ctx, "publish the preempting job to the freed seat", "job", j.ID, "factory", factoryID, "err", err)
 		return
 	}
-	c.stats.dispatched.Add(1)
+	c.k.Counters.Dispatched.Add(1)
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -105,14 +106,14 @@ func (c *Coordinator) DeclareProduct(ctx context.Context, req ProductRequest) (*
 		return nil, err
 	}
 	req.Repos = repos
-	for range maxCASAttempts {
+	for range kernel.MaxCASAttempts {
 		p, err := c.declareOnce(ctx, req)
 		if errors.Is(err, errProductMoved) {
 			continue
 		}
 		return p, err
 	}
-	return nil, &ConflictError{Kind: "product", ID: req.ID, Attempts: maxCASAttempts}
+	return nil, &kernel.ConflictError{Kind: "product", ID: req.ID, Attempts: kernel.MaxCASAttempts}
 }
 
 // errProductMoved: the product document changed under a declaration.
@@ -120,7 +121,7 @@ var errProductMoved = errors.New("product changed")
 
 func (c *Coordinator) declareOnce(ctx context.Context, req ProductRequest) (*fleet.Product, error) {
 	id, name, repos, move := req.ID, req.Name, req.Repos, req.MoveRepos
-	old, oldIt, err := readDoc[fleet.Product](ctx, c.store, store.Products, id, id, "product")
+	old, oldIt, err := kernel.ReadDoc[fleet.Product](ctx, c.k.Store, store.Products, id, id, "product")
 	if err != nil && !errors.Is(err, fleet.ErrNotFound) {
 		return nil, err
 	}
@@ -152,7 +153,7 @@ func (c *Coordinator) declareOnce(ctx context.Context, req ProductRequest) (*fle
 	var made []*fleet.RepoOwner // claims to undo if the declaration fails
 	undo := func() {
 		for _, o := range made {
-			_ = c.store.Delete(context.WithoutCancel(ctx), store.Repos, o.ID, o.ID, o.Rev)
+			_ = c.k.Store.Delete(context.WithoutCancel(ctx), store.Repos, o.ID, o.ID, o.Rev)
 		}
 	}
 	for i, r := range repos {
@@ -166,7 +167,7 @@ func (c *Coordinator) declareOnce(ctx context.Context, req ProductRequest) (*fle
 		}
 	}
 
-	now := c.now()
+	now := c.k.Now()
 	p := &fleet.Product{ID: id, ProductID: id, Name: name, Repos: repos, Tracker: nextTracker, MaxRunning: req.MaxRunning, Seats: seats, CreatedAt: now, UpdatedAt: now}
 	if old != nil {
 		p.CreatedAt = old.CreatedAt
@@ -178,12 +179,12 @@ func (c *Coordinator) declareOnce(ctx context.Context, req ProductRequest) (*fle
 	}
 	var rev string
 	if old == nil {
-		rev, err = c.store.Create(ctx, store.Products, id, id, body)
+		rev, err = c.k.Store.Create(ctx, store.Products, id, id, body)
 		if errors.Is(err, store.ErrExists) {
 			err = errProductMoved
 		}
 	} else {
-		rev, err = c.store.Replace(ctx, store.Products, id, id, body, oldIt.Rev)
+		rev, err = c.k.Store.Replace(ctx, store.Products, id, id, body, oldIt.Rev)
 		if errors.Is(err, store.ErrPrecondition) || errors.Is(err, store.ErrNotFound) {
 			err = errProductMoved
 		}
@@ -202,7 +203,7 @@ func (c *Coordinator) declareOnce(ctx context.Context, req ProductRequest) (*fle
 	// before writing the product. The declaration is committed: a failure
 	// here only keeps those repos reserved until the next one.
 	if err := c.releaseRepos(context.WithoutCancel(ctx), id, repos); err != nil {
-		c.log.ErrorContext(ctx, "release dropped repos", "product", id, "err", err)
+		c.k.Log.ErrorContext(ctx, "release dropped repos", "product", id, "err", err)
 	}
 	if old.Capped() && (!p.Capped() || p.MaxRunning > old.MaxRunning) {
 		// More seats: the jobs the cap held flow now.
@@ -239,7 +240,7 @@ func (c *Coordinator) repoOwners(ctx context.Context, repos []string) (map[strin
 	owners := make(map[string]*fleet.RepoOwner, len(repos))
 	var missing []string
 	for _, r := range repos {
-		o, it, err := readDoc[fleet.RepoOwner](ctx, c.store, store.Repos, r, r, "repo")
+		o, it, err := kernel.ReadDoc[fleet.RepoOwner](ctx, c.k.Store, store.Repos, r, r, "repo")
 		switch {
 		case errors.Is(err, fleet.ErrNotFound):
 			missing = append(missing, r)
@@ -253,13 +254,13 @@ func (c *Coordinator) repoOwners(ctx context.Context, repos []string) (map[strin
 	if len(missing) == 0 {
 		return owners, nil
 	}
-	items, err := c.queryAll(ctx, store.Products, store.Query{})
+	items, err := c.k.QueryAll(ctx, store.Products, store.Query{})
 	if err != nil {
 		return nil, err
 	}
 	listedBy := map[string]string{}
 	for _, it := range items {
-		p, err := decode[fleet.Product](it)
+		p, err := kernel.Decode[fleet.Product](it)
 		if err != nil {
 			return nil, err
 		}
@@ -286,14 +287,14 @@ func (c *Coordinator) repoOwners(ctx context.Context, repos []string) (map[strin
 // createRepoOwner records product as repo's owner unless someone already
 // is; it returns the owner either way and whether it created the record.
 func (c *Coordinator) createRepoOwner(ctx context.Context, repo, product string) (*fleet.RepoOwner, bool, error) {
-	o := &fleet.RepoOwner{ID: repo, ProductID: product, UpdatedAt: c.now()}
+	o := &fleet.RepoOwner{ID: repo, ProductID: product, UpdatedAt: c.k.Now()}
 	body, err := json.Marshal(o)
 	if err != nil {
 		return nil, false, err
 	}
-	rev, err := c.store.Create(ctx, store.Repos, repo, repo, body)
+	rev, err := c.k.Store.Create(ctx, store.Repos, repo, repo, body)
 	if errors.Is(err, store.ErrExists) {
-		cur, it, err := readDoc[fleet.RepoOwner](ctx, c.store, store.Repos, repo, repo, "repo")
+		cur, it, err := kernel.ReadDoc[fleet.RepoOwner](ctx, c.k.Store, store.Repos, repo, repo, "repo")
 		if err != nil {
 			return nil, false, err
 		}
@@ -311,7 +312,7 @@ func (c *Coordinator) createRepoOwner(ctx context.Context, repo, product string)
 // the owner read before (nil: none). Without move, an owner other than
 // product is a conflict, also when it won a race since that read.
 func (c *Coordinator) claimRepo(ctx context.Context, i int, repo, product string, seen *fleet.RepoOwner, move bool) (*fleet.RepoOwner, bool, error) {
-	for range maxCASAttempts {
+	for range kernel.MaxCASAttempts {
 		if seen == nil {
 			o, created, err := c.createRepoOwner(ctx, repo, product)
 			if err != nil || created {
@@ -330,12 +331,12 @@ func (c *Coordinator) claimRepo(ctx context.Context, i int, repo, product string
 		if err := c.unlistRepo(ctx, seen.ProductID, repo); err != nil {
 			return nil, false, err
 		}
-		o := &fleet.RepoOwner{ID: repo, ProductID: product, UpdatedAt: c.now()}
+		o := &fleet.RepoOwner{ID: repo, ProductID: product, UpdatedAt: c.k.Now()}
 		body, err := json.Marshal(o)
 		if err != nil {
 			return nil, false, err
 		}
-		rev, err := c.store.Replace(ctx, store.Repos, repo, repo, body, seen.Rev)
+		rev, err := c.k.Store.Replace(ctx, store.Repos, repo, repo, body, seen.Rev)
 		switch {
 		case err == nil:
 			o.Rev = rev
@@ -347,7 +348,7 @@ func (c *Coordinator) claimRepo(ctx context.Context, i int, repo, product string
 		default:
 			return nil, false, fmt.Errorf("move repo %s: %w", repo, err)
 		}
-		cur, it, err := readDoc[fleet.RepoOwner](ctx, c.store, store.Repos, repo, repo, "repo")
+		cur, it, err := kernel.ReadDoc[fleet.RepoOwner](ctx, c.k.Store, store.Repos, repo, repo, "repo")
 		switch {
 		case errors.Is(err, fleet.ErrNotFound):
 			seen = nil
@@ -358,18 +359,18 @@ func (c *Coordinator) claimRepo(ctx context.Context, i int, repo, product string
 			seen = cur
 		}
 	}
-	return nil, false, &ConflictError{Kind: "repo", ID: repo, Attempts: maxCASAttempts}
+	return nil, false, &kernel.ConflictError{Kind: "repo", ID: repo, Attempts: kernel.MaxCASAttempts}
 }
 
 // unlistRepo removes repo from product's list, by compare-and-swap.
 func (c *Coordinator) unlistRepo(ctx context.Context, product, repo string) error {
 	defer c.products.drop(product)
-	_, _, err := cas(ctx, c, productDocs, product, product, func(p *fleet.Product) error {
+	_, _, err := kernel.CAS(ctx, c.k, productDocs, product, product, func(p *fleet.Product) error {
 		if !slices.Contains(p.Repos, repo) {
-			return errNoChange
+			return kernel.ErrNoChange
 		}
 		p.Repos = slices.DeleteFunc(p.Repos, func(r string) bool { return r == repo })
-		p.UpdatedAt = c.now()
+		p.UpdatedAt = c.k.Now()
 		return nil
 	})
 	if errors.Is(err, fleet.ErrNotFound) {
@@ -380,7 +381,7 @@ func (c *Coordinator) unlistRepo(ctx context.Context, product, repo string) erro
 
 // releaseRepos gives up every repo product owns but no longer lists.
 func (c *Coordinator) releaseRepos(ctx context.Context, product string, keep []string) error {
-	items, err := c.queryAll(ctx, store.Repos, store.Query{Where: []store.Cond{store.Eq("productId", product)}})
+	items, err := c.k.QueryAll(ctx, store.Repos, store.Query{Where: []store.Cond{store.Eq("productId", product)}})
 	if err != nil {
 		return err
 	}
@@ -393,7 +394,7 @@ func (c *Coordinator) releaseRepos(ctx context.Context, product string, keep []s
 			continue
 		}
 		// At the revision read: a repo moved meanwhile is not ours to free.
-		err := c.store.Delete(ctx, store.Repos, it.ID, it.ID, it.Rev)
+		err := c.k.Store.Delete(ctx, store.Repos, it.ID, it.ID, it.Rev)
 		if err != nil && !errors.Is(err, store.ErrPrecondition) && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("release repo %s: %w", it.ID, err)
 		}
@@ -403,7 +404,7 @@ func (c *Coordinator) releaseRepos(ctx context.Context, product string, keep []s
 
 // GetProduct reads a product.
 func (c *Coordinator) GetProduct(ctx context.Context, productID string) (*fleet.Product, error) {
-	p, it, err := readDoc[fleet.Product](ctx, c.store, store.Products, productID, productID, "product")
+	p, it, err := kernel.ReadDoc[fleet.Product](ctx, c.k.Store, store.Products, productID, productID, "product")
 	if err != nil {
 		return nil, err
 	}
@@ -429,21 +430,21 @@ func (c *Coordinator) Repos(ctx context.Context, scope Scope, productID string) 
 		if !scope.Allows(productID) {
 			return []RepoInfo{}, nil
 		}
-		page, err := c.queryAll(ctx, store.Products, store.Query{PartitionKey: productID})
+		page, err := c.k.QueryAll(ctx, store.Products, store.Query{PartitionKey: productID})
 		if err != nil {
 			return nil, err
 		}
 		items = page
 	case len(scope) > 0:
 		for _, p := range scope {
-			page, err := c.queryAll(ctx, store.Products, store.Query{PartitionKey: p})
+			page, err := c.k.QueryAll(ctx, store.Products, store.Query{PartitionKey: p})
 			if err != nil {
 				return nil, err
 			}
 			items = append(items, page...)
 		}
 	default:
-		all, err := c.queryAll(ctx, store.Products, store.Query{})
+		all, err := c.k.QueryAll(ctx, store.Products, store.Query{})
 		if err != nil {
 			return nil, err
 		}
@@ -457,7 +458,7 @@ func (c *Coordinator) Repos(ctx context.Context, scope Scope, productID string) 
 		return byRepo[r]
 	}
 	for _, it := range items {
-		p, err := decode[fleet.Product](it)
+		p, err := kernel.Decode[fleet.Product](it)
 		if err != nil {
 			return nil, err
 		}
@@ -494,25 +495,25 @@ func (c *Coordinator) Repos(ctx context.Context, scope Scope, productID string) 
 // version is a hint, and the next change bumps it again.
 func (c *Coordinator) bumpQueueState(ctx context.Context, productID string) {
 	for range 3 {
-		_, err := c.store.Increment(ctx, store.QueueStates, productID, productID, "version", 1)
+		_, err := c.k.Store.Increment(ctx, store.QueueStates, productID, productID, "version", 1)
 		if err == nil {
 			return
 		}
 		if !errors.Is(err, store.ErrNotFound) {
-			c.log.ErrorContext(ctx, "bump queue state", "product", productID, "err", err)
+			c.k.Log.ErrorContext(ctx, "bump queue state", "product", productID, "err", err)
 			return
 		}
 		qs := fleet.QueueState{ID: productID, ProductID: productID, Version: 1}
 		body, err := json.Marshal(qs)
 		if err != nil {
-			c.log.ErrorContext(ctx, "encode queue state", "product", productID, "err", err)
+			c.k.Log.ErrorContext(ctx, "encode queue state", "product", productID, "err", err)
 			return
 		}
-		if _, err = c.store.Create(ctx, store.QueueStates, productID, productID, body); err == nil {
+		if _, err = c.k.Store.Create(ctx, store.QueueStates, productID, productID, body); err == nil {
 			return
 		}
 		if !errors.Is(err, store.ErrExists) {
-			c.log.ErrorContext(ctx, "create queue state", "product", productID, "err", err)
+			c.k.Log.ErrorContext(ctx, "create queue state", "product", productID, "err", err)
 			return
 		}
 	}
@@ -520,14 +521,14 @@ func (c *Coordinator) bumpQueueState(ctx context.Context, productID string) {
 
 // QueueState returns the product's queue version (0 before any job).
 func (c *Coordinator) QueueState(ctx context.Context, productID string) (fleet.QueueState, error) {
-	it, err := c.store.Read(ctx, store.QueueStates, productID, productID)
+	it, err := c.k.Store.Read(ctx, store.QueueStates, productID, productID)
 	if errors.Is(err, store.ErrNotFound) {
 		return fleet.QueueState{ID: productID, ProductID: productID}, nil
 	}
 	if err != nil {
 		return fleet.QueueState{}, fmt.Errorf("read queue state %s: %w", productID, err)
 	}
-	qs, err := decode[fleet.QueueState](it)
+	qs, err := kernel.Decode[fleet.QueueState](it)
 	if err != nil {
 		return fleet.QueueState{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -73,7 +74,7 @@ func (c *Coordinator) PutProfile(ctx context.Context, req PutProfileRequest) (*f
 		return nil, err
 	}
 	p.ProductID, p.CreatedBy = req.ProductID, req.Actor
-	for range maxCASAttempts {
+	for range kernel.MaxCASAttempts {
 		latest, rev, err := c.readLatestProfile(ctx, req.ProductID, req.Name)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return nil, err
@@ -82,16 +83,16 @@ func (c *Coordinator) PutProfile(ctx context.Context, req PutProfileRequest) (*f
 		if latest != nil {
 			next = latest.Version + 1
 		}
-		p.Version, p.CreatedAt = next, c.now()
+		p.Version, p.CreatedAt = next, c.k.Now()
 		body, err := json.Marshal(profileDoc{ID: fleet.ProfileVersionID(p.Name, next), Kind: profileKindVersion, Profile: *p})
 		if err != nil {
 			return nil, fmt.Errorf("encode profile: %w", err)
 		}
-		_, err = c.store.Create(ctx, store.Profiles, req.ProductID, fleet.ProfileVersionID(p.Name, next), body)
+		_, err = c.k.Store.Create(ctx, store.Profiles, req.ProductID, fleet.ProfileVersionID(p.Name, next), body)
 		if errors.Is(err, store.ErrExists) {
 			// Another PUT took this version; it may have stopped before
 			// moving the pointer, so move it for it, then try the next.
-			c.stats.casConflicts.Add(1)
+			c.k.Counters.CASConflicts.Add(1)
 			if err := c.advanceLatestProfile(ctx, req.ProductID, req.Name, next, rev); err != nil {
 				return nil, err
 			}
@@ -105,7 +106,7 @@ func (c *Coordinator) PutProfile(ctx context.Context, req PutProfileRequest) (*f
 		}
 		return p, nil
 	}
-	return nil, &ConflictError{Kind: "profile", ID: req.Name, Attempts: maxCASAttempts}
+	return nil, &kernel.ConflictError{Kind: "profile", ID: req.Name, Attempts: kernel.MaxCASAttempts}
 }
 
 // advanceLatestProfile moves the latest pointer of name to version v, read
@@ -113,11 +114,11 @@ func (c *Coordinator) PutProfile(ctx context.Context, req PutProfileRequest) (*f
 // rev is the pointer's revision when it was read ("" when there was none);
 // a lost race re-reads it.
 func (c *Coordinator) advanceLatestProfile(ctx context.Context, productID, name string, v int64, rev string) error {
-	it, err := c.store.Read(ctx, store.Profiles, productID, fleet.ProfileVersionID(name, v))
+	it, err := c.k.Store.Read(ctx, store.Profiles, productID, fleet.ProfileVersionID(name, v))
 	if err != nil {
 		return fmt.Errorf("read profile %s version %d: %w", name, v, err)
 	}
-	d, err := decode[profileDoc](it)
+	d, err := kernel.Decode[profileDoc](it)
 	if err != nil {
 		return err
 	}
@@ -126,11 +127,11 @@ func (c *Coordinator) advanceLatestProfile(ctx context.Context, productID, name 
 	if err != nil {
 		return fmt.Errorf("encode profile: %w", err)
 	}
-	for range maxCASAttempts {
+	for range kernel.MaxCASAttempts {
 		if rev == "" {
-			_, err = c.store.Create(ctx, store.Profiles, productID, name, body)
+			_, err = c.k.Store.Create(ctx, store.Profiles, productID, name, body)
 		} else {
-			_, err = c.store.Replace(ctx, store.Profiles, productID, name, body, rev)
+			_, err = c.k.Store.Replace(ctx, store.Profiles, productID, name, body, rev)
 		}
 		if err == nil {
 			return nil
@@ -150,20 +151,20 @@ func (c *Coordinator) advanceLatestProfile(ctx context.Context, productID, name 
 		}
 		rev = r
 	}
-	return &ConflictError{Kind: "profile", ID: name, Attempts: maxCASAttempts}
+	return &kernel.ConflictError{Kind: "profile", ID: name, Attempts: kernel.MaxCASAttempts}
 }
 
 // readLatestProfile reads the latest pointer of name and its revision;
 // ErrNotFound when the profile has no version yet.
 func (c *Coordinator) readLatestProfile(ctx context.Context, productID, name string) (*fleet.Profile, string, error) {
-	it, err := c.store.Read(ctx, store.Profiles, productID, name)
+	it, err := c.k.Store.Read(ctx, store.Profiles, productID, name)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, "", err
 		}
 		return nil, "", fmt.Errorf("read profile %s: %w", name, err)
 	}
-	d, err := decode[profileDoc](it)
+	d, err := kernel.Decode[profileDoc](it)
 	if err != nil {
 		return nil, "", err
 	}
@@ -196,14 +197,14 @@ func (c *Coordinator) GetProfile(ctx context.Context, productID, name string, ve
 		}
 		return p, err
 	}
-	it, err := c.store.Read(ctx, store.Profiles, productID, fleet.ProfileVersionID(name, version))
+	it, err := c.k.Store.Read(ctx, store.Profiles, productID, fleet.ProfileVersionID(name, version))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, notFound(err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read profile %s version %d: %w", name, version, err)
 	}
-	d, err := decode[profileDoc](it)
+	d, err := kernel.Decode[profileDoc](it)
 	if err != nil {
 		return nil, err
 	}
@@ -241,12 +242,12 @@ func (c *Coordinator) queryProfiles(ctx context.Context, productID string, where
 	out := []ProfileSummary{}
 	q := store.Query{PartitionKey: productID, Where: where}
 	for {
-		page, err := c.store.Query(ctx, store.Profiles, q)
+		page, err := c.k.Store.Query(ctx, store.Profiles, q)
 		if err != nil {
 			return nil, fmt.Errorf("list profiles: %w", err)
 		}
 		for _, it := range page.Items {
-			d, err := decode[profileDoc](it)
+			d, err := kernel.Decode[profileDoc](it)
 			if err != nil {
 				return nil, err
 			}

@@ -205,7 +205,7 @@ func (c *Coordinator) Vote(ctx context.Context, productID, jobID string, req Vot
 				return fleet.Errorf(fleet.CodeConflict, "job %s has no review gate: ship or reject it, or request a review first", j.ID)
 			}
 			gate = j.Review.Clone()
-			vote.At = c.now()
+			vote.At = c.k.Now()
 			if err := gate.Cast(vote); err != nil {
 				return err
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -59,9 +60,9 @@ func (c *Coordinator) takeSeat(ctx context.Context, j *fleet.Job) (*seatClaim, e
 		c.reclaimSeats(ctx, j.ProductID, func(id string, _ fleet.Seat) bool { return id == j.ID })
 	}
 	for try := 0; ; try++ {
-		_, _, err = cas(ctx, c, productDocs, j.ProductID, j.ProductID, func(p *fleet.Product) error {
+		_, _, err = kernel.CAS(ctx, c.k, productDocs, j.ProductID, j.ProductID, func(p *fleet.Product) error {
 			if !p.Capped() {
-				return errNoChange // uncapped meanwhile: nothing to hold
+				return kernel.ErrNoChange // uncapped meanwhile: nothing to hold
 			}
 			if s, ok := p.Seats[j.ID]; ok {
 				if s.LeaseEpoch == epoch {
@@ -69,7 +70,7 @@ func (c *Coordinator) takeSeat(ctx context.Context, j *fleet.Job) (*seatClaim, e
 				}
 				return fleet.Errorf(fleet.CodeConflict, "job %s holds the seat of run %d", j.ID, s.LeaseEpoch)
 			}
-			if h := p.TakeSeat(j.ID, epoch, c.now()); h != nil {
+			if h := p.TakeSeat(j.ID, epoch, c.k.Now()); h != nil {
 				return &heldError{hold: *h}
 			}
 			return nil
@@ -92,16 +93,16 @@ func (c *Coordinator) giveBackSeat(ctx context.Context, s *seatClaim) {
 	}
 	if _, err := c.freeSeat(context.WithoutCancel(ctx), s.productID, s.jobID, s.epoch); err != nil {
 		// Left behind, it is reclaimed once it is older than the lease TTL.
-		c.log.WarnContext(ctx, "give back a seat", "job", s.jobID, "err", err)
+		c.k.Log.WarnContext(ctx, "give back a seat", "job", s.jobID, "err", err)
 	}
 }
 
 // freeSeat frees the seat of job's run at epoch; it reports whether there
 // was one.
 func (c *Coordinator) freeSeat(ctx context.Context, productID, jobID string, epoch int64) (bool, error) {
-	_, written, err := cas(ctx, c, productDocs, productID, productID, func(p *fleet.Product) error {
+	_, written, err := kernel.CAS(ctx, c.k, productDocs, productID, productID, func(p *fleet.Product) error {
 		if !p.FreeSeat(jobID, epoch) {
-			return errNoChange
+			return kernel.ErrNoChange
 		}
 		return nil
 	})
@@ -114,7 +115,7 @@ func (c *Coordinator) freeSeat(ctx context.Context, productID, jobID string, epo
 // staleSeat selects seats old enough that their claim's job CAS is long
 // over: only those may be reclaimed while their job is still queued.
 func (c *Coordinator) staleSeat(_ string, s fleet.Seat) bool {
-	return c.now().Sub(s.At) >= c.cfg.LeaseTTL
+	return c.k.Now().Sub(s.At) >= c.cfg.LeaseTTL
 }
 
 // reclaimSeats frees the seats pick selects whose run is over or never
@@ -137,7 +138,7 @@ func (c *Coordinator) reclaimSeats(ctx context.Context, productID string, pick f
 		return 0
 	}
 	n := 0
-	_, _, err = cas(ctx, c, productDocs, productID, productID, func(p *fleet.Product) error {
+	_, _, err = kernel.CAS(ctx, c.k, productDocs, productID, productID, func(p *fleet.Product) error {
 		n = 0
 		for id, epoch := range over {
 			if p.FreeSeat(id, epoch) {
@@ -145,15 +146,15 @@ func (c *Coordinator) reclaimSeats(ctx context.Context, productID string, pick f
 			}
 		}
 		if n == 0 {
-			return errNoChange
+			return kernel.ErrNoChange
 		}
 		return nil
 	})
 	if err != nil {
-		c.log.WarnContext(ctx, "reclaim seats", "product", productID, "err", err)
+		c.k.Log.WarnContext(ctx, "reclaim seats", "product", productID, "err", err)
 		return 0
 	}
-	c.log.InfoContext(ctx, "reclaimed seats left by a crash", "product", productID, "count", n)
+	c.k.Log.InfoContext(ctx, "reclaimed seats left by a crash", "product", productID, "count", n)
 	return n
 }
 
@@ -174,7 +175,7 @@ func (c *Coordinator) runOver(ctx context.Context, productID, jobID string, epoc
 	switch {
 	case j.LeaseEpoch == epoch && live:
 		return j, false // the run is going: it gives back when it ends
-	case j.LeaseEpoch < epoch && c.now().Sub(at) < c.cfg.LeaseTTL:
+	case j.LeaseEpoch < epoch && c.k.Now().Sub(at) < c.cfg.LeaseTTL:
 		return j, false // its claim may still be landing
 	}
 	return j, true
@@ -188,7 +189,7 @@ func (c *Coordinator) leasedSeats(ctx context.Context, productID string) (map[st
 		return nil, err
 	}
 	seats := map[string]fleet.Seat{}
-	now := c.now()
+	now := c.k.Now()
 	for _, j := range leased {
 		if _, ok := j.Lease(); ok {
 			seats[j.ID] = fleet.Seat{LeaseEpoch: j.LeaseEpoch, At: now}
@@ -264,7 +265,7 @@ func (c *Coordinator) endAdmission(ctx context.Context, before *fleet.Job) {
 	freed, err := c.freeSeat(ctx, before.ProductID, before.ID, before.LeaseEpoch)
 	if err != nil {
 		// Left behind, it is reclaimed once it is older than the lease TTL.
-		c.log.ErrorContext(ctx, "free seat", "job", before.ID, "epoch", before.LeaseEpoch, "err", err)
+		c.k.Log.ErrorContext(ctx, "free seat", "job", before.ID, "epoch", before.LeaseEpoch, "err", err)
 	}
 	if settled || freed {
 		c.releaseHeld(ctx, before.ProductID)

@@ -5,26 +5,6 @@ import (
 	"time"
 )
 
-// Stats are the coordinator's own counters, for /fleet/metrics. They count
-// what this process saw since it started.
-type Stats struct {
-	casConflicts   atomic.Int64
-	claimConflicts atomic.Int64
-	claims         atomic.Int64
-	dispatched     atomic.Int64
-	publishFailed  atomic.Int64
-	deadLettered   atomic.Int64
-	eventsDeferred atomic.Int64
-	eventsRepaired atomic.Int64
-	quietSkips     atomic.Int64
-	// Lag sums in microseconds and counts: submit -> publish, publish -> accept.
-	dispatchLagSum, dispatchLagN atomic.Int64
-	acceptLagSum, acceptLagN     atomic.Int64
-	feedLagSum, feedLagN         atomic.Int64
-}
-
-func newStats() *Stats { return &Stats{} }
-
 // StatsSnapshot is a point-in-time copy of Stats.
 type StatsSnapshot struct {
 	CASConflicts     int64   `json:"casConflicts"`
@@ -68,20 +48,20 @@ func mean(sum, n *atomic.Int64) float64 {
 
 // Stats returns a snapshot of the counters.
 func (c *Coordinator) Stats() StatsSnapshot {
-	s := c.stats
+	s := c.k.Counters
 	snap := StatsSnapshot{
-		CASConflicts:    s.casConflicts.Load(),
-		Claims:          s.claims.Load(),
-		ClaimConflicts:  s.claimConflicts.Load(),
-		Dispatched:      s.dispatched.Load(),
-		PublishFailed:   s.publishFailed.Load(),
-		DeadLettered:    s.deadLettered.Load(),
-		EventsDeferred:  s.eventsDeferred.Load(),
-		EventsRepaired:  s.eventsRepaired.Load(),
-		QuietSkips:      s.quietSkips.Load(),
-		DispatchLagMs:   mean(&s.dispatchLagSum, &s.dispatchLagN),
-		AcceptLagMs:     mean(&s.acceptLagSum, &s.acceptLagN),
-		ChangeFeedLagMs: mean(&s.feedLagSum, &s.feedLagN),
+		CASConflicts:    s.CASConflicts.Load(),
+		Claims:          s.Claims.Load(),
+		ClaimConflicts:  s.ClaimConflicts.Load(),
+		Dispatched:      s.Dispatched.Load(),
+		PublishFailed:   s.PublishFailed.Load(),
+		DeadLettered:    s.DeadLettered.Load(),
+		EventsDeferred:  s.EventsDeferred.Load(),
+		EventsRepaired:  s.EventsRepaired.Load(),
+		QuietSkips:      s.QuietSkips.Load(),
+		DispatchLagMs:   mean(&s.DispatchLagSum, &s.DispatchLagN),
+		AcceptLagMs:     mean(&s.AcceptLagSum, &s.AcceptLagN),
+		ChangeFeedLagMs: mean(&s.FeedLagSum, &s.FeedLagN),
 	}
 	if attempts := snap.Claims + snap.ClaimConflicts; attempts > 0 {
 		snap.ClaimConflictPct = float64(snap.ClaimConflicts) / float64(attempts)

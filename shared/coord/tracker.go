@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -92,12 +93,12 @@ func (c *Coordinator) updateTracked(ctx context.Context, found *fleet.Job, m *fl
 	}
 	from := int64(0)
 	outcome := IngestUpdated
-	j, err := c.mutateJob(ctx, found.ProductID, found.ID, func(j *fleet.Job) error {
+	j, err := c.k.MutateJob(ctx, found.ProductID, found.ID, func(j *fleet.Job) error {
 		outcome = IngestUpdated
 		from = trackerRevision(j)
 		if from >= ref.Revision {
 			outcome = IngestUnchanged
-			return errNoChange
+			return kernel.ErrNoChange
 		}
 		if j.Started() {
 			return &fleet.Error{Code: fleet.CodeConflict, Field: "revision", Message: fmt.Sprintf(
@@ -122,8 +123,8 @@ func (c *Coordinator) updateTracked(ctx context.Context, found *fleet.Job, m *fl
 			j.TargetFactoryID = ""
 			j.Dispatch = fleet.Dispatch{DeadLettered: j.Dispatch.DeadLettered}
 		}
-		j.UpdatedAt = c.now()
-		return c.recordEvent(ctx, j, fleet.Event{Type: fleet.EventTrackerUpdated, To: j.Stage, Actor: fleet.ActorOperator,
+		j.UpdatedAt = c.k.Now()
+		return c.k.RecordEvent(ctx, j, fleet.Event{Type: fleet.EventTrackerUpdated, To: j.Stage, Actor: fleet.ActorOperator,
 			Message: fmt.Sprintf("tracker item %s:%s revision %d replaced revision %d", ref.Source, ref.ItemID, ref.Revision, from)})
 	})
 	if err != nil {
@@ -133,7 +134,7 @@ func (c *Coordinator) updateTracked(ctx context.Context, found *fleet.Job, m *fl
 		return j, outcome, nil
 	}
 	ctx = context.WithoutCancel(ctx)
-	c.appendEvent(ctx, j)
+	c.k.AppendEvent(ctx, j)
 	if j.Stage == fleet.StageQueued {
 		c.bumpQueueState(ctx, j.ProductID)
 	}

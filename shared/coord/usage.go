@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -86,18 +87,18 @@ func (c *Coordinator) ReportUsage(ctx context.Context, factoryID, productID, job
 		}
 	}
 	changed := false
-	j, err := c.mutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
+	j, err := c.k.MutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
 		changed = false
 		if err := j.CheckFence(factoryID, req.LeaseEpoch); err != nil {
 			return err
 		}
 		if !mergeReport(j, fleet.RunReport{LeaseEpoch: req.LeaseEpoch, Engine: req.Engine, Usage: req.Usage}) {
-			return errNoChange
+			return kernel.ErrNoChange
 		}
 		changed = true
-		j.UpdatedAt = c.now()
+		j.UpdatedAt = c.k.Now()
 		u := j.Report.Usage
-		return c.recordEvent(ctx, j, fleet.Event{Type: fleet.EventUsage, Actor: fleet.ActorFactory, ActorID: factoryID,
+		return c.k.RecordEvent(ctx, j, fleet.Event{Type: fleet.EventUsage, Actor: fleet.ActorFactory, ActorID: factoryID,
 			Message: fmt.Sprintf("usage so far: %.4f USD, %d input and %d output tokens", u.USD, u.InputTokens, u.OutputTokens)})
 	})
 	if err != nil || !changed {
@@ -105,7 +106,7 @@ func (c *Coordinator) ReportUsage(ctx context.Context, factoryID, productID, job
 	}
 	ctx = context.WithoutCancel(ctx)
 	u := j.Report.Usage
-	c.appendEvent(ctx, j)
+	c.k.AppendEvent(ctx, j)
 	c.growReservation(ctx, j.ProductID, j.ID, req.LeaseEpoch, u.USD)
 	return j, nil
 }

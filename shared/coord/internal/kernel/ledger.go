@@ -1,4 +1,4 @@
-package coord
+package kernel
 
 import (
 	"context"
@@ -36,7 +36,7 @@ import (
 // what the argument assumes: a bump the host gave up on (it checkpoints
 // past a batch that failed all its retries) and a query served by a replica
 // behind the ledger's (Cosmos Session consistency across instances):
-// a mark older than quietRescanAfter is not trusted, so such a job waits at
+// a mark older than QuietRescanAfter is not trusted, so such a job waits at
 // most that long.
 //
 // Only a coordinator whose job writes are seen by a change feed running
@@ -46,30 +46,30 @@ import (
 // Ledger identity: one document, partition key = id.
 const ledgerID = "fleet"
 
-// quietRescanAfter bounds how long a quiet mark is trusted.
-const quietRescanAfter = time.Hour
+// QuietRescanAfter bounds how long a quiet mark is trusted.
+const QuietRescanAfter = time.Hour
 
 // Ledger counter fields (top-level JSON fields, incremented in place).
 const (
-	ledgerActivity = "activity"
-	ledgerEnded    = "ended"
-	ledgerTokens   = "tokens"
+	LedgerActivity = "activity"
+	LedgerEnded    = "ended"
+	LedgerTokens   = "tokens"
 )
 
-// sweep names a quiet mark and the counter it is kept against.
-type sweep struct {
+// Sweep names a quiet mark and the counter it is kept against.
+type Sweep struct {
 	name    string
 	counter string
 }
 
 var (
-	sweepReap       = sweep{"reap", ledgerActivity}
-	sweepRedispatch = sweep{"redispatch", ledgerActivity}
-	sweepGC         = sweep{"gc", ledgerEnded}
+	SweepReap       = Sweep{"reap", LedgerActivity}
+	SweepRedispatch = Sweep{"redispatch", LedgerActivity}
+	SweepGC         = Sweep{"gc", LedgerEnded}
 )
 
-// ledger is the stored document.
-type ledger struct {
+// Ledger is the stored document.
+type Ledger struct {
 	ID        string `json:"id"`
 	ProductID string `json:"productId"`
 	Activity  int64  `json:"activity"`
@@ -86,46 +86,46 @@ type quietMark struct {
 	At   time.Time `json:"at"`
 }
 
-func (l *ledger) counter(field string) int64 {
+func (l *Ledger) counter(field string) int64 {
 	switch field {
-	case ledgerActivity:
+	case LedgerActivity:
 		return l.Activity
-	case ledgerEnded:
+	case LedgerEnded:
 		return l.Ended
-	case ledgerTokens:
+	case LedgerTokens:
 		return l.Tokens
 	}
 	panic("coord: unknown ledger counter " + field)
 }
 
-// readLedger point-reads the ledger. An absent ledger reads as all zeros
+// ReadLedger point-reads the ledger. An absent ledger reads as all zeros
 // with rev "" (nothing was ever counted).
-func (c *Coordinator) readLedger(ctx context.Context) (*ledger, string, error) {
-	it, err := c.store.Read(ctx, store.Ledger, ledgerID, ledgerID)
+func (c *Kernel) ReadLedger(ctx context.Context) (*Ledger, string, error) {
+	it, err := c.Store.Read(ctx, store.Ledger, ledgerID, ledgerID)
 	if errors.Is(err, store.ErrNotFound) {
-		return &ledger{ID: ledgerID, ProductID: "*"}, "", nil
+		return &Ledger{ID: ledgerID, ProductID: "*"}, "", nil
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("read ledger: %w", err)
 	}
-	l, err := decode[ledger](it)
+	l, err := Decode[Ledger](it)
 	if err != nil {
 		return nil, "", err
 	}
 	return l, it.Rev, nil
 }
 
-func ledgerTokensOf(l *ledger) int64 {
+func LedgerTokensOf(l *Ledger) int64 {
 	if l == nil {
 		return 0
 	}
 	return l.Tokens
 }
 
-// bump adds one to a ledger counter, creating the ledger on first use.
-func (c *Coordinator) bump(ctx context.Context, field string) error {
+// Bump adds one to a ledger counter, creating the ledger on first use.
+func (c *Kernel) Bump(ctx context.Context, field string) error {
 	for range 2 {
-		_, err := c.store.Increment(ctx, store.Ledger, ledgerID, ledgerID, field, 1)
+		_, err := c.Store.Increment(ctx, store.Ledger, ledgerID, ledgerID, field, 1)
 		if !errors.Is(err, store.ErrNotFound) {
 			if err != nil {
 				return fmt.Errorf("bump ledger %s: %w", field, err)
@@ -135,58 +135,58 @@ func (c *Coordinator) bump(ctx context.Context, field string) error {
 		// First use: create it at zero (a racing creator is as good) and
 		// increment that. A mark recorded at zero meanwhile stays below
 		// the counter this bump leaves behind.
-		body, _ := json.Marshal(ledger{ID: ledgerID, ProductID: "*"})
-		if _, err := c.store.Create(ctx, store.Ledger, ledgerID, ledgerID, body); err != nil && !errors.Is(err, store.ErrExists) {
+		body, _ := json.Marshal(Ledger{ID: ledgerID, ProductID: "*"})
+		if _, err := c.Store.Create(ctx, store.Ledger, ledgerID, ledgerID, body); err != nil && !errors.Is(err, store.ErrExists) {
 			return fmt.Errorf("create ledger: %w", err)
 		}
 	}
 	return fmt.Errorf("bump ledger %s: %w", field, store.ErrNotFound)
 }
 
-// quietView is what a sweep read of the ledger before scanning.
-type quietView struct {
-	sw   sweep
+// QuietView is what a sweep read of the ledger before scanning.
+type QuietView struct {
+	sw   Sweep
 	seen int64
 	// l and rev are that read, so the first attempt to mark needs no
 	// second one.
-	l   *ledger
+	l   *Ledger
 	rev string
 }
 
-// quiet reads the ledger for sw. skip is true when the sweep's last quiet
+// Quiet reads the ledger for sw. skip is true when the sweep's last quiet
 // mark still holds: it has nothing to do and must not scan. Otherwise the
 // returned view is passed to markQuiet if the scan finds nothing.
-func (c *Coordinator) quiet(ctx context.Context, sw sweep) (skip bool, v quietView, err error) {
-	if !c.cfg.ChangeFeed {
-		return false, quietView{}, nil
+func (c *Kernel) Quiet(ctx context.Context, sw Sweep) (skip bool, v QuietView, err error) {
+	if !c.ChangeFeed {
+		return false, QuietView{}, nil
 	}
-	l, rev, err := c.readLedger(ctx)
+	l, rev, err := c.ReadLedger(ctx)
 	if err != nil {
-		return false, quietView{}, err
+		return false, QuietView{}, err
 	}
-	v = quietView{sw: sw, seen: l.counter(sw.counter), l: l, rev: rev}
+	v = QuietView{sw: sw, seen: l.counter(sw.counter), l: l, rev: rev}
 	m, ok := l.Quiet[sw.name]
-	if ok && m.Seen == v.seen && c.now().Sub(m.At) < quietRescanAfter {
-		c.stats.quietSkips.Add(1)
+	if ok && m.Seen == v.seen && c.Now().Sub(m.At) < QuietRescanAfter {
+		c.Counters.QuietSkips.Add(1)
 		return true, v, nil
 	}
 	return false, v, nil
 }
 
-// markQuiet records that the scan begun after v found nothing, if the
+// MarkQuiet records that the scan begun after v found nothing, if the
 // counter still reads what it read before the scan. A lost race (a bump, or
 // another sweep's mark) is retried while the counter is unchanged; once it
 // moved, the mark is simply not written and the next tick scans again. A
 // failure to write it only costs that scan.
-func (c *Coordinator) markQuiet(ctx context.Context, v quietView) {
-	if !c.cfg.ChangeFeed {
+func (c *Kernel) MarkQuiet(ctx context.Context, v QuietView) {
+	if !c.ChangeFeed {
 		return
 	}
 	l, rev := v.l, v.rev
 	for attempt := range 4 {
 		if attempt > 0 {
 			var err error
-			if l, rev, err = c.readLedger(ctx); err != nil {
+			if l, rev, err = c.ReadLedger(ctx); err != nil {
 				return
 			}
 		}
@@ -196,15 +196,15 @@ func (c *Coordinator) markQuiet(ctx context.Context, v quietView) {
 		if l.Quiet == nil {
 			l.Quiet = map[string]quietMark{}
 		}
-		l.Quiet[v.sw.name] = quietMark{Seen: v.seen, At: c.now()}
+		l.Quiet[v.sw.name] = quietMark{Seen: v.seen, At: c.Now()}
 		body, err := json.Marshal(l)
 		if err != nil {
 			return
 		}
 		if rev == "" {
-			_, err = c.store.Create(ctx, store.Ledger, ledgerID, ledgerID, body)
+			_, err = c.Store.Create(ctx, store.Ledger, ledgerID, ledgerID, body)
 		} else {
-			_, err = c.store.Replace(ctx, store.Ledger, ledgerID, ledgerID, body, rev)
+			_, err = c.Store.Replace(ctx, store.Ledger, ledgerID, ledgerID, body, rev)
 		}
 		switch {
 		case err == nil:
@@ -212,7 +212,7 @@ func (c *Coordinator) markQuiet(ctx context.Context, v quietView) {
 		case errors.Is(err, store.ErrPrecondition), errors.Is(err, store.ErrExists), errors.Is(err, store.ErrNotFound):
 			continue
 		default:
-			c.log.WarnContext(ctx, "record quiet sweep", "sweep", v.sw.name, "err", err)
+			c.Log.WarnContext(ctx, "record quiet sweep", "sweep", v.sw.name, "err", err)
 			return
 		}
 	}
