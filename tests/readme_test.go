@@ -1,12 +1,15 @@
 package tests
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/stretchr/testify/require"
 
@@ -50,11 +53,12 @@ func TestReadmeQuickStart(t *testing.T) {
 	require.Regexp(t, `\d+ testing -> shipped by operator`, string(out))
 }
 
-// TestReadmeDocumentsEverySetting: the configuration table names every
+// TestReadmeDocumentsEverySetting: the configuration reference
+// (docs/configuration.md, linked from the README) has a table row for every
 // setting the code reads.
 func TestReadmeDocumentsEverySetting(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	b, err := os.ReadFile(filepath.Join(repoRoot, "docs", "configuration.md"))
 	require.NoError(t, err)
 	var missing []string
 	for _, s := range config.Settings {
@@ -62,7 +66,7 @@ func TestReadmeDocumentsEverySetting(t *testing.T) {
 			missing = append(missing, s.Name)
 		}
 	}
-	require.Empty(t, missing, "README's configuration table lacks these settings")
+	require.Empty(t, missing, "docs/configuration.md's tables lack these settings")
 }
 
 // TestReadmeScreenshot: the console screenshot the README shows exists
@@ -75,4 +79,146 @@ func TestReadmeScreenshot(t *testing.T) {
 	png, err := os.ReadFile(filepath.Join(repoRoot, "docs", "console.png"))
 	require.NoError(t, err, "make screenshot writes docs/console.png")
 	require.True(t, strings.HasPrefix(string(png), "\x89PNG"), "docs/console.png is a PNG")
+}
+
+// readmeMaxLines keeps README.md a front page; the manual is in docs/.
+const readmeMaxLines = 250
+
+// TestReadmeIsAFrontPage: README.md stays under readmeMaxLines lines.
+func TestReadmeIsAFrontPage(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	require.NoError(t, err)
+	lines := strings.Count(string(b), "\n")
+	require.Less(t, lines, readmeMaxLines, "README.md has %d lines: move detail into docs/", lines)
+}
+
+// TestDocsLinksResolve: every relative link in the repository's Markdown
+// (README.md, docs/*.md, the component READMEs) names a file that exists
+// and, with a #fragment into Markdown, a heading that file has.
+func TestDocsLinksResolve(t *testing.T) {
+	t.Parallel()
+	files := markdownFiles(t)
+	require.Contains(t, files, "README.md")
+	require.Contains(t, files, filepath.Join("docs", "configuration.md"))
+	var broken []string
+	for _, file := range files {
+		text := readRepoFile(t, file)
+		for _, target := range markdownLinks(text) {
+			if problem := checkLink(t, file, target); problem != "" {
+				broken = append(broken, fmt.Sprintf("%s: (%s) %s", file, target, problem))
+			}
+		}
+	}
+	require.Empty(t, broken, "broken relative links")
+}
+
+// markdownFiles lists the repository's Markdown files, relative to its
+// root, leaving out hidden directories (.git, .fleet, .fleet-demo) and
+// what tests or builds leave behind.
+func markdownFiles(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(repoRoot, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != repoRoot && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules" || name == "bin" || name == "dist") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(name, ".md") {
+			rel, err := filepath.Rel(repoRoot, path)
+			if err != nil {
+				return err
+			}
+			files = append(files, rel)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return files
+}
+
+func readRepoFile(t *testing.T, rel string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, rel))
+	require.NoError(t, err)
+	return string(b)
+}
+
+var (
+	mdFence    = regexp.MustCompile("(?ms)^ *```.*?^ *```")
+	mdCodeSpan = regexp.MustCompile("`[^`\n]*`")
+	mdLink     = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
+	mdHeading  = regexp.MustCompile(`(?m)^#{1,6}\s+(.+?)\s*#*\s*$`)
+	mdScheme   = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)
+)
+
+// markdownProse is text without its code blocks and code spans, where a
+// "](" or a "# " means nothing.
+func markdownProse(text string) string {
+	return mdCodeSpan.ReplaceAllString(mdFence.ReplaceAllString(text, ""), "")
+}
+
+// markdownLinks returns the targets of the inline links and images in text
+// that name no scheme (http:, mailto:...): the ones this repository must
+// resolve.
+func markdownLinks(text string) []string {
+	var targets []string
+	for _, m := range mdLink.FindAllStringSubmatch(markdownProse(text), -1) {
+		if !mdScheme.MatchString(m[1]) {
+			targets = append(targets, m[1])
+		}
+	}
+	return targets
+}
+
+// checkLink says what is wrong with target, a link in the Markdown file
+// from (relative to the root), or "" when it resolves.
+func checkLink(t *testing.T, from, target string) string {
+	t.Helper()
+	path, fragment, _ := strings.Cut(target, "#")
+	file := from
+	if path != "" {
+		file = filepath.Join(filepath.Dir(from), filepath.FromSlash(path))
+		if _, err := os.Stat(filepath.Join(repoRoot, file)); err != nil {
+			return "no such file"
+		}
+	}
+	if fragment == "" || !strings.HasSuffix(file, ".md") {
+		return ""
+	}
+	if !slices.Contains(markdownAnchors(readRepoFile(t, file)), fragment) {
+		return "no heading with anchor #" + fragment + " in " + file
+	}
+	return ""
+}
+
+// markdownAnchors returns the anchors GitHub gives text's headings: lower
+// case, punctuation dropped, spaces as hyphens, and -1, -2... on repeats.
+func markdownAnchors(text string) []string {
+	seen := map[string]int{}
+	var anchors []string
+	for _, m := range mdHeading.FindAllStringSubmatch(mdFence.ReplaceAllString(text, ""), -1) {
+		var slug strings.Builder
+		for _, r := range strings.ToLower(m[1]) {
+			switch {
+			case r == ' ':
+				slug.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				slug.WriteRune(r)
+			}
+		}
+		anchor := slug.String()
+		if n := seen[anchor]; n > 0 {
+			anchor = fmt.Sprintf("%s-%d", anchor, n)
+		}
+		seen[slug.String()]++
+		anchors = append(anchors, anchor)
+	}
+	return anchors
 }

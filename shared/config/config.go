@@ -72,8 +72,8 @@ const (
 	HostHTTPMode           = "FLEET_HOST_HTTP_MODE" // read by local/hostemu (hostemu.HTTPModeSetting)
 )
 
-// Settings lists every setting with its default; the README's
-// configuration table is this list.
+// Settings lists every setting with its default; docs/configuration.md's
+// tables for the coordinator and the local stack are this list.
 var Settings = []Setting{
 	{Listen, "127.0.0.1:7071", "Address the local stack serves the API on."},
 	{DataDir, "./.fleet", "Where the local stack keeps its SQLite database, broker store and operator token; survives restarts."},
@@ -98,7 +98,7 @@ var Settings = []Setting{
 	{NATSURL, "", "NATS server URL the handler publishes dispatch messages to. Unset, the local stack embeds a server and sets it; a handler with no URL publishes nothing (factories poll)."},
 	{NATSListen, "127.0.0.1:4222", "Where the local stack's embedded NATS server listens; factories on this machine connect to it."},
 	{NATSToken, "", "Secret the coordinator presents to the NATS server (as its token). The local stack's embedded server requires credentials: unset, the stack generates one at each start and hands it to the handler; factories present their own fleet token and may read only their own subscription. Set it for an external server that requires a token (at least 16 characters for the embedded one)."},
-	{LocalPools, "", "Local stack only: a JSON file of elastic pools the stack runs as KEDA runs a Container Apps Job, starting `factory --once` executions from each pool subscription's depth (README, \"Elastic pools on one machine\")."},
+	{LocalPools, "", "Local stack only: a JSON file of elastic pools the stack runs as KEDA runs a Container Apps Job, starting `factory --once` executions from each pool subscription's depth (docs/local-stack.md, \"Elastic pools on one machine\")."},
 	{ServiceBusNS, "", "Service Bus namespace host; setting it selects the servicebus transport."},
 	{ServiceBusClient, "", "Client id of the user-assigned managed identity for Service Bus."},
 	{ServiceBusTopic, "fleet-dispatch", "Service Bus topic of dispatch messages."},
