@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -504,4 +505,13 @@ func (c *Coordinator) DAG(ctx context.Context, productID, id string) (*DAG, erro
 		}
 	}
 	return d, nil
+}
+
+// settleOnEnd observes transitions: a job that ended settles the jobs
+// waiting on it and its parent.
+func (c *Coordinator) settleOnEnd(ctx context.Context, t kernel.Transition) {
+	if t.After.Stage.Terminal() {
+		c.settleDependants(ctx, t.After)
+		c.settleParent(ctx, t.After)
+	}
 }

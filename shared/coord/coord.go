@@ -266,6 +266,13 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	// The seats the scheduler counts follow every lease granted or ended
 	// and every dispatch sent here, not only each refresh.
 	c.k.JobWritten = c.factories.noteJob
+	// What follows a committed transition: each feature registers its own
+	// observer, in this order (a run is recorded before its seat is given
+	// back, and both before dependants settle).
+	c.k.Observe(c.queueStateOnQueued)
+	c.k.Observe(c.recordEndedRun)
+	c.k.Observe(c.endAdmissionOnRunEnd)
+	c.k.Observe(c.settleOnEnd)
 	return c, nil
 }
 

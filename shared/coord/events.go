@@ -152,3 +152,11 @@ func withReport(run *fleet.Run, j *fleet.Job) {
 		}
 	}
 }
+
+// recordEndedRun observes transitions: a released or revoked lease ends a
+// run, recorded once, at its end.
+func (c *Coordinator) recordEndedRun(ctx context.Context, t kernel.Transition) {
+	if t.EndsRun() {
+		c.recordRun(ctx, t.Before, t.Run, t.Message)
+	}
+}

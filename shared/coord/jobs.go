@@ -382,8 +382,9 @@ type move struct {
 }
 
 // transition applies m: the guard, the stage machine's rule and the effect
-// in one CAS, then the event, the queue state, the run record and the
-// dependants. It returns the job as written.
+// in one CAS, then writes the event and, when the stage changed, tells the
+// observers registered for committed transitions (coord.go New: queue state,
+// run record, admission, dependants). It returns the job as written.
 func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job, err error) {
 	var before *fleet.Job
 	var rule fleet.Rule
@@ -456,28 +457,21 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 	if before.Stage == after.Stage {
 		return after, nil
 	}
-	if after.Stage == fleet.StageQueued {
-		c.bumpQueueState(ctx, m.pk)
-	}
+	t := kernel.Transition{Before: before, After: after, Rule: rule, Message: message}
 	switch rule.Lease {
 	case fleet.LeaseRelease, fleet.LeaseRevoke:
-		result := fleet.RunSucceeded
+		t.Run = fleet.RunSucceeded
 		switch {
 		case rule.Lease == fleet.LeaseRevoke:
-			result = fleet.RunLost
+			t.Run = fleet.RunLost
 		case after.Stage == fleet.StageFailed || after.Stage == fleet.StageDeadLetter || after.Stage == fleet.StageQueued:
-			result = fleet.RunFailed
+			t.Run = fleet.RunFailed
 		}
 		if run != "" {
-			result = run
+			t.Run = run
 		}
-		c.recordRun(ctx, before, result, message)
-		c.endAdmission(ctx, before)
 	}
-	if after.Stage.Terminal() {
-		c.settleDependants(ctx, after)
-		c.settleParent(ctx, after)
-	}
+	c.k.Committed(ctx, t)
 	return after, nil
 }
 

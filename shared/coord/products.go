@@ -534,3 +534,11 @@ func (c *Coordinator) QueueState(ctx context.Context, productID string) (fleet.Q
 	}
 	return *qs, nil
 }
+
+// queueStateOnQueued observes transitions: a job back in the queue moves
+// its product's queue state, which wakes pollers and the dispatcher.
+func (c *Coordinator) queueStateOnQueued(ctx context.Context, t kernel.Transition) {
+	if t.After.Stage == fleet.StageQueued {
+		c.bumpQueueState(ctx, t.After.ProductID)
+	}
+}

@@ -271,3 +271,11 @@ func (c *Coordinator) endAdmission(ctx context.Context, before *fleet.Job) {
 		c.releaseHeld(ctx, before.ProductID)
 	}
 }
+
+// endAdmissionOnRunEnd observes transitions: a run's end gives back its
+// seat and settles its budget reservation.
+func (c *Coordinator) endAdmissionOnRunEnd(ctx context.Context, t kernel.Transition) {
+	if t.EndsRun() {
+		c.endAdmission(ctx, t.Before)
+	}
+}

@@ -40,6 +40,8 @@ type Kernel struct {
 	// seats the scheduler counts follow every lease granted or ended and
 	// every dispatch sent, not only each refresh.
 	JobWritten func(*fleet.Job)
+
+	observers []Observer
 }
 
 // Now is the clock's time in UTC: every stored time is.
