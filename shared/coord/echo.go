@@ -11,6 +11,7 @@ import (
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/retry"
 )
 
 // Tracker echo.
@@ -176,7 +177,7 @@ const (
 // echoBackoff is the wait after the attempts-th failure in a row:
 // EchoBackoff doubling up to EchoMaxBackoff.
 func (c *Coordinator) echoBackoff(attempts int) time.Duration {
-	return doubling(c.cfg.EchoBackoff, c.cfg.EchoMaxBackoff, attempts)
+	return retry.Policy{Initial: c.cfg.EchoBackoff, Max: c.cfg.EchoMaxBackoff}.Delay(attempts)
 }
 
 // EchoChanged hands the tracked jobs among changed job documents (a

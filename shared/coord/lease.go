@@ -14,6 +14,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
+	"github.com/gigafactory/fleet/shared/retry"
 	"github.com/gigafactory/fleet/shared/schedule"
 )
 
@@ -349,19 +350,9 @@ func (c *Coordinator) leasedJobs(ctx context.Context, productID string) ([]*flee
 	return c.k.QueryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{store.In("stage", string(fleet.StageAssigned), string(fleet.StageBuilding))}})
 }
 
-// backoff is RetryBackoff × 2^(attempt-1), capped.
+// backoff is RetryBackoff × 2^(attempt-1), capped at MaxRetryBackoff.
 func (c *Coordinator) backoff(attempt int) time.Duration {
-	return doubling(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff, attempt)
-}
-
-// doubling is base × 2^(n-1), capped at limit: the one backoff rule of the
-// coordinator (a job's retries, a webhook's).
-func doubling(base, limit time.Duration, n int) time.Duration {
-	d := base
-	for i := 1; i < n && d < limit; i++ {
-		d *= 2
-	}
-	return min(d, limit)
+	return retry.Policy{Initial: c.cfg.RetryBackoff, Max: c.cfg.MaxRetryBackoff}.Delay(attempt)
 }
 
 // Reap returns every job whose lease expired to the queue with leaseEpoch+1

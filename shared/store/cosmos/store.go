@@ -24,7 +24,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -37,6 +36,9 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+
+	"github.com/gigafactory/fleet/shared/clock"
+	"github.com/gigafactory/fleet/shared/retry"
 )
 
 // Store is a store.Store on one Cosmos DB database. It is safe for
@@ -55,8 +57,10 @@ type Store struct {
 	reconnectMu   sync.Mutex
 	lastReconnect time.Time
 
+	// unavailable is how reads retry a 503 (see run).
+	unavailable retry.Policy
 	// sleep waits between 503 retries; tests replace it so they never sleep.
-	sleep func(context.Context, time.Duration) error
+	sleep retry.Sleeper
 }
 
 var _ store.Store = (*Store)(nil)
@@ -91,7 +95,8 @@ func New(cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
-	s := &Store{cfg: cfg, containers: map[string]*container{}, sessions: newSessionTokens(), sleep: sleepCtx}
+	s := &Store{cfg: cfg, containers: map[string]*container{}, sessions: newSessionTokens(),
+		unavailable: unavailablePolicy(cfg), sleep: retry.On(clock.System{})}
 	for _, def := range store.Containers {
 		field := strings.TrimPrefix(def.PartitionKey, "/")
 		if !fieldName.MatchString(field) {
@@ -253,17 +258,6 @@ func (s *Store) container(name string) (*container, error) {
 	return c, nil
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // run executes one store operation: it applies the operation deadline,
 // attaches a tracker for request charges, retries 503s when the operation is
 // a read, maps the error, and records stats.
@@ -286,16 +280,16 @@ func (s *Store) run(ctx context.Context, kind opKind, where string, read bool, f
 	ctx = withTracker(ctx, t)
 
 	cn := s.conn.Load()
-	var err error
-	for attempt := 0; ; attempt++ {
-		err = fn(ctx, cn)
-		if err == nil || !read || attempt >= s.cfg.UnavailableRetries || !isStatus(err, http.StatusServiceUnavailable) {
-			break
-		}
-		if s.sleep(ctx, s.unavailableDelay(err, attempt)) != nil {
-			break // the deadline ends the retries; the 503 is the better report
-		}
+	p := s.unavailable
+	if !read {
+		p.Attempts = 1
 	}
+	// A deadline during a wait ends the retries with the 503, the better
+	// report (retry.Do returns the operation's last error).
+	err := retry.Do(ctx, s.sleep, p, func(ctx context.Context) error {
+		err := fn(ctx, cn)
+		return retry.After(err, serverRetryAfter(err))
+	})
 	charge, throttled, _, _ := t.snapshot()
 	if err != nil {
 		s.reconnect(cn)
@@ -312,20 +306,28 @@ func (s *Store) refuse(kind opKind, where string, err error) error {
 	return invalid(kind.String(), where, err)
 }
 
-// unavailableDelay is the wait before the attempt-th retry of a 503: the
-// server's Retry-After when it sent one, otherwise exponential backoff with
-// jitter (so a fleet of processes does not return in lockstep), capped by
-// MaxRetryAfter.
-func (s *Store) unavailableDelay(err error, attempt int) time.Duration {
+// unavailablePolicy is how a read retries a 503, UnavailableRetries times:
+// after the server's Retry-After when it sent one, otherwise after an
+// exponential backoff with ±20% jitter (so a fleet of processes does not
+// return in lockstep), capped by MaxRetryAfter.
+func unavailablePolicy(cfg Config) retry.Policy {
+	return retry.Policy{
+		Initial:   cfg.UnavailableBackoff,
+		Max:       cfg.MaxRetryAfter,
+		Jitter:    retry.Jitter{Min: 0.8, Max: 1.2},
+		Attempts:  cfg.UnavailableRetries + 1,
+		Retryable: func(err error) bool { return isStatus(err, http.StatusServiceUnavailable) },
+	}
+}
+
+// serverRetryAfter is the delay a failed response asked for; 0 when it
+// asked none.
+func serverRetryAfter(err error) time.Duration {
 	var re *azcore.ResponseError
 	if errors.As(err, &re) && re.RawResponse != nil {
-		if d := retryAfter(re.RawResponse.Header); d > 0 {
-			return min(d, s.cfg.MaxRetryAfter)
-		}
+		return retryAfter(re.RawResponse.Header)
 	}
-	d := s.cfg.UnavailableBackoff << min(attempt, 10)
-	d = time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-	return min(d, s.cfg.MaxRetryAfter)
+	return 0
 }
 
 // retryAfter reads a server-requested delay: x-ms-retry-after-ms (Cosmos) or
