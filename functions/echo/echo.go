@@ -13,10 +13,11 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/gigafactory/fleet/shared/coord/echo"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/functions/dispatch"
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/funchost"
 )
 
@@ -25,7 +26,7 @@ const Name = "echo"
 
 // Echoer is what the function needs of the coordinator.
 type Echoer interface {
-	EchoChanged(ctx context.Context, items []store.Item, mode coord.EchoMode) (coord.EchoRun, error)
+	EchoChanged(ctx context.Context, items []store.Item, mode echo.Mode) (echo.Run, error)
 }
 
 // Func handles one batch of changed jobs.
@@ -40,7 +41,7 @@ func Func(e Echoer, log *slog.Logger) funchost.Func {
 		if err != nil {
 			return nil, err
 		}
-		run, err := e.EchoChanged(ctx, items, coord.EchoHandOff)
+		run, err := e.EchoChanged(ctx, items, echo.HandOff)
 		if err != nil {
 			// A document that does not decode: the host checkpoints past
 			// the batch, and the sweep finds the jobs by their open echo

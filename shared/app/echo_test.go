@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/echo"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/config"
-	"github.com/gigafactory/fleet/shared/coord"
 )
 
 // TestEchoSettings: the tracker echo's lane, breaker and webhook settings
@@ -20,9 +21,9 @@ func TestEchoSettings(t *testing.T) {
 	a, err := Open(t.Context(), testLookup(t, nil), log)
 	require.NoError(t, err)
 	cfg := a.Coord.Config()
-	require.Equal(t, coord.DefaultEchoParallel, cfg.EchoParallel)
-	require.Equal(t, coord.DefaultEchoBreakerFailures, cfg.EchoBreakerFailures)
-	require.Equal(t, coord.DefaultEchoBreakerCooldown, cfg.EchoBreakerCooldown)
+	require.Equal(t, echo.DefaultParallel, cfg.EchoParallel)
+	require.Equal(t, echo.DefaultBreakerFailures, cfg.EchoBreakerFailures)
+	require.Equal(t, echo.DefaultBreakerCooldown, cfg.EchoBreakerCooldown)
 	require.NoError(t, a.Close())
 
 	a, err = Open(t.Context(), testLookup(t, map[string]string{config.EchoParallel: "2", config.EchoBreakerFails: "7", config.EchoBreakerCool: "1m",

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/echo"
+
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/httpapi"
 	"github.com/gigafactory/fleet/shared/webhook"
@@ -107,15 +109,15 @@ var Settings = []Setting{
 	{ArtifactsEmulator, "", "`1` when the artifacts URL is Azurite's: its well-known development key, plain http, container created if missing. Never for a real account."},
 	{ArtifactMaxBytes, strconv.Itoa(coord.DefaultArtifactMaxBytes), "Largest artifact upload, in bytes; more is 413 with nothing stored. Keep it under the Functions host's 100 MiB request limit."},
 	{EchoSchedule, "*/5 * * * * *", "NCRONTAB of the tracker echo sweep, which re-drives deliveries that are due (a retry after backoff, a missing event, a lost change-feed batch)."},
-	{EchoBackoff, duration(coord.DefaultEchoBackoff), "Wait after a failed tracker webhook delivery; doubles with each failure in a row."},
-	{EchoMaxBackoff, duration(coord.DefaultEchoMaxBackoff), "Longest wait between tracker webhook delivery attempts."},
-	{EchoTimeout, duration(coord.DefaultEchoTimeout), "Timeout of one tracker webhook request."},
+	{EchoBackoff, duration(echo.DefaultBackoff), "Wait after a failed tracker webhook delivery; doubles with each failure in a row."},
+	{EchoMaxBackoff, duration(echo.DefaultMaxBackoff), "Longest wait between tracker webhook delivery attempts."},
+	{EchoTimeout, duration(echo.DefaultTimeout), "Timeout of one tracker webhook request."},
 	{EchoDialTimeout, duration(webhook.DefaultDialTimeout), "Timeout of a tracker webhook's TCP connect."},
 	{EchoTLSTimeout, duration(webhook.DefaultTLSTimeout), "Timeout of a tracker webhook's TLS handshake."},
 	{EchoHeaderTimeout, duration(webhook.DefaultHeaderTimeout), "How long a tracker webhook has to start answering once a delivery is sent."},
-	{EchoParallel, strconv.Itoa(coord.DefaultEchoParallel), "Deliveries one product's echo lane runs at once; products never wait for each other's webhooks."},
-	{EchoBreakerFails, strconv.Itoa(coord.DefaultEchoBreakerFailures), "Failed deliveries in a row after which a tracker webhook is not tried for FLEET_ECHO_BREAKER_COOLDOWN (its jobs show `circuit_open`); then one delivery probes it."},
-	{EchoBreakerCool, duration(coord.DefaultEchoBreakerCooldown), "How long an open webhook breaker skips its webhook."},
+	{EchoParallel, strconv.Itoa(echo.DefaultParallel), "Deliveries one product's echo lane runs at once; products never wait for each other's webhooks."},
+	{EchoBreakerFails, strconv.Itoa(echo.DefaultBreakerFailures), "Failed deliveries in a row after which a tracker webhook is not tried for FLEET_ECHO_BREAKER_COOLDOWN (its jobs show `circuit_open`); then one delivery probes it."},
+	{EchoBreakerCool, duration(echo.DefaultBreakerCooldown), "How long an open webhook breaker skips its webhook."},
 	{WebhookAllowCIDRs, "", "Address ranges tracker webhooks may reach although they are not public, comma-separated CIDRs (e.g. `10.20.0.0/16,fd12::/48`). Unset: loopback, private, link-local, unique-local, CGNAT, multicast and cloud metadata addresses are refused when dialled, after DNS."},
 	{MaxStreamsPerPrincipal, strconv.Itoa(httpapi.DefaultMaxStreamsPerPrincipal), "Live streams (`…/stream`) and long polls (`?wait=`) one token may hold open at once in one process; past it, 429 `throttled` with `Retry-After`, before anything is read. At most FLEET_MAX_STREAMS."},
 	{MaxStreams, strconv.Itoa(httpapi.DefaultMaxStreams), "Live streams and long polls one process holds open at once, all tokens together; past it, 429 `throttled` with `Retry-After`. Keep it well under the process's open-file limit: each takes a connection (two behind the host emulator)."},

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/echo"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -23,7 +25,7 @@ func TestDurationDefaultsAreTheCoordinators(t *testing.T) {
 		{StaleAfter, coord.DefaultStaleAfter, "90s"},
 		{DownAfter, coord.DefaultDownAfter, "10m"},
 		{RedispatchAfter, coord.DefaultRedispatchAfter, "2m"},
-		{EchoBreakerCool, coord.DefaultEchoBreakerCooldown, "30s"},
+		{EchoBreakerCool, echo.DefaultBreakerCooldown, "30s"},
 		{EchoDialTimeout, webhook.DefaultDialTimeout, "3s"},
 		{EchoTLSTimeout, webhook.DefaultTLSTimeout, "3s"},
 		{EchoHeaderTimeout, webhook.DefaultHeaderTimeout, "5s"},
@@ -42,10 +44,10 @@ func TestCount(t *testing.T) {
 	t.Parallel()
 	n, err := Lookup{}.Count(EchoParallel)
 	require.NoError(t, err)
-	require.Equal(t, coord.DefaultEchoParallel, n)
+	require.Equal(t, echo.DefaultParallel, n)
 	n, err = Lookup{}.Count(EchoBreakerFails)
 	require.NoError(t, err)
-	require.Equal(t, coord.DefaultEchoBreakerFailures, n)
+	require.Equal(t, echo.DefaultBreakerFailures, n)
 	for _, bad := range []string{"0", "-1", "four", "1.5"} {
 		_, err := Lookup{Values: map[string]string{EchoParallel: bad}}.Count(EchoParallel)
 		require.ErrorContains(t, err, EchoParallel, bad)

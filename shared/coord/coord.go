@@ -12,6 +12,8 @@ import (
 	"maps"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/echo"
+
 	"github.com/gigafactory/fleet/shared/blob"
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
@@ -76,7 +78,7 @@ type Config struct {
 	EchoMaxBackoff time.Duration
 	EchoTimeout    time.Duration
 	// EchoParallel bounds the deliveries one product's lane runs at once
-	// (echolanes.go); EchoBreakerFailures failed deliveries in a row stop
+	// (coord/echo); EchoBreakerFailures failed deliveries in a row stop
 	// a webhook from being tried for EchoBreakerCooldown.
 	EchoParallel        int
 	EchoBreakerFailures int
@@ -122,10 +124,10 @@ func (c Config) Resolve() (Config, error) {
 		{"tokenCacheTTL", &c.TokenCacheTTL, DefaultTokenCacheTTL},
 		{"livePoll", &c.LivePoll, DefaultLivePoll},
 		{"cancelGrace", &c.CancelGrace, DefaultCancelGrace},
-		{"echoBackoff", &c.EchoBackoff, DefaultEchoBackoff},
-		{"echoMaxBackoff", &c.EchoMaxBackoff, DefaultEchoMaxBackoff},
-		{"echoTimeout", &c.EchoTimeout, DefaultEchoTimeout},
-		{"echoBreakerCooldown", &c.EchoBreakerCooldown, DefaultEchoBreakerCooldown},
+		{"echoBackoff", &c.EchoBackoff, echo.DefaultBackoff},
+		{"echoMaxBackoff", &c.EchoMaxBackoff, echo.DefaultMaxBackoff},
+		{"echoTimeout", &c.EchoTimeout, echo.DefaultTimeout},
+		{"echoBreakerCooldown", &c.EchoBreakerCooldown, echo.DefaultBreakerCooldown},
 	}
 	for _, d := range durations {
 		switch {
@@ -146,8 +148,8 @@ func (c Config) Resolve() (Config, error) {
 		v    *int
 		def  int
 	}{
-		{"echoParallel", &c.EchoParallel, DefaultEchoParallel},
-		{"echoBreakerFailures", &c.EchoBreakerFailures, DefaultEchoBreakerFailures},
+		{"echoParallel", &c.EchoParallel, echo.DefaultParallel},
+		{"echoBreakerFailures", &c.EchoBreakerFailures, echo.DefaultBreakerFailures},
 	}
 	for _, n := range counts {
 		switch {
@@ -195,7 +197,7 @@ type Deps struct {
 	Blobs blob.Store
 	// Webhook sends tracker echo deliveries; without it they fail and
 	// are retried (only the echo function's process needs one).
-	Webhook Webhook
+	Webhook echo.Webhook
 }
 
 // Coordinator runs the use cases over a Store. It is safe for concurrent use
@@ -213,8 +215,7 @@ type Coordinator struct {
 	metricSources map[string]MetricsSource
 	live          *live
 	blobs         blob.Store
-	webhook       Webhook
-	echo          *echoLanes
+	echo          *echo.Service
 }
 
 // New builds a coordinator from a configuration Resolve accepts.
@@ -255,13 +256,15 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 		publisher:     deps.Publisher,
 		metricSources: maps.Clone(deps.Metrics),
 		blobs:         deps.Blobs,
-		webhook:       deps.Webhook,
-		echo:          newEchoLanes(),
 	}
 	if c.publisher != nil {
 		c.onFleetChange = c.retryUnroutable
 	}
 	c.live = newLive(c, timers, cfg.LivePoll)
+	c.echo = echo.New(c.k, echo.Config{
+		Backoff: cfg.EchoBackoff, MaxBackoff: cfg.EchoMaxBackoff, Timeout: cfg.EchoTimeout,
+		Parallel: cfg.EchoParallel, BreakerFailures: cfg.EchoBreakerFailures, BreakerCooldown: cfg.EchoBreakerCooldown,
+	}, deps.Webhook, c, c)
 	c.k.Store = wakingStore{Store: deps.Store, live: c.live}
 	// The seats the scheduler counts follow every lease granted or ended
 	// and every dispatch sent here, not only each refresh.

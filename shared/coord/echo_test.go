@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/echo"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/stretchr/testify/require"
@@ -28,7 +30,7 @@ const (
 // when set; URLs in hold wait for their channel to close (a tarpit).
 type fakeWebhook struct {
 	mu    sync.Mutex
-	got   []coord.WebhookRequest
+	got   []echo.WebhookRequest
 	tries map[string]int
 	down  map[string]bool
 	fail  error
@@ -39,10 +41,10 @@ type fakeWebhook struct {
 	// entered, when set, hears of every delivery a held URL takes in.
 	entered chan string
 	// posted, when set, hears of every acknowledged delivery.
-	posted chan coord.WebhookRequest
+	posted chan echo.WebhookRequest
 }
 
-func (h *fakeWebhook) Post(ctx context.Context, r coord.WebhookRequest) error {
+func (h *fakeWebhook) Post(ctx context.Context, r echo.WebhookRequest) error {
 	h.mu.Lock()
 	hold := h.hold[r.URL]
 	if hold != nil {
@@ -60,7 +62,7 @@ func (h *fakeWebhook) Post(ctx context.Context, r coord.WebhookRequest) error {
 		select {
 		case <-hold:
 		case <-ctx.Done():
-			return &coord.WebhookError{Class: coord.EchoTimeoutFailure, Err: ctx.Err()}
+			return &echo.WebhookError{Class: echo.TimeoutFailure, Err: ctx.Err()}
 		}
 	}
 	h.mu.Lock()
@@ -73,7 +75,7 @@ func (h *fakeWebhook) Post(ctx context.Context, r coord.WebhookRequest) error {
 		if h.fail != nil {
 			return h.fail
 		}
-		return &coord.WebhookError{Class: coord.EchoHTTP5xx, Err: errors.New("the webhook answered 500 Internal Server Error")}
+		return &echo.WebhookError{Class: echo.HTTP5xx, Err: errors.New("the webhook answered 500 Internal Server Error")}
 	}
 	h.got = append(h.got, r)
 	if h.posted != nil {
@@ -188,7 +190,7 @@ func (e *echoEnv) feed(ids ...string) int {
 	for i, id := range ids {
 		items[i] = e.rawJob(id)
 	}
-	run, err := e.c.EchoChanged(e.ctx, items, coord.EchoAwait)
+	run, err := e.c.EchoChanged(e.ctx, items, echo.Await)
 	require.NoError(e.t, err)
 	return run.Delivered
 }
@@ -200,7 +202,7 @@ func (e *echoEnv) sweep() int {
 	return n
 }
 
-func (e *echoEnv) echo(id string) *coord.EchoView {
+func (e *echoEnv) echo(id string) *echo.View {
 	e.t.Helper()
 	v, err := e.c.Echo(e.ctx, prod, id)
 	require.NoError(e.t, err)
@@ -254,7 +256,7 @@ func TestEchoDeliversEveryEventInOrderSigned(t *testing.T) {
 	}
 	require.Equal(t, fleet.StageFailed, bodies[len(bodies)-1].Stage)
 	v := e.echo(j.ID)
-	require.Equal(t, &coord.EchoView{JobID: j.ID, DeliveredSeq: last, LatestSeq: last}, v)
+	require.Equal(t, &echo.View{JobID: j.ID, DeliveredSeq: last, LatestSeq: last}, v)
 	e.clock.Advance(time.Hour)
 	require.Zero(t, e.sweep(), "a finished job is not swept")
 
@@ -374,9 +376,9 @@ func TestEchoDownWebhookBlocksOnlyItsJobs(t *testing.T) {
 	ok := e.ingest("PROJ-4")
 	stuckItem, err := e.raw.Read(e.ctx, store.Jobs, "p2", stuck.ID)
 	require.NoError(t, err)
-	run, err := e.c.EchoChanged(e.ctx, []store.Item{stuckItem, e.rawJob(ok.ID)}, coord.EchoAwait)
+	run, err := e.c.EchoChanged(e.ctx, []store.Item{stuckItem, e.rawJob(ok.ID)}, echo.Await)
 	require.NoError(t, err)
-	require.Equal(t, coord.EchoRun{Jobs: 2, Delivered: 1}, run)
+	require.Equal(t, echo.Run{Jobs: 2, Delivered: 1}, run)
 	require.Equal(t, []int64{1}, e.hook.seqs(t, ok.ID))
 	v, err := e.c.Echo(e.ctx, "p2", stuck.ID)
 	require.NoError(t, err)
@@ -418,7 +420,7 @@ func TestEchoConcurrentDeliverers(t *testing.T) {
 	for i := range 6 {
 		wg.Go(func() {
 			if i%2 == 0 {
-				_, err := e.c.EchoChanged(e.ctx, []store.Item{e.rawJob(j.ID)}, coord.EchoAwait)
+				_, err := e.c.EchoChanged(e.ctx, []store.Item{e.rawJob(j.ID)}, echo.Await)
 				require.NoError(t, err)
 				return
 			}

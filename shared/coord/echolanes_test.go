@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/echo"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/stretchr/testify/require"
@@ -28,15 +30,15 @@ func (e *echoEnv) ingestFor(product, repo, item string) store.Item {
 
 // handOff runs the echo function's call and fails the test if it does not
 // return: the feed must never wait on a webhook.
-func (e *echoEnv) handOff(items ...store.Item) coord.EchoRun {
+func (e *echoEnv) handOff(items ...store.Item) echo.Run {
 	e.t.Helper()
 	type out struct {
-		run coord.EchoRun
+		run echo.Run
 		err error
 	}
 	done := make(chan out, 1)
 	go func() {
-		run, err := e.c.EchoChanged(e.ctx, items, coord.EchoHandOff)
+		run, err := e.c.EchoChanged(e.ctx, items, echo.HandOff)
 		done <- out{run, err}
 	}()
 	select {
@@ -45,7 +47,7 @@ func (e *echoEnv) handOff(items ...store.Item) coord.EchoRun {
 		return o.run
 	case <-time.After(10 * time.Second):
 		e.t.Fatal("the echo function's hand-off waited on a webhook")
-		return coord.EchoRun{}
+		return echo.Run{}
 	}
 }
 
@@ -73,7 +75,7 @@ func (e *echoEnv) delivered(id string, n int) {
 func TestEchoTarpitDelaysOnlyItsProduct(t *testing.T) {
 	t.Parallel()
 	e := newEchoEnv(t)
-	e.hook.posted = make(chan coord.WebhookRequest, 64)
+	e.hook.posted = make(chan echo.WebhookRequest, 64)
 	e.hook.entered = make(chan string, 64)
 	release := make(chan struct{})
 	e.hook.hold = map[string]chan struct{}{tarpitURL: release}
@@ -82,18 +84,18 @@ func TestEchoTarpitDelaysOnlyItsProduct(t *testing.T) {
 	require.NoError(t, err)
 
 	var batch []store.Item
-	for i := range 2 * coord.DefaultEchoParallel {
+	for i := range 2 * echo.DefaultParallel {
 		batch = append(batch, e.ingestFor("p2", "docs", "SLOW-"+string(rune('a'+i))))
 	}
 	ok := e.ingest("PROJ-9")
 	batch = append(batch, e.rawJob(ok.ID))
-	require.Equal(t, coord.EchoRun{Jobs: len(batch)}, e.handOff(batch...))
+	require.Equal(t, echo.Run{Jobs: len(batch)}, e.handOff(batch...))
 	e.delivered(ok.ID, 1)
-	for i := range coord.DefaultEchoParallel {
+	for i := range echo.DefaultParallel {
 		select {
 		case <-e.hook.entered:
 		case <-time.After(10 * time.Second):
-			t.Fatalf("%d of p2's deliveries reached the tarpit, want %d", i, coord.DefaultEchoParallel)
+			t.Fatalf("%d of p2's deliveries reached the tarpit, want %d", i, echo.DefaultParallel)
 		}
 	}
 
@@ -103,7 +105,7 @@ func TestEchoTarpitDelaysOnlyItsProduct(t *testing.T) {
 	e.delivered(ok.ID, int(last-1))
 	require.Equal(t, seqRange(1, last), e.hook.seqs(t, ok.ID))
 	require.Zero(t, e.hook.triesOf(tarpitURL), "every p2 delivery is still hanging")
-	require.Equal(t, coord.DefaultEchoParallel, e.hook.holdingOf(tarpitURL), "p2's lane runs EchoParallel deliveries at once")
+	require.Equal(t, echo.DefaultParallel, e.hook.holdingOf(tarpitURL), "p2's lane runs EchoParallel deliveries at once")
 
 	// Let the tarpit go so its lanes end with the test.
 	close(release)
@@ -127,8 +129,8 @@ func TestEchoLastErrorIsAClass(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"classified", &coord.WebhookError{Class: coord.EchoBadResponse, Err: errors.New(`malformed HTTP response "` + farEnd + `"`)}, "bad_response"},
-		{"refused address", &coord.WebhookError{Class: coord.EchoRefusedAddress, Err: errors.New("dial 127.0.0.1:4222: " + farEnd)}, "refused_address"},
+		{"classified", &echo.WebhookError{Class: echo.BadResponse, Err: errors.New(`malformed HTTP response "` + farEnd + `"`)}, "bad_response"},
+		{"refused address", &echo.WebhookError{Class: echo.RefusedAddress, Err: errors.New("dial 127.0.0.1:4222: " + farEnd)}, "refused_address"},
 		{"unclassified", errors.New("Post " + hookURL + ": " + farEnd), "failed"},
 	}
 	for _, tc := range cases {

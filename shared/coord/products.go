@@ -99,8 +99,10 @@ func (c *Coordinator) DeclareProduct(ctx context.Context, req ProductRequest) (*
 	if err := req.Tracker.validate(); err != nil {
 		return nil, err
 	}
-	if err := c.checkWebhookTarget(req.Tracker); err != nil {
-		return nil, err
+	if t := req.Tracker; t != nil && !t.Remove {
+		if err := c.echo.CheckTarget(t.WebhookURL); err != nil {
+			return nil, err
+		}
 	}
 	if err := fleet.ValidateMaxRunning("maxRunning", req.MaxRunning); err != nil {
 		return nil, err

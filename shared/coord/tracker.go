@@ -60,7 +60,7 @@ func (c *Coordinator) Ingest(ctx context.Context, req IngestRequest) (*fleet.Job
 	ref := req.Ref
 	j, created, err := c.submitManifest(ctx, req.ProductID, m, func(j *fleet.Job) error {
 		j.Tracker = &ref
-		return c.openEcho(ctx, j)
+		return c.echo.Open(ctx, j)
 	})
 	if err != nil || created {
 		return j, IngestCreated, err

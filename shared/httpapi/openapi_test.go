@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/echo"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -180,7 +182,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"Product"}, fleet.Product{}},
 		{[]string{"Product", "tracker"}, fleet.TrackerView{}},
 		{[]string{"Job", "tracker"}, fleet.TrackerRef{}},
-		{[]string{"EchoState"}, coord.EchoView{}},
+		{[]string{"EchoState"}, echo.View{}},
 		{[]string{"ResendRequest"}, resendRequest{}},
 		{[]string{"ProductRequest", "tracker"}, trackerRequest{}},
 		{[]string{"RepoInfo"}, coord.RepoInfo{}},

@@ -28,7 +28,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/echo"
 )
 
 // Defaults of the phases' timeouts: a few seconds each, so a tarpit costs
@@ -110,10 +110,10 @@ func (c *Client) RefusedTarget(rawURL string) error {
 
 // Post sends one delivery; an error (a *coord.WebhookError) says why it
 // was not acknowledged.
-func (c *Client) Post(ctx context.Context, d coord.WebhookRequest) error {
+func (c *Client) Post(ctx context.Context, d echo.WebhookRequest) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(d.Body))
 	if err != nil {
-		return &coord.WebhookError{Class: coord.EchoFailed, Err: err}
+		return &echo.WebhookError{Class: echo.Failed, Err: err}
 	}
 	for k, v := range d.Headers {
 		req.Header.Set(k, v)
@@ -121,33 +121,33 @@ func (c *Client) Post(ctx context.Context, d coord.WebhookRequest) error {
 	req.Header.Set("User-Agent", "fleet-echo/1")
 	res, err := c.http.Do(req)
 	if err != nil {
-		return &coord.WebhookError{Class: classify(err), Err: err}
+		return &echo.WebhookError{Class: classify(err), Err: err}
 	}
 	defer res.Body.Close()
 	// Read a little so the connection can be reused; the answer's body
 	// means nothing to the fleet.
 	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
 	if res.StatusCode < 200 || res.StatusCode > 299 {
-		return &coord.WebhookError{Class: statusClass(res.StatusCode), Err: fmt.Errorf("the webhook answered %s", res.Status)}
+		return &echo.WebhookError{Class: statusClass(res.StatusCode), Err: fmt.Errorf("the webhook answered %s", res.Status)}
 	}
 	return nil
 }
 
-func statusClass(code int) coord.EchoFailure {
+func statusClass(code int) echo.Failure {
 	switch {
 	case code >= 300 && code < 400:
-		return coord.EchoHTTP3xx
+		return echo.HTTP3xx
 	case code >= 400 && code < 500:
-		return coord.EchoHTTP4xx
+		return echo.HTTP4xx
 	case code >= 500 && code < 600:
-		return coord.EchoHTTP5xx
+		return echo.HTTP5xx
 	default:
-		return coord.EchoHTTPOther
+		return echo.HTTPOther
 	}
 }
 
 // classify names a transport failure by its kind alone.
-func classify(err error) coord.EchoFailure {
+func classify(err error) echo.Failure {
 	var (
 		refused  *RefusedError
 		dns      *net.DNSError
@@ -161,26 +161,26 @@ func classify(err error) coord.EchoFailure {
 	)
 	switch {
 	case errors.As(err, &refused):
-		return coord.EchoRefusedAddress
+		return echo.RefusedAddress
 	case errors.As(err, &dns):
-		return coord.EchoDNS
+		return echo.DNS
 	case errors.As(err, &record), errors.As(err, &alert), errors.As(err, &verify),
 		errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid):
-		return coord.EchoTLS
+		return echo.TLS
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
-		return coord.EchoTimeoutFailure
+		return echo.TimeoutFailure
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return coord.EchoConnRefused
+		return echo.ConnRefused
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return coord.EchoConnReset
+		return echo.ConnReset
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return coord.EchoUnreachable
+		return echo.Unreachable
 	case errors.Is(err, context.Canceled):
-		return coord.EchoFailed
+		return echo.Failed
 	default:
 		// Whatever answered did not speak HTTP (a NATS banner, an SSH
 		// greeting): its words stay in the log.
-		return coord.EchoBadResponse
+		return echo.BadResponse
 	}
 }
 

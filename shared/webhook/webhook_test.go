@@ -13,17 +13,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/gigafactory/fleet/shared/coord/echo"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/stretchr/testify/require"
 )
 
 // loopback lets the tests reach their own servers.
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 
-func classOf(t *testing.T, err error) coord.EchoFailure {
+func classOf(t *testing.T, err error) echo.Failure {
 	t.Helper()
-	var we *coord.WebhookError
+	var we *echo.WebhookError
 	require.True(t, errors.As(err, &we), "not a WebhookError: %v", err)
 	return we.Class
 }
@@ -53,14 +53,14 @@ func TestPost(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := New(Options{Timeout: 5 * time.Second, Allow: loopback})
-	req := func(path string) coord.WebhookRequest {
-		return coord.WebhookRequest{URL: srv.URL + path, Body: []byte(`{"seq":1}`), Headers: map[string]string{"X-Fleet-Event-Id": "j:1"}}
+	req := func(path string) echo.WebhookRequest {
+		return echo.WebhookRequest{URL: srv.URL + path, Body: []byte(`{"seq":1}`), Headers: map[string]string{"X-Fleet-Event-Id": "j:1"}}
 	}
 	require.NoError(t, c.Post(t.Context(), req("/ok")))
 	require.Equal(t, `{"seq":1}`, bodies[0])
 	require.Equal(t, http.MethodPost, got[0].Method)
 	require.Equal(t, "j:1", got[0].Header.Get("X-Fleet-Event-Id"))
-	for path, class := range map[string]coord.EchoFailure{"/fail": coord.EchoHTTP5xx, "/denied": coord.EchoHTTP4xx, "/moved": coord.EchoHTTP3xx} {
+	for path, class := range map[string]echo.Failure{"/fail": echo.HTTP5xx, "/denied": echo.HTTP4xx, "/moved": echo.HTTP3xx} {
 		err := c.Post(t.Context(), req(path))
 		require.Equal(t, class, classOf(t, err), path)
 		require.NotContains(t, err.Error(), "FAR-END-SECRET")
@@ -74,7 +74,7 @@ func TestPost(t *testing.T) {
 	c.http.CloseIdleConnections()
 	err := c.Post(t.Context(), req("/ok"))
 	require.ErrorContains(t, err, "connection refused")
-	require.Equal(t, coord.EchoConnRefused, classOf(t, err))
+	require.Equal(t, echo.ConnRefused, classOf(t, err))
 }
 
 // TestForbidden: every range that is not the public internet is refused,
@@ -135,14 +135,14 @@ func TestPostRefusesPrivateAddresses(t *testing.T) {
 		urls = append(urls, "http://"+net.JoinHostPort(ip, port)+"/hook")
 	}
 	for _, u := range urls {
-		err := c.Post(t.Context(), coord.WebhookRequest{URL: u, Body: []byte(`{}`)})
-		require.Equal(t, coord.EchoRefusedAddress, classOf(t, err), "%s: %v", u, err)
+		err := c.Post(t.Context(), echo.WebhookRequest{URL: u, Body: []byte(`{}`)})
+		require.Equal(t, echo.RefusedAddress, classOf(t, err), "%s: %v", u, err)
 	}
 	require.Zero(t, accepted.Load(), "nothing connected")
 
 	allowed := New(Options{Timeout: 5 * time.Second, HeaderTimeout: 100 * time.Millisecond, Allow: mustParseAllow(t, "127.0.0.0/8, ::1")})
-	err = allowed.Post(t.Context(), coord.WebhookRequest{URL: "http://localhost:" + port + "/hook", Body: []byte(`{}`)})
-	require.Equal(t, coord.EchoTimeoutFailure, classOf(t, err), "allowed: it connected, and the tarpit never answered: %v", err)
+	err = allowed.Post(t.Context(), echo.WebhookRequest{URL: "http://localhost:" + port + "/hook", Body: []byte(`{}`)})
+	require.Equal(t, echo.TimeoutFailure, classOf(t, err), "allowed: it connected, and the tarpit never answered: %v", err)
 	require.Positive(t, accepted.Load())
 }
 
@@ -174,8 +174,8 @@ func TestPostFarEndWordsAreNotTheClass(t *testing.T) {
 		}
 	}()
 	c := New(Options{Timeout: 5 * time.Second, Allow: loopback})
-	err = c.Post(t.Context(), coord.WebhookRequest{URL: "http://" + ln.Addr().String() + "/", Body: []byte(`{}`)})
-	require.Equal(t, coord.EchoBadResponse, classOf(t, err), "%v", err)
+	err = c.Post(t.Context(), echo.WebhookRequest{URL: "http://" + ln.Addr().String() + "/", Body: []byte(`{}`)})
+	require.Equal(t, echo.BadResponse, classOf(t, err), "%v", err)
 	require.NotContains(t, string(classOf(t, err)), "SECRET")
 }
 
@@ -262,11 +262,11 @@ func TestPostRefusesARebindingName(t *testing.T) {
 	require.NoError(t, err)
 	res := rebindingDNS(t, netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("169.254.169.254"))
 	c := New(Options{Timeout: 5 * time.Second, Allow: mustParseAllow(t, "127.0.0.1"), Resolver: res})
-	req := coord.WebhookRequest{URL: "http://tracker.test:" + port + "/hook", Body: []byte(`{}`)}
+	req := echo.WebhookRequest{URL: "http://tracker.test:" + port + "/hook", Body: []byte(`{}`)}
 	require.NoError(t, c.Post(t.Context(), req), "the first lookup names an allowed address")
 	c.http.CloseIdleConnections()
 	err = c.Post(t.Context(), req)
-	require.Equal(t, coord.EchoRefusedAddress, classOf(t, err), "%v", err)
+	require.Equal(t, echo.RefusedAddress, classOf(t, err), "%v", err)
 	require.ErrorContains(t, err, "169.254.169.254")
 }
 

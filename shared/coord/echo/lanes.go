@@ -1,4 +1,4 @@
-package coord
+package echo
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // A webhook that accepts a connection and never answers holds its delivery
 // for the whole request timeout. Deliveries therefore run in lanes, one per
 // product (a product has one webhook), owned by the process rather than by
-// an invocation: a lane runs at most EchoParallel of its product's jobs at
+// an invocation: a lane runs at most Parallel of its product's jobs at
 // once, and nothing in one lane ever waits for another. The change feed
 // hands its batch's jobs to their lanes and moves on, so one product's
 // tarpit can slow only that product's echo. A breaker per webhook URL stops
@@ -23,9 +23,9 @@ import (
 
 // Echo lane defaults.
 const (
-	DefaultEchoParallel        = 4
-	DefaultEchoBreakerFailures = 5
-	DefaultEchoBreakerCooldown = 30 * time.Second
+	DefaultParallel        = 4
+	DefaultBreakerFailures = 5
+	DefaultBreakerCooldown = 30 * time.Second
 	// echoLaneQueue bounds the jobs waiting in one lane; past it a job is
 	// left to the sweep (its delivery document is open and due).
 	echoLaneQueue = 4096
@@ -34,21 +34,21 @@ const (
 	maxBreakers = 1024
 )
 
-// EchoMode says whether an echo invocation waits for its deliveries.
-type EchoMode int
+// Mode says whether an echo invocation waits for its deliveries.
+type Mode int
 
 const (
-	// EchoHandOff returns once the jobs are in their lanes: the change
+	// HandOff returns once the jobs are in their lanes: the change
 	// feed must never wait on a webhook, or the next batch (any product's)
 	// waits with it.
-	EchoHandOff EchoMode = iota
-	// EchoAwait waits for the deliveries (or ctx): the sweep, whose
+	HandOff Mode = iota
+	// Await waits for the deliveries (or ctx): the sweep, whose
 	// process may sleep between invocations (Lambda), and tests.
-	EchoAwait
+	Await
 )
 
-// EchoRun is what one echo invocation did.
-type EchoRun struct {
+// Run is what one echo invocation did.
+type Run struct {
 	// Jobs is how many tracked jobs it handed to their lanes.
 	Jobs int `json:"jobs"`
 	// Delivered counts the events delivered before it returned (none for
@@ -61,26 +61,26 @@ type echoResult struct {
 	err       error
 }
 
-// echoLanes are the process's delivery lanes and breakers.
-type echoLanes struct {
+// lanes are the process's delivery lanes and breakers.
+type lanes struct {
 	mu       sync.Mutex
-	lanes    map[string]*echoLane // by product id
-	breakers map[string]*breaker  // by webhook URL
+	lanes    map[string]*productLane    // by product id
+	breakers map[string]*breaker // by webhook URL
 }
 
-func newEchoLanes() *echoLanes {
-	return &echoLanes{lanes: map[string]*echoLane{}, breakers: map[string]*breaker{}}
+func newLanes() *lanes {
+	return &lanes{lanes: map[string]*productLane{}, breakers: map[string]*breaker{}}
 }
 
-// echoLane is one product's queue: job ids in arrival order, each once.
-type echoLane struct {
+// productLane is one product's queue: job ids in arrival order, each once.
+type productLane struct {
 	pending []string
 	items   map[string]*laneItem
 	running int
 }
 
 type laneItem struct {
-	ref   JobRefItem
+	ref   JobRef
 	sweep bool
 	done  []chan echoResult
 }
@@ -88,14 +88,14 @@ type laneItem struct {
 // submit queues a job in its product's lane, starting a worker when the
 // lane has room, and returns where the outcome is sent (buffered: nobody
 // needs to read it). A job already waiting in the lane is not queued twice.
-func (c *Coordinator) submitEcho(ctx context.Context, ref JobRefItem, sweep bool) <-chan echoResult {
+func (c *Service) submitEcho(ctx context.Context, ref JobRef, sweep bool) <-chan echoResult {
 	done := make(chan echoResult, 1)
-	l := c.echo
+	l := c.lanes
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lane := l.lanes[ref.ProductID]
 	if lane == nil {
-		lane = &echoLane{items: map[string]*laneItem{}}
+		lane = &productLane{items: map[string]*laneItem{}}
 		l.lanes[ref.ProductID] = lane
 	}
 	if it := lane.items[ref.JobID]; it != nil {
@@ -110,7 +110,7 @@ func (c *Coordinator) submitEcho(ctx context.Context, ref JobRefItem, sweep bool
 	}
 	lane.pending = append(lane.pending, ref.JobID)
 	lane.items[ref.JobID] = &laneItem{ref: ref, sweep: sweep, done: []chan echoResult{done}}
-	if lane.running < c.cfg.EchoParallel {
+	if lane.running < c.cfg.Parallel {
 		lane.running++
 		// The worker outlives the invocation that started it: that is the
 		// point of a hand-off.
@@ -120,8 +120,8 @@ func (c *Coordinator) submitEcho(ctx context.Context, ref JobRefItem, sweep bool
 }
 
 // runLane delivers the lane's jobs one after the other until it is empty.
-func (c *Coordinator) runLane(ctx context.Context, productID string, lane *echoLane) {
-	l := c.echo
+func (c *Service) runLane(ctx context.Context, productID string, lane *productLane) {
+	l := c.lanes
 	for {
 		l.mu.Lock()
 		if len(lane.pending) == 0 {
@@ -154,9 +154,9 @@ type breaker struct {
 
 // echoAllow says whether a delivery to url may be tried now; when not, it
 // returns when the webhook may be tried again.
-func (c *Coordinator) echoAllow(url string) (bool, time.Time) {
+func (c *Service) echoAllow(url string) (bool, time.Time) {
 	now := c.k.Now()
-	l := c.echo
+	l := c.lanes
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.breakers[url]
@@ -167,7 +167,7 @@ func (c *Coordinator) echoAllow(url string) (bool, time.Time) {
 		return false, b.openUntil
 	case b.probing:
 		// One probe at a time: the others wait for its verdict.
-		return false, now.Add(c.cfg.EchoBackoff)
+		return false, now.Add(c.cfg.Backoff)
 	default:
 		b.probing = true
 		return true, time.Time{}
@@ -175,9 +175,9 @@ func (c *Coordinator) echoAllow(url string) (bool, time.Time) {
 }
 
 // echoRecord counts a delivery's outcome against url's breaker.
-func (c *Coordinator) echoRecord(url string, ok bool) {
+func (c *Service) echoRecord(url string, ok bool) {
 	now := c.k.Now()
-	l := c.echo
+	l := c.lanes
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.breakers[url]
@@ -193,16 +193,16 @@ func (c *Coordinator) echoRecord(url string, ok bool) {
 		l.breakers[url] = b
 	}
 	b.failures++
-	if b.probing || b.failures >= c.cfg.EchoBreakerFailures {
+	if b.probing || b.failures >= c.cfg.BreakerFailures {
 		if b.openUntil.IsZero() || b.probing {
-			c.k.Log.Warn("tracker echo: webhook breaker open", "failures", b.failures, "cooldown", c.cfg.EchoBreakerCooldown)
+			c.k.Log.Warn("tracker echo: webhook breaker open", "failures", b.failures, "cooldown", c.cfg.BreakerCooldown)
 		}
-		b.openUntil, b.probing = now.Add(c.cfg.EchoBreakerCooldown), false
+		b.openUntil, b.probing = now.Add(c.cfg.BreakerCooldown), false
 	}
 }
 
 // pruneBreakers forgets the breakers that are not open now; l.mu is held.
-func (l *echoLanes) pruneBreakers(now time.Time) {
+func (l *lanes) pruneBreakers(now time.Time) {
 	for url, b := range l.breakers {
 		if !b.probing && !now.Before(b.openUntil) {
 			delete(l.breakers, url)
