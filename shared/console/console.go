@@ -9,17 +9,23 @@
 // and sends it as a bearer header on every API call. Nothing is fetched
 // from anywhere but this origin (the Content-Security-Policy says so), so
 // the console works offline.
+//
+// Beside the files it serves the stage machine (StagesFile), built from
+// package fleet when the handler is made: the page keeps no copy of it.
 package console
 
 import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"encoding/json"
 	"io/fs"
 	"mime"
 	"net/http"
 	"path"
 	"strings"
+
+	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 // Prefix is where the console is served.
@@ -43,8 +49,14 @@ type Handler struct {
 	files map[string]file
 }
 
-// New loads the embedded files.
+// New loads the embedded files, and the stage machine of package fleet as
+// StagesFile.
 func New() *Handler {
+	return newHandler(stageMachine(fleet.Stages, fleet.Transitions, fleet.OperatorActions))
+}
+
+// newHandler serves the embedded files and m as StagesFile.
+func newHandler(m machine) *Handler {
 	h := &Handler{files: map[string]file{}}
 	sub, _ := fs.Sub(assets, "assets")
 	_ = fs.WalkDir(sub, ".", func(p string, d fs.DirEntry, err error) error {
@@ -55,15 +67,25 @@ func New() *Handler {
 		if err != nil {
 			return err
 		}
-		sum := sha256.Sum256(b)
-		ctype := mime.TypeByExtension(path.Ext(p))
-		if ctype == "" {
-			ctype = "application/octet-stream"
-		}
-		h.files[p] = file{body: b, ctype: ctype, etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
+		h.add(p, b)
 		return nil
 	})
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic("console: encode the stage machine: " + err.Error()) // plain strings: cannot fail
+	}
+	h.add(StagesFile, b)
 	return h
+}
+
+// add serves body as name, typed by its extension.
+func (h *Handler) add(name string, body []byte) {
+	sum := sha256.Sum256(body)
+	ctype := mime.TypeByExtension(path.Ext(name))
+	if ctype == "" {
+		ctype = "application/octet-stream"
+	}
+	h.files[name] = file{body: body, ctype: ctype, etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -4,18 +4,23 @@
 // reloads, and a failed call shows its error instead of an empty page.
 import { api, get, session, loadRoutes, has, streamEvents, fetchBlob } from './api.js';
 
-const STAGES = ['queued', 'blocked', 'assigned', 'building', 'review', 'testing', 'shipped', 'failed', 'dead_letter', 'cancelled'];
-const TERMINAL = new Set(['shipped', 'failed', 'dead_letter', 'cancelled']);
 const PRIORITIES = ['low', 'normal', 'high', 'critical'];
-// Which operator actions the stage machine allows from each stage.
-const ACTIONS = {
-  ship: ['testing', 'review'],
-  reject: ['testing', 'review'],
-  requeue: ['failed', 'dead_letter', 'cancelled'],
-  cancel: ['queued', 'blocked', 'assigned', 'building', 'review', 'testing'],
-};
 const POLL_MS = 2000;
 const PAGE = 25;
+
+// The stage machine is the server's (stages.json beside this file, built
+// from package fleet), so a stage or action added there shows here as is:
+// { stages: [...] in lifecycle order, terminal: [...], actions: [{ name,
+// from: [stages it applies in] }] in the order to offer them }. Read once;
+// a failed read is tried again by the next view that needs it.
+let machineP = null;
+function stageMachine() {
+  machineP ||= fetch(new URL('stages.json', import.meta.url), { cache: 'no-cache' }).then(r => {
+    if (!r.ok) throw new Error(`stage machine (stages.json): HTTP ${r.status}`);
+    return r.json();
+  }).catch(e => { machineP = null; throw e; });
+  return machineP;
+}
 
 const $ = sel => document.querySelector(sel);
 const main = $('#main');
@@ -292,7 +297,7 @@ async function runningJobs() {
 async function jobsView(r) {
   needProduct();
   const state = { stage: r.query.get('stage') || '', repo: '', priority: '', text: '', cursors: [''], page: 0, next: '' };
-  const [repos, metrics] = await Promise.all([get('/repos'), get('/metrics')]);
+  const [repos, metrics, { stages }] = await Promise.all([get('/repos'), get('/metrics'), stageMachine()]);
   const tabs = h('div', { class: 'tabs', role: 'group', 'aria-label': 'Stage' });
   const repoSel = h('select', { id: 'f-repo' }, h('option', { value: '' }, 'any'),
     (repos.items || []).map(x => h('option', { value: x.repo }, x.repo)));
@@ -301,7 +306,7 @@ async function jobsView(r) {
   const region = h('div', { 'aria-live': 'polite' });
   const pager = h('div', { class: 'pager' });
   function drawTabs(counts) {
-    tabs.replaceChildren(...['', ...STAGES].map(s => h('button', {
+    tabs.replaceChildren(...['', ...stages].map(s => h('button', {
       type: 'button', 'aria-pressed': String(state.stage === s),
       onclick: () => { state.stage = s; state.cursors = ['']; state.page = 0; history.replaceState(null, '', '#/jobs' + (s ? '?stage=' + s : '')); refresh(); },
     }, s ? s.replace('_', ' ') : 'all', counts && counts[s] !== undefined ? ` (${counts[s]})` : '')));
@@ -447,7 +452,7 @@ async function jobView(r) {
     const p = encodeURIComponent(id);
     // The job first, then what hangs off it: read together, the events
     // could predate the job and the badge show a stage the timeline lacks.
-    const j = await get(`/jobs/${p}`);
+    const [j, { actions: operatorActions }] = await Promise.all([get(`/jobs/${p}`), stageMachine()]);
     const [ev, rn, ex] = await Promise.all([get(`/jobs/${p}/events`), get(`/jobs/${p}/runs`),
       get(`/jobs/${p}/explain`).catch(e => ({ error: e }))]);
     job = j;
@@ -461,7 +466,7 @@ async function jobView(r) {
     head.replaceChildren(h('h2', {}, j.title, ' ', h('span', { id: 'job-stage' }, stageBadge(j.stage)),
       j.cancelRequested ? h('span', {}, ' ', badge('s-cancelled', 'cancelling')) : null),
     h('p', { class: 'note' }, h('span', { class: 'mono' }, j.id), ' · ', j.repo, ' · ', j.priority));
-    actions.replaceChildren(...Object.entries(ACTIONS).map(([a, from]) => h('button', {
+    actions.replaceChildren(...operatorActions.map(({ name: a, from }) => h('button', {
       type: 'button', class: a === 'ship' ? 'primary' : (a === 'reject' || a === 'cancel' ? 'danger' : null),
       disabled: !from.includes(j.stage) || (a === 'cancel' && j.cancelRequested), onclick: () => act(a),
       id: 'act-' + a,
