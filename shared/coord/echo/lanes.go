@@ -64,8 +64,8 @@ type echoResult struct {
 // lanes are the process's delivery lanes and breakers.
 type lanes struct {
 	mu       sync.Mutex
-	lanes    map[string]*productLane    // by product id
-	breakers map[string]*breaker // by webhook URL
+	lanes    map[string]*productLane // by product id
+	breakers map[string]*breaker     // by webhook URL
 }
 
 func newLanes() *lanes {
