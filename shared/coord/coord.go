@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/coord/echo"
+	"github.com/gigafactory/fleet/shared/coord/live"
 
 	"github.com/gigafactory/fleet/shared/blob"
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
@@ -213,7 +214,7 @@ type Coordinator struct {
 	publisher     Publisher
 	onFleetChange func(context.Context)
 	metricSources map[string]MetricsSource
-	live          *live
+	live          *live.Service
 	blobs         blob.Store
 	echo          *echo.Service
 }
@@ -260,20 +261,19 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	if c.publisher != nil {
 		c.onFleetChange = c.retryUnroutable
 	}
-	c.live = newLive(c, timers, cfg.LivePoll)
+	c.live = live.New(c.k, timers, cfg.LivePoll, c.effectiveHealth)
 	c.echo = echo.New(c.k, echo.Config{
 		Backoff: cfg.EchoBackoff, MaxBackoff: cfg.EchoMaxBackoff, Timeout: cfg.EchoTimeout,
 		Parallel: cfg.EchoParallel, BreakerFailures: cfg.EchoBreakerFailures, BreakerCooldown: cfg.EchoBreakerCooldown,
-	}, deps.Webhook, c, c)
-	c.k.Store = wakingStore{Store: deps.Store, live: c.live}
+	}, deps.Webhook, c, c.live)
+	c.k.Store = c.live.Waking(deps.Store)
 	// The seats the scheduler counts follow every lease granted or ended
 	// and every dispatch sent here, not only each refresh.
 	c.k.JobWritten = c.factories.noteJob
 	// What follows a committed transition: each feature registers its own
-	// observer, in this order (a run is recorded before its seat is given
-	// back, and both before dependants settle).
+	// observer, in this order (live, built above, records the ended run
+	// before its seat is given back, and both before dependants settle).
 	c.k.Observe(c.queueStateOnQueued)
-	c.k.Observe(c.recordEndedRun)
 	c.k.Observe(c.endAdmissionOnRunEnd)
 	c.k.Observe(c.settleOnEnd)
 	return c, nil

@@ -72,7 +72,7 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 		// The feed sees every job's latest version: it writes the events a
 		// writer that failed or died left in the job only (events.go). A
 		// failure fails the batch, so the host retries it.
-		if err := c.repairChanged(ctx, j); err != nil {
+		if err := c.live.RepairChanged(ctx, j); err != nil {
 			errs = append(errs, err)
 		} else if j.Stage.Terminal() {
 			c.k.Written.Forget(j.ID)

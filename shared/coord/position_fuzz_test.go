@@ -3,31 +3,31 @@ package coord_test
 import (
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/gigafactory/fleet/shared/coord/live"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/stretchr/testify/require"
 )
 
 // FuzzParsePosition: any stream id a client sends back either is refused
 // with ErrBadPosition or is a position whose id reads back as itself, so a
 // resumed stream resumes exactly where the id says.
 func FuzzParsePosition(f *testing.F) {
-	for _, s := range []string{"", "p1.", "p1.e30", coord.Position{Events: "1", Factories: "2"}.String(),
-		coord.Position{Events: "a\nb", Factories: "\x00"}.String(), "p1.eyJlIjoxLCJmIjoyfQ", "p2.e30"} {
+	for _, s := range []string{"", "p1.", "p1.e30", live.Position{Events: "1", Factories: "2"}.String(),
+		live.Position{Events: "a\nb", Factories: "\x00"}.String(), "p1.eyJlIjoxLCJmIjoyfQ", "p2.e30"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, id string) {
-		p, err := coord.ParsePosition(id)
+		p, err := live.ParsePosition(id)
 		if err != nil {
-			require.ErrorIs(t, err, coord.ErrBadPosition)
-			require.Equal(t, coord.Position{}, p)
+			require.ErrorIs(t, err, live.ErrBadPosition)
+			require.Equal(t, live.Position{}, p)
 			return
 		}
 		require.NotEmpty(t, p.Events)
 		require.NotEmpty(t, p.Factories)
 		s := p.String()
 		require.NotContains(t, s, "\n", "a stream id must fit on an SSE id line")
-		again, err := coord.ParsePosition(s)
+		again, err := live.ParsePosition(s)
 		require.NoError(t, err)
 		require.Equal(t, p, again)
 	})

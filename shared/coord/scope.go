@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/gigafactory/fleet/shared/coord/live"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -105,7 +107,7 @@ func (v *View) Factories(fs []*fleet.Factory) []*fleet.Factory {
 
 // Change returns ch with its factory as the view shows it. A product
 // stream carries only factories serving its product, which the view sees.
-func (v *View) Change(ch Change) Change {
+func (v *View) Change(ch live.Change) live.Change {
 	if ch.Factory != nil {
 		if seen := v.Factory(ch.Factory); seen != nil {
 			ch.Factory = seen

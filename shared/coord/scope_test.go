@@ -3,6 +3,8 @@ package coord_test
 import (
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/live"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -67,7 +69,7 @@ func TestViewShowsOnlyTheScope(t *testing.T) {
 			}
 			// The stored documents are untouched.
 			require.Equal(t, []string{prod, "p2"}, byID(all)["shared"].Products)
-			ch := v.Change(coord.Change{Type: coord.ChangeFactory, Factory: byID(all)["shared"]})
+			ch := v.Change(live.Change{Type: live.ChangeFactory, Factory: byID(all)["shared"]})
 			if f := got["shared"]; f != nil {
 				require.Equal(t, f, ch.Factory, "a stream's factory change shows the same view")
 			}

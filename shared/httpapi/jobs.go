@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"github.com/gigafactory/fleet/shared/coord/live"
 	"bytes"
 	"math"
 	"net/http"
@@ -369,12 +370,12 @@ func (s *server) jobEvents(w http.ResponseWriter, r *http.Request, p *principal)
 		return err
 	}
 	ctx := r.Context()
-	var sub *coord.Subscription
+	var sub *live.Subscription
 	if wait > 0 {
 		// The long-poll equivalent of the stream, for a client behind
 		// something that buffers responses: subscribed before the read,
 		// so an event written in between ends the wait.
-		if sub, err = s.coord.Subscribe(ctx, coord.Watch{JobID: id}); err != nil {
+		if sub, err = s.coord.Subscribe(ctx, live.Watch{JobID: id}); err != nil {
 			return err
 		}
 		defer sub.Close()

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"github.com/gigafactory/fleet/shared/coord/live"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -211,7 +212,7 @@ func (s *server) jobEventStream(w http.ResponseWriter, r *http.Request, p *princ
 	ctx := r.Context()
 	// Subscribe before the first read, so an event written in between
 	// wakes the stream instead of being missed.
-	sub, err := s.coord.Subscribe(ctx, coord.Watch{JobID: id})
+	sub, err := s.coord.Subscribe(ctx, live.Watch{JobID: id})
 	if err != nil {
 		return err
 	}
@@ -279,9 +280,9 @@ func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *p
 	if err != nil {
 		return err
 	}
-	var from *coord.Position
+	var from *live.Position
 	if v, field := resumeID(r); v != "" {
-		pos, err := coord.ParsePosition(v)
+		pos, err := live.ParsePosition(v)
 		if err != nil {
 			return fleet.Invalid(field, "is not an id of this stream: resume with the last id received, got %q", v)
 		}
@@ -293,7 +294,7 @@ func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *p
 	if err != nil {
 		return err
 	}
-	sub, err := s.coord.Subscribe(ctx, coord.Watch{ProductID: product})
+	sub, err := s.coord.Subscribe(ctx, live.Watch{ProductID: product})
 	if err != nil {
 		return err
 	}
@@ -305,7 +306,7 @@ func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *p
 		// holds everything after its start, which is not later than where
 		// the replay ends, so nothing falls in between (a change may come
 		// twice).
-		reached, err := s.coord.Replay(ctx, *from, product, func(changes []coord.Change, at coord.Position) error {
+		reached, err := s.coord.Replay(ctx, *from, product, func(changes []live.Change, at live.Position) error {
 			if err := queueChanges(out, view, changes); err != nil {
 				return err
 			}
@@ -381,7 +382,7 @@ func resumeField(r *http.Request) string {
 
 // queueChanges queues changes as the caller's view shows them: a shared
 // factory's other products and their repos are not the caller's to see.
-func queueChanges(out *sse, view *coord.View, changes []coord.Change) error {
+func queueChanges(out *sse, view *coord.View, changes []live.Change) error {
 	for _, ch := range changes {
 		if err := out.event(ch.ID.String(), ch.Type, view.Change(ch).Data()); err != nil {
 			return err
@@ -439,9 +440,9 @@ func (s *server) productEvents(w http.ResponseWriter, r *http.Request, p *princi
 	if err != nil {
 		return err
 	}
-	var from *coord.Position
+	var from *live.Position
 	if v := r.URL.Query().Get("after"); v != "" {
-		pos, err := coord.ParsePosition(v)
+		pos, err := live.ParsePosition(v)
 		if err != nil {
 			return fleet.Invalid("after", "is not a position of this product's events: pass the last position received, got %q", v)
 		}
@@ -454,19 +455,19 @@ func (s *server) productEvents(w http.ResponseWriter, r *http.Request, p *princi
 	}
 	// Subscribed before the replay, so nothing written in between is
 	// missed while waiting.
-	sub, err := s.coord.Subscribe(ctx, coord.Watch{ProductID: product})
+	sub, err := s.coord.Subscribe(ctx, live.Watch{ProductID: product})
 	if err != nil {
 		return err
 	}
 	defer sub.Close()
 	out := productChanges{Items: []productChange{}, Position: sub.Start.String()}
-	add := func(changes []coord.Change) {
+	add := func(changes []live.Change) {
 		for _, ch := range changes {
 			out.Items = append(out.Items, productChange{ID: ch.ID.String(), Type: ch.Type, Data: view.Change(ch).Data()})
 		}
 	}
 	if from != nil {
-		reached, err := s.coord.Replay(ctx, *from, product, func(changes []coord.Change, _ coord.Position) error {
+		reached, err := s.coord.Replay(ctx, *from, product, func(changes []live.Change, _ live.Position) error {
 			add(changes)
 			return nil
 		})

@@ -1,4 +1,7 @@
-package coord
+// Package live is the fleet's history as it happens: a job's events and
+// runs, and the live streams of them (one change-feed watcher per process,
+// fanned out to the subscribed streams). coord's façade calls it.
+package live
 
 import (
 	"context"
@@ -118,7 +121,7 @@ type Watch struct {
 
 // Subscription is one stream's share of the watcher.
 type Subscription struct {
-	live  *live
+	live  *Service
 	watch Watch
 	// Start is the position from which this subscription receives every
 	// change (product subscriptions).
@@ -149,8 +152,13 @@ const subscriberBuffer = 256
 // feedPage bounds one feed read of the watcher and of a replay.
 const feedPage = 100
 
-type live struct {
-	c      *Coordinator
+// Service reads a job's history and runs the process's live watcher. It is
+// safe for concurrent use.
+type Service struct {
+	k *kernel.Kernel
+	// health is a factory as the fleet sees it (its effective health),
+	// which is what a factory change on a stream shows.
+	health func(*fleet.Factory) *fleet.Factory
 	timers clock.Timers
 	poll   time.Duration
 
@@ -164,17 +172,24 @@ type live struct {
 	running bool
 }
 
-func newLive(c *Coordinator, timers clock.Timers, poll time.Duration) *live {
-	return &live{c: c, timers: timers, poll: poll, subs: map[*Subscription]struct{}{}, kick: make(chan struct{}, 1)}
+// New builds the service. It registers its observer (a run recorded when
+// a lease ends) with the kernel. health may be nil (factories as stored).
+func New(k *kernel.Kernel, timers clock.Timers, poll time.Duration, health func(*fleet.Factory) *fleet.Factory) *Service {
+	if health == nil {
+		health = func(f *fleet.Factory) *fleet.Factory { return f }
+	}
+	l := &Service{k: k, health: health, timers: timers, poll: poll, subs: map[*Subscription]struct{}{}, kick: make(chan struct{}, 1)}
+	k.Observe(l.recordEndedRun)
+	return l
 }
+
+// Waking wraps s so every write of this process to a container the watcher
+// follows wakes it: a stream sees the change without waiting for a poll.
+func (l *Service) Waking(s store.Store) store.Store { return wakingStore{Store: s, live: l} }
 
 // Subscribe follows a job or a product from now on. The first subscriber of
 // the process starts the watcher at the feeds' current ends.
-func (c *Coordinator) Subscribe(ctx context.Context, w Watch) (*Subscription, error) {
-	return c.live.subscribe(ctx, w)
-}
-
-func (l *live) subscribe(ctx context.Context, w Watch) (*Subscription, error) {
+func (l *Service) Subscribe(ctx context.Context, w Watch) (*Subscription, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.running {
@@ -200,7 +215,7 @@ func (l *live) subscribe(ctx context.Context, w Watch) (*Subscription, error) {
 	return s, nil
 }
 
-func (l *live) unsubscribe(s *Subscription) {
+func (l *Service) unsubscribe(s *Subscription) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.subs[s]; !ok {
@@ -214,26 +229,26 @@ func (l *live) unsubscribe(s *Subscription) {
 }
 
 // wake asks a running watcher to read the feeds now: this process wrote.
-func (l *live) wakeUp() {
+func (l *Service) wakeUp() {
 	select {
 	case l.kick <- struct{}{}:
 	default:
 	}
 }
 
-func (l *live) heads(ctx context.Context) (Position, error) {
-	e, err := l.c.k.Store.ChangesHead(ctx, store.Events)
+func (l *Service) heads(ctx context.Context) (Position, error) {
+	e, err := l.k.Store.ChangesHead(ctx, store.Events)
 	if err != nil {
 		return Position{}, fmt.Errorf("live events: head of %s: %w", store.Events, err)
 	}
-	f, err := l.c.k.Store.ChangesHead(ctx, store.Factories)
+	f, err := l.k.Store.ChangesHead(ctx, store.Factories)
 	if err != nil {
 		return Position{}, fmt.Errorf("live events: head of %s: %w", store.Factories, err)
 	}
 	return Position{Events: e, Factories: f}, nil
 }
 
-func (l *live) run(ctx context.Context, gen int, pos Position, done chan struct{}) {
+func (l *Service) run(ctx context.Context, gen int, pos Position, done chan struct{}) {
 	defer close(done)
 	t := l.timers.NewTicker(l.poll)
 	defer t.Stop()
@@ -244,10 +259,10 @@ func (l *live) run(ctx context.Context, gen int, pos Position, done chan struct{
 		case <-t.C():
 		case <-l.kick:
 		}
-		next, err := l.c.readChanges(ctx, pos, func(b []Change, at Position) { l.deliver(gen, b, at) })
+		next, err := l.readChanges(ctx, pos, func(b []Change, at Position) { l.deliver(gen, b, at) })
 		if err != nil {
 			if ctx.Err() == nil {
-				l.c.k.Log.WarnContext(ctx, "live events: change feed read failed; retrying at the next poll", "err", err)
+				l.k.Log.WarnContext(ctx, "live events: change feed read failed; retrying at the next poll", "err", err)
 			}
 		}
 		pos = next
@@ -256,7 +271,7 @@ func (l *live) run(ctx context.Context, gen int, pos Position, done chan struct{
 
 // deliver fans a page out. A product subscriber that cannot keep up is
 // dropped (Lost) rather than blocking everyone else.
-func (l *live) deliver(gen int, changes []Change, at Position) {
+func (l *Service) deliver(gen int, changes []Change, at Position) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if gen != l.gen {
@@ -302,9 +317,9 @@ func (l *live) deliver(gen int, changes []Change, at Position) {
 // ends, calling emit per page, and returns the position reached. A
 // continuation the store did not issue is ErrBadContinuation before any
 // emit.
-func (c *Coordinator) Replay(ctx context.Context, from Position, productID string, emit func([]Change, Position) error) (Position, error) {
+func (l *Service) Replay(ctx context.Context, from Position, productID string, emit func([]Change, Position) error) (Position, error) {
 	var emitErr error
-	pos, err := c.readChanges(ctx, from, func(all []Change, at Position) {
+	pos, err := l.readChanges(ctx, from, func(all []Change, at Position) {
 		if emitErr != nil {
 			return
 		}
@@ -325,13 +340,13 @@ func (c *Coordinator) Replay(ctx context.Context, from Position, productID strin
 // readChanges drains both feeds from pos, events first, calling page per
 // page read with the position after it, and returns the position reached
 // (as far as it got, on error).
-func (c *Coordinator) readChanges(ctx context.Context, pos Position, page func([]Change, Position)) (Position, error) {
+func (l *Service) readChanges(ctx context.Context, pos Position, page func([]Change, Position)) (Position, error) {
 	for _, feed := range []struct {
 		container string
 		cur       *string
 	}{{store.Events, &pos.Events}, {store.Factories, &pos.Factories}} {
 		for {
-			p, err := c.k.Store.ReadChanges(ctx, feed.container, *feed.cur, feedPage)
+			p, err := l.k.Store.ReadChanges(ctx, feed.container, *feed.cur, feedPage)
 			if err != nil {
 				return pos, err
 			}
@@ -345,9 +360,9 @@ func (c *Coordinator) readChanges(ctx context.Context, pos Position, page func([
 			*feed.cur = p.Continuation
 			changes := make([]Change, 0, len(p.Items))
 			for i, it := range p.Items {
-				ch, err := c.change(feed.container, it)
+				ch, err := l.change(feed.container, it)
 				if err != nil {
-					c.k.Log.WarnContext(ctx, "live events: undecodable change skipped", "container", feed.container, "id", it.ID, "err", err)
+					l.k.Log.WarnContext(ctx, "live events: undecodable change skipped", "container", feed.container, "id", it.ID, "err", err)
 					continue
 				}
 				ch.ID = before
@@ -362,7 +377,7 @@ func (c *Coordinator) readChanges(ctx context.Context, pos Position, page func([
 	return pos, nil
 }
 
-func (c *Coordinator) change(container string, it store.Item) (Change, error) {
+func (l *Service) change(container string, it store.Item) (Change, error) {
 	if container == store.Events {
 		ev, err := kernel.Decode[fleet.Event](it)
 		if err != nil {
@@ -375,7 +390,7 @@ func (c *Coordinator) change(container string, it store.Item) (Change, error) {
 		return Change{}, err
 	}
 	f.Rev = it.Rev
-	return Change{Type: ChangeFactory, Factory: c.effectiveHealth(f)}, nil
+	return Change{Type: ChangeFactory, Factory: l.health(f)}, nil
 }
 
 // wakingStore wakes the live watcher after every write of this process to a
@@ -383,7 +398,7 @@ func (c *Coordinator) change(container string, it store.Item) (Change, error) {
 // next poll.
 type wakingStore struct {
 	store.Store
-	live *live
+	live *Service
 }
 
 func (s wakingStore) wrote(container string, err error) {

@@ -1,4 +1,4 @@
-package coord
+package live
 
 import (
 	"cmp"
@@ -13,34 +13,34 @@ import (
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
-// repairChanged writes the recent events of a changed job (a change-feed
+// RepairChanged writes the recent events of a changed job (a change-feed
 // copy) that the container lacks, unless this process saw them written.
-func (c *Coordinator) repairChanged(ctx context.Context, j *fleet.Job) error {
-	if len(j.RecentEvents) == 0 || c.k.Written.Has(j.ID, j.EventSeq) {
+func (l *Service) RepairChanged(ctx context.Context, j *fleet.Job) error {
+	if len(j.RecentEvents) == 0 || l.k.Written.Has(j.ID, j.EventSeq) {
 		return nil
 	}
-	if _, err := c.k.Materialize(ctx, j.Recent(), nil); err != nil {
+	if _, err := l.k.Materialize(ctx, j.Recent(), nil); err != nil {
 		return fmt.Errorf("repair events of job %s: %w", j.ID, err)
 	}
 	// Everything before the ring left it checked, so all up to EventSeq
 	// is written.
-	c.k.Written.Checked(j.ID, j.EventSeq)
+	l.k.Written.Checked(j.ID, j.EventSeq)
 	return nil
 }
 
 // Events lists a job's events after seq `after`, oldest first: the events
 // container's, with any the job holds that it lacks yet (those are
 // written now too).
-func (c *Coordinator) Events(ctx context.Context, productID, jobID string, after int64, limit int) ([]fleet.Event, error) {
+func (l *Service) Events(ctx context.Context, productID, jobID string, after int64, limit int) ([]fleet.Event, error) {
 	// The container first, the job second: an event is written only after
 	// its job's change committed, so every seq the container holds is at
 	// most the job's EventSeq as read next, and the job's ring holds every
 	// seq up to it that may still be missing.
-	items, err := c.k.QueryAll(ctx, store.Events, store.Query{PartitionKey: jobID})
+	items, err := l.k.QueryAll(ctx, store.Events, store.Query{PartitionKey: jobID})
 	if err != nil {
 		return nil, err
 	}
-	j, err := c.GetJob(ctx, productID, jobID)
+	j, err := l.k.GetJob(ctx, productID, jobID)
 	if err != nil {
 		return nil, err
 	}
@@ -59,14 +59,14 @@ func (c *Coordinator) Events(ctx context.Context, productID, jobID string, after
 	var missing []fleet.Event
 	for _, ev := range j.Recent() {
 		// Past the container's TTL an event is gone on purpose.
-		if !present[ev.Seq] && c.k.Now().Sub(ev.At) < store.EventsTTL {
+		if !present[ev.Seq] && l.k.Now().Sub(ev.At) < store.EventsTTL {
 			missing = append(missing, ev)
 		}
 	}
 	if len(missing) > 0 {
-		if _, err := c.k.Materialize(context.WithoutCancel(ctx), missing, present); err != nil {
+		if _, err := l.k.Materialize(context.WithoutCancel(ctx), missing, present); err != nil {
 			// Shown anyway: the job holds them, committed.
-			c.k.Log.WarnContext(ctx, "events: repair on read failed", "job", jobID, "err", err)
+			l.k.Log.WarnContext(ctx, "events: repair on read failed", "job", jobID, "err", err)
 		}
 		for _, ev := range missing {
 			if ev.Seq > after {
@@ -84,7 +84,7 @@ func (c *Coordinator) Events(ctx context.Context, productID, jobID string, after
 // recordRun writes the run that ends when a lease is released or revoked.
 // Runs are written once, at their end; the run in progress is the job's
 // lease, which Runs shows alongside.
-func (c *Coordinator) recordRun(ctx context.Context, before *fleet.Job, result fleet.RunResult, reason string) {
+func (l *Service) recordRun(ctx context.Context, before *fleet.Job, result fleet.RunResult, reason string) {
 	run := fleet.Run{
 		ID:         fleet.RunID(before.ID, before.LeaseEpoch),
 		JobID:      before.ID,
@@ -94,25 +94,25 @@ func (c *Coordinator) recordRun(ctx context.Context, before *fleet.Job, result f
 		Result:     result,
 		Reason:     reason,
 		StartedAt:  before.LeaseAcquiredAt,
-		EndedAt:    c.k.Now(),
+		EndedAt:    l.k.Now(),
 	}
 	withReport(&run, before)
 	body, err := json.Marshal(run)
 	if err == nil {
-		_, err = c.k.Store.Upsert(ctx, store.Runs, run.JobID, run.ID, body)
+		_, err = l.k.Store.Upsert(ctx, store.Runs, run.JobID, run.ID, body)
 	}
 	if err != nil {
-		c.k.Log.ErrorContext(ctx, "run not recorded", "job", before.ID, "epoch", before.LeaseEpoch, "err", err)
+		l.k.Log.ErrorContext(ctx, "run not recorded", "job", before.ID, "epoch", before.LeaseEpoch, "err", err)
 	}
 }
 
 // Runs lists a job's runs, the one in progress (if any) last.
-func (c *Coordinator) Runs(ctx context.Context, productID, jobID string) ([]fleet.Run, error) {
-	j, err := c.GetJob(ctx, productID, jobID)
+func (l *Service) Runs(ctx context.Context, productID, jobID string) ([]fleet.Run, error) {
+	j, err := l.k.GetJob(ctx, productID, jobID)
 	if err != nil {
 		return nil, err
 	}
-	items, err := c.k.QueryAll(ctx, store.Runs, store.Query{PartitionKey: jobID})
+	items, err := l.k.QueryAll(ctx, store.Runs, store.Query{PartitionKey: jobID})
 	if err != nil {
 		return nil, err
 	}
@@ -155,8 +155,8 @@ func withReport(run *fleet.Run, j *fleet.Job) {
 
 // recordEndedRun observes transitions: a released or revoked lease ends a
 // run, recorded once, at its end.
-func (c *Coordinator) recordEndedRun(ctx context.Context, t kernel.Transition) {
+func (l *Service) recordEndedRun(ctx context.Context, t kernel.Transition) {
 	if t.EndsRun() {
-		c.recordRun(ctx, t.Before, t.Run, t.Message)
+		l.recordRun(ctx, t.Before, t.Run, t.Message)
 	}
 }
