@@ -1,11 +1,12 @@
 package httpapi
 
 import (
-	"github.com/gigafactory/fleet/shared/coord/live"
 	"bytes"
 	"math"
 	"net/http"
 	"strings"
+
+	"github.com/gigafactory/fleet/shared/coord/live"
 
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"

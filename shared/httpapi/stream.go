@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"github.com/gigafactory/fleet/shared/coord/live"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gigafactory/fleet/shared/coord/live"
 
 	"github.com/gigafactory/fleet/shared/store"
 
