@@ -215,7 +215,7 @@ func (c *Coordinator) ListFactories(ctx context.Context, productID string) ([]*f
 // starts from this process's last copy of the document when it has one, so
 // a steady heartbeat costs one write and no read.
 func (c *Coordinator) mutateFactory(ctx context.Context, id string, fn func(f *fleet.Factory) error) (*fleet.Factory, error) {
-	f, written, err := kernel.CAS(ctx, c.k, factoryDocs.WithCache(c.factoryDocs), id, id, func(f *fleet.Factory) error {
+	f, written, err := kernel.CAS(ctx, c.k, kernel.FactoryDocs.WithCache(c.factoryDocs), id, id, func(f *fleet.Factory) error {
 		if err := fn(f); err != nil {
 			return err
 		}
@@ -438,7 +438,7 @@ func (c *Coordinator) revokeTokenID(ctx context.Context, hash string) error {
 	// the first drop, and the second one voids its cache entry.
 	c.tokens.drop(hash)
 	defer c.tokens.drop(hash)
-	_, _, err := kernel.CAS(ctx, c.k, tokenDocs, hash, hash, func(t *fleet.Token) error {
+	_, _, err := kernel.CAS(ctx, c.k, kernel.TokenDocs, hash, hash, func(t *fleet.Token) error {
 		if t.Revoked {
 			return kernel.ErrNoChange
 		}

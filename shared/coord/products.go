@@ -367,7 +367,7 @@ func (c *Coordinator) claimRepo(ctx context.Context, i int, repo, product string
 // unlistRepo removes repo from product's list, by compare-and-swap.
 func (c *Coordinator) unlistRepo(ctx context.Context, product, repo string) error {
 	defer c.products.drop(product)
-	_, _, err := kernel.CAS(ctx, c.k, productDocs, product, product, func(p *fleet.Product) error {
+	_, _, err := kernel.CAS(ctx, c.k, kernel.ProductDocs, product, product, func(p *fleet.Product) error {
 		if !slices.Contains(p.Repos, repo) {
 			return kernel.ErrNoChange
 		}

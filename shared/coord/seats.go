@@ -60,7 +60,7 @@ func (c *Coordinator) takeSeat(ctx context.Context, j *fleet.Job) (*seatClaim, e
 		c.reclaimSeats(ctx, j.ProductID, func(id string, _ fleet.Seat) bool { return id == j.ID })
 	}
 	for try := 0; ; try++ {
-		_, _, err = kernel.CAS(ctx, c.k, productDocs, j.ProductID, j.ProductID, func(p *fleet.Product) error {
+		_, _, err = kernel.CAS(ctx, c.k, kernel.ProductDocs, j.ProductID, j.ProductID, func(p *fleet.Product) error {
 			if !p.Capped() {
 				return kernel.ErrNoChange // uncapped meanwhile: nothing to hold
 			}
@@ -100,7 +100,7 @@ func (c *Coordinator) giveBackSeat(ctx context.Context, s *seatClaim) {
 // freeSeat frees the seat of job's run at epoch; it reports whether there
 // was one.
 func (c *Coordinator) freeSeat(ctx context.Context, productID, jobID string, epoch int64) (bool, error) {
-	_, written, err := kernel.CAS(ctx, c.k, productDocs, productID, productID, func(p *fleet.Product) error {
+	_, written, err := kernel.CAS(ctx, c.k, kernel.ProductDocs, productID, productID, func(p *fleet.Product) error {
 		if !p.FreeSeat(jobID, epoch) {
 			return kernel.ErrNoChange
 		}
@@ -138,7 +138,7 @@ func (c *Coordinator) reclaimSeats(ctx context.Context, productID string, pick f
 		return 0
 	}
 	n := 0
-	_, _, err = kernel.CAS(ctx, c.k, productDocs, productID, productID, func(p *fleet.Product) error {
+	_, _, err = kernel.CAS(ctx, c.k, kernel.ProductDocs, productID, productID, func(p *fleet.Product) error {
 		n = 0
 		for id, epoch := range over {
 			if p.FreeSeat(id, epoch) {

@@ -44,8 +44,14 @@ type DocKind[T any] struct {
 	SetRev func(*T, string)
 }
 
-// JobDocs is the job's document kind; MutateJob reads it through the job cache.
-var JobDocs = DocKind[fleet.Job]{Name: "job", Container: store.Jobs, SetRev: func(j *fleet.Job, r string) { j.Rev = r }}
+// The document kinds more than one use-case package writes with CAS.
+var (
+	// JobDocs: MutateJob reads it through the job cache.
+	JobDocs     = DocKind[fleet.Job]{Name: "job", Container: store.Jobs, SetRev: func(j *fleet.Job, r string) { j.Rev = r }}
+	FactoryDocs = DocKind[fleet.Factory]{Name: "factory", Container: store.Factories, SetRev: func(f *fleet.Factory, r string) { f.Rev = r }}
+	TokenDocs   = DocKind[fleet.Token]{Name: "token", Container: store.Tokens, SetRev: func(t *fleet.Token, r string) { t.Rev = r }}
+	ProductDocs = DocKind[fleet.Product]{Name: "product", Container: store.Products, SetRev: func(p *fleet.Product, r string) { p.Rev = r }}
+)
 
 // WithCache returns k reading through cache.
 func (k DocKind[T]) WithCache(cache *ItemCache) DocKind[T] {
