@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/stretchr/testify/require"
@@ -131,11 +133,11 @@ func newFixture(t *testing.T) *fixture {
 	_, err = f.c.PutProduct(ctx, "p1", "Product one", []string{"notes"})
 	require.NoError(t, err)
 	caps := []string{"os:linux", "engine:claude", "has:git"}
-	_, secret, err := f.c.Enroll(ctx, coord.EnrollRequest{FactoryID: "f1", Capabilities: caps, SeatLimit: 2})
+	_, secret, err := f.c.Enroll(ctx, catalog.EnrollRequest{FactoryID: "f1", Capabilities: caps, SeatLimit: 2})
 	require.NoError(t, err)
 	tok, err := f.c.AuthenticateFactory(ctx, secret)
 	require.NoError(t, err)
-	_, err = f.c.Heartbeat(ctx, tok, coord.Heartbeat{Capabilities: caps, Repos: []string{"notes"}})
+	_, err = f.c.Heartbeat(ctx, tok, catalog.Heartbeat{Capabilities: caps, Repos: []string{"notes"}})
 	require.NoError(t, err)
 	j, created, err := f.c.Submit(ctx, "p1", []byte("---\nrepo: notes\ntitle: a job\ncapabilities: [engine:claude]\n---\nDo the thing.\n"))
 	require.NoError(t, err)

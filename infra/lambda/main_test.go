@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/stretchr/testify/require"
 
@@ -332,11 +334,11 @@ func TestScheduledEvents(t *testing.T) {
 	_, err := c.PutProduct(ctx, "p1", "Product one", []string{"notes"})
 	require.NoError(t, err)
 	caps := []string{"os:linux", "engine:claude"}
-	_, secret, err := c.Enroll(ctx, coord.EnrollRequest{FactoryID: "f1", Capabilities: caps})
+	_, secret, err := c.Enroll(ctx, catalog.EnrollRequest{FactoryID: "f1", Capabilities: caps})
 	require.NoError(t, err)
 	tok, err := c.AuthenticateFactory(ctx, secret)
 	require.NoError(t, err)
-	_, err = c.Heartbeat(ctx, tok, coord.Heartbeat{Capabilities: caps, Repos: []string{"notes"}})
+	_, err = c.Heartbeat(ctx, tok, catalog.Heartbeat{Capabilities: caps, Repos: []string{"notes"}})
 	require.NoError(t, err)
 	j, _, err := c.Submit(ctx, "p1", []byte("---\nrepo: notes\ntitle: t\ncapabilities: [engine:claude]\n---\nx\n"))
 	require.NoError(t, err)

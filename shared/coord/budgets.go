@@ -303,7 +303,7 @@ func budgetError(productID string, err error) error {
 // dispatch is routed again (dispatch applies admission, so the ones still
 // held stay).
 func (c *Coordinator) releaseHeld(ctx context.Context, productID string) {
-	c.bumpQueueState(ctx, productID)
+	c.catalog.BumpQueueState(ctx, productID)
 	if c.publisher == nil {
 		return
 	}

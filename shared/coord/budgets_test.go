@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/stretchr/testify/require"
@@ -204,7 +206,7 @@ func TestBudgetPauseResume(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, queued, 2, "the two left stay queued")
 	waiting := queued[0].ID
-	ex, err := e.c.Explain(e.ctx, coord.Scope{}, prod, waiting)
+	ex, err := e.c.Explain(e.ctx, catalog.Scope{}, prod, waiting)
 	require.NoError(t, err)
 	require.NotNil(t, ex.Budget)
 	require.Equal(t, fleet.HoldPaused, ex.Budget.Kind)
@@ -235,7 +237,7 @@ func TestBudgetPauseResume(t *testing.T) {
 	cl, err = e.c.Claim(e.ctx, e.as("f1"))
 	require.NoError(t, err)
 	require.Nil(t, cl)
-	ex, err = e.c.Explain(e.ctx, coord.Scope{}, prod, waiting)
+	ex, err = e.c.Explain(e.ctx, catalog.Scope{}, prod, waiting)
 	require.NoError(t, err)
 	require.Equal(t, fleet.HoldCeiling, ex.Budget.Kind)
 
@@ -245,7 +247,7 @@ func TestBudgetPauseResume(t *testing.T) {
 	if got.Job.ID == other {
 		other = waiting
 	}
-	ex, err = e.c.Explain(e.ctx, coord.Scope{}, prod, other)
+	ex, err = e.c.Explain(e.ctx, catalog.Scope{}, prod, other)
 	require.NoError(t, err)
 	require.Nil(t, ex.Budget)
 }

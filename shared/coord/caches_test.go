@@ -4,11 +4,12 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 )
@@ -18,7 +19,7 @@ import (
 func TestTokenCacheBoundsRevocation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	_, secret, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
+	_, secret, err := e.c.Enroll(e.ctx, catalog.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
 	require.NoError(t, err)
 	other := e.peer()
 	_, err = other.AuthenticateFactory(e.ctx, secret)
@@ -26,7 +27,7 @@ func TestTokenCacheBoundsRevocation(t *testing.T) {
 
 	require.NoError(t, e.c.RevokeToken(e.ctx, "f1"))
 	_, err = e.c.AuthenticateFactory(e.ctx, secret)
-	require.ErrorIs(t, err, coord.ErrUnauthenticated, "the revoking process refuses it at once")
+	require.ErrorIs(t, err, catalog.ErrUnauthenticated, "the revoking process refuses it at once")
 
 	ttl := e.c.Config().TokenCacheTTL
 	e.clock.Advance(ttl / 2)
@@ -34,7 +35,7 @@ func TestTokenCacheBoundsRevocation(t *testing.T) {
 	require.NoError(t, err, "another process may trust its cached copy within the TTL")
 	e.clock.Advance(ttl / 2)
 	_, err = other.AuthenticateFactory(e.ctx, secret)
-	require.ErrorIs(t, err, coord.ErrUnauthenticated, "and refuses it once the TTL has passed")
+	require.ErrorIs(t, err, catalog.ErrUnauthenticated, "and refuses it once the TTL has passed")
 }
 
 // TestSteadyHeartbeatReadsNothing: once a factory's token and document are
@@ -43,9 +44,9 @@ func TestSteadyHeartbeatReadsNothing(t *testing.T) {
 	t.Parallel()
 	var counted *storecount.Store
 	e := newEnv(t, countingStore(&counted))
-	_, secret, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
+	_, secret, err := e.c.Enroll(e.ctx, catalog.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
 	require.NoError(t, err)
-	hb := coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}, Health: fleet.HealthOK}
+	hb := catalog.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}, Health: fleet.HealthOK}
 	tok, err := e.c.AuthenticateFactory(e.ctx, secret)
 	require.NoError(t, err)
 	_, err = e.c.Heartbeat(e.ctx, tok, hb)
@@ -66,7 +67,7 @@ func TestSteadyHeartbeatReadsNothing(t *testing.T) {
 
 	// Another writer's change is not lost: the cached revision fails its CAS
 	// and the heartbeat re-reads.
-	_, err = e.peer().Heartbeat(e.ctx, tok, coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo, "api"}, Health: fleet.HealthOK})
+	_, err = e.peer().Heartbeat(e.ctx, tok, catalog.Heartbeat{Capabilities: baseCaps, Repos: []string{repo, "api"}, Health: fleet.HealthOK})
 	require.NoError(t, err)
 	hb.Load = 9
 	f, err := e.c.Heartbeat(e.ctx, tok, hb)

@@ -3,6 +3,8 @@ package coord_test
 import (
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/stretchr/testify/require"
@@ -34,7 +36,7 @@ func TestCASGivesUpWithTypedConflict(t *testing.T) {
 			h.setBeforeFactoryReplace(func(string, string) error { return store.ErrPrecondition })
 		}, func(e *env, _ string) error {
 			tok, _ := e.toks.Load("f1")
-			_, err := e.c.Heartbeat(e.ctx, tok.(*fleet.Token), coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}, Load: 1})
+			_, err := e.c.Heartbeat(e.ctx, tok.(*fleet.Token), catalog.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}, Load: 1})
 			return err
 		}},
 		{"token", "token", func(h *hookStore) {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/stretchr/testify/require"
@@ -32,7 +34,7 @@ func seedJobs(t *testing.T, ctx context.Context, c *coord.Coordinator, s store.S
 		pid := productName(p)
 		// A repo has one owner: each product takes it in turn to submit its
 		// first job (claims route by repo, not by owner).
-		_, err := c.DeclareProduct(ctx, coord.ProductRequest{ID: pid, Repos: []string{repo}, MoveRepos: true})
+		_, err := c.DeclareProduct(ctx, catalog.ProductRequest{ID: pid, Repos: []string{repo}, MoveRepos: true})
 		require.NoError(t, err)
 		tmpl, created, err := c.Submit(ctx, pid, manifest("title: job 0 of "+pid))
 		require.NoError(t, err)

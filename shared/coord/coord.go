@@ -12,6 +12,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
 	"github.com/gigafactory/fleet/shared/coord/echo"
 	"github.com/gigafactory/fleet/shared/coord/live"
 
@@ -207,12 +208,8 @@ type Deps struct {
 type Coordinator struct {
 	k             *kernel.Kernel
 	cfg           Config
-	factoryDocs   *kernel.ItemCache
-	factories     *factoryCache
-	tokens        *tokenCache
-	products      *productCache
 	publisher     Publisher
-	onFleetChange func(context.Context)
+	catalog       *catalog.Service
 	metricSources map[string]MetricsSource
 	live          *live.Service
 	blobs         blob.Store
@@ -250,34 +247,55 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 			ChangeFeed: cfg.ChangeFeed,
 		},
 		cfg:           cfg,
-		factoryDocs:   kernel.NewItemCache(4096),
-		factories:     newFactoryCache(cfg.FactoryCacheTTL, cfg.RedispatchAfter),
-		tokens:        &tokenCache{entries: map[string]tokenEntry{}},
-		products:      &productCache{ttl: cfg.FactoryCacheTTL, entries: map[string]productEntry{}},
 		publisher:     deps.Publisher,
 		metricSources: maps.Clone(deps.Metrics),
 		blobs:         deps.Blobs,
 	}
+	// The packages behind the façade, each registering its own observer of
+	// committed transitions, in this order: live records the ended run,
+	// catalog moves the queue state, admission gives the seat back, and
+	// dependants settle last.
+	var onFleetChange func(context.Context)
 	if c.publisher != nil {
-		c.onFleetChange = c.retryUnroutable
+		onFleetChange = c.retryUnroutable
 	}
-	c.live = live.New(c.k, timers, cfg.LivePoll, c.effectiveHealth)
+	c.catalog = catalog.New(c.k, catalog.Config{
+		StaleAfter: cfg.StaleAfter, DownAfter: cfg.DownAfter,
+		FactoryCacheTTL: cfg.FactoryCacheTTL, TokenCacheTTL: cfg.TokenCacheTTL,
+		RedispatchAfter: cfg.RedispatchAfter,
+	}, catalog.Deps{Life: lifecycle{c}, Targets: lifecycle{c}, OnFleetChange: onFleetChange})
+	c.live = live.New(c.k, timers, cfg.LivePoll, c.catalog.EffectiveHealth)
 	c.echo = echo.New(c.k, echo.Config{
 		Backoff: cfg.EchoBackoff, MaxBackoff: cfg.EchoMaxBackoff, Timeout: cfg.EchoTimeout,
 		Parallel: cfg.EchoParallel, BreakerFailures: cfg.EchoBreakerFailures, BreakerCooldown: cfg.EchoBreakerCooldown,
-	}, deps.Webhook, c, c.live)
+	}, deps.Webhook, c.catalog, c.live)
 	c.k.Store = c.live.Waking(deps.Store)
 	// The seats the scheduler counts follow every lease granted or ended
 	// and every dispatch sent here, not only each refresh.
-	c.k.JobWritten = c.factories.noteJob
-	// What follows a committed transition: each feature registers its own
-	// observer, in this order (live, built above, records the ended run
-	// before its seat is given back, and both before dependants settle).
-	c.k.Observe(c.queueStateOnQueued)
+	c.k.JobWritten = c.catalog.NoteJob
 	c.k.Observe(c.endAdmissionOnRunEnd)
 	c.k.Observe(c.settleOnEnd)
 	return c, nil
 }
+
+// lifecycle is what the packages behind the façade may ask of the job
+// lifecycle and admission (catalog.Lifecycle, catalog.Targets), without
+// those use cases joining Coordinator's exported API.
+type lifecycle struct{ c *Coordinator }
+
+func (l lifecycle) LeasedJobs(ctx context.Context, productID string) ([]*fleet.Job, error) {
+	return l.c.leasedJobs(ctx, productID)
+}
+
+func (l lifecycle) LeasedSeats(ctx context.Context, productID string) (map[string]fleet.Seat, error) {
+	return l.c.leasedSeats(ctx, productID)
+}
+
+func (l lifecycle) ReleaseHeld(ctx context.Context, productID string) {
+	l.c.releaseHeld(ctx, productID)
+}
+
+func (l lifecycle) CheckTarget(rawURL string) error { return l.c.echo.CheckTarget(rawURL) }
 
 // GetJob reads one job. Without productID (an operator's global lookup)
 // it queries across products by id.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
@@ -143,7 +145,7 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 		d.Skipped = SkipNoTransport
 		return d, nil
 	}
-	factories, err := c.listFactories(ctx)
+	factories, err := c.catalog.Factories(ctx)
 	if err != nil {
 		return d, err
 	}
@@ -258,8 +260,8 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 	if len(errs) == 0 && blocked == 0 && len(queued) == 0 {
 		c.k.MarkQuiet(ctx, view)
 	}
-	c.factories.invalidate()
-	factories, err := c.listFactories(ctx)
+	c.catalog.InvalidateFactories()
+	factories, err := c.catalog.Factories(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -395,7 +397,7 @@ type ProfileExplanation struct {
 // would now. The factories it cannot see serve none of the job's product
 // (the job's product is in scope), so leaving them out changes no verdict,
 // only the counts in the reason.
-func (c *Coordinator) Explain(ctx context.Context, scope Scope, productID, jobID string) (*Explanation, error) {
+func (c *Coordinator) Explain(ctx context.Context, scope catalog.Scope, productID, jobID string) (*Explanation, error) {
 	j, err := c.GetJob(ctx, productID, jobID)
 	if err != nil {
 		return nil, err
@@ -403,11 +405,11 @@ func (c *Coordinator) Explain(ctx context.Context, scope Scope, productID, jobID
 	if !scope.Allows(j.ProductID) {
 		return nil, kernel.NotFound("job", jobID)
 	}
-	factories, err := c.listFactories(ctx)
+	factories, err := c.catalog.Factories(ctx)
 	if err != nil {
 		return nil, err
 	}
-	factories = scope.visible(c.factories.withoutOffer(factories, j.ID))
+	factories = scope.Visible(c.catalog.WithoutOffer(factories, j.ID))
 	e := &Explanation{
 		JobID: j.ID, Stage: j.Stage, TargetFactoryID: j.TargetFactoryID, DispatchEpoch: j.DispatchEpoch,
 		Dispatch: j.Dispatch, Schedule: schedule.Explain(j, factories, c.k.Now(), c.cfg.Weights),

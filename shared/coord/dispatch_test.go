@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/stretchr/testify/require"
@@ -176,7 +178,7 @@ func TestDispatchUnroutable(t *testing.T) {
 	require.Empty(t, e.job(j.ID).TargetFactoryID)
 
 	// Its first heartbeat reports the repo: the fleet-change hook routes it.
-	_, err = e.c.Heartbeat(e.ctx, tok, coord.Heartbeat{Capabilities: append([]string{"gpu:a100"}, baseCaps...), Repos: []string{repo}})
+	_, err = e.c.Heartbeat(e.ctx, tok, catalog.Heartbeat{Capabilities: append([]string{"gpu:a100"}, baseCaps...), Repos: []string{repo}})
 	require.NoError(t, err)
 	msgs := pub.sent()
 	require.Len(t, msgs, 1)
@@ -193,8 +195,8 @@ func TestDispatchUnroutable(t *testing.T) {
 // enrollOnly enrolls a factory without a heartbeat.
 func (e *env) enrollOnly(id string, opts ...factoryOpt) *fleet.Token {
 	e.t.Helper()
-	req := coord.EnrollRequest{FactoryID: id, Capabilities: baseCaps, SeatLimit: 4}
-	var hb coord.Heartbeat
+	req := catalog.EnrollRequest{FactoryID: id, Capabilities: baseCaps, SeatLimit: 4}
+	var hb catalog.Heartbeat
 	for _, o := range opts {
 		o(&req, &hb)
 	}
@@ -378,7 +380,7 @@ func TestMessageID(t *testing.T) {
 func TestDispatchBusyReasonKeptAcrossCounts(t *testing.T) {
 	t.Parallel()
 	e, _ := dispatchEnv(t)
-	full := func(r *coord.EnrollRequest, hb *coord.Heartbeat) { r.SeatLimit, hb.Load = 1, 1 }
+	full := func(r *catalog.EnrollRequest, hb *catalog.Heartbeat) { r.SeatLimit, hb.Load = 1, 1 }
 	e.factory("f1", full)
 	j := e.submit()
 	_, err := e.c.DispatchChanged(e.ctx, e.feed("").Items)

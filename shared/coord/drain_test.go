@@ -3,6 +3,8 @@ package coord_test
 import (
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -34,7 +36,7 @@ func TestDrain(t *testing.T) {
 	none, err := e.c.Claim(e.ctx, e.as("f1"))
 	require.NoError(t, err)
 	require.Nil(t, none, "a draining factory claims nothing new")
-	ex, err := e.c.Explain(e.ctx, coord.Scope{}, prod, waiting.ID)
+	ex, err := e.c.Explain(e.ctx, catalog.Scope{}, prod, waiting.ID)
 	require.NoError(t, err)
 	require.False(t, ex.Schedule.Routable)
 	require.Equal(t, "no eligible factory: 1 is draining", ex.Schedule.Reason)

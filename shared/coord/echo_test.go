@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/coord/echo"
 
 	"github.com/gigafactory/fleet/shared/store"
@@ -158,8 +160,8 @@ func newEchoEnvWith(t *testing.T, cfg coord.Config) *echoEnv {
 			d.Webhook = hook
 			d.Log = slog.New(slog.NewJSONHandler(lockedWriter{mu, logs}, nil))
 		}))
-	_, err := e.c.DeclareProduct(e.ctx, coord.ProductRequest{ID: prod, Repos: []string{repo, "api"},
-		Tracker: &coord.TrackerChange{WebhookURL: hookURL, Secret: hookSecret}})
+	_, err := e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Repos: []string{repo, "api"},
+		Tracker: &catalog.TrackerChange{WebhookURL: hookURL, Secret: hookSecret}})
 	require.NoError(t, err)
 	return &echoEnv{env: e, hook: hook, logs: logs, mu: mu}
 }
@@ -367,8 +369,8 @@ func TestEchoWaitsForAMissingEvent(t *testing.T) {
 func TestEchoDownWebhookBlocksOnlyItsJobs(t *testing.T) {
 	t.Parallel()
 	e := newEchoEnv(t)
-	_, err := e.c.DeclareProduct(e.ctx, coord.ProductRequest{ID: "p2", Repos: []string{"docs"},
-		Tracker: &coord.TrackerChange{WebhookURL: downURL, Secret: hookSecret}})
+	_, err := e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: "p2", Repos: []string{"docs"},
+		Tracker: &catalog.TrackerChange{WebhookURL: downURL, Secret: hookSecret}})
 	require.NoError(t, err)
 	e.hook.setDown(downURL, true)
 	stuck, _, err := e.c.Ingest(e.ctx, coord.IngestRequest{ProductID: "p2", Ref: fleet.TrackerRef{Source: "jira", ItemID: "X-1", Revision: 1}, Manifest: manifest("repo: docs")})

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/coord/echo"
 
 	"github.com/gigafactory/fleet/shared/store"
@@ -79,8 +81,8 @@ func TestEchoTarpitDelaysOnlyItsProduct(t *testing.T) {
 	e.hook.entered = make(chan string, 64)
 	release := make(chan struct{})
 	e.hook.hold = map[string]chan struct{}{tarpitURL: release}
-	_, err := e.c.DeclareProduct(e.ctx, coord.ProductRequest{ID: "p2", Repos: []string{"docs"},
-		Tracker: &coord.TrackerChange{WebhookURL: tarpitURL, Secret: hookSecret}})
+	_, err := e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: "p2", Repos: []string{"docs"},
+		Tracker: &catalog.TrackerChange{WebhookURL: tarpitURL, Secret: hookSecret}})
 	require.NoError(t, err)
 
 	var batch []store.Item
@@ -224,12 +226,12 @@ func TestProductWebhookTargetRefused(t *testing.T) {
 	t.Parallel()
 	const refused = "http://127.0.0.1:4222/"
 	e := newEnv(t, withDeps(func(d *coord.Deps) { d.Webhook = targetCheckingWebhook{fakeWebhook: &fakeWebhook{}, refused: refused} }))
-	_, err := e.c.DeclareProduct(e.ctx, coord.ProductRequest{ID: "p9", Repos: []string{"r9"},
-		Tracker: &coord.TrackerChange{WebhookURL: refused, Secret: hookSecret}})
+	_, err := e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: "p9", Repos: []string{"r9"},
+		Tracker: &catalog.TrackerChange{WebhookURL: refused, Secret: hookSecret}})
 	requireCode(t, err, fleet.CodeInvalid, "tracker.webhookUrl")
 	_, err = e.c.GetProduct(e.ctx, "p9")
 	require.ErrorIs(t, err, fleet.ErrNotFound)
-	_, err = e.c.DeclareProduct(e.ctx, coord.ProductRequest{ID: "p9", Repos: []string{"r9"},
-		Tracker: &coord.TrackerChange{WebhookURL: hookURL, Secret: hookSecret}})
+	_, err = e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: "p9", Repos: []string{"r9"},
+		Tracker: &catalog.TrackerChange{WebhookURL: hookURL, Secret: hookSecret}})
 	require.NoError(t, err)
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/stretchr/testify/require"
@@ -26,7 +28,7 @@ func (e *env) requireSecretNotStored(secret string) {
 			for _, it := range page.Items {
 				for _, s := range []string{it.ID, it.PartitionKey, string(it.Body)} {
 					require.NotContains(e.t, s, secret, "the token secret is stored in %s/%s", c.Name, it.ID)
-					require.NotContains(e.t, s, strings.TrimPrefix(secret, coord.FactoryTokenPrefix), "the token secret is stored in %s/%s", c.Name, it.ID)
+					require.NotContains(e.t, s, strings.TrimPrefix(secret, catalog.FactoryTokenPrefix), "the token secret is stored in %s/%s", c.Name, it.ID)
 				}
 			}
 			if page.Continuation == "" {
@@ -42,10 +44,10 @@ func (e *env) requireSecretNotStored(secret string) {
 func TestEnrollToken(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	f, secret, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: "f1", Products: []string{prod}, Capabilities: baseCaps, SeatLimit: 2})
+	f, secret, err := e.c.Enroll(e.ctx, catalog.EnrollRequest{FactoryID: "f1", Products: []string{prod}, Capabilities: baseCaps, SeatLimit: 2})
 	require.NoError(t, err)
-	require.True(t, strings.HasPrefix(secret, coord.FactoryTokenPrefix), secret)
-	require.Greater(t, len(secret), len(coord.FactoryTokenPrefix)+32, "enough entropy")
+	require.True(t, strings.HasPrefix(secret, catalog.FactoryTokenPrefix), secret)
+	require.Greater(t, len(secret), len(catalog.FactoryTokenPrefix)+32, "enough entropy")
 	require.Equal(t, fleet.KindStatic, f.Kind)
 	require.Equal(t, fleet.HealthOK, f.Health)
 	require.Equal(t, prod, f.ProductID)
@@ -65,13 +67,13 @@ func TestEnrollToken(t *testing.T) {
 	require.Equal(t, baseCaps, tok.Capabilities)
 	require.False(t, tok.Revoked)
 
-	for _, bad := range []string{"", "fft_", secret + "x", strings.TrimPrefix(secret, coord.FactoryTokenPrefix), f.TokenID} {
+	for _, bad := range []string{"", "fft_", secret + "x", strings.TrimPrefix(secret, catalog.FactoryTokenPrefix), f.TokenID} {
 		_, err := e.c.AuthenticateFactory(e.ctx, bad)
-		require.ErrorIs(t, err, coord.ErrUnauthenticated, "%q", bad)
+		require.ErrorIs(t, err, catalog.ErrUnauthenticated, "%q", bad)
 		requireCode(t, err, fleet.CodeUnauthenticated, "")
 	}
 
-	_, _, err = e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: "f1"})
+	_, _, err = e.c.Enroll(e.ctx, catalog.EnrollRequest{FactoryID: "f1"})
 	require.ErrorIs(t, err, fleet.ErrConflict, "enrolled twice")
 }
 
@@ -80,16 +82,16 @@ func TestEnrollRejects(t *testing.T) {
 	e := newEnv(t)
 	tests := []struct {
 		name  string
-		req   coord.EnrollRequest
+		req   catalog.EnrollRequest
 		field string
 	}{
-		{"no id", coord.EnrollRequest{}, "factoryId"},
-		{"bad id", coord.EnrollRequest{FactoryID: "../f"}, "factoryId"},
-		{"bad kind", coord.EnrollRequest{FactoryID: "f", Kind: "spot"}, "kind"},
-		{"bad product", coord.EnrollRequest{FactoryID: "f", Products: []string{"ok", "no/pe"}}, "products[1]"},
-		{"bad capability", coord.EnrollRequest{FactoryID: "f", Capabilities: []string{"os:linux", "gpu"}}, "capabilities[1]"},
-		{"seats", coord.EnrollRequest{FactoryID: "f", SeatLimit: -1}, "seatLimit"},
-		{"cost", coord.EnrollRequest{FactoryID: "f", CostPerHourUSD: -1}, "costPerHourUsd"},
+		{"no id", catalog.EnrollRequest{}, "factoryId"},
+		{"bad id", catalog.EnrollRequest{FactoryID: "../f"}, "factoryId"},
+		{"bad kind", catalog.EnrollRequest{FactoryID: "f", Kind: "spot"}, "kind"},
+		{"bad product", catalog.EnrollRequest{FactoryID: "f", Products: []string{"ok", "no/pe"}}, "products[1]"},
+		{"bad capability", catalog.EnrollRequest{FactoryID: "f", Capabilities: []string{"os:linux", "gpu"}}, "capabilities[1]"},
+		{"seats", catalog.EnrollRequest{FactoryID: "f", SeatLimit: -1}, "seatLimit"},
+		{"cost", catalog.EnrollRequest{FactoryID: "f", CostPerHourUSD: -1}, "costPerHourUsd"},
 	}
 	for _, tc := range tests {
 		_, _, err := e.c.Enroll(e.ctx, tc.req)
@@ -109,32 +111,32 @@ func TestTokenRevokeRotate(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	scope := []string{"os:linux", "engine:claude", "gpu:a100"}
-	_, secret, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: "f1", Capabilities: scope})
+	_, secret, err := e.c.Enroll(e.ctx, catalog.EnrollRequest{FactoryID: "f1", Capabilities: scope})
 	require.NoError(t, err)
 	tok, err := e.c.AuthenticateFactory(e.ctx, secret)
 	require.NoError(t, err)
 	// The factory reports less than its scope for a while (its GPU is busy).
-	_, err = e.c.Heartbeat(e.ctx, tok, coord.Heartbeat{Capabilities: scope[:2], Repos: []string{repo}})
+	_, err = e.c.Heartbeat(e.ctx, tok, catalog.Heartbeat{Capabilities: scope[:2], Repos: []string{repo}})
 	require.NoError(t, err)
 
 	rotated, err := e.c.RotateToken(e.ctx, "f1")
 	require.NoError(t, err)
-	require.True(t, strings.HasPrefix(rotated, coord.FactoryTokenPrefix))
+	require.True(t, strings.HasPrefix(rotated, catalog.FactoryTokenPrefix))
 	require.NotEqual(t, secret, rotated)
 	_, err = e.c.AuthenticateFactory(e.ctx, secret)
-	require.ErrorIs(t, err, coord.ErrUnauthenticated, "the old token dies with the rotation")
+	require.ErrorIs(t, err, catalog.ErrUnauthenticated, "the old token dies with the rotation")
 	tok2, err := e.c.AuthenticateFactory(e.ctx, rotated)
 	require.NoError(t, err)
 	require.Equal(t, "f1", tok2.FactoryID)
 	require.Equal(t, scope, tok2.Capabilities, "rotation keeps the enrolled scope, not the last heartbeat")
-	_, err = e.c.Heartbeat(e.ctx, tok2, coord.Heartbeat{Capabilities: scope, Repos: []string{repo}})
+	_, err = e.c.Heartbeat(e.ctx, tok2, catalog.Heartbeat{Capabilities: scope, Repos: []string{repo}})
 	require.NoError(t, err, "the GPU is back: still inside the scope")
 	e.requireSecretNotStored(secret)
 	e.requireSecretNotStored(rotated)
 
 	require.NoError(t, e.c.RevokeToken(e.ctx, "f1"))
 	_, err = e.c.AuthenticateFactory(e.ctx, rotated)
-	require.ErrorIs(t, err, coord.ErrUnauthenticated)
+	require.ErrorIs(t, err, catalog.ErrUnauthenticated)
 	require.NoError(t, e.c.RevokeToken(e.ctx, "f1"), "revoking twice is fine")
 
 	// A revoked factory stays enrolled and can be given a new token.
@@ -156,7 +158,7 @@ func TestHeartbeat(t *testing.T) {
 	e := newEnv(t)
 	tok := e.enrollOnly("f1")
 	e.clock.Advance(time.Second)
-	f, err := e.c.Heartbeat(e.ctx, tok, coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo, "api", repo}, Load: 1, Health: fleet.HealthDegraded, SeatLimit: 3})
+	f, err := e.c.Heartbeat(e.ctx, tok, catalog.Heartbeat{Capabilities: baseCaps, Repos: []string{repo, "api", repo}, Load: 1, Health: fleet.HealthDegraded, SeatLimit: 3})
 	require.NoError(t, err)
 	require.Equal(t, []string{repo, "api"}, f.Repos)
 	require.Equal(t, 1, f.Load)
@@ -170,17 +172,17 @@ func TestHeartbeat(t *testing.T) {
 
 	tests := []struct {
 		name  string
-		hb    coord.Heartbeat
+		hb    catalog.Heartbeat
 		code  fleet.Code
 		field string
 	}{
-		{"capability outside scope", coord.Heartbeat{Capabilities: []string{"os:linux", "gpu:a100"}}, fleet.CodeForbidden, "capabilities[1]"},
-		{"repo capability outside scope", coord.Heartbeat{Capabilities: []string{"repo:secret"}}, fleet.CodeForbidden, "capabilities[0]"},
-		{"bad capability", coord.Heartbeat{Capabilities: []string{"nocolon"}}, fleet.CodeInvalid, "capabilities[0]"},
-		{"bad repo", coord.Heartbeat{Repos: []string{"ok", "../etc"}}, fleet.CodeInvalid, "repos[1]"},
-		{"claims stale", coord.Heartbeat{Health: fleet.HealthStale}, fleet.CodeInvalid, "health"},
-		{"negative load", coord.Heartbeat{Load: -1}, fleet.CodeInvalid, "load"},
-		{"seat limit", coord.Heartbeat{SeatLimit: 5000}, fleet.CodeInvalid, "seatLimit"},
+		{"capability outside scope", catalog.Heartbeat{Capabilities: []string{"os:linux", "gpu:a100"}}, fleet.CodeForbidden, "capabilities[1]"},
+		{"repo capability outside scope", catalog.Heartbeat{Capabilities: []string{"repo:secret"}}, fleet.CodeForbidden, "capabilities[0]"},
+		{"bad capability", catalog.Heartbeat{Capabilities: []string{"nocolon"}}, fleet.CodeInvalid, "capabilities[0]"},
+		{"bad repo", catalog.Heartbeat{Repos: []string{"ok", "../etc"}}, fleet.CodeInvalid, "repos[1]"},
+		{"claims stale", catalog.Heartbeat{Health: fleet.HealthStale}, fleet.CodeInvalid, "health"},
+		{"negative load", catalog.Heartbeat{Load: -1}, fleet.CodeInvalid, "load"},
+		{"seat limit", catalog.Heartbeat{SeatLimit: 5000}, fleet.CodeInvalid, "seatLimit"},
 	}
 	for _, tc := range tests {
 		before, err := e.raw.Read(e.ctx, store.Factories, "f1", "f1")
@@ -193,7 +195,7 @@ func TestHeartbeat(t *testing.T) {
 	}
 
 	require.NoError(t, e.c.Deregister(e.ctx, "f1"))
-	_, err = e.c.Heartbeat(e.ctx, tok, coord.Heartbeat{})
+	_, err = e.c.Heartbeat(e.ctx, tok, catalog.Heartbeat{})
 	require.ErrorIs(t, err, fleet.ErrNotFound, "a deregistered factory cannot heartbeat itself back")
 }
 
@@ -259,12 +261,12 @@ func TestSilentFactoryHealth(t *testing.T) {
 func TestDeregister(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	_, secret, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
+	_, secret, err := e.c.Enroll(e.ctx, catalog.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
 	require.NoError(t, err)
 	tok, err := e.c.AuthenticateFactory(e.ctx, secret)
 	require.NoError(t, err)
 	e.toks.Store("f1", tok)
-	_, err = e.c.Heartbeat(e.ctx, tok, coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}})
+	_, err = e.c.Heartbeat(e.ctx, tok, catalog.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}})
 	require.NoError(t, err)
 	j := e.submit()
 	cl := e.claim("f1")
@@ -273,7 +275,7 @@ func TestDeregister(t *testing.T) {
 	_, err = e.c.GetFactory(e.ctx, "f1")
 	require.ErrorIs(t, err, fleet.ErrNotFound)
 	_, err = e.c.AuthenticateFactory(e.ctx, secret)
-	require.ErrorIs(t, err, coord.ErrUnauthenticated)
+	require.ErrorIs(t, err, catalog.ErrUnauthenticated)
 	fs, err := e.c.ListFactories(e.ctx, "")
 	require.NoError(t, err)
 	require.Empty(t, fs)
@@ -290,7 +292,7 @@ func TestDeregister(t *testing.T) {
 	require.Equal(t, cl.LeaseEpoch+1, got.LeaseEpoch)
 
 	// The id is free again.
-	_, _, err = e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: "f1"})
+	_, _, err = e.c.Enroll(e.ctx, catalog.EnrollRequest{FactoryID: "f1"})
 	require.NoError(t, err)
 }
 
@@ -319,7 +321,7 @@ func TestFactoryScopes(t *testing.T) {
 
 	rs, err := e.c.Repos(e.ctx, nil, "")
 	require.NoError(t, err)
-	require.Equal(t, []coord.RepoInfo{
+	require.Equal(t, []catalog.RepoInfo{
 		{Repo: "api", Products: []string{prod}, Factories: []string{}},
 		{Repo: "docs", Products: []string{"p2"}, Factories: []string{"only-p2"}},
 		{Repo: repo, Products: []string{prod}, Factories: []string{"only-p2"}},

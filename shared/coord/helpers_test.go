@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/blob"
 	"github.com/gigafactory/fleet/shared/store"
 
@@ -187,23 +189,23 @@ func (e *env) rawJob(id string) store.Item {
 	return it
 }
 
-type factoryOpt func(*coord.EnrollRequest, *coord.Heartbeat)
+type factoryOpt func(*catalog.EnrollRequest, *catalog.Heartbeat)
 
 func kind(k fleet.FactoryKind) factoryOpt {
-	return func(r *coord.EnrollRequest, _ *coord.Heartbeat) { r.Kind = k }
+	return func(r *catalog.EnrollRequest, _ *catalog.Heartbeat) { r.Kind = k }
 }
 
 func caps(cs ...string) factoryOpt {
-	return func(r *coord.EnrollRequest, hb *coord.Heartbeat) { r.Capabilities, hb.Capabilities = cs, cs }
+	return func(r *catalog.EnrollRequest, hb *catalog.Heartbeat) { r.Capabilities, hb.Capabilities = cs, cs }
 }
 
 func products(ps ...string) factoryOpt {
-	return func(r *coord.EnrollRequest, _ *coord.Heartbeat) { r.Products = ps }
+	return func(r *catalog.EnrollRequest, _ *catalog.Heartbeat) { r.Products = ps }
 }
 
 // repos are the repos the factory's heartbeat says it has checked out.
 func repos(rs ...string) factoryOpt {
-	return func(_ *coord.EnrollRequest, hb *coord.Heartbeat) { hb.Repos = rs }
+	return func(_ *catalog.EnrollRequest, hb *catalog.Heartbeat) { hb.Repos = rs }
 }
 
 // factory enrolls a factory (baseCaps, 4 seats, every product unless
@@ -211,8 +213,8 @@ func repos(rs ...string) factoryOpt {
 // repo notes. It returns the factory's token.
 func (e *env) factory(id string, opts ...factoryOpt) *fleet.Token {
 	e.t.Helper()
-	req := coord.EnrollRequest{FactoryID: id, Capabilities: baseCaps, SeatLimit: 4}
-	hb := coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}}
+	req := catalog.EnrollRequest{FactoryID: id, Capabilities: baseCaps, SeatLimit: 4}
+	hb := catalog.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}}
 	for _, o := range opts {
 		o(&req, &hb)
 	}
@@ -230,7 +232,7 @@ func (e *env) factory(id string, opts ...factoryOpt) *fleet.Token {
 // now (health is derived from silence on every read).
 func (e *env) beat(tok *fleet.Token) {
 	e.t.Helper()
-	_, err := e.c.Heartbeat(e.ctx, tok, coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}})
+	_, err := e.c.Heartbeat(e.ctx, tok, catalog.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}})
 	require.NoError(e.t, err)
 }
 

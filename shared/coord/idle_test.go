@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/stretchr/testify/require"
@@ -290,7 +292,7 @@ func TestTokenRevalidationCost(t *testing.T) {
 	e := newEnv(t, countingStore(&counted))
 	var secrets []string
 	for _, id := range []string{"f1", "f2", "f3", "f4"} {
-		_, s, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: id})
+		_, s, err := e.c.Enroll(e.ctx, catalog.EnrollRequest{FactoryID: id})
 		require.NoError(t, err)
 		secrets = append(secrets, s)
 	}
@@ -329,7 +331,7 @@ func TestRevocationOnPeerWithinTTL(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			peer := e.peer()
-			_, secret, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: "f1"})
+			_, secret, err := e.c.Enroll(e.ctx, catalog.EnrollRequest{FactoryID: "f1"})
 			require.NoError(t, err)
 			_, err = peer.AuthenticateFactory(e.ctx, secret)
 			require.NoError(t, err)

@@ -71,7 +71,7 @@ func keyedID(productID, key string) string {
 // request refused for any of them changes nothing. Dependencies in pending
 // are jobs the same request creates first.
 func (c *Coordinator) prepareJob(ctx context.Context, productID, id string, m *fleet.Manifest, pending map[string]bool) (*fleet.Job, error) {
-	product, err := c.cachedProduct(ctx, productID)
+	product, err := c.catalog.CachedProduct(ctx, productID)
 	if errors.Is(err, fleet.ErrNotFound) {
 		return nil, &fleet.Error{Code: fleet.CodeRepoNotOwned, Field: "repo",
 			Message: fmt.Sprintf("product %s is not declared, so it owns no repo; declare the product and its repos first", productID)}
@@ -101,7 +101,7 @@ func (c *Coordinator) prepareJob(ctx context.Context, productID, id string, m *f
 	if j.Review != nil {
 		j.Review.Tally()
 	}
-	if err := c.applyPersona(ctx, j); err != nil {
+	if err := c.catalog.ApplyPersona(ctx, j); err != nil {
 		return nil, err
 	}
 	// After the persona, whose budget fills the manifest's gaps.
@@ -157,7 +157,7 @@ func (c *Coordinator) createJob(ctx context.Context, j *fleet.Job) (*fleet.Job, 
 	ctx = context.WithoutCancel(ctx)
 	c.k.AppendEvent(ctx, j)
 	if j.Stage == fleet.StageQueued {
-		c.bumpQueueState(ctx, productID)
+		c.catalog.BumpQueueState(ctx, productID)
 	} else if settled, ok := c.settleBlocked(ctx, j); ok {
 		// A dependency shipped or ended unshipped before or since our
 		// check; its own pass could not see this job yet, so settle it here.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
@@ -39,7 +41,7 @@ type ClaimRequest struct {
 // a job: the claim is a CAS, and a loser moves on to its next best job.
 func (c *Coordinator) Claim(ctx context.Context, req ClaimRequest) (*protocol.Claimed, error) {
 	if req.Token == nil {
-		return nil, ErrUnauthenticated
+		return nil, catalog.ErrUnauthenticated
 	}
 	if req.RequestID != "" {
 		if err := fleet.ValidateName("requestId", req.RequestID); err != nil {

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -15,7 +17,7 @@ import (
 // candidate is factory id's entry in the job's /explain.
 func (e *env) candidate(jobID, id string) schedule.Candidate {
 	e.t.Helper()
-	ex, err := e.c.Explain(e.ctx, coord.Scope{}, prod, jobID)
+	ex, err := e.c.Explain(e.ctx, catalog.Scope{}, prod, jobID)
 	require.NoError(e.t, err)
 	for _, c := range ex.Schedule.Candidates {
 		if c.FactoryID == id {

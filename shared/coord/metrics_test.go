@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -16,7 +18,7 @@ func TestMetrics(t *testing.T) {
 	t.Parallel()
 	e, _ := dispatchEnv(t)
 	tok := e.factory("f1")
-	_, err := e.c.Heartbeat(e.ctx, tok, coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}, Load: 1, SeatLimit: 4})
+	_, err := e.c.Heartbeat(e.ctx, tok, catalog.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}, Load: 1, SeatLimit: 4})
 	require.NoError(t, err)
 	e.submit()
 	e.claim("f1")
@@ -25,7 +27,7 @@ func TestMetrics(t *testing.T) {
 	require.NoError(t, err)
 
 	e.clock.Advance(coord.StarvationAge)
-	_, err = e.c.Heartbeat(e.ctx, tok, coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}, Load: 1, SeatLimit: 4})
+	_, err = e.c.Heartbeat(e.ctx, tok, catalog.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}, Load: 1, SeatLimit: 4})
 	require.NoError(t, err)
 	m, err := e.c.Metrics(e.ctx, prod)
 	require.NoError(t, err)

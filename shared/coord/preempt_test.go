@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -12,7 +14,7 @@ import (
 )
 
 func seats(n int) factoryOpt {
-	return func(r *coord.EnrollRequest, hb *coord.Heartbeat) { r.SeatLimit, hb.SeatLimit = n, n }
+	return func(r *catalog.EnrollRequest, hb *catalog.Heartbeat) { r.SeatLimit, hb.SeatLimit = n, n }
 }
 
 // fullFleet is a dispatch env whose one factory f1 (seats seats) runs one
@@ -28,7 +30,7 @@ func fullFleet(t *testing.T, cfg coord.Config, priorities ...fleet.Priority) (*e
 		cls = append(cls, e.claim("f1"))
 		e.clock.Advance(time.Minute)
 	}
-	_, err := e.c.Heartbeat(e.ctx, tok, coord.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}, Load: len(priorities), SeatLimit: len(priorities)})
+	_, err := e.c.Heartbeat(e.ctx, tok, catalog.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}, Load: len(priorities), SeatLimit: len(priorities)})
 	require.NoError(t, err)
 	return e, pub, cls
 }

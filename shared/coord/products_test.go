@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/stretchr/testify/require"
@@ -32,7 +34,7 @@ func TestRepoOwnership(t *testing.T) {
 	_, _, err = e.c.Submit(e.ctx, "p2", manifest())
 	requireCode(t, err, fleet.CodeRepoNotOwned, "repo")
 
-	p2, err := e.c.DeclareProduct(e.ctx, coord.ProductRequest{ID: "p2", Repos: []string{"docs", repo}, MoveRepos: true})
+	p2, err := e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: "p2", Repos: []string{"docs", repo}, MoveRepos: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{"docs", repo}, p2.Repos)
 	p1, err := e.c.GetProduct(e.ctx, prod)

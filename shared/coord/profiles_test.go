@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/stretchr/testify/require"
@@ -21,7 +23,7 @@ func profileDoc(body string, front ...string) []byte {
 
 func (e *env) putProfile(name string, doc []byte) *fleet.Profile {
 	e.t.Helper()
-	p, err := e.c.PutProfile(e.ctx, coord.PutProfileRequest{ProductID: prod, Name: name, Document: doc, Actor: "alice"})
+	p, err := e.c.PutProfile(e.ctx, catalog.PutProfileRequest{ProductID: prod, Name: name, Document: doc, Actor: "alice"})
 	require.NoError(e.t, err)
 	return p
 }
@@ -78,7 +80,7 @@ func TestPutProfileRace(t *testing.T) {
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() {
-			got[i], errs[i] = peers[i%2].PutProfile(e.ctx, coord.PutProfileRequest{
+			got[i], errs[i] = peers[i%2].PutProfile(e.ctx, catalog.PutProfileRequest{
 				ProductID: prod, Name: "backend", Document: profileDoc(fmt.Sprintf("writer %d\n", i))})
 		})
 	}
@@ -145,7 +147,7 @@ func TestPutProfileInvalid(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			before := e.snapshotContainers(store.Profiles)
-			_, err := e.c.PutProfile(e.ctx, coord.PutProfileRequest{ProductID: prod, Name: tt.profile, Document: tt.doc})
+			_, err := e.c.PutProfile(e.ctx, catalog.PutProfileRequest{ProductID: prod, Name: tt.profile, Document: tt.doc})
 			requireCode(t, err, tt.code, tt.field)
 			require.Equal(t, before, e.snapshotContainers(store.Profiles))
 		})
@@ -203,7 +205,7 @@ func TestSubmitUnknownPersona(t *testing.T) {
 	requireCode(t, err, fleet.CodeInvalid, "persona")
 	require.Equal(t, before, e.snapshotContainers(store.Jobs, store.Events))
 	// A profile of another product is not this product's.
-	_, err = e.c.PutProfile(e.ctx, coord.PutProfileRequest{ProductID: "p2", Name: "frontend", Document: profileDoc("b")})
+	_, err = e.c.PutProfile(e.ctx, catalog.PutProfileRequest{ProductID: "p2", Name: "frontend", Document: profileDoc("b")})
 	require.NoError(t, err)
 	_, _, err = e.c.Submit(e.ctx, prod, manifest("persona: frontend"))
 	requireCode(t, err, fleet.CodeInvalid, "persona")

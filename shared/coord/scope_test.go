@@ -3,11 +3,12 @@ package coord_test
 import (
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/coord/live"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -36,19 +37,19 @@ func TestViewShowsOnlyTheScope(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		scope coord.Scope
+		scope catalog.Scope
 		want  map[string][2][]string // id -> products, repos
 	}{
-		{"scoped to one product", coord.Scope{prod}, map[string][2][]string{
+		{"scoped to one product", catalog.Scope{prod}, map[string][2][]string{
 			"shared": {{prod}, {repo}},
 			"anyone": {{}, {repo}},
 		}},
-		{"scoped to the other", coord.Scope{"p2"}, map[string][2][]string{
+		{"scoped to the other", catalog.Scope{"p2"}, map[string][2][]string{
 			"shared": {{"p2"}, {"secret-repo"}},
 			"theirs": {{"p2"}, {"secret-repo"}},
 			"anyone": {{}, {"secret-repo"}},
 		}},
-		{"scoped to a product without a declaration", coord.Scope{"p9"}, map[string][2][]string{
+		{"scoped to a product without a declaration", catalog.Scope{"p9"}, map[string][2][]string{
 			"anyone": {{}, {}},
 		}},
 	} {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/stretchr/testify/require"
@@ -18,7 +20,7 @@ import (
 // capSeats sets p1's seat cap (its repos unchanged).
 func (e *env) capSeats(n int) *fleet.Product {
 	e.t.Helper()
-	p, err := e.c.DeclareProduct(e.ctx, coord.ProductRequest{ID: prod, Name: "Product one", Repos: []string{repo, "api"}, MaxRunning: n})
+	p, err := e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Name: "Product one", Repos: []string{repo, "api"}, MaxRunning: n})
 	require.NoError(e.t, err)
 	return p
 }
@@ -32,7 +34,7 @@ func (e *env) product() *fleet.Product {
 
 func (e *env) seatCap(jobID string) *fleet.Hold {
 	e.t.Helper()
-	ex, err := e.c.Explain(e.ctx, coord.Scope{}, prod, jobID)
+	ex, err := e.c.Explain(e.ctx, catalog.Scope{}, prod, jobID)
 	require.NoError(e.t, err)
 	return ex.SeatCap
 }
@@ -199,7 +201,7 @@ func TestSeatCapDeclare(t *testing.T) {
 	e := newEnv(t)
 	e.factory("f1")
 	before := e.product()
-	_, err := e.c.DeclareProduct(e.ctx, coord.ProductRequest{ID: prod, Repos: []string{repo, "api"}, MaxRunning: -1})
+	_, err := e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Repos: []string{repo, "api"}, MaxRunning: -1})
 	requireCode(t, err, fleet.CodeInvalid, "maxRunning")
 	require.Equal(t, before.Rev, e.product().Rev, "nothing written")
 

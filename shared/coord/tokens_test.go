@@ -4,11 +4,12 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -34,7 +35,7 @@ func (e *env) tokensOf(id string) []fleet.Token {
 func TestDeregisterRacingRotate(t *testing.T) {
 	t.Parallel()
 	e, hs := hookedEnv(t)
-	_, secret, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
+	_, secret, err := e.c.Enroll(e.ctx, catalog.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
 	require.NoError(t, err)
 	var rotated string
 	hs.setAfterFactoryRead(once(func(_, _ string) error {
@@ -52,7 +53,7 @@ func TestDeregisterRacingRotate(t *testing.T) {
 	}
 	for _, s := range []string{secret, rotated} {
 		_, err := e.peer().AuthenticateFactory(e.ctx, s)
-		require.ErrorIs(t, err, coord.ErrUnauthenticated)
+		require.ErrorIs(t, err, catalog.ErrUnauthenticated)
 	}
 }
 
@@ -62,7 +63,7 @@ func TestDeregisterRacingRotate(t *testing.T) {
 func TestAuthenticationNeedsLiveFactory(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	_, secret, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
+	_, secret, err := e.c.Enroll(e.ctx, catalog.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
 	require.NoError(t, err)
 	_, err = e.c.AuthenticateFactory(e.ctx, secret)
 	require.NoError(t, err)
@@ -70,13 +71,13 @@ func TestAuthenticationNeedsLiveFactory(t *testing.T) {
 	// The factory document goes, its token stays unrevoked.
 	require.NoError(t, e.raw.Delete(e.ctx, store.Factories, "f1", "f1", ""))
 	_, err = e.peer().AuthenticateFactory(e.ctx, secret)
-	require.ErrorIs(t, err, coord.ErrUnauthenticated, "the factory is gone")
+	require.ErrorIs(t, err, catalog.ErrUnauthenticated, "the factory is gone")
 
 	// The id is enrolled again: the old token is not the new factory's.
-	_, fresh, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
+	_, fresh, err := e.c.Enroll(e.ctx, catalog.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
 	require.NoError(t, err)
 	_, err = e.peer().AuthenticateFactory(e.ctx, secret)
-	require.ErrorIs(t, err, coord.ErrUnauthenticated, "a token of an earlier enrollment")
+	require.ErrorIs(t, err, catalog.ErrUnauthenticated, "a token of an earlier enrollment")
 	tok, err := e.peer().AuthenticateFactory(e.ctx, fresh)
 	require.NoError(t, err)
 	require.Equal(t, "f1", tok.FactoryID)
@@ -91,7 +92,7 @@ func TestRevocationImmediateDespiteInFlightLookup(t *testing.T) {
 		t.Run(op, func(t *testing.T) {
 			t.Parallel()
 			e, hs := hookedEnv(t)
-			_, secret, err := e.c.Enroll(e.ctx, coord.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
+			_, secret, err := e.c.Enroll(e.ctx, catalog.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps})
 			require.NoError(t, err)
 			hs.setBeforeTokenReplace(once(func(_, _ string) error {
 				// In flight: reads the token before the revocation lands
@@ -110,7 +111,7 @@ func TestRevocationImmediateDespiteInFlightLookup(t *testing.T) {
 				require.NoError(t, e.c.Deregister(e.ctx, "f1"))
 			}
 			_, err = e.c.AuthenticateFactory(e.ctx, secret)
-			require.ErrorIs(t, err, coord.ErrUnauthenticated, "revoked at once where it happened")
+			require.ErrorIs(t, err, catalog.ErrUnauthenticated, "revoked at once where it happened")
 		})
 	}
 }

@@ -136,7 +136,7 @@ func (c *Coordinator) updateTracked(ctx context.Context, found *fleet.Job, m *fl
 	ctx = context.WithoutCancel(ctx)
 	c.k.AppendEvent(ctx, j)
 	if j.Stage == fleet.StageQueued {
-		c.bumpQueueState(ctx, j.ProductID)
+		c.catalog.BumpQueueState(ctx, j.ProductID)
 	}
 	return j, IngestUpdated, nil
 }

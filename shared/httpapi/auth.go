@@ -10,7 +10,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -266,7 +267,7 @@ func (s *server) authenticate(r *http.Request) (*principal, error) {
 		return &principal{kind: fleet.PrincipalOperator, id: k.name, products: k.products,
 			capKey: "operator:" + k.name + ":" + hex.EncodeToString(k.sum[:6])}, nil
 	}
-	if !strings.HasPrefix(token, coord.FactoryTokenPrefix) {
+	if !strings.HasPrefix(token, catalog.FactoryTokenPrefix) {
 		return nil, errBadToken
 	}
 	tok, err := s.coord.AuthenticateFactory(r.Context(), token)

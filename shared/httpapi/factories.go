@@ -3,7 +3,8 @@ package httpapi
 import (
 	"net/http"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -49,7 +50,7 @@ func (s *server) enroll(w http.ResponseWriter, r *http.Request, p *principal) er
 	if !p.covers(&fleet.Factory{Products: req.Products}) {
 		return forbidden("a token scoped to products may enrol only factories serving those products (list them in products)")
 	}
-	f, token, err := s.coord.Enroll(r.Context(), coord.EnrollRequest{
+	f, token, err := s.coord.Enroll(r.Context(), catalog.EnrollRequest{
 		FactoryID: req.FactoryID, Kind: fleet.FactoryKind(req.Kind), Products: req.Products,
 		Capabilities: req.Capabilities, SeatLimit: req.SeatLimit, CostPerHourUSD: req.CostPerHourUSD,
 	})
@@ -70,7 +71,7 @@ func (s *server) heartbeat(w http.ResponseWriter, r *http.Request, p *principal)
 	if req.Repos == nil {
 		return required("repos", "send [] for none: a heartbeat replaces the list")
 	}
-	f, err := s.coord.Heartbeat(r.Context(), p.token, coord.Heartbeat{
+	f, err := s.coord.Heartbeat(r.Context(), p.token, catalog.Heartbeat{
 		Capabilities: req.Capabilities, Repos: req.Repos, Load: req.Load,
 		Health: fleet.Health(req.Health), SeatLimit: req.SeatLimit,
 	})
@@ -88,7 +89,7 @@ func (s *server) listFactories(w http.ResponseWriter, r *http.Request, p *princi
 	if err != nil {
 		return err
 	}
-	view, err := s.coord.View(r.Context(), coord.Scope(p.products))
+	view, err := s.coord.View(r.Context(), catalog.Scope(p.products))
 	if err != nil {
 		return err
 	}
@@ -152,7 +153,7 @@ func (s *server) setDraining(w http.ResponseWriter, r *http.Request, p *principa
 // serves only p's products, but may have another product's repos checked
 // out.
 func (s *server) writeFactory(w http.ResponseWriter, r *http.Request, p *principal, status int, f *fleet.Factory) error {
-	view, err := s.coord.View(r.Context(), coord.Scope(p.products))
+	view, err := s.coord.View(r.Context(), catalog.Scope(p.products))
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/coord/live"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -406,7 +408,7 @@ func (s *server) explainJob(w http.ResponseWriter, r *http.Request, p *principal
 	if err != nil {
 		return err
 	}
-	e, err := s.coord.Explain(r.Context(), coord.Scope(p.products), product, id)
+	e, err := s.coord.Explain(r.Context(), catalog.Scope(p.products), product, id)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/stretchr/testify/require"
@@ -32,7 +34,7 @@ func TestLifecycle(t *testing.T) {
 		"capabilities": []string{"os:linux", "engine:claude", "has:git"}, "seatLimit": 2, "costPerHourUsd": 1.5,
 	})
 	require.Equal(t, "f1", er.FactoryID)
-	require.True(t, strings.HasPrefix(er.Token, coord.FactoryTokenPrefix))
+	require.True(t, strings.HasPrefix(er.Token, catalog.FactoryTokenPrefix))
 	require.Equal(t, "f1", er.Factory.ID)
 
 	var fac fleet.Factory
@@ -102,9 +104,9 @@ func TestLifecycle(t *testing.T) {
 	var list items[fleet.Factory]
 	f.ok(200, &list, "GET", "/api/fleet/factories", rootToken, nil)
 	require.Len(t, list.Items, 1)
-	var repos items[coord.RepoInfo]
+	var repos items[catalog.RepoInfo]
 	f.ok(200, &repos, "GET", "/api/fleet/repos", rootToken, nil)
-	require.Equal(t, []coord.RepoInfo{{Repo: "learning_ai_notes", Products: []string{"p1"}, Factories: []string{"f1"}}}, repos.Items)
+	require.Equal(t, []catalog.RepoInfo{{Repo: "learning_ai_notes", Products: []string{"p1"}, Factories: []string{"f1"}}}, repos.Items)
 	var m coord.Metrics
 	f.ok(200, &m, "GET", "/api/fleet/metrics", rootToken, nil)
 	require.Equal(t, 1, m.Factories.Total)

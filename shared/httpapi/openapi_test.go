@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/coord/echo"
 
 	"github.com/stretchr/testify/require"
@@ -155,7 +157,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"Explanation", "profile"}, coord.ProfileExplanation{}},
 		{[]string{"Profile"}, fleet.Profile{}},
 		{[]string{"Profile", "budget"}, fleet.Budget{}},
-		{[]string{"ProfileSummary"}, coord.ProfileSummary{}},
+		{[]string{"ProfileSummary"}, catalog.ProfileSummary{}},
 		{[]string{"ProfileRequest"}, profileRequest{}},
 		{[]string{"Review"}, fleet.Review{}},
 		{[]string{"Review", "votes"}, fleet.Vote{}},
@@ -185,7 +187,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"EchoState"}, echo.View{}},
 		{[]string{"ResendRequest"}, resendRequest{}},
 		{[]string{"ProductRequest", "tracker"}, trackerRequest{}},
-		{[]string{"RepoInfo"}, coord.RepoInfo{}},
+		{[]string{"RepoInfo"}, catalog.RepoInfo{}},
 		{[]string{"QueueState"}, fleet.QueueState{}},
 		{[]string{"Metrics"}, coord.Metrics{}},
 		{[]string{"Metrics", "factories"}, coord.FactoryMetrics{}},

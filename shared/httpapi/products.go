@@ -7,7 +7,8 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -33,12 +34,12 @@ type trackerRequest struct {
 }
 
 // trackerChange reads the tracker field of a product request.
-func trackerChange(raw json.RawMessage) (*coord.TrackerChange, error) {
+func trackerChange(raw json.RawMessage) (*catalog.TrackerChange, error) {
 	switch t := bytes.TrimSpace(raw); {
 	case len(t) == 0:
 		return nil, nil
 	case string(t) == "null":
-		return &coord.TrackerChange{Remove: true}, nil
+		return &catalog.TrackerChange{Remove: true}, nil
 	}
 	var req trackerRequest
 	if err := decodeStrict(raw, &req, true); err != nil {
@@ -48,7 +49,7 @@ func trackerChange(raw json.RawMessage) (*coord.TrackerChange, error) {
 		}
 		return nil, err
 	}
-	return &coord.TrackerChange{WebhookURL: req.WebhookURL, Secret: fleet.Secret(req.Secret)}, nil
+	return &catalog.TrackerChange{WebhookURL: req.WebhookURL, Secret: fleet.Secret(req.Secret)}, nil
 }
 
 type healthResponse struct {
@@ -94,7 +95,7 @@ func (s *server) putProduct(w http.ResponseWriter, r *http.Request, p *principal
 	if err != nil {
 		return err
 	}
-	prod, err := s.coord.DeclareProduct(r.Context(), coord.ProductRequest{ID: id, Name: req.Name, Repos: req.Repos, MoveRepos: req.MoveRepos, Tracker: tracker, MaxRunning: req.MaxRunning})
+	prod, err := s.coord.DeclareProduct(r.Context(), catalog.ProductRequest{ID: id, Name: req.Name, Repos: req.Repos, MoveRepos: req.MoveRepos, Tracker: tracker, MaxRunning: req.MaxRunning})
 	if err != nil {
 		return err
 	}
@@ -116,11 +117,11 @@ func (s *server) getProduct(w http.ResponseWriter, r *http.Request, p *principal
 // repos lists the repos of the request's product, or of every product in
 // the principal's scope, naming only the factories that scope sees.
 func (s *server) repos(w http.ResponseWriter, r *http.Request, p *principal) error {
-	list, err := s.coord.Repos(r.Context(), coord.Scope(p.products), productOf(r, p))
+	list, err := s.coord.Repos(r.Context(), catalog.Scope(p.products), productOf(r, p))
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, items[coord.RepoInfo]{Items: list})
+	return writeJSON(w, http.StatusOK, items[catalog.RepoInfo]{Items: list})
 }
 
 // metrics reports on the request's product, or on the whole fleet for an

@@ -6,7 +6,8 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -30,7 +31,7 @@ func (s *server) putProfile(w http.ResponseWriter, r *http.Request, p *principal
 	if err != nil {
 		return err
 	}
-	prof, err := s.coord.PutProfile(r.Context(), coord.PutProfileRequest{ProductID: product, Name: name, Document: doc, Actor: p.id})
+	prof, err := s.coord.PutProfile(r.Context(), catalog.PutProfileRequest{ProductID: product, Name: name, Document: doc, Actor: p.id})
 	if err != nil {
 		return err
 	}
@@ -78,7 +79,7 @@ func (s *server) listProfiles(w http.ResponseWriter, r *http.Request, p *princip
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, items[coord.ProfileSummary]{Items: list})
+	return writeJSON(w, http.StatusOK, items[catalog.ProfileSummary]{Items: list})
 }
 
 // getProfile reads the latest version of a profile, or ?version=.
@@ -115,5 +116,5 @@ func (s *server) profileVersions(w http.ResponseWriter, r *http.Request, p *prin
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, items[coord.ProfileSummary]{Items: list})
+	return writeJSON(w, http.StatusOK, items[catalog.ProfileSummary]{Items: list})
 }

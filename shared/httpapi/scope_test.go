@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -37,11 +39,11 @@ func TestReadsStayInScope(t *testing.T) {
 	f.ok(200, &ex, "GET", "/api/fleet/jobs/"+w.queued+"/explain", rootToken, nil)
 	require.Len(t, ex.Schedule.Candidates, 4, "an unscoped operator sees every factory")
 
-	var repos items[coord.RepoInfo]
+	var repos items[catalog.RepoInfo]
 	f.ok(200, &repos, "GET", "/api/fleet/repos", p1Token, nil)
-	require.Equal(t, []coord.RepoInfo{{Repo: "r1", Products: []string{"p1"}, Factories: []string{"f1", "f2"}}}, repos.Items)
+	require.Equal(t, []catalog.RepoInfo{{Repo: "r1", Products: []string{"p1"}, Factories: []string{"f1", "f2"}}}, repos.Items)
 	f.ok(200, &repos, "GET", "/api/fleet/repos", multiToken, nil)
-	require.Equal(t, []coord.RepoInfo{
+	require.Equal(t, []catalog.RepoInfo{
 		{Repo: "r1", Products: []string{"p1"}, Factories: []string{"f1", "f2", "fo"}},
 		{Repo: "r2", Products: []string{"other"}, Factories: []string{"fo", "fo2"}},
 	}, repos.Items)

@@ -12,11 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/coord/live"
 
 	"github.com/gigafactory/fleet/shared/store"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -291,7 +292,7 @@ func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *p
 	}
 	mode := s.modeOf(r)
 	ctx := r.Context()
-	view, err := s.coord.View(ctx, coord.Scope(p.products))
+	view, err := s.coord.View(ctx, catalog.Scope(p.products))
 	if err != nil {
 		return err
 	}
@@ -383,7 +384,7 @@ func resumeField(r *http.Request) string {
 
 // queueChanges queues changes as the caller's view shows them: a shared
 // factory's other products and their repos are not the caller's to see.
-func queueChanges(out *sse, view *coord.View, changes []live.Change) error {
+func queueChanges(out *sse, view *catalog.View, changes []live.Change) error {
 	for _, ch := range changes {
 		if err := out.event(ch.ID.String(), ch.Type, view.Change(ch).Data()); err != nil {
 			return err
@@ -450,7 +451,7 @@ func (s *server) productEvents(w http.ResponseWriter, r *http.Request, p *princi
 		from = &pos
 	}
 	ctx := r.Context()
-	view, err := s.coord.View(ctx, coord.Scope(p.products))
+	view, err := s.coord.View(ctx, catalog.Scope(p.products))
 	if err != nil {
 		return err
 	}

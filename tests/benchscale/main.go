@@ -23,6 +23,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/clock"
@@ -129,7 +131,7 @@ func measure(queued, factories, claims, dispatches int) (row, error) {
 	caps := []string{"os:linux", "engine:claude"}
 	toks := make([]*fleet.Token, 0, factories)
 	for i := range factories {
-		_, secret, err := c.Enroll(ctx, coord.EnrollRequest{FactoryID: fmt.Sprintf("f%04d", i), Products: []string{product}, Capabilities: caps, SeatLimit: 4})
+		_, secret, err := c.Enroll(ctx, catalog.EnrollRequest{FactoryID: fmt.Sprintf("f%04d", i), Products: []string{product}, Capabilities: caps, SeatLimit: 4})
 		if err != nil {
 			return row{}, err
 		}
@@ -137,7 +139,7 @@ func measure(queued, factories, claims, dispatches int) (row, error) {
 		if err != nil {
 			return row{}, err
 		}
-		if _, err := c.Heartbeat(ctx, tok, coord.Heartbeat{Capabilities: caps, Repos: []string{repo}}); err != nil {
+		if _, err := c.Heartbeat(ctx, tok, catalog.Heartbeat{Capabilities: caps, Repos: []string{repo}}); err != nil {
 			return row{}, err
 		}
 		toks = append(toks, tok)

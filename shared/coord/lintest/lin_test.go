@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/anishathalye/porcupine"
@@ -137,11 +139,11 @@ func run(t *testing.T, wrap func(store.Store) store.Store) *history {
 		for k := range perProduct {
 			id := fmt.Sprintf("f%d-%d", j, k)
 			caps := []string{"os:linux", "engine:claude"}
-			_, secret, err := setup.Enroll(ctx, coord.EnrollRequest{FactoryID: id, Products: []string{prod}, Capabilities: caps, SeatLimit: 4})
+			_, secret, err := setup.Enroll(ctx, catalog.EnrollRequest{FactoryID: id, Products: []string{prod}, Capabilities: caps, SeatLimit: 4})
 			require.NoError(t, err)
 			tok, err := setup.AuthenticateFactory(ctx, secret)
 			require.NoError(t, err)
-			_, err = setup.Heartbeat(ctx, tok, coord.Heartbeat{Capabilities: caps, Repos: []string{repo}})
+			_, err = setup.Heartbeat(ctx, tok, catalog.Heartbeat{Capabilities: caps, Repos: []string{repo}})
 			require.NoError(t, err)
 			toks = append(toks, tok)
 		}

@@ -1,4 +1,4 @@
-package coord
+package catalog
 
 import (
 	"context"
@@ -35,7 +35,7 @@ type EnrollRequest struct {
 
 // Enroll registers a factory and issues its token. The token is returned
 // once; only its hash is stored.
-func (c *Coordinator) Enroll(ctx context.Context, req EnrollRequest) (*fleet.Factory, string, error) {
+func (c *Service) Enroll(ctx context.Context, req EnrollRequest) (*fleet.Factory, string, error) {
 	if err := fleet.ValidateName("factoryId", req.FactoryID); err != nil {
 		return nil, "", err
 	}
@@ -119,7 +119,7 @@ func hashToken(secret string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func (c *Coordinator) putToken(ctx context.Context, f *fleet.Factory, hash string, products, capabilities []string) error {
+func (c *Service) putToken(ctx context.Context, f *fleet.Factory, hash string, products, capabilities []string) error {
 	t := fleet.Token{ID: hash, ProductID: f.ProductID, FactoryID: f.ID, Enrollment: f.Enrollment,
 		Products: products, Capabilities: capabilities, IssuedAt: c.k.Now()}
 	body, err := json.Marshal(t)
@@ -134,7 +134,7 @@ func (c *Coordinator) putToken(ctx context.Context, f *fleet.Factory, hash strin
 
 // AuthenticateFactory resolves a factory token. Unknown and revoked tokens
 // are both ErrUnauthenticated: a caller learns nothing about which.
-func (c *Coordinator) AuthenticateFactory(ctx context.Context, secret string) (*fleet.Token, error) {
+func (c *Service) AuthenticateFactory(ctx context.Context, secret string) (*fleet.Token, error) {
 	hash := hashToken(secret)
 	if c.tokens.due(c.k.Now(), c.cfg.TokenCacheTTL) {
 		// One point read per TokenCacheTTL per process: did any token of
@@ -183,20 +183,20 @@ func (c *Coordinator) AuthenticateFactory(ctx context.Context, secret string) (*
 var ErrUnauthenticated = &fleet.Error{Code: fleet.CodeUnauthenticated, Message: "unknown or revoked token"}
 
 // GetFactory reads one factory.
-func (c *Coordinator) GetFactory(ctx context.Context, id string) (*fleet.Factory, error) {
+func (c *Service) GetFactory(ctx context.Context, id string) (*fleet.Factory, error) {
 	f, it, err := kernel.ReadDoc[fleet.Factory](ctx, c.k.Store, store.Factories, id, id, "factory")
 	if err != nil {
 		return nil, err
 	}
 	f.Rev = it.Rev
-	return c.effectiveHealth(f), nil
+	return c.EffectiveHealth(f), nil
 }
 
 // ListFactories returns every factory, fresh from the store, sorted by id.
 // With productID set, only factories serving that product. It counts no
 // seats (Leases, Offers): that query is paid only where the scheduler reads
 // factories (listFactories), not by the GC plan and metrics timers.
-func (c *Coordinator) ListFactories(ctx context.Context, productID string) ([]*fleet.Factory, error) {
+func (c *Service) ListFactories(ctx context.Context, productID string) ([]*fleet.Factory, error) {
 	all, err := c.readFactories(ctx)
 	if err != nil {
 		return nil, err
@@ -214,7 +214,7 @@ func (c *Coordinator) ListFactories(ctx context.Context, productID string) ([]*f
 // mutateFactory is the factory counterpart of mutateJob: a CAS loop that
 // starts from this process's last copy of the document when it has one, so
 // a steady heartbeat costs one write and no read.
-func (c *Coordinator) mutateFactory(ctx context.Context, id string, fn func(f *fleet.Factory) error) (*fleet.Factory, error) {
+func (c *Service) mutateFactory(ctx context.Context, id string, fn func(f *fleet.Factory) error) (*fleet.Factory, error) {
 	f, written, err := kernel.CAS(ctx, c.k, kernel.FactoryDocs.WithCache(c.factoryDocs), id, id, func(f *fleet.Factory) error {
 		if err := fn(f); err != nil {
 			return err
@@ -224,7 +224,7 @@ func (c *Coordinator) mutateFactory(ctx context.Context, id string, fn func(f *f
 	})
 	if written {
 		cached := *f
-		c.factories.update(c.effectiveHealth(&cached))
+		c.factories.update(c.EffectiveHealth(&cached))
 	}
 	return f, err
 }
@@ -241,7 +241,7 @@ type Heartbeat struct {
 // Heartbeat records a factory's report. Capabilities must stay inside the
 // token's capability scope, when it has one. New capabilities or repos make
 // waiting jobs routable again, so they trigger a dispatch pass.
-func (c *Coordinator) Heartbeat(ctx context.Context, tok *fleet.Token, hb Heartbeat) (*fleet.Factory, error) {
+func (c *Service) Heartbeat(ctx context.Context, tok *fleet.Token, hb Heartbeat) (*fleet.Factory, error) {
 	caps, err := fleet.ValidateCapabilities("capabilities", hb.Capabilities)
 	if err != nil {
 		return nil, err
@@ -293,7 +293,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, tok *fleet.Token, hb Heartb
 // (dispatch, claim, accept, preemption room) while it keeps, renews and
 // finishes the jobs it holds; jobs already dispatched to it are dispatched
 // again by the sweep. Undraining retries waiting jobs at once.
-func (c *Coordinator) SetDraining(ctx context.Context, id string, draining bool) (*fleet.Factory, error) {
+func (c *Service) SetDraining(ctx context.Context, id string, draining bool) (*fleet.Factory, error) {
 	f, err := c.mutateFactory(ctx, id, func(f *fleet.Factory) error {
 		if f.Draining == draining {
 			return kernel.ErrNoChange
@@ -316,7 +316,7 @@ func (c *Coordinator) SetDraining(ctx context.Context, id string, draining bool)
 // the factory authenticates, and a racing rotation either installed its
 // token before (and the sweep of the factory's tokens below revokes it) or
 // fails to install it and revokes it itself.
-func (c *Coordinator) Deregister(ctx context.Context, id string) error {
+func (c *Service) Deregister(ctx context.Context, id string) error {
 	c.factoryDocs.Drop(id, id)
 	var f *fleet.Factory
 	for attempt := 0; ; attempt++ {
@@ -352,7 +352,7 @@ func (c *Coordinator) Deregister(ctx context.Context, id string) error {
 
 // revokeFactoryTokens revokes every live token issued to f's enrollment
 // (a later enrollment of the same id keeps its own).
-func (c *Coordinator) revokeFactoryTokens(ctx context.Context, f *fleet.Factory) error {
+func (c *Service) revokeFactoryTokens(ctx context.Context, f *fleet.Factory) error {
 	items, err := c.k.QueryAll(ctx, store.Tokens, store.Query{Where: []store.Cond{store.Eq("factoryId", f.ID), store.Eq("revoked", false)}})
 	if err != nil {
 		return err
@@ -375,7 +375,7 @@ func (c *Coordinator) revokeFactoryTokens(ctx context.Context, f *fleet.Factory)
 }
 
 // RotateToken issues a new token for the factory and revokes the old one.
-func (c *Coordinator) RotateToken(ctx context.Context, id string) (string, error) {
+func (c *Service) RotateToken(ctx context.Context, id string) (string, error) {
 	f, err := c.GetFactory(ctx, id)
 	if err != nil {
 		return "", err
@@ -420,7 +420,7 @@ func (c *Coordinator) RotateToken(ctx context.Context, id string) (string, error
 
 // RevokeToken revokes the factory's token; the factory stays enrolled and
 // can be given a new one with RotateToken.
-func (c *Coordinator) RevokeToken(ctx context.Context, id string) error {
+func (c *Service) RevokeToken(ctx context.Context, id string) error {
 	f, err := c.GetFactory(ctx, id)
 	if err != nil {
 		return err
@@ -428,7 +428,7 @@ func (c *Coordinator) RevokeToken(ctx context.Context, id string) error {
 	return c.revokeTokenID(ctx, f.TokenID)
 }
 
-func (c *Coordinator) revokeTokenID(ctx context.Context, hash string) error {
+func (c *Service) revokeTokenID(ctx context.Context, hash string) error {
 	if hash == "" {
 		return nil
 	}
@@ -457,7 +457,7 @@ func (c *Coordinator) revokeTokenID(ctx context.Context, hash string) error {
 	return c.k.Bump(ctx, kernel.LedgerTokens)
 }
 
-// effectiveHealth sets f.Health to what its silence implies. Health is
+// EffectiveHealth sets f.Health to what its silence implies. Health is
 // derived wherever a factory is read (listFactories, GetFactory), so a
 // factory that stops heartbeating is stale StaleAfter and down DownAfter
 // after its last heartbeat to the second, with no timer writing it (an
@@ -466,7 +466,7 @@ func (c *Coordinator) revokeTokenID(ctx context.Context, hash string) error {
 // are never judged by silence: a pool scaled to zero sends nothing and must
 // stay schedulable, or no job would ever scale it up. f must be the
 // caller's own copy.
-func (c *Coordinator) effectiveHealth(f *fleet.Factory) *fleet.Factory {
+func (c *Service) EffectiveHealth(f *fleet.Factory) *fleet.Factory {
 	if f.Kind != fleet.KindElastic {
 		f.Health = c.silentHealth(f)
 	}
@@ -476,7 +476,7 @@ func (c *Coordinator) effectiveHealth(f *fleet.Factory) *fleet.Factory {
 // silentHealth is the health a static factory's silence implies; a factory
 // that heartbeats on time keeps what it reported (a stored "stale" is a
 // mark an earlier version's prune timer wrote: ok again).
-func (c *Coordinator) silentHealth(f *fleet.Factory) fleet.Health {
+func (c *Service) silentHealth(f *fleet.Factory) fleet.Health {
 	since := c.k.Now().Sub(f.LastHeartbeatAt)
 	if f.LastHeartbeatAt.IsZero() {
 		since = c.k.Now().Sub(f.EnrolledAt)
@@ -494,7 +494,7 @@ func (c *Coordinator) silentHealth(f *fleet.Factory) fleet.Health {
 
 // fleetChanged runs the hook that retries waiting jobs after the fleet
 // changed (set by the dispatcher).
-func (c *Coordinator) fleetChanged(ctx context.Context) {
+func (c *Service) fleetChanged(ctx context.Context) {
 	if c.onFleetChange != nil {
 		c.onFleetChange(ctx)
 	}

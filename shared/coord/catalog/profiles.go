@@ -1,4 +1,4 @@
-package coord
+package catalog
 
 import (
 	"context"
@@ -65,7 +65,7 @@ type PutProfileRequest struct {
 // PutProfile parses the document and stores it as the profile's next
 // version, which becomes its latest. Earlier versions stay as they were:
 // jobs that snapshotted one keep it.
-func (c *Coordinator) PutProfile(ctx context.Context, req PutProfileRequest) (*fleet.Profile, error) {
+func (c *Service) PutProfile(ctx context.Context, req PutProfileRequest) (*fleet.Profile, error) {
 	if err := fleet.ValidateName("productId", req.ProductID); err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func (c *Coordinator) PutProfile(ctx context.Context, req PutProfileRequest) (*f
 // from its version document, unless it already points there or past it.
 // rev is the pointer's revision when it was read ("" when there was none);
 // a lost race re-reads it.
-func (c *Coordinator) advanceLatestProfile(ctx context.Context, productID, name string, v int64, rev string) error {
+func (c *Service) advanceLatestProfile(ctx context.Context, productID, name string, v int64, rev string) error {
 	it, err := c.k.Store.Read(ctx, store.Profiles, productID, fleet.ProfileVersionID(name, v))
 	if err != nil {
 		return fmt.Errorf("read profile %s version %d: %w", name, v, err)
@@ -156,7 +156,7 @@ func (c *Coordinator) advanceLatestProfile(ctx context.Context, productID, name 
 
 // readLatestProfile reads the latest pointer of name and its revision;
 // ErrNotFound when the profile has no version yet.
-func (c *Coordinator) readLatestProfile(ctx context.Context, productID, name string) (*fleet.Profile, string, error) {
+func (c *Service) readLatestProfile(ctx context.Context, productID, name string) (*fleet.Profile, string, error) {
 	it, err := c.k.Store.Read(ctx, store.Profiles, productID, name)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -173,7 +173,7 @@ func (c *Coordinator) readLatestProfile(ctx context.Context, productID, name str
 
 // GetProfile reads version of a product's profile name, or its latest
 // when version is 0.
-func (c *Coordinator) GetProfile(ctx context.Context, productID, name string, version int64) (*fleet.Profile, error) {
+func (c *Service) GetProfile(ctx context.Context, productID, name string, version int64) (*fleet.Profile, error) {
 	if err := fleet.ValidateName("productId", productID); err != nil {
 		return nil, err
 	}
@@ -213,13 +213,13 @@ func (c *Coordinator) GetProfile(ctx context.Context, productID, name string, ve
 
 // ListProfiles lists the latest version of each of a product's profiles,
 // by name.
-func (c *Coordinator) ListProfiles(ctx context.Context, productID string) ([]ProfileSummary, error) {
+func (c *Service) ListProfiles(ctx context.Context, productID string) ([]ProfileSummary, error) {
 	return c.queryProfiles(ctx, productID, store.Eq("kind", profileKindLatest))
 }
 
 // ProfileVersions lists every version of a product's profile name, oldest
 // first; not_found when it has none.
-func (c *Coordinator) ProfileVersions(ctx context.Context, productID, name string) ([]ProfileSummary, error) {
+func (c *Service) ProfileVersions(ctx context.Context, productID, name string) ([]ProfileSummary, error) {
 	if err := fleet.ValidateName("name", name); err != nil {
 		return nil, err
 	}
@@ -235,7 +235,7 @@ func (c *Coordinator) ProfileVersions(ctx context.Context, productID, name strin
 
 // queryProfiles reads every profile document of a product matching where,
 // in id order (a single-partition query).
-func (c *Coordinator) queryProfiles(ctx context.Context, productID string, where ...store.Cond) ([]ProfileSummary, error) {
+func (c *Service) queryProfiles(ctx context.Context, productID string, where ...store.Cond) ([]ProfileSummary, error) {
 	if err := fleet.ValidateName("productId", productID); err != nil {
 		return nil, err
 	}
@@ -260,9 +260,9 @@ func (c *Coordinator) queryProfiles(ctx context.Context, productID string, where
 	}
 }
 
-// applyPersona snapshots the latest version of the job's persona into j
+// ApplyPersona snapshots the latest version of the job's persona into j
 // (fleet.Job.ApplyProfile). An unknown persona is invalid, naming persona.
-func (c *Coordinator) applyPersona(ctx context.Context, j *fleet.Job) error {
+func (c *Service) ApplyPersona(ctx context.Context, j *fleet.Job) error {
 	if j.Persona == "" {
 		return nil
 	}

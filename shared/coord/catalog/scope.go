@@ -1,4 +1,4 @@
-package coord
+package catalog
 
 import (
 	"context"
@@ -22,8 +22,8 @@ func (s Scope) Allows(product string) bool { return len(s) == 0 || slices.Contai
 // scope (a factory serving every product serves them all).
 func (s Scope) Sees(f *fleet.Factory) bool { return len(s) == 0 || slices.ContainsFunc(s, f.Serves) }
 
-// visible returns the factories s sees, fs itself when it sees every one.
-func (s Scope) visible(fs []*fleet.Factory) []*fleet.Factory {
+// Visible returns the factories s sees, fs itself when it sees every one.
+func (s Scope) Visible(fs []*fleet.Factory) []*fleet.Factory {
 	if len(s) == 0 {
 		return fs
 	}
@@ -51,14 +51,14 @@ type View struct {
 
 // View returns the view of scope, with the repos its products own as they
 // are now (a long stream keeps that snapshot).
-func (c *Coordinator) View(ctx context.Context, scope Scope) (*View, error) {
+func (c *Service) View(ctx context.Context, scope Scope) (*View, error) {
 	v := &View{scope: scope}
 	if len(scope) == 0 {
 		return v, nil
 	}
 	v.owned = map[string]bool{}
 	for _, id := range scope {
-		p, err := c.cachedProduct(ctx, id)
+		p, err := c.CachedProduct(ctx, id)
 		if errors.Is(err, fleet.ErrNotFound) {
 			continue // declares no repos yet
 		}

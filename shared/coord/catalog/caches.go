@@ -1,4 +1,4 @@
-package coord
+package catalog
 
 import (
 	"context"
@@ -119,10 +119,10 @@ func (fc *factoryCache) invalidate() {
 	fc.mu.Unlock()
 }
 
-// listFactories returns every factory, from the cache when it is fresh. The
+// Factories returns every factory, from the cache when it is fresh. The
 // store is queried outside the lock, so one slow query never blocks callers
 // that could be served from the cache or that give up on their context.
-func (c *Coordinator) listFactories(ctx context.Context) ([]*fleet.Factory, error) {
+func (c *Service) Factories(ctx context.Context) ([]*fleet.Factory, error) {
 	fc := c.factories
 	now := c.k.Now()
 	fc.mu.Lock()
@@ -136,7 +136,7 @@ func (c *Coordinator) listFactories(ctx context.Context) ([]*fleet.Factory, erro
 	if err != nil {
 		return nil, err
 	}
-	leased, err := c.leasedJobs(ctx, "")
+	leased, err := c.life.LeasedJobs(ctx, "")
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +156,7 @@ func (c *Coordinator) listFactories(ctx context.Context) ([]*fleet.Factory, erro
 
 // readFactories reads every factory document, with its derived health and
 // no seat counts.
-func (c *Coordinator) readFactories(ctx context.Context) ([]*fleet.Factory, error) {
+func (c *Service) readFactories(ctx context.Context) ([]*fleet.Factory, error) {
 	items, err := c.k.QueryAll(ctx, store.Factories, store.Query{})
 	if err != nil {
 		return nil, err
@@ -168,7 +168,7 @@ func (c *Coordinator) readFactories(ctx context.Context) ([]*fleet.Factory, erro
 			return nil, err
 		}
 		f.Rev = it.Rev
-		fs = append(fs, c.effectiveHealth(f))
+		fs = append(fs, c.EffectiveHealth(f))
 	}
 	return fs, nil
 }
@@ -355,8 +355,8 @@ type productEntry struct {
 	loadedAt time.Time
 }
 
-// cachedProduct reads a product through the cache.
-func (c *Coordinator) cachedProduct(ctx context.Context, id string) (*fleet.Product, error) {
+// CachedProduct reads a product through the cache.
+func (c *Service) CachedProduct(ctx context.Context, id string) (*fleet.Product, error) {
 	pc := c.products
 	now := c.k.Now()
 	pc.mu.Lock()

@@ -1,4 +1,4 @@
-package coord
+package catalog
 
 import (
 	"context"
@@ -74,7 +74,7 @@ func (t *TrackerChange) apply(old *fleet.TrackerConfig) (*fleet.TrackerConfig, e
 
 // PutProduct declares a product and the repos it owns, replacing the list;
 // a repo another product owns is a conflict.
-func (c *Coordinator) PutProduct(ctx context.Context, productID, name string, repos []string) (*fleet.Product, error) {
+func (c *Service) PutProduct(ctx context.Context, productID, name string, repos []string) (*fleet.Product, error) {
 	return c.DeclareProduct(ctx, ProductRequest{ID: productID, Name: name, Repos: repos})
 }
 
@@ -85,7 +85,7 @@ func (c *Coordinator) PutProduct(ctx context.Context, productID, name string, re
 // lists a repo and removed after it stops listing it, so a product's list
 // never names a repo it does not own, whatever fails in between; a claim
 // that fails undoes the claims it made.
-func (c *Coordinator) DeclareProduct(ctx context.Context, req ProductRequest) (*fleet.Product, error) {
+func (c *Service) DeclareProduct(ctx context.Context, req ProductRequest) (*fleet.Product, error) {
 	if err := fleet.ValidateName("productId", req.ID); err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func (c *Coordinator) DeclareProduct(ctx context.Context, req ProductRequest) (*
 		return nil, err
 	}
 	if t := req.Tracker; t != nil && !t.Remove {
-		if err := c.echo.CheckTarget(t.WebhookURL); err != nil {
+		if err := c.targets.CheckTarget(t.WebhookURL); err != nil {
 			return nil, err
 		}
 	}
@@ -121,7 +121,7 @@ func (c *Coordinator) DeclareProduct(ctx context.Context, req ProductRequest) (*
 // errProductMoved: the product document changed under a declaration.
 var errProductMoved = errors.New("product changed")
 
-func (c *Coordinator) declareOnce(ctx context.Context, req ProductRequest) (*fleet.Product, error) {
+func (c *Service) declareOnce(ctx context.Context, req ProductRequest) (*fleet.Product, error) {
 	id, name, repos, move := req.ID, req.Name, req.Repos, req.MoveRepos
 	old, oldIt, err := kernel.ReadDoc[fleet.Product](ctx, c.k.Store, store.Products, id, id, "product")
 	if err != nil && !errors.Is(err, fleet.ErrNotFound) {
@@ -209,7 +209,7 @@ func (c *Coordinator) declareOnce(ctx context.Context, req ProductRequest) (*fle
 	}
 	if old.Capped() && (!p.Capped() || p.MaxRunning > old.MaxRunning) {
 		// More seats: the jobs the cap held flow now.
-		c.releaseHeld(context.WithoutCancel(ctx), id)
+		c.life.ReleaseHeld(context.WithoutCancel(ctx), id)
 	}
 	return p, nil
 }
@@ -217,7 +217,7 @@ func (c *Coordinator) declareOnce(ctx context.Context, req ProductRequest) (*fle
 // seatsFor is the seats a product declared with cap maxRunning starts
 // with: none uncapped; the old ones while it stays capped; and the runs
 // going now when it becomes capped, so they count against the new cap.
-func (c *Coordinator) seatsFor(ctx context.Context, old *fleet.Product, maxRunning int) (map[string]fleet.Seat, error) {
+func (c *Service) seatsFor(ctx context.Context, old *fleet.Product, maxRunning int) (map[string]fleet.Seat, error) {
 	switch {
 	case maxRunning == 0:
 		return nil, nil
@@ -226,7 +226,7 @@ func (c *Coordinator) seatsFor(ctx context.Context, old *fleet.Product, maxRunni
 	case old == nil:
 		return map[string]fleet.Seat{}, nil
 	}
-	return c.leasedSeats(ctx, old.ID)
+	return c.life.LeasedSeats(ctx, old.ID)
 }
 
 func repoOwnedError(i int, repo, owner string) error {
@@ -238,7 +238,7 @@ func repoOwnedError(i int, repo, owner string) error {
 // repo that has none yet but that a product lists (written before owners
 // were recorded) is recorded as that product's first, so an older listing
 // is never taken over silently.
-func (c *Coordinator) repoOwners(ctx context.Context, repos []string) (map[string]*fleet.RepoOwner, error) {
+func (c *Service) repoOwners(ctx context.Context, repos []string) (map[string]*fleet.RepoOwner, error) {
 	owners := make(map[string]*fleet.RepoOwner, len(repos))
 	var missing []string
 	for _, r := range repos {
@@ -288,7 +288,7 @@ func (c *Coordinator) repoOwners(ctx context.Context, repos []string) (map[strin
 
 // createRepoOwner records product as repo's owner unless someone already
 // is; it returns the owner either way and whether it created the record.
-func (c *Coordinator) createRepoOwner(ctx context.Context, repo, product string) (*fleet.RepoOwner, bool, error) {
+func (c *Service) createRepoOwner(ctx context.Context, repo, product string) (*fleet.RepoOwner, bool, error) {
 	o := &fleet.RepoOwner{ID: repo, ProductID: product, UpdatedAt: c.k.Now()}
 	body, err := json.Marshal(o)
 	if err != nil {
@@ -313,7 +313,7 @@ func (c *Coordinator) createRepoOwner(ctx context.Context, repo, product string)
 // claimRepo makes product the owner of repo (entry i of the request), given
 // the owner read before (nil: none). Without move, an owner other than
 // product is a conflict, also when it won a race since that read.
-func (c *Coordinator) claimRepo(ctx context.Context, i int, repo, product string, seen *fleet.RepoOwner, move bool) (*fleet.RepoOwner, bool, error) {
+func (c *Service) claimRepo(ctx context.Context, i int, repo, product string, seen *fleet.RepoOwner, move bool) (*fleet.RepoOwner, bool, error) {
 	for range kernel.MaxCASAttempts {
 		if seen == nil {
 			o, created, err := c.createRepoOwner(ctx, repo, product)
@@ -365,7 +365,7 @@ func (c *Coordinator) claimRepo(ctx context.Context, i int, repo, product string
 }
 
 // unlistRepo removes repo from product's list, by compare-and-swap.
-func (c *Coordinator) unlistRepo(ctx context.Context, product, repo string) error {
+func (c *Service) unlistRepo(ctx context.Context, product, repo string) error {
 	defer c.products.drop(product)
 	_, _, err := kernel.CAS(ctx, c.k, kernel.ProductDocs, product, product, func(p *fleet.Product) error {
 		if !slices.Contains(p.Repos, repo) {
@@ -382,7 +382,7 @@ func (c *Coordinator) unlistRepo(ctx context.Context, product, repo string) erro
 }
 
 // releaseRepos gives up every repo product owns but no longer lists.
-func (c *Coordinator) releaseRepos(ctx context.Context, product string, keep []string) error {
+func (c *Service) releaseRepos(ctx context.Context, product string, keep []string) error {
 	items, err := c.k.QueryAll(ctx, store.Repos, store.Query{Where: []store.Cond{store.Eq("productId", product)}})
 	if err != nil {
 		return err
@@ -405,7 +405,7 @@ func (c *Coordinator) releaseRepos(ctx context.Context, product string, keep []s
 }
 
 // GetProduct reads a product.
-func (c *Coordinator) GetProduct(ctx context.Context, productID string) (*fleet.Product, error) {
+func (c *Service) GetProduct(ctx context.Context, productID string) (*fleet.Product, error) {
 	p, it, err := kernel.ReadDoc[fleet.Product](ctx, c.k.Store, store.Products, productID, productID, "product")
 	if err != nil {
 		return nil, err
@@ -425,7 +425,7 @@ type RepoInfo struct {
 // the factories the scope sees that have them checked out; with productID
 // set, that product's repos only. An unscoped reader without a product also
 // sees repos only factories have.
-func (c *Coordinator) Repos(ctx context.Context, scope Scope, productID string) ([]RepoInfo, error) {
+func (c *Service) Repos(ctx context.Context, scope Scope, productID string) ([]RepoInfo, error) {
 	var items []store.Item
 	switch {
 	case productID != "":
@@ -468,12 +468,12 @@ func (c *Coordinator) Repos(ctx context.Context, scope Scope, productID string) 
 			get(r).Products = append(get(r).Products, p.ID)
 		}
 	}
-	factories, err := c.listFactories(ctx)
+	factories, err := c.Factories(ctx)
 	if err != nil {
 		return nil, err
 	}
 	allRepos := productID == "" && len(scope) == 0
-	for _, f := range scope.visible(factories) {
+	for _, f := range scope.Visible(factories) {
 		for _, r := range f.Repos {
 			if !allRepos && byRepo[r] == nil {
 				continue
@@ -491,11 +491,11 @@ func (c *Coordinator) Repos(ctx context.Context, scope Scope, productID string) 
 	return out, nil
 }
 
-// bumpQueueState advances the product's queue version: pollers compare it to
+// BumpQueueState advances the product's queue version: pollers compare it to
 // skip claims while nothing claimable appeared. Only entering `queued` bumps
 // it, because only that can give a poller new work. Failure is logged: the
 // version is a hint, and the next change bumps it again.
-func (c *Coordinator) bumpQueueState(ctx context.Context, productID string) {
+func (c *Service) BumpQueueState(ctx context.Context, productID string) {
 	for range 3 {
 		_, err := c.k.Store.Increment(ctx, store.QueueStates, productID, productID, "version", 1)
 		if err == nil {
@@ -522,7 +522,7 @@ func (c *Coordinator) bumpQueueState(ctx context.Context, productID string) {
 }
 
 // QueueState returns the product's queue version (0 before any job).
-func (c *Coordinator) QueueState(ctx context.Context, productID string) (fleet.QueueState, error) {
+func (c *Service) QueueState(ctx context.Context, productID string) (fleet.QueueState, error) {
 	it, err := c.k.Store.Read(ctx, store.QueueStates, productID, productID)
 	if errors.Is(err, store.ErrNotFound) {
 		return fleet.QueueState{ID: productID, ProductID: productID}, nil
@@ -539,8 +539,8 @@ func (c *Coordinator) QueueState(ctx context.Context, productID string) (fleet.Q
 
 // queueStateOnQueued observes transitions: a job back in the queue moves
 // its product's queue state, which wakes pollers and the dispatcher.
-func (c *Coordinator) queueStateOnQueued(ctx context.Context, t kernel.Transition) {
+func (c *Service) queueStateOnQueued(ctx context.Context, t kernel.Transition) {
 	if t.After.Stage == fleet.StageQueued {
-		c.bumpQueueState(ctx, t.After.ProductID)
+		c.BumpQueueState(ctx, t.After.ProductID)
 	}
 }
