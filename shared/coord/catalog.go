@@ -10,14 +10,12 @@ import (
 // Products, profiles and factories live in coord/catalog; this is their
 // façade.
 
-// Enroll registers a factory and issues its token. The token is returned
-// once; only its hash is stored.
+// Enroll registers a factory and issues its token.
 func (c *Coordinator) Enroll(ctx context.Context, req catalog.EnrollRequest) (*fleet.Factory, string, error) {
 	return c.catalog.Enroll(ctx, req)
 }
 
-// AuthenticateFactory resolves a factory token. Unknown and revoked tokens
-// are both ErrUnauthenticated: a caller learns nothing about which.
+// AuthenticateFactory resolves a factory token.
 func (c *Coordinator) AuthenticateFactory(ctx context.Context, secret string) (*fleet.Token, error) {
 	return c.catalog.AuthenticateFactory(ctx, secret)
 }
@@ -28,25 +26,16 @@ func (c *Coordinator) GetFactory(ctx context.Context, id string) (*fleet.Factory
 }
 
 // ListFactories returns every factory, fresh from the store, sorted by id.
-// With productID set, only factories serving that product. It counts no
-// seats (Leases, Offers): that query is paid only where the scheduler reads
-// factories (listFactories), not by the GC plan and metrics timers.
 func (c *Coordinator) ListFactories(ctx context.Context, productID string) ([]*fleet.Factory, error) {
 	return c.catalog.ListFactories(ctx, productID)
 }
 
-// Heartbeat records a factory's report. Capabilities must stay inside the
-// token's capability scope, when it has one. New capabilities or repos make
-// waiting jobs routable again, so they trigger a dispatch pass.
+// Heartbeat records a factory's report.
 func (c *Coordinator) Heartbeat(ctx context.Context, tok *fleet.Token, hb catalog.Heartbeat) (*fleet.Factory, error) {
 	return c.catalog.Heartbeat(ctx, tok, hb)
 }
 
 // SetDraining drains a factory (draining true) or puts it back into service.
-// A draining factory passes no hard filter, so it gets no new assignments
-// (dispatch, claim, accept, preemption room) while it keeps, renews and
-// finishes the jobs it holds; jobs already dispatched to it are dispatched
-// again by the sweep. Undraining retries waiting jobs at once.
 func (c *Coordinator) SetDraining(ctx context.Context, id string, draining bool) (*fleet.Factory, error) {
 	return c.catalog.SetDraining(ctx, id, draining)
 }
@@ -55,10 +44,10 @@ func (c *Coordinator) SetDraining(ctx context.Context, id string, draining bool)
 // Jobs it held are reaped when their leases expire; jobs dispatched to it
 // are re-dispatched by the sweep.
 //
-// The document goes first, at the revision read: from then on no token of
-// the factory authenticates, and a racing rotation either installed its
-// token before (and the sweep of the factory's tokens below revokes it) or
-// fails to install it and revokes it itself.
+// The document goes first, at the revision read: from then on no token of the
+// factory authenticates, and a racing rotation either installed its token
+// before (and the sweep of the factory's tokens below revokes it) or fails to
+// install it and revokes it itself.
 func (c *Coordinator) Deregister(ctx context.Context, id string) error {
 	return c.catalog.Deregister(ctx, id)
 }
@@ -68,25 +57,20 @@ func (c *Coordinator) RotateToken(ctx context.Context, id string) (string, error
 	return c.catalog.RotateToken(ctx, id)
 }
 
-// RevokeToken revokes the factory's token; the factory stays enrolled and
-// can be given a new one with RotateToken.
+// RevokeToken revokes the factory's token; the factory stays enrolled and can
+// be given a new one with RotateToken.
 func (c *Coordinator) RevokeToken(ctx context.Context, id string) error {
 	return c.catalog.RevokeToken(ctx, id)
 }
 
-// PutProduct declares a product and the repos it owns, replacing the list;
-// a repo another product owns is a conflict.
+// PutProduct declares a product and the repos it owns, replacing the list; a
+// repo another product owns is a conflict.
 func (c *Coordinator) PutProduct(ctx context.Context, productID, name string, repos []string) (*fleet.Product, error) {
 	return c.catalog.PutProduct(ctx, productID, name, repos)
 }
 
 // DeclareProduct declares a product and the repos it owns, replacing the
-// list. A repo has one owning product, recorded in its own document of
-// Repos, so two products racing for one repo race on one compare-and-swap:
-// exactly one wins. The ownership documents are written before the product
-// lists a repo and removed after it stops listing it, so a product's list
-// never names a repo it does not own, whatever fails in between; a claim
-// that fails undoes the claims it made.
+// list.
 func (c *Coordinator) DeclareProduct(ctx context.Context, req catalog.ProductRequest) (*fleet.Product, error) {
 	return c.catalog.DeclareProduct(ctx, req)
 }
@@ -96,10 +80,9 @@ func (c *Coordinator) GetProduct(ctx context.Context, productID string) (*fleet.
 	return c.catalog.GetProduct(ctx, productID)
 }
 
-// Repos lists the repos the products in scope own, with their owners and
-// the factories the scope sees that have them checked out; with productID
-// set, that product's repos only. An unscoped reader without a product also
-// sees repos only factories have.
+// Repos lists the repos the products in scope own, with their owners and the
+// factories the scope sees that have them checked out; with productID set,
+// that product's repos only.
 func (c *Coordinator) Repos(ctx context.Context, scope catalog.Scope, productID string) ([]catalog.RepoInfo, error) {
 	return c.catalog.Repos(ctx, scope, productID)
 }
@@ -109,21 +92,20 @@ func (c *Coordinator) QueueState(ctx context.Context, productID string) (fleet.Q
 	return c.catalog.QueueState(ctx, productID)
 }
 
-// PutProfile parses the document and stores it as the profile's next
-// version, which becomes its latest. Earlier versions stay as they were:
-// jobs that snapshotted one keep it.
+// PutProfile parses the document and stores it as the profile's next version,
+// which becomes its latest.
 func (c *Coordinator) PutProfile(ctx context.Context, req catalog.PutProfileRequest) (*fleet.Profile, error) {
 	return c.catalog.PutProfile(ctx, req)
 }
 
-// GetProfile reads version of a product's profile name, or its latest
-// when version is 0.
+// GetProfile reads version of a product's profile name, or its latest when
+// version is 0.
 func (c *Coordinator) GetProfile(ctx context.Context, productID, name string, version int64) (*fleet.Profile, error) {
 	return c.catalog.GetProfile(ctx, productID, name, version)
 }
 
-// ListProfiles lists the latest version of each of a product's profiles,
-// by name.
+// ListProfiles lists the latest version of each of a product's profiles, by
+// name.
 func (c *Coordinator) ListProfiles(ctx context.Context, productID string) ([]catalog.ProfileSummary, error) {
 	return c.catalog.ListProfiles(ctx, productID)
 }
@@ -134,8 +116,8 @@ func (c *Coordinator) ProfileVersions(ctx context.Context, productID, name strin
 	return c.catalog.ProfileVersions(ctx, productID, name)
 }
 
-// View returns the view of scope, with the repos its products own as they
-// are now (a long stream keeps that snapshot).
+// View returns the view of scope, with the repos its products own as they are
+// now (a long stream keeps that snapshot).
 func (c *Coordinator) View(ctx context.Context, scope catalog.Scope) (*catalog.View, error) {
 	return c.catalog.View(ctx, scope)
 }
