@@ -236,7 +236,7 @@ func arrayOf(items obj) obj { return obj{"type": "array", "items": items} }
 func eventProps() obj {
 	return obj{
 		"id": str(""), "jobId": str(""), "productId": str(""), "seq": integer(""), "type": eventType,
-		"from": ref("Stage"), "to": ref("Stage"), "actor": enum("", "factory", "operator", "system"),
+		"from": ref("Stage"), "to": ref("Stage"), "actor": enumOf("", fleet.Actors()),
 		"actorId": str(""), "message": str(""), "data": obj{"description": "Free-form JSON."}, "at": dateTime(""),
 	}
 }
@@ -246,25 +246,19 @@ func name(desc string) obj {
 	return describe(obj{"type": "string", "pattern": `^[A-Za-z0-9_][A-Za-z0-9._-]*$`, "maxLength": fleet.MaxNameLen}, desc)
 }
 
-// eventType is the schema of an event's type: fleet.EventTypes.
-var eventType = func() obj {
-	values := make([]string, len(fleet.EventTypes))
-	for i, t := range fleet.EventTypes {
-		values[i] = string(t)
-	}
-	return enum("What the event records.", values...)
-}()
+// eventType is the schema of an event's type.
+var eventType = enumOf("What the event records.", fleet.EventTypes)
 
 // unroutableKind is the schema of a job's dispatch.unroutableKind.
-var unroutableKind = enum("no_factory: nothing in the fleet can run the job (it needs a change); busy: factories could, but none can now; "+
+var unroutableKind = enumOf("no_factory: nothing in the fleet can run the job (it needs a change); busy: factories could, but none can now; "+
 	"budget: its product's budget holds it back (paused, or no room under the ceiling); seat_cap: its product runs maxRunning jobs already.",
-	string(fleet.UnroutableNoFactory), string(fleet.UnroutableBusy), string(fleet.UnroutableBudget), string(fleet.UnroutableSeatCap))
+	fleet.UnroutableKinds())
 
 // holdSchema is fleet.Hold, why admission holds a queued job back;
 // running and maxRunning are a seat_cap hold's.
-func holdSchema(required []string, desc string, kinds ...string) obj {
+func holdSchema(required []string, desc string, kinds ...fleet.HoldKind) obj {
 	return object(required, obj{
-		"kind": enum(desc, kinds...), "message": str(""),
+		"kind": enumOf(desc, kinds), "message": str(""),
 		"running": integer("seat_cap: seats taken."), "maxRunning": integer("seat_cap: the product's cap."),
 	})
 }
@@ -281,6 +275,31 @@ var diffSchema = object([]string{"files", "insertions", "deletions"}, obj{
 
 func enum(desc string, values ...string) obj {
 	return describe(obj{"type": "string", "enum": values}, desc)
+}
+
+// enumOf is the enum of a list of constants (fleet's, mostly), so a value
+// added there is documented here. An empty constant (a plain release, a
+// task) is the field left out, never a value sent.
+func enumOf[T ~string](desc string, values []T) obj {
+	names := make([]string, 0, len(values))
+	for _, v := range values {
+		if v != "" {
+			names = append(names, string(v))
+		}
+	}
+	return enum(desc, names...)
+}
+
+// nullableEnumOf is enumOf for a field that may be null.
+func nullableEnumOf[T ~string](desc string, values []T) obj {
+	e := enumOf(desc, values)
+	names := e["enum"].([]string)
+	withNull := make([]any, 0, len(names)+1)
+	for _, n := range names {
+		withNull = append(withNull, n)
+	}
+	e["type"], e["enum"] = []string{"string", "null"}, append(withNull, nil)
+	return e
 }
 
 // object is a response object: clients must tolerate fields added later.
@@ -301,14 +320,6 @@ func request(required []string, props obj) obj {
 
 func listOf(item string) obj { return object([]string{"items"}, obj{"items": arrayOf(ref(item))}) }
 
-func stageNames() []string {
-	out := make([]string, len(fleet.Stages))
-	for i, s := range fleet.Stages {
-		out[i] = string(s)
-	}
-	return out
-}
-
 func schemas() obj {
 	terms := obj{}
 	for _, t := range []string{"capabilityFit", "affinity", "load", "costFit", "health", "starvation"} {
@@ -316,15 +327,12 @@ func schemas() obj {
 	}
 	return obj{
 		"Error": object([]string{"error"}, obj{"error": object([]string{"code", "message"}, obj{
-			"code": enum("", string(fleet.CodeInvalid), string(fleet.CodeUnauthenticated), string(fleet.CodeForbidden),
-				string(fleet.CodeNotFound), string(codeMethodNotAllowed), string(fleet.CodeConflict), string(fleet.CodeFenced),
-				string(fleet.CodeTooLarge), string(fleet.CodeRepoNotOwned), string(fleet.CodeBudgetExceeded),
-				string(fleet.CodePaused), string(fleet.CodeThrottled), string(fleet.CodeUnavailable), string(codeInternal)),
+			"code":    enumOf("", apiCodes()),
 			"message": str("A sentence for people."),
 			"field":   str("The JSON path (or header, or query parameter) at fault, when one is."),
 		})}),
 		"Health": object([]string{"status"}, obj{"status": enum("", "ok")}),
-		"Stage":  enum("", stageNames()...),
+		"Stage":  enumOf("", fleet.Stages),
 		"Job": object([]string{"id", "productId", "title", "repo", "capabilities", "priority", "stage", "leaseEpoch",
 			"dispatchEpoch", "targetFactoryId", "attempts", "deps", "createdAt", "updatedAt"}, obj{
 			"id":           name(""),
@@ -338,7 +346,7 @@ func schemas() obj {
 				"capabilities": stringList("Capabilities the profile added to the manifest's."),
 				"body":         str("The persona's instructions, handed to the engine."),
 			}),
-			"priority":        enum("", "low", "normal", "high", "critical"),
+			"priority":        enumOf("", fleet.Priorities()),
 			"stage":           ref("Stage"),
 			"body":            str("The task, Markdown, verbatim."),
 			"leaseEpoch":      integer("Bumped by every claim and revocation; worker calls carry it as a fence."),
@@ -361,11 +369,11 @@ func schemas() obj {
 			"lastFailure":      object(nil, obj{"reason": str(""), "retryable": boolean(""), "factoryId": str(""), "at": dateTime("")}),
 			"parentId":         str("The job it is a child of (POST /fleet/jobs/{id}/children)."),
 			"deps":             boundedList("Job ids that must ship first.", fleet.MaxDeps),
-			"depsMode":         enum("", "all", "any"),
+			"depsMode":         enumOf("", fleet.DepsModes()),
 			"hasDependants":    boolean(""),
 			"budget":           object(nil, obj{"wall": str("A duration such as 45m0s."), "usd": number("")}),
 			"review":           ref("Review"),
-			"kind":             enum("task (the default, omitted) runs its own step; composite ships when every child has.", "composite"),
+			"kind":             enumOf("task (the default, omitted) runs its own step; composite ships when every child has.", fleet.JobKinds()),
 			"rootId":           str("The root of the job's tree of children; absent on a root."),
 			"depth":            integer("Levels below the root (0 for a root)."),
 			"children":         stringList("The jobs posted as its children; while blocked it waits until every one shipped."),
@@ -387,7 +395,7 @@ func schemas() obj {
 		"Review": object([]string{"approvals"}, obj{
 			"reviewers": boundedList("Operator names who may vote; empty means any operator.", fleet.MaxReviewers),
 			"quorum":    integer("Approvals of distinct reviewers that pass the gate."),
-			"onReject":  enum("requeue (default): back to the queue with the comment as feedback, no attempt spent; fail: failed.", "requeue", "fail"),
+			"onReject":  enumOf("requeue (default): back to the queue with the comment as feedback, no attempt spent; fail: failed.", fleet.OnRejects()),
 			"head":      str("The checkpoint under review (e.g. aq/job/<id>@<sha>); votes are bound to it, a new head clears them."),
 			"votes": arrayOf(object([]string{"reviewer", "approve", "at"}, obj{"reviewer": str(""), "approve": boolean(""),
 				"comment": str(""), "head": str(""), "at": dateTime("")})),
@@ -402,8 +410,8 @@ func schemas() obj {
 		"DAG": object([]string{"rootId", "nodes", "edges", "counts"}, obj{
 			"rootId": name("The root of the tree."),
 			"nodes": arrayOf(object([]string{"id", "title", "stage", "deps", "depsMode"}, obj{
-				"id": name(""), "title": str(""), "stage": ref("Stage"), "kind": enum("", "composite"),
-				"parentId": str(""), "deps": stringList(""), "depsMode": enum("", "all", "any"),
+				"id": name(""), "title": str(""), "stage": ref("Stage"), "kind": enumOf("", fleet.JobKinds()),
+				"parentId": str(""), "deps": stringList(""), "depsMode": enumOf("", fleet.DepsModes()),
 			})),
 			"edges": arrayOf(object([]string{"from", "to", "kind"}, obj{"from": name(""), "to": name(""),
 				"kind": enum("child: from the parent to the child; dep: from the dependency to the job waiting on it.", coord.EdgeChild, coord.EdgeDep)})),
@@ -418,7 +426,7 @@ func schemas() obj {
 			"preemptRequested": boolean("A critical job needs the seat: stop, checkpoint, release with outcome preempted.")}),
 		"Run": object([]string{"id", "jobId", "factoryId", "leaseEpoch", "result", "startedAt"}, obj{
 			"id": str("jobId:leaseEpoch"), "jobId": str(""), "productId": str(""), "factoryId": str(""),
-			"leaseEpoch": integer(""), "result": enum("", "running", "succeeded", "failed", "lost", "cancelled", "preempted"),
+			"leaseEpoch": integer(""), "result": enumOf("", fleet.RunResults()),
 			"reason": str(""), "startedAt": dateTime(""), "endedAt": dateTime(""),
 			"engine": str("The engine the holder reported."), "usage": usageSchema,
 			"head": str("The commit the run delivered."), "diff": diffSchema,
@@ -430,7 +438,7 @@ func schemas() obj {
 		"Artifact": object([]string{"id", "jobId", "productId", "runId", "name", "kind", "contentType", "size", "sha256", "createdAt"}, obj{
 			"id": str("<jobId>.<suffix>"), "jobId": name(""), "productId": name(""),
 			"runId": str("The run (jobId:leaseEpoch) that uploaded it; empty for an operator's."),
-			"name":  name(""), "kind": enum("", "log", "diff", "report", "other"), "contentType": str(""),
+			"name":  name(""), "kind": enumOf("", fleet.ArtifactKinds()), "contentType": str(""),
 			"size": integer("Bytes."), "sha256": str("Lower-case hex digest of the bytes."), "createdAt": dateTime(""),
 		}),
 		"Explanation": object([]string{"jobId", "stage", "dispatchEpoch", "schedule"}, obj{
@@ -442,13 +450,13 @@ func schemas() obj {
 			}),
 			"review": ref("Review"),
 			"waiting": object([]string{"depsMode", "deps", "children"}, obj{
-				"depsMode": enum("", "all", "any"),
+				"depsMode": enumOf("", fleet.DepsModes()),
 				"deps":     arrayOf(ref("WaitItem")), "children": arrayOf(ref("WaitItem")),
 			}),
 			"budget": holdSchema([]string{"kind", "message"}, "Why the product's budget holds the queued job back now.",
-				string(fleet.HoldPaused), string(fleet.HoldCeiling)),
+				fleet.HoldPaused, fleet.HoldCeiling),
 			"seatCap": holdSchema([]string{"kind", "message", "running", "maxRunning"},
-				"The product's maxRunning seats are all taken: the queued job waits for one to free.", string(fleet.HoldSeatCap)),
+				"The product's maxRunning seats are all taken: the queued job waits for one to free.", fleet.HoldSeatCap),
 			"schedule": object([]string{"jobId", "routable", "required", "candidates"}, obj{
 				"jobId": str(""), "routable": boolean(""), "reason": str("Why no factory is eligible."),
 				"best": str("The factory the scheduler would pick."), "required": stringList("Capabilities checked, with repo:<repo>."),
@@ -464,10 +472,10 @@ func schemas() obj {
 			}),
 		}),
 		"Factory": object([]string{"id", "kind", "products", "capabilities", "repos", "seatLimit", "load", "health"}, obj{
-			"id": name(""), "kind": enum("", "static", "elastic"), "productId": str("Its first product, or * for all."),
+			"id": name(""), "kind": enumOf("", fleet.FactoryKinds()), "productId": str("Its first product, or * for all."),
 			"products": stringList("Products it serves; empty means every product."), "capabilities": stringList(""),
 			"repos": stringList("Repos it has checked out."), "seatLimit": integer(""), "load": integer(""),
-			"health": enum("", "ok", "degraded", "stale", "down"), "costPerHourUsd": number(""),
+			"health": enumOf("", fleet.Healths()), "costPerHourUsd": number(""),
 			"draining": boolean("True while an operator drains it (POST .../drain): no new assignments."),
 			"tokenId":  str("The SHA-256 of its current token (not secret)."), "lastHeartbeatAt": dateTime(""),
 			"enrollment": str("Names this enrollment of the id: deregistering revokes its tokens, not those of a later enrollment."),
@@ -509,9 +517,8 @@ func schemas() obj {
 			"jobs":     describe(obj{"type": "object", "additionalProperties": obj{"type": "integer"}}, "Active jobs by stage."),
 			"starving": arrayOf(object(nil, obj{"jobId": str(""), "productId": str(""), "waitingFor": str(""), "reason": str("")})),
 			"alerts": arrayOf(object([]string{"kind", "severity", "subject", "since", "message"}, obj{
-				"kind": enum("What the alert is about.", "starving", "stale_factory", "dead_letter", "blocked_on_failed", string(fleet.AlertCancelUnacknowledged),
-					string(fleet.AlertBudgetAlert), string(fleet.AlertBudgetPaused)),
-				"severity": enum("", "warning", "critical"),
+				"kind":     enumOf("What the alert is about.", fleet.AlertKinds()),
+				"severity": enumOf("", fleet.Severities()),
 				"subject":  str("What it names: product/repo (starving), a factory id (stale_factory), product/job (dead_letter, blocked_on_failed), a product (budget_alert, budget_paused)."),
 				"since":    dateTime("When the condition began."),
 				"message":  str("A sentence for a person."),
@@ -545,7 +552,7 @@ func schemas() obj {
 		"SubmitRequest": request([]string{"manifest"}, obj{"manifest": describe(obj{"type": "string", "maxLength": fleet.MaxManifestBytes},
 			"The Markdown manifest with YAML front matter.")}),
 		"PatchRequest": request([]string{"leaseEpoch"}, obj{
-			"stage":      enum("building, review, testing or shipped; omit to set only the checkpoint.", stageNames()...),
+			"stage":      enumOf("building, review, testing or shipped; omit to set only the checkpoint.", fleet.Stages),
 			"leaseEpoch": integer("The epoch the claim returned."),
 			"checkpoint": describe(obj{"type": "string", "maxLength": 1024}, ""),
 			"usage":      describe(usageSchema, "The run's usage so far (cumulative; see POST /fleet/jobs/{id}/usage)."),
@@ -571,7 +578,7 @@ func schemas() obj {
 		"ActionRequest": request(nil, obj{"reason": describe(obj{"type": "string", "maxLength": 2000}, "")}),
 		"LeaseRequest":  request([]string{"leaseEpoch"}, obj{"leaseEpoch": integer("The epoch the claim returned.")}),
 		"ReleaseRequest": request([]string{"leaseEpoch"}, obj{"leaseEpoch": integer("The epoch the claim returned."),
-			"outcome":    enum("Absent for a plain release.", "cancelled", "preempted"),
+			"outcome":    enumOf("Absent for a plain release.", fleet.ReleaseOutcomes()),
 			"checkpoint": str("Where the holder's work is (aq/wip/<id>), recorded on the job.")}),
 		"AcceptRequest": request([]string{"jobId", "dispatchEpoch"}, obj{
 			"jobId": name(""), "dispatchEpoch": integer("From the dispatch message."),
@@ -591,7 +598,7 @@ func schemas() obj {
 		}),
 		"BudgetRequest": request([]string{"ceilingUsd"}, obj{
 			"ceilingUsd":    describe(obj{"type": "number", "exclusiveMinimum": 0}, "The most the product may spend per period."),
-			"period":        enum("Default month (calendar month, UTC).", string(fleet.PeriodMonth), string(fleet.PeriodTotal)),
+			"period":        enumOf("Default month (calendar month, UTC).", fleet.BudgetPeriods()),
 			"alertAt":       describe(obj{"type": "number", "exclusiveMinimum": 0, "maximum": 1}, "budget_alert once spend reaches this fraction of the ceiling; default 0.8."),
 			"autoPause":     boolean("Pause the product when spend reaches the ceiling; default true."),
 			"defaultJobUsd": describe(obj{"type": "number", "minimum": 0}, "The estimate of a job that names no budget.usd; default 0."),
@@ -599,11 +606,11 @@ func schemas() obj {
 		"PauseRequest": request(nil, obj{"reason": describe(obj{"type": "string", "maxLength": 2000}, "Why, for people.")}),
 		"Budget": object([]string{"productId", "ceilingUsd", "period", "periodStart", "spentUsd", "reservedUsd", "remainingUsd",
 			"paused", "pausedReason", "alertAt", "autoPause", "updatedAt"}, obj{
-			"productId": name(""), "ceilingUsd": number(""), "period": enum("", string(fleet.PeriodMonth), string(fleet.PeriodTotal)),
+			"productId": name(""), "ceilingUsd": number(""), "period": enumOf("", fleet.BudgetPeriods()),
 			"periodStart": dateTime(""), "spentUsd": number("Settled spend this period."),
 			"reservedUsd":  number("Estimates held for runs admitted and not yet settled."),
 			"remainingUsd": number("ceiling - spent - reserved, at least 0."), "paused": boolean(""),
-			"pausedReason": describe(obj{"type": []string{"string", "null"}, "enum": []any{string(fleet.PausedBudgetExhausted), string(fleet.PausedOperator), nil}}, ""),
+			"pausedReason": nullableEnumOf("", fleet.PauseReasons()),
 			"pauseMessage": str("The operator's reason, or the spend that paused it."),
 			"alertAt":      number(""), "autoPause": boolean(""), "defaultJobUsd": number(""), "updatedAt": dateTime(""),
 		}),
@@ -613,7 +620,7 @@ func schemas() obj {
 			"forecastExhaustedAt": describe(obj{"type": []string{"string", "null"}, "format": "date-time"}, "null when spend will not reach the ceiling this period."),
 		}),
 		"EnrollRequest": request([]string{"factoryId"}, obj{
-			"factoryId": name(""), "kind": enum("Default static.", "static", "elastic"),
+			"factoryId": name(""), "kind": enumOf("Default static.", fleet.FactoryKinds()),
 			"products":       boundedList("Products it serves; empty or absent means every product.", fleet.MaxProducts),
 			"capabilities":   boundedList("kind:value, such as os:linux or engine:claude; also the token's capability scope.", fleet.MaxCapabilities),
 			"seatLimit":      describe(obj{"type": "integer", "minimum": 0, "maximum": 1000}, "0 means 1."),
@@ -623,7 +630,7 @@ func schemas() obj {
 			"capabilities": boundedList("Replaces the stored list; [] for none.", fleet.MaxCapabilities),
 			"repos":        boundedList("Replaces the stored list; [] for none.", fleet.MaxRepos),
 			"load":         describe(obj{"type": "integer", "minimum": 0}, "Jobs running now."),
-			"health":       enum("Default ok.", "ok", "degraded", "down"),
+			"health":       enumOf("Default ok.", fleet.ReportedHealths()),
 			"seatLimit":    describe(obj{"type": "integer", "minimum": 0, "maximum": 1000}, "0 leaves it unchanged."),
 		}),
 		"ProfileRequest": request([]string{"profile"}, obj{"profile": str("The Markdown profile: front matter and instructions.")}),

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"fmt"
 
+	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -121,7 +122,7 @@ var routes = []route{
 		description: "ship, requeue, reject or cancel, where the stage machine allows it (409 otherwise). A requeued job whose dependencies have not shipped is blocked until they do; a job whose dependencies can no longer ship fails with reason dependency_failed. " +
 			"Cancel of a job that holds no lease is immediate (200). Cancel of a leased job answers 202 with cancelRequested set: the holder hears of it at once (control message) or at its next renewal, stops, checkpoints and releases with outcome cancelled; without that acknowledgement within the cancel grace the lease is revoked and the job cancelled anyway (events cancel_acknowledged or cancel_forced).",
 		params: []param{jobID, {name: "action", in: inPath, required: true,
-			schema: enum("", "ship", "requeue", "reject", "cancel")}},
+			schema: enumOf("", []coord.Action{coord.ActionShip, coord.ActionRequeue, coord.ActionReject, coord.ActionCancel})}},
 		body: optionalJSONBody(ref("ActionRequest")),
 		ok: map[string]obj{"200": respond("The job after the action.", ref("Job")),
 			"202": respond("Cancel of a leased job: requested of its holder; the job as it is now.", ref("Job"))},
@@ -246,7 +247,7 @@ var routes = []route{
 			"(FLEET_ARTIFACT_MAX_BYTES) is 413 with nothing stored.",
 		params: []param{jobID,
 			{name: "name", in: inQuery, required: true, schema: name(""), desc: "The artifact's name, such as output.log."},
-			queryParam("kind", "What it holds; default other.", enum("", "log", "diff", "report", "other")),
+			queryParam("kind", "What it holds; default other.", enumOf("", fleet.ArtifactKinds())),
 			queryParam("leaseEpoch", "The holder's epoch; required of a factory, refused from an operator.", obj{"type": "integer", "minimum": 0}),
 		},
 		body:   obj{"required": true, "content": obj{"*/*": obj{"schema": obj{"type": "string", "format": "binary"}}}},
