@@ -231,8 +231,8 @@ func (s *server) unmatched(w http.ResponseWriter, r *http.Request, h http.Handle
 // early on failure and write only successes.
 type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request, p *principal) error
 
-// endpoint wraps a route's handler with its authentication, scope and
-// query-string checks.
+// endpoint wraps a route's handler with its authentication, scope,
+// query-string and product checks.
 func (s *server) endpoint(rt route) http.Handler {
 	accepted := rt.queryNames()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -246,6 +246,9 @@ func (s *server) endpoint(rt route) http.Handler {
 			if release, err = s.caps.acquire(p.capKey); err == nil {
 				defer release()
 			}
+		}
+		if err == nil && rt.needsProduct {
+			_, err = needProduct(r, p)
 		}
 		if err == nil {
 			err = rt.handle(s, w, r, p)

@@ -14,6 +14,12 @@ type route struct {
 	method  string
 	pattern string // a net/http ServeMux pattern path, under /api
 	access  access
+	// needsProduct: the route acts in one product, x-product-id or the
+	// token's only one; without either it is 400 naming x-product-id
+	// before the handler runs. Other routes find their product themselves
+	// (from the job or artifact they name, or {productId}) or work across
+	// the token's products, which x-product-id narrows.
+	needsProduct bool
 	// params are its path, query and header parameters, in the order the
 	// document lists them; a query parameter not listed here is 400.
 	params []param
@@ -85,7 +91,7 @@ var routes = []route{
 	{method: "GET", pattern: "/api/openapi.json", access: public, handle: (*server).openAPI, summary: "This document",
 		ok: map[string]obj{"200": respond("The OpenAPI 3.1 document.", obj{"type": "object"})}},
 
-	{method: "POST", pattern: "/api/fleet/jobs", access: operatorOnly, handle: (*server).submitJob, summary: "Submit a job",
+	{method: "POST", pattern: "/api/fleet/jobs", access: operatorOnly, needsProduct: true, handle: (*server).submitJob, summary: "Submit a job",
 		description: "The manifest is Markdown with YAML front matter, sent raw (text/markdown) or as " +
 			`{"manifest": "..."}` + " (application/json). Needs a product: x-product-id, or a token scoped to one. " +
 			"The same idempotencyKey again returns the existing job with 200.",
@@ -98,7 +104,7 @@ var routes = []route{
 			"200": respond("The job this idempotencyKey already made.", ref("Job")),
 		},
 		errors: []string{"400", "413", "422"}},
-	{method: "GET", pattern: "/api/fleet/jobs", access: operatorOnly, handle: (*server).listJobs, summary: "List a product's jobs",
+	{method: "GET", pattern: "/api/fleet/jobs", access: operatorOnly, needsProduct: true, handle: (*server).listJobs, summary: "List a product's jobs",
 		description: "In creation order, one page at a time. Needs a product: x-product-id, or a token scoped to one.",
 		params: []param{
 			queryParam("stage", "Only jobs in this stage.", ref("Stage")),
@@ -167,7 +173,7 @@ var routes = []route{
 		},
 		ok:     map[string]obj{"200": eventStream("The job's events, as server-sent events.")},
 		errors: []string{"400", "404"}},
-	{method: "GET", pattern: "/api/fleet/events", access: operatorOnly, long: longWithWait, handle: (*server).productEvents, summary: "A product's changes, long poll",
+	{method: "GET", pattern: "/api/fleet/events", access: operatorOnly, long: longWithWait, needsProduct: true, handle: (*server).productEvents, summary: "A product's changes, long poll",
 		description: "The product stream (GET /fleet/events/stream) for a client that cannot stream: {items: [{id, type, data}], position}. " +
 			"Pass the position back as after to get what changed since (a change may come twice); without after it starts from now. " +
 			"With wait, an answer that would be empty waits up to that long for a change. Needs a product: x-product-id, or a token scoped to one.",
@@ -183,7 +189,7 @@ var routes = []route{
 			"position": obj{"type": "string"},
 		}))},
 		errors: []string{"400"}},
-	{method: "GET", pattern: "/api/fleet/events/stream", access: operatorOnly, long: alwaysLong, handle: (*server).productEventStream, summary: "A product's changes, live (SSE)",
+	{method: "GET", pattern: "/api/fleet/events/stream", access: operatorOnly, long: alwaysLong, needsProduct: true, handle: (*server).productEventStream, summary: "A product's changes, live (SSE)",
 		description: "text/event-stream of every change of the product's jobs (each job event: `event: <type>`, data the Event) " +
 			"and of its factories (`event: factory`, data the Factory, shown as GET /fleet/factories shows it to the token). " +
 			"Needs a product: x-product-id, or a token scoped to one. " +
@@ -363,7 +369,7 @@ var routes = []route{
 		description: "Each with the products owning it and the factories holding it; limited to x-product-id or the token's scope.",
 		ok:          map[string]obj{"200": respond("The repos, by name.", listOf("RepoInfo"))}},
 
-	{method: "POST", pattern: "/api/fleet/tracker/ingest", access: operatorOnly, handle: (*server).ingest, summary: "Ingest a tracker item as a job",
+	{method: "POST", pattern: "/api/fleet/tracker/ingest", access: operatorOnly, needsProduct: true, handle: (*server).ingest, summary: "Ingest a tracker item as a job",
 		description: "The item's job is the one of idempotencyKey tracker:<source>:<itemId>: the same item again returns it (200). " +
 			"A higher revision replaces the manifest of a job that has not started (never assigned: leaseEpoch 0, queued or blocked) and records a tracker_updated event; " +
 			"a lower or equal one returns the job unchanged; a higher one after the job started is 409 conflict (field revision). " +
@@ -388,7 +394,7 @@ var routes = []route{
 		ok:     map[string]obj{"200": respond("The delivery state.", ref("EchoState"))},
 		errors: []string{"400", "404", "409"}},
 
-	{method: "PUT", pattern: "/api/fleet/profiles/{name}", access: operatorOnly, handle: (*server).putProfile, summary: "Put a new version of a persona profile",
+	{method: "PUT", pattern: "/api/fleet/profiles/{name}", access: operatorOnly, needsProduct: true, handle: (*server).putProfile, summary: "Put a new version of a persona profile",
 		description: "The profile is Markdown with YAML front matter (capabilities, engine, budget; name, if given, must match the path) " +
 			"and the persona's instructions as the body, sent raw (text/markdown) or as " + `{"profile": "..."}` + ". " +
 			"Every PUT creates the next immutable version, which becomes the latest; earlier versions never change. " +
@@ -401,17 +407,17 @@ var routes = []route{
 		}},
 		ok:     map[string]obj{"201": withHeader(respond("The new version.", ref("Profile")), "Location", "The version's URL.")},
 		errors: []string{"400", "409", "413"}},
-	{method: "GET", pattern: "/api/fleet/profiles", access: operatorOnly, handle: (*server).listProfiles, summary: "List a product's profiles",
+	{method: "GET", pattern: "/api/fleet/profiles", access: operatorOnly, needsProduct: true, handle: (*server).listProfiles, summary: "List a product's profiles",
 		description: "The latest version of each, by name, without instructions. Needs a product.",
 		ok:          map[string]obj{"200": respond("The profiles.", listOf("ProfileSummary"))},
 		errors:      []string{"400"}},
-	{method: "GET", pattern: "/api/fleet/profiles/{name}", access: operatorOnly, handle: (*server).getProfile, summary: "Read a profile",
+	{method: "GET", pattern: "/api/fleet/profiles/{name}", access: operatorOnly, needsProduct: true, handle: (*server).getProfile, summary: "Read a profile",
 		description: "The latest version, or the one ?version= names. Needs a product.",
 		params: []param{pathParam("name", "The profile's name."),
 			queryParam("version", "A version number; the latest without it.", obj{"type": "integer", "minimum": 1})},
 		ok:     map[string]obj{"200": respond("The profile version.", ref("Profile"))},
 		errors: []string{"400", "404"}},
-	{method: "GET", pattern: "/api/fleet/profiles/{name}/versions", access: operatorOnly, handle: (*server).profileVersions, summary: "A profile's versions",
+	{method: "GET", pattern: "/api/fleet/profiles/{name}/versions", access: operatorOnly, needsProduct: true, handle: (*server).profileVersions, summary: "A profile's versions",
 		description: "Every version, oldest first, without instructions. Needs a product.",
 		params:      []param{pathParam("name", "The profile's name.")},
 		ok:          map[string]obj{"200": respond("The versions.", listOf("ProfileSummary"))},
@@ -450,7 +456,7 @@ var routes = []route{
 		description: "For x-product-id, or the whole fleet for an unscoped token. A token scoped to several products must name one.",
 		ok:          map[string]obj{"200": respond("The metrics.", ref("Metrics"))},
 		errors:      []string{"400"}},
-	{method: "GET", pattern: "/api/fleet/queue-state", access: anyPrincipal, handle: (*server).queueState, summary: "A product's queue version",
+	{method: "GET", pattern: "/api/fleet/queue-state", access: anyPrincipal, needsProduct: true, handle: (*server).queueState, summary: "A product's queue version",
 		description: "Bumped whenever a job enters queued: a polling factory claims only when it moved. Needs a product.",
 		ok:          map[string]obj{"200": respond("The queue state.", ref("QueueState"))},
 		errors:      []string{"400"}},
