@@ -249,6 +249,16 @@ func name(desc string) obj {
 // eventType is the schema of an event's type.
 var eventType = enumOf("What the event records.", fleet.EventTypes)
 
+// operatorActions is the enum of an operator's actions, in the order a
+// console offers them.
+func operatorActions() obj {
+	names := make([]string, len(fleet.OperatorActions))
+	for i, a := range fleet.OperatorActions {
+		names[i] = a.Name
+	}
+	return enum("", names...)
+}
+
 // unroutableKind is the schema of a job's dispatch.unroutableKind.
 var unroutableKind = enumOf("no_factory: nothing in the fleet can run the job (it needs a change); busy: factories could, but none can now; "+
 	"budget: its product's budget holds it back (paused, or no room under the ceiling); seat_cap: its product runs maxRunning jobs already.",

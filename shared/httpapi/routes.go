@@ -3,7 +3,6 @@ package httpapi
 import (
 	"fmt"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -128,7 +127,7 @@ var routes = []route{
 		description: "ship, requeue, reject or cancel, where the stage machine allows it (409 otherwise). A requeued job whose dependencies have not shipped is blocked until they do; a job whose dependencies can no longer ship fails with reason dependency_failed. " +
 			"Cancel of a job that holds no lease is immediate (200). Cancel of a leased job answers 202 with cancelRequested set: the holder hears of it at once (control message) or at its next renewal, stops, checkpoints and releases with outcome cancelled; without that acknowledgement within the cancel grace the lease is revoked and the job cancelled anyway (events cancel_acknowledged or cancel_forced).",
 		params: []param{jobID, {name: "action", in: inPath, required: true,
-			schema: enumOf("", []coord.Action{coord.ActionShip, coord.ActionRequeue, coord.ActionReject, coord.ActionCancel})}},
+			schema: operatorActions()}},
 		body: optionalJSONBody(ref("ActionRequest")),
 		ok: map[string]obj{"200": respond("The job after the action.", ref("Job")),
 			"202": respond("Cancel of a leased job: requested of its holder; the job as it is now.", ref("Job"))},
