@@ -30,6 +30,12 @@ const (
 	AlertBudgetPaused AlertKind = "budget_paused"
 )
 
+// AlertKinds lists every alert kind.
+func AlertKinds() []AlertKind {
+	return []AlertKind{AlertStarving, AlertStaleFactory, AlertDeadLetter, AlertBlockedOnFailed,
+		AlertCancelUnacknowledged, AlertBudgetAlert, AlertBudgetPaused}
+}
+
 // Severity ranks alerts.
 type Severity string
 
@@ -38,6 +44,9 @@ const (
 	SeverityWarning  Severity = "warning"
 	SeverityCritical Severity = "critical"
 )
+
+// Severities lists every severity, the lesser first.
+func Severities() []Severity { return []Severity{SeverityWarning, SeverityCritical} }
 
 // Alert is one open condition: what kind, how bad, what it is about
 // ("product/repo", a factory id, "product/job"), since when, and a sentence

@@ -3,6 +3,7 @@ package fleet
 import (
 	"fmt"
 	"mime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -18,15 +19,20 @@ const (
 	ArtifactOther  ArtifactKind = "other"
 )
 
+// ArtifactKinds lists every artifact kind.
+func ArtifactKinds() []ArtifactKind {
+	return []ArtifactKind{ArtifactLog, ArtifactDiff, ArtifactReport, ArtifactOther}
+}
+
 // ParseArtifactKind validates a kind; "" means other.
 func ParseArtifactKind(field, s string) (ArtifactKind, error) {
-	switch k := ArtifactKind(s); k {
-	case "":
+	switch k := ArtifactKind(s); {
+	case k == "":
 		return ArtifactOther, nil
-	case ArtifactLog, ArtifactDiff, ArtifactReport, ArtifactOther:
+	case slices.Contains(ArtifactKinds(), k):
 		return k, nil
 	}
-	return "", Invalid(field, "unknown kind %q (want log, diff, report or other)", s)
+	return "", Invalid(field, "unknown kind %q (want %s)", s, alternatives(ArtifactKinds()))
 }
 
 // Artifact is the pointer document of some bytes a job produced: what they

@@ -3,6 +3,7 @@ package fleet
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -18,15 +19,18 @@ const (
 	PeriodTotal BudgetPeriod = "total"
 )
 
+// BudgetPeriods lists every budget period.
+func BudgetPeriods() []BudgetPeriod { return []BudgetPeriod{PeriodMonth, PeriodTotal} }
+
 // ParseBudgetPeriod validates a period; "" means month.
 func ParseBudgetPeriod(field, s string) (BudgetPeriod, error) {
-	switch p := BudgetPeriod(s); p {
-	case "":
+	switch p := BudgetPeriod(s); {
+	case p == "":
 		return PeriodMonth, nil
-	case PeriodMonth, PeriodTotal:
+	case slices.Contains(BudgetPeriods(), p):
 		return p, nil
 	}
-	return "", Invalid(field, "unknown period %q (want month or total)", s)
+	return "", Invalid(field, "unknown period %q (want %s)", s, alternatives(BudgetPeriods()))
 }
 
 // PauseReason says who paused a product.
@@ -37,6 +41,9 @@ const (
 	PausedBudgetExhausted PauseReason = "budget_exhausted"
 	PausedOperator        PauseReason = "operator"
 )
+
+// PauseReasons lists every pause reason.
+func PauseReasons() []PauseReason { return []PauseReason{PausedBudgetExhausted, PausedOperator} }
 
 // MaxBurnPoints bounds a budget's burndown series: the oldest points go
 // first (the spend they reached is kept by the later, cumulative points).
@@ -160,6 +167,9 @@ const (
 	// HoldSeatCap: the product's maxRunning seats are all taken.
 	HoldSeatCap HoldKind = "seat_cap"
 )
+
+// HoldKinds lists every hold kind.
+func HoldKinds() []HoldKind { return []HoldKind{HoldPaused, HoldCeiling, HoldSeatCap} }
 
 // Hold is why a queued job may not be assigned now.
 type Hold struct {

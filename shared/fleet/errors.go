@@ -26,6 +26,12 @@ const (
 	CodeUnavailable     Code = "unavailable"
 )
 
+// Codes lists every code, in the order of their HTTP statuses.
+func Codes() []Code {
+	return []Code{CodeInvalid, CodeUnauthenticated, CodeForbidden, CodeNotFound, CodeConflict, CodeFenced,
+		CodeTooLarge, CodeRepoNotOwned, CodeBudgetExceeded, CodePaused, CodeThrottled, CodeUnavailable}
+}
+
 // Error is the one error type use cases return to callers. Field names the
 // JSON path at fault when a single field is.
 type Error struct {

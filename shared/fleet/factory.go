@@ -17,6 +17,9 @@ const (
 	KindElastic FactoryKind = "elastic"
 )
 
+// FactoryKinds lists every factory kind.
+func FactoryKinds() []FactoryKind { return []FactoryKind{KindStatic, KindElastic} }
+
 // Health is a factory's health as reported or as derived from silence.
 type Health string
 
@@ -29,15 +32,22 @@ const (
 	HealthDown     Health = "down"
 )
 
+// Healths lists every health a factory may show.
+func Healths() []Health { return []Health{HealthOK, HealthDegraded, HealthStale, HealthDown} }
+
+// ReportedHealths lists the healths a factory may report: stale is only
+// ever derived from its silence.
+func ReportedHealths() []Health { return []Health{HealthOK, HealthDegraded, HealthDown} }
+
 // ParseHealth validates a health a factory reports; it may not claim stale.
 func ParseHealth(field, s string) (Health, error) {
-	switch h := Health(s); h {
-	case "":
+	switch h := Health(s); {
+	case h == "":
 		return HealthOK, nil
-	case HealthOK, HealthDegraded, HealthDown:
+	case slices.Contains(ReportedHealths(), h):
 		return h, nil
 	}
-	return "", Invalid(field, "unknown health %q (want ok, degraded or down)", s)
+	return "", Invalid(field, "unknown health %q (want %s)", s, alternatives(ReportedHealths()))
 }
 
 // Factory is a worker host or an elastic pool of them.

@@ -3,6 +3,8 @@ package fleet
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -31,20 +33,27 @@ func (p Priority) Rank() int {
 	}
 }
 
+// Priorities lists every priority, lowest first.
+func Priorities() []Priority {
+	return []Priority{PriorityLow, PriorityNormal, PriorityHigh, PriorityCritical}
+}
+
 // PrioritiesHighestFirst lists every priority from the highest rank down.
 func PrioritiesHighestFirst() []Priority {
-	return []Priority{PriorityCritical, PriorityHigh, PriorityNormal, PriorityLow}
+	p := Priorities()
+	slices.Reverse(p)
+	return p
 }
 
 // ParsePriority validates a priority; "" means normal.
 func ParsePriority(field, s string) (Priority, error) {
-	switch p := Priority(s); p {
-	case "":
+	switch p := Priority(s); {
+	case p == "":
 		return PriorityNormal, nil
-	case PriorityLow, PriorityNormal, PriorityHigh, PriorityCritical:
+	case slices.Contains(Priorities(), p):
 		return p, nil
 	}
-	return "", Invalid(field, "unknown priority %q (want low, normal, high or critical)", s)
+	return "", Invalid(field, "unknown priority %q (want %s)", s, alternatives(Priorities()))
 }
 
 // DepsMode says when a job's dependencies are satisfied.
@@ -55,6 +64,9 @@ const (
 	DepsAll DepsMode = "all" // every dependency shipped (default)
 	DepsAny DepsMode = "any" // at least one shipped
 )
+
+// DepsModes lists every dependency mode.
+func DepsModes() []DepsMode { return []DepsMode{DepsAll, DepsAny} }
 
 // Duration is a time.Duration that reads and writes Go duration strings
 // ("45m") in JSON, as manifests and clients write them.
@@ -92,6 +104,9 @@ const (
 	KindTask      JobKind = ""
 	KindComposite JobKind = "composite"
 )
+
+// JobKinds lists every job kind, the task's "" first.
+func JobKinds() []JobKind { return []JobKind{KindTask, KindComposite} }
 
 // Lease is the single-holder lease on a job, as clients see it. It is stored
 // as fields of the job document so that claiming is one compare-and-swap.
@@ -134,6 +149,11 @@ const (
 	// allows; it flows when one of them ends.
 	UnroutableSeatCap UnroutableKind = "seat_cap"
 )
+
+// UnroutableKinds lists every kind of unroutable reason.
+func UnroutableKinds() []UnroutableKind {
+	return []UnroutableKind{UnroutableNoFactory, UnroutableBusy, UnroutableBudget, UnroutableSeatCap}
+}
 
 // Failure is the last failure a factory reported.
 type Failure struct {
@@ -341,6 +361,11 @@ const (
 	RunPreempted RunResult = "preempted"
 )
 
+// RunResults lists every run result.
+func RunResults() []RunResult {
+	return []RunResult{RunRunning, RunSucceeded, RunFailed, RunLost, RunCancelled, RunPreempted}
+}
+
 // ReleaseOutcome is why a holder gives its lease back (the outcome of
 // POST /fleet/jobs/{id}/lease/release).
 type ReleaseOutcome string
@@ -352,13 +377,23 @@ const (
 	ReleasePreempted ReleaseOutcome = "preempted"
 )
 
+// ReleaseOutcomes lists every release outcome, the plain release's "" first.
+func ReleaseOutcomes() []ReleaseOutcome {
+	return []ReleaseOutcome{ReleasePlain, ReleaseCancelled, ReleasePreempted}
+}
+
 // ParseReleaseOutcome validates a release outcome.
 func ParseReleaseOutcome(field, s string) (ReleaseOutcome, error) {
-	switch o := ReleaseOutcome(s); o {
-	case ReleasePlain, ReleaseCancelled, ReleasePreempted:
+	if o := ReleaseOutcome(s); slices.Contains(ReleaseOutcomes(), o) {
 		return o, nil
 	}
-	return "", Invalid(field, "unknown outcome %q (want cancelled, preempted, or none for a plain release)", s)
+	var named []string
+	for _, o := range ReleaseOutcomes() {
+		if o != ReleasePlain {
+			named = append(named, string(o))
+		}
+	}
+	return "", Invalid(field, "unknown outcome %q (want %s, or none for a plain release)", s, strings.Join(named, ", "))
 }
 
 // Run is one attempt at a job by one factory, from claim to release.

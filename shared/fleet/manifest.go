@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -171,12 +172,11 @@ var manifestFields = map[string]fieldSetter{
 		if err := decodeScalar(f, n, &s); err != nil {
 			return err
 		}
-		switch DepsMode(s) {
-		case DepsAll, DepsAny:
-			m.DepsMode = DepsMode(s)
+		if d := DepsMode(s); slices.Contains(DepsModes(), d) {
+			m.DepsMode = d
 			return nil
 		}
-		return Invalid(f, "unknown depsMode %q (want all or any)", s)
+		return Invalid(f, "unknown depsMode %q (want %s)", s, alternatives(DepsModes()))
 	},
 	"budget": func(m *Manifest, f string, n *yaml.Node) error {
 		return decodeMapping(f, n, map[string]func(string, *yaml.Node) error{

@@ -18,15 +18,18 @@ const (
 	RejectFail OnReject = "fail"
 )
 
+// OnRejects lists every rejection outcome, the default first.
+func OnRejects() []OnReject { return []OnReject{RejectRequeue, RejectFail} }
+
 // ParseOnReject validates onReject; "" means requeue.
 func ParseOnReject(field, s string) (OnReject, error) {
-	switch o := OnReject(s); o {
-	case "":
+	switch o := OnReject(s); {
+	case o == "":
 		return RejectRequeue, nil
-	case RejectRequeue, RejectFail:
+	case slices.Contains(OnRejects(), o):
 		return o, nil
 	}
-	return "", Invalid(field, "unknown onReject %q (want requeue or fail)", s)
+	return "", Invalid(field, "unknown onReject %q (want %s)", s, alternatives(OnRejects()))
 }
 
 // MaxReviewCommentLen bounds a vote's comment (and so review.feedback).

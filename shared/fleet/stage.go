@@ -1,6 +1,10 @@
 package fleet
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // Stage is where a job is in its life.
 type Stage string
@@ -25,12 +29,14 @@ var Stages = []Stage{StageQueued, StageBlocked, StageAssigned, StageBuilding, St
 
 // ParseStage validates a stage name coming from a client.
 func ParseStage(field, s string) (Stage, error) {
-	for _, st := range Stages {
-		if string(st) == s {
-			return st, nil
-		}
+	if st := Stage(s); slices.Contains(Stages, st) {
+		return st, nil
 	}
-	return "", Invalid(field, "unknown stage %q (want one of queued, blocked, assigned, building, review, testing, shipped, failed, dead_letter, cancelled)", s)
+	names := make([]string, len(Stages))
+	for i, st := range Stages {
+		names[i] = string(st)
+	}
+	return "", Invalid(field, "unknown stage %q (want one of %s)", s, strings.Join(names, ", "))
 }
 
 // Terminal reports whether nothing further happens to a job in this stage
@@ -52,6 +58,9 @@ const (
 	ActorOperator Actor = "operator"
 	ActorSystem   Actor = "system"
 )
+
+// Actors lists every actor.
+func Actors() []Actor { return []Actor{ActorFactory, ActorOperator, ActorSystem} }
 
 // LeaseEffect is what a transition does to the job's lease.
 type LeaseEffect int

@@ -211,3 +211,17 @@ func SanitizeText(s string, maxLen int) string {
 func isBidiControl(r rune) bool {
 	return r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069 || r == 0x200E || r == 0x200F || r == 0x061C
 }
+
+// alternatives names values as a choice for a message: "a, b or c". The
+// messages of the Parse functions take their lists from the lists the
+// functions accept, so the two cannot part.
+func alternatives[T ~string](values []T) string {
+	names := make([]string, len(values))
+	for i, v := range values {
+		names[i] = string(v)
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/gigafactory/fleet/shared/store"
@@ -18,6 +19,15 @@ const (
 	codeMethodNotAllowed fleet.Code = "method_not_allowed"
 	codeInternal         fleet.Code = "internal"
 )
+
+// apiCodes is every code the API answers with: fleet's, in the order of
+// their statuses, with method_not_allowed by its status and internal, the
+// catch-all, last.
+func apiCodes() []fleet.Code {
+	codes := fleet.Codes()
+	codes = slices.Insert(codes, slices.Index(codes, fleet.CodeNotFound)+1, codeMethodNotAllowed)
+	return append(codes, codeInternal)
+}
 
 // Retry-After values, in seconds. Throttling clears fast (the store already
 // retried before giving up); an unreachable store is worth a longer pause.

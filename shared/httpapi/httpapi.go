@@ -4,9 +4,9 @@
 //
 // # Routes
 //
-// Every route lives under /api and is listed once, in the route table
-// (routes.go); the mux is built from it and a test checks it against the
-// OpenAPI document served at GET /api/openapi.json.
+// Every route lives under /api and is declared once, in the route table
+// (routes.go): the mux and the OpenAPI document served at
+// GET /api/openapi.json are both built from it.
 //
 // # Authentication
 //
@@ -126,11 +126,13 @@ type server struct {
 	maxStream time.Duration
 	buffered  bool
 	caps      *streamCaps
+	// openAPIJSON is the package's openAPIJSON (see there).
+	openAPIJSON func() ([]byte, error)
 }
 
 // New builds the API handler over c.
 func New(c *coord.Coordinator, cfg Config) http.Handler {
-	s := &server{coord: c, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, operators: operatorKeys(cfg.OperatorTokens)}
+	s := &server{coord: c, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, operators: operatorKeys(cfg.OperatorTokens), openAPIJSON: openAPIJSON}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -229,13 +231,14 @@ func (s *server) unmatched(w http.ResponseWriter, r *http.Request, h http.Handle
 // early on failure and write only successes.
 type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request, p *principal) error
 
-// endpoint wraps a route's handler with its authentication, scope and
-// query-string checks.
+// endpoint wraps a route's handler with its authentication, scope,
+// query-string and product checks.
 func (s *server) endpoint(rt route) http.Handler {
+	accepted := rt.queryNames()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.authorize(r, rt.access)
 		if err == nil {
-			_, err = query(r, rt.query...)
+			_, err = query(r, accepted...)
 		}
 		if err == nil && p != nil && rt.long.counts(r) {
 			// Before the handler reads or subscribes to anything.
@@ -243,6 +246,9 @@ func (s *server) endpoint(rt route) http.Handler {
 			if release, err = s.caps.acquire(p.capKey); err == nil {
 				defer release()
 			}
+		}
+		if err == nil && rt.needsProduct {
+			_, err = needProduct(r, p)
 		}
 		if err == nil {
 			err = rt.handle(s, w, r, p)

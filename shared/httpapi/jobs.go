@@ -170,10 +170,7 @@ func (s *server) jobProduct(r *http.Request, p *principal, id, hint string) (str
 }
 
 func (s *server) submitJob(w http.ResponseWriter, r *http.Request, p *principal) error {
-	product, err := needProduct(r, p)
-	if err != nil {
-		return err
-	}
+	product := productOf(r, p) // never "": the route needsProduct
 	manifest, err := s.readManifest(w, r)
 	if err != nil {
 		return err
@@ -222,13 +219,11 @@ func (s *server) readManifest(w http.ResponseWriter, r *http.Request) ([]byte, e
 }
 
 func (s *server) listJobs(w http.ResponseWriter, r *http.Request, p *principal) error {
-	product, err := needProduct(r, p)
-	if err != nil {
-		return err
-	}
+	product := productOf(r, p) // never "": the route needsProduct
 	q := r.URL.Query()
 	var stage fleet.Stage
 	if v := q.Get("stage"); v != "" {
+		var err error
 		if stage, err = fleet.ParseStage("stage", v); err != nil {
 			return err
 		}

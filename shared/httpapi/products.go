@@ -145,10 +145,7 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request, p *principal) e
 }
 
 func (s *server) queueState(w http.ResponseWriter, r *http.Request, p *principal) error {
-	product, err := needProduct(r, p)
-	if err != nil {
-		return err
-	}
+	product := productOf(r, p) // never "": the route needsProduct
 	qs, err := s.coord.QueueState(r.Context(), product)
 	if err != nil {
 		return err

@@ -19,10 +19,7 @@ type profileRequest struct {
 
 // putProfile stores a new version of a profile of the request's product.
 func (s *server) putProfile(w http.ResponseWriter, r *http.Request, p *principal) error {
-	product, err := needProduct(r, p)
-	if err != nil {
-		return err
-	}
+	product := productOf(r, p) // never "": the route needsProduct
 	name, err := pathName(r, "name")
 	if err != nil {
 		return err
@@ -71,10 +68,7 @@ func (s *server) readProfile(w http.ResponseWriter, r *http.Request) ([]byte, er
 }
 
 func (s *server) listProfiles(w http.ResponseWriter, r *http.Request, p *principal) error {
-	product, err := needProduct(r, p)
-	if err != nil {
-		return err
-	}
+	product := productOf(r, p) // never "": the route needsProduct
 	list, err := s.coord.ListProfiles(r.Context(), product)
 	if err != nil {
 		return err
@@ -84,10 +78,7 @@ func (s *server) listProfiles(w http.ResponseWriter, r *http.Request, p *princip
 
 // getProfile reads the latest version of a profile, or ?version=.
 func (s *server) getProfile(w http.ResponseWriter, r *http.Request, p *principal) error {
-	product, err := needProduct(r, p)
-	if err != nil {
-		return err
-	}
+	product := productOf(r, p) // never "": the route needsProduct
 	name, err := pathName(r, "name")
 	if err != nil {
 		return err
@@ -104,10 +95,7 @@ func (s *server) getProfile(w http.ResponseWriter, r *http.Request, p *principal
 }
 
 func (s *server) profileVersions(w http.ResponseWriter, r *http.Request, p *principal) error {
-	product, err := needProduct(r, p)
-	if err != nil {
-		return err
-	}
+	product := productOf(r, p) // never "": the route needsProduct
 	name, err := pathName(r, "name")
 	if err != nil {
 		return err

@@ -278,10 +278,7 @@ func (s *server) sendEvents(out *sse, events []fleet.Event, after int64) (int64,
 }
 
 func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *principal) error {
-	product, err := needProduct(r, p)
-	if err != nil {
-		return err
-	}
+	product := productOf(r, p) // never "": the route needsProduct
 	var from *live.Position
 	if v, field := resumeID(r); v != "" {
 		pos, err := live.ParsePosition(v)
@@ -434,10 +431,7 @@ type productChanges struct {
 // productEvents is GET /fleet/events: the product stream as a long poll,
 // for a client that cannot stream. Without after it starts from now.
 func (s *server) productEvents(w http.ResponseWriter, r *http.Request, p *principal) error {
-	product, err := needProduct(r, p)
-	if err != nil {
-		return err
-	}
+	product := productOf(r, p) // never "": the route needsProduct
 	wait, err := waitParam(r)
 	if err != nil {
 		return err

@@ -22,10 +22,7 @@ var ingestRef = []string{"source", "itemId", "revision"}
 // ingest turns a tracker item into its job: 201 when created, 200 with the
 // job (updated or unchanged, as the X-Fleet-Ingest header says) otherwise.
 func (s *server) ingest(w http.ResponseWriter, r *http.Request, p *principal) error {
-	product, err := needProduct(r, p)
-	if err != nil {
-		return err
-	}
+	product := productOf(r, p) // never "": the route needsProduct
 	body, err := s.readJSONBody(w, r)
 	if err != nil {
 		return err
