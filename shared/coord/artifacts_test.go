@@ -26,6 +26,7 @@ import (
 	"github.com/gigafactory/fleet/shared/blob/blobtest"
 	blobfs "github.com/gigafactory/fleet/shared/blob/fs"
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/artifacts"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -134,7 +135,7 @@ func forEachBlobBackend(t *testing.T, fn func(t *testing.T, e *env, b blobBacken
 	}
 }
 
-func (e *env) upload(up coord.ArtifactUpload, body []byte) (*fleet.Artifact, error) {
+func (e *env) upload(up artifacts.Upload, body []byte) (*fleet.Artifact, error) {
 	up.ProductID = prod
 	digestOf(body)
 	up.Body = bytes.NewReader(body)
@@ -162,7 +163,7 @@ func TestArtifactRoundTrip(t *testing.T) {
 		j := e.submit()
 		cl := e.claim("f1")
 		log := []byte("engine output\n" + strings.Repeat("line\n", 1000))
-		a, err := e.upload(coord.ArtifactUpload{JobID: j.ID, Name: "output.log", Kind: fleet.ArtifactLog,
+		a, err := e.upload(artifacts.Upload{JobID: j.ID, Name: "output.log", Kind: fleet.ArtifactLog,
 			ContentType: "text/plain; charset=utf-8", FactoryID: "f1", LeaseEpoch: ptr(cl.LeaseEpoch)}, log)
 		require.NoError(t, err)
 		require.Equal(t, digestOf(log), a.SHA256)
@@ -199,15 +200,15 @@ func TestArtifactOverLimit(t *testing.T) {
 		j := e.submit()
 		big := bytes.Repeat([]byte("x"), 1<<20+1)
 		before := e.snapshotContainers(store.Jobs, store.Artifacts, store.Events)
-		_, err := e.upload(coord.ArtifactUpload{JobID: j.ID, Name: "big.bin"}, big)
+		_, err := e.upload(artifacts.Upload{JobID: j.ID, Name: "big.bin"}, big)
 		requireCode(t, err, fleet.CodeTooLarge, "body")
-		_, err = e.c.UploadArtifact(e.ctx, coord.ArtifactUpload{ProductID: prod, JobID: j.ID, Name: "big.bin", ActorID: "op", Size: -1, Body: bytes.NewReader(big)})
+		_, err = e.c.UploadArtifact(e.ctx, artifacts.Upload{ProductID: prod, JobID: j.ID, Name: "big.bin", ActorID: "op", Size: -1, Body: bytes.NewReader(big)})
 		requireCode(t, err, fleet.CodeTooLarge, "body")
 		require.Equal(t, before, e.snapshotContainers(store.Jobs, store.Artifacts, store.Events))
 		require.Equal(t, 0, b.count(t))
 
 		exact := bytes.Repeat([]byte("y"), 1<<20)
-		_, err = e.upload(coord.ArtifactUpload{JobID: j.ID, Name: "exact.bin"}, exact)
+		_, err = e.upload(artifacts.Upload{JobID: j.ID, Name: "exact.bin"}, exact)
 		require.NoError(t, err, "exactly the limit is allowed")
 	})
 }
@@ -223,7 +224,7 @@ func TestArtifactFenced(t *testing.T) {
 		cl := e.claim("f1")
 		queued := e.submit()
 		before := e.snapshotContainers(store.Jobs, store.Artifacts, store.Events)
-		for name, up := range map[string]coord.ArtifactUpload{
+		for name, up := range map[string]artifacts.Upload{
 			"stale epoch":    {JobID: j.ID, Name: "output.log", FactoryID: "f1", LeaseEpoch: ptr(cl.LeaseEpoch - 1)},
 			"not the holder": {JobID: j.ID, Name: "output.log", FactoryID: "f2", LeaseEpoch: ptr(cl.LeaseEpoch)},
 			"future epoch":   {JobID: j.ID, Name: "output.log", FactoryID: "f1", LeaseEpoch: ptr(cl.LeaseEpoch + 1)},
@@ -254,7 +255,7 @@ func TestArtifactFencedMidUpload(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
 		}}
-		_, err := e.c.UploadArtifact(e.ctx, coord.ArtifactUpload{ProductID: prod, JobID: j.ID, Name: "output.log",
+		_, err := e.c.UploadArtifact(e.ctx, artifacts.Upload{ProductID: prod, JobID: j.ID, Name: "output.log",
 			FactoryID: "f1", LeaseEpoch: ptr(cl.LeaseEpoch), Size: -1, Body: body})
 		requireCode(t, err, fleet.CodeFenced, "")
 		list, err := e.c.Artifacts(e.ctx, prod, j.ID)
@@ -294,9 +295,9 @@ func TestArtifactContentAddressed(t *testing.T) {
 	forEachBlobBackend(t, func(t *testing.T, e *env, b blobBackend) {
 		j1, j2 := e.submit(), e.submit()
 		same := []byte("the same diff")
-		a1, err := e.upload(coord.ArtifactUpload{JobID: j1.ID, Name: "change.diff", Kind: fleet.ArtifactDiff, ActorID: "op"}, same)
+		a1, err := e.upload(artifacts.Upload{JobID: j1.ID, Name: "change.diff", Kind: fleet.ArtifactDiff, ActorID: "op"}, same)
 		require.NoError(t, err)
-		a2, err := e.upload(coord.ArtifactUpload{JobID: j2.ID, Name: "change.diff", Kind: fleet.ArtifactDiff, ActorID: "op"}, same)
+		a2, err := e.upload(artifacts.Upload{JobID: j2.ID, Name: "change.diff", Kind: fleet.ArtifactDiff, ActorID: "op"}, same)
 		require.NoError(t, err)
 		require.NotEqual(t, a1.ID, a2.ID)
 		require.Equal(t, a1.SHA256, a2.SHA256)
@@ -325,7 +326,7 @@ func TestArtifactDeleteRacingUpload(t *testing.T) {
 		j := e.submit()
 		for i := range 20 {
 			body := []byte(fmt.Sprintf("round %d", i))
-			old, err := e.upload(coord.ArtifactUpload{JobID: j.ID, Name: "old.log", ActorID: "op"}, body)
+			old, err := e.upload(artifacts.Upload{JobID: j.ID, Name: "old.log", ActorID: "op"}, body)
 			require.NoError(t, err)
 			var wg sync.WaitGroup
 			var fresh *fleet.Artifact
@@ -333,7 +334,7 @@ func TestArtifactDeleteRacingUpload(t *testing.T) {
 			wg.Add(2)
 			go func() {
 				defer wg.Done()
-				fresh, upErr = e.upload(coord.ArtifactUpload{JobID: j.ID, Name: "new.log", ActorID: "op"}, body)
+				fresh, upErr = e.upload(artifacts.Upload{JobID: j.ID, Name: "new.log", ActorID: "op"}, body)
 			}()
 			go func() {
 				defer wg.Done()
@@ -360,23 +361,23 @@ func TestArtifactBadInput(t *testing.T) {
 		before := e.snapshotContainers(store.Jobs, store.Artifacts, store.Events)
 		for _, tc := range []struct {
 			name  string
-			up    coord.ArtifactUpload
+			up    artifacts.Upload
 			field string
 		}{
-			{"no name", coord.ArtifactUpload{JobID: j.ID, ActorID: "op"}, "name"},
-			{"path as name", coord.ArtifactUpload{JobID: j.ID, Name: "../etc/passwd", ActorID: "op"}, "name"},
-			{"name with a slash", coord.ArtifactUpload{JobID: j.ID, Name: "a/b", ActorID: "op"}, "name"},
-			{"unknown kind", coord.ArtifactUpload{JobID: j.ID, Name: "x", Kind: "binary", ActorID: "op"}, "kind"},
-			{"bad content type", coord.ArtifactUpload{JobID: j.ID, Name: "x", ContentType: "text/", ActorID: "op"}, "Content-Type"},
-			{"holder without epoch", coord.ArtifactUpload{JobID: j.ID, Name: "x", FactoryID: "f1"}, "leaseEpoch"},
-			{"operator with epoch", coord.ArtifactUpload{JobID: j.ID, Name: "x", ActorID: "op", LeaseEpoch: epoch}, "leaseEpoch"},
+			{"no name", artifacts.Upload{JobID: j.ID, ActorID: "op"}, "name"},
+			{"path as name", artifacts.Upload{JobID: j.ID, Name: "../etc/passwd", ActorID: "op"}, "name"},
+			{"name with a slash", artifacts.Upload{JobID: j.ID, Name: "a/b", ActorID: "op"}, "name"},
+			{"unknown kind", artifacts.Upload{JobID: j.ID, Name: "x", Kind: "binary", ActorID: "op"}, "kind"},
+			{"bad content type", artifacts.Upload{JobID: j.ID, Name: "x", ContentType: "text/", ActorID: "op"}, "Content-Type"},
+			{"holder without epoch", artifacts.Upload{JobID: j.ID, Name: "x", FactoryID: "f1"}, "leaseEpoch"},
+			{"operator with epoch", artifacts.Upload{JobID: j.ID, Name: "x", ActorID: "op", LeaseEpoch: epoch}, "leaseEpoch"},
 		} {
 			_, err := e.upload(tc.up, []byte("bytes"))
 			requireCode(t, err, fleet.CodeInvalid, tc.field)
 		}
-		_, err := e.upload(coord.ArtifactUpload{JobID: "jmissing", Name: "x", ActorID: "op"}, []byte("bytes"))
+		_, err := e.upload(artifacts.Upload{JobID: "jmissing", Name: "x", ActorID: "op"}, []byte("bytes"))
 		requireCode(t, err, fleet.CodeNotFound, "")
-		_, err = e.c.UploadArtifact(e.ctx, coord.ArtifactUpload{ProductID: prod, JobID: j.ID, Name: "x", ActorID: "op",
+		_, err = e.c.UploadArtifact(e.ctx, artifacts.Upload{ProductID: prod, JobID: j.ID, Name: "x", ActorID: "op",
 			Size: -1, Body: io.MultiReader(strings.NewReader("start"), errReader{io.ErrUnexpectedEOF})})
 		requireCode(t, err, fleet.CodeInvalid, "body")
 		require.Equal(t, before, e.snapshotContainers(store.Jobs, store.Artifacts, store.Events))
@@ -397,7 +398,7 @@ func TestArtifactsNeedBlobStore(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	j := e.submit()
-	_, err := e.upload(coord.ArtifactUpload{JobID: j.ID, Name: "x", ActorID: "op"}, []byte("x"))
+	_, err := e.upload(artifacts.Upload{JobID: j.ID, Name: "x", ActorID: "op"}, []byte("x"))
 	require.True(t, errors.Is(err, fleet.ErrUnavailable), "%v", err)
 }
 
@@ -480,12 +481,12 @@ func TestArtifactReleaseInterleavings(t *testing.T) {
 			e := newEnv(t, withBlobs(h))
 			j := e.submit()
 			body := []byte("shared bytes")
-			old, err := e.upload(coord.ArtifactUpload{JobID: j.ID, Name: "old.log", ActorID: "op"}, body)
+			old, err := e.upload(artifacts.Upload{JobID: j.ID, Name: "old.log", ActorID: "op"}, body)
 			require.NoError(t, err)
 			var fresh *fleet.Artifact
 			var upErr, delErr error
 			upload := func() {
-				fresh, upErr = e.upload(coord.ArtifactUpload{JobID: j.ID, Name: "new.log", ActorID: "op"}, body)
+				fresh, upErr = e.upload(artifacts.Upload{JobID: j.ID, Name: "new.log", ActorID: "op"}, body)
 			}
 			del := func() { delErr = e.c.DeleteArtifact(e.ctx, "op", old) }
 			if tc.del {

@@ -12,6 +12,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/artifacts"
 	"github.com/gigafactory/fleet/shared/coord/catalog"
 	"github.com/gigafactory/fleet/shared/coord/echo"
 	"github.com/gigafactory/fleet/shared/coord/live"
@@ -212,8 +213,8 @@ type Coordinator struct {
 	catalog       *catalog.Service
 	metricSources map[string]MetricsSource
 	live          *live.Service
-	blobs         blob.Store
 	echo          *echo.Service
+	artifacts     *artifacts.Service
 }
 
 // New builds a coordinator from a configuration Resolve accepts.
@@ -249,7 +250,6 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 		cfg:           cfg,
 		publisher:     deps.Publisher,
 		metricSources: maps.Clone(deps.Metrics),
-		blobs:         deps.Blobs,
 	}
 	// The packages behind the façade, each registering its own observer of
 	// committed transitions, in this order: live records the ended run,
@@ -270,6 +270,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 		Parallel: cfg.EchoParallel, BreakerFailures: cfg.EchoBreakerFailures, BreakerCooldown: cfg.EchoBreakerCooldown,
 	}, deps.Webhook, c.catalog, c.live)
 	c.k.Store = c.live.Waking(deps.Store)
+	c.artifacts = artifacts.New(c.k, deps.Blobs, cfg.ArtifactMaxBytes)
 	// The seats the scheduler counts follow every lease granted or ended
 	// and every dispatch sent here, not only each refresh.
 	c.k.JobWritten = c.catalog.NoteJob

@@ -14,6 +14,7 @@ import (
 
 	blobfs "github.com/gigafactory/fleet/shared/blob/fs"
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/artifacts"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -320,7 +321,7 @@ func TestFailedUploadSaysItsArtifactWasNotKept(t *testing.T) {
 	t.Cleanup(func() { _ = blobs.Close() })
 	e := newEnv(t, withBlobs(blobs), withStore(func(s store.Store) store.Store { return pointerFails{s} }))
 	j := e.submit()
-	_, err = e.upload(coord.ArtifactUpload{JobID: j.ID, Name: "out.log", ActorID: "op"}, []byte("x"))
+	_, err = e.upload(artifacts.Upload{JobID: j.ID, Name: "out.log", ActorID: "op"}, []byte("x"))
 	require.ErrorIs(t, err, store.ErrUnavailable)
 	evs := e.events(j.ID)
 	requireContiguous(t, evs)

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/artifacts"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -23,7 +23,7 @@ func (s *server) uploadArtifact(w http.ResponseWriter, r *http.Request, p *princ
 		return err
 	}
 	q := r.URL.Query()
-	up := coord.ArtifactUpload{ProductID: product, JobID: id, Name: q.Get("name"), Kind: fleet.ArtifactKind(q.Get("kind")),
+	up := artifacts.Upload{ProductID: product, JobID: id, Name: q.Get("name"), Kind: fleet.ArtifactKind(q.Get("kind")),
 		ContentType: r.Header.Get("Content-Type"), Size: r.ContentLength, Body: r.Body}
 	if p.isFactory() {
 		up.FactoryID = p.id
