@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/dag"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
@@ -46,7 +47,7 @@ func childManifest(title string, lines ...string) []byte {
 
 func (e *env) postChildren(parentID string, manifests ...[]byte) ([]*fleet.Job, bool) {
 	e.t.Helper()
-	kids, created, err := e.c.PostChildren(e.ctx, prod, parentID, coord.ChildrenRequest{Actor: fleet.ActorOperator, ActorID: "op", Manifests: manifests})
+	kids, created, err := e.c.PostChildren(e.ctx, prod, parentID, dag.ChildrenRequest{Actor: fleet.ActorOperator, ActorID: "op", Manifests: manifests})
 	require.NoError(e.t, err)
 	return kids, created
 }
@@ -111,15 +112,15 @@ func TestCompositeChildrenShipInDependencyOrder(t *testing.T) {
 	evs = e.events(parent.ID)
 	require.Equal(t, fleet.ActorSystem, evs[len(evs)-1].Actor)
 
-	dag, err := e.c.DAG(e.ctx, prod, c.ID)
+	tree, err := e.c.DAG(e.ctx, prod, c.ID)
 	require.NoError(t, err)
-	require.Equal(t, parent.ID, dag.RootID)
-	require.Len(t, dag.Nodes, 4)
-	require.Equal(t, map[fleet.Stage]int{fleet.StageShipped: 4}, dag.Counts)
-	require.ElementsMatch(t, []coord.DAGEdge{
-		{From: parent.ID, To: a.ID, Kind: coord.EdgeChild}, {From: parent.ID, To: b.ID, Kind: coord.EdgeChild},
-		{From: parent.ID, To: c.ID, Kind: coord.EdgeChild}, {From: b.ID, To: c.ID, Kind: coord.EdgeDep},
-	}, dag.Edges)
+	require.Equal(t, parent.ID, tree.RootID)
+	require.Len(t, tree.Nodes, 4)
+	require.Equal(t, map[fleet.Stage]int{fleet.StageShipped: 4}, tree.Counts)
+	require.ElementsMatch(t, []dag.Edge{
+		{From: parent.ID, To: a.ID, Kind: dag.EdgeChild}, {From: parent.ID, To: b.ID, Kind: dag.EdgeChild},
+		{From: parent.ID, To: c.ID, Kind: dag.EdgeChild}, {From: b.ID, To: c.ID, Kind: dag.EdgeDep},
+	}, tree.Edges)
 }
 
 // TestHolderPostsChildren: the holder posting children (fenced) gives its
@@ -136,15 +137,15 @@ func TestHolderPostsChildren(t *testing.T) {
 	require.NoError(t, err)
 
 	before := e.snapshotContainers(store.Jobs)
-	_, _, err = e.c.PostChildren(e.ctx, prod, parent.ID, coord.ChildrenRequest{Actor: fleet.ActorFactory, ActorID: "f1",
+	_, _, err = e.c.PostChildren(e.ctx, prod, parent.ID, dag.ChildrenRequest{Actor: fleet.ActorFactory, ActorID: "f1",
 		LeaseEpoch: ptr(cl.LeaseEpoch + 1), Manifests: [][]byte{childManifest("x")}})
 	requireCode(t, err, fleet.CodeFenced, "")
-	_, _, err = e.c.PostChildren(e.ctx, prod, parent.ID, coord.ChildrenRequest{Actor: fleet.ActorFactory, ActorID: "f2",
+	_, _, err = e.c.PostChildren(e.ctx, prod, parent.ID, dag.ChildrenRequest{Actor: fleet.ActorFactory, ActorID: "f2",
 		LeaseEpoch: ptr(cl.LeaseEpoch), Manifests: [][]byte{childManifest("x")}})
 	requireCode(t, err, fleet.CodeFenced, "")
 	require.Equal(t, before, e.snapshotContainers(store.Jobs), "a fenced post writes nothing")
 
-	req := coord.ChildrenRequest{Actor: fleet.ActorFactory, ActorID: "f1", LeaseEpoch: ptr(cl.LeaseEpoch),
+	req := dag.ChildrenRequest{Actor: fleet.ActorFactory, ActorID: "f1", LeaseEpoch: ptr(cl.LeaseEpoch),
 		Manifests: [][]byte{childManifest("x"), childManifest("y")}}
 	kids, created, err := e.c.PostChildren(e.ctx, prod, parent.ID, req)
 	require.NoError(t, err)
@@ -319,7 +320,7 @@ func TestChildrenBadInput(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := e.snapshotContainers(store.Jobs, store.Events)
-			_, _, err := e.c.PostChildren(e.ctx, prod, parent.ID, coord.ChildrenRequest{Actor: fleet.ActorOperator, ActorID: "op", Manifests: tc.manifests})
+			_, _, err := e.c.PostChildren(e.ctx, prod, parent.ID, dag.ChildrenRequest{Actor: fleet.ActorOperator, ActorID: "op", Manifests: tc.manifests})
 			requireCode(t, err, tc.code, tc.field)
 			require.Equal(t, before, e.snapshotContainers(store.Jobs, store.Events), "a refused post writes nothing")
 		})
@@ -328,7 +329,7 @@ func TestChildrenBadInput(t *testing.T) {
 	t.Run("an operator posting to a running job", func(t *testing.T) {
 		running := e.submit("title: running", "priority: critical")
 		e.claimJob("f1", running.ID)
-		_, _, err := e.c.PostChildren(e.ctx, prod, running.ID, coord.ChildrenRequest{Actor: fleet.ActorOperator, ActorID: "op",
+		_, _, err := e.c.PostChildren(e.ctx, prod, running.ID, dag.ChildrenRequest{Actor: fleet.ActorOperator, ActorID: "op",
 			Manifests: [][]byte{childManifest("x")}})
 		requireCode(t, err, fleet.CodeConflict, "")
 	})
@@ -351,7 +352,7 @@ func TestTreeLimits(t *testing.T) {
 			require.Equal(t, d, kids[0].Depth)
 			id = kids[0].ID
 		}
-		_, _, err := e.c.PostChildren(e.ctx, prod, id, coord.ChildrenRequest{Actor: fleet.ActorOperator, ActorID: "op",
+		_, _, err := e.c.PostChildren(e.ctx, prod, id, dag.ChildrenRequest{Actor: fleet.ActorOperator, ActorID: "op",
 			Manifests: [][]byte{childManifest("too deep")}})
 		requireCode(t, err, fleet.CodeInvalid, "children")
 		require.Contains(t, err.Error(), "depth")
@@ -375,7 +376,7 @@ func TestTreeLimits(t *testing.T) {
 		if rest := fleet.MaxTreeJobs - made; rest > 0 {
 			e.postChildren(root.ID, batch(rest, made)...)
 		}
-		_, _, err := e.c.PostChildren(e.ctx, prod, root.ID, coord.ChildrenRequest{Actor: fleet.ActorOperator, ActorID: "op",
+		_, _, err := e.c.PostChildren(e.ctx, prod, root.ID, dag.ChildrenRequest{Actor: fleet.ActorOperator, ActorID: "op",
 			Manifests: [][]byte{childManifest("one too many")}})
 		requireCode(t, err, fleet.CodeInvalid, "children")
 		require.Contains(t, err.Error(), "limit")

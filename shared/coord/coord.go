@@ -14,6 +14,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/coord/artifacts"
 	"github.com/gigafactory/fleet/shared/coord/catalog"
+	"github.com/gigafactory/fleet/shared/coord/dag"
 	"github.com/gigafactory/fleet/shared/coord/echo"
 	"github.com/gigafactory/fleet/shared/coord/live"
 
@@ -215,6 +216,7 @@ type Coordinator struct {
 	live          *live.Service
 	echo          *echo.Service
 	artifacts     *artifacts.Service
+	dag           *dag.Service
 }
 
 // New builds a coordinator from a configuration Resolve accepts.
@@ -275,12 +277,15 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	// and every dispatch sent here, not only each refresh.
 	c.k.JobWritten = c.catalog.NoteJob
 	c.k.Observe(c.endAdmissionOnRunEnd)
-	c.k.Observe(c.settleOnEnd)
+	// Built last, so dependants settle after the run is recorded and the
+	// seat given back.
+	c.dag = dag.New(c.k, lifecycle{c})
 	return c, nil
 }
 
 // lifecycle is what the packages behind the façade may ask of the job
-// lifecycle and admission (catalog.Lifecycle, catalog.Targets), without
+// lifecycle and admission (catalog.Lifecycle, catalog.Targets,
+// dag.Lifecycle in dag.go), without
 // those use cases joining Coordinator's exported API.
 type lifecycle struct{ c *Coordinator }
 

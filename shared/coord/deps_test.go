@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/dag"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -45,7 +46,7 @@ func requireDependencyFailed(t *testing.T, e *env, id string) {
 	got := e.job(id)
 	require.Equal(t, fleet.StageFailed, got.Stage)
 	require.NotNil(t, got.LastFailure)
-	require.Equal(t, coord.ReasonDependencyFailed, got.LastFailure.Reason)
+	require.Equal(t, dag.ReasonDependencyFailed, got.LastFailure.Reason)
 	require.False(t, got.LastFailure.Retryable)
 	evs := e.events(id)
 	requireContiguous(t, evs)

@@ -249,7 +249,7 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 	var errs []error
 	// Blocked jobs whose dependencies shipped while their unblock was lost
 	// join the queue first, so this pass routes them too.
-	_, blocked, err := c.unblockReady(ctx)
+	_, blocked, err := c.dag.UnblockReady(ctx)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("unblock: %w", err))
 	}
@@ -425,7 +425,7 @@ func (c *Coordinator) Explain(ctx context.Context, scope catalog.Scope, productI
 			out *[]WaitItem
 		}{{j.Deps, &w.Deps}, {j.Children, &w.Children}} {
 			for _, id := range list.ids {
-				st, err := c.depStage(ctx, j.ProductID, id)
+				st, err := c.dag.Stage(ctx, j.ProductID, id)
 				if err != nil {
 					return nil, err
 				}

@@ -2,13 +2,11 @@ package coord
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 
+	"github.com/gigafactory/fleet/shared/coord/dag"
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
@@ -40,7 +38,7 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 func (c *Coordinator) submitManifest(ctx context.Context, productID string, m *fleet.Manifest, mark func(j *fleet.Job) error) (job *fleet.Job, created bool, err error) {
 	id := c.k.NewID("j")
 	if m.IdempotencyKey != "" {
-		id = keyedID(productID, m.IdempotencyKey)
+		id = kernel.KeyedID(productID, m.IdempotencyKey)
 		if existing, err := c.GetJob(ctx, productID, id); err == nil {
 			return existing, false, nil
 		}
@@ -55,14 +53,6 @@ func (c *Coordinator) submitManifest(ctx context.Context, productID string, m *f
 		}
 	}
 	return c.createJob(ctx, j)
-}
-
-// keyedID is the id of the job with idempotencyKey key in productID: the
-// key decides the id, so two racing submits collide on Create and both get
-// the one job.
-func keyedID(productID, key string) string {
-	sum := sha256.Sum256([]byte(productID + "\x00" + key))
-	return "k" + hex.EncodeToString(sum[:12])
 }
 
 // prepareJob builds job id of manifest m and checks it against everything a
@@ -114,7 +104,7 @@ func (c *Coordinator) prepareJob(ctx context.Context, productID, id string, m *f
 	if _, err := encodeSubmitted(j); err != nil {
 		return nil, err
 	}
-	if err := c.checkDeps(ctx, productID, id, j.Deps, pending); err != nil {
+	if err := c.dag.CheckDeps(ctx, productID, id, j.Deps, pending); err != nil {
 		return nil, err
 	}
 	return j, nil
@@ -126,7 +116,7 @@ func (c *Coordinator) prepareJob(ctx context.Context, productID, id string, m *f
 // false.
 func (c *Coordinator) createJob(ctx context.Context, j *fleet.Job) (*fleet.Job, bool, error) {
 	productID, id := j.ProductID, j.ID
-	satisfied, err := c.registerDependant(ctx, productID, id, j.Deps, j.DepsMode)
+	satisfied, err := c.dag.RegisterDependant(ctx, productID, id, j.Deps, j.DepsMode)
 	if err != nil {
 		return nil, false, err
 	}
@@ -158,7 +148,7 @@ func (c *Coordinator) createJob(ctx context.Context, j *fleet.Job) (*fleet.Job, 
 	c.k.AppendEvent(ctx, j)
 	if j.Stage == fleet.StageQueued {
 		c.catalog.BumpQueueState(ctx, productID)
-	} else if settled, ok := c.settleBlocked(ctx, j); ok {
+	} else if settled, ok := c.dag.SettleBlocked(ctx, j); ok {
 		// A dependency shipped or ended unshipped before or since our
 		// check; its own pass could not see this job yet, so settle it here.
 		j = settled
@@ -180,140 +170,6 @@ func encodeSubmitted(j *fleet.Job) ([]byte, error) {
 			len(body), fleet.MaxSubmittedJobBytes)}
 	}
 	return body, nil
-}
-
-// checkDeps checks that every dependency of job id exists (or is in
-// pending, created first by the same request) and is not the job itself.
-func (c *Coordinator) checkDeps(ctx context.Context, productID, id string, deps []string, pending map[string]bool) error {
-	for i, dep := range deps {
-		if dep == id {
-			return fleet.Invalid(fmt.Sprintf("deps[%d]", i), "a job cannot depend on itself")
-		}
-		if pending[dep] {
-			continue
-		}
-		if _, err := c.GetJob(ctx, productID, dep); err != nil {
-			if errors.Is(err, fleet.ErrNotFound) {
-				return fleet.Invalid(fmt.Sprintf("deps[%d]", i), "job %s not found in product %s", dep, productID)
-			}
-			return err
-		}
-	}
-	return nil
-}
-
-// registerDependant marks each unshipped dependency as having dependants (so
-// shipping it looks for them) and reports whether the deps are satisfied.
-// checkDeps has found every one: a rejected submit changes nothing, not even
-// the jobs it named.
-func (c *Coordinator) registerDependant(ctx context.Context, productID, id string, deps []string, mode fleet.DepsMode) (bool, error) {
-	if len(deps) == 0 {
-		return true, nil
-	}
-	shipped := 0
-	for i, dep := range deps {
-		var depStage fleet.Stage
-		_, err := c.k.MutateJob(ctx, productID, dep, func(d *fleet.Job) error {
-			depStage = d.Stage
-			if d.Stage == fleet.StageShipped || d.HasDependants {
-				return kernel.ErrNoChange
-			}
-			d.HasDependants = true
-			return nil
-		})
-		if errors.Is(err, fleet.ErrNotFound) {
-			return false, fleet.Invalid(fmt.Sprintf("deps[%d]", i), "job %s not found in product %s", dep, productID)
-		}
-		if err != nil {
-			return false, err
-		}
-		if depStage == fleet.StageShipped {
-			shipped++
-		}
-	}
-	return depsMet(mode, shipped, len(deps)), nil
-}
-
-func depsMet(mode fleet.DepsMode, shipped, total int) bool {
-	return depsVerdictOf(mode, shipped, 0, total) == depsReady
-}
-
-// ReasonDependencyFailed is the failure reason of a job whose dependencies
-// can no longer be satisfied; its event has the same name.
-const ReasonDependencyFailed = string(fleet.EventDependencyFailed)
-
-// depsVerdict is where a job's dependencies stand.
-type depsVerdict int
-
-const (
-	depsWaiting depsVerdict = iota // not met yet, but may still be
-	depsReady                      // met: the job may be queued
-	depsBroken                     // can never be met: fail the job
-)
-
-// depsVerdictOf decides from how many of total dependencies shipped and
-// how many ended unshipped (failed, dead_letter, cancelled).
-func depsVerdictOf(mode fleet.DepsMode, shipped, ended, total int) depsVerdict {
-	if mode == fleet.DepsAny {
-		switch {
-		case shipped > 0:
-			return depsReady
-		case ended == total:
-			return depsBroken
-		}
-		return depsWaiting
-	}
-	switch {
-	case shipped == total:
-		return depsReady
-	case ended > 0:
-		return depsBroken
-	}
-	return depsWaiting
-}
-
-// endedUnshipped reports a stage a dependency never ships from without an
-// operator's requeue.
-func endedUnshipped(s fleet.Stage) bool { return s.Terminal() && s != fleet.StageShipped }
-
-// depsLookup reads one dependency's stage (Metrics memoises it per scrape).
-type depsLookup func(ctx context.Context, productID, id string) (fleet.Stage, error)
-
-func (c *Coordinator) depStage(ctx context.Context, productID, id string) (fleet.Stage, error) {
-	d, err := c.GetJob(ctx, productID, id)
-	if err != nil {
-		return "", err
-	}
-	return d.Stage, nil
-}
-
-// depsState reads j's dependencies now. With the verdict depsBroken, why
-// names a dependency that ended unshipped.
-func (c *Coordinator) depsState(ctx context.Context, j *fleet.Job, lookup depsLookup) (v depsVerdict, why string, err error) {
-	return awaitVerdict(ctx, j.ProductID, j.Deps, j.DepsMode, "dependency", lookup)
-}
-
-// awaitVerdict reads the stages of the jobs ids names (a job's
-// dependencies or its children) and judges them by mode; why names the
-// first that ended unshipped, as "<noun> <id> ended <stage>".
-func awaitVerdict(ctx context.Context, productID string, ids []string, mode fleet.DepsMode, noun string, lookup depsLookup) (depsVerdict, string, error) {
-	shipped, ended, why := 0, 0, ""
-	for _, id := range ids {
-		st, err := lookup(ctx, productID, id)
-		if err != nil {
-			return depsWaiting, "", err
-		}
-		switch {
-		case st == fleet.StageShipped:
-			shipped++
-		case endedUnshipped(st):
-			ended++
-			if why == "" {
-				why = fmt.Sprintf("%s %s ended %s", noun, id, st)
-			}
-		}
-	}
-	return depsVerdictOf(mode, shipped, ended, len(ids)), why, nil
 }
 
 // ListJobs returns one page of a product's jobs in creation order,
@@ -609,7 +465,7 @@ func (c *Coordinator) Act(ctx context.Context, operatorID, productID, jobID stri
 		if err != nil {
 			return nil, err
 		}
-		c.cancelDescendants(context.WithoutCancel(ctx), operatorID, after, reason)
+		c.dag.CancelDescendants(context.WithoutCancel(ctx), operatorID, after, reason)
 		return after, nil
 	case ActionRequeue:
 		to, event = fleet.StageQueued, fleet.EventRequeue
@@ -628,11 +484,11 @@ func (c *Coordinator) Act(ctx context.Context, operatorID, productID, jobID stri
 			// children have (settled below).
 			to = fleet.StageBlocked
 		case len(j.Deps) > 0 || len(j.Children) > 0:
-			v, _, err := c.waitState(ctx, j, c.depStage)
+			v, _, err := c.dag.WaitState(ctx, j, c.dag.Stage)
 			if err != nil {
 				return nil, err
 			}
-			if v != depsReady {
+			if v != dag.Ready {
 				to = fleet.StageBlocked
 			}
 		}
@@ -650,103 +506,9 @@ func (c *Coordinator) Act(ctx context.Context, operatorID, productID, jobID stri
 		return nil, err
 	}
 	if after.Stage == fleet.StageBlocked {
-		if settled, ok := c.settleBlocked(context.WithoutCancel(ctx), after); ok {
+		if settled, ok := c.dag.SettleBlocked(context.WithoutCancel(ctx), after); ok {
 			after = settled
 		}
 	}
 	return after, nil
-}
-
-// settleDependants settles the blocked jobs waiting on ended, a job that
-// just reached a terminal stage: queued when their dependencies are now
-// met, failed when they can no longer be.
-func (c *Coordinator) settleDependants(ctx context.Context, ended *fleet.Job) {
-	if !ended.HasDependants {
-		return
-	}
-	blocked, err := c.k.QueryJobs(ctx, store.Query{PartitionKey: ended.ProductID, Where: []store.Cond{store.Eq("stage", string(fleet.StageBlocked))}})
-	if err != nil {
-		c.k.Log.ErrorContext(ctx, "settle dependants: list blocked jobs", "product", ended.ProductID, "err", err)
-		return
-	}
-	// The ended job's stage is the one just written, and terminal: it is
-	// not read back once per dependant.
-	lookup := func(ctx context.Context, productID, id string) (fleet.Stage, error) {
-		if id == ended.ID {
-			return ended.Stage, nil
-		}
-		return c.depStage(ctx, productID, id)
-	}
-	for _, j := range blocked {
-		if slices.Contains(j.Deps, ended.ID) {
-			c.settleBlockedBy(ctx, j, lookup)
-		}
-	}
-}
-
-// UnblockReady settles every blocked job: queued when its dependencies are
-// met, failed (dependency_failed) when they can no longer be. Reaching a
-// terminal stage settles a job's dependants at once; this pass, run by the
-// redispatch sweep, catches the ones that pass missed (the process died
-// between the two, or the store failed then). It returns how many jobs it
-// moved.
-func (c *Coordinator) UnblockReady(ctx context.Context) (int, error) {
-	n, _, err := c.unblockReady(ctx)
-	return n, err
-}
-
-// unblockReady is UnblockReady that also says how many jobs were blocked.
-func (c *Coordinator) unblockReady(ctx context.Context) (unblocked, blocked int, err error) {
-	jobs, err := c.k.QueryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageBlocked))}})
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, j := range jobs {
-		if _, ok := c.settleBlocked(ctx, j); ok {
-			unblocked++
-		}
-	}
-	return unblocked, len(jobs), nil
-}
-
-// settleBlocked queues j if its dependencies are met now and fails it if
-// they can never be. It returns the job and true when it moved it.
-func (c *Coordinator) settleBlocked(ctx context.Context, j *fleet.Job) (*fleet.Job, bool) {
-	return c.settleBlockedBy(ctx, j, c.depStage)
-}
-
-// settleBlockedBy is settleBlocked reading dependency stages through lookup.
-func (c *Coordinator) settleBlockedBy(ctx context.Context, j *fleet.Job, lookup depsLookup) (*fleet.Job, bool) {
-	v, why, err := c.waitState(ctx, j, lookup)
-	if err != nil {
-		c.k.Log.ErrorContext(ctx, "settle blocked job: read dependencies", "job", j.ID, "err", err)
-		return nil, false
-	}
-	var after *fleet.Job
-	switch {
-	case v == depsReady && j.Kind == fleet.KindComposite && len(j.Children) > 0:
-		after, err = c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageShipped, actor: fleet.ActorSystem, event: fleet.EventUnblocked,
-			message: fmt.Sprintf("every one of its %d children shipped: the composite job ships", len(j.Children)),
-			guard:   sameChildren(j)})
-	case v == depsReady:
-		after, err = c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageQueued, actor: fleet.ActorSystem, event: fleet.EventUnblocked,
-			guard: sameChildren(j)})
-	case v == depsBroken:
-		after, err = c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageFailed, actor: fleet.ActorSystem,
-			event: fleet.EventDependencyFailed, message: why,
-			effect: func(_, j *fleet.Job) {
-				j.LastFailure = &fleet.Failure{Reason: ReasonDependencyFailed, At: j.UpdatedAt}
-			}})
-	default:
-		return nil, false
-	}
-	if err != nil {
-		// A conflict: the job left blocked meanwhile (another pass, an
-		// operator), so there is nothing left to settle.
-		if !errors.Is(err, fleet.ErrConflict) {
-			c.k.Log.ErrorContext(ctx, "settle blocked job", "job", j.ID, "err", err)
-		}
-		return nil, false
-	}
-	return after, true
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/dag"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -120,7 +121,7 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		if st, ok := depStages[productID+"/"+id]; ok {
 			return st, nil
 		}
-		st, err := c.depStage(ctx, productID, id)
+		st, err := c.dag.Stage(ctx, productID, id)
 		if err == nil {
 			depStages[productID+"/"+id] = st
 		}
@@ -137,7 +138,7 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		if j.Stage == fleet.StageBlocked {
 			// Normally failed at once when the dependency ends; one still
 			// blocked was missed (a crash) and waits for the sweep.
-			if v, why, err := c.waitState(ctx, j, lookup); err == nil && v == depsBroken {
+			if v, why, err := c.dag.WaitState(ctx, j, lookup); err == nil && v == dag.Broken {
 				blockedOnFailed = append(blockedOnFailed, fleet.Alert{Kind: fleet.AlertBlockedOnFailed,
 					Severity: fleet.SeverityWarning, Subject: j.ProductID + "/" + j.ID, Since: j.UpdatedAt,
 					Message: "blocked on a dependency or child that ended unshipped (" + why + "); the redispatch sweep fails it with dependency_failed"})

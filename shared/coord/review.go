@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -78,7 +79,7 @@ func (c *Coordinator) RequestReview(ctx context.Context, productID, jobID string
 	// each CAS attempt and used by decide and effect of the same attempt.
 	var gate *fleet.Review
 	guard := func(j *fleet.Job) error {
-		if err := checkEpoch(req.Actor, req.LeaseEpoch); err != nil {
+		if err := kernel.CheckEpoch(req.Actor, req.LeaseEpoch); err != nil {
 			return err
 		}
 		if req.Actor == fleet.ActorFactory {

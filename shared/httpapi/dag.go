@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/dag"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -52,7 +53,7 @@ func (s *server) postChildren(w http.ResponseWriter, r *http.Request, p *princip
 			return err
 		}
 	}
-	kids, created, err := s.coord.PostChildren(r.Context(), product, id, coord.ChildrenRequest{
+	kids, created, err := s.coord.PostChildren(r.Context(), product, id, dag.ChildrenRequest{
 		Actor: actorOf(p), ActorID: p.id, LeaseEpoch: req.LeaseEpoch, Manifests: manifests})
 	if err != nil {
 		return err

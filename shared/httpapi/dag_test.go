@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/dag"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -33,13 +33,13 @@ func TestChildrenAndDAG(t *testing.T) {
 	require.Equal(t, kids.Items[0].ID, again.Items[0].ID)
 	require.Equal(t, kids.Items[1].ID, again.Items[1].ID)
 
-	var dag coord.DAG
+	var tree dag.View
 	require.Equal(t, 403, f.call("GET", "/api/fleet/jobs/"+kids.Items[1].ID+"/dag", tok, nil).status, "a factory reads the DAG only of a job it holds")
-	f.ok(200, &dag, "GET", "/api/fleet/jobs/"+kids.Items[1].ID+"/dag", rootToken, nil)
-	require.Equal(t, parent.ID, dag.RootID)
-	require.Len(t, dag.Nodes, 3)
-	require.Equal(t, map[fleet.Stage]int{fleet.StageBlocked: 2, fleet.StageQueued: 1}, dag.Counts)
-	require.Contains(t, dag.Edges, coord.DAGEdge{From: kids.Items[0].ID, To: kids.Items[1].ID, Kind: coord.EdgeDep})
+	f.ok(200, &tree, "GET", "/api/fleet/jobs/"+kids.Items[1].ID+"/dag", rootToken, nil)
+	require.Equal(t, parent.ID, tree.RootID)
+	require.Len(t, tree.Nodes, 3)
+	require.Equal(t, map[fleet.Stage]int{fleet.StageBlocked: 2, fleet.StageQueued: 1}, tree.Counts)
+	require.Contains(t, tree.Edges, dag.Edge{From: kids.Items[0].ID, To: kids.Items[1].ID, Kind: dag.EdgeDep})
 
 	planner := f.submit("p1", manifest("r1", "priority: critical"))
 	c := f.claim(tok)

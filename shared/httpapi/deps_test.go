@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/dag"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -24,7 +24,7 @@ func TestDependencyHoles(t *testing.T) {
 	f.ok(200, &got, "POST", "/api/fleet/jobs/"+dep.ID+"/actions/cancel", rootToken, map[string]any{})
 	f.ok(200, &got, "GET", "/api/fleet/jobs/"+waiter.ID, rootToken, nil, product("p1"))
 	require.Equal(t, fleet.StageFailed, got.Stage)
-	require.Equal(t, coord.ReasonDependencyFailed, got.LastFailure.Reason)
+	require.Equal(t, dag.ReasonDependencyFailed, got.LastFailure.Reason)
 
 	f.ok(200, &got, "POST", "/api/fleet/jobs/"+dep.ID+"/actions/requeue", rootToken, map[string]any{})
 	require.Equal(t, fleet.StageQueued, got.Stage)

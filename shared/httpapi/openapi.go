@@ -9,7 +9,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/dag"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -424,7 +424,7 @@ func schemas() obj {
 				"parentId": str(""), "deps": stringList(""), "depsMode": enumOf("", fleet.DepsModes()),
 			})),
 			"edges": arrayOf(object([]string{"from", "to", "kind"}, obj{"from": name(""), "to": name(""),
-				"kind": enum("child: from the parent to the child; dep: from the dependency to the job waiting on it.", coord.EdgeChild, coord.EdgeDep)})),
+				"kind": enum("child: from the parent to the child; dep: from the dependency to the job waiting on it.", dag.EdgeChild, dag.EdgeDep)})),
 			"counts": describe(obj{"type": "object", "additionalProperties": obj{"type": "integer"}}, "Nodes per stage."),
 		}),
 		"JobPage": object([]string{"items", "cursor"}, obj{"items": arrayOf(ref("Job")),

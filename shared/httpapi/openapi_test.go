@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/dag"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/schedule"
@@ -154,9 +155,9 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"ProfileRequest"}, profileRequest{}},
 		{[]string{"Review"}, fleet.Review{}},
 		{[]string{"Review", "votes"}, fleet.Vote{}},
-		{[]string{"DAG"}, coord.DAG{}},
-		{[]string{"DAG", "nodes"}, coord.DAGNode{}},
-		{[]string{"DAG", "edges"}, coord.DAGEdge{}},
+		{[]string{"DAG"}, dag.View{}},
+		{[]string{"DAG", "nodes"}, dag.Node{}},
+		{[]string{"DAG", "edges"}, dag.Edge{}},
 		{[]string{"WaitItem"}, coord.WaitItem{}},
 		{[]string{"Explanation", "waiting"}, coord.WaitExplanation{}},
 		{[]string{"ChildrenRequest"}, childrenRequest{}},

@@ -1,4 +1,4 @@
-package coord
+package dag
 
 import (
 	"context"
@@ -48,18 +48,18 @@ type childSpec struct {
 // and makes the parent wait for them. A holder factory's parent gives its
 // lease back. Every child is checked before any is written; created is
 // false when every child already existed and the parent waits on each.
-func (c *Coordinator) PostChildren(ctx context.Context, productID, parentID string, req ChildrenRequest) (children []*fleet.Job, created bool, err error) {
+func (s *Service) PostChildren(ctx context.Context, productID, parentID string, req ChildrenRequest) (children []*fleet.Job, created bool, err error) {
 	switch n := len(req.Manifests); {
 	case n == 0:
 		return nil, false, fleet.Invalid("children", "is required: at least one child manifest")
 	case n > fleet.MaxChildrenPerRequest:
 		return nil, false, fleet.Invalid("children", "has %d entries, at most %d allowed per request", n, fleet.MaxChildrenPerRequest)
 	}
-	parent, err := c.GetJob(ctx, productID, parentID)
+	parent, err := s.k.GetJob(ctx, productID, parentID)
 	if err != nil {
 		return nil, false, err
 	}
-	if err := checkEpoch(req.Actor, req.LeaseEpoch); err != nil {
+	if err := kernel.CheckEpoch(req.Actor, req.LeaseEpoch); err != nil {
 		return nil, false, err
 	}
 	specs, err := parseChildren(productID, parent.ID, req.Manifests)
@@ -72,8 +72,8 @@ func (c *Coordinator) PostChildren(ctx context.Context, productID, parentID stri
 	}
 	existing := make([]*fleet.Job, len(specs))
 	known := 0
-	for i, s := range specs {
-		j, err := c.GetJob(ctx, productID, s.id)
+	for i, spec := range specs {
+		j, err := s.k.GetJob(ctx, productID, spec.id)
 		if errors.Is(err, fleet.ErrNotFound) {
 			continue
 		}
@@ -81,8 +81,8 @@ func (c *Coordinator) PostChildren(ctx context.Context, productID, parentID stri
 			return nil, false, err
 		}
 		if j.ParentID != parent.ID {
-			return nil, false, &fleet.Error{Code: fleet.CodeConflict, Field: s.field + ".idempotencyKey",
-				Message: fmt.Sprintf("idempotencyKey %q names job %s, which is not a child of %s", s.m.IdempotencyKey, j.ID, parent.ID)}
+			return nil, false, &fleet.Error{Code: fleet.CodeConflict, Field: spec.field + ".idempotencyKey",
+				Message: fmt.Sprintf("idempotencyKey %q names job %s, which is not a child of %s", spec.m.IdempotencyKey, j.ID, parent.ID)}
 		}
 		existing[i] = j
 		if slices.Contains(parent.Children, j.ID) {
@@ -113,13 +113,13 @@ func (c *Coordinator) PostChildren(ctx context.Context, productID, parentID stri
 	root := rootOf(parent)
 	fresh := 0
 	pending := map[string]bool{}
-	for i, s := range specs {
+	for i, spec := range specs {
 		if existing[i] == nil {
 			fresh++
-			pending[s.id] = true
+			pending[spec.id] = true
 		}
 	}
-	size, err := c.treeSize(ctx, productID, root)
+	size, err := s.treeSize(ctx, productID, root)
 	if err != nil {
 		return nil, false, err
 	}
@@ -131,7 +131,7 @@ func (c *Coordinator) PostChildren(ctx context.Context, productID, parentID stri
 		if existing[i] != nil {
 			continue
 		}
-		j, err := c.prepareJob(ctx, productID, specs[i].id, specs[i].m, pending)
+		j, err := s.lc.PrepareJob(ctx, productID, specs[i].id, specs[i].m, pending)
 		if err != nil {
 			return nil, false, withFieldPrefix(specs[i].field, err)
 		}
@@ -147,30 +147,30 @@ func (c *Coordinator) PostChildren(ctx context.Context, productID, parentID stri
 			// A failure here leaves the children made so far in place,
 			// the parent not yet waiting: the same request again (the
 			// children are idempotent) completes it.
-			if j, _, err = c.createJob(ctx, prepared[i]); err != nil {
+			if j, _, err = s.lc.CreateJob(ctx, prepared[i]); err != nil {
 				return nil, false, err
 			}
 		}
 		children[i], ids[i] = j, j.ID
 	}
 	created = fresh > 0
-	after, err := c.transition(ctx, c.childrenMove(parent, req, ids))
+	after, err := s.lc.Move(ctx, childrenMove(parent, req, ids))
 	if err != nil {
 		return nil, false, err
 	}
 	// The children may have ended already (a re-post, a quick child): the
 	// parent is settled now, not when the next one ends.
-	c.settleBlocked(context.WithoutCancel(ctx), after)
+	s.SettleBlocked(context.WithoutCancel(ctx), after)
 	return children, created, nil
 }
 
 // childrenMove records ids as parent's children and makes it wait for them:
 // a holder's job gives its lease back, a queued one is blocked, a blocked
 // one stays blocked.
-func (c *Coordinator) childrenMove(parent *fleet.Job, req ChildrenRequest, ids []string) move {
-	m := move{pk: parent.ProductID, id: parent.ID, to: fleet.StageBlocked, actor: req.Actor, actorID: req.ActorID,
-		event: fleet.EventChildren, message: fmt.Sprintf("waits for %d child(ren): %s", len(ids), strings.Join(ids, ", ")),
-		effect: func(_, j *fleet.Job) {
+func childrenMove(parent *fleet.Job, req ChildrenRequest, ids []string) Move {
+	m := Move{ProductID: parent.ProductID, JobID: parent.ID, To: fleet.StageBlocked, Actor: req.Actor, ActorID: req.ActorID,
+		Event: fleet.EventChildren, Message: fmt.Sprintf("waits for %d child(ren): %s", len(ids), strings.Join(ids, ", ")),
+		Effect: func(j *fleet.Job) {
 			for _, id := range ids {
 				if !slices.Contains(j.Children, id) {
 					j.Children = append(j.Children, id)
@@ -178,24 +178,12 @@ func (c *Coordinator) childrenMove(parent *fleet.Job, req ChildrenRequest, ids [
 			}
 		}}
 	if req.Actor == fleet.ActorFactory {
-		m.guard = func(j *fleet.Job) error { return j.CheckFence(req.ActorID, *req.LeaseEpoch) }
+		m.Guard = func(j *fleet.Job) error { return j.CheckFence(req.ActorID, *req.LeaseEpoch) }
 		return m
 	}
-	m.mayStay = true
-	m.guard = operatorMayPostChildren
+	m.MayStay = true
+	m.Guard = operatorMayPostChildren
 	return m
-}
-
-// checkEpoch: a holder factory acts under its leaseEpoch; an operator holds
-// no lease and sends none.
-func checkEpoch(actor fleet.Actor, epoch *int64) error {
-	switch {
-	case actor == fleet.ActorFactory && epoch == nil:
-		return fleet.Invalid("leaseEpoch", "is required: the leaseEpoch of the holder's claim")
-	case actor == fleet.ActorOperator && epoch != nil:
-		return fleet.Invalid("leaseEpoch", "is the holder factory's fence; an operator sends none")
-	}
-	return nil
 }
 
 // operatorMayPostChildren: an operator gives children to a job no factory
@@ -234,7 +222,7 @@ func parseChildren(productID, parentID string, manifests [][]byte) ([]childSpec,
 			return nil, fleet.Invalid(field+".idempotencyKey", "is children[%d]'s too (identical manifests without a key are one child)", prev)
 		}
 		byKey[m.IdempotencyKey] = i
-		specs[i] = childSpec{field: field, m: m, id: keyedID(productID, m.IdempotencyKey)}
+		specs[i] = childSpec{field: field, m: m, id: kernel.KeyedID(productID, m.IdempotencyKey)}
 	}
 	for i := range specs {
 		deps := make([]string, 0, len(specs[i].m.Deps))
@@ -303,35 +291,35 @@ func rootOf(j *fleet.Job) string {
 }
 
 // treeSize counts the jobs of root's tree, root included.
-func (c *Coordinator) treeSize(ctx context.Context, productID, root string) (int, error) {
-	items, err := c.k.QueryAll(ctx, store.Jobs, store.Query{PartitionKey: productID, Where: []store.Cond{store.Eq("rootId", root)}})
+func (s *Service) treeSize(ctx context.Context, productID, root string) (int, error) {
+	items, err := s.k.QueryAll(ctx, store.Jobs, store.Query{PartitionKey: productID, Where: []store.Cond{store.Eq("rootId", root)}})
 	if err != nil {
 		return 0, err
 	}
 	return len(items) + 1, nil
 }
 
-// waitState is where a blocked job's wait stands: its dependencies (by
+// WaitState is where a blocked job's wait stands: its dependencies (by
 // its depsMode) and its children (every one must ship) together.
-func (c *Coordinator) waitState(ctx context.Context, j *fleet.Job, lookup depsLookup) (depsVerdict, string, error) {
-	v, why, err := c.depsState(ctx, j, lookup)
-	if err != nil || v == depsBroken || len(j.Children) == 0 {
+func (s *Service) WaitState(ctx context.Context, j *fleet.Job, lookup Lookup) (Verdict, string, error) {
+	v, why, err := s.depsState(ctx, j, lookup)
+	if err != nil || v == Broken || len(j.Children) == 0 {
 		return v, why, err
 	}
 	cv, cwhy, err := awaitVerdict(ctx, j.ProductID, j.Children, fleet.DepsAll, "child", lookup)
 	if err != nil {
-		return depsWaiting, "", err
+		return Waiting, "", err
 	}
 	if why == "" {
 		why = cwhy
 	}
 	switch {
-	case cv == depsBroken:
-		return depsBroken, why, nil
-	case cv == depsReady && v == depsReady:
-		return depsReady, "", nil
+	case cv == Broken:
+		return Broken, why, nil
+	case cv == Ready && v == Ready:
+		return Ready, "", nil
 	}
-	return depsWaiting, "", nil
+	return Waiting, "", nil
 }
 
 // sameChildren refuses to move j on a verdict about its children when more
@@ -348,35 +336,35 @@ func sameChildren(read *fleet.Job) func(*fleet.Job) error {
 
 // settleParent settles the parent of ended, a child that just reached a
 // terminal stage, if the parent waits for it.
-func (c *Coordinator) settleParent(ctx context.Context, ended *fleet.Job) {
+func (s *Service) settleParent(ctx context.Context, ended *fleet.Job) {
 	if ended.ParentID == "" {
 		return
 	}
-	parent, err := c.GetJob(ctx, ended.ProductID, ended.ParentID)
+	parent, err := s.k.GetJob(ctx, ended.ProductID, ended.ParentID)
 	if err != nil {
-		c.k.Log.ErrorContext(ctx, "settle parent: read it", "job", ended.ID, "parent", ended.ParentID, "err", err)
+		s.k.Log.ErrorContext(ctx, "settle parent: read it", "job", ended.ID, "parent", ended.ParentID, "err", err)
 		return
 	}
 	if parent.Stage != fleet.StageBlocked || !slices.Contains(parent.Children, ended.ID) {
 		return
 	}
-	c.settleBlockedBy(ctx, parent, func(ctx context.Context, productID, id string) (fleet.Stage, error) {
+	s.settleBlockedBy(ctx, parent, func(ctx context.Context, productID, id string) (fleet.Stage, error) {
 		if id == ended.ID {
 			return ended.Stage, nil
 		}
-		return c.depStage(ctx, productID, id)
+		return s.Stage(ctx, productID, id)
 	})
 }
 
-// cancelDescendants cancels every non-terminal descendant of j (cancelled
+// CancelDescendants cancels every non-terminal descendant of j (cancelled
 // by operatorID). Among siblings, jobs others depend on go last, so a
 // dependant is cancelled rather than failed for its cancelled dependency.
-func (c *Coordinator) cancelDescendants(ctx context.Context, operatorID string, j *fleet.Job, reason string) {
+func (s *Service) CancelDescendants(ctx context.Context, operatorID string, j *fleet.Job, reason string) {
 	kids := make([]*fleet.Job, 0, len(j.Children))
 	for _, id := range j.Children {
-		k, err := c.GetJob(ctx, j.ProductID, id)
+		k, err := s.k.GetJob(ctx, j.ProductID, id)
 		if err != nil {
-			c.k.Log.ErrorContext(ctx, "cancel descendants: read child", "job", j.ID, "child", id, "err", err)
+			s.k.Log.ErrorContext(ctx, "cancel descendants: read child", "job", j.ID, "child", id, "err", err)
 			continue
 		}
 		kids = append(kids, k)
@@ -387,14 +375,14 @@ func (c *Coordinator) cancelDescendants(ctx context.Context, operatorID string, 
 	}
 	for _, k := range dependantsFirst(kids) {
 		if !k.Stage.Terminal() {
-			if _, err := c.Act(ctx, operatorID, k.ProductID, k.ID, ActionCancel, why); err == nil {
+			if _, err := s.lc.Cancel(ctx, operatorID, k.ProductID, k.ID, why); err == nil {
 				continue // its own cancel took its descendants
 			} else if !errors.Is(err, fleet.ErrConflict) {
-				c.k.Log.ErrorContext(ctx, "cancel descendant", "job", k.ID, "err", err)
+				s.k.Log.ErrorContext(ctx, "cancel descendant", "job", k.ID, "err", err)
 			}
 		}
 		// Ended (or ended meanwhile): its descendants may still run.
-		c.cancelDescendants(ctx, operatorID, k, reason)
+		s.CancelDescendants(ctx, operatorID, k, reason)
 	}
 }
 
@@ -414,104 +402,4 @@ func dependantsFirst(kids []*fleet.Job) []*fleet.Job {
 		left = slices.Delete(left, next, next+1)
 	}
 	return out
-}
-
-// DAG is the tree of children a job belongs to, with the dependencies
-// among (and out of) it.
-type DAG struct {
-	RootID string              `json:"rootId"`
-	Nodes  []DAGNode           `json:"nodes"`
-	Edges  []DAGEdge           `json:"edges"`
-	Counts map[fleet.Stage]int `json:"counts"`
-}
-
-// DAGNode is one job of a DAG.
-type DAGNode struct {
-	ID       string         `json:"id"`
-	Title    string         `json:"title"`
-	Stage    fleet.Stage    `json:"stage"`
-	Kind     fleet.JobKind  `json:"kind,omitempty"`
-	ParentID string         `json:"parentId,omitempty"`
-	Deps     []string       `json:"deps"`
-	DepsMode fleet.DepsMode `json:"depsMode"`
-}
-
-// DAGEdge kinds.
-const (
-	EdgeChild = "child" // from the parent to the child
-	EdgeDep   = "dep"   // from the dependency to the job waiting on it
-)
-
-// DAGEdge is one edge of a DAG.
-type DAGEdge struct {
-	From string `json:"from"`
-	To   string `json:"to"`
-	Kind string `json:"kind"`
-}
-
-// DAG returns the tree job id belongs to: its root, every job below it,
-// and the jobs outside it that one of them depends on, with child and dep
-// edges and a count per stage.
-func (c *Coordinator) DAG(ctx context.Context, productID, id string) (*DAG, error) {
-	j, err := c.GetJob(ctx, productID, id)
-	if err != nil {
-		return nil, err
-	}
-	rootID := rootOf(j)
-	root := j
-	if rootID != j.ID {
-		if root, err = c.GetJob(ctx, productID, rootID); err != nil {
-			return nil, err
-		}
-	}
-	members, err := c.k.QueryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{store.Eq("rootId", rootID)}})
-	if err != nil {
-		return nil, err
-	}
-	jobs := append([]*fleet.Job{root}, members...)
-	in := make(map[string]bool, len(jobs))
-	for _, m := range jobs {
-		in[m.ID] = true
-	}
-	for _, m := range slices.Clone(jobs) {
-		for _, dep := range m.Deps {
-			if in[dep] {
-				continue
-			}
-			d, err := c.GetJob(ctx, productID, dep)
-			if errors.Is(err, fleet.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			in[dep] = true
-			jobs = append(jobs, d)
-		}
-	}
-	slices.SortFunc(jobs, func(a, b *fleet.Job) int { return strings.Compare(a.ID, b.ID) })
-	d := &DAG{RootID: rootID, Nodes: make([]DAGNode, 0, len(jobs)), Edges: []DAGEdge{}, Counts: map[fleet.Stage]int{}}
-	for _, m := range jobs {
-		d.Nodes = append(d.Nodes, DAGNode{ID: m.ID, Title: m.Title, Stage: m.Stage, Kind: m.Kind, ParentID: m.ParentID,
-			Deps: m.Deps, DepsMode: m.DepsMode})
-		d.Counts[m.Stage]++
-		if m.ParentID != "" && in[m.ParentID] {
-			d.Edges = append(d.Edges, DAGEdge{From: m.ParentID, To: m.ID, Kind: EdgeChild})
-		}
-		for _, dep := range m.Deps {
-			if in[dep] {
-				d.Edges = append(d.Edges, DAGEdge{From: dep, To: m.ID, Kind: EdgeDep})
-			}
-		}
-	}
-	return d, nil
-}
-
-// settleOnEnd observes transitions: a job that ended settles the jobs
-// waiting on it and its parent.
-func (c *Coordinator) settleOnEnd(ctx context.Context, t kernel.Transition) {
-	if t.After.Stage.Terminal() {
-		c.settleDependants(ctx, t.After)
-		c.settleParent(ctx, t.After)
-	}
 }
