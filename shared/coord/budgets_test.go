@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/admission"
 	"github.com/gigafactory/fleet/shared/coord/catalog"
 
 	"github.com/gigafactory/fleet/shared/store"
@@ -20,9 +21,9 @@ import (
 )
 
 // putBudget sets p1's budget: ceiling, with the other settings defaulted.
-func (e *env) putBudget(ceiling float64, mod ...func(*coord.BudgetRequest)) *coord.BudgetView {
+func (e *env) putBudget(ceiling float64, mod ...func(*admission.BudgetRequest)) *admission.BudgetView {
 	e.t.Helper()
-	req := coord.BudgetRequest{CeilingUSD: &ceiling}
+	req := admission.BudgetRequest{CeilingUSD: &ceiling}
 	for _, m := range mod {
 		m(&req)
 	}
@@ -31,7 +32,7 @@ func (e *env) putBudget(ceiling float64, mod ...func(*coord.BudgetRequest)) *coo
 	return b
 }
 
-func (e *env) budget() *coord.BudgetView {
+func (e *env) budget() *admission.BudgetView {
 	e.t.Helper()
 	b, err := e.c.GetBudget(e.ctx, prod)
 	require.NoError(e.t, err)
@@ -70,7 +71,7 @@ func TestUsageReports(t *testing.T) {
 	j := e.submit()
 	cl := e.claimed("f1")
 	report := func(epoch int64, u fleet.Usage) error {
-		_, err := e.c.ReportUsage(e.ctx, "f1", prod, j.ID, coord.UsageRequest{LeaseEpoch: epoch, Engine: "claude", Usage: u})
+		_, err := e.c.ReportUsage(e.ctx, "f1", prod, j.ID, admission.UsageRequest{LeaseEpoch: epoch, Engine: "claude", Usage: u})
 		return err
 	}
 	require.NoError(t, report(cl.epoch, fleet.Usage{USD: 0.5, InputTokens: 100, OutputTokens: 10}))
@@ -81,7 +82,7 @@ func TestUsageReports(t *testing.T) {
 	require.Equal(t, rev, e.rawJob(j.ID).Rev, "nothing written")
 	require.Equal(t, seq, e.job(j.ID).EventSeq)
 	requireCode(t, report(cl.epoch+1, fleet.Usage{USD: 9}), fleet.CodeFenced, "")
-	_, err := e.c.ReportUsage(e.ctx, "f2", prod, j.ID, coord.UsageRequest{LeaseEpoch: cl.epoch, Usage: fleet.Usage{USD: 9}})
+	_, err := e.c.ReportUsage(e.ctx, "f2", prod, j.ID, admission.UsageRequest{LeaseEpoch: cl.epoch, Usage: fleet.Usage{USD: 9}})
 	requireCode(t, err, fleet.CodeFenced, "")
 
 	runs, err := e.c.Runs(e.ctx, prod, j.ID)
@@ -173,7 +174,7 @@ func TestBudgetPauseResume(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.factory("f1")
-	e.putBudget(1, func(r *coord.BudgetRequest) { r.DefaultJobUSD = ptr(0.4) })
+	e.putBudget(1, func(r *admission.BudgetRequest) { r.DefaultJobUSD = ptr(0.4) })
 	for range 4 {
 		e.submit()
 	}

@@ -12,6 +12,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/admission"
 	"github.com/gigafactory/fleet/shared/coord/artifacts"
 	"github.com/gigafactory/fleet/shared/coord/catalog"
 	"github.com/gigafactory/fleet/shared/coord/dag"
@@ -217,6 +218,7 @@ type Coordinator struct {
 	echo          *echo.Service
 	artifacts     *artifacts.Service
 	dag           *dag.Service
+	admission     *admission.Service
 }
 
 // New builds a coordinator from a configuration Resolve accepts.
@@ -276,7 +278,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	// The seats the scheduler counts follow every lease granted or ended
 	// and every dispatch sent here, not only each refresh.
 	c.k.JobWritten = c.catalog.NoteJob
-	c.k.Observe(c.endAdmissionOnRunEnd)
+	c.admission = admission.New(c.k, admission.Config{LeaseTTL: cfg.LeaseTTL, Push: c.publisher != nil}, c.catalog, lifecycle{c})
 	// Built last, so dependants settle after the run is recorded and the
 	// seat given back.
 	c.dag = dag.New(c.k, lifecycle{c})
@@ -285,8 +287,8 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 
 // lifecycle is what the packages behind the façade may ask of the job
 // lifecycle and admission (catalog.Lifecycle, catalog.Targets,
-// dag.Lifecycle in dag.go), without
-// those use cases joining Coordinator's exported API.
+// admission.Lifecycle, dag.Lifecycle in dag.go), without those use cases
+// joining Coordinator's exported API.
 type lifecycle struct{ c *Coordinator }
 
 func (l lifecycle) LeasedJobs(ctx context.Context, productID string) ([]*fleet.Job, error) {
@@ -294,11 +296,16 @@ func (l lifecycle) LeasedJobs(ctx context.Context, productID string) ([]*fleet.J
 }
 
 func (l lifecycle) LeasedSeats(ctx context.Context, productID string) (map[string]fleet.Seat, error) {
-	return l.c.leasedSeats(ctx, productID)
+	return l.c.admission.LeasedSeats(ctx, productID)
 }
 
 func (l lifecycle) ReleaseHeld(ctx context.Context, productID string) {
-	l.c.releaseHeld(ctx, productID)
+	l.c.admission.ReleaseHeld(ctx, productID)
+}
+
+func (l lifecycle) DispatchQueued(ctx context.Context, productID, jobID string) error {
+	_, err := l.c.dispatch(ctx, productID, jobID, nil)
+	return err
 }
 
 func (l lifecycle) CheckTarget(rawURL string) error { return l.c.echo.CheckTarget(rawURL) }

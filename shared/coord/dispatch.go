@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gigafactory/fleet/shared/coord/admission"
 	"github.com/gigafactory/fleet/shared/coord/catalog"
-
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
@@ -149,11 +149,7 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 	if err != nil {
 		return d, err
 	}
-	budget, err := c.budgetOf(ctx, pk)
-	if err != nil {
-		return d, err
-	}
-	product, err := c.productOf(ctx, pk)
+	snap, err := c.admission.Snapshot(ctx, pk)
 	if err != nil {
 		return d, err
 	}
@@ -165,13 +161,12 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 		if c.dueForDispatch(j, redo) != "" {
 			return kernel.ErrNoChange
 		}
-		if held = admissionHold(budget, product, j); held != nil {
+		if held = snap.Hold(j); held != nil {
 			// Admission: a held job is not sent anywhere; the budget
-			// making room or a seat freeing routes it (releaseHeld).
-			if j.Dispatch.UnroutableKind == holdKind(*held) && j.Dispatch.Unroutable == held.Message && j.TargetFactoryID == "" {
+			// making room or a seat freeing routes it (ReleaseHeld).
+			if !admission.RecordHold(j, *held, c.k.Now()) {
 				return kernel.ErrNoChange
 			}
-			holdDispatch(j, *held, c.k.Now())
 			return nil
 		}
 		best, reason := schedule.BestFactory(j, factories, c.k.Now(), c.cfg.Weights)
@@ -287,7 +282,7 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 		return !ok || h == fleet.HealthStale || h == fleet.HealthDown || draining[j.TargetFactoryID] ||
 			c.k.Now().Sub(j.Dispatch.At) >= c.cfg.RedispatchAfter
 	}
-	c.reclaimHeld(ctx, queued)
+	c.admission.ReclaimHeld(ctx, queued)
 	n := 0
 	for _, j := range queued {
 		if c.dueForDispatch(j, lost) != "" {
@@ -435,16 +430,12 @@ func (c *Coordinator) Explain(ctx context.Context, scope catalog.Scope, productI
 		e.Waiting = w
 	}
 	if j.Stage == fleet.StageQueued {
-		b, err := c.budgetOf(ctx, j.ProductID)
+		snap, err := c.admission.Snapshot(ctx, j.ProductID)
 		if err != nil {
 			return nil, err
 		}
-		e.Budget = budgetHold(b, j)
-		p, err := c.productOf(ctx, j.ProductID)
-		if err != nil {
-			return nil, err
-		}
-		e.SeatCap = p.SeatHold()
+		e.Budget = snap.BudgetHold(j)
+		e.SeatCap = snap.Product.SeatHold()
 	}
 	return e, nil
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/admission"
+
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/stretchr/testify/require"
@@ -192,7 +194,7 @@ func TestEventLostPastManyChanges(t *testing.T) {
 	faults.set(nil, false)
 	const reports = 30
 	for i := range reports {
-		_, err := e.c.ReportUsage(e.ctx, "f1", prod, j.ID, coord.UsageRequest{LeaseEpoch: epoch, Usage: fleet.Usage{USD: float64(i + 1)}})
+		_, err := e.c.ReportUsage(e.ctx, "f1", prod, j.ID, admission.UsageRequest{LeaseEpoch: epoch, Usage: fleet.Usage{USD: float64(i + 1)}})
 		require.NoError(t, err)
 	}
 	require.Equal(t, upTo(3+reports), e.stored(j.ID), "the claim's event was written before the job let it go")
@@ -212,7 +214,7 @@ func TestEventsRingBoundedWhileEventsDown(t *testing.T) {
 	usd := 0.0
 	report := func() error {
 		usd++
-		_, err := e.c.ReportUsage(e.ctx, "f1", prod, j.ID, coord.UsageRequest{LeaseEpoch: epoch, Usage: fleet.Usage{USD: usd}})
+		_, err := e.c.ReportUsage(e.ctx, "f1", prod, j.ID, admission.UsageRequest{LeaseEpoch: epoch, Usage: fleet.Usage{USD: usd}})
 		return err
 	}
 	var err error

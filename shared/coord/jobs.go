@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gigafactory/fleet/shared/coord/admission"
 	"github.com/gigafactory/fleet/shared/coord/dag"
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
@@ -95,7 +96,7 @@ func (c *Coordinator) prepareJob(ctx context.Context, productID, id string, m *f
 		return nil, err
 	}
 	// After the persona, whose budget fills the manifest's gaps.
-	if err := c.checkJobBudget(ctx, productID, j.Budget); err != nil {
+	if err := c.admission.CheckJobBudget(ctx, productID, j.Budget); err != nil {
 		return nil, err
 	}
 	// The stored size is checked before any write (marking dependencies is
@@ -252,7 +253,7 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 			}
 		}
 		if m.report != nil {
-			mergeReport(j, *m.report)
+			admission.MergeReport(j, *m.report)
 		}
 		to := m.to
 		if m.decide != nil {
@@ -364,7 +365,7 @@ func (c *Coordinator) Patch(ctx context.Context, factoryID, productID, jobID str
 			return nil, err
 		}
 	}
-	if err := validateReport(req.Usage, req.Head, req.Diff); err != nil {
+	if err := admission.ValidateReport(req.Usage, req.Head, req.Diff); err != nil {
 		return nil, err
 	}
 	report := req.report()
@@ -386,7 +387,7 @@ func (c *Coordinator) Patch(ctx context.Context, factoryID, productID, jobID str
 			if req.Checkpoint != nil && j.Checkpoint != *req.Checkpoint {
 				j.Checkpoint, changed = *req.Checkpoint, true
 			}
-			if report != nil && mergeReport(j, *report) {
+			if report != nil && admission.MergeReport(j, *report) {
 				changed = true
 			}
 			if !changed {

@@ -134,39 +134,23 @@ func (c *Coordinator) claimPaged(ctx context.Context, products []string, try fun
 // when every one is ineligible, backing off or lost to a racing claimer.
 func (c *Coordinator) claimBest(ctx context.Context, f *fleet.Factory, queued []*fleet.Job, requestID string) (*protocol.Claimed, error) {
 	factoryID := f.ID
-	// Each product's budget and seats are read once per claim to pass over
-	// the jobs they hold back; admit re-checks on the fresh documents.
-	budgets := map[string]*claimBudget{}
-	products := map[string]*fleet.Product{}
-	capped := map[string]bool{}
+	// Admission reads each product's budget and seats once per claim to
+	// pass over the jobs they hold back, and re-checks when it admits.
+	pass := c.admission.Pass()
 	for _, j := range claimOrder(schedule.RankJobs(f, queued, c.k.Now(), c.cfg.Weights)) {
-		b, err := c.budgetFor(ctx, budgets, j)
+		held, err := pass.Held(ctx, j)
 		if err != nil {
 			return nil, err
 		}
-		p, ok := products[j.ProductID]
-		if !ok {
-			if p, err = c.seatView(ctx, j.ProductID); err != nil {
-				return nil, err
-			}
-			products[j.ProductID] = p
-		}
-		if capped[j.ProductID] || admissionHold(b, p, j) != nil {
+		if held {
 			continue
 		}
-		a, err := c.admit(ctx, j)
-		var held *heldError
-		switch {
-		case errors.As(err, &held):
-			if held.hold.Kind == fleet.HoldSeatCap {
-				// Every seat is taken: no other job of the product gets one.
-				capped[j.ProductID] = true
-			}
-			continue
-		case errors.Is(err, errReservedElsewhere):
-			continue
-		case err != nil:
+		a, err := pass.Admit(ctx, j)
+		if err != nil {
 			return nil, err
+		}
+		if a == nil {
+			continue // held after all, or another claim of j is landing
 		}
 		after, err := c.transition(ctx, move{pk: j.ProductID, id: j.ID, to: fleet.StageAssigned, actor: fleet.ActorFactory, actorID: factoryID,
 			event: fleet.EventClaimed, message: "claimed (poll)",
@@ -177,14 +161,14 @@ func (c *Coordinator) claimBest(ctx context.Context, f *fleet.Factory, queued []
 				if j.NotBefore.After(c.k.Now()) {
 					return fleet.Errorf(fleet.CodeConflict, "job %s is backing off", j.ID)
 				}
-				return fenceAdmission(a, j)
+				return a.Fence(j)
 			},
 			effect: func(_, j *fleet.Job) { j.ClaimRequestID = requestID }})
 		if err == nil {
 			c.k.Counters.Claims.Add(1)
 			return claimed(after), nil
 		}
-		c.giveBack(ctx, a)
+		c.admission.GiveBack(ctx, a)
 		if !errors.Is(err, fleet.ErrConflict) {
 			return nil, err
 		}
@@ -247,7 +231,7 @@ func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID st
 		// reserved, and the sweep sends the job elsewhere.
 		return nil, fleet.Errorf(fleet.CodeConflict, "factory %s is draining: it takes no new jobs", factoryID)
 	}
-	a, err := c.admitAccept(ctx, factoryID, productID, jobID, dispatchEpoch)
+	a, err := c.admission.AdmitAccept(ctx, factoryID, productID, jobID, dispatchEpoch)
 	if err != nil {
 		return nil, err
 	}
@@ -262,10 +246,10 @@ func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID st
 			case j.TargetFactoryID != factoryID:
 				return fleet.Errorf(fleet.CodeConflict, "job %s was dispatched to another factory", j.ID)
 			}
-			return fenceAdmission(a, j)
+			return a.Fence(j)
 		}})
 	if err != nil {
-		c.giveBack(ctx, a)
+		c.admission.GiveBack(ctx, a)
 		if errors.Is(err, fleet.ErrConflict) {
 			c.k.Counters.ClaimConflicts.Add(1)
 		}

@@ -206,7 +206,7 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		}
 		m.Alerts = append(m.Alerts, fleet.Alert{Kind: fleet.AlertStaleFactory, Severity: sev, Subject: f.ID, Since: since, Message: msg})
 	}
-	budgetAlerts, err := c.budgetAlerts(ctx, productID)
+	budgetAlerts, err := c.admission.Alerts(ctx, productID)
 	if err != nil {
 		return nil, err
 	}

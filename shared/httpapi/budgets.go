@@ -3,7 +3,7 @@ package httpapi
 import (
 	"net/http"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/admission"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -57,7 +57,7 @@ func (s *server) reportUsage(w http.ResponseWriter, r *http.Request, p *principa
 	if err != nil {
 		return err
 	}
-	j, err := s.coord.ReportUsage(r.Context(), p.id, product, id, coord.UsageRequest{LeaseEpoch: *req.LeaseEpoch, Engine: req.Engine, Usage: u})
+	j, err := s.coord.ReportUsage(r.Context(), p.id, product, id, admission.UsageRequest{LeaseEpoch: *req.LeaseEpoch, Engine: req.Engine, Usage: u})
 	if err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func (s *server) putBudget(w http.ResponseWriter, r *http.Request, p *principal)
 	if err := s.decodeBody(w, r, &req, true); err != nil {
 		return err
 	}
-	b, err := s.coord.PutBudget(r.Context(), id, coord.BudgetRequest{CeilingUSD: req.CeilingUSD, Period: req.Period,
+	b, err := s.coord.PutBudget(r.Context(), id, admission.BudgetRequest{CeilingUSD: req.CeilingUSD, Period: req.Period,
 		AlertAt: req.AlertAt, AutoPause: req.AutoPause, DefaultJobUSD: req.DefaultJobUSD})
 	if err != nil {
 		return err

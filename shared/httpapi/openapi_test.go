@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/admission"
 	"github.com/gigafactory/fleet/shared/coord/catalog"
-
 	"github.com/gigafactory/fleet/shared/coord/echo"
 
 	"github.com/stretchr/testify/require"
@@ -202,8 +202,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"UsageRequest"}, usageRequest{}},
 		{[]string{"BudgetRequest"}, budgetRequest{}},
 		{[]string{"PauseRequest"}, pauseRequest{}},
-		{[]string{"Budget"}, coord.BudgetView{}},
-		{[]string{"Burndown"}, coord.Burndown{}},
+		{[]string{"Budget"}, admission.BudgetView{}},
+		{[]string{"Burndown"}, admission.Burndown{}},
 		{[]string{"Burndown", "points"}, fleet.BurnPoint{}},
 		{[]string{"Run", "usage"}, fleet.Usage{}},
 		{[]string{"Run", "diff"}, fleet.DiffStat{}},

@@ -1,4 +1,4 @@
-package coord
+package admission
 
 import (
 	"context"
@@ -19,8 +19,8 @@ type UsageRequest struct {
 // maxEngineName bounds the engine name a holder reports.
 const maxEngineName = 64
 
-// validateReport checks the parts of a run report a holder sent.
-func validateReport(u *fleet.Usage, head string, diff *fleet.DiffStat) error {
+// ValidateReport checks the parts of a run report a holder sent.
+func ValidateReport(u *fleet.Usage, head string, diff *fleet.DiffStat) error {
 	if u != nil {
 		if err := u.Validate("usage"); err != nil {
 			return err
@@ -39,9 +39,9 @@ func validateReport(u *fleet.Usage, head string, diff *fleet.DiffStat) error {
 	return nil
 }
 
-// mergeReport folds r into the job's report of the same run (a report of
+// MergeReport folds r into the job's report of the same run (a report of
 // an older run is replaced). It reports whether anything changed.
-func mergeReport(j *fleet.Job, r fleet.RunReport) bool {
+func MergeReport(j *fleet.Job, r fleet.RunReport) bool {
 	cur := j.ReportFor(r.LeaseEpoch)
 	next := fleet.RunReport{LeaseEpoch: r.LeaseEpoch}
 	if cur != nil {
@@ -74,7 +74,7 @@ func sameReport(a, b fleet.RunReport) bool {
 // When the run's usage passes the estimate reserved for it on the
 // product's budget, the reservation grows to match, so admission counts
 // what the run has really spent so far.
-func (c *Coordinator) ReportUsage(ctx context.Context, factoryID, productID, jobID string, req UsageRequest) (*fleet.Job, error) {
+func (c *Service) ReportUsage(ctx context.Context, factoryID, productID, jobID string, req UsageRequest) (*fleet.Job, error) {
 	if err := req.Usage.Validate(""); err != nil {
 		return nil, err
 	}
@@ -92,7 +92,7 @@ func (c *Coordinator) ReportUsage(ctx context.Context, factoryID, productID, job
 		if err := j.CheckFence(factoryID, req.LeaseEpoch); err != nil {
 			return err
 		}
-		if !mergeReport(j, fleet.RunReport{LeaseEpoch: req.LeaseEpoch, Engine: req.Engine, Usage: req.Usage}) {
+		if !MergeReport(j, fleet.RunReport{LeaseEpoch: req.LeaseEpoch, Engine: req.Engine, Usage: req.Usage}) {
 			return kernel.ErrNoChange
 		}
 		changed = true

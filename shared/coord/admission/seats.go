@@ -1,4 +1,4 @@
-package coord
+package admission
 
 import (
 	"context"
@@ -25,8 +25,8 @@ type seatClaim struct {
 }
 
 // productOf reads a product for admission; nil when it does not exist.
-func (c *Coordinator) productOf(ctx context.Context, productID string) (*fleet.Product, error) {
-	p, err := c.GetProduct(ctx, productID)
+func (c *Service) productOf(ctx context.Context, productID string) (*fleet.Product, error) {
+	p, err := c.catalog.GetProduct(ctx, productID)
 	if errors.Is(err, fleet.ErrNotFound) {
 		return nil, nil
 	}
@@ -35,7 +35,7 @@ func (c *Coordinator) productOf(ctx context.Context, productID string) (*fleet.P
 
 // seatView is the product as a claim pre-filters its jobs by: when its
 // seats are all taken, seats a crash left behind are reclaimed first.
-func (c *Coordinator) seatView(ctx context.Context, productID string) (*fleet.Product, error) {
+func (c *Service) seatView(ctx context.Context, productID string) (*fleet.Product, error) {
 	p, err := c.productOf(ctx, productID)
 	if err != nil || p.SeatHold() == nil {
 		return p, err
@@ -49,7 +49,7 @@ func (c *Coordinator) seatView(ctx context.Context, productID string) (*fleet.Pr
 // takeSeat gives j's next run a seat on its capped product: nil and no
 // error when the product is uncapped; a *heldError when its seats are
 // taken; errReservedElsewhere when another claim of j holds the seat.
-func (c *Coordinator) takeSeat(ctx context.Context, j *fleet.Job) (*seatClaim, error) {
+func (c *Service) takeSeat(ctx context.Context, j *fleet.Job) (*seatClaim, error) {
 	p, err := c.productOf(ctx, j.ProductID)
 	if err != nil || !p.Capped() {
 		return nil, err
@@ -87,7 +87,7 @@ func (c *Coordinator) takeSeat(ctx context.Context, j *fleet.Job) (*seatClaim, e
 }
 
 // giveBackSeat takes back a seat whose claim lost its job CAS.
-func (c *Coordinator) giveBackSeat(ctx context.Context, s *seatClaim) {
+func (c *Service) giveBackSeat(ctx context.Context, s *seatClaim) {
 	if s == nil {
 		return
 	}
@@ -99,7 +99,7 @@ func (c *Coordinator) giveBackSeat(ctx context.Context, s *seatClaim) {
 
 // freeSeat frees the seat of job's run at epoch; it reports whether there
 // was one.
-func (c *Coordinator) freeSeat(ctx context.Context, productID, jobID string, epoch int64) (bool, error) {
+func (c *Service) freeSeat(ctx context.Context, productID, jobID string, epoch int64) (bool, error) {
 	_, written, err := kernel.CAS(ctx, c.k, kernel.ProductDocs, productID, productID, func(p *fleet.Product) error {
 		if !p.FreeSeat(jobID, epoch) {
 			return kernel.ErrNoChange
@@ -114,13 +114,13 @@ func (c *Coordinator) freeSeat(ctx context.Context, productID, jobID string, epo
 
 // staleSeat selects seats old enough that their claim's job CAS is long
 // over: only those may be reclaimed while their job is still queued.
-func (c *Coordinator) staleSeat(_ string, s fleet.Seat) bool {
-	return c.k.Now().Sub(s.At) >= c.cfg.LeaseTTL
+func (c *Service) staleSeat(_ string, s fleet.Seat) bool {
+	return c.k.Now().Sub(s.At) >= c.leaseTTL
 }
 
 // reclaimSeats frees the seats pick selects whose run is over or never
 // started; it returns how many it freed.
-func (c *Coordinator) reclaimSeats(ctx context.Context, productID string, pick func(jobID string, s fleet.Seat) bool) int {
+func (c *Service) reclaimSeats(ctx context.Context, productID string, pick func(jobID string, s fleet.Seat) bool) int {
 	p, err := c.productOf(ctx, productID)
 	if err != nil || p == nil {
 		return 0
@@ -163,8 +163,8 @@ func (c *Coordinator) reclaimSeats(ctx context.Context, productID string, pick f
 // or never started. A run that is going keeps it; so does a claim at that
 // epoch that may still be landing (taken less than the lease TTL ago). It
 // returns the job when it still exists.
-func (c *Coordinator) runOver(ctx context.Context, productID, jobID string, epoch int64, at time.Time) (*fleet.Job, bool) {
-	j, err := c.GetJob(ctx, productID, jobID)
+func (c *Service) runOver(ctx context.Context, productID, jobID string, epoch int64, at time.Time) (*fleet.Job, bool) {
+	j, err := c.k.GetJob(ctx, productID, jobID)
 	switch {
 	case errors.Is(err, fleet.ErrNotFound):
 		return nil, true
@@ -175,16 +175,16 @@ func (c *Coordinator) runOver(ctx context.Context, productID, jobID string, epoc
 	switch {
 	case j.LeaseEpoch == epoch && live:
 		return j, false // the run is going: it gives back when it ends
-	case j.LeaseEpoch < epoch && c.k.Now().Sub(at) < c.cfg.LeaseTTL:
+	case j.LeaseEpoch < epoch && c.k.Now().Sub(at) < c.leaseTTL:
 		return j, false // its claim may still be landing
 	}
 	return j, true
 }
 
-// leasedSeats are the seats of the product's jobs holding a lease now: a
+// LeasedSeats are the seats of the product's jobs holding a lease now: a
 // cap set on a product with runs going counts them.
-func (c *Coordinator) leasedSeats(ctx context.Context, productID string) (map[string]fleet.Seat, error) {
-	leased, err := c.leasedJobs(ctx, productID)
+func (c *Service) LeasedSeats(ctx context.Context, productID string) (map[string]fleet.Seat, error) {
+	leased, err := c.life.LeasedJobs(ctx, productID)
 	if err != nil {
 		return nil, err
 	}
@@ -198,10 +198,10 @@ func (c *Coordinator) leasedSeats(ctx context.Context, productID string) (map[st
 	return seats, nil
 }
 
-// admission is what one assignment took before its job CAS: the budget
+// Grant is what one assignment took before its job CAS: the budget
 // reservation and the seat, either nil when the product has no budget or
-// no cap.
-type admission struct {
+// no cap. A nil *Grant took nothing.
+type Grant struct {
 	res  *reservation
 	seat *seatClaim
 }
@@ -209,7 +209,7 @@ type admission struct {
 // admit is step 1 of every assignment (claim, accept): the budget
 // reservation, then the seat; a *heldError when either refuses (nothing
 // stays taken), errReservedElsewhere when another claim of j is landing.
-func (c *Coordinator) admit(ctx context.Context, j *fleet.Job) (*admission, error) {
+func (c *Service) admit(ctx context.Context, j *fleet.Job) (*Grant, error) {
 	res, err := c.reserve(ctx, j)
 	if err != nil {
 		return nil, err
@@ -219,11 +219,11 @@ func (c *Coordinator) admit(ctx context.Context, j *fleet.Job) (*admission, erro
 		c.undo(ctx, res)
 		return nil, err
 	}
-	return &admission{res: res, seat: seat}, nil
+	return &Grant{res: res, seat: seat}, nil
 }
 
-// giveBack takes back what an assignment whose job CAS lost took.
-func (c *Coordinator) giveBack(ctx context.Context, a *admission) {
+// GiveBack takes back what an assignment whose job CAS lost took.
+func (c *Service) GiveBack(ctx context.Context, a *Grant) {
 	if a == nil {
 		return
 	}
@@ -231,9 +231,9 @@ func (c *Coordinator) giveBack(ctx context.Context, a *admission) {
 	c.giveBackSeat(ctx, a.seat)
 }
 
-// fenceAdmission is the job CAS's guard: the job must still be at the
-// epoch its reservation and seat were taken for.
-func fenceAdmission(a *admission, j *fleet.Job) error {
+// Fence is the job CAS's guard: the job must still be at the epoch its
+// reservation and seat were taken for.
+func (a *Grant) Fence(j *fleet.Job) error {
 	if a == nil {
 		return nil
 	}
@@ -256,11 +256,93 @@ func admissionHold(b *fleet.ProductBudget, p *fleet.Product, j *fleet.Job) *flee
 	return p.SeatHold()
 }
 
+// Snapshot is a product's budget and seats as read once, to judge many
+// jobs by (a dispatch, an explanation) without taking anything.
+type Snapshot struct {
+	Budget  *fleet.ProductBudget // nil: the product has no budget
+	Product *fleet.Product       // nil: no such product
+}
+
+// Snapshot reads the product's budget (rolled into the current period)
+// and the product.
+func (c *Service) Snapshot(ctx context.Context, productID string) (Snapshot, error) {
+	b, err := c.budgetOf(ctx, productID)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	p, err := c.productOf(ctx, productID)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return Snapshot{Budget: b, Product: p}, nil
+}
+
+// Hold says whether j may be assigned now: nil when it may, else what
+// holds it back (its budget first, then its product's seat cap).
+func (s Snapshot) Hold(j *fleet.Job) *fleet.Hold { return admissionHold(s.Budget, s.Product, j) }
+
+// BudgetHold is j's budget's hold alone: nil when it may be assigned or
+// the product has no budget.
+func (s Snapshot) BudgetHold(j *fleet.Job) *fleet.Hold { return budgetHold(s.Budget, j) }
+
+// Pass is admission for one claim over many queued jobs: each product's
+// budget and seats are read once per claim to pass over the jobs they hold
+// back; Admit re-checks on the fresh documents.
+type Pass struct {
+	c        *Service
+	budgets  map[string]*claimBudget
+	products map[string]*fleet.Product
+	// capped are the products whose every seat was found taken: no other
+	// job of theirs gets one in this claim.
+	capped map[string]bool
+}
+
+// Pass starts one claim's admission.
+func (c *Service) Pass() *Pass {
+	return &Pass{c: c, budgets: map[string]*claimBudget{}, products: map[string]*fleet.Product{}, capped: map[string]bool{}}
+}
+
+// Held reports whether j is held back, judged on the documents as this
+// claim read them (taking nothing).
+func (p *Pass) Held(ctx context.Context, j *fleet.Job) (bool, error) {
+	b, err := p.c.budgetFor(ctx, p.budgets, j)
+	if err != nil {
+		return false, err
+	}
+	prod, ok := p.products[j.ProductID]
+	if !ok {
+		if prod, err = p.c.seatView(ctx, j.ProductID); err != nil {
+			return false, err
+		}
+		p.products[j.ProductID] = prod
+	}
+	return p.capped[j.ProductID] || admissionHold(b, prod, j) != nil, nil
+}
+
+// Admit takes j's reservation and seat for the claim's job CAS. It returns
+// nil and no error when j is held back after all or another claim of it is
+// landing: the claim moves on to its next job.
+func (p *Pass) Admit(ctx context.Context, j *fleet.Job) (*Grant, error) {
+	a, err := p.c.admit(ctx, j)
+	var held *heldError
+	switch {
+	case errors.As(err, &held):
+		if held.hold.Kind == fleet.HoldSeatCap {
+			// Every seat is taken: no other job of the product gets one.
+			p.capped[j.ProductID] = true
+		}
+		return nil, nil
+	case errors.Is(err, errReservedElsewhere):
+		return nil, nil
+	}
+	return a, err
+}
+
 // endAdmission gives back what before's run took when its lease ends
 // (release, fail, ship, reap, revoke, preempt, cancel): the budget settles
 // from the run's usage and the seat frees; then the jobs either held back
 // flow at once.
-func (c *Coordinator) endAdmission(ctx context.Context, before *fleet.Job) {
+func (c *Service) endAdmission(ctx context.Context, before *fleet.Job) {
 	settled := c.settleRun(ctx, before)
 	freed, err := c.freeSeat(ctx, before.ProductID, before.ID, before.LeaseEpoch)
 	if err != nil {
@@ -268,13 +350,13 @@ func (c *Coordinator) endAdmission(ctx context.Context, before *fleet.Job) {
 		c.k.Log.ErrorContext(ctx, "free seat", "job", before.ID, "epoch", before.LeaseEpoch, "err", err)
 	}
 	if settled || freed {
-		c.releaseHeld(ctx, before.ProductID)
+		c.ReleaseHeld(ctx, before.ProductID)
 	}
 }
 
 // endAdmissionOnRunEnd observes transitions: a run's end gives back its
 // seat and settles its budget reservation.
-func (c *Coordinator) endAdmissionOnRunEnd(ctx context.Context, t kernel.Transition) {
+func (c *Service) endAdmissionOnRunEnd(ctx context.Context, t kernel.Transition) {
 	if t.EndsRun() {
 		c.endAdmission(ctx, t.Before)
 	}

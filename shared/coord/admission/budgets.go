@@ -1,4 +1,4 @@
-package coord
+package admission
 
 import (
 	"context"
@@ -109,7 +109,7 @@ func positiveUSD(field string, v float64, allowZero bool) error {
 // (month: the current calendar month); changing an existing one keeps its
 // spend, reservations and pause, and a change of period starts the new
 // kind of period now. A change that may make room lets held jobs flow at once.
-func (c *Coordinator) PutBudget(ctx context.Context, productID string, req BudgetRequest) (*BudgetView, error) {
+func (c *Service) PutBudget(ctx context.Context, productID string, req BudgetRequest) (*BudgetView, error) {
 	if err := fleet.ValidateName("productId", productID); err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func (c *Coordinator) PutBudget(ctx context.Context, productID string, req Budge
 			return nil, err
 		}
 	}
-	if _, err := c.GetProduct(ctx, productID); err != nil {
+	if _, err := c.catalog.GetProduct(ctx, productID); err != nil {
 		return nil, err
 	}
 	now := c.k.Now()
@@ -178,13 +178,13 @@ func (c *Coordinator) PutBudget(ctx context.Context, productID string, req Budge
 	if err != nil {
 		return nil, err
 	}
-	c.releaseHeld(context.WithoutCancel(ctx), productID)
+	c.ReleaseHeld(context.WithoutCancel(ctx), productID)
 	return viewOf(b), nil
 }
 
 // budgetOf reads a product's budget as of now (rolled into the current
 // period, not written); nil when the product has none.
-func (c *Coordinator) budgetOf(ctx context.Context, productID string) (*fleet.ProductBudget, error) {
+func (c *Service) budgetOf(ctx context.Context, productID string) (*fleet.ProductBudget, error) {
 	b, _, err := kernel.ReadDoc[fleet.ProductBudget](ctx, c.k.Store, store.Budgets, productID, fleet.BudgetID(productID), "budget")
 	if errors.Is(err, fleet.ErrNotFound) {
 		return nil, nil
@@ -197,7 +197,7 @@ func (c *Coordinator) budgetOf(ctx context.Context, productID string) (*fleet.Pr
 }
 
 // readBudget is budgetOf where a missing budget is not_found.
-func (c *Coordinator) readBudget(ctx context.Context, productID string) (*fleet.ProductBudget, error) {
+func (c *Service) readBudget(ctx context.Context, productID string) (*fleet.ProductBudget, error) {
 	if err := fleet.ValidateName("productId", productID); err != nil {
 		return nil, err
 	}
@@ -209,7 +209,7 @@ func (c *Coordinator) readBudget(ctx context.Context, productID string) (*fleet.
 }
 
 // GetBudget returns a product's budget.
-func (c *Coordinator) GetBudget(ctx context.Context, productID string) (*BudgetView, error) {
+func (c *Service) GetBudget(ctx context.Context, productID string) (*BudgetView, error) {
 	b, err := c.readBudget(ctx, productID)
 	if err != nil {
 		return nil, err
@@ -218,7 +218,7 @@ func (c *Coordinator) GetBudget(ctx context.Context, productID string) (*BudgetV
 }
 
 // GetBurndown returns the period's burndown and its forecast.
-func (c *Coordinator) GetBurndown(ctx context.Context, productID string) (*Burndown, error) {
+func (c *Service) GetBurndown(ctx context.Context, productID string) (*Burndown, error) {
 	b, err := c.readBudget(ctx, productID)
 	if err != nil {
 		return nil, err
@@ -233,7 +233,7 @@ func (c *Coordinator) GetBurndown(ctx context.Context, productID string) (*Burnd
 
 // mutateBudget applies fn to the product's budget, rolled into the
 // current period first.
-func (c *Coordinator) mutateBudget(ctx context.Context, productID string, fn func(b *fleet.ProductBudget) error) (*fleet.ProductBudget, bool, error) {
+func (c *Service) mutateBudget(ctx context.Context, productID string, fn func(b *fleet.ProductBudget) error) (*fleet.ProductBudget, bool, error) {
 	return kernel.CAS(ctx, c.k, budgetDocs, productID, fleet.BudgetID(productID), func(b *fleet.ProductBudget) error {
 		rolled := b.Roll(c.k.Now())
 		err := fn(b)
@@ -246,7 +246,7 @@ func (c *Coordinator) mutateBudget(ctx context.Context, productID string, fn fun
 
 // PauseBudget stops assignments for the product until it is resumed.
 // Running jobs finish.
-func (c *Coordinator) PauseBudget(ctx context.Context, productID, reason string) (*BudgetView, error) {
+func (c *Service) PauseBudget(ctx context.Context, productID, reason string) (*BudgetView, error) {
 	if err := fleet.ValidateName("productId", productID); err != nil {
 		return nil, err
 	}
@@ -271,7 +271,7 @@ func (c *Coordinator) PauseBudget(ctx context.Context, productID, reason string)
 // factories get the jobs dispatched now, not at the next sweep. Admission
 // still applies: with spend at the ceiling, jobs stay held (raise the
 // ceiling first).
-func (c *Coordinator) ResumeBudget(ctx context.Context, productID string) (*BudgetView, error) {
+func (c *Service) ResumeBudget(ctx context.Context, productID string) (*BudgetView, error) {
 	if err := fleet.ValidateName("productId", productID); err != nil {
 		return nil, err
 	}
@@ -286,7 +286,7 @@ func (c *Coordinator) ResumeBudget(ctx context.Context, productID string) (*Budg
 	if err != nil {
 		return nil, budgetError(productID, err)
 	}
-	c.releaseHeld(context.WithoutCancel(ctx), productID)
+	c.ReleaseHeld(context.WithoutCancel(ctx), productID)
 	return viewOf(b), nil
 }
 
@@ -298,13 +298,13 @@ func budgetError(productID string, err error) error {
 	return err
 }
 
-// releaseHeld lets jobs a budget or seat cap held flow now: poll factories
+// ReleaseHeld lets jobs a budget or seat cap held flow now: poll factories
 // are told the queue changed, and every queued job of the product without a
 // dispatch is routed again (dispatch applies admission, so the ones still
 // held stay).
-func (c *Coordinator) releaseHeld(ctx context.Context, productID string) {
+func (c *Service) ReleaseHeld(ctx context.Context, productID string) {
 	c.catalog.BumpQueueState(ctx, productID)
-	if c.publisher == nil {
+	if !c.push {
 		return
 	}
 	waiting, err := c.k.QueryJobs(ctx, store.Query{PartitionKey: productID,
@@ -314,7 +314,7 @@ func (c *Coordinator) releaseHeld(ctx context.Context, productID string) {
 		return
 	}
 	for _, j := range waiting {
-		if _, err := c.dispatch(ctx, j.ProductID, j.ID, nil); err != nil {
+		if err := c.life.DispatchQueued(ctx, j.ProductID, j.ID); err != nil {
 			c.k.Log.ErrorContext(ctx, "dispatch budget-held job", "job", j.ID, "err", err)
 		}
 	}
@@ -338,7 +338,7 @@ var errReservedElsewhere = errors.New("job reserved by another claim")
 // reserve is step 1 of an assignment of j (see the top of this file): nil
 // and no error when the product has no budget; a *heldError when admission
 // refuses; errReservedElsewhere when another claim of j holds it.
-func (c *Coordinator) reserve(ctx context.Context, j *fleet.Job) (*reservation, error) {
+func (c *Service) reserve(ctx context.Context, j *fleet.Job) (*reservation, error) {
 	b, err := c.budgetOf(ctx, j.ProductID)
 	if err != nil || b == nil {
 		return nil, err
@@ -390,7 +390,7 @@ type claimBudget struct {
 // per claim), so they cannot keep it held: not only when the budget is
 // full, since a leaked reservation that leaves less room than any queued
 // job's estimate holds them all back just the same.
-func (c *Coordinator) budgetFor(ctx context.Context, views map[string]*claimBudget, j *fleet.Job) (*fleet.ProductBudget, error) {
+func (c *Service) budgetFor(ctx context.Context, views map[string]*claimBudget, j *fleet.Job) (*fleet.ProductBudget, error) {
 	v, ok := views[j.ProductID]
 	if !ok {
 		b, err := c.budgetOf(ctx, j.ProductID)
@@ -416,11 +416,11 @@ func (c *Coordinator) budgetFor(ctx context.Context, views map[string]*claimBudg
 	return b, nil
 }
 
-// reclaimHeld is admission's reclaim for the push transport: dispatch
+// ReclaimHeld is admission's reclaim for the push transport: dispatch
 // sends no held job, so no accept would ever meet the leaked reservation
 // that holds it; the redispatch sweep reclaims, once per product, for the
 // queued jobs their budget holds back, before routing them again.
-func (c *Coordinator) reclaimHeld(ctx context.Context, queued []*fleet.Job) {
+func (c *Service) ReclaimHeld(ctx context.Context, queued []*fleet.Job) {
 	done := map[string]bool{}
 	for _, j := range queued {
 		if j.Dispatch.UnroutableKind != fleet.UnroutableBudget || done[j.ProductID] {
@@ -433,12 +433,12 @@ func (c *Coordinator) reclaimHeld(ctx context.Context, queued []*fleet.Job) {
 
 // suspect selects reservations old enough that their claim's job CAS is
 // long over: only those may be reclaimed while their job is still queued.
-func (c *Coordinator) suspect(_ string, r fleet.Reservation) bool {
-	return c.k.Now().Sub(r.At) >= c.cfg.LeaseTTL
+func (c *Service) suspect(_ string, r fleet.Reservation) bool {
+	return c.k.Now().Sub(r.At) >= c.leaseTTL
 }
 
 // undo takes back a reservation whose claim lost its job CAS.
-func (c *Coordinator) undo(ctx context.Context, res *reservation) {
+func (c *Service) undo(ctx context.Context, res *reservation) {
 	if res == nil {
 		return
 	}
@@ -468,7 +468,7 @@ func fenceReservation(res *reservation, j *fleet.Job) error {
 // reclaim settles the reservations pick selects whose run is over or never
 // started, each from the usage its run reported. It returns how many it
 // settled.
-func (c *Coordinator) reclaim(ctx context.Context, productID string, pick func(jobID string, r fleet.Reservation) bool) int {
+func (c *Service) reclaim(ctx context.Context, productID string, pick func(jobID string, r fleet.Reservation) bool) int {
 	b, err := c.budgetOf(ctx, productID)
 	if err != nil || b == nil {
 		return 0
@@ -518,7 +518,7 @@ func (c *Coordinator) reclaim(ctx context.Context, productID string, pick func(j
 
 // runUSD is what the run of j at epoch reported: from its run document, or
 // the job's report when the run document was never written.
-func (c *Coordinator) runUSD(ctx context.Context, j *fleet.Job, epoch int64) float64 {
+func (c *Service) runUSD(ctx context.Context, j *fleet.Job, epoch int64) float64 {
 	run, _, err := kernel.ReadDoc[fleet.Run](ctx, c.k.Store, store.Runs, j.ID, fleet.RunID(j.ID, epoch), "run")
 	if err == nil {
 		return run.Usage.USD
@@ -532,7 +532,7 @@ func (c *Coordinator) runUSD(ctx context.Context, j *fleet.Job, epoch int64) flo
 // settleRun settles the budget reservation of the run before's lease held,
 // from the usage it reported; it reports whether it did (then jobs the
 // reservation held back may flow: see endAdmission).
-func (c *Coordinator) settleRun(ctx context.Context, before *fleet.Job) bool {
+func (c *Service) settleRun(ctx context.Context, before *fleet.Job) bool {
 	var usd float64
 	if r := before.ReportFor(before.LeaseEpoch); r != nil {
 		usd = r.Usage.USD
@@ -556,7 +556,7 @@ func (c *Coordinator) settleRun(ctx context.Context, before *fleet.Job) bool {
 
 // growReservation raises the reservation of a run whose reported usage
 // passed it, so admission counts what the run has spent so far.
-func (c *Coordinator) growReservation(ctx context.Context, productID, jobID string, epoch int64, usd float64) {
+func (c *Service) growReservation(ctx context.Context, productID, jobID string, epoch int64, usd float64) {
 	_, _, err := c.mutateBudget(ctx, productID, func(b *fleet.ProductBudget) error {
 		r, ok := b.Reservations[jobID]
 		if !ok || r.LeaseEpoch != epoch || r.USD >= usd {
@@ -581,9 +581,9 @@ func budgetHold(b *fleet.ProductBudget, j *fleet.Job) *fleet.Hold {
 	return b.Admit(b.Estimate(j.Budget))
 }
 
-// checkJobBudget is submit's rule: a job whose own budget.usd exceeds its
+// CheckJobBudget is submit's rule: a job whose own budget.usd exceeds its
 // product's ceiling can never be admitted, so it is refused (422).
-func (c *Coordinator) checkJobBudget(ctx context.Context, productID string, job fleet.Budget) error {
+func (c *Service) CheckJobBudget(ctx context.Context, productID string, job fleet.Budget) error {
 	if job.USD <= 0 {
 		return nil
 	}
@@ -598,9 +598,9 @@ func (c *Coordinator) checkJobBudget(ctx context.Context, productID string, job 
 	return nil
 }
 
-// budgetAlerts are the budget_alert and budget_paused alerts of the
+// Alerts are the budget_alert and budget_paused alerts of the
 // products' budgets (every product's when productID is empty).
-func (c *Coordinator) budgetAlerts(ctx context.Context, productID string) ([]fleet.Alert, error) {
+func (c *Service) Alerts(ctx context.Context, productID string) ([]fleet.Alert, error) {
 	items, err := c.k.QueryAll(ctx, store.Budgets, store.Query{PartitionKey: productID})
 	if err != nil {
 		return nil, err
@@ -633,12 +633,12 @@ func (c *Coordinator) budgetAlerts(ctx context.Context, productID string) ([]fle
 	return out, nil
 }
 
-// admitAccept is admission for the push transport: the reservation and
+// AdmitAccept is admission for the push transport: the reservation and
 // seat an accept takes before its CAS. A job its budget or seat cap holds
 // back loses its dispatch (the message is void: 409) and waits, its reason
-// recorded, until room is made and releaseHeld routes it again.
-func (c *Coordinator) admitAccept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*admission, error) {
-	j, err := c.GetJob(ctx, productID, jobID)
+// recorded, until room is made and ReleaseHeld routes it again.
+func (c *Service) AdmitAccept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*Grant, error) {
+	j, err := c.k.GetJob(ctx, productID, jobID)
 	if err != nil {
 		return nil, err
 	}
@@ -662,7 +662,7 @@ func (c *Coordinator) admitAccept(ctx context.Context, factoryID, productID, job
 // holdDispatched voids the dispatch of a job its budget or seat cap holds
 // back, so it waits untargeted (and says why) instead of for the
 // redispatch sweep.
-func (c *Coordinator) holdDispatched(ctx context.Context, productID, jobID string, dispatchEpoch int64, h fleet.Hold) {
+func (c *Service) holdDispatched(ctx context.Context, productID, jobID string, dispatchEpoch int64, h fleet.Hold) {
 	_, err := c.k.MutateJob(context.WithoutCancel(ctx), productID, jobID, func(j *fleet.Job) error {
 		if j.Stage != fleet.StageQueued || j.DispatchEpoch != dispatchEpoch {
 			return kernel.ErrNoChange
@@ -673,6 +673,16 @@ func (c *Coordinator) holdDispatched(ctx context.Context, productID, jobID strin
 	if err != nil {
 		c.k.Log.WarnContext(ctx, "record budget hold", "job", jobID, "err", err)
 	}
+}
+
+// RecordHold records on j, for a dispatch, that h holds it back; false
+// when j says so already (writing it again would only wake the change feed).
+func RecordHold(j *fleet.Job, h fleet.Hold, now time.Time) bool {
+	if j.Dispatch.UnroutableKind == holdKind(h) && j.Dispatch.Unroutable == h.Message && j.TargetFactoryID == "" {
+		return false
+	}
+	holdDispatch(j, h, now)
+	return true
 }
 
 // holdDispatch records on j that its budget or seat cap holds it back.

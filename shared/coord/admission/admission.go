@@ -1,0 +1,60 @@
+// Package admission decides whether a job may be assigned now and keeps
+// what an assignment takes until its run ends: the product's budget
+// (a reservation per run, settled from the usage the run reports) and its
+// seat cap (a seat per run). It also takes the holders' usage reports.
+// coord's façade and its claim, accept and dispatch call it.
+package admission
+
+import (
+	"context"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// Catalog is what admission needs of the products (coord/catalog).
+type Catalog interface {
+	// GetProduct reads a product: its seats live on its document.
+	GetProduct(ctx context.Context, productID string) (*fleet.Product, error)
+	// BumpQueueState tells the product's pollers its queue changed.
+	BumpQueueState(ctx context.Context, productID string)
+}
+
+// Lifecycle is what admission needs of the job lifecycle (coord).
+type Lifecycle interface {
+	// LeasedJobs are the product's jobs holding a lease.
+	LeasedJobs(ctx context.Context, productID string) ([]*fleet.Job, error)
+	// DispatchQueued routes a queued job without a target (the push
+	// transport); it applies admission, so a job still held stays.
+	DispatchQueued(ctx context.Context, productID, jobID string) error
+}
+
+// Config is what admission needs of the coordinator's configuration.
+type Config struct {
+	// LeaseTTL bounds how long an assignment's job CAS may still be
+	// landing: what it took is reclaimed only once older than this.
+	LeaseTTL time.Duration
+	// Push says jobs are dispatched (a publisher is configured): room
+	// made routes the held jobs again, besides telling pollers.
+	Push bool
+}
+
+// Service is admission over the kernel's store.
+type Service struct {
+	k        *kernel.Kernel
+	leaseTTL time.Duration
+	push     bool
+	catalog  Catalog
+	life     Lifecycle
+}
+
+// New builds admission and registers its observer: a run's end gives back
+// what its assignment took. Construct it after the observers that must see
+// a transition first (the run record) and before those that must see it
+// after (dependants).
+func New(k *kernel.Kernel, cfg Config, catalog Catalog, life Lifecycle) *Service {
+	c := &Service{k: k, leaseTTL: cfg.LeaseTTL, push: cfg.Push, catalog: catalog, life: life}
+	k.Observe(c.endAdmissionOnRunEnd)
+	return c
+}
