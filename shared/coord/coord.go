@@ -256,9 +256,9 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 		metricSources: maps.Clone(deps.Metrics),
 	}
 	// The packages behind the façade, each registering its own observer of
-	// committed transitions, in this order: live records the ended run,
-	// catalog moves the queue state, admission gives the seat back, and
-	// dependants settle last.
+	// committed transitions as it is built, so in this order: catalog
+	// moves the queue state, live records the ended run, admission settles
+	// its budget and gives the seat back, and dependants settle last.
 	var onFleetChange func(context.Context)
 	if c.publisher != nil {
 		onFleetChange = c.retryUnroutable
