@@ -272,7 +272,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	c.echo = echo.New(c.k, echo.Config{
 		Backoff: cfg.EchoBackoff, MaxBackoff: cfg.EchoMaxBackoff, Timeout: cfg.EchoTimeout,
 		Parallel: cfg.EchoParallel, BreakerFailures: cfg.EchoBreakerFailures, BreakerCooldown: cfg.EchoBreakerCooldown,
-	}, deps.Webhook, c.catalog, c.live)
+	}, deps.Webhook, c.catalog, c.live, lifecycle{c})
 	c.k.Store = c.live.Waking(deps.Store)
 	c.artifacts = artifacts.New(c.k, deps.Blobs, cfg.ArtifactMaxBytes)
 	// The seats the scheduler counts follow every lease granted or ended

@@ -4,10 +4,22 @@ import (
 	"context"
 
 	"github.com/gigafactory/fleet/shared/coord/echo"
+	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/store"
 )
 
-// The tracker echo's use cases live in coord/echo; these are its façade.
+// The tracker bridge's use cases live in coord/echo; these are its façade.
+
+// Ingest turns a tracker item into a job (created, updated while not
+// started, or unchanged).
+func (c *Coordinator) Ingest(ctx context.Context, req echo.IngestRequest) (*fleet.Job, echo.IngestOutcome, error) {
+	return c.echo.Ingest(ctx, req)
+}
+
+// SubmitManifest is the submit path for a parsed manifest (echo.Lifecycle).
+func (l lifecycle) SubmitManifest(ctx context.Context, productID string, m *fleet.Manifest, mark func(j *fleet.Job) error) (*fleet.Job, bool, error) {
+	return l.c.submitManifest(ctx, productID, m, mark)
+}
 
 // EchoChanged hands the tracked jobs among changed job documents (a
 // change-feed batch) to their products' delivery lanes; with echo.Await it

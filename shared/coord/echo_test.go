@@ -179,9 +179,9 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 
 func (e *echoEnv) ingest(item string) *fleet.Job {
 	e.t.Helper()
-	j, out, err := e.c.Ingest(e.ctx, coord.IngestRequest{ProductID: prod, Ref: fleet.TrackerRef{Source: "jira", ItemID: item, Revision: 1}, Manifest: manifest()})
+	j, out, err := e.c.Ingest(e.ctx, echo.IngestRequest{ProductID: prod, Ref: fleet.TrackerRef{Source: "jira", ItemID: item, Revision: 1}, Manifest: manifest()})
 	require.NoError(e.t, err)
-	require.Equal(e.t, coord.IngestCreated, out)
+	require.Equal(e.t, echo.IngestCreated, out)
 	return j
 }
 
@@ -373,7 +373,7 @@ func TestEchoDownWebhookBlocksOnlyItsJobs(t *testing.T) {
 		Tracker: &catalog.TrackerChange{WebhookURL: downURL, Secret: hookSecret}})
 	require.NoError(t, err)
 	e.hook.setDown(downURL, true)
-	stuck, _, err := e.c.Ingest(e.ctx, coord.IngestRequest{ProductID: "p2", Ref: fleet.TrackerRef{Source: "jira", ItemID: "X-1", Revision: 1}, Manifest: manifest("repo: docs")})
+	stuck, _, err := e.c.Ingest(e.ctx, echo.IngestRequest{ProductID: "p2", Ref: fleet.TrackerRef{Source: "jira", ItemID: "X-1", Revision: 1}, Manifest: manifest("repo: docs")})
 	require.NoError(t, err)
 	ok := e.ingest("PROJ-4")
 	stuckItem, err := e.raw.Read(e.ctx, store.Jobs, "p2", stuck.ID)

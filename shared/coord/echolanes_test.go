@@ -23,7 +23,7 @@ const tarpitURL = "https://tarpit.example/fleet"
 // ingestFor ingests an item of another product.
 func (e *echoEnv) ingestFor(product, repo, item string) store.Item {
 	e.t.Helper()
-	j, _, err := e.c.Ingest(e.ctx, coord.IngestRequest{ProductID: product, Ref: fleet.TrackerRef{Source: "jira", ItemID: item, Revision: 1}, Manifest: manifest("repo: " + repo)})
+	j, _, err := e.c.Ingest(e.ctx, echo.IngestRequest{ProductID: product, Ref: fleet.TrackerRef{Source: "jira", ItemID: item, Revision: 1}, Manifest: manifest("repo: " + repo)})
 	require.NoError(e.t, err)
 	it, err := e.raw.Read(e.ctx, store.Jobs, product, j.ID)
 	require.NoError(e.t, err)

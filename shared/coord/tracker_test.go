@@ -3,14 +3,15 @@ package coord_test
 import (
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/echo"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
-func ingestReq(rev int64, lines ...string) coord.IngestRequest {
-	return coord.IngestRequest{ProductID: prod, Ref: fleet.TrackerRef{Source: "jira", ItemID: "PROJ-4711", Revision: rev}, Manifest: manifest(lines...)}
+func ingestReq(rev int64, lines ...string) echo.IngestRequest {
+	return echo.IngestRequest{ProductID: prod, Ref: fleet.TrackerRef{Source: "jira", ItemID: "PROJ-4711", Revision: rev}, Manifest: manifest(lines...)}
 }
 
 // TestIngest: an item becomes one job carrying its reference; the same item
@@ -22,14 +23,14 @@ func TestIngest(t *testing.T) {
 	e := newEnv(t)
 	j, out, err := e.c.Ingest(e.ctx, ingestReq(1, "title: first"))
 	require.NoError(t, err)
-	require.Equal(t, coord.IngestCreated, out)
+	require.Equal(t, echo.IngestCreated, out)
 	require.Equal(t, &fleet.TrackerRef{Source: "jira", ItemID: "PROJ-4711", Revision: 1}, j.Tracker)
 	require.Equal(t, "tracker:jira:PROJ-4711", j.IdempotencyKey)
 	require.Equal(t, j, e.job(j.ID))
 
 	again, out, err := e.c.Ingest(e.ctx, ingestReq(1, "title: first"))
 	require.NoError(t, err)
-	require.Equal(t, coord.IngestUnchanged, out)
+	require.Equal(t, echo.IngestUnchanged, out)
 	require.Equal(t, j.ID, again.ID)
 
 	// The same key by plain submit is the same job: one rule.
@@ -40,7 +41,7 @@ func TestIngest(t *testing.T) {
 
 	up, out, err := e.c.Ingest(e.ctx, ingestReq(3, "title: third", "priority: high", "capabilities: [engine:codex]"))
 	require.NoError(t, err)
-	require.Equal(t, coord.IngestUpdated, out)
+	require.Equal(t, echo.IngestUpdated, out)
 	require.Equal(t, j.ID, up.ID)
 	require.Equal(t, "third", up.Title)
 	require.Equal(t, fleet.PriorityHigh, up.Priority)
@@ -53,7 +54,7 @@ func TestIngest(t *testing.T) {
 
 	older, out, err := e.c.Ingest(e.ctx, ingestReq(2, "title: second"))
 	require.NoError(t, err)
-	require.Equal(t, coord.IngestUnchanged, out)
+	require.Equal(t, echo.IngestUnchanged, out)
 	require.Equal(t, "third", older.Title)
 	require.Len(t, e.events(j.ID), 2, "an older revision writes nothing")
 
@@ -74,17 +75,17 @@ func TestIngestBadInput(t *testing.T) {
 	good := ingestReq(1)
 	for _, tc := range []struct {
 		name  string
-		edit  func(r *coord.IngestRequest)
+		edit  func(r *echo.IngestRequest)
 		field string
 	}{
-		{"no source", func(r *coord.IngestRequest) { r.Ref.Source = "" }, "source"},
-		{"source with colon", func(r *coord.IngestRequest) { r.Ref.Source = "a:b" }, "source"},
-		{"no item", func(r *coord.IngestRequest) { r.Ref.ItemID = "" }, "itemId"},
-		{"item on two lines", func(r *coord.IngestRequest) { r.Ref.ItemID = "a\nb" }, "itemId"},
-		{"zero revision", func(r *coord.IngestRequest) { r.Ref.Revision = 0 }, "revision"},
-		{"own key", func(r *coord.IngestRequest) { r.Manifest = manifest("idempotencyKey: mine") }, "idempotencyKey"},
-		{"bad manifest", func(r *coord.IngestRequest) { r.Manifest = manifest("priority: urgent") }, "priority"},
-		{"parent", func(r *coord.IngestRequest) { r.Manifest = manifest("parentId: j1") }, "parentId"},
+		{"no source", func(r *echo.IngestRequest) { r.Ref.Source = "" }, "source"},
+		{"source with colon", func(r *echo.IngestRequest) { r.Ref.Source = "a:b" }, "source"},
+		{"no item", func(r *echo.IngestRequest) { r.Ref.ItemID = "" }, "itemId"},
+		{"item on two lines", func(r *echo.IngestRequest) { r.Ref.ItemID = "a\nb" }, "itemId"},
+		{"zero revision", func(r *echo.IngestRequest) { r.Ref.Revision = 0 }, "revision"},
+		{"own key", func(r *echo.IngestRequest) { r.Manifest = manifest("idempotencyKey: mine") }, "idempotencyKey"},
+		{"bad manifest", func(r *echo.IngestRequest) { r.Manifest = manifest("priority: urgent") }, "priority"},
+		{"parent", func(r *echo.IngestRequest) { r.Manifest = manifest("parentId: j1") }, "parentId"},
 	} {
 		req := good
 		tc.edit(&req)

@@ -7,7 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/echo"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -45,12 +46,12 @@ func (s *server) ingest(w http.ResponseWriter, r *http.Request, p *principal) er
 	if err != nil {
 		return err
 	}
-	j, outcome, err := s.coord.Ingest(r.Context(), coord.IngestRequest{ProductID: product, Ref: ref, Manifest: manifest})
+	j, outcome, err := s.coord.Ingest(r.Context(), echo.IngestRequest{ProductID: product, Ref: ref, Manifest: manifest})
 	if err != nil {
 		return err
 	}
 	w.Header().Set(ingestOutcomeHeader, string(outcome))
-	if outcome == coord.IngestCreated {
+	if outcome == echo.IngestCreated {
 		w.Header().Set("Location", apiPrefix+"/fleet/jobs/"+j.ID)
 		return writeJSON(w, http.StatusCreated, j)
 	}

@@ -1,7 +1,8 @@
-// Package echo is the tracker echo: every event of a tracked job POSTed to
-// its product's webhook, at least once and in seq order, through one
-// delivery lane per product, re-driven by a sweep. coord's façade
-// (EchoChanged, EchoSweep, Echo, ResendEcho) calls it.
+// Package echo is the tracker bridge: tracker items ingested as jobs
+// (ingest.go), and every event of a tracked job POSTed to its product's
+// webhook, at least once and in seq order, through one delivery lane per
+// product, re-driven by a sweep. coord's façade (Ingest, EchoChanged,
+// EchoSweep, Echo, ResendEcho) calls it.
 package echo
 
 import (
@@ -45,9 +46,20 @@ type Config struct {
 	BreakerCooldown              time.Duration
 }
 
-// Products is what echo reads of the catalog: a product's tracker.
+// Products is what the tracker bridge asks of the catalog: a product's
+// tracker, and the queue state an ingest that changed a queued job moves.
 type Products interface {
 	GetProduct(ctx context.Context, productID string) (*fleet.Product, error)
+	BumpQueueState(ctx context.Context, productID string)
+}
+
+// Lifecycle is what an ingest asks of the job lifecycle: the submit path
+// (with its idempotency, so the same item is the same job) and the
+// preparation of a job from a manifest, to replace what a job not started
+// yet will run.
+type Lifecycle interface {
+	SubmitManifest(ctx context.Context, productID string, m *fleet.Manifest, mark func(j *fleet.Job) error) (*fleet.Job, bool, error)
+	PrepareJob(ctx context.Context, productID, id string, m *fleet.Manifest, pending map[string]bool) (*fleet.Job, error)
 }
 
 // Events lists a job's events after seq after, with any the job holds
@@ -63,13 +75,14 @@ type Service struct {
 	webhook  Webhook
 	products Products
 	events   Events
+	life     Lifecycle
 	lanes    *lanes
 }
 
 // New builds the echo service; webhook may be nil (deliveries then fail
 // as no_client and are retried: only the echo function's process sends).
-func New(k *kernel.Kernel, cfg Config, webhook Webhook, products Products, events Events) *Service {
-	return &Service{k: k, cfg: cfg, webhook: webhook, products: products, events: events, lanes: newLanes()}
+func New(k *kernel.Kernel, cfg Config, webhook Webhook, products Products, events Events, life Lifecycle) *Service {
+	return &Service{k: k, cfg: cfg, webhook: webhook, products: products, events: events, life: life, lanes: newLanes()}
 }
 
 // Webhook sends one echo delivery. The adapter (shared/webhook) wraps an

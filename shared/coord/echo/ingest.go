@@ -1,4 +1,4 @@
-package coord
+package echo
 
 import (
 	"context"
@@ -33,13 +33,14 @@ const (
 	IngestUnchanged IngestOutcome = "unchanged"
 )
 
-// Ingest turns a tracker item into a job. The item's job is the one of
+// Ingest turns a tracker item into a job: the tracker bridge's way in, as
+// the echo is its way out. The item's job is the one of
 // idempotency key fleet.TrackerKey(source, itemId), so the same item again
 // is the same job, through the submit path's own idempotency. A higher
 // revision replaces the job's manifest while the job has not started
 // (fleet.Job.Started: never assigned); after that it is a conflict naming
 // why. A lower or equal revision changes nothing.
-func (c *Coordinator) Ingest(ctx context.Context, req IngestRequest) (*fleet.Job, IngestOutcome, error) {
+func (c *Service) Ingest(ctx context.Context, req IngestRequest) (*fleet.Job, IngestOutcome, error) {
 	if err := fleet.ValidateName("x-product-id", req.ProductID); err != nil {
 		return nil, "", err
 	}
@@ -58,9 +59,9 @@ func (c *Coordinator) Ingest(ctx context.Context, req IngestRequest) (*fleet.Job
 	}
 	m.IdempotencyKey = fleet.TrackerKey(req.Ref.Source, req.Ref.ItemID)
 	ref := req.Ref
-	j, created, err := c.submitManifest(ctx, req.ProductID, m, func(j *fleet.Job) error {
+	j, created, err := c.life.SubmitManifest(ctx, req.ProductID, m, func(j *fleet.Job) error {
 		j.Tracker = &ref
-		return c.echo.Open(ctx, j)
+		return c.Open(ctx, j)
 	})
 	if err != nil || created {
 		return j, IngestCreated, err
@@ -84,10 +85,10 @@ func trackerRevision(j *fleet.Job) int64 {
 // manifest m of revision ref, in one CAS that also checks the job has not
 // started: a claim racing the update either sees the new manifest or makes
 // the update a conflict, never a half of each.
-func (c *Coordinator) updateTracked(ctx context.Context, found *fleet.Job, m *fleet.Manifest, ref fleet.TrackerRef) (*fleet.Job, IngestOutcome, error) {
+func (c *Service) updateTracked(ctx context.Context, found *fleet.Job, m *fleet.Manifest, ref fleet.TrackerRef) (*fleet.Job, IngestOutcome, error) {
 	// Everything a submit checks (repo owned, persona, budget, size) is
 	// checked on the new manifest before anything is written.
-	next, err := c.prepareJob(ctx, found.ProductID, found.ID, m, nil)
+	next, err := c.life.PrepareJob(ctx, found.ProductID, found.ID, m, nil)
 	if err != nil {
 		return nil, "", err
 	}
@@ -136,7 +137,7 @@ func (c *Coordinator) updateTracked(ctx context.Context, found *fleet.Job, m *fl
 	ctx = context.WithoutCancel(ctx)
 	c.k.AppendEvent(ctx, j)
 	if j.Stage == fleet.StageQueued {
-		c.catalog.BumpQueueState(ctx, j.ProductID)
+		c.products.BumpQueueState(ctx, j.ProductID)
 	}
 	return j, IngestUpdated, nil
 }
