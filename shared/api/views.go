@@ -1,0 +1,114 @@
+package api
+
+import (
+	"time"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// Explanation is GET /fleet/jobs/{id}/explain: why a job is where it is,
+// its dispatch state and how every factory scores for it now.
+type Explanation struct {
+	JobID           string         `json:"jobId"`
+	Stage           fleet.Stage    `json:"stage"`
+	TargetFactoryID string         `json:"targetFactoryId,omitempty"`
+	DispatchEpoch   int64          `json:"dispatchEpoch"`
+	Dispatch        fleet.Dispatch `json:"dispatch"`
+	// Profile names the persona version the job runs under and the
+	// capabilities it added to the manifest's; nil without a persona.
+	Profile *ProfileExplanation `json:"profile,omitempty"`
+	// Review is the job's review gate.
+	Review *fleet.Review `json:"review,omitempty"`
+	// Waiting, for a blocked job, is what it waits for.
+	Waiting *WaitExplanation `json:"waiting,omitempty"`
+	// Budget and SeatCap, for a queued job, say why admission holds it
+	// back now; nil when they do not.
+	Budget   *fleet.Hold         `json:"budget,omitempty"`
+	SeatCap  *fleet.Hold         `json:"seatCap,omitempty"`
+	Schedule ScheduleExplanation `json:"schedule"`
+}
+
+// WaitExplanation is what a blocked job waits for.
+type WaitExplanation struct {
+	DepsMode fleet.DepsMode `json:"depsMode"`
+	Deps     []WaitItem     `json:"deps"`
+	Children []WaitItem     `json:"children"`
+}
+
+// WaitItem is one job waited for and its stage now.
+type WaitItem struct {
+	ID    string      `json:"id"`
+	Stage fleet.Stage `json:"stage"`
+}
+
+// ProfileExplanation is the part of a job's requirements its profile made.
+type ProfileExplanation struct {
+	Name         string   `json:"name"`
+	Version      int64    `json:"version"`
+	Capabilities []string `json:"capabilities"`
+}
+
+// ScheduleExplanation is the scheduler's routing decision for one job
+// (the server's is shared/schedule.Explanation; a test holds the two to
+// the same JSON fields).
+type ScheduleExplanation struct {
+	JobID      string      `json:"jobId"`
+	Routable   bool        `json:"routable"`
+	Reason     string      `json:"reason,omitempty"`
+	Best       string      `json:"best,omitempty"`
+	Required   []string    `json:"required"`
+	Candidates []Candidate `json:"candidates"`
+}
+
+// Candidate is one factory as the scheduler saw it for one job.
+type Candidate struct {
+	FactoryID  string  `json:"factoryId"`
+	Eligible   bool    `json:"eligible"`
+	Reason     string  `json:"reason,omitempty"`
+	Load       int     `json:"load"`
+	Leases     int     `json:"leases"`
+	Reported   int     `json:"reported"`
+	Dispatched int     `json:"dispatched,omitempty"`
+	Terms      Terms   `json:"terms,omitzero"`
+	Total      float64 `json:"total,omitempty"`
+}
+
+// Terms are the raw, unweighted score terms of one job on one factory.
+type Terms struct {
+	CapabilityFit float64 `json:"capabilityFit"`
+	Affinity      float64 `json:"affinity"`
+	Load          float64 `json:"load"`
+	CostFit       float64 `json:"costFit"`
+	Health        float64 `json:"health"`
+	Starvation    float64 `json:"starvation"`
+}
+
+// Metrics is GET /fleet/metrics: the fleet at a glance.
+type Metrics struct {
+	At        time.Time      `json:"at"`
+	Factories FactoryMetrics `json:"factories"`
+	Jobs      map[string]int `json:"jobs"` // active jobs by stage
+	Starving  []StarvingJob  `json:"starving"`
+	Alerts    []fleet.Alert  `json:"alerts"`
+	// Coordinator and Adapters cover every product; absent for a
+	// product-scoped reader.
+	Coordinator map[string]float64 `json:"coordinator,omitempty"`
+	Adapters    map[string]any     `json:"adapters,omitempty"`
+}
+
+// FactoryMetrics rolls up factory health and seats.
+type FactoryMetrics struct {
+	Total       int            `json:"total"`
+	ByHealth    map[string]int `json:"byHealth"`
+	Seats       int            `json:"seats"`
+	Load        int            `json:"load"`
+	Utilization float64        `json:"utilization"`
+}
+
+// StarvingJob is a queued job waiting past the starvation window.
+type StarvingJob struct {
+	JobID      string `json:"jobId"`
+	ProductID  string `json:"productId"`
+	WaitingFor string `json:"waitingFor"`
+	Reason     string `json:"reason,omitempty"`
+}

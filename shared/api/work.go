@@ -1,0 +1,71 @@
+package api
+
+import (
+	"time"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// The worker routes' bodies: claim, accept, fail and the lease.
+
+// ClaimRequest is the optional body of POST /fleet/claim.
+type ClaimRequest struct {
+	// RequestID makes the claim safe to retry: the same id again answers
+	// the lease the first try took (API.md names no field; this one, or
+	// the Idempotency-Key header, is the project's choice).
+	RequestID string `json:"requestId,omitempty"`
+}
+
+// HeaderIdempotencyKey carries a claim's request id as a header instead.
+const HeaderIdempotencyKey = "Idempotency-Key"
+
+// Claimed is a job handed to a factory with its lease: the answer of claim
+// and accept.
+type Claimed struct {
+	Job            *fleet.Job `json:"job"`
+	LeaseEpoch     int64      `json:"leaseEpoch"`
+	LeaseExpiresAt time.Time  `json:"leaseExpiresAt"`
+}
+
+// AcceptRequest is POST /fleet/accept: the dispatch message's job and
+// epoch, and its product (which saves a lookup).
+type AcceptRequest struct {
+	JobID         string `json:"jobId"`
+	DispatchEpoch *int64 `json:"dispatchEpoch"`
+	ProductID     string `json:"productId,omitempty"`
+}
+
+// FailRequest is POST /fleet/fail.
+type FailRequest struct {
+	JobID      string  `json:"jobId"`
+	LeaseEpoch *int64  `json:"leaseEpoch"`
+	Reason     *string `json:"reason"`
+	Retryable  *bool   `json:"retryable"`
+	ProductID  string  `json:"productId,omitempty"`
+	// Usage is the run's final usage, when the holder knows it.
+	Usage *fleet.Usage `json:"usage,omitempty"`
+}
+
+// LeaseRequest is POST /fleet/jobs/{id}/lease/renew.
+type LeaseRequest struct {
+	LeaseEpoch *int64 `json:"leaseEpoch"`
+}
+
+// Renewal is the answer to a lease renewal: the new expiry, and whether
+// the holder has been asked to stop. A factory that has not heard of a
+// cancel or a preemption through a control message (a poll factory, or
+// one whose message was lost) learns of it here.
+type Renewal struct {
+	LeaseExpiresAt   time.Time `json:"leaseExpiresAt"`
+	CancelRequested  bool      `json:"cancelRequested"`
+	PreemptRequested bool      `json:"preemptRequested"`
+}
+
+// ReleaseRequest is POST /fleet/jobs/{id}/lease/release: plain, or
+// acknowledging a cancel or a preemption with the checkpoint the holder
+// pushed on the way out.
+type ReleaseRequest struct {
+	LeaseEpoch *int64                `json:"leaseEpoch"`
+	Outcome    *fleet.ReleaseOutcome `json:"outcome,omitempty"`
+	Checkpoint *string               `json:"checkpoint,omitempty"`
+}
