@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/coord/artifacts"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
@@ -57,7 +58,7 @@ func (s *server) listArtifacts(w http.ResponseWriter, r *http.Request, p *princi
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, items[fleet.Artifact]{Items: list})
+	return writeJSON(w, http.StatusOK, api.List[fleet.Artifact]{Items: list})
 }
 
 // artifact reads the artifact {id} names, within p's scope; a factory

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -36,7 +37,7 @@ func TestArtifactRoutes(t *testing.T) {
 	require.Equal(t, fleet.RunID(w.held, w.heldEpoch), a.RunID)
 	require.Equal(t, fleet.ArtifactLog, a.Kind)
 
-	var list items[fleet.Artifact]
+	var list api.List[fleet.Artifact]
 	f.ok(http.StatusOK, &list, "GET", held+"/artifacts", rootToken, nil)
 	require.Len(t, list.Items, 2, "the world's operator artifact and this one")
 	require.Contains(t, list.Items, a)
@@ -63,7 +64,7 @@ func TestArtifactRoutes(t *testing.T) {
 	res = f.call("GET", "/api/fleet/artifacts/"+a.ID+"/content", rootToken, nil, header("If-None-Match", `"stale"`))
 	require.Equal(t, http.StatusOK, res.status)
 
-	var evs items[fleet.Event]
+	var evs api.List[fleet.Event]
 	f.ok(http.StatusOK, &evs, "GET", held+"/events", rootToken, nil)
 	require.Equal(t, fleet.EventArtifactAdded, evs.Items[len(evs.Items)-1].Type)
 

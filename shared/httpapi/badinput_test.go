@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gigafactory/fleet/shared/store"
-
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/store"
 )
 
 // TestBadInput: every malformed request gets the exact 4xx, code and field,
@@ -237,7 +237,7 @@ func TestManifestTooLarge(t *testing.T) {
 		}
 		res := f.call("POST", "/api/fleet/jobs", rootToken, body, product("p1"), ct)
 		require.Equal(t, http.StatusRequestEntityTooLarge, res.status, res)
-		require.Equal(t, errorDetail{Code: fleet.CodeTooLarge, Field: "manifest", Message: res.errorOf(t).Message}, res.errorOf(t))
+		require.Equal(t, api.ErrorDetail{Code: fleet.CodeTooLarge, Field: "manifest", Message: res.errorOf(t).Message}, res.errorOf(t))
 	}
 }
 

@@ -3,40 +3,17 @@ package httpapi
 import (
 	"net/http"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/coord/admission"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
-
-// usageRequest is a holder's cumulative usage report of its run.
-type usageRequest struct {
-	LeaseEpoch   *int64   `json:"leaseEpoch"`
-	USD          *float64 `json:"usd"`
-	InputTokens  *int64   `json:"inputTokens"`
-	OutputTokens *int64   `json:"outputTokens"`
-	// Engine names the engine running the job (optional).
-	Engine string `json:"engine"`
-}
-
-// budgetRequest is an operator's PUT of a product's budget.
-type budgetRequest struct {
-	CeilingUSD    *float64 `json:"ceilingUsd"`
-	Period        string   `json:"period"`
-	AlertAt       *float64 `json:"alertAt"`
-	AutoPause     *bool    `json:"autoPause"`
-	DefaultJobUSD *float64 `json:"defaultJobUsd"`
-}
-
-// pauseRequest pauses a product; the reason is for people.
-type pauseRequest struct {
-	Reason string `json:"reason"`
-}
 
 func (s *server) reportUsage(w http.ResponseWriter, r *http.Request, p *principal) error {
 	id, err := pathName(r, "id")
 	if err != nil {
 		return err
 	}
-	var req usageRequest
+	var req api.UsageRequest
 	if err := s.decodeBody(w, r, &req, true); err != nil {
 		return err
 	}
@@ -69,11 +46,11 @@ func (s *server) putBudget(w http.ResponseWriter, r *http.Request, p *principal)
 	if err != nil {
 		return err
 	}
-	var req budgetRequest
+	var req api.BudgetRequest
 	if err := s.decodeBody(w, r, &req, true); err != nil {
 		return err
 	}
-	b, err := s.coord.PutBudget(r.Context(), id, admission.BudgetRequest{CeilingUSD: req.CeilingUSD, Period: req.Period,
+	b, err := s.coord.PutBudget(r.Context(), id, admission.BudgetRequest{CeilingUSD: req.CeilingUSD, Period: string(req.Period),
 		AlertAt: req.AlertAt, AutoPause: req.AutoPause, DefaultJobUSD: req.DefaultJobUSD})
 	if err != nil {
 		return err
@@ -110,7 +87,7 @@ func (s *server) pauseBudget(w http.ResponseWriter, r *http.Request, p *principa
 	if err != nil {
 		return err
 	}
-	var req pauseRequest
+	var req api.PauseRequest
 	if err := s.decodeBody(w, r, &req, false); err != nil {
 		return err
 	}

@@ -7,17 +7,11 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/coord/dag"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
-
-// childrenRequest is POST /fleet/jobs/{id}/children: each child is a
-// manifest string or {"manifest": "..."}.
-type childrenRequest struct {
-	LeaseEpoch *int64            `json:"leaseEpoch"`
-	Children   []json.RawMessage `json:"children"`
-}
 
 // actorOf is who p acts as on a job: its holder (a factory, fenced by the
 // leaseEpoch it sends) or an operator.
@@ -33,7 +27,7 @@ func (s *server) postChildren(w http.ResponseWriter, r *http.Request, p *princip
 	if err != nil {
 		return err
 	}
-	var req childrenRequest
+	var req api.ChildrenRequest
 	if err := s.decodeBody(w, r, &req, true); err != nil {
 		return err
 	}
@@ -62,7 +56,7 @@ func (s *server) postChildren(w http.ResponseWriter, r *http.Request, p *princip
 	if !created {
 		status = http.StatusOK
 	}
-	return writeJSON(w, status, items[*fleet.Job]{Items: kids})
+	return writeJSON(w, status, api.List[*fleet.Job]{Items: kids})
 }
 
 // childManifest reads one entry of children: a string, or an object with
@@ -79,7 +73,7 @@ func childManifest(field string, raw json.RawMessage) ([]byte, error) {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, fleet.Invalid(field, `must be a manifest string or {"manifest": "..."}`)
 	}
-	var sub submitRequest
+	var sub api.SubmitRequest
 	if err := decodeStrict(trimmed, &sub, true); err != nil {
 		return nil, prefixed(field, err)
 	}
@@ -116,20 +110,12 @@ func (s *server) jobDAG(w http.ResponseWriter, r *http.Request, p *principal) er
 	return writeJSON(w, http.StatusOK, d)
 }
 
-// reviewRequestBody is POST /fleet/jobs/{id}/review/request.
-type reviewRequestBody struct {
-	LeaseEpoch *int64   `json:"leaseEpoch"`
-	Reviewers  []string `json:"reviewers"`
-	Quorum     *int     `json:"quorum"`
-	Head       *string  `json:"head"`
-}
-
 func (s *server) requestReview(w http.ResponseWriter, r *http.Request, p *principal) error {
 	id, err := pathName(r, "id")
 	if err != nil {
 		return err
 	}
-	var req reviewRequestBody
+	var req api.ReviewRequest
 	if err := s.decodeBody(w, r, &req, true); err != nil {
 		return err
 	}
@@ -145,19 +131,12 @@ func (s *server) requestReview(w http.ResponseWriter, r *http.Request, p *princi
 	return writeJSON(w, http.StatusOK, j)
 }
 
-// voteRequest is an operator's POST /fleet/jobs/{id}/review.
-type voteRequest struct {
-	Approve *bool   `json:"approve"`
-	Comment string  `json:"comment"`
-	Head    *string `json:"head"`
-}
-
 func (s *server) vote(w http.ResponseWriter, r *http.Request, p *principal) error {
 	id, err := pathName(r, "id")
 	if err != nil {
 		return err
 	}
-	var req voteRequest
+	var req api.VoteRequest
 	if err := s.decodeBody(w, r, &req, true); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/coord/dag"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
@@ -24,11 +25,11 @@ func TestChildrenAndDAG(t *testing.T) {
 		manifest("r1", "idempotencyKey: a"),
 		map[string]any{"manifest": manifest("r1", "idempotencyKey: b", "deps: [a]")},
 	}}
-	var kids items[fleet.Job]
+	var kids api.List[fleet.Job]
 	f.ok(http.StatusCreated, &kids, "POST", "/api/fleet/jobs/"+parent.ID+"/children", rootToken, body)
 	require.Len(t, kids.Items, 2)
 	require.Equal(t, []string{kids.Items[0].ID}, kids.Items[1].Deps)
-	var again items[fleet.Job]
+	var again api.List[fleet.Job]
 	f.ok(http.StatusOK, &again, "POST", "/api/fleet/jobs/"+parent.ID+"/children", rootToken, body)
 	require.Equal(t, kids.Items[0].ID, again.Items[0].ID)
 	require.Equal(t, kids.Items[1].ID, again.Items[1].ID)
@@ -79,7 +80,7 @@ func TestReviewOverHTTP(t *testing.T) {
 
 	f.ok(200, &got, "POST", "/api/fleet/jobs/"+j.ID+"/review", p1Token, vote)
 	require.Equal(t, fleet.StageTesting, got.Stage)
-	var evs items[fleet.Event]
+	var evs api.List[fleet.Event]
 	f.ok(200, &evs, "GET", "/api/fleet/jobs/"+j.ID+"/events", rootToken, nil)
 	last := evs.Items[len(evs.Items)-1]
 	require.Equal(t, fleet.EventReviewVote, last.Type)

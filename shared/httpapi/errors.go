@@ -9,15 +9,16 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/gigafactory/fleet/shared/store"
-
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/store"
 )
 
-// Codes the HTTP layer adds to fleet's: neither can come from a use case.
+// Codes the HTTP layer adds to fleet's (api.CodeMethodNotAllowed,
+// api.CodeInternal): neither can come from a use case.
 const (
-	codeMethodNotAllowed fleet.Code = "method_not_allowed"
-	codeInternal         fleet.Code = "internal"
+	codeMethodNotAllowed = api.CodeMethodNotAllowed
+	codeInternal         = api.CodeInternal
 )
 
 // apiCodes is every code the API answers with: fleet's, in the order of
@@ -35,17 +36,6 @@ const (
 	retryAfterThrottled   = 1
 	retryAfterUnavailable = 5
 )
-
-// errorBody is the one error shape of the API.
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Code    fleet.Code `json:"code"`
-	Message string     `json:"message"`
-	Field   string     `json:"field,omitempty"`
-}
 
 // statusOf maps an error code to its HTTP status, as API.md fixes it.
 func statusOf(code fleet.Code) int {
@@ -78,31 +68,31 @@ func statusOf(code fleet.Code) int {
 // Only fleet errors carry a client-facing message; everything else is
 // either a store condition the client can retry or an internal fault whose
 // details stay in the log.
-func classify(err error) errorDetail {
+func classify(err error) api.ErrorDetail {
 	var fe *fleet.Error
 	var te *fleet.IllegalTransitionError
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &fe):
-		return errorDetail{Code: fe.Code, Message: fe.Message, Field: fe.Field}
+		return api.ErrorDetail{Code: fe.Code, Message: fe.Message, Field: fe.Field}
 	case errors.As(err, &te):
-		return errorDetail{Code: fleet.CodeConflict, Message: te.Error()}
+		return api.ErrorDetail{Code: fleet.CodeConflict, Message: te.Error()}
 	case errors.As(err, &tooBig):
-		return errorDetail{Code: fleet.CodeTooLarge, Message: fmt.Sprintf("the request body is larger than %d bytes", tooBig.Limit)}
+		return api.ErrorDetail{Code: fleet.CodeTooLarge, Message: fmt.Sprintf("the request body is larger than %d bytes", tooBig.Limit)}
 	case errors.Is(err, store.ErrTooLarge):
 		// A use case's own bounds should have named the field; this is the
 		// store refusing a document that slipped past them.
-		return errorDetail{Code: fleet.CodeTooLarge, Message: "the request would store a document larger than the store allows"}
+		return api.ErrorDetail{Code: fleet.CodeTooLarge, Message: "the request would store a document larger than the store allows"}
 	case errors.Is(err, store.ErrThrottled):
-		return errorDetail{Code: fleet.CodeThrottled, Message: "the store is throttling requests; retry after the Retry-After delay"}
+		return api.ErrorDetail{Code: fleet.CodeThrottled, Message: "the store is throttling requests; retry after the Retry-After delay"}
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		return errorDetail{Code: fleet.CodeUnavailable, Message: "the store is unavailable; retry after the Retry-After delay"}
+		return api.ErrorDetail{Code: fleet.CodeUnavailable, Message: "the store is unavailable; retry after the Retry-After delay"}
 	case errors.Is(err, context.Canceled):
 		// The client went away; nobody reads this answer, but the log and
 		// the metrics should not count it as a server fault.
-		return errorDetail{Code: fleet.CodeUnavailable, Message: "the request was cancelled"}
+		return api.ErrorDetail{Code: fleet.CodeUnavailable, Message: "the request was cancelled"}
 	}
-	return errorDetail{Code: codeInternal, Message: "internal error"}
+	return api.ErrorDetail{Code: codeInternal, Message: "internal error"}
 }
 
 // writeError answers with err in the API's error shape and logs what the
@@ -135,7 +125,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if d.Code == codeInternal {
 		d.Message = "internal error; quote request id " + st.id + " when reporting it"
 	}
-	_ = writeJSON(w, status, errorBody{Error: d})
+	_ = writeJSON(w, status, api.ErrorBody{Error: d})
 }
 
 func forbidden(format string, args ...any) error {

@@ -3,45 +3,13 @@ package httpapi
 import (
 	"net/http"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/coord/catalog"
-
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
-type enrollRequest struct {
-	FactoryID      string   `json:"factoryId"`
-	Kind           string   `json:"kind"`
-	Products       []string `json:"products"`
-	Capabilities   []string `json:"capabilities"`
-	SeatLimit      int      `json:"seatLimit"`
-	CostPerHourUSD float64  `json:"costPerHourUsd"`
-}
-
-// enrollResponse carries the factory's token: the only time it is shown.
-type enrollResponse struct {
-	FactoryID string         `json:"factoryId"`
-	Token     string         `json:"token"`
-	Factory   *fleet.Factory `json:"factory"`
-}
-
-// heartbeatRequest is a factory's full report of itself: capabilities and
-// repos replace what was stored, so both are required (an omitted list
-// would silently make the factory unroutable).
-type heartbeatRequest struct {
-	Capabilities []string `json:"capabilities"`
-	Repos        []string `json:"repos"`
-	Load         int      `json:"load"`
-	Health       string   `json:"health"`
-	SeatLimit    int      `json:"seatLimit"`
-}
-
-type tokenResponse struct {
-	FactoryID string `json:"factoryId"`
-	Token     string `json:"token"`
-}
-
 func (s *server) enroll(w http.ResponseWriter, r *http.Request, p *principal) error {
-	var req enrollRequest
+	var req api.EnrollRequest
 	if err := s.decodeBody(w, r, &req, true); err != nil {
 		return err
 	}
@@ -51,17 +19,17 @@ func (s *server) enroll(w http.ResponseWriter, r *http.Request, p *principal) er
 		return forbidden("a token scoped to products may enrol only factories serving those products (list them in products)")
 	}
 	f, token, err := s.coord.Enroll(r.Context(), catalog.EnrollRequest{
-		FactoryID: req.FactoryID, Kind: fleet.FactoryKind(req.Kind), Products: req.Products,
+		FactoryID: req.FactoryID, Kind: req.Kind, Products: req.Products,
 		Capabilities: req.Capabilities, SeatLimit: req.SeatLimit, CostPerHourUSD: req.CostPerHourUSD,
 	})
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusCreated, enrollResponse{FactoryID: f.ID, Token: token, Factory: f})
+	return writeJSON(w, http.StatusCreated, api.EnrollResponse{FactoryID: f.ID, Token: token, Factory: f})
 }
 
 func (s *server) heartbeat(w http.ResponseWriter, r *http.Request, p *principal) error {
-	var req heartbeatRequest
+	var req api.HeartbeatRequest
 	if err := s.decodeBody(w, r, &req, true); err != nil {
 		return err
 	}
@@ -73,7 +41,7 @@ func (s *server) heartbeat(w http.ResponseWriter, r *http.Request, p *principal)
 	}
 	f, err := s.coord.Heartbeat(r.Context(), p.token, catalog.Heartbeat{
 		Capabilities: req.Capabilities, Repos: req.Repos, Load: req.Load,
-		Health: fleet.Health(req.Health), SeatLimit: req.SeatLimit,
+		Health: req.Health, SeatLimit: req.SeatLimit,
 	})
 	if err != nil {
 		return err
@@ -93,7 +61,7 @@ func (s *server) listFactories(w http.ResponseWriter, r *http.Request, p *princi
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, items[*fleet.Factory]{Items: view.Factories(fs)})
+	return writeJSON(w, http.StatusOK, api.List[*fleet.Factory]{Items: view.Factories(fs)})
 }
 
 // factoryFor reads factory {id} and checks p may manage it. A factory acting
@@ -169,7 +137,7 @@ func (s *server) rotateToken(w http.ResponseWriter, r *http.Request, p *principa
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, tokenResponse{FactoryID: id, Token: token})
+	return writeJSON(w, http.StatusOK, api.TokenResponse{FactoryID: id, Token: token})
 }
 
 func (s *server) revokeToken(w http.ResponseWriter, r *http.Request, p *principal) error {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -28,7 +29,7 @@ func TestFactoriesShowOnlyTheCallersScope(t *testing.T) {
 	type seen struct{ products, repos []string }
 	list := func(token string) map[string]seen {
 		t.Helper()
-		var page items[fleet.Factory]
+		var page api.List[fleet.Factory]
 		f.ok(http.StatusOK, &page, "GET", "/api/fleet/factories", token, nil)
 		out := map[string]seen{}
 		for _, fc := range page.Items {

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/api"
 )
 
 // bodyRoutes are the routes whose handler reads a request body, in the
@@ -61,7 +63,7 @@ func FuzzRequestBodies(f *testing.F) {
 		status, answer := send(t, w.f.url, method, req.path, req.token(w), ct, body)
 		require.Less(t, status, 500, "%s %s with %q (%s): %d %s", method, req.path, body, ct, status, answer)
 		if status >= 400 {
-			var e errorBody
+			var e api.ErrorBody
 			require.NoError(t, json.Unmarshal(answer, &e), "%d without an error body: %s", status, answer)
 			require.NotEmpty(t, e.Error.Code, "%s", answer)
 			require.Equal(t, before, snapshotStore(t, w.f.store), "%s %s refused with %d but changed the store: %s", method, req.path, status, answer)
@@ -150,7 +152,7 @@ func FuzzResumeIDs(f *testing.F) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s %q: %s", path, id, body)
-		var e errorBody
+		var e api.ErrorBody
 		require.NoError(t, json.Unmarshal(body, &e), "%s", body)
 		if id != "" && strings.TrimSpace(id) == id {
 			require.Equal(t, field, e.Error.Field, "%s", body)

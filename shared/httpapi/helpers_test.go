@@ -20,6 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/api"
 	blobfs "github.com/gigafactory/fleet/shared/blob/fs"
 	"github.com/gigafactory/fleet/shared/clock/clocktest"
 	"github.com/gigafactory/fleet/shared/coord"
@@ -165,9 +166,9 @@ type result struct {
 func (r result) String() string { return fmt.Sprintf("%d %s", r.status, r.body) }
 
 // errorOf decodes an error answer.
-func (r result) errorOf(t *testing.T) errorDetail {
+func (r result) errorOf(t *testing.T) api.ErrorDetail {
 	t.Helper()
-	var e errorBody
+	var e api.ErrorBody
 	require.NoError(t, json.Unmarshal(r.body, &e), "not an error body: %s", r.body)
 	return e.Error
 }
@@ -242,7 +243,7 @@ func (f *fixture) putProduct(id string, repos ...string) {
 // enroll enrolls a factory and sends its first heartbeat with repos.
 func (f *fixture) enroll(id string, products []string, repos ...string) string {
 	f.t.Helper()
-	var er enrollResponse
+	var er api.EnrollResponse
 	f.ok(201, &er, "POST", "/api/fleet/factories/enroll", rootToken, map[string]any{
 		"factoryId": id, "kind": "static", "products": products,
 		"capabilities": []string{"os:linux", "engine:claude", "has:git"}, "seatLimit": 4,

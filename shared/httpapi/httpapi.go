@@ -68,6 +68,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -106,10 +107,10 @@ type Config struct {
 // DefaultMaxBodyBytes is the default body cap: the largest manifest.
 const DefaultMaxBodyBytes = fleet.MaxManifestBytes
 
-// Header names.
+// Header names, as the contract (shared/api) spells them.
 const (
-	headerProduct   = "X-Product-Id"
-	headerRequestID = "X-Request-Id"
+	headerProduct   = api.HeaderProduct
+	headerRequestID = api.HeaderRequestID
 )
 
 // productField names the product header in errors, as clients write it.

@@ -6,11 +6,10 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/gigafactory/fleet/shared/coord/catalog"
-
-	"github.com/gigafactory/fleet/shared/coord/live"
-
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+	"github.com/gigafactory/fleet/shared/coord/live"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -23,38 +22,6 @@ const (
 
 // Event list paging: a client pages with after=<last seq it has>.
 const maxEventPage = 500
-
-// submitRequest is the JSON form of a submission.
-type submitRequest struct {
-	Manifest *string `json:"manifest"`
-}
-
-// jobPage is one page of a job listing; Cursor is "" on the last page.
-type jobPage struct {
-	Items  []*fleet.Job `json:"items"`
-	Cursor string       `json:"cursor"`
-}
-
-// patchRequest is a holder's fenced update. Stage may be left out when only
-// the checkpoint changes.
-type patchRequest struct {
-	Stage      *string `json:"stage"`
-	LeaseEpoch *int64  `json:"leaseEpoch"`
-	Checkpoint *string `json:"checkpoint"`
-	// Usage, Head and Diff report on the run; the delivering patch carries
-	// its final usage, the head it pushed and the diff stat.
-	Usage *fleet.Usage    `json:"usage"`
-	Head  *string         `json:"head"`
-	Diff  *fleet.DiffStat `json:"diff"`
-}
-
-type actionRequest struct {
-	Reason string `json:"reason"`
-}
-
-type items[T any] struct {
-	Items []T `json:"items"`
-}
 
 // productOf returns the product r addresses: x-product-id (authorize has
 // checked it against p's scope), else p's only product, else "".
@@ -203,7 +170,7 @@ func (s *server) readManifest(w http.ResponseWriter, r *http.Request) ([]byte, e
 		}
 		return body, nil
 	case isJSON(mt):
-		var req submitRequest
+		var req api.SubmitRequest
 		if err := s.decodeBody(w, r, &req, true); err != nil {
 			return nil, err
 		}
@@ -248,7 +215,7 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, p *principal) 
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, jobPage{Items: jobs, Cursor: next})
+	return writeJSON(w, http.StatusOK, api.JobPage{Items: jobs, Cursor: next})
 }
 
 var errBadCursor = fleet.Invalid("cursor", "is not a cursor this listing returned; start again without it")
@@ -275,7 +242,7 @@ func (s *server) patchJob(w http.ResponseWriter, r *http.Request, p *principal) 
 	if err != nil {
 		return err
 	}
-	var req patchRequest
+	var req api.PatchRequest
 	if err := s.decodeBody(w, r, &req, true); err != nil {
 		return err
 	}
@@ -290,7 +257,7 @@ func (s *server) patchJob(w http.ResponseWriter, r *http.Request, p *principal) 
 		patch.Head = *req.Head
 	}
 	if req.Stage != nil {
-		if patch.Stage, err = fleet.ParseStage("stage", *req.Stage); err != nil {
+		if patch.Stage, err = fleet.ParseStage("stage", string(*req.Stage)); err != nil {
 			return err
 		}
 	}
@@ -314,7 +281,7 @@ func (s *server) actOnJob(w http.ResponseWriter, r *http.Request, p *principal) 
 	if err != nil {
 		return err
 	}
-	var req actionRequest
+	var req api.ActionRequest
 	if err := s.decodeBody(w, r, &req, false); err != nil {
 		return err
 	}
@@ -342,7 +309,7 @@ func (s *server) jobRuns(w http.ResponseWriter, r *http.Request, p *principal) e
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, items[fleet.Run]{Items: runs})
+	return writeJSON(w, http.StatusOK, api.List[fleet.Run]{Items: runs})
 }
 
 func (s *server) jobEvents(w http.ResponseWriter, r *http.Request, p *principal) error {
@@ -395,7 +362,7 @@ func (s *server) jobEvents(w http.ResponseWriter, r *http.Request, p *principal)
 			}
 		}
 	}
-	return writeJSON(w, http.StatusOK, items[fleet.Event]{Items: events})
+	return writeJSON(w, http.StatusOK, api.List[fleet.Event]{Items: events})
 }
 
 func (s *server) explainJob(w http.ResponseWriter, r *http.Request, p *principal) error {

@@ -10,14 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gigafactory/fleet/shared/coord/catalog"
-
-	"github.com/gigafactory/fleet/shared/store"
-
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/catalog"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/store"
 )
 
 func TestLifecycle(t *testing.T) {
@@ -28,7 +27,7 @@ func TestLifecycle(t *testing.T) {
 	f.ok(200, &prod, "PUT", "/api/fleet/products/p1", rootToken, map[string]any{"name": "Notes", "repos": []string{"learning_ai_notes"}})
 	require.Equal(t, []string{"learning_ai_notes"}, prod.Repos)
 
-	var er enrollResponse
+	var er api.EnrollResponse
 	f.ok(201, &er, "POST", "/api/fleet/factories/enroll", rootToken, map[string]any{
 		"factoryId": "f1", "kind": "static", "products": []string{"p1"},
 		"capabilities": []string{"os:linux", "engine:claude", "has:git"}, "seatLimit": 2, "costPerHourUsd": 1.5,
@@ -80,7 +79,7 @@ func TestLifecycle(t *testing.T) {
 	// The factory no longer holds it: the job yes, its events no.
 	require.Equal(t, 403, f.call("GET", "/api/fleet/jobs/"+j.ID+"/events", er.Token, nil).status)
 
-	var events items[fleet.Event]
+	var events api.List[fleet.Event]
 	f.ok(200, &events, "GET", "/api/fleet/jobs/"+j.ID+"/events", rootToken, nil)
 	var types []string
 	for _, e := range events.Items {
@@ -91,7 +90,7 @@ func TestLifecycle(t *testing.T) {
 	require.Len(t, events.Items, 1)
 	require.Equal(t, int64(4), events.Items[0].Seq)
 
-	var runs items[fleet.Run]
+	var runs api.List[fleet.Run]
 	f.ok(200, &runs, "GET", "/api/fleet/jobs/"+j.ID+"/runs", rootToken, nil)
 	require.Len(t, runs.Items, 1)
 	require.Equal(t, fleet.RunSucceeded, runs.Items[0].Result)
@@ -101,10 +100,10 @@ func TestLifecycle(t *testing.T) {
 	require.Equal(t, j.ID, ex.JobID)
 	require.Len(t, ex.Schedule.Candidates, 1)
 
-	var list items[fleet.Factory]
+	var list api.List[fleet.Factory]
 	f.ok(200, &list, "GET", "/api/fleet/factories", rootToken, nil)
 	require.Len(t, list.Items, 1)
-	var repos items[catalog.RepoInfo]
+	var repos api.List[catalog.RepoInfo]
 	f.ok(200, &repos, "GET", "/api/fleet/repos", rootToken, nil)
 	require.Equal(t, []catalog.RepoInfo{{Repo: "learning_ai_notes", Products: []string{"p1"}, Factories: []string{"f1"}}}, repos.Items)
 	var m coord.Metrics
@@ -123,7 +122,7 @@ func TestLeaseRenewReleaseFail(t *testing.T) {
 	c := f.claim(tok)
 
 	f.clock.Advance(time.Minute)
-	var rr renewResponse
+	var rr api.Renewal
 	f.ok(200, &rr, "POST", "/api/fleet/jobs/"+j.ID+"/lease/renew", tok, map[string]any{"leaseEpoch": c.LeaseEpoch})
 	require.Equal(t, f.clock.Now().Add(coord.DefaultLeaseTTL), rr.LeaseExpiresAt)
 
@@ -165,7 +164,7 @@ func TestSubmitIdempotent(t *testing.T) {
 	require.Equal(t, first.ID, second.ID)
 	require.Empty(t, res.header.Get("Location"))
 
-	var page jobPage
+	var page api.JobPage
 	f.ok(200, &page, "GET", "/api/fleet/jobs", rootToken, nil, product("p1"))
 	require.Len(t, page.Items, 1)
 }
@@ -183,7 +182,7 @@ func TestSubmitJSON(t *testing.T) {
 
 	res := f.call("POST", "/api/fleet/jobs", rootToken, map[string]any{"manifest": manifest("not-owned")}, product("p1"))
 	require.Equal(t, http.StatusUnprocessableEntity, res.status)
-	require.Equal(t, errorDetail{Code: fleet.CodeRepoNotOwned, Field: "repo", Message: res.errorOf(t).Message}, res.errorOf(t))
+	require.Equal(t, api.ErrorDetail{Code: fleet.CodeRepoNotOwned, Field: "repo", Message: res.errorOf(t).Message}, res.errorOf(t))
 }
 
 func TestListJobsPaging(t *testing.T) {
@@ -203,7 +202,7 @@ func TestListJobsPaging(t *testing.T) {
 	var got []string
 	cursor, pages := "", 0
 	for {
-		var page jobPage
+		var page api.JobPage
 		f.ok(200, &page, "GET", "/api/fleet/jobs?limit=3&cursor="+cursor, rootToken, nil, product("p1"))
 		require.LessOrEqual(t, len(page.Items), 3)
 		for _, j := range page.Items {
@@ -220,10 +219,10 @@ func TestListJobsPaging(t *testing.T) {
 	require.Equal(t, want, got, "every job once, in creation order")
 	require.GreaterOrEqual(t, pages, 3)
 
-	var queued jobPage
+	var queued api.JobPage
 	f.ok(200, &queued, "GET", "/api/fleet/jobs?stage=queued&limit=500", rootToken, nil, product("p1"))
 	require.Len(t, queued.Items, 6)
-	var assigned jobPage
+	var assigned api.JobPage
 	f.ok(200, &assigned, "GET", "/api/fleet/jobs?stage=assigned", p1Token, nil)
 	require.Len(t, assigned.Items, 1)
 	require.Equal(t, claimed, assigned.Items[0].ID)
@@ -237,7 +236,7 @@ func TestFactoryTokens(t *testing.T) {
 	tok := f.enroll("f1", []string{"p1"}, "r1")
 
 	// A factory rotates its own token: the old one stops working at once.
-	var tr tokenResponse
+	var tr api.TokenResponse
 	f.ok(200, &tr, "POST", "/api/fleet/factories/f1/token/rotate", tok, nil)
 	require.Equal(t, "f1", tr.FactoryID)
 	require.Equal(t, http.StatusUnauthorized, f.call("POST", "/api/fleet/claim", tok, nil).status)
@@ -255,7 +254,7 @@ func TestFactoryTokens(t *testing.T) {
 	f.ok(201, nil, "POST", "/api/fleet/factories/enroll", p1Token, map[string]any{"factoryId": "f2", "products": []string{"p1"}})
 	res = f.call("POST", "/api/fleet/factories/enroll", p1Token, map[string]any{"factoryId": "f3"})
 	require.Equal(t, http.StatusForbidden, res.status, "a factory serving every product")
-	var list items[fleet.Factory]
+	var list api.List[fleet.Factory]
 	f.ok(200, &list, "GET", "/api/fleet/factories", otherToken, nil)
 	require.Empty(t, list.Items)
 	f.ok(200, &list, "GET", "/api/fleet/factories", multiToken, nil)

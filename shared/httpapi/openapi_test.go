@@ -9,14 +9,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gigafactory/fleet/shared/coord/admission"
-	"github.com/gigafactory/fleet/shared/coord/catalog"
-	"github.com/gigafactory/fleet/shared/coord/echo"
-
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/admission"
+	"github.com/gigafactory/fleet/shared/coord/catalog"
 	"github.com/gigafactory/fleet/shared/coord/dag"
+	"github.com/gigafactory/fleet/shared/coord/echo"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/schedule"
@@ -140,9 +140,9 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		path []string // schema name, then property names to descend
 		v    any
 	}{
-		{[]string{"Error"}, errorBody{}},
-		{[]string{"Error", "error"}, errorDetail{}},
-		{[]string{"Health"}, healthResponse{}},
+		{[]string{"Error"}, api.ErrorBody{}},
+		{[]string{"Error", "error"}, api.ErrorDetail{}},
+		{[]string{"Health"}, api.Health{}},
 		{[]string{"Job"}, fleet.Job{}},
 		{[]string{"Job", "dispatch"}, fleet.Dispatch{}},
 		{[]string{"Job", "lastFailure"}, fleet.Failure{}},
@@ -152,7 +152,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"Profile"}, fleet.Profile{}},
 		{[]string{"Profile", "budget"}, fleet.Budget{}},
 		{[]string{"ProfileSummary"}, catalog.ProfileSummary{}},
-		{[]string{"ProfileRequest"}, profileRequest{}},
+		{[]string{"ProfileRequest"}, api.ProfileRequest{}},
 		{[]string{"Review"}, fleet.Review{}},
 		{[]string{"Review", "votes"}, fleet.Vote{}},
 		{[]string{"DAG"}, dag.View{}},
@@ -160,12 +160,12 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"DAG", "edges"}, dag.Edge{}},
 		{[]string{"WaitItem"}, coord.WaitItem{}},
 		{[]string{"Explanation", "waiting"}, coord.WaitExplanation{}},
-		{[]string{"ChildrenRequest"}, childrenRequest{}},
-		{[]string{"ReviewRequest"}, reviewRequestBody{}},
-		{[]string{"VoteRequest"}, voteRequest{}},
-		{[]string{"JobPage"}, jobPage{}},
+		{[]string{"ChildrenRequest"}, api.ChildrenRequest{}},
+		{[]string{"ReviewRequest"}, api.ReviewRequest{}},
+		{[]string{"VoteRequest"}, api.VoteRequest{}},
+		{[]string{"JobPage"}, api.JobPage{}},
 		{[]string{"Claimed"}, protocol.Claimed{}},
-		{[]string{"RenewResponse"}, renewResponse{}},
+		{[]string{"RenewResponse"}, api.Renewal{}},
 		{[]string{"Run"}, fleet.Run{}},
 		{[]string{"Event"}, fleet.Event{}},
 		{[]string{"Artifact"}, fleet.Artifact{}},
@@ -179,29 +179,29 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"Product", "tracker"}, fleet.TrackerView{}},
 		{[]string{"Job", "tracker"}, fleet.TrackerRef{}},
 		{[]string{"EchoState"}, echo.View{}},
-		{[]string{"ResendRequest"}, resendRequest{}},
-		{[]string{"ProductRequest", "tracker"}, trackerRequest{}},
+		{[]string{"ResendRequest"}, api.ResendRequest{}},
+		{[]string{"ProductRequest", "tracker"}, api.TrackerRequest{}},
 		{[]string{"RepoInfo"}, catalog.RepoInfo{}},
 		{[]string{"QueueState"}, fleet.QueueState{}},
 		{[]string{"Metrics"}, coord.Metrics{}},
 		{[]string{"Metrics", "factories"}, coord.FactoryMetrics{}},
 		{[]string{"Metrics", "starving"}, coord.StarvingJob{}},
-		{[]string{"EnrollResponse"}, enrollResponse{}},
-		{[]string{"TokenResponse"}, tokenResponse{}},
-		{[]string{"SubmitRequest"}, submitRequest{}},
-		{[]string{"PatchRequest"}, patchRequest{}},
-		{[]string{"ActionRequest"}, actionRequest{}},
-		{[]string{"LeaseRequest"}, leaseRequest{}},
-		{[]string{"ReleaseRequest"}, releaseRequest{}},
+		{[]string{"EnrollResponse"}, api.EnrollResponse{}},
+		{[]string{"TokenResponse"}, api.TokenResponse{}},
+		{[]string{"SubmitRequest"}, api.SubmitRequest{}},
+		{[]string{"PatchRequest"}, api.PatchRequest{}},
+		{[]string{"ActionRequest"}, api.ActionRequest{}},
+		{[]string{"LeaseRequest"}, api.LeaseRequest{}},
+		{[]string{"ReleaseRequest"}, api.ReleaseRequest{}},
 		{[]string{"Job", "preemptedBy"}, fleet.JobRef{}},
-		{[]string{"AcceptRequest"}, acceptRequest{}},
-		{[]string{"FailRequest"}, failRequest{}},
-		{[]string{"EnrollRequest"}, enrollRequest{}},
-		{[]string{"HeartbeatRequest"}, heartbeatRequest{}},
-		{[]string{"ProductRequest"}, productRequest{}},
-		{[]string{"UsageRequest"}, usageRequest{}},
-		{[]string{"BudgetRequest"}, budgetRequest{}},
-		{[]string{"PauseRequest"}, pauseRequest{}},
+		{[]string{"AcceptRequest"}, api.AcceptRequest{}},
+		{[]string{"FailRequest"}, api.FailRequest{}},
+		{[]string{"EnrollRequest"}, api.EnrollRequest{}},
+		{[]string{"HeartbeatRequest"}, api.HeartbeatRequest{}},
+		{[]string{"ProductRequest"}, api.ProductRequest{}},
+		{[]string{"UsageRequest"}, api.UsageRequest{}},
+		{[]string{"BudgetRequest"}, api.BudgetRequest{}},
+		{[]string{"PauseRequest"}, api.PauseRequest{}},
 		{[]string{"Budget"}, admission.BudgetView{}},
 		{[]string{"Burndown"}, admission.Burndown{}},
 		{[]string{"Burndown", "points"}, fleet.BurnPoint{}},

@@ -7,31 +7,10 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/coord/catalog"
-
 	"github.com/gigafactory/fleet/shared/fleet"
 )
-
-// productRequest declares a product. Repos replaces the owned list, so it is
-// required: an omitted list would disown every repo.
-type productRequest struct {
-	Name  string   `json:"name"`
-	Repos []string `json:"repos"`
-	// MoveRepos takes repos other products own (unscoped operators only).
-	MoveRepos bool `json:"moveRepos"`
-	// Tracker sets the echo target ({webhookUrl, secret}); null removes
-	// it; absent keeps it. Raw, because null and absent differ here.
-	Tracker json.RawMessage `json:"tracker"`
-	// MaxRunning is the product's seat cap; absent or 0: uncapped.
-	MaxRunning int `json:"maxRunning"`
-}
-
-// trackerRequest is a product's tracker target as PUT sends it; the
-// secret may be left out to keep the one set.
-type trackerRequest struct {
-	WebhookURL string `json:"webhookUrl"`
-	Secret     string `json:"secret"`
-}
 
 // trackerChange reads the tracker field of a product request.
 func trackerChange(raw json.RawMessage) (*catalog.TrackerChange, error) {
@@ -41,7 +20,7 @@ func trackerChange(raw json.RawMessage) (*catalog.TrackerChange, error) {
 	case string(t) == "null":
 		return &catalog.TrackerChange{Remove: true}, nil
 	}
-	var req trackerRequest
+	var req api.TrackerRequest
 	if err := decodeStrict(raw, &req, true); err != nil {
 		var fe *fleet.Error
 		if errors.As(err, &fe) {
@@ -52,14 +31,10 @@ func trackerChange(raw json.RawMessage) (*catalog.TrackerChange, error) {
 	return &catalog.TrackerChange{WebhookURL: req.WebhookURL, Secret: fleet.Secret(req.Secret)}, nil
 }
 
-type healthResponse struct {
-	Status string `json:"status"`
-}
-
 // healthz is liveness only: it touches no store, so a slow store does not
 // get the process restarted on top of being slow.
 func (s *server) healthz(w http.ResponseWriter, _ *http.Request, _ *principal) error {
-	return writeJSON(w, http.StatusOK, healthResponse{Status: "ok"})
+	return writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
 }
 
 // scopedProduct reads path parameter productId and checks p may use it.
@@ -79,7 +54,7 @@ func (s *server) putProduct(w http.ResponseWriter, r *http.Request, p *principal
 	if err != nil {
 		return err
 	}
-	var req productRequest
+	var req api.ProductRequest
 	if err := s.decodeBody(w, r, &req, true); err != nil {
 		return err
 	}
@@ -121,7 +96,7 @@ func (s *server) repos(w http.ResponseWriter, r *http.Request, p *principal) err
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, items[catalog.RepoInfo]{Items: list})
+	return writeJSON(w, http.StatusOK, api.List[catalog.RepoInfo]{Items: list})
 }
 
 // metrics reports on the request's product, or on the whole fleet for an

@@ -6,16 +6,10 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/coord/catalog"
-
 	"github.com/gigafactory/fleet/shared/fleet"
 )
-
-// profileRequest is the JSON form of a profile: the Markdown document as a
-// string.
-type profileRequest struct {
-	Profile *string `json:"profile"`
-}
 
 // putProfile stores a new version of a profile of the request's product.
 func (s *server) putProfile(w http.ResponseWriter, r *http.Request, p *principal) error {
@@ -53,7 +47,7 @@ func (s *server) readProfile(w http.ResponseWriter, r *http.Request) ([]byte, er
 		}
 		return body, nil
 	case isJSON(mt):
-		var req profileRequest
+		var req api.ProfileRequest
 		if err := s.decodeBody(w, r, &req, true); err != nil {
 			return nil, err
 		}
@@ -73,7 +67,7 @@ func (s *server) listProfiles(w http.ResponseWriter, r *http.Request, p *princip
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, items[catalog.ProfileSummary]{Items: list})
+	return writeJSON(w, http.StatusOK, api.List[catalog.ProfileSummary]{Items: list})
 }
 
 // getProfile reads the latest version of a profile, or ?version=.
@@ -104,5 +98,5 @@ func (s *server) profileVersions(w http.ResponseWriter, r *http.Request, p *prin
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, items[catalog.ProfileSummary]{Items: list})
+	return writeJSON(w, http.StatusOK, api.List[catalog.ProfileSummary]{Items: list})
 }

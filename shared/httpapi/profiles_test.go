@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -37,7 +38,7 @@ func TestProfileRoutes(t *testing.T) {
 	require.Equal(t, "Version two.\n", got.Body)
 	f.ok(http.StatusOK, &got, "GET", "/api/fleet/profiles/backend?version=1", rootToken, nil, product("p1"))
 	require.Equal(t, "Version one.\n", got.Body)
-	var list items[map[string]any]
+	var list api.List[map[string]any]
 	f.ok(http.StatusOK, &list, "GET", "/api/fleet/profiles/backend/versions", rootToken, nil, product("p1"))
 	require.Len(t, list.Items, 2)
 	f.ok(http.StatusOK, &list, "GET", "/api/fleet/profiles", rootToken, nil, product("p1"))

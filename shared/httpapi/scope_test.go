@@ -5,11 +5,11 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/gigafactory/fleet/shared/coord/catalog"
-
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/catalog"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -39,7 +39,7 @@ func TestReadsStayInScope(t *testing.T) {
 	f.ok(200, &ex, "GET", "/api/fleet/jobs/"+w.queued+"/explain", rootToken, nil)
 	require.Len(t, ex.Schedule.Candidates, 4, "an unscoped operator sees every factory")
 
-	var repos items[catalog.RepoInfo]
+	var repos api.List[catalog.RepoInfo]
 	f.ok(200, &repos, "GET", "/api/fleet/repos", p1Token, nil)
 	require.Equal(t, []catalog.RepoInfo{{Repo: "r1", Products: []string{"p1"}, Factories: []string{"f1", "f2"}}}, repos.Items)
 	f.ok(200, &repos, "GET", "/api/fleet/repos", multiToken, nil)

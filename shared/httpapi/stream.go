@@ -12,13 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/coord/catalog"
-
 	"github.com/gigafactory/fleet/shared/coord/live"
-
-	"github.com/gigafactory/fleet/shared/store"
-
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/store"
 )
 
 // Live event streams (text/event-stream).
@@ -49,7 +47,7 @@ const (
 	// the store no longer has (past its TTL, or lost before jobs held
 	// their recent events), which must not hold the stream back forever.
 	eventGapGrace     = 5 * time.Second
-	headerLastEventID = "Last-Event-ID"
+	headerLastEventID = api.HeaderLastEventID
 )
 
 // hostUserAgent is the product token the Functions host puts in the
@@ -413,19 +411,16 @@ func waitParam(r *http.Request) (time.Duration, error) {
 	return d, nil
 }
 
-// productChange is one change in the long-poll answer: what the stream
-// would send as id, event and data.
-type productChange struct {
-	ID   string `json:"id"`
-	Type string `json:"type"`
-	Data any    `json:"data"`
-}
-
-// productChanges is the long-poll answer: the changes after `after`, and
-// the position to pass as the next `after` (also when there were none).
-type productChanges struct {
-	Items    []productChange `json:"items"`
-	Position string          `json:"position"`
+// rawJSON encodes v as writeJSON does (no HTML escaping), for a field the
+// wire carries as raw JSON.
+func rawJSON(v any) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("encode change: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // productEvents is GET /fleet/events: the product stream as a long poll,
@@ -456,16 +451,20 @@ func (s *server) productEvents(w http.ResponseWriter, r *http.Request, p *princi
 		return err
 	}
 	defer sub.Close()
-	out := productChanges{Items: []productChange{}, Position: sub.Start.String()}
-	add := func(changes []live.Change) {
+	out := api.ProductChanges{Items: []api.ProductChange{}, Position: sub.Start.String()}
+	add := func(changes []live.Change) error {
 		for _, ch := range changes {
-			out.Items = append(out.Items, productChange{ID: ch.ID.String(), Type: ch.Type, Data: view.Change(ch).Data()})
+			data, err := rawJSON(view.Change(ch).Data())
+			if err != nil {
+				return err
+			}
+			out.Items = append(out.Items, api.ProductChange{ID: ch.ID.String(), Type: ch.Type, Data: data})
 		}
+		return nil
 	}
 	if from != nil {
 		reached, err := s.coord.Replay(ctx, *from, product, func(changes []live.Change, _ live.Position) error {
-			add(changes)
-			return nil
+			return add(changes)
 		})
 		if errors.Is(err, store.ErrBadContinuation) {
 			return fleet.Invalid("after", "is not a position of this product's events (%v)", err)
@@ -488,7 +487,9 @@ func (s *server) productEvents(w http.ResponseWriter, r *http.Request, p *princi
 			case <-sub.Lost():
 				break waiting
 			case b := <-sub.Batches():
-				add(b.Changes)
+				if err := add(b.Changes); err != nil {
+					return err
+				}
 				if len(b.Changes) > 0 {
 					out.Position = b.Pos.String()
 					break waiting

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -324,7 +325,7 @@ func TestEventsLongPoll(t *testing.T) {
 	f.claim(tok)
 	res := <-got
 	require.Equal(t, 200, res.status, "%s", res)
-	var evs items[fleet.Event]
+	var evs api.List[fleet.Event]
 	require.NoError(t, json.Unmarshal(res.body, &evs))
 	require.Len(t, evs.Items, 1)
 	require.Equal(t, fleet.EventClaimed, evs.Items[0].Type)

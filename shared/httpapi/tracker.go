@@ -7,14 +7,14 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/coord/echo"
-
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
-// ingestOutcomeHeader tells an ingest's 200 apart: the job was updated to
-// the new revision, or returned unchanged.
-const ingestOutcomeHeader = "X-Fleet-Ingest"
+// ingestOutcomeHeader tells an ingest's 200 apart (named here for the
+// OpenAPI document).
+const ingestOutcomeHeader = api.HeaderIngestOutcome
 
 // ingestRef are the fields of an ingest body that name the item; the rest
 // is the manifest, as one string or as its fields.
@@ -123,15 +123,10 @@ func (s *server) jobEcho(w http.ResponseWriter, r *http.Request, p *principal) e
 	return writeJSON(w, http.StatusOK, v)
 }
 
-// resendRequest names the job whose events are sent again.
-type resendRequest struct {
-	JobID string `json:"jobId"`
-}
-
 // resendEcho starts a job's delivery over from seq 1 and answers 202 with
 // its state: the echo function does the sending.
 func (s *server) resendEcho(w http.ResponseWriter, r *http.Request, p *principal) error {
-	var req resendRequest
+	var req api.ResendRequest
 	if err := s.decodeBody(w, r, &req, true); err != nil {
 		return err
 	}

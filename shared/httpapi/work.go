@@ -4,61 +4,24 @@ import (
 	"bytes"
 	"net/http"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
-	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // The worker routes. Each acts as the factory whose token it carries; the
 // lease epoch fences it, so a stale or foreign worker gets 409 fenced and
 // changes nothing.
 
-type acceptRequest struct {
-	JobID         string `json:"jobId"`
-	DispatchEpoch *int64 `json:"dispatchEpoch"`
-	ProductID     string `json:"productId"`
-}
-
-type failRequest struct {
-	JobID      string  `json:"jobId"`
-	LeaseEpoch *int64  `json:"leaseEpoch"`
-	Reason     *string `json:"reason"`
-	Retryable  *bool   `json:"retryable"`
-	ProductID  string  `json:"productId"`
-	// Usage is the run's final usage, when the holder knows it.
-	Usage *fleet.Usage `json:"usage"`
-}
-
-type leaseRequest struct {
-	LeaseEpoch *int64 `json:"leaseEpoch"`
-}
-
-// releaseRequest is a release: plain, or acknowledging a cancel or a
-// preemption with the checkpoint the holder pushed on the way out.
-type releaseRequest struct {
-	LeaseEpoch *int64  `json:"leaseEpoch"`
-	Outcome    *string `json:"outcome"`
-	Checkpoint *string `json:"checkpoint"`
-}
-
-// renewResponse is the renewal answer (protocol.Renewal), named for the
-// OpenAPI document.
-type renewResponse = protocol.Renewal
-
-type claimRequest struct {
-	// RequestID makes the claim safe to retry (API.md names no field; this
-	// one, or the Idempotency-Key header, is the project's choice).
-	RequestID string `json:"requestId"`
-}
-
-// headerIdempotencyKey carries a claim's request id as a header instead.
-const headerIdempotencyKey = "Idempotency-Key"
+// headerIdempotencyKey carries a claim's request id as a header instead
+// of requestId (named here for the OpenAPI document).
+const headerIdempotencyKey = api.HeaderIdempotencyKey
 
 // claim is the poll transport. It draws from every product the token is
 // scoped to; an x-product-id is only checked against that scope. The same
 // request id again answers the lease its first try took.
 func (s *server) claim(w http.ResponseWriter, r *http.Request, p *principal) error {
-	var req claimRequest
+	var req api.ClaimRequest
 	if err := s.decodeBody(w, r, &req, false); err != nil {
 		return err
 	}
@@ -79,7 +42,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, p *principal) err
 }
 
 func (s *server) accept(w http.ResponseWriter, r *http.Request, p *principal) error {
-	var req acceptRequest
+	var req api.AcceptRequest
 	if err := s.decodeBody(w, r, &req, true); err != nil {
 		return err
 	}
@@ -108,7 +71,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, p *principal) erro
 	// The reason is an engine's output, which may hold bytes that are not
 	// UTF-8. A failure report is never refused for its reason (coord stores
 	// it escaped): such bytes become U+FFFD instead of failing the body.
-	var req failRequest
+	var req api.FailRequest
 	if err := decodeStrict(bytes.ToValidUTF8(body, []byte("\uFFFD")), &req, true); err != nil {
 		return err
 	}
@@ -144,7 +107,7 @@ func (s *server) renewLease(w http.ResponseWriter, r *http.Request, p *principal
 	if err != nil {
 		return err
 	}
-	var req leaseRequest
+	var req api.LeaseRequest
 	if err := s.decodeBody(w, r, &req, true); err != nil {
 		return err
 	}
@@ -167,7 +130,7 @@ func (s *server) releaseLease(w http.ResponseWriter, r *http.Request, p *princip
 	if err != nil {
 		return err
 	}
-	var req releaseRequest
+	var req api.ReleaseRequest
 	if err := s.decodeBody(w, r, &req, true); err != nil {
 		return err
 	}
@@ -176,7 +139,7 @@ func (s *server) releaseLease(w http.ResponseWriter, r *http.Request, p *princip
 	}
 	var outcome fleet.ReleaseOutcome
 	if req.Outcome != nil {
-		if outcome, err = fleet.ParseReleaseOutcome("outcome", *req.Outcome); err != nil {
+		if outcome, err = fleet.ParseReleaseOutcome("outcome", string(*req.Outcome)); err != nil {
 			return err
 		}
 	}
