@@ -18,9 +18,9 @@ import (
 	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
 	"github.com/gigafactory/fleet/infra/factory/internal/engine"
-	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
+	"github.com/gigafactory/fleet/shared/api"
 )
 
 func main() {
@@ -74,8 +74,8 @@ func run(args []string) int {
 	log.Info("factory starting", "transport", cfg.Transport, "seats", cfg.Seats, "once", cfg.Once,
 		"capabilities", det.All(), "engines", det.Engines, "workDir", cfg.WorkDir, "shipStage", cfg.ShipStage)
 
-	api := fleetapi.New(cfg.URL, cfg.Token, cfg.ProductID)
-	recv, err := openTransport(ctx, cfg, api, log)
+	client := api.New(api.Config{BaseURL: cfg.URL, Token: cfg.Token, Product: cfg.ProductID})
+	recv, err := openTransport(ctx, cfg, client, log)
 	if err != nil {
 		log.Error("open transport", "transport", cfg.Transport, "err", err)
 		return int(agent.OutcomeError)
@@ -91,15 +91,15 @@ func run(args []string) int {
 		log.Error("git state", "err", err)
 		return int(agent.OutcomeError)
 	}
-	out := agent.New(cfg, api, recv, git, caps.Host(), log).Run(ctx)
+	out := agent.New(cfg, client, recv, git, caps.Host(), log).Run(ctx)
 	log.Info("factory stopped", "outcome", out.String(), "exitCode", int(out))
 	return int(out)
 }
 
-func openTransport(ctx context.Context, cfg config.Config, api *fleetapi.Client, log *slog.Logger) (transport.Receiver, error) {
+func openTransport(ctx context.Context, cfg config.Config, client *api.Client, log *slog.Logger) (transport.Receiver, error) {
 	switch cfg.Transport {
 	case config.TransportPoll:
-		return transport.NewPoll(api, cfg.Poll, log), nil
+		return transport.NewPoll(client, cfg.Poll, log), nil
 	case config.TransportNATS:
 		return transport.OpenNATS(ctx, transport.NATSOptions{URL: cfg.NATSURL, FactoryID: cfg.FactoryID,
 			Subscription: cfg.Subscription, Token: cfg.Token, Log: log})

@@ -21,27 +21,30 @@ import (
 	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
 	"github.com/gigafactory/fleet/infra/factory/internal/engine"
-	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
 
-// API is what the agent needs of the coordinator (fleetapi.Client).
+// API is what the agent needs of the coordinator (*api.Client).
 type API interface {
 	LeaseAPI
-	Heartbeat(ctx context.Context, hb fleetapi.Heartbeat) error
-	Accept(ctx context.Context, msg protocol.DispatchMessage) (*protocol.Claimed, error)
+	Heartbeat(ctx context.Context, hb api.HeartbeatRequest) (*fleet.Factory, error)
+	Accept(ctx context.Context, r api.AcceptRequest) (*api.Claimed, error)
 	GetJob(ctx context.Context, productID, id string) (*fleet.Job, error)
-	Patch(ctx context.Context, productID, id string, p fleetapi.Patch) (*fleet.Job, error)
-	Release(ctx context.Context, productID, id string, epoch int64) error
-	Acknowledge(ctx context.Context, productID, id string, ack fleetapi.Acknowledgement) error
-	Fail(ctx context.Context, productID, id string, epoch int64, reason string, retryable bool, usage *fleet.Usage) (*fleet.Job, error)
-	PostChildren(ctx context.Context, productID, id string, epoch int64, manifests []string) ([]fleet.Job, error)
-	UploadArtifact(ctx context.Context, productID, jobID string, epoch int64, a fleetapi.Artifact) (*fleet.Artifact, error)
-	ReportUsage(ctx context.Context, productID, id string, epoch int64, engine string, u fleet.Usage) error
+	Patch(ctx context.Context, productID, id string, p api.PatchRequest) (*fleet.Job, error)
+	Release(ctx context.Context, productID, id string, r api.ReleaseRequest) (*fleet.Job, error)
+	Fail(ctx context.Context, r api.FailRequest) (*fleet.Job, error)
+	PostChildren(ctx context.Context, productID, id string, r api.ChildrenRequest) ([]*fleet.Job, error)
+	UploadArtifact(ctx context.Context, productID, jobID string, a api.ArtifactUpload) (*fleet.Artifact, error)
+	ReportUsage(ctx context.Context, productID, id string, r api.UsageRequest) (*fleet.Job, error)
 }
+
+// isCode reports whether err is an API answer with sentinel's code
+// (api.ErrFenced, ...).
+func isCode(sentinel, err error) bool { return errors.Is(err, sentinel) }
 
 // Outcome is how the factory's work ended; with --once it is the exit
 // status.
@@ -179,7 +182,7 @@ func (a *Agent) Run(ctx context.Context) Outcome {
 	var loops sync.WaitGroup
 	if a.cfg.HeartbeatEnabled {
 		if err := a.heartbeat(ctx, fleet.HealthOK); err != nil {
-			if fleetapi.IsPermanent(err) {
+			if api.IsPermanent(err) {
 				a.log.ErrorContext(ctx, "the coordinator refused the heartbeat", "err", err)
 				stopBG()
 				return OutcomeError
@@ -498,10 +501,10 @@ func (a *Agent) accept(ctx context.Context, log *slog.Logger, d transport.Delive
 		return nil
 	}
 	received := time.Now()
-	cl, err := a.api.Accept(ctx, msg)
+	cl, err := a.api.Accept(ctx, api.AcceptRequest{JobID: msg.JobID, DispatchEpoch: &msg.DispatchEpoch, ProductID: msg.ProductID})
 	switch {
 	case err == nil:
-	case fleetapi.IsConflict(err) || fleetapi.IsNotFound(err) || fleetapi.IsFenced(err):
+	case isCode(api.ErrConflict, err) || isCode(api.ErrNotFound, err) || isCode(api.ErrFenced, err):
 		// Stale or taken. An accept whose answer was lost comes back as
 		// a conflict too: adopt the job if it is in fact ours. Not for a
 		// held message delivered again: its lock lapsed, so another
@@ -516,7 +519,7 @@ func (a *Agent) accept(ctx context.Context, log *slog.Logger, d transport.Delive
 			complete("stale message")
 			return nil
 		}
-	case fleetapi.IsPermanent(err):
+	case api.IsPermanent(err):
 		log.ErrorContext(ctx, "accept refused", "err", err)
 		complete("refused message")
 		return nil
@@ -571,8 +574,8 @@ func (a *Agent) heartbeat(ctx context.Context, health fleet.Health) error {
 		load = 0
 	}
 	for {
-		hb := fleetapi.Heartbeat{Capabilities: a.detected.Capabilities, Repos: repos, Load: load, Health: string(health), SeatLimit: a.cfg.Seats}
-		err := a.api.Heartbeat(ctx, hb)
+		hb := api.HeartbeatRequest{Capabilities: a.detected.Capabilities, Repos: repos, Load: load, Health: health, SeatLimit: a.cfg.Seats}
+		_, err := a.api.Heartbeat(ctx, hb)
 		if err == nil {
 			a.lastLoad = load
 			return nil
@@ -593,7 +596,7 @@ func (a *Agent) heartbeat(ctx context.Context, health fleet.Health) error {
 // refusedCapability reads the index of the capability a 403 names in its
 // field (capabilities[i]).
 func refusedCapability(err error, n int) (int, bool) {
-	var apiErr *fleetapi.Error
+	var apiErr *api.Error
 	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusForbidden {
 		return 0, false
 	}
@@ -638,7 +641,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			var apiErr *fleetapi.Error
+			var apiErr *api.Error
 			if errors.As(err, &apiErr) && (apiErr.Status == 401 || apiErr.Status == 403) {
 				// Revoked or deregistered: every further call fails too.
 				select {

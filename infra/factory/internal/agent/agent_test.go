@@ -14,8 +14,8 @@ import (
 
 	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
-	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
@@ -36,8 +36,10 @@ func (f *fakeAPI) Renew(context.Context, string, string, int64) (protocol.Renewa
 	f.renews++
 	return protocol.Renewal{LeaseExpiresAt: time.Now().Add(time.Minute)}, f.renewErr
 }
-func (f *fakeAPI) Heartbeat(context.Context, fleetapi.Heartbeat) error { return nil }
-func (f *fakeAPI) Accept(context.Context, protocol.DispatchMessage) (*protocol.Claimed, error) {
+func (f *fakeAPI) Heartbeat(context.Context, api.HeartbeatRequest) (*fleet.Factory, error) {
+	return &fleet.Factory{}, nil
+}
+func (f *fakeAPI) Accept(context.Context, api.AcceptRequest) (*protocol.Claimed, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.accepts++
@@ -45,33 +47,32 @@ func (f *fakeAPI) Accept(context.Context, protocol.DispatchMessage) (*protocol.C
 }
 func (f *fakeAPI) GetJob(context.Context, string, string) (*fleet.Job, error) {
 	if f.job == nil {
-		return nil, &fleetapi.Error{Status: 404, Code: "not_found"}
+		return nil, &api.Error{Status: 404, Code: "not_found"}
 	}
 	return f.job, nil
 }
-func (f *fakeAPI) Patch(context.Context, string, string, fleetapi.Patch) (*fleet.Job, error) {
+func (f *fakeAPI) Patch(context.Context, string, string, api.PatchRequest) (*fleet.Job, error) {
 	return nil, errors.New("unused")
 }
-func (f *fakeAPI) Release(context.Context, string, string, int64) error { return nil }
-func (f *fakeAPI) Acknowledge(context.Context, string, string, fleetapi.Acknowledgement) error {
-	return nil
+func (f *fakeAPI) Release(context.Context, string, string, api.ReleaseRequest) (*fleet.Job, error) {
+	return &fleet.Job{}, nil
 }
-func (f *fakeAPI) UploadArtifact(context.Context, string, string, int64, fleetapi.Artifact) (*fleet.Artifact, error) {
+func (f *fakeAPI) UploadArtifact(context.Context, string, string, api.ArtifactUpload) (*fleet.Artifact, error) {
 	return nil, errors.New("unused")
 }
-func (f *fakeAPI) ReportUsage(context.Context, string, string, int64, string, fleet.Usage) error {
-	return nil
+func (f *fakeAPI) ReportUsage(context.Context, string, string, api.UsageRequest) (*fleet.Job, error) {
+	return &fleet.Job{}, nil
 }
 
-func (f *fakeAPI) Fail(context.Context, string, string, int64, string, bool, *fleet.Usage) (*fleet.Job, error) {
-	return nil, errors.New("unused")
-}
-
-func (f *fakeAPI) PostChildren(context.Context, string, string, int64, []string) ([]fleet.Job, error) {
+func (f *fakeAPI) Fail(context.Context, api.FailRequest) (*fleet.Job, error) {
 	return nil, errors.New("unused")
 }
 
-var fenced = &fleetapi.Error{Status: 409, Code: "fenced", Message: "stale"}
+func (f *fakeAPI) PostChildren(context.Context, string, string, api.ChildrenRequest) ([]*fleet.Job, error) {
+	return nil, errors.New("unused")
+}
+
+var fenced = &api.Error{Status: 409, Code: "fenced", Message: "stale"}
 
 func claim(ttl time.Duration) *protocol.Claimed {
 	now := time.Now()
@@ -172,15 +173,15 @@ func TestAcceptSettlement(t *testing.T) {
 		completed, abandoned int
 		accepts              int
 	}{
-		{name: "taken", acceptErr: &fleetapi.Error{Status: 409, Code: "conflict"}, completed: 1, accepts: 1},
-		{name: "gone", acceptErr: &fleetapi.Error{Status: 404, Code: "not_found"}, completed: 1, accepts: 1},
-		{name: "refused", acceptErr: &fleetapi.Error{Status: 403, Code: "forbidden"}, completed: 1, accepts: 1},
-		{name: "coordinator down", acceptErr: &fleetapi.Error{Status: 503, Code: "unavailable"}, abandoned: 1, accepts: 1},
+		{name: "taken", acceptErr: &api.Error{Status: 409, Code: "conflict"}, completed: 1, accepts: 1},
+		{name: "gone", acceptErr: &api.Error{Status: 404, Code: "not_found"}, completed: 1, accepts: 1},
+		{name: "refused", acceptErr: &api.Error{Status: 403, Code: "forbidden"}, completed: 1, accepts: 1},
+		{name: "coordinator down", acceptErr: &api.Error{Status: 503, Code: "unavailable"}, abandoned: 1, accepts: 1},
 		{name: "network", acceptErr: errors.New("connection refused"), abandoned: 1, accepts: 1},
 		{name: "duplicate of a running job", running: 4, completed: 1},
 		// Requeued and dispatched again while the old run lives: the
 		// accept decides (here someone else won it).
-		{name: "newer dispatch of a running job", running: 3, acceptErr: &fleetapi.Error{Status: 409, Code: "conflict"}, completed: 1, accepts: 1},
+		{name: "newer dispatch of a running job", running: 3, acceptErr: &api.Error{Status: 409, Code: "conflict"}, completed: 1, accepts: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -229,14 +230,14 @@ type scopedAPI struct {
 	sent  []string
 }
 
-func (s *scopedAPI) Heartbeat(_ context.Context, hb fleetapi.Heartbeat) error {
+func (s *scopedAPI) Heartbeat(_ context.Context, hb api.HeartbeatRequest) (*fleet.Factory, error) {
 	for i, c := range hb.Capabilities {
 		if !slices.Contains(s.scope, c) {
-			return &fleetapi.Error{Status: 403, Code: "forbidden", Field: fmt.Sprintf("capabilities[%d]", i)}
+			return nil, &api.Error{Status: 403, Code: "forbidden", Field: fmt.Sprintf("capabilities[%d]", i)}
 		}
 	}
 	s.sent = hb.Capabilities
-	return nil
+	return &fleet.Factory{}, nil
 }
 
 // TestHeartbeatWithinTokenScope: a factory whose token was enrolled with a

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -34,10 +34,10 @@ func (jb *job) uploadArtifacts(ctx context.Context) {
 	}
 	jb.uploaded = true
 	for _, a := range jb.runArtifacts(ctx) {
-		got, err := jb.a.api.UploadArtifact(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch, a)
+		got, err := jb.a.api.UploadArtifact(ctx, jb.j.ProductID, jb.j.ID, a)
 		if err != nil {
 			jb.log.WarnContext(ctx, "artifact not uploaded", "name", a.Name, "err", err)
-			if fleetapi.IsFenced(err) {
+			if isCode(api.ErrFenced, err) {
 				return
 			}
 			continue
@@ -47,17 +47,20 @@ func (jb *job) uploadArtifacts(ctx context.Context) {
 }
 
 // runArtifacts lists the files of this run that exist.
-func (jb *job) runArtifacts(ctx context.Context) []fleetapi.Artifact {
-	var out []fleetapi.Artifact
+func (jb *job) runArtifacts(ctx context.Context) []api.ArtifactUpload {
+	var out []api.ArtifactUpload
+	file := func(name string, kind fleet.ArtifactKind, contentType, path string) api.ArtifactUpload {
+		return api.ArtifactUpload{Name: name, Kind: kind, ContentType: contentType, LeaseEpoch: &jb.cl.LeaseEpoch, Open: api.OpenFile(path)}
+	}
 	if jb.logPath != "" && exists(jb.logPath) {
-		out = append(out, fleetapi.Artifact{Name: artifactLog, Kind: fleet.ArtifactLog, ContentType: "text/plain; charset=utf-8", Path: jb.logPath})
+		out = append(out, file(artifactLog, fleet.ArtifactLog, "text/plain; charset=utf-8", jb.logPath))
 	}
 	if jb.wt != nil {
 		path := filepath.Join(jb.dir, artifactDiff)
 		if err := jb.writeDiff(ctx, path); err != nil {
 			jb.log.WarnContext(ctx, "diff not written", "err", err)
 		} else {
-			out = append(out, fleetapi.Artifact{Name: artifactDiff, Kind: fleet.ArtifactDiff, ContentType: "text/x-diff", Path: path})
+			out = append(out, file(artifactDiff, fleet.ArtifactDiff, "text/x-diff", path))
 		}
 	}
 	if path := jb.usageFile(); path != "" && written(path) {
@@ -65,7 +68,7 @@ func (jb *job) runArtifacts(ctx context.Context) []fleetapi.Artifact {
 		if ct == "" {
 			ct = "application/octet-stream"
 		}
-		out = append(out, fleetapi.Artifact{Name: usageName(path), Kind: fleet.ArtifactReport, ContentType: ct, Path: path})
+		out = append(out, file(usageName(path), fleet.ArtifactReport, ct, path))
 	}
 	return out
 }

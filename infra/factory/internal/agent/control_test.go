@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
@@ -143,7 +143,7 @@ func TestStopRequests(t *testing.T) {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			wip := "aq/wip/j1"
-			require.Equal(t, []fleetapi.Acknowledgement{{LeaseEpoch: h.cl.LeaseEpoch, Outcome: tt.outcome, Checkpoint: &wip}}, c.acks)
+			require.Equal(t, []api.ReleaseRequest{{LeaseEpoch: &h.cl.LeaseEpoch, Outcome: &tt.outcome, Checkpoint: &wip}}, c.acks)
 			require.Empty(t, c.fails)
 		})
 	}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/infra/factory/internal/caps"
-	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
 
@@ -24,7 +24,7 @@ func (a *Agent) terminal(ctx context.Context, id string) (bool, error) {
 	// No product: the coordinator looks the job up across the products
 	// this token serves (FLEET_PRODUCT_ID names only one of them).
 	j, err := a.api.GetJob(ctx, "", id)
-	if fleetapi.IsNotFound(err) {
+	if isCode(api.ErrNotFound, err) {
 		return true, nil
 	}
 	if err != nil {

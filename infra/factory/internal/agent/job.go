@@ -16,8 +16,8 @@ import (
 
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
 	"github.com/gigafactory/fleet/infra/factory/internal/engine"
-	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
@@ -160,7 +160,7 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	if err := fleet.ValidateName("repo", j.Repo); err != nil {
 		return jb.fail(reasonInvalidJob, err.Error(), false)
 	}
-	if _, err := a.api.Patch(ctx, j.ProductID, j.ID, fleetapi.Patch{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch}); err != nil {
+	if _, err := a.api.Patch(ctx, j.ProductID, j.ID, api.PatchRequest{Stage: api.Ptr(fleet.StageBuilding), LeaseEpoch: api.Ptr(cl.LeaseEpoch)}); err != nil {
 		if !jb.reached(fleet.StageBuilding, err) {
 			return jb.stopped(err, "start building")
 		}
@@ -344,7 +344,7 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	defer stopEngine(nil)
 	// The run's engine is known from the start, whether or not it reports
 	// usage.
-	if err := a.api.ReportUsage(jb.ctx, j.ProductID, j.ID, jb.cl.LeaseEpoch, name, fleet.Usage{}); err != nil {
+	if err := jb.reportUsage(jb.ctx, name, fleet.Usage{}); err != nil {
 		jb.log.WarnContext(jb.ctx, "report the engine", "err", err)
 	}
 	cpCtx, stopCP := context.WithCancel(jb.ctx)
@@ -477,9 +477,9 @@ func (jb *job) postChildren(manifests []string) Outcome {
 	jb.uploadArtifacts(ctx)
 	// Posting children ends the run: its usage is reported first.
 	jb.meterUsage(ctx)
-	kids, err := jb.a.api.PostChildren(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch, manifests)
+	kids, err := jb.a.api.PostChildren(ctx, jb.j.ProductID, jb.j.ID, api.ChildrenRequest{LeaseEpoch: &jb.cl.LeaseEpoch, Children: api.ChildManifests(manifests)})
 	if err != nil {
-		if fleetapi.IsPermanent(err) && !fleetapi.IsFenced(err) && !fleetapi.IsConflict(err) {
+		if api.IsPermanent(err) && !isCode(api.ErrFenced, err) && !isCode(api.ErrConflict, err) {
 			return jb.fail(reasonInvalidChildren, err.Error(), false)
 		}
 		return jb.stopped(err, "post children")
@@ -574,7 +574,7 @@ func (jb *job) checkpoint(ctx context.Context, why string) {
 		return
 	}
 	jb.lastWIP = head
-	if _, err := jb.a.api.Patch(ctx, jb.j.ProductID, jb.j.ID, fleetapi.Patch{LeaseEpoch: jb.cl.LeaseEpoch, Checkpoint: &wip}); err != nil {
+	if _, err := jb.a.api.Patch(ctx, jb.j.ProductID, jb.j.ID, api.PatchRequest{LeaseEpoch: &jb.cl.LeaseEpoch, Checkpoint: &wip}); err != nil {
 		jb.log.WarnContext(ctx, "checkpoint record", "err", err)
 		return
 	}
@@ -636,13 +636,16 @@ func (jb *job) deliver() Outcome {
 		next, delivered = fleet.StageReview, branch+"@"+head
 	}
 	jb.uploadArtifacts(lctx)
-	final := fleetapi.Patch{Stage: next, LeaseEpoch: jb.cl.LeaseEpoch, Checkpoint: &delivered, Usage: jb.finalUsage(), Head: head}
+	final := api.PatchRequest{Stage: &next, LeaseEpoch: &jb.cl.LeaseEpoch, Checkpoint: &delivered, Usage: jb.finalUsage()}
+	if head != "" {
+		final.Head = &head
+	}
 	if diffErr == nil {
 		final.Diff = &diff
 	}
 	if _, err := a.api.Patch(ctx, j.ProductID, j.ID, final); err != nil {
 		if !jb.reached(next, err) {
-			if fleetapi.IsFenced(err) || errors.Is(err, errFenced) {
+			if isCode(api.ErrFenced, err) || errors.Is(err, errFenced) {
 				jb.unpush(branch, head)
 			}
 			return jb.stopped(err, "hand over to "+string(next))
@@ -738,7 +741,7 @@ func (jb *job) shipHook(ctx context.Context, head string, changed bool) error {
 // reached reports whether a failed stage change did in fact happen: a
 // request whose answer was lost and that the coordinator applied.
 func (jb *job) reached(stage fleet.Stage, err error) bool {
-	if fleetapi.IsPermanent(err) && !fleetapi.IsFenced(err) && !fleetapi.IsConflict(err) {
+	if api.IsPermanent(err) && !isCode(api.ErrFenced, err) && !isCode(api.ErrConflict, err) {
 		return false
 	}
 	ctx, cancel := jb.localCtx()
@@ -755,7 +758,7 @@ func (jb *job) stopped(err error, step string) Outcome {
 		cause = c
 	}
 	switch {
-	case errors.Is(cause, errFenced), errors.Is(cause, errLeaseLost), fleetapi.IsFenced(cause):
+	case errors.Is(cause, errFenced), errors.Is(cause, errLeaseLost), isCode(api.ErrFenced, cause):
 		return jb.quarantine(step, cause)
 	case errors.Is(cause, errShutdown):
 		return jb.release()
@@ -796,7 +799,7 @@ func (jb *job) release() Outcome {
 	jb.uploadArtifacts(ctx)
 	// Release carries no usage: what the run spent is reported first.
 	jb.meterUsage(ctx)
-	if err := jb.a.api.Release(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch); err != nil {
+	if _, err := jb.a.api.Release(ctx, jb.j.ProductID, jb.j.ID, api.ReleaseRequest{LeaseEpoch: &jb.cl.LeaseEpoch}); err != nil {
 		jb.log.WarnContext(ctx, "release on shutdown; the reaper will requeue the job", "err", err)
 	} else {
 		jb.log.InfoContext(ctx, "job released on shutdown", "checkpoint", jb.lastWIP)
@@ -821,13 +824,13 @@ func (jb *job) acknowledge(outcome fleet.ReleaseOutcome) Outcome {
 	jb.uploadArtifacts(ctx)
 	// The release carries no usage: what the run spent is reported first.
 	jb.meterUsage(ctx)
-	ack := fleetapi.Acknowledgement{LeaseEpoch: jb.cl.LeaseEpoch, Outcome: outcome}
+	ack := api.ReleaseRequest{LeaseEpoch: &jb.cl.LeaseEpoch, Outcome: &outcome}
 	if jb.lastWIP != "" {
 		wip := gitwt.WIPBranch(jb.j.ID)
 		ack.Checkpoint = &wip
 	}
-	if err := jb.a.api.Acknowledge(ctx, jb.j.ProductID, jb.j.ID, ack); err != nil {
-		if fleetapi.IsFenced(err) {
+	if _, err := jb.a.api.Release(ctx, jb.j.ProductID, jb.j.ID, ack); err != nil {
+		if isCode(api.ErrFenced, err) {
 			// The grace ran out first: the coordinator forced it.
 			return jb.quarantine("acknowledge "+string(outcome), err)
 		}
@@ -848,12 +851,14 @@ func (jb *job) acknowledge(outcome fleet.ReleaseOutcome) Outcome {
 func (jb *job) fail(kind, detail string, retryable bool) Outcome {
 	ctx, cancel := jb.localCtx()
 	defer cancel()
-	// Sanitised and bounded by the client (it quotes engine output).
-	reason := kind + ": " + detail
+	// Sanitised and bounded: it quotes engine output, and a failure must
+	// never be unreportable for its text.
+	reason := SanitizeReason(kind + ": " + detail)
 	jb.log.ErrorContext(ctx, "job failed", "reason", reason, "retryable", retryable)
 	jb.uploadArtifacts(ctx)
-	if _, err := jb.a.api.Fail(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch, reason, retryable, jb.finalUsage()); err != nil {
-		if fleetapi.IsFenced(err) {
+	if _, err := jb.a.api.Fail(ctx, api.FailRequest{JobID: jb.j.ID, ProductID: jb.j.ProductID, LeaseEpoch: &jb.cl.LeaseEpoch,
+		Reason: &reason, Retryable: &retryable, Usage: jb.finalUsage()}); err != nil {
+		if isCode(api.ErrFenced, err) {
 			return jb.quarantine("report failure", err)
 		}
 		jb.log.ErrorContext(ctx, "could not report the failure; the reaper will requeue the job", "err", err)

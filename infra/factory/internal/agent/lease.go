@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
 
@@ -64,7 +64,7 @@ func (l *lease) renew(ctx context.Context) (protocol.Renewal, error) {
 	start := time.Now()
 	ren, err := l.api.Renew(ctx, l.product, l.jobID, l.epoch)
 	if err != nil {
-		if fleetapi.IsFenced(err) {
+		if isCode(api.ErrFenced, err) {
 			return ren, fmt.Errorf("%w: %w", errFenced, err)
 		}
 		return ren, err

@@ -13,8 +13,8 @@ import (
 
 	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
-	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
@@ -84,7 +84,7 @@ func (r *lockingRecv) state() (renews int, completed []fleet.Stage, lapsed bool)
 // acceptingCoord is fakeCoord whose Accept hands the job to f1.
 type acceptingCoord struct{ *fakeCoord }
 
-func (c acceptingCoord) Accept(context.Context, protocol.DispatchMessage) (*protocol.Claimed, error) {
+func (c acceptingCoord) Accept(context.Context, api.AcceptRequest) (*protocol.Claimed, error) {
 	return c.claim(), nil
 }
 
@@ -143,7 +143,7 @@ func TestOnceRedeliveredHeldDispatchIsNotAdopted(t *testing.T) {
 	t.Parallel()
 	msg := protocol.DispatchMessage{JobID: "j1", ProductID: "p", TargetFactoryID: "f1", DispatchEpoch: 4}
 	assigned := &fleet.Job{ID: "j1", ProductID: "p", Stage: fleet.StageAssigned, HolderFactoryID: "f1", DispatchEpoch: 4, LeaseEpoch: 7}
-	api := &fakeAPI{acceptErr: &fleetapi.Error{Status: 409, Code: "conflict"}, job: assigned}
+	api := &fakeAPI{acceptErr: &api.Error{Status: 409, Code: "conflict"}, job: assigned}
 	recv := &lockingRecv{lock: time.Minute, stage: func() fleet.Stage { return assigned.Stage },
 		d: &transport.Delivery{ID: msg.MessageID(), Dispatch: &msg, Redelivered: true}}
 	a := New(config.Config{FactoryID: "f1", Seats: 1, Once: true}, api, recv, nil, caps.Env{}, slog.New(slog.DiscardHandler))

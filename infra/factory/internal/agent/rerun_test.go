@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,9 +21,9 @@ import (
 
 	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
-	"github.com/gigafactory/fleet/infra/factory/internal/fleetapi"
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
@@ -34,9 +35,9 @@ type fakeCoord struct {
 	mu      sync.Mutex
 	job     fleet.Job
 	ttl     time.Duration
-	patches []fleetapi.Patch
+	patches []api.PatchRequest
 	fails   []string
-	acks    []fleetapi.Acknowledgement
+	acks    []api.ReleaseRequest
 	// children are the manifests posted as the job's children.
 	children []string
 	uploads  []upload
@@ -73,7 +74,7 @@ func (c *fakeCoord) requeue() {
 
 func (c *fakeCoord) fenced(epoch int64) error {
 	if epoch != c.job.LeaseEpoch || !c.job.Stage.Leased() {
-		return &fleetapi.Error{Status: 409, Code: "fenced", Message: "stale lease epoch"}
+		return &api.Error{Status: 409, Code: "fenced", Message: "stale lease epoch"}
 	}
 	return nil
 }
@@ -92,8 +93,10 @@ func (c *fakeCoord) Renew(_ context.Context, product, _ string, epoch int64) (pr
 	return protocol.Renewal{LeaseExpiresAt: time.Now().Add(c.ttl), CancelRequested: c.job.CancelRequested,
 		PreemptRequested: c.job.PreemptRequested}, err
 }
-func (c *fakeCoord) Heartbeat(context.Context, fleetapi.Heartbeat) error { return nil }
-func (c *fakeCoord) Accept(context.Context, protocol.DispatchMessage) (*protocol.Claimed, error) {
+func (c *fakeCoord) Heartbeat(context.Context, api.HeartbeatRequest) (*fleet.Factory, error) {
+	return &fleet.Factory{}, nil
+}
+func (c *fakeCoord) Accept(context.Context, api.AcceptRequest) (*protocol.Claimed, error) {
 	return nil, errors.New("unused")
 }
 func (c *fakeCoord) GetJob(context.Context, string, string) (*fleet.Job, error) {
@@ -102,18 +105,18 @@ func (c *fakeCoord) GetJob(context.Context, string, string) (*fleet.Job, error) 
 	j := c.job
 	return &j, nil
 }
-func (c *fakeCoord) Patch(_ context.Context, _, _ string, p fleetapi.Patch) (*fleet.Job, error) {
+func (c *fakeCoord) Patch(_ context.Context, _, _ string, p api.PatchRequest) (*fleet.Job, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.fenced(p.LeaseEpoch); err != nil {
+	if err := c.fenced(*p.LeaseEpoch); err != nil {
 		return nil, err
 	}
 	c.patches = append(c.patches, p)
 	if p.Checkpoint != nil {
 		c.job.Checkpoint = *p.Checkpoint
 	}
-	if p.Stage != "" {
-		c.job.Stage = p.Stage
+	if p.Stage != nil {
+		c.job.Stage = *p.Stage
 		if !p.Stage.Leased() {
 			c.job.HolderFactoryID = ""
 		}
@@ -121,56 +124,62 @@ func (c *fakeCoord) Patch(_ context.Context, _, _ string, p fleetapi.Patch) (*fl
 	j := c.job
 	return &j, nil
 }
-func (c *fakeCoord) PostChildren(_ context.Context, _, _ string, epoch int64, manifests []string) ([]fleet.Job, error) {
+func (c *fakeCoord) PostChildren(_ context.Context, _, _ string, r api.ChildrenRequest) ([]*fleet.Job, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.fenced(epoch); err != nil {
+	if err := c.fenced(*r.LeaseEpoch); err != nil {
 		return nil, err
 	}
-	c.children = append(c.children, manifests...)
+	for _, raw := range r.Children {
+		var m string
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, err
+		}
+		c.children = append(c.children, m)
+	}
 	c.job.Stage, c.job.HolderFactoryID = fleet.StageBlocked, ""
-	out := make([]fleet.Job, len(manifests))
+	out := make([]*fleet.Job, len(r.Children))
 	for i := range out {
-		out[i] = fleet.Job{ID: fmt.Sprintf("child%d", i), ParentID: c.job.ID}
+		out[i] = &fleet.Job{ID: fmt.Sprintf("child%d", i), ParentID: c.job.ID}
 	}
 	return out, nil
 }
-func (c *fakeCoord) Release(_ context.Context, _, _ string, epoch int64) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.fenced(epoch); err != nil {
-		return err
-	}
-	c.job.Stage, c.job.HolderFactoryID = fleet.StageQueued, ""
-	return nil
-}
-func (c *fakeCoord) Acknowledge(_ context.Context, _, _ string, ack fleetapi.Acknowledgement) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.fenced(ack.LeaseEpoch); err != nil {
-		return err
-	}
-	c.acks = append(c.acks, ack)
-	c.job.Stage, c.job.HolderFactoryID = fleet.StageCancelled, ""
-	if ack.Outcome == fleet.ReleasePreempted {
-		c.job.Stage = fleet.StageQueued
-	}
-	if ack.Checkpoint != nil {
-		c.job.Checkpoint = *ack.Checkpoint
-	}
-	return nil
-}
-func (c *fakeCoord) ReportUsage(context.Context, string, string, int64, string, fleet.Usage) error {
-	return nil
-}
 
-func (c *fakeCoord) Fail(_ context.Context, _, _ string, epoch int64, reason string, _ bool, _ *fleet.Usage) (*fleet.Job, error) {
+// Release is a plain release, or with an outcome the acknowledgement of a
+// cancel or a preemption.
+func (c *fakeCoord) Release(_ context.Context, _, _ string, r api.ReleaseRequest) (*fleet.Job, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.fenced(epoch); err != nil {
+	if err := c.fenced(*r.LeaseEpoch); err != nil {
 		return nil, err
 	}
-	c.fails = append(c.fails, reason)
+	if r.Outcome == nil {
+		c.job.Stage, c.job.HolderFactoryID = fleet.StageQueued, ""
+		j := c.job
+		return &j, nil
+	}
+	c.acks = append(c.acks, r)
+	c.job.Stage, c.job.HolderFactoryID = fleet.StageCancelled, ""
+	if *r.Outcome == fleet.ReleasePreempted {
+		c.job.Stage = fleet.StageQueued
+	}
+	if r.Checkpoint != nil {
+		c.job.Checkpoint = *r.Checkpoint
+	}
+	j := c.job
+	return &j, nil
+}
+func (c *fakeCoord) ReportUsage(context.Context, string, string, api.UsageRequest) (*fleet.Job, error) {
+	return &fleet.Job{}, nil
+}
+
+func (c *fakeCoord) Fail(_ context.Context, r api.FailRequest) (*fleet.Job, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.fenced(*r.LeaseEpoch); err != nil {
+		return nil, err
+	}
+	c.fails = append(c.fails, *r.Reason)
 	c.job.Stage, c.job.HolderFactoryID = fleet.StageFailed, ""
 	j := c.job
 	return &j, nil
@@ -185,11 +194,17 @@ type upload struct {
 }
 
 // UploadArtifact stores the file's bytes, fenced like every holder write.
-func (c *fakeCoord) UploadArtifact(_ context.Context, _, _ string, epoch int64, a fleetapi.Artifact) (*fleet.Artifact, error) {
-	body, err := os.ReadFile(a.Path)
+func (c *fakeCoord) UploadArtifact(_ context.Context, _, _ string, a api.ArtifactUpload) (*fleet.Artifact, error) {
+	rc, _, err := a.Open()
 	if err != nil {
 		return nil, err
 	}
+	body, err := io.ReadAll(rc)
+	_ = rc.Close()
+	if err != nil {
+		return nil, err
+	}
+	epoch := *a.LeaseEpoch
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.fenced(epoch); err != nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -103,7 +104,7 @@ func (jb *job) meterUsage(ctx context.Context) (over bool) {
 	changed := u != jb.usage.reported
 	jb.usage.mu.Unlock()
 	if changed {
-		if err := jb.a.api.ReportUsage(ctx, jb.j.ProductID, jb.j.ID, jb.cl.LeaseEpoch, jb.engine, u); err != nil {
+		if err := jb.reportUsage(ctx, jb.engine, u); err != nil {
 			jb.log.WarnContext(ctx, "usage report", "err", err)
 		} else {
 			jb.usage.mu.Lock()
@@ -129,4 +130,11 @@ func (jb *job) finalUsage() *fleet.Usage {
 		return nil
 	}
 	return &u
+}
+
+// reportUsage sends the run's cumulative usage and the engine running it.
+func (jb *job) reportUsage(ctx context.Context, engine string, u fleet.Usage) error {
+	_, err := jb.a.api.ReportUsage(ctx, jb.j.ProductID, jb.j.ID, api.UsageRequest{LeaseEpoch: &jb.cl.LeaseEpoch, USD: &u.USD,
+		InputTokens: &u.InputTokens, OutputTokens: &u.OutputTokens, Engine: engine})
+	return err
 }

@@ -7,13 +7,14 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/gigafactory/fleet/shared/protocol"
+	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 // Claimer is what the poll transport needs of the coordinator client.
 type Claimer interface {
-	Claim(ctx context.Context) (*protocol.Claimed, error)
-	Release(ctx context.Context, productID, id string, epoch int64) error
+	Claim(ctx context.Context, r api.ClaimRequest) (*api.Claimed, error)
+	Release(ctx context.Context, productID, id string, r api.ReleaseRequest) (*fleet.Job, error)
 }
 
 // Poll is the fallback transport: it claims jobs with POST /fleet/claim,
@@ -36,7 +37,7 @@ func (p *Poll) Receive(ctx context.Context, max int, wait time.Duration) ([]Deli
 	for {
 		var out []Delivery
 		for len(out) < max {
-			cl, err := p.c.Claim(ctx)
+			cl, err := p.c.Claim(ctx, api.ClaimRequest{})
 			if err != nil {
 				if len(out) > 0 {
 					// Run what was claimed; the next receive retries.
@@ -74,7 +75,8 @@ func (p *Poll) Abandon(ctx context.Context, d Delivery) error {
 	if d.Claimed == nil {
 		return nil
 	}
-	return p.c.Release(ctx, d.Claimed.Job.ProductID, d.Claimed.Job.ID, d.Claimed.LeaseEpoch)
+	_, err := p.c.Release(ctx, d.Claimed.Job.ProductID, d.Claimed.Job.ID, api.ReleaseRequest{LeaseEpoch: &d.Claimed.LeaseEpoch})
+	return err
 }
 
 // Close is a no-op.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/bus"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
@@ -23,7 +24,7 @@ type fakeClaimer struct {
 	released []string
 }
 
-func (f *fakeClaimer) Claim(context.Context) (*protocol.Claimed, error) {
+func (f *fakeClaimer) Claim(context.Context, api.ClaimRequest) (*protocol.Claimed, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
@@ -38,9 +39,9 @@ func (f *fakeClaimer) Claim(context.Context) (*protocol.Claimed, error) {
 	return c, nil
 }
 
-func (f *fakeClaimer) Release(_ context.Context, _, id string, _ int64) error {
+func (f *fakeClaimer) Release(_ context.Context, _, id string, _ api.ReleaseRequest) (*fleet.Job, error) {
 	f.released = append(f.released, id)
-	return nil
+	return nil, nil
 }
 
 func claimedJob(id string) *protocol.Claimed {

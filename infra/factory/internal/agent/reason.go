@@ -1,14 +1,12 @@
-package fleetapi
+package agent
 
 import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
-)
 
-// MaxReasonLen is the longest failure reason the coordinator stores
-// (bytes of UTF-8).
-const MaxReasonLen = 4000
+	"github.com/gigafactory/fleet/shared/fleet"
+)
 
 // reasonHead is how much of the start of an over-long reason is kept (its
 // kind and summary); the rest of the budget goes to its end, where an
@@ -21,7 +19,7 @@ const elision = "\n…\n"
 // coordinator accepts: terminal escape sequences (colours, titles,
 // hyperlinks) are removed, carriage returns become newlines, every other
 // control character except tab and newline is dropped, invalid UTF-8
-// becomes U+FFFD, and a reason longer than MaxReasonLen keeps its start and
+// becomes U+FFFD, and a reason longer than fleet.MaxReasonLen keeps its start and
 // its end. An engine's output must never make its own failure unreportable.
 func SanitizeReason(s string) string {
 	var b strings.Builder
@@ -52,7 +50,7 @@ func SanitizeReason(s string) string {
 			b.WriteRune(r)
 		}
 	}
-	return bound(b.String(), MaxReasonLen)
+	return bound(b.String(), fleet.MaxReasonLen)
 }
 
 // skipEscape returns the index after the escape sequence starting at s[i]
