@@ -42,10 +42,6 @@ type API interface {
 	ReportUsage(ctx context.Context, productID, id string, r api.UsageRequest) (*fleet.Job, error)
 }
 
-// isCode reports whether err is an API answer with sentinel's code
-// (api.ErrFenced, ...).
-func isCode(sentinel, err error) bool { return errors.Is(err, sentinel) }
-
 // Outcome is how the factory's work ended; with --once it is the exit
 // status.
 type Outcome int
@@ -504,7 +500,7 @@ func (a *Agent) accept(ctx context.Context, log *slog.Logger, d transport.Delive
 	cl, err := a.api.Accept(ctx, api.AcceptRequest{JobID: msg.JobID, DispatchEpoch: &msg.DispatchEpoch, ProductID: msg.ProductID})
 	switch {
 	case err == nil:
-	case isCode(api.ErrConflict, err) || isCode(api.ErrNotFound, err) || isCode(api.ErrFenced, err):
+	case errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrNotFound) || errors.Is(err, api.ErrFenced):
 		// Stale or taken. An accept whose answer was lost comes back as
 		// a conflict too: adopt the job if it is in fact ours. Not for a
 		// held message delivered again: its lock lapsed, so another

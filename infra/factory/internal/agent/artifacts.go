@@ -37,7 +37,7 @@ func (jb *job) uploadArtifacts(ctx context.Context) {
 		got, err := jb.a.api.UploadArtifact(ctx, jb.j.ProductID, jb.j.ID, a)
 		if err != nil {
 			jb.log.WarnContext(ctx, "artifact not uploaded", "name", a.Name, "err", err)
-			if isCode(api.ErrFenced, err) {
+			if errors.Is(err, api.ErrFenced) {
 				return
 			}
 			continue

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,7 +25,7 @@ func (a *Agent) terminal(ctx context.Context, id string) (bool, error) {
 	// No product: the coordinator looks the job up across the products
 	// this token serves (FLEET_PRODUCT_ID names only one of them).
 	j, err := a.api.GetJob(ctx, "", id)
-	if isCode(api.ErrNotFound, err) {
+	if errors.Is(err, api.ErrNotFound) {
 		return true, nil
 	}
 	if err != nil {

@@ -479,7 +479,7 @@ func (jb *job) postChildren(manifests []string) Outcome {
 	jb.meterUsage(ctx)
 	kids, err := jb.a.api.PostChildren(ctx, jb.j.ProductID, jb.j.ID, api.ChildrenRequest{LeaseEpoch: &jb.cl.LeaseEpoch, Children: api.ChildManifests(manifests)})
 	if err != nil {
-		if api.IsPermanent(err) && !isCode(api.ErrFenced, err) && !isCode(api.ErrConflict, err) {
+		if api.IsPermanent(err) && !errors.Is(err, api.ErrFenced) && !errors.Is(err, api.ErrConflict) {
 			return jb.fail(reasonInvalidChildren, err.Error(), false)
 		}
 		return jb.stopped(err, "post children")
@@ -645,7 +645,7 @@ func (jb *job) deliver() Outcome {
 	}
 	if _, err := a.api.Patch(ctx, j.ProductID, j.ID, final); err != nil {
 		if !jb.reached(next, err) {
-			if isCode(api.ErrFenced, err) || errors.Is(err, errFenced) {
+			if errors.Is(err, api.ErrFenced) || errors.Is(err, errFenced) {
 				jb.unpush(branch, head)
 			}
 			return jb.stopped(err, "hand over to "+string(next))
@@ -741,7 +741,7 @@ func (jb *job) shipHook(ctx context.Context, head string, changed bool) error {
 // reached reports whether a failed stage change did in fact happen: a
 // request whose answer was lost and that the coordinator applied.
 func (jb *job) reached(stage fleet.Stage, err error) bool {
-	if api.IsPermanent(err) && !isCode(api.ErrFenced, err) && !isCode(api.ErrConflict, err) {
+	if api.IsPermanent(err) && !errors.Is(err, api.ErrFenced) && !errors.Is(err, api.ErrConflict) {
 		return false
 	}
 	ctx, cancel := jb.localCtx()
@@ -758,7 +758,7 @@ func (jb *job) stopped(err error, step string) Outcome {
 		cause = c
 	}
 	switch {
-	case errors.Is(cause, errFenced), errors.Is(cause, errLeaseLost), isCode(api.ErrFenced, cause):
+	case errors.Is(cause, errFenced), errors.Is(cause, errLeaseLost), errors.Is(cause, api.ErrFenced):
 		return jb.quarantine(step, cause)
 	case errors.Is(cause, errShutdown):
 		return jb.release()
@@ -830,7 +830,7 @@ func (jb *job) acknowledge(outcome fleet.ReleaseOutcome) Outcome {
 		ack.Checkpoint = &wip
 	}
 	if _, err := jb.a.api.Release(ctx, jb.j.ProductID, jb.j.ID, ack); err != nil {
-		if isCode(api.ErrFenced, err) {
+		if errors.Is(err, api.ErrFenced) {
 			// The grace ran out first: the coordinator forced it.
 			return jb.quarantine("acknowledge "+string(outcome), err)
 		}
@@ -858,7 +858,7 @@ func (jb *job) fail(kind, detail string, retryable bool) Outcome {
 	jb.uploadArtifacts(ctx)
 	if _, err := jb.a.api.Fail(ctx, api.FailRequest{JobID: jb.j.ID, ProductID: jb.j.ProductID, LeaseEpoch: &jb.cl.LeaseEpoch,
 		Reason: &reason, Retryable: &retryable, Usage: jb.finalUsage()}); err != nil {
-		if isCode(api.ErrFenced, err) {
+		if errors.Is(err, api.ErrFenced) {
 			return jb.quarantine("report failure", err)
 		}
 		jb.log.ErrorContext(ctx, "could not report the failure; the reaper will requeue the job", "err", err)

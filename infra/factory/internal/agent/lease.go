@@ -64,7 +64,7 @@ func (l *lease) renew(ctx context.Context) (protocol.Renewal, error) {
 	start := time.Now()
 	ren, err := l.api.Renew(ctx, l.product, l.jobID, l.epoch)
 	if err != nil {
-		if isCode(api.ErrFenced, err) {
+		if errors.Is(err, api.ErrFenced) {
 			return ren, fmt.Errorf("%w: %w", errFenced, err)
 		}
 		return ren, err
