@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gigafactory/fleet/infra/fleetctl/internal/client"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -32,8 +32,8 @@ func (a *app) artifactsLs() *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var page client.Page[fleet.Artifact]
-			raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(args[0]) + "/artifacts"}, &page)
+			var page api.Page[fleet.Artifact]
+			raw, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(args[0]) + "/artifacts"}, &page)
 			if err != nil {
 				return err
 			}
@@ -61,13 +61,13 @@ written: a mismatch exits 1 and writes nothing.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var meta fleet.Artifact
 			path := "/artifacts/" + url.PathEscape(args[0])
-			if _, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: path}, &meta); err != nil {
+			if _, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: path}, &meta); err != nil {
 				return err
 			}
 			if a.token == "" {
-				return &client.Error{Code: fleet.CodeUnauthenticated, Message: "no operator token: set FLEET_TOKEN or --token-file"}
+				return &api.Error{Code: fleet.CodeUnauthenticated, Message: "no operator token: set FLEET_TOKEN or --token-file"}
 			}
-			resp, err := a.client.Open(cmd.Context(), client.Request{Method: http.MethodGet, Path: path + "/content", Accept: "*/*"})
+			resp, err := a.client.Open(cmd.Context(), api.Request{Method: http.MethodGet, Path: path + "/content", Accept: "*/*"})
 			if err != nil {
 				return err
 			}
@@ -87,7 +87,7 @@ written: a mismatch exits 1 and writes nothing.`,
 			h := sha256.New()
 			n, err := io.Copy(io.MultiWriter(tmp, h), resp.Body)
 			if err != nil {
-				return &client.Error{Code: fleet.CodeUnavailable, Message: "reading the artifact: " + err.Error()}
+				return &api.Error{Code: fleet.CodeUnavailable, Message: "reading the artifact: " + err.Error()}
 			}
 			if sum := hex.EncodeToString(h.Sum(nil)); n != meta.Size || sum != meta.SHA256 {
 				return fmt.Errorf("artifact %s: got %d bytes with sha256 %s, its metadata says %d bytes with sha256 %s: nothing written",

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gigafactory/fleet/infra/fleetctl/internal/client"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -29,13 +29,13 @@ func (a *app) budgetsCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var b client.Budget
-			rawB, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: path}, &b)
+			var b api.Budget
+			rawB, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: path}, &b)
 			if err != nil {
 				return err
 			}
-			var bd client.Burndown
-			rawD, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: path + "/burndown"}, &bd)
+			var bd api.Burndown
+			rawD, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: path + "/burndown"}, &bd)
 			if err != nil {
 				return err
 			}
@@ -76,9 +76,9 @@ func (a *app) budgetsCommand() *cobra.Command {
 			}
 			f := cmd.Flags()
 			req := map[string]any{}
-			var cur client.Budget
-			_, err = a.call(cmd, client.Request{Method: http.MethodGet, Path: path}, &cur)
-			var ce *client.Error
+			var cur api.Budget
+			_, err = a.call(cmd, api.Request{Method: http.MethodGet, Path: path}, &cur)
+			var ce *api.Error
 			switch {
 			case errors.As(err, &ce) && ce.Code == fleet.CodeNotFound: // a new budget: the server's defaults
 			case err != nil:
@@ -163,8 +163,8 @@ func (a *app) budgetPath(args []string) (string, error) {
 
 // budgetCall sends a budget mutation and prints the budget it answers.
 func (a *app) budgetCall(cmd *cobra.Command, method, path string, body []byte) error {
-	var b client.Budget
-	raw, err := a.call(cmd, client.Request{Method: method, Path: path, Body: body}, &b)
+	var b api.Budget
+	raw, err := a.call(cmd, api.Request{Method: method, Path: path, Body: body}, &b)
 	if err != nil {
 		return err
 	}
@@ -174,12 +174,12 @@ func (a *app) budgetCall(cmd *cobra.Command, method, path string, body []byte) e
 	return a.printBudgetFields(&b)
 }
 
-func (a *app) printBudgetFields(b *client.Budget) error {
+func (a *app) printBudgetFields(b *api.Budget) error {
 	paused := "no"
 	if b.Paused {
 		paused = "yes"
 		if b.PausedReason != nil {
-			paused += " (" + *b.PausedReason + ")"
+			paused += " (" + string(*b.PausedReason) + ")"
 		}
 		if b.PauseMessage != "" {
 			paused += ": " + b.PauseMessage
@@ -187,7 +187,7 @@ func (a *app) printBudgetFields(b *client.Budget) error {
 	}
 	return a.fields([][2]string{
 		{"product", b.ProductID},
-		{"ceiling", usd(b.CeilingUSD) + " per " + b.Period},
+		{"ceiling", usd(b.CeilingUSD) + " per " + string(b.Period)},
 		{"period from", b.PeriodStart.UTC().Format("2006-01-02 15:04 UTC")},
 		{"spent", usd(b.SpentUSD) + " (" + percent(b.SpentUSD, b.CeilingUSD) + ")"},
 		{"reserved", usd(b.ReservedUSD)},
@@ -218,8 +218,8 @@ func (a *app) completeProducts(cmd *cobra.Command, args []string, _ string) ([]s
 	if err := a.setup(cmd, args); err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	var page client.Page[client.RepoInfo]
-	if _, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/repos"}, &page); err != nil {
+	var page api.Page[api.RepoInfo]
+	if _, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/repos"}, &page); err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	var out []string

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/infra/fleetctl/internal/client"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -34,7 +34,7 @@ func TestExitCodeFromAPICode(t *testing.T) {
 		{fleet.CodePaused, ExitRefused},
 		{"something_new", ExitError},
 	} {
-		require.Equal(t, tt.want, ExitCode(&client.Error{Code: tt.code}), "%s", tt.code)
+		require.Equal(t, tt.want, ExitCode(&api.Error{Code: tt.code}), "%s", tt.code)
 	}
 	require.Equal(t, ExitOK, ExitCode(nil))
 	require.Equal(t, ExitError, ExitCode(errors.New("boom")))

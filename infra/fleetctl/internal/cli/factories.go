@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gigafactory/fleet/infra/fleetctl/internal/client"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -29,8 +29,8 @@ func (a *app) completeFactories(cmd *cobra.Command, args []string, _ string) ([]
 	if err := a.setup(cmd, args); err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	var page client.Page[fleet.Factory]
-	if _, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/factories"}, &page); err != nil {
+	var page api.Page[fleet.Factory]
+	if _, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/factories"}, &page); err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	var out []string
@@ -46,8 +46,8 @@ func (a *app) factoriesLs() *cobra.Command {
 		Short: "Every factory with health, seats, capabilities, repos and last heartbeat",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var page client.Page[fleet.Factory]
-			raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/factories"}, &page)
+			var page api.Page[fleet.Factory]
+			raw, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/factories"}, &page)
 			if err != nil {
 				return err
 			}
@@ -79,8 +79,8 @@ func (a *app) factoriesEnroll() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var e client.Enrolled
-			raw, err := a.call(cmd, client.Request{Method: http.MethodPost, Path: "/factories/enroll", Body: body}, &e)
+			var e api.EnrollResponse
+			raw, err := a.call(cmd, api.Request{Method: http.MethodPost, Path: "/factories/enroll", Body: body}, &e)
 			if err != nil {
 				return err
 			}
@@ -107,7 +107,7 @@ func (a *app) factoriesDeregister() *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeFactories,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := a.call(cmd, client.Request{Method: http.MethodDelete, Path: "/factories/" + url.PathEscape(args[0])}, nil); err != nil {
+			if _, err := a.call(cmd, api.Request{Method: http.MethodDelete, Path: "/factories/" + url.PathEscape(args[0])}, nil); err != nil {
 				return err
 			}
 			if a.json() {
@@ -126,8 +126,8 @@ func (a *app) factoryToken(op, short string) *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeFactories,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var t client.IssuedToken
-			raw, err := a.call(cmd, client.Request{Method: http.MethodPost, Path: "/factories/" + url.PathEscape(args[0]) + "/token/" + op}, &t)
+			var t api.TokenResponse
+			raw, err := a.call(cmd, api.Request{Method: http.MethodPost, Path: "/factories/" + url.PathEscape(args[0]) + "/token/" + op}, &t)
 			if err != nil {
 				return err
 			}
@@ -163,7 +163,7 @@ func (a *app) factoryDrain(op, short string) *cobra.Command {
 		ValidArgsFunction: a.completeFactories,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var f fleet.Factory
-			raw, err := a.call(cmd, client.Request{Method: http.MethodPost, Path: "/factories/" + url.PathEscape(args[0]) + "/" + op}, &f)
+			raw, err := a.call(cmd, api.Request{Method: http.MethodPost, Path: "/factories/" + url.PathEscape(args[0]) + "/" + op}, &f)
 			if err != nil {
 				return err
 			}

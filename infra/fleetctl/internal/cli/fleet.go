@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gigafactory/fleet/infra/fleetctl/internal/client"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -24,7 +24,7 @@ func (a *app) productsCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var p fleet.ProductView
-			raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/products/" + url.PathEscape(args[0])}, &p)
+			raw, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/products/" + url.PathEscape(args[0])}, &p)
 			if err != nil {
 				return err
 			}
@@ -52,8 +52,8 @@ either alone keeps the other as it is.`,
 			var curURL string
 			if !f.Changed("repo") || !f.Changed("name") || !f.Changed("max-running") || !f.Changed("webhook-url") {
 				var cur fleet.ProductView
-				_, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: path}, &cur)
-				var ce *client.Error
+				_, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: path}, &cur)
+				var ce *api.Error
 				switch {
 				case errors.As(err, &ce) && ce.Code == fleet.CodeNotFound: // a new product
 				case err != nil:
@@ -89,7 +89,7 @@ either alone keeps the other as it is.`,
 				return err
 			}
 			var p fleet.ProductView
-			raw, err := a.call(cmd, client.Request{Method: http.MethodPut, Path: path, Body: body}, &p)
+			raw, err := a.call(cmd, api.Request{Method: http.MethodPut, Path: path, Body: body}, &p)
 			if err != nil {
 				return err
 			}
@@ -157,8 +157,8 @@ func (a *app) reposCommand() *cobra.Command {
 		Short: "Repos, the product owning each and the factories that have it checked out",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var page client.Page[client.RepoInfo]
-			raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/repos"}, &page)
+			var page api.Page[api.RepoInfo]
+			raw, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/repos"}, &page)
 			if err != nil {
 				return err
 			}
@@ -178,8 +178,8 @@ func (a *app) reposCommand() *cobra.Command {
 func (a *app) profilesCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "profiles", Aliases: []string{"profile"}, Short: "Persona profiles (immutable versions)"}
 	summaries := func(cmd *cobra.Command, path string) error {
-		var page client.Page[client.ProfileSummary]
-		raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: path}, &page)
+		var page api.Page[api.ProfileSummary]
+		raw, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: path}, &page)
 		if err != nil {
 			return err
 		}
@@ -229,7 +229,7 @@ func (a *app) profilesCommand() *cobra.Command {
 				q.Set("version", strconv.FormatInt(version, 10))
 			}
 			var p fleet.Profile
-			raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/profiles/" + url.PathEscape(args[0]), Query: q}, &p)
+			raw, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/profiles/" + url.PathEscape(args[0]), Query: q}, &p)
 			if err != nil {
 				return err
 			}
@@ -258,7 +258,7 @@ func (a *app) profilesCommand() *cobra.Command {
 				return err
 			}
 			var p fleet.Profile
-			raw, err := a.call(cmd, client.Request{Method: http.MethodPut, Path: "/profiles/" + url.PathEscape(args[0]), Body: body, ContentType: "text/markdown"}, &p)
+			raw, err := a.call(cmd, api.Request{Method: http.MethodPut, Path: "/profiles/" + url.PathEscape(args[0]), Body: body, ContentType: "text/markdown"}, &p)
 			if err != nil {
 				return err
 			}
@@ -273,9 +273,9 @@ func (a *app) profilesCommand() *cobra.Command {
 	return cmd
 }
 
-func (a *app) getMetrics(cmd *cobra.Command) (*client.Metrics, []byte, error) {
-	var m client.Metrics
-	raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/metrics"}, &m)
+func (a *app) getMetrics(cmd *cobra.Command) (*api.Metrics, []byte, error) {
+	var m api.Metrics
+	raw, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/metrics"}, &m)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gigafactory/fleet/infra/fleetctl/internal/client"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -35,8 +35,8 @@ func (a *app) completeJobs(cmd *cobra.Command, args []string, _ string) ([]strin
 	if err := a.setup(cmd, args); err != nil || a.product == "" {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	var page client.Page[fleet.Job]
-	if _, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/jobs", Query: url.Values{"limit": {"100"}}}, &page); err != nil {
+	var page api.Page[fleet.Job]
+	if _, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/jobs", Query: url.Values{"limit": {"100"}}}, &page); err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	var out []string
@@ -80,8 +80,8 @@ func (a *app) jobsLs() *cobra.Command {
 				if next != "" {
 					q.Set("cursor", next)
 				}
-				var page client.Page[fleet.Job]
-				raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/jobs", Query: q}, &page)
+				var page api.Page[fleet.Job]
+				raw, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/jobs", Query: q}, &page)
 				if err != nil {
 					return err
 				}
@@ -96,7 +96,7 @@ func (a *app) jobsLs() *cobra.Command {
 				if len(raws) == 1 {
 					return a.printJSON(raws[0])
 				}
-				return a.printValue(client.Page[fleet.Job]{Items: items})
+				return a.printValue(api.List[fleet.Job]{Items: items})
 			}
 			rows := make([][]string, 0, len(items))
 			for _, j := range items {
@@ -122,7 +122,7 @@ func (a *app) jobsLs() *cobra.Command {
 
 func (a *app) getJob(cmd *cobra.Command, id string) (*fleet.Job, []byte, error) {
 	var j fleet.Job
-	raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(id)}, &j)
+	raw, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(id)}, &j)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -201,7 +201,7 @@ func (a *app) jobsSubmit() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			resp, err := a.doRaw(cmd, client.Request{Method: http.MethodPost, Path: "/jobs", Body: body, ContentType: "text/markdown"})
+			resp, err := a.doRaw(cmd, api.Request{Method: http.MethodPost, Path: "/jobs", Body: body, ContentType: "text/markdown"})
 			if err != nil {
 				return err
 			}
@@ -237,7 +237,7 @@ func (a *app) jobsAction(action, short string) *cobra.Command {
 					return err
 				}
 			}
-			resp, err := a.doRaw(cmd, client.Request{Method: http.MethodPost, Path: "/jobs/" + url.PathEscape(args[0]) + "/actions/" + action, Body: body})
+			resp, err := a.doRaw(cmd, api.Request{Method: http.MethodPost, Path: "/jobs/" + url.PathEscape(args[0]) + "/actions/" + action, Body: body})
 			if err != nil {
 				return err
 			}
@@ -269,8 +269,8 @@ func (a *app) jobsExplain() *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var e client.Explanation
-			raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(args[0]) + "/explain"}, &e)
+			var e api.Explanation
+			raw, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(args[0]) + "/explain"}, &e)
 			if err != nil {
 				return err
 			}
@@ -332,8 +332,8 @@ func (a *app) jobsEvents() *cobra.Command {
 			if after > 0 {
 				q.Set("after", strconv.FormatInt(after, 10))
 			}
-			var page client.Page[fleet.Event]
-			raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(args[0]) + "/events", Query: q}, &page)
+			var page api.Page[fleet.Event]
+			raw, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(args[0]) + "/events", Query: q}, &page)
 			if err != nil {
 				return err
 			}
@@ -370,8 +370,8 @@ func (a *app) jobsRuns() *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var page client.Page[fleet.Run]
-			raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(args[0]) + "/runs"}, &page)
+			var page api.Page[fleet.Run]
+			raw, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(args[0]) + "/runs"}, &page)
 			if err != nil {
 				return err
 			}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gigafactory/fleet/infra/fleetctl/internal/client"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -32,7 +32,7 @@ per line (NDJSON).`,
 		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if a.token == "" {
-				return &client.Error{Code: fleet.CodeUnauthenticated, Message: "no operator token: set FLEET_TOKEN or --token-file"}
+				return &api.Error{Code: fleet.CodeUnauthenticated, Message: "no operator token: set FLEET_TOKEN or --token-file"}
 			}
 			path := "/jobs/" + url.PathEscape(args[0]) + "/events/stream"
 			if !a.json() {
@@ -42,10 +42,10 @@ per line (NDJSON).`,
 			backoff := 500 * time.Millisecond
 			for {
 				var err error
-				last, err = a.client.Stream(cmd.Context(), path, last, nil, func(ev client.Event) error {
+				last, err = a.client.Stream(cmd.Context(), api.StreamRequest{Path: path, After: last}, func(ev api.Event) error {
 					var e fleet.Event
 					if err := json.Unmarshal([]byte(ev.Data), &e); err != nil {
-						return &client.Error{Code: fleet.CodeUnavailable, Message: "undecodable event: " + err.Error()}
+						return &api.Error{Code: fleet.CodeUnavailable, Message: "undecodable event: " + err.Error()}
 					}
 					if a.json() {
 						if _, err := fmt.Fprintln(a.env.Stdout, ev.Data); err != nil {
@@ -84,7 +84,7 @@ per line (NDJSON).`,
 }
 
 func retryableStreamError(err error) bool {
-	switch client.CodeOf(err) {
+	switch api.CodeOf(err) {
 	case fleet.CodeUnavailable, fleet.CodeThrottled, "internal":
 		return true
 	}
@@ -98,20 +98,20 @@ func (a *app) jobsDAG() *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var d client.DAG
-			raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(args[0]) + "/dag"}, &d)
+			var d api.DAG
+			raw, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(args[0]) + "/dag"}, &d)
 			if err != nil {
 				return err
 			}
 			if a.json() {
 				return a.printJSON(raw)
 			}
-			children := map[string][]client.DAGNode{}
+			children := map[string][]api.DAGNode{}
 			byID := map[string]bool{}
 			for _, n := range d.Nodes {
 				byID[n.ID] = true
 			}
-			var roots []client.DAGNode
+			var roots []api.DAGNode
 			for _, n := range d.Nodes {
 				if n.ParentID != "" && byID[n.ParentID] {
 					children[n.ParentID] = append(children[n.ParentID], n)
@@ -121,12 +121,12 @@ func (a *app) jobsDAG() *cobra.Command {
 			}
 			// The tree's root first, then jobs outside it that something
 			// depends on.
-			slices.SortStableFunc(roots, func(x, y client.DAGNode) int {
+			slices.SortStableFunc(roots, func(x, y api.DAGNode) int {
 				return boolRank(x.ID != d.RootID) - boolRank(y.ID != d.RootID)
 			})
 			var rows [][]string
-			var walk func(n client.DAGNode, prefix string, last, top bool)
-			walk = func(n client.DAGNode, prefix string, last, top bool) {
+			var walk func(n api.DAGNode, prefix string, last, top bool)
+			walk = func(n api.DAGNode, prefix string, last, top bool) {
 				branch, next := "", prefix
 				if !top {
 					branch = prefix + "├─ "
@@ -157,7 +157,7 @@ func (a *app) jobsDAG() *cobra.Command {
 			}
 			var counts []string
 			for _, st := range fleet.Stages {
-				if n := d.Counts[string(st)]; n > 0 {
+				if n := d.Counts[st]; n > 0 {
 					counts = append(counts, fmt.Sprintf("%s=%d", st, n))
 				}
 			}
@@ -200,7 +200,7 @@ func (a *app) reviewCommand() *cobra.Command {
 						return err
 					}
 					if j.Review == nil || j.Review.Head == "" {
-						return &client.Error{Code: fleet.CodeConflict, Message: fmt.Sprintf("job %s has no head under review (stage %s)", j.ID, j.Stage)}
+						return &api.Error{Code: fleet.CodeConflict, Message: fmt.Sprintf("job %s has no head under review (stage %s)", j.ID, j.Stage)}
 					}
 					h = j.Review.Head
 				}
@@ -209,7 +209,7 @@ func (a *app) reviewCommand() *cobra.Command {
 					return err
 				}
 				var j fleet.Job
-				raw, err := a.call(cmd, client.Request{Method: http.MethodPost, Path: "/jobs/" + url.PathEscape(args[0]) + "/review", Body: body}, &j)
+				raw, err := a.call(cmd, api.Request{Method: http.MethodPost, Path: "/jobs/" + url.PathEscape(args[0]) + "/review", Body: body}, &j)
 				if err != nil {
 					return err
 				}

@@ -1,5 +1,5 @@
 // Package cli is fleetctl's command tree: every command calls the fleet API
-// (/api/fleet, API.md) through the client package and prints a table for
+// (/api/fleet, API.md) through the shared client (shared/api) and prints a table for
 // people or, with -o json, the server's JSON for scripts.
 //
 // Exit codes (scripts rely on them; README lists them too):
@@ -30,7 +30,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gigafactory/fleet/infra/fleetctl/internal/client"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -55,7 +55,7 @@ func ExitCode(err error) int {
 	if errors.As(err, &ue) {
 		return ExitUsage
 	}
-	switch client.CodeOf(err) {
+	switch api.CodeOf(err) {
 	case fleet.CodeInvalid, fleet.CodeTooLarge, "method_not_allowed":
 		return ExitUsage
 	case fleet.CodeNotFound:
@@ -105,7 +105,7 @@ type app struct {
 	tokenFile string
 	product   string
 	output    string
-	client    *client.Client
+	client    *api.Client
 }
 
 // DefaultURL is where `make run` listens.
@@ -145,7 +145,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 // isCobraUsage recognises cobra's own argument and flag errors, which are
 // plain errors.
 func isCobraUsage(err error) bool {
-	if client.CodeOf(err) != "" {
+	if api.CodeOf(err) != "" {
 		return false
 	}
 	msg := err.Error()
@@ -223,21 +223,21 @@ func (a *app) setup(cmd *cobra.Command, _ []string) error {
 		if file != "" {
 			b, err := os.ReadFile(file)
 			if err != nil {
-				return &client.Error{Code: fleet.CodeUnauthenticated, Message: "token file: " + err.Error()}
+				return &api.Error{Code: fleet.CodeUnauthenticated, Message: "token file: " + err.Error()}
 			}
 			a.token = strings.TrimSpace(string(b))
 		}
 	}
-	a.client = &client.Client{BaseURL: a.url, Token: a.token, Product: a.product, HTTP: a.env.HTTP}
+	a.client = api.New(api.Config{BaseURL: a.url, Token: a.token, Product: a.product, HTTPClient: a.env.HTTP})
 	return nil
 }
 
 func (a *app) json() bool { return a.output == formatJSON }
 
 // call sends req; out, when non-nil, receives the decoded answer.
-func (a *app) call(cmd *cobra.Command, req client.Request, out any) ([]byte, error) {
+func (a *app) call(cmd *cobra.Command, req api.Request, out any) ([]byte, error) {
 	if a.token == "" {
-		return nil, &client.Error{Code: fleet.CodeUnauthenticated, Message: "no operator token: set FLEET_TOKEN or --token-file"}
+		return nil, &api.Error{Code: fleet.CodeUnauthenticated, Message: "no operator token: set FLEET_TOKEN or --token-file"}
 	}
 	return a.client.JSON(cmd.Context(), req, out)
 }
@@ -352,16 +352,16 @@ func (a *app) readInput(name string) ([]byte, error) {
 
 // doRaw sends req and returns the whole answer (its status tells 201 from
 // 200, 202 from 200).
-func (a *app) doRaw(cmd *cobra.Command, req client.Request) (*client.Response, error) {
+func (a *app) doRaw(cmd *cobra.Command, req api.Request) (*api.Response, error) {
 	if a.token == "" {
-		return nil, &client.Error{Code: fleet.CodeUnauthenticated, Message: "no operator token: set FLEET_TOKEN or --token-file"}
+		return nil, &api.Error{Code: fleet.CodeUnauthenticated, Message: "no operator token: set FLEET_TOKEN or --token-file"}
 	}
 	return a.client.Do(cmd.Context(), req)
 }
 
-func decode(resp *client.Response, out any) error {
+func decode(resp *api.Response, out any) error {
 	if err := json.Unmarshal(resp.Body, out); err != nil {
-		return &client.Error{Status: resp.Status, Code: fleet.CodeUnavailable, Message: "undecodable answer: " + err.Error()}
+		return &api.Error{Status: resp.Status, Code: fleet.CodeUnavailable, Message: "undecodable answer: " + err.Error()}
 	}
 	return nil
 }

@@ -12,13 +12,13 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/spf13/cobra"
 
-	"github.com/gigafactory/fleet/infra/fleetctl/internal/client"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 // topData is one snapshot of the fleet for the dashboard.
 type topData struct {
-	metrics   *client.Metrics
+	metrics   *api.Metrics
 	factories []fleet.Factory
 	running   []fleet.Job
 	at        time.Time
@@ -60,7 +60,7 @@ func (a *app) topCommand() *cobra.Command {
 				return err
 			}
 			if a.token == "" {
-				return &client.Error{Code: fleet.CodeUnauthenticated, Message: "no operator token: set FLEET_TOKEN or --token-file"}
+				return &api.Error{Code: fleet.CodeUnauthenticated, Message: "no operator token: set FLEET_TOKEN or --token-file"}
 			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
@@ -84,14 +84,14 @@ func (a *app) topStream(ctx context.Context, p *tea.Program) {
 	last, backoff := "", time.Second
 	for ctx.Err() == nil {
 		var err error
-		last, err = a.client.Stream(ctx, "/events/stream", last, func() {
+		last, err = a.client.Stream(ctx, api.StreamRequest{Path: "/events/stream", After: last, Opened: func() {
 			p.Send(topLiveMsg{state: "live"})
 			backoff = time.Second
-		}, func(client.Event) error {
+		}}, func(api.Event) error {
 			p.Send(topChangeMsg{})
 			return nil
 		})
-		if client.CodeOf(err) == fleet.CodeNotFound {
+		if api.CodeOf(err) == fleet.CodeNotFound {
 			p.Send(topLiveMsg{state: "polling"}) // a server without the stream
 			return
 		}
@@ -119,9 +119,9 @@ func (m *topModel) fetch() tea.Cmd {
 	a, ctx := m.a, m.ctx
 	return func() tea.Msg {
 		var d topData
-		var fs client.Page[fleet.Factory]
-		var assigned, building client.Page[fleet.Job]
-		metrics := &client.Metrics{}
+		var fs api.Page[fleet.Factory]
+		var assigned, building api.Page[fleet.Job]
+		metrics := &api.Metrics{}
 		for _, c := range []struct {
 			path string
 			out  any
@@ -129,7 +129,7 @@ func (m *topModel) fetch() tea.Cmd {
 			{"/metrics", metrics}, {"/factories", &fs},
 			{"/jobs?stage=assigned&limit=500", &assigned}, {"/jobs?stage=building&limit=500", &building},
 		} {
-			if _, err := a.client.JSON(ctx, client.Request{Method: http.MethodGet, Path: c.path}, c.out); err != nil {
+			if _, err := a.client.JSON(ctx, api.Request{Method: http.MethodGet, Path: c.path}, c.out); err != nil {
 				return topErrMsg{err: err}
 			}
 		}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gigafactory/fleet/infra/fleetctl/internal/client"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -58,9 +58,9 @@ that has not started yet (never assigned); a higher one after that is refused.`,
 				return err
 			}
 			if a.token == "" {
-				return &client.Error{Code: fleet.CodeUnauthenticated, Message: "no operator token: set FLEET_TOKEN or --token-file"}
+				return &api.Error{Code: fleet.CodeUnauthenticated, Message: "no operator token: set FLEET_TOKEN or --token-file"}
 			}
-			res, err := a.client.Do(cmd.Context(), client.Request{Method: http.MethodPost, Path: "/tracker/ingest", Body: body})
+			res, err := a.client.Do(cmd.Context(), api.Request{Method: http.MethodPost, Path: "/tracker/ingest", Body: body})
 			if err != nil {
 				return err
 			}
@@ -93,7 +93,7 @@ that has not started yet (never assigned); a higher one after that is refused.`,
 				return err
 			}
 			var st echoState
-			raw, err := a.call(cmd, client.Request{Method: http.MethodPost, Path: "/tracker/echo", Body: body}, &st)
+			raw, err := a.call(cmd, api.Request{Method: http.MethodPost, Path: "/tracker/echo", Body: body}, &st)
 			if err != nil {
 				return err
 			}
@@ -113,7 +113,7 @@ func (a *app) jobsEcho() *cobra.Command {
 		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var st echoState
-			raw, err := a.call(cmd, client.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(args[0]) + "/echo"}, &st)
+			raw, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(args[0]) + "/echo"}, &st)
 			if err != nil {
 				return err
 			}
