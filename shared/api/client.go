@@ -2,12 +2,12 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/clock"
+	"github.com/gigafactory/fleet/shared/retry"
 )
 
 // Header names of the contract.
@@ -60,20 +61,20 @@ type Config struct {
 
 // Client calls the /fleet API. It is safe for concurrent use.
 type Client struct {
-	base     string // .../api/fleet
-	root     string // .../api
-	token    string
-	product  string
-	http     *http.Client
-	long     *http.Client // no whole-request timeout: streams, uploads
-	attempts int
-	backoff  time.Duration
-	timers   clock.Timers
+	base    string // .../api/fleet
+	root    string // .../api
+	token   string
+	product string
+	http    *http.Client
+	long    *http.Client // no whole-request timeout: streams, uploads
+	timers  clock.Timers
+	// policy paces the retries of requests that are safe to repeat.
+	policy retry.Policy
 }
 
 // New returns a client for cfg.
 func New(cfg Config) *Client {
-	c := &Client{token: cfg.Token, product: cfg.Product, http: cfg.HTTPClient, attempts: cfg.Attempts, backoff: cfg.Backoff, timers: cfg.Timers}
+	c := &Client{token: cfg.Token, product: cfg.Product, http: cfg.HTTPClient, timers: cfg.Timers}
 	c.root = strings.TrimRight(cfg.BaseURL, "/") + "/api"
 	c.base = c.root + "/fleet"
 	if c.http == nil {
@@ -85,15 +86,14 @@ func New(cfg Config) *Client {
 		long.Timeout = 0
 		c.long = &long
 	}
-	if c.attempts <= 0 {
-		c.attempts = DefaultAttempts
-	}
-	if c.backoff <= 0 {
-		c.backoff = DefaultBackoff
-	}
 	if c.timers == nil {
 		c.timers = clock.System{}
 	}
+	// Exponential from Backoff with up to half of it again as jitter, so
+	// that clients that failed together do not retry together; a server's
+	// Retry-After wins (*Error is a retry.Hinted).
+	c.policy = retry.Policy{Initial: cmp.Or(cfg.Backoff, DefaultBackoff), Jitter: retry.Jitter{Min: 1, Max: 1.5},
+		Attempts: cmp.Or(max(cfg.Attempts, 0), DefaultAttempts), Retryable: transient}
 	return c
 }
 
@@ -226,46 +226,14 @@ func (c *Client) call(ctx context.Context, req Request, in, out any) (int, error
 // the caller may try again later.
 const errCodeUnavailable = "unavailable"
 
-// retry runs try once, or again while it fails transiently and req is
-// safe to repeat, waiting between tries.
+// retry runs try once or, when req is safe to repeat, by the client's
+// retry policy (shared/retry) on its timers.
 func (c *Client) retry(ctx context.Context, req Request, try func() error) error {
-	attempts := 1
-	if req.Retry {
-		attempts = c.attempts
+	p := c.policy
+	if !req.Retry {
+		p.Attempts = 1
 	}
-	for n := 1; ; n++ {
-		err := try()
-		if err == nil || n >= attempts || !transient(err) || ctx.Err() != nil {
-			return err
-		}
-		wait := c.delay(n)
-		if e, ok := errors.AsType[*Error](err); ok && e.RetryAfter > wait {
-			wait = e.RetryAfter
-		}
-		if !c.sleep(ctx, wait) {
-			return err
-		}
-	}
-}
-
-// delay is the wait after the n-th failed try: exponential from Backoff,
-// with up to half of it again as jitter so that clients that failed
-// together do not retry together.
-func (c *Client) delay(n int) time.Duration {
-	d := c.backoff << min(n-1, 16)
-	return d + rand.N(d/2+1)
-}
-
-// sleep waits d on the client's timers; false when ctx ended first.
-func (c *Client) sleep(ctx context.Context, d time.Duration) bool {
-	t := c.timers.NewTicker(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C():
-		return true
-	}
+	return retry.Do(ctx, retry.On(c.timers), p, func(context.Context) error { return try() })
 }
 
 // transient reports a failure worth retrying: no answer (but not a

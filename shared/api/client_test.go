@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/clock/clocktest"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
@@ -28,23 +29,11 @@ func apiError(w http.ResponseWriter, status int, code, msg string) {
 }
 
 // newClient returns a client of srv whose waits between tries pass at
-// once: every wait it starts moves its clock an hour on.
+// once.
 func newClient(t *testing.T, srv *httptest.Server, token, product string) *api.Client {
 	t.Helper()
-	clk := clocktest.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	done := make(chan struct{})
-	t.Cleanup(func() { close(done) })
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-clk.TickerMade():
-				clk.Advance(time.Hour)
-			}
-		}
-	}()
-	return api.New(api.Config{BaseURL: srv.URL, Token: token, Product: product, Timers: clk})
+	w := &waits{Clock: clocktest.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))}
+	return api.New(api.Config{BaseURL: srv.URL, Token: token, Product: product, Timers: w})
 }
 
 // TestErrors: the API's error shape becomes an *Error that callers branch
@@ -149,38 +138,46 @@ func TestRetries(t *testing.T) {
 	require.EqualValues(t, 3, calls.Load())
 }
 
-// TestRetryAfter: a 429's Retry-After is waited out on the client's clock
-// before the next try, even when the backoff is shorter.
+// waits records the waits a client starts and lets each pass at once.
+type waits struct {
+	*clocktest.Clock
+	mu  sync.Mutex
+	got []time.Duration
+}
+
+func (w *waits) NewTicker(d time.Duration) clock.Ticker {
+	w.mu.Lock()
+	w.got = append(w.got, d)
+	w.mu.Unlock()
+	t := w.Clock.NewTicker(d)
+	w.Clock.Advance(d)
+	return t
+}
+
+// TestRetryAfter: a 429's or a 503's Retry-After is the wait before the
+// next try, however short the backoff.
 func TestRetryAfter(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if calls.Add(1) == 1 {
+		switch calls.Add(1) {
+		case 1:
 			w.Header().Set("Retry-After", "7")
 			apiError(w, 429, "throttled", "slow down")
-			return
+		case 2:
+			w.Header().Set("Retry-After", "3")
+			apiError(w, 503, "unavailable", "later")
+		default:
+			_ = json.NewEncoder(w).Encode(fleet.Job{ID: "j1"})
 		}
-		_ = json.NewEncoder(w).Encode(fleet.Job{ID: "j1"})
 	}))
 	defer srv.Close()
-	clk := clocktest.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	c := api.New(api.Config{BaseURL: srv.URL, Backoff: time.Millisecond, Timers: clk})
-	got := make(chan error, 1)
-	go func() {
-		_, err := c.GetJob(context.Background(), "p", "j1")
-		got <- err
-	}()
-	<-clk.TickerMade()
-	clk.Advance(6 * time.Second)
-	select {
-	case err := <-got:
-		t.Fatalf("retried before Retry-After: %v", err)
-	default:
-	}
-	require.EqualValues(t, 1, calls.Load())
-	clk.Advance(time.Second)
-	require.NoError(t, <-got)
-	require.EqualValues(t, 2, calls.Load())
+	w := &waits{Clock: clocktest.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))}
+	c := api.New(api.Config{BaseURL: srv.URL, Backoff: time.Millisecond, Timers: w})
+	_, err := c.GetJob(context.Background(), "p", "j1")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, calls.Load())
+	require.Equal(t, []time.Duration{7 * time.Second, 3 * time.Second}, w.got)
 }
 
 // TestNetworkFailureRetried: a request that got no answer is retried when

@@ -40,8 +40,8 @@ type Error struct {
 	Code    fleet.Code
 	Message string
 	Field   string
-	// RetryAfter is the server's Retry-After, when it sent one.
-	RetryAfter time.Duration
+	// Wait is the server's Retry-After, when it sent one.
+	Wait time.Duration
 	// Err is the transport failure of a request that got no answer.
 	Err error
 }
@@ -60,6 +60,10 @@ func (e *Error) Error() string {
 	}
 	return b.String()
 }
+
+// RetryAfter is how long the server asked to wait before a retry (0 when
+// it did not say); it makes *Error a retry.Hinted.
+func (e *Error) RetryAfter() time.Duration { return e.Wait }
 
 // Unwrap is the transport failure, if any.
 func (e *Error) Unwrap() error { return e.Err }
@@ -104,13 +108,13 @@ func IsPermanent(err error) bool {
 func errorFrom(status int, body []byte, retryAfter time.Duration) *Error {
 	var eb ErrorBody
 	if jsonUnmarshal(body, &eb) == nil && eb.Error.Code != "" {
-		return &Error{Status: status, Code: eb.Error.Code, Message: eb.Error.Message, Field: eb.Error.Field, RetryAfter: retryAfter}
+		return &Error{Status: status, Code: eb.Error.Code, Message: eb.Error.Message, Field: eb.Error.Field, Wait: retryAfter}
 	}
 	msg := strings.TrimSpace(string(body))
 	if len(msg) > 200 {
 		msg = msg[:200] + "…"
 	}
-	return &Error{Status: status, Code: codeForStatus(status), Message: msg, RetryAfter: retryAfter}
+	return &Error{Status: status, Code: codeForStatus(status), Message: msg, Wait: retryAfter}
 }
 
 func codeForStatus(status int) fleet.Code {
