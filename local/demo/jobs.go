@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -61,8 +61,8 @@ func (j demoJob) manifest() string {
 func (d *demo) submit(ctx context.Context) (map[string]role, error) {
 	roles := map[string]role{}
 	for _, j := range demoJobs {
-		var job fleet.Job
-		if err := d.api.post(ctx, "/jobs", demoProduct, map[string]string{"manifest": j.manifest()}, &job); err != nil {
+		job, _, err := d.api.Submit(ctx, demoProduct, j.manifest())
+		if err != nil {
 			return nil, fmt.Errorf("submit %q: %w", j.Title, err)
 		}
 		roles[job.ID] = j.Role
@@ -181,26 +181,26 @@ func (d *demo) drive(ctx context.Context, roles map[string]role) error {
 
 // act makes the operator's move on j, if any.
 func (d *demo) act(ctx context.Context, t *tracked, j fleet.Job) error {
-	path := "/jobs/" + url.PathEscape(j.ID)
 	switch decide(t, j) {
 	case actApprove:
 		fmt.Fprintf(d.out, "demo: %s  approving %q at %s (fleetctl review approve %s)\n", d.elapsed(), j.Title, j.Review.Head, j.ID)
-		if err := d.api.post(ctx, path+"/review", demoProduct, map[string]any{
-			"approve": true, "head": j.Review.Head, "comment": "Looks good (approved by make demo).",
-		}, nil); err != nil {
+		if _, err := d.api.Vote(ctx, demoProduct, j.ID, api.VoteRequest{
+			Approve: api.Ptr(true), Head: &j.Review.Head, Comment: "Looks good (approved by make demo).",
+		}); err != nil {
 			return err
 		}
 		t.approved = j.Review.Head
 	case actShip:
 		fmt.Fprintf(d.out, "demo: %s  shipping %q (fleetctl jobs ship %s)\n", d.elapsed(), j.Title, j.ID)
-		return d.api.post(ctx, path+"/actions/ship", demoProduct, map[string]any{}, nil)
+		_, err := d.api.Act(ctx, demoProduct, j.ID, "ship", "")
+		return err
 	case actRequeue:
 		reason := ""
 		if j.LastFailure != nil {
 			reason = strings.Join(strings.Fields(j.LastFailure.Reason), " ")
 		}
 		fmt.Fprintf(d.out, "demo: %s  %q failed as planned (%s); requeueing it (fleetctl jobs requeue %s)\n", d.elapsed(), j.Title, reason, j.ID)
-		if err := d.api.post(ctx, path+"/actions/requeue", demoProduct, map[string]any{}, nil); err != nil {
+		if _, err := d.api.Act(ctx, demoProduct, j.ID, "requeue", ""); err != nil {
 			return err
 		}
 		t.requeued = true
@@ -213,18 +213,13 @@ func (d *demo) listJobs(ctx context.Context) ([]fleet.Job, error) {
 	var all []fleet.Job
 	cursor := ""
 	for {
-		var page struct {
-			Items  []fleet.Job `json:"items"`
-			Cursor string      `json:"cursor"`
-		}
-		q := url.Values{"limit": {"100"}}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		if err := d.api.get(ctx, "/jobs?"+q.Encode(), demoProduct, &page); err != nil {
+		page, err := d.api.ListJobs(ctx, api.ListJobsOptions{Product: demoProduct, Limit: 100, Cursor: cursor})
+		if err != nil {
 			return nil, err
 		}
-		all = append(all, page.Items...)
+		for _, j := range page.Items {
+			all = append(all, *j)
+		}
 		if page.Cursor == "" {
 			return all, nil
 		}

@@ -22,6 +22,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/gigafactory/fleet/shared/api"
 )
 
 func main() {
@@ -85,7 +87,7 @@ type demo struct {
 	out   io.Writer
 	start time.Time
 	procs procGroup
-	api   *apiClient
+	api   *api.Client
 	stack stackInfo
 }
 
@@ -107,12 +109,12 @@ func (d *demo) run(ctx context.Context) error {
 	if d.stack, err = d.startStack(ctx); err != nil {
 		return err
 	}
-	d.api = newAPIClient(d.stack.URL, d.stack.Token)
+	d.api = api.New(api.Config{BaseURL: d.stack.URL, Token: d.stack.Token})
 	origin, base, err := seedRepo(ctx, d.opts.Dir)
 	if err != nil {
 		return err
 	}
-	if err := d.api.put(ctx, "/products/"+demoProduct, "", map[string]any{"repos": []string{demoRepo}}, nil); err != nil {
+	if _, err := d.api.PutProduct(ctx, demoProduct, api.ProductRequest{Repos: []string{demoRepo}}); err != nil {
 		return fmt.Errorf("declare product %s: %w", demoProduct, err)
 	}
 	for _, id := range factoryIDs {

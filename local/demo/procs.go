@@ -14,6 +14,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 // proc is a child the demo started, leader of its own process group.
@@ -196,12 +199,7 @@ var factoryIDs = []string{"demo-factory-1", "demo-factory-2"}
 // startFactory enrols factory id (two seats, the demo product) and runs
 // bin/factory with the demo engine over the repo base.
 func (d *demo) startFactory(ctx context.Context, id, repoBase string) error {
-	var enrolled struct {
-		Token string `json:"token"`
-	}
-	err := d.api.post(ctx, "/factories/enroll", "", map[string]any{
-		"factoryId": id, "kind": "static", "products": []string{demoProduct}, "seatLimit": 2,
-	}, &enrolled)
+	enrolled, err := d.api.Enroll(ctx, api.EnrollRequest{FactoryID: id, Kind: fleet.KindStatic, Products: []string{demoProduct}, SeatLimit: 2})
 	if err != nil {
 		return fmt.Errorf("enroll %s: %w", id, err)
 	}

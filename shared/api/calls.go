@@ -317,3 +317,13 @@ func (c *Client) UploadArtifact(ctx context.Context, product, jobID string, a Ar
 	}
 	return &out, nil
 }
+
+// Vote approves or rejects the head of a job in review, as the operator
+// the token names.
+func (c *Client) Vote(ctx context.Context, product, id string, v VoteRequest) (*fleet.Job, error) {
+	var j fleet.Job
+	if _, err := c.call(ctx, Request{Method: http.MethodPost, Path: jobPath(id, "review"), Product: product, Exact: true}, v, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
