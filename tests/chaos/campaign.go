@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -19,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -61,8 +61,8 @@ type runner struct {
 	rng   *mrand.Rand
 	rngMu sync.Mutex
 	st    *stack
-	op    *apiClient
-	voter *apiClient
+	op    *api.Client
+	voter *api.Client
 	px    *proxy
 	facs  []*factoryProc
 
@@ -149,11 +149,11 @@ func (c campaign) Run(ctx context.Context, out io.Writer) (*report, error) {
 	}
 	defer r.st.stop()
 	hc := &http.Client{Timeout: 20 * time.Second}
-	r.op = &apiClient{base: r.st.URL(), token: admin, product: product, http: hc}
-	r.voter = &apiClient{base: r.st.URL(), token: alice, product: product, http: hc}
+	r.op = api.New(api.Config{BaseURL: r.st.URL(), Token: admin, Product: product, HTTPClient: hc})
+	r.voter = api.New(api.Config{BaseURL: r.st.URL(), Token: alice, Product: product, HTTPClient: hc})
 	for _, p := range []string{product, budgetProduct} {
 		if err := r.retry(ctx, func() error {
-			return r.op.do(ctx, http.MethodPut, "/products/"+p, p, map[string]any{"repos": []string{repoOf[p]}}, nil)
+			return call(ctx, r.op, http.MethodPut, "/products/"+p, p, map[string]any{"repos": []string{repoOf[p]}}, nil)
 		}); err != nil {
 			return nil, err
 		}
@@ -164,7 +164,7 @@ func (c campaign) Run(ctx context.Context, out io.Writer) (*report, error) {
 	// product; the rest wait, held, their reason in /explain).
 	ceiling := math.Max(2, math.Round(float64(c.Jobs)/5*0.25*100)/100)
 	if err := r.retry(ctx, func() error {
-		return r.op.do(ctx, http.MethodPut, "/budgets/"+budgetProduct, budgetProduct,
+		return call(ctx, r.op, http.MethodPut, "/budgets/"+budgetProduct, budgetProduct,
 			map[string]any{"ceilingUsd": ceiling, "period": "total", "autoPause": true}, nil)
 	}); err != nil {
 		return nil, err
@@ -326,8 +326,7 @@ func (r *runner) retry(ctx context.Context, f func() error) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		err := f()
-		var he *httpError
-		if err == nil || (errors.As(err, &he) && he.status < 500) || ctx.Err() != nil || time.Now().After(deadline) {
+		if st := statusOf(err); err == nil || (st > 0 && st < 500) || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
 		select {
@@ -387,7 +386,7 @@ func (r *runner) submit(ctx context.Context) error {
 				ID string `json:"id"`
 			}
 			m := r.budgeted(key)
-			if err := r.retry(ctx, func() error { return r.op.do(ctx, http.MethodPost, "/jobs", budgetProduct, m, &job) }); err != nil {
+			if err := r.retry(ctx, func() error { return call(ctx, r.op, http.MethodPost, "/jobs", budgetProduct, m, &job) }); err != nil {
 				return fmt.Errorf("submit %s: %w", key, err)
 			}
 			r.addIDs(job.ID)
@@ -406,7 +405,7 @@ func (r *runner) submit(ctx context.Context) error {
 			ID string `json:"id"`
 		}
 		m := r.manifest(key, extra...)
-		if err := r.retry(ctx, func() error { return r.op.do(ctx, http.MethodPost, "/jobs", "", m, &job) }); err != nil {
+		if err := r.retry(ctx, func() error { return call(ctx, r.op, http.MethodPost, "/jobs", "", m, &job) }); err != nil {
 			return fmt.Errorf("submit %s: %w", key, err)
 		}
 		r.addIDs(job.ID)
@@ -419,16 +418,15 @@ func (r *runner) submit(ctx context.Context) error {
 				} `json:"items"`
 			}
 			err := r.retry(ctx, func() error {
-				return r.op.do(ctx, http.MethodPost, "/jobs/"+job.ID+"/children", "", map[string]any{"children": children}, &page)
+				return call(ctx, r.op, http.MethodPost, "/jobs/"+job.ID+"/children", "", map[string]any{"children": children}, &page)
 			})
-			var he *httpError
 			switch {
 			case err == nil:
 				for _, it := range page.Items {
 					r.addIDs(it.ID)
 				}
 				n += len(page.Items)
-			case errors.As(err, &he) && he.status == http.StatusConflict:
+			case statusOf(err) == http.StatusConflict:
 				// A factory claimed the parent first: it runs as a plain job.
 			default:
 				return fmt.Errorf("children of %s: %w", key, err)
@@ -608,7 +606,7 @@ func (r *runner) noteStoreFaults(ctx context.Context) {
 			} `json:"storeFaults"`
 		} `json:"adapters"`
 	}
-	if err := r.op.do(ctx, http.MethodGet, "/metrics", "", nil, &m); err != nil || m.Adapters.StoreFaults == nil {
+	if err := call(ctx, r.op, http.MethodGet, "/metrics", "", nil, &m); err != nil || m.Adapters.StoreFaults == nil {
 		return
 	}
 	r.storeFaultsMu.Lock()
@@ -633,13 +631,13 @@ func (r *runner) operators(ctx context.Context) {
 				continue
 			}
 			approve := r.intn(5) != 0
-			_ = r.voter.do(ctx, http.MethodPost, "/jobs/"+j.ID+"/review", "", map[string]any{
+			_ = call(ctx, r.voter, http.MethodPost, "/jobs/"+j.ID+"/review", "", map[string]any{
 				"approve": approve, "head": j.Review.Head, "comment": "chaos review",
 			}, nil)
 		}
 		testing, _ := r.list(ctx, product, "testing")
 		for _, j := range testing {
-			_ = r.op.do(ctx, http.MethodPost, "/jobs/"+j.ID+"/actions/ship", "", map[string]any{}, nil)
+			_ = call(ctx, r.op, http.MethodPost, "/jobs/"+j.ID+"/actions/ship", "", map[string]any{}, nil)
 		}
 		_ = sleepCtx(ctx, 500*time.Millisecond)
 	}
@@ -677,7 +675,7 @@ func (r *runner) list(ctx context.Context, product, stage string) ([]jobView, er
 			Items  []jobView `json:"items"`
 			Cursor string    `json:"cursor"`
 		}
-		if err := r.op.do(ctx, http.MethodGet, q, product, nil, &page); err != nil {
+		if err := call(ctx, r.op, http.MethodGet, q, product, nil, &page); err != nil {
 			return all, err
 		}
 		all = append(all, page.Items...)
@@ -742,7 +740,7 @@ func (r *runner) settled(ctx context.Context) bool {
 		return true
 	}
 	var b budgetView
-	if err := r.op.do(ctx, http.MethodGet, "/budgets/"+budgetProduct, budgetProduct, nil, &b); err != nil || micros(b.ReservedUSD) != 0 {
+	if err := call(ctx, r.op, http.MethodGet, "/budgets/"+budgetProduct, budgetProduct, nil, &b); err != nil || micros(b.ReservedUSD) != 0 {
 		return false
 	}
 	held, err := r.budgetHolds(ctx, pending)

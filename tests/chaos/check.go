@@ -131,7 +131,7 @@ func (r *runner) check(ctx context.Context, origins map[string]string, runLog st
 	rep.Held = len(held)
 	var ledger budgetView
 	if err := r.retry(ctx, func() error {
-		return r.op.do(ctx, http.MethodGet, "/budgets/"+budgetProduct, budgetProduct, nil, &ledger)
+		return call(ctx, r.op, http.MethodGet, "/budgets/"+budgetProduct, budgetProduct, nil, &ledger)
 	}); err != nil {
 		return nil, fmt.Errorf("budget of %s: %w", budgetProduct, err)
 	}
@@ -206,7 +206,7 @@ func (r *runner) budgetHolds(ctx context.Context, jobs []jobView) (map[string]st
 			Budget *fleet.Hold `json:"budget"`
 		}
 		if err := r.retry(ctx, func() error {
-			return r.op.do(ctx, http.MethodGet, "/jobs/"+j.ID+"/explain", j.ProductID, nil, &ex)
+			return call(ctx, r.op, http.MethodGet, "/jobs/"+j.ID+"/explain", j.ProductID, nil, &ex)
 		}); err != nil {
 			return nil, fmt.Errorf("explain %s: %w", j.ID, err)
 		}
@@ -252,7 +252,7 @@ func (r *runner) history(ctx context.Context, j jobView) ([]event, []run, error)
 			Items []event `json:"items"`
 		}
 		if err := r.retry(ctx, func() error {
-			return r.op.do(ctx, http.MethodGet, fmt.Sprintf("/jobs/%s/events?after=%d", j.ID, after), j.ProductID, nil, &page)
+			return call(ctx, r.op, http.MethodGet, fmt.Sprintf("/jobs/%s/events?after=%d", j.ID, after), j.ProductID, nil, &page)
 		}); err != nil {
 			return nil, nil, fmt.Errorf("events of %s: %w", j.ID, err)
 		}
@@ -266,7 +266,7 @@ func (r *runner) history(ctx context.Context, j jobView) ([]event, []run, error)
 		Items []run `json:"items"`
 	}
 	if err := r.retry(ctx, func() error {
-		return r.op.do(ctx, http.MethodGet, "/jobs/"+j.ID+"/runs", j.ProductID, nil, &runs)
+		return call(ctx, r.op, http.MethodGet, "/jobs/"+j.ID+"/runs", j.ProductID, nil, &runs)
 	}); err != nil {
 		return nil, nil, fmt.Errorf("runs of %s: %w", j.ID, err)
 	}

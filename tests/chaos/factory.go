@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/tests/internal/tail"
 )
 
@@ -110,13 +110,9 @@ type factorySpec struct {
 }
 
 // newFactory enrolls the factory and prepares its repo base and work dir.
-func newFactory(ctx context.Context, a *apiClient, bin string, sp factorySpec) (*factoryProc, error) {
-	var enrolled struct {
-		Token string `json:"token"`
-	}
-	if err := a.do(ctx, http.MethodPost, "/factories/enroll", "", map[string]any{
-		"factoryId": sp.id, "kind": "static", "products": sp.products, "seatLimit": sp.seats,
-	}, &enrolled); err != nil {
+func newFactory(ctx context.Context, a *api.Client, bin string, sp factorySpec) (*factoryProc, error) {
+	enrolled, err := a.Enroll(ctx, api.EnrollRequest{FactoryID: sp.id, Kind: fleet.KindStatic, Products: sp.products, SeatLimit: sp.seats})
+	if err != nil {
 		return nil, fmt.Errorf("enroll %s: %w", sp.id, err)
 	}
 	base := filepath.Join(sp.dir, "base")
@@ -218,62 +214,29 @@ func (f *factoryProc) stop() {
 	}
 }
 
-// apiClient calls the fleet API as one principal in one product.
-type apiClient struct {
-	base, token, product string
-	http                 *http.Client
-}
-
-type httpError struct {
-	status int
-	body   string
-}
-
-func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.body) }
-
-// do sends body (a string is a manifest, anything else JSON) and decodes
-// the answer into out.
-func (a *apiClient) do(ctx context.Context, method, path, product string, body any, out any) error {
-	var rd *bytes.Reader
-	ct := ""
+// call sends body (a string is a manifest, anything else JSON) through c
+// and decodes the answer into out; product "" is c's own.
+func call(ctx context.Context, c *api.Client, method, path, product string, body any, out any) error {
+	req := api.Request{Method: method, Path: path, Product: product}
 	switch b := body.(type) {
 	case nil:
-		rd = bytes.NewReader(nil)
 	case string:
-		rd, ct = bytes.NewReader([]byte(b)), "text/markdown"
+		req.Body, req.ContentType = []byte(b), "text/markdown"
 	default:
-		data, err := json.Marshal(b)
+		data, err := api.JSONBody(b)
 		if err != nil {
 			return err
 		}
-		rd, ct = bytes.NewReader(data), "application/json"
+		req.Body = data
 	}
-	req, err := http.NewRequestWithContext(ctx, method, a.base+"/api/fleet"+path, rd)
-	if err != nil {
-		return err
+	_, err := c.JSON(ctx, req, out)
+	return err
+}
+
+// statusOf is the HTTP status of an API answer, 0 when none came.
+func statusOf(err error) int {
+	if e, ok := errors.AsType[*api.Error](err); ok {
+		return e.Status
 	}
-	if ct != "" {
-		req.Header.Set("Content-Type", ct)
-	}
-	req.Header.Set("Authorization", "Bearer "+a.token)
-	if product == "" {
-		product = a.product
-	}
-	if product != "" {
-		req.Header.Set("x-product-id", product)
-	}
-	resp, err := a.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	var buf bytes.Buffer
-	_, _ = buf.ReadFrom(resp.Body)
-	if resp.StatusCode >= 300 {
-		return &httpError{resp.StatusCode, strings.TrimSpace(buf.String())}
-	}
-	if out != nil {
-		return json.Unmarshal(buf.Bytes(), out)
-	}
-	return nil
+	return 0
 }
