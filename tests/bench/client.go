@@ -12,13 +12,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 )
 
 // client calls the stack's HTTP front with one bearer token, as one
-// operator or one factory would: its own connection pool, no proxy.
+// operator or one factory would: its own connection pool, no proxy. The
+// fleet routes go through the shared client (shared/api), tried once so
+// that a measured call is one request; admin calls the host emulator's own
+// routes, which are no part of the fleet API.
 type client struct {
+	fleet *api.Client
 	base  string // http://127.0.0.1:port
 	token string
 	hc    *http.Client
@@ -31,60 +37,41 @@ func newClient(base, token string, conns int) *client {
 		MaxIdleConnsPerHost: conns,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	return &client{base: base, token: token, hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	return &client{base: base, token: token, hc: hc,
+		fleet: api.New(api.Config{BaseURL: base, Token: token, HTTPClient: hc, Attempts: 1})}
 }
 
 func (c *client) close() { c.hc.CloseIdleConnections() }
 
-// apiError is a non-2xx answer.
-type apiError struct {
-	Method, Path string
-	Status       int
-	Body         string
-}
-
-func (e *apiError) Error() string {
-	return fmt.Sprintf("%s %s: %d %s", e.Method, e.Path, e.Status, strings.TrimSpace(e.Body))
-}
-
-// statusOf is the HTTP status of an apiError, 0 for any other error.
+// statusOf is the HTTP status of an API answer, 0 for any other error.
 func statusOf(err error) int {
-	var ae *apiError
-	if errors.As(err, &ae) {
-		return ae.Status
+	if e, ok := errors.AsType[*api.Error](err); ok {
+		return e.Status
 	}
 	return 0
 }
 
-// call sends one request and decodes a 2xx answer into out (when not nil).
-// body is nil, a string (sent as Markdown) or a value (sent as JSON).
-// product, when set, goes in x-product-id.
-func (c *client) call(ctx context.Context, method, path, product string, body, out any) error {
+// admin calls one of the host emulator's /admin routes with body as JSON
+// and decodes a 2xx answer into out (when not nil).
+func (c *client) admin(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
-	contentType := ""
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd, contentType = strings.NewReader(b), "text/markdown"
-	default:
-		data, err := json.Marshal(b)
+	if body != nil {
+		data, err := json.Marshal(body)
 		if err != nil {
 			return err
 		}
-		rd, contentType = bytes.NewReader(data), "application/json"
+		rd = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return err
 	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	if product != "" {
-		req.Header.Set("x-product-id", product)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -96,7 +83,7 @@ func (c *client) call(ctx context.Context, method, path, product string, body, o
 		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		return &apiError{Method: method, Path: path, Status: resp.StatusCode, Body: string(data)}
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, strings.TrimSpace(string(data)))
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -106,25 +93,22 @@ func (c *client) call(ctx context.Context, method, path, product string, body, o
 	return nil
 }
 
-const api = "/api/fleet"
-
 // putProduct declares a product owning repos.
 func (c *client) putProduct(ctx context.Context, id string, repos []string) error {
-	return c.call(ctx, http.MethodPut, api+"/products/"+id, "", map[string]any{"name": id, "repos": repos}, nil)
+	_, err := c.fleet.PutProduct(ctx, id, api.ProductRequest{Name: id, Repos: repos})
+	return err
 }
 
 // enroll enrolls a static factory serving product and returns its token.
 func (c *client) enroll(ctx context.Context, id, product string, seats int) (string, error) {
-	var out struct {
-		Token string `json:"token"`
+	out, err := c.fleet.Enroll(ctx, api.EnrollRequest{FactoryID: id, Kind: fleet.KindStatic, Products: []string{product}, SeatLimit: seats})
+	if err != nil {
+		return "", err
 	}
-	err := c.call(ctx, http.MethodPost, api+"/factories/enroll", "", map[string]any{
-		"factoryId": id, "kind": "static", "products": []string{product}, "seatLimit": seats,
-	}, &out)
-	if err == nil && out.Token == "" {
-		err = fmt.Errorf("enroll %s: no token in the answer", id)
+	if out.Token == "" {
+		return "", fmt.Errorf("enroll %s: no token in the answer", id)
 	}
-	return out.Token, err
+	return out.Token, nil
 }
 
 // manifest is a job manifest for repo needing caps.
@@ -133,12 +117,13 @@ func manifest(title, repo string, caps []string) string {
 		title, repo, strings.Join(caps, ", "), title)
 }
 
-// submit submits a manifest and returns the job id.
+// submit submits a manifest (raw Markdown) and returns the job id.
 func (c *client) submit(ctx context.Context, product, m string) (string, error) {
 	var out struct {
 		ID string `json:"id"`
 	}
-	if err := c.call(ctx, http.MethodPost, api+"/jobs", product, m, &out); err != nil {
+	req := api.Request{Method: http.MethodPost, Path: "/jobs", Product: product, Body: []byte(m), ContentType: "text/markdown"}
+	if _, err := c.fleet.JSON(ctx, req, &out); err != nil {
 		return "", err
 	}
 	if out.ID == "" {
@@ -149,46 +134,32 @@ func (c *client) submit(ctx context.Context, product, m string) (string, error) 
 
 // accept is the push transport's claim; it returns the lease epoch.
 func (c *client) accept(ctx context.Context, m protocol.DispatchMessage) (int64, error) {
-	var out struct {
-		LeaseEpoch int64 `json:"leaseEpoch"`
+	cl, err := c.fleet.Accept(ctx, api.AcceptRequest{JobID: m.JobID, DispatchEpoch: &m.DispatchEpoch, ProductID: m.ProductID})
+	if err != nil {
+		return 0, err
 	}
-	err := c.call(ctx, http.MethodPost, api+"/accept", m.ProductID,
-		map[string]any{"jobId": m.JobID, "dispatchEpoch": m.DispatchEpoch}, &out)
-	return out.LeaseEpoch, err
+	return cl.LeaseEpoch, nil
 }
 
 // patchStage moves the holder's job to stage under its lease epoch.
-func (c *client) patchStage(ctx context.Context, product, id, stage string, epoch int64) error {
-	return c.call(ctx, http.MethodPatch, api+"/jobs/"+id, product,
-		map[string]any{"stage": stage, "leaseEpoch": epoch}, nil)
+func (c *client) patchStage(ctx context.Context, product, id string, stage fleet.Stage, epoch int64) error {
+	_, err := c.fleet.Patch(ctx, product, id, api.PatchRequest{Stage: &stage, LeaseEpoch: &epoch})
+	return err
 }
 
 // cancel cancels a job as the operator.
 func (c *client) cancel(ctx context.Context, product, id string) error {
-	return c.call(ctx, http.MethodPost, api+"/jobs/"+id+"/actions/cancel", product,
-		map[string]any{"reason": "benchmark cleanup"}, nil)
-}
-
-// jobSummary is what the bench reads of a job.
-type jobSummary struct {
-	ID    string `json:"id"`
-	Stage string `json:"stage"`
+	_, err := c.fleet.Act(ctx, product, id, "cancel", "benchmark cleanup")
+	return err
 }
 
 // listJobs lists every job of product, following the cursor.
-func (c *client) listJobs(ctx context.Context, product string) ([]jobSummary, error) {
-	var all []jobSummary
+func (c *client) listJobs(ctx context.Context, product string) ([]*fleet.Job, error) {
+	var all []*fleet.Job
 	cursor := ""
 	for range 10_000 { // 500 per page: far more pages than any run makes
-		q := url.Values{"limit": {"500"}}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		var page struct {
-			Items  []jobSummary `json:"items"`
-			Cursor string       `json:"cursor"`
-		}
-		if err := c.call(ctx, http.MethodGet, api+"/jobs?"+q.Encode(), product, nil, &page); err != nil {
+		page, err := c.fleet.ListJobs(ctx, api.ListJobsOptions{Product: product, Limit: 500, Cursor: cursor})
+		if err != nil {
 			return nil, err
 		}
 		all = append(all, page.Items...)
@@ -202,9 +173,7 @@ func (c *client) listJobs(ctx context.Context, product string) ([]jobSummary, er
 
 // getJobRaw returns a job's JSON as the API serves it.
 func (c *client) getJobRaw(ctx context.Context, product, id string) (json.RawMessage, error) {
-	var out json.RawMessage
-	err := c.call(ctx, http.MethodGet, api+"/jobs/"+id, product, nil, &out)
-	return out, err
+	return c.fleet.JSON(ctx, api.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(id), Product: product}, nil)
 }
 
 // coordStats is what the bench reads of the coordinator's own counters.
@@ -228,7 +197,7 @@ func (c *client) handlerMetrics(ctx context.Context) (storecount.Counts, coordSt
 			Store *storecount.Counts `json:"store"`
 		} `json:"adapters"`
 	}
-	if err := c.call(ctx, http.MethodGet, api+"/metrics", "", nil, &m); err != nil {
+	if _, err := c.fleet.JSON(ctx, api.Request{Method: http.MethodGet, Path: "/metrics"}, &m); err != nil {
 		return storecount.Counts{}, coordStats{}, err
 	}
 	if m.Adapters.Store == nil {
@@ -264,7 +233,7 @@ func (h hostStatus) feedTotals() (batches, documents, failed int64) {
 // hostStatus reads the emulator's status; it costs no store operation.
 func (c *client) hostStatus(ctx context.Context) (hostStatus, error) {
 	var st hostStatus
-	if err := c.call(ctx, http.MethodGet, "/admin/host/status", "", nil, &st); err != nil {
+	if err := c.admin(ctx, http.MethodGet, "/admin/host/status", nil, &st); err != nil {
 		return st, err
 	}
 	if st.Store == nil {

@@ -8,8 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/bus"
 	natsbus "github.com/gigafactory/fleet/shared/bus/nats"
+	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
 
@@ -69,9 +71,9 @@ func (f *factory) close() {
 // heartbeat reports the factory's capabilities, repo and load.
 func (f *factory) heartbeat(ctx context.Context) error {
 	f.heartbeats.Add(1)
-	return f.api.call(ctx, http.MethodPost, api+"/factories/heartbeat", "", map[string]any{
-		"capabilities": factoryCaps, "repos": []string{f.repo}, "load": f.inflight.Load(), "health": "ok",
-	}, nil)
+	_, err := f.api.fleet.Heartbeat(ctx, api.HeartbeatRequest{Capabilities: factoryCaps, Repos: []string{f.repo},
+		Load: int(f.inflight.Load()), Health: fleet.HealthOK})
+	return err
 }
 
 // heartbeatLoop heartbeats every heartbeatEvery until ctx ends.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/bus"
+	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 )
@@ -103,7 +104,7 @@ func (r *lifecycleRecorder) work(ctx context.Context, f *factory, it delivered) 
 	if !ok {
 		return nil
 	}
-	for _, stage := range []string{"building", "shipped"} {
+	for _, stage := range []fleet.Stage{fleet.StageBuilding, fleet.StageShipped} {
 		if err := f.api.patchStage(ctx, it.m.ProductID, id, stage, epoch); err != nil {
 			return err
 		}

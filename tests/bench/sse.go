@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/gigafactory/fleet/shared/api"
 )
 
 // sseProduct is phase 6's product.
@@ -38,21 +40,12 @@ func (s *session) runSSE(ctx context.Context) (*sseResult, error) {
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	req, err := http.NewRequestWithContext(sctx, http.MethodGet, s.op.base+api+"/events/stream", nil)
+	// Open: no whole-request timeout on a stream.
+	resp, err := s.op.fleet.Open(sctx, api.Request{Method: http.MethodGet, Path: "/events/stream", Product: sseProduct, Accept: "text/event-stream"})
 	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+s.op.token)
-	req.Header.Set("x-product-id", sseProduct)
-	// Its own client: no timeout on a stream.
-	resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("GET /events/stream: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /events/stream: %d", resp.StatusCode)
-	}
 	type arrival struct {
 		job string
 		at  time.Time

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/bus"
+	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 )
@@ -66,8 +67,8 @@ func (s *session) runSteps(ctx context.Context, runs int) (*stepsResult, error) 
 				return err
 			},
 			func() error { return f.bus.Complete(ctx, d) },
-			func() error { return f.api.patchStage(ctx, stepsProduct, m.JobID, "building", epoch) },
-			func() error { return f.api.patchStage(ctx, stepsProduct, m.JobID, "shipped", epoch) },
+			func() error { return f.api.patchStage(ctx, stepsProduct, m.JobID, fleet.StageBuilding, epoch) },
+			func() error { return f.api.patchStage(ctx, stepsProduct, m.JobID, fleet.StageShipped, epoch) },
 		}
 		if err := settle(ctx, s.op); err != nil {
 			return nil, err

@@ -38,7 +38,7 @@ func (s *session) runSweeps(ctx context.Context) ([]sweepResult, error) {
 			if err != nil {
 				return nil, err
 			}
-			if err := s.op.call(ctx, http.MethodPost, "/admin/functions/"+name, "", map[string]string{"input": ""}, nil); err != nil {
+			if err := s.op.admin(ctx, http.MethodPost, "/admin/functions/"+name, map[string]string{"input": ""}, nil); err != nil {
 				return nil, fmt.Errorf("run %s: %w", name, err)
 			}
 			b, err := s.probe.take(ctx)
