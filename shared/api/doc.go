@@ -15,8 +15,13 @@
 // fields carry omitempty so that a client sends only what it sets; the
 // server's decoding does not depend on it.
 //
-// The package depends on the domain types (shared/fleet) and the clock
-// only: a client links neither the coordinator nor the server.
+// The package depends on the domain types (shared/fleet), the worker
+// protocol (shared/protocol: Claimed, Renewal), the clock and the retry
+// policy only: a client links neither the coordinator nor the server. The
+// dependency does not go the other way: the coordinator's use cases do no
+// HTTP and do not link this package's client, so the answers they build
+// (coord's views, shared/schedule's explanation) keep their own types,
+// held to the same schemas as these by the OpenAPI tests in httpapi.
 package api
 
 // Ptr returns a pointer to v, for the pointer fields of requests.

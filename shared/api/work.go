@@ -1,9 +1,8 @@
 package api
 
 import (
-	"time"
-
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/protocol"
 )
 
 // The worker routes' bodies: claim, accept, fail and the lease.
@@ -19,13 +18,14 @@ type ClaimRequest struct {
 // HeaderIdempotencyKey carries a claim's request id as a header instead.
 const HeaderIdempotencyKey = "Idempotency-Key"
 
-// Claimed is a job handed to a factory with its lease: the answer of claim
-// and accept.
-type Claimed struct {
-	Job            *fleet.Job `json:"job"`
-	LeaseEpoch     int64      `json:"leaseEpoch"`
-	LeaseExpiresAt time.Time  `json:"leaseExpiresAt"`
-}
+// Claimed (the answer of claim and accept) and Renewal (of a lease
+// renewal) are defined with the worker protocol, which the coordinator
+// speaks without linking this package's HTTP client; the contract names
+// them here.
+type (
+	Claimed = protocol.Claimed
+	Renewal = protocol.Renewal
+)
 
 // AcceptRequest is POST /fleet/accept: the dispatch message's job and
 // epoch, and its product (which saves a lookup).
@@ -49,16 +49,6 @@ type FailRequest struct {
 // LeaseRequest is POST /fleet/jobs/{id}/lease/renew.
 type LeaseRequest struct {
 	LeaseEpoch *int64 `json:"leaseEpoch"`
-}
-
-// Renewal is the answer to a lease renewal: the new expiry, and whether
-// the holder has been asked to stop. A factory that has not heard of a
-// cancel or a preemption through a control message (a poll factory, or
-// one whose message was lost) learns of it here.
-type Renewal struct {
-	LeaseExpiresAt   time.Time `json:"leaseExpiresAt"`
-	CancelRequested  bool      `json:"cancelRequested"`
-	PreemptRequested bool      `json:"preemptRequested"`
 }
 
 // ReleaseRequest is POST /fleet/jobs/{id}/lease/release: plain, or

@@ -7,8 +7,8 @@ package protocol
 
 import (
 	"strconv"
+	"time"
 
-	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -41,14 +41,23 @@ type GCRequest struct {
 	Repos     map[string][]string `json:"repos"` // repo -> terminal job ids
 }
 
-// Claimed and Renewal are the answers of claim and accept and of a lease
-// renewal: HTTP bodies, defined with the rest of the API's in shared/api
-// and named here too because coord and the factory speak of them as part
-// of the worker protocol.
-type (
-	Claimed = api.Claimed
-	Renewal = api.Renewal
-)
+// Claimed is a job handed to a factory with its lease (the answer of claim
+// and accept).
+type Claimed struct {
+	Job            *fleet.Job `json:"job"`
+	LeaseEpoch     int64      `json:"leaseEpoch"`
+	LeaseExpiresAt time.Time  `json:"leaseExpiresAt"`
+}
+
+// Renewal is the answer to a lease renewal: the new expiry, and whether
+// the holder has been asked to stop. A factory that has not heard of a
+// cancel or a preemption through a control message (a poll factory, or
+// one whose message was lost) learns of it here.
+type Renewal struct {
+	LeaseExpiresAt   time.Time `json:"leaseExpiresAt"`
+	CancelRequested  bool      `json:"cancelRequested"`
+	PreemptRequested bool      `json:"preemptRequested"`
+}
 
 // ControlAction is what a control message asks of the holder.
 type ControlAction string
