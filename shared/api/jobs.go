@@ -88,39 +88,6 @@ type UsageRequest struct {
 	Engine string `json:"engine,omitempty"`
 }
 
-// DAG is GET /fleet/jobs/{id}/dag: the tree of children a job belongs to,
-// with the dependencies among (and out of) it.
-type DAG struct {
-	RootID string              `json:"rootId"`
-	Nodes  []DAGNode           `json:"nodes"`
-	Edges  []DAGEdge           `json:"edges"`
-	Counts map[fleet.Stage]int `json:"counts"`
-}
-
-// DAGNode is one job of a DAG.
-type DAGNode struct {
-	ID       string         `json:"id"`
-	Title    string         `json:"title"`
-	Stage    fleet.Stage    `json:"stage"`
-	Kind     fleet.JobKind  `json:"kind,omitempty"`
-	ParentID string         `json:"parentId,omitempty"`
-	Deps     []string       `json:"deps"`
-	DepsMode fleet.DepsMode `json:"depsMode"`
-}
-
-// DAGEdge kinds.
-const (
-	EdgeChild = "child" // from the parent to the child
-	EdgeDep   = "dep"   // from the dependency to the job waiting on it
-)
-
-// DAGEdge is one edge of a DAG.
-type DAGEdge struct {
-	From string `json:"from"`
-	To   string `json:"to"`
-	Kind string `json:"kind"`
-}
-
 // ProductChange is one change in the answer of GET /fleet/events: what
 // the product stream would send as id, event and data.
 type ProductChange struct {

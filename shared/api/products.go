@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"time"
 
 	"github.com/gigafactory/fleet/shared/fleet"
 )
@@ -29,32 +28,11 @@ type TrackerRequest struct {
 	Secret     string `json:"secret,omitempty"`
 }
 
-// RepoInfo is one repo known to the fleet (GET /fleet/repos).
-type RepoInfo struct {
-	Repo      string   `json:"repo"`
-	Products  []string `json:"products"`  // products that own it
-	Factories []string `json:"factories"` // factories that have it checked out
-}
-
 // ProfileRequest is the JSON form of a profile (PUT
 // /fleet/profiles/{name}): the Markdown document as a string. It may also
 // be sent raw as text/markdown.
 type ProfileRequest struct {
 	Profile *string `json:"profile"`
-}
-
-// ProfileSummary is a profile version without its instructions, as lists
-// show it.
-type ProfileSummary struct {
-	Name         string       `json:"name"`
-	ProductID    string       `json:"productId"`
-	Version      int64        `json:"version"`
-	Capabilities []string     `json:"capabilities"`
-	Engine       string       `json:"engine,omitempty"`
-	Budget       fleet.Budget `json:"budget"`
-	BodyBytes    int          `json:"bodyBytes"`
-	CreatedBy    string       `json:"createdBy,omitempty"`
-	CreatedAt    time.Time    `json:"createdAt"`
 }
 
 // BudgetRequest is an operator's PUT of a product's budget.
@@ -69,34 +47,6 @@ type BudgetRequest struct {
 // PauseRequest pauses a product; the reason is for people.
 type PauseRequest struct {
 	Reason string `json:"reason,omitempty"`
-}
-
-// Budget is a product's budget as GET /fleet/budgets/{productId} answers
-// it.
-type Budget struct {
-	ProductID     string             `json:"productId"`
-	CeilingUSD    float64            `json:"ceilingUsd"`
-	Period        fleet.BudgetPeriod `json:"period"`
-	PeriodStart   time.Time          `json:"periodStart"`
-	SpentUSD      float64            `json:"spentUsd"`
-	ReservedUSD   float64            `json:"reservedUsd"`
-	RemainingUSD  float64            `json:"remainingUsd"`
-	Paused        bool               `json:"paused"`
-	PausedReason  *fleet.PauseReason `json:"pausedReason"`
-	PauseMessage  string             `json:"pauseMessage,omitempty"`
-	AlertAt       float64            `json:"alertAt"`
-	AutoPause     bool               `json:"autoPause"`
-	DefaultJobUSD float64            `json:"defaultJobUsd"`
-	UpdatedAt     time.Time          `json:"updatedAt"`
-}
-
-// Burndown is the period's spend over time and where it is heading.
-type Burndown struct {
-	ProductID           string            `json:"productId"`
-	CeilingUSD          float64           `json:"ceilingUsd"`
-	PeriodStart         time.Time         `json:"periodStart"`
-	Points              []fleet.BurnPoint `json:"points"`
-	ForecastExhaustedAt *time.Time        `json:"forecastExhaustedAt"`
 }
 
 // IngestRequest is POST /fleet/tracker/ingest with the manifest as one
@@ -117,19 +67,4 @@ const HeaderIngestOutcome = "X-Fleet-Ingest"
 // /fleet/tracker/echo).
 type ResendRequest struct {
 	JobID string `json:"jobId"`
-}
-
-// EchoState is a job's delivery state as GET /fleet/jobs/{id}/echo shows
-// it.
-type EchoState struct {
-	JobID        string `json:"jobId"`
-	DeliveredSeq int64  `json:"deliveredSeq"`
-	// PendingSeq is the next seq to deliver; nil when every event so far
-	// was delivered.
-	PendingSeq *int64 `json:"pendingSeq"`
-	// LatestSeq is the job's latest event.
-	LatestSeq     int64      `json:"latestSeq"`
-	Attempts      int        `json:"attempts"`
-	LastError     *string    `json:"lastError"`
-	NextAttemptAt *time.Time `json:"nextAttemptAt"`
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"time"
 
+	"github.com/gigafactory/fleet/shared/api/view"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -26,26 +27,6 @@ type Explanation struct {
 	Budget   *fleet.Hold         `json:"budget,omitempty"`
 	SeatCap  *fleet.Hold         `json:"seatCap,omitempty"`
 	Schedule ScheduleExplanation `json:"schedule"`
-}
-
-// WaitExplanation is what a blocked job waits for.
-type WaitExplanation struct {
-	DepsMode fleet.DepsMode `json:"depsMode"`
-	Deps     []WaitItem     `json:"deps"`
-	Children []WaitItem     `json:"children"`
-}
-
-// WaitItem is one job waited for and its stage now.
-type WaitItem struct {
-	ID    string      `json:"id"`
-	Stage fleet.Stage `json:"stage"`
-}
-
-// ProfileExplanation is the part of a job's requirements its profile made.
-type ProfileExplanation struct {
-	Name         string   `json:"name"`
-	Version      int64    `json:"version"`
-	Capabilities []string `json:"capabilities"`
 }
 
 // ScheduleExplanation is the scheduler's routing decision for one job
@@ -96,19 +77,27 @@ type Metrics struct {
 	Adapters    map[string]any     `json:"adapters,omitempty"`
 }
 
-// FactoryMetrics rolls up factory health and seats.
-type FactoryMetrics struct {
-	Total       int            `json:"total"`
-	ByHealth    map[string]int `json:"byHealth"`
-	Seats       int            `json:"seats"`
-	Load        int            `json:"load"`
-	Utilization float64        `json:"utilization"`
-}
+// The answers the coordinator's use cases build are defined with them in
+// shared/api/view (types only, so the use cases link no HTTP); the
+// contract names them here.
+type (
+	Budget             = view.Budget
+	Burndown           = view.Burndown
+	DAG                = view.DAG
+	DAGNode            = view.DAGNode
+	DAGEdge            = view.DAGEdge
+	RepoInfo           = view.RepoInfo
+	ProfileSummary     = view.ProfileSummary
+	WaitExplanation    = view.WaitExplanation
+	WaitItem           = view.WaitItem
+	ProfileExplanation = view.ProfileExplanation
+	FactoryMetrics     = view.FactoryMetrics
+	StarvingJob        = view.StarvingJob
+	EchoState          = view.EchoState
+)
 
-// StarvingJob is a queued job waiting past the starvation window.
-type StarvingJob struct {
-	JobID      string `json:"jobId"`
-	ProductID  string `json:"productId"`
-	WaitingFor string `json:"waitingFor"`
-	Reason     string `json:"reason,omitempty"`
-}
+// DAGEdge kinds.
+const (
+	EdgeChild = view.EdgeChild
+	EdgeDep   = view.EdgeDep
+)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gigafactory/fleet/shared/api/view"
 	"github.com/gigafactory/fleet/shared/coord/admission"
 	"github.com/gigafactory/fleet/shared/coord/catalog"
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
@@ -369,24 +370,13 @@ type Explanation struct {
 }
 
 // WaitExplanation is what a blocked job waits for.
-type WaitExplanation struct {
-	DepsMode fleet.DepsMode `json:"depsMode"`
-	Deps     []WaitItem     `json:"deps"`
-	Children []WaitItem     `json:"children"`
-}
+type WaitExplanation = view.WaitExplanation
 
 // WaitItem is one job waited for and its stage now.
-type WaitItem struct {
-	ID    string      `json:"id"`
-	Stage fleet.Stage `json:"stage"`
-}
+type WaitItem = view.WaitItem
 
 // ProfileExplanation is the part of a job's requirements its profile made.
-type ProfileExplanation struct {
-	Name         string   `json:"name"`
-	Version      int64    `json:"version"`
-	Capabilities []string `json:"capabilities"`
-}
+type ProfileExplanation = view.ProfileExplanation
 
 // Explain scores every factory scope sees for the job as the scheduler
 // would now. The factories it cannot see serve none of the job's product

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/api/view"
 	"github.com/gigafactory/fleet/shared/coord/dag"
 	"github.com/gigafactory/fleet/shared/store"
 
@@ -36,13 +37,7 @@ type Metrics struct {
 }
 
 // FactoryMetrics rolls up factory health and seats.
-type FactoryMetrics struct {
-	Total       int            `json:"total"`
-	ByHealth    map[string]int `json:"byHealth"`
-	Seats       int            `json:"seats"`
-	Load        int            `json:"load"`
-	Utilization float64        `json:"utilization"`
-}
+type FactoryMetrics = view.FactoryMetrics
 
 // DeadLetterAlertWindow is how long a dead-lettered job stays an alert: long
 // enough for an operator to see it the next working day; the job itself
@@ -65,12 +60,7 @@ func (c *Coordinator) cancelAlert(j *fleet.Job, now time.Time) fleet.Alert {
 }
 
 // StarvingJob is a queued job waiting past StarvationAge.
-type StarvingJob struct {
-	JobID      string `json:"jobId"`
-	ProductID  string `json:"productId"`
-	WaitingFor string `json:"waitingFor"`
-	Reason     string `json:"reason,omitempty"`
-}
+type StarvingJob = view.StarvingJob
 
 // activeStages are the stages Metrics counts: terminal jobs only grow, and
 // counting them would read the whole history on every scrape.

@@ -208,12 +208,16 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 	}
 }
 
-// apiStructTypes lists the exported struct types shared/api declares
-// (aliases included: JobPage names a Page).
+// apiStructTypes lists the exported struct types shared/api and
+// shared/api/view declare (the views api names by alias).
 func apiStructTypes(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob("../api/*.go")
-	require.NoError(t, err)
+	var files []string
+	for _, dir := range []string{"../api", "../api/view"} {
+		fs, err := filepath.Glob(dir + "/*.go")
+		require.NoError(t, err)
+		files = append(files, fs...)
+	}
 	var names []string
 	fset := token.NewFileSet()
 	for _, f := range files {

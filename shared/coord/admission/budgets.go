@@ -8,6 +8,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/api/view"
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
@@ -60,31 +61,10 @@ type BudgetRequest struct {
 }
 
 // BudgetView is a budget as GET answers it.
-type BudgetView struct {
-	ProductID     string             `json:"productId"`
-	CeilingUSD    float64            `json:"ceilingUsd"`
-	Period        fleet.BudgetPeriod `json:"period"`
-	PeriodStart   time.Time          `json:"periodStart"`
-	SpentUSD      float64            `json:"spentUsd"`
-	ReservedUSD   float64            `json:"reservedUsd"`
-	RemainingUSD  float64            `json:"remainingUsd"`
-	Paused        bool               `json:"paused"`
-	PausedReason  *fleet.PauseReason `json:"pausedReason"`
-	PauseMessage  string             `json:"pauseMessage,omitempty"`
-	AlertAt       float64            `json:"alertAt"`
-	AutoPause     bool               `json:"autoPause"`
-	DefaultJobUSD float64            `json:"defaultJobUsd"`
-	UpdatedAt     time.Time          `json:"updatedAt"`
-}
+type BudgetView = view.Budget
 
 // Burndown is the period's spend over time and where it is heading.
-type Burndown struct {
-	ProductID           string            `json:"productId"`
-	CeilingUSD          float64           `json:"ceilingUsd"`
-	PeriodStart         time.Time         `json:"periodStart"`
-	Points              []fleet.BurnPoint `json:"points"`
-	ForecastExhaustedAt *time.Time        `json:"forecastExhaustedAt"`
-}
+type Burndown = view.Burndown
 
 func viewOf(b *fleet.ProductBudget) *BudgetView {
 	return &BudgetView{

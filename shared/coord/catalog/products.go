@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gigafactory/fleet/shared/api/view"
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
@@ -415,11 +416,7 @@ func (c *Service) GetProduct(ctx context.Context, productID string) (*fleet.Prod
 }
 
 // RepoInfo is one repo known to the fleet.
-type RepoInfo struct {
-	Repo      string   `json:"repo"`
-	Products  []string `json:"products"`  // products that own it
-	Factories []string `json:"factories"` // factories that have it checked out
-}
+type RepoInfo = view.RepoInfo
 
 // Repos lists the repos the products in scope own, with their owners and
 // the factories the scope sees that have them checked out; with productID

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
+	"github.com/gigafactory/fleet/shared/api/view"
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
@@ -35,17 +35,7 @@ type profileDoc struct {
 }
 
 // ProfileSummary is a profile version without its instructions, as lists show it.
-type ProfileSummary struct {
-	Name         string       `json:"name"`
-	ProductID    string       `json:"productId"`
-	Version      int64        `json:"version"`
-	Capabilities []string     `json:"capabilities"`
-	Engine       string       `json:"engine,omitempty"`
-	Budget       fleet.Budget `json:"budget"`
-	BodyBytes    int          `json:"bodyBytes"`
-	CreatedBy    string       `json:"createdBy,omitempty"`
-	CreatedAt    time.Time    `json:"createdAt"`
-}
+type ProfileSummary = view.ProfileSummary
 
 func summarize(p *fleet.Profile) ProfileSummary {
 	return ProfileSummary{Name: p.Name, ProductID: p.ProductID, Version: p.Version, Capabilities: p.Capabilities,

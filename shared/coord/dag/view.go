@@ -6,42 +6,26 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gigafactory/fleet/shared/api/view"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/store"
 )
 
 // View is the tree of children a job belongs to, with the dependencies
 // among (and out of) it (GET /fleet/jobs/{id}/dag).
-type View struct {
-	RootID string              `json:"rootId"`
-	Nodes  []Node              `json:"nodes"`
-	Edges  []Edge              `json:"edges"`
-	Counts map[fleet.Stage]int `json:"counts"`
-}
+type View = view.DAG
 
 // Node is one job of a View.
-type Node struct {
-	ID       string         `json:"id"`
-	Title    string         `json:"title"`
-	Stage    fleet.Stage    `json:"stage"`
-	Kind     fleet.JobKind  `json:"kind,omitempty"`
-	ParentID string         `json:"parentId,omitempty"`
-	Deps     []string       `json:"deps"`
-	DepsMode fleet.DepsMode `json:"depsMode"`
-}
+type Node = view.DAGNode
 
 // Edge kinds.
 const (
-	EdgeChild = "child" // from the parent to the child
-	EdgeDep   = "dep"   // from the dependency to the job waiting on it
+	EdgeChild = view.EdgeChild
+	EdgeDep   = view.EdgeDep
 )
 
 // Edge is one edge of a View.
-type Edge struct {
-	From string `json:"from"`
-	To   string `json:"to"`
-	Kind string `json:"kind"`
-}
+type Edge = view.DAGEdge
 
 // View returns the tree job id belongs to: its root, every job below it,
 // and the jobs outside it that one of them depends on, with child and dep

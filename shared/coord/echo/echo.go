@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/api/view"
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
 
@@ -199,18 +200,7 @@ type State struct {
 }
 
 // View is a job's delivery state as GET /fleet/jobs/{id}/echo shows it.
-type View struct {
-	JobID        string `json:"jobId"`
-	DeliveredSeq int64  `json:"deliveredSeq"`
-	// PendingSeq is the next seq to deliver; nil when every event so far
-	// was delivered.
-	PendingSeq *int64 `json:"pendingSeq"`
-	// LatestSeq is the job's latest event.
-	LatestSeq     int64      `json:"latestSeq"`
-	Attempts      int        `json:"attempts"`
-	LastError     *string    `json:"lastError"`
-	NextAttemptAt *time.Time `json:"nextAttemptAt"`
-}
+type View = view.EchoState
 
 // echoDocs is the delivery documents' kind for cas.
 var echoDocs = kernel.DocKind[State]{Name: "echo state", Container: store.Echoes, SetRev: func(s *State, r string) { s.Rev = r }}
