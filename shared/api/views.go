@@ -1,8 +1,6 @@
 package api
 
 import (
-	"time"
-
 	"github.com/gigafactory/fleet/shared/api/view"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
@@ -64,19 +62,6 @@ type Terms struct {
 	Starvation    float64 `json:"starvation"`
 }
 
-// Metrics is GET /fleet/metrics: the fleet at a glance.
-type Metrics struct {
-	At        time.Time      `json:"at"`
-	Factories FactoryMetrics `json:"factories"`
-	Jobs      map[string]int `json:"jobs"` // active jobs by stage
-	Starving  []StarvingJob  `json:"starving"`
-	Alerts    []fleet.Alert  `json:"alerts"`
-	// Coordinator and Adapters cover every product; absent for a
-	// product-scoped reader.
-	Coordinator map[string]float64 `json:"coordinator,omitempty"`
-	Adapters    map[string]any     `json:"adapters,omitempty"`
-}
-
 // The answers the coordinator's use cases build are defined with them in
 // shared/api/view (types only, so the use cases link no HTTP); the
 // contract names them here.
@@ -91,6 +76,8 @@ type (
 	WaitExplanation    = view.WaitExplanation
 	WaitItem           = view.WaitItem
 	ProfileExplanation = view.ProfileExplanation
+	Metrics            = view.Metrics
+	CoordinatorStats   = view.CoordinatorStats
 	FactoryMetrics     = view.FactoryMetrics
 	StarvingJob        = view.StarvingJob
 	EchoState          = view.EchoState

@@ -22,19 +22,7 @@ import (
 const StarvationAge = schedule.StarvationWindow
 
 // Metrics is the fleet at a glance.
-type Metrics struct {
-	At        time.Time      `json:"at"`
-	Factories FactoryMetrics `json:"factories"`
-	Jobs      map[string]int `json:"jobs"` // active jobs by stage
-	Starving  []StarvingJob  `json:"starving"`
-	Alerts    []fleet.Alert  `json:"alerts"`
-	// Coord and Adapters cover every product; nil for a product-scoped
-	// reader.
-	Coord *StatsSnapshot `json:"coordinator,omitempty"`
-	// Adapters holds what the store and the dispatch transport report
-	// (operation counts, request charges, subscription depths), by name.
-	Adapters map[string]any `json:"adapters,omitempty"`
-}
+type Metrics = view.Metrics
 
 // FactoryMetrics rolls up factory health and seats.
 type FactoryMetrics = view.FactoryMetrics

@@ -3,32 +3,12 @@ package coord
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/gigafactory/fleet/shared/api/view"
 )
 
 // StatsSnapshot is a point-in-time copy of Stats.
-type StatsSnapshot struct {
-	CASConflicts     int64   `json:"casConflicts"`
-	Claims           int64   `json:"claims"`
-	ClaimConflicts   int64   `json:"claimConflicts"`
-	ClaimConflictPct float64 `json:"claimConflictRate"`
-	Dispatched       int64   `json:"dispatched"`
-	PublishFailed    int64   `json:"publishFailed"`
-	DeadLettered     int64   `json:"deadLettered"`
-	// EventsDeferred counts events whose write right after their job's
-	// change failed: the job holds them until a repair writes them
-	// (EventsRepaired counts those writes, by any repair of this process).
-	EventsDeferred int64 `json:"eventsDeferred"`
-	EventsRepaired int64 `json:"eventsRepaired"`
-	// QuietSkips counts sweep ticks skipped on the ledger's word (one point
-	// read each, no query).
-	QuietSkips int64 `json:"quietSkips"`
-	// Mean lags in milliseconds.
-	DispatchLagMs float64 `json:"dispatchLagMs"`
-	AcceptLagMs   float64 `json:"acceptLagMs"`
-	// ChangeFeedLagMs is the mean time from a job's write to the dispatch
-	// function seeing it in the change feed.
-	ChangeFeedLagMs float64 `json:"changeFeedLagMs"`
-}
+type StatsSnapshot = view.CoordinatorStats
 
 func observe(sum, n *atomic.Int64, d time.Duration) {
 	if d < 0 {

@@ -160,6 +160,16 @@ var apiWire = []struct {
 	{at: component("Metrics", "starving"), v: api.StarvingJob{}},
 }
 
+// asNumberMaps are api types the document shows as a map of numbers (a
+// process's counters, whose names it does not promise): the schema at that
+// place must say so and every field of the type must be a number.
+var asNumberMaps = []struct {
+	at locate
+	v  any
+}{
+	{at: component("Metrics", "coordinator"), v: api.CoordinatorStats{}},
+}
+
 // notBodies are the exported struct types of shared/api that are the
 // client's own, not a JSON body of the contract.
 var notBodies = []string{"Config", "Client", "Request", "Response", "Error", "Event", "StreamRequest", "ListJobsOptions", "ArtifactUpload"}
@@ -188,6 +198,17 @@ func TestOpenAPIMatchesWireTypes(t *testing.T) {
 	for _, tc := range apiWire {
 		name, _, _ := strings.Cut(reflect.TypeOf(tc.v).Name(), "[")
 		covered[name] = true
+	}
+	for _, tc := range asNumberMaps {
+		s := tc.at.find(doc)
+		require.NotNil(t, s, "no schema at %s", tc.at.where)
+		require.Equal(t, obj{"type": "number"}, s["additionalProperties"], "%s is a map of numbers", tc.at.where)
+		typ := reflect.TypeOf(tc.v)
+		for i := range typ.NumField() {
+			k := typ.Field(i).Type.Kind()
+			require.True(t, k >= reflect.Int && k <= reflect.Float64, "%s.%s is a number", typ.Name(), typ.Field(i).Name)
+		}
+		covered[typ.Name()] = true
 	}
 	for _, name := range apiStructTypes(t) {
 		if slices.Contains(notBodies, name) {

@@ -115,6 +115,47 @@ type ProfileExplanation struct {
 	Capabilities []string `json:"capabilities"`
 }
 
+// Metrics is GET /fleet/metrics: the fleet at a glance.
+type Metrics struct {
+	At        time.Time      `json:"at"`
+	Factories FactoryMetrics `json:"factories"`
+	Jobs      map[string]int `json:"jobs"` // active jobs by stage
+	Starving  []StarvingJob  `json:"starving"`
+	Alerts    []fleet.Alert  `json:"alerts"`
+	// Coord and Adapters cover every product; nil for a product-scoped
+	// reader.
+	Coord *CoordinatorStats `json:"coordinator,omitempty"`
+	// Adapters holds what the store and the dispatch transport report
+	// (operation counts, request charges, subscription depths), by name.
+	Adapters map[string]any `json:"adapters,omitempty"`
+}
+
+// CoordinatorStats are one coordinator process's counters at a point in
+// time.
+type CoordinatorStats struct {
+	CASConflicts     int64   `json:"casConflicts"`
+	Claims           int64   `json:"claims"`
+	ClaimConflicts   int64   `json:"claimConflicts"`
+	ClaimConflictPct float64 `json:"claimConflictRate"`
+	Dispatched       int64   `json:"dispatched"`
+	PublishFailed    int64   `json:"publishFailed"`
+	DeadLettered     int64   `json:"deadLettered"`
+	// EventsDeferred counts events whose write right after their job's
+	// change failed: the job holds them until a repair writes them
+	// (EventsRepaired counts those writes, by any repair of this process).
+	EventsDeferred int64 `json:"eventsDeferred"`
+	EventsRepaired int64 `json:"eventsRepaired"`
+	// QuietSkips counts sweep ticks skipped on the ledger's word (one point
+	// read each, no query).
+	QuietSkips int64 `json:"quietSkips"`
+	// Mean lags in milliseconds.
+	DispatchLagMs float64 `json:"dispatchLagMs"`
+	AcceptLagMs   float64 `json:"acceptLagMs"`
+	// ChangeFeedLagMs is the mean time from a job's write to the dispatch
+	// function seeing it in the change feed.
+	ChangeFeedLagMs float64 `json:"changeFeedLagMs"`
+}
+
 // FactoryMetrics rolls up factory health and seats.
 type FactoryMetrics struct {
 	Total       int            `json:"total"`
