@@ -97,9 +97,6 @@ func New(cfg Config) *Client {
 	return c
 }
 
-// Product is the client's default product.
-func (c *Client) Product() string { return c.product }
-
 // Request is one call of the API.
 type Request struct {
 	Method string
