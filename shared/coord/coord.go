@@ -17,6 +17,7 @@ import (
 	"github.com/gigafactory/fleet/shared/coord/catalog"
 	"github.com/gigafactory/fleet/shared/coord/dag"
 	"github.com/gigafactory/fleet/shared/coord/echo"
+	"github.com/gigafactory/fleet/shared/coord/explain"
 	"github.com/gigafactory/fleet/shared/coord/live"
 
 	"github.com/gigafactory/fleet/shared/blob"
@@ -218,6 +219,7 @@ type Coordinator struct {
 	echo          *echo.Service
 	artifacts     *artifacts.Service
 	dag           *dag.Service
+	explain       *explain.Service
 	admission     *admission.Service
 }
 
@@ -282,6 +284,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	// Built last, so dependants settle after the run is recorded and the
 	// seat given back.
 	c.dag = dag.New(c.k, lifecycle{c})
+	c.explain = explain.New(c.k, cfg.Weights, c.catalog, c.dag, c.admission)
 	return c, nil
 }
 

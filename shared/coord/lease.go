@@ -257,7 +257,7 @@ func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID st
 	}
 	c.k.Counters.Claims.Add(1)
 	if !after.Dispatch.At.IsZero() {
-		observe(&c.k.Counters.AcceptLagSum, &c.k.Counters.AcceptLagN, c.k.Now().Sub(after.Dispatch.At))
+		kernel.Observe(&c.k.Counters.AcceptLagSum, &c.k.Counters.AcceptLagN, c.k.Now().Sub(after.Dispatch.At))
 	}
 	return claimed(after), nil
 }

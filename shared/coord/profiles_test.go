@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/explain"
+
 	"github.com/gigafactory/fleet/shared/coord/catalog"
 
 	"github.com/gigafactory/fleet/shared/store"
@@ -235,7 +237,7 @@ func TestExplainProfileCapabilities(t *testing.T) {
 	j := e.submit("persona: gpu")
 	ex, err := e.c.Explain(e.ctx, nil, prod, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, &coord.ProfileExplanation{Name: "gpu", Version: 1, Capabilities: []string{"gpu:a100"}}, ex.Profile)
+	require.Equal(t, &explain.ProfileExplanation{Name: "gpu", Version: 1, Capabilities: []string{"gpu:a100"}}, ex.Profile)
 	require.False(t, ex.Schedule.Routable)
 	require.Contains(t, ex.Schedule.Reason, "gpu:a100")
 	cl, err := e.c.Claim(e.ctx, e.as("f1"))

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/explain"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/api"
@@ -95,7 +97,7 @@ func TestLifecycle(t *testing.T) {
 	require.Len(t, runs.Items, 1)
 	require.Equal(t, fleet.RunSucceeded, runs.Items[0].Result)
 
-	var ex coord.Explanation
+	var ex explain.Explanation
 	f.ok(200, &ex, "GET", "/api/fleet/jobs/"+j.ID+"/explain", rootToken, nil)
 	require.Equal(t, j.ID, ex.JobID)
 	require.Len(t, ex.Schedule.Candidates, 1)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/explain"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -146,7 +148,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"Job", "lastFailure"}, fleet.Failure{}},
 		{[]string{"Job", "budget"}, fleet.Budget{}},
 		{[]string{"Job", "profile"}, fleet.JobProfile{}},
-		{[]string{"Explanation", "profile"}, coord.ProfileExplanation{}},
+		{[]string{"Explanation", "profile"}, explain.ProfileExplanation{}},
 		{[]string{"Profile"}, fleet.Profile{}},
 		{[]string{"Profile", "budget"}, fleet.Budget{}},
 		{[]string{"ProfileSummary"}, catalog.ProfileSummary{}},
@@ -155,13 +157,13 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"DAG"}, dag.View{}},
 		{[]string{"DAG", "nodes"}, dag.Node{}},
 		{[]string{"DAG", "edges"}, dag.Edge{}},
-		{[]string{"WaitItem"}, coord.WaitItem{}},
-		{[]string{"Explanation", "waiting"}, coord.WaitExplanation{}},
+		{[]string{"WaitItem"}, explain.WaitItem{}},
+		{[]string{"Explanation", "waiting"}, explain.WaitExplanation{}},
 		{[]string{"Claimed"}, protocol.Claimed{}},
 		{[]string{"Run"}, fleet.Run{}},
 		{[]string{"Event"}, fleet.Event{}},
 		{[]string{"Artifact"}, fleet.Artifact{}},
-		{[]string{"Explanation"}, coord.Explanation{}},
+		{[]string{"Explanation"}, explain.Explanation{}},
 		{[]string{"Explanation", "dispatch"}, fleet.Dispatch{}},
 		{[]string{"Explanation", "schedule"}, schedule.Explanation{}},
 		{[]string{"Explanation", "schedule", "candidates"}, schedule.Candidate{}},

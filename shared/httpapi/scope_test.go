@@ -5,10 +5,11 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/gigafactory/fleet/shared/coord/explain"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/api"
-	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/coord/catalog"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
@@ -28,7 +29,7 @@ func TestReadsStayInScope(t *testing.T) {
 		"capabilities": []string{"os:linux", "engine:claude", "has:git"}, "repos": []string{"r1", "r2"},
 	})
 
-	var ex coord.Explanation
+	var ex explain.Explanation
 	f.ok(200, &ex, "GET", "/api/fleet/jobs/"+w.queued+"/explain", p1Token, nil)
 	var seen []string
 	for _, c := range ex.Schedule.Candidates {
