@@ -118,7 +118,7 @@ func RankJobs(f *fleet.Factory, jobs []*fleet.Job, now time.Time, w Weights) []*
 			continue
 		}
 		since := queuedSince(j)
-		out = append(out, ranked{j, j.Priority.Rank(), n.terms(f, starvationTerm(now.Sub(since))).Total(w), since})
+		out = append(out, ranked{j, j.Priority.Rank(), w.Total(n.terms(f, starvationTerm(now.Sub(since)))), since})
 	}
 	slices.SortFunc(out, func(a, b ranked) int {
 		return compareJobs(a.rank, a.total, a.since, a.j.ID, b.rank, b.total, b.since, b.j.ID)

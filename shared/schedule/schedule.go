@@ -35,6 +35,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/api/view"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -84,34 +85,8 @@ func (w Weights) Validate() error {
 	return nil
 }
 
-// Terms are the raw, unweighted score terms of one job on one factory.
-type Terms struct {
-	// CapabilityFit is (|required|+1)/(|offered|+1), capped at 1, in (0, 1]:
-	// 1 when the factory offers exactly what the job needs. Preferring the
-	// tightest fit keeps factories with rare capabilities free for the jobs
-	// that cannot run anywhere else.
-	CapabilityFit float64 `json:"capabilityFit"`
-	// Affinity is 1 when the job names a persona the factory advertises as
-	// persona:<name>, else 0.
-	Affinity float64 `json:"affinity"`
-	// Load is 1/(1+load), in (0, 1]: spreads work across idle factories.
-	Load float64 `json:"load"`
-	// CostFit is 1 when the job's expected cost (cost per hour × wall budget)
-	// fits its USD budget or either is unknown, else budget/expected, in (0, 1].
-	CostFit float64 `json:"costFit"`
-	// Health is 1 for ok, 0.5 for degraded, 0.25 for stale and 0 for a value
-	// this package does not know; down factories never reach scoring.
-	Health float64 `json:"health"`
-	// Starvation is the job's aging penalty, in [-1, 0]: -1 when just queued,
-	// rising linearly to 0 at StarvationWindow. It is the same for every
-	// factory, so it never changes which factory a job goes to; it orders jobs
-	// of equal priority for a polling factory (RankJobs) and makes the totals
-	// shown by Explain comparable over time.
-	Starvation float64 `json:"starvation"`
-}
-
 // Total is Σ weight × term.
-func (t Terms) Total(w Weights) float64 {
+func (w Weights) Total(t Terms) float64 {
 	return w.CapabilityFit*t.CapabilityFit +
 		w.Affinity*t.Affinity +
 		w.Load*t.Load +
@@ -120,48 +95,18 @@ func (t Terms) Total(w Weights) float64 {
 		w.Starvation*t.Starvation
 }
 
+// The routing decision's shapes are part of the /explain answer, written
+// once in shared/api/view (types only) so clients read them without
+// linking the scheduler.
+type (
+	Terms       = view.Terms
+	Candidate   = view.Candidate
+	Explanation = view.Schedule
+)
+
 // StarvationWindow is how long a job waits before its starvation penalty has
 // fully aged away.
 const StarvationWindow = 30 * time.Minute
-
-// Candidate is one factory as Explain saw it for one job.
-type Candidate struct {
-	FactoryID string `json:"factoryId"`
-	Eligible  bool   `json:"eligible"`
-	// Reason is why the factory failed the hard filter; empty when eligible.
-	Reason string `json:"reason,omitempty"`
-	// Load is the seats the scheduler counts taken (fleet.Factory.Occupied),
-	// shown because it breaks ties between equal totals.
-	Load int `json:"load"`
-	// Leases is the live leases the coordinator holds for the factory and
-	// Reported the load the factory last heartbeated; Load is the larger of
-	// Leases+Dispatched and Reported.
-	Leases   int `json:"leases"`
-	Reported int `json:"reported"`
-	// Dispatched is the dispatches sent to the factory it has not taken yet.
-	Dispatched int `json:"dispatched,omitempty"`
-	// Terms and Total are set only for eligible factories: an ineligible one
-	// is not scored.
-	Terms Terms   `json:"terms,omitzero"`
-	Total float64 `json:"total,omitempty"`
-}
-
-// Explanation is the full routing decision for one job: what /explain shows
-// and what the dispatcher records when a job is unroutable.
-type Explanation struct {
-	JobID    string `json:"jobId"`
-	Routable bool   `json:"routable"`
-	// Reason says why no factory is eligible; empty when Routable.
-	Reason string `json:"reason,omitempty"`
-	// Best is the factory BestFactory would pick; empty when not Routable.
-	Best string `json:"best,omitempty"`
-	// Required is the capability set the hard filter checked, sorted,
-	// including the implicit repo:<repo>.
-	Required []string `json:"required"`
-	// Candidates are the eligible factories best first, then the ineligible
-	// ones by ID.
-	Candidates []Candidate `json:"candidates"`
-}
 
 // Explain scores every factory for j and says why each ineligible one was
 // filtered out. It ranks exactly as BestFactory does, so Best is always the
@@ -188,7 +133,7 @@ func Explain(j *fleet.Job, fs []*fleet.Factory, now time.Time, w Weights) Explan
 		s := scored{i: i, v: n.verdict(f)}
 		if s.v == admitted {
 			s.terms = n.terms(f, starvation)
-			s.total = s.terms.Total(w)
+			s.total = w.Total(s.terms)
 		}
 		ranked = append(ranked, s)
 	}
@@ -244,7 +189,7 @@ func BestFactory(j *fleet.Job, fs []*fleet.Factory, now time.Time, w Weights) (b
 		if f == nil || !n.admits(f) {
 			continue
 		}
-		total := n.terms(f, starvation).Total(w)
+		total := w.Total(n.terms(f, starvation))
 		if best == nil || compareFactories(total, f.Occupied(), f.ID, bestTotal, best.Occupied(), best.ID) < 0 {
 			best, bestTotal = f, total
 		}

@@ -196,14 +196,14 @@ func TestTotalIsWeightedSum(t *testing.T) {
 	t.Parallel()
 	terms := Terms{CapabilityFit: 0.5, Affinity: 1, Load: 0.25, CostFit: 0.5, Health: 0.5, Starvation: -0.5}
 	// 1·0.5 + 0.5·1 + 1·0.25 + 0.75·0.5 + 1·0.5 + 1.5·(-0.5)
-	require.InDelta(t, 1.375, terms.Total(DefaultWeights), 1e-12)
-	require.Equal(t, 0.0, terms.Total(Weights{}))
-	require.Equal(t, -0.5, terms.Total(Weights{Starvation: 1}))
+	require.InDelta(t, 1.375, DefaultWeights.Total(terms), 1e-12)
+	require.Equal(t, 0.0, Weights{}.Total(terms))
+	require.Equal(t, -0.5, Weights{Starvation: 1}.Total(terms))
 
 	// The default job on the default factory, fresh: 0.6 + 0 + 1 + 0.75 + 1 - 1.5.
 	c := only(Explain(newJob("j"), []*fleet.Factory{newFactory("f")}, t0, DefaultWeights))
 	require.InDelta(t, 1.85, c.Total, 1e-12)
-	require.Equal(t, c.Terms.Total(DefaultWeights), c.Total)
+	require.Equal(t, DefaultWeights.Total(c.Terms), c.Total)
 }
 
 func TestWeightsValidate(t *testing.T) {

@@ -187,3 +187,94 @@ type EchoState struct {
 	LastError     *string    `json:"lastError"`
 	NextAttemptAt *time.Time `json:"nextAttemptAt"`
 }
+
+// Explanation is why a job is where it is: its dispatch state and how every
+// factory scores for it now.
+type Explanation struct {
+	JobID           string         `json:"jobId"`
+	Stage           fleet.Stage    `json:"stage"`
+	TargetFactoryID string         `json:"targetFactoryId,omitempty"`
+	DispatchEpoch   int64          `json:"dispatchEpoch"`
+	Dispatch        fleet.Dispatch `json:"dispatch"`
+	// Profile names the persona version the job runs under and the
+	// capabilities it added to the manifest's; nil without a persona.
+	Profile *ProfileExplanation `json:"profile,omitempty"`
+	// Review is the job's review gate: the head under review, the votes
+	// (who voted how), the approvals so far and the reviewers awaited.
+	Review *fleet.Review `json:"review,omitempty"`
+	// Waiting, for a blocked job, is what it waits for: each dependency
+	// and child with its stage.
+	Waiting *WaitExplanation `json:"waiting,omitempty"`
+	// Budget, for a queued job, is why its product's budget holds it back
+	// now (paused, or no room under the ceiling); nil when it does not.
+	Budget *fleet.Hold `json:"budget,omitempty"`
+	// SeatCap, for a queued job, is its product's seat cap holding it back
+	// (kind seat_cap, with running and maxRunning); nil when it does not.
+	SeatCap  *fleet.Hold `json:"seatCap,omitempty"`
+	Schedule Schedule    `json:"schedule"`
+}
+
+// Schedule is the full routing decision for one job: what /explain shows (schedule.Explanation)
+// and what the dispatcher records when a job is unroutable.
+type Schedule struct {
+	JobID    string `json:"jobId"`
+	Routable bool   `json:"routable"`
+	// Reason says why no factory is eligible; empty when Routable.
+	Reason string `json:"reason,omitempty"`
+	// Best is the factory BestFactory would pick; empty when not Routable.
+	Best string `json:"best,omitempty"`
+	// Required is the capability set the hard filter checked, sorted,
+	// including the implicit repo:<repo>.
+	Required []string `json:"required"`
+	// Candidates are the eligible factories best first, then the ineligible
+	// ones by ID.
+	Candidates []Candidate `json:"candidates"`
+}
+
+// Candidate is one factory as schedule.Explain saw it for one job.
+type Candidate struct {
+	FactoryID string `json:"factoryId"`
+	Eligible  bool   `json:"eligible"`
+	// Reason is why the factory failed the hard filter; empty when eligible.
+	Reason string `json:"reason,omitempty"`
+	// Load is the seats the scheduler counts taken (fleet.Factory.Occupied),
+	// shown because it breaks ties between equal totals.
+	Load int `json:"load"`
+	// Leases is the live leases the coordinator holds for the factory and
+	// Reported the load the factory last heartbeated; Load is the larger of
+	// Leases+Dispatched and Reported.
+	Leases   int `json:"leases"`
+	Reported int `json:"reported"`
+	// Dispatched is the dispatches sent to the factory it has not taken yet.
+	Dispatched int `json:"dispatched,omitempty"`
+	// Terms and Total are set only for eligible factories: an ineligible one
+	// is not scored.
+	Terms Terms   `json:"terms,omitzero"`
+	Total float64 `json:"total,omitempty"`
+}
+
+// Terms are the raw, unweighted score terms of one job on one factory.
+type Terms struct {
+	// CapabilityFit is (|required|+1)/(|offered|+1), capped at 1, in (0, 1]:
+	// 1 when the factory offers exactly what the job needs. Preferring the
+	// tightest fit keeps factories with rare capabilities free for the jobs
+	// that cannot run anywhere else.
+	CapabilityFit float64 `json:"capabilityFit"`
+	// Affinity is 1 when the job names a persona the factory advertises as
+	// persona:<name>, else 0.
+	Affinity float64 `json:"affinity"`
+	// Load is 1/(1+load), in (0, 1]: spreads work across idle factories.
+	Load float64 `json:"load"`
+	// CostFit is 1 when the job's expected cost (cost per hour × wall budget)
+	// fits its USD budget or either is unknown, else budget/expected, in (0, 1].
+	CostFit float64 `json:"costFit"`
+	// Health is 1 for ok, 0.5 for degraded, 0.25 for stale and 0 for a value
+	// this package does not know; down factories never reach scoring.
+	Health float64 `json:"health"`
+	// Starvation is the job's aging penalty, in [-1, 0]: -1 when just queued,
+	// rising linearly to 0 at StarvationWindow. It is the same for every
+	// factory, so it never changes which factory a job goes to; it orders jobs
+	// of equal priority for a polling factory (RankJobs) and makes the totals
+	// shown by Explain comparable over time.
+	Starvation float64 `json:"starvation"`
+}

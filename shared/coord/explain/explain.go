@@ -30,31 +30,8 @@ func New(k *kernel.Kernel, weights schedule.Weights, cat *catalog.Service, d *da
 	return &Service{k: k, weights: weights, catalog: cat, dag: d, admission: adm}
 }
 
-// Explanation is why a job is where it is: its dispatch state and how every
-// factory scores for it now.
-type Explanation struct {
-	JobID           string         `json:"jobId"`
-	Stage           fleet.Stage    `json:"stage"`
-	TargetFactoryID string         `json:"targetFactoryId,omitempty"`
-	DispatchEpoch   int64          `json:"dispatchEpoch"`
-	Dispatch        fleet.Dispatch `json:"dispatch"`
-	// Profile names the persona version the job runs under and the
-	// capabilities it added to the manifest's; nil without a persona.
-	Profile *ProfileExplanation `json:"profile,omitempty"`
-	// Review is the job's review gate: the head under review, the votes
-	// (who voted how), the approvals so far and the reviewers awaited.
-	Review *fleet.Review `json:"review,omitempty"`
-	// Waiting, for a blocked job, is what it waits for: each dependency
-	// and child with its stage.
-	Waiting *WaitExplanation `json:"waiting,omitempty"`
-	// Budget, for a queued job, is why its product's budget holds it back
-	// now (paused, or no room under the ceiling); nil when it does not.
-	Budget *fleet.Hold `json:"budget,omitempty"`
-	// SeatCap, for a queued job, is its product's seat cap holding it back
-	// (kind seat_cap, with running and maxRunning); nil when it does not.
-	SeatCap  *fleet.Hold          `json:"seatCap,omitempty"`
-	Schedule schedule.Explanation `json:"schedule"`
-}
+// Explanation is why a job is where it is (view.Explanation).
+type Explanation = view.Explanation
 
 // WaitExplanation is what a blocked job waits for.
 type WaitExplanation = view.WaitExplanation
