@@ -82,12 +82,32 @@ func evalJS[T any](t *testing.T, ctx context.Context, expr string) T {
 	return v
 }
 
-// waitJS polls a JS predicate in the page until it is true.
+// waitJS polls a JS predicate in the page until it is true. The test polls
+// (one evaluation every 100 ms), not the page: chromedp.Poll's in-page
+// timer loop once ran out its 20 s on the budgets page while the page's text
+// and every part of the predicate, logged at the timeout, held; an
+// evaluation from here does not depend on the page's timers firing. A
+// predicate that throws (an element not drawn yet) counts as false.
 func waitJS(t *testing.T, ctx context.Context, within time.Duration, what, expr string) {
 	t.Helper()
-	c, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	_, err := chromedp.Run(c, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond)))
+	deadline := time.Now().Add(within)
+	var err error
+	for {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var ok bool
+		ok, err = chromedp.Run(c, chromedp.Evaluate[bool]("!!("+expr+")"))
+		cancel()
+		if err == nil && ok {
+			return
+		}
+		if err == nil {
+			err = fmt.Errorf("still false after %s", within)
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err != nil {
 		shoot(t, ctx, "failed-"+strings.NewReplacer(" ", "-", "/", "-").Replace(what))
 		// The screenshot is gone with CI's machine; the page's text is in the log.
