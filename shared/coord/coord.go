@@ -58,7 +58,7 @@ type Config struct {
 	// ChangeFeed says a change-feed handler runs DispatchChanged on every
 	// job write (the Functions app, the local stack). Only then may timer
 	// sweeps trust the ledger and skip a tick that has nothing to do
-	// (ledger.go); without it (the Lambda front door) every tick scans.
+	// (internal/kernel/ledger.go); without it (the Lambda front door) every tick scans.
 	ChangeFeed bool
 	// LivePoll is how often the live event watcher reads the change feeds
 	// while a stream is connected to this process (writes made by this

@@ -49,7 +49,7 @@ type Decision struct {
 // job already stamped is skipped. Errors of single jobs are joined; the
 // sweep retries whatever did not go out.
 //
-// Once the batch is handled it bumps the ledger (ledger.go): activity when
+// Once the batch is handled it bumps the ledger (internal/kernel/ledger.go): activity when
 // it held a job that is not terminal (or one it could not decode), ended
 // when it held a terminal one. A failed bump fails the batch, so the host
 // retries it.
@@ -71,7 +71,7 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 		}
 		kernel.Observe(&c.k.Counters.FeedLagSum, &c.k.Counters.FeedLagN, c.k.Now().Sub(j.UpdatedAt))
 		// The feed sees every job's latest version: it writes the events a
-		// writer that failed or died left in the job only (events.go). A
+		// writer that failed or died left in the job only (internal/kernel/events.go). A
 		// failure fails the batch, so the host retries it.
 		if err := c.live.RepairChanged(ctx, j); err != nil {
 			errs = append(errs, err)
@@ -234,7 +234,7 @@ type DeadLetterSource interface {
 //
 // Idle (no queued or blocked job since the last tick that looked), a tick
 // costs one point read and skips the dead-letter drain too: a dead letter
-// only matters for a job still queued at its dispatch epoch (ledger.go).
+// only matters for a job still queued at its dispatch epoch (internal/kernel/ledger.go).
 func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 	skip, view, err := c.k.Quiet(ctx, kernel.SweepRedispatch)
 	if err != nil || skip {

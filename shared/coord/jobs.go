@@ -83,7 +83,7 @@ func (c *Coordinator) prepareJob(ctx context.Context, productID, id string, m *f
 		Review: m.Review, IdempotencyKey: m.IdempotencyKey,
 		QueuedAt: now, CreatedAt: now, UpdatedAt: now,
 	}
-	// Submitted is its first event, committed with it (events.go);
+	// Submitted is its first event, committed with it (internal/kernel/events.go);
 	// createJob names the stage it is created in.
 	j.RecordEvent(fleet.Event{Type: fleet.EventSubmitted, To: j.Stage, Actor: fleet.ActorOperator})
 	if j.Deps == nil {
@@ -279,7 +279,7 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 		if m.effect != nil {
 			m.effect(before, j)
 		}
-		// The event is committed with the move (events.go).
+		// The event is committed with the move (internal/kernel/events.go).
 		event, message := m.event, m.message
 		if m.messageOf != nil {
 			message = m.messageOf()

@@ -144,7 +144,7 @@ func (s *Service) Upload(ctx context.Context, up Upload) (*fleet.Artifact, error
 		actor, actorID = fleet.ActorFactory, up.FactoryID
 	}
 	// The job's write is where the upload is decided: the fence holds at
-	// that instant, and it records the event (events.go).
+	// that instant, and it records the event (internal/kernel/events.go).
 	j, err = s.k.MutateJob(ctx, up.ProductID, up.JobID, func(j *fleet.Job) error {
 		if err := fence(j); err != nil {
 			return err

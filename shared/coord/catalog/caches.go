@@ -23,7 +23,7 @@ import (
 // is derived, not kept: each refresh runs one query for the leased jobs
 // (assigned or building) beside the factory query, and every job this
 // process writes (mutateJob) corrects it between refreshes. A counter on the
-// factory document, taken by CAS like a product's seats (seats.go), would
+// factory document, taken by CAS like a product's seats (admission/seats.go), would
 // cost two factory writes per lease (grant and end), contend with the
 // heartbeat's CAS on the same document, and need leaks reclaimed after a
 // crash; the query costs nothing per lease, nothing while nothing is

@@ -356,7 +356,7 @@ func (c *Service) echoOnce(ctx context.Context, productID, jobID string, sweep b
 	}
 	if fail == "" && st.DeliveredSeq < j.EventSeq {
 		// Events merges what the job's change holds but the container
-		// lacks yet (events.go), so a seq is missing here only while
+		// lacks yet (internal/kernel/events.go), so a seq is missing here only while
 		// neither has it.
 		evs, rerr := c.events.Events(ctx, productID, jobID, st.DeliveredSeq, 0)
 		if rerr != nil {
