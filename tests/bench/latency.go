@@ -108,7 +108,9 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 	}
 	rec := newLatencyRecorder(s.cfg.Jobs)
 	for i := range nf {
-		f, err := s.addFactory(ctx, fmt.Sprintf("lat-%d", i), latencyProduct, repos[i], 4)
+		// Every job keeps its lease until the phase ends, and a lease holds
+		// a seat: each factory has a seat for every job it will be sent.
+		f, err := s.addFactory(ctx, fmt.Sprintf("lat-%d", i), latencyProduct, repos[i], (s.cfg.Jobs+nf-1)/nf, 4)
 		if err != nil {
 			return nil, err
 		}

@@ -135,7 +135,7 @@ func (s *session) runLifecycles(ctx context.Context) (*lifecycleResult, string, 
 	rec := &lifecycleRecorder{want: n, accepted: map[string]int{}, shipped: map[string]int{},
 		factory: map[string]string{}, done: make(chan struct{})}
 	for i := range lifecycleFactories {
-		f, err := s.addFactory(ctx, fmt.Sprintf("life-%d", i), lifecycleProduct, repos[i], workersPerFactory+2)
+		f, err := s.addFactory(ctx, fmt.Sprintf("life-%d", i), lifecycleProduct, repos[i], 64, workersPerFactory+2)
 		if err != nil {
 			return nil, "", err
 		}

@@ -70,6 +70,10 @@ func parseFlags() (config, error) {
 		return c, fmt.Errorf("unexpected arguments %q", flag.Args())
 	case c.Jobs < 1 || c.Lifecycles < 1:
 		return c, errors.New("-jobs and -lifecycles must be at least 1")
+	case c.Jobs > 4000:
+		// The phase's 4 factories hold every job's lease until it ends, and
+		// a factory has at most 1,000 seats.
+		return c, errors.New("-jobs must be at most 4000")
 	case c.Rate <= 0 || c.Rate > 10_000:
 		return c, errors.New("-rate must be in (0, 10000] jobs/s")
 	case c.Idle < time.Second || c.CAS < 100*time.Millisecond:
@@ -130,9 +134,10 @@ func (s *session) background(fn func(ctx context.Context) error) {
 	})
 }
 
-// addFactory enrolls and subscribes a factory and starts its heartbeats.
-func (s *session) addFactory(ctx context.Context, id, product, repo string, conns int) (*factory, error) {
-	f, err := newFactory(ctx, s.st, s.op, id, product, repo, 64, conns)
+// addFactory enrolls and subscribes a factory with seats seats and starts
+// its heartbeats.
+func (s *session) addFactory(ctx context.Context, id, product, repo string, seats, conns int) (*factory, error) {
+	f, err := newFactory(ctx, s.st, s.op, id, product, repo, seats, conns)
 	if err != nil {
 		return nil, err
 	}

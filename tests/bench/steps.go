@@ -44,7 +44,7 @@ func (s *session) runSteps(ctx context.Context, runs int) (*stepsResult, error) 
 	if err := s.op.putProduct(ctx, stepsProduct, []string{repo}); err != nil {
 		return nil, err
 	}
-	f, err := s.addFactory(ctx, "step-0", stepsProduct, repo, 2)
+	f, err := s.addFactory(ctx, "step-0", stepsProduct, repo, 64, 2)
 	if err != nil {
 		return nil, err
 	}
