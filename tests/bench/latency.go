@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/bus"
+	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
 
@@ -196,7 +199,7 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 	for _, f := range rec.factoryOf {
 		res.PerFactory[f]++
 	}
-	epochs := rec.epochs
+	epochs, holders := rec.epochs, maps.Clone(rec.factoryOf)
 	rec.mu.Unlock()
 	if len(lat) != s.cfg.Jobs {
 		return nil, fmt.Errorf("%d jobs submitted, %d answered with an id", s.cfg.Jobs, len(lat))
@@ -205,13 +208,27 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 	res.MaxMs, res.MeanMs = ms(slices.Max(lat)), ms(mean(lat))
 
 	// The jobs hold leases now; cancel them so none expires into a later
-	// phase (the reaper would requeue and re-dispatch it).
+	// phase (the reaper would requeue and re-dispatch it). Each holder
+	// acknowledges at once as a factory does (releases with the outcome
+	// cancelled): a cancel left to its grace would keep 2,000 jobs leased,
+	// and every later phase's scans would page through them.
 	ids := make([]string, 0, len(epochs))
 	for id := range epochs {
 		ids = append(ids, id)
 	}
+	byID := map[string]*factory{}
+	for _, f := range s.factories {
+		byID[f.id] = f
+	}
 	err := parallel(ctx, len(ids), 8, func(ctx context.Context, i int) error {
-		return s.op.cancel(ctx, latencyProduct, ids[i])
+		id := ids[i]
+		if err := s.op.cancel(ctx, latencyProduct, id); err != nil {
+			return err
+		}
+		epoch := epochs[id]
+		_, err := byID[holders[id]].api.fleet.Release(ctx, latencyProduct, id,
+			api.ReleaseRequest{LeaseEpoch: &epoch, Outcome: api.Ptr(fleet.ReleaseCancelled)})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cancel the phase's jobs: %w", err)
