@@ -259,8 +259,9 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	}
 	// The packages behind the façade, each registering its own observer of
 	// committed transitions as it is built, so in this order: catalog
-	// moves the queue state, live records the ended run, admission settles
-	// its budget and gives the seat back, and dependants settle last.
+	// moves the queue state, admission settles its budget and gives the
+	// seat back, and dependants settle last. (An ended run is recorded by
+	// the move's own CAS, before any observer.)
 	var onFleetChange func(context.Context)
 	if c.publisher != nil {
 		onFleetChange = c.retryUnroutable
@@ -281,8 +282,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	// and every dispatch sent here, not only each refresh.
 	c.k.JobWritten = c.catalog.NoteJob
 	c.admission = admission.New(c.k, admission.Config{LeaseTTL: cfg.LeaseTTL, Push: c.publisher != nil}, c.catalog, lifecycle{c})
-	// Built last, so dependants settle after the run is recorded and the
-	// seat given back.
+	// Built last, so dependants settle after the seat is given back.
 	c.dag = dag.New(c.k, lifecycle{c})
 	c.explain = explain.New(c.k, cfg.Weights, c.catalog, c.dag, c.admission)
 	return c, nil

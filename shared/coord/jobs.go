@@ -238,14 +238,15 @@ type move struct {
 	report *fleet.RunReport
 }
 
-// transition applies m: the guard, the stage machine's rule and the effect
-// in one CAS, then writes the event and, when the stage changed, tells the
-// observers registered for committed transitions (coord.go New: queue state,
-// run record, admission, dependants). It returns the job as written.
+// transition applies m: the guard, the stage machine's rule, the effect, its
+// event and the run it ends in one CAS, then writes the event and, when the
+// stage changed, tells the observers registered for committed transitions
+// (coord.go New: queue state, admission, dependants). It returns the job as
+// written.
 func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job, err error) {
 	var before *fleet.Job
 	var rule fleet.Rule
-	var run fleet.RunResult
+	var run, ended fleet.RunResult
 	after, err = c.k.MutateJob(ctx, m.pk, m.id, func(j *fleet.Job) error {
 		if m.guard != nil {
 			if err := m.guard(j); err != nil {
@@ -300,6 +301,18 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 		if m.eventActor != "" {
 			actor = m.eventActor
 		}
+		// A move that ends the lease ends its run, recorded in this same
+		// write.
+		ended = ""
+		if j.Stage != before.Stage {
+			ended = runResult(rule, j.Stage, run)
+		}
+		if ended != "" {
+			spilled := j.EndRun(fleet.RunOf(before, ended, message, c.k.Now()))
+			if err := c.live.KeepRuns(ctx, spilled); err != nil {
+				return err
+			}
+		}
 		return c.k.RecordEvent(ctx, j, fleet.Event{Type: event, From: before.Stage, To: j.Stage, Actor: actor, ActorID: m.actorID, Message: message})
 	})
 	if err != nil {
@@ -314,22 +327,28 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 	if before.Stage == after.Stage {
 		return after, nil
 	}
-	t := kernel.Transition{Before: before, After: after, Rule: rule, Message: message}
+	c.k.Committed(ctx, kernel.Transition{Before: before, After: after, Rule: rule, Message: message, Run: ended})
+	return after, nil
+}
+
+// runResult is how a move by rule to stage `to` ends the run of the lease
+// it releases or revokes ("" when it ends none); describe's result, when
+// the move named one, wins.
+func runResult(rule fleet.Rule, to fleet.Stage, described fleet.RunResult) fleet.RunResult {
 	switch rule.Lease {
 	case fleet.LeaseRelease, fleet.LeaseRevoke:
-		t.Run = fleet.RunSucceeded
-		switch {
-		case rule.Lease == fleet.LeaseRevoke:
-			t.Run = fleet.RunLost
-		case after.Stage == fleet.StageFailed || after.Stage == fleet.StageDeadLetter || after.Stage == fleet.StageQueued:
-			t.Run = fleet.RunFailed
-		}
-		if run != "" {
-			t.Run = run
-		}
+	default:
+		return ""
 	}
-	c.k.Committed(ctx, t)
-	return after, nil
+	switch {
+	case described != "":
+		return described
+	case rule.Lease == fleet.LeaseRevoke:
+		return fleet.RunLost
+	case to == fleet.StageFailed || to == fleet.StageDeadLetter || to == fleet.StageQueued:
+		return fleet.RunFailed
+	}
+	return fleet.RunSucceeded
 }
 
 // PatchRequest is a holder's fenced update of its job.

@@ -240,9 +240,13 @@ type Job struct {
 	// transaction between them, so an event written only after the job
 	// could be lost. Entries omit id, jobId and productId (the job's);
 	// Recent fills them in. See coord/events.go for how the ring is kept.
-	RecentEvents []Event   `json:"recentEvents,omitempty"`
-	CreatedAt    time.Time `json:"createdAt"`
-	UpdatedAt    time.Time `json:"updatedAt"`
+	RecentEvents []Event `json:"recentEvents,omitempty"`
+	// Runs are the job's ended runs, oldest first, each written by the
+	// same CAS that ended it (no second document per run). Past
+	// RunsKept the oldest move to the runs container (coord's transition).
+	Runs      []Run     `json:"runs,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
 
 	Rev string `json:"-"`
 }
@@ -411,6 +415,49 @@ type Run struct {
 	Usage      Usage     `json:"usage"`
 	Head       string    `json:"head,omitempty"`
 	Diff       *DiffStat `json:"diff,omitempty"`
+}
+
+// RunsKept is how many ended runs a job document holds.
+const RunsKept = 16
+
+// RunOf is the run the lease of j (the job as it was before the move that
+// ended the lease) ends with: who ran it, when, and what its holder
+// reported. endedAt is zero for the run in progress.
+func RunOf(j *Job, result RunResult, reason string, endedAt time.Time) Run {
+	run := Run{
+		ID: RunID(j.ID, j.LeaseEpoch), JobID: j.ID, ProductID: j.ProductID,
+		FactoryID: j.HolderFactoryID, LeaseEpoch: j.LeaseEpoch, Result: result, Reason: reason,
+		StartedAt: j.LeaseAcquiredAt, EndedAt: endedAt,
+	}
+	if r := j.ReportFor(run.LeaseEpoch); r != nil {
+		run.Engine, run.Usage, run.Head = r.Engine, r.Usage, r.Head
+		if r.Diff != nil {
+			d := *r.Diff
+			run.Diff = &d
+		}
+	}
+	return run
+}
+
+// EndRun records an ended run on the job and returns the runs that no
+// longer fit (oldest first), for the caller to keep elsewhere.
+func (j *Job) EndRun(r Run) (spilled []Run) {
+	j.Runs = append(slices.Clone(j.Runs), r)
+	if n := len(j.Runs) - RunsKept; n > 0 {
+		spilled = slices.Clone(j.Runs[:n])
+		j.Runs = slices.Clone(j.Runs[n:])
+	}
+	return spilled
+}
+
+// RunAt is the ended run of the lease at epoch the job still holds.
+func (j *Job) RunAt(epoch int64) (Run, bool) {
+	for _, r := range j.Runs {
+		if r.LeaseEpoch == epoch {
+			return r, true
+		}
+	}
+	return Run{}, false
 }
 
 // RunID names the run of job at leaseEpoch: one run per lease.

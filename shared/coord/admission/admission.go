@@ -50,9 +50,8 @@ type Service struct {
 }
 
 // New builds admission and registers its observer: a run's end gives back
-// what its assignment took. Construct it after the observers that must see
-// a transition first (the run record) and before those that must see it
-// after (dependants).
+// what its assignment took. Construct it before the observers that must
+// see a transition after it (dependants).
 func New(k *kernel.Kernel, cfg Config, catalog Catalog, life Lifecycle) *Service {
 	c := &Service{k: k, leaseTTL: cfg.LeaseTTL, push: cfg.Push, catalog: catalog, life: life}
 	k.Observe(c.endAdmissionOnRunEnd)

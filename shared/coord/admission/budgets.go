@@ -496,9 +496,12 @@ func (c *Service) reclaim(ctx context.Context, productID string, pick func(jobID
 	return n
 }
 
-// runUSD is what the run of j at epoch reported: from its run document, or
-// the job's report when the run document was never written.
+// runUSD is what the run of j at epoch reported: from the job's ended
+// runs, its runs document, or the job's report.
 func (c *Service) runUSD(ctx context.Context, j *fleet.Job, epoch int64) float64 {
+	if run, ok := j.RunAt(epoch); ok {
+		return run.Usage.USD
+	}
 	run, _, err := kernel.ReadDoc[fleet.Run](ctx, c.k.Store, store.Runs, j.ID, fleet.RunID(j.ID, epoch), "run")
 	if err == nil {
 		return run.Usage.USD

@@ -57,7 +57,7 @@ type Service struct {
 
 // New builds the service and registers its observer: a job that ended
 // settles the jobs waiting on it. Build it after the observers that must
-// run first (the run recorded, the seat given back).
+// run first (the seat given back).
 func New(k *kernel.Kernel, lc Lifecycle) *Service {
 	s := &Service{k: k, lc: lc}
 	k.Observe(s.settleOnEnd)

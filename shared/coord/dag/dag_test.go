@@ -33,7 +33,7 @@ func (r recorder) Move(_ context.Context, m dag.Move) (*fleet.Job, error) {
 // TestSettleOnEndAfterEarlierObservers: dag.New registers the observer
 // that settles, through the lifecycle, the jobs waiting on a job that
 // ended (a dependant and the parent), after the observers registered
-// before it (coord's run record and admission).
+// before it (admission's).
 func TestSettleOnEndAfterEarlierObservers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

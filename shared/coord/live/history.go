@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
@@ -81,29 +82,20 @@ func (l *Service) Events(ctx context.Context, productID, jobID string, after int
 	return out, nil
 }
 
-// recordRun writes the run that ends when a lease is released or revoked.
-// Runs are written once, at their end; the run in progress is the job's
-// lease, which Runs shows alongside.
-func (l *Service) recordRun(ctx context.Context, before *fleet.Job, result fleet.RunResult, reason string) {
-	run := fleet.Run{
-		ID:         fleet.RunID(before.ID, before.LeaseEpoch),
-		JobID:      before.ID,
-		ProductID:  before.ProductID,
-		FactoryID:  before.HolderFactoryID,
-		LeaseEpoch: before.LeaseEpoch,
-		Result:     result,
-		Reason:     reason,
-		StartedAt:  before.LeaseAcquiredAt,
-		EndedAt:    l.k.Now(),
+// KeepRuns writes the ended runs a job document no longer holds
+// (fleet.Job.EndRun) to the runs container. Written with their fixed ids,
+// so a retried move writes each once.
+func (l *Service) KeepRuns(ctx context.Context, runs []fleet.Run) error {
+	for _, run := range runs {
+		body, err := json.Marshal(run)
+		if err == nil {
+			_, err = l.k.Store.Upsert(ctx, store.Runs, run.JobID, run.ID, body)
+		}
+		if err != nil {
+			return fmt.Errorf("keep run %s: %w", run.ID, err)
+		}
 	}
-	withReport(&run, before)
-	body, err := json.Marshal(run)
-	if err == nil {
-		_, err = l.k.Store.Upsert(ctx, store.Runs, run.JobID, run.ID, body)
-	}
-	if err != nil {
-		l.k.Log.ErrorContext(ctx, "run not recorded", "job", before.ID, "epoch", before.LeaseEpoch, "err", err)
-	}
+	return nil
 }
 
 // Runs lists a job's runs, the one in progress (if any) last.
@@ -116,23 +108,22 @@ func (l *Service) Runs(ctx context.Context, productID, jobID string) ([]fleet.Ru
 	if err != nil {
 		return nil, err
 	}
-	out := make([]fleet.Run, 0, len(items)+1)
+	// The container holds the runs the job document let go of (and, for
+	// jobs older than runs on the job, all of them); the job the rest.
+	out := make([]fleet.Run, 0, len(items)+len(j.Runs)+1)
 	for _, it := range items {
 		r, err := kernel.Decode[fleet.Run](it)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, *r)
-	}
-	sortRuns(out)
-	if l, ok := j.Lease(); ok {
-		run := fleet.Run{
-			ID: fleet.RunID(j.ID, l.LeaseEpoch), JobID: j.ID, ProductID: j.ProductID,
-			FactoryID: l.HolderFactoryID, LeaseEpoch: l.LeaseEpoch, Result: fleet.RunRunning,
-			StartedAt: j.LeaseAcquiredAt,
+		if _, held := j.RunAt(r.LeaseEpoch); !held {
+			out = append(out, *r)
 		}
-		withReport(&run, j)
-		out = append(out, run)
+	}
+	out = append(out, j.Runs...)
+	sortRuns(out)
+	if _, ok := j.Lease(); ok {
+		out = append(out, fleet.RunOf(j, fleet.RunRunning, "", time.Time{}))
 	}
 	return out, nil
 }
@@ -140,23 +131,4 @@ func (l *Service) Runs(ctx context.Context, productID, jobID string) ([]fleet.Ru
 // sortRuns orders by epoch: ids sort as text, so "j:10" would precede "j:9".
 func sortRuns(rs []fleet.Run) {
 	slices.SortFunc(rs, func(a, b fleet.Run) int { return cmp.Compare(a.LeaseEpoch, b.LeaseEpoch) })
-}
-
-// withReport copies what the holder reported about run from j.
-func withReport(run *fleet.Run, j *fleet.Job) {
-	if r := j.ReportFor(run.LeaseEpoch); r != nil {
-		run.Engine, run.Usage, run.Head = r.Engine, r.Usage, r.Head
-		if r.Diff != nil {
-			d := *r.Diff
-			run.Diff = &d
-		}
-	}
-}
-
-// recordEndedRun observes transitions: a released or revoked lease ends a
-// run, recorded once, at its end.
-func (l *Service) recordEndedRun(ctx context.Context, t kernel.Transition) {
-	if t.EndsRun() {
-		l.recordRun(ctx, t.Before, t.Run, t.Message)
-	}
 }

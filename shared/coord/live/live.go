@@ -172,14 +172,12 @@ type Service struct {
 	running bool
 }
 
-// New builds the service. It registers its observer (a run recorded when
-// a lease ends) with the kernel. health may be nil (factories as stored).
+// New builds the service. health may be nil (factories as stored).
 func New(k *kernel.Kernel, timers clock.Timers, poll time.Duration, health func(*fleet.Factory) *fleet.Factory) *Service {
 	if health == nil {
 		health = func(f *fleet.Factory) *fleet.Factory { return f }
 	}
 	l := &Service{k: k, health: health, timers: timers, poll: poll, subs: map[*Subscription]struct{}{}, kick: make(chan struct{}, 1)}
-	k.Observe(l.recordEndedRun)
 	return l
 }
 

@@ -24,8 +24,8 @@ func (t Transition) EndsRun() bool { return t.Run != "" }
 
 // Observer reacts to a committed transition. It runs after the commit on a
 // context the caller's cancellation no longer reaches, and cannot undo the
-// move: what it writes is its own follow-up (a run record, a seat given
-// back, a dependant unblocked), repaired by its own sweep if it fails.
+// move: what it writes is its own follow-up (a seat given back, a
+// dependant unblocked), repaired by its own sweep if it fails.
 type Observer func(ctx context.Context, t Transition)
 
 // Observe registers fn for every transition that changes a job's stage.
