@@ -281,7 +281,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	// The seats the scheduler counts follow every lease granted or ended
 	// and every dispatch sent here, not only each refresh.
 	c.k.JobWritten = c.catalog.NoteJob
-	c.admission = admission.New(c.k, admission.Config{LeaseTTL: cfg.LeaseTTL, Push: c.publisher != nil}, c.catalog, lifecycle{c})
+	c.admission = admission.New(c.k, admission.Config{LeaseTTL: cfg.LeaseTTL, Push: c.publisher != nil, CacheTTL: cfg.FactoryCacheTTL}, c.catalog, lifecycle{c})
 	// Built last, so dependants settle after the seat is given back.
 	c.dag = dag.New(c.k, lifecycle{c})
 	c.explain = explain.New(c.k, cfg.Weights, c.catalog, c.dag, c.admission)

@@ -163,7 +163,10 @@ func (c *Coordinator) claimBest(ctx context.Context, f *fleet.Factory, queued []
 				}
 				return a.Fence(j)
 			},
-			effect: func(_, j *fleet.Job) { j.ClaimRequestID = requestID }})
+			effect: func(_, j *fleet.Job) {
+				j.ClaimRequestID = requestID
+				a.Record(j)
+			}})
 		if err == nil {
 			c.k.Counters.Claims.Add(1)
 			return claimed(after), nil
@@ -226,7 +229,7 @@ func claimOrder(ranked []*fleet.Job) []*fleet.Job {
 // Accept is the push transport's claim: the factory a dispatch message
 // targeted takes the job, if the message is still current.
 func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*protocol.Claimed, error) {
-	if f, err := c.GetFactory(ctx, factoryID); err == nil && f.Draining {
+	if draining, err := c.catalog.Draining(ctx, factoryID); err == nil && draining {
 		// Dispatched before the drain: refused before anything is
 		// reserved, and the sweep sends the job elsewhere.
 		return nil, fleet.Errorf(fleet.CodeConflict, "factory %s is draining: it takes no new jobs", factoryID)
@@ -247,7 +250,8 @@ func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID st
 				return fleet.Errorf(fleet.CodeConflict, "job %s was dispatched to another factory", j.ID)
 			}
 			return a.Fence(j)
-		}})
+		},
+		effect: func(_, j *fleet.Job) { a.Record(j) }})
 	if err != nil {
 		c.admission.GiveBack(ctx, a)
 		if errors.Is(err, fleet.ErrConflict) {

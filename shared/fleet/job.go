@@ -231,6 +231,11 @@ type Job struct {
 	// next run starts, so it survives into the run document even if the
 	// process ends between the release and the run's write.
 	Report *RunReport `json:"runReport,omitempty"`
+	// Admitted is what the assignment of the current lease took from its
+	// product (a budget reservation, a seat), recorded by the CAS that
+	// granted the lease, so the lease's end gives back only what was
+	// taken and an uncapped, unbudgeted product's run reads nothing then.
+	Admitted *Admitted `json:"admitted,omitempty"`
 	// QueuedAt is when the job last entered queued; the scheduler ages from it.
 	QueuedAt time.Time `json:"queuedAt,omitzero"`
 	EventSeq int64     `json:"eventSeq"`
@@ -249,6 +254,22 @@ type Job struct {
 	UpdatedAt time.Time `json:"updatedAt"`
 
 	Rev string `json:"-"`
+}
+
+// Admitted is what one lease's assignment took.
+type Admitted struct {
+	LeaseEpoch  int64 `json:"leaseEpoch"`
+	Reservation bool  `json:"reservation,omitempty"`
+	Seat        bool  `json:"seat,omitempty"`
+}
+
+// AdmittedFor is what the lease at epoch took; ok is false when the job
+// does not say (a lease granted before jobs recorded it).
+func (j *Job) AdmittedFor(epoch int64) (a Admitted, ok bool) {
+	if j.Admitted == nil || j.Admitted.LeaseEpoch != epoch {
+		return Admitted{}, false
+	}
+	return *j.Admitted, true
 }
 
 // JobRef names a job in its product.

@@ -7,6 +7,7 @@ package admission
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
@@ -17,6 +18,9 @@ import (
 type Catalog interface {
 	// GetProduct reads a product: its seats live on its document.
 	GetProduct(ctx context.Context, productID string) (*fleet.Product, error)
+	// CachedProduct is GetProduct through the catalog's cache (at most
+	// its TTL old): enough to learn a product is uncapped.
+	CachedProduct(ctx context.Context, productID string) (*fleet.Product, error)
 	// BumpQueueState tells the product's pollers its queue changed.
 	BumpQueueState(ctx context.Context, productID string)
 }
@@ -38,6 +42,11 @@ type Config struct {
 	// Push says jobs are dispatched (a publisher is configured): room
 	// made routes the held jobs again, besides telling pollers.
 	Push bool
+	// CacheTTL is how long a product found without a budget, or a cached
+	// product found uncapped, is taken as such without a read: a budget
+	// or a cap set through another instance applies within it (this
+	// instance's own writes at once).
+	CacheTTL time.Duration
 }
 
 // Service is admission over the kernel's store.
@@ -47,13 +56,50 @@ type Service struct {
 	push     bool
 	catalog  Catalog
 	life     Lifecycle
+	// unbudgeted holds when each product was last found without a budget.
+	unbudgeted absentCache
 }
 
 // New builds admission and registers its observer: a run's end gives back
 // what its assignment took. Construct it before the observers that must
 // see a transition after it (dependants).
 func New(k *kernel.Kernel, cfg Config, catalog Catalog, life Lifecycle) *Service {
-	c := &Service{k: k, leaseTTL: cfg.LeaseTTL, push: cfg.Push, catalog: catalog, life: life}
+	c := &Service{k: k, leaseTTL: cfg.LeaseTTL, push: cfg.Push, catalog: catalog, life: life,
+		unbudgeted: absentCache{ttl: cfg.CacheTTL, at: map[string]time.Time{}}}
 	k.Observe(c.endAdmissionOnRunEnd)
 	return c
+}
+
+// absentCache remembers, per product, when a document was found absent, so
+// the common case (no budget) costs no read on every dispatch, accept and
+// run end.
+type absentCache struct {
+	ttl time.Duration
+	mu  sync.Mutex
+	at  map[string]time.Time
+}
+
+// maxAbsent bounds the cache; past it, it starts over.
+const maxAbsent = 10_000
+
+func (a *absentCache) known(id string, now time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at, ok := a.at[id]
+	return ok && now.Sub(at) < a.ttl
+}
+
+func (a *absentCache) note(id string, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.at) >= maxAbsent {
+		clear(a.at)
+	}
+	a.at[id] = now
+}
+
+func (a *absentCache) drop(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.at, id)
 }

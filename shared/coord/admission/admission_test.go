@@ -27,6 +27,11 @@ type lifecycle struct {
 	bumped []string
 }
 
+// CachedProduct has no cache here: every read is fresh.
+func (l *lifecycle) CachedProduct(ctx context.Context, productID string) (*fleet.Product, error) {
+	return l.GetProduct(ctx, productID)
+}
+
 func (l *lifecycle) GetProduct(ctx context.Context, productID string) (*fleet.Product, error) {
 	p, it, err := kernel.ReadDoc[fleet.Product](ctx, l.k.Store, store.Products, productID, productID, "product")
 	if err != nil {

@@ -165,8 +165,12 @@ func (c *Service) PutBudget(ctx context.Context, productID string, req BudgetReq
 // budgetOf reads a product's budget as of now (rolled into the current
 // period, not written); nil when the product has none.
 func (c *Service) budgetOf(ctx context.Context, productID string) (*fleet.ProductBudget, error) {
+	if c.unbudgeted.known(productID, c.k.Now()) {
+		return nil, nil
+	}
 	b, _, err := kernel.ReadDoc[fleet.ProductBudget](ctx, c.k.Store, store.Budgets, productID, fleet.BudgetID(productID), "budget")
 	if errors.Is(err, fleet.ErrNotFound) {
+		c.unbudgeted.note(productID, c.k.Now())
 		return nil, nil
 	}
 	if err != nil {
@@ -214,6 +218,9 @@ func (c *Service) GetBurndown(ctx context.Context, productID string) (*Burndown,
 // mutateBudget applies fn to the product's budget, rolled into the
 // current period first.
 func (c *Service) mutateBudget(ctx context.Context, productID string, fn func(b *fleet.ProductBudget) error) (*fleet.ProductBudget, bool, error) {
+	// Whatever it finds, the product is not known to lack a budget any
+	// more (PutBudget creates one through here).
+	c.unbudgeted.drop(productID)
 	return kernel.CAS(ctx, c.k, budgetDocs, productID, fleet.BudgetID(productID), func(b *fleet.ProductBudget) error {
 		rolled := b.Roll(c.k.Now())
 		err := fn(b)
@@ -621,11 +628,20 @@ func (c *Service) Alerts(ctx context.Context, productID string) ([]fleet.Alert, 
 // back loses its dispatch (the message is void: 409) and waits, its reason
 // recorded, until room is made and ReleaseHeld routes it again.
 func (c *Service) AdmitAccept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*Grant, error) {
-	j, err := c.k.GetJob(ctx, productID, jobID)
+	current := func(j *fleet.Job) bool {
+		return j.Stage == fleet.StageQueued && j.DispatchEpoch == dispatchEpoch && j.TargetFactoryID == factoryID
+	}
+	// The copy this process dispatched from, usually: a stale one that
+	// still looks current only costs a reservation given back when the
+	// job's CAS refuses; one that looks stale is checked on the stored job.
+	j, cached, err := c.k.PeekJob(ctx, productID, jobID)
+	if err == nil && cached && !current(j) {
+		j, err = c.k.GetJob(ctx, productID, jobID)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if j.Stage != fleet.StageQueued || j.DispatchEpoch != dispatchEpoch || j.TargetFactoryID != factoryID {
+	if !current(j) {
 		// A stale accept: the job's CAS refuses it, and nothing is reserved
 		// (and taken back) for it, so the refusal writes nothing.
 		return nil, nil

@@ -33,6 +33,22 @@ func (c *Service) productOf(ctx context.Context, productID string) (*fleet.Produ
 	return p, err
 }
 
+// cappedProduct is the product for a decision that only a capped product
+// needs read fresh: the cached copy when it is uncapped (or absent), else
+// the stored one.
+func (c *Service) cappedProduct(ctx context.Context, productID string) (*fleet.Product, error) {
+	p, err := c.catalog.CachedProduct(ctx, productID)
+	switch {
+	case errors.Is(err, fleet.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case !p.Capped():
+		return p, nil
+	}
+	return c.productOf(ctx, productID)
+}
+
 // seatView is the product as a claim pre-filters its jobs by: when its
 // seats are all taken, seats a crash left behind are reclaimed first.
 func (c *Service) seatView(ctx context.Context, productID string) (*fleet.Product, error) {
@@ -50,7 +66,7 @@ func (c *Service) seatView(ctx context.Context, productID string) (*fleet.Produc
 // error when the product is uncapped; a *heldError when its seats are
 // taken; errReservedElsewhere when another claim of j holds the seat.
 func (c *Service) takeSeat(ctx context.Context, j *fleet.Job) (*seatClaim, error) {
-	p, err := c.productOf(ctx, j.ProductID)
+	p, err := c.cappedProduct(ctx, j.ProductID)
 	if err != nil || !p.Capped() {
 		return nil, err
 	}
@@ -246,6 +262,16 @@ func (a *Grant) Fence(j *fleet.Job) error {
 	return nil
 }
 
+// Record notes on j, inside the job CAS that grants the lease, what the
+// assignment took, so the lease's end gives back only that.
+func (a *Grant) Record(j *fleet.Job) {
+	rec := fleet.Admitted{LeaseEpoch: j.LeaseEpoch}
+	if a != nil {
+		rec.Reservation, rec.Seat = a.res != nil, a.seat != nil
+	}
+	j.Admitted = &rec
+}
+
 // admissionHold is the one pre-check of whether j may be assigned now,
 // without taking anything: its budget's hold, else its product's seat
 // cap's; nil when it may.
@@ -270,7 +296,7 @@ func (c *Service) Snapshot(ctx context.Context, productID string) (Snapshot, err
 	if err != nil {
 		return Snapshot{}, err
 	}
-	p, err := c.productOf(ctx, productID)
+	p, err := c.cappedProduct(ctx, productID)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -343,11 +369,20 @@ func (p *Pass) Admit(ctx context.Context, j *fleet.Job) (*Grant, error) {
 // from the run's usage and the seat frees; then the jobs either held back
 // flow at once.
 func (c *Service) endAdmission(ctx context.Context, before *fleet.Job) {
-	settled := c.settleRun(ctx, before)
-	freed, err := c.freeSeat(ctx, before.ProductID, before.ID, before.LeaseEpoch)
-	if err != nil {
-		// Left behind, it is reclaimed once it is older than the lease TTL.
-		c.k.Log.ErrorContext(ctx, "free seat", "job", before.ID, "epoch", before.LeaseEpoch, "err", err)
+	// A lease that says it took nothing gives nothing back, and reads
+	// nothing to find that out. One granted before jobs said (no record)
+	// is settled as before.
+	took, known := before.AdmittedFor(before.LeaseEpoch)
+	settled, freed := false, false
+	if !known || took.Reservation {
+		settled = c.settleRun(ctx, before)
+	}
+	if !known || took.Seat {
+		var err error
+		if freed, err = c.freeSeat(ctx, before.ProductID, before.ID, before.LeaseEpoch); err != nil {
+			// Left behind, it is reclaimed once it is older than the lease TTL.
+			c.k.Log.ErrorContext(ctx, "free seat", "job", before.ID, "epoch", before.LeaseEpoch, "err", err)
+		}
 	}
 	if settled || freed {
 		c.ReleaseHeld(ctx, before.ProductID)

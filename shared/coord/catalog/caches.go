@@ -154,6 +154,29 @@ func (c *Service) Factories(ctx context.Context) ([]*fleet.Factory, error) {
 	return fc.factories, nil
 }
 
+// Draining reports whether factory id is draining, from the scheduler's
+// list while it is fresh (a drain set here clears it at once; one set
+// through another instance is seen within its TTL, as the scheduler sees
+// it), else from the factory's document.
+func (c *Service) Draining(ctx context.Context, id string) (bool, error) {
+	fc := c.factories
+	fc.mu.Lock()
+	if fc.factories != nil && c.k.Now().Sub(fc.loadedAt) < fc.ttl {
+		for _, f := range fc.factories {
+			if f.ID == id {
+				fc.mu.Unlock()
+				return f.Draining, nil
+			}
+		}
+	}
+	fc.mu.Unlock()
+	f, err := c.GetFactory(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	return f.Draining, nil
+}
+
 // readFactories reads every factory document, with its derived health and
 // no seat counts.
 func (c *Service) readFactories(ctx context.Context) ([]*fleet.Factory, error) {

@@ -146,6 +146,19 @@ func (c *Kernel) QueryJobs(ctx context.Context, q store.Query) ([]*fleet.Job, er
 
 // GetJob reads a job. With productID empty it looks the id up across
 // products (a plain cross-partition filter).
+// PeekJob is the job as this process last wrote or read it for writing,
+// else as stored; cached says which. A cached copy may be stale: a
+// decision it does not support must be checked on GetJob's.
+func (c *Kernel) PeekJob(ctx context.Context, productID, id string) (j *fleet.Job, cached bool, err error) {
+	if it, ok := c.Jobs.Get(productID, id); ok {
+		if j, err := DecodeJob(it); err == nil {
+			return j, true, nil
+		}
+	}
+	j, err = c.GetJob(ctx, productID, id)
+	return j, false, err
+}
+
 func (c *Kernel) GetJob(ctx context.Context, productID, id string) (*fleet.Job, error) {
 	if productID != "" {
 		it, err := c.Store.Read(ctx, store.Jobs, productID, id)
