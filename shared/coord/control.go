@@ -122,7 +122,6 @@ func (c *Coordinator) requestStop(ctx context.Context, req stopRequest) (*fleet.
 		return after, err
 	}
 	ctx = context.WithoutCancel(ctx)
-	c.k.AppendEvent(ctx, after)
 	c.publishControl(ctx, after, req.action)
 	return after, nil
 }

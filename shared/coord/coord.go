@@ -250,7 +250,6 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 			Log:        log,
 			Counters:   &kernel.Counters{},
 			Jobs:       kernel.NewItemCache(4096),
-			Written:    kernel.NewWrittenSeqs(),
 			ChangeFeed: cfg.ChangeFeed,
 		},
 		cfg:           cfg,

@@ -70,14 +70,6 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 			live = true
 		}
 		kernel.Observe(&c.k.Counters.FeedLagSum, &c.k.Counters.FeedLagN, c.k.Now().Sub(j.UpdatedAt))
-		// The feed sees every job's latest version: it writes the events a
-		// writer that failed or died left in the job only (internal/kernel/events.go). A
-		// failure fails the batch, so the host retries it.
-		if err := c.live.RepairChanged(ctx, j); err != nil {
-			errs = append(errs, err)
-		} else if j.Stage.Terminal() {
-			c.k.Written.Forget(j.ID)
-		}
 		if skip := c.dueForDispatch(j, nil); skip != "" {
 			out = append(out, Decision{JobID: j.ID, Skipped: skip})
 			continue

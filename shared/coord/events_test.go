@@ -132,47 +132,25 @@ func (e *env) runJob() (*fleet.Job, int64) {
 	return j, cl.LeaseEpoch
 }
 
-// TestEventWriteFailureLeavesNoGap: the event writes of the claim and the
-// stage move fail after their CAS committed. The container has a gap;
-// nobody reading through the coordinator sees it, and the change feed's
-// repair (another process, which never saw the writes) fills it.
-func TestEventWriteFailureLeavesNoGap(t *testing.T) {
+// TestEventsRideOnTheJob: a change's event is committed with the job (its
+// ring) and no second document is written: a job's short history is read
+// from the job alone.
+func TestEventsRideOnTheJob(t *testing.T) {
 	t.Parallel()
 	e, faults := newEventFaultEnv(t)
 	e.factory("f1")
-	faults.set(seqs(2, 3), false)
 	j, _ := e.runJob()
-	faults.set(nil, false)
 
-	require.Equal(t, []int64{1}, e.stored(j.ID), "the writes of events 2 and 3 failed")
-	// The feed first: Events would repair on read too.
-	e.feedRepair(e.peer())
-	require.Equal(t, upTo(3), e.stored(j.ID), "the change feed's repair wrote the events the job held")
-
-	evs := e.events(j.ID)
-	requireContiguous(t, evs)
-	require.Equal(t, []string{"submitted", "claimed", "stage"}, eventTypes(evs))
-}
-
-// TestEventsMergeTheJobsRecentEvents: before any repair, Events (the
-// /events route and the job's SSE stream) shows the events whose write
-// failed, from the job, and writes them.
-func TestEventsMergeTheJobsRecentEvents(t *testing.T) {
-	t.Parallel()
-	e, faults := newEventFaultEnv(t)
-	e.factory("f1")
-	faults.set(seqs(2), false)
-	j, _ := e.runJob()
-	faults.set(nil, false)
-	require.Equal(t, []int64{1, 3}, e.stored(j.ID))
-
+	require.Empty(t, e.stored(j.ID), "no event document written")
+	faults.mu.Lock()
+	require.Zero(t, faults.creates)
+	faults.mu.Unlock()
 	evs := e.events(j.ID)
 	requireContiguous(t, evs)
 	require.Equal(t, []string{"submitted", "claimed", "stage"}, eventTypes(evs))
 	require.Equal(t, fleet.EventID(j.ID, 2), evs[1].ID)
 	require.Equal(t, j.ID, evs[1].JobID)
 	require.Equal(t, prod, evs[1].ProductID)
-	require.Equal(t, upTo(3), e.stored(j.ID), "reading repaired it")
 
 	after, err := e.c.Events(e.ctx, prod, j.ID, 1, 1)
 	require.NoError(t, err)
@@ -180,31 +158,35 @@ func TestEventsMergeTheJobsRecentEvents(t *testing.T) {
 	require.Equal(t, int64(2), after[0].Seq, "after and limit apply to the merged list")
 }
 
-// TestEventLostPastManyChanges: the claim's event is lost (the writer
-// died) and the job changes many more times before anyone looks; a
-// change feed that only shows the job's latest version must still find
-// it. The job's ring lets an event go only once it is in the container,
-// so it is written by the time the ring would drop it, with no feed at all.
-func TestEventLostPastManyChanges(t *testing.T) {
+// TestEventsArchivedPastTheRing: a job that changes many times keeps its
+// latest events and moves the older ones to the events container, each
+// written once; its history reads whole.
+func TestEventsArchivedPastTheRing(t *testing.T) {
 	t.Parallel()
 	e, faults := newEventFaultEnv(t)
 	e.factory("f1")
-	faults.set(seqs(2), false)
 	j, epoch := e.runJob()
-	faults.set(nil, false)
 	const reports = 30
 	for i := range reports {
 		_, err := e.c.ReportUsage(e.ctx, "f1", prod, j.ID, admission.UsageRequest{LeaseEpoch: epoch, Usage: fleet.Usage{USD: float64(i + 1)}})
 		require.NoError(t, err)
 	}
-	require.Equal(t, upTo(3+reports), e.stored(j.ID), "the claim's event was written before the job let it go")
-	require.LessOrEqual(t, len(e.job(j.ID).RecentEvents), 8, "the job keeps only its latest events")
+	held := e.job(j.ID)
+	require.LessOrEqual(t, len(held.RecentEvents), 8, "the job keeps only its latest events")
+	archived := held.EventSeq - int64(len(held.RecentEvents))
+	require.Equal(t, upTo(archived), e.stored(j.ID), "what the job let go is in the container")
+	faults.mu.Lock()
+	require.Equal(t, int(archived), faults.creates, "each archived event written once")
+	faults.mu.Unlock()
+	evs := e.events(j.ID)
+	requireContiguous(t, evs)
+	require.Len(t, evs, 3+reports)
 }
 
 // TestEventsRingBoundedWhileEventsDown: with the events container out of
 // reach the job keeps its events, up to a bound past which its changes are
 // refused (unavailable) and write nothing; when it is back, the next change
-// writes them all.
+// archives what the job lets go.
 func TestEventsRingBoundedWhileEventsDown(t *testing.T) {
 	t.Parallel()
 	e, faults := newEventFaultEnv(t)
@@ -232,10 +214,8 @@ func TestEventsRingBoundedWhileEventsDown(t *testing.T) {
 
 	faults.set(nil, false)
 	require.NoError(t, report())
-	stored := e.stored(j.ID)
-	require.Equal(t, upTo(held.EventSeq-3), stored[:held.EventSeq-3], "the change wrote the events the job let go")
-	e.feedRepair(e.c)
-	require.Equal(t, upTo(held.EventSeq+1), e.stored(j.ID), "the feed wrote the ones it keeps")
+	require.Equal(t, upTo(held.EventSeq-3), e.stored(j.ID), "the change archived the events the job let go")
+	require.Len(t, e.job(j.ID).RecentEvents, 4)
 	requireContiguous(t, e.events(j.ID))
 }
 
@@ -258,48 +238,51 @@ func TestNoEventOfAFailedCAS(t *testing.T) {
 	_, err = e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: fleet.StageReview, LeaseEpoch: cl.LeaseEpoch + 1})
 	require.ErrorIs(t, err, fleet.ErrFenced)
 
-	e.feedRepair(e.c)
 	evs := e.events(j.ID)
 	requireContiguous(t, evs)
 	require.Equal(t, []string{"submitted", "claimed", "stage"}, eventTypes(evs), "one event per committed change")
-	require.Equal(t, upTo(3), e.stored(j.ID))
 }
 
-// TestEventRepairCounts: /fleet/metrics tells deferred writes from
-// repaired ones.
-func TestEventRepairCounts(t *testing.T) {
+// TestEventArchiveCounts: /fleet/metrics counts the archive writes that
+// failed (the job kept its events) and the events archived.
+func TestEventArchiveCounts(t *testing.T) {
 	t.Parallel()
 	e, faults := newEventFaultEnv(t)
 	e.factory("f1")
-	faults.set(seqs(2, 3), false)
-	j, _ := e.runJob()
-	faults.set(nil, false)
+	j, epoch := e.runJob() // events 1-3
+	report := func(usd float64) {
+		_, err := e.c.ReportUsage(e.ctx, "f1", prod, j.ID, admission.UsageRequest{LeaseEpoch: epoch, Usage: fleet.Usage{USD: usd}})
+		require.NoError(t, err)
+	}
+	for i := range 5 { // events 4-8: the ring is full
+		report(float64(i + 1))
+	}
+	faults.set(all, false)
+	report(6) // event 9: archiving 1-5 fails, the job keeps them
 	st := e.c.Stats()
-	require.Equal(t, int64(2), st.EventsDeferred)
+	require.Equal(t, int64(1), st.EventsDeferred)
 	require.Zero(t, st.EventsRepaired)
 
-	e.feedRepair(e.c)
-	require.Equal(t, int64(2), e.c.Stats().EventsRepaired)
-	e.feedRepair(e.c)
-	require.Equal(t, int64(2), e.c.Stats().EventsRepaired, "a repaired event is written once")
-	require.Len(t, e.events(j.ID), 3)
+	faults.set(nil, false)
+	report(7) // event 10: 1-6 archived
+	require.Equal(t, int64(6), e.c.Stats().EventsRepaired)
+	require.Equal(t, upTo(6), e.stored(j.ID))
+	require.Len(t, e.events(j.ID), 10)
 }
 
-// TestEventRepairCostsNothingWhenWritten: the feed's repair of a job whose
-// events this process wrote itself queries nothing.
-func TestEventRepairCostsNothingWhenWritten(t *testing.T) {
+// TestDispatchFeedWritesNoEvents: the dispatch function, which sees every
+// job change, writes no event documents (they ride on the job).
+func TestDispatchFeedWritesNoEvents(t *testing.T) {
 	t.Parallel()
 	e, faults := newEventFaultEnv(t)
 	e.factory("f1")
-	e.runJob()
-	faults.mu.Lock()
-	before := faults.creates
-	faults.mu.Unlock()
-	faults.set(nil, true) // a query would fail the batch
-	e.feedRepair(e.c)
+	j, _ := e.runJob()
+	faults.set(nil, true) // a query of the events container would fail the batch
+	e.feedRepair(e.peer())
 	faults.mu.Lock()
 	defer faults.mu.Unlock()
-	require.Equal(t, before, faults.creates)
+	require.Zero(t, faults.creates)
+	require.Empty(t, e.stored(j.ID))
 }
 
 // pointerFails fails every write of an artifact pointer.

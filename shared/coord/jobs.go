@@ -146,7 +146,6 @@ func (c *Coordinator) createJob(ctx context.Context, j *fleet.Job) (*fleet.Job, 
 	// The job is committed: what follows must not be cut short by the
 	// caller going away, as in transition.
 	ctx = context.WithoutCancel(ctx)
-	c.k.AppendEvent(ctx, j)
 	if j.Stage == fleet.StageQueued {
 		c.catalog.BumpQueueState(ctx, productID)
 	} else if settled, ok := c.dag.SettleBlocked(ctx, j); ok {
@@ -323,7 +322,6 @@ func (c *Coordinator) transition(ctx context.Context, m move) (after *fleet.Job,
 	ctx = context.WithoutCancel(ctx)
 	ev, _ := after.LatestEvent()
 	message := ev.Message
-	c.k.AppendEvent(ctx, after)
 	if before.Stage == after.Stage {
 		return after, nil
 	}

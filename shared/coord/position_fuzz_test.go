@@ -2,6 +2,7 @@ package coord_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/gigafactory/fleet/shared/coord/live"
 
@@ -12,8 +13,9 @@ import (
 // with ErrBadPosition or is a position whose id reads back as itself, so a
 // resumed stream resumes exactly where the id says.
 func FuzzParsePosition(f *testing.F) {
-	for _, s := range []string{"", "p1.", "p1.e30", live.Position{Events: "1", Factories: "2"}.String(),
-		live.Position{Events: "a\nb", Factories: "\x00"}.String(), "p1.eyJlIjoxLCJmIjoyfQ", "p2.e30"} {
+	for _, s := range []string{"", "p2.", "p2.e30", live.Position{Jobs: "1", Factories: "2"}.String(),
+		live.Position{Jobs: "a\nb", Factories: "\x00", At: time.Date(2026, 11, 26, 1, 2, 3, 4, time.UTC)}.String(),
+		"p1.eyJlIjoxLCJmIjoyfQ", "p2.eyJqIjoxLCJmIjoyfQ"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, id string) {
@@ -23,7 +25,7 @@ func FuzzParsePosition(f *testing.F) {
 			require.Equal(t, live.Position{}, p)
 			return
 		}
-		require.NotEmpty(t, p.Events)
+		require.NotEmpty(t, p.Jobs)
 		require.NotEmpty(t, p.Factories)
 		s := p.String()
 		require.NotContains(t, s, "\n", "a stream id must fit on an SSE id line")

@@ -65,7 +65,7 @@ func (c *Coordinator) preempt(ctx context.Context, critical *fleet.Job, factorie
 	// The link the other way: the critical job's own history names its
 	// victim.
 	msg := fmt.Sprintf("preempting %s/%s (priority %s) on %s for a seat", victim.ProductID, victim.ID, victim.Priority, after.HolderFactoryID)
-	j, written, err := kernel.CAS(ctx, c.k, kernel.JobDocs.WithCache(c.k.Jobs), critical.ProductID, critical.ID, func(j *fleet.Job) error {
+	_, written, err := kernel.CAS(ctx, c.k, kernel.JobDocs.WithCache(c.k.Jobs), critical.ProductID, critical.ID, func(j *fleet.Job) error {
 		j.UpdatedAt = c.k.Now()
 		return c.k.RecordEvent(ctx, j, fleet.Event{Type: fleet.EventPreempted, Actor: fleet.ActorSystem, Message: msg})
 	})
@@ -73,7 +73,6 @@ func (c *Coordinator) preempt(ctx context.Context, critical *fleet.Job, factorie
 		c.k.Log.ErrorContext(ctx, "preemption: record it on the critical job", "job", critical.ID, "err", err)
 		return
 	}
-	c.k.AppendEvent(context.WithoutCancel(ctx), j)
 }
 
 // seatFreed hands the seat a preempted job gave up on factoryID to the

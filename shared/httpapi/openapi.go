@@ -395,10 +395,17 @@ func schemas() obj {
 				"leaseEpoch": integer("The run (lease epoch) reported on."), "engine": str(""), "usage": usageSchema,
 				"head": str("The commit delivered."), "diff": diffSchema,
 			}),
+			"admitted": describe(object([]string{"leaseEpoch"}, obj{
+				"leaseEpoch":  integer("The lease the assignment granted."),
+				"reservation": boolean("It reserved from the product's budget."),
+				"seat":        boolean("It took a seat of the product's cap."),
+			}), "What the assignment of the current (or last) lease took from its product; given back when the lease ends."),
+			"runs": describe(arrayOf(ref("Run")), "The job's ended runs, oldest first (up to 16; "+
+				"GET /fleet/jobs/{id}/runs lists them all, with the run in progress)."),
 			"queuedAt": dateTime(""),
 			"eventSeq": integer("The seq of the job's latest event."),
 			"recentEvents": describe(arrayOf(ref("RecentEvent")), "The job's latest events (up to 8, seq ending at eventSeq), "+
-				"committed with the changes they record; GET /fleet/jobs/{id}/events lists them all."),
+				"committed with the changes they record (older ones are kept apart); GET /fleet/jobs/{id}/events lists them all."),
 			"createdAt": dateTime(""),
 			"updatedAt": dateTime(""),
 		}),

@@ -73,7 +73,7 @@ func TestNewObservesRunEnds(t *testing.T) {
 			t.Cleanup(func() { require.NoError(t, s.Close()) })
 			now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 			k := &kernel.Kernel{Store: s, Clock: clocktest.New(now), Log: slog.New(slog.DiscardHandler),
-				Counters: &kernel.Counters{}, Jobs: kernel.NewItemCache(16), Written: kernel.NewWrittenSeqs()}
+				Counters: &kernel.Counters{}, Jobs: kernel.NewItemCache(16)}
 			life := &lifecycle{k: k}
 			admission.New(k, admission.Config{LeaseTTL: time.Minute}, life, life)
 

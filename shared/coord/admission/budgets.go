@@ -132,6 +132,8 @@ func (c *Service) PutBudget(ctx context.Context, productID string, req BudgetReq
 		b.CeilingUSD, b.AlertAt, b.AutoPause, b.DefaultJobUSD, b.UpdatedAt = *req.CeilingUSD, alertAt, autoPause, defaultJob, now
 	}
 	id := fleet.BudgetID(productID)
+	// From here on the product may have a budget: admission reads it.
+	defer c.unbudgeted.drop(productID)
 	b, _, err := kernel.CAS(ctx, c.k, budgetDocs, productID, id, func(b *fleet.ProductBudget) error {
 		b.Roll(now)
 		apply(b)
@@ -168,6 +170,11 @@ func (c *Service) budgetOf(ctx context.Context, productID string) (*fleet.Produc
 	if c.unbudgeted.known(productID, c.k.Now()) {
 		return nil, nil
 	}
+	return c.storedBudget(ctx, productID)
+}
+
+// storedBudget is budgetOf read from the store whatever the cache says.
+func (c *Service) storedBudget(ctx context.Context, productID string) (*fleet.ProductBudget, error) {
 	b, _, err := kernel.ReadDoc[fleet.ProductBudget](ctx, c.k.Store, store.Budgets, productID, fleet.BudgetID(productID), "budget")
 	if errors.Is(err, fleet.ErrNotFound) {
 		c.unbudgeted.note(productID, c.k.Now())
@@ -185,7 +192,8 @@ func (c *Service) readBudget(ctx context.Context, productID string) (*fleet.Prod
 	if err := fleet.ValidateName("productId", productID); err != nil {
 		return nil, err
 	}
-	b, err := c.budgetOf(ctx, productID)
+	// What an operator reads is the stored budget, never the cache's.
+	b, err := c.storedBudget(ctx, productID)
 	if err == nil && b == nil {
 		err = kernel.NotFound("budget of product", productID)
 	}

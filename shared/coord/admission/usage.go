@@ -106,7 +106,6 @@ func (c *Service) ReportUsage(ctx context.Context, factoryID, productID, jobID s
 	}
 	ctx = context.WithoutCancel(ctx)
 	u := j.Report.Usage
-	c.k.AppendEvent(ctx, j)
 	if took, known := j.AdmittedFor(req.LeaseEpoch); !known || took.Reservation {
 		c.growReservation(ctx, j.ProductID, j.ID, req.LeaseEpoch, u.USD)
 	}

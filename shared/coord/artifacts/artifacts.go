@@ -158,7 +158,6 @@ func (s *Service) Upload(ctx context.Context, up Upload) (*fleet.Artifact, error
 	}
 	// Decided: the rest must not be cut short by the client going away.
 	ctx = context.WithoutCancel(ctx)
-	s.k.AppendEvent(ctx, j)
 	a.CreatedAt = j.UpdatedAt
 	doc, err := json.Marshal(a)
 	if err != nil {
@@ -189,7 +188,7 @@ func (s *Service) Upload(ctx context.Context, up Upload) (*fleet.Artifact, error
 // that was never kept. A process that dies in between leaves the added
 // event alone: its artifact id then reads as not found.
 func (s *Service) uploadUndone(ctx context.Context, a *fleet.Artifact, cause error) {
-	j, err := s.k.MutateJob(ctx, a.ProductID, a.JobID, func(j *fleet.Job) error {
+	_, err := s.k.MutateJob(ctx, a.ProductID, a.JobID, func(j *fleet.Job) error {
 		j.UpdatedAt = s.k.Now()
 		return s.k.RecordEvent(ctx, j, fleet.Event{Type: fleet.EventArtifactDeleted, Actor: fleet.ActorSystem,
 			Message: fleet.ArtifactMessage("not kept (the upload failed after it was accepted)", a), Data: artifactData(a)})
@@ -198,7 +197,6 @@ func (s *Service) uploadUndone(ctx context.Context, a *fleet.Artifact, cause err
 		s.k.Log.ErrorContext(ctx, "failed upload not recorded", "artifact", a.ID, "cause", cause, "err", err)
 		return
 	}
-	s.k.AppendEvent(ctx, j)
 }
 
 // dropPointer removes the pointer of an upload that failed after creating
@@ -324,7 +322,7 @@ func (s *Service) Delete(ctx context.Context, operatorID string, a *fleet.Artifa
 	if serr == nil {
 		s.releaseBlob(ctx, key, info.Version)
 	}
-	j, err := s.k.MutateJob(ctx, a.ProductID, a.JobID, func(j *fleet.Job) error {
+	_, err := s.k.MutateJob(ctx, a.ProductID, a.JobID, func(j *fleet.Job) error {
 		j.UpdatedAt = s.k.Now()
 		return s.k.RecordEvent(ctx, j, fleet.Event{Type: fleet.EventArtifactDeleted, Actor: fleet.ActorOperator, ActorID: operatorID,
 			Message: fleet.ArtifactMessage("deleted", a), Data: artifactData(a)})
@@ -333,7 +331,6 @@ func (s *Service) Delete(ctx context.Context, operatorID string, a *fleet.Artifa
 		s.k.Log.ErrorContext(ctx, "artifact deleted, event not recorded", "artifact", a.ID, "err", err)
 		return nil
 	}
-	s.k.AppendEvent(ctx, j)
 	return nil
 }
 

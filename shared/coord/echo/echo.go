@@ -595,7 +595,6 @@ func (c *Service) Resend(ctx context.Context, productID, jobID, operator string)
 	if err != nil {
 		return nil, err
 	}
-	c.k.AppendEvent(context.WithoutCancel(ctx), j)
 	return c.Get(ctx, productID, jobID)
 }
 

@@ -135,7 +135,6 @@ func (c *Service) updateTracked(ctx context.Context, found *fleet.Job, m *fleet.
 		return j, outcome, nil
 	}
 	ctx = context.WithoutCancel(ctx)
-	c.k.AppendEvent(ctx, j)
 	if j.Stage == fleet.StageQueued {
 		c.products.BumpQueueState(ctx, j.ProductID)
 	}

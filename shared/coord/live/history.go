@@ -14,64 +14,40 @@ import (
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
-// RepairChanged writes the recent events of a changed job (a change-feed
-// copy) that the container lacks, unless this process saw them written.
-func (l *Service) RepairChanged(ctx context.Context, j *fleet.Job) error {
-	if len(j.RecentEvents) == 0 || l.k.Written.Has(j.ID, j.EventSeq) {
-		return nil
-	}
-	if _, err := l.k.Materialize(ctx, j.Recent(), nil); err != nil {
-		return fmt.Errorf("repair events of job %s: %w", j.ID, err)
-	}
-	// Everything before the ring left it checked, so all up to EventSeq
-	// is written.
-	l.k.Written.Checked(j.ID, j.EventSeq)
-	return nil
-}
-
-// Events lists a job's events after seq `after`, oldest first: the events
-// container's, with any the job holds that it lacks yet (those are
-// written now too).
+// Events lists a job's events after seq `after`, oldest first: those the
+// events container holds (archived from the job's ring), then the ring's.
 func (l *Service) Events(ctx context.Context, productID, jobID string, after int64, limit int) ([]fleet.Event, error) {
-	// The container first, the job second: an event is written only after
-	// its job's change committed, so every seq the container holds is at
-	// most the job's EventSeq as read next, and the job's ring holds every
-	// seq up to it that may still be missing.
-	items, err := l.k.QueryAll(ctx, store.Events, store.Query{PartitionKey: jobID})
-	if err != nil {
-		return nil, err
-	}
+	// The job first, the container second: an event leaves the ring only
+	// after it was written to the container, so what the job read no
+	// longer holds, the container read next does.
 	j, err := l.k.GetJob(ctx, productID, jobID)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]fleet.Event, 0, len(items))
-	present := make(map[int64]bool, len(items))
-	for _, it := range items {
-		ev, err := kernel.Decode[fleet.Event](it)
+	ring := j.Recent()
+	out := []fleet.Event{}
+	for _, ev := range ring {
+		// Past the container's TTL an event is gone on purpose.
+		if ev.Seq > after && l.k.Now().Sub(ev.At) < store.EventsTTL {
+			out = append(out, ev)
+		}
+	}
+	if !covers(ring, after) {
+		inRing := make(map[int64]bool, len(ring))
+		for _, ev := range ring {
+			inRing[ev.Seq] = true
+		}
+		items, err := l.k.QueryAll(ctx, store.Events, store.Query{PartitionKey: jobID})
 		if err != nil {
 			return nil, err
 		}
-		present[ev.Seq] = true
-		if ev.Seq > after {
-			out = append(out, *ev)
-		}
-	}
-	var missing []fleet.Event
-	for _, ev := range j.Recent() {
-		// Past the container's TTL an event is gone on purpose.
-		if !present[ev.Seq] && l.k.Now().Sub(ev.At) < store.EventsTTL {
-			missing = append(missing, ev)
-		}
-	}
-	if len(missing) > 0 {
-		if _, err := l.k.Materialize(context.WithoutCancel(ctx), missing, present); err != nil {
-			// Shown anyway: the job holds them, committed.
-			l.k.Log.WarnContext(ctx, "events: repair on read failed", "job", jobID, "err", err)
-		}
-		for _, ev := range missing {
-			if ev.Seq > after {
-				out = append(out, ev)
+		for _, it := range items {
+			ev, err := kernel.Decode[fleet.Event](it)
+			if err != nil {
+				return nil, err
+			}
+			if ev.Seq > after && !inRing[ev.Seq] {
+				out = append(out, *ev)
 			}
 		}
 		slices.SortFunc(out, func(a, b fleet.Event) int { return cmp.Compare(a.Seq, b.Seq) })
@@ -131,4 +107,18 @@ func (l *Service) Runs(ctx context.Context, productID, jobID string) ([]fleet.Ru
 // sortRuns orders by epoch: ids sort as text, so "j:10" would precede "j:9".
 func sortRuns(rs []fleet.Run) {
 	slices.SortFunc(rs, func(a, b fleet.Run) int { return cmp.Compare(a.LeaseEpoch, b.LeaseEpoch) })
+}
+
+// covers reports whether ring (oldest first) holds every event after seq
+// `after`, so the container need not be read.
+func covers(ring []fleet.Event, after int64) bool {
+	if len(ring) == 0 || ring[0].Seq > after+1 {
+		return false
+	}
+	for i := 1; i < len(ring); i++ {
+		if ring[i].Seq != ring[i-1].Seq+1 {
+			return false
+		}
+	}
+	return true
 }

@@ -4,11 +4,13 @@
 package live
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,11 +24,11 @@ import (
 
 // Live events.
 //
-// One watcher per process reads the change feeds of the events container
-// (every job mutation appends an event there, and events are immutable, so
-// its feed is the jobs' full history in commit order) and of the factories
-// container, and fans each page out to the streams connected to this
-// process. A stream never queries the store on a timer: the watcher polls
+// One watcher per process reads the change feeds of the jobs container
+// (every job mutation records its event in the job's own ring of recent
+// events, which each version of the job carries: kernel/events.go) and of
+// the factories container, and fans each page out to the streams connected
+// to this process. A stream never queries the store on a timer: the watcher polls
 // (Config.LivePoll) only while at least one stream is connected, and a
 // write made by this process wakes it at once. Idle, with nobody watching,
 // it costs nothing.
@@ -40,14 +42,28 @@ import (
 // carries the position before the page, the last the position after it. A
 // client resuming from a mid-page id therefore reads that page again: it may
 // see a change twice and never misses one.
+//
+// The jobs feed carries each changed job once, in its latest version, so a
+// read tells which of the job's events are new by what it already passed on
+// (the watcher remembers the last seq it delivered per job) or, for a job it
+// has not seen, by time: a position also holds At, a time before which no
+// event committed after its continuations was stamped (the time of the read
+// less eventStampSlack, which covers an event stamped then committed late and
+// the clocks of instances disagreeing). A job's events older than its ring
+// are read from the events container when they may be new.
 
 // Position is where a product stream stands in the two feeds it follows.
 type Position struct {
-	Events    string `json:"e"`
-	Factories string `json:"f"`
+	Jobs      string    `json:"j"`
+	Factories string    `json:"f"`
+	At        time.Time `json:"t,omitzero"`
 }
 
-const positionPrefix = "p1."
+// eventStampSlack bounds how long before its commit an event may have been
+// stamped, clock disagreement between instances included.
+const eventStampSlack = time.Minute
+
+const positionPrefix = "p2."
 
 // String is the position as a stream id: opaque, URL-safe, no newline.
 func (p Position) String() string {
@@ -70,7 +86,7 @@ func ParsePosition(s string) (Position, error) {
 		return Position{}, ErrBadPosition
 	}
 	var p Position
-	if err := json.Unmarshal(b, &p); err != nil || p.Events == "" || p.Factories == "" {
+	if err := json.Unmarshal(b, &p); err != nil || p.Jobs == "" || p.Factories == "" {
 		return Position{}, ErrBadPosition
 	}
 	return p, nil
@@ -235,21 +251,23 @@ func (l *Service) wakeUp() {
 }
 
 func (l *Service) heads(ctx context.Context) (Position, error) {
-	e, err := l.k.Store.ChangesHead(ctx, store.Events)
+	at := l.k.Now().Add(-eventStampSlack)
+	j, err := l.k.Store.ChangesHead(ctx, store.Jobs)
 	if err != nil {
-		return Position{}, fmt.Errorf("live events: head of %s: %w", store.Events, err)
+		return Position{}, fmt.Errorf("live events: head of %s: %w", store.Jobs, err)
 	}
 	f, err := l.k.Store.ChangesHead(ctx, store.Factories)
 	if err != nil {
 		return Position{}, fmt.Errorf("live events: head of %s: %w", store.Factories, err)
 	}
-	return Position{Events: e, Factories: f}, nil
+	return Position{Jobs: j, Factories: f, At: at}, nil
 }
 
 func (l *Service) run(ctx context.Context, gen int, pos Position, done chan struct{}) {
 	defer close(done)
 	t := l.timers.NewTicker(l.poll)
 	defer t.Stop()
+	seen := newDelivered()
 	for {
 		select {
 		case <-ctx.Done():
@@ -257,7 +275,7 @@ func (l *Service) run(ctx context.Context, gen int, pos Position, done chan stru
 		case <-t.C():
 		case <-l.kick:
 		}
-		next, err := l.readChanges(ctx, pos, func(b []Change, at Position) { l.deliver(gen, b, at) })
+		next, err := l.readChanges(ctx, pos, seen, func(b []Change, at Position) { l.deliver(gen, b, at) })
 		if err != nil {
 			if ctx.Err() == nil {
 				l.k.Log.WarnContext(ctx, "live events: change feed read failed; retrying at the next poll", "err", err)
@@ -317,7 +335,7 @@ func (l *Service) deliver(gen int, changes []Change, at Position) {
 // emit.
 func (l *Service) Replay(ctx context.Context, from Position, productID string, emit func([]Change, Position) error) (Position, error) {
 	var emitErr error
-	pos, err := l.readChanges(ctx, from, func(all []Change, at Position) {
+	pos, err := l.readChanges(ctx, from, newDelivered(), func(all []Change, at Position) {
 		if emitErr != nil {
 			return
 		}
@@ -335,15 +353,17 @@ func (l *Service) Replay(ctx context.Context, from Position, productID string, e
 	return pos, err
 }
 
-// readChanges drains both feeds from pos, events first, calling page per
+// readChanges drains both feeds from pos, jobs first, calling page per
 // page read with the position after it, and returns the position reached
-// (as far as it got, on error).
-func (l *Service) readChanges(ctx context.Context, pos Position, page func([]Change, Position)) (Position, error) {
+// (as far as it got, on error). seen is what this reader passed on so far.
+func (l *Service) readChanges(ctx context.Context, pos Position, seen *delivered, page func([]Change, Position)) (Position, error) {
 	for _, feed := range []struct {
 		container string
 		cur       *string
-	}{{store.Events, &pos.Events}, {store.Factories, &pos.Factories}} {
+	}{{store.Jobs, &pos.Jobs}, {store.Factories, &pos.Factories}} {
 		for {
+			// Whatever commits after this read was stamped after readAt.
+			readAt := l.k.Now().Add(-eventStampSlack)
 			p, err := l.k.Store.ReadChanges(ctx, feed.container, *feed.cur, feedPage)
 			if err != nil {
 				return pos, err
@@ -352,22 +372,31 @@ func (l *Service) readChanges(ctx context.Context, pos Position, page func([]Cha
 				if p.Continuation != "" {
 					*feed.cur = p.Continuation
 				}
+				if feed.container == store.Jobs && readAt.After(pos.At) {
+					pos.At = readAt
+				}
 				break
 			}
 			before := pos
 			*feed.cur = p.Continuation
-			changes := make([]Change, 0, len(p.Items))
-			for i, it := range p.Items {
-				ch, err := l.change(feed.container, it)
+			if feed.container == store.Jobs && readAt.After(pos.At) {
+				pos.At = readAt
+			}
+			var changes []Change
+			for _, it := range p.Items {
+				chs, err := l.changes(ctx, feed.container, it, before.At, seen)
 				if err != nil {
 					l.k.Log.WarnContext(ctx, "live events: undecodable change skipped", "container", feed.container, "id", it.ID, "err", err)
 					continue
 				}
-				ch.ID = before
-				if i == len(p.Items)-1 {
-					ch.ID = pos
-				}
-				changes = append(changes, ch)
+				changes = append(changes, chs...)
+			}
+			// Every change but the page's last resumes before the page.
+			for i := range changes {
+				changes[i].ID = before
+			}
+			if n := len(changes); n > 0 {
+				changes[n-1].ID = pos
 			}
 			page(changes, pos)
 		}
@@ -375,20 +404,100 @@ func (l *Service) readChanges(ctx context.Context, pos Position, page func([]Cha
 	return pos, nil
 }
 
-func (l *Service) change(container string, it store.Item) (Change, error) {
-	if container == store.Events {
+// changes are the stream items one feed item makes: a factory's new
+// version, or a job's events this reader has not passed on (for a job it
+// has not seen, those stamped from `since` on).
+func (l *Service) changes(ctx context.Context, container string, it store.Item, since time.Time, seen *delivered) ([]Change, error) {
+	if container == store.Factories {
+		f, err := kernel.Decode[fleet.Factory](it)
+		if err != nil {
+			return nil, err
+		}
+		f.Rev = it.Rev
+		return []Change{{Type: ChangeFactory, Factory: l.health(f)}}, nil
+	}
+	j, err := kernel.DecodeJob(it)
+	if err != nil {
+		return nil, err
+	}
+	ring := j.Recent()
+	last, known := seen.last(j.ID)
+	var evs []fleet.Event
+	switch {
+	case len(ring) == 0:
+	case known && ring[0].Seq > last+1:
+		// Events left the ring since this reader passed some on.
+		older, err := l.archived(ctx, j.ID, func(ev *fleet.Event) bool { return ev.Seq > last && ev.Seq < ring[0].Seq })
+		if err != nil {
+			return nil, err
+		}
+		evs = older
+	case !known && ring[0].Seq > 1 && !ring[0].At.Before(since):
+		// The ring may not reach back to the first new event.
+		older, err := l.archived(ctx, j.ID, func(ev *fleet.Event) bool { return ev.Seq < ring[0].Seq && !ev.At.Before(since) })
+		if err != nil {
+			return nil, err
+		}
+		evs = older
+	}
+	for _, ev := range ring {
+		if (known && ev.Seq > last) || (!known && !ev.At.Before(since)) {
+			evs = append(evs, ev)
+		}
+	}
+	seen.note(j.ID, j.EventSeq, j.Stage.Terminal())
+	out := make([]Change, len(evs))
+	for i := range evs {
+		out[i] = Change{Type: string(evs[i].Type), Event: &evs[i]}
+	}
+	return out, nil
+}
+
+// archived are the job's events in the events container that keep selects,
+// oldest first.
+func (l *Service) archived(ctx context.Context, jobID string, keep func(*fleet.Event) bool) ([]fleet.Event, error) {
+	items, err := l.k.QueryAll(ctx, store.Events, store.Query{PartitionKey: jobID})
+	if err != nil {
+		return nil, err
+	}
+	var out []fleet.Event
+	for _, it := range items {
 		ev, err := kernel.Decode[fleet.Event](it)
 		if err != nil {
-			return Change{}, err
+			return nil, err
 		}
-		return Change{Type: string(ev.Type), Event: ev}, nil
+		if keep(ev) {
+			out = append(out, *ev)
+		}
 	}
-	f, err := kernel.Decode[fleet.Factory](it)
-	if err != nil {
-		return Change{}, err
+	slices.SortFunc(out, func(a, b fleet.Event) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out, nil
+}
+
+// delivered is the last event seq a reader passed on, per job. Bounded: a
+// job it forgets is judged by time again, which at worst repeats an event.
+type delivered struct{ m map[string]int64 }
+
+const deliveredMax = 50_000
+
+func newDelivered() *delivered { return &delivered{m: map[string]int64{}} }
+
+func (d *delivered) last(jobID string) (int64, bool) {
+	seq, ok := d.m[jobID]
+	return seq, ok
+}
+
+// note records that the job's events up to seq were passed on; an ended
+// job is forgotten (it has no more events to tell apart).
+func (d *delivered) note(jobID string, seq int64, ended bool) {
+	if ended {
+		delete(d.m, jobID)
+		return
 	}
-	f.Rev = it.Rev
-	return Change{Type: ChangeFactory, Factory: l.health(f)}, nil
+	if _, ok := d.m[jobID]; !ok && len(d.m) >= deliveredMax {
+		clear(d.m)
+	}
+	d.m[jobID] = seq
 }
 
 // wakingStore wakes the live watcher after every write of this process to a
@@ -400,7 +509,7 @@ type wakingStore struct {
 }
 
 func (s wakingStore) wrote(container string, err error) {
-	if err == nil && (container == store.Events || container == store.Factories) {
+	if err == nil && (container == store.Jobs || container == store.Factories) {
 		s.live.wakeUp()
 	}
 }

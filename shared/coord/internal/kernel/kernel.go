@@ -31,8 +31,6 @@ type Kernel struct {
 	Counters *Counters
 	// Jobs caches job documents for the next CAS.
 	Jobs *ItemCache
-	// Written remembers which events of a job this process saw written.
-	Written *WrittenSeqs
 	// ChangeFeed: a change-feed handler sees every job write, so timer
 	// sweeps may trust the ledger's quiet marks (coord.Config.ChangeFeed).
 	ChangeFeed bool
