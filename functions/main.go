@@ -21,6 +21,7 @@ import (
 	"github.com/gigafactory/fleet/functions/echo"
 	"github.com/gigafactory/fleet/functions/echosweep"
 	"github.com/gigafactory/fleet/functions/gcsweep"
+	"github.com/gigafactory/fleet/functions/prune"
 	"github.com/gigafactory/fleet/functions/reaper"
 	"github.com/gigafactory/fleet/functions/redispatch"
 	"github.com/gigafactory/fleet/shared/app"
@@ -93,6 +94,7 @@ func functions(a *app.App) map[string]funchost.Func {
 		reaper.Name:     reaper.Func(a.Coord, log),
 		redispatch.Name: redispatch.Func(a.Coord, log),
 		gcsweep.Name:    gcsweep.Func(a.Coord, log),
+		prune.Name:      prune.Func(a.Coord, log),
 		echo.Name:       echo.Func(a.Coord, log),
 		echosweep.Name:  echosweep.Func(a.Coord, log),
 	}

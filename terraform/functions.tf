@@ -49,6 +49,8 @@ locals {
     FLEET_REDISPATCH_SCHEDULE = var.redispatch_schedule
     FLEET_GC_SCHEDULE         = var.gc_schedule
     FLEET_ECHO_SCHEDULE       = var.echo_schedule
+    FLEET_PRUNE_SCHEDULE      = var.prune_schedule
+    FLEET_PRUNE_AFTER         = var.prune_after
     FLEET_LEASE_TTL           = var.lease_ttl
     FLEET_REDISPATCH_AFTER    = var.redispatch_after
 

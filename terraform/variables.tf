@@ -332,6 +332,28 @@ variable "echo_schedule" {
   }
 }
 
+variable "prune_schedule" {
+  description = "NCRONTAB of the stale-factory prune timer, which deregisters static factories silent past prune_after (FLEET_PRUNE_SCHEDULE)."
+  type        = string
+  default     = "0 */5 * * * *"
+
+  validation {
+    condition     = length(split(" ", trimspace(var.prune_schedule))) == 6
+    error_message = "prune_schedule must be an NCRONTAB expression with six fields (seconds first)."
+  }
+}
+
+variable "prune_after" {
+  description = "How long a static factory may stay silent (and hold no lease) before the prune timer deregisters it, a Go duration (FLEET_PRUNE_AFTER). Elastic pools are never pruned."
+  type        = string
+  default     = "168h"
+
+  validation {
+    condition     = can(regex("^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$", var.prune_after))
+    error_message = "prune_after must be a Go duration such as 168h (Go has no day unit)."
+  }
+}
+
 variable "lease_ttl" {
   description = "Job lease time-to-live, a Go duration (FLEET_LEASE_TTL)."
   type        = string

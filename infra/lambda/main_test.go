@@ -377,6 +377,11 @@ func TestScheduledEvents(t *testing.T) {
 			require.NoError(t, err)
 		})
 	}
+	t.Run("prune", func(t *testing.T) {
+		res, err := run(t, scheduled("fleet-prune", now))
+		require.NoError(t, err)
+		require.Equal(t, map[string]int{"factories_pruned": 0}, res.ReturnValue, "f1 heartbeat just now")
+	})
 
 	t.Run("late event is past due", func(t *testing.T) {
 		res, err := run(t, scheduled("reaper", now.Add(-5*time.Minute)))
@@ -388,7 +393,7 @@ func TestScheduledEvents(t *testing.T) {
 		_, err := run(t, scheduled("fleet-nightly", now))
 		require.ErrorIs(t, err, errUnsupported)
 		require.ErrorContains(t, err, `"nightly"`)
-		require.ErrorContains(t, err, "gcsweep, reaper, redispatch")
+		require.ErrorContains(t, err, "echosweep, gcsweep, prune, reaper, redispatch")
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gigafactory/fleet/functions/echosweep"
 	"github.com/gigafactory/fleet/functions/gcsweep"
+	"github.com/gigafactory/fleet/functions/prune"
 	"github.com/gigafactory/fleet/functions/reaper"
 	"github.com/gigafactory/fleet/functions/redispatch"
 	"github.com/gigafactory/fleet/shared/coord"
@@ -44,6 +45,7 @@ func timerFuncs(c *coord.Coordinator, log *slog.Logger) map[string]funchost.Func
 		redispatch.Name: redispatch.Func(c, log),
 		gcsweep.Name:    gcsweep.Func(c, log),
 		echosweep.Name:  echosweep.Func(c, log),
+		prune.Name:      prune.Func(c, log),
 	}
 }
 

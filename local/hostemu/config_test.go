@@ -34,7 +34,7 @@ func TestLoadAppRepo(t *testing.T) {
 		byName[f.Name] = f
 		names = append(names, f.Name)
 	}
-	require.Equal(t, []string{"api", "dispatch", "echo", "echosweep", "gcsweep", "reaper", "redispatch"}, names)
+	require.Equal(t, []string{"api", "dispatch", "echo", "echosweep", "gcsweep", "prune", "reaper", "redispatch"}, names)
 
 	tests := []struct {
 		function string
@@ -47,6 +47,7 @@ func TestLoadAppRepo(t *testing.T) {
 		{function: "echo", trigger: "cosmosDBTrigger", binding: "documents"},
 		{function: "echosweep", trigger: "timerTrigger", binding: "timer"},
 		{function: "gcsweep", trigger: "timerTrigger", binding: "timer"},
+		{function: "prune", trigger: "timerTrigger", binding: "timer"},
 		{function: "reaper", trigger: "timerTrigger", binding: "timer"},
 		{function: "redispatch", trigger: "timerTrigger", binding: "timer"},
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +13,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/config"
 	"github.com/gigafactory/fleet/shared/funchost"
+	"github.com/gigafactory/fleet/shared/store/sqlite"
 )
 
 // timerEvent is what a timer under test did next: wait, or invoke.
@@ -107,13 +110,27 @@ type timerRun struct {
 // timerTrigger properties from now on, with its status in store.
 func startTimer(t *testing.T, schedule, extra string, now time.Time, store statusStore, during func(clock *fakeClock, n int)) *timerRun {
 	t.Helper()
+	props := `{"schedule":"` + schedule + `"` + extra + `}`
+	var p map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal([]byte(props), &p))
+	fn := &Function{Name: "sweep", Bindings: []Binding{{Type: "timerTrigger", Direction: "in", Name: "timer", Props: p}}}
+	trig, _ := fn.Trigger()
+	tt, err := newTimerTrigger(fn, trig, Settings(func(string) string { return "" }), store, nil, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	return runTrigger(t, tt, now, during)
+}
+
+// runTrigger runs tt on a fake clock from now on, in front of a fake
+// handler serving its function.
+func runTrigger(t *testing.T, tt *timerTrigger, now time.Time, during func(clock *fakeClock, n int)) *timerRun {
+	t.Helper()
 	clock := &fakeClock{now: now, events: make(chan timerEvent, 16)}
 	r := &timerRun{t: t, clock: clock}
 	var mu sync.Mutex
 	calls := 0
 	handler := funchost.NewServer(nil, "", nil)
-	handler.Handle("sweep", func(_ context.Context, inv *funchost.Invocation) (*funchost.Result, error) {
-		info, err := funchost.Timer(inv.Data["timer"])
+	handler.Handle(tt.fn.Name, func(_ context.Context, inv *funchost.Invocation) (*funchost.Result, error) {
+		info, err := funchost.Timer(inv.Data[tt.binding])
 		if err != nil {
 			return nil, err
 		}
@@ -127,15 +144,7 @@ func startTimer(t *testing.T, schedule, extra string, now time.Time, store statu
 		}
 		return &funchost.Result{}, nil
 	})
-	fake := newTestServer(t, handler)
-	props := `{"schedule":"` + schedule + `"` + extra + `}`
-	var p map[string]json.RawMessage
-	require.NoError(t, json.Unmarshal([]byte(props), &p))
-	fn := &Function{Name: "sweep", Bindings: []Binding{{Type: "timerTrigger", Direction: "in", Name: "timer", Props: p}}}
-	trig, _ := fn.Trigger()
-	tt, err := newTimerTrigger(fn, trig, Settings(func(string) string { return "" }), store, readyChild(fake), slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	tt.clock = clock
+	tt.clock, tt.child = clock, readyChild(newTestServer(t, handler))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); tt.run(ctx) }()
@@ -331,4 +340,37 @@ func TestTimerPastDueOnlyAtStartup(t *testing.T) {
 			require.Equal(t, next.Add(time.Minute), doc.Status.Next)
 		})
 	}
+}
+
+// TestShippedTimersRunOnTheirSchedules: the emulator, on the repository's
+// function.json files and the settings' defaults, runs every timer of the
+// app on the schedule its setting names; the prune timer, every five
+// minutes on the wall clock's five-minute marks, is driven on a fake clock.
+func TestShippedTimersRunOnTheirSchedules(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "fleet.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	emu, err := New(Options{Root: repoRoot, Settings: config.Default, Store: st, Log: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+
+	settingOf := map[string]string{
+		"reaper": config.ReaperSchedule, "redispatch": config.RedispatchSched, "gcsweep": config.GCSchedule,
+		"echosweep": config.EchoSchedule, "prune": config.PruneSchedule,
+	}
+	byName := map[string]*timerTrigger{}
+	for _, tt := range emu.timers {
+		byName[tt.fn.Name] = tt
+		setting, ok := settingOf[tt.fn.Name]
+		require.True(t, ok, "timer %s: which setting is its schedule?", tt.fn.Name)
+		require.Equal(t, config.Default(setting), tt.expr, "timer %s runs on %s", tt.fn.Name, setting)
+	}
+	require.Len(t, byName, len(settingOf), "every timer of the app is emulated")
+
+	prune := byName["prune"]
+	require.NotNil(t, prune)
+	prune.store = &memStatus{}
+	r := runTrigger(t, prune, noon, nil) // 12:00:30
+	require.False(t, r.waitThenFire(4*time.Minute+30*time.Second).IsPastDue, "first run at 12:05:00")
+	require.False(t, r.waitThenFire(5*time.Minute).IsPastDue, "then every five minutes")
 }

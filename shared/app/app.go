@@ -197,6 +197,9 @@ func coordConfig(l config.Lookup) (coord.Config, error) {
 	if cfg.DownAfter, err = l.Duration(config.DownAfter); err != nil {
 		return cfg, err
 	}
+	if cfg.PruneAfter, err = l.Duration(config.PruneAfter); err != nil {
+		return cfg, err
+	}
 	if cfg.RedispatchAfter, err = l.Duration(config.RedispatchAfter); err != nil {
 		return cfg, err
 	}

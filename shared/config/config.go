@@ -33,6 +33,8 @@ const (
 	ReaperSchedule    = "FLEET_REAPER_SCHEDULE"
 	RedispatchSched   = "FLEET_REDISPATCH_SCHEDULE"
 	GCSchedule        = "FLEET_GC_SCHEDULE"
+	PruneSchedule     = "FLEET_PRUNE_SCHEDULE"
+	PruneAfter        = "FLEET_PRUNE_AFTER"
 	RedispatchAfter   = "FLEET_REDISPATCH_AFTER"
 	StaleAfter        = "FLEET_STALE_AFTER"
 	DownAfter         = "FLEET_DOWN_AFTER"
@@ -84,9 +86,11 @@ var Settings = []Setting{
 	{ReaperSchedule, "*/15 * * * * *", "NCRONTAB (6 fields, seconds first) of the lease reaper."},
 	{RedispatchSched, "*/30 * * * * *", "NCRONTAB of the re-dispatch sweep."},
 	{GCSchedule, "0 0 * * * *", "NCRONTAB of the git garbage-collection sweep."},
+	{PruneSchedule, "0 */5 * * * *", "NCRONTAB of the stale-factory prune, which deregisters static factories silent past FLEET_PRUNE_AFTER."},
 	{RedispatchAfter, duration(coord.DefaultRedispatchAfter), "A dispatched job not accepted within this is dispatched again."},
 	{StaleAfter, duration(coord.DefaultStaleAfter), "A static factory silent this long is stale."},
 	{DownAfter, duration(coord.DefaultDownAfter), "A static factory silent this long is down."},
+	{PruneAfter, duration(coord.DefaultPruneAfter), "A static factory silent this long, and holding no lease, is deregistered by the prune timer as `DELETE /fleet/factories/{id}` would (record gone, tokens revoked). Elastic pools are never pruned. Longer than FLEET_DOWN_AFTER."},
 	{CancelGrace, duration(coord.DefaultCancelGrace), "How long the holder of a cancelled or preempted job has to stop, checkpoint and release before its lease is revoked and the job cancelled (or requeued) anyway."},
 	{Preemption, "on", "`off` stops critical jobs from preempting lower-priority running jobs when no eligible factory has a free seat."},
 	{Store, "sqlite", "State store: `sqlite` (one machine) or `cosmos`."},
@@ -128,6 +132,9 @@ var Settings = []Setting{
 // time.Duration.String does (1m30s, 5m0s). The coordinator's defaults are
 // the one source; the settings only document and override them.
 func duration(d time.Duration) string {
+	if d%time.Hour == 0 {
+		return fmt.Sprintf("%dh", d/time.Hour)
+	}
 	if d%time.Minute == 0 {
 		return fmt.Sprintf("%dm", d/time.Minute)
 	}

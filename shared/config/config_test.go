@@ -24,6 +24,7 @@ func TestDurationDefaultsAreTheCoordinators(t *testing.T) {
 		{LeaseTTL, coord.DefaultLeaseTTL, "5m"},
 		{StaleAfter, coord.DefaultStaleAfter, "90s"},
 		{DownAfter, coord.DefaultDownAfter, "10m"},
+		{PruneAfter, coord.DefaultPruneAfter, "168h"},
 		{RedispatchAfter, coord.DefaultRedispatchAfter, "2m"},
 		{EchoBreakerCool, echo.DefaultBreakerCooldown, "30s"},
 		{EchoDialTimeout, webhook.DefaultDialTimeout, "3s"},

@@ -39,6 +39,8 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		{"stale after down", coord.Config{StaleAfter: time.Hour, DownAfter: time.Minute}, "config.staleAfter"},
 		{"stale equals down", coord.Config{StaleAfter: time.Minute, DownAfter: time.Minute}, "config.staleAfter"},
 		{"stale past the default down", coord.Config{StaleAfter: coord.DefaultDownAfter + time.Second}, "config.staleAfter"},
+		{"negative prune", coord.Config{PruneAfter: -time.Hour}, "config.pruneAfter"},
+		{"pruned before down", coord.Config{PruneAfter: coord.DefaultDownAfter}, "config.pruneAfter"},
 		{"backoff cap below first", coord.Config{RetryBackoff: time.Hour, MaxRetryBackoff: time.Minute}, "config.maxRetryBackoff"},
 		{"NaN weight", coord.Config{Weights: nanWeights}, "weights.load"},
 		{"negative weight", coord.Config{Weights: negWeights}, "weights.starvation"},
@@ -67,6 +69,7 @@ func TestNewDefaults(t *testing.T) {
 	require.Equal(t, time.Minute, got.StaleAfter, "a set field is kept")
 	require.Equal(t, coord.DefaultLeaseTTL, got.LeaseTTL)
 	require.Equal(t, coord.DefaultDownAfter, got.DownAfter)
+	require.Equal(t, 7*24*time.Hour, got.PruneAfter)
 	require.Equal(t, coord.DefaultMaxRetryBackoff, got.MaxRetryBackoff)
 	require.Equal(t, coord.DefaultCancelGrace, got.CancelGrace)
 	require.False(t, got.NoPreemption, "preemption is on by default")

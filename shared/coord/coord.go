@@ -38,6 +38,9 @@ type Config struct {
 	// heartbeat; DownAfter marks it down. Elastic pools never go stale.
 	StaleAfter time.Duration
 	DownAfter  time.Duration
+	// PruneAfter is how long a static factory may stay silent before the
+	// prune timer deregisters it (Prune). Longer than DownAfter.
+	PruneAfter time.Duration
 	// RetryBackoff is the first delay before a retryable failure is retried;
 	// it doubles per attempt up to MaxRetryBackoff.
 	RetryBackoff    time.Duration
@@ -98,6 +101,7 @@ const (
 	DefaultLeaseTTL        = 5 * time.Minute
 	DefaultStaleAfter      = 90 * time.Second
 	DefaultDownAfter       = 10 * time.Minute
+	DefaultPruneAfter      = 7 * 24 * time.Hour
 	DefaultRetryBackoff    = 30 * time.Second
 	DefaultMaxRetryBackoff = 30 * time.Minute
 	DefaultRedispatchAfter = 2 * time.Minute
@@ -112,8 +116,8 @@ const (
 
 // Resolve returns c with zero fields set to their defaults, or an invalid
 // error naming the first field that cannot work: a negative duration, a
-// factory that would be down before it is stale, a backoff cap below the
-// first backoff, or weights Validate rejects.
+// factory that would be down before it is stale (or pruned before it is
+// down), a backoff cap below the first backoff, or weights Validate rejects.
 func (c Config) Resolve() (Config, error) {
 	durations := [...]struct {
 		name string
@@ -123,6 +127,7 @@ func (c Config) Resolve() (Config, error) {
 		{"leaseTTL", &c.LeaseTTL, DefaultLeaseTTL},
 		{"staleAfter", &c.StaleAfter, DefaultStaleAfter},
 		{"downAfter", &c.DownAfter, DefaultDownAfter},
+		{"pruneAfter", &c.PruneAfter, DefaultPruneAfter},
 		{"retryBackoff", &c.RetryBackoff, DefaultRetryBackoff},
 		{"maxRetryBackoff", &c.MaxRetryBackoff, DefaultMaxRetryBackoff},
 		{"redispatchAfter", &c.RedispatchAfter, DefaultRedispatchAfter},
@@ -167,6 +172,9 @@ func (c Config) Resolve() (Config, error) {
 	}
 	if c.StaleAfter >= c.DownAfter {
 		return c, fleet.Invalid("config.staleAfter", "must be shorter than downAfter (%v), got %v", c.DownAfter, c.StaleAfter)
+	}
+	if c.PruneAfter <= c.DownAfter {
+		return c, fleet.Invalid("config.pruneAfter", "must be longer than downAfter (%v), got %v", c.DownAfter, c.PruneAfter)
 	}
 	if c.EchoMaxBackoff < c.EchoBackoff {
 		return c, fleet.Invalid("config.echoMaxBackoff", "must be at least echoBackoff (%v), got %v", c.EchoBackoff, c.EchoMaxBackoff)
@@ -269,6 +277,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 		StaleAfter: cfg.StaleAfter, DownAfter: cfg.DownAfter,
 		FactoryCacheTTL: cfg.FactoryCacheTTL, TokenCacheTTL: cfg.TokenCacheTTL,
 		RedispatchAfter: cfg.RedispatchAfter,
+		PruneAfter:      cfg.PruneAfter, LeaseTTL: cfg.LeaseTTL,
 	}, catalog.Deps{Life: lifecycle{c}, Targets: lifecycle{c}, OnFleetChange: onFleetChange})
 	c.live = live.New(c.k, timers, cfg.LivePoll, c.catalog.EffectiveHealth)
 	c.echo = echo.New(c.k, echo.Config{
@@ -303,6 +312,10 @@ func (l lifecycle) LeasedSeats(ctx context.Context, productID string) (map[strin
 
 func (l lifecycle) ReleaseHeld(ctx context.Context, productID string) {
 	l.c.admission.ReleaseHeld(ctx, productID)
+}
+
+func (l lifecycle) HoldsLease(ctx context.Context, factoryID string) (bool, error) {
+	return l.c.holdsLease(ctx, factoryID)
 }
 
 func (l lifecycle) DispatchQueued(ctx context.Context, productID, jobID string) error {

@@ -89,6 +89,22 @@ run "schedules_are_six_field_ncrontab" {
   expect_failures = [var.reaper_schedule]
 }
 
+run "prune_schedule_is_six_field_ncrontab" {
+  command = plan
+  variables {
+    prune_schedule = "*/5 * * * *"
+  }
+  expect_failures = [var.prune_schedule]
+}
+
+run "prune_after_is_a_go_duration" {
+  command = plan
+  variables {
+    prune_after = "7d"
+  }
+  expect_failures = [var.prune_after]
+}
+
 run "lease_ttl_is_a_go_duration" {
   command = plan
   variables {

@@ -148,6 +148,9 @@ type CoordinatorStats struct {
 	// QuietSkips counts sweep ticks skipped on the ledger's word (one point
 	// read each, no query).
 	QuietSkips int64 `json:"quietSkips"`
+	// FactoriesPruned counts static factories this process's prune timer
+	// deregistered for silence past FLEET_PRUNE_AFTER.
+	FactoriesPruned int64 `json:"factoriesPruned"`
 	// Mean lags in milliseconds.
 	DispatchLagMs float64 `json:"dispatchLagMs"`
 	AcceptLagMs   float64 `json:"acceptLagMs"`

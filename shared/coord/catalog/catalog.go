@@ -26,6 +26,10 @@ type Config struct {
 	FactoryCacheTTL, TokenCacheTTL time.Duration
 	// RedispatchAfter is how long a dispatch counts as a taken seat.
 	RedispatchAfter time.Duration
+	// PruneAfter is how long a static factory may stay silent before the
+	// prune timer deregisters it; LeaseTTL how long until a factory spared
+	// for the lease it holds is looked at again (prune.go).
+	PruneAfter, LeaseTTL time.Duration
 }
 
 // Lifecycle is what the catalog asks of the job lifecycle and admission.
@@ -39,6 +43,9 @@ type Lifecycle interface {
 	// ReleaseHeld lets jobs held back by a product's budget or seat cap
 	// go, once either may have room.
 	ReleaseHeld(ctx context.Context, productID string)
+	// HoldsLease reports whether any job is leased (assigned or building)
+	// to the factory.
+	HoldsLease(ctx context.Context, factoryID string) (bool, error)
 }
 
 // Targets judges a tracker webhook URL when it is set.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/store"
@@ -317,25 +318,39 @@ func (c *Service) SetDraining(ctx context.Context, id string, draining bool) (*f
 // token before (and the sweep of the factory's tokens below revokes it) or
 // fails to install it and revokes it itself.
 func (c *Service) Deregister(ctx context.Context, id string) error {
+	_, err := c.deregister(ctx, id, nil)
+	return err
+}
+
+// errKept is deregister's answer when keep spared the factory.
+var errKept = errors.New("factory kept")
+
+// deregister is Deregister. keep, when set, judges the factory as read for
+// the delete (the delete is conditional on that revision): true spares it
+// with errKept. It returns the deleted factory, nil when none was deleted.
+func (c *Service) deregister(ctx context.Context, id string, keep func(*fleet.Factory) bool) (*fleet.Factory, error) {
 	c.factoryDocs.Drop(id, id)
 	var f *fleet.Factory
 	for attempt := 0; ; attempt++ {
 		if attempt == kernel.MaxCASAttempts {
-			return &kernel.ConflictError{Kind: "factory", ID: id, Attempts: kernel.MaxCASAttempts}
+			return nil, &kernel.ConflictError{Kind: "factory", ID: id, Attempts: kernel.MaxCASAttempts}
 		}
 		var err error
 		if f, err = c.GetFactory(ctx, id); err != nil {
-			return err
+			return nil, err
+		}
+		if keep != nil && keep(f) {
+			return nil, errKept
 		}
 		err = c.k.Store.Delete(ctx, store.Factories, id, id, f.Rev)
 		if errors.Is(err, store.ErrPrecondition) {
 			continue
 		}
 		if errors.Is(err, store.ErrNotFound) {
-			return kernel.NotFound("factory", id)
+			return nil, kernel.NotFound("factory", id)
 		}
 		if err != nil {
-			return fmt.Errorf("delete factory %s: %w", id, err)
+			return nil, fmt.Errorf("delete factory %s: %w", id, err)
 		}
 		break
 	}
@@ -345,9 +360,9 @@ func (c *Service) Deregister(ctx context.Context, id string) error {
 	// this bump, whatever becomes of the revocations below.
 	c.tokens.dropAll()
 	if err := c.k.Bump(ctx, kernel.LedgerTokens); err != nil {
-		return err
+		return f, err
 	}
-	return c.revokeFactoryTokens(ctx, f)
+	return f, c.revokeFactoryTokens(ctx, f)
 }
 
 // revokeFactoryTokens revokes every live token issued to f's enrollment
@@ -477,10 +492,7 @@ func (c *Service) EffectiveHealth(f *fleet.Factory) *fleet.Factory {
 // that heartbeats on time keeps what it reported (a stored "stale" is a
 // mark an earlier version's prune timer wrote: ok again).
 func (c *Service) silentHealth(f *fleet.Factory) fleet.Health {
-	since := c.k.Now().Sub(f.LastHeartbeatAt)
-	if f.LastHeartbeatAt.IsZero() {
-		since = c.k.Now().Sub(f.EnrolledAt)
-	}
+	since := c.k.Now().Sub(lastSeen(f))
 	switch {
 	case since >= c.cfg.DownAfter:
 		return fleet.HealthDown
@@ -490,6 +502,15 @@ func (c *Service) silentHealth(f *fleet.Factory) fleet.Health {
 		return fleet.HealthOK
 	}
 	return f.Health
+}
+
+// lastSeen is a factory's last sign of life: its last heartbeat, or its
+// enrolment when it never sent one.
+func lastSeen(f *fleet.Factory) time.Time {
+	if f.LastHeartbeatAt.IsZero() {
+		return f.EnrolledAt
+	}
+	return f.LastHeartbeatAt
 }
 
 // fleetChanged runs the hook that retries waiting jobs after the fleet

@@ -19,6 +19,8 @@ type Counters struct {
 	EventsDeferred atomic.Int64
 	EventsRepaired atomic.Int64
 	QuietSkips     atomic.Int64
+	// FactoriesPruned counts static factories the prune timer deregistered.
+	FactoriesPruned atomic.Int64
 	// Lag sums in microseconds and counts: submit -> publish, publish -> accept.
 	DispatchLagSum, DispatchLagN atomic.Int64
 	AcceptLagSum, AcceptLagN     atomic.Int64
@@ -54,6 +56,7 @@ func (s *Counters) Snapshot() view.CoordinatorStats {
 		EventsDeferred:  s.EventsDeferred.Load(),
 		EventsRepaired:  s.EventsRepaired.Load(),
 		QuietSkips:      s.QuietSkips.Load(),
+		FactoriesPruned: s.FactoriesPruned.Load(),
 		DispatchLagMs:   mean(&s.DispatchLagSum, &s.DispatchLagN),
 		AcceptLagMs:     mean(&s.AcceptLagSum, &s.AcceptLagN),
 		ChangeFeedLagMs: mean(&s.FeedLagSum, &s.FeedLagN),

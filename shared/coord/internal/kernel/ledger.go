@@ -42,6 +42,17 @@ import (
 // Only a coordinator whose job writes are seen by a change feed running
 // DispatchChanged may trust the marks (Config.ChangeFeed); without one
 // (the Lambda front door) every sweep scans, as before.
+//
+// The stale-factory prune is the one sweep that time alone gives work: a
+// factory becomes prunable by staying silent. Its mark is kept against no
+// counter but carries Until, the earliest time any factory could become
+// prunable, and is trusted only before then. Why that holds without a
+// counter: a factory present at the scan was seen, and Until is at most its
+// due time; one enrolled (or heard from) after the ledger read has its last
+// sign of life after that read, so it falls due no earlier than read time +
+// the prune threshold, which bounds Until too (catalog/prune.go). A
+// heartbeat only moves a due time later. QuietRescanAfter still bounds the
+// mark (a changed threshold, a replica behind).
 
 // Ledger identity: one document, partition key = id.
 const ledgerID = "fleet"
@@ -66,6 +77,8 @@ var (
 	SweepReap       = Sweep{"reap", LedgerActivity}
 	SweepRedispatch = Sweep{"redispatch", LedgerActivity}
 	SweepGC         = Sweep{"gc", LedgerEnded}
+	// SweepPrune keeps its mark against time (MarkQuietUntil), no counter.
+	SweepPrune = Sweep{"prune", ""}
 )
 
 // Ledger is the stored document.
@@ -84,6 +97,8 @@ type Ledger struct {
 type quietMark struct {
 	Seen int64     `json:"seen"`
 	At   time.Time `json:"at"`
+	// Until, when set, ends the mark: the sweep has work from then on.
+	Until time.Time `json:"until,omitzero"`
 }
 
 func (l *Ledger) counter(field string) int64 {
@@ -94,6 +109,8 @@ func (l *Ledger) counter(field string) int64 {
 		return l.Ended
 	case LedgerTokens:
 		return l.Tokens
+	case "": // a sweep kept against time alone
+		return 0
 	}
 	panic("coord: unknown ledger counter " + field)
 }
@@ -166,7 +183,7 @@ func (c *Kernel) Quiet(ctx context.Context, sw Sweep) (skip bool, v QuietView, e
 	}
 	v = QuietView{sw: sw, seen: l.counter(sw.counter), l: l, rev: rev}
 	m, ok := l.Quiet[sw.name]
-	if ok && m.Seen == v.seen && c.Now().Sub(m.At) < QuietRescanAfter {
+	if ok && m.Seen == v.seen && c.Now().Sub(m.At) < QuietRescanAfter && (m.Until.IsZero() || c.Now().Before(m.Until)) {
 		c.Counters.QuietSkips.Add(1)
 		return true, v, nil
 	}
@@ -178,7 +195,10 @@ func (c *Kernel) Quiet(ctx context.Context, sw Sweep) (skip bool, v QuietView, e
 // another sweep's mark) is retried while the counter is unchanged; once it
 // moved, the mark is simply not written and the next tick scans again. A
 // failure to write it only costs that scan.
-func (c *Kernel) MarkQuiet(ctx context.Context, v QuietView) {
+func (c *Kernel) MarkQuiet(ctx context.Context, v QuietView) { c.MarkQuietUntil(ctx, v, time.Time{}) }
+
+// MarkQuietUntil is MarkQuiet for a mark that ends at until (zero: none).
+func (c *Kernel) MarkQuietUntil(ctx context.Context, v QuietView, until time.Time) {
 	if !c.ChangeFeed {
 		return
 	}
@@ -196,7 +216,7 @@ func (c *Kernel) MarkQuiet(ctx context.Context, v QuietView) {
 		if l.Quiet == nil {
 			l.Quiet = map[string]quietMark{}
 		}
-		l.Quiet[v.sw.name] = quietMark{Seen: v.seen, At: c.Now()}
+		l.Quiet[v.sw.name] = quietMark{Seen: v.seen, At: c.Now(), Until: until}
 		body, err := json.Marshal(l)
 		if err != nil {
 			return
