@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/store"
+	"github.com/gigafactory/fleet/shared/store/storecount"
 
 	"github.com/stretchr/testify/require"
 
@@ -332,4 +333,50 @@ func freePort(t *testing.T) string {
 	_, port, err := net.SplitHostPort(ln.Addr().String())
 	require.NoError(t, err)
 	return port
+}
+
+// TestEveryTimerIsFreeWhenIdle: every timer function of the app (each
+// folder whose trigger is a timer, found as the host finds them), invoked
+// through the handler on a fleet with nothing to do, costs at most one
+// point read per tick once it has looked: no query, no write. A timer that
+// scans on every idle tick, as the echo sweep did, fails here by name.
+func TestEveryTimerIsFreeWhenIdle(t *testing.T) {
+	t.Parallel()
+	log := slog.New(slog.DiscardHandler)
+	a, err := app.Open(t.Context(), config.Lookup{Values: map[string]string{config.DataDir: t.TempDir()}}, log, app.WithChangeFeed())
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, a.Close()) })
+	counted, ok := a.Store.(*storecount.Store)
+	require.True(t, ok, "the app counts its store calls")
+	srv := httptest.NewServer(newServer(a, true))
+	t.Cleanup(srv.Close)
+
+	var timers []sample
+	for _, s := range samples(t) {
+		if strings.Contains(string(s.body), `"timer"`) && !s.http {
+			timers = append(timers, s)
+		}
+	}
+	require.GreaterOrEqual(t, len(timers), 5, "reaper, redispatch, gcsweep, prune, echosweep at least")
+	tick := func(s sample) storecount.Counts {
+		before := counted.Snapshot()
+		resp, err := srv.Client().Post(srv.URL+"/"+s.function, "application/json", bytes.NewReader(s.body))
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", s.function, body)
+		return counted.Snapshot().Sub(before)
+	}
+	for _, s := range timers {
+		tick(s) // the first look may scan and record that it found nothing
+	}
+	for range 3 {
+		for _, s := range timers {
+			got := tick(s)
+			require.Zero(t, got.Queries, "%s: an idle tick queries nothing", s.function)
+			require.Zero(t, got.Writes, "%s: an idle tick writes nothing", s.function)
+			require.LessOrEqual(t, got.Reads, int64(1), "%s: an idle tick is at most one point read", s.function)
+		}
+	}
 }

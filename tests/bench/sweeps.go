@@ -7,7 +7,7 @@ import (
 )
 
 // timerFunctions are the timer sweeps measured one tick at a time.
-var timerFunctions = []string{"reaper", "redispatch", "gcsweep", "prune"}
+var timerFunctions = []string{"reaper", "redispatch", "gcsweep", "prune", "echosweep"}
 
 // sweepRuns is how many ticks of each sweep are run; the first may still
 // find work left by earlier phases (and records that it found none).

@@ -250,13 +250,23 @@ type JobRef struct{ ProductID, JobID string }
 // retry whose backoff passed, a seq that was missing, a job whose change
 // the feed lost. It waits for those deliveries (each in its product's
 // lane) and returns how many events were delivered.
+//
+// Idle, a tick is one point read of the ledger: a scan that found nothing
+// due marks the sweep quiet until the earliest open state is due, and every
+// write of an open state moves the echoes counter (writeEcho, Open), which
+// ends the mark.
 func (c *Service) Sweep(ctx context.Context) (int, error) {
+	skip, view, err := c.k.Quiet(ctx, kernel.SweepEcho)
+	if err != nil || skip {
+		return 0, err
+	}
 	items, err := c.k.QueryAll(ctx, store.Echoes, store.Query{Where: []store.Cond{store.Eq("open", true)}})
 	if err != nil {
 		return 0, err
 	}
 	now := c.k.Now()
 	var due []JobRef
+	var next time.Time
 	for _, it := range items {
 		s, err := kernel.Decode[State](it)
 		if err != nil {
@@ -264,7 +274,12 @@ func (c *Service) Sweep(ctx context.Context) (int, error) {
 		}
 		if !s.SweepAt.After(now) {
 			due = append(due, JobRef{ProductID: s.ProductID, JobID: s.JobID})
+		} else if next.IsZero() || s.SweepAt.Before(next) {
+			next = s.SweepAt
 		}
+	}
+	if len(due) == 0 {
+		c.k.MarkQuietUntil(ctx, view, next)
 	}
 	run, err := c.echoJobs(ctx, due, true, Await)
 	return run.Delivered, err
@@ -501,7 +516,22 @@ func (c *Service) writeEcho(ctx context.Context, st *State) error {
 		return errEchoLost
 	}
 	st.Rev = rev
+	if st.Open {
+		c.wakeSweep(ctx)
+	}
 	return nil
+}
+
+// wakeSweep ends the sweep's quiet mark: an open state was written, due
+// perhaps sooner than the mark's end. A failed bump is logged; the mark
+// ends within kernel.QuietRescanAfter anyway.
+func (c *Service) wakeSweep(ctx context.Context) {
+	if !c.k.ChangeFeed {
+		return
+	}
+	if err := c.k.Bump(ctx, kernel.LedgerEchoes); err != nil {
+		c.k.Log.WarnContext(ctx, "tracker echo: sweep not told of an open state", "err", err)
+	}
 }
 
 // postEcho sends one event, signed.
@@ -587,6 +617,7 @@ func (c *Service) Resend(ctx context.Context, productID, jobID, operator string)
 	if err != nil {
 		return nil, err
 	}
+	c.wakeSweep(ctx)
 	j, err = c.k.MutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
 		j.UpdatedAt = c.k.Now()
 		return c.k.RecordEvent(ctx, j, fleet.Event{Type: fleet.EventEchoResend, Actor: fleet.ActorOperator, ActorID: operator,
@@ -611,6 +642,7 @@ func (c *Service) Open(ctx context.Context, j *fleet.Job) error {
 	if _, err := c.k.Store.Create(ctx, store.Echoes, j.ID, j.ID, body); err != nil && !errors.Is(err, store.ErrExists) {
 		return fmt.Errorf("create echo state of job %s: %w", j.ID, err)
 	}
+	c.wakeSweep(ctx)
 	return nil
 }
 

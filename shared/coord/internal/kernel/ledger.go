@@ -65,6 +65,9 @@ const (
 	LedgerActivity = "activity"
 	LedgerEnded    = "ended"
 	LedgerTokens   = "tokens"
+	// LedgerEchoes moves on every write of an open tracker-echo state
+	// (coord/echo): the echo sweep's work.
+	LedgerEchoes = "echoes"
 )
 
 // Sweep names a quiet mark and the counter it is kept against.
@@ -79,6 +82,9 @@ var (
 	SweepGC         = Sweep{"gc", LedgerEnded}
 	// SweepPrune keeps its mark against time (MarkQuietUntil), no counter.
 	SweepPrune = Sweep{"prune", ""}
+	// SweepEcho keeps its mark against the echoes counter and until the
+	// earliest time an open state it saw is due (MarkQuietUntil).
+	SweepEcho = Sweep{"echo", LedgerEchoes}
 )
 
 // Ledger is the stored document.
@@ -88,6 +94,7 @@ type Ledger struct {
 	Activity  int64  `json:"activity"`
 	Ended     int64  `json:"ended"`
 	Tokens    int64  `json:"tokens"`
+	Echoes    int64  `json:"echoes,omitempty"`
 	// Quiet holds each sweep's last quiet mark by sweep name.
 	Quiet map[string]quietMark `json:"quiet,omitempty"`
 }
@@ -109,6 +116,8 @@ func (l *Ledger) counter(field string) int64 {
 		return l.Ended
 	case LedgerTokens:
 		return l.Tokens
+	case LedgerEchoes:
+		return l.Echoes
 	case "": // a sweep kept against time alone
 		return 0
 	}
