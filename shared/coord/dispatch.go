@@ -57,12 +57,16 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 	out := make([]Decision, 0, len(items))
 	var errs []error
 	live, ended := false, false
+	waiting := map[string]bool{} // products with a job in the queue untargeted
 	for _, it := range items {
 		j, err := kernel.DecodeJob(it)
 		if err != nil {
 			live = true
 			errs = append(errs, err)
 			continue
+		}
+		if j.Stage == fleet.StageQueued && j.TargetFactoryID == "" {
+			waiting[j.ProductID] = true
 		}
 		if j.Stage.Terminal() {
 			ended = true
@@ -88,6 +92,13 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 			errs = append(errs, fmt.Errorf("dispatch %s: %w", j.ID, err))
 		}
 		out = append(out, d)
+	}
+	// A submitted job tells its product's pollers here, once per batch
+	// (createJob leaves it to the feed when there is one).
+	if c.k.ChangeFeed {
+		for p := range waiting {
+			c.catalog.BumpQueueState(ctx, p)
+		}
 	}
 	// After handling, whatever its outcome: the sweeps must look.
 	if live {

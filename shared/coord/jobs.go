@@ -147,7 +147,11 @@ func (c *Coordinator) createJob(ctx context.Context, j *fleet.Job) (*fleet.Job, 
 	// caller going away, as in transition.
 	ctx = context.WithoutCancel(ctx)
 	if j.Stage == fleet.StageQueued {
-		c.catalog.BumpQueueState(ctx, productID)
+		// With a change feed, its batch tells the pollers once for every
+		// job it carries (DispatchChanged).
+		if !c.k.ChangeFeed {
+			c.catalog.BumpQueueState(ctx, productID)
+		}
 	} else if settled, ok := c.dag.SettleBlocked(ctx, j); ok {
 		// A dependency shipped or ended unshipped before or since our
 		// check; its own pass could not see this job yet, so settle it here.
