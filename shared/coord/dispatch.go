@@ -222,9 +222,8 @@ type DeadLetterSource interface {
 // every queued job with no dispatch (never routed, unroutable until now,
 // backoff over), and routes again every job whose dispatch is older than
 // RedispatchAfter or whose target is gone, stale or down. It returns how
-// many messages it published. A tick reads one page of the queue
-// (kernel.SweepPage), the next tick the page after it, so each queued job
-// is looked at once per pass whatever the backlog.
+// many messages it published. A tick reads the next page of the queue
+// (kernel.NextPage), so its cost does not grow with the backlog.
 //
 // Idle (no queued or blocked job since the last tick that looked), a tick
 // costs one point read and skips the dead-letter drain too: a dead letter
@@ -245,8 +244,7 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	// Only a page that was the whole queue shows there is none.
-	if len(errs) == 0 && blocked == 0 && whole && len(queued) == 0 {
+	if len(errs) == 0 && blocked == 0 && whole && len(queued) == 0 { // none anywhere
 		c.k.MarkQuiet(ctx, view)
 	}
 	c.catalog.InvalidateFactories()

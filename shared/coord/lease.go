@@ -329,9 +329,7 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 
 // leasedJobs are the jobs holding a lease (assigned or building), of one
 // product or, with productID empty, of all: the one query the preemption,
-// the seat caps and the scheduler's seat counts share. They need every
-// lease, and leases are bounded by the fleet's seats, not by the backlog;
-// the reaper reads only the overdue ones (kernel.OverdueLeases).
+// the seat caps and the seat counts share (all bounded by the seats).
 func (c *Coordinator) leasedJobs(ctx context.Context, productID string) ([]*fleet.Job, error) {
 	return c.k.QueryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{kernel.LeasedStage}})
 }
@@ -347,8 +345,7 @@ func (c *Coordinator) backoff(attempt int) time.Duration {
 // attempts run out instead of taking down factories forever. It returns how
 // many jobs it reaped. Jobs asked to stop (cancel, preemption) are ended
 // instead once their grace is over or their lease expired (forceStops).
-// A tick reads only the overdue leases, a bounded page of them
-// (kernel.OverdueLeases), whatever the number of leases.
+// A tick reads only overdue leases, a page at a time (kernel.OverdueLeases).
 //
 // Idle, a tick costs one point read: see ledger.go.
 func (c *Coordinator) Reap(ctx context.Context) (int, error) {
