@@ -229,6 +229,7 @@ type Coordinator struct {
 	dag           *dag.Service
 	explain       *explain.Service
 	admission     *admission.Service
+	sweeps        kernel.SweepState
 }
 
 // New builds a coordinator from a configuration Resolve accepts.

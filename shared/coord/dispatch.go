@@ -233,7 +233,8 @@ type DeadLetterSource interface {
 // every queued job with no dispatch (never routed, unroutable until now,
 // backoff over), and routes again every job whose dispatch is older than
 // RedispatchAfter or whose target is gone, stale or down. It returns how
-// many messages it published.
+// many messages it published. A tick reads the next page of the queue
+// (kernel.NextPage), so its cost does not grow with the backlog.
 //
 // Idle (no queued or blocked job since the last tick that looked), a tick
 // costs one point read and skips the dead-letter drain too: a dead letter
@@ -250,11 +251,11 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("unblock: %w", err))
 	}
-	queued, err := c.k.QueryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued))}})
+	queued, whole, err := c.k.NextPage(ctx, &c.sweeps.Redispatch, c.sweeps.PageSize(), []store.Cond{store.Eq("stage", string(fleet.StageQueued))})
 	if err != nil {
 		return 0, err
 	}
-	if len(errs) == 0 && blocked == 0 && len(queued) == 0 {
+	if len(errs) == 0 && blocked == 0 && whole && len(queued) == 0 { // none anywhere
 		c.k.MarkQuiet(ctx, view)
 	}
 	c.catalog.InvalidateFactories()

@@ -104,20 +104,14 @@ func (c *Coordinator) claimPaged(ctx context.Context, products []string, try fun
 			var page []*fleet.Job
 			var next []string
 			for _, p := range open {
-				res, err := c.k.Store.Query(ctx, store.Jobs, store.Query{PartitionKey: p, Limit: claimPage, Continuation: conts[p],
+				jobs, cont, err := c.k.JobPage(ctx, store.Query{PartitionKey: p, Limit: claimPage, Continuation: conts[p],
 					Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued)), store.Eq("priority", string(prio))}})
 				if err != nil {
-					return nil, fmt.Errorf("query %s: %w", store.Jobs, err)
+					return nil, err
 				}
-				for _, it := range res.Items {
-					j, err := kernel.DecodeJob(it)
-					if err != nil {
-						return nil, err
-					}
-					page = append(page, j)
-				}
-				if res.Continuation != "" {
-					conts[p] = res.Continuation
+				page = append(page, jobs...)
+				if cont != "" {
+					conts[p] = cont
 					next = append(next, p)
 				}
 			}
@@ -334,10 +328,10 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 }
 
 // leasedJobs are the jobs holding a lease (assigned or building), of one
-// product or, with productID empty, of all: the one query the reaper, the
-// preemption, the seat caps and the scheduler's seat counts share.
+// product or, with productID empty, of all: the one query the preemption,
+// the seat caps and the seat counts share (all bounded by the seats).
 func (c *Coordinator) leasedJobs(ctx context.Context, productID string) ([]*fleet.Job, error) {
-	return c.k.QueryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{store.In("stage", string(fleet.StageAssigned), string(fleet.StageBuilding))}})
+	return c.k.QueryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{kernel.LeasedStage}})
 }
 
 // backoff is RetryBackoff × 2^(attempt-1), capped at MaxRetryBackoff.
@@ -351,6 +345,7 @@ func (c *Coordinator) backoff(attempt int) time.Duration {
 // attempts run out instead of taking down factories forever. It returns how
 // many jobs it reaped. Jobs asked to stop (cancel, preemption) are ended
 // instead once their grace is over or their lease expired (forceStops).
+// A tick reads only overdue leases, a page at a time (kernel.OverdueLeases).
 //
 // Idle, a tick costs one point read: see ledger.go.
 func (c *Coordinator) Reap(ctx context.Context) (int, error) {
@@ -358,11 +353,11 @@ func (c *Coordinator) Reap(ctx context.Context) (int, error) {
 	if err != nil || skip {
 		return 0, err
 	}
-	leased, err := c.leasedJobs(ctx, "")
+	leased, none, err := c.k.OverdueLeases(ctx, c.sweeps.PageSize(), c.cfg.CancelGrace)
 	if err != nil {
 		return 0, err
 	}
-	if len(leased) == 0 {
+	if none {
 		c.k.MarkQuiet(ctx, view)
 	}
 	// Stop requests past their grace first: a cancelled job whose holder

@@ -7,6 +7,7 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Store errors. Every backend returns exactly these (wrapped is fine), so use
@@ -53,6 +54,13 @@ type Op string
 const (
 	OpEq Op = "="
 	OpIn Op = "IN"
+	// OpLt is field < value for one string or number: strings compare by
+	// code point, numbers numerically, and a field of another type (or
+	// absent) never matches. A bound instead of an order: it lets a sweep
+	// read only the documents past a deadline, a bounded page at a time,
+	// where a cross-partition ORDER BY is not available (BuildQuery in
+	// store/cosmos says why).
+	OpLt Op = "<"
 )
 
 // Cond is one condition on a top-level JSON field of the document.
@@ -72,6 +80,21 @@ func In[T any](field string, values ...T) Cond {
 		vs[i] = v
 	}
 	return Cond{Field: field, Op: OpIn, Values: vs}
+}
+
+// Lt builds field < value (a string or a number).
+func Lt(field string, value any) Cond { return Cond{Field: field, Op: OpLt, Values: []any{value}} }
+
+// Before builds a condition matching every document whose time field, as
+// the coordinator stores times (RFC 3339 in UTC, fractional seconds
+// trimmed), is at or before t; it may also match times up to two seconds
+// after t, so callers re-check on the decoded document. It compares text
+// with the end of t's second: the stored form is fixed width up to the
+// seconds, so any time of an earlier second sorts before that bound, and
+// a time of the bound's own second sorts before it only with a fraction
+// (".", below the bound's "Z").
+func Before(field string, t time.Time) Cond {
+	return Lt(field, t.UTC().Truncate(time.Second).Add(time.Second).Format(time.RFC3339))
 }
 
 // Query selects documents of one container. With PartitionKey set it is a

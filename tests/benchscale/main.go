@@ -6,6 +6,15 @@
 // dispatch of one new job (latency p50/p99), and prints one table row per
 // size. It runs the coordinator in process over the real SQLite store, so
 // the figures are the use case's own, without HTTP.
+//
+// Beside them, the two timer sweeps that read the backlog, -ticks ticks
+// each (means per tick): "redisp" is the redispatch sweep over that queue,
+// whose jobs no dispatch has routed yet (so every tick has a full page to
+// route, its worst case); "reap" is the reaper with as many jobs again
+// holding live leases, and -expired more whose leases expired written
+// before each tick (so each tick reaps that many). Each prints store
+// operations per tick and milliseconds per tick: with bounded pages both
+// stay flat from 1k to 100k.
 package main
 
 import (
@@ -40,22 +49,26 @@ func main() {
 	factories := flag.Int("factories", 1000, "enrolled factories")
 	claims := flag.Int("claims", 20, "claims measured per size")
 	dispatches := flag.Int("dispatches", 20, "dispatches measured per size")
+	ticks := flag.Int("ticks", 3, "ticks of each sweep measured per size")
+	expired := flag.Int("expired", 64, "leases expired before each reaper tick")
 	flag.Parse()
-	fmt.Printf("benchscale: %d factories, %d claims and %d dispatches per size, SQLite, %s/%s, %d CPUs\n\n",
-		*factories, *claims, *dispatches, runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
-	fmt.Printf("%9s | %11s %11s | %9s %13s %11s | %11s %11s | %9s\n",
-		"queued", "claim p50", "claim p99", "ops/claim", "KiB read/claim", "KiB alloc", "disp p50", "disp p99", "heap MiB")
+	fmt.Printf("benchscale: %d factories, %d claims, %d dispatches, %d ticks of each sweep per size (%d leases expired before each reaper tick), SQLite, %s/%s, %d CPUs\n\n",
+		*factories, *claims, *dispatches, *ticks, *expired, runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+	fmt.Printf("%9s | %11s %11s | %9s %13s %11s | %11s %11s | %12s %13s | %10s %11s | %9s\n",
+		"queued", "claim p50", "claim p99", "ops/claim", "KiB read/claim", "KiB alloc", "disp p50", "disp p99",
+		"redisp ops/t", "redisp ms/t", "reap ops/t", "reap ms/t", "heap MiB")
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil {
 			fail(fmt.Errorf("-sizes: %q is not a number", s))
 		}
-		r, err := measure(n, *factories, *claims, *dispatches)
+		r, err := measure(params{queued: n, factories: *factories, claims: *claims, dispatches: *dispatches, ticks: *ticks, expired: *expired})
 		if err != nil {
 			fail(err)
 		}
-		fmt.Printf("%9d | %11s %11s | %9.1f %13.1f %11.1f | %11s %11s | %9.1f\n", n,
-			r.claimP50, r.claimP99, r.opsPerClaim, r.kibPerClaim, r.allocKiBPerClaim, r.dispP50, r.dispP99, r.heapMiB)
+		fmt.Printf("%9d | %11s %11s | %9.1f %13.1f %11.1f | %11s %11s | %12.1f %13.1f | %10.1f %11.1f | %9.1f\n", n,
+			r.claimP50, r.claimP99, r.opsPerClaim, r.kibPerClaim, r.allocKiBPerClaim, r.dispP50, r.dispP99,
+			r.redispatch.ops, r.redispatch.ms, r.reap.ops, r.reap.ms, r.heapMiB)
 	}
 }
 
@@ -64,11 +77,20 @@ func fail(err error) {
 	os.Exit(1)
 }
 
+// params are one size's run.
+type params struct {
+	queued, factories, claims, dispatches, ticks, expired int
+}
+
 type row struct {
 	claimP50, claimP99, dispP50, dispP99 time.Duration
 	opsPerClaim, kibPerClaim             float64
 	allocKiBPerClaim, heapMiB            float64
+	redispatch, reap                     perTick
 }
+
+// perTick is a sweep's mean cost per tick.
+type perTick struct{ ops, ms float64 }
 
 // bytesStore counts the document bytes the store hands back.
 type bytesStore struct {
@@ -107,7 +129,8 @@ const (
 	repo    = "r1"
 )
 
-func measure(queued, factories, claims, dispatches int) (row, error) {
+func measure(p params) (row, error) {
+	queued, factories, claims, dispatches := p.queued, p.factories, p.claims, p.dispatches
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "benchscale")
 	if err != nil {
@@ -147,19 +170,8 @@ func measure(queued, factories, claims, dispatches int) (row, error) {
 	// The queue is written straight to the store: submitting 100,000 jobs
 	// through the use case would measure submit, not the claim.
 	now := time.Now().UTC()
-	priorities := []fleet.Priority{fleet.PriorityLow, fleet.PriorityNormal, fleet.PriorityNormal, fleet.PriorityHigh}
 	for i := range queued {
-		at := now.Add(-time.Duration(queued-i) * time.Second)
-		j := fleet.Job{ID: fmt.Sprintf("j%07d", i), ProductID: product, Title: "job", Repo: repo, Capabilities: []string{"engine:claude"},
-			Priority: priorities[i%len(priorities)], Stage: fleet.StageQueued, Body: "Do the thing.\n", MaxAttempts: 3, Deps: []string{},
-			QueuedAt: at, CreatedAt: at, UpdatedAt: at}
-		// Shaped as Submit writes it: its submitted event is in the document.
-		j.RecordEvent(fleet.Event{Type: fleet.EventSubmitted, To: j.Stage, Actor: fleet.ActorOperator})
-		body, err := json.Marshal(j)
-		if err != nil {
-			return row{}, err
-		}
-		if _, err := raw.Create(ctx, store.Jobs, product, j.ID, body); err != nil {
+		if err := writeJob(ctx, raw, fmt.Sprintf("j%07d", i), now.Add(-time.Duration(queued-i)*time.Second), nil); err != nil {
 			return row{}, err
 		}
 	}
@@ -212,7 +224,86 @@ func measure(queued, factories, claims, dispatches int) (row, error) {
 		}
 	}
 	r.dispP50, r.dispP99 = percentile(lat, 50), percentile(lat, 99)
+
+	// The redispatch sweep over the queue: none of it routed yet, so each
+	// tick routes a full page (or, once the seats are spoken for, records
+	// why not).
+	if r.redispatch, err = sweepTicks(ctx, counted, p.ticks, 0, c.Redispatch, nil); err != nil {
+		return row{}, fmt.Errorf("redispatch: %w", err)
+	}
+	// The reaper over as many live leases, with p.expired expired ones
+	// written before each tick.
+	for i := range queued {
+		if err := writeJob(ctx, raw, fmt.Sprintf("l%07d", i), now, &lease{holder: toks[i%len(toks)].FactoryID, expires: now.Add(time.Hour)}); err != nil {
+			return row{}, err
+		}
+	}
+	expire := func(tick int) error {
+		for i := range p.expired {
+			id := fmt.Sprintf("x%03d-%04d", tick, i)
+			if err := writeJob(ctx, raw, id, now, &lease{holder: toks[i%len(toks)].FactoryID, expires: time.Now().Add(-time.Minute)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if r.reap, err = sweepTicks(ctx, counted, p.ticks, p.expired, c.Reap, expire); err != nil {
+		return row{}, fmt.Errorf("reap: %w", err)
+	}
 	return r, nil
+}
+
+// lease makes writeJob's job held by holder until expires.
+type lease struct {
+	holder  string
+	expires time.Time
+}
+
+// writeJob writes a queued job (or, with l, one building under that lease)
+// shaped as Submit writes it, straight to the store.
+func writeJob(ctx context.Context, s store.Store, id string, at time.Time, l *lease) error {
+	priorities := []fleet.Priority{fleet.PriorityLow, fleet.PriorityNormal, fleet.PriorityNormal, fleet.PriorityHigh}
+	j := fleet.Job{ID: id, ProductID: product, Title: "job", Repo: repo, Capabilities: []string{"engine:claude"},
+		Priority: priorities[len(id)%len(priorities)], Stage: fleet.StageQueued, Body: "Do the thing.\n", MaxAttempts: 3, Deps: []string{},
+		QueuedAt: at, CreatedAt: at, UpdatedAt: at}
+	// Its submitted event is in the document, as Submit writes it.
+	j.RecordEvent(fleet.Event{Type: fleet.EventSubmitted, To: j.Stage, Actor: fleet.ActorOperator})
+	if l != nil {
+		j.Stage, j.HolderFactoryID, j.LeaseEpoch, j.LeaseAcquiredAt, j.LeaseExpiresAt = fleet.StageBuilding, l.holder, 1, at, l.expires.UTC()
+	}
+	body, err := json.Marshal(j)
+	if err != nil {
+		return err
+	}
+	_, err = s.Create(ctx, store.Jobs, product, j.ID, body)
+	return err
+}
+
+// sweepTicks runs ticks ticks of sweep, each after before (when set), and
+// returns the mean store operations and milliseconds per tick. With want
+// set, each tick must have handled that many jobs.
+func sweepTicks(ctx context.Context, counted *storecount.Store, ticks, want int, sweep func(context.Context) (int, error), before func(tick int) error) (perTick, error) {
+	var ops int64
+	var took time.Duration
+	for i := range ticks {
+		if before != nil {
+			if err := before(i); err != nil {
+				return perTick{}, err
+			}
+		}
+		ops0 := counted.Snapshot()
+		start := time.Now()
+		n, err := sweep(ctx)
+		took += time.Since(start)
+		ops += counted.Snapshot().Sub(ops0).Total()
+		if err != nil {
+			return perTick{}, err
+		}
+		if want > 0 && n != want {
+			return perTick{}, fmt.Errorf("tick %d handled %d jobs, not %d", i, n, want)
+		}
+	}
+	return perTick{ops: float64(ops) / float64(ticks), ms: float64(took.Microseconds()) / 1000 / float64(ticks)}, nil
 }
 
 func percentile(d []time.Duration, p int) time.Duration {

@@ -603,10 +603,24 @@ func (f *fakeCosmos) changeFeed(c *fakeColl, r recorded) (int, map[string]string
 
 var (
 	queryShape   = regexp.MustCompile(`^SELECT \* FROM c(?: WHERE (.+?))?( ORDER BY c\.id)?$`)
-	condShape    = regexp.MustCompile(`^(?:c\.([A-Za-z_][A-Za-z0-9_]*)|c\["([A-Za-z_][A-Za-z0-9_]*)"\]) (=|IN) (.+)$`)
+	condShape    = regexp.MustCompile(`^(?:c\.([A-Za-z_][A-Za-z0-9_]*)|c\["([A-Za-z_][A-Za-z0-9_]*)"\]) (=|IN|<) (.+)$`)
 	paramList    = regexp.MustCompile(`^\((@p\d+(?:, @p\d+)*)\)$`)
 	crossRefused = regexp.MustCompile(`(?i)\b(ORDER\s+BY|TOP|DISTINCT|GROUP\s+BY|OFFSET|LIMIT|COUNT|SUM|AVG|MIN|MAX|VALUE)\b`)
 )
+
+// fakeLess is Cosmos DB's < on two JSON values: strings by code point,
+// numbers numerically, values of different types never (undefined).
+func fakeLess(v, bound any) bool {
+	switch b := bound.(type) {
+	case string:
+		s, ok := v.(string)
+		return ok && s < b
+	case float64:
+		n, ok := v.(float64)
+		return ok && n < b
+	}
+	return false
+}
 
 func (f *fakeCosmos) query(c *fakeColl, r recorded) (int, map[string]string, []byte) {
 	var q struct {
@@ -640,6 +654,7 @@ func (f *fakeCosmos) query(c *fakeColl, r recorded) (int, map[string]string, []b
 	}
 	type cond struct {
 		field string
+		less  bool // field < vals[0]; otherwise field equals one of vals
 		vals  []any
 	}
 	var conds []cond
@@ -651,7 +666,7 @@ func (f *fakeCosmos) query(c *fakeColl, r recorded) (int, map[string]string, []b
 			}
 			field := cm[1] + cm[2]
 			var names []string
-			if cm[3] == "=" {
+			if cm[3] == "=" || cm[3] == "<" {
 				names = []string{cm[4]}
 			} else {
 				pl := paramList.FindStringSubmatch(cm[4])
@@ -660,7 +675,7 @@ func (f *fakeCosmos) query(c *fakeColl, r recorded) (int, map[string]string, []b
 				}
 				names = strings.Split(pl[1], ", ")
 			}
-			cd := cond{field: field}
+			cd := cond{field: field, less: cm[3] == "<"}
 			for _, n := range names {
 				v, ok := params[n]
 				if !ok {
@@ -685,7 +700,7 @@ func (f *fakeCosmos) query(c *fakeColl, r recorded) (int, map[string]string, []b
 			}
 			var v any
 			_ = json.Unmarshal(raw, &v)
-			if !slices.ContainsFunc(cd.vals, func(x any) bool { return reflect.DeepEqual(x, v) }) {
+			if cd.less && !fakeLess(v, cd.vals[0]) || !cd.less && !slices.ContainsFunc(cd.vals, func(x any) bool { return reflect.DeepEqual(x, v) }) {
 				match = false
 				break
 			}

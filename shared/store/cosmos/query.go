@@ -52,7 +52,9 @@ type Statement struct {
 //	SELECT * FROM c [WHERE <conds>] ORDER BY c.id   (single partition)
 //	SELECT * FROM c [WHERE <conds>]                 (cross partition)
 //
-// where <conds> is "c.f = @pN" and "c.f IN (@pN, …)" joined by AND.
+// where <conds> is "c.f = @pN", "c.f IN (@pN, …)" and "c.f < @pN" joined
+// by AND. A range filter is a plain filter too: every partition applies it
+// on its own (from the range index), so it needs no query plan.
 //
 // ORDER BY c.id is only used within one partition. There the whole query runs
 // on the one physical partition that holds the logical partition, whose
@@ -83,16 +85,19 @@ func BuildQuery(where []store.Cond, partitioned bool) (Statement, error) {
 		}
 		b.WriteString(propertyRef(c.Field))
 		switch c.Op {
-		case store.OpEq:
+		case store.OpEq, store.OpLt:
 			if len(c.Values) != 1 {
-				return Statement{}, fmt.Errorf("query field %q: = takes one value, got %d", c.Field, len(c.Values))
+				return Statement{}, fmt.Errorf("query field %q: %s takes one value, got %d", c.Field, c.Op, len(c.Values))
+			}
+			if _, ok := c.Values[0].(bool); ok && c.Op == store.OpLt {
+				return Statement{}, fmt.Errorf("query field %q: < takes a string or a number, got a bool", c.Field)
 			}
 			p, err := param(len(params), c.Field, c.Values[0])
 			if err != nil {
 				return Statement{}, err
 			}
 			params = append(params, p)
-			b.WriteString(" = ")
+			b.WriteString(" " + string(c.Op) + " ")
 			b.WriteString(p.Name)
 		case store.OpIn:
 			if len(c.Values) == 0 {

@@ -59,6 +59,13 @@ func TestBuildQuery(t *testing.T) {
 			params: []azcosmos.QueryParameter{{Name: "@p0", Value: int64(7)}, {Name: "@p1", Value: 1.5}, {Name: "@p2", Value: true}},
 		},
 		{
+			name:   "less than, beside equality",
+			where:  []store.Cond{store.In("stage", "assigned", "building"), store.Lt("leaseExpiresAt", "2026-05-31T12:00:00Z"), store.Lt("n", 3)},
+			single: "SELECT * FROM c WHERE c.stage IN (@p0, @p1) AND c.leaseExpiresAt < @p2 AND c.n < @p3 ORDER BY c.id",
+			cross:  "SELECT * FROM c WHERE c.stage IN (@p0, @p1) AND c.leaseExpiresAt < @p2 AND c.n < @p3",
+			params: []azcosmos.QueryParameter{{Name: "@p0", Value: "assigned"}, {Name: "@p1", Value: "building"}, {Name: "@p2", Value: "2026-05-31T12:00:00Z"}, {Name: "@p3", Value: 3}},
+		},
+		{
 			name:   "reserved words are bracketed",
 			where:  []store.Cond{store.Eq("value", 1), store.Eq("Order", 2), store.Eq("_ts", 3)},
 			single: `SELECT * FROM c WHERE c["value"] = @p0 AND c["Order"] = @p1 AND c._ts = @p2 ORDER BY c.id`,
@@ -100,6 +107,8 @@ func TestBuildQueryRefuses(t *testing.T) {
 		{"unicode", []store.Cond{store.Eq("stagé", 1)}, "must match"},
 		{"equality without a value", []store.Cond{{Field: "a", Op: store.OpEq}}, "takes one value"},
 		{"equality with two values", []store.Cond{{Field: "a", Op: store.OpEq, Values: []any{1, 2}}}, "takes one value"},
+		{"less than with two values", []store.Cond{{Field: "a", Op: store.OpLt, Values: []any{1, 2}}}, "takes one value"},
+		{"less than a bool", []store.Cond{store.Lt("a", true)}, "string or a number"},
 		{"unknown operator", []store.Cond{{Field: "a", Op: "LIKE", Values: []any{"x"}}}, "unsupported operator"},
 		{"object value", []store.Cond{store.Eq("a", map[string]int{"x": 1})}, "not a string, number or bool"},
 		{"nil value", []store.Cond{store.Eq("a", nil)}, "not a string, number or bool"},
@@ -142,6 +151,7 @@ func TestNoCrossPartitionQueryNeedsAQueryPlan(t *testing.T) {
 		store.In("order", "a", "b", "c"),
 		store.Eq("top", true),
 		store.In("distinct", 1.5, 2),
+		store.Lt("select", "2026-05-31T12:00:00Z"),
 	}
 	var shapes [][]store.Cond
 	for mask := 0; mask < 1<<len(atoms); mask++ {

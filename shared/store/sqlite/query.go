@@ -54,16 +54,21 @@ func buildQuery(t *table, q store.Query) (text string, args []any, limit int, er
 		b.WriteString(` WHERE pk = ? AND id > ?`)
 		args = append(args, q.PartitionKey, after)
 	} else {
-		var after int64
+		// rid > ? only from the second page on: on a first page it would
+		// tie, for the planner, the (field, rowid) index of an equality
+		// with a two-column index serving a range too ((stage,
+		// leaseExpiresAt)), and it picks the former, which reads every
+		// lease to find the expired ones.
+		b.WriteString(` WHERE 1`)
 		if q.Continuation != "" {
 			s, ok := strings.CutPrefix(q.Continuation, crossCont)
-			after, err = strconv.ParseInt(s, 10, 64)
+			after, err := strconv.ParseInt(s, 10, 64)
 			if !ok || err != nil || after < 0 {
 				return "", nil, 0, fmt.Errorf("invalid continuation %q for a cross-partition query", q.Continuation)
 			}
+			b.WriteString(` AND rid > ?`)
+			args = append(args, after)
 		}
-		b.WriteString(` WHERE rid > ?`)
-		args = append(args, after)
 	}
 	for _, c := range q.Where {
 		cond, cargs, err := condSQL(c)
@@ -100,6 +105,8 @@ func condSQL(c store.Cond) (string, []any, error) {
 		if len(c.Values) == 0 {
 			return "0", nil, nil // IN () holds for no document, as in Cosmos DB
 		}
+	case store.OpLt:
+		return ltSQL(c)
 	default:
 		return "", nil, fmt.Errorf("field %q: unsupported operator %q", c.Field, c.Op)
 	}
@@ -139,6 +146,26 @@ func condSQL(c store.Cond) (string, []any, error) {
 		return parts[0], args, nil
 	}
 	return "(" + strings.Join(parts, " OR ") + ")", args, nil
+}
+
+// ltSQL renders field < value. As in Cosmos DB, only a value of the same
+// JSON type compares: text by code point (SQLite's default BINARY collation
+// of UTF-8 text), numbers numerically.
+func ltSQL(c store.Cond) (string, []any, error) {
+	if len(c.Values) != 1 {
+		return "", nil, fmt.Errorf("field %q: < takes one value, got %d", c.Field, len(c.Values))
+	}
+	kind, bound, err := bindValue(c.Values[0])
+	if err != nil {
+		return "", nil, fmt.Errorf("field %q: %w", c.Field, err)
+	}
+	switch kind {
+	case kindString:
+		return "(" + fieldExpr(c.Field) + " < ? AND " + fieldType(c.Field) + " = 'text')", []any{bound}, nil
+	case kindNumber:
+		return "(" + fieldExpr(c.Field) + " < ? AND " + fieldType(c.Field) + " IN ('integer', 'real'))", []any{bound}, nil
+	}
+	return "", nil, fmt.Errorf("field %q: < takes a string or a number, got %T", c.Field, c.Values[0])
 }
 
 // in renders "= ?" or "IN (?, ...)" for n values.

@@ -276,6 +276,14 @@ func tableDDL(name string) []string {
 		// it without reading the rest of the queue.
 		ddl = append(ddl, `CREATE INDEX IF NOT EXISTS `+quoteIdent(name+"_pk_stage_priority")+` ON `+q+
 			` (pk, `+fieldExpr("stage")+`, `+fieldExpr("priority")+`, id)`)
+		// The reaper reads the leases past a deadline, across partitions
+		// (WHERE stage IN (...) AND leaseExpiresAt < ?, likewise
+		// stopRequestedAt): these serve it reading only the rows past the
+		// deadline, not every lease.
+		for _, f := range []string{"leaseExpiresAt", "stopRequestedAt"} {
+			ddl = append(ddl, `CREATE INDEX IF NOT EXISTS `+quoteIdent(name+"_stage_"+f)+` ON `+q+
+				` (`+fieldExpr("stage")+`, `+fieldExpr(f)+`)`)
+		}
 	}
 	return ddl
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/gigafactory/fleet/shared/store"
 
@@ -61,6 +62,9 @@ func condHolds(f map[string]any, c store.Cond) bool {
 	if !ok {
 		return false
 	}
+	if c.Op == store.OpLt {
+		return jsonLess(v, c.Values[0])
+	}
 	for _, want := range c.Values {
 		if jsonEqual(v, want) {
 			return true
@@ -88,6 +92,26 @@ func jsonEqual(stored, want any) bool {
 		}
 	}
 	return false // null, objects and arrays never equal a scalar
+}
+
+// jsonLess is stored < bound as Cosmos DB compares: strings by code point,
+// numbers numerically, any other pairing never.
+func jsonLess(stored, bound any) bool {
+	switch s := stored.(type) {
+	case string:
+		b, ok := bound.(string)
+		return ok && s < b
+	case float64:
+		switch b := bound.(type) {
+		case int:
+			return s < float64(b)
+		case int64:
+			return s < float64(b)
+		case float64:
+			return s < b
+		}
+	}
+	return false
 }
 
 // queryAll pages through q and checks each page and item against the model.
@@ -134,6 +158,9 @@ func queryFixture(t *testing.T, s store.Store, m *model, container, pk string, n
 			"prio":   i % 4,
 			"urgent": i%2 == 0,
 			"score":  float64(i) + 0.5,
+			// Times as the coordinator stores them: UTC, fraction trimmed
+			// (every third one has none), for store.Before.
+			"at": fixtureT0.Add(time.Duration(i) * 1300 * time.Millisecond).Format(time.RFC3339Nano),
 		}))
 	}
 	for id, raw := range map[string]string{
@@ -152,6 +179,9 @@ func queryFixture(t *testing.T, s store.Store, m *model, container, pk string, n
 		m.create(t, s, container, pk, id, body)
 	}
 }
+
+// fixtureT0 is the first fixture document's time.
+var fixtureT0 = time.Date(2026, 5, 31, 12, 0, 0, 0, time.UTC)
 
 // queryCases are conditions and the values they are tried with.
 var queryCases = []struct {
@@ -179,6 +209,15 @@ var queryCases = []struct {
 	{"typed false", []store.Cond{store.Eq("v", false)}},
 	{"typed object text", []store.Cond{store.Eq("v", `{"a":1}`)}},
 	{"typed mixed in", []store.Cond{store.In[any]("v", "1", true)}},
+	{"lt string", []store.Cond{store.Lt("stage", "queued")}},
+	{"lt int", []store.Cond{store.Lt("prio", 2)}},
+	{"lt float", []store.Cond{store.Lt("score", 4.5)}},
+	{"lt and in", []store.Cond{store.In("stage", "queued", "running"), store.Lt("prio", 2)}},
+	{"lt missing field", []store.Cond{store.Lt("absent", "z")}},
+	{"typed lt number", []store.Cond{store.Lt("v", 2)}},
+	{"typed lt big number", []store.Cond{store.Lt("v", int64(100000000001))}},
+	{"typed lt string", []store.Cond{store.Lt("v", "2")}},
+	{"before", []store.Cond{store.Before("at", fixtureT0.Add(9100*time.Millisecond))}},
 }
 
 func testQuerySinglePartition(t *testing.T, s store.Store) {
@@ -202,7 +241,41 @@ func testQuerySinglePartition(t *testing.T, s store.Store) {
 	}
 	// The oracle is not vacuous.
 	require.Len(t, m.match("p1", []store.Cond{store.Eq("v", 1)}), 2)
+	require.Len(t, m.match("p1", []store.Cond{store.Lt("v", 2)}), 2, "1 and 1.0; not \"1\", true or null")
+	testBefore(t, m)
 	require.Len(t, m.match("p1", []store.Cond{store.Eq("stage", "queued")}), 8)
+}
+
+// testBefore checks store.Before against the times themselves: every time
+// at or before the bound matches, none two seconds or more after its
+// second does.
+func testBefore(t *testing.T, m *model) {
+	for _, bound := range []time.Duration{-time.Second, 0, 2600 * time.Millisecond, 9100 * time.Millisecond, 13 * time.Second} {
+		at := fixtureT0.Add(bound)
+		cond := store.Before("at", at)
+		matched := 0
+		for _, d := range m.docs {
+			raw, ok := d.fields["at"].(string)
+			if !ok {
+				continue
+			}
+			v, err := time.Parse(time.RFC3339Nano, raw)
+			require.NoError(t, err)
+			holds := condHolds(d.fields, cond)
+			if holds {
+				matched++
+			}
+			switch {
+			case !v.After(at):
+				require.True(t, holds, "%s is at or before %s", raw, at)
+			case !v.Before(at.Truncate(time.Second).Add(2 * time.Second)):
+				require.False(t, holds, "%s is well after %s", raw, at)
+			}
+		}
+		if bound >= 0 {
+			require.Positive(t, matched, "bound %s", at)
+		}
+	}
 }
 
 func testQueryCrossPartition(t *testing.T, s store.Store) {
@@ -242,6 +315,8 @@ func testQueryRejectsBadInput(t *testing.T, s store.Store) {
 		"eq two values":    {Where: []store.Cond{{Field: "stage", Op: store.OpEq, Values: []any{"a", "b"}}}},
 		"eq no value":      {Where: []store.Cond{{Field: "stage", Op: store.OpEq}}},
 		"unknown operator": {Where: []store.Cond{{Field: "stage", Op: "LIKE", Values: []any{"q%"}}}},
+		"lt two values":    {Where: []store.Cond{{Field: "prio", Op: store.OpLt, Values: []any{1, 2}}}},
+		"lt bool":          {Where: []store.Cond{store.Lt("urgent", true)}},
 		"nil value":        {Where: []store.Cond{store.Eq("stage", nil)}},
 		"slice value":      {Where: []store.Cond{store.Eq("stage", []string{"queued"})}},
 		"map value":        {Where: []store.Cond{store.Eq("stage", map[string]any{})}},
