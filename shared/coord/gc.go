@@ -2,96 +2,22 @@ package coord
 
 import (
 	"context"
-	"slices"
 
-	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
-	"github.com/gigafactory/fleet/shared/store"
-
-	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/coord/catalog"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
 
-// GCPublisher delivers GC requests to factories; the dispatch transport
-// implements it when it can.
-type GCPublisher interface {
-	PublishGC(ctx context.Context, req protocol.GCRequest) error
-}
+// GCPublisher delivers GC requests to factories (catalog.GCPublisher).
+type GCPublisher = catalog.GCPublisher
 
-// terminalStages are the stages whose git state may be cleaned up.
-var terminalStages = []string{string(fleet.StageShipped), string(fleet.StageFailed),
-	string(fleet.StageDeadLetter), string(fleet.StageCancelled)}
-
-// GCPlan groups terminal jobs by product and repo, and gives each factory
-// the terminal jobs of the repos it holds in the products it serves. A repo
-// name alone says nothing about whose git state it is: a factory never gets
-// (nor learns the ids of) another product's jobs.
+// GCPlan is each factory's terminal jobs to clean up (catalog.Service.GCPlan).
 func (c *Coordinator) GCPlan(ctx context.Context) ([]protocol.GCRequest, error) {
-	done, err := c.k.QueryJobs(ctx, store.Query{Where: []store.Cond{store.In("stage", terminalStages...)}})
-	if err != nil {
-		return nil, err
-	}
-	type productRepo struct{ product, repo string }
-	byRepo := map[productRepo][]string{}
-	productsOf := map[string][]string{} // repo -> products with terminal jobs in it
-	for _, j := range done {
-		k := productRepo{j.ProductID, j.Repo}
-		if len(byRepo[k]) == 0 {
-			productsOf[j.Repo] = append(productsOf[j.Repo], j.ProductID)
-		}
-		byRepo[k] = append(byRepo[k], j.ID)
-	}
-	factories, err := c.ListFactories(ctx, "")
-	if err != nil {
-		return nil, err
-	}
-	var plan []protocol.GCRequest
-	for _, f := range factories {
-		req := protocol.GCRequest{FactoryID: f.ID, Repos: map[string][]string{}}
-		for _, r := range f.Repos {
-			var ids []string
-			for _, p := range productsOf[r] {
-				if f.Serves(p) {
-					ids = append(ids, byRepo[productRepo{p, r}]...)
-				}
-			}
-			if len(ids) > 0 {
-				req.Repos[r] = slices.Sorted(slices.Values(ids))
-			}
-		}
-		if len(req.Repos) > 0 {
-			plan = append(plan, req)
-		}
-	}
-	return plan, nil
+	return c.catalog.GCPlan(ctx)
 }
 
 // GCSweep sends each factory its GC request when the transport can carry
-// one, and returns how many requests it sent. Without such a transport it
-// sends none and factories clean up on their own at start and after each
-// job.
+// one (catalog.Service.GCSweep); it returns how many it sent.
 func (c *Coordinator) GCSweep(ctx context.Context) (int, error) {
-	gp, ok := c.publisher.(GCPublisher)
-	if !ok {
-		return 0, nil
-	}
-	// No job ended since the last sweep that sent its whole plan: every
-	// request would repeat one already sent (factories also clean up on
-	// their own at start and after each job). See ledger.go.
-	skip, view, err := c.k.Quiet(ctx, kernel.SweepGC)
-	if err != nil || skip {
-		return 0, err
-	}
-	plan, err := c.GCPlan(ctx)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, req := range plan {
-		if err := gp.PublishGC(ctx, req); err != nil {
-			return n, err
-		}
-		n++
-	}
-	c.k.MarkQuiet(ctx, view)
-	return n, nil
+	gp, _ := c.publisher.(GCPublisher)
+	return c.catalog.GCSweep(ctx, gp)
 }
