@@ -140,9 +140,9 @@ type CoordinatorStats struct {
 	Dispatched       int64   `json:"dispatched"`
 	PublishFailed    int64   `json:"publishFailed"`
 	DeadLettered     int64   `json:"deadLettered"`
-	// EventsDeferred counts events whose write right after their job's
-	// change failed: the job holds them until a repair writes them
-	// (EventsRepaired counts those writes, by any repair of this process).
+	// EventsRepaired counts events this process moved from a job's ring
+	// of recent events to the events container; EventsDeferred the moves
+	// that failed (the job keeps those events and tries again).
 	EventsDeferred int64 `json:"eventsDeferred"`
 	EventsRepaired int64 `json:"eventsRepaired"`
 	// QuietSkips counts sweep ticks skipped on the ledger's word (one point
