@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gigafactory/fleet/shared/coord/admission"
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
@@ -74,6 +75,7 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 			live = true
 		}
 		kernel.Observe(&c.k.Counters.FeedLagSum, &c.k.Counters.FeedLagN, c.k.Now().Sub(j.UpdatedAt))
+		c.k.Counters.Stages.Woken(j.ID, c.k.Now())
 		if skip := c.dueForDispatch(j, nil); skip != "" {
 			out = append(out, Decision{JobID: j.ID, Skipped: skip})
 			continue
@@ -147,6 +149,7 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 		d.Skipped = SkipNoTransport
 		return d, nil
 	}
+	began := c.k.Now()
 	factories, err := c.catalog.Factories(ctx)
 	if err != nil {
 		return d, err
@@ -158,6 +161,10 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 	var unroutable schedule.Reason
 	var held *fleet.Hold
 	stamped := false
+	// The scorer runs inside the CAS (again on a retry): its time counts
+	// as scheduling, the rest of the CAS as the stamp.
+	var scoring time.Duration
+	casBegan := c.k.Now()
 	j, err := c.k.MutateJob(ctx, pk, id, func(j *fleet.Job) error {
 		unroutable, held, stamped = schedule.Reason{}, nil, false
 		if c.dueForDispatch(j, redo) != "" {
@@ -171,7 +178,9 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 			}
 			return nil
 		}
-		best, reason := schedule.BestFactory(j, factories, c.k.Now(), c.cfg.Weights)
+		scored := c.k.Now()
+		best, reason := schedule.BestFactory(j, factories, scored, c.cfg.Weights)
+		scoring += c.k.Now().Sub(scored)
 		if best == nil {
 			unroutable = reason
 			if sameUnroutable(j.Dispatch, reason) && j.TargetFactoryID == "" {
@@ -189,6 +198,7 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 		stamped = true
 		return nil
 	})
+	casDone := c.k.Now()
 	if err != nil {
 		return d, err
 	}
@@ -214,6 +224,10 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 		c.k.Counters.PublishFailed.Add(1)
 		return d, fmt.Errorf("publish %s: %w", msg.MessageID(), err)
 	}
+	stages := &c.k.Counters.Stages
+	stages.Schedule.Observe(casBegan.Sub(began) + scoring)
+	stages.Stamp.Observe(casDone.Sub(casBegan) - scoring)
+	stages.Publish.Observe(c.k.Now().Sub(casDone))
 	c.k.Counters.Dispatched.Add(1)
 	kernel.Observe(&c.k.Counters.DispatchLagSum, &c.k.Counters.DispatchLagN, c.k.Now().Sub(j.QueuedAt))
 	d.Target, d.DispatchEpoch = j.TargetFactoryID, j.DispatchEpoch

@@ -541,7 +541,7 @@ func schemas() obj {
 				"message":  str("A sentence for a person."),
 			})),
 			"coordinator": describe(obj{"type": "object", "additionalProperties": obj{"type": "number"}},
-				"This process's counters: claims, conflicts, lags. Fleet-wide: absent for a product-scoped token."),
+				"This process's counters: claims, conflicts, lags, and the dispatch path by stage (stage{Submit,Wake,Schedule,Stamp,Publish}{Count,P50Ms,P99Ms}, once a stage has a sample). Fleet-wide: absent for a product-scoped token."),
 			"adapters": describe(obj{"type": "object", "additionalProperties": obj{"type": "object"}},
 				"What the store and the dispatch transport report, by name: operation counts, request charges, subscription depths. Fleet-wide: absent for a product-scoped token."),
 		}),

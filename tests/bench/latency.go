@@ -36,6 +36,8 @@ type latencyResult struct {
 	// are accepts answered 409.
 	Redeliveries    int `json:"redeliveries"`
 	AcceptConflicts int `json:"acceptConflicts"`
+	// Stages is the same path by stage (stages.go).
+	Stages []stageResult `json:"stages"`
 }
 
 // latencyRecorder joins submit and receive times by job id: a message may
@@ -47,6 +49,7 @@ type latencyRecorder struct {
 	submitted map[string]time.Time
 	submitDur []time.Duration
 	received  map[string]time.Time
+	receive   []time.Duration // broker stored -> Receive returned, first deliveries
 	factoryOf map[string]string
 	epochs    map[string]int64 // accepted jobs
 	redeliver int
@@ -74,6 +77,7 @@ func (r *latencyRecorder) handler(f *factory) handler {
 			r.redeliver++
 		} else {
 			r.received[m.JobID], r.factoryOf[m.JobID] = at, f.id
+			r.receive = append(r.receive, at.Sub(d.EnqueuedAt))
 		}
 		r.mu.Unlock()
 		epoch, ok, err := f.acceptAndComplete(ctx, d, m)
@@ -200,7 +204,13 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 		res.PerFactory[f]++
 	}
 	epochs, holders := rec.epochs, maps.Clone(rec.factoryOf)
+	receive := slices.Clone(rec.receive)
 	rec.mu.Unlock()
+	cs, err := s.op.coordinatorStats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.Stages = dispatchStages(cs, receive)
 	if len(lat) != s.cfg.Jobs {
 		return nil, fmt.Errorf("%d jobs submitted, %d answered with an id", s.cfg.Jobs, len(lat))
 	}
@@ -220,7 +230,7 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 	for _, f := range s.factories {
 		byID[f.id] = f
 	}
-	err := parallel(ctx, len(ids), 8, func(ctx context.Context, i int) error {
+	err = parallel(ctx, len(ids), 8, func(ctx context.Context, i int) error {
 		id := ids[i]
 		if err := s.op.cancel(ctx, latencyProduct, id); err != nil {
 			return err

@@ -157,6 +157,29 @@ type CoordinatorStats struct {
 	// ChangeFeedLagMs is the mean time from a job's write to the dispatch
 	// function seeing it in the change feed.
 	ChangeFeedLagMs float64 `json:"changeFeedLagMs"`
+	// The dispatch path by stage (issue 25): samples, p50 and p99 in
+	// milliseconds of each since the process started, from a histogram
+	// whose percentiles are bucket upper bounds (at most 19% high).
+	// Submit: the store write creating a queued job. Wake: that write's
+	// commit to dispatch starting on the job (the change feed and the
+	// host), for jobs this process created. Schedule: choosing the target.
+	// Stamp: the job's CAS recording it. Publish: the broker taking the
+	// message. Absent until a stage has a sample.
+	StageSubmitN       int64   `json:"stageSubmitCount,omitempty"`
+	StageSubmitP50Ms   float64 `json:"stageSubmitP50Ms,omitempty"`
+	StageSubmitP99Ms   float64 `json:"stageSubmitP99Ms,omitempty"`
+	StageWakeN         int64   `json:"stageWakeCount,omitempty"`
+	StageWakeP50Ms     float64 `json:"stageWakeP50Ms,omitempty"`
+	StageWakeP99Ms     float64 `json:"stageWakeP99Ms,omitempty"`
+	StageScheduleN     int64   `json:"stageScheduleCount,omitempty"`
+	StageScheduleP50Ms float64 `json:"stageScheduleP50Ms,omitempty"`
+	StageScheduleP99Ms float64 `json:"stageScheduleP99Ms,omitempty"`
+	StageStampN        int64   `json:"stageStampCount,omitempty"`
+	StageStampP50Ms    float64 `json:"stageStampP50Ms,omitempty"`
+	StageStampP99Ms    float64 `json:"stageStampP99Ms,omitempty"`
+	StagePublishN      int64   `json:"stagePublishCount,omitempty"`
+	StagePublishP50Ms  float64 `json:"stagePublishP50Ms,omitempty"`
+	StagePublishP99Ms  float64 `json:"stagePublishP99Ms,omitempty"`
 }
 
 // FactoryMetrics rolls up factory health and seats.

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,68 @@ type Counters struct {
 	DispatchLagSum, DispatchLagN atomic.Int64
 	AcceptLagSum, AcceptLagN     atomic.Int64
 	FeedLagSum, FeedLagN         atomic.Int64
+	// Stages times each stage of the dispatch path (issue 25), so a slow
+	// dispatch names its stage.
+	Stages DispatchStages
+}
+
+// DispatchStages are the dispatch path's stages as this process sees them,
+// from a submit's write to the publish of its dispatch message. The
+// factory's side (broker to receiver) is measured where it receives.
+type DispatchStages struct {
+	// Submit is the store write that creates a queued job.
+	Submit Hist
+	// Wake is from that write's commit to dispatch starting on the job:
+	// the change feed noticing the write, the host reading it and
+	// invoking the dispatch function, and earlier jobs of the same batch.
+	// Only jobs this process created are timed (commits).
+	Wake Hist
+	// Schedule is choosing the target: the factory list and its seat
+	// counts, the admission snapshot and the scorer.
+	Schedule Hist
+	// Stamp is the job's CAS that records the target (its read included).
+	Stamp Hist
+	// Publish is handing the dispatch message to the broker.
+	Publish Hist
+
+	commits commitTimes
+}
+
+// Committed notes that job id was written queued at at, for its Wake.
+func (s *DispatchStages) Committed(id string, at time.Time) { s.commits.put(id, at) }
+
+// Woken times job id's Wake when this process committed it, and forgets it.
+func (s *DispatchStages) Woken(id string, now time.Time) {
+	if at, ok := s.commits.take(id); ok {
+		s.Wake.Observe(now.Sub(at))
+	}
+}
+
+// commitTimes holds the commit times of jobs waiting for the change feed.
+// Where the feed runs elsewhere nothing takes them, so it is bounded: when
+// full it starts over, losing a few samples rather than growing.
+type commitTimes struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+const maxCommitTimes = 4096
+
+func (c *commitTimes) put(id string, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCommitTimes {
+		c.m = make(map[string]time.Time, 64)
+	}
+	c.m[id] = at
+}
+
+func (c *commitTimes) take(id string) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.m[id]
+	delete(c.m, id)
+	return at, ok
 }
 
 // Observe adds one duration to a lag's sum (microseconds) and count.
@@ -61,8 +124,29 @@ func (s *Counters) Snapshot() view.CoordinatorStats {
 		AcceptLagMs:     mean(&s.AcceptLagSum, &s.AcceptLagN),
 		ChangeFeedLagMs: mean(&s.FeedLagSum, &s.FeedLagN),
 	}
+	s.Stages.snapshot(&snap)
 	if attempts := snap.Claims + snap.ClaimConflicts; attempts > 0 {
 		snap.ClaimConflictPct = float64(snap.ClaimConflicts) / float64(attempts)
 	}
 	return snap
 }
+
+// snapshot copies the stages' percentiles into snap, in milliseconds.
+func (s *DispatchStages) snapshot(snap *view.CoordinatorStats) {
+	for _, st := range []struct {
+		h        *Hist
+		n        *int64
+		p50, p99 *float64
+	}{
+		{&s.Submit, &snap.StageSubmitN, &snap.StageSubmitP50Ms, &snap.StageSubmitP99Ms},
+		{&s.Wake, &snap.StageWakeN, &snap.StageWakeP50Ms, &snap.StageWakeP99Ms},
+		{&s.Schedule, &snap.StageScheduleN, &snap.StageScheduleP50Ms, &snap.StageScheduleP99Ms},
+		{&s.Stamp, &snap.StageStampN, &snap.StageStampP50Ms, &snap.StageStampP99Ms},
+		{&s.Publish, &snap.StagePublishN, &snap.StagePublishP50Ms, &snap.StagePublishP99Ms},
+	} {
+		sum := st.h.Summary()
+		*st.n, *st.p50, *st.p99 = sum.N, msOf(sum.P50), msOf(sum.P99)
+	}
+}
+
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

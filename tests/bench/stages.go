@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/api"
+)
+
+// stageResult is one stage of the dispatch path in phase 1: how many jobs
+// it timed and its p50 and p99.
+type stageResult struct {
+	Stage string  `json:"stage"`
+	Where string  `json:"measuredIn"`
+	N     int64   `json:"samples"`
+	P50Ms float64 `json:"p50Ms"`
+	P99Ms float64 `json:"p99Ms"`
+}
+
+// coordinatorStats reads the coordinator's counters, the dispatch stages
+// among them.
+func (c *client) coordinatorStats(ctx context.Context) (api.CoordinatorStats, error) {
+	var m struct {
+		Coord *api.CoordinatorStats `json:"coordinator"`
+	}
+	if _, err := c.fleet.JSON(ctx, api.Request{Method: http.MethodGet, Path: "/metrics"}, &m); err != nil {
+		return api.CoordinatorStats{}, err
+	}
+	if m.Coord == nil {
+		return api.CoordinatorStats{}, fmt.Errorf("/api/fleet/metrics has no coordinator section")
+	}
+	return *m.Coord, nil
+}
+
+// dispatchStages are phase 1's dispatch path by stage: the handler's own
+// histograms (no other phase has dispatched when they are read, so they
+// hold phase 1 alone) and the receive stage, timed here, from the broker
+// storing the message to Receive returning it at the target factory.
+func dispatchStages(s api.CoordinatorStats, receive []time.Duration) []stageResult {
+	const handler = "handler"
+	recv := stageResult{Stage: "receive (broker stored -> factory's Receive returned)", Where: "bench", N: int64(len(receive))}
+	recv.P50Ms, recv.P99Ms = ms(percentile(receive, 50)), ms(percentile(receive, 99))
+	return []stageResult{
+		{"submit write (the job's create)", handler, s.StageSubmitN, s.StageSubmitP50Ms, s.StageSubmitP99Ms},
+		{"change-feed wake (commit -> dispatch starts on the job)", handler, s.StageWakeN, s.StageWakeP50Ms, s.StageWakeP99Ms},
+		{"schedule (factory list, seat counts, admission, scorer)", handler, s.StageScheduleN, s.StageScheduleP50Ms, s.StageScheduleP99Ms},
+		{"stamp (the job's CAS)", handler, s.StageStampN, s.StageStampP50Ms, s.StageStampP99Ms},
+		{"publish (broker acknowledged)", handler, s.StagePublishN, s.StagePublishP50Ms, s.StagePublishP99Ms},
+		recv,
+	}
+}
+
+// printStages writes phase 1's stage table.
+func printStages(out io.Writer, stages []stageResult) {
+	fmt.Fprintf(out, "\nDispatch latency by stage (phase 1; handler stages are histogram bucket bounds, at most 19%% above the true value)\n")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STAGE\tSAMPLES\tP50 ms\tP99 ms\tMEASURED IN")
+	for _, st := range stages {
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%s\n", st.Stage, st.N, st.P50Ms, st.P99Ms, st.Where)
+	}
+	_ = tw.Flush()
+}
