@@ -2,6 +2,8 @@ package catalog
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -20,9 +22,13 @@ import (
 // granted, not from the load the factory last reported (issue 29: a
 // one-seat factory that claimed a job and has not heartbeated since looked
 // idle, so a critical job was sent to it and preempted nothing). The count
-// is derived, not kept: each refresh runs one query for the leased jobs
-// (assigned or building) beside the factory query, and every job this
-// process writes (mutateJob) corrects it between refreshes. A counter on the
+// is derived, not kept: the first refresh runs one query for the leased
+// jobs (assigned or building) beside the factory query; later refreshes
+// read only the jobs changed since, from the jobs change feed (any
+// process's writes; issue 25: with 2,000 jobs leased, querying them all
+// every second put 20 query pages into one dispatch in a hundred), and
+// every job this process writes (mutateJob) corrects it between refreshes.
+// A counter on the
 // factory document, taken by CAS like a product's seats (admission/seats.go), would
 // cost two factory writes per lease (grant and end), contend with the
 // heartbeat's CAS on the same document, and need leaks reclaimed after a
@@ -51,6 +57,9 @@ type factoryCache struct {
 	// the earliest time one of those counts runs out.
 	counted bool
 	next    time.Time
+	// feed is the jobs change feed's continuation held is current to; ""
+	// until the first refresh queried every leased job.
+	feed string
 }
 
 // seatUse is one seat a job takes on a factory until a time.
@@ -131,24 +140,34 @@ func (c *Service) Factories(ctx context.Context) ([]*fleet.Factory, error) {
 		fc.count(now)
 		return fc.factories, nil
 	}
+	cont := fc.feed
 	fc.mu.Unlock()
 	fs, err := c.readFactories(ctx)
 	if err != nil {
 		return nil, err
 	}
-	leased, err := c.life.LeasedJobs(ctx, "")
+	leases, err := c.leaseChanges(ctx, cont)
 	if err != nil {
 		return nil, err
 	}
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
 	fc.factories, fc.loadedAt = fs, now
-	clear(fc.held)
-	for _, j := range leased {
-		if j.HolderFactoryID != "" && !j.LeaseExpired(now) {
+	if leases.full {
+		clear(fc.held)
+	}
+	for _, j := range leases.jobs {
+		if j.Stage.Leased() && j.HolderFactoryID != "" && !j.LeaseExpired(now) {
 			fc.held[j.ID] = seatUse{factoryID: j.HolderFactoryID, until: j.LeaseExpiresAt}
+		} else {
+			delete(fc.held, j.ID)
+		}
+		if u, ok := fc.offers[j.ID]; ok && (j.Stage != fleet.StageQueued || j.TargetFactoryID != u.factoryID) {
+			// Another process took, routed again or ended the job.
+			delete(fc.offers, j.ID)
 		}
 	}
+	fc.feed = leases.cont
 	fc.counted = false
 	fc.count(now)
 	return fc.factories, nil
@@ -176,6 +195,68 @@ func (c *Service) Draining(ctx context.Context, id string) (bool, error) {
 	}
 	return f.Draining, nil
 }
+
+// leaseView is what the seat count reads of a job: decoding these fields
+// alone keeps a refresh cheap however large the jobs are.
+type leaseView struct {
+	Stage           fleet.Stage `json:"stage"`
+	HolderFactoryID string      `json:"holderFactoryId"`
+	LeaseExpiresAt  time.Time   `json:"leaseExpiresAt"`
+	TargetFactoryID string      `json:"targetFactoryId"`
+}
+
+// leaseUpdate is what a refresh learnt of the jobs' leases: every leased
+// job (full) or the jobs changed since the last refresh, each with only
+// the fields of leaseView, and the change feed's continuation after them.
+type leaseUpdate struct {
+	full bool
+	jobs []*fleet.Job
+	cont string
+}
+
+// leaseChanges reads the jobs changed after cont from the jobs change feed,
+// each as its latest version, until a page comes back empty. With no cont
+// (the first refresh), or one the store no longer takes, it queries every
+// leased job instead, having taken the feed's head first so that no lease
+// granted meanwhile is missed.
+func (c *Service) leaseChanges(ctx context.Context, cont string) (leaseUpdate, error) {
+	if cont != "" {
+		u := leaseUpdate{cont: cont}
+		for {
+			page, err := c.k.Store.ReadChanges(ctx, store.Jobs, u.cont, leaseFeedPage)
+			if errors.Is(err, store.ErrBadContinuation) {
+				break
+			}
+			if err != nil {
+				return u, fmt.Errorf("read the jobs change feed: %w", err)
+			}
+			if len(page.Items) == 0 {
+				return u, nil
+			}
+			for _, it := range page.Items {
+				v, err := kernel.Decode[leaseView](it)
+				if err != nil {
+					return u, err
+				}
+				u.jobs = append(u.jobs, &fleet.Job{ID: it.ID, Stage: v.Stage, HolderFactoryID: v.HolderFactoryID,
+					LeaseExpiresAt: v.LeaseExpiresAt, TargetFactoryID: v.TargetFactoryID})
+			}
+			u.cont = page.Continuation
+		}
+	}
+	head, err := c.k.Store.ChangesHead(ctx, store.Jobs)
+	if err != nil {
+		return leaseUpdate{}, fmt.Errorf("read the jobs change feed's head: %w", err)
+	}
+	leased, err := c.life.LeasedJobs(ctx, "")
+	if err != nil {
+		return leaseUpdate{}, err
+	}
+	return leaseUpdate{full: true, jobs: leased, cont: head}, nil
+}
+
+// leaseFeedPage is the page size of a refresh's change-feed reads.
+const leaseFeedPage = 500
 
 // readFactories reads every factory document, with its derived health and
 // no seat counts.
