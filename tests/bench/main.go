@@ -190,6 +190,7 @@ func run(parent context.Context, cfg config) (*results, error) {
 	st.watch(bgCtx, fail)
 
 	jobBody, phaseErr := s.phases(ctx, res)
+	res.JobBytes = len(jobBody)
 	stopBG()
 	s.bg.Wait()
 	for _, f := range s.factories {

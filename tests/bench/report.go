@@ -39,8 +39,12 @@ type results struct {
 	SSE          *sseResult       `json:"liveEvents,omitempty"`
 	// Allowed is the lifecycles/s the raw CAS rate allows: raw CAS writes/s
 	// ÷ store writes per lifecycle (both processes).
-	Allowed float64  `json:"rawCASAllowedLifecyclesPerSec,omitempty"`
-	Targets []target `json:"targets"`
+	Allowed float64 `json:"rawCASAllowedLifecyclesPerSec,omitempty"`
+	// JobBytes is a shipped job's stored document; Cost prices the
+	// operations counted at that size (cost.go).
+	JobBytes int         `json:"shippedJobBytes,omitempty"`
+	Cost     *costResult `json:"cosmosRequestUnits,omitempty"`
+	Targets  []target    `json:"targets"`
 }
 
 // target is one target and whether the run met it.
@@ -54,6 +58,7 @@ type target struct {
 
 func (r *results) evaluate() {
 	r.Targets = nil
+	r.Cost = r.costs()
 	if l := r.Latency; l != nil {
 		r.Targets = append(r.Targets, target{Name: fmt.Sprintf("p99 dispatch latency <= %g ms", targetP99Ms), Measured: l.P99Ms, Limit: targetP99Ms, Unit: "ms", Pass: l.P99Ms <= targetP99Ms})
 	}
@@ -197,6 +202,9 @@ func (r *results) print(out io.Writer) {
 	if i := r.Idle; i != nil {
 		fmt.Fprintf(out, "\nStore operations in the idle window (%.0f s, %d factories heartbeating every %s, receivers blocked in Receive)\n", i.Seconds, i.Factories, heartbeatEvery)
 		kindTable(out, []string{"handler", "emulator", "total"}, []kinds{count(i.Ops.Handler), count(i.Ops.Emulator), count(i.Ops.Total())}, "%.0f")
+	}
+	if c := r.Cost; c != nil {
+		printCosts(out, c)
 	}
 	if s := r.Steps; s != nil {
 		fmt.Fprintf(out, "\nStore operations per step of one lifecycle, run alone (median of %d runs; columns: handler | emulator | both;\n"+
