@@ -265,11 +265,37 @@ func withSystemProperties(it store.Item) json.RawMessage {
 }
 
 // WatchFiles signals on the returned channel whenever one of the files
-// changes size or modification time, checking every interval. For SQLite in
-// WAL mode every commit changes the -wal file, so this wakes the change-feed
-// reader without a single query while nothing happens.
+// changes size or modification time. For SQLite in WAL mode every commit
+// changes the -wal file (and the store touches its change markers), so this
+// wakes the change-feed reader without a single query while nothing happens.
+// Where the OS tells of changes (inotify on Linux) the signal comes at once;
+// elsewhere, or if that fails, the files are checked every interval: a
+// poll adds up to interval to every dispatch (issue 25 counts it in the
+// change-feed wake stage).
 func WatchFiles(ctx context.Context, interval time.Duration, paths ...string) <-chan struct{} {
 	ch := make(chan struct{}, 1)
+	watch, err := notifyChanges(paths)
+	go func() {
+		if err == nil && watch(ctx, ch) {
+			return
+		}
+		pollFiles(ctx, interval, paths, ch)
+	}()
+	return ch
+}
+
+// signal wakes the reader, once however many changes happened since it
+// last looked.
+func signal(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// pollFiles signals on ch whenever one of the files changed size or
+// modification time since the last check, every interval, until ctx ends.
+func pollFiles(ctx context.Context, interval time.Duration, paths []string, ch chan<- struct{}) {
 	type sig struct {
 		size int64
 		mod  time.Time
@@ -283,28 +309,22 @@ func WatchFiles(ctx context.Context, interval time.Duration, paths ...string) <-
 		}
 		return out
 	}
-	go func() {
-		prev := stat()
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			cur := stat()
-			for i := range cur {
-				if cur[i] != prev[i] {
-					select {
-					case ch <- struct{}{}:
-					default:
-					}
-					break
-				}
-			}
-			prev = cur
+	prev := stat()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
 		}
-	}()
-	return ch
+		cur := stat()
+		for i := range cur {
+			if cur[i] != prev[i] {
+				signal(ch)
+				break
+			}
+		}
+		prev = cur
+	}
 }
