@@ -349,3 +349,36 @@ func TestFeedTriggerWaitsForHandler(t *testing.T) {
 	require.Equal(t, []string{"j1"}, fake.next(t).ids)
 	e.waitCheckpoint(revs[0])
 }
+
+// TestFeedTriggerTimesItsBatches: the trigger's status gives each batch's
+// read, invocation and checkpoint as p50/p99 (issue 25: the parts of a
+// dispatch's change-feed wake), once a batch has run.
+func TestFeedTriggerTimesItsBatches(t *testing.T) {
+	t.Parallel()
+	e := newFeedEnv(t)
+	fake := newFakeDispatch(t, nil)
+	fn, trig := feedFunction(2, nil)
+	ft, err := newFeedTrigger(fn, trig, feedSettings, e.store, nil, fake.child(), slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.Zero(t, ft.status().InvokeP99Ms, "no batch, no figure")
+
+	revs := e.write("j1", "j2", "j3")
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); ft.run(ctx) }()
+	fake.next(t)
+	fake.next(t)
+	e.waitCheckpoint(revs[2])
+	cancel()
+	<-done
+
+	st := ft.status()
+	require.Equal(t, int64(2), st.Batches)
+	for name, v := range map[string]float64{
+		"read p50": st.ReadP50Ms, "read p99": st.ReadP99Ms, "invoke p50": st.InvokeP50Ms,
+		"invoke p99": st.InvokeP99Ms, "checkpoint p50": st.CheckpointP50Ms, "checkpoint p99": st.CheckpointP99Ms,
+	} {
+		require.Positive(t, v, name)
+	}
+	require.GreaterOrEqual(t, st.InvokeP99Ms, st.InvokeP50Ms)
+}

@@ -216,6 +216,7 @@ type hostStatus struct {
 		Batches       int64 `json:"batches"`
 		Documents     int64 `json:"documents"`
 		FailedBatches int64 `json:"failedBatches"`
+		feedTimes
 	} `json:"feeds"`
 	Store *storecount.Counts `json:"store"`
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/api/view"
+	"github.com/gigafactory/fleet/shared/hist"
 )
 
 // Counters are the coordinator's own counters, for /fleet/metrics. They count
@@ -36,19 +37,19 @@ type Counters struct {
 // factory's side (broker to receiver) is measured where it receives.
 type DispatchStages struct {
 	// Submit is the store write that creates a queued job.
-	Submit Hist
+	Submit hist.Hist
 	// Wake is from that write's commit to dispatch starting on the job:
 	// the change feed noticing the write, the host reading it and
 	// invoking the dispatch function, and earlier jobs of the same batch.
 	// Only jobs this process created are timed (commits).
-	Wake Hist
+	Wake hist.Hist
 	// Schedule is choosing the target: the factory list and its seat
 	// counts, the admission snapshot and the scorer.
-	Schedule Hist
+	Schedule hist.Hist
 	// Stamp is the job's CAS that records the target (its read included).
-	Stamp Hist
+	Stamp hist.Hist
 	// Publish is handing the dispatch message to the broker.
-	Publish Hist
+	Publish hist.Hist
 
 	commits commitTimes
 }
@@ -134,7 +135,7 @@ func (s *Counters) Snapshot() view.CoordinatorStats {
 // snapshot copies the stages' percentiles into snap, in milliseconds.
 func (s *DispatchStages) snapshot(snap *view.CoordinatorStats) {
 	for _, st := range []struct {
-		h        *Hist
+		h        *hist.Hist
 		n        *int64
 		p50, p99 *float64
 	}{
@@ -145,8 +146,6 @@ func (s *DispatchStages) snapshot(snap *view.CoordinatorStats) {
 		{&s.Publish, &snap.StagePublishN, &snap.StagePublishP50Ms, &snap.StagePublishP99Ms},
 	} {
 		sum := st.h.Summary()
-		*st.n, *st.p50, *st.p99 = sum.N, msOf(sum.P50), msOf(sum.P99)
+		*st.n, *st.p50, *st.p99 = sum.N, sum.P50Ms(), sum.P99Ms()
 	}
 }
-
-func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,4 +1,7 @@
-package kernel
+// Package hist is a fixed-bucket latency histogram: lock-free, 800 bytes,
+// percentiles within 19%. The coordinator times its dispatch stages with
+// it, the host emulator its change-feed batches.
+package hist
 
 import (
 	"math"
@@ -42,22 +45,22 @@ func (h *Hist) Observe(d time.Duration) {
 	h.buckets[bucketOf(max(d, 0))].Add(1)
 }
 
-// HistSummary is a histogram's sample count and percentiles.
-type HistSummary struct {
+// Summary is a histogram's sample count and percentiles.
+type Summary struct {
 	N        int64
 	P50, P99 time.Duration
 }
 
 // Summary reads the count and the nearest-rank p50 and p99. Samples added
 // while it reads may or may not count.
-func (h *Hist) Summary() HistSummary {
+func (h *Hist) Summary() Summary {
 	var counts [histBuckets]int64
 	var n int64
 	for i := range counts {
 		counts[i] = h.buckets[i].Load()
 		n += counts[i]
 	}
-	s := HistSummary{N: n}
+	s := Summary{N: n}
 	if n == 0 {
 		return s
 	}
@@ -77,3 +80,11 @@ func rank(counts []int64, n int64, p float64) time.Duration {
 	}
 	return bucketBound(len(counts) - 1)
 }
+
+// P50Ms is the p50 in milliseconds, to the microsecond.
+func (s Summary) P50Ms() float64 { return ms(s.P50) }
+
+// P99Ms is the p99 in milliseconds, to the microsecond.
+func (s Summary) P99Ms() float64 { return ms(s.P99) }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

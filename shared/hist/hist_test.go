@@ -1,4 +1,4 @@
-package kernel_test
+package hist_test
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
+	"github.com/gigafactory/fleet/shared/hist"
 )
 
 // TestHistPercentiles: the histogram reports the nearest-rank p50 and p99
@@ -33,7 +33,7 @@ func TestHistPercentiles(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var h kernel.Hist
+			var h hist.Hist
 			n := 0
 			for _, b := range tt.samples {
 				for range b.n {
