@@ -2,6 +2,7 @@ package coord_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -56,4 +57,29 @@ func TestSeatRefreshReadsOnlyChanges(t *testing.T) {
 	t.Logf("a dispatch that refreshes the factory list: %+v with 1 job leased, %+v with 250", one, many)
 	require.Equal(t, one.Queries, many.Queries, "the refresh's queries do not grow with the leased jobs")
 	require.Equal(t, one.FeedReads, many.FeedReads)
+}
+
+// TestSeatRefreshAfterAPauseQueriesLeases: after a minute without a
+// refresh the change feed may hold more jobs than there are leases, so the
+// refresh queries the leased jobs again; a lease a peer granted meanwhile
+// is counted either way.
+func TestSeatRefreshAfterAPauseQueriesLeases(t *testing.T) {
+	t.Parallel()
+	var counted *storecount.Store
+	e, _ := dispatchEnv(t, countingStore(&counted))
+	e.factory("f1", seats(5))
+	j := e.submit()
+	_, err := e.c.DispatchChanged(e.ctx, onlyJob(e.feed("").Items, j.ID))
+	require.NoError(t, err)
+	_, err = e.peer().Accept(e.ctx, "f1", prod, j.ID, e.job(j.ID).DispatchEpoch)
+	require.NoError(t, err)
+
+	e.clock.Advance(2 * time.Minute)
+	next := e.submit()
+	before := counted.Snapshot()
+	_, err = e.c.DispatchChanged(e.ctx, onlyJob(e.feed("").Items, next.ID))
+	require.NoError(t, err)
+	cost := counted.Snapshot().Sub(before)
+	require.Equal(t, int64(2), cost.Queries, "the factories and the leased jobs: %+v", cost)
+	require.Equal(t, 1, e.candidate(next.ID, "f1").Leases)
 }

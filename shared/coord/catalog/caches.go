@@ -57,9 +57,10 @@ type factoryCache struct {
 	// the earliest time one of those counts runs out.
 	counted bool
 	next    time.Time
-	// feed is the jobs change feed's continuation held is current to; ""
-	// until the first refresh queried every leased job.
-	feed string
+	// feed is the jobs change feed's continuation held is current to, as
+	// of feedAt; "" until the first refresh queried every leased job.
+	feed   string
+	feedAt time.Time
 }
 
 // seatUse is one seat a job takes on a factory until a time.
@@ -141,6 +142,11 @@ func (c *Service) Factories(ctx context.Context) ([]*fleet.Factory, error) {
 		return fc.factories, nil
 	}
 	cont := fc.feed
+	if now.Sub(fc.feedAt) > leaseFeedMaxGap {
+		// After a long pause the feed may hold more changed jobs than
+		// there are leases: query those instead.
+		cont = ""
+	}
 	fc.mu.Unlock()
 	fs, err := c.readFactories(ctx)
 	if err != nil {
@@ -167,7 +173,7 @@ func (c *Service) Factories(ctx context.Context) ([]*fleet.Factory, error) {
 			delete(fc.offers, j.ID)
 		}
 	}
-	fc.feed = leases.cont
+	fc.feed, fc.feedAt = leases.cont, now
 	fc.counted = false
 	fc.count(now)
 	return fc.factories, nil
@@ -255,8 +261,13 @@ func (c *Service) leaseChanges(ctx context.Context, cont string) (leaseUpdate, e
 	return leaseUpdate{full: true, jobs: leased, cont: head}, nil
 }
 
-// leaseFeedPage is the page size of a refresh's change-feed reads.
-const leaseFeedPage = 500
+// leaseFeedPage is the page size of a refresh's change-feed reads;
+// leaseFeedMaxGap the longest pause after which a refresh still reads the
+// changes rather than every lease.
+const (
+	leaseFeedPage   = 500
+	leaseFeedMaxGap = time.Minute
+)
 
 // readFactories reads every factory document, with its derived health and
 // no seat counts.
