@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 )
 
@@ -43,11 +44,7 @@ func TestSeatRefreshReadsOnlyChanges(t *testing.T) {
 		require.NoError(t, err)
 
 		e.clock.Advance(2 * coord.DefaultFactoryCacheTTL)
-		j := e.submit()
-		before := counted.Snapshot()
-		_, err = e.c.DispatchChanged(e.ctx, onlyJob(e.feed("").Items, j.ID))
-		require.NoError(t, err)
-		cost := counted.Snapshot().Sub(before)
+		j, cost := e.dispatchNewJob(counted)
 		// The peer's grant and release are both counted: the one extra
 		// lease replaces the one ended.
 		require.Equal(t, leased, e.candidate(j.ID, "f1").Leases)
@@ -75,11 +72,18 @@ func TestSeatRefreshAfterAPauseQueriesLeases(t *testing.T) {
 	require.NoError(t, err)
 
 	e.clock.Advance(2 * time.Minute)
-	next := e.submit()
-	before := counted.Snapshot()
-	_, err = e.c.DispatchChanged(e.ctx, onlyJob(e.feed("").Items, next.ID))
-	require.NoError(t, err)
-	cost := counted.Snapshot().Sub(before)
+	next, cost := e.dispatchNewJob(counted)
 	require.Equal(t, int64(2), cost.Queries, "the factories and the leased jobs: %+v", cost)
 	require.Equal(t, 1, e.candidate(next.ID, "f1").Leases)
+}
+
+// dispatchNewJob submits a job and dispatches it from the feed, returning
+// it and the store operations of its dispatch.
+func (e *env) dispatchNewJob(counted *storecount.Store) (*fleet.Job, storecount.Counts) {
+	e.t.Helper()
+	j := e.submit()
+	before := counted.Snapshot()
+	_, err := e.c.DispatchChanged(e.ctx, onlyJob(e.feed("").Items, j.ID))
+	require.NoError(e.t, err)
+	return j, counted.Snapshot().Sub(before)
 }

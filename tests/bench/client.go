@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/local/hostemu"
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
@@ -212,13 +213,8 @@ type hostStatus struct {
 		PID      int   `json:"pid"`
 		Restarts int64 `json:"restarts"`
 	} `json:"handler"`
-	Feeds map[string]struct {
-		Batches       int64 `json:"batches"`
-		Documents     int64 `json:"documents"`
-		FailedBatches int64 `json:"failedBatches"`
-		feedTimes
-	} `json:"feeds"`
-	Store *storecount.Counts `json:"store"`
+	Feeds map[string]hostemu.FeedStatus `json:"feeds"`
+	Store *storecount.Counts            `json:"store"`
 }
 
 // feedTotals sums the feed triggers' counters.

@@ -214,8 +214,7 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	feed := hs.Feeds["dispatch"]
-	res.Stages = dispatchStages(cs, feed.feedTimes, feed.Batches, receive)
+	res.Stages = dispatchStages(cs, hs.Feeds["dispatch"], receive)
 	if len(lat) != s.cfg.Jobs {
 		return nil, fmt.Errorf("%d jobs submitted, %d answered with an id", s.cfg.Jobs, len(lat))
 	}

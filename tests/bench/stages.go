@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gigafactory/fleet/local/hostemu"
 	"github.com/gigafactory/fleet/shared/api"
 )
 
@@ -19,17 +20,6 @@ type stageResult struct {
 	N     int64   `json:"samples"`
 	P50Ms float64 `json:"p50Ms"`
 	P99Ms float64 `json:"p99Ms"`
-}
-
-// feedTimes are a change-feed trigger's per-batch timings, as the host
-// emulator reports them.
-type feedTimes struct {
-	ReadP50Ms       float64 `json:"readP50Ms"`
-	ReadP99Ms       float64 `json:"readP99Ms"`
-	InvokeP50Ms     float64 `json:"invokeP50Ms"`
-	InvokeP99Ms     float64 `json:"invokeP99Ms"`
-	CheckpointP50Ms float64 `json:"checkpointP50Ms"`
-	CheckpointP99Ms float64 `json:"checkpointP99Ms"`
 }
 
 // coordinatorStats reads the coordinator's counters, the dispatch stages
@@ -52,20 +42,20 @@ func (c *client) coordinatorStats(ctx context.Context) (api.CoordinatorStats, er
 // hold phase 1 alone) and the receive stage, timed here, from the broker
 // storing the message to Receive returning it at the target factory.
 //
-// The emulator's timings of the dispatch trigger's batches (feed, batches)
+// The emulator's timings of the dispatch trigger's batches (feed)
 // are listed under the wake they make up: the page read, the invocation
 // (which holds the schedule, stamp and publish of the batch's jobs) and the
 // checkpoint write, which the next read waits for.
-func dispatchStages(s api.CoordinatorStats, feed feedTimes, batches int64, receive []time.Duration) []stageResult {
+func dispatchStages(s api.CoordinatorStats, feed hostemu.FeedStatus, receive []time.Duration) []stageResult {
 	const handler, emulator = "handler", "emulator, per batch"
 	recv := stageResult{Stage: "receive (broker stored -> factory's Receive returned)", Where: "bench", N: int64(len(receive))}
 	recv.P50Ms, recv.P99Ms = ms(percentile(receive, 50)), ms(percentile(receive, 99))
 	return []stageResult{
 		{"submit write (the job's create)", handler, s.StageSubmitN, s.StageSubmitP50Ms, s.StageSubmitP99Ms},
 		{"change-feed wake (commit -> dispatch starts on the job)", handler, s.StageWakeN, s.StageWakeP50Ms, s.StageWakeP99Ms},
-		{"  dispatch trigger: feed page read", emulator, batches, feed.ReadP50Ms, feed.ReadP99Ms},
-		{"  dispatch trigger: invocation", emulator, batches, feed.InvokeP50Ms, feed.InvokeP99Ms},
-		{"  dispatch trigger: checkpoint write", emulator, batches, feed.CheckpointP50Ms, feed.CheckpointP99Ms},
+		{"  dispatch trigger: feed page read", emulator, feed.Batches, feed.ReadP50Ms, feed.ReadP99Ms},
+		{"  dispatch trigger: invocation", emulator, feed.Batches, feed.InvokeP50Ms, feed.InvokeP99Ms},
+		{"  dispatch trigger: checkpoint write", emulator, feed.Batches, feed.CheckpointP50Ms, feed.CheckpointP99Ms},
 		{"schedule (factory list, seat counts, admission, scorer)", handler, s.StageScheduleN, s.StageScheduleP50Ms, s.StageScheduleP99Ms},
 		{"stamp (the job's CAS)", handler, s.StageStampN, s.StageStampP50Ms, s.StageStampP99Ms},
 		{"publish (broker acknowledged)", handler, s.StagePublishN, s.StagePublishP50Ms, s.StagePublishP99Ms},
