@@ -36,6 +36,7 @@ import (
 	"github.com/gigafactory/fleet/shared/config"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/httpapi"
+	"github.com/gigafactory/fleet/shared/store/sqlite"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 )
 
@@ -131,7 +132,16 @@ func run() error {
 		return err
 	}
 
-	feedStore := storecount.New(st.Store)
+	hostStore := store.Store(st.Store)
+	if st.Path != "" {
+		leases, err := sqlite.Open(ctx, filepath.Join(st.DataDir, hostLeasesFile))
+		if err != nil {
+			return fmt.Errorf("host leases: %w", err)
+		}
+		defer leases.Close()
+		hostStore = hostLeases{Store: st.Store, leases: leases}
+	}
+	feedStore := storecount.New(hostStore)
 	emu, err := hostemu.New(hostemu.Options{
 		Root: dir, Handler: handlerPath, Listen: l.Get(config.Listen),
 		Settings: l.Get, Env: env, Store: feedStore, Changed: changed, Log: log,
