@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
@@ -60,19 +59,6 @@ func (s *eventFaults) Query(ctx context.Context, container string, q store.Query
 		return store.Page{}, store.ErrUnavailable
 	}
 	return s.Store.Query(ctx, container, q)
-}
-
-// seqs names event ids by seq: lost(seqs(2, 3)) loses events 2 and 3 of
-// every job.
-func seqs(ns ...int64) func(id string) bool {
-	return func(id string) bool {
-		for _, n := range ns {
-			if strings.HasSuffix(id, fleet.EventID("", n)) {
-				return true
-			}
-		}
-		return false
-	}
 }
 
 func all(string) bool { return true }
