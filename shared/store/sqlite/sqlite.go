@@ -102,6 +102,12 @@ type Store struct {
 	r      *sql.DB // read-only connections
 	tables map[string]*table
 	closed atomic.Bool
+	// ck checkpoints the WAL in the background (checkpointLoop), so no
+	// commit pays for it; stopCk ends the loop, ckDone says it ended.
+	ck     *sql.DB
+	stopCk chan struct{}
+	ckDone chan struct{}
+	ckOnce sync.Once
 
 	qmu    sync.Mutex
 	qstmts map[string]*sql.Stmt // query shapes prepared on r, keyed by SQL text
@@ -153,6 +159,14 @@ func (s *Store) open(ctx context.Context) error {
 		// loss can drop the last commits, never corrupt the file.
 		"_synchronous": {"NORMAL"},
 		"_txlock":      {"immediate"},
+		// Checkpoints stay off the commit path: one copies the WAL into
+		// the database file and syncs it, a stall of milliseconds for the
+		// write that crosses the threshold (and every write queued behind
+		// it). checkpointLoop does it instead; a commit checkpoints only
+		// when that falls behind (walSafetyPages), as under writes that
+		// never pause, where a checkpoint running beside them never
+		// catches up and the WAL would grow without bound.
+		"_pragma": {fmt.Sprintf("wal_autocheckpoint(%d)", walSafetyPages)},
 	}))
 	if err != nil {
 		return err
@@ -188,7 +202,58 @@ func (s *Store) open(ctx context.Context) error {
 	if err := s.createMarkers(); err != nil {
 		return fmt.Errorf("change markers: %w", err)
 	}
+	s.ck, err = sql.Open("sqlite", dsn(s.path, url.Values{"_busy_timeout": {"0"}}))
+	if err != nil {
+		return err
+	}
+	s.ck.SetMaxOpenConns(1)
+	s.stopCk, s.ckDone = make(chan struct{}), make(chan struct{})
+	go s.checkpointLoop()
 	return nil
+}
+
+// checkpointEvery is how often the WAL is copied into the database file;
+// walSafetyPages the WAL size at which a commit does it itself (SQLite's
+// default is 1,000 pages).
+const (
+	checkpointEvery = 250 * time.Millisecond
+	walSafetyPages  = 4000
+)
+
+// checkpointLoop checkpoints the WAL every checkpointEvery, PASSIVE: it
+// copies what no reader still needs and never waits for a reader or a
+// writer, so writes go on meanwhile (each process that opened the file runs
+// one; a busy answer is another's checkpoint running).
+func (s *Store) checkpointLoop() {
+	defer close(s.ckDone)
+	t := time.NewTicker(checkpointEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopCk:
+			return
+		case <-t.C:
+			_, _, _ = s.checkpoint(context.Background())
+		}
+	}
+}
+
+// stopCheckpoints ends checkpointLoop and waits for it.
+func (s *Store) stopCheckpoints() {
+	s.ckOnce.Do(func() {
+		if s.stopCk != nil {
+			close(s.stopCk)
+			<-s.ckDone
+		}
+	})
+}
+
+// checkpoint runs one passive checkpoint and returns the WAL's frames and
+// how many of them are now in the database file.
+func (s *Store) checkpoint(ctx context.Context) (frames, done int, err error) {
+	var busy int
+	err = s.ck.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &done)
+	return frames, done, err
 }
 
 // migrate creates the tables, indexes and triggers, idempotently, so
@@ -345,6 +410,10 @@ func (s *Store) Close() error {
 
 func (s *Store) closeAll() error {
 	var errs []error
+	s.stopCheckpoints()
+	if s.ck != nil {
+		errs = append(errs, s.ck.Close())
+	}
 	for _, t := range s.tables {
 		for _, st := range []*sql.Stmt{t.read, t.revOf, t.feed, t.create, t.replace, t.upsert, t.del, t.delIf, t.incr} {
 			if st != nil {
