@@ -123,6 +123,12 @@ func setUse(m map[string]seatUse, id string, u seatUse) bool {
 	return old.factoryID == u.factoryID
 }
 
+// fresh reports whether the cached list may be served at now; the caller
+// holds fc.mu.
+func (fc *factoryCache) fresh(now time.Time) bool {
+	return fc.factories != nil && now.Sub(fc.loadedAt) < fc.ttl
+}
+
 func (fc *factoryCache) invalidate() {
 	fc.mu.Lock()
 	fc.factories, fc.loadedAt = nil, time.Time{}
@@ -136,7 +142,7 @@ func (c *Service) Factories(ctx context.Context) ([]*fleet.Factory, error) {
 	fc := c.factories
 	now := c.k.Now()
 	fc.mu.Lock()
-	if fc.factories != nil && now.Sub(fc.loadedAt) < fc.ttl {
+	if fc.fresh(now) {
 		defer fc.mu.Unlock()
 		fc.count(now)
 		return fc.factories, nil
@@ -186,7 +192,7 @@ func (c *Service) Factories(ctx context.Context) ([]*fleet.Factory, error) {
 func (c *Service) Draining(ctx context.Context, id string) (bool, error) {
 	fc := c.factories
 	fc.mu.Lock()
-	if fc.factories != nil && c.k.Now().Sub(fc.loadedAt) < fc.ttl {
+	if fc.fresh(c.k.Now()) {
 		for _, f := range fc.factories {
 			if f.ID == id {
 				fc.mu.Unlock()

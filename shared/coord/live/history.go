@@ -37,19 +37,11 @@ func (l *Service) Events(ctx context.Context, productID, jobID string, after int
 		for _, ev := range ring {
 			inRing[ev.Seq] = true
 		}
-		items, err := l.k.QueryAll(ctx, store.Events, store.Query{PartitionKey: jobID})
+		older, err := l.archived(ctx, jobID, func(ev *fleet.Event) bool { return ev.Seq > after && !inRing[ev.Seq] })
 		if err != nil {
 			return nil, err
 		}
-		for _, it := range items {
-			ev, err := kernel.Decode[fleet.Event](it)
-			if err != nil {
-				return nil, err
-			}
-			if ev.Seq > after && !inRing[ev.Seq] {
-				out = append(out, *ev)
-			}
-		}
+		out = append(older, out...)
 		slices.SortFunc(out, func(a, b fleet.Event) int { return cmp.Compare(a.Seq, b.Seq) })
 	}
 	if limit > 0 && len(out) > limit {
