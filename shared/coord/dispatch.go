@@ -75,7 +75,7 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 			live = true
 		}
 		kernel.Observe(&c.k.Counters.FeedLagSum, &c.k.Counters.FeedLagN, c.k.Now().Sub(j.UpdatedAt))
-		c.k.Counters.Stages.Woken(j.ID, c.k.Now())
+		c.k.Counters.Stages.Woken(j, c.k.Now())
 		if skip := c.dueForDispatch(j, nil); skip != "" {
 			out = append(out, Decision{JobID: j.ID, Skipped: skip})
 			continue

@@ -132,9 +132,7 @@ func (c *Coordinator) createJob(ctx context.Context, j *fleet.Job) (*fleet.Job, 
 	began := c.k.Now()
 	rev, err := c.k.Store.Create(ctx, store.Jobs, productID, id, body)
 	if err == nil && j.Stage == fleet.StageQueued {
-		committed := c.k.Now()
-		c.k.Counters.Stages.Submit.Observe(committed.Sub(began))
-		c.k.Counters.Stages.Committed(id, committed)
+		c.k.Counters.Stages.Submit.Observe(c.k.Now().Sub(began))
 	}
 	if errors.Is(err, store.ErrExists) && j.IdempotencyKey != "" {
 		existing, gerr := c.GetJob(ctx, productID, id)

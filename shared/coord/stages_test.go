@@ -27,7 +27,7 @@ const (
 	replaceTakes      = 3 * time.Millisecond // the stamp's CAS
 	factoryQueryTakes = 1 * time.Millisecond // part of scheduling
 	publishTakes      = 4 * time.Millisecond
-	feedTakes         = 7 * time.Millisecond // the commit to dispatch starting
+	feedTakes         = 7 * time.Millisecond // the commit to dispatch starting (wake is the write and this)
 )
 
 func (s *slowStore) advance(d time.Duration) {
@@ -69,8 +69,10 @@ func (p *slowPublisher) Publish(ctx context.Context, m protocol.DispatchMessage)
 
 // TestDispatchStages: the coordinator's counters time each stage of the
 // dispatch path apart (issue 25), so a slow dispatch names its stage: the
-// submit's write, the commit to dispatch starting (the change feed), the
-// choice of target, the stamp's CAS and the publish.
+// submit's write, the job's creation to dispatch starting (the write and
+// the change feed), the choice of target, the stamp's CAS and the publish.
+// Wake is taken from the job, so a peer process dispatching a job another
+// one created times it too; a redispatch does not.
 func TestDispatchStages(t *testing.T) {
 	t.Parallel()
 	slow := &slowStore{}
@@ -95,7 +97,7 @@ func TestDispatchStages(t *testing.T) {
 		want     time.Duration
 	}{
 		{"submit", s.StageSubmitN, s.StageSubmitP50Ms, s.StageSubmitP99Ms, createTakes},
-		{"wake", s.StageWakeN, s.StageWakeP50Ms, s.StageWakeP99Ms, feedTakes},
+		{"wake", s.StageWakeN, s.StageWakeP50Ms, s.StageWakeP99Ms, createTakes + feedTakes},
 		{"schedule", s.StageScheduleN, s.StageScheduleP50Ms, s.StageScheduleP99Ms, factoryQueryTakes},
 		{"stamp", s.StageStampN, s.StageStampP50Ms, s.StageStampP99Ms, replaceTakes},
 		{"publish", s.StagePublishN, s.StagePublishP50Ms, s.StagePublishP99Ms, publishTakes},
@@ -106,4 +108,15 @@ func TestDispatchStages(t *testing.T) {
 		require.GreaterOrEqual(t, st.p50, want, st.name)
 		require.LessOrEqual(t, st.p50, 1.19*want, st.name)
 	}
+
+	// A job this process created, dispatched by a peer (another instance).
+	peer := e.peer()
+	j2 := e.submit()
+	_, err = peer.DispatchChanged(e.ctx, onlyJob(e.feed("").Items, j2.ID))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), peer.Stats().StageWakeN, "the peer times the wake of a job it did not create")
+	// The feed bringing the first job again, stamped: not a submit's wake.
+	_, err = e.c.DispatchChanged(e.ctx, onlyJob(e.feed("").Items, j.ID))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), e.c.Stats().StageWakeN, "a job's first dispatch only")
 }

@@ -52,7 +52,7 @@ func dispatchStages(s api.CoordinatorStats, feed hostemu.FeedStatus, receive []t
 	recv.P50Ms, recv.P99Ms = ms(percentile(receive, 50)), ms(percentile(receive, 99))
 	return []stageResult{
 		{"submit write (the job's create)", handler, s.StageSubmitN, s.StageSubmitP50Ms, s.StageSubmitP99Ms},
-		{"change-feed wake (commit -> dispatch starts on the job)", handler, s.StageWakeN, s.StageWakeP50Ms, s.StageWakeP99Ms},
+		{"change-feed wake (created -> dispatch starts; has the write)", handler, s.StageWakeN, s.StageWakeP50Ms, s.StageWakeP99Ms},
 		{"  dispatch trigger: feed page read", emulator, feed.Batches, feed.ReadP50Ms, feed.ReadP99Ms},
 		{"  dispatch trigger: invocation", emulator, feed.Batches, feed.InvokeP50Ms, feed.InvokeP99Ms},
 		{"  dispatch trigger: checkpoint write", emulator, feed.Batches, feed.CheckpointP50Ms, feed.CheckpointP99Ms},

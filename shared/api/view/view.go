@@ -160,9 +160,10 @@ type CoordinatorStats struct {
 	// The dispatch path by stage (issue 25): samples, p50 and p99 in
 	// milliseconds of each since the process started, from a histogram
 	// whose percentiles are bucket upper bounds (at most 19% high).
-	// Submit: the store write creating a queued job. Wake: that write's
-	// commit to dispatch starting on the job (the change feed and the
-	// host), for jobs this process created. Schedule: choosing the target.
+	// Submit: the store write creating a queued job. Wake: the job's
+	// creation (its createdAt, before that write) to its first dispatch
+	// starting (the write, the change feed and the host), whichever
+	// process created it. Schedule: choosing the target.
 	// Stamp: the job's CAS recording it. Publish: the broker taking the
 	// message. Absent until a stage has a sample.
 	StageSubmitN       int64   `json:"stageSubmitCount,omitempty"`

@@ -1,11 +1,11 @@
 package kernel
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/api/view"
+	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/hist"
 )
 
@@ -38,10 +38,12 @@ type Counters struct {
 type DispatchStages struct {
 	// Submit is the store write that creates a queued job.
 	Submit hist.Hist
-	// Wake is from that write's commit to dispatch starting on the job:
-	// the change feed noticing the write, the host reading it and
-	// invoking the dispatch function, and earlier jobs of the same batch.
-	// Only jobs this process created are timed (commits).
+	// Wake is from the job's creation (the CreatedAt its document
+	// carries, stamped just before the submit's write) to dispatch
+	// starting on it: the write, the change feed noticing it, the host
+	// reading it and invoking the dispatch function, and earlier jobs of
+	// the same batch. Taken from the job, it holds whichever instance
+	// submitted the job; only a job's first dispatch counts.
 	Wake hist.Hist
 	// Schedule is choosing the target: the factory list and its seat
 	// counts, the admission snapshot and the scorer.
@@ -51,44 +53,13 @@ type DispatchStages struct {
 	// Publish is handing the dispatch message to the broker.
 	Publish hist.Hist
 
-	commits commitTimes
 }
 
-// Committed notes that job id was written queued at at, for its Wake.
-func (s *DispatchStages) Committed(id string, at time.Time) { s.commits.put(id, at) }
-
-// Woken times job id's Wake when this process committed it, and forgets it.
-func (s *DispatchStages) Woken(id string, now time.Time) {
-	if at, ok := s.commits.take(id); ok {
-		s.Wake.Observe(now.Sub(at))
+// Woken times j's Wake when dispatch starts on it for the first time.
+func (s *DispatchStages) Woken(j *fleet.Job, now time.Time) {
+	if j.DispatchEpoch == 0 && j.Dispatch.At.IsZero() {
+		s.Wake.Observe(now.Sub(j.CreatedAt))
 	}
-}
-
-// commitTimes holds the commit times of jobs waiting for the change feed.
-// Where the feed runs elsewhere nothing takes them, so it is bounded: when
-// full it starts over, losing a few samples rather than growing.
-type commitTimes struct {
-	mu sync.Mutex
-	m  map[string]time.Time
-}
-
-const maxCommitTimes = 4096
-
-func (c *commitTimes) put(id string, at time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= maxCommitTimes {
-		c.m = make(map[string]time.Time, 64)
-	}
-	c.m[id] = at
-}
-
-func (c *commitTimes) take(id string) (time.Time, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	at, ok := c.m[id]
-	delete(c.m, id)
-	return at, ok
 }
 
 // Observe adds one duration to a lag's sum (microseconds) and count.
