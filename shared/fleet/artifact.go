@@ -91,6 +91,11 @@ func NormalizeContentType(field, s string) (string, error) {
 	if out == "" {
 		return "", Invalid(field, "%q is not a media type such as text/plain; charset=utf-8", s)
 	}
+	if len(out) > MaxContentTypeLen {
+		// The canonical form can be longer than what was sent (a non-ASCII
+		// parameter is percent-encoded): the bound holds for what is stored.
+		return "", Invalid(field, "is longer than %d characters once written in canonical form", MaxContentTypeLen)
+	}
 	return out, nil
 }
 
