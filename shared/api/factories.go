@@ -1,6 +1,10 @@
 package api
 
-import "github.com/gigafactory/fleet/shared/fleet"
+import (
+	"time"
+
+	"github.com/gigafactory/fleet/shared/fleet"
+)
 
 // EnrollRequest is POST /fleet/factories/enroll.
 type EnrollRequest struct {
@@ -28,6 +32,10 @@ type HeartbeatRequest struct {
 	Load         int          `json:"load"`
 	Health       fleet.Health `json:"health"`
 	SeatLimit    int          `json:"seatLimit"`
+	// Cooldowns are the engines this factory's accounts may not use until
+	// the time given ("engine:claude" -> until), after a rate limit; the
+	// whole set, replacing what was stored.
+	Cooldowns map[string]time.Time `json:"cooldowns,omitempty"`
 }
 
 // TokenResponse is a rotated factory token.

@@ -38,6 +38,8 @@ type PatchRequest struct {
 	Usage *fleet.Usage    `json:"usage,omitempty"`
 	Head  *string         `json:"head,omitempty"`
 	Diff  *fleet.DiffStat `json:"diff,omitempty"`
+	// EngineFacts are what a structured engine said of the run.
+	fleet.EngineFacts
 }
 
 // ActionRequest is the optional body of POST
@@ -84,8 +86,14 @@ type UsageRequest struct {
 	USD          *float64 `json:"usd"`
 	InputTokens  *int64   `json:"inputTokens,omitempty"`
 	OutputTokens *int64   `json:"outputTokens,omitempty"`
+	// CacheReadTokens and CacheWriteTokens: a structured engine's prompt
+	// cache figures (optional).
+	CacheReadTokens  *int64 `json:"cacheReadTokens,omitempty"`
+	CacheWriteTokens *int64 `json:"cacheWriteTokens,omitempty"`
 	// Engine names the engine running the job (optional).
 	Engine string `json:"engine,omitempty"`
+	// EngineFacts are what a structured engine said of the run so far.
+	fleet.EngineFacts
 }
 
 // ProductChange is one change in the answer of GET /fleet/events: what

@@ -44,6 +44,10 @@ type FailRequest struct {
 	ProductID  string  `json:"productId,omitempty"`
 	// Usage is the run's final usage, when the holder knows it.
 	Usage *fleet.Usage `json:"usage,omitempty"`
+	// Kind classifies the failure (optional); rate_limited spends no attempt.
+	Kind fleet.FailureKind `json:"kind,omitempty"`
+	// EngineFacts are what a structured engine said of the run.
+	fleet.EngineFacts
 }
 
 // LeaseRequest is POST /fleet/jobs/{id}/lease/renew.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/catalog"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -240,5 +241,90 @@ func TestFailReasonNeverRefused(t *testing.T) {
 			evs := e.events(cl.Job.ID)
 			require.Equal(t, tc.want, evs[len(evs)-1].Message)
 		})
+	}
+}
+
+// TestFailRateLimited: a run that ends on its provider's rate limit spends
+// no attempt and waits no backoff (even on a job's last attempt, where any
+// other retryable failure dead-letters it); the factory that reported the
+// cooldown in its heartbeat is not given the job again while it cools, and
+// another factory takes it at once. What the engine said of the run
+// (session, turns, model, exit) is kept on the ended run.
+func TestFailRateLimited(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tok := e.factory("f1")
+	e.factory("f2")
+	j := e.submit("maxAttempts: 1")
+	cl := e.claim("f1")
+
+	until := t0.Add(time.Minute)
+	_, err := e.c.Heartbeat(e.ctx, tok, catalog.Heartbeat{Capabilities: baseCaps, Repos: []string{repo},
+		Cooldowns: map[string]time.Time{"engine:claude": until}})
+	require.NoError(t, err)
+	facts := fleet.EngineFacts{Session: "0b7a1c52-sess", Turns: 3, Model: "claude-sonnet-4-5", LastActivityAt: t0,
+		Exit: &fleet.RunExit{Code: 1, Reason: fleet.ExitExited}}
+	got, err := e.c.Fail(e.ctx, "f1", prod, j.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "rate_limited: 429",
+		Retryable: true, Kind: fleet.FailRateLimited, Engine: facts})
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageQueued, got.Stage, "not dead-lettered on its one attempt")
+	require.Equal(t, 0, got.Attempts, "a rate limit spends no attempt")
+	require.False(t, got.NotBefore.After(t0), "and waits no backoff")
+	require.Equal(t, fleet.FailRateLimited, got.LastFailure.Kind)
+	runs, err := e.c.Runs(e.ctx, prod, j.ID)
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	require.Equal(t, facts, runs[0].EngineFacts)
+
+	none, err := e.c.Claim(e.ctx, e.as("f1"))
+	require.NoError(t, err)
+	require.Nil(t, none, "f1 cools down for engine:claude")
+	ex, err := e.c.Explain(e.ctx, catalog.Scope{}, prod, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, "f2", ex.Schedule.Best, "another account's factory is the one to send it to")
+	for _, c := range ex.Schedule.Candidates {
+		if c.FactoryID == "f1" {
+			require.False(t, c.Eligible)
+			require.Equal(t, "cooling down for engine:claude until 2026-05-31T12:01:00Z (rate limited)", c.Reason)
+		}
+	}
+
+	e.clock.Advance(time.Minute)
+	again, err := e.c.Claim(e.ctx, e.as("f1"))
+	require.NoError(t, err)
+	require.NotNil(t, again, "the cooldown is over at its until")
+	require.Equal(t, j.ID, again.Job.ID)
+}
+
+// TestHeartbeatCooldowns: a heartbeat's cooldowns replace the stored set,
+// dropping the ones already over; a key that is not an engine capability,
+// or an until too far ahead, is refused naming the field.
+func TestHeartbeatCooldowns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tok := e.factory("f1")
+	hb := func(cs map[string]time.Time) (*fleet.Factory, error) {
+		return e.c.Heartbeat(e.ctx, tok, catalog.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}, Cooldowns: cs})
+	}
+	f, err := hb(map[string]time.Time{"engine:claude": t0.Add(time.Minute), "engine:codex": t0})
+	require.NoError(t, err)
+	require.Equal(t, map[string]time.Time{"engine:claude": t0.Add(time.Minute)}, f.Cooldowns)
+	f, err = hb(nil)
+	require.NoError(t, err)
+	require.Nil(t, f.Cooldowns, "the set is replaced")
+
+	for _, tc := range []struct {
+		cs    map[string]time.Time
+		field string
+	}{
+		{map[string]time.Time{"gpu:a100": t0.Add(time.Minute)}, "cooldowns.gpu:a100"},
+		{map[string]time.Time{"engine:": t0.Add(time.Minute)}, "cooldowns.engine:"},
+		{map[string]time.Time{"engine:claude": t0.Add(25 * time.Hour)}, "cooldowns.engine:claude"},
+	} {
+		_, err := hb(tc.cs)
+		var fe *fleet.Error
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, fleet.CodeInvalid, fe.Code)
+		require.Equal(t, tc.field, fe.Field)
 	}
 }

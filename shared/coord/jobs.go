@@ -367,14 +367,16 @@ type PatchRequest struct {
 	Usage *fleet.Usage
 	Head  string
 	Diff  *fleet.DiffStat
+	// Engine is what a structured engine said of the run.
+	Engine fleet.EngineFacts
 }
 
 // report is the run report the patch carries, or nil.
 func (r PatchRequest) report() *fleet.RunReport {
-	if r.Usage == nil && r.Head == "" && r.Diff == nil {
+	if r.Usage == nil && r.Head == "" && r.Diff == nil && r.Engine.Equal(fleet.EngineFacts{}) {
 		return nil
 	}
-	rep := &fleet.RunReport{LeaseEpoch: r.LeaseEpoch, Head: r.Head, Diff: r.Diff}
+	rep := &fleet.RunReport{LeaseEpoch: r.LeaseEpoch, Head: r.Head, Diff: r.Diff, EngineFacts: r.Engine}
 	if r.Usage != nil {
 		rep.Usage = *r.Usage
 	}
@@ -390,7 +392,7 @@ func (c *Coordinator) Patch(ctx context.Context, factoryID, productID, jobID str
 			return nil, err
 		}
 	}
-	if err := admission.ValidateReport(req.Usage, req.Head, req.Diff); err != nil {
+	if err := admission.ValidateReport(req.Usage, req.Head, req.Diff, req.Engine); err != nil {
 		return nil, err
 	}
 	report := req.report()

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/coord/admission"
 	"github.com/gigafactory/fleet/shared/coord/catalog"
 
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
@@ -283,13 +284,20 @@ type FailRequest struct {
 	LeaseEpoch int64
 	Reason     string
 	Retryable  bool
+	// Kind classifies the failure, when the holder names one.
+	Kind fleet.FailureKind
 	// Usage is the run's final usage, when the holder knows it.
 	Usage *fleet.Usage
+	// Engine is what a structured engine said of the run.
+	Engine fleet.EngineFacts
 }
 
 // Fail records a failure and frees the lease at once. A terminal failure
 // ends in `failed`; a retryable one goes back to `queued` after an
-// exponential backoff, or to `dead_letter` when attempts run out.
+// exponential backoff, or to `dead_letter` when attempts run out. A rate
+// limit (kind rate_limited) is the account's, not the job's: it spends no
+// attempt and waits no backoff, since the holder reported its cooldown in
+// a heartbeat first and the scheduler sends the job elsewhere.
 func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID string, req FailRequest) (*fleet.Job, error) {
 	// The reason is whatever the engine printed. Refusing a report for its
 	// text would leave the job leased until expiry and then retry it, so the
@@ -298,20 +306,27 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 	if strings.TrimSpace(req.Reason) == "" {
 		req.Reason = "no reason given"
 	}
-	var report *fleet.RunReport
-	if req.Usage != nil {
-		if err := req.Usage.Validate("usage"); err != nil {
-			return nil, err
-		}
-		report = &fleet.RunReport{LeaseEpoch: req.LeaseEpoch, Usage: *req.Usage}
+	if err := admission.ValidateReport(req.Usage, "", nil, req.Engine); err != nil {
+		return nil, err
 	}
+	var report *fleet.RunReport
+	if req.Usage != nil || !req.Engine.Equal(fleet.EngineFacts{}) {
+		report = &fleet.RunReport{LeaseEpoch: req.LeaseEpoch, EngineFacts: req.Engine}
+		if req.Usage != nil {
+			report.Usage = *req.Usage
+		}
+	}
+	spends := !req.Retryable || req.Kind.SpendsAttempt()
 	// The target stage depends on the attempts stored on the job, so it is
 	// decided on the job each CAS attempt reads.
 	return c.transition(ctx, move{pk: productID, id: jobID, actor: fleet.ActorFactory, actorID: factoryID,
 		event: fleet.EventFailed, message: req.Reason,
 		decide: func(j *fleet.Job) fleet.Stage {
-			if !req.Retryable {
+			switch {
+			case !req.Retryable:
 				return fleet.StageFailed
+			case !spends:
+				return fleet.StageQueued
 			}
 			return j.RetryStage()
 		},
@@ -319,8 +334,8 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 		report: report,
 		effect: func(_, j *fleet.Job) {
 			now := c.k.Now()
-			j.LastFailure = &fleet.Failure{Reason: req.Reason, Retryable: req.Retryable, FactoryID: factoryID, At: now}
-			if req.Retryable {
+			j.LastFailure = &fleet.Failure{Reason: req.Reason, Kind: req.Kind, Retryable: req.Retryable, FactoryID: factoryID, At: now}
+			if req.Retryable && spends {
 				j.Attempts++
 				j.NotBefore = now.Add(c.backoff(j.Attempts))
 			}

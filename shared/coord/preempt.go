@@ -25,7 +25,7 @@ func (c *Coordinator) preempt(ctx context.Context, critical *fleet.Job, factorie
 	if c.cfg.NoPreemption || critical.Priority != fleet.PriorityCritical {
 		return
 	}
-	blocked := schedule.SeatBlocked(critical, factories)
+	blocked := schedule.SeatBlocked(critical, factories, c.k.Now())
 	if len(blocked) == 0 {
 		return
 	}

@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -76,6 +78,10 @@ type Factory struct {
 	// Draining is set by an operator (POST /fleet/factories/{id}/drain): the
 	// factory gets no new assignments and keeps the jobs it runs.
 	Draining bool `json:"draining,omitempty"`
+	// Cooldowns are the engines the factory's accounts may not use until
+	// the time given ("engine:claude" -> until), as its last heartbeat
+	// reported them after a provider's rate limit.
+	Cooldowns map[string]time.Time `json:"cooldowns,omitempty"`
 	// TokenID is the hash of the factory's current token (not secret).
 	TokenID string `json:"tokenId,omitempty"`
 	// Enrollment names this enrollment of the id; its tokens carry it, so
@@ -176,4 +182,53 @@ type Token struct {
 	Revoked      bool      `json:"revoked"`
 	IssuedAt     time.Time `json:"issuedAt"`
 	Rev          string    `json:"-"`
+}
+
+// MaxCooldowns bounds the cooldowns one heartbeat may report.
+const MaxCooldowns = 32
+
+// MaxCooldown is the furthest ahead a cooldown may reach: provider limits
+// reset within a day, and a longer one is a factory's clock or a bug.
+const MaxCooldown = 24 * time.Hour
+
+// CoolingFor returns until when the factory cools down for capability c
+// ("engine:<name>"), or false when it does not at now.
+func (f *Factory) CoolingFor(c string, now time.Time) (time.Time, bool) {
+	until, ok := f.Cooldowns[c]
+	if !ok || !until.After(now) {
+		return time.Time{}, false
+	}
+	return until, true
+}
+
+// ValidateCooldowns checks a heartbeat's cooldowns: engine capabilities,
+// at most MaxCooldowns, each until no further than MaxCooldown after now.
+// Entries already over are dropped, so what is stored is only what binds.
+func ValidateCooldowns(field string, cs map[string]time.Time, now time.Time) (map[string]time.Time, error) {
+	if len(cs) > MaxCooldowns {
+		return nil, Invalid(field, "at most %d cooldowns, got %d", MaxCooldowns, len(cs))
+	}
+	var out map[string]time.Time
+	for _, k := range slices.Sorted(maps.Keys(cs)) {
+		f := field + "." + k
+		name, ok := strings.CutPrefix(k, "engine:")
+		if !ok {
+			return nil, Invalid(f, "a cooldown names an engine capability, engine:<name>")
+		}
+		if err := ValidateName(f, name); err != nil {
+			return nil, err
+		}
+		until := cs[k]
+		if until.After(now.Add(MaxCooldown)) {
+			return nil, Invalid(f, "until %s is more than %s ahead", until.UTC().Format(time.RFC3339), MaxCooldown)
+		}
+		if !until.After(now) {
+			continue
+		}
+		if out == nil {
+			out = map[string]time.Time{}
+		}
+		out[k] = until.UTC()
+	}
+	return out, nil
 }

@@ -157,11 +157,55 @@ func UnroutableKinds() []UnroutableKind {
 
 // Failure is the last failure a factory reported.
 type Failure struct {
-	Reason    string    `json:"reason"`
-	Retryable bool      `json:"retryable"`
-	FactoryID string    `json:"factoryId,omitempty"`
-	At        time.Time `json:"at"`
+	Reason string `json:"reason"`
+	// Kind classifies the failure when the holder named one.
+	Kind      FailureKind `json:"kind,omitempty"`
+	Retryable bool        `json:"retryable"`
+	FactoryID string      `json:"factoryId,omitempty"`
+	At        time.Time   `json:"at"`
 }
+
+// FailureKind classifies a holder's failure report (POST /fleet/fail
+// {kind}); the reason text says the rest.
+type FailureKind string
+
+const (
+	FailBudget          FailureKind = "budget_exceeded"
+	FailCrash           FailureKind = "crash"
+	FailNoEngine        FailureKind = "no_engine"
+	FailGit             FailureKind = "git_error"
+	FailShipHook        FailureKind = "ship_hook_failed"
+	FailInvalidJob      FailureKind = "invalid_job"
+	FailInvalidChildren FailureKind = "invalid_children"
+	// FailEngineIdle: the watchdog stopped an engine that printed nothing
+	// for the idle timeout.
+	FailEngineIdle FailureKind = "engine_idle"
+	// FailRateLimited: the engine's provider refused it for a rate limit.
+	// The run spends no attempt: the account, not the job, was at fault.
+	FailRateLimited FailureKind = "rate_limited"
+	// FailEngineError: a structured engine's own result said it failed
+	// (Claude is_error, Codex turn.failed).
+	FailEngineError FailureKind = "engine_error"
+)
+
+// FailureKinds lists every failure kind.
+func FailureKinds() []FailureKind {
+	return []FailureKind{FailBudget, FailCrash, FailNoEngine, FailGit, FailShipHook, FailInvalidJob,
+		FailInvalidChildren, FailEngineIdle, FailRateLimited, FailEngineError}
+}
+
+// ParseFailureKind accepts "" (none named) or one of FailureKinds.
+func ParseFailureKind(field, s string) (FailureKind, error) {
+	k := FailureKind(s)
+	if k == "" || slices.Contains(FailureKinds(), k) {
+		return k, nil
+	}
+	return "", Invalid(field, "unknown failure kind %q (want %s)", s, alternatives(FailureKinds()))
+}
+
+// SpendsAttempt reports whether a retryable failure of this kind counts
+// against the job's attempts. A rate limit says nothing about the job.
+func (k FailureKind) SpendsAttempt() bool { return k != FailRateLimited }
 
 // Job is one unit of work. Rev is the store revision, carried for CAS and
 // never serialised into the document.
@@ -436,6 +480,7 @@ type Run struct {
 	Usage      Usage     `json:"usage"`
 	Head       string    `json:"head,omitempty"`
 	Diff       *DiffStat `json:"diff,omitempty"`
+	EngineFacts
 }
 
 // RunsKept is how many ended runs a job document holds.
@@ -456,6 +501,7 @@ func RunOf(j *Job, result RunResult, reason string, endedAt time.Time) Run {
 			d := *r.Diff
 			run.Diff = &d
 		}
+		run.EngineFacts.Merge(r.EngineFacts)
 	}
 	return run
 }

@@ -30,11 +30,17 @@ func (s *server) reportUsage(w http.ResponseWriter, r *http.Request, p *principa
 	if req.OutputTokens != nil {
 		u.OutputTokens = *req.OutputTokens
 	}
+	if req.CacheReadTokens != nil {
+		u.CacheReadTokens = *req.CacheReadTokens
+	}
+	if req.CacheWriteTokens != nil {
+		u.CacheWriteTokens = *req.CacheWriteTokens
+	}
 	product, err := s.jobProduct(r, p, id, "")
 	if err != nil {
 		return err
 	}
-	j, err := s.coord.ReportUsage(r.Context(), p.id, product, id, admission.UsageRequest{LeaseEpoch: *req.LeaseEpoch, Engine: req.Engine, Usage: u})
+	j, err := s.coord.ReportUsage(r.Context(), p.id, product, id, admission.UsageRequest{LeaseEpoch: *req.LeaseEpoch, Engine: req.Engine, Usage: u, Facts: req.EngineFacts})
 	if err != nil {
 		return err
 	}

@@ -207,6 +207,12 @@ func jsonFields(t reflect.Type) []string {
 			continue
 		}
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			// An embedded struct's fields are the outer object's, as
+			// encoding/json reads them.
+			names = append(names, jsonFields(f.Type)...)
+			continue
+		}
 		switch name {
 		case "-":
 			continue

@@ -41,7 +41,7 @@ func (s *server) heartbeat(w http.ResponseWriter, r *http.Request, p *principal)
 	}
 	f, err := s.coord.Heartbeat(r.Context(), p.token, catalog.Heartbeat{
 		Capabilities: req.Capabilities, Repos: req.Repos, Load: req.Load,
-		Health: req.Health, SeatLimit: req.SeatLimit,
+		Health: req.Health, SeatLimit: req.SeatLimit, Cooldowns: req.Cooldowns,
 	})
 	if err != nil {
 		return err

@@ -249,7 +249,7 @@ func (s *server) patchJob(w http.ResponseWriter, r *http.Request, p *principal) 
 	if req.LeaseEpoch == nil {
 		return required("leaseEpoch", "the leaseEpoch the claim returned")
 	}
-	patch := coord.PatchRequest{LeaseEpoch: *req.LeaseEpoch, Checkpoint: req.Checkpoint, Usage: req.Usage, Diff: req.Diff}
+	patch := coord.PatchRequest{LeaseEpoch: *req.LeaseEpoch, Checkpoint: req.Checkpoint, Usage: req.Usage, Diff: req.Diff, Engine: req.EngineFacts}
 	if req.Head != nil {
 		if *req.Head == "" {
 			return fleet.Invalid("head", "must be the commit delivered; omit it when there is none")

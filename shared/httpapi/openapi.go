@@ -276,7 +276,25 @@ func holdSchema(required []string, desc string, kinds ...fleet.HoldKind) obj {
 // usageSchema is fleet.Usage.
 var usageSchema = object([]string{"usd", "inputTokens", "outputTokens"}, obj{
 	"usd": number("Cumulative cost in USD."), "inputTokens": integer(""), "outputTokens": integer(""),
+	"cacheReadTokens":  integer("Prompt-cache reads a structured engine reported."),
+	"cacheWriteTokens": integer("Prompt-cache writes a structured engine reported."),
 })
+
+// engineFacts are fleet.EngineFacts' properties, flat in the run and in
+// the holder's reports (API.md "Engines the factory understands").
+func engineFacts(into obj) obj {
+	into["engineSession"] = describe(obj{"type": "string", "maxLength": 128},
+		"The engine's session (Claude session_id, Codex thread_id): a retry on the same factory resumes it.")
+	into["turns"] = describe(obj{"type": "integer", "minimum": 0}, "Turns the engine reported.")
+	into["model"] = describe(obj{"type": "string", "maxLength": 128}, "The model the engine reported.")
+	into["lastActivityAt"] = dateTime("When the engine last printed anything.")
+	into["exit"] = object([]string{"code", "reason"}, obj{
+		"code":   describe(obj{"type": "integer", "minimum": -1, "maximum": 255}, "The exit status; -1 when a signal ended it."),
+		"signal": str("The signal that ended it, if one did."),
+		"reason": enumOf("Why the process ended.", fleet.ExitReasons()),
+	})
+	return into
+}
 
 // diffSchema is fleet.DiffStat.
 var diffSchema = object([]string{"files", "insertions", "deletions"}, obj{
@@ -376,25 +394,26 @@ func schemas() obj {
 			"attempts":         integer("Retryable failures so far."),
 			"maxAttempts":      integer(""),
 			"notBefore":        dateTime("Not claimable before this (retry backoff)."),
-			"lastFailure":      object(nil, obj{"reason": str(""), "retryable": boolean(""), "factoryId": str(""), "at": dateTime("")}),
-			"parentId":         str("The job it is a child of (POST /fleet/jobs/{id}/children)."),
-			"deps":             boundedList("Job ids that must ship first.", fleet.MaxDeps),
-			"depsMode":         enumOf("", fleet.DepsModes()),
-			"hasDependants":    boolean(""),
-			"budget":           object(nil, obj{"wall": str("A duration such as 45m0s."), "usd": number("")}),
-			"review":           ref("Review"),
-			"kind":             enumOf("task (the default, omitted) runs its own step; composite ships when every child has.", fleet.JobKinds()),
-			"rootId":           str("The root of the job's tree of children; absent on a root."),
-			"depth":            integer("Levels below the root (0 for a root)."),
-			"children":         stringList("The jobs posted as its children; while blocked it waits until every one shipped."),
-			"idempotencyKey":   str(""),
+			"lastFailure": object(nil, obj{"reason": str(""), "kind": enumOf("The kind the holder named.", fleet.FailureKinds()),
+				"retryable": boolean(""), "factoryId": str(""), "at": dateTime("")}),
+			"parentId":       str("The job it is a child of (POST /fleet/jobs/{id}/children)."),
+			"deps":           boundedList("Job ids that must ship first.", fleet.MaxDeps),
+			"depsMode":       enumOf("", fleet.DepsModes()),
+			"hasDependants":  boolean(""),
+			"budget":         object(nil, obj{"wall": str("A duration such as 45m0s."), "usd": number("")}),
+			"review":         ref("Review"),
+			"kind":           enumOf("task (the default, omitted) runs its own step; composite ships when every child has.", fleet.JobKinds()),
+			"rootId":         str("The root of the job's tree of children; absent on a root."),
+			"depth":          integer("Levels below the root (0 for a root)."),
+			"children":       stringList("The jobs posted as its children; while blocked it waits until every one shipped."),
+			"idempotencyKey": str(""),
 			"tracker": object([]string{"source", "itemId", "revision"}, obj{
 				"source": name("The tracker."), "itemId": str("The item's id there."), "revision": integer("The item's revision the job carries."),
 			}),
-			"runReport": object([]string{"leaseEpoch", "usage"}, obj{
+			"runReport": object([]string{"leaseEpoch", "usage"}, engineFacts(obj{
 				"leaseEpoch": integer("The run (lease epoch) reported on."), "engine": str(""), "usage": usageSchema,
 				"head": str("The commit delivered."), "diff": diffSchema,
-			}),
+			})),
 			"admitted": describe(object([]string{"leaseEpoch"}, obj{
 				"leaseEpoch":  integer("The lease the assignment granted."),
 				"reservation": boolean("It reserved from the product's budget."),
@@ -441,13 +460,13 @@ func schemas() obj {
 		"RenewResponse": object([]string{"leaseExpiresAt", "cancelRequested", "preemptRequested"}, obj{"leaseExpiresAt": dateTime(""),
 			"cancelRequested":  boolean("An operator cancelled the job: stop, checkpoint, release with outcome cancelled."),
 			"preemptRequested": boolean("A critical job needs the seat: stop, checkpoint, release with outcome preempted.")}),
-		"Run": object([]string{"id", "jobId", "factoryId", "leaseEpoch", "result", "startedAt"}, obj{
+		"Run": object([]string{"id", "jobId", "factoryId", "leaseEpoch", "result", "startedAt"}, engineFacts(obj{
 			"id": str("jobId:leaseEpoch"), "jobId": str(""), "productId": str(""), "factoryId": str(""),
 			"leaseEpoch": integer(""), "result": enumOf("", fleet.RunResults()),
 			"reason": str(""), "startedAt": dateTime(""), "endedAt": dateTime(""),
 			"engine": str("The engine the holder reported."), "usage": usageSchema,
 			"head": str("The commit the run delivered."), "diff": diffSchema,
-		}),
+		})),
 		"Event": object([]string{"id", "jobId", "seq", "type", "actor", "at"}, eventProps()),
 		// A job's own copy of its latest events: the same fields less the
 		// ones the job names (id, jobId, productId).
@@ -494,7 +513,9 @@ func schemas() obj {
 			"repos": stringList("Repos it has checked out."), "seatLimit": integer(""), "load": integer(""),
 			"health": enumOf("", fleet.Healths()), "costPerHourUsd": number(""),
 			"draining": boolean("True while an operator drains it (POST .../drain): no new assignments."),
-			"tokenId":  str("The SHA-256 of its current token (not secret)."), "lastHeartbeatAt": dateTime(""),
+			"cooldowns": describe(obj{"type": "object", "additionalProperties": dateTime("")},
+				"engine:<name> -> until: its account was rate-limited, so jobs needing that engine go elsewhere until then."),
+			"tokenId": str("The SHA-256 of its current token (not secret)."), "lastHeartbeatAt": dateTime(""),
 			"enrollment": str("Names this enrollment of the id: deregistering revokes its tokens, not those of a later enrollment."),
 			"enrolledAt": dateTime(""), "updatedAt": dateTime(""),
 		}),
@@ -568,14 +589,14 @@ func schemas() obj {
 		}, "additionalProperties": true}, "Either manifest, or the manifest's front-matter fields (title, repo, capabilities, persona, priority, budget, deps, depsMode, kind, review, maxAttempts) and body."),
 		"SubmitRequest": request([]string{"manifest"}, obj{"manifest": describe(obj{"type": "string", "maxLength": fleet.MaxManifestBytes},
 			"The Markdown manifest with YAML front matter.")}),
-		"PatchRequest": request([]string{"leaseEpoch"}, obj{
+		"PatchRequest": request([]string{"leaseEpoch"}, engineFacts(obj{
 			"stage":      enumOf("building, review, testing or shipped; omit to set only the checkpoint.", fleet.Stages),
 			"leaseEpoch": integer("The epoch the claim returned."),
 			"checkpoint": describe(obj{"type": "string", "maxLength": 1024}, ""),
 			"usage":      describe(usageSchema, "The run's usage so far (cumulative; see POST /fleet/jobs/{id}/usage)."),
 			"head":       name("The commit the run delivered."),
 			"diff":       describe(diffSchema, "The delivered change's git diff --shortstat against its base."),
-		}),
+		})),
 		"ChildrenRequest": request([]string{"children"}, obj{
 			"leaseEpoch": integer("The holder's epoch: required from a factory, refused from an operator."),
 			"children": describe(obj{"type": "array", "maxItems": fleet.MaxChildrenPerRequest, "items": obj{"oneOf": []obj{
@@ -601,18 +622,22 @@ func schemas() obj {
 			"jobId": name(""), "dispatchEpoch": integer("From the dispatch message."),
 			"productId": name("From the dispatch message; saves a lookup when x-product-id is absent."),
 		}),
-		"FailRequest": request([]string{"jobId", "leaseEpoch", "reason", "retryable"}, obj{
+		"FailRequest": request([]string{"jobId", "leaseEpoch", "reason", "retryable"}, engineFacts(obj{
 			"jobId": name(""), "leaseEpoch": integer(""), "reason": describe(obj{"type": "string"}, fmt.Sprintf(
 				"Never refused for its text: stored with control characters escaped, cut to %d bytes.", fleet.MaxReasonLen)),
 			"retryable": boolean("true: retry after a backoff; false: fail for good."),
 			"productId": name("Saves a lookup when x-product-id is absent."),
 			"usage":     describe(usageSchema, "The run's final usage, when known."),
-		}),
-		"UsageRequest": request([]string{"leaseEpoch", "usd"}, obj{
+			"kind": enumOf("What kind of failure: rate_limited spends no attempt and waits no backoff (send the cooldown in a heartbeat first).",
+				fleet.FailureKinds()),
+		})),
+		"UsageRequest": request([]string{"leaseEpoch", "usd"}, engineFacts(obj{
 			"leaseEpoch": integer("The epoch the claim returned."), "usd": describe(obj{"type": "number", "minimum": 0}, "Cumulative USD."),
 			"inputTokens": describe(obj{"type": "integer", "minimum": 0}, "Cumulative."), "outputTokens": describe(obj{"type": "integer", "minimum": 0}, "Cumulative."),
-			"engine": name("The engine running the job."),
-		}),
+			"cacheReadTokens":  describe(obj{"type": "integer", "minimum": 0}, "Cumulative prompt-cache reads."),
+			"cacheWriteTokens": describe(obj{"type": "integer", "minimum": 0}, "Cumulative prompt-cache writes."),
+			"engine":           name("The engine running the job."),
+		})),
 		"BudgetRequest": request([]string{"ceilingUsd"}, obj{
 			"ceilingUsd":    describe(obj{"type": "number", "exclusiveMinimum": 0}, "The most the product may spend per period."),
 			"period":        enumOf("Default month (calendar month, UTC).", fleet.BudgetPeriods()),
@@ -649,6 +674,8 @@ func schemas() obj {
 			"load":         describe(obj{"type": "integer", "minimum": 0}, "Jobs running now."),
 			"health":       enumOf("Default ok.", fleet.ReportedHealths()),
 			"seatLimit":    describe(obj{"type": "integer", "minimum": 0, "maximum": 1000}, "0 leaves it unchanged."),
+			"cooldowns": describe(obj{"type": "object", "maxProperties": fleet.MaxCooldowns, "additionalProperties": dateTime("")},
+				"engine:<name> -> until (at most 24 h ahead): the engine's account is rate-limited; replaces the stored set."),
 		}),
 		"ProfileRequest": request([]string{"profile"}, obj{"profile": str("The Markdown profile: front matter and instructions.")}),
 		"ProductRequest": request([]string{"repos"}, obj{"name": describe(obj{"type": "string", "maxLength": fleet.MaxNameLen}, ""),

@@ -90,12 +90,17 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, p *principal) erro
 		// fails one that would have passed.
 		return required("retryable", "true to retry the job, false to fail it for good")
 	}
+	kind, err := fleet.ParseFailureKind("kind", string(req.Kind))
+	if err != nil {
+		return err
+	}
 	product, err := s.jobProduct(r, p, req.JobID, req.ProductID)
 	if err != nil {
 		return err
 	}
 	j, err := s.coord.Fail(r.Context(), p.id, product, req.JobID,
-		coord.FailRequest{LeaseEpoch: *req.LeaseEpoch, Reason: *req.Reason, Retryable: *req.Retryable, Usage: req.Usage})
+		coord.FailRequest{LeaseEpoch: *req.LeaseEpoch, Reason: *req.Reason, Retryable: *req.Retryable, Kind: kind,
+			Usage: req.Usage, Engine: req.EngineFacts})
 	if err != nil {
 		return err
 	}

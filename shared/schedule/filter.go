@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gigafactory/fleet/shared/fleet"
 )
@@ -30,6 +31,9 @@ type need struct {
 	repo    string
 	persona string
 	budget  fleet.Budget
+	// now judges cooldowns: one that has passed binds no longer, even
+	// before the factory's next heartbeat drops it.
+	now time.Time
 	// size is |required|: len(caps) plus the repo token.
 	size int
 
@@ -39,8 +43,8 @@ type need struct {
 	scopeReason string
 }
 
-func newNeed(j *fleet.Job) need {
-	n := need{product: j.ProductID, caps: j.Capabilities, repo: j.Repo, persona: j.Persona, budget: j.Budget}
+func newNeed(j *fleet.Job, now time.Time) need {
+	n := need{product: j.ProductID, caps: j.Capabilities, repo: j.Repo, persona: j.Persona, budget: j.Budget, now: now}
 	// Manifest validation already drops duplicates, so the copy below is
 	// for jobs that bypassed it or name their repo twice; the common case
 	// keeps the job's own slice and allocates nothing.
@@ -138,6 +142,7 @@ const (
 	lacksCapability
 	isDown
 	isDraining
+	isCooling
 	outOfScope
 	seatsFull
 )
@@ -154,6 +159,8 @@ func (n *need) verdict(f *fleet.Factory) verdict {
 		return isDown
 	case f.Draining:
 		return isDraining
+	case n.cooling(f) != "":
+		return isCooling
 	case !f.Serves(n.product):
 		return outOfScope
 	case f.FreeSeats() <= 0:
@@ -166,7 +173,22 @@ func (n *need) verdict(f *fleet.Factory) verdict {
 // The hot paths need only the yes/no, so they skip the capability scans for
 // the many factories that are full, down or out of scope.
 func (n *need) admits(f *fleet.Factory) bool {
-	return f.FreeSeats() > 0 && f.Health != fleet.HealthDown && !f.Draining && f.Serves(n.product) && n.satisfiedBy(f)
+	return f.FreeSeats() > 0 && f.Health != fleet.HealthDown && !f.Draining && f.Serves(n.product) && n.satisfiedBy(f) &&
+		n.cooling(f) == ""
+}
+
+// cooling returns the first capability the job needs that f cools down
+// for (an engine whose provider rate-limited f's account), or "".
+func (n *need) cooling(f *fleet.Factory) string {
+	if len(f.Cooldowns) == 0 {
+		return ""
+	}
+	for _, c := range n.caps {
+		if _, ok := f.CoolingFor(c, n.now); ok {
+			return c
+		}
+	}
+	return ""
 }
 
 // reason words a failed verdict for one factory. Explain calls it for every
@@ -180,6 +202,10 @@ func (n *need) reason(f *fleet.Factory, v verdict) string {
 		return "factory is down"
 	case isDraining:
 		return "factory is draining"
+	case isCooling:
+		c := n.cooling(f)
+		until, _ := f.CoolingFor(c, n.now)
+		return "cooling down for " + c + " until " + until.UTC().Format(time.RFC3339) + " (rate limited)"
 	case outOfScope:
 		if n.scopeReason == "" {
 			n.scopeReason = "not scoped to product " + n.product
@@ -327,6 +353,8 @@ func (n *need) unroutable(fs []*fleet.Factory) Reason {
 					counts[key{v, c}]++
 				}
 			}
+		case isCooling:
+			counts[key{v, n.cooling(f)}]++
 		default:
 			counts[key{v, ""}]++
 		}
@@ -357,6 +385,8 @@ func (n *need) unroutable(fs []*fleet.Factory) Reason {
 			s += plural(c, "is", "are") + " down"
 		case isDraining:
 			s += plural(c, "is", "are") + " draining"
+		case isCooling:
+			s += plural(c, "is", "are") + " cooling down for " + k.token
 		case outOfScope:
 			s += plural(c, "is", "are") + " not scoped to product " + n.product
 		case seatsFull:

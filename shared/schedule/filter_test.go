@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"testing"
+	"time"
 
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/stretchr/testify/require"
@@ -52,6 +53,19 @@ func TestHardFilterReasons(t *testing.T) {
 			"factory is draining"},
 		{"product before seat", newJob("j"), func(f *fleet.Factory) { f.Products = []string{"p2"}; f.Load = 2 },
 			"not scoped to product p1"},
+		// Cooldowns: a rate-limited account's engine, until the time given.
+		{"cooling for the job's engine", newJob("j"), coolingFor("engine:claude", t0.Add(10*time.Minute)),
+			"cooling down for engine:claude until 2026-05-31T12:10:00Z (rate limited)"},
+		{"a cooldown that is over binds no longer", newJob("j"), coolingFor("engine:claude", t0), ""},
+		{"cooling for an engine the job does not need", newJob("j"), coolingFor("engine:codex", t0.Add(time.Hour)), ""},
+		{"draining before cooling", newJob("j"), func(f *fleet.Factory) {
+			f.Draining = true
+			coolingFor("engine:claude", t0.Add(time.Hour))(f)
+		}, "factory is draining"},
+		{"cooling before product and seat", newJob("j"), func(f *fleet.Factory) {
+			f.Products, f.Load = []string{"p2"}, 2
+			coolingFor("engine:claude", t0.Add(time.Hour))(f)
+		}, "cooling down for engine:claude until 2026-05-31T13:00:00Z (rate limited)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,6 +158,10 @@ func TestNoEligibleSummary(t *testing.T) {
 			"no eligible factory: 2 are draining, 1 is down, 1 has no free seat"},
 		{"one draining", newJob("j"), []*fleet.Factory{draining("r1"), full("a")},
 			"no eligible factory: 1 is draining, 1 has no free seat"},
+		{"cooling counted by dimension and engine", newJob("j"),
+			[]*fleet.Factory{newFactory("c1", coolingFor("engine:claude", t0.Add(time.Minute))),
+				newFactory("c2", coolingFor("engine:claude", t0.Add(time.Hour))), full("a")},
+			"no eligible factory: 2 are cooling down for engine:claude, 1 has no free seat"},
 		{"plural forms", newJob("j"), []*fleet.Factory{down("d1"), down("d2"), scoped("s1"), scoped("s2")},
 			"no eligible factory: 2 are down, 2 are not scoped to product p1"},
 		{

@@ -85,3 +85,13 @@ func ids(fs []*fleet.Factory) []string {
 	}
 	return out
 }
+
+// coolingFor sets cooldowns on the factory: capability -> until.
+func coolingFor(c string, until time.Time) func(*fleet.Factory) {
+	return func(f *fleet.Factory) {
+		if f.Cooldowns == nil {
+			f.Cooldowns = map[string]time.Time{}
+		}
+		f.Cooldowns[c] = until
+	}
+}

@@ -75,8 +75,8 @@ func startedAt(j *fleet.Job) time.Time {
 
 // SeatBlocked returns the factories that fail j's hard filter only for want
 // of a free seat: the ones a preemption could make room on.
-func SeatBlocked(j *fleet.Job, fs []*fleet.Factory) []*fleet.Factory {
-	n := newNeed(j)
+func SeatBlocked(j *fleet.Job, fs []*fleet.Factory, now time.Time) []*fleet.Factory {
+	n := newNeed(j, now)
 	var out []*fleet.Factory
 	for _, f := range fs {
 		if f != nil && n.verdict(f) == seatsFull {
@@ -113,8 +113,8 @@ func RankJobs(f *fleet.Factory, jobs []*fleet.Job, now time.Time, w Weights) []*
 		if j == nil || j.Stage != fleet.StageQueued || j.NotBefore.After(now) || !f.Serves(j.ProductID) {
 			continue
 		}
-		n := newNeed(j)
-		if !n.satisfiedBy(f) {
+		n := newNeed(j, now)
+		if !n.satisfiedBy(f) || n.cooling(f) != "" {
 			continue
 		}
 		since := queuedSince(j)

@@ -79,3 +79,28 @@ func TestTransient(t *testing.T) {
 	require.False(t, missing.Transient(), missing)
 	require.Equal(t, Reason{Kind: fleet.UnroutableNoFactory, Text: UnroutablePrefix + "no factory has capability gpu:a100"}, missing)
 }
+
+// TestCoolingFactory: a factory cooling down for the job's engine is not
+// chosen, neither by the dispatcher nor by its own polls, while another
+// account's factory is; once the cooldown is over it is eligible again.
+// Cooling is a passing state (transient), never "unroutable".
+func TestCoolingFactory(t *testing.T) {
+	t.Parallel()
+	cooling := newFactory("a-cooling", coolingFor("engine:claude", t0.Add(5*time.Minute)))
+	other := newFactory("b-other", withLoad(1))
+	job := newJob("j")
+
+	best, _ := BestFactory(job, []*fleet.Factory{cooling, other}, t0, DefaultWeights)
+	require.Equal(t, "b-other", best.ID, "the cooling factory is idle and first by id, yet not chosen")
+	require.Empty(t, RankJobs(cooling, []*fleet.Job{job}, t0, DefaultWeights))
+
+	best, reason := BestFactory(job, []*fleet.Factory{cooling}, t0, DefaultWeights)
+	require.Nil(t, best)
+	require.True(t, reason.Transient(), reason)
+	require.Equal(t, NoEligiblePrefix+"1 is cooling down for engine:claude", reason.Text)
+
+	later := t0.Add(5 * time.Minute)
+	best, _ = BestFactory(job, []*fleet.Factory{cooling, other}, later, DefaultWeights)
+	require.Equal(t, "a-cooling", best.ID, "the cooldown is over at its until")
+	require.Equal(t, []*fleet.Job{job}, RankJobs(cooling, []*fleet.Job{job}, later, DefaultWeights))
+}

@@ -315,10 +315,12 @@ func TestSeatBlocked(t *testing.T) {
 		full("e-other-product", func(f *fleet.Factory) { f.Products = []string{"p2"} }),
 		nil,
 		full("f-full"),
+		full("g-cooling", coolingFor("engine:claude", t0.Add(time.Minute))),
+		full("h-cooled", coolingFor("engine:claude", t0)),
 	}
 	var ids []string
-	for _, f := range SeatBlocked(j, fs) {
+	for _, f := range SeatBlocked(j, fs, t0) {
 		ids = append(ids, f.ID)
 	}
-	require.Equal(t, []string{"a-full", "f-full"}, ids)
+	require.Equal(t, []string{"a-full", "f-full", "h-cooled"}, ids)
 }

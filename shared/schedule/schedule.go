@@ -114,7 +114,7 @@ const StarvationWindow = 30 * time.Minute
 // fs are skipped. Explain does not look at j's stage or NotBefore: it answers
 // where the job would go, not whether it is due.
 func Explain(j *fleet.Job, fs []*fleet.Factory, now time.Time, w Weights) Explanation {
-	n := newNeed(j)
+	n := newNeed(j, now)
 	starvation := starvationTerm(now.Sub(queuedSince(j)))
 	// Rank pointer-free records by index and build the candidates in their
 	// final order afterwards: sorting the Candidates themselves would move
@@ -182,7 +182,7 @@ func Explain(j *fleet.Job, fs []*fleet.Factory, now time.Time, w Weights) Explan
 // word its reason. Nil entries in fs are skipped; like Explain it ignores j's
 // stage and NotBefore.
 func BestFactory(j *fleet.Job, fs []*fleet.Factory, now time.Time, w Weights) (best *fleet.Factory, reason Reason) {
-	n := newNeed(j)
+	n := newNeed(j, now)
 	starvation := starvationTerm(now.Sub(queuedSince(j)))
 	var bestTotal float64
 	for _, f := range fs {

@@ -14,13 +14,18 @@ type UsageRequest struct {
 	// Engine names the engine running the job, when the holder says.
 	Engine string
 	Usage  fleet.Usage
+	// Facts are what a structured engine said of the run so far.
+	Facts fleet.EngineFacts
 }
 
 // maxEngineName bounds the engine name a holder reports.
 const maxEngineName = 64
 
 // ValidateReport checks the parts of a run report a holder sent.
-func ValidateReport(u *fleet.Usage, head string, diff *fleet.DiffStat) error {
+func ValidateReport(u *fleet.Usage, head string, diff *fleet.DiffStat, facts fleet.EngineFacts) error {
+	if err := facts.Validate(); err != nil {
+		return err
+	}
 	if u != nil {
 		if err := u.Validate("usage"); err != nil {
 			return err
@@ -63,7 +68,8 @@ func sameReport(a, b fleet.RunReport) bool {
 	if (a.Diff == nil) != (b.Diff == nil) || (a.Diff != nil && *a.Diff != *b.Diff) {
 		return false
 	}
-	return a.LeaseEpoch == b.LeaseEpoch && a.Engine == b.Engine && a.Usage == b.Usage && a.Head == b.Head
+	return a.LeaseEpoch == b.LeaseEpoch && a.Engine == b.Engine && a.Usage == b.Usage && a.Head == b.Head &&
+		a.EngineFacts.Equal(b.EngineFacts)
 }
 
 // ReportUsage records the holder's cumulative usage of its run, fenced by
@@ -76,6 +82,9 @@ func sameReport(a, b fleet.RunReport) bool {
 // what the run has really spent so far.
 func (c *Service) ReportUsage(ctx context.Context, factoryID, productID, jobID string, req UsageRequest) (*fleet.Job, error) {
 	if err := req.Usage.Validate(""); err != nil {
+		return nil, err
+	}
+	if err := req.Facts.Validate(); err != nil {
 		return nil, err
 	}
 	if req.Engine != "" {
@@ -92,7 +101,7 @@ func (c *Service) ReportUsage(ctx context.Context, factoryID, productID, jobID s
 		if err := j.CheckFence(factoryID, req.LeaseEpoch); err != nil {
 			return err
 		}
-		if !MergeReport(j, fleet.RunReport{LeaseEpoch: req.LeaseEpoch, Engine: req.Engine, Usage: req.Usage}) {
+		if !MergeReport(j, fleet.RunReport{LeaseEpoch: req.LeaseEpoch, Engine: req.Engine, Usage: req.Usage, EngineFacts: req.Facts}) {
 			return kernel.ErrNoChange
 		}
 		changed = true

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -237,6 +238,8 @@ type Heartbeat struct {
 	Load         int
 	Health       fleet.Health
 	SeatLimit    int
+	// Cooldowns replace the stored set (nil: none).
+	Cooldowns map[string]time.Time
 }
 
 // Heartbeat records a factory's report. Capabilities must stay inside the
@@ -269,11 +272,18 @@ func (c *Service) Heartbeat(ctx context.Context, tok *fleet.Token, hb Heartbeat)
 	if hb.SeatLimit < 0 || hb.SeatLimit > 1000 {
 		return nil, fleet.Invalid("seatLimit", "must be between 0 (unchanged) and 1000")
 	}
+	cooldowns, err := fleet.ValidateCooldowns("cooldowns", hb.Cooldowns, c.k.Now())
+	if err != nil {
+		return nil, err
+	}
 	routingChanged := false
 	f, err := c.mutateFactory(ctx, tok.FactoryID, func(f *fleet.Factory) error {
+		// A cooldown that starts or ends changes where jobs may go: one
+		// that ended lets waiting jobs flow to this factory again.
 		routingChanged = !slices.Equal(f.Capabilities, caps) || !slices.Equal(f.Repos, repos) ||
-			f.Health != health || (hb.SeatLimit > 0 && hb.SeatLimit != f.SeatLimit)
-		f.Capabilities, f.Repos, f.Load, f.Health = caps, repos, hb.Load, health
+			f.Health != health || (hb.SeatLimit > 0 && hb.SeatLimit != f.SeatLimit) ||
+			!maps.EqualFunc(f.Cooldowns, cooldowns, time.Time.Equal)
+		f.Capabilities, f.Repos, f.Load, f.Health, f.Cooldowns = caps, repos, hb.Load, health, cooldowns
 		if hb.SeatLimit > 0 {
 			f.SeatLimit = hb.SeatLimit
 		}

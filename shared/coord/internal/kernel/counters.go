@@ -52,7 +52,6 @@ type DispatchStages struct {
 	Stamp hist.Hist
 	// Publish is handing the dispatch message to the broker.
 	Publish hist.Hist
-
 }
 
 // Woken times j's Wake when dispatch starts on it for the first time.
