@@ -483,6 +483,18 @@ type Run struct {
 	EngineFacts
 }
 
+// SessionFactory is the factory holding the job's engine session: the one
+// that ran its newest ended run reporting a session, or "". Only there can
+// a retry resume it (engines keep sessions on the machine that ran them).
+func (j *Job) SessionFactory() string {
+	for i := len(j.Runs) - 1; i >= 0; i-- {
+		if r := j.Runs[i]; r.Session != "" {
+			return r.FactoryID
+		}
+	}
+	return ""
+}
+
 // RunsKept is how many ended runs a job document holds.
 const RunsKept = 16
 

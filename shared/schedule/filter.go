@@ -30,7 +30,10 @@ type need struct {
 	// repo is the implicit repo:<repo> requirement; "" for none.
 	repo    string
 	persona string
-	budget  fleet.Budget
+	// sessionAt is the factory that holds the job's engine session (its
+	// newest ended run that reported one), "" for none.
+	sessionAt string
+	budget    fleet.Budget
 	// now judges cooldowns: one that has passed binds no longer, even
 	// before the factory's next heartbeat drops it.
 	now time.Time
@@ -44,7 +47,8 @@ type need struct {
 }
 
 func newNeed(j *fleet.Job, now time.Time) need {
-	n := need{product: j.ProductID, caps: j.Capabilities, repo: j.Repo, persona: j.Persona, budget: j.Budget, now: now}
+	n := need{product: j.ProductID, caps: j.Capabilities, repo: j.Repo, persona: j.Persona, budget: j.Budget, now: now,
+		sessionAt: j.SessionFactory()}
 	// Manifest validation already drops duplicates, so the copy below is
 	// for jobs that bypassed it or name their repo twice; the common case
 	// keeps the job's own slice and allocates nothing.

@@ -219,7 +219,7 @@ func (n *need) terms(f *fleet.Factory, starvation float64) Terms {
 	return Terms{
 		// len(EffectiveCapabilities()) without building the slice.
 		CapabilityFit: capabilityFitTerm(n.size, len(f.Capabilities)+len(f.Repos)),
-		Affinity:      affinityTerm(f, n.persona),
+		Affinity:      affinityTerm(f, n.persona, n.sessionAt),
 		Load:          loadTerm(f.Occupied()),
 		CostFit:       costFitTerm(f.CostPerHourUSD, n.budget),
 		Health:        healthTerm(f.Health),
@@ -231,7 +231,13 @@ func capabilityFitTerm(required, offered int) float64 {
 	return min(float64(required+1)/float64(offered+1), 1)
 }
 
-func affinityTerm(f *fleet.Factory, persona string) float64 {
+// affinityTerm is 1 on the factory that holds the job's engine session (a
+// retry there resumes the conversation instead of starting over) or on one
+// that advertises the job's persona, else 0.
+func affinityTerm(f *fleet.Factory, persona, sessionAt string) float64 {
+	if sessionAt != "" && f.ID == sessionAt {
+		return 1
+	}
 	if persona == "" {
 		return 0
 	}

@@ -90,6 +90,36 @@ func TestAffinityTerm(t *testing.T) {
 	}
 }
 
+// TestSessionAffinity: the factory that holds the job's engine session
+// (its newest ended run that reported one) wins affinity, so a retry goes
+// where it can resume; a later run without a session does not move it,
+// and a later run with one elsewhere does.
+func TestSessionAffinity(t *testing.T) {
+	t.Parallel()
+	run := func(factory, session string) fleet.Run { return fleet.Run{FactoryID: factory, EngineFacts: fleet.EngineFacts{Session: session}} }
+	tests := []struct {
+		name string
+		runs []fleet.Run
+		want string
+	}{
+		{"no runs: the first by id", nil, "a"},
+		{"the session's factory", []fleet.Run{run("b", "s1")}, "b"},
+		{"a later run without a session keeps it", []fleet.Run{run("b", "s1"), run("a", "")}, "b"},
+		{"the newest session wins", []fleet.Run{run("b", "s1"), run("c", "s2")}, "c"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			j := newJob("j", func(j *fleet.Job) { j.Runs = tt.runs })
+			// All alike: without affinity a wins by its id.
+			fs := []*fleet.Factory{newFactory("a"), newFactory("b"), newFactory("c")}
+			best, reason := BestFactory(j, fs, t0, DefaultWeights)
+			require.Zero(t, reason)
+			require.Equal(t, tt.want, best.ID)
+		})
+	}
+}
+
 func TestLoadTerm(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
