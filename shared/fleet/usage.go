@@ -17,8 +17,8 @@ type Usage struct {
 	// structured engine reports apart from its input (Claude's
 	// cache_read_input_tokens and cache_creation_input_tokens; Codex's
 	// cached_input_tokens as reads).
-	CacheReadTokens  int64 `json:"cacheReadTokens"`
-	CacheWriteTokens int64 `json:"cacheWriteTokens"`
+	CacheReadTokens  int64 `json:"cacheReadTokens,omitempty"`
+	CacheWriteTokens int64 `json:"cacheWriteTokens,omitempty"`
 }
 
 // Validate rejects negative or non-finite figures, naming field.usd etc.

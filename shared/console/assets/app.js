@@ -248,6 +248,14 @@ function needProduct() {
 // POST /fleet/factories/{id}/drain).
 const drainingBadge = f => (f.draining ? [' ', badge('h-draining', 'draining')] : null);
 
+// coolingBadges name each engine the factory's account is rate-limited on,
+// until when (heartbeat cooldowns; jobs needing that engine go elsewhere).
+const coolingBadges = f => Object.entries(f.cooldowns || {})
+  .filter(([, until]) => new Date(until) > new Date())
+  .sort(([a], [b]) => a.localeCompare(b))
+  .map(([c, until]) => [' ', h('span', { class: 'badge h-cooling', title: `rate limited: no ${c} job until ${until}` },
+    `cooling ${c.replace(/^engine:/, '')} until ${new Date(until).toLocaleTimeString()}`)]);
+
 // Fleet map: every factory with health, seats, load, capabilities, repos,
 // last heartbeat, kind, and the jobs it runs.
 async function fleetView() {
@@ -265,7 +273,7 @@ async function fleetView() {
     const rows = (fs.items || []).map(x => h('tr', {},
       h('th', { scope: 'row' }, h('span', { class: 'mono' }, x.id)),
       h('td', {}, x.kind),
-      h('td', {}, badge('h-' + x.health, x.health), drainingBadge(x)),
+      h('td', {}, badge('h-' + x.health, x.health), drainingBadge(x), coolingBadges(x)),
       h('td', {}, h('span', { class: 'seats', role: 'img', 'aria-label': `${x.load} of ${x.seatLimit} seats used` },
         h('span')), ` ${x.load}/${x.seatLimit}`),
       h('td', {}, list(x.capabilities)),

@@ -2,8 +2,12 @@ package cli
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -56,7 +60,7 @@ func (a *app) factoriesLs() *cobra.Command {
 			}
 			rows := make([][]string, 0, len(page.Items))
 			for _, f := range page.Items {
-				rows = append(rows, []string{f.ID, string(f.Kind), healthText(&f), fmt.Sprintf("%d/%d", f.Load, f.SeatLimit),
+				rows = append(rows, []string{f.ID, string(f.Kind), healthText(&f, a.env.Now()), fmt.Sprintf("%d/%d", f.Load, f.SeatLimit),
 					list(f.Products), list(f.Capabilities), list(f.Repos), a.ago(f.LastHeartbeatAt)})
 			}
 			return a.table([]string{"ID", "KIND", "HEALTH", "SEATS", "PRODUCTS", "CAPABILITIES", "REPOS", "HEARTBEAT"}, rows)
@@ -146,12 +150,19 @@ func (a *app) factoryToken(op, short string) *cobra.Command {
 	}
 }
 
-// healthText is a factory's health, with "draining" when it is drained.
-func healthText(f *fleet.Factory) string {
+// healthText is a factory's health, with "draining" when it is drained
+// and "cooling:<engine>" for each engine its account is rate-limited on.
+func healthText(f *fleet.Factory, now time.Time) string {
+	s := string(f.Health)
 	if f.Draining {
-		return string(f.Health) + ",draining"
+		s += ",draining"
 	}
-	return string(f.Health)
+	for _, c := range slices.Sorted(maps.Keys(f.Cooldowns)) {
+		if until, ok := f.CoolingFor(c, now); ok {
+			s += ",cooling:" + strings.TrimPrefix(c, "engine:") + "(" + until.Sub(now).Round(time.Second).String() + ")"
+		}
+	}
+	return s
 }
 
 // factoryDrain is `factories drain ID` or `factories undrain ID`.
