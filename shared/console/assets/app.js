@@ -502,13 +502,19 @@ async function jobView(r) {
 }
 
 // runsTable lists a job's runs with what each cost and delivered: usage
-// (usd, tokens), the head it pushed and its diffstat.
+// (usd, tokens), the head it pushed and its diffstat; for a structured
+// engine also its model and turns (the session in the tooltip) and how its
+// process ended when the factory ended it.
 function runsTable(items) {
   const usage = u => (u && (u.usd || u.inputTokens || u.outputTokens)
-    ? `$${(u.usd || 0).toFixed(2)} · ${u.inputTokens || 0} in / ${u.outputTokens || 0} out` : '–');
+    ? `$${(u.usd || 0).toFixed(2)} · ${u.inputTokens || 0} in / ${u.outputTokens || 0} out` +
+      (u.cacheReadTokens || u.cacheWriteTokens ? ` · ${(u.cacheReadTokens || 0) + (u.cacheWriteTokens || 0)} cached` : '') : '–');
+  const engine = x => h('span', { class: 'run-engine', title: x.engineSession ? `session ${x.engineSession}` : '' },
+    [x.engine || '–', x.model, x.turns ? `${x.turns} turn${x.turns === 1 ? '' : 's'}` : null].filter(Boolean).join(' · '));
+  const result = x => (x.exit && x.exit.reason !== 'exited' ? `${x.result} (${x.exit.reason.replace('_', ' ')})` : x.result);
   const diff = d => (d ? `${d.files} file${d.files === 1 ? '' : 's'}, +${d.insertions} −${d.deletions}` : '–');
   return table(['Run', 'Factory', 'Engine', 'Result', 'Usage', 'Head', 'Diff', 'Started', 'Ended', 'Reason'], items.map(x => h('tr', { 'data-run': x.id },
-    h('td', { class: 'mono' }, x.id), h('td', {}, x.factoryId), h('td', {}, dash(x.engine)), h('td', {}, x.result),
+    h('td', { class: 'mono' }, x.id), h('td', {}, x.factoryId), h('td', {}, engine(x)), h('td', {}, result(x)),
     h('td', { class: 'run-usage' }, usage(x.usage)), h('td', { class: 'mono run-head', title: x.head || '' }, x.head ? x.head.slice(0, 12) : '–'),
     h('td', { class: 'run-diff' }, diff(x.diff)), h('td', {}, time(x.startedAt)),
     h('td', {}, x.endedAt ? time(x.endedAt) : '–'), h('td', {}, dash(x.reason)))), 'No run yet.');
