@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build demo screenshot test chaos fuzz fuzz-ci bench-scale vet lint tidy-check staticcheck run bench package handler func-app azurite chromium test-tools
+.PHONY: all build demo screenshot test chaos fuzz fuzz-ci bench-scale vet lint tidy-check staticcheck run bench package handler func-app azurite chromium test-tools agent-clis
 
 all: build
 
@@ -123,7 +123,25 @@ fuzz-ci:
 # and tmux for the `fleetctl top` test (tests/top_test.go).
 # Without them those tests skip, except under CI=true, where installing must
 # succeed and the tests fail rather than skip.
-test-tools: chromium tmux
+test-tools: chromium tmux agent-clis
+
+# The real coding-agent CLIs, pinned, from npm into a cache folder: the
+# tests run the real Claude Code CLI whole against a scripted Messages API
+# on loopback (tests/internal/messagesapi), and check that the presets'
+# command lines are ones the real CLIs accept. Without npm those tests
+# skip, except under CI=true, where they fail.
+AGENT_CLIS_DIR ?= $(HOME)/.cache/fleet-agent-clis
+CLAUDE_CODE_VERSION ?= 2.1.197
+CODEX_VERSION ?= 0.171.0
+agent-clis:
+	@test -x $(AGENT_CLIS_DIR)/node_modules/.bin/claude -a -x $(AGENT_CLIS_DIR)/node_modules/.bin/codex && \
+	  $(AGENT_CLIS_DIR)/node_modules/.bin/claude --version | grep -q '^$(CLAUDE_CODE_VERSION) ' && \
+	  $(AGENT_CLIS_DIR)/node_modules/.bin/codex --version | grep -q ' $(CODEX_VERSION)$$' || \
+	{ echo "agent-clis: installing @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) and @openai/codex@$(CODEX_VERSION) (npm)"; \
+	  npm install --silent --no-audit --no-fund --prefix $(AGENT_CLIS_DIR) \
+	    @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) @openai/codex@$(CODEX_VERSION) || \
+	  { if [ "$$CI" = true ]; then echo "agent-clis: npm install failed, and CI=true needs them"; exit 1; fi; \
+	    echo "agent-clis: could not install; the tests that need them will skip"; }; }
 
 chromium:
 	@$(call apt_tool,chromium,chromium)
