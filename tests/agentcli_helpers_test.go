@@ -7,11 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/tests/internal/messagesapi"
+	"github.com/gigafactory/fleet/tests/internal/responsesapi"
 )
 
 // The real coding-agent CLIs, installed by `make agent-clis` (pinned, from
@@ -98,5 +100,26 @@ func runClaude(t *testing.T, bin, dir string, env []string, args ...string) ([]b
 	} else {
 		require.NoError(t, err, "stderr: %s", stderr.String())
 	}
+	record(t, out)
 	return out, code
+}
+
+// record keeps a real CLI's output under $FLEET_RECORD_AGENT_STREAMS, one
+// file per test, to refresh the engine parsers' recorded fixtures.
+func record(t *testing.T, out []byte) {
+	dir := os.Getenv("FLEET_RECORD_AGENT_STREAMS")
+	if dir == "" {
+		return
+	}
+	name := strings.NewReplacer("/", "--", " ", "-").Replace(t.Name())
+	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".jsonl"), out, 0o644))
+}
+
+// startResponsesAPI serves script until the test ends.
+func startResponsesAPI(t *testing.T, script responsesapi.Script) *responsesapi.Server {
+	t.Helper()
+	api, err := responsesapi.Start(script)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = api.Close() })
+	return api
 }

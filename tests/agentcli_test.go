@@ -1,7 +1,10 @@
 package tests
 
 import (
+	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/tests/internal/messagesapi"
+	"github.com/gigafactory/fleet/tests/internal/responsesapi"
 )
 
 // TestRealClaudeCLI runs the real Claude Code CLI (make agent-clis) against
@@ -95,5 +99,119 @@ func TestRealClaudeCLI(t *testing.T) {
 		result = lineOf(streamLines(t, out), "result", "")
 		require.NotNil(t, result, "%s", out)
 		require.Equal(t, true, result["is_error"], "a session is found only from the directory it ran in")
+	})
+}
+
+// runCodex runs the real Codex CLI in dir: `codex exec --json` with the
+// sandbox the codex preset uses, against the scripted Responses API, with
+// args after (a prompt, or `resume <id> <prompt>` first).
+func runCodex(t *testing.T, bin, dir string, api *responsesapi.Server, args ...string) ([]byte, int) {
+	t.Helper()
+	home := filepath.Join(dir, ".codex-home")
+	require.NoError(t, os.MkdirAll(home, 0o700))
+	var full []string
+	full = append(full, "exec")
+	if len(args) > 0 && args[0] == "resume" {
+		full = append(full, "resume")
+		args = args[1:]
+	}
+	full = append(full, "--json", "--skip-git-repo-check")
+	full = append(full, api.ProviderArgs()...)
+	full = append(full, "-c", "model_providers.fleettest.request_max_retries=0", "-c", "model_providers.fleettest.stream_max_retries=0")
+	if full[1] != "resume" {
+		full = append(full, "--sandbox", "workspace-write")
+	}
+	full = append(full, args...)
+	cmd := exec.Command(bin, full...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CODEX_HOME="+home, "OPENAI_API_KEY=sk-test-0000")
+	cmd.Stdin = nil
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err, "stderr: %s", stderr.String())
+	}
+	record(t, out)
+	return out, code
+}
+
+// TestRealCodexCLI runs the real Codex CLI (make agent-clis) against the
+// scripted Responses API and checks the facts the codex preset's parser
+// relies on, as this version really prints them: thread.started's
+// thread_id, a command that really ran in the workspace, turn.completed's
+// usage; a rate limit; and a resumed thread that carries the earlier
+// conversation and the new prompt.
+func TestRealCodexCLI(t *testing.T) {
+	t.Parallel()
+	bin := agentCLI(t, "codex")
+
+	t.Run("a run with a command", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		api := startResponsesAPI(t, responsesapi.Script{Steps: []responsesapi.Step{
+			{Cmd: "printf 'hello from codex\\n' > hello.txt", InputTokens: 1000, CachedTokens: 200, OutputTokens: 50, ReasoningTokens: 10},
+			{Text: "Created hello.txt.", InputTokens: 1100, OutputTokens: 20},
+		}})
+		out, code := runCodex(t, bin, dir, api, "Create hello.txt")
+		require.Equal(t, 0, code, "%s", out)
+		b, err := os.ReadFile(filepath.Join(dir, "hello.txt"))
+		require.NoError(t, err, "the command ran in the workspace: %s", out)
+		require.Equal(t, "hello from codex\n", string(b))
+
+		lines := streamLines(t, out)
+		started := lineOf(lines, "thread.started", "")
+		require.NotNil(t, started, "%s", out)
+		require.NotEmpty(t, started["thread_id"])
+		var ran map[string]any
+		for _, l := range lines {
+			if it, ok := l["item"].(map[string]any); ok && l["type"] == "item.completed" && it["type"] == "command_execution" {
+				ran = it
+			}
+		}
+		require.NotNil(t, ran, "a command_execution item: %s", out)
+		require.EqualValues(t, 0, ran["exit_code"])
+		done := lineOf(lines, "turn.completed", "")
+		require.NotNil(t, done, "%s", out)
+		usage := done["usage"].(map[string]any)
+		require.EqualValues(t, 2100, usage["input_tokens"], "summed over the turn's two calls: %v", usage)
+		require.EqualValues(t, 70, usage["output_tokens"], "%v", usage)
+		require.EqualValues(t, 200, usage["cached_input_tokens"], "%v", usage)
+	})
+
+	t.Run("a rate limit fails the turn", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		api := startResponsesAPI(t, responsesapi.Script{Steps: []responsesapi.Step{{Status: 429, RetryAfter: 1}}})
+		out, code := runCodex(t, bin, dir, api, "Create hello.txt")
+		require.NotEqual(t, 0, code, "%s", out)
+		lines := streamLines(t, out)
+		failed := lineOf(lines, "turn.failed", "")
+		require.NotNil(t, failed, "%s", out)
+		// 0.171.0 words it "exceeded retry limit, last status: 429 too many
+		// requests": the status, not the words "rate limit", is what to match.
+		require.Contains(t, strings.ToLower(fmt.Sprint(failed["error"])), "429", "%s", out)
+	})
+
+	t.Run("a thread resumes with the new prompt", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		api := startResponsesAPI(t, responsesapi.Script{Steps: []responsesapi.Step{
+			{Text: "First pass done.", InputTokens: 500, OutputTokens: 10},
+			{Text: "Fixed as the reviewer asked.", InputTokens: 700, OutputTokens: 12},
+		}})
+		out, code := runCodex(t, bin, dir, api, "Do the task")
+		require.Equal(t, 0, code, "%s", out)
+		thread := lineOf(streamLines(t, out), "thread.started", "")["thread_id"].(string)
+
+		out, code = runCodex(t, bin, dir, api, "resume", thread, "The reviewer says: add a test")
+		require.Equal(t, 0, code, "%s", out)
+		reqs := api.Requests()
+		last := reqs[len(reqs)-1]
+		require.Equal(t, 1, last.Step, "the earlier answer is in the resumed history")
+		require.Contains(t, strings.Join(last.Texts, "\n"), "The reviewer says: add a test")
 	})
 }
