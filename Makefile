@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build demo screenshot test chaos fuzz fuzz-ci bench-scale vet lint tidy-check staticcheck run bench package handler func-app azurite chromium test-tools agent-clis
+.PHONY: all build demo screenshot test chaos fuzz fuzz-ci bench-scale vet lint tidy-check staticcheck run bench package handler func-app azurite chromium test-tools agent-clis octokit
 
 all: build
 
@@ -123,7 +123,24 @@ fuzz-ci:
 # and tmux for the `fleetctl top` test (tests/top_test.go).
 # Without them those tests skip, except under CI=true, where installing must
 # succeed and the tests fail rather than skip.
-test-tools: chromium tmux agent-clis
+test-tools: chromium tmux agent-clis octokit
+
+# GitHub's official OpenAPI descriptions (REST and webhook payloads), pinned,
+# from npm into a cache folder: the GitHub adapter's tests validate every
+# request it sends, every answer it reads and every webhook payload the
+# tests send against them (shared/forge/github/githubtest/octokit). Without
+# npm those tests skip, except under CI=true, where they fail.
+OCTOKIT_DIR ?= $(HOME)/.cache/fleet-octokit
+OCTOKIT_OPENAPI_VERSION ?= 23.0.2
+OCTOKIT_WEBHOOKS_VERSION ?= 12.1.0
+octokit:
+	@test "$$(node -p 'require("$(OCTOKIT_DIR)/node_modules/@octokit/openapi/package.json").version' 2>/dev/null)" = $(OCTOKIT_OPENAPI_VERSION) && \
+	  test "$$(node -p 'require("$(OCTOKIT_DIR)/node_modules/@octokit/openapi-webhooks/package.json").version' 2>/dev/null)" = $(OCTOKIT_WEBHOOKS_VERSION) || \
+	{ echo "octokit: installing @octokit/openapi@$(OCTOKIT_OPENAPI_VERSION) and @octokit/openapi-webhooks@$(OCTOKIT_WEBHOOKS_VERSION) (npm)"; \
+	  npm install --silent --no-audit --no-fund --prefix $(OCTOKIT_DIR) \
+	    @octokit/openapi@$(OCTOKIT_OPENAPI_VERSION) @octokit/openapi-webhooks@$(OCTOKIT_WEBHOOKS_VERSION) || \
+	  { if [ "$$CI" = true ]; then echo "octokit: npm install failed, and CI=true needs it"; exit 1; fi; \
+	    echo "octokit: could not install; the tests that need it will skip"; }; }
 
 # The real coding-agent CLIs, pinned, from npm into a cache folder: the
 # tests run the real Claude Code CLI whole against a scripted Messages API

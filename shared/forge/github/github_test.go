@@ -1,0 +1,191 @@
+package github_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/forge"
+	"github.com/gigafactory/fleet/shared/forge/github"
+	"github.com/gigafactory/fleet/shared/forge/github/githubtest"
+	"github.com/gigafactory/fleet/shared/forge/github/githubtest/octokit"
+)
+
+var t0 = time.Date(2026, 11, 27, 2, 0, 0, 0, time.UTC)
+
+// contract is the adapter against the double, every exchange validated
+// against GitHub's REST description (a failure fails the test).
+func contract(t *testing.T) (*github.Client, *githubtest.Server) {
+	t.Helper()
+	octokit.Need(t)
+	rest, err := octokit.LoadREST()
+	require.NoError(t, err)
+	double := githubtest.New(func() time.Time { return t0 }, githubtest.Repo{Owner: "acme", Name: "app", DefaultBranch: "trunk"})
+	srv := httptest.NewServer(rest.Middleware(double.Handler(), t.Errorf))
+	t.Cleanup(srv.Close)
+	c, err := github.New(github.Config{APIURL: srv.URL, Token: "ghp_test0000"})
+	require.NoError(t, err)
+	return c, double
+}
+
+var acme = forge.Repo{Owner: "acme", Name: "app"}
+
+// TestPullRequestLifecycle: open (on the default branch), find again and
+// update, refuse a merge whose head moved and one that is not mergeable
+// with GitHub's reasons, merge, delete the branch, read the checks; every
+// request and answer valid in GitHub's description.
+func TestPullRequestLifecycle(t *testing.T) {
+	t.Parallel()
+	c, double := contract(t)
+	ctx := context.Background()
+	spec := forge.PullRequestSpec{Repo: acme, Head: "aq/job/j1", Title: "Fix the login redirect", Body: "fleet-job: j1"}
+
+	pr, created, err := c.EnsurePullRequest(ctx, spec)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, 1, pr.Number)
+	require.Equal(t, "trunk", pr.Base, "the repository's default branch")
+	require.Equal(t, forge.StateOpen, pr.State)
+	require.Equal(t, "https://github.com/acme/app/pull/1", pr.URL)
+	require.NotEmpty(t, pr.HeadSHA)
+
+	again, created, err := c.EnsurePullRequest(ctx, spec)
+	require.NoError(t, err)
+	require.False(t, created, "the open one is found, not a second opened")
+	require.Equal(t, 1, again.Number)
+
+	spec.Title = "Fix the login redirect (iteration 2)"
+	updated, created, err := c.EnsurePullRequest(ctx, spec)
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, 1, updated.Number)
+	require.Equal(t, spec.Title, double.Pulls()[0].Title, "the title is brought up to date")
+
+	_, err = c.Merge(ctx, acme, 1, forge.MergeSquash, "0000000000000000000000000000000000000000")
+	var fe *forge.Error
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, forge.KindRefused, fe.Kind)
+	require.Equal(t, http.StatusConflict, fe.Status)
+	require.Equal(t, "Head branch was modified. Review and try the merge again.", fe.Message)
+
+	double.SetUnmergeable(1, "Required status check \"ci\" is failing.")
+	_, err = c.Merge(ctx, acme, 1, forge.MergeSquash, pr.HeadSHA)
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, forge.KindRefused, fe.Kind)
+	require.Equal(t, http.StatusMethodNotAllowed, fe.Status)
+	require.Contains(t, fe.Message, "Required status check")
+	require.False(t, forge.Retryable(err))
+
+	double.SetUnmergeable(1, "")
+	sha, err := c.Merge(ctx, acme, 1, forge.MergeSquash, pr.HeadSHA)
+	require.NoError(t, err)
+	require.NotEmpty(t, sha)
+	require.True(t, double.Pulls()[0].Merged)
+	require.Equal(t, "squash", double.Pulls()[0].MergeMethod)
+
+	require.NoError(t, c.DeleteBranch(ctx, acme, "aq/job/j1"))
+	require.Equal(t, []string{"acme/app:aq/job/j1"}, double.Deleted())
+
+	double.SetChecks(pr.HeadSHA, githubtest.Check{Name: "ci", Status: "completed", Conclusion: "failure", Title: "2 tests failed",
+		Summary: "TestLogin failed", Text: "--- FAIL: TestLogin"}, githubtest.Check{Name: "lint", Status: "in_progress"})
+	checks, err := c.Checks(ctx, acme, pr.HeadSHA)
+	require.NoError(t, err)
+	require.Len(t, checks, 2)
+	require.True(t, checks[0].Failing())
+	require.Equal(t, "--- FAIL: TestLogin", checks[0].Text)
+	require.False(t, checks[1].Failing(), "a check still running is not failing")
+}
+
+// TestErrorsClassified: a pull request that is not there is not_found and
+// not retried.
+func TestErrorsClassified(t *testing.T) {
+	t.Parallel()
+	c, _ := contract(t)
+	_, err := c.Merge(context.Background(), acme, 42, forge.MergeCommit, "")
+	require.Equal(t, forge.KindNotFound, forge.KindOf(err), "%v", err)
+	require.False(t, forge.Retryable(err))
+}
+
+// TestWebhooks: what the double sends is valid in GitHub's webhook
+// description, and Parse reads each into the event it is.
+func TestWebhooks(t *testing.T) {
+	t.Parallel()
+	c, double := contract(t)
+	hooks, err := octokit.LoadWebhooks()
+	require.NoError(t, err)
+	pr, _, err := c.EnsurePullRequest(context.Background(), forge.PullRequestSpec{Repo: acme, Head: "aq/job/j1", Title: "t", Body: "b"})
+	require.NoError(t, err)
+
+	tests := []struct {
+		name string
+		d    githubtest.Delivery
+		want forge.Event
+	}{
+		{"approved", double.Review(1, "octocat", "approved", "LGTM"),
+			forge.Event{Kind: forge.EventApproved, Author: "octocat", Body: "LGTM"}},
+		{"changes requested", double.Review(1, "hubot", "changes_requested", "Add a test for the redirect."),
+			forge.Event{Kind: forge.EventChangesRequested, Author: "hubot", Body: "Add a test for the redirect."}},
+		{"a failing check", double.CheckRun(1, githubtest.Check{Name: "ci", Conclusion: "failure", Title: "1 test failed", Summary: "TestLogin", Text: "--- FAIL: TestLogin"}),
+			forge.Event{Kind: forge.EventCheckFailed, Name: "ci", Title: "1 test failed", Summary: "TestLogin", Text: "--- FAIL: TestLogin"}},
+		{"merged", double.Closed(1, true), forge.Event{Kind: forge.EventMerged}},
+	}
+	for _, tt := range tests {
+		require.NoError(t, hooks.Validate(tt.d.Webhook, tt.d.Payload), tt.name)
+		ev, err := github.Parse(tt.d.Event, tt.d.Payload)
+		require.NoError(t, err, tt.name)
+		require.Equal(t, tt.want.Kind, ev.Kind, tt.name)
+		require.Equal(t, acme, ev.Repo, tt.name)
+		require.Equal(t, 1, ev.Number, tt.name)
+		require.Equal(t, "aq/job/j1", ev.HeadRef, tt.name)
+		require.Equal(t, pr.HeadSHA, ev.HeadSHA, tt.name)
+		if tt.want.Author != "" {
+			require.Equal(t, tt.want.Author, ev.Author, tt.name)
+		}
+		require.Equal(t, tt.want.Body, ev.Body, tt.name)
+		require.Equal(t, tt.want.Name, ev.Name, tt.name)
+		require.Equal(t, tt.want.Text, ev.Text, tt.name)
+	}
+
+	// The description is strict enough to catch a double that drifts.
+	require.Error(t, hooks.Validate("pull-request-closed", []byte(`{"action":"closed"}`)))
+
+	// A header changed in flight makes nothing of a genuine body.
+	d := double.Review(1, "octocat", "approved", "")
+	_, err = github.Parse("check_run", d.Payload)
+	require.True(t, errors.Is(err, github.ErrMalformed), "%v", err)
+	_, err = github.Parse("issues", d.Payload)
+	require.ErrorIs(t, err, forge.ErrIgnored)
+	comment := double.Review(1, "octocat", "commented", "nit")
+	require.NoError(t, hooks.Validate(comment.Webhook, comment.Payload))
+	_, err = github.Parse(comment.Event, comment.Payload)
+	require.ErrorIs(t, err, forge.ErrIgnored, "a comment is not a vote")
+}
+
+// TestVerify: the signature is the body's HMAC with the secret, or
+// nothing is trusted.
+func TestVerify(t *testing.T) {
+	t.Parallel()
+	secret, body := []byte("s3cret-of-the-hook"), []byte(`{"action":"submitted"}`)
+	sig := github.Sign(secret, body)
+	require.NoError(t, github.Verify(secret, body, sig))
+	for name, tc := range map[string]struct {
+		secret, body []byte
+		sig          string
+	}{
+		"another secret":      {[]byte("other"), body, sig},
+		"a changed body":      {secret, []byte(`{"action":"submitted" }`), sig},
+		"no signature":        {secret, body, ""},
+		"sha1 form":           {secret, body, "sha1=" + sig[7:]},
+		"not hex":             {secret, body, "sha256=zz"},
+		"no secret set":       {nil, body, sig},
+		"a truncated digest":  {secret, body, sig[:len(sig)-2]},
+		"the digest of empty": {secret, body, github.Sign(secret, nil)},
+	} {
+		require.ErrorIs(t, github.Verify(tc.secret, tc.body, tc.sig), github.ErrSignature, name)
+	}
+}
