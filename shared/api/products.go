@@ -19,6 +19,9 @@ type ProductRequest struct {
 	Tracker json.RawMessage `json:"tracker,omitempty"`
 	// MaxRunning is the product's seat cap; absent or 0: uncapped.
 	MaxRunning int `json:"maxRunning,omitempty"`
+	// Forge sets where delivered jobs become pull requests (a
+	// fleet.ForgeConfig); null removes it; absent keeps it.
+	Forge json.RawMessage `json:"forge,omitempty"`
 }
 
 // TrackerRequest is a product's tracker target as PUT sends it; the

@@ -150,3 +150,48 @@ func (s *racingClaim) Create(ctx context.Context, container, pk, id string, body
 	}
 	return s.Store.Create(ctx, container, pk, id, body)
 }
+
+// TestProductForge: a product's forge is set with its defaults filled in,
+// kept when a declaration leaves it out, removed by a null (Remove), and
+// refused, naming the field and changing nothing, when it maps a repo the
+// product does not own or names an unknown merge method.
+func TestProductForge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	set := &catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}}}
+	p, err := e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Repos: []string{repo}, Forge: set})
+	require.NoError(t, err)
+	require.Equal(t, &fleet.ForgeConfig{Kind: fleet.ForgeGitHub, Repos: map[string]string{repo: "acme/notes"},
+		MergeMethod: fleet.MergeSquash, MaxIterations: fleet.DefaultMaxIterations}, p.Forge)
+
+	p, err = e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Repos: []string{repo}, Name: "renamed"})
+	require.NoError(t, err)
+	require.NotNil(t, p.Forge, "a declaration without forge keeps it")
+
+	for _, tc := range []struct {
+		change *catalog.ForgeChange
+		repos  []string
+		field  string
+	}{
+		{&catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{"other": "acme/other"}}}, []string{repo}, "forge.repos.other"},
+		{&catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "not a repo"}}}, []string{repo}, "forge.repos." + repo},
+		{&catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}, MergeMethod: "fast-forward"}}, []string{repo}, "forge.mergeMethod"},
+		{&catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}, MaxIterations: 99}}, []string{repo}, "forge.maxIterations"},
+		{&catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}, BaseBranch: "../main"}}, []string{repo}, "forge.baseBranch"},
+		{nil, []string{"docs"}, "forge.repos." + repo}, // the kept forge maps a repo given up
+	} {
+		_, err := e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Repos: tc.repos, Forge: tc.change})
+		var fe *fleet.Error
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, fleet.CodeInvalid, fe.Code)
+		require.Equal(t, tc.field, fe.Field)
+	}
+	got, err := e.c.GetProduct(e.ctx, prod)
+	require.NoError(t, err)
+	require.Equal(t, "acme/notes", got.Forge.Repos[repo], "a refused declaration changed nothing")
+	require.Equal(t, []string{repo}, got.Repos)
+
+	p, err = e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Repos: []string{repo}, Forge: &catalog.ForgeChange{Remove: true}})
+	require.NoError(t, err)
+	require.Nil(t, p.Forge)
+}

@@ -81,3 +81,27 @@ func TestUsageMaxCache(t *testing.T) {
 	require.Equal(t, Usage{USD: 1, CacheReadTokens: 10, CacheWriteTokens: 9}, a.Max(b))
 	require.ErrorContains(t, Usage{CacheWriteTokens: -1}.Validate("usage"), "usage.cacheWriteTokens")
 }
+
+// TestJobForgeMemory: a job remembers the deliveries it applied (the
+// newest MaxForgeDeliveries) and keeps the newest MaxFeedback items with
+// bounded bodies.
+func TestJobForgeMemory(t *testing.T) {
+	t.Parallel()
+	j := &Job{}
+	require.False(t, j.SeenDelivery("d1", "sha-a"))
+	require.True(t, j.SeenDelivery("d2", "sha-a"), "the same body under another delivery id is a replay")
+	require.True(t, j.SeenDelivery("d1"), "a redelivery keeps its id")
+	for i := range MaxForgeDeliveries {
+		j.SeenDelivery(time.Duration(i).String())
+	}
+	require.Len(t, j.ForgeDeliveries, MaxForgeDeliveries)
+	require.False(t, j.SeenDelivery("d1"), "the oldest are forgotten")
+
+	for i := range MaxFeedback + 3 {
+		j.AddFeedback(Feedback{Iteration: i, Body: string(make([]byte, MaxFeedbackBody+10))})
+	}
+	require.Len(t, j.Feedback, MaxFeedback)
+	require.Equal(t, 3, j.Feedback[0].Iteration, "the newest are kept")
+	require.LessOrEqual(t, len(j.Feedback[0].Body), MaxFeedbackBody)
+	require.Equal(t, 1, (&Job{}).CurrentIteration())
+}

@@ -130,6 +130,9 @@ type Product struct {
 	// echoed; nil when nowhere. Its secret is stored, never shown: the
 	// API answers with View.
 	Tracker *TrackerConfig `json:"tracker,omitempty"`
+	// Forge is where the product's delivered jobs become pull requests;
+	// nil when they do not.
+	Forge *ForgeConfig `json:"forge,omitempty"`
 	// MaxRunning caps how many of the product's jobs hold a lease at once;
 	// 0 is uncapped.
 	MaxRunning int `json:"maxRunning"`

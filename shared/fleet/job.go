@@ -298,6 +298,21 @@ type Job struct {
 	UpdatedAt time.Time `json:"updatedAt"`
 
 	Rev string `json:"-"`
+	// PullRequest is the job's pull request on its product's forge, once
+	// a delivery opened it.
+	PullRequest *PullRequest `json:"pullRequest,omitempty"`
+	// Iteration counts the deliveries the forge's feedback asked for: 0 or
+	// 1 for the first, one more for each changes-requested review or
+	// failing check that sent the job back.
+	Iteration int `json:"iteration,omitempty"`
+	// Feedback is what came back from the forge, the newest last.
+	Feedback []Feedback `json:"feedback,omitempty"`
+	// PRSync is set while the job's pull request waits to be opened or
+	// updated after a delivery.
+	PRSync *PRSync `json:"prSync,omitempty"`
+	// ForgeDeliveries are the webhook deliveries already applied (ids and
+	// body digests), so a redelivery or a replay changes nothing.
+	ForgeDeliveries []string `json:"forgeDeliveries,omitempty"`
 }
 
 // Admitted is what one lease's assignment took.

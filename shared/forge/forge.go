@@ -63,17 +63,9 @@ type PullRequest struct {
 	State   State
 }
 
-// MergeMethod is how a pull request is merged.
-type MergeMethod string
-
-const (
-	MergeCommit MergeMethod = "merge"
-	MergeSquash MergeMethod = "squash"
-	MergeRebase MergeMethod = "rebase"
-)
-
-// MergeMethods lists every merge method.
-func MergeMethods() []MergeMethod { return []MergeMethod{MergeCommit, MergeSquash, MergeRebase} }
+// MergeMethod is how a pull request is merged: the product's choice
+// (fleet.ForgeConfig.MergeMethod).
+type MergeMethod = fleet.MergeMethod
 
 // Check is one CI check on a commit.
 type Check struct {

@@ -280,6 +280,16 @@ var usageSchema = object([]string{"usd", "inputTokens", "outputTokens"}, obj{
 	"cacheWriteTokens": integer("Prompt-cache writes a structured engine reported."),
 })
 
+var forgeSchema = object([]string{"kind", "repos", "autoMerge", "mergeMethod", "maxIterations"}, obj{
+	"kind":          enumOf("Default github.", fleet.ForgeKinds()),
+	"repos":         describe(obj{"type": "object", "additionalProperties": str("owner/name")}, "Each repo the product owns that has pull requests, to its repository on the forge."),
+	"baseBranch":    str("What pull requests merge into; absent: the repository's default branch."),
+	"autoMerge":     boolean("Merge once the review quorum is met and the head's checks are green."),
+	"mergeMethod":   enumOf("Default squash.", fleet.MergeMethods()),
+	"maxIterations": describe(obj{"type": "integer", "minimum": 1, "maximum": fleet.MaxMaxIterations}, "Deliveries the forge's feedback may ask for; default 3."),
+	"reviewers":     describe(obj{"type": "object", "additionalProperties": str("A reviewer name of the review gate.")}, "Forge login to reviewer name; a login not listed votes as itself."),
+})
+
 // engineFacts are fleet.EngineFacts' properties, flat in the run and in
 // the holder's reports (API.md "Engines the factory understands").
 func engineFacts(into obj) obj {
@@ -419,6 +429,19 @@ func schemas() obj {
 				"reservation": boolean("It reserved from the product's budget."),
 				"seat":        boolean("It took a seat of the product's cap."),
 			}), "What the assignment of the current (or last) lease took from its product; given back when the lease ends."),
+			"pullRequest": object([]string{"repo", "number", "url", "headSha", "state"}, obj{
+				"repo": str("owner/name on the forge."), "number": integer(""), "url": str(""), "headSha": str("The head the forge last showed."),
+				"state": enumOf("", []fleet.PullRequestState{fleet.PROpen, fleet.PRClosed, fleet.PRMerged}),
+			}),
+			"iteration": integer("1 for the first delivery, one more for each changes-requested review or failing check that sent the job back."),
+			"feedback": describe(arrayOf(object([]string{"iteration", "source", "body", "at"}, obj{
+				"iteration": integer("The iteration it asks for."), "source": enumOf("", []fleet.FeedbackSource{fleet.FeedbackReview, fleet.FeedbackCheck}),
+				"author": str("The reviewer's login, or the app that ran the check."), "name": str("The check's name."),
+				"body": str("The review's text, or the check's title, summary and failing output."), "url": str(""), "at": dateTime(""),
+			})), "What came back from the forge, the newest last (at most 20)."),
+			"prSync": object([]string{"attempts"}, obj{"attempts": integer("Failed tries so far."), "lastError": str("The forge's last failure."),
+				"nextAttemptAt": dateTime("")}),
+			"forgeDeliveries": stringList("Webhook deliveries already applied (ids and body digests), so a redelivery changes nothing."),
 			"runs": describe(arrayOf(ref("Run")), "The job's ended runs, oldest first (up to 16; "+
 				"GET /fleet/jobs/{id}/runs lists them all, with the run in progress)."),
 			"queuedAt": dateTime(""),
@@ -526,6 +549,7 @@ func schemas() obj {
 				"secretSet":  boolean("A signing secret is set; the secret itself is never returned."),
 			}),
 			"maxRunning": integer("The seat cap: at most this many of its jobs hold a lease at once; 0: uncapped."),
+			"forge":      describe(forgeSchema, "Where its delivered jobs become pull requests."),
 			"seats": describe(obj{"type": "object", "additionalProperties": object([]string{"leaseEpoch", "at"}, obj{
 				"leaseEpoch": integer(""), "at": dateTime("When the seat was taken."),
 			})}, "The leases counted against maxRunning, by job id (capped products only)."),
@@ -687,6 +711,21 @@ func schemas() obj {
 					"The HMAC-SHA256 key deliveries are signed with; required when none is set, kept when left out. Never returned."),
 			}), "The echo target of the product's tracked jobs; null removes it, absent keeps it."),
 			"maxRunning": describe(obj{"type": "integer", "minimum": 0, "maximum": fleet.MaxMaxRunning},
-				"At most this many of the product's jobs hold a lease at once (claim, accept and dispatch wait for a seat); 0 or absent: uncapped.")}),
+				"At most this many of the product's jobs hold a lease at once (claim, accept and dispatch wait for a seat); 0 or absent: uncapped."),
+			"forge": describe(withNoExtras(forgeSchema), "Where delivered jobs become pull requests (API.md \"Pull requests\"); null removes it, absent keeps it; "+
+				"kind, mergeMethod and maxIterations may be left out for their defaults."),
+		}),
 	}
+}
+
+// withNoExtras is a copy of an object schema that refuses unknown
+// properties and requires only what a request must send.
+func withNoExtras(s obj) obj {
+	out := obj{}
+	for k, v := range s {
+		out[k] = v
+	}
+	out["required"] = []string{"repos"}
+	out["additionalProperties"] = false
+	return out
 }

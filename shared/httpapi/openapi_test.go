@@ -187,6 +187,10 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{[]string{"Job", "runReport"}, fleet.RunReport{}},
 		{[]string{"Explanation", "budget"}, fleet.Hold{}},
 		{[]string{"Explanation", "seatCap"}, fleet.Hold{}},
+		{[]string{"Product", "forge"}, fleet.ForgeConfig{}},
+		{[]string{"Job", "pullRequest"}, fleet.PullRequest{}},
+		{[]string{"Job", "feedback"}, fleet.Feedback{}},
+		{[]string{"Job", "prSync"}, fleet.PRSync{}},
 	} {
 		name := strings.Join(tc.path, ".")
 		s, ok := schemas[tc.path[0]].(obj)

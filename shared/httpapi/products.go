@@ -31,6 +31,25 @@ func trackerChange(raw json.RawMessage) (*catalog.TrackerChange, error) {
 	return &catalog.TrackerChange{WebhookURL: req.WebhookURL, Secret: fleet.Secret(req.Secret)}, nil
 }
 
+// forgeChange reads the forge field of a product request.
+func forgeChange(raw json.RawMessage) (*catalog.ForgeChange, error) {
+	switch t := bytes.TrimSpace(raw); {
+	case len(t) == 0:
+		return nil, nil
+	case string(t) == "null":
+		return &catalog.ForgeChange{Remove: true}, nil
+	}
+	var cfg fleet.ForgeConfig
+	if err := decodeStrict(raw, &cfg, true); err != nil {
+		var fe *fleet.Error
+		if errors.As(err, &fe) {
+			fe.Field = strings.TrimSuffix("forge."+fe.Field, ".")
+		}
+		return nil, err
+	}
+	return &catalog.ForgeChange{Config: cfg}, nil
+}
+
 // healthz is liveness only: it touches no store, so a slow store does not
 // get the process restarted on top of being slow.
 func (s *server) healthz(w http.ResponseWriter, _ *http.Request, _ *principal) error {
@@ -70,7 +89,12 @@ func (s *server) putProduct(w http.ResponseWriter, r *http.Request, p *principal
 	if err != nil {
 		return err
 	}
-	prod, err := s.coord.DeclareProduct(r.Context(), catalog.ProductRequest{ID: id, Name: req.Name, Repos: req.Repos, MoveRepos: req.MoveRepos, Tracker: tracker, MaxRunning: req.MaxRunning})
+	forge, err := forgeChange(req.Forge)
+	if err != nil {
+		return err
+	}
+	prod, err := s.coord.DeclareProduct(r.Context(), catalog.ProductRequest{ID: id, Name: req.Name, Repos: req.Repos, MoveRepos: req.MoveRepos,
+		Tracker: tracker, Forge: forge, MaxRunning: req.MaxRunning})
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,9 @@ type ProductRequest struct {
 	MoveRepos bool
 	// Tracker changes the product's tracker target; nil keeps it.
 	Tracker *TrackerChange
+	// Forge changes where the product's deliveries become pull requests;
+	// nil keeps it.
+	Forge *ForgeChange
 	// MaxRunning caps how many of the product's jobs hold a lease at once;
 	// 0 is uncapped.
 	MaxRunning int
@@ -53,6 +56,26 @@ func (t *TrackerChange) validate() error {
 		return fleet.ValidateSecret("tracker.secret", t.Secret)
 	}
 	return nil
+}
+
+// ForgeChange sets or removes a product's forge.
+type ForgeChange struct {
+	Remove bool
+	Config fleet.ForgeConfig
+}
+
+// apply returns the forge old becomes, for a product owning repos: a kept
+// forge must still map only repos the product owns.
+func (f *ForgeChange) apply(old *fleet.ForgeConfig, repos []string) (*fleet.ForgeConfig, error) {
+	switch {
+	case f == nil && old == nil, f != nil && f.Remove:
+		return nil, nil
+	case f == nil:
+		next := *old
+		return &next, next.Normalize("forge", repos)
+	}
+	next := f.Config
+	return &next, next.Normalize("forge", repos)
 }
 
 // apply returns the tracker target old becomes.
@@ -136,6 +159,14 @@ func (c *Service) declareOnce(ctx context.Context, req ProductRequest) (*fleet.P
 	if err != nil {
 		return nil, err
 	}
+	var oldForge *fleet.ForgeConfig
+	if old != nil {
+		oldForge = old.Forge
+	}
+	nextForge, err := req.Forge.apply(oldForge, repos)
+	if err != nil {
+		return nil, err
+	}
 	seats, err := c.seatsFor(ctx, old, req.MaxRunning)
 	if err != nil {
 		return nil, err
@@ -171,7 +202,8 @@ func (c *Service) declareOnce(ctx context.Context, req ProductRequest) (*fleet.P
 	}
 
 	now := c.k.Now()
-	p := &fleet.Product{ID: id, ProductID: id, Name: name, Repos: repos, Tracker: nextTracker, MaxRunning: req.MaxRunning, Seats: seats, CreatedAt: now, UpdatedAt: now}
+	p := &fleet.Product{ID: id, ProductID: id, Name: name, Repos: repos, Tracker: nextTracker, Forge: nextForge, MaxRunning: req.MaxRunning,
+		Seats: seats, CreatedAt: now, UpdatedAt: now}
 	if old != nil {
 		p.CreatedAt = old.CreatedAt
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/forge"
 	"github.com/gigafactory/fleet/shared/forge/github"
 	"github.com/gigafactory/fleet/shared/forge/github/githubtest"
@@ -66,7 +67,7 @@ func TestPullRequestLifecycle(t *testing.T) {
 	require.Equal(t, 1, updated.Number)
 	require.Equal(t, spec.Title, double.Pulls()[0].Title, "the title is brought up to date")
 
-	_, err = c.Merge(ctx, acme, 1, forge.MergeSquash, "0000000000000000000000000000000000000000")
+	_, err = c.Merge(ctx, acme, 1, fleet.MergeSquash, "0000000000000000000000000000000000000000")
 	var fe *forge.Error
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, forge.KindRefused, fe.Kind)
@@ -74,7 +75,7 @@ func TestPullRequestLifecycle(t *testing.T) {
 	require.Equal(t, "Head branch was modified. Review and try the merge again.", fe.Message)
 
 	double.SetUnmergeable(1, "Required status check \"ci\" is failing.")
-	_, err = c.Merge(ctx, acme, 1, forge.MergeSquash, pr.HeadSHA)
+	_, err = c.Merge(ctx, acme, 1, fleet.MergeSquash, pr.HeadSHA)
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, forge.KindRefused, fe.Kind)
 	require.Equal(t, http.StatusMethodNotAllowed, fe.Status)
@@ -82,7 +83,7 @@ func TestPullRequestLifecycle(t *testing.T) {
 	require.False(t, forge.Retryable(err))
 
 	double.SetUnmergeable(1, "")
-	sha, err := c.Merge(ctx, acme, 1, forge.MergeSquash, pr.HeadSHA)
+	sha, err := c.Merge(ctx, acme, 1, fleet.MergeSquash, pr.HeadSHA)
 	require.NoError(t, err)
 	require.NotEmpty(t, sha)
 	require.True(t, double.Pulls()[0].Merged)
@@ -106,7 +107,7 @@ func TestPullRequestLifecycle(t *testing.T) {
 func TestErrorsClassified(t *testing.T) {
 	t.Parallel()
 	c, _ := contract(t)
-	_, err := c.Merge(context.Background(), acme, 42, forge.MergeCommit, "")
+	_, err := c.Merge(context.Background(), acme, 42, fleet.MergeCommit, "")
 	require.Equal(t, forge.KindNotFound, forge.KindOf(err), "%v", err)
 	require.False(t, forge.Retryable(err))
 }

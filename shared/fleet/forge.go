@@ -1,0 +1,222 @@
+package fleet
+
+import (
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ForgeKind names a code forge a product's pull requests live on.
+type ForgeKind string
+
+// ForgeGitHub is GitHub (github.com or GitHub Enterprise Server).
+const ForgeGitHub ForgeKind = "github"
+
+// ForgeKinds lists every forge kind.
+func ForgeKinds() []ForgeKind { return []ForgeKind{ForgeGitHub} }
+
+// MergeMethod is how a pull request is merged.
+type MergeMethod string
+
+const (
+	MergeCommit MergeMethod = "merge"
+	MergeSquash MergeMethod = "squash"
+	MergeRebase MergeMethod = "rebase"
+)
+
+// MergeMethods lists every merge method.
+func MergeMethods() []MergeMethod { return []MergeMethod{MergeCommit, MergeSquash, MergeRebase} }
+
+// Forge defaults and bounds (API.md "Pull requests").
+const (
+	DefaultMaxIterations = 3
+	MaxMaxIterations     = 20
+	// MaxFeedback bounds the feedback a job keeps (the newest); each
+	// item's body is cut to MaxFeedbackBody.
+	MaxFeedback     = 20
+	MaxFeedbackBody = 8 << 10
+)
+
+// ForgeConfig is a product's forge: where its delivered jobs become pull
+// requests (PUT /fleet/products/{id} {forge}).
+type ForgeConfig struct {
+	Kind ForgeKind `json:"kind"`
+	// Repos maps a repo the product owns to its repository on the forge,
+	// "owner/name".
+	Repos map[string]string `json:"repos"`
+	// BaseBranch is what pull requests merge into; "" is the repository's
+	// default branch.
+	BaseBranch    string      `json:"baseBranch,omitempty"`
+	AutoMerge     bool        `json:"autoMerge"`
+	MergeMethod   MergeMethod `json:"mergeMethod"`
+	MaxIterations int         `json:"maxIterations"`
+	// Reviewers maps a forge login to the reviewer name the review gate
+	// knows; a login not mapped counts as itself.
+	Reviewers map[string]string `json:"reviewers,omitempty"`
+}
+
+var (
+	forgeRepoRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$`)
+	// loginRE is a GitHub login: alphanumerics and single hyphens, at
+	// most 39 (bots end in [bot]).
+	loginRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$`)
+	// branchRE is a plain branch name; git's other rules (no "..", no
+	// ending in ".lock") are checked apart.
+	branchRE = regexp.MustCompile(`^[A-Za-z0-9._/-]{1,200}$`)
+)
+
+// Normalize fills the defaults and checks the forge of a product owning
+// owned, naming the field at fault (under field).
+func (f *ForgeConfig) Normalize(field string, owned []string) error {
+	if f.Kind == "" {
+		f.Kind = ForgeGitHub
+	}
+	if !slices.Contains(ForgeKinds(), f.Kind) {
+		return Invalid(field+".kind", "unknown forge %q (want %s)", f.Kind, alternatives(ForgeKinds()))
+	}
+	if len(f.Repos) == 0 {
+		return Invalid(field+".repos", "is required: map each repo the product owns to owner/name on the forge")
+	}
+	for _, r := range slices.Sorted(maps.Keys(f.Repos)) {
+		if !slices.Contains(owned, r) {
+			return Invalid(field+".repos."+r, "the product does not own repo %q", r)
+		}
+		if !forgeRepoRE.MatchString(f.Repos[r]) {
+			return Invalid(field+".repos."+r, "%q is not owner/name", f.Repos[r])
+		}
+	}
+	if f.BaseBranch != "" && (!branchRE.MatchString(f.BaseBranch) || strings.Contains(f.BaseBranch, "..") ||
+		strings.HasPrefix(f.BaseBranch, "-") || strings.HasSuffix(f.BaseBranch, ".lock") || strings.HasSuffix(f.BaseBranch, "/")) {
+		return Invalid(field+".baseBranch", "%q is not a branch name", f.BaseBranch)
+	}
+	if f.MergeMethod == "" {
+		f.MergeMethod = MergeSquash
+	}
+	if !slices.Contains(MergeMethods(), f.MergeMethod) {
+		return Invalid(field+".mergeMethod", "unknown merge method %q (want %s)", f.MergeMethod, alternatives(MergeMethods()))
+	}
+	if f.MaxIterations == 0 {
+		f.MaxIterations = DefaultMaxIterations
+	}
+	if f.MaxIterations < 1 || f.MaxIterations > MaxMaxIterations {
+		return Invalid(field+".maxIterations", "must be between 1 and %d, got %d", MaxMaxIterations, f.MaxIterations)
+	}
+	for _, login := range slices.Sorted(maps.Keys(f.Reviewers)) {
+		if !loginRE.MatchString(login) {
+			return Invalid(field+".reviewers", "%q is not a forge login", login)
+		}
+		if err := ValidateName(field+".reviewers."+login, f.Reviewers[login]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReviewerOf is the reviewer name a forge login votes as.
+func (f *ForgeConfig) ReviewerOf(login string) string {
+	if name, ok := f.Reviewers[login]; ok {
+		return name
+	}
+	return login
+}
+
+// ProductFor finds, among products, the one whose forge maps a repo to
+// forgeRepo ("owner/name"), and that repo.
+func ProductFor(products []*Product, forgeRepo string) (*Product, string, bool) {
+	for _, p := range products {
+		if p == nil || p.Forge == nil {
+			continue
+		}
+		for repo, fr := range p.Forge.Repos {
+			if strings.EqualFold(fr, forgeRepo) {
+				return p, repo, true
+			}
+		}
+	}
+	return nil, "", false
+}
+
+// PullRequestState is a job's pull request's state.
+type PullRequestState string
+
+const (
+	PROpen   PullRequestState = "open"
+	PRClosed PullRequestState = "closed"
+	PRMerged PullRequestState = "merged"
+)
+
+// PullRequest is the pull request a delivered job has on its product's
+// forge.
+type PullRequest struct {
+	// Repo is the forge's repository, owner/name.
+	Repo    string           `json:"repo"`
+	Number  int              `json:"number"`
+	URL     string           `json:"url"`
+	HeadSHA string           `json:"headSha"`
+	State   PullRequestState `json:"state"`
+}
+
+// FeedbackSource says where feedback came from.
+type FeedbackSource string
+
+const (
+	FeedbackReview FeedbackSource = "review"
+	FeedbackCheck  FeedbackSource = "check"
+)
+
+// Feedback is what a reviewer or a check said of a delivered head, handed
+// to the engine as the next iteration's task.
+type Feedback struct {
+	// Iteration is the iteration it asks for (2 for the first feedback).
+	Iteration int            `json:"iteration"`
+	Source    FeedbackSource `json:"source"`
+	Author    string         `json:"author,omitempty"`
+	// Name is the check's name.
+	Name string    `json:"name,omitempty"`
+	Body string    `json:"body"`
+	URL  string    `json:"url,omitempty"`
+	At   time.Time `json:"at"`
+}
+
+// PRSync is the forge work a job waits for: its pull request to open or
+// be brought up to date after a delivery.
+type PRSync struct {
+	Attempts      int       `json:"attempts"`
+	LastError     string    `json:"lastError,omitempty"`
+	NextAttemptAt time.Time `json:"nextAttemptAt,omitzero"`
+}
+
+// MaxForgeDeliveries is how many webhook deliveries a job remembers to
+// ignore a redelivery or replay of.
+const MaxForgeDeliveries = 32
+
+// SeenDelivery records a webhook delivery (its id or its body's digest)
+// and reports whether it was seen before.
+func (j *Job) SeenDelivery(keys ...string) bool {
+	for _, k := range keys {
+		if slices.Contains(j.ForgeDeliveries, k) {
+			return true
+		}
+	}
+	j.ForgeDeliveries = append(slices.Clone(j.ForgeDeliveries), keys...)
+	if n := len(j.ForgeDeliveries) - MaxForgeDeliveries; n > 0 {
+		j.ForgeDeliveries = slices.Clone(j.ForgeDeliveries[n:])
+	}
+	return false
+}
+
+// AddFeedback keeps fb on the job, the newest MaxFeedback, bodies bounded.
+func (j *Job) AddFeedback(fb ...Feedback) {
+	for i := range fb {
+		fb[i].Body = SanitizeText(fb[i].Body, MaxFeedbackBody)
+	}
+	j.Feedback = append(slices.Clone(j.Feedback), fb...)
+	if n := len(j.Feedback) - MaxFeedback; n > 0 {
+		j.Feedback = slices.Clone(j.Feedback[n:])
+	}
+}
+
+// CurrentIteration is the job's iteration, counting from 1.
+func (j *Job) CurrentIteration() int { return max(j.Iteration, 1) }
