@@ -96,7 +96,9 @@ func TestAffinityTerm(t *testing.T) {
 // and a later run with one elsewhere does.
 func TestSessionAffinity(t *testing.T) {
 	t.Parallel()
-	run := func(factory, session string) fleet.Run { return fleet.Run{FactoryID: factory, EngineFacts: fleet.EngineFacts{Session: session}} }
+	run := func(factory, session string) fleet.Run {
+		return fleet.Run{FactoryID: factory, EngineFacts: fleet.EngineFacts{Session: session}}
+	}
 	tests := []struct {
 		name string
 		runs []fleet.Run
