@@ -22,6 +22,9 @@ import (
 
 	"github.com/gigafactory/fleet/shared/blob"
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
+	"github.com/gigafactory/fleet/shared/coord/pulls"
+	"github.com/gigafactory/fleet/shared/coord/review"
+	"github.com/gigafactory/fleet/shared/forge"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/clock"
@@ -212,6 +215,11 @@ type Deps struct {
 	// Webhook sends tracker echo deliveries; without it they fail and
 	// are retried (only the echo function's process needs one).
 	Webhook echo.Webhook
+	// Forge holds the pull requests of products with a forge; without it
+	// their syncs fail visibly and are retried. JobURL, when set, links
+	// a job from its pull request.
+	Forge  forge.Forge
+	JobURL func(productID, jobID string) string
 }
 
 // Coordinator runs the use cases over a Store. It is safe for concurrent use
@@ -229,6 +237,8 @@ type Coordinator struct {
 	dag           *dag.Service
 	explain       *explain.Service
 	admission     *admission.Service
+	review        *review.Service
+	pulls         *pulls.Service
 	sweeps        kernel.SweepState
 }
 
@@ -294,6 +304,8 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	// Built last, so dependants settle after the seat is given back.
 	c.dag = dag.New(c.k, lifecycle{c})
 	c.explain = explain.New(c.k, cfg.Weights, c.catalog, c.dag, c.admission)
+	c.review = review.New(c.k, lifecycle{c})
+	c.pulls = pulls.New(c.k, pulls.Config{JobURL: deps.JobURL}, deps.Forge, c.catalog, lifecycle{c})
 	return c, nil
 }
 

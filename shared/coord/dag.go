@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gigafactory/fleet/shared/coord/dag"
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -49,9 +50,9 @@ func (l lifecycle) CreateJob(ctx context.Context, j *fleet.Job) (*fleet.Job, boo
 	return l.c.createJob(ctx, j)
 }
 
-func (l lifecycle) Move(ctx context.Context, m dag.Move) (*fleet.Job, error) {
-	mv := move{pk: m.ProductID, id: m.JobID, to: m.To, actor: m.Actor, actorID: m.ActorID,
-		event: m.Event, message: m.Message, guard: m.Guard, mayStay: m.MayStay}
+func (l lifecycle) Move(ctx context.Context, m kernel.Move) (*fleet.Job, error) {
+	mv := move{pk: m.ProductID, id: m.JobID, to: m.To, decide: m.Decide, actor: m.Actor, actorID: m.ActorID,
+		event: m.Event, message: m.Message, guard: m.Guard, mayStay: m.MayStay, eventActor: m.EventActor, messageOf: m.MessageOf}
 	if m.Effect != nil {
 		mv.effect = func(_, j *fleet.Job) { m.Effect(j) }
 	}

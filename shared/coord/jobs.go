@@ -9,6 +9,7 @@ import (
 	"github.com/gigafactory/fleet/shared/coord/admission"
 	"github.com/gigafactory/fleet/shared/coord/dag"
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
+	"github.com/gigafactory/fleet/shared/coord/review"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -445,11 +446,16 @@ func (c *Coordinator) Patch(ctx context.Context, factoryID, productID, jobID str
 		}
 		effect = func(before, j *fleet.Job) {
 			setCheckpoint(before, j)
-			deliverForReview(j, j.Checkpoint)
+			review.DeliverForReview(j, j.Checkpoint)
 		}
 	}
-	return c.transition(ctx, move{pk: productID, id: jobID, to: req.Stage, actor: fleet.ActorFactory, actorID: factoryID,
+	effect, forge := c.forgeDelivery(ctx, productID, req.Stage, effect)
+	after, err := c.transition(ctx, move{pk: productID, id: jobID, to: req.Stage, actor: fleet.ActorFactory, actorID: factoryID,
 		guard: guard, effect: effect, report: report})
+	if err == nil && forge && after.ForgeDue {
+		c.pulls.Kick(productID, jobID)
+	}
+	return after, err
 }
 
 // Action is an operator action on a job.
@@ -483,6 +489,19 @@ func (c *Coordinator) Act(ctx context.Context, operatorID, productID, jobID stri
 	switch action {
 	case ActionShip:
 		to, event = fleet.StageShipped, fleet.EventShip
+		// A pull request is shipped by merging it; a refused merge keeps
+		// the job where it is, with the forge's reason.
+		j, err := c.GetJob(ctx, productID, jobID)
+		if err != nil {
+			return nil, err
+		}
+		merged, err := c.mergeForShip(ctx, operatorID, j)
+		if err != nil {
+			return nil, err
+		}
+		if merged {
+			effect = func(_, j *fleet.Job) { j.PullRequest.State = fleet.PRMerged }
+		}
 	case ActionReject:
 		to, event = fleet.StageFailed, fleet.EventReject
 		effect = func(_, j *fleet.Job) {

@@ -308,8 +308,10 @@ type Job struct {
 	// Feedback is what came back from the forge, the newest last.
 	Feedback []Feedback `json:"feedback,omitempty"`
 	// PRSync is set while the job's pull request waits to be opened or
-	// updated after a delivery.
-	PRSync *PRSync `json:"prSync,omitempty"`
+	// updated after a delivery; ForgeDue with it, a top-level flag the
+	// forge sweep selects on.
+	PRSync   *PRSync `json:"prSync,omitempty"`
+	ForgeDue bool    `json:"forgeDue,omitempty"`
 	// ForgeDeliveries are the webhook deliveries already applied (ids and
 	// body digests), so a redelivery or a replay changes nothing.
 	ForgeDeliveries []string `json:"forgeDeliveries,omitempty"`
@@ -620,6 +622,18 @@ const (
 	// EventEchoResend: an operator asked for every event of the job to be
 	// sent to the tracker webhook again.
 	EventEchoResend EventType = "echo_resend"
+	// EventPROpened and EventPRUpdated: the job's pull request was opened,
+	// or brought up to date after another delivery.
+	EventPROpened  EventType = "pr_opened"
+	EventPRUpdated EventType = "pr_updated"
+	// EventIteration: the forge's feedback (a review asking for changes, a
+	// failing check) sent the job back for another iteration.
+	EventIteration EventType = "iteration"
+	// EventIterationCap: feedback came past the product's maxIterations;
+	// the job stays where it is for a person to decide.
+	EventIterationCap EventType = "iteration_cap"
+	// EventMergeRefused: the forge refused to merge the job's pull request.
+	EventMergeRefused EventType = "merge_refused"
 )
 
 // EventTypes lists every event type.
@@ -631,6 +645,7 @@ var EventTypes = []EventType{
 	EventPreemptedBy, EventPreempted, EventPreemptAcknowledged, EventPreemptForced,
 	EventArtifactAdded, EventArtifactDeleted,
 	EventUsage, EventTrackerUpdated, EventEchoResend,
+	EventPROpened, EventPRUpdated, EventIteration, EventIterationCap, EventMergeRefused,
 }
 
 // EventID names the event seq of a job.

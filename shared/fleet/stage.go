@@ -162,6 +162,15 @@ var Transitions = []Rule{
 	{StageBuilding, StageCancelled, ActorSystem, LeaseRevoke, "cancel forced: not acknowledged within the grace"},
 	{StageReview, StageCancelled, ActorOperator, LeaseNone, "cancelled"},
 	{StageTesting, StageCancelled, ActorOperator, LeaseNone, "cancelled"},
+	// A delivered job's pull request (API.md "Pull requests"): a review
+	// asking for changes or a failing check sends it back for another
+	// iteration (review -> queued is the gate's own rejection above);
+	// closed unmerged it is cancelled; merged by anyone it is shipped.
+	{StageTesting, StageQueued, ActorSystem, LeaseNone, "the forge's feedback: another iteration"},
+	{StageReview, StageCancelled, ActorSystem, LeaseNone, "its pull request was closed"},
+	{StageTesting, StageCancelled, ActorSystem, LeaseNone, "its pull request was closed"},
+	{StageReview, StageShipped, ActorSystem, LeaseNone, "its pull request was merged"},
+	{StageTesting, StageShipped, ActorSystem, LeaseNone, "its pull request was merged"},
 }
 
 type transitionKey struct {

@@ -85,6 +85,12 @@ var legalMoves = map[move]fleet.LeaseEffect{
 	{fleet.StageBuilding, fleet.StageCancelled, fleet.ActorSystem}:  fleet.LeaseRevoke,
 	{fleet.StageReview, fleet.StageCancelled, fleet.ActorOperator}:  fleet.LeaseNone,
 	{fleet.StageTesting, fleet.StageCancelled, fleet.ActorOperator}: fleet.LeaseNone,
+	// The forge: feedback, a pull request closed, one merged.
+	{fleet.StageTesting, fleet.StageQueued, fleet.ActorSystem}:    fleet.LeaseNone,
+	{fleet.StageReview, fleet.StageCancelled, fleet.ActorSystem}:  fleet.LeaseNone,
+	{fleet.StageTesting, fleet.StageCancelled, fleet.ActorSystem}: fleet.LeaseNone,
+	{fleet.StageReview, fleet.StageShipped, fleet.ActorSystem}:    fleet.LeaseNone,
+	{fleet.StageTesting, fleet.StageShipped, fleet.ActorSystem}:   fleet.LeaseNone,
 }
 
 func TestTransitionTable(t *testing.T) {
@@ -409,6 +415,9 @@ func TestCheckJobTransitionGate(t *testing.T) {
 	throughGate := map[move]bool{
 		{fleet.StageReview, fleet.StageTesting, fleet.ActorSystem}:    true, // quorum reached
 		{fleet.StageTesting, fleet.StageShipped, fleet.ActorOperator}: true, // already past the gate
+		// Merged on the forge: the merge is the ship, whoever merged.
+		{fleet.StageReview, fleet.StageShipped, fleet.ActorSystem}:  true,
+		{fleet.StageTesting, fleet.StageShipped, fleet.ActorSystem}: true,
 	}
 	for m := range legalMoves {
 		t.Run(m.String(), func(t *testing.T) {

@@ -447,6 +447,25 @@ func (c *Service) GetProduct(ctx context.Context, productID string) (*fleet.Prod
 	return p, nil
 }
 
+// AllProducts reads every product (a cross-partition read: products are
+// few, and only a forge webhook naming a repository needs them all).
+func (c *Service) AllProducts(ctx context.Context) ([]*fleet.Product, error) {
+	items, err := c.k.QueryAll(ctx, store.Products, store.Query{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*fleet.Product, 0, len(items))
+	for _, it := range items {
+		p, err := kernel.Decode[fleet.Product](it)
+		if err != nil {
+			return nil, err
+		}
+		p.Rev = it.Rev
+		out = append(out, p)
+	}
+	return out, nil
+}
+
 // RepoInfo is one repo known to the fleet.
 type RepoInfo = view.RepoInfo
 

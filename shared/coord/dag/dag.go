@@ -31,23 +31,7 @@ type Lifecycle interface {
 
 // Move is a stage move dag asks of the lifecycle: the stage machine checks
 // it against Actor unless MayStay keeps the job where it is.
-type Move struct {
-	ProductID, JobID string
-	To               fleet.Stage
-	Actor            fleet.Actor
-	ActorID          string
-	// Event is the event's type; Message its text (the rule's own
-	// explanation when empty).
-	Event   fleet.EventType
-	Message string
-	// Guard may refuse the move; Effect changes more fields once the
-	// stage machine applied it.
-	Guard  func(j *fleet.Job) error
-	Effect func(j *fleet.Job)
-	// MayStay lets a job already in To stay: the move is then a recorded
-	// change of other fields (more children).
-	MayStay bool
-}
+type Move = kernel.Move
 
 // Service settles the jobs that wait on others.
 type Service struct {

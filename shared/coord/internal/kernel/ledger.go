@@ -85,6 +85,10 @@ var (
 	// SweepEcho keeps its mark against the echoes counter and until the
 	// earliest time an open state it saw is due (MarkQuietUntil).
 	SweepEcho = Sweep{"echo", LedgerEchoes}
+	// SweepForge keeps its mark against activity (a delivery that wants a
+	// pull request is a non-terminal job's write) and until the earliest
+	// retry it saw is due (MarkQuietUntil).
+	SweepForge = Sweep{"forge", LedgerActivity}
 )
 
 // Ledger is the stored document.

@@ -1,0 +1,531 @@
+// Package pulls puts delivered jobs into pull requests on their product's
+// forge and brings the forge's answers back (API.md "Pull requests"): a
+// delivery opens or updates the job's pull request, retried with a backoff
+// while the forge fails; a webhook's approval is a reviewer's vote, a
+// review asking for changes or a failing check sends the job back for
+// another iteration with the feedback, a close cancels it and a merge
+// ships it; an operator's ship merges it. coord's façade calls it.
+package pulls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
+	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/forge"
+	"github.com/gigafactory/fleet/shared/retry"
+	"github.com/gigafactory/fleet/shared/store"
+)
+
+// Lifecycle is what the pull-request use cases ask of the job lifecycle.
+type Lifecycle interface {
+	// Move applies m in one compare-and-swap with its event.
+	Move(ctx context.Context, m kernel.Move) (*fleet.Job, error)
+	// Vote casts reviewer's vote on head, as an operator's vote is.
+	Vote(ctx context.Context, productID, jobID, reviewer string, approve bool, head, comment string) (*fleet.Job, error)
+}
+
+// Products reads products: one (cached), and all (to find the product of
+// a forge repository a webhook names).
+type Products interface {
+	CachedProduct(ctx context.Context, id string) (*fleet.Product, error)
+	AllProducts(ctx context.Context) ([]*fleet.Product, error)
+}
+
+// Config tunes the forge work. Backoff is the wait after a failed sync,
+// doubling up to MaxBackoff; JobURL, when set, links the job from its pull
+// request's body.
+type Config struct {
+	Backoff, MaxBackoff time.Duration
+	JobURL              func(productID, jobID string) string
+}
+
+// Defaults.
+const (
+	DefaultBackoff    = 5 * time.Second
+	DefaultMaxBackoff = 10 * time.Minute
+	// FailingAfter is how many failed syncs in a row make the job's
+	// pull request an alert.
+	FailingAfter = 3
+)
+
+// Service is the pull-request use cases. It is safe for concurrent use.
+type Service struct {
+	k        *kernel.Kernel
+	cfg      Config
+	forge    forge.Forge
+	products Products
+	life     Lifecycle
+	kicks    sync.WaitGroup
+}
+
+// New builds the service; f may be nil (no forge configured): syncs then
+// fail, visibly, and are retried.
+func New(k *kernel.Kernel, cfg Config, f forge.Forge, products Products, life Lifecycle) *Service {
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = DefaultBackoff
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = DefaultMaxBackoff
+	}
+	return &Service{k: k, cfg: cfg, forge: f, products: products, life: life}
+}
+
+// Branch is a job's branch, the pull request's head.
+func Branch(jobID string) string { return "aq/job/" + jobID }
+
+// Marker is the line a job's pull request body carries.
+func Marker(jobID string) string { return "fleet-job: " + jobID }
+
+// Wants reports whether a delivery of j in product p wants a pull request:
+// p has a forge that maps j's repo.
+func Wants(p *fleet.Product, j *fleet.Job) bool {
+	return p != nil && p.Forge != nil && p.Forge.Repos[j.Repo] != ""
+}
+
+// MarkDelivered is the effect of a delivery that wants a pull request: the
+// sync is due now (in the same compare-and-swap as the delivery).
+func MarkDelivered(j *fleet.Job) {
+	j.ForgeDue = true
+	j.PRSync = &fleet.PRSync{}
+}
+
+// Kick syncs the job's pull request in the background, after the delivery
+// that asked for it was written; the sweep catches one that is lost.
+func (s *Service) Kick(productID, jobID string) {
+	s.kicks.Add(1)
+	go func() {
+		defer s.kicks.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := s.Sync(ctx, productID, jobID); err != nil {
+			s.k.Log.WarnContext(ctx, "pull request sync", "job", jobID, "err", err)
+		}
+	}()
+}
+
+// Wait waits for the kicks in flight (tests, shutdown).
+func (s *Service) Wait() { s.kicks.Wait() }
+
+// Sync opens or updates the job's pull request when it is due. A forge
+// failure is recorded on the job (attempts, the error, the next try), not
+// returned: the job is never blocked by it.
+func (s *Service) Sync(ctx context.Context, productID, jobID string) error {
+	j, err := s.k.GetJob(ctx, productID, jobID)
+	if errors.Is(err, fleet.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	now := s.k.Now()
+	if !j.ForgeDue || (j.PRSync != nil && j.PRSync.NextAttemptAt.After(now)) {
+		return nil
+	}
+	p, err := s.products.CachedProduct(ctx, productID)
+	if err != nil && !errors.Is(err, fleet.ErrNotFound) {
+		return err
+	}
+	if !Wants(p, j) {
+		// The forge was removed since the delivery: nothing to open.
+		_, err := s.k.MutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
+			if !j.ForgeDue {
+				return kernel.ErrNoChange
+			}
+			j.ForgeDue, j.PRSync = false, nil
+			return nil
+		})
+		return err
+	}
+	fr := p.Forge.Repos[j.Repo]
+	pr, created, ferr := s.ensure(ctx, p, j, fr)
+	ctx = context.WithoutCancel(ctx)
+	if ferr != nil {
+		return s.failed(ctx, j, ferr)
+	}
+	_, err = s.k.MutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
+		if !j.ForgeDue {
+			return kernel.ErrNoChange
+		}
+		j.ForgeDue, j.PRSync = false, nil
+		j.PullRequest = &fleet.PullRequest{Repo: fr, Number: pr.Number, URL: pr.URL, HeadSHA: pr.HeadSHA, State: fleet.PROpen}
+		j.UpdatedAt = s.k.Now()
+		ev := fleet.Event{Type: fleet.EventPRUpdated, Actor: fleet.ActorSystem, ActorID: "forge",
+			Message: fmt.Sprintf("pull request #%d updated (iteration %d): %s", pr.Number, j.CurrentIteration(), pr.URL)}
+		if created {
+			ev.Type, ev.Message = fleet.EventPROpened, fmt.Sprintf("pull request #%d opened: %s", pr.Number, pr.URL)
+		}
+		return s.k.RecordEvent(ctx, j, ev)
+	})
+	return err
+}
+
+func (s *Service) ensure(ctx context.Context, p *fleet.Product, j *fleet.Job, fr string) (forge.PullRequest, bool, error) {
+	if s.forge == nil {
+		return forge.PullRequest{}, false, &forge.Error{Kind: forge.KindAuth,
+			Message: "no forge client is configured (FLEET_GITHUB_TOKEN_FILE)"}
+	}
+	repo, err := forge.ParseRepo("forge.repos", fr)
+	if err != nil {
+		return forge.PullRequest{}, false, err
+	}
+	return s.forge.EnsurePullRequest(ctx, forge.PullRequestSpec{Repo: repo, Head: Branch(j.ID), Base: p.Forge.BaseBranch,
+		Title: j.Title, Body: s.body(j)})
+}
+
+// body is the pull request's text: the task, the iteration, a link to the
+// job and the marker.
+func (s *Service) body(j *fleet.Job) string {
+	var b strings.Builder
+	b.WriteString(strings.TrimSpace(j.Body))
+	b.WriteString("\n\n---\n")
+	if it := j.CurrentIteration(); it > 1 {
+		fmt.Fprintf(&b, "Iteration %d, after the feedback on the previous one.\n\n", it)
+	}
+	if s.cfg.JobURL != nil {
+		fmt.Fprintf(&b, "Job: %s\n\n", s.cfg.JobURL(j.ProductID, j.ID))
+	}
+	b.WriteString(Marker(j.ID))
+	b.WriteString("\n")
+	return b.String()
+}
+
+// failed records a failed sync and when to try again: the forge's
+// retry-after when it named one, else the backoff.
+func (s *Service) failed(ctx context.Context, j *fleet.Job, ferr error) error {
+	var fe *forge.Error
+	wait := time.Duration(0)
+	if errors.As(ferr, &fe) {
+		wait = fe.RetryAfter
+	}
+	_, err := s.k.MutateJob(ctx, j.ProductID, j.ID, func(j *fleet.Job) error {
+		if !j.ForgeDue {
+			return kernel.ErrNoChange
+		}
+		st := fleet.PRSync{}
+		if j.PRSync != nil {
+			st = *j.PRSync
+		}
+		st.Attempts++
+		st.LastError = fleet.SanitizeText(ferr.Error(), 500)
+		st.NextAttemptAt = s.k.Now().Add(max(wait, retry.Policy{Initial: s.cfg.Backoff, Max: s.cfg.MaxBackoff}.Delay(st.Attempts)))
+		j.PRSync = &st
+		return nil
+	})
+	s.k.Log.WarnContext(ctx, "the forge failed; the pull request sync backs off", "job", j.ID, "err", ferr)
+	return err
+}
+
+// Sweep re-drives every sync that is due and returns how many ran. Idle, a
+// tick is one point read of the ledger: a scan that found nothing due marks
+// the sweep quiet until the earliest retry it saw.
+func (s *Service) Sweep(ctx context.Context) (int, error) {
+	skip, view, err := s.k.Quiet(ctx, kernel.SweepForge)
+	if err != nil || skip {
+		return 0, err
+	}
+	due, err := s.k.QueryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("forgeDue", true)}})
+	if err != nil {
+		return 0, err
+	}
+	now := s.k.Now()
+	var next time.Time
+	n := 0
+	var errs []error
+	for _, j := range due {
+		if j.PRSync != nil && j.PRSync.NextAttemptAt.After(now) {
+			if next.IsZero() || j.PRSync.NextAttemptAt.Before(next) {
+				next = j.PRSync.NextAttemptAt
+			}
+			continue
+		}
+		n++
+		if err := s.Sync(ctx, j.ProductID, j.ID); err != nil {
+			errs = append(errs, fmt.Errorf("job %s: %w", j.ID, err))
+		}
+	}
+	if n == 0 {
+		s.k.MarkQuietUntil(ctx, view, next)
+	}
+	return n, errors.Join(errs...)
+}
+
+// Delivery names one webhook delivery: its id and the digest of its body.
+// Either seen before makes it a no-op (a redelivery keeps the id; a
+// replay keeps the body).
+type Delivery struct{ ID, Digest string }
+
+func (d Delivery) keys() []string {
+	var ks []string
+	if d.ID != "" {
+		ks = append(ks, "id:"+d.ID)
+	}
+	if d.Digest != "" {
+		ks = append(ks, "sha256:"+d.Digest)
+	}
+	return ks
+}
+
+// Outcome says what a webhook delivery did.
+type Outcome string
+
+const (
+	Applied Outcome = "applied"
+	// Ignored: nothing of the fleet's (another repository, a branch that
+	// is no job's, an event for another head) or nothing to do.
+	Ignored   Outcome = "ignored"
+	Duplicate Outcome = "duplicate"
+)
+
+// errDuplicate refuses a move for a delivery already applied.
+var errDuplicate = errors.New("delivery already applied")
+
+// Apply acts on a verified webhook event. It says what it did and why.
+func (s *Service) Apply(ctx context.Context, ev forge.Event, d Delivery) (Outcome, string, error) {
+	all, err := s.products.AllProducts(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	p, _, ok := fleet.ProductFor(all, ev.Repo.String())
+	if !ok {
+		return Ignored, fmt.Sprintf("no product's forge maps %s", ev.Repo), nil
+	}
+	jobID, ok := strings.CutPrefix(ev.HeadRef, "aq/job/")
+	if !ok || fleet.ValidateName("jobId", jobID) != nil {
+		return Ignored, fmt.Sprintf("branch %q is no job's", ev.HeadRef), nil
+	}
+	j, err := s.k.GetJob(ctx, p.ID, jobID)
+	if errors.Is(err, fleet.ErrNotFound) {
+		return Ignored, "no job " + jobID + " in product " + p.ID, nil
+	}
+	if err != nil {
+		return "", "", err
+	}
+	pr := j.PullRequest
+	if pr == nil || (ev.Number != 0 && ev.Number != pr.Number) {
+		return Ignored, "job " + jobID + " has no such pull request", nil
+	}
+	if slices.ContainsFunc(d.keys(), func(k string) bool { return slices.Contains(j.ForgeDeliveries, k) }) {
+		return Duplicate, "delivery already applied", nil
+	}
+	switch ev.Kind {
+	case forge.EventMerged:
+		return s.move(ctx, p, j, d, fleet.StageShipped, fleet.EventShip, "pull request #%d merged on the forge", func(j *fleet.Job) {
+			j.PullRequest.State = fleet.PRMerged
+		})
+	case forge.EventClosed:
+		return s.move(ctx, p, j, d, fleet.StageCancelled, fleet.EventCancel, "pull request #%d closed without a merge", func(j *fleet.Job) {
+			j.PullRequest.State = fleet.PRClosed
+		})
+	}
+	if ev.HeadSHA != "" && ev.HeadSHA != pr.HeadSHA {
+		return Ignored, fmt.Sprintf("%s is about %.12s, not the pull request's head %.12s", ev.Kind, ev.HeadSHA, pr.HeadSHA), nil
+	}
+	switch ev.Kind {
+	case forge.EventApproved:
+		if j.Stage != fleet.StageReview || j.Review == nil {
+			return Ignored, "job " + jobID + " awaits no review vote (" + string(j.Stage) + ")", nil
+		}
+		reviewer := p.Forge.ReviewerOf(ev.Author)
+		after, err := s.life.Vote(ctx, p.ID, j.ID, reviewer, true, j.Review.Head, fleet.SanitizeText(ev.Body, fleet.MaxReviewCommentLen))
+		if err != nil {
+			if c := fleet.CodeOf(err); c == fleet.CodeForbidden || c == fleet.CodeConflict {
+				return Ignored, err.Error(), nil
+			}
+			return "", "", err
+		}
+		msg := reviewer + " approved"
+		if merged, why := s.autoMerge(ctx, p, after); merged || why != "" {
+			msg += "; " + why
+		}
+		return Applied, msg, nil
+	case forge.EventChecksPassed:
+		if merged, why := s.autoMerge(ctx, p, j); merged {
+			return Applied, why, nil
+		} else if why != "" {
+			return Ignored, why, nil
+		}
+		return Ignored, "checks passed; nothing to merge", nil
+	case forge.EventChangesRequested, forge.EventCheckFailed:
+		return s.iterate(ctx, p, j, ev, d)
+	}
+	return Ignored, "nothing to do for " + string(ev.Kind), nil
+}
+
+// move is a stage move a webhook asks for, recorded with its delivery.
+func (s *Service) move(ctx context.Context, p *fleet.Product, j *fleet.Job, d Delivery, to fleet.Stage, event fleet.EventType,
+	format string, effect func(j *fleet.Job)) (Outcome, string, error) {
+	if j.Stage.Terminal() {
+		return Ignored, "job " + j.ID + " is " + string(j.Stage) + " already", nil
+	}
+	msg := fmt.Sprintf(format, j.PullRequest.Number)
+	_, err := s.life.Move(ctx, kernel.Move{ProductID: p.ID, JobID: j.ID, To: to, Actor: fleet.ActorSystem, ActorID: "forge",
+		Event: event, Message: msg, Guard: s.guard(d), Effect: func(j *fleet.Job) {
+			j.SeenDelivery(d.keys()...)
+			j.ForgeDue, j.PRSync = false, nil
+			effect(j)
+		}})
+	return s.outcome(err, msg)
+}
+
+func (s *Service) guard(d Delivery) func(j *fleet.Job) error {
+	return func(j *fleet.Job) error {
+		if slices.ContainsFunc(d.keys(), func(k string) bool { return slices.Contains(j.ForgeDeliveries, k) }) {
+			return errDuplicate
+		}
+		if j.PullRequest == nil {
+			return fleet.Errorf(fleet.CodeConflict, "job %s has no pull request", j.ID)
+		}
+		return nil
+	}
+}
+
+func (s *Service) outcome(err error, msg string) (Outcome, string, error) {
+	switch {
+	case errors.Is(err, errDuplicate):
+		return Duplicate, "delivery already applied", nil
+	case errors.Is(err, fleet.ErrConflict):
+		// The job moved on meanwhile (an illegal move now): nothing to do.
+		return Ignored, err.Error(), nil
+	case err != nil:
+		return "", "", err
+	}
+	return Applied, msg, nil
+}
+
+// iterate sends a delivered job back for another iteration with the
+// feedback, or, past the product's cap, keeps it where it is and says so.
+func (s *Service) iterate(ctx context.Context, p *fleet.Product, j *fleet.Job, ev forge.Event, d Delivery) (Outcome, string, error) {
+	if j.Stage != fleet.StageReview && j.Stage != fleet.StageTesting {
+		return Ignored, "job " + j.ID + " is " + string(j.Stage) + ", not delivered", nil
+	}
+	next := j.CurrentIteration() + 1
+	if ev.At.IsZero() {
+		ev.At = s.k.Now()
+	}
+	fb := feedbackOf(ev, next)
+	if next > p.Forge.MaxIterations {
+		msg := fmt.Sprintf("iteration %d would pass the product's cap of %d: the job waits for a person", next, p.Forge.MaxIterations)
+		_, err := s.life.Move(ctx, kernel.Move{ProductID: p.ID, JobID: j.ID, To: j.Stage, MayStay: true, Actor: fleet.ActorSystem,
+			ActorID: "forge", Event: fleet.EventIterationCap, Message: msg, Guard: s.guard(d), Effect: func(j *fleet.Job) {
+				j.SeenDelivery(d.keys()...)
+				j.AddFeedback(fleet.Feedback(fb))
+			}})
+		return s.outcome(err, msg)
+	}
+	msg := fmt.Sprintf("iteration %d: %s", next, fb.summary())
+	_, err := s.life.Move(ctx, kernel.Move{ProductID: p.ID, JobID: j.ID, To: fleet.StageQueued, Actor: fleet.ActorSystem, ActorID: "forge",
+		Event: fleet.EventIteration, Message: msg, Guard: s.guard(d), Effect: func(j *fleet.Job) {
+			j.SeenDelivery(d.keys()...)
+			j.AddFeedback(fleet.Feedback(fb))
+			// No attempt spent: the work was delivered; a person or a
+			// check asked for more.
+			j.Iteration = next
+			j.NotBefore = time.Time{}
+			j.ForgeDue, j.PRSync = false, nil
+		}})
+	return s.outcome(err, msg)
+}
+
+type feedback fleet.Feedback
+
+func (f feedback) summary() string {
+	if f.Source == fleet.FeedbackCheck {
+		return "check " + f.Name + " failed"
+	}
+	return f.Author + " asked for changes"
+}
+
+// feedbackOf is the feedback an event carries, for iteration it.
+func feedbackOf(ev forge.Event, it int) feedback {
+	fb := fleet.Feedback{Iteration: it, Author: ev.Author, URL: ev.URL, At: ev.At}
+	if ev.Kind == forge.EventCheckFailed {
+		fb.Source, fb.Name = fleet.FeedbackCheck, ev.Name
+		var parts []string
+		for _, p := range []string{ev.Title, ev.Summary, ev.Text} {
+			if strings.TrimSpace(p) != "" {
+				parts = append(parts, strings.TrimSpace(p))
+			}
+		}
+		fb.Body = strings.Join(parts, "\n\n")
+	} else {
+		fb.Source, fb.Body = fleet.FeedbackReview, ev.Body
+	}
+	return feedback(fb)
+}
+
+// Merge merges the open pull request of j (an operator's ship, or
+// autoMerge) at the head the fleet saw, with the product's method, and
+// deletes its branch. A refusal (not mergeable, head moved, protection) is
+// a conflict carrying the forge's reason, recorded on the job as
+// merge_refused; the job stays where it is.
+func (s *Service) Merge(ctx context.Context, p *fleet.Product, j *fleet.Job, actorID string) error {
+	pr := j.PullRequest
+	if s.forge == nil {
+		return fleet.Errorf(fleet.CodeUnavailable, "job %s has pull request #%d, but no forge client is configured (FLEET_GITHUB_TOKEN_FILE) to merge it", j.ID, pr.Number)
+	}
+	repo, err := forge.ParseRepo("forge.repos", pr.Repo)
+	if err != nil {
+		return err
+	}
+	_, merr := s.forge.Merge(ctx, repo, pr.Number, p.Forge.MergeMethod, pr.HeadSHA)
+	if merr == nil {
+		if err := s.forge.DeleteBranch(ctx, repo, Branch(j.ID)); err != nil {
+			s.k.Log.WarnContext(ctx, "delete a merged job's branch", "job", j.ID, "err", err)
+		}
+		return nil
+	}
+	reason := merr.Error()
+	var fe *forge.Error
+	if errors.As(merr, &fe) && fe.Message != "" {
+		reason = fe.Message
+	}
+	msg := fmt.Sprintf("the forge refused to merge pull request #%d: %s", pr.Number, reason)
+	ctx = context.WithoutCancel(ctx)
+	if _, err := s.life.Move(ctx, kernel.Move{ProductID: j.ProductID, JobID: j.ID, To: j.Stage, MayStay: true, Actor: fleet.ActorSystem,
+		ActorID: actorID, Event: fleet.EventMergeRefused, Message: msg}); err != nil {
+		s.k.Log.WarnContext(ctx, "record a refused merge", "job", j.ID, "err", err)
+	}
+	if forge.Retryable(merr) {
+		return fleet.Errorf(fleet.CodeUnavailable, "%s", msg)
+	}
+	return fleet.Errorf(fleet.CodeConflict, "%s", msg)
+}
+
+// autoMerge merges and ships j when its product says autoMerge, its review
+// quorum is met (it is in testing) and every check on its head completed
+// green. It says whether it merged, or why not when that is news.
+func (s *Service) autoMerge(ctx context.Context, p *fleet.Product, j *fleet.Job) (bool, string) {
+	if !p.Forge.AutoMerge || j.Stage != fleet.StageTesting || j.PullRequest == nil || j.PullRequest.State != fleet.PROpen || s.forge == nil {
+		return false, ""
+	}
+	repo, err := forge.ParseRepo("forge.repos", j.PullRequest.Repo)
+	if err != nil {
+		return false, err.Error()
+	}
+	checks, err := s.forge.Checks(ctx, repo, j.PullRequest.HeadSHA)
+	if err != nil {
+		return false, "checks not read: " + err.Error()
+	}
+	for _, c := range checks {
+		if !c.Completed || c.Failing() {
+			return false, "waiting for check " + c.Name
+		}
+	}
+	if err := s.Merge(ctx, p, j, "forge"); err != nil {
+		return false, err.Error()
+	}
+	msg := fmt.Sprintf("pull request #%d merged (autoMerge)", j.PullRequest.Number)
+	if _, err := s.life.Move(context.WithoutCancel(ctx), kernel.Move{ProductID: j.ProductID, JobID: j.ID, To: fleet.StageShipped,
+		Actor: fleet.ActorSystem, ActorID: "forge", Event: fleet.EventShip, Message: msg,
+		Effect: func(j *fleet.Job) { j.PullRequest.State = fleet.PRMerged }}); err != nil {
+		return true, msg + ", but the ship was not recorded: " + err.Error()
+	}
+	return true, msg
+}

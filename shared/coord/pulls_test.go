@@ -1,0 +1,247 @@
+package coord_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+	"github.com/gigafactory/fleet/shared/coord/pulls"
+	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/forge"
+	"github.com/gigafactory/fleet/shared/forge/github"
+	"github.com/gigafactory/fleet/shared/forge/github/githubtest"
+)
+
+// forgeEnv is an env whose coordinator talks to a GitHub double through
+// the GitHub adapter, with product p1 mapping repo notes to acme/notes.
+func forgeEnv(t *testing.T, cfg fleet.ForgeConfig) (*env, *githubtest.Server) {
+	t.Helper()
+	double := githubtest.New(func() time.Time { return t0 }, githubtest.Repo{Owner: "acme", Name: "notes"})
+	srv := httptest.NewServer(double.Handler())
+	t.Cleanup(srv.Close)
+	gh, err := github.New(github.Config{APIURL: srv.URL, Token: "ghp_test"})
+	require.NoError(t, err)
+	e := newEnv(t, withDeps(func(d *coord.Deps) {
+		d.Forge = gh
+		d.JobURL = func(p, id string) string { return "http://console.test/#/jobs/" + id }
+	}))
+	cfg.Repos = map[string]string{repo: "acme/notes"}
+	_, err = e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Repos: []string{repo}, Forge: &catalog.ForgeChange{Config: cfg}})
+	require.NoError(t, err)
+	e.factory("f1")
+	return e, double
+}
+
+// deliver claims the job on f1 and delivers it for review at head.
+func (e *env) deliverPR(id, head string) *fleet.Job {
+	e.t.Helper()
+	cl := e.claim("f1")
+	require.Equal(e.t, id, cl.Job.ID)
+	_, err := e.c.Patch(e.ctx, "f1", prod, id, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
+	require.NoError(e.t, err)
+	_, err = e.c.Patch(e.ctx, "f1", prod, id, coord.PatchRequest{Stage: fleet.StageReview, LeaseEpoch: cl.LeaseEpoch, Checkpoint: &head})
+	require.NoError(e.t, err)
+	e.c.WaitForge()
+	return e.job(id)
+}
+
+// hook parses a double's delivery and applies it as the webhook route does.
+func (e *env) hook(d githubtest.Delivery) (pulls.Outcome, string) {
+	e.t.Helper()
+	ev, err := github.Parse(d.Event, d.Payload)
+	require.NoError(e.t, err)
+	sum := sha256.Sum256(d.Payload)
+	out, why, err := e.c.ForgeWebhook(e.ctx, ev, pulls.Delivery{ID: d.ID, Digest: hex.EncodeToString(sum[:])})
+	require.NoError(e.t, err)
+	return out, why
+}
+
+// TestPullRequestLoop: a delivery opens the job's pull request; a review
+// asking for changes and a failing check each send it back for another
+// iteration on the same pull request, with the feedback and no attempt
+// spent; a redelivered webhook changes nothing; past the cap the job stays
+// in review; an approval by the mapped login is the reviewer's vote; ship
+// merges with the product's method at the reviewed head and deletes the
+// branch.
+func TestPullRequestLoop(t *testing.T) {
+	t.Parallel()
+	e, double := forgeEnv(t, fleet.ForgeConfig{MaxIterations: 3, MergeMethod: fleet.MergeRebase,
+		Reviewers: map[string]string{"alice-gh": "alice"}})
+	j := e.submit("review: {reviewers: [alice], quorum: 1}", "title: Fix the login redirect")
+
+	got := e.deliverPR(j.ID, "aq/job/"+j.ID+"@1111")
+	require.NotNil(t, got.PullRequest, "the delivery opened the pull request")
+	require.Equal(t, 1, got.PullRequest.Number)
+	require.Equal(t, "acme/notes", got.PullRequest.Repo)
+	require.False(t, got.ForgeDue)
+	require.Nil(t, got.PRSync)
+	pr := double.Pulls()[0]
+	require.Equal(t, "aq/job/"+j.ID, pr.Head)
+	require.Equal(t, "Fix the login redirect", pr.Title)
+	require.Contains(t, pr.Body, "Do the thing.")
+	require.Contains(t, pr.Body, "fleet-job: "+j.ID)
+	require.Contains(t, pr.Body, "http://console.test/#/jobs/"+j.ID)
+	require.Contains(t, eventTypes(e.events(j.ID)), string(fleet.EventPROpened))
+
+	// Changes requested: iteration 2, the comment as feedback.
+	d := double.Review(1, "alice-gh", "changes_requested", "Add a test for the redirect.")
+	out, why := e.hook(d)
+	require.Equal(t, pulls.Applied, out, why)
+	got = e.job(j.ID)
+	require.Equal(t, fleet.StageQueued, got.Stage)
+	require.Equal(t, 2, got.Iteration)
+	require.Equal(t, 0, got.Attempts, "an iteration spends no attempt")
+	require.Len(t, got.Feedback, 1)
+	require.Equal(t, fleet.Feedback{Iteration: 2, Source: fleet.FeedbackReview, Author: "alice-gh", Body: "Add a test for the redirect.",
+		URL: got.Feedback[0].URL, At: t0}, got.Feedback[0])
+	seq := got.EventSeq
+	out, _ = e.hook(d)
+	require.Equal(t, pulls.Duplicate, out, "a redelivery")
+	require.Equal(t, seq, e.job(j.ID).EventSeq, "changed nothing")
+
+	// Iteration 2 delivered: the same pull request, updated, at a new head.
+	double.Push("acme/notes", "aq/job/"+j.ID, strings.Repeat("2", 40))
+	got = e.deliverPR(j.ID, "aq/job/"+j.ID+"@2222")
+	require.Equal(t, 1, got.PullRequest.Number)
+	require.Equal(t, strings.Repeat("2", 40), got.PullRequest.HeadSHA)
+	require.Len(t, double.Pulls(), 1, "no second pull request")
+	require.Contains(t, double.Pulls()[0].Body, "Iteration 2")
+	require.Contains(t, eventTypes(e.events(j.ID)), string(fleet.EventPRUpdated))
+	stale := double.Review(1, "alice-gh", "approved", "") // of head 2222…, applied later
+
+	// A failing check: iteration 3 with the check's output.
+	out, why = e.hook(double.CheckRun(1, githubtest.Check{Name: "ci", Conclusion: "failure", Title: "1 test failed",
+		Summary: "TestRedirect failed", Text: "--- FAIL: TestRedirect"}))
+	require.Equal(t, pulls.Applied, out, why)
+	got = e.job(j.ID)
+	require.Equal(t, 3, got.Iteration)
+	fb := got.Feedback[1]
+	require.Equal(t, fleet.FeedbackCheck, fb.Source)
+	require.Equal(t, "ci", fb.Name)
+	require.Equal(t, "1 test failed\n\nTestRedirect failed\n\n--- FAIL: TestRedirect", fb.Body)
+
+	// Past the cap (3): the job stays in review for a person.
+	double.Push("acme/notes", "aq/job/"+j.ID, strings.Repeat("3", 40))
+	e.deliverPR(j.ID, "aq/job/"+j.ID+"@3333")
+	out, why = e.hook(double.Review(1, "alice-gh", "changes_requested", "One more thing."))
+	require.Equal(t, pulls.Applied, out, why)
+	got = e.job(j.ID)
+	require.Equal(t, fleet.StageReview, got.Stage)
+	require.Equal(t, 3, got.Iteration)
+	require.Contains(t, eventTypes(e.events(j.ID)), string(fleet.EventIterationCap))
+
+	// An approval of an old head is not a vote on this one.
+	out, _ = e.hook(stale)
+	require.Equal(t, pulls.Ignored, out)
+	require.Equal(t, fleet.StageReview, e.job(j.ID).Stage)
+
+	// The named reviewer's approval of the head: quorum, testing.
+	out, why = e.hook(double.Review(1, "alice-gh", "approved", "LGTM"))
+	require.Equal(t, pulls.Applied, out, why)
+	got = e.job(j.ID)
+	require.Equal(t, fleet.StageTesting, got.Stage)
+	require.Equal(t, "alice", got.Review.Votes[0].Reviewer)
+
+	// A merge the forge refuses keeps the job in testing with its reason.
+	double.SetUnmergeable(1, "Required status check \"ci\" is failing.")
+	_, err := e.c.Act(e.ctx, "ops", prod, j.ID, coord.ActionShip, "")
+	require.ErrorIs(t, err, fleet.ErrConflict)
+	require.Contains(t, err.Error(), "Required status check")
+	require.Equal(t, fleet.StageTesting, e.job(j.ID).Stage)
+	require.Contains(t, eventTypes(e.events(j.ID)), string(fleet.EventMergeRefused))
+
+	double.SetUnmergeable(1, "")
+	got, err = e.c.Act(e.ctx, "ops", prod, j.ID, coord.ActionShip, "")
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageShipped, got.Stage)
+	require.Equal(t, fleet.PRMerged, got.PullRequest.State)
+	merged := double.Pulls()[0]
+	require.True(t, merged.Merged)
+	require.Equal(t, "rebase", merged.MergeMethod, "the product's method")
+	require.Equal(t, []string{"acme/notes:aq/job/" + j.ID}, double.Deleted())
+}
+
+// TestPullRequestClosedAndMerged: a pull request closed without a merge
+// cancels its job; one merged on the forge by anyone ships it.
+func TestPullRequestClosedAndMerged(t *testing.T) {
+	t.Parallel()
+	e, double := forgeEnv(t, fleet.ForgeConfig{})
+	a := e.submit("title: a")
+	e.deliverPR(a.ID, "aq/job/"+a.ID+"@1")
+	out, why := e.hook(double.Closed(1, false))
+	require.Equal(t, pulls.Applied, out, why)
+	require.Equal(t, fleet.StageCancelled, e.job(a.ID).Stage)
+	require.Equal(t, fleet.PRClosed, e.job(a.ID).PullRequest.State)
+
+	b := e.submit("title: b")
+	e.deliverPR(b.ID, "aq/job/"+b.ID+"@1")
+	out, why = e.hook(double.Closed(2, true))
+	require.Equal(t, pulls.Applied, out, why)
+	require.Equal(t, fleet.StageShipped, e.job(b.ID).Stage)
+	out, _ = e.hook(double.Closed(2, true))
+	require.Equal(t, pulls.Duplicate, out, "the same merge again")
+}
+
+// TestPullRequestForgeFails: a forge that fails never blocks the job: the
+// failure is recorded with its backoff, the sweep retries when due, and
+// the pull request opens once the forge answers.
+func TestPullRequestForgeFails(t *testing.T) {
+	t.Parallel()
+	double := githubtest.New(func() time.Time { return t0 }, githubtest.Repo{Owner: "acme", Name: "notes"})
+	srv := httptest.NewServer(double.Handler())
+	t.Cleanup(srv.Close)
+	gh, err := github.New(github.Config{APIURL: srv.URL + "/down", Token: "ghp_test"})
+	require.NoError(t, err)
+	var live forge.Forge = gh
+	e := newEnv(t, withDeps(func(d *coord.Deps) { d.Forge = &switchable{f: &live} }))
+	_, err = e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Repos: []string{repo},
+		Forge: &catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}}}})
+	require.NoError(t, err)
+	e.factory("f1")
+	j := e.submit()
+	got := e.deliverPR(j.ID, "aq/job/"+j.ID+"@1")
+	require.Equal(t, fleet.StageReview, got.Stage, "delivered whatever the forge does")
+	require.True(t, got.ForgeDue)
+	require.Equal(t, 1, got.PRSync.Attempts)
+	require.NotEmpty(t, got.PRSync.LastError)
+	require.True(t, got.PRSync.NextAttemptAt.After(t0))
+
+	n, err := e.c.ForgeSweep(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 0, n, "not due yet")
+
+	fixed, err := github.New(github.Config{APIURL: srv.URL, Token: "ghp_test"})
+	require.NoError(t, err)
+	live = fixed
+	e.clock.Advance(time.Minute)
+	n, err = e.c.ForgeSweep(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	got = e.job(j.ID)
+	require.False(t, got.ForgeDue)
+	require.Equal(t, 1, got.PullRequest.Number)
+}
+
+// switchable is a forge whose adapter the test swaps.
+type switchable struct{ f *forge.Forge }
+
+func (s *switchable) EnsurePullRequest(ctx context.Context, spec forge.PullRequestSpec) (forge.PullRequest, bool, error) {
+	return (*s.f).EnsurePullRequest(ctx, spec)
+}
+func (s *switchable) Merge(ctx context.Context, r forge.Repo, n int, m forge.MergeMethod, sha string) (string, error) {
+	return (*s.f).Merge(ctx, r, n, m, sha)
+}
+func (s *switchable) DeleteBranch(ctx context.Context, r forge.Repo, b string) error {
+	return (*s.f).DeleteBranch(ctx, r, b)
+}
+func (s *switchable) Checks(ctx context.Context, r forge.Repo, ref string) ([]forge.Check, error) {
+	return (*s.f).Checks(ctx, r, ref)
+}
