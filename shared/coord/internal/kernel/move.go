@@ -9,10 +9,10 @@ type Move struct {
 	ProductID, JobID string
 	// To is the target stage; Decide, when set, picks it instead from the
 	// job as read on each CAS attempt.
-	To               fleet.Stage
-	Decide           func(j *fleet.Job) fleet.Stage
-	Actor            fleet.Actor
-	ActorID          string
+	To      fleet.Stage
+	Decide  func(j *fleet.Job) fleet.Stage
+	Actor   fleet.Actor
+	ActorID string
 	// Event is the event's type; Message its text (the rule's own
 	// explanation when empty).
 	Event   fleet.EventType
