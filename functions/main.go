@@ -20,6 +20,7 @@ import (
 	"github.com/gigafactory/fleet/functions/dispatch"
 	"github.com/gigafactory/fleet/functions/echo"
 	"github.com/gigafactory/fleet/functions/echosweep"
+	"github.com/gigafactory/fleet/functions/forgesweep"
 	"github.com/gigafactory/fleet/functions/gcsweep"
 	"github.com/gigafactory/fleet/functions/prune"
 	"github.com/gigafactory/fleet/functions/reaper"
@@ -95,6 +96,7 @@ func functions(a *app.App) map[string]funchost.Func {
 		redispatch.Name: redispatch.Func(a.Coord, log),
 		gcsweep.Name:    gcsweep.Func(a.Coord, log),
 		prune.Name:      prune.Func(a.Coord, log),
+		forgesweep.Name: forgesweep.Func(a.Coord, log),
 		echo.Name:       echo.Func(a.Coord, log),
 		echosweep.Name:  echosweep.Func(a.Coord, log),
 	}

@@ -51,6 +51,7 @@ locals {
     FLEET_ECHO_SCHEDULE       = var.echo_schedule
     FLEET_PRUNE_SCHEDULE      = var.prune_schedule
     FLEET_PRUNE_AFTER         = var.prune_after
+    FLEET_FORGE_SCHEDULE      = var.forge_schedule
     FLEET_LEASE_TTL           = var.lease_ttl
     FLEET_REDISPATCH_AFTER    = var.redispatch_after
 

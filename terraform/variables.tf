@@ -343,6 +343,16 @@ variable "prune_schedule" {
   }
 }
 
+variable "forge_schedule" {
+  description = "NCRONTAB of the forge sweep timer, which retries pull request syncs the forge failed once their backoff is over (FLEET_FORGE_SCHEDULE)."
+  type        = string
+  default     = "*/10 * * * * *"
+  validation {
+    condition     = length(split(" ", trimspace(var.forge_schedule))) == 6
+    error_message = "forge_schedule must be an NCRONTAB expression with six fields (seconds first)."
+  }
+}
+
 variable "prune_after" {
   description = "How long a static factory may stay silent (and hold no lease) before the prune timer deregisters it, a Go duration (FLEET_PRUNE_AFTER). Elastic pools are never pruned."
   type        = string

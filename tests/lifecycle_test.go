@@ -94,7 +94,7 @@ func TestHostStatus(t *testing.T) {
 		return st.Feeds["dispatch"].Documents >= 1
 	})
 	require.Equal(t, "Running", st.State)
-	require.ElementsMatch(t, []string{"api", "dispatch", "echo", "echosweep", "gcsweep", "prune", "reaper", "redispatch"}, st.Functions)
+	require.ElementsMatch(t, []string{"api", "dispatch", "echo", "echosweep", "forgesweep", "gcsweep", "prune", "reaper", "redispatch"}, st.Functions)
 	require.Positive(t, st.Handler.PID)
 	require.Equal(t, "fleet_jobs", st.Feeds["dispatch"].Container)
 	require.Positive(t, st.Store.FeedReads)

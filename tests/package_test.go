@@ -51,7 +51,7 @@ func TestPackageZipLayout(t *testing.T) {
 	for _, f := range folders {
 		names = append(names, filepath.Base(filepath.Dir(f)))
 	}
-	require.ElementsMatch(t, []string{"api", "dispatch", "echo", "echosweep", "gcsweep", "prune", "reaper", "redispatch"}, names, "the app's functions")
+	require.ElementsMatch(t, []string{"api", "dispatch", "echo", "echosweep", "forgesweep", "gcsweep", "prune", "reaper", "redispatch"}, names, "the app's functions")
 
 	for _, f := range folders {
 		name := filepath.Base(filepath.Dir(f)) + "/function.json"

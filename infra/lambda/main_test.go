@@ -393,7 +393,7 @@ func TestScheduledEvents(t *testing.T) {
 		_, err := run(t, scheduled("fleet-nightly", now))
 		require.ErrorIs(t, err, errUnsupported)
 		require.ErrorContains(t, err, `"nightly"`)
-		require.ErrorContains(t, err, "echosweep, gcsweep, prune, reaper, redispatch")
+		require.ErrorContains(t, err, "echosweep, forgesweep, gcsweep, prune, reaper, redispatch")
 	})
 }
 

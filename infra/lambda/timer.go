@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/gigafactory/fleet/functions/echosweep"
+	"github.com/gigafactory/fleet/functions/forgesweep"
 	"github.com/gigafactory/fleet/functions/gcsweep"
 	"github.com/gigafactory/fleet/functions/prune"
 	"github.com/gigafactory/fleet/functions/reaper"
@@ -46,6 +47,7 @@ func timerFuncs(c *coord.Coordinator, log *slog.Logger) map[string]funchost.Func
 		gcsweep.Name:    gcsweep.Func(c, log),
 		echosweep.Name:  echosweep.Func(c, log),
 		prune.Name:      prune.Func(c, log),
+		forgesweep.Name: forgesweep.Func(c, log),
 	}
 }
 

@@ -71,3 +71,10 @@ const HeaderIngestOutcome = "X-Fleet-Ingest"
 type ResendRequest struct {
 	JobID string `json:"jobId"`
 }
+
+// ForgeDelivery is the answer to a forge webhook delivery: what it did
+// (applied, ignored or duplicate) and why.
+type ForgeDelivery struct {
+	Outcome string `json:"outcome"`
+	Message string `json:"message"`
+}

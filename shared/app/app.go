@@ -4,6 +4,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +26,7 @@ import (
 	"github.com/gigafactory/fleet/shared/console"
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/forge/github"
 	"github.com/gigafactory/fleet/shared/httpapi"
 	"github.com/gigafactory/fleet/shared/store/cosmos"
 	"github.com/gigafactory/fleet/shared/store/sqlite"
@@ -143,6 +146,10 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger, opts ...Option
 		return nil, err
 	}
 	deps := coord.Deps{Store: a.Store, Clock: clock.System{}, Log: log, Metrics: metrics, Blobs: blobs, Webhook: webhook.New(hook)}
+	ghSecret, err := forgeDeps(l, &deps)
+	if err != nil {
+		return nil, err
+	}
 	tr, err := openBus(ctx, l, cfg, log)
 	if err != nil {
 		return nil, err
@@ -163,12 +170,56 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger, opts ...Option
 	// the API (Functions app, local stack, Lambda) serves it at /api/console/.
 	api := o.api
 	api.OperatorTokens, api.Logger = tokens, log
+	if api.GitHubWebhookSecret == nil {
+		api.GitHubWebhookSecret = ghSecret
+	}
 	if api.MaxStreamsPerPrincipal, api.MaxStreams, err = streamCaps(l); err != nil {
 		return nil, err
 	}
 	a.API = console.Mount(httpapi.New(a.Coord, api))
 	ok = true
 	return a, nil
+}
+
+// forgeDeps reads the GitHub settings: the client the coordinator opens
+// and merges pull requests with (when a token file is set), the link to a
+// job's console page, and the webhook secret it returns for the API.
+func forgeDeps(l config.Lookup, deps *coord.Deps) ([]byte, error) {
+	if path := l.Get(config.GitHubTokenFile); path != "" {
+		token, err := readSecretFile(config.GitHubTokenFile, path)
+		if err != nil {
+			return nil, err
+		}
+		gh, err := github.New(github.Config{APIURL: l.Get(config.GitHubAPIURL), Token: string(token)})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", config.GitHubAPIURL, err)
+		}
+		deps.Forge = gh
+	}
+	if base := strings.TrimRight(l.Get(config.PublicURL), "/"); base != "" {
+		if u, err := url.Parse(base); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return nil, fmt.Errorf("%s: %q is not an absolute http(s) URL", config.PublicURL, base)
+		}
+		deps.JobURL = func(_, jobID string) string { return base + "/api/console/#/job/" + url.PathEscape(jobID) }
+	}
+	if path := l.Get(config.GitHubSecretFile); path != "" {
+		return readSecretFile(config.GitHubSecretFile, path)
+	}
+	return nil, nil
+}
+
+// readSecretFile reads a secret from the file a setting names: trimmed,
+// and never empty.
+func readSecretFile(setting, path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", setting, err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%s: %s is empty", setting, path)
+	}
+	return b, nil
 }
 
 // streamCaps reads the caps on streams and long polls (httpapi, streamcap.go).

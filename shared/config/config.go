@@ -5,6 +5,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/gigafactory/fleet/shared/forge/github"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -70,6 +71,11 @@ const (
 	EchoBreakerFails  = "FLEET_ECHO_BREAKER_FAILURES"
 	EchoBreakerCool   = "FLEET_ECHO_BREAKER_COOLDOWN"
 	WebhookAllowCIDRs = "FLEET_WEBHOOK_ALLOW_CIDRS"
+	GitHubAPIURL      = "FLEET_GITHUB_API_URL"
+	GitHubTokenFile   = "FLEET_GITHUB_TOKEN_FILE"
+	GitHubSecretFile  = "FLEET_GITHUB_WEBHOOK_SECRET_FILE"
+	ForgeSchedule     = "FLEET_FORGE_SCHEDULE"
+	PublicURL         = "FLEET_PUBLIC_URL"
 
 	MaxStreamsPerPrincipal = "FLEET_MAX_STREAMS_PER_PRINCIPAL"
 	MaxStreams             = "FLEET_MAX_STREAMS"
@@ -123,6 +129,11 @@ var Settings = []Setting{
 	{EchoBreakerFails, strconv.Itoa(echo.DefaultBreakerFailures), "Failed deliveries in a row after which a tracker webhook is not tried for FLEET_ECHO_BREAKER_COOLDOWN (its jobs show `circuit_open`); then one delivery probes it."},
 	{EchoBreakerCool, duration(echo.DefaultBreakerCooldown), "How long an open webhook breaker skips its webhook."},
 	{WebhookAllowCIDRs, "", "Address ranges tracker webhooks may reach although they are not public, comma-separated CIDRs (e.g. `10.20.0.0/16,fd12::/48`). Unset: loopback, private, link-local, unique-local, CGNAT, multicast and cloud metadata addresses are refused when dialled, after DNS."},
+	{GitHubAPIURL, github.DefaultAPIURL, "GitHub's REST API, for the pull requests of products with a forge (API.md \"Pull requests\"); a GitHub Enterprise Server's `https://<host>/api/v3` otherwise."},
+	{GitHubTokenFile, "", "A file holding the GitHub token the coordinator opens, updates and merges pull requests with (read/write pull requests and contents). In Azure, Terraform provisions it from Key Vault as a secret. Unset: no forge client; pull request syncs fail visibly and are retried."},
+	{GitHubSecretFile, "", "A file holding the secret GitHub signs webhook deliveries with (X-Hub-Signature-256). Unset: POST /api/fleet/forge/github answers 503."},
+	{ForgeSchedule, "*/10 * * * * *", "NCRONTAB of the forge sweep, which retries pull request syncs the forge failed once their backoff is over."},
+	{PublicURL, "", "The coordinator's public base URL (e.g. `https://fleet.example.com`): a job's pull request links to its page in the console. Unset: no link."},
 	{MaxStreamsPerPrincipal, strconv.Itoa(httpapi.DefaultMaxStreamsPerPrincipal), "Live streams (`…/stream`) and long polls (`?wait=`) one token may hold open at once in one process; past it, 429 `throttled` with `Retry-After`, before anything is read. At most FLEET_MAX_STREAMS."},
 	{MaxStreams, strconv.Itoa(httpapi.DefaultMaxStreams), "Live streams and long polls one process holds open at once, all tokens together; past it, 429 `throttled` with `Retry-After`. Keep it well under the process's open-file limit: each takes a connection (two behind the host emulator)."},
 	{HostHTTPMode, "auto", "Local stack only: how the host emulator hands HTTP requests to the handler. `auto` follows host.json (proxying: streams stream); `forward` plays a Functions host without proxying (the one of non-Flex plans), which buffers every answer, so streams answer as long polls; `proxy` and `envelope` force those."},

@@ -151,6 +151,10 @@ func authzRequests(w *authzWorld) map[string]authzRequest {
 		"GET /api/fleet/jobs/{id}/echo":              {path: "/api/fleet/jobs/" + w.tracked + "/echo", token: operator, want: 200, scope: scopeJob},
 		"POST /api/fleet/tracker/ingest": {path: "/api/fleet/tracker/ingest", body: map[string]any{"source": "jira", "itemId": "P-1",
 			"revision": 1, "manifest": manifest("r1")}, token: operator, want: 201},
+		// Public: the signature, not a bearer, admits it (forge_test.go);
+		// unsigned, as here, it is 401.
+		"POST /api/fleet/forge/github": {path: "/api/fleet/forge/github", body: map[string]any{"zen": "Keep it logically awesome.", "hook_id": 1},
+			token: operator, want: 401},
 	}
 }
 

@@ -117,6 +117,9 @@ func (s *syncBuffer) String() string {
 
 type fixtureOption func(*Config)
 
+// testWebhookSecret signs the GitHub webhook deliveries of the tests.
+const testWebhookSecret = "github-webhook-secret-of-the-tests"
+
 func withMaxBody(n int64) fixtureOption { return func(c *Config) { c.MaxBodyBytes = n } }
 
 func buffered(c *Config) { c.Buffered = true }
@@ -145,8 +148,9 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 			{Name: "multi-op", Token: multiToken, Products: []string{"p1", "other"}},
 			{Name: "elsewhere-op", Token: elsewhereToken, Products: []string{"other", "p3"}},
 		},
-		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
-		Timers: clk,
+		Logger:              slog.New(slog.NewJSONHandler(logs, nil)),
+		Timers:              clk,
+		GitHubWebhookSecret: []byte(testWebhookSecret),
 	}
 	for _, o := range opts {
 		o(&cfg)

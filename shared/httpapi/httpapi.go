@@ -102,6 +102,9 @@ type Config struct {
 	// means DefaultMaxStreamsPerPrincipal and DefaultMaxStreams.
 	MaxStreamsPerPrincipal int
 	MaxStreams             int
+	// GitHubWebhookSecret verifies POST /fleet/forge/github deliveries
+	// (FLEET_GITHUB_WEBHOOK_SECRET_FILE); without one the route is 503.
+	GitHubWebhookSecret []byte
 }
 
 // DefaultMaxBodyBytes is the default body cap: the largest manifest.
@@ -127,6 +130,7 @@ type server struct {
 	maxStream time.Duration
 	buffered  bool
 	caps      *streamCaps
+	ghSecret  []byte
 	// openAPIJSON is the package's openAPIJSON (see there).
 	openAPIJSON func() ([]byte, error)
 }
@@ -151,6 +155,7 @@ func New(c *coord.Coordinator, cfg Config) http.Handler {
 		s.maxStream = DefaultMaxStream
 	}
 	s.caps = newStreamCaps(cfg.MaxStreamsPerPrincipal, cfg.MaxStreams)
+	s.ghSecret = cfg.GitHubWebhookSecret
 	s.mux = http.NewServeMux()
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.pattern, s.endpoint(rt))

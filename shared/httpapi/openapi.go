@@ -442,6 +442,7 @@ func schemas() obj {
 			"prSync": object([]string{"attempts"}, obj{"attempts": integer("Failed tries so far."), "lastError": str("The forge's last failure."),
 				"nextAttemptAt": dateTime("")}),
 			"forgeDeliveries": stringList("Webhook deliveries already applied (ids and body digests), so a redelivery changes nothing."),
+			"forgeDue":        boolean("Its pull request waits to be opened or updated (prSync says how that goes)."),
 			"runs": describe(arrayOf(ref("Run")), "The job's ended runs, oldest first (up to 16; "+
 				"GET /fleet/jobs/{id}/runs lists them all, with the run in progress)."),
 			"queuedAt": dateTime(""),
@@ -480,6 +481,9 @@ func schemas() obj {
 			"cursor": str("Pass as cursor for the next page; empty on the last page.")}),
 		"Claimed": object([]string{"job", "leaseEpoch", "leaseExpiresAt"}, obj{
 			"job": ref("Job"), "leaseEpoch": integer(""), "leaseExpiresAt": dateTime("")}),
+		"ForgeDelivery": object([]string{"outcome", "message"}, obj{
+			"outcome": enum("", "applied", "ignored", "duplicate"), "message": str("Why, for people."),
+		}),
 		"RenewResponse": object([]string{"leaseExpiresAt", "cancelRequested", "preemptRequested"}, obj{"leaseExpiresAt": dateTime(""),
 			"cancelRequested":  boolean("An operator cancelled the job: stop, checkpoint, release with outcome cancelled."),
 			"preemptRequested": boolean("A critical job needs the seat: stop, checkpoint, release with outcome preempted.")}),

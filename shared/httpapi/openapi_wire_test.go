@@ -129,6 +129,7 @@ var apiWire = []struct {
 	{at: component("FailRequest"), v: api.FailRequest{}},
 	{at: component("LeaseRequest"), v: api.LeaseRequest{}},
 	{at: component("RenewResponse"), v: api.Renewal{}},
+	{at: component("ForgeDelivery"), v: api.ForgeDelivery{}},
 	{at: component("ReleaseRequest"), v: api.ReleaseRequest{}},
 	{at: component("EnrollRequest"), v: api.EnrollRequest{}},
 	{at: component("EnrollResponse"), v: api.EnrollResponse{}},

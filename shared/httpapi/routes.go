@@ -368,6 +368,23 @@ var routes = []route{
 		description: "Each with the products owning it and the factories holding it; limited to x-product-id or the token's scope.",
 		ok:          map[string]obj{"200": respond("The repos, by name.", listOf("RepoInfo"))}},
 
+	{method: "POST", pattern: "/api/fleet/forge/github", access: public, handle: (*server).githubWebhook, summary: "A GitHub webhook delivery",
+		description: "No bearer: X-Hub-Signature-256 must be the HMAC-SHA256 of the body with the webhook secret (FLEET_GITHUB_WEBHOOK_SECRET_FILE), else 401 and nothing changes. " +
+			"X-GitHub-Event picks the payload's shape; every fact comes from the signed body. pull_request_review approved: the mapped reviewer's vote on the current head; " +
+			"changes_requested, or a check_run / check_suite completed failing on the head: the delivered job goes back to the queue as its next iteration with the feedback (no attempt spent; " +
+			"past the product's maxIterations it stays, with event iteration_cap); pull_request closed: cancelled, merged: shipped. " +
+			"A delivery applied before (its X-GitHub-Delivery or its body) changes nothing. Events the fleet does not act on: 204. Payloads over GitHub's 25 MB: 413.",
+		params: []param{
+			{name: "X-GitHub-Event", in: inHeader, required: true, schema: str(""), desc: "The event: pull_request_review, check_run, check_suite, pull_request (others: 204)."},
+			{name: "X-GitHub-Delivery", in: inHeader, schema: describe(obj{"type": "string", "maxLength": maxDeliveryID}, ""), desc: "The delivery's GUID (a redelivery keeps it)."},
+			{name: "X-Hub-Signature-256", in: inHeader, required: true, schema: str(""), desc: "sha256=<hex HMAC-SHA256 of the body>."},
+		},
+		body: jsonBody(obj{"type": "object", "description": "The event's payload, as @octokit/openapi-webhooks describes it."}),
+		ok: map[string]obj{
+			"200": respond("What the delivery did.", ref("ForgeDelivery")),
+			"204": {"description": "An event or action the fleet does not act on."},
+		},
+		errors: []string{"400", "413"}},
 	{method: "POST", pattern: "/api/fleet/tracker/ingest", access: operatorOnly, needsProduct: true, handle: (*server).ingest, summary: "Ingest a tracker item as a job",
 		description: "The item's job is the one of idempotencyKey tracker:<source>:<itemId>: the same item again returns it (200). " +
 			"A higher revision replaces the manifest of a job that has not started (never assigned: leaseEpoch 0, queued or blocked) and records a tracker_updated event; " +
