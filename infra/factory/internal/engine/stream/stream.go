@@ -38,8 +38,8 @@ const (
 
 // Usage is what the engine reported spending, cumulative for the run.
 type Usage struct {
-	USD                             float64
-	InputTokens, OutputTokens       int64
+	USD                               float64
+	InputTokens, OutputTokens         int64
 	CacheReadTokens, CacheWriteTokens int64
 }
 
