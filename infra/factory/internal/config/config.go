@@ -37,8 +37,8 @@ const (
 	EnvWorkDir            = "FLEET_WORK_DIR"
 	EnvSeats              = "FLEET_SEATS"
 	EnvEnginePrefix       = "FLEET_ENGINE_"
-	EnvEngineUser         = "FLEET_ENGINE_USER" // a setting, not an engine named "user"
-	EnvEngineUIDs         = "FLEET_ENGINE_UIDS" // a setting, not an engine named "uids"
+	EnvEngineUser         = "FLEET_ENGINE_USER"         // a setting, not an engine named "user"
+	EnvEngineUIDs         = "FLEET_ENGINE_UIDS"         // a setting, not an engine named "uids"
 	EnvEngineIdle         = "FLEET_ENGINE_IDLE_TIMEOUT" // a setting, not an engine
 	EnvEngineExitGrace    = "FLEET_ENGINE_EXIT_GRACE"   // a setting, not an engine
 	EnvEnginePrices       = "FLEET_ENGINE_PRICES"       // a setting, not an engine
@@ -97,7 +97,7 @@ const (
 	// DefaultEngineExitGrace is how long a structured engine may live on
 	// after its final result.
 	DefaultEngineExitGrace = 30 * time.Second
-	DefaultTopic       = "fleet-dispatch"
+	DefaultTopic           = "fleet-dispatch"
 	// MaxHeartbeat is the longest heartbeat interval accepted: a third of
 	// the coordinator's stale threshold.
 	MaxHeartbeat = 30 * time.Second
