@@ -28,7 +28,7 @@ func (jb *job) usagePath() string { return filepath.Join(jb.dir, "usage.json") }
 
 // usageMeter reads the engine's usage file and reports what changed.
 type usageMeter struct {
-	mu       sync.Mutex
+	mu            sync.Mutex
 	last          fleet.Usage
 	reported      fleet.Usage
 	reportedFacts fleet.EngineFacts
