@@ -200,7 +200,8 @@ func (jb *job) watchOutput(spec *engine.Spec) (*runOutput, error) {
 		}
 		o.reader = stream.NewReader(p.Parser(a.cfg.Prices[jb.engine]), a.clock)
 		jb.out = o.reader
-		stdout = io.MultiWriter(logf, o.events, o.reader)
+		// The parser before the events file: a line in the file is parsed.
+		stdout = io.MultiWriter(logf, o.reader, o.events)
 	}
 	spec.Stdout, spec.Stderr = o.activity.Writer(stdout), o.activity.Writer(logf)
 	return o, nil
