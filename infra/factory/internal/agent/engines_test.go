@@ -15,6 +15,7 @@ import (
 
 	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/engine"
+	"github.com/gigafactory/fleet/infra/factory/internal/engine/stream"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/clock/clocktest"
@@ -290,6 +291,34 @@ func TestClaudePresetResumes(t *testing.T) {
 			require.FileExists(t, moved, "the transcript follows the worktree")
 		})
 	}
+}
+
+// TestCodexPresetRuns: the codex preset's usage is its turns' tokens
+// priced by FLEET_ENGINE_PRICES; a retry on this factory resumes its
+// thread (exec resume <thread> -) with the failure as the prompt.
+func TestCodexPresetRuns(t *testing.T) {
+	p := newPresetT(t, "normal")
+	p.a.cfg.Engines = map[string]string{"codex": "codex"}
+	p.a.cfg.Presets = map[string]engine.Preset{"codex": engine.PresetCodex}
+	p.a.cfg.DefaultEngine = "codex"
+	p.a.cfg.Prices = map[string]stream.Price{"codex": {Input: 1.25, Output: 10}}
+	const thread = "019a7c2e-4b1d-7f30-9a55-6c0e2b8d4f11"
+	p.coord.job.LeaseEpoch = 1
+	p.coord.job.Runs = []fleet.Run{{FactoryID: "f1", LeaseEpoch: 1, Engine: "codex", Result: fleet.RunFailed,
+		EngineFacts: fleet.EngineFacts{Session: thread}}}
+	p.coord.job.LastFailure = &fleet.Failure{Reason: "engine_idle: engine codex wrote nothing for 15m0s", Retryable: true}
+	require.Equal(t, OutcomeDone, p.run(t), "fails: %q", p.coord.fails)
+	wt := p.a.git.WorktreePath("app", "j1", 2)
+	require.Equal(t, [][]string{{"exec", "--json", "--sandbox", "workspace-write", "--skip-git-repo-check", "-C", wt, "resume", thread, "-"}}, p.runsArgv(t))
+	stdin, err := os.ReadFile(p.stdin)
+	require.NoError(t, err)
+	require.Contains(t, string(stdin), "Your previous run of this task failed: engine_idle: ")
+	final := p.lastPatch(t)
+	require.Equal(t, thread, final.Session)
+	require.Equal(t, 1, final.Turns)
+	require.Equal(t, int64(24000), final.Usage.InputTokens)
+	require.Equal(t, int64(8000), final.Usage.CacheReadTokens)
+	require.InDelta(t, (24000*1.25+1200*10)/1e6, final.Usage.USD, 1e-12)
 }
 
 // TestCodexPresetArgv: codex exec runs with --json in a workspace-write
