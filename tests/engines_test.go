@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,40 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 )
-
-// engineRunView is a run with what a structured engine said of it.
-type engineRunView struct {
-	Result string `json:"result"`
-	Reason string `json:"reason"`
-	Engine string `json:"engine"`
-	Usage  struct {
-		USD              float64 `json:"usd"`
-		InputTokens      int64   `json:"inputTokens"`
-		OutputTokens     int64   `json:"outputTokens"`
-		CacheReadTokens  int64   `json:"cacheReadTokens"`
-		CacheWriteTokens int64   `json:"cacheWriteTokens"`
-	} `json:"usage"`
-	EngineSession  string    `json:"engineSession"`
-	Turns          int       `json:"turns"`
-	Model          string    `json:"model"`
-	LastActivityAt time.Time `json:"lastActivityAt"`
-	EndedAt        time.Time `json:"endedAt"`
-	Exit           *struct {
-		Code   int    `json:"code"`
-		Reason string `json:"reason"`
-	} `json:"exit"`
-}
-
-func engineRuns(t *testing.T, s *Stack, product, id string) []engineRunView {
-	t.Helper()
-	r := s.Op(http.MethodGet, "/jobs/"+id+"/runs", product, nil)
-	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
-	var out struct {
-		Items []engineRunView `json:"items"`
-	}
-	r.JSON(t, &out)
-	return out.Items
-}
 
 // TestClaudePresetFactory: a real factory runs the claude preset
 // (FLEET_ENGINE_CLAUDE=preset) with the fake claude CLI first on PATH,
@@ -67,7 +32,7 @@ func TestClaudePresetFactory(t *testing.T) {
 
 	facWaitStage(t, s, "demo", normal, "shipped", 60*time.Second)
 	require.Equal(t, "hello", repo.Show(t, "aq/job/"+normal, "hello.txt"))
-	runs := engineRuns(t, s, "demo", normal)
+	runs := jobRuns(t, s, "demo", normal)
 	require.Len(t, runs, 1)
 	run := runs[0]
 	require.Equal(t, "succeeded", run.Result)
@@ -84,9 +49,9 @@ func TestClaudePresetFactory(t *testing.T) {
 	require.NotNil(t, run.Exit)
 	require.Equal(t, "exited", run.Exit.Reason)
 
-	var first engineRunView
+	var first runView
 	Eventually(t, 60*time.Second, "the hung engine's run ends", func() bool {
-		runs := engineRuns(t, s, "demo", hang)
+		runs := jobRuns(t, s, "demo", hang)
 		if len(runs) == 0 || runs[0].Result == "running" {
 			return false
 		}
