@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/tests/internal/messagesapi"
+	"github.com/gigafactory/fleet/tests/internal/responsesapi"
 )
 
 // TestClaudePresetFactory: a real factory runs the claude preset
@@ -68,4 +71,97 @@ func TestClaudePresetFactory(t *testing.T) {
 	t.Logf("the hung engine's run ended %s after it started (idle timeout %s)", took, idle)
 	require.Less(t, took, idle+time.Second, "stopped within the idle timeout plus a second")
 	require.GreaterOrEqual(t, took, idle)
+}
+
+// TestRealClaudePresetFactory: a real factory runs the real Claude Code
+// CLI (make agent-clis) as the claude preset, against the scripted
+// Messages API on loopback: the preset's command line is one the real CLI
+// accepts (the prompt on stdin, the permission mode, stream-json), its Write
+// tool really runs in the job's worktree, and the run's usage, session and
+// turns are what the CLI's result said.
+func TestRealClaudePresetFactory(t *testing.T) {
+	t.Parallel()
+	bin := agentCLI(t, "claude")
+	s := startStack(t)
+	repo := newFacRepo(t, "app")
+	s.Product("demo", "app")
+	id := s.Submit("demo", "---\ntitle: greet\nrepo: app\n---\nWrite hello.txt.\n")
+	work := t.TempDir()
+	worktree := filepath.Join(work, "worktrees", "app", id+"-e1")
+	api := startMessagesAPI(t, messagesapi.Script{Steps: []messagesapi.Step{
+		{Tool: "Write", Input: map[string]any{"file_path": filepath.Join(worktree, "hello.txt"), "content": "hello from claude\n"}, InputTokens: 1200, OutputTokens: 80},
+		{Text: "I wrote hello.txt.", InputTokens: 1400, OutputTokens: 20},
+	}})
+	token := s.Factory("fa", "demo", 1, []string{"os:linux"}, []string{repo.Name})
+	runFactoryIn(t, s, "fa", token, 1, repo.Base, "true", work,
+		"FLEET_ENGINE_CLAUDE=preset", "FLEET_DEFAULT_ENGINE=claude",
+		"PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"ANTHROPIC_BASE_URL="+api.URL, "ANTHROPIC_API_KEY=sk-ant-test-0000", "DISABLE_AUTOUPDATER=1",
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "CLAUDE_CODE_MAX_RETRIES=1", "HOME="+t.TempDir())
+
+	facWaitStage(t, s, "demo", id, "shipped", 120*time.Second)
+	require.Equal(t, "hello from claude", repo.Show(t, "aq/job/"+id, "hello.txt"), "the real Write tool ran in the worktree")
+	reqs := api.Requests()
+	require.NotEmpty(t, reqs)
+	runs := jobRuns(t, s, "demo", id)
+	require.Len(t, runs, 1)
+	run := runs[0]
+	require.Equal(t, "claude", run.Engine)
+	require.Greater(t, run.Usage.USD, 0.0, "total_cost_usd, as the CLI priced the tokens")
+	require.Equal(t, int64(2600), run.Usage.InputTokens)
+	require.Equal(t, int64(100), run.Usage.OutputTokens)
+	require.NotEmpty(t, run.EngineSession)
+	require.Equal(t, 2, run.Turns)
+	require.NotEmpty(t, run.Model)
+	require.Equal(t, "exited", run.Exit.Reason)
+}
+
+// TestRealCodexPresetFactory: a real factory runs the real Codex CLI (make
+// agent-clis) as the codex preset against the scripted Responses API (a
+// model provider in $CODEX_HOME/config.toml): the preset's command line is
+// one the real CLI accepts (the prompt on stdin as "-", -C the worktree,
+// the workspace-write sandbox), its command really runs in the worktree,
+// and the run's usage is the turn's tokens priced by FLEET_ENGINE_PRICES.
+func TestRealCodexPresetFactory(t *testing.T) {
+	t.Parallel()
+	bin := agentCLI(t, "codex")
+	s := startStack(t)
+	repo := newFacRepo(t, "app")
+	s.Product("demo", "app")
+	id := s.Submit("demo", "---\ntitle: greet\nrepo: app\n---\nCreate hello.txt.\n")
+	api := startResponsesAPI(t, responsesapi.Script{Steps: []responsesapi.Step{
+		{Cmd: "printf 'hello from codex\\n' > hello.txt", InputTokens: 1000, CachedTokens: 200, OutputTokens: 50, ReasoningTokens: 10},
+		{Text: "Created hello.txt.", InputTokens: 1100, OutputTokens: 20},
+	}})
+	home := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(home, "config.toml"), []byte(`model = "gpt-5-codex"
+model_provider = "fleettest"
+
+[model_providers.fleettest]
+name = "fleettest"
+base_url = "`+api.URL+`/v1"
+wire_api = "responses"
+env_key = "OPENAI_API_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+`), 0o600))
+	token := s.Factory("fa", "demo", 1, []string{"os:linux"}, []string{repo.Name})
+	runFactory(t, s, "fa", token, 1, repo.Base, "true",
+		"FLEET_ENGINE_CODEX=preset", "FLEET_DEFAULT_ENGINE=codex", "FLEET_ENGINE_PRICES=codex=1.25/10",
+		"PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"CODEX_HOME="+home, "OPENAI_API_KEY=sk-test-0000")
+
+	facWaitStage(t, s, "demo", id, "shipped", 120*time.Second)
+	require.Equal(t, "hello from codex", repo.Show(t, "aq/job/"+id, "hello.txt"), "the real command ran in the worktree")
+	runs := jobRuns(t, s, "demo", id)
+	require.Len(t, runs, 1)
+	run := runs[0]
+	require.Equal(t, "codex", run.Engine)
+	require.Equal(t, int64(2100), run.Usage.InputTokens)
+	require.Equal(t, int64(70), run.Usage.OutputTokens)
+	require.Equal(t, int64(200), run.Usage.CacheReadTokens)
+	require.InDelta(t, (2100*1.25+70*10)/1e6, run.Usage.USD, 1e-12, "the tokens priced by FLEET_ENGINE_PRICES")
+	require.NotEmpty(t, run.EngineSession, "thread.started's thread_id")
+	require.Equal(t, 1, run.Turns)
+	require.Equal(t, "exited", run.Exit.Reason)
 }
