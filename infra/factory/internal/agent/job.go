@@ -226,6 +226,11 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 		return jb.fail(fleet.FailNoEngine, runErr.Error(), true)
 	}
 	log.InfoContext(ctx, "engine finished", "engine", name, "result", res.String(), "exit", jb.exit.Reason)
+	if jb.out != nil {
+		f := jb.out.Facts()
+		log.InfoContext(ctx, "engine output", "outcome", f.Outcome, "session", f.Session, "turns", f.Turns, "usd", f.Usage.USD,
+			"events", f.Events, "overlongLines", f.Overlong, "malformedLines", f.Malformed, "rateLimited", f.Limited())
+	}
 	if errors.Is(jb.stopCause, errEngineIdle) {
 		jb.checkpoint(ctx, "engine idle")
 		return jb.fail(fleet.FailEngineIdle, fmt.Sprintf("engine %s wrote nothing for %s; it and its process group were stopped",

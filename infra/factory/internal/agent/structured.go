@@ -125,8 +125,10 @@ func claudeConfigDir(env []string) string {
 
 // projectNames are the ways Claude Code has named a working directory's
 // session folder under projects/: every character but a letter or digit
-// as '-' (what the CLI does now), or only '/' (older notes). The one that
-// names the session's folder is used for the new directory too.
+// as '-' (the real CLI 2.1.197 turned /tmp/x/work.dir/app_x into
+// -tmp-x-work-dir-app-x; shared/AGENTS.md says only '/', which the source
+// contradicts), or only '/' in case an older CLI did. The one that names the
+// session's folder is used for the new directory too.
 var projectNames = []func(string) string{
 	func(p string) string { return nonAlnum.ReplaceAllLiteralString(p, "-") },
 	func(p string) string { return strings.ReplaceAll(p, "/", "-") },
