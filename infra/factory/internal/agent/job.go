@@ -328,6 +328,13 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 		}
 	}
 	env := jb.env(name, promptPath)
+	if jb.user != nil {
+		env = jb.user.Env(env)
+		if a.seats != nil {
+			// Not the shared /tmp, where other seats could read its files.
+			env = append(env, "TMPDIR="+jb.user.Home)
+		}
+	}
 	var spec engine.Spec
 	var stdinPath string
 	if preset, ok := a.cfg.Presets[name]; ok {
@@ -348,13 +355,7 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 		}
 	}
 	spec.Dir, spec.LogPath, spec.Grace, spec.Contain, spec.Run = jb.wt.Path, jb.logPath, a.cfg.KillGrace, a.contain, filepath.Base(jb.dir)
-	if jb.user != nil {
-		spec.User, spec.Env = jb.user, jb.user.Env(spec.Env)
-		if a.seats != nil {
-			// Not the shared /tmp, where other seats could read its files.
-			spec.Env = append(spec.Env, "TMPDIR="+jb.user.Home)
-		}
-	}
+	spec.User = jb.user
 	if stdinPath != "" {
 		f, err := os.Open(stdinPath)
 		if err != nil {
