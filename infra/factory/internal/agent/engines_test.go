@@ -321,6 +321,27 @@ func TestCodexPresetRuns(t *testing.T) {
 	require.InDelta(t, (24000*1.25+1200*10)/1e6, final.Usage.USD, 1e-12)
 }
 
+// TestResumePrompt: the feedback that sent the job back is the resumed
+// session's prompt: the forge's on this iteration first, then the
+// reviewer's, then the last failure.
+func TestResumePrompt(t *testing.T) {
+	t.Parallel()
+	j := &fleet.Job{LastFailure: &fleet.Failure{Reason: "crash: exit 1"}}
+	jb := &job{j: j}
+	require.Contains(t, jb.resumePrompt(), "Your previous run of this task failed: crash: exit 1")
+	j.Review = &fleet.Review{Feedback: "Add a test."}
+	require.Contains(t, jb.resumePrompt(), "A reviewer sent your work back with this feedback:\n\nAdd a test.")
+	j.Iteration = 2
+	j.Feedback = []fleet.Feedback{
+		{Iteration: 1, Source: fleet.FeedbackReview, Body: "stale remark"},
+		{Iteration: 2, Source: fleet.FeedbackReview, Author: "ana", Body: "Rename it."},
+		{Iteration: 2, Source: fleet.FeedbackCheck, Name: "ci/test", Body: "TestX failed"},
+	}
+	got := jb.resumePrompt()
+	require.Contains(t, got, "Your pull request came back with this feedback:\n\nreview by ana:\nRename it.\n\ncheck ci/test:\nTestX failed")
+	require.NotContains(t, got, "stale remark", "only this iteration's feedback")
+}
+
 // TestCodexPresetArgv: codex exec runs with --json in a workspace-write
 // sandbox in the worktree, the prompt on stdin ("-"); a resume names the
 // thread before the prompt.

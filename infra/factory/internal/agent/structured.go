@@ -62,10 +62,13 @@ func (jb *job) presetSpec(name string, p engine.Preset, personaPath string, env 
 }
 
 // resumePrompt is the new prompt of a resumed session: what sent the job
-// back (the reviewer's feedback, else the last failure).
+// back (the forge's feedback on this iteration, the reviewer's, else the
+// last failure).
 func (jb *job) resumePrompt() string {
 	var why string
 	switch {
+	case len(forgeFeedback(jb.j)) > 0:
+		why = "Your pull request came back with this feedback:\n\n" + strings.Join(forgeFeedback(jb.j), "\n\n")
 	case jb.j.Review != nil && strings.TrimSpace(jb.j.Review.Feedback) != "":
 		why = "A reviewer sent your work back with this feedback:\n\n" + jb.j.Review.Feedback
 	case jb.j.LastFailure != nil:
@@ -74,6 +77,26 @@ func (jb *job) resumePrompt() string {
 		why = "Your previous run of this task was interrupted."
 	}
 	return why + "\n\nThe working tree holds your work as last checkpointed. Continue the task and finish it."
+}
+
+// forgeFeedback is the forge's feedback that asked for the job's current
+// iteration, one text per entry.
+func forgeFeedback(j *fleet.Job) []string {
+	var out []string
+	for _, f := range j.Feedback {
+		if j.Iteration == 0 || f.Iteration != j.Iteration {
+			continue
+		}
+		who := string(f.Source)
+		switch {
+		case f.Source == fleet.FeedbackCheck && f.Name != "":
+			who = "check " + f.Name
+		case f.Author != "":
+			who += " by " + f.Author
+		}
+		out = append(out, who+":\n"+f.Body)
+	}
+	return out
 }
 
 // resumable is the engine session a retry of the job resumes here, "" to
