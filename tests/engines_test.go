@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -32,6 +33,7 @@ func TestClaudePresetFactory(t *testing.T) {
 
 	normal := s.Submit("demo", "---\ntitle: greet\nrepo: app\n---\nAdd hello.txt.\n")
 	hang := s.Submit("demo", "---\ntitle: hang\nrepo: app\n---\nfake-scenario: hang\n")
+	limited := s.Submit("demo", "---\ntitle: limited\nrepo: app\n---\nfake-scenario: rate_limit_event\n")
 
 	facWaitStage(t, s, "demo", normal, "shipped", 60*time.Second)
 	require.Equal(t, "hello", repo.Show(t, "aq/job/"+normal, "hello.txt"))
@@ -71,6 +73,32 @@ func TestClaudePresetFactory(t *testing.T) {
 	t.Logf("the hung engine's run ended %s after it started (idle timeout %s)", took, idle)
 	require.Less(t, took, idle+time.Second, "stopped within the idle timeout plus a second")
 	require.GreaterOrEqual(t, took, idle)
+
+	// The rate-limited run: kind rate_limited, no attempt spent, and the
+	// factory reports its cooldown for engine:claude in its heartbeat.
+	var limitedRun runView
+	Eventually(t, 60*time.Second, "the rate-limited run ends", func() bool {
+		runs := jobRuns(t, s, "demo", limited)
+		if len(runs) == 0 || runs[0].Result == "running" {
+			return false
+		}
+		limitedRun = runs[0]
+		return true
+	})
+	require.Contains(t, limitedRun.Reason, "rate_limited: ")
+	require.Equal(t, float64(0), s.Job("demo", limited)["attempts"], "a rate limit spends no attempt")
+	r := s.Op(http.MethodGet, "/factories", "demo", nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	var factories struct {
+		Items []struct {
+			ID        string               `json:"id"`
+			Cooldowns map[string]time.Time `json:"cooldowns"`
+		} `json:"items"`
+	}
+	r.JSON(t, &factories)
+	require.Len(t, factories.Items, 1)
+	until := factories.Items[0].Cooldowns["engine:claude"]
+	require.True(t, until.After(time.Now()), "cooling down for engine:claude: %v", factories.Items[0].Cooldowns)
 }
 
 // TestRealClaudePresetFactory: a real factory runs the real Claude Code

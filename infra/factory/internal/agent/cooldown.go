@@ -7,14 +7,17 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/clock"
+	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/retry"
 )
 
 // Bounds of the cooldowns a heartbeat carries (API.md: at most 32 entries,
-// each at most 24 h ahead).
+// each at most 24 h ahead). A few minutes short of the day: the
+// coordinator refuses the whole heartbeat for one entry past it by its own
+// clock, which may be behind this one.
 const (
-	maxCooldowns     = 32
-	maxCooldownAhead = 24 * time.Hour
+	maxCooldowns     = fleet.MaxCooldowns
+	maxCooldownAhead = fleet.MaxCooldown - 5*time.Minute
 )
 
 // cooldownBackoff is the wait after a rate limit whose engine named no
