@@ -342,6 +342,24 @@ func TestResumePrompt(t *testing.T) {
 	require.NotContains(t, got, "stale remark", "only this iteration's feedback")
 }
 
+// TestCodexPresetBudgetKill: the running usage a preset's stream gives
+// (Codex's tokens priced by the table) drives the budget.usd kill while the
+// engine still runs.
+func TestCodexPresetBudgetKill(t *testing.T) {
+	p := newPresetT(t, "noexit") // the normal stream, then no exit
+	p.a.cfg.Engines = map[string]string{"codex": "codex"}
+	p.a.cfg.Presets = map[string]engine.Preset{"codex": engine.PresetCodex}
+	p.a.cfg.DefaultEngine = "codex"
+	p.a.cfg.Prices = map[string]stream.Price{"codex": {Input: 1.25, Output: 10}}
+	p.a.cfg.Checkpoint = 50 * time.Millisecond
+	p.coord.job.Budget.USD = 0.01 // the stream's turn costs 0.042
+	require.Equal(t, OutcomeFailed, p.run(t))
+	f := p.onlyFail(t)
+	require.Equal(t, fleet.FailBudget, f.Kind)
+	require.Contains(t, *f.Reason, "usd budget 0.01 exceeded (the engine reported 0.0420)")
+	require.Equal(t, fleet.ExitStopped, f.Exit.Reason)
+}
+
 // TestCodexPresetArgv: codex exec runs with --json in a workspace-write
 // sandbox in the worktree, the prompt on stdin ("-"); a resume names the
 // thread before the prompt.
