@@ -13,6 +13,21 @@ import (
 	"github.com/gigafactory/fleet/tests/internal/responsesapi"
 )
 
+// firstEndedRun waits for the job's first run to end and returns it.
+func firstEndedRun(t *testing.T, s *Stack, product, id string) runView {
+	t.Helper()
+	var first runView
+	Eventually(t, 60*time.Second, "the first run of "+id+" ends", func() bool {
+		runs := jobRuns(t, s, product, id)
+		if len(runs) == 0 || runs[0].Result == "running" {
+			return false
+		}
+		first = runs[0]
+		return true
+	})
+	return first
+}
+
 // TestClaudePresetFactory: a real factory runs the claude preset
 // (FLEET_ENGINE_CLAUDE=preset) with the fake claude CLI first on PATH,
 // which prints recorded stream-json transcripts. The shipped run's usage
@@ -54,15 +69,7 @@ func TestClaudePresetFactory(t *testing.T) {
 	require.NotNil(t, run.Exit)
 	require.Equal(t, "exited", run.Exit.Reason)
 
-	var first runView
-	Eventually(t, 60*time.Second, "the hung engine's run ends", func() bool {
-		runs := jobRuns(t, s, "demo", hang)
-		if len(runs) == 0 || runs[0].Result == "running" {
-			return false
-		}
-		first = runs[0]
-		return true
-	})
+	first := firstEndedRun(t, s, "demo", hang)
 	require.Equal(t, "failed", first.Result)
 	require.Contains(t, first.Reason, "engine_idle: ")
 	require.NotNil(t, first.Exit)
@@ -76,15 +83,7 @@ func TestClaudePresetFactory(t *testing.T) {
 
 	// The rate-limited run: kind rate_limited, no attempt spent, and the
 	// factory reports its cooldown for engine:claude in its heartbeat.
-	var limitedRun runView
-	Eventually(t, 60*time.Second, "the rate-limited run ends", func() bool {
-		runs := jobRuns(t, s, "demo", limited)
-		if len(runs) == 0 || runs[0].Result == "running" {
-			return false
-		}
-		limitedRun = runs[0]
-		return true
-	})
+	limitedRun := firstEndedRun(t, s, "demo", limited)
 	require.Contains(t, limitedRun.Reason, "rate_limited: ")
 	require.Equal(t, float64(0), s.Job("demo", limited)["attempts"], "a rate limit spends no attempt")
 	r := s.Op(http.MethodGet, "/factories", "demo", nil)
