@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +99,44 @@ func TestClaudePresetFactory(t *testing.T) {
 	require.Len(t, factories.Items, 1)
 	until := factories.Items[0].Cooldowns["engine:claude"]
 	require.True(t, until.After(time.Now()), "cooling down for engine:claude: %v", factories.Items[0].Cooldowns)
+}
+
+// TestClaudePresetResumesOnRetry: a run of the claude preset that crashed
+// after its init line reported its session; the operator's requeue brings
+// the job back to the same factory, which resumes that session
+// (--resume <session>, the transcript moved to the new worktree) with the
+// failure as the prompt, and ships.
+func TestClaudePresetResumesOnRetry(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	repo := newFacRepo(t, "app")
+	s.Product("demo", "app")
+	bin := filepath.Join(repoRoot, "infra/factory/internal/engine/stream/testdata/bin")
+	argv, stdin := filepath.Join(t.TempDir(), "argv"), filepath.Join(t.TempDir(), "stdin")
+	startFactory(t, s, "fa", "demo", 1, repo, "true",
+		"FLEET_ENGINE_CLAUDE=preset", "FLEET_DEFAULT_ENGINE=claude",
+		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"CLAUDE_CONFIG_DIR="+t.TempDir(), "FAKE_ENGINE_ARGV_FILE="+argv, "FAKE_ENGINE_STDIN_FILE="+stdin)
+	id := s.Submit("demo", "---\ntitle: crash once\nrepo: app\n---\nfake-scenario: crash\n")
+	facWaitStage(t, s, "demo", id, "failed", 60*time.Second)
+	first := firstEndedRun(t, s, "demo", id)
+	require.Contains(t, first.Reason, "crash: ")
+	require.Equal(t, "8f0e6c1a-5b2d-4e7a-9c3f-2d1b0a9e8c7d", first.EngineSession, "the crashed run reported its session")
+
+	r := s.Op(http.MethodPost, "/jobs/"+id+"/actions/requeue", "demo", map[string]any{"reason": "again"})
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	facWaitStage(t, s, "demo", id, "shipped", 60*time.Second)
+
+	b, err := os.ReadFile(argv)
+	require.NoError(t, err)
+	runs := strings.Split(strings.TrimSuffix(string(b), "--\n"), "--\n")
+	require.Len(t, runs, 2)
+	require.NotContains(t, runs[0], "--resume")
+	require.Contains(t, runs[1], "--resume\n8f0e6c1a-5b2d-4e7a-9c3f-2d1b0a9e8c7d\n", "the retry resumes the session")
+	prompts, err := os.ReadFile(stdin)
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(string(prompts), "fake-scenario: crash"), "the retry's prompt is the feedback, not the task again: %s", prompts)
+	require.Equal(t, "hello", repo.Show(t, "aq/job/"+id, "hello.txt"))
 }
 
 // TestRealClaudePresetFactory: a real factory runs the real Claude Code
