@@ -37,13 +37,26 @@ func getBudget(t *testing.T, s *Stack, product string) budgetView {
 
 type runView struct {
 	Result string `json:"result"`
+	Reason string `json:"reason"`
 	Engine string `json:"engine"`
 	Head   string `json:"head"`
 	Usage  struct {
-		USD          float64 `json:"usd"`
-		InputTokens  int64   `json:"inputTokens"`
-		OutputTokens int64   `json:"outputTokens"`
+		USD              float64 `json:"usd"`
+		InputTokens      int64   `json:"inputTokens"`
+		OutputTokens     int64   `json:"outputTokens"`
+		CacheReadTokens  int64   `json:"cacheReadTokens"`
+		CacheWriteTokens int64   `json:"cacheWriteTokens"`
 	} `json:"usage"`
+	// What a structured engine said of the run.
+	EngineSession  string    `json:"engineSession"`
+	Turns          int       `json:"turns"`
+	Model          string    `json:"model"`
+	LastActivityAt time.Time `json:"lastActivityAt"`
+	EndedAt        time.Time `json:"endedAt"`
+	Exit           *struct {
+		Code   int    `json:"code"`
+		Reason string `json:"reason"`
+	} `json:"exit"`
 	Diff *struct {
 		Files      int `json:"files"`
 		Insertions int `json:"insertions"`

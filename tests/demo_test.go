@@ -131,6 +131,20 @@ func TestMakeDemo(t *testing.T) {
 		require.NotZero(t, run["usage"].(map[string]any)["usd"], "the demo engine reports usage")
 	}
 	require.ElementsMatch(t, []string{"failed", "succeeded"}, results, "the flaky job failed once, then succeeded")
+	// A claude-preset job: cost, turns, model and session from the
+	// stand-in CLI's own stream-json, no usage file.
+	doc := byTitle["Document the configuration"]
+	r = s.Op(http.MethodGet, "/jobs/"+doc["id"].(string)+"/runs", "demo", nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	runs.Items = nil
+	r.JSON(t, &runs)
+	require.Len(t, runs.Items, 1)
+	run := runs.Items[0]
+	require.Equal(t, "claude", run["engine"])
+	require.Equal(t, float64(2), run["turns"], "turns from the engine's result")
+	require.Equal(t, "claude-sonnet-4-5-20250929", run["model"])
+	require.Equal(t, "demo-"+doc["id"].(string)+"-e1", run["engineSession"])
+	require.Greater(t, run["usage"].(map[string]any)["usd"], 0.0, "the cost from total_cost_usd")
 	timing := regexp.MustCompile(`all \d+ jobs reached a terminal stage.*`).FindString(out.String())
 	t.Logf("make demo: %s", timing)
 

@@ -35,6 +35,12 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "factory: %v\n", err)
 		return int(agent.OutcomeError)
 	}
+	if cfg.CheckEngines {
+		if !checkEngines(context.Background(), cfg, os.Stdout) {
+			return int(agent.OutcomeError)
+		}
+		return int(agent.OutcomeDone)
+	}
 	log := newLogger(cfg.LogLevel).With("factory", cfg.FactoryID)
 	// Nothing this process starts (git, engines, the ship hook) inherits
 	// the token. /proc/<pid>/environ still shows the variable as the
@@ -70,6 +76,11 @@ func run(args []string) int {
 	}
 	for _, m := range det.Missing {
 		log.Warn("engine not advertised", "why", m)
+	}
+	for name, p := range cfg.Presets {
+		if _, priced := cfg.Prices[name]; p == engine.PresetCodex && !priced {
+			log.Warn("codex reports tokens but no cost: its runs count $0 against budgets until "+config.EnvEnginePrices+" prices them (e.g. "+name+"=1.25/10)", "engine", name)
+		}
 	}
 	log.Info("factory starting", "transport", cfg.Transport, "seats", cfg.Seats, "once", cfg.Once,
 		"capabilities", det.All(), "engines", det.Engines, "workDir", cfg.WorkDir, "shipStage", cfg.ShipStage)

@@ -28,6 +28,9 @@ type demoJob struct {
 	Priority fleet.Priority
 	Front    string // extra front matter
 	Body     string
+	// Engine is the engine the job asks for: the demo engine unless set
+	// (claude: the claude preset, with the demo's stand-in CLI).
+	Engine string
 }
 
 // demoJobs are submitted in this order.
@@ -40,8 +43,8 @@ var demoJobs = []demoJob{
 	{Role: roleFlaky, Title: "Fix the flaky date test", Priority: fleet.PriorityNormal,
 		Body: "demo: fail once\n\nThe first run fails; the operator requeues it and the retry succeeds."},
 	{Role: rolePlain, Title: "Add a greeting to the README", Priority: fleet.PriorityLow, Body: "Say hello."},
-	{Role: rolePlain, Title: "Document the configuration", Priority: fleet.PriorityNormal, Body: "List every setting."},
-	{Role: rolePlain, Title: "Tidy the changelog", Priority: fleet.PriorityLow, Body: "Keep it short."},
+	{Role: rolePlain, Title: "Document the configuration", Priority: fleet.PriorityNormal, Body: "List every setting.", Engine: "claude"},
+	{Role: rolePlain, Title: "Tidy the changelog", Priority: fleet.PriorityLow, Body: "Keep it short.", Engine: "claude"},
 }
 
 // expectedJobs is how many jobs the demo ends with: its own and the two
@@ -50,7 +53,11 @@ var expectedJobs = len(demoJobs) + 2
 
 // manifest is j's Markdown manifest.
 func (j demoJob) manifest() string {
-	front := fmt.Sprintf("title: %s\nrepo: %s\ncapabilities: [engine:demo]\npriority: %s\n", j.Title, demoRepo, j.Priority)
+	engine := j.Engine
+	if engine == "" {
+		engine = "demo"
+	}
+	front := fmt.Sprintf("title: %s\nrepo: %s\ncapabilities: [engine:%s]\npriority: %s\n", j.Title, demoRepo, engine, j.Priority)
 	if j.Front != "" {
 		front += j.Front + "\n"
 	}

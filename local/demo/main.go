@@ -101,8 +101,10 @@ func (d *demo) run(ctx context.Context) error {
 		}
 	}
 	// The factory advertises engine:demo only when it can run the script.
-	if st, err := os.Stat(engineScript(d.opts.Root)); err != nil || st.Mode()&0o111 == 0 {
-		return fmt.Errorf("the demo engine %s is missing or not executable", engineScript(d.opts.Root))
+	for _, p := range []string{engineScript(d.opts.Root), filepath.Join(agentsDir(d.opts.Root), "claude")} {
+		if st, err := os.Stat(p); err != nil || st.Mode()&0o111 == 0 {
+			return fmt.Errorf("the demo engine %s is missing or not executable", p)
+		}
 	}
 	fmt.Fprintf(d.out, "demo: starting the local stack and two factories in %s\n", d.opts.Dir)
 	var err error
@@ -151,6 +153,10 @@ demo: Ctrl-C stops the stack, the factories and their engines
 
 // engineScript is the demo engine, in the repository.
 func engineScript(root string) string { return filepath.Join(root, "local", "demo", "engine.sh") }
+
+// agentsDir holds the demo's stand-ins for agent CLIs (claude), put first
+// on the factories' PATH.
+func agentsDir(root string) string { return filepath.Join(root, "local", "demo", "agents") }
 
 // markerFile marks a directory as the demo's own, so the wipe at start never
 // removes a directory the demo did not create.

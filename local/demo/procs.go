@@ -233,6 +233,10 @@ func (d *demo) startFactory(ctx context.Context, id, repoBase string) error {
 		// A template word, quoted in case the path has spaces.
 		"FLEET_ENGINE_DEMO='"+engine+"'",
 		"FLEET_DEFAULT_ENGINE=demo",
+		// The claude preset, run with the demo's stand-in for Claude Code
+		// first on PATH: its cost and turns come from its own output.
+		"FLEET_ENGINE_CLAUDE=preset",
+		"PATH="+agentsDir(d.opts.Root)+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"FLEET_HEARTBEAT_INTERVAL=5s",
 		"FLEET_POLL_INTERVAL=500ms",
 		"FLEET_KILL_GRACE=2s",

@@ -24,6 +24,7 @@ import (
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
 	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
@@ -103,6 +104,11 @@ type Agent struct {
 	// tests that never call Run.
 	contain *engine.Containment
 
+	// clock times the watchdog and the cooldowns.
+	clock clock.Timers
+	// cool are the engines this factory's accounts are rate-limited for.
+	cool *cooldowns
+
 	hbMu     sync.Mutex
 	lastLoad int
 	detected *caps.Result // static capabilities, detected once
@@ -114,7 +120,7 @@ func New(cfg config.Config, api API, recv transport.Receiver, git *gitwt.Manager
 	return &Agent{
 		cfg: cfg, api: api, recv: recv, git: git, env: env, log: log,
 		running: map[string]*jobRun{}, freed: make(chan struct{}, 1), changed: make(chan struct{}, 1),
-		lastLoad: -1, fatal: make(chan error, 1),
+		lastLoad: -1, fatal: make(chan error, 1), clock: clock.System{}, cool: newCooldowns(clock.System{}),
 	}
 }
 
@@ -570,7 +576,8 @@ func (a *Agent) heartbeat(ctx context.Context, health fleet.Health) error {
 		load = 0
 	}
 	for {
-		hb := api.HeartbeatRequest{Capabilities: a.detected.Capabilities, Repos: repos, Load: load, Health: health, SeatLimit: a.cfg.Seats}
+		hb := api.HeartbeatRequest{Capabilities: a.detected.Capabilities, Repos: repos, Load: load, Health: health, SeatLimit: a.cfg.Seats,
+			Cooldowns: a.cool.active()}
 		_, err := a.api.Heartbeat(ctx, hb)
 		if err == nil {
 			a.lastLoad = load

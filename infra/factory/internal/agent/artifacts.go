@@ -55,6 +55,10 @@ func (jb *job) runArtifacts(ctx context.Context) []api.ArtifactUpload {
 	if jb.logPath != "" && exists(jb.logPath) {
 		out = append(out, file(artifactLog, fleet.ArtifactLog, "text/plain; charset=utf-8", jb.logPath))
 	}
+	if jb.dir != "" && exists(jb.eventsPath()) {
+		// A structured engine's raw stream, as it printed it.
+		out = append(out, file(artifactEvents, fleet.ArtifactLog, "application/x-ndjson", jb.eventsPath()))
+	}
 	if jb.wt != nil {
 		path := filepath.Join(jb.dir, artifactDiff)
 		if err := jb.writeDiff(ctx, path); err != nil {

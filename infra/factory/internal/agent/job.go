@@ -16,24 +16,11 @@ import (
 
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
 	"github.com/gigafactory/fleet/infra/factory/internal/engine"
+	"github.com/gigafactory/fleet/infra/factory/internal/engine/stream"
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
-)
-
-// Failure reasons reported to POST /fleet/fail. The prefix is the kind,
-// the rest is for people.
-const (
-	reasonBudget     = "budget_exceeded"
-	reasonCrash      = "crash"
-	reasonNoEngine   = "no_engine"
-	reasonGit        = "git_error"
-	reasonShipHook   = "ship_hook_failed"
-	reasonInvalidJob = "invalid_job"
-	// reasonInvalidChildren: the engine proposed children the coordinator
-	// (or the factory, before asking it) refused.
-	reasonInvalidChildren = "invalid_children"
 )
 
 // outputTail is how much of the engine's output a failure report quotes.
@@ -135,6 +122,18 @@ type job struct {
 	usage usageMeter
 	// overUSD is set when the engine was stopped for passing budget.usd.
 	overUSD bool
+	// out is a structured engine's output as parsed so far (nil for a
+	// template engine); activity is when the engine last wrote anything.
+	out      *stream.Reader
+	activity *stream.Activity
+	// resumed is the engine session the run resumed, "" for a new one;
+	// noResume is set once a resume failed, so the run starts afresh.
+	resumed  string
+	noResume bool
+	// stopCause is why the engine was stopped, nil when it ended by
+	// itself; exit is how its process ended.
+	stopCause error
+	exit      *fleet.RunExit
 }
 
 // runJob takes one claimed job from building to delivered or failed.
@@ -155,10 +154,10 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	}()
 
 	if err := fleet.ValidateName("jobId", j.ID); err != nil {
-		return jb.fail(reasonInvalidJob, err.Error(), false)
+		return jb.fail(fleet.FailInvalidJob, err.Error(), false)
 	}
 	if err := fleet.ValidateName("repo", j.Repo); err != nil {
-		return jb.fail(reasonInvalidJob, err.Error(), false)
+		return jb.fail(fleet.FailInvalidJob, err.Error(), false)
 	}
 	if _, err := a.api.Patch(ctx, j.ProductID, j.ID, api.PatchRequest{Stage: api.Ptr(fleet.StageBuilding), LeaseEpoch: api.Ptr(cl.LeaseEpoch)}); err != nil {
 		if !jb.reached(fleet.StageBuilding, err) {
@@ -167,24 +166,24 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	}
 	jb.dir = filepath.Join(a.jobsDir(), gitwt.RunName(j.ID, cl.LeaseEpoch))
 	if err := os.MkdirAll(jb.dir, a.dirMode()); err != nil {
-		return jb.fail(reasonGit, fmt.Sprintf("create job dir: %v", err), true)
+		return jb.fail(fleet.FailGit, fmt.Sprintf("create job dir: %v", err), true)
 	}
 	defer os.RemoveAll(jb.dir)
 	jb.logPath = filepath.Join(jb.dir, "engine.log")
 	u, releaseUser, err := jb.runUser()
 	if err != nil {
-		return jb.fail(reasonNoEngine, fmt.Sprintf("no account for the engine: %v", err), true)
+		return jb.fail(fleet.FailNoEngine, fmt.Sprintf("no account for the engine: %v", err), true)
 	}
 	defer releaseUser()
 	jb.user = u
 
 	name, tmpl, err := a.engineFor(j)
 	if err != nil {
-		return jb.fail(reasonNoEngine, err.Error(), true)
+		return jb.fail(fleet.FailNoEngine, err.Error(), true)
 	}
 	jb.engine = name
 	if err := jb.createUsageFile(); err != nil {
-		return jb.fail(reasonGit, fmt.Sprintf("create usage file: %v", err), true)
+		return jb.fail(fleet.FailGit, fmt.Sprintf("create usage file: %v", err), true)
 	}
 	wt, err := a.git.Prepare(ctx, gitwt.Run{Repo: j.Repo, Job: j.ID, Epoch: cl.LeaseEpoch, Checkpoint: checkpointBranch(j.Checkpoint)})
 	if err != nil {
@@ -202,7 +201,7 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 			err = errors.Join(err, os.Chmod(filepath.Dir(wt.Path), 0o711))
 		}
 		if err != nil {
-			return jb.fail(reasonGit, fmt.Sprintf("hand the worktree to %s: %v", jb.user.Name, err), true)
+			return jb.fail(fleet.FailGit, fmt.Sprintf("hand the worktree to %s: %v", jb.user.Name, err), true)
 		}
 	}
 	jb.lastWIP = ""
@@ -212,20 +211,38 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	log.InfoContext(ctx, "worktree ready", "path", wt.Path, "base", wt.Base, "resumed", wt.Resumed, "engine", name)
 
 	res, runErr := jb.runEngine(name, tmpl)
+	if runErr == nil && jb.resumeFailed(res) {
+		// The session could not be resumed after all: the work is in the
+		// worktree, so a fresh session goes on from there.
+		log.WarnContext(ctx, "the resumed engine session ended at once; running the engine afresh", "session", jb.resumed)
+		jb.noResume, jb.resumed = true, ""
+		res, runErr = jb.runEngine(name, tmpl)
+	}
 	if runErr != nil {
 		// The engine never ran: a factory problem, so another may do better.
 		if cause := context.Cause(ctx); cause != nil {
 			return jb.stopped(cause, "start engine")
 		}
-		return jb.fail(reasonNoEngine, runErr.Error(), true)
+		return jb.fail(fleet.FailNoEngine, runErr.Error(), true)
 	}
-	log.InfoContext(ctx, "engine finished", "engine", name, "result", res.String())
-	if res.Stopped {
+	log.InfoContext(ctx, "engine finished", "engine", name, "result", res.String(), "exit", jb.exit.Reason)
+	if jb.out != nil {
+		f := jb.out.Facts()
+		log.InfoContext(ctx, "engine output", "outcome", f.Outcome, "session", f.Session, "turns", f.Turns, "usd", f.Usage.USD,
+			"events", f.Events, "overlongLines", f.Overlong, "malformedLines", f.Malformed, "rateLimited", f.Limited())
+	}
+	if errors.Is(jb.stopCause, errEngineIdle) {
+		jb.checkpoint(ctx, "engine idle")
+		return jb.fail(fleet.FailEngineIdle, fmt.Sprintf("engine %s wrote nothing for %s; it and its process group were stopped",
+			name, a.cfg.EngineIdle), true)
+	}
+	graced := errors.Is(jb.stopCause, errExitGrace)
+	if res.Stopped && !graced {
 		cause := context.Cause(ctx)
 		if cause == nil && jb.overUSD {
 			jb.checkpoint(ctx, "budget exceeded")
-			u := jb.finalUsage()
-			return jb.fail(reasonBudget, fmt.Sprintf("usd budget %.2f exceeded (the engine reported %.4f); engine %s and its process group killed",
+			u, _ := jb.finalUsage()
+			return jb.fail(fleet.FailBudget, fmt.Sprintf("usd budget %.2f exceeded (the engine reported %.4f); engine %s and its process group killed",
 				j.Budget.USD, u.USD, name), false)
 		}
 		if cause == nil {
@@ -233,21 +250,16 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 		}
 		if errors.Is(cause, errBudget) {
 			jb.checkpoint(ctx, "budget exceeded")
-			return jb.fail(reasonBudget, fmt.Sprintf("wall budget %s exhausted; engine %s and its process group killed", jb.wall(), name), false)
+			return jb.fail(fleet.FailBudget, fmt.Sprintf("wall budget %s exhausted; engine %s and its process group killed", jb.wall(), name), false)
 		}
 		return jb.stopped(cause, "engine")
 	}
-	if !res.Success() {
-		jb.checkpoint(ctx, "engine failed")
-		msg := fmt.Sprintf("engine %s %s", name, res.String())
-		if tail := strings.TrimSpace(engine.Tail(jb.logPath, outputTail)); tail != "" {
-			msg += "; last output:\n" + tail
-		}
-		return jb.fail(reasonCrash, msg, false)
+	if out, failed := jb.judge(name, res, graced); failed {
+		return out
 	}
 	children, err := jb.proposedChildren()
 	if err != nil {
-		return jb.fail(reasonInvalidChildren, err.Error(), false)
+		return jb.fail(fleet.FailInvalidChildren, err.Error(), false)
 	}
 	if len(children) > 0 {
 		return jb.postChildren(children)
@@ -315,36 +327,55 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 			return engine.Result{}, err
 		}
 	}
-	vars := engine.Vars{Prompt: j.Body, PromptFile: promptPath, PersonaFile: personaPath, JobID: j.ID, Repo: j.Repo, Title: j.Title,
-		Branch: gitwt.JobBranch(j.ID), Worktree: jb.wt.Path}
-	exp, err := engine.Expand(tmpl, vars)
-	if err != nil {
-		return engine.Result{}, fmt.Errorf("engine %s: %w", name, err)
-	}
-	spec := engine.Spec{Argv: exp.Argv, Dir: jb.wt.Path, Env: append(jb.env(name, promptPath), exp.Env...), LogPath: jb.logPath, Grace: a.cfg.KillGrace,
-		Contain: a.contain, Run: filepath.Base(jb.dir)}
+	env := jb.env(name, promptPath)
 	if jb.user != nil {
-		spec.User, spec.Env = jb.user, jb.user.Env(spec.Env)
+		env = jb.user.Env(env)
 		if a.seats != nil {
 			// Not the shared /tmp, where other seats could read its files.
-			spec.Env = append(spec.Env, "TMPDIR="+jb.user.Home)
+			env = append(env, "TMPDIR="+jb.user.Home)
 		}
 	}
-	if !exp.UsesPrompt {
-		f, err := os.Open(promptPath)
+	var spec engine.Spec
+	var stdinPath string
+	if preset, ok := a.cfg.Presets[name]; ok {
+		spec, stdinPath, err = jb.presetSpec(name, preset, personaPath, env)
+		if err != nil {
+			return engine.Result{}, fmt.Errorf("engine %s: %w", name, err)
+		}
+	} else {
+		vars := engine.Vars{Prompt: j.Body, PromptFile: promptPath, PersonaFile: personaPath, JobID: j.ID, Repo: j.Repo, Title: j.Title,
+			Branch: gitwt.JobBranch(j.ID), Worktree: jb.wt.Path}
+		exp, err := engine.Expand(tmpl, vars)
+		if err != nil {
+			return engine.Result{}, fmt.Errorf("engine %s: %w", name, err)
+		}
+		spec = engine.Spec{Argv: exp.Argv, Env: append(env, exp.Env...)}
+		if !exp.UsesPrompt {
+			stdinPath = promptPath
+		}
+	}
+	spec.Dir, spec.LogPath, spec.Grace, spec.Contain, spec.Run = jb.wt.Path, jb.logPath, a.cfg.KillGrace, a.contain, filepath.Base(jb.dir)
+	spec.User = jb.user
+	if stdinPath != "" {
+		f, err := os.Open(stdinPath)
 		if err != nil {
 			return engine.Result{}, err
 		}
 		defer f.Close()
 		spec.Stdin = f
 	}
+	out, err := jb.watchOutput(&spec)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	defer out.Close()
 	wctx, cancel := context.WithTimeoutCause(jb.ctx, jb.wall(), errBudget)
 	defer cancel()
 	ectx, stopEngine := context.WithCancelCause(wctx)
 	defer stopEngine(nil)
 	// The run's engine is known from the start, whether or not it reports
 	// usage.
-	if err := jb.reportUsage(jb.ctx, name, fleet.Usage{}); err != nil {
+	if err := jb.reportUsage(jb.ctx, name, fleet.Usage{}, fleet.EngineFacts{}); err != nil {
 		jb.log.WarnContext(jb.ctx, "report the engine", "err", err)
 	}
 	cpCtx, stopCP := context.WithCancel(jb.ctx)
@@ -368,8 +399,18 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 			}
 		}
 	})
+	cp.Go(func() {
+		switch v := out.watchdog(a).Watch(cpCtx); v {
+		case stream.VerdictIdle:
+			jb.log.WarnContext(jb.ctx, "the engine wrote nothing for the idle timeout: stopping it", "idleTimeout", a.cfg.EngineIdle.String())
+			stopEngine(errEngineIdle)
+		case stream.VerdictExitGrace:
+			jb.log.WarnContext(jb.ctx, "the engine gave its result and did not exit: ending it", "exitGrace", a.cfg.EngineExitGrace.String())
+			stopEngine(errExitGrace)
+		}
+	})
 	spec.Started = func(pgid int) {
-		jb.log.InfoContext(jb.ctx, "engine started", "engine", name, "pgid", pgid, "argv0", exp.Argv[0])
+		jb.log.InfoContext(jb.ctx, "engine started", "engine", name, "pgid", pgid, "argv0", spec.Argv[0], "resume", jb.resumed)
 	}
 	res, err := engine.Run(ectx, spec)
 	if res.Leftover != nil {
@@ -377,6 +418,10 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	}
 	stopCP()
 	cp.Wait()
+	jb.stopCause = context.Cause(ectx)
+	if err == nil {
+		jb.exit = runExit(res, jb.stopCause)
+	}
 	if !jb.overUSD && jb.meterUsage(jb.ctx) && res.Stopped {
 		jb.overUSD = true
 	}
@@ -480,7 +525,7 @@ func (jb *job) postChildren(manifests []string) Outcome {
 	kids, err := jb.a.api.PostChildren(ctx, jb.j.ProductID, jb.j.ID, api.ChildrenRequest{LeaseEpoch: &jb.cl.LeaseEpoch, Children: api.ChildManifests(manifests)})
 	if err != nil {
 		if api.IsPermanent(err) && !errors.Is(err, api.ErrFenced) && !errors.Is(err, api.ErrConflict) {
-			return jb.fail(reasonInvalidChildren, err.Error(), false)
+			return jb.fail(fleet.FailInvalidChildren, err.Error(), false)
 		}
 		return jb.stopped(err, "post children")
 	}
@@ -625,7 +670,7 @@ func (jb *job) deliver() Outcome {
 				jb.unpush(branch, head)
 				return jb.stopped(context.Cause(ctx), "ship hook")
 			}
-			return jb.fail(reasonShipHook, err.Error(), true)
+			return jb.fail(fleet.FailShipHook, err.Error(), true)
 		}
 	}
 	next := fleet.Stage(a.cfg.ShipStage)
@@ -636,7 +681,8 @@ func (jb *job) deliver() Outcome {
 		next, delivered = fleet.StageReview, branch+"@"+head
 	}
 	jb.uploadArtifacts(lctx)
-	final := api.PatchRequest{Stage: &next, LeaseEpoch: &jb.cl.LeaseEpoch, Checkpoint: &delivered, Usage: jb.finalUsage()}
+	u, facts := jb.finalUsage()
+	final := api.PatchRequest{Stage: &next, LeaseEpoch: &jb.cl.LeaseEpoch, Checkpoint: &delivered, Usage: u, EngineFacts: facts}
 	if head != "" {
 		final.Head = &head
 	}
@@ -767,7 +813,7 @@ func (jb *job) stopped(err error, step string) Outcome {
 	case errors.Is(cause, errPreemptRequested):
 		return jb.acknowledge(fleet.ReleasePreempted)
 	}
-	return jb.fail(reasonGit, fmt.Sprintf("%s: %v", step, err), true)
+	return jb.fail(fleet.FailGit, fmt.Sprintf("%s: %v", step, err), true)
 }
 
 // quarantine keeps the work of a job whose lease is gone on a local branch
@@ -848,16 +894,17 @@ func (jb *job) acknowledge(outcome fleet.ReleaseOutcome) Outcome {
 
 // fail reports the failure at once (which frees the lease) and removes the
 // worktree; its work is on aq/wip/<id> when a checkpoint could be pushed.
-func (jb *job) fail(kind, detail string, retryable bool) Outcome {
+func (jb *job) fail(kind fleet.FailureKind, detail string, retryable bool) Outcome {
 	ctx, cancel := jb.localCtx()
 	defer cancel()
 	// Sanitised and bounded: it quotes engine output, and a failure must
 	// never be unreportable for its text.
-	reason := SanitizeReason(kind + ": " + detail)
+	reason := SanitizeReason(string(kind) + ": " + detail)
 	jb.log.ErrorContext(ctx, "job failed", "reason", reason, "retryable", retryable)
 	jb.uploadArtifacts(ctx)
+	u, facts := jb.finalUsage()
 	if _, err := jb.a.api.Fail(ctx, api.FailRequest{JobID: jb.j.ID, ProductID: jb.j.ProductID, LeaseEpoch: &jb.cl.LeaseEpoch,
-		Reason: &reason, Retryable: &retryable, Usage: jb.finalUsage()}); err != nil {
+		Reason: &reason, Retryable: &retryable, Usage: u, Kind: kind, EngineFacts: facts}); err != nil {
 		if errors.Is(err, api.ErrFenced) {
 			return jb.quarantine("report failure", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/gigafactory/fleet/infra/factory/internal/engine/stream"
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
@@ -27,10 +28,11 @@ func (jb *job) usagePath() string { return filepath.Join(jb.dir, "usage.json") }
 
 // usageMeter reads the engine's usage file and reports what changed.
 type usageMeter struct {
-	mu       sync.Mutex
-	last     fleet.Usage
-	reported fleet.Usage
-	seen     bool
+	mu            sync.Mutex
+	last          fleet.Usage
+	reported      fleet.Usage
+	reportedFacts fleet.EngineFacts
+	seen          bool
 }
 
 // read returns the usage the file holds now, merged (by maximum) with
@@ -86,29 +88,70 @@ func (jb *job) createUsageFile() error {
 	return nil
 }
 
-// meterUsage reads the usage file, reports it when it changed, and says
-// whether it passed the job's budget.usd. Best effort: a failed report is
-// sent again at the next reading (reports are cumulative).
-func (jb *job) meterUsage(ctx context.Context) (over bool) {
+// current is the run's usage and engine facts so far: the usage file when
+// the engine wrote one (it wins), else what a structured engine's output
+// said. ok is false while neither said anything of the usage.
+func (jb *job) current(ctx context.Context) (u fleet.Usage, facts fleet.EngineFacts, ok bool) {
 	if jb.dir == "" {
-		return false
+		return u, facts, false
 	}
 	u, ok, err := jb.usage.read(jb.usagePath())
 	if err != nil {
 		jb.log.WarnContext(ctx, "usage file not read", "err", err)
 	}
-	if !ok {
+	if jb.out != nil {
+		f := jb.out.Facts()
+		facts = reportableFacts(f)
+		if !ok && f.Events > 0 {
+			u, ok = streamUsage(f.Usage), true
+		}
+		if jb.activity != nil {
+			facts.LastActivityAt = jb.activity.Last()
+		}
+	}
+	facts.Exit = jb.exit
+	return u, facts, ok
+}
+
+// streamUsage is a structured engine's usage as the fleet records it.
+func streamUsage(s stream.Usage) fleet.Usage {
+	return fleet.Usage{USD: s.USD, InputTokens: s.InputTokens, OutputTokens: s.OutputTokens,
+		CacheReadTokens: s.CacheReadTokens, CacheWriteTokens: s.CacheWriteTokens}
+}
+
+// reportableFacts are the facts of f the coordinator accepts: a session
+// or model it would refuse (not a plain token) is left out rather than
+// have the whole report refused.
+func reportableFacts(f stream.Facts) fleet.EngineFacts {
+	facts := fleet.EngineFacts{Turns: f.Turns}
+	if (fleet.EngineFacts{Session: f.Session}).Validate() == nil {
+		facts.Session = f.Session
+	}
+	if (fleet.EngineFacts{Model: f.Model}).Validate() == nil {
+		facts.Model = f.Model
+	}
+	return facts
+}
+
+// meterUsage reports the run's usage and engine facts when they changed,
+// and says whether the usage passed the job's budget.usd. Best effort: a
+// failed report is sent again at the next reading (reports are
+// cumulative).
+func (jb *job) meterUsage(ctx context.Context) (over bool) {
+	u, facts, ok := jb.current(ctx)
+	if !ok && jb.out == nil {
+		// A template engine's facts ride on the final report only.
 		return false
 	}
 	jb.usage.mu.Lock()
-	changed := u != jb.usage.reported
+	changed := u != jb.usage.reported || facts != jb.usage.reportedFacts
 	jb.usage.mu.Unlock()
 	if changed {
-		if err := jb.reportUsage(ctx, jb.engine, u); err != nil {
+		if err := jb.reportUsage(ctx, jb.engine, u, facts); err != nil {
 			jb.log.WarnContext(ctx, "usage report", "err", err)
 		} else {
 			jb.usage.mu.Lock()
-			jb.usage.reported = u
+			jb.usage.reported, jb.usage.reportedFacts = u, facts
 			jb.usage.mu.Unlock()
 		}
 	}
@@ -117,24 +160,21 @@ func (jb *job) meterUsage(ctx context.Context) (over bool) {
 }
 
 // finalUsage is the usage to carry on the run's last report (the
-// delivering patch, the failure), or nil when the engine wrote none.
-func (jb *job) finalUsage() *fleet.Usage {
-	if jb.dir == "" {
-		return nil
-	}
-	u, ok, err := jb.usage.read(jb.usagePath())
-	if err != nil {
-		jb.log.WarnContext(jb.ctx, "usage file not read", "err", err)
-	}
+// delivering patch, the failure), nil when there is none, and the engine
+// facts.
+func (jb *job) finalUsage() (*fleet.Usage, fleet.EngineFacts) {
+	u, facts, ok := jb.current(jb.ctx)
 	if !ok {
-		return nil
+		return nil, facts
 	}
-	return &u
+	return &u, facts
 }
 
-// reportUsage sends the run's cumulative usage and the engine running it.
-func (jb *job) reportUsage(ctx context.Context, engine string, u fleet.Usage) error {
+// reportUsage sends the run's cumulative usage, the engine running it and
+// what the engine said of the run.
+func (jb *job) reportUsage(ctx context.Context, engine string, u fleet.Usage, facts fleet.EngineFacts) error {
 	_, err := jb.a.api.ReportUsage(ctx, jb.j.ProductID, jb.j.ID, api.UsageRequest{LeaseEpoch: &jb.cl.LeaseEpoch, USD: &u.USD,
-		InputTokens: &u.InputTokens, OutputTokens: &u.OutputTokens, Engine: engine})
+		InputTokens: &u.InputTokens, OutputTokens: &u.OutputTokens, CacheReadTokens: &u.CacheReadTokens,
+		CacheWriteTokens: &u.CacheWriteTokens, Engine: engine, EngineFacts: facts})
 	return err
 }

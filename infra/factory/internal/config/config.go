@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/infra/factory/internal/engine"
+	"github.com/gigafactory/fleet/infra/factory/internal/engine/stream"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -35,8 +37,11 @@ const (
 	EnvWorkDir            = "FLEET_WORK_DIR"
 	EnvSeats              = "FLEET_SEATS"
 	EnvEnginePrefix       = "FLEET_ENGINE_"
-	EnvEngineUser         = "FLEET_ENGINE_USER" // a setting, not an engine named "user"
-	EnvEngineUIDs         = "FLEET_ENGINE_UIDS" // a setting, not an engine named "uids"
+	EnvEngineUser         = "FLEET_ENGINE_USER"         // a setting, not an engine named "user"
+	EnvEngineUIDs         = "FLEET_ENGINE_UIDS"         // a setting, not an engine named "uids"
+	EnvEngineIdle         = "FLEET_ENGINE_IDLE_TIMEOUT" // a setting, not an engine
+	EnvEngineExitGrace    = "FLEET_ENGINE_EXIT_GRACE"   // a setting, not an engine
+	EnvEnginePrices       = "FLEET_ENGINE_PRICES"       // a setting, not an engine
 	EnvRunCgroups         = "FLEET_RUN_CGROUPS"
 	EnvDefaultEngine      = "FLEET_DEFAULT_ENGINE"
 	EnvShipStage          = "FLEET_SHIP_STAGE"
@@ -86,7 +91,13 @@ const (
 	DefaultDefaultWall = 2 * time.Hour
 	DefaultKillGrace   = 10 * time.Second
 	DefaultOnceWait    = time.Minute
-	DefaultTopic       = "fleet-dispatch"
+	// DefaultEngineIdle is how long an engine may write nothing at all
+	// before it is stopped as hung.
+	DefaultEngineIdle = 15 * time.Minute
+	// DefaultEngineExitGrace is how long a structured engine may live on
+	// after its final result.
+	DefaultEngineExitGrace = 30 * time.Second
+	DefaultTopic           = "fleet-dispatch"
 	// MaxHeartbeat is the longest heartbeat interval accepted: a third of
 	// the coordinator's stale threshold.
 	MaxHeartbeat = 30 * time.Second
@@ -111,9 +122,24 @@ type Config struct {
 	Seats int
 	// ExtraCaps are advertised beside the detected ones (e.g. gpu:a100).
 	ExtraCaps []string
-	// Engines maps an engine name (lower case) to its command template.
-	Engines       map[string]string
+	// Engines maps an engine name (lower case) to its command template;
+	// for a preset, to the preset's program.
+	Engines map[string]string
+	// Presets are the engines run as a built-in preset (claude, codex)
+	// rather than a template, by name.
+	Presets       map[string]engine.Preset
 	DefaultEngine string
+	// EngineIdle stops an engine that wrote nothing at all for this long;
+	// EngineExitGrace one that gave its final result and did not exit.
+	EngineIdle      time.Duration
+	EngineExitGrace time.Duration
+	// Prices price the tokens of engines that report no cost (Codex), by
+	// engine name, in USD per million tokens.
+	Prices map[string]stream.Price
+	// CheckEngines: run each engine's version command, print what was
+	// found and exit, without running a job (--check-engines). Only the
+	// engine settings are required then.
+	CheckEngines bool
 	// EngineUser is the account engines run as (name or uid); empty runs
 	// them as the factory's own user.
 	EngineUser string
@@ -218,7 +244,7 @@ func Parse(args, env []string) (Config, error) {
 
 	var seats, heartbeat, renew, checkpoint, poll, gcInterval, defaultWall, killGrace, onceWait, hbEnabled string
 	var engines, repoURLs, extraCaps multiFlag
-	var sessions, engineUIDs, runCgroups string
+	var sessions, engineUIDs, runCgroups, engineIdle, engineExitGrace, prices string
 	fs.StringVar(&c.URL, "url", e[EnvURL], "coordinator base URL, without /api ("+EnvURL+")")
 	fs.StringVar(&c.FactoryID, "factory-id", e[EnvFactoryID], "factory id ("+EnvFactoryID+")")
 	fs.StringVar(&c.Token, "token", e[EnvToken], "factory token ("+EnvToken+"); prefer --token-file: flags show in ps, variables in /proc/<pid>/environ")
@@ -230,7 +256,11 @@ func Parse(args, env []string) (Config, error) {
 	fs.StringVar(&c.WorkDir, "work-dir", e[EnvWorkDir], "where mirrors, worktrees and job files live ("+EnvWorkDir+")")
 	fs.StringVar(&seats, "seats", e[EnvSeats], "concurrent jobs ("+EnvSeats+")")
 	fs.Var(&extraCaps, "capability", "extra capability to advertise, kind:value; repeatable ("+EnvCapabilities+", comma-separated)")
-	fs.Var(&engines, "engine", "name=command template; repeatable ("+EnvEnginePrefix+"<NAME>)")
+	fs.Var(&engines, "engine", "name=command template, or claude or codex for the built-in preset; repeatable ("+EnvEnginePrefix+"<NAME>, =preset for a preset)")
+	fs.StringVar(&engineIdle, "engine-idle-timeout", e[EnvEngineIdle], "stop an engine that wrote nothing at all for this long ("+EnvEngineIdle+")")
+	fs.StringVar(&engineExitGrace, "engine-exit-grace", e[EnvEngineExitGrace], "stop a structured engine that gave its final result and did not exit within this ("+EnvEngineExitGrace+")")
+	fs.StringVar(&prices, "engine-prices", e[EnvEnginePrices], "USD per million input/output tokens of engines that report no cost, e.g. codex=1.25/10 ("+EnvEnginePrices+", comma-separated)")
+	fs.BoolVar(&c.CheckEngines, "check-engines", false, "run each engine's version command, print what was found and exit")
 	fs.StringVar(&c.EngineUser, "engine-user", e[EnvEngineUser], "run engines as this user (name or uid); the factory must run as root ("+EnvEngineUser+")")
 	fs.StringVar(&engineUIDs, "engine-uids", e[EnvEngineUIDs], "uid range, e.g. 20000-20031, giving each seat a uid of its own for its engine; the factory must run as root ("+EnvEngineUIDs+")")
 	fs.StringVar(&runCgroups, "run-cgroups", e[EnvRunCgroups], "auto (a cgroup per run where the factory can write cgroup v2) or off (the fallback) ("+EnvRunCgroups+")")
@@ -288,6 +318,8 @@ func Parse(args, env []string) (Config, error) {
 	dur(&c.DefaultWall, "default-wall", defaultWall, DefaultDefaultWall, false)
 	dur(&c.KillGrace, "kill-grace", killGrace, DefaultKillGrace, false)
 	dur(&c.OnceWait, "once-wait", onceWait, DefaultOnceWait, false)
+	dur(&c.EngineIdle, "engine-idle-timeout", engineIdle, DefaultEngineIdle, false)
+	dur(&c.EngineExitGrace, "engine-exit-grace", engineExitGrace, DefaultEngineExitGrace, false)
 	if c.Heartbeat > MaxHeartbeat {
 		fail("--heartbeat-interval: %s is too long: the coordinator marks a factory stale after 90s of silence; use at most %s", c.Heartbeat, MaxHeartbeat)
 	}
@@ -333,15 +365,20 @@ func Parse(args, env []string) (Config, error) {
 	}
 
 	c.URL = strings.TrimRight(strings.TrimSpace(c.URL), "/")
+	required := fail
+	if c.CheckEngines {
+		// Checking the engines needs no coordinator.
+		required = func(string, ...any) {}
+	}
 	if c.URL == "" {
-		fail("--url (%s) is required: the coordinator base URL, e.g. http://127.0.0.1:7071", EnvURL)
+		required("--url (%s) is required: the coordinator base URL, e.g. http://127.0.0.1:7071", EnvURL)
 	} else if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		fail("--url (%s): %q is not an http(s) URL", EnvURL, c.URL)
 	} else if strings.HasSuffix(u.Path, "/api") {
 		fail("--url (%s): give the base URL without /api (got %q)", EnvURL, c.URL)
 	}
 	if err := fleet.ValidateName("factory id", c.FactoryID); err != nil {
-		fail("--factory-id (%s): %v", EnvFactoryID, err)
+		required("--factory-id (%s): %v", EnvFactoryID, err)
 	}
 	switch {
 	case c.Token != "" && c.TokenFile != "":
@@ -358,7 +395,7 @@ func Parse(args, env []string) (Config, error) {
 			c.Token = tok
 		}
 	case c.Token == "":
-		fail("%s (a file holding the token the enrolment returned) or %s is required", EnvTokenFile, EnvToken)
+		required("%s (a file holding the token the enrolment returned) or %s is required", EnvTokenFile, EnvToken)
 	}
 	if c.ProductID != "" {
 		if err := fleet.ValidateName("product", c.ProductID); err != nil {
@@ -412,7 +449,7 @@ func Parse(args, env []string) (Config, error) {
 	}
 
 	if c.RepoBase == "" {
-		fail("--repo-base (%s) is required: the directory holding one git clone per repo", EnvRepoBase)
+		required("--repo-base (%s) is required: the directory holding one git clone per repo", EnvRepoBase)
 	} else if abs, err := filepath.Abs(c.RepoBase); err == nil {
 		c.RepoBase = abs
 	}
@@ -454,25 +491,46 @@ func Parse(args, env []string) (Config, error) {
 		}
 	}
 
-	c.Engines = map[string]string{}
+	c.Engines, c.Presets = map[string]string{}, map[string]engine.Preset{}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		name, ok := strings.CutPrefix(k, EnvEnginePrefix)
-		if !ok || name == "" || k == EnvEngineUser || k == EnvEngineUIDs {
+		if !ok || name == "" || slices.Contains(engineSettings, k) {
 			continue
 		}
-		addEngine(c.Engines, strings.ToLower(name), v, k, fail)
+		c.addEngine(strings.ToLower(name), v, k, fail)
 	}
 	for _, kv := range engines {
 		name, v, ok := strings.Cut(kv, "=")
 		if !ok {
-			fail("--engine: %q is not name=command", kv)
-			continue
+			if _, isPreset := engine.ParsePreset(strings.TrimSpace(kv)); !isPreset {
+				fail("--engine: %q is not name=command, nor claude or codex (the built-in presets)", kv)
+				continue
+			}
+			name, v = strings.TrimSpace(kv), engine.PresetValue
 		}
-		addEngine(c.Engines, strings.ToLower(strings.TrimSpace(name)), v, "--engine "+name, fail)
+		c.addEngine(strings.ToLower(strings.TrimSpace(name)), v, "--engine "+name, fail)
 	}
 	if len(c.Engines) == 0 {
-		fail("no engine configured: set %s<NAME>=<command template> (e.g. %sCLAUDE='claude -p @prompt') or --engine name=template", EnvEnginePrefix, EnvEnginePrefix)
+		fail("no engine configured: --engine claude or --engine codex for a built-in preset (%sCLAUDE=preset), or %s<NAME>=<command template> (e.g. %sAIDER='aider --message-file @prompt-file') or --engine name=template", EnvEnginePrefix, EnvEnginePrefix, EnvEnginePrefix)
+	}
+	c.Prices = map[string]stream.Price{}
+	for _, kv := range splitList(prices) {
+		name, v, ok := strings.Cut(kv, "=")
+		name = strings.ToLower(strings.TrimSpace(name))
+		if !ok {
+			fail("--engine-prices (%s): %q is not engine=input/output, e.g. codex=1.25/10", EnvEnginePrices, kv)
+			continue
+		}
+		p, err := stream.ParsePrice(v)
+		switch {
+		case err != nil:
+			fail("--engine-prices (%s): %s: %v", EnvEnginePrices, name, err)
+		case c.Engines[name] == "":
+			fail("--engine-prices (%s): %q is not a configured engine", EnvEnginePrices, name)
+		default:
+			c.Prices[name] = p
+		}
 	}
 	if c.DefaultEngine == "" && len(c.Engines) > 0 {
 		// Deterministic whatever the environment order: the first by name.
@@ -501,9 +559,14 @@ func Parse(args, env []string) (Config, error) {
 	return c, errors.Join(errs...)
 }
 
+// engineSettings are the FLEET_ENGINE_* variables that are settings, not
+// engines.
+var engineSettings = []string{EnvEngineUser, EnvEngineUIDs, EnvEngineIdle, EnvEngineExitGrace, EnvEnginePrices}
+
 // addEngine validates one engine: its name must make a valid engine:<name>
-// capability, and its template must not be empty.
-func addEngine(dst map[string]string, name, tmpl, source string, fail func(string, ...any)) {
+// capability, and its template must not be empty; "preset" selects the
+// built-in preset of that name.
+func (c *Config) addEngine(name, tmpl, source string, fail func(string, ...any)) {
 	if err := fleet.ValidateCapability("engine", "engine:"+name); err != nil || strings.ContainsAny(name, ":/") {
 		fail("%s: engine name %q must be lower-case letters, digits, '_' or '-'", source, name)
 		return
@@ -512,7 +575,17 @@ func addEngine(dst map[string]string, name, tmpl, source string, fail func(strin
 		fail("%s: the command template is empty", source)
 		return
 	}
-	dst[name] = tmpl
+	if strings.TrimSpace(tmpl) == engine.PresetValue {
+		p, ok := engine.ParsePreset(name)
+		if !ok {
+			fail("%s: there is no built-in preset named %q (there are claude and codex); give a command template", source, name)
+			return
+		}
+		c.Engines[name], c.Presets[name] = p.Program(), p
+		return
+	}
+	delete(c.Presets, name)
+	c.Engines[name] = tmpl
 }
 
 // Redacted is c safe to log: the token is replaced.

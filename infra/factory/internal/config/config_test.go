@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/infra/factory/internal/engine"
+	"github.com/gigafactory/fleet/infra/factory/internal/engine/stream"
 )
 
 // base is the smallest valid environment.
@@ -141,6 +144,43 @@ func TestParseTable(t *testing.T) {
 		{name: "log level", env: base("FLEET_LOG_LEVEL=DEBUG"),
 			check: func(t *testing.T, c Config) { require.Equal(t, "debug", c.LogLevel) }},
 		{name: "errors are joined", env: []string{"FLEET_SEATS=x"}, err: "FLEET_URL"},
+		// Engines: the built-in presets (a bare --engine name, or
+		// FLEET_ENGINE_<NAME>=preset), the watchdog settings and the price
+		// table, each error naming its flag and variable.
+		{name: "presets by flag and variable", args: []string{"--engine", "claude"}, env: noEngine("FLEET_ENGINE_CODEX=preset", "FLEET_ENGINE_AIDER=aider --message-file @prompt-file"),
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, map[string]engine.Preset{"claude": engine.PresetClaude, "codex": engine.PresetCodex}, c.Presets)
+				require.Equal(t, map[string]string{"claude": "claude", "codex": "codex", "aider": "aider --message-file @prompt-file"}, c.Engines)
+				require.Equal(t, DefaultEngineIdle, c.EngineIdle)
+				require.Equal(t, DefaultEngineExitGrace, c.EngineExitGrace)
+				require.Empty(t, c.Prices)
+			}},
+		{name: "a template for a preset's name is a template", env: base(),
+			check: func(t *testing.T, c Config) { require.Empty(t, c.Presets) }},
+		{name: "settings are not engines", env: noEngine("FLEET_ENGINE_CODEX=preset", "FLEET_ENGINE_IDLE_TIMEOUT=2m", "FLEET_ENGINE_EXIT_GRACE=5s", "FLEET_ENGINE_PRICES=codex=1.25/10/0.125"),
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, map[string]string{"codex": "codex"}, c.Engines)
+				require.Equal(t, 2*time.Minute, c.EngineIdle)
+				require.Equal(t, 5*time.Second, c.EngineExitGrace)
+				require.Equal(t, map[string]stream.Price{"codex": {Input: 1.25, Output: 10, CachedInput: 0.125}}, c.Prices)
+			}},
+		{name: "flags win for the watchdog", args: []string{"--engine-idle-timeout", "90s", "--engine-exit-grace", "1s"}, env: base("FLEET_ENGINE_IDLE_TIMEOUT=2m"),
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, 90*time.Second, c.EngineIdle)
+				require.Equal(t, time.Second, c.EngineExitGrace)
+			}},
+		{name: "unknown preset", env: noEngine("FLEET_ENGINE_GEMINI=preset"), err: `FLEET_ENGINE_GEMINI: there is no built-in preset named "gemini"`},
+		{name: "bare unknown engine", args: []string{"--engine", "gemini"}, env: base(), err: `--engine: "gemini" is not name=command, nor claude or codex`},
+		{name: "bad idle", env: base("FLEET_ENGINE_IDLE_TIMEOUT=soon"), err: `--engine-idle-timeout: "soon" is not a duration`},
+		{name: "zero grace", args: []string{"--engine-exit-grace", "0s"}, env: base(), err: "--engine-exit-grace: 0s must be positive"},
+		{name: "price for no engine", env: base("FLEET_ENGINE_PRICES=codex=1.25/10"), err: `--engine-prices (FLEET_ENGINE_PRICES): "codex" is not a configured engine`},
+		{name: "bad price", args: []string{"--engine-prices", "claude=cheap"}, env: base(), err: `--engine-prices (FLEET_ENGINE_PRICES): claude: "cheap" is not input/output`},
+		{name: "check-engines needs no coordinator", args: []string{"--check-engines", "--engine", "codex"}, env: nil,
+			check: func(t *testing.T, c Config) {
+				require.True(t, c.CheckEngines)
+				require.Equal(t, map[string]engine.Preset{"codex": engine.PresetCodex}, c.Presets)
+			}},
+		{name: "check-engines still needs an engine", args: []string{"--check-engines"}, env: nil, err: "no engine configured"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,4 +245,9 @@ func TestTokenFile(t *testing.T) {
 			require.Equal(t, tt.want, c.Token)
 		})
 	}
+}
+
+// noEngine is base without its engine.
+func noEngine(extra ...string) []string {
+	return slices.DeleteFunc(base(extra...), func(kv string) bool { return kv == "FLEET_ENGINE_CLAUDE=claude -p @prompt" })
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -23,8 +24,14 @@ type Spec struct {
 	Env  []string
 	// Stdin is fed to the engine; nil means /dev/null.
 	Stdin io.Reader
-	// LogPath receives stdout and stderr, appended.
+	// LogPath receives stdout and stderr, appended, except a stream that
+	// Stdout or Stderr takes.
 	LogPath string
+	// Stdout and Stderr, when set, receive the engine's stdout or stderr
+	// through a pipe, as it arrives (a structured engine's events are
+	// parsed while it runs). They see everything the run wrote by the
+	// time Run returns.
+	Stdout, Stderr io.Writer
 	// Grace is how long the engine gets between SIGTERM and SIGKILL when
 	// it is stopped.
 	Grace time.Duration
@@ -120,6 +127,18 @@ func Run(ctx context.Context, s Spec) (res Result, err error) {
 	// An *os.File, not a pipe: Wait then returns when the engine exits,
 	// not when the last grandchild holding the pipe does.
 	cmd.Stdout, cmd.Stderr = logf, logf
+	var pipes outPipes
+	defer pipes.close()
+	if s.Stdout != nil {
+		if cmd.Stdout, err = pipes.add(s.Stdout); err != nil {
+			return Result{}, fmt.Errorf("engine: stdout pipe: %w", err)
+		}
+	}
+	if s.Stderr != nil {
+		if cmd.Stderr, err = pipes.add(s.Stderr); err != nil {
+			return Result{}, fmt.Errorf("engine: stderr pipe: %w", err)
+		}
+	}
 	cmd.Stdin = s.Stdin
 	cmd.SysProcAttr = sysProcAttr()
 	if s.User != nil && !useReaper {
@@ -137,6 +156,7 @@ func Run(ctx context.Context, s Spec) (res Result, err error) {
 	if err := cmd.Start(); err != nil {
 		return Result{}, fmt.Errorf("engine: start %s: %w", s.Argv[0], err)
 	}
+	pipes.started()
 	pgid := cmd.Process.Pid
 	if s.Started != nil {
 		s.Started(pgid)
@@ -175,6 +195,7 @@ func Run(ctx context.Context, s Spec) (res Result, err error) {
 	// the rest of the run (outside the group) ends with the jail, before
 	// Run returns.
 	KillGroup(pgid)
+	pipes.drain()
 
 	res = Result{Stopped: stopped, Duration: time.Since(start), ExitCode: cmd.ProcessState.ExitCode()}
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -185,6 +206,60 @@ func Run(ctx context.Context, s Spec) (res Result, err error) {
 		return res, fmt.Errorf("engine: wait: %w", waitErr)
 	}
 	return res, nil
+}
+
+// outPipes are the pipes of a run's streams that go to writers.
+type outPipes struct {
+	r, w   []*os.File
+	copies sync.WaitGroup
+}
+
+// add makes a pipe whose read end is copied to dst, and returns its write
+// end for the engine.
+func (p *outPipes) add(dst io.Writer) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	p.r, p.w = append(p.r, r), append(p.w, w)
+	p.copies.Go(func() { _, _ = io.Copy(dst, r) })
+	return w, nil
+}
+
+// started closes the factory's copies of the write ends: the pipes end
+// when the engine and whatever inherited them are gone.
+func (p *outPipes) started() {
+	for _, w := range p.w {
+		_ = w.Close()
+	}
+	p.w = nil
+}
+
+// pipeDrain bounds the wait for the last output once the engine's group
+// is killed: a process of the run outside the group may still hold a
+// pipe; it is ended with the run, and its output after this is lost.
+const pipeDrain = 2 * time.Second
+
+// drain waits for the copies to reach the end of the pipes, at most
+// pipeDrain, then closes the read ends.
+func (p *outPipes) drain() {
+	done := make(chan struct{})
+	go func() { p.copies.Wait(); close(done) }()
+	t := time.NewTimer(pipeDrain)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	p.close()
+	<-done
+}
+
+func (p *outPipes) close() {
+	for _, f := range append(p.r, p.w...) {
+		_ = f.Close()
+	}
+	p.r, p.w = nil, nil
 }
 
 // reaperWait bounds how long a reaper told to end the run gets to do it.

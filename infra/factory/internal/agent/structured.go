@@ -1,0 +1,358 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/gigafactory/fleet/infra/factory/internal/engine"
+	"github.com/gigafactory/fleet/infra/factory/internal/engine/stream"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// Why the watchdog stopped an engine.
+var (
+	errEngineIdle = errors.New("the engine wrote nothing for the idle timeout")
+	errExitGrace  = errors.New("the engine gave its result and did not exit within the exit grace")
+)
+
+// artifactEvents is the raw event stream of a structured engine.
+const artifactEvents = "engine-events.jsonl"
+
+func (jb *job) eventsPath() string { return filepath.Join(jb.dir, artifactEvents) }
+
+// stdinPath is the file a preset reads its prompt from.
+func (jb *job) stdinPath() string { return filepath.Join(jb.dir, "stdin.md") }
+
+// presetSpec is the command of a preset run, and the file its prompt is
+// read from on stdin: the job's body, or on a retry that resumes the
+// engine's session the feedback of the run before.
+func (jb *job) presetSpec(name string, p engine.Preset, personaPath string, env []string) (engine.Spec, string, error) {
+	run := engine.PresetRun{Worktree: jb.wt.Path}
+	persona := ""
+	if pr := jb.j.Profile; pr != nil && strings.TrimSpace(pr.Body) != "" {
+		persona = pr.Body
+		if !p.PersonaInPrompt() {
+			run.PersonaFile = personaPath
+		}
+	}
+	prompt := jb.j.Body
+	if session := jb.resumable(name, p, env); session != "" {
+		run.Resume, jb.resumed = session, session
+		prompt = jb.resumePrompt()
+	}
+	if persona != "" && p.PersonaInPrompt() && run.Resume == "" {
+		prompt = persona + "\n\n---\n\n" + prompt
+	}
+	path := jb.stdinPath()
+	if err := os.WriteFile(path, []byte(prompt), 0o600); err != nil {
+		return engine.Spec{}, "", err
+	}
+	if jb.user != nil {
+		if err := os.Chown(path, int(jb.user.UID), int(jb.user.GID)); err != nil {
+			return engine.Spec{}, "", err
+		}
+	}
+	return engine.Spec{Argv: p.Argv(run), Env: env}, path, nil
+}
+
+// resumePrompt is the new prompt of a resumed session: what sent the job
+// back (the forge's feedback on this iteration, the reviewer's, else the
+// last failure).
+func (jb *job) resumePrompt() string {
+	var why string
+	switch {
+	case len(forgeFeedback(jb.j)) > 0:
+		why = "Your pull request came back with this feedback:\n\n" + strings.Join(forgeFeedback(jb.j), "\n\n")
+	case jb.j.Review != nil && strings.TrimSpace(jb.j.Review.Feedback) != "":
+		why = "A reviewer sent your work back with this feedback:\n\n" + jb.j.Review.Feedback
+	case jb.j.LastFailure != nil:
+		why = "Your previous run of this task failed: " + jb.j.LastFailure.Reason
+	default:
+		why = "Your previous run of this task was interrupted."
+	}
+	return why + "\n\nThe working tree holds your work as last checkpointed. Continue the task and finish it."
+}
+
+// forgeFeedback is the forge's feedback that asked for the job's current
+// iteration, one text per entry.
+func forgeFeedback(j *fleet.Job) []string {
+	var out []string
+	for _, f := range j.Feedback {
+		if j.Iteration == 0 || f.Iteration != j.Iteration {
+			continue
+		}
+		who := string(f.Source)
+		switch {
+		case f.Source == fleet.FeedbackCheck && f.Name != "":
+			who = "check " + f.Name
+		case f.Author != "":
+			who += " by " + f.Author
+		}
+		out = append(out, who+":\n"+f.Body)
+	}
+	return out
+}
+
+// resumable is the engine session a retry of the job resumes here, "" to
+// start afresh: the newest ended run that reported a session ran on this
+// factory with the same engine, and (Claude, whose sessions are kept per
+// working directory) the session's file could be moved to this run's
+// worktree.
+func (jb *job) resumable(name string, p engine.Preset, env []string) string {
+	var last *fleet.Run
+	for i := len(jb.j.Runs) - 1; i >= 0; i-- {
+		if jb.j.Runs[i].Session != "" {
+			last = &jb.j.Runs[i]
+			break
+		}
+	}
+	if jb.noResume || last == nil || last.FactoryID != jb.a.cfg.FactoryID || last.Engine != name {
+		return ""
+	}
+	if p != engine.PresetClaude {
+		// Codex finds a thread by id wherever it runs (its sessions are
+		// kept by date under $CODEX_HOME, not by directory).
+		return last.Session
+	}
+	from := jb.a.git.WorktreePath(jb.j.Repo, jb.j.ID, last.LeaseEpoch)
+	if err := moveClaudeSession(claudeConfigDir(env), last.Session, from, jb.wt.Path, jb.user); err != nil {
+		jb.log.WarnContext(jb.ctx, "the engine session is not resumed; starting afresh", "session", last.Session, "err", err)
+		return ""
+	}
+	return last.Session
+}
+
+// claudeConfigDir is where Claude Code keeps its state for the engine's
+// environment: $CLAUDE_CONFIG_DIR, else $HOME/.claude.
+func claudeConfigDir(env []string) string {
+	var home, dir string
+	for _, kv := range env { // the last entry wins, as for the engine
+		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
+			home = v
+		}
+		if v, ok := strings.CutPrefix(kv, "CLAUDE_CONFIG_DIR="); ok {
+			dir = v
+		}
+	}
+	if dir != "" {
+		return dir
+	}
+	return filepath.Join(home, ".claude")
+}
+
+// projectNames are the ways Claude Code has named a working directory's
+// session folder under projects/: every character but a letter or digit
+// as '-' (the real CLI 2.1.197 turned /tmp/x/work.dir/app_x into
+// -tmp-x-work-dir-app-x; shared/AGENTS.md says only '/', which the source
+// contradicts), or only '/' in case an older CLI did. The one that names the
+// session's folder is used for the new directory too.
+var projectNames = []func(string) string{
+	func(p string) string { return nonAlnum.ReplaceAllLiteralString(p, "-") },
+	func(p string) string { return strings.ReplaceAll(p, "/", "-") },
+}
+
+var nonAlnum = regexp.MustCompile(`[^A-Za-z0-9]`)
+
+// moveClaudeSession moves session's transcript (and its folder of side
+// files, if any) from the project folder of directory from to that of
+// directory to: Claude Code finds a session to resume only under the
+// working directory it runs in (shared/AGENTS.md: --resume from another
+// directory ends at once with error_during_execution).
+func moveClaudeSession(configDir, session, from, to string, user *engine.User) error {
+	if strings.ContainsAny(session, `/\`) || session == "" || strings.HasPrefix(session, ".") {
+		return fmt.Errorf("session id %q is not a file name", session)
+	}
+	projects := filepath.Join(configDir, "projects")
+	for _, name := range projectNames {
+		src := filepath.Join(projects, name(from))
+		if _, err := os.Stat(filepath.Join(src, session+".jsonl")); err != nil {
+			continue
+		}
+		dst := filepath.Join(projects, name(to))
+		if src == dst {
+			return nil
+		}
+		if err := os.MkdirAll(dst, 0o700); err != nil {
+			return err
+		}
+		if user != nil {
+			if err := os.Chown(dst, int(user.UID), int(user.GID)); err != nil {
+				return err
+			}
+		}
+		if err := os.Rename(filepath.Join(src, session+".jsonl"), filepath.Join(dst, session+".jsonl")); err != nil {
+			return err
+		}
+		if err := os.Rename(filepath.Join(src, session), filepath.Join(dst, session)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	return fmt.Errorf("no transcript of session %s for %s under %s", session, from, projects)
+}
+
+// runOutput is where a run's output goes: the log, and for a structured
+// engine its events file and parser; every byte counts as a sign of life.
+type runOutput struct {
+	log, events *os.File
+	activity    *stream.Activity
+	reader      *stream.Reader
+}
+
+// watchOutput routes the engine's output through the run's watch: stdout
+// and stderr through pipes into the log (and, for a preset, stdout into
+// the events file and the parser too), timing its last output.
+func (jb *job) watchOutput(spec *engine.Spec) (*runOutput, error) {
+	a := jb.a
+	logf, err := os.OpenFile(jb.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	o := &runOutput{log: logf, activity: stream.NewActivity(a.clock)}
+	jb.activity = o.activity
+	stdout := io.Writer(logf)
+	if p, ok := a.cfg.Presets[jb.engine]; ok {
+		o.events, err = os.OpenFile(jb.eventsPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			logf.Close()
+			return nil, fmt.Errorf("open events file: %w", err)
+		}
+		o.reader = stream.NewReader(p.Parser(a.cfg.Prices[jb.engine]), a.clock)
+		jb.out = o.reader
+		// The parser before the events file: a line in the file is parsed.
+		stdout = io.MultiWriter(logf, o.reader, o.events)
+	}
+	spec.Stdout, spec.Stderr = o.activity.Writer(stdout), o.activity.Writer(logf)
+	return o, nil
+}
+
+// watchdog watches the run: the idle timeout for every engine, the exit
+// grace for one whose final result can be read.
+func (o *runOutput) watchdog(a *Agent) stream.Watchdog {
+	w := stream.Watchdog{Clock: a.clock, Idle: a.cfg.EngineIdle, Activity: o.activity}
+	if o.reader != nil {
+		w.ExitGrace = a.cfg.EngineExitGrace
+		w.ResultAt = func() time.Time { return o.reader.Facts().ResultAt }
+	}
+	return w
+}
+
+// Close ends the parse and closes the files.
+func (o *runOutput) Close() error {
+	var errs []error
+	if o.reader != nil {
+		errs = append(errs, o.reader.Close())
+	}
+	if o.events != nil {
+		errs = append(errs, o.events.Close())
+	}
+	return errors.Join(append(errs, o.log.Close())...)
+}
+
+// runExit is how the engine's process ended, for the run's record.
+func runExit(res engine.Result, cause error) *fleet.RunExit {
+	x := &fleet.RunExit{Code: res.ExitCode, Signal: res.Signal, Reason: fleet.ExitExited}
+	switch {
+	case errors.Is(cause, errEngineIdle):
+		x.Reason = fleet.ExitEngineIdle
+	case errors.Is(cause, errExitGrace):
+		x.Reason = fleet.ExitGrace
+	case res.Stopped:
+		x.Reason = fleet.ExitStopped
+	case res.Signal != "":
+		x.Reason = fleet.ExitSignal
+	}
+	if x.Code < -1 || x.Code > 255 {
+		x.Code = -1
+	}
+	// A signal's name is a token on the wire ("segmentation fault").
+	x.Signal = strings.ReplaceAll(x.Signal, " ", "_")
+	if (fleet.EngineFacts{Exit: x}).Validate() != nil {
+		x.Signal = ""
+	}
+	return x
+}
+
+// resumeFailed reports a resumed session that ended at once with an error
+// and no turn: Claude Code does so when it cannot find the session.
+func (jb *job) resumeFailed(res engine.Result) bool {
+	if jb.resumed == "" || jb.out == nil || res.Stopped {
+		return false
+	}
+	f := jb.out.Facts()
+	return f.Outcome == stream.OutcomeError && f.Turns == 0 && !f.Limited()
+}
+
+// judge decides how the engine's run ended; failed says it failed, and
+// the failure is reported. A structured engine is judged by its own final
+// result (a Claude result with is_error true is a failure whatever its
+// subtype); one ended after its result for not exiting is judged by that
+// result alone. Any other engine by its exit status.
+func (jb *job) judge(name string, res engine.Result, graced bool) (Outcome, bool) {
+	ctx := jb.ctx
+	crash := func() (Outcome, bool) {
+		jb.checkpoint(ctx, "engine failed")
+		msg := fmt.Sprintf("engine %s %s", name, res.String())
+		if tail := strings.TrimSpace(engine.Tail(jb.logPath, outputTail)); tail != "" {
+			msg += "; last output:\n" + tail
+		}
+		return jb.fail(fleet.FailCrash, msg, false), true
+	}
+	if jb.out == nil {
+		if !res.Success() {
+			return crash()
+		}
+		return 0, false
+	}
+	f := jb.out.Facts()
+	switch {
+	case f.Outcome == stream.OutcomeSuccess && (graced || res.Success()):
+		jb.a.cool.succeeded(name)
+		return 0, false
+	case f.Limited():
+		return jb.rateLimited(name, f), true
+	case f.Outcome == stream.OutcomeError:
+		jb.checkpoint(ctx, "engine error")
+		detail := f.Detail
+		if f.APIErrorStatus != 0 {
+			detail = fmt.Sprintf("API status %d: %s", f.APIErrorStatus, detail)
+		}
+		// A server error may pass; anything else the engine said of its
+		// own work would only be said again.
+		return jb.fail(fleet.FailEngineError, fmt.Sprintf("engine %s reported an error: %s", name, detail), f.APIErrorStatus >= 500), true
+	case !res.Success():
+		return crash()
+	}
+	// Exited 0 without a final result: taken at its word.
+	jb.log.WarnContext(ctx, "the engine exited 0 without a final result", "engine", name, "events", f.Events)
+	return 0, false
+}
+
+// rateLimited ends a run the provider's rate limit stopped: the engine
+// cools down here (until the reset the engine named, else a backoff), the
+// coordinator hears of it in a heartbeat before the failure, so the
+// requeued job is not sent straight back, and the failure is retryable
+// and spends no attempt.
+func (jb *job) rateLimited(name string, f stream.Facts) Outcome {
+	a, ctx := jb.a, jb.ctx
+	until := a.cool.limited(name, f.LimitResetsAt)
+	jb.log.WarnContext(ctx, "the engine's provider is rate limiting this factory; cooling down", "engine", name, "until", until)
+	if a.cfg.HeartbeatEnabled {
+		if err := a.heartbeat(ctx, fleet.HealthOK); err != nil {
+			jb.log.WarnContext(ctx, "heartbeat with the cooldown", "err", err)
+		}
+	}
+	jb.checkpoint(ctx, "rate limited")
+	detail := f.Detail
+	if detail == "" {
+		detail = "rate limit"
+	}
+	return jb.fail(fleet.FailRateLimited, fmt.Sprintf("engine %s was refused by its provider's rate limit (this factory cools down for it until %s): %s",
+		name, until.UTC().Format(time.RFC3339), detail), true)
+}

@@ -1,0 +1,202 @@
+package stream_test
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/infra/factory/internal/engine/stream"
+	"github.com/gigafactory/fleet/shared/clock/clocktest"
+)
+
+var t0 = time.Date(2026, 11, 27, 2, 0, 0, 0, time.UTC)
+
+// feed writes the fixture into a Reader in small chunks, as a pipe would
+// deliver it, and returns the facts.
+func feed(t *testing.T, p stream.Parser, file string) stream.Facts {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", file))
+	require.NoError(t, err)
+	r := stream.NewReader(p, clocktest.New(t0))
+	for len(b) > 0 {
+		n := min(len(b), 97)
+		_, err := r.Write(b[:n])
+		require.NoError(t, err)
+		b = b[n:]
+	}
+	require.NoError(t, r.Close())
+	return r.Facts()
+}
+
+func TestParsers(t *testing.T) {
+	t.Parallel()
+	const claudeSession = "8f0e6c1a-5b2d-4e7a-9c3f-2d1b0a9e8c7d"
+	const codexThread = "019a7c2e-4b1d-7f30-9a55-6c0e2b8d4f11"
+	codexPrice := stream.Price{Input: 1.25, Output: 10, CachedInput: 0.125}
+	tests := []struct {
+		file    string
+		parser  stream.Parser
+		want    stream.Facts
+		limited bool
+	}{
+		{
+			file: "claude/normal.jsonl", parser: &stream.Claude{},
+			want: stream.Facts{
+				Usage:  stream.Usage{USD: 0.0421, InputTokens: 2700, OutputTokens: 190, CacheReadTokens: 300, CacheWriteTokens: 300},
+				Priced: true, Session: claudeSession, Model: "claude-sonnet-4-5-20250929", Turns: 3,
+				Outcome: stream.OutcomeSuccess, Detail: "Done: hello.txt holds the greeting.", Events: 7,
+			},
+		},
+		{
+			file: "claude/is_error.jsonl", parser: &stream.Claude{},
+			want: stream.Facts{
+				Priced: true, Session: claudeSession, Model: "claude-sonnet-4-5-20250929", Turns: 1,
+				Outcome: stream.OutcomeError, APIErrorStatus: 500, Events: 3,
+				Detail: `API Error: 500 {"type":"error","error":{"type":"api_error","message":"Internal server error"}}`,
+			},
+		},
+		{
+			file: "claude/429.jsonl", parser: &stream.Claude{}, limited: true,
+			want: stream.Facts{
+				Priced: true, Session: claudeSession, Model: "claude-sonnet-4-5-20250929", Turns: 1,
+				Outcome: stream.OutcomeError, APIErrorStatus: 429, RateLimited: true, LimitRetries: 2, Events: 5,
+				Detail: `API Error: 429 {"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your organization's rate limit."}}`,
+			},
+		},
+		{
+			file: "claude/rate_limit_event.jsonl", parser: &stream.Claude{}, limited: true,
+			want: stream.Facts{
+				Priced: true, Session: claudeSession, Model: "claude-sonnet-4-5-20250929", Turns: 1,
+				Outcome: stream.OutcomeError, RateLimited: true, LimitResetsAt: time.Unix(1795003600, 0).UTC(), Events: 5,
+				Detail: "Claude usage limit reached. Your limit will reset at 6pm.",
+			},
+		},
+		{
+			file: "codex/normal.jsonl", parser: &stream.Codex{Price: codexPrice},
+			want: stream.Facts{
+				// (24000-8000)×1.25 + 8000×0.125 + 1200×10 per million.
+				Usage:   stream.Usage{USD: (16000*1.25 + 8000*0.125 + 1200*10) / 1e6, InputTokens: 24000, OutputTokens: 1200, CacheReadTokens: 8000},
+				Session: codexThread, Turns: 1, Outcome: stream.OutcomeSuccess, Events: 8,
+			},
+		},
+		{
+			file: "codex/rate_limited.jsonl", parser: &stream.Codex{Price: codexPrice}, limited: true,
+			want: stream.Facts{
+				Session: codexThread, Turns: 1, Outcome: stream.OutcomeError, RateLimited: true, Events: 4,
+				Detail: "exceeded retry limit, last status: 429 Too Many Requests",
+			},
+		},
+		{
+			file: "codex/failed.jsonl", parser: &stream.Codex{Price: codexPrice},
+			want: stream.Facts{
+				Session: codexThread, Turns: 1, Outcome: stream.OutcomeError, Events: 3,
+				Detail: "stream disconnected before completion: error sending request for url (https://api.openai.com/v1/responses)",
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			t.Parallel()
+			got := feed(t, tc.parser, tc.file)
+			want := tc.want
+			want.LastEvent = t0
+			if want.Outcome != stream.OutcomeNone {
+				want.ResultAt = t0
+			}
+			require.InDelta(t, want.Usage.USD, got.Usage.USD, 1e-12)
+			got.Usage.USD = want.Usage.USD
+			require.Equal(t, want, got)
+			require.Equal(t, tc.limited, got.Limited())
+		})
+	}
+}
+
+// TestClaudeRunningUsage: before the result the running totals are the
+// assistant messages' usage, each message once however many lines carry
+// it, priced by the table when one is set; the result's own cost then wins.
+func TestClaudeRunningUsage(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("testdata/claude/normal.jsonl")
+	require.NoError(t, err)
+	lines := strings.SplitAfter(string(b), "\n")
+	r := stream.NewReader(&stream.Claude{Price: stream.Price{Input: 3, Output: 15}}, clocktest.New(t0))
+	// The first assistant line twice: a message split over two lines.
+	for _, l := range append([]string{lines[0], lines[1]}, lines[1:4]...) {
+		_, _ = io.WriteString(r, l)
+	}
+	f := r.Facts()
+	require.Equal(t, stream.Usage{USD: (1900*3 + 175*15) / 1e6, InputTokens: 1900, OutputTokens: 175, CacheReadTokens: 150, CacheWriteTokens: 300}, f.Usage)
+	require.Equal(t, 2, f.Turns)
+	require.Equal(t, stream.OutcomeNone, f.Outcome)
+	for _, l := range lines[4:] {
+		_, _ = io.WriteString(r, l)
+	}
+	require.InDelta(t, 0.0421, r.Facts().Usage.USD, 1e-12)
+}
+
+// TestReaderBounds: an over-long line is skipped and counted, the lines
+// around it still parsed; garbage and unknown types never stop the stream.
+func TestReaderBounds(t *testing.T) {
+	t.Parallel()
+	r := stream.NewReader(&stream.Codex{}, clocktest.New(t0))
+	_, _ = io.WriteString(r, `{"type":"thread.started","thread_id":"a"}`+"\n")
+	long := `{"type":"item.completed","item":{"text":"` + strings.Repeat("x", stream.MaxLine) + `"}}` + "\n"
+	for chunk := range slicesChunk([]byte(long), 4096) {
+		_, _ = r.Write(chunk)
+	}
+	_, _ = io.WriteString(r, "not json\n{\"type\":\"some.future.event\"}\n\n")
+	_, _ = io.WriteString(r, `{"type":"turn.completed","usage":{"input_tokens":5,"cached_input_tokens":0,"output_tokens":7}}`)
+	require.NoError(t, r.Close())
+	f := r.Facts()
+	require.Equal(t, 1, f.Overlong)
+	require.Equal(t, 1, f.Malformed)
+	require.Equal(t, 4, f.Events) // thread.started, garbage, future event, turn.completed
+	require.Equal(t, "a", f.Session)
+	require.Equal(t, stream.OutcomeSuccess, f.Outcome)
+	require.Equal(t, int64(7), f.Usage.OutputTokens)
+}
+
+func slicesChunk(b []byte, n int) func(func([]byte) bool) {
+	return func(yield func([]byte) bool) {
+		for len(b) > 0 {
+			k := min(n, len(b))
+			if !yield(b[:k]) {
+				return
+			}
+			b = b[k:]
+		}
+	}
+}
+
+func TestParsePrice(t *testing.T) {
+	t.Parallel()
+	p, err := stream.ParsePrice("1.25/10")
+	require.NoError(t, err)
+	require.Equal(t, stream.Price{Input: 1.25, Output: 10}, p)
+	p, err = stream.ParsePrice(" 3 / 15 / 0.3 ")
+	require.NoError(t, err)
+	require.Equal(t, stream.Price{Input: 3, Output: 15, CachedInput: 0.3}, p)
+	for _, bad := range []string{"", "1.25", "1/2/3/4", "a/10", "-1/10", "NaN/1", "1/Inf"} {
+		_, err := stream.ParsePrice(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+func TestRateLimitText(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]bool{
+		"exceeded retry limit, last status: 429 Too Many Requests": true,
+		"API Error: 529 Overloaded":                                true,
+		"rate_limit_error":                                         true,
+		"You've hit your usage limit. Try again in 2 hours":        true,
+		"stream disconnected before completion":                    false,
+		"wrote 4290 bytes":                                         false,
+	} {
+		require.Equal(t, want, stream.RateLimitText(s), s)
+	}
+}

@@ -1,0 +1,233 @@
+package tests
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/tests/internal/messagesapi"
+	"github.com/gigafactory/fleet/tests/internal/responsesapi"
+)
+
+// firstEndedRun waits for the job's first run to end and returns it.
+func firstEndedRun(t *testing.T, s *Stack, product, id string) runView {
+	t.Helper()
+	var first runView
+	Eventually(t, 60*time.Second, "the first run of "+id+" ends", func() bool {
+		runs := jobRuns(t, s, product, id)
+		if len(runs) == 0 || runs[0].Result == "running" {
+			return false
+		}
+		first = runs[0]
+		return true
+	})
+	return first
+}
+
+// TestClaudePresetFactory: a real factory runs the claude preset
+// (FLEET_ENGINE_CLAUDE=preset) with the fake claude CLI first on PATH,
+// which prints recorded stream-json transcripts. The shipped run's usage
+// is the transcript's total_cost_usd and tokens, with its session, model,
+// turns and exit; a claude that prints nothing at all is stopped within
+// the idle timeout plus a second, as a retryable engine_idle failure.
+func TestClaudePresetFactory(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	repo := newFacRepo(t, "app")
+	s.Product("demo", "app")
+	bin := filepath.Join(repoRoot, "infra/factory/internal/engine/stream/testdata/bin")
+	const idle = 2 * time.Second
+	startFactory(t, s, "fa", "demo", 2, repo, "true",
+		"FLEET_ENGINE_CLAUDE=preset", "FLEET_DEFAULT_ENGINE=claude",
+		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"CLAUDE_CONFIG_DIR="+t.TempDir(), "FLEET_ENGINE_IDLE_TIMEOUT="+idle.String())
+
+	normal := s.Submit("demo", "---\ntitle: greet\nrepo: app\n---\nAdd hello.txt.\n")
+	hang := s.Submit("demo", "---\ntitle: hang\nrepo: app\n---\nfake-scenario: hang\n")
+	limited := s.Submit("demo", "---\ntitle: limited\nrepo: app\n---\nfake-scenario: rate_limit_event\n")
+
+	facWaitStage(t, s, "demo", normal, "shipped", 60*time.Second)
+	require.Equal(t, "hello", repo.Show(t, "aq/job/"+normal, "hello.txt"))
+	runs := jobRuns(t, s, "demo", normal)
+	require.Len(t, runs, 1)
+	run := runs[0]
+	require.Equal(t, "succeeded", run.Result)
+	require.Equal(t, "claude", run.Engine)
+	// testdata/claude/normal.jsonl's result message.
+	require.InDelta(t, 0.0421, run.Usage.USD, 1e-12)
+	require.Equal(t, int64(2700), run.Usage.InputTokens)
+	require.Equal(t, int64(190), run.Usage.OutputTokens)
+	require.Equal(t, int64(300), run.Usage.CacheReadTokens)
+	require.Equal(t, int64(300), run.Usage.CacheWriteTokens)
+	require.Equal(t, "8f0e6c1a-5b2d-4e7a-9c3f-2d1b0a9e8c7d", run.EngineSession)
+	require.Equal(t, "claude-sonnet-4-5-20250929", run.Model)
+	require.Equal(t, 3, run.Turns)
+	require.NotNil(t, run.Exit)
+	require.Equal(t, "exited", run.Exit.Reason)
+
+	first := firstEndedRun(t, s, "demo", hang)
+	require.Equal(t, "failed", first.Result)
+	require.Contains(t, first.Reason, "engine_idle: ")
+	require.NotNil(t, first.Exit)
+	require.Equal(t, "engine_idle", first.Exit.Reason)
+	// lastActivityAt is when the engine started: it never wrote a byte.
+	require.False(t, first.LastActivityAt.IsZero())
+	took := first.EndedAt.Sub(first.LastActivityAt)
+	t.Logf("the hung engine's run ended %s after it started (idle timeout %s)", took, idle)
+	require.Less(t, took, idle+time.Second, "stopped within the idle timeout plus a second")
+	require.GreaterOrEqual(t, took, idle)
+
+	// The rate-limited run: kind rate_limited, no attempt spent, and the
+	// factory reports its cooldown for engine:claude in its heartbeat.
+	limitedRun := firstEndedRun(t, s, "demo", limited)
+	require.Contains(t, limitedRun.Reason, "rate_limited: ")
+	require.Equal(t, float64(0), s.Job("demo", limited)["attempts"], "a rate limit spends no attempt")
+	r := s.Op(http.MethodGet, "/factories", "demo", nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	var factories struct {
+		Items []struct {
+			ID        string               `json:"id"`
+			Cooldowns map[string]time.Time `json:"cooldowns"`
+		} `json:"items"`
+	}
+	r.JSON(t, &factories)
+	require.Len(t, factories.Items, 1)
+	until := factories.Items[0].Cooldowns["engine:claude"]
+	require.True(t, until.After(time.Now()), "cooling down for engine:claude: %v", factories.Items[0].Cooldowns)
+}
+
+// TestClaudePresetResumesOnRetry: a run of the claude preset that crashed
+// after its init line reported its session; the operator's requeue brings
+// the job back to the same factory, which resumes that session
+// (--resume <session>, the transcript moved to the new worktree) with the
+// failure as the prompt, and ships.
+func TestClaudePresetResumesOnRetry(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	repo := newFacRepo(t, "app")
+	s.Product("demo", "app")
+	bin := filepath.Join(repoRoot, "infra/factory/internal/engine/stream/testdata/bin")
+	argv, stdin := filepath.Join(t.TempDir(), "argv"), filepath.Join(t.TempDir(), "stdin")
+	startFactory(t, s, "fa", "demo", 1, repo, "true",
+		"FLEET_ENGINE_CLAUDE=preset", "FLEET_DEFAULT_ENGINE=claude",
+		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"CLAUDE_CONFIG_DIR="+t.TempDir(), "FAKE_ENGINE_ARGV_FILE="+argv, "FAKE_ENGINE_STDIN_FILE="+stdin)
+	id := s.Submit("demo", "---\ntitle: crash once\nrepo: app\n---\nfake-scenario: crash\n")
+	facWaitStage(t, s, "demo", id, "failed", 60*time.Second)
+	first := firstEndedRun(t, s, "demo", id)
+	require.Contains(t, first.Reason, "crash: ")
+	require.Equal(t, "8f0e6c1a-5b2d-4e7a-9c3f-2d1b0a9e8c7d", first.EngineSession, "the crashed run reported its session")
+
+	r := s.Op(http.MethodPost, "/jobs/"+id+"/actions/requeue", "demo", map[string]any{"reason": "again"})
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	facWaitStage(t, s, "demo", id, "shipped", 60*time.Second)
+
+	b, err := os.ReadFile(argv)
+	require.NoError(t, err)
+	runs := strings.Split(strings.TrimSuffix(string(b), "--\n"), "--\n")
+	require.Len(t, runs, 2)
+	require.NotContains(t, runs[0], "--resume")
+	require.Contains(t, runs[1], "--resume\n8f0e6c1a-5b2d-4e7a-9c3f-2d1b0a9e8c7d\n", "the retry resumes the session")
+	prompts, err := os.ReadFile(stdin)
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(string(prompts), "fake-scenario: crash"), "the retry's prompt is the feedback, not the task again: %s", prompts)
+	require.Equal(t, "hello", repo.Show(t, "aq/job/"+id, "hello.txt"))
+}
+
+// TestRealClaudePresetFactory: a real factory runs the real Claude Code
+// CLI (make agent-clis) as the claude preset, against the scripted
+// Messages API on loopback: the preset's command line is one the real CLI
+// accepts (the prompt on stdin, the permission mode, stream-json), its Write
+// tool really runs in the job's worktree, and the run's usage, session and
+// turns are what the CLI's result said.
+func TestRealClaudePresetFactory(t *testing.T) {
+	t.Parallel()
+	bin := agentCLI(t, "claude")
+	s := startStack(t)
+	repo := newFacRepo(t, "app")
+	s.Product("demo", "app")
+	id := s.Submit("demo", "---\ntitle: greet\nrepo: app\n---\nWrite hello.txt.\n")
+	work := t.TempDir()
+	worktree := filepath.Join(work, "worktrees", "app", id+"-e1")
+	api := startMessagesAPI(t, messagesapi.Script{Steps: []messagesapi.Step{
+		{Tool: "Write", Input: map[string]any{"file_path": filepath.Join(worktree, "hello.txt"), "content": "hello from claude\n"}, InputTokens: 1200, OutputTokens: 80},
+		{Text: "I wrote hello.txt.", InputTokens: 1400, OutputTokens: 20},
+	}})
+	token := s.Factory("fa", "demo", 1, []string{"os:linux"}, []string{repo.Name})
+	runFactoryIn(t, s, "fa", token, 1, repo.Base, "true", work,
+		"FLEET_ENGINE_CLAUDE=preset", "FLEET_DEFAULT_ENGINE=claude",
+		"PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"ANTHROPIC_BASE_URL="+api.URL, "ANTHROPIC_API_KEY=sk-ant-test-0000", "DISABLE_AUTOUPDATER=1",
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "CLAUDE_CODE_MAX_RETRIES=1", "HOME="+t.TempDir())
+
+	facWaitStage(t, s, "demo", id, "shipped", 120*time.Second)
+	require.Equal(t, "hello from claude", repo.Show(t, "aq/job/"+id, "hello.txt"), "the real Write tool ran in the worktree")
+	reqs := api.Requests()
+	require.NotEmpty(t, reqs)
+	runs := jobRuns(t, s, "demo", id)
+	require.Len(t, runs, 1)
+	run := runs[0]
+	require.Equal(t, "claude", run.Engine)
+	require.Greater(t, run.Usage.USD, 0.0, "total_cost_usd, as the CLI priced the tokens")
+	require.Equal(t, int64(2600), run.Usage.InputTokens)
+	require.Equal(t, int64(100), run.Usage.OutputTokens)
+	require.NotEmpty(t, run.EngineSession)
+	require.Equal(t, 2, run.Turns)
+	require.NotEmpty(t, run.Model)
+	require.Equal(t, "exited", run.Exit.Reason)
+}
+
+// TestRealCodexPresetFactory: a real factory runs the real Codex CLI (make
+// agent-clis) as the codex preset against the scripted Responses API (a
+// model provider in $CODEX_HOME/config.toml): the preset's command line is
+// one the real CLI accepts (the prompt on stdin as "-", -C the worktree,
+// the workspace-write sandbox), its command really runs in the worktree,
+// and the run's usage is the turn's tokens priced by FLEET_ENGINE_PRICES.
+func TestRealCodexPresetFactory(t *testing.T) {
+	t.Parallel()
+	bin := agentCLI(t, "codex")
+	s := startStack(t)
+	repo := newFacRepo(t, "app")
+	s.Product("demo", "app")
+	id := s.Submit("demo", "---\ntitle: greet\nrepo: app\n---\nCreate hello.txt.\n")
+	api := startResponsesAPI(t, responsesapi.Script{Steps: []responsesapi.Step{
+		{Cmd: "printf 'hello from codex\\n' > hello.txt", InputTokens: 1000, CachedTokens: 200, OutputTokens: 50, ReasoningTokens: 10},
+		{Text: "Created hello.txt.", InputTokens: 1100, OutputTokens: 20},
+	}})
+	home := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(home, "config.toml"), []byte(`model = "gpt-5-codex"
+model_provider = "fleettest"
+
+[model_providers.fleettest]
+name = "fleettest"
+base_url = "`+api.URL+`/v1"
+wire_api = "responses"
+env_key = "OPENAI_API_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+`), 0o600))
+	token := s.Factory("fa", "demo", 1, []string{"os:linux"}, []string{repo.Name})
+	runFactory(t, s, "fa", token, 1, repo.Base, "true",
+		"FLEET_ENGINE_CODEX=preset", "FLEET_DEFAULT_ENGINE=codex", "FLEET_ENGINE_PRICES=codex=1.25/10",
+		"PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"CODEX_HOME="+home, "OPENAI_API_KEY=sk-test-0000")
+
+	facWaitStage(t, s, "demo", id, "shipped", 120*time.Second)
+	require.Equal(t, "hello from codex", repo.Show(t, "aq/job/"+id, "hello.txt"), "the real command ran in the worktree")
+	runs := jobRuns(t, s, "demo", id)
+	require.Len(t, runs, 1)
+	run := runs[0]
+	require.Equal(t, "codex", run.Engine)
+	require.Equal(t, int64(2100), run.Usage.InputTokens)
+	require.Equal(t, int64(70), run.Usage.OutputTokens)
+	require.Equal(t, int64(200), run.Usage.CacheReadTokens)
+	require.InDelta(t, (2100*1.25+70*10)/1e6, run.Usage.USD, 1e-12, "the tokens priced by FLEET_ENGINE_PRICES")
+	require.NotEmpty(t, run.EngineSession, "thread.started's thread_id")
+	require.Equal(t, 1, run.Turns)
+	require.Equal(t, "exited", run.Exit.Reason)
+}
