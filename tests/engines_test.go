@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -230,4 +231,76 @@ stream_max_retries = 0
 	require.NotEmpty(t, run.EngineSession, "thread.started's thread_id")
 	require.Equal(t, 1, run.Turns)
 	require.Equal(t, "exited", run.Exit.Reason)
+}
+
+// TestRealClaudeTwoAccounts: two real factories run the real Claude Code
+// CLI on two accounts (two scripted Messages APIs). The first account is
+// rate-limited (429): its run fails as rate_limited, spends no attempt, and
+// its factory reports the cooldown, which keeps the job from it (/explain
+// says so). The fleet keeps working: the second factory, on the other
+// account, takes the job and ships it.
+func TestRealClaudeTwoAccounts(t *testing.T) {
+	t.Parallel()
+	bin := agentCLI(t, "claude")
+	s := startStack(t)
+	repo := newFacRepo(t, "app")
+	s.Product("demo", "app")
+	caps := []string{"os:linux", "engine:claude"}
+	claudeEnv := func(api *messagesapi.Server) []string {
+		return []string{"FLEET_ENGINE_CLAUDE=preset", "FLEET_DEFAULT_ENGINE=claude",
+			"PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH"),
+			"ANTHROPIC_BASE_URL=" + api.URL, "ANTHROPIC_API_KEY=sk-ant-test-0000", "DISABLE_AUTOUPDATER=1",
+			"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "CLAUDE_CODE_MAX_RETRIES=1", "HOME=" + t.TempDir()}
+	}
+
+	limited := startMessagesAPI(t, messagesapi.Script{Steps: []messagesapi.Step{{Status: 429, RetryAfter: 1}}})
+	token := s.Factory("limited", "demo", 1, caps, []string{repo.Name})
+	runFactoryIn(t, s, "limited", token, 1, repo.Base, "true", t.TempDir(), claudeEnv(limited)...)
+
+	id := s.Submit("demo", "---\ntitle: greet\nrepo: app\ncapabilities: [engine:claude]\nmaxAttempts: 1\n---\nWrite hello.txt.\n")
+	var job map[string]any
+	Eventually(t, 90*time.Second, "the limited account's run fails as rate_limited", func() bool {
+		job = s.Job("demo", id)
+		f, _ := job["lastFailure"].(map[string]any)
+		return f != nil && f["kind"] == "rate_limited"
+	})
+	require.NotEmpty(t, limited.Requests(), "the real CLI called the limited account")
+	require.EqualValues(t, 0, job["attempts"], "a rate limit spends no attempt")
+	require.NotEqual(t, "dead_letter", job["stage"], "not dead-lettered on its one attempt")
+
+	var cooling map[string]any
+	r := s.Op(http.MethodGet, "/factories", "demo", nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	var fs struct {
+		Items []map[string]any `json:"items"`
+	}
+	r.JSON(t, &fs)
+	for _, f := range fs.Items {
+		if f["id"] == "limited" {
+			cooling, _ = f["cooldowns"].(map[string]any)
+		}
+	}
+	require.Contains(t, cooling, "engine:claude", "the factory reported its cooldown")
+	ex := s.Op(http.MethodGet, "/jobs/"+id+"/explain", "demo", nil)
+	require.Contains(t, string(ex.Body), "cooling down for engine:claude")
+
+	// The other account: the job's next lease runs there.
+	epoch := int(job["leaseEpoch"].(float64)) + 1
+	work := t.TempDir()
+	worktree := filepath.Join(work, "worktrees", "app", id+"-e"+strconv.Itoa(epoch))
+	healthy := startMessagesAPI(t, messagesapi.Script{Steps: []messagesapi.Step{
+		{Tool: "Write", Input: map[string]any{"file_path": filepath.Join(worktree, "hello.txt"), "content": "hello from the other account\n"}, InputTokens: 900, OutputTokens: 40},
+		{Text: "Done.", InputTokens: 1000, OutputTokens: 10},
+	}})
+	token = s.Factory("healthy", "demo", 1, caps, []string{repo.Name})
+	runFactoryIn(t, s, "healthy", token, 1, repo.Base, "true", work, claudeEnv(healthy)...)
+
+	job = facWaitStage(t, s, "demo", id, "shipped", 120*time.Second)
+	require.EqualValues(t, 0, job["attempts"])
+	require.Equal(t, "hello from the other account", repo.Show(t, "aq/job/"+id, "hello.txt"))
+	runs := jobRuns(t, s, "demo", id)
+	require.Len(t, runs, 2)
+	require.Equal(t, "failed", runs[0].Result)
+	require.Equal(t, "succeeded", runs[1].Result)
+	require.Greater(t, runs[1].Usage.USD, 0.0)
 }
