@@ -304,7 +304,17 @@ func (jb *job) wall() time.Duration {
 func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	a, j := jb.a, jb.j
 	promptPath := filepath.Join(jb.dir, "prompt.md")
-	if err := os.WriteFile(promptPath, []byte(j.Body), 0o600); err != nil {
+	// An iteration the forge asked for carries its feedback in the prompt
+	// too, so an engine that reads only the prompt still sees it.
+	prompt := j.Body
+	feedback := strings.Join(forgeFeedback(j), "\n\n")
+	if feedback != "" {
+		prompt += fmt.Sprintf("\n\n---\n\n## Feedback on your pull request (iteration %d)\n\n%s\n", j.CurrentIteration(), feedback)
+	}
+	if err := os.WriteFile(promptPath, []byte(prompt), 0o600); err != nil {
+		return engine.Result{}, err
+	}
+	if err := jb.writeOwned(jb.feedbackPath(), feedback); err != nil {
 		return engine.Result{}, err
 	}
 	if jb.user != nil {
@@ -338,12 +348,12 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	var spec engine.Spec
 	var stdinPath string
 	if preset, ok := a.cfg.Presets[name]; ok {
-		spec, stdinPath, err = jb.presetSpec(name, preset, personaPath, env)
+		spec, stdinPath, err = jb.presetSpec(name, preset, prompt, personaPath, env)
 		if err != nil {
 			return engine.Result{}, fmt.Errorf("engine %s: %w", name, err)
 		}
 	} else {
-		vars := engine.Vars{Prompt: j.Body, PromptFile: promptPath, PersonaFile: personaPath, JobID: j.ID, Repo: j.Repo, Title: j.Title,
+		vars := engine.Vars{Prompt: prompt, PromptFile: promptPath, PersonaFile: personaPath, FeedbackFile: jb.feedbackPath(), JobID: j.ID, Repo: j.Repo, Title: j.Title,
 			Branch: gitwt.JobBranch(j.ID), Worktree: jb.wt.Path}
 		exp, err := engine.Expand(tmpl, vars)
 		if err != nil {
@@ -473,6 +483,23 @@ func (jb *job) writeReviewFeedback() error {
 	return nil
 }
 
+// feedbackPath is where the forge's feedback that asked for this
+// iteration is written for the engine (empty on the first): the job
+// directory, never committed.
+func (jb *job) feedbackPath() string { return filepath.Join(jb.dir, "feedback.md") }
+
+// writeOwned writes a file of the job directory the engine reads, owned
+// by the engine's account when it has one.
+func (jb *job) writeOwned(path, body string) error {
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		return err
+	}
+	if jb.user != nil {
+		return os.Chown(path, int(jb.user.UID), int(jb.user.GID))
+	}
+	return nil
+}
+
 // childrenDir is where the engine may write child manifests (*.md): the
 // job directory, outside the worktree.
 func (jb *job) childrenDir() string { return filepath.Join(jb.dir, "children") }
@@ -563,6 +590,8 @@ func (jb *job) env(engineName, promptPath string) []string {
 	return append(env,
 		"FLEET_JOB_PERSONA_FILE="+jb.personaPath(),
 		"FLEET_JOB_REVIEW_FEEDBACK_FILE="+jb.reviewFeedbackPath(),
+		"FLEET_JOB_FEEDBACK_FILE="+jb.feedbackPath(),
+		"FLEET_JOB_ITERATION="+strconv.Itoa(j.CurrentIteration()),
 		"FLEET_JOB_CHILDREN_DIR="+jb.childrenDir(),
 		"FLEET_JOB_CHILDREN="+strings.Join(j.Children, ","),
 		"FLEET_JOB_USAGE_FILE="+jb.usagePath(),

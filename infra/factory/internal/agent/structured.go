@@ -30,9 +30,10 @@ func (jb *job) eventsPath() string { return filepath.Join(jb.dir, artifactEvents
 func (jb *job) stdinPath() string { return filepath.Join(jb.dir, "stdin.md") }
 
 // presetSpec is the command of a preset run, and the file its prompt is
-// read from on stdin: the job's body, or on a retry that resumes the
-// engine's session the feedback of the run before.
-func (jb *job) presetSpec(name string, p engine.Preset, personaPath string, env []string) (engine.Spec, string, error) {
+// read from on stdin: prompt (the job's body, with the forge's feedback on
+// an iteration), or on a retry that resumes the engine's session the
+// feedback of the run before.
+func (jb *job) presetSpec(name string, p engine.Preset, prompt, personaPath string, env []string) (engine.Spec, string, error) {
 	run := engine.PresetRun{Worktree: jb.wt.Path}
 	persona := ""
 	if pr := jb.j.Profile; pr != nil && strings.TrimSpace(pr.Body) != "" {
@@ -41,7 +42,6 @@ func (jb *job) presetSpec(name string, p engine.Preset, personaPath string, env 
 			run.PersonaFile = personaPath
 		}
 	}
-	prompt := jb.j.Body
 	if session := jb.resumable(name, p, env); session != "" {
 		run.Resume, jb.resumed = session, session
 		prompt = jb.resumePrompt()

@@ -22,15 +22,18 @@ const (
 	// PhPersonaFile is the path of the file holding the instructions of
 	// the job's persona profile (empty when the job names none).
 	PhPersonaFile = "@persona-file"
-	PhJobID       = "@job-id"
-	PhRepo        = "@repo"
-	PhTitle       = "@title"
-	PhBranch      = "@branch"
-	PhWorktree    = "@worktree"
+	// PhFeedbackFile is the path of the file holding the forge's feedback
+	// that asked for this iteration (empty on the first).
+	PhFeedbackFile = "@feedback-file"
+	PhJobID        = "@job-id"
+	PhRepo         = "@repo"
+	PhTitle        = "@title"
+	PhBranch       = "@branch"
+	PhWorktree     = "@worktree"
 )
 
 // placeholders, longest first.
-var placeholders = []string{PhPersonaFile, PhPromptFile, PhWorktree, PhJobID, PhBranch, PhPrompt, PhTitle, PhRepo}
+var placeholders = []string{PhFeedbackFile, PhPersonaFile, PhPromptFile, PhWorktree, PhJobID, PhBranch, PhPrompt, PhTitle, PhRepo}
 
 // MaxPromptArg bounds @prompt: Linux refuses a single argument longer than
 // 128 KiB (MAX_ARG_STRLEN) with a cryptic E2BIG, so fail with advice first.
@@ -38,7 +41,7 @@ const MaxPromptArg = 100 << 10
 
 // Vars are the values placeholders expand to.
 type Vars struct {
-	Prompt, PromptFile, PersonaFile, JobID, Repo, Title, Branch, Worktree string
+	Prompt, PromptFile, PersonaFile, FeedbackFile, JobID, Repo, Title, Branch, Worktree string
 }
 
 // envName is the variable a placeholder inside a shell script refers to.
@@ -54,6 +57,8 @@ func (v Vars) value(ph string) string {
 		return v.PromptFile
 	case PhPersonaFile:
 		return v.PersonaFile
+	case PhFeedbackFile:
+		return v.FeedbackFile
 	case PhJobID:
 		return v.JobID
 	case PhRepo:
