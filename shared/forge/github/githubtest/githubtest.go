@@ -242,9 +242,18 @@ func (s *Server) fillRepo(m map[string]any, rp *Repo) {
 	set(m, "html_url", "https://github.com/"+rp.Owner+"/"+rp.Name)
 }
 
+// refresh reads an open pull request's head again: with a git dir, pushes
+// move it as on GitHub.
+func (s *Server) refresh(p *Pull) {
+	if rp := s.repos[p.Repo]; p.State == "open" && rp.GitDir != "" {
+		p.HeadSHA = s.headSHA(rp, p.Head)
+	}
+}
+
 // pullJSON is a pull request as the REST API shows it (simple: the list's
 // shape).
 func (s *Server) pullJSON(p *Pull, simple bool) map[string]any {
+	s.refresh(p)
 	name := "rest-pull"
 	if simple {
 		name = "rest-pull-simple"
@@ -551,6 +560,7 @@ func (s *Server) Closed(number int, merged bool) Delivery {
 func (s *Server) pullByNumber(number int) *Pull {
 	for _, p := range s.pulls {
 		if p.Number == number {
+			s.refresh(p)
 			return p
 		}
 	}
