@@ -98,11 +98,16 @@ func Before(field string, t time.Time) Cond {
 }
 
 // Query selects documents of one container. With PartitionKey set it is a
-// single-partition query and results come in id order; without, it is a
-// cross-partition filter whose order is unspecified.
+// single-partition query and results come in id order (descending with
+// Descending); without, it is a cross-partition filter whose order is
+// unspecified.
 type Query struct {
 	PartitionKey string
 	Where        []Cond // all must hold
+	// Descending reverses the id order of a single-partition query: ids
+	// that begin with their creation time list the newest first. A
+	// cross-partition query has no order to reverse and refuses it.
+	Descending bool
 	// Limit is the page size; 0 means the backend's default.
 	Limit int
 	// Continuation resumes after the previous page; "" starts from the top.

@@ -602,7 +602,7 @@ func (f *fakeCosmos) changeFeed(c *fakeColl, r recorded) (int, map[string]string
 }
 
 var (
-	queryShape   = regexp.MustCompile(`^SELECT \* FROM c(?: WHERE (.+?))?( ORDER BY c\.id)?$`)
+	queryShape   = regexp.MustCompile(`^SELECT \* FROM c(?: WHERE (.+?))?( ORDER BY c\.id( DESC)?)?$`)
 	condShape    = regexp.MustCompile(`^(?:c\.([A-Za-z_][A-Za-z0-9_]*)|c\["([A-Za-z_][A-Za-z0-9_]*)"\]) (=|IN|<) (.+)$`)
 	paramList    = regexp.MustCompile(`^\((@p\d+(?:, @p\d+)*)\)$`)
 	crossRefused = regexp.MustCompile(`(?i)\b(ORDER\s+BY|TOP|DISTINCT|GROUP\s+BY|OFFSET|LIMIT|COUNT|SUM|AVG|MIN|MAX|VALUE)\b`)
@@ -717,6 +717,9 @@ func (f *fakeCosmos) query(c *fakeColl, r recorded) (int, map[string]string, []b
 		}
 		return docs[i].id < docs[j].id
 	})
+	if m[3] != "" {
+		slices.Reverse(docs)
+	}
 
 	offset := 0
 	cont := r.Header.Get("x-ms-continuation")

@@ -49,7 +49,7 @@ type Statement struct {
 // BuildQuery translates a store query into the only two shapes the adapter
 // ever sends:
 //
-//	SELECT * FROM c [WHERE <conds>] ORDER BY c.id   (single partition)
+//	SELECT * FROM c [WHERE <conds>] ORDER BY c.id [DESC]   (single partition)
 //	SELECT * FROM c [WHERE <conds>]                 (cross partition)
 //
 // where <conds> is "c.f = @pN", "c.f IN (@pN, …)" and "c.f < @pN" joined
@@ -67,7 +67,10 @@ type Statement struct {
 // has no defined order.
 //
 // It is exported so that tests can enumerate every statement shape.
-func BuildQuery(where []store.Cond, partitioned bool) (Statement, error) {
+func BuildQuery(where []store.Cond, partitioned, descending bool) (Statement, error) {
+	if descending && !partitioned {
+		return Statement{}, fmt.Errorf("a cross-partition query has no order to reverse (Descending)")
+	}
 	var (
 		b       strings.Builder
 		params  []azcosmos.QueryParameter
@@ -126,6 +129,9 @@ func BuildQuery(where []store.Cond, partitioned bool) (Statement, error) {
 	}
 	if partitioned {
 		b.WriteString(" ORDER BY c.id")
+		if descending {
+			b.WriteString(" DESC")
+		}
 	}
 	return Statement{Text: b.String(), Params: params, CrossPartition: !partitioned}, nil
 }

@@ -17,8 +17,17 @@ import (
 // kind of query is refused instead of misread.
 const (
 	partitionCont = "p:"
+	descCont      = "d:" // a single-partition query in descending id order
 	crossCont     = "x:"
 )
+
+// partitionPrefix is the continuation prefix of a single-partition query.
+func partitionPrefix(q store.Query) string {
+	if q.Descending {
+		return descCont
+	}
+	return partitionCont
+}
 
 var fieldName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
@@ -46,14 +55,26 @@ func buildQuery(t *table, q store.Query) (text string, args []any, limit int, er
 	b.WriteString(`SELECT rid, pk, id, rev, body FROM `)
 	b.WriteString(quoteIdent(t.name))
 	if q.PartitionKey != "" {
-		after, ok := strings.CutPrefix(q.Continuation, partitionCont)
+		after, ok := strings.CutPrefix(q.Continuation, partitionPrefix(q))
 		if !ok && q.Continuation != "" {
 			return "", nil, 0, fmt.Errorf("invalid continuation %q for a single-partition query", q.Continuation)
 		}
-		// Ids are never empty, so id > '' starts at the top.
-		b.WriteString(` WHERE pk = ? AND id > ?`)
-		args = append(args, q.PartitionKey, after)
+		switch {
+		case !q.Descending:
+			// Ids are never empty, so id > '' starts at the top.
+			b.WriteString(` WHERE pk = ? AND id > ?`)
+			args = append(args, q.PartitionKey, after)
+		case after == "":
+			b.WriteString(` WHERE pk = ?`)
+			args = append(args, q.PartitionKey)
+		default:
+			b.WriteString(` WHERE pk = ? AND id < ?`)
+			args = append(args, q.PartitionKey, after)
+		}
 	} else {
+		if q.Descending {
+			return "", nil, 0, errors.New("a cross-partition query has no order to reverse (Descending)")
+		}
 		// rid > ? only from the second page on: on a first page it would
 		// tie, for the planner, the (field, rowid) index of an equality
 		// with a two-column index serving a range too ((stage,
@@ -79,9 +100,12 @@ func buildQuery(t *table, q store.Query) (text string, args []any, limit int, er
 		b.WriteString(cond)
 		args = append(args, cargs...)
 	}
-	if q.PartitionKey != "" {
+	switch {
+	case q.PartitionKey != "" && q.Descending:
+		b.WriteString(` ORDER BY id DESC LIMIT ?`)
+	case q.PartitionKey != "":
 		b.WriteString(` ORDER BY id LIMIT ?`)
-	} else {
+	default:
 		b.WriteString(` ORDER BY rid LIMIT ?`)
 	}
 	args = append(args, limit+1)

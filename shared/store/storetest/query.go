@@ -236,6 +236,9 @@ func testQuerySinglePartition(t *testing.T, s store.Store) {
 				// want is sorted by key, and within one partition that is id
 				// order: equality checks order, loss and duplicates at once.
 				require.Equal(t, want, got)
+				// Descending: the same documents, newest id first.
+				got = queryAll(t, s, m, store.Jobs, store.Query{PartitionKey: "p1", Where: tc.where, Limit: limit, Descending: true})
+				require.Equal(t, reversed(want), got, "descending")
 			})
 		}
 	}
@@ -303,6 +306,12 @@ func testQueryCrossPartition(t *testing.T, s store.Store) {
 	require.Len(t, m.match("", []store.Cond{store.Eq("stage", "queued")}), 15)
 }
 
+func reversed(s []string) []string {
+	out := slices.Clone(s)
+	slices.Reverse(out)
+	return out
+}
+
 func testQueryRejectsBadInput(t *testing.T, s store.Store) {
 	mustCreate(t, s, store.Jobs, "p1", "j1", doc(t, store.Jobs, "p1", "j1", fields{"stage": "queued"}))
 	bad := map[string]store.Query{
@@ -326,6 +335,9 @@ func testQueryRejectsBadInput(t *testing.T, s store.Store) {
 		"raw JSON value":   {Where: []store.Cond{store.Eq("stage", json.RawMessage(`"queued"`))}},
 		"negative limit":   {Limit: -1},
 	}
+	// A cross-partition query has no order to reverse.
+	_, err := s.Query(t.Context(), store.Jobs, store.Query{Descending: true})
+	requireStoreError(t, err, "a cross-partition query in descending order")
 	for name, q := range bad {
 		for _, pk := range []string{"p1", ""} {
 			q.PartitionKey = pk
