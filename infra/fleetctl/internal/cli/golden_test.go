@@ -304,8 +304,10 @@ func TestGolden(t *testing.T) {
 	claim = w.api("POST", "/claim", ftSpend, "", "", "")
 	require.Equal(t, spend, claim["job"].(map[string]any)["id"])
 	w.api("PATCH", "/jobs/"+spend, ftSpend, "", "application/json", `{"stage": "building", "leaseEpoch": `+epoch+`}`)
-	w.api("PATCH", "/jobs/"+spend, ftSpend, "", "application/json", `{"stage": "testing", "leaseEpoch": `+epoch+`, "usage": {"usd": 4.25, "inputTokens": 9000, "outputTokens": 800}}`)
+	w.api("PATCH", "/jobs/"+spend, ftSpend, "", "application/json", `{"stage": "testing", "leaseEpoch": `+epoch+`, "usage": {"usd": 4.25, "inputTokens": 9000, "outputTokens": 800}, "turns": 12, "model": "claude-sonnet-4"}`)
 	for _, c := range []tc{
+		// The run's usage, turns and model, on its one line.
+		{name: "jobs-runs-usage", args: []string{"jobs", "runs", spend}},
 		{name: "budgets-show", args: []string{"budgets", "show"}},
 		{name: "budgets-show-json", args: []string{"budgets", "show", "demo", "-o", "json"}},
 		{name: "budgets-pause", args: []string{"budgets", "pause", "--reason", "quarter end"}},

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -365,8 +366,12 @@ func eventRow(e fleet.Event) []string {
 
 func (a *app) jobsRuns() *cobra.Command {
 	return &cobra.Command{
-		Use:               "runs ID",
-		Short:             "A job's runs: one per lease epoch",
+		Use:   "runs ID",
+		Short: "A job's runs, one per lease epoch: factory, result, duration, usage (USD, tokens), turns and model",
+		Long: `A job's runs, one line per lease epoch: the factory, the result, when it started
+and how long it took, its usage (USD, input/output tokens), the engine's turns
+and model when a structured engine reported them, and the reason it ended (its
+first line, shortened: -o json has it whole).`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -380,14 +385,64 @@ func (a *app) jobsRuns() *cobra.Command {
 			}
 			rows := make([][]string, 0, len(page.Items))
 			for _, r := range page.Items {
-				ended := "-"
+				took := "-"
 				if !r.EndedAt.IsZero() {
-					ended = r.EndedAt.Sub(r.StartedAt).Round(1e9).String()
+					took = r.EndedAt.Sub(r.StartedAt).Round(time.Second).String()
 				}
-				rows = append(rows, []string{r.ID, r.FactoryID, strconv.FormatInt(r.LeaseEpoch, 10), string(r.Result),
-					a.ago(r.StartedAt), ended, orDash(r.Reason)})
+				rows = append(rows, []string{strconv.FormatInt(r.LeaseEpoch, 10), r.FactoryID, string(r.Result),
+					a.ago(r.StartedAt), took, usageCell(r.Usage), engineCell(r), oneLine(r.Reason, 40)})
 			}
-			return a.table([]string{"RUN", "FACTORY", "EPOCH", "RESULT", "STARTED", "TOOK", "REASON"}, rows)
+			return a.table([]string{"EPOCH", "FACTORY", "RESULT", "STARTED", "TOOK", "USAGE", "ENGINE", "REASON"}, rows)
 		},
 	}
+}
+
+// usageCell is a run's usage in a table cell: "$0.25 1.2k/340 tok", or
+// "-" when nothing was reported.
+func usageCell(u fleet.Usage) string {
+	if u.USD == 0 && u.InputTokens == 0 && u.OutputTokens == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("$%.2f %s/%s tok", u.USD, count(u.InputTokens), count(u.OutputTokens))
+}
+
+// engineCell is what a structured engine said of a run, compactly:
+// "sonnet-4 12t" (model, turns), "-" when it said nothing.
+func engineCell(r fleet.Run) string {
+	var parts []string
+	if r.Model != "" {
+		parts = append(parts, truncate(r.Model, 24))
+	}
+	if r.Turns > 0 {
+		parts = append(parts, strconv.Itoa(r.Turns)+"t")
+	}
+	if len(parts) == 0 {
+		return orDash(r.Engine)
+	}
+	return strings.Join(parts, " ")
+}
+
+// count shortens a token count: 950, 1.2k, 3.4M.
+func count(n int64) string {
+	switch {
+	case n >= 1_000_000:
+		return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + "M"
+	case n >= 1000:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', 1, 64) + "k"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// oneLine keeps a table cell on one line: the text's first non-empty line,
+// shortened to n runes ("-" when empty).
+func oneLine(s string, n int) string {
+	for l := range strings.Lines(s) {
+		if l = strings.TrimSpace(l); l != "" {
+			if strings.Contains(strings.TrimSpace(s), "\n") {
+				return truncate(l+" …", n)
+			}
+			return truncate(l, n)
+		}
+	}
+	return "-"
 }
