@@ -386,6 +386,10 @@ func TestGolden(t *testing.T) {
 	} {
 		run(c)
 	}
+
+	// A job no factory could ever run: explain says "unroutable:" once.
+	h100 := w.submit("demo", "---\ntitle: Needs a GPU\nrepo: hello\ncapabilities: [gpu:h100]\n---\nTrain.\n")
+	run(tc{name: "jobs-explain-unroutable", args: []string{"jobs", "explain", h100}})
 }
 
 func golden(t *testing.T, name, got string) {

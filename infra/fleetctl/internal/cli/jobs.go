@@ -12,6 +12,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/schedule"
 )
 
 func (a *app) jobsCommand() *cobra.Command {
@@ -278,29 +279,7 @@ func (a *app) jobsExplain() *cobra.Command {
 			if a.json() {
 				return a.printJSON(raw)
 			}
-			kv := [][2]string{{"job", e.JobID}, {"stage", string(e.Stage)}, {"required", list(e.Schedule.Required)},
-				{"routable", strconv.FormatBool(e.Schedule.Routable)}}
-			if e.Schedule.Best != "" {
-				kv = append(kv, [2]string{"best", e.Schedule.Best})
-			}
-			if e.Schedule.Reason != "" {
-				kv = append(kv, [2]string{"reason", e.Schedule.Reason})
-			}
-			if e.TargetFactoryID != "" {
-				kv = append(kv, [2]string{"target", e.TargetFactoryID})
-			}
-			if e.Dispatch.Unroutable != "" {
-				kv = append(kv, [2]string{"unroutable", e.Dispatch.Unroutable})
-			}
-			if e.Profile != nil {
-				kv = append(kv, [2]string{"profile", fmt.Sprintf("%s v%d adds %s", e.Profile.Name, e.Profile.Version, list(e.Profile.Capabilities))})
-			}
-			for _, h := range []*fleet.Hold{e.Budget, e.SeatCap} {
-				if h != nil {
-					kv = append(kv, [2]string{"held", string(h.Kind) + ": " + h.Message})
-				}
-			}
-			if err := a.fields(kv); err != nil {
+			if err := a.fields(explainFields(&e)); err != nil {
 				return err
 			}
 			a.printf("\n")
@@ -317,6 +296,50 @@ func (a *app) jobsExplain() *cobra.Command {
 			return a.table([]string{"FACTORY", "ELIGIBLE", "TOTAL", "CAPFIT", "AFFINITY", "LOAD", "COSTFIT", "HEALTH", "STARVATION", "REASON"}, rows)
 		},
 	}
+}
+
+// explainFields are the key: value lines of jobs explain above its table.
+func explainFields(e *api.Explanation) [][2]string {
+	kv := [][2]string{{"job", e.JobID}, {"stage", string(e.Stage)}, {"required", list(e.Schedule.Required)},
+		{"routable", strconv.FormatBool(e.Schedule.Routable)}}
+	if e.Schedule.Best != "" {
+		kv = append(kv, [2]string{"best", e.Schedule.Best})
+	}
+	// The reason and the dispatcher's record both begin with their
+	// kind ("unroutable: ..."): each is printed under that kind,
+	// once, and the dispatcher's only when it says something else.
+	reason := reasonField(e.Schedule.Reason)
+	if reason[1] != "" {
+		kv = append(kv, reason)
+	}
+	if e.TargetFactoryID != "" {
+		kv = append(kv, [2]string{"target", e.TargetFactoryID})
+	}
+	if d := e.Dispatch.Unroutable; d != "" && d != e.Schedule.Reason {
+		f := reasonField(d)
+		kv = append(kv, [2]string{"dispatcher", f[1] + " (" + f[0] + ", when it last routed)"})
+	}
+	if e.Profile != nil {
+		kv = append(kv, [2]string{"profile", fmt.Sprintf("%s v%d adds %s", e.Profile.Name, e.Profile.Version, list(e.Profile.Capabilities))})
+	}
+	for _, h := range []*fleet.Hold{e.Budget, e.SeatCap} {
+		if h != nil {
+			kv = append(kv, [2]string{"held", string(h.Kind) + ": " + h.Message})
+		}
+	}
+	return kv
+}
+
+// reasonField splits a scheduling reason into its kind and text:
+// "unroutable: no factory offers gpu:h100" is {"unroutable", "no factory
+// offers gpu:h100"}; a reason of no known kind is {"reason", text}.
+func reasonField(r string) [2]string {
+	for _, p := range []string{schedule.UnroutablePrefix, schedule.NoEligiblePrefix} {
+		if rest, ok := strings.CutPrefix(r, p); ok {
+			return [2]string{strings.TrimSuffix(p, ": "), rest}
+		}
+	}
+	return [2]string{"reason", r}
 }
 
 func score(f float64) string { return strconv.FormatFloat(f, 'f', 3, 64) }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -24,4 +25,30 @@ func TestRunCells(t *testing.T) {
 	require.Equal(t, "-", usageCell(fleet.Usage{}))
 	require.Equal(t, "claude-sonnet-4 12t", engineCell(fleet.Run{EngineFacts: fleet.EngineFacts{Model: "claude-sonnet-4", Turns: 12}}))
 	require.Equal(t, "shell", engineCell(fleet.Run{Engine: "shell"}))
+}
+
+// TestExplainSaysUnroutableOnce: the scheduler's reason and the
+// dispatcher's record carry the same "unroutable: " text; explain prints
+// the word once, and the dispatcher's record only when it differs.
+func TestExplainSaysUnroutableOnce(t *testing.T) {
+	t.Parallel()
+	const why = "unroutable: no factory has capability gpu:h100"
+	for _, c := range []struct {
+		name       string
+		dispatcher string
+		want       [][2]string
+	}{
+		{"same", why, [][2]string{{"unroutable", "no factory has capability gpu:h100"}}},
+		{"differs", "no eligible factory: 1 is at its seat limit", [][2]string{{"unroutable", "no factory has capability gpu:h100"},
+			{"dispatcher", "1 is at its seat limit (no eligible factory, when it last routed)"}}},
+	} {
+		e := &api.Explanation{JobID: "j1", Stage: fleet.StageQueued, Dispatch: fleet.Dispatch{Unroutable: c.dispatcher},
+			Schedule: api.ScheduleExplanation{Reason: why}}
+		var out strings.Builder
+		a := &app{env: Env{Stdout: &out}}
+		kv := explainFields(e)
+		require.NoError(t, a.fields(kv))
+		require.Equal(t, 1, strings.Count(out.String(), "unroutable"), "%s:\n%s", c.name, out.String())
+		require.Equal(t, c.want, kv[4:], c.name)
+	}
 }
