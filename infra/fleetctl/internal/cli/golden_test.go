@@ -390,6 +390,20 @@ func TestGolden(t *testing.T) {
 	// A job no factory could ever run: explain says "unroutable:" once.
 	h100 := w.submit("demo", "---\ntitle: Needs a GPU\nrepo: hello\ncapabilities: [gpu:h100]\n---\nTrain.\n")
 	run(tc{name: "jobs-explain-unroutable", args: []string{"jobs", "explain", h100}})
+
+	// Short job ids, as git abbreviates: a unique prefix stands for the
+	// job; an ambiguous one is refused naming two it matches.
+	for _, c := range []tc{
+		{name: "jobs-show-short-id", args: []string{"jobs", "show", queued[:14]}},
+		{name: "jobs-runs-short-id", args: []string{"jobs", "runs", built[:14]}},
+		{name: "err-jobs-short-id-ambiguous", args: []string{"jobs", "show", queued[:6]}, exit: ExitUsage},
+		{name: "err-jobs-short-id-none", args: []string{"jobs", "show", "j00ff"}, exit: ExitNotFound},
+		// An artifact by its job (abbreviated) and name.
+		{name: "artifacts-get-job-name", args: []string{"artifacts", "get", built[:14], "notes.txt"}},
+		{name: "err-artifacts-get-job-no-such-name", args: []string{"artifacts", "get", built, "nope.txt"}, exit: ExitNotFound},
+	} {
+		run(c)
+	}
 }
 
 func golden(t *testing.T, name, got string) {

@@ -17,14 +17,17 @@ import (
 
 func (a *app) jobsCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "jobs", Aliases: []string{"job"}, Short: "List, submit and act on jobs"}
-	cmd.AddCommand(a.jobsLs(), a.jobsShow(), a.jobsSubmit(), a.jobsExplain(), a.jobsEvents(), a.jobsRuns(), a.jobsWatch(), a.jobsDAG(), a.jobsEcho())
+	cmd.AddCommand(a.jobsLs(), a.jobsSubmit())
+	for _, c := range []*cobra.Command{a.jobsShow(), a.jobsExplain(), a.jobsEvents(), a.jobsRuns(), a.jobsWatch(), a.jobsDAG(), a.jobsEcho()} {
+		cmd.AddCommand(a.takesJob(c))
+	}
 	for _, act := range []struct{ name, short string }{
 		{"ship", "Ship a job in testing"},
 		{"requeue", "Put a job back in the queue"},
 		{"reject", "Reject a job (failed)"},
 		{"cancel", "Cancel a job"},
 	} {
-		cmd.AddCommand(a.jobsAction(act.name, act.short))
+		cmd.AddCommand(a.takesJob(a.jobsAction(act.name, act.short)))
 	}
 	return cmd
 }
