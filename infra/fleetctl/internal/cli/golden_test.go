@@ -249,6 +249,7 @@ func TestGolden(t *testing.T) {
 		{name: "err-usage-output", args: []string{"jobs", "ls", "-o", "yaml"}, exit: ExitUsage},
 		{name: "err-invalid", args: []string{"jobs", "ls", "--stage", "nowhere"}, exit: ExitUsage},
 		{name: "err-refused", args: []string{"jobs", "submit", "-"}, stdin: manifest("Not ours", "elsewhere", ""), exit: ExitRefused},
+		{name: "err-unknown-product", args: []string{"jobs", "ls", "-p", "nope"}, exit: ExitNotFound},
 		{name: "err-unavailable", args: []string{"jobs", "ls"}, env: map[string]string{"FLEET_URL": "http://127.0.0.1:1"}, exit: ExitUnavailable},
 	}
 	run := func(c tc) {
