@@ -585,7 +585,7 @@ func schemas() obj {
 			"alerts": arrayOf(object([]string{"kind", "severity", "subject", "since", "message"}, obj{
 				"kind":     enumOf("What the alert is about.", fleet.AlertKinds()),
 				"severity": enumOf("", fleet.Severities()),
-				"subject":  str("What it names: product/repo (starving), a factory id (stale_factory), product/job (dead_letter, blocked_on_failed), a product (budget_alert, budget_paused)."),
+				"subject":  str("What it names: product/repo (starving), a factory id (stale_factory), product/job (dead_letter, failed, no_factory, blocked_on_failed, cancel_unacknowledged), a product (budget_alert, budget_paused)."),
 				"since":    dateTime("When the condition began."),
 				"message":  str("A sentence for a person."),
 			})),

@@ -679,7 +679,7 @@ async function alertsView() {
     const rows = (m.alerts || []).map(a => h('tr', {},
       h('td', {}, badge('sev-' + a.severity, a.severity)), h('td', {}, a.kind.replace(/_/g, ' ')), h('td', {}, a.subject),
       h('td', {}, time(a.since)), h('td', {}, linkJobs(a.message))));
-    region.replaceChildren(table(['Severity', 'Kind', 'Subject', 'Since', 'Message'], rows, 'No alerts: nothing is starving, stale or dead-lettered.'));
+    region.replaceChildren(table(['Severity', 'Kind', 'Subject', 'Since', 'Message'], rows, 'No alerts: nothing failed or dead-lettered in the last 24 h, nothing is unroutable, starving or stale.'));
   }
   await refresh();
   return refresh;

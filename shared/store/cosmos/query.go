@@ -88,12 +88,12 @@ func BuildQuery(where []store.Cond, partitioned, descending bool) (Statement, er
 		}
 		b.WriteString(propertyRef(c.Field))
 		switch c.Op {
-		case store.OpEq, store.OpLt:
+		case store.OpEq, store.OpLt, store.OpGt:
 			if len(c.Values) != 1 {
 				return Statement{}, fmt.Errorf("query field %q: %s takes one value, got %d", c.Field, c.Op, len(c.Values))
 			}
-			if _, ok := c.Values[0].(bool); ok && c.Op == store.OpLt {
-				return Statement{}, fmt.Errorf("query field %q: < takes a string or a number, got a bool", c.Field)
+			if _, ok := c.Values[0].(bool); ok && c.Op != store.OpEq {
+				return Statement{}, fmt.Errorf("query field %q: %s takes a string or a number, got a bool", c.Field, c.Op)
 			}
 			p, err := param(len(params), c.Field, c.Values[0])
 			if err != nil {

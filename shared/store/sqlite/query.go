@@ -129,8 +129,8 @@ func condSQL(c store.Cond) (string, []any, error) {
 		if len(c.Values) == 0 {
 			return "0", nil, nil // IN () holds for no document, as in Cosmos DB
 		}
-	case store.OpLt:
-		return ltSQL(c)
+	case store.OpLt, store.OpGt:
+		return rangeSQL(c)
 	default:
 		return "", nil, fmt.Errorf("field %q: unsupported operator %q", c.Field, c.Op)
 	}
@@ -172,24 +172,25 @@ func condSQL(c store.Cond) (string, []any, error) {
 	return "(" + strings.Join(parts, " OR ") + ")", args, nil
 }
 
-// ltSQL renders field < value. As in Cosmos DB, only a value of the same
-// JSON type compares: text by code point (SQLite's default BINARY collation
-// of UTF-8 text), numbers numerically.
-func ltSQL(c store.Cond) (string, []any, error) {
+// rangeSQL renders field < value or field > value. As in Cosmos DB, only
+// a value of the same JSON type compares: text by code point (SQLite's
+// default BINARY collation of UTF-8 text), numbers numerically.
+func rangeSQL(c store.Cond) (string, []any, error) {
 	if len(c.Values) != 1 {
-		return "", nil, fmt.Errorf("field %q: < takes one value, got %d", c.Field, len(c.Values))
+		return "", nil, fmt.Errorf("field %q: %s takes one value, got %d", c.Field, c.Op, len(c.Values))
 	}
 	kind, bound, err := bindValue(c.Values[0])
 	if err != nil {
 		return "", nil, fmt.Errorf("field %q: %w", c.Field, err)
 	}
+	op := " " + string(c.Op) + " ? AND "
 	switch kind {
 	case kindString:
-		return "(" + fieldExpr(c.Field) + " < ? AND " + fieldType(c.Field) + " = 'text')", []any{bound}, nil
+		return "(" + fieldExpr(c.Field) + op + fieldType(c.Field) + " = 'text')", []any{bound}, nil
 	case kindNumber:
-		return "(" + fieldExpr(c.Field) + " < ? AND " + fieldType(c.Field) + " IN ('integer', 'real'))", []any{bound}, nil
+		return "(" + fieldExpr(c.Field) + op + fieldType(c.Field) + " IN ('integer', 'real'))", []any{bound}, nil
 	}
-	return "", nil, fmt.Errorf("field %q: < takes a string or a number, got %T", c.Field, c.Values[0])
+	return "", nil, fmt.Errorf("field %q: %s takes a string or a number, got %T", c.Field, c.Op, c.Values[0])
 }
 
 // in renders "= ?" or "IN (?, ...)" for n values.

@@ -62,8 +62,11 @@ func condHolds(f map[string]any, c store.Cond) bool {
 	if !ok {
 		return false
 	}
-	if c.Op == store.OpLt {
+	switch c.Op {
+	case store.OpLt:
 		return jsonLess(v, c.Values[0])
+	case store.OpGt:
+		return jsonMore(v, c.Values[0])
 	}
 	for _, want := range c.Values {
 		if jsonEqual(v, want) {
@@ -92,6 +95,25 @@ func jsonEqual(stored, want any) bool {
 		}
 	}
 	return false // null, objects and arrays never equal a scalar
+}
+
+// jsonMore is stored > bound, compared as jsonLess compares.
+func jsonMore(stored, bound any) bool {
+	switch s := stored.(type) {
+	case string:
+		b, ok := bound.(string)
+		return ok && s > b
+	case float64:
+		switch b := bound.(type) {
+		case int:
+			return s > float64(b)
+		case int64:
+			return s > float64(b)
+		case float64:
+			return s > b
+		}
+	}
+	return false
 }
 
 // jsonLess is stored < bound as Cosmos DB compares: strings by code point,
@@ -218,6 +240,13 @@ var queryCases = []struct {
 	{"typed lt big number", []store.Cond{store.Lt("v", int64(100000000001))}},
 	{"typed lt string", []store.Cond{store.Lt("v", "2")}},
 	{"before", []store.Cond{store.Before("at", fixtureT0.Add(9100*time.Millisecond))}},
+	{"gt string", []store.Cond{store.Gt("stage", "queued")}},
+	{"gt int", []store.Cond{store.Gt("prio", 2)}},
+	{"gt float and in", []store.Cond{store.In("stage", "queued", "running"), store.Gt("score", 4.5)}},
+	{"typed gt number", []store.Cond{store.Gt("v", 0)}},
+	{"typed gt string", []store.Cond{store.Gt("v", "0")}},
+	{"since", []store.Cond{store.Since("at", fixtureT0.Add(9100*time.Millisecond))}},
+	{"window", []store.Cond{store.Since("at", fixtureT0.Add(5*time.Second)), store.Before("at", fixtureT0.Add(20*time.Second))}},
 }
 
 func testQuerySinglePartition(t *testing.T, s store.Store) {
@@ -246,6 +275,7 @@ func testQuerySinglePartition(t *testing.T, s store.Store) {
 	require.Len(t, m.match("p1", []store.Cond{store.Eq("v", 1)}), 2)
 	require.Len(t, m.match("p1", []store.Cond{store.Lt("v", 2)}), 2, "1 and 1.0; not \"1\", true or null")
 	testBefore(t, m)
+	testSince(t, m)
 	require.Len(t, m.match("p1", []store.Cond{store.Eq("stage", "queued")}), 8)
 }
 
@@ -276,6 +306,37 @@ func testBefore(t *testing.T, m *model) {
 			}
 		}
 		if bound >= 0 {
+			require.Positive(t, matched, "bound %s", at)
+		}
+	}
+}
+
+// testSince checks store.Since against the times themselves: every time at
+// or after the bound matches, none a second or more before its second does.
+func testSince(t *testing.T, m *model) {
+	for _, bound := range []time.Duration{-time.Second, 0, 2600 * time.Millisecond, 9100 * time.Millisecond, 40 * time.Second} {
+		at := fixtureT0.Add(bound)
+		cond := store.Since("at", at)
+		matched := 0
+		for _, d := range m.docs {
+			raw, ok := d.fields["at"].(string)
+			if !ok {
+				continue
+			}
+			v, err := time.Parse(time.RFC3339Nano, raw)
+			require.NoError(t, err)
+			holds := condHolds(d.fields, cond)
+			if holds {
+				matched++
+			}
+			switch {
+			case !v.Before(at):
+				require.True(t, holds, "%s is at or after %s", raw, at)
+			case v.Before(at.Truncate(time.Second).Add(-time.Second)):
+				require.False(t, holds, "%s is well before %s", raw, at)
+			}
+		}
+		if bound <= 9100*time.Millisecond {
 			require.Positive(t, matched, "bound %s", at)
 		}
 	}
@@ -326,6 +387,7 @@ func testQueryRejectsBadInput(t *testing.T, s store.Store) {
 		"unknown operator": {Where: []store.Cond{{Field: "stage", Op: "LIKE", Values: []any{"q%"}}}},
 		"lt two values":    {Where: []store.Cond{{Field: "prio", Op: store.OpLt, Values: []any{1, 2}}}},
 		"lt bool":          {Where: []store.Cond{store.Lt("urgent", true)}},
+		"gt bool":          {Where: []store.Cond{store.Gt("urgent", true)}},
 		"nil value":        {Where: []store.Cond{store.Eq("stage", nil)}},
 		"slice value":      {Where: []store.Cond{store.Eq("stage", []string{"queued"})}},
 		"map value":        {Where: []store.Cond{store.Eq("stage", map[string]any{})}},
