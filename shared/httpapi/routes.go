@@ -99,8 +99,8 @@ var routes = []route{
 			"application/json": obj{"schema": ref("SubmitRequest")},
 		}},
 		ok: map[string]obj{
-			"201": withHeader(respond("Created.", ref("Job")), "Location", "The job's URL."),
-			"200": respond("The job this idempotencyKey already made.", ref("Job")),
+			"201": withHeader(respond("Created, with warnings when no enrolled factory could run it.", ref("Submitted")), "Location", "The job's URL."),
+			"200": respond("The job this idempotencyKey already made.", ref("Submitted")),
 		},
 		errors: []string{"400", "413", "422"}},
 	{method: "GET", pattern: "/api/fleet/jobs", access: operatorOnly, needsProduct: true, handle: (*server).listJobs, summary: "List a product's jobs",

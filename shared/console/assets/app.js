@@ -411,7 +411,8 @@ async function newJobView() {
     status.replaceChildren('Submitting…');
     try {
       const { data } = await api('POST', '/jobs', { body: lines.join('\n'), ctype: 'text/markdown' });
-      status.replaceChildren('Submitted ', jobLink(data.id), ' — ', stageBadge(data.stage));
+      status.replaceChildren('Submitted ', jobLink(data.id), ' — ', stageBadge(data.stage),
+        ...(data.warnings || []).map(w => h('p', { class: 'error submit-warning' }, 'Warning: ' + w + '. The job waits until the fleet changes.')));
       form.reset();
     } catch (e) {
       status.replaceChildren(errorBox(e));

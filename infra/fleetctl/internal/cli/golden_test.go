@@ -392,6 +392,9 @@ func TestGolden(t *testing.T) {
 	h100 := w.submit("demo", "---\ntitle: Needs a GPU\nrepo: hello\ncapabilities: [gpu:h100]\n---\nTrain.\n")
 	run(tc{name: "jobs-explain-unroutable", args: []string{"jobs", "explain", h100}})
 
+	// A job no factory offers a capability for: stored, with a warning.
+	run(tc{name: "jobs-submit-warning", args: []string{"jobs", "submit", "-"}, stdin: "---\ntitle: Needs an H100\nrepo: hello\ncapabilities: [gpu:h100]\n---\nTrain.\n"})
+
 	// Short job ids, as git abbreviates: a unique prefix stands for the
 	// job; an ambiguous one is refused naming two it matches.
 	for _, c := range []tc{

@@ -213,7 +213,7 @@ func (a *app) jobsSubmit() *cobra.Command {
 			if a.json() {
 				return a.printJSON(resp.Body)
 			}
-			var j fleet.Job
+			var j api.Submitted
 			if err := decode(resp, &j); err != nil {
 				return err
 			}
@@ -222,6 +222,9 @@ func (a *app) jobsSubmit() *cobra.Command {
 				verb = "already submitted (same idempotencyKey)"
 			}
 			a.printf("%s job %s: %s (%s)\n", verb, j.ID, j.Stage, j.Title)
+			for _, w := range j.Warnings {
+				fmt.Fprintf(a.env.Stderr, "warning: %s: the job waits until the fleet changes\n", w)
+			}
 			return nil
 		},
 	}
