@@ -400,7 +400,8 @@ func TestGolden(t *testing.T) {
 	for _, c := range []tc{
 		{name: "jobs-show-short-id", args: []string{"jobs", "show", queued[:14]}},
 		{name: "jobs-runs-short-id", args: []string{"jobs", "runs", built[:14]}},
-		{name: "err-jobs-short-id-ambiguous", args: []string{"jobs", "show", queued[:6]}, exit: ExitUsage},
+		// Submitted a second apart: their ids share 11 characters.
+		{name: "err-jobs-short-id-ambiguous", args: []string{"jobs", "show", toReject[:11]}, exit: ExitUsage},
 		{name: "err-jobs-short-id-none", args: []string{"jobs", "show", "j00ff"}, exit: ExitNotFound},
 		// An artifact by its job (abbreviated) and name.
 		{name: "artifacts-get-job-name", args: []string{"artifacts", "get", built[:14], "notes.txt"}},
