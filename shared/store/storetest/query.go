@@ -274,18 +274,22 @@ func testQuerySinglePartition(t *testing.T, s store.Store) {
 	// The oracle is not vacuous.
 	require.Len(t, m.match("p1", []store.Cond{store.Eq("v", 1)}), 2)
 	require.Len(t, m.match("p1", []store.Cond{store.Lt("v", 2)}), 2, "1 and 1.0; not \"1\", true or null")
-	testBefore(t, m)
-	testSince(t, m)
+	testTimeBound(t, m, false)
+	testTimeBound(t, m, true)
 	require.Len(t, m.match("p1", []store.Cond{store.Eq("stage", "queued")}), 8)
 }
 
-// testBefore checks store.Before against the times themselves: every time
-// at or before the bound matches, none two seconds or more after its
-// second does.
-func testBefore(t *testing.T, m *model) {
-	for _, bound := range []time.Duration{-time.Second, 0, 2600 * time.Millisecond, 9100 * time.Millisecond, 13 * time.Second} {
+// testTimeBound checks store.Before (or, with since, store.Since) against
+// the times themselves: every time on the bound's side of it matches;
+// none past the slack the bound allows (two seconds after for Before, one
+// second before for Since) does.
+func testTimeBound(t *testing.T, m *model, since bool) {
+	for _, bound := range []time.Duration{-time.Second, 0, 2600 * time.Millisecond, 9100 * time.Millisecond, 13 * time.Second, 40 * time.Second} {
 		at := fixtureT0.Add(bound)
 		cond := store.Before("at", at)
+		if since {
+			cond = store.Since("at", at)
+		}
 		matched := 0
 		for _, d := range m.docs {
 			raw, ok := d.fields["at"].(string)
@@ -298,46 +302,19 @@ func testBefore(t *testing.T, m *model) {
 			if holds {
 				matched++
 			}
-			switch {
-			case !v.After(at):
-				require.True(t, holds, "%s is at or before %s", raw, at)
-			case !v.Before(at.Truncate(time.Second).Add(2 * time.Second)):
-				require.False(t, holds, "%s is well after %s", raw, at)
-			}
-		}
-		if bound >= 0 {
-			require.Positive(t, matched, "bound %s", at)
-		}
-	}
-}
-
-// testSince checks store.Since against the times themselves: every time at
-// or after the bound matches, none a second or more before its second does.
-func testSince(t *testing.T, m *model) {
-	for _, bound := range []time.Duration{-time.Second, 0, 2600 * time.Millisecond, 9100 * time.Millisecond, 40 * time.Second} {
-		at := fixtureT0.Add(bound)
-		cond := store.Since("at", at)
-		matched := 0
-		for _, d := range m.docs {
-			raw, ok := d.fields["at"].(string)
-			if !ok {
-				continue
-			}
-			v, err := time.Parse(time.RFC3339Nano, raw)
-			require.NoError(t, err)
-			holds := condHolds(d.fields, cond)
-			if holds {
-				matched++
+			inside, beyond := !v.After(at), !v.Before(at.Truncate(time.Second).Add(2*time.Second))
+			if since {
+				inside, beyond = !v.Before(at), v.Before(at.Truncate(time.Second).Add(-time.Second))
 			}
 			switch {
-			case !v.Before(at):
-				require.True(t, holds, "%s is at or after %s", raw, at)
-			case v.Before(at.Truncate(time.Second).Add(-time.Second)):
-				require.False(t, holds, "%s is well before %s", raw, at)
+			case inside:
+				require.True(t, holds, "%s is on the side of %s (since %v)", raw, at, since)
+			case beyond:
+				require.False(t, holds, "%s is well beyond %s (since %v)", raw, at, since)
 			}
 		}
-		if bound <= 9100*time.Millisecond {
-			require.Positive(t, matched, "bound %s", at)
+		if (!since && bound >= 0) || (since && bound <= 13*time.Second) {
+			require.Positive(t, matched, "bound %s (since %v)", at, since)
 		}
 	}
 }
