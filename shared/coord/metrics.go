@@ -158,12 +158,13 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		if j.Stage != fleet.StageQueued {
 			continue
 		}
-		if j.Dispatch.UnroutableKind == fleet.UnroutableNoFactory {
-			// Said from the dispatch that found it on, not once it starves:
-			// waiting will not help, the fleet or the job must change.
+		if why, ok := c.noFactory(j, factories); ok {
+			// Said from its submit on, not once it starves: waiting will
+			// not help, the fleet or the job must change. Judged on the
+			// factories read above, whatever the dispatch transport.
 			m.Alerts = append(m.Alerts, fleet.Alert{Kind: fleet.AlertNoFactory, Severity: fleet.SeverityWarning,
 				Subject: j.ProductID + "/" + j.ID, Since: j.QueuedAt,
-				Message: "no enrolled factory can run job " + j.ID + " (" + strings.TrimPrefix(j.Dispatch.Unroutable, schedule.UnroutablePrefix) + "); enroll one that can, or change the job"})
+				Message: "no enrolled factory can run job " + j.ID + " (" + why + "); enroll one that can, or change the job"})
 		}
 		waited := now.Sub(j.QueuedAt)
 		if waited < StarvationAge {

@@ -91,7 +91,7 @@ func TestMetricsAlerts(t *testing.T) {
 	e := newEnv(t)
 	oldest := e.submit("title: oldest in r", "capabilities: [gpu:a100]")
 	e.clock.Advance(time.Minute)
-	e.submit("title: younger in r", "capabilities: [gpu:a100]")
+	younger := e.submit("title: younger in r", "capabilities: [gpu:a100]")
 	tok := e.factory("f1")
 	dead := e.submit("title: doomed", "maxAttempts: 1", "priority: high")
 	cl := e.claim("f1")
@@ -106,9 +106,15 @@ func TestMetricsAlerts(t *testing.T) {
 	m, err := e.c.Metrics(e.ctx, prod)
 	require.NoError(t, err)
 	require.Len(t, m.Starving, 2, "the list names every starving job")
+	noFactory := func(j *fleet.Job) fleet.Alert {
+		return fleet.Alert{Kind: fleet.AlertNoFactory, Severity: fleet.SeverityWarning, Subject: prod + "/" + j.ID, Since: j.QueuedAt,
+			Message: "no enrolled factory can run job " + j.ID + " (no factory has capability gpu:a100); enroll one that can, or change the job"}
+	}
 	require.Equal(t, []fleet.Alert{
+		noFactory(oldest),
 		{Kind: fleet.AlertStarving, Severity: fleet.SeverityWarning, Subject: prod + "/" + oldest.Repo, Since: oldest.QueuedAt,
 			Message: "job " + oldest.ID + " has been queued for 31m0s"},
+		noFactory(younger),
 		{Kind: fleet.AlertDeadLetter, Severity: fleet.SeverityCritical, Subject: prod + "/" + dead.ID, Since: deadAt,
 			Message: "dead-lettered after 1 attempt(s); requeue or cancel it"},
 	}, m.Alerts)
@@ -122,16 +128,15 @@ func TestMetricsAlerts(t *testing.T) {
 }
 
 // TestMetricsFailedAndNoFactoryAlerts: a job no enrolled factory can run is
-// an alert from its dispatch on, not after the starvation window; a job
+// an alert from its submit on (with or without a dispatch transport), not
+// after the starvation window; a job
 // that failed is one for DeadLetterAlertWindow, naming the failure that
 // ended it, and then no longer.
 func TestMetricsFailedAndNoFactoryAlerts(t *testing.T) {
 	t.Parallel()
-	e, _ := dispatchEnv(t)
+	e := newEnv(t) // no dispatch transport: the alert needs none
 	e.factory("f1")
 	gpu := e.submit("capabilities: [gpu:h100]", "title: needs a GPU")
-	_, err := e.c.DispatchChanged(e.ctx, onlyJob(e.feed("").Items, gpu.ID))
-	require.NoError(t, err)
 	m, err := e.c.Metrics(e.ctx, prod)
 	require.NoError(t, err)
 	require.Equal(t, []fleet.Alert{{Kind: fleet.AlertNoFactory, Severity: fleet.SeverityWarning, Subject: prod + "/" + gpu.ID, Since: gpu.QueuedAt,
