@@ -18,7 +18,8 @@ import (
 // first; a review-gated job in review cannot be shipped and its Votes show
 // no stray "null"; the explain card says where a running job runs and where
 // a failed one ran (with "Attempts 1 of 3"); an API error is a sentence
-// without a route path; Pause and Resume are enabled only when they apply;
+// without a route path; the burndown's axis spans the data; Pause and
+// Resume are enabled only when they apply;
 // and when the stack stops, the pill says "reconnecting" within 2 s while
 // heartbeat ages keep counting.
 func TestConsoleWalkthroughDefects(t *testing.T) {
@@ -47,9 +48,17 @@ func TestConsoleWalkthroughDefects(t *testing.T) {
 	require.Equal(t, broken, id)
 	r := s.As(tok, http.MethodPost, "/fail", "", map[string]any{"jobId": broken, "leaseEpoch": epoch, "reason": "tests do not compile", "retryable": false})
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
-	newest := s.Submit("demo", Manifest("Newest", "app", "gpu:none"))
+	// A budget, and a run spending a cent of it a moment later: its
+	// forecast lies far beyond the data.
 	b := s.Op(http.MethodPut, "/budgets/demo", "", map[string]any{"ceilingUsd": 5, "period": "total"})
 	require.Equal(t, http.StatusOK, b.Status, "%s", b.Body)
+	time.Sleep(1500 * time.Millisecond)
+	spender := s.Submit("demo", Manifest("Spender", "app", "os:linux"))
+	id, epoch = s.Claim(tok)
+	require.Equal(t, spender, id)
+	patch(spender, epoch, map[string]any{"stage": "building"})
+	patch(spender, epoch, map[string]any{"stage": "shipped", "usage": map[string]any{"usd": 0.01}})
+	newest := s.Submit("demo", Manifest("Newest", "app", "gpu:none"))
 
 	// The sign-in page shows no nav.
 	run(t, ctx, 30*time.Second, "open the console", chromedp.Navigate(s.URL+"/api/console/"), chromedp.WaitVisible(chromedp.CSS("#token")))
@@ -70,8 +79,8 @@ func TestConsoleWalkthroughDefects(t *testing.T) {
 
 	// Jobs, newest first.
 	run(t, ctx, 20*time.Second, "jobs page", chromedp.Click(chromedp.CSS(`#nav a[href="#/jobs"]`)))
-	waitJS(t, ctx, 20*time.Second, "the jobs are listed", `document.querySelectorAll('main tbody tr').length === 4`)
-	require.Equal(t, []string{newest, broken, running, gated},
+	waitJS(t, ctx, 20*time.Second, "the jobs are listed", `document.querySelectorAll('main tbody tr').length === 5`)
+	require.Equal(t, []string{newest, spender, broken, running, gated},
 		evalJS[[]string](t, ctx, `[...document.querySelectorAll('main tbody tr td:first-child')].map(td => td.textContent)`), "newest first")
 
 	// The gated job: Ship disabled while the gate holds it; no stray null.
@@ -100,6 +109,13 @@ func TestConsoleWalkthroughDefects(t *testing.T) {
 	// Budgets: Pause only while assigning, Resume only while paused.
 	run(t, ctx, 20*time.Second, "budgets page", chromedp.Navigate(s.URL+"/api/console/#/budgets"))
 	waitJS(t, ctx, 20*time.Second, "the controls", `!!document.querySelector('#budget-state') && !document.querySelector('#budget-controls').hidden`)
+	// The chart's axis spans the data (the point is not squeezed into the
+	// left edge by a forecast far away), and the forecast is cut at its end.
+	waitJS(t, ctx, 20*time.Second, "the burndown's point", `document.querySelectorAll('#burndown-chart circle').length === 1`)
+	// The axis ends at now plus a margin, so the forecast (minutes away)
+	// runs to the plot's right edge (x 704) and is cut there; an axis
+	// stretched to the forecast put its end at 645.
+	require.InDelta(t, 704.0, evalJS[float64](t, ctx, `document.querySelector('#bd-forecast').x2.baseVal.value`), 0.5, "the forecast is cut at the axis's end")
 	require.Equal(t, []bool{false, true}, evalJS[[]bool](t, ctx, `[document.querySelector('#b-pause').disabled, document.querySelector('#b-resume').disabled]`), "assigning: Pause only")
 	run(t, ctx, 20*time.Second, "pause", chromedp.Click(chromedp.CSS("#b-pause")))
 	waitJS(t, ctx, 20*time.Second, "paused", `document.querySelector('#budget-state')?.textContent.includes('paused') && document.querySelector('#b-pause').disabled && !document.querySelector('#b-resume').disabled`)
