@@ -67,6 +67,7 @@ func run() error {
 		return err
 	}
 	srv := &http.Server{Handler: newServer(a, forwardHTTP), ReadHeaderTimeout: 10 * time.Second}
+	funchost.EndRequestsOnShutdown(srv, funchost.ShutdownGrace)
 	log.Info("handler listening", "addr", ln.Addr().String(), "functions", len(functions(a)))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -310,7 +310,7 @@ printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 	require.Contains(t, string(s.Op("GET", "/budgets/demo", "", nil).Body), `"paused":false`)
 	run(t, ctx, 20*time.Second, "pause with a reason too long", chromedp.SetValue(chromedp.CSS("#b-reason"), strings.Repeat("x", 2001)),
 		chromedp.Click(chromedp.CSS("#b-pause")))
-	waitJS(t, ctx, 20*time.Second, "the error names the field", `document.querySelector('#b-outcome .error')?.textContent.includes('(reason)')`)
+	waitJS(t, ctx, 20*time.Second, "the error names the field", `document.querySelector('#b-outcome .error')?.textContent.includes('reason: ')`)
 	require.Contains(t, string(s.Op("GET", "/budgets/demo", "", nil).Body), `"paused":false`, "a refused pause changes nothing")
 
 	// Profiles: listed in the nav (the server serves the routes); a profile
@@ -338,7 +338,7 @@ printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 	shoot(t, ctx, "08-profiles")
 	run(t, ctx, 20*time.Second, "put a bad field", chromedp.SetValue(chromedp.CSS("#p-doc"), "---\ncolour: blue\n---\nx\n"),
 		chromedp.Click(chromedp.CSS("#p-save")))
-	waitJS(t, ctx, 20*time.Second, "the error names the field", `document.querySelector('#p-outcome .error')?.textContent.includes('(colour)')`)
+	waitJS(t, ctx, 20*time.Second, "the error names the field", `document.querySelector('#p-outcome .error')?.textContent.includes('colour: ')`)
 	run(t, ctx, 20*time.Second, "open the profile", chromedp.Click(chromedp.CSS(`#profiles-list tr[data-name="backend"] a`)))
 	waitJS(t, ctx, 20*time.Second, "the detail shows v2 and both versions", `document.querySelector('#profile-version')?.textContent === 'v2' &&
 		document.querySelector('#profile-body').textContent.includes('on Postgres') &&
@@ -375,7 +375,7 @@ printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 
 	// A failing call shows its error, not an empty page.
 	run(t, ctx, 20*time.Second, "missing job", chromedp.Navigate(s.URL+"/api/console/#/job/jdoesnotexist"))
-	waitJS(t, ctx, 20*time.Second, "the error is shown", `document.querySelector('main .error')?.textContent.includes('not_found')`)
+	waitJS(t, ctx, 20*time.Second, "the error is shown", `document.querySelector('main .error')?.textContent.startsWith('Not found: ')`)
 	shoot(t, ctx, "12-error")
 
 	// The coordinator goes away: the page says so and keeps what it showed.

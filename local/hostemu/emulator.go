@@ -205,6 +205,7 @@ func (e *Emulator) Run(ctx context.Context, ready func(addr string)) error {
 		wg.Go(func() { f.run(ctx) })
 	}
 	srv := &http.Server{Handler: e.front, ReadHeaderTimeout: 10 * time.Second}
+	funchost.EndRequestsOnShutdown(srv, funchost.ShutdownGrace)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	if ready != nil {

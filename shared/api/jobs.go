@@ -27,6 +27,16 @@ type SubmitRequest struct {
 	Manifest *string `json:"manifest"`
 }
 
+// Submitted is the answer to a submission (POST /fleet/jobs): the job,
+// and what the coordinator saw that will keep it from running (a
+// capability or repo no enrolled factory offers), said at once so the
+// person submitting sees it. The job is stored all the same: the fleet may
+// change.
+type Submitted struct {
+	fleet.Job
+	Warnings []string `json:"warnings,omitempty"`
+}
+
 // PatchRequest is a holder's fenced update (PATCH /fleet/jobs/{id}). Stage
 // is left out when only the checkpoint changes.
 type PatchRequest struct {

@@ -504,3 +504,47 @@ func TestBudgetUnsettledRunReclaimed(t *testing.T) {
 	require.NoError(t, err)
 	require.InDelta(t, 0.25, e.budget().SpentUSD, 1e-9, "counted once")
 }
+
+// TestBudgetCountsSpendBeforeIt: a budget set after runs spent in its
+// period starts from what they spent (they ended without a reservation, so
+// no settle counts them), its burndown shows them where they ended, and a
+// ceiling they already reach pauses the product at once.
+func TestBudgetCountsSpendBeforeIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.factory("f1")
+	e.submit()
+	e.submit()
+	first := e.claimed("f1")
+	e.clock.Advance(time.Minute)
+	e.shipWith("f1", first, 0.3)
+	endedAt := e.clock.Now()
+	e.clock.Advance(time.Hour)
+
+	b := e.putBudget(1)
+	require.InDelta(t, 0.3, b.SpentUSD, 1e-9, "the period's spend before the budget counts")
+	require.False(t, b.Paused)
+	bd, err := e.c.GetBurndown(e.ctx, prod)
+	require.NoError(t, err)
+	require.Equal(t, []fleet.BurnPoint{{At: endedAt, SpentUSD: 0.3}}, bd.Points, "and the burndown shows it where it was spent")
+
+	// Spend goes on from there, settled as before.
+	e.beat(e.mustTok("f1"))
+	second := e.claimed("f1")
+	e.shipWith("f1", second, 0.2)
+	require.InDelta(t, 0.5, e.budget().SpentUSD, 1e-9)
+}
+
+// TestBudgetSetBelowSpendPauses: a budget whose ceiling the period's spend
+// already reached pauses the product as it is set.
+func TestBudgetSetBelowSpendPauses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.factory("f1")
+	e.submit()
+	cl := e.claimed("f1")
+	e.shipWith("f1", cl, 0.3)
+	b := e.putBudget(0.25)
+	require.True(t, b.Paused)
+	require.Equal(t, fleet.PausedBudgetExhausted, *b.PausedReason)
+}

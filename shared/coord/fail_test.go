@@ -35,7 +35,7 @@ func TestFailTerminal(t *testing.T) {
 			require.Equal(t, fleet.StageFailed, got.Stage)
 			require.Empty(t, got.HolderFactoryID, "the lease is released at once")
 			require.True(t, got.LeaseExpiresAt.IsZero())
-			require.Equal(t, 0, got.Attempts, "a terminal failure spends no retry")
+			require.Equal(t, 1, got.Attempts, "the failed run was an attempt: the job reads 1 of 3, not 0 of 3")
 			require.Equal(t, &fleet.Failure{Reason: "tests do not compile", FactoryID: "f1", At: t0}, got.LastFailure)
 			require.Equal(t, got, e.job(j.ID))
 			require.Equal(t, v0, e.queueVersion())

@@ -181,13 +181,14 @@ func encodeSubmitted(j *fleet.Job) ([]byte, error) {
 	return body, nil
 }
 
-// ListJobs returns one page of a product's jobs in creation order,
-// optionally of one stage.
+// ListJobs returns one page of a product's jobs, newest first (ids begin
+// with their creation time), optionally of one stage: the job just
+// submitted is on the first page, not the last.
 func (c *Coordinator) ListJobs(ctx context.Context, productID string, stage fleet.Stage, limit int, cursor string) ([]*fleet.Job, string, error) {
 	if err := fleet.ValidateName("x-product-id", productID); err != nil {
 		return nil, "", err
 	}
-	q := store.Query{PartitionKey: productID, Limit: limit, Continuation: cursor}
+	q := store.Query{PartitionKey: productID, Limit: limit, Continuation: cursor, Descending: true}
 	if stage != "" {
 		q.Where = []store.Cond{store.Eq("stage", string(stage))}
 	}

@@ -335,8 +335,12 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 		effect: func(_, j *fleet.Job) {
 			now := c.k.Now()
 			j.LastFailure = &fleet.Failure{Reason: req.Reason, Kind: req.Kind, Retryable: req.Retryable, FactoryID: factoryID, At: now}
-			if req.Retryable && spends {
+			if spends {
+				// A terminal failure spent its attempt too: the job says
+				// "1 of 3", not "0 of 3", after its one failed run.
 				j.Attempts++
+			}
+			if req.Retryable && spends {
 				j.NotBefore = now.Add(c.backoff(j.Attempts))
 			}
 		}})

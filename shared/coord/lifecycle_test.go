@@ -1,6 +1,7 @@
 package coord_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -202,7 +203,8 @@ func TestCheckpointPatch(t *testing.T) {
 	require.Len(t, e.events(j.ID), 2, "a checkpoint is not a stage event")
 }
 
-// TestListJobs pages through a product's jobs and filters by stage.
+// TestListJobs pages through a product's jobs, newest first, and filters
+// by stage.
 func TestListJobs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -227,7 +229,8 @@ func TestListJobs(t *testing.T) {
 		}
 		cursor = next
 	}
-	require.Equal(t, ids, seen, "creation order")
+	slices.Reverse(ids)
+	require.Equal(t, ids, seen, "newest first")
 	queued, _, err := e.c.ListJobs(e.ctx, prod, fleet.StageQueued, 0, "")
 	require.NoError(t, err)
 	require.Len(t, queued, 4)

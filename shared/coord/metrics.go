@@ -27,9 +27,9 @@ type Metrics = view.Metrics
 // FactoryMetrics rolls up factory health and seats.
 type FactoryMetrics = view.FactoryMetrics
 
-// DeadLetterAlertWindow is how long a dead-lettered job stays an alert: long
-// enough for an operator to see it the next working day; the job itself
-// stays in dead_letter until requeued.
+// DeadLetterAlertWindow is how long a dead-lettered or failed job stays an
+// alert: long enough for an operator to see it the next working day; the
+// job itself stays where it is until requeued.
 const DeadLetterAlertWindow = 24 * time.Hour
 
 // cancelAlert reports a cancel its holder has not acknowledged yet: a
@@ -45,6 +45,38 @@ func (c *Coordinator) cancelAlert(j *fleet.Job, now time.Time) fleet.Alert {
 		a.Message = "cancel not acknowledged by " + j.HolderFactoryID + " for " + waited + ", past the grace; the reaper revokes the lease at its next tick"
 	}
 	return a
+}
+
+// endedAlert is the alert of a job that dead-lettered or failed.
+func endedAlert(j *fleet.Job) fleet.Alert {
+	a := fleet.Alert{Kind: fleet.AlertDeadLetter, Severity: fleet.SeverityCritical, Subject: j.ProductID + "/" + j.ID, Since: j.UpdatedAt,
+		Message: "dead-lettered after " + strconv.Itoa(j.Attempts) + " attempt(s); requeue or cancel it"}
+	if j.Stage == fleet.StageFailed {
+		a.Kind, a.Severity, a.Message = fleet.AlertFailed, fleet.SeverityWarning, "job "+j.ID+" failed"
+		if f := j.LastFailure; f != nil && !f.At.Before(j.UpdatedAt) {
+			// The failure that ended it (an older one of a job rejected
+			// since would name the wrong cause).
+			a.Message += " on " + f.FactoryID + ": " + firstLine(f.Reason, 160)
+		} else {
+			a.Message += " (its events say why)"
+		}
+		a.Message += "; requeue it to try again"
+	}
+	return a
+}
+
+// firstLine is the first non-empty line of s, at most n runes: an engine's
+// reason may be pages of output.
+func firstLine(s string, n int) string {
+	for l := range strings.Lines(s) {
+		if l = strings.TrimSpace(l); l != "" {
+			if r := []rune(l); len(r) > n {
+				return string(r[:n-1]) + "…"
+			}
+			return l
+		}
+	}
+	return ""
 }
 
 // StarvingJob is a queued job waiting past StarvationAge.
@@ -126,6 +158,14 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		if j.Stage != fleet.StageQueued {
 			continue
 		}
+		if why, ok := c.noFactory(j, factories); ok {
+			// Said from its submit on, not once it starves: waiting will
+			// not help, the fleet or the job must change. Judged on the
+			// factories read above, whatever the dispatch transport.
+			m.Alerts = append(m.Alerts, fleet.Alert{Kind: fleet.AlertNoFactory, Severity: fleet.SeverityWarning,
+				Subject: j.ProductID + "/" + j.ID, Since: j.QueuedAt,
+				Message: "no enrolled factory can run job " + j.ID + " (" + why + "); enroll one that can, or change the job"})
+		}
 		waited := now.Sub(j.QueuedAt)
 		if waited < StarvationAge {
 			continue
@@ -145,20 +185,21 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		}
 	}
 	m.Alerts = append(m.Alerts, blockedOnFailed...)
-	dead, err := c.k.QueryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{store.Eq("stage", string(fleet.StageDeadLetter))}})
+	// Jobs that ended badly within the window: the bound on updatedAt keeps
+	// the read to a day's failures, however long the history.
+	ended, err := c.k.QueryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{
+		store.In("stage", string(fleet.StageDeadLetter), string(fleet.StageFailed)), store.Since("updatedAt", now.Add(-DeadLetterAlertWindow))}})
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(dead, func(a, b *fleet.Job) int {
+	slices.SortFunc(ended, func(a, b *fleet.Job) int {
 		return cmp.Or(a.UpdatedAt.Compare(b.UpdatedAt), strings.Compare(a.ID, b.ID))
 	})
-	for _, j := range dead {
+	for _, j := range ended {
 		if now.Sub(j.UpdatedAt) >= DeadLetterAlertWindow {
 			continue
 		}
-		m.Alerts = append(m.Alerts, fleet.Alert{Kind: fleet.AlertDeadLetter, Severity: fleet.SeverityCritical,
-			Subject: j.ProductID + "/" + j.ID, Since: j.UpdatedAt,
-			Message: "dead-lettered after " + strconv.Itoa(j.Attempts) + " attempt(s); requeue or cancel it"})
+		m.Alerts = append(m.Alerts, endedAlert(j))
 	}
 	for name, src := range c.metricSources {
 		if m.Adapters == nil {

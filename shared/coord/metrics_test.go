@@ -38,9 +38,12 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, stuck.ID, m.Starving[0].JobID)
 	require.Equal(t, "30m0s", m.Starving[0].WaitingFor)
 	require.Equal(t, "unroutable: no factory has capability gpu:a100", m.Starving[0].Reason)
-	require.Equal(t, []fleet.Alert{{Kind: fleet.AlertStarving, Severity: fleet.SeverityWarning,
-		Subject: prod + "/" + stuck.Repo, Since: stuck.QueuedAt,
-		Message: "job " + stuck.ID + " has been queued for 30m0s: unroutable: no factory has capability gpu:a100"}}, m.Alerts)
+	require.Equal(t, []fleet.Alert{{Kind: fleet.AlertNoFactory, Severity: fleet.SeverityWarning,
+		Subject: prod + "/" + stuck.ID, Since: stuck.QueuedAt,
+		Message: "no enrolled factory can run job " + stuck.ID + " (no factory has capability gpu:a100); enroll one that can, or change the job"},
+		{Kind: fleet.AlertStarving, Severity: fleet.SeverityWarning,
+			Subject: prod + "/" + stuck.Repo, Since: stuck.QueuedAt,
+			Message: "job " + stuck.ID + " has been queued for 30m0s: unroutable: no factory has capability gpu:a100"}}, m.Alerts)
 	require.Equal(t, int64(1), m.Coord.Claims)
 
 	// f1 has been silent for 30 minutes: down, no timer needed.
@@ -88,7 +91,7 @@ func TestMetricsAlerts(t *testing.T) {
 	e := newEnv(t)
 	oldest := e.submit("title: oldest in r", "capabilities: [gpu:a100]")
 	e.clock.Advance(time.Minute)
-	e.submit("title: younger in r", "capabilities: [gpu:a100]")
+	younger := e.submit("title: younger in r", "capabilities: [gpu:a100]")
 	tok := e.factory("f1")
 	dead := e.submit("title: doomed", "maxAttempts: 1", "priority: high")
 	cl := e.claim("f1")
@@ -103,9 +106,15 @@ func TestMetricsAlerts(t *testing.T) {
 	m, err := e.c.Metrics(e.ctx, prod)
 	require.NoError(t, err)
 	require.Len(t, m.Starving, 2, "the list names every starving job")
+	noFactory := func(j *fleet.Job) fleet.Alert {
+		return fleet.Alert{Kind: fleet.AlertNoFactory, Severity: fleet.SeverityWarning, Subject: prod + "/" + j.ID, Since: j.QueuedAt,
+			Message: "no enrolled factory can run job " + j.ID + " (no factory has capability gpu:a100); enroll one that can, or change the job"}
+	}
 	require.Equal(t, []fleet.Alert{
+		noFactory(oldest),
 		{Kind: fleet.AlertStarving, Severity: fleet.SeverityWarning, Subject: prod + "/" + oldest.Repo, Since: oldest.QueuedAt,
 			Message: "job " + oldest.ID + " has been queued for 31m0s"},
+		noFactory(younger),
 		{Kind: fleet.AlertDeadLetter, Severity: fleet.SeverityCritical, Subject: prod + "/" + dead.ID, Since: deadAt,
 			Message: "dead-lettered after 1 attempt(s); requeue or cancel it"},
 	}, m.Alerts)
@@ -115,5 +124,41 @@ func TestMetricsAlerts(t *testing.T) {
 	require.NoError(t, err)
 	for _, a := range m.Alerts {
 		require.NotEqual(t, fleet.AlertDeadLetter, a.Kind, "a day-old dead letter is no longer an alert")
+	}
+}
+
+// TestMetricsFailedAndNoFactoryAlerts: a job no enrolled factory can run is
+// an alert from its submit on (with or without a dispatch transport), not
+// after the starvation window; a job
+// that failed is one for DeadLetterAlertWindow, naming the failure that
+// ended it, and then no longer.
+func TestMetricsFailedAndNoFactoryAlerts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t) // no dispatch transport: the alert needs none
+	e.factory("f1")
+	gpu := e.submit("capabilities: [gpu:h100]", "title: needs a GPU")
+	m, err := e.c.Metrics(e.ctx, prod)
+	require.NoError(t, err)
+	require.Equal(t, []fleet.Alert{{Kind: fleet.AlertNoFactory, Severity: fleet.SeverityWarning, Subject: prod + "/" + gpu.ID, Since: gpu.QueuedAt,
+		Message: "no enrolled factory can run job " + gpu.ID + " (no factory has capability gpu:h100); enroll one that can, or change the job"}}, m.Alerts,
+		"said at once, not after %s", coord.StarvationAge)
+
+	doomed := e.submit("title: doomed")
+	cl := e.claim("f1")
+	require.Equal(t, doomed.ID, cl.Job.ID)
+	_, err = e.c.Fail(e.ctx, "f1", prod, doomed.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "tests fail\nFAIL: TestX\n", Retryable: false})
+	require.NoError(t, err)
+	failedAt := e.clock.Now()
+	e.clock.Advance(time.Hour)
+	m, err = e.c.Metrics(e.ctx, prod)
+	require.NoError(t, err)
+	require.Contains(t, m.Alerts, fleet.Alert{Kind: fleet.AlertFailed, Severity: fleet.SeverityWarning, Subject: prod + "/" + doomed.ID, Since: failedAt,
+		Message: "job " + doomed.ID + " failed on f1: tests fail; requeue it to try again"})
+
+	e.clock.Advance(coord.DeadLetterAlertWindow)
+	m, err = e.c.Metrics(e.ctx, prod)
+	require.NoError(t, err)
+	for _, a := range m.Alerts {
+		require.NotEqual(t, fleet.AlertFailed, a.Kind, "a day-old failure is no longer an alert")
 	}
 }

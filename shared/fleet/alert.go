@@ -17,6 +17,13 @@ const (
 	AlertStaleFactory AlertKind = "stale_factory"
 	// AlertDeadLetter: a job used up its attempts and waits for an operator.
 	AlertDeadLetter AlertKind = "dead_letter"
+	// AlertFailed: a job failed (a terminal failure, a rejection) in the
+	// last 24 hours.
+	AlertFailed AlertKind = "failed"
+	// AlertNoFactory: no enrolled factory could ever run a queued job (a
+	// capability or repo nobody offers), said from its submit on rather
+	// than once it starves.
+	AlertNoFactory AlertKind = "no_factory"
 	// AlertBlockedOnFailed: a blocked job waits on a dependency that ended
 	// unshipped; the sweep fails it (dependency_failed).
 	AlertBlockedOnFailed AlertKind = "blocked_on_failed"
@@ -32,7 +39,7 @@ const (
 
 // AlertKinds lists every alert kind.
 func AlertKinds() []AlertKind {
-	return []AlertKind{AlertStarving, AlertStaleFactory, AlertDeadLetter, AlertBlockedOnFailed,
+	return []AlertKind{AlertStarving, AlertStaleFactory, AlertDeadLetter, AlertFailed, AlertNoFactory, AlertBlockedOnFailed,
 		AlertCancelUnacknowledged, AlertBudgetAlert, AlertBudgetPaused}
 }
 

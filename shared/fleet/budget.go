@@ -219,6 +219,15 @@ func (b *ProductBudget) Reserve(jobID string, leaseEpoch int64, estimate float64
 	return nil
 }
 
+// AddSpend adds usd spent at to the period's spend and its burndown.
+func (b *ProductBudget) AddSpend(usd float64, at time.Time) {
+	b.SpentUSD = float64(micros(b.SpentUSD)+micros(usd)) / 1e6
+	b.Points = append(b.Points, BurnPoint{At: at, SpentUSD: b.SpentUSD})
+	if len(b.Points) > MaxBurnPoints {
+		b.Points = b.Points[len(b.Points)-MaxBurnPoints:]
+	}
+}
+
 // Settle ends the reservation of job's run at leaseEpoch, adding usd (what
 // the run reported) to spend. Without that reservation it does nothing
 // and returns false: settling is keyed by the reservation, so settling
@@ -231,17 +240,19 @@ func (b *ProductBudget) Settle(jobID string, leaseEpoch int64, usd float64, now 
 	}
 	delete(b.Reservations, jobID)
 	if usd > 0 {
-		b.SpentUSD = float64(micros(b.SpentUSD)+micros(usd)) / 1e6
-		b.Points = append(b.Points, BurnPoint{At: now, SpentUSD: b.SpentUSD})
-		if len(b.Points) > MaxBurnPoints {
-			b.Points = b.Points[len(b.Points)-MaxBurnPoints:]
-		}
+		b.AddSpend(usd, now)
 	}
+	b.PauseIfSpent(now)
+	b.UpdatedAt = now
+	return true
+}
+
+// PauseIfSpent pauses the product when spend has reached the ceiling and
+// autoPause is on.
+func (b *ProductBudget) PauseIfSpent(now time.Time) {
 	if b.AutoPause && !b.Paused && micros(b.SpentUSD) >= micros(b.CeilingUSD) {
 		b.Pause(PausedBudgetExhausted, fmt.Sprintf("spent %.2f of %.2f USD", b.SpentUSD, b.CeilingUSD), now)
 	}
-	b.UpdatedAt = now
-	return true
 }
 
 // Pause stops new assignments for the product.

@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"mime"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // HTTPRequest is an httpTrigger payload when the host does not forward the
@@ -210,3 +212,19 @@ func HTTPFunc(h http.Handler, in, out string) Func {
 		return &Result{Outputs: map[string]any{out: res}, Logs: []string{}}, nil
 	}
 }
+
+// EndRequestsOnShutdown makes srv's Shutdown end the requests still in
+// flight grace after it began: http.Server.Shutdown waits for every active
+// connection, and a stream (SSE, a long poll) never ends by itself, so an
+// open console tab or `fleetctl top` would hold a Ctrl-C for as long as the
+// stream's time limit. Short requests get grace to finish; streams see
+// their context end and return, and their clients reconnect elsewhere.
+func EndRequestsOnShutdown(srv *http.Server, grace time.Duration) {
+	base, end := context.WithCancel(context.Background())
+	srv.BaseContext = func(net.Listener) context.Context { return base }
+	srv.RegisterOnShutdown(func() { time.AfterFunc(grace, end) })
+}
+
+// ShutdownGrace is how long requests in flight may run on once a server
+// shuts down (EndRequestsOnShutdown).
+const ShutdownGrace = 300 * time.Millisecond

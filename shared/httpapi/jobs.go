@@ -146,11 +146,12 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, p *principal)
 	if err != nil {
 		return err
 	}
+	out := api.Submitted{Job: *j, Warnings: s.coord.SubmitWarnings(r.Context(), j)}
 	if !created {
-		return writeJSON(w, http.StatusOK, j)
+		return writeJSON(w, http.StatusOK, out)
 	}
 	w.Header().Set("Location", apiPrefix+"/fleet/jobs/"+j.ID)
-	return writeJSON(w, http.StatusCreated, j)
+	return writeJSON(w, http.StatusCreated, out)
 }
 
 // readManifest reads a manifest sent raw as Markdown or wrapped in JSON.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -218,7 +219,8 @@ func TestListJobsPaging(t *testing.T) {
 		cursor = page.Cursor
 		require.Less(t, pages, 10)
 	}
-	require.Equal(t, want, got, "every job once, in creation order")
+	slices.Reverse(want)
+	require.Equal(t, want, got, "every job once, newest first")
 	require.GreaterOrEqual(t, pages, 3)
 
 	var queued api.JobPage

@@ -363,7 +363,7 @@ func schemas() obj {
 	for _, t := range []string{"capabilityFit", "affinity", "load", "costFit", "health", "starvation"} {
 		terms[t] = number("")
 	}
-	return obj{
+	s := obj{
 		"Error": object([]string{"error"}, obj{"error": object([]string{"code", "message"}, obj{
 			"code":    enumOf("", apiCodes()),
 			"message": str("A sentence for people."),
@@ -585,7 +585,7 @@ func schemas() obj {
 			"alerts": arrayOf(object([]string{"kind", "severity", "subject", "since", "message"}, obj{
 				"kind":     enumOf("What the alert is about.", fleet.AlertKinds()),
 				"severity": enumOf("", fleet.Severities()),
-				"subject":  str("What it names: product/repo (starving), a factory id (stale_factory), product/job (dead_letter, blocked_on_failed), a product (budget_alert, budget_paused)."),
+				"subject":  str("What it names: product/repo (starving), a factory id (stale_factory), product/job (dead_letter, failed, no_factory, blocked_on_failed, cancel_unacknowledged), a product (budget_alert, budget_paused)."),
 				"since":    dateTime("When the condition began."),
 				"message":  str("A sentence for a person."),
 			})),
@@ -720,6 +720,13 @@ func schemas() obj {
 				"kind, mergeMethod and maxIterations may be left out for their defaults."),
 		}),
 	}
+	// A submission answers the job with its warnings beside its fields.
+	job := s["Job"].(obj)
+	props := maps.Clone(job["properties"].(obj))
+	props["warnings"] = describe(arrayOf(str("")),
+		"What keeps the job from running as the fleet stands, e.g. \"no factory has capability gpu:h100\": said at submit; the job is stored all the same. Absent when nothing does.")
+	s["Submitted"] = object(job["required"].([]string), props)
+	return s
 }
 
 // withNoExtras is a copy of an object schema that refuses unknown

@@ -112,6 +112,7 @@ var apiWire = []struct {
 	{at: component("JobPage"), v: api.JobPage{}},
 	{at: answer("GET", "/fleet/jobs/{id}/runs", "200"), v: api.List[fleet.Run]{}},
 	{at: component("SubmitRequest"), v: api.SubmitRequest{}},
+	{at: component("Submitted"), v: api.Submitted{}},
 	{at: component("PatchRequest"), v: api.PatchRequest{}},
 	{at: component("ActionRequest"), v: api.ActionRequest{}},
 	{at: component("ChildrenRequest"), v: api.ChildrenRequest{}},

@@ -99,12 +99,12 @@ var routes = []route{
 			"application/json": obj{"schema": ref("SubmitRequest")},
 		}},
 		ok: map[string]obj{
-			"201": withHeader(respond("Created.", ref("Job")), "Location", "The job's URL."),
-			"200": respond("The job this idempotencyKey already made.", ref("Job")),
+			"201": withHeader(respond("Created, with warnings when no enrolled factory could run it.", ref("Submitted")), "Location", "The job's URL."),
+			"200": respond("The job this idempotencyKey already made.", ref("Submitted")),
 		},
 		errors: []string{"400", "413", "422"}},
 	{method: "GET", pattern: "/api/fleet/jobs", access: operatorOnly, needsProduct: true, handle: (*server).listJobs, summary: "List a product's jobs",
-		description: "In creation order, one page at a time. Needs a product: x-product-id, or a token scoped to one.",
+		description: "Newest first (by creation), one page at a time. Needs a product: x-product-id, or a token scoped to one.",
 		params: []param{
 			queryParam("stage", "Only jobs in this stage.", ref("Stage")),
 			queryParam("limit", "Page size.", obj{"type": "integer", "minimum": 1, "maximum": maxJobPage, "default": defaultJobPage}),

@@ -61,6 +61,9 @@ const (
 	// where a cross-partition ORDER BY is not available (BuildQuery in
 	// store/cosmos says why).
 	OpLt Op = "<"
+	// OpGt is field > value, the mirror of OpLt: a window of recent
+	// documents (updated after a time) is read without the older ones.
+	OpGt Op = ">"
 )
 
 // Cond is one condition on a top-level JSON field of the document.
@@ -85,6 +88,18 @@ func In[T any](field string, values ...T) Cond {
 // Lt builds field < value (a string or a number).
 func Lt(field string, value any) Cond { return Cond{Field: field, Op: OpLt, Values: []any{value}} }
 
+// Gt builds field > value (a string or a number).
+func Gt(field string, value any) Cond { return Cond{Field: field, Op: OpGt, Values: []any{value}} }
+
+// Since builds a condition matching every document whose time field, as
+// the coordinator stores times (see Before), is at or after t; it may also
+// match times up to a second before t, so callers re-check on the decoded
+// document. It compares text with the start of the second before t's: any
+// time of t's second or later sorts after it.
+func Since(field string, t time.Time) Cond {
+	return Gt(field, t.UTC().Truncate(time.Second).Add(-time.Second).Format(time.RFC3339))
+}
+
 // Before builds a condition matching every document whose time field, as
 // the coordinator stores times (RFC 3339 in UTC, fractional seconds
 // trimmed), is at or before t; it may also match times up to two seconds
@@ -98,11 +113,16 @@ func Before(field string, t time.Time) Cond {
 }
 
 // Query selects documents of one container. With PartitionKey set it is a
-// single-partition query and results come in id order; without, it is a
-// cross-partition filter whose order is unspecified.
+// single-partition query and results come in id order (descending with
+// Descending); without, it is a cross-partition filter whose order is
+// unspecified.
 type Query struct {
 	PartitionKey string
 	Where        []Cond // all must hold
+	// Descending reverses the id order of a single-partition query: ids
+	// that begin with their creation time list the newest first. A
+	// cross-partition query has no order to reverse and refuses it.
+	Descending bool
 	// Limit is the page size; 0 means the backend's default.
 	Limit int
 	// Continuation resumes after the previous page; "" starts from the top.

@@ -12,12 +12,31 @@ export const session = {
   set product(v) { v ? sessionStorage.setItem(PRODUCT_KEY, v) : sessionStorage.removeItem(PRODUCT_KEY); },
 };
 
+// What each error code means to a person: the lead of the sentence a
+// failed call shows.
+const LEADS = {
+  invalid_argument: 'Not accepted', too_large: 'Too large', not_found: 'Not found', conflict: 'Conflict',
+  fenced: 'Stale lease', unauthenticated: 'Not signed in', forbidden: 'Not allowed', throttled: 'Too many requests',
+  unavailable: 'Unavailable', repo_not_owned: 'Refused', budget_exceeded: 'Refused', paused: 'Refused',
+};
+
+// sentence makes one sentence of an error: its lead, the field at fault
+// and the server's message, capitalised and closed with a full stop.
+function sentence(code, message, field) {
+  let text = String(message || '').trim() || 'the request failed';
+  if (field) text = field + ': ' + text;
+  text = (LEADS[code] || 'Failed') + ': ' + text;
+  return /[.!?)]$/.test(text) ? text : text + '.';
+}
+
 // ApiError carries the API's error shape ({error: {code, message, field}})
-// and which call failed, so pages can say exactly what went wrong.
+// as a sentence for people (no method or route path: they mean nothing to
+// an operator reading the page); the call is kept apart for the console's
+// log.
 export class ApiError extends Error {
   constructor(method, path, status, code, message, field) {
-    super(`${method} ${path}: ${status ? status + ' ' : ''}${code}${field ? ' (' + field + ')' : ''}: ${message}`);
-    this.status = status; this.code = code; this.field = field;
+    super(sentence(code, message, field));
+    this.status = status; this.code = code; this.field = field; this.call = `${method} ${path}`;
   }
 }
 
@@ -37,7 +56,7 @@ export async function api(method, path, opts = {}) {
   try {
     resp = await fetch('/api/fleet' + path, { method, headers, body, cache: 'no-store' });
   } catch (e) {
-    throw new ApiError(method, path, 0, 'unavailable', 'the coordinator cannot be reached (' + e.message + ')');
+    throw new ApiError(method, path, 0, 'unavailable', 'the coordinator cannot be reached');
   }
   const text = await resp.text();
   let data = null;
@@ -47,7 +66,7 @@ export async function api(method, path, opts = {}) {
   if (!resp.ok) {
     const e = data && data.error;
     if (e && e.code) throw new ApiError(method, path, resp.status, e.code, e.message || '', e.field || '');
-    throw new ApiError(method, path, resp.status, resp.status >= 500 ? 'unavailable' : 'error', text.slice(0, 200) || resp.statusText);
+    throw new ApiError(method, path, resp.status, resp.status >= 500 ? 'unavailable' : 'error', resp.statusText || 'HTTP ' + resp.status);
   }
   return { status: resp.status, data };
 }
@@ -134,7 +153,7 @@ export async function fetchBlob(path) {
   try {
     resp = await fetch('/api/fleet' + path, { headers, cache: 'no-store' });
   } catch (e) {
-    throw new ApiError('GET', path, 0, 'unavailable', 'the coordinator cannot be reached (' + e.message + ')');
+    throw new ApiError('GET', path, 0, 'unavailable', 'the coordinator cannot be reached');
   }
   if (!resp.ok) {
     let e = null;

@@ -40,6 +40,9 @@ function h(tag, attrs, ...kids) {
   }
   return el;
 }
+// fill replaces el's children, skipping absent ones (replaceChildren itself
+// would show a null as the text "null").
+const fill = (el, ...kids) => el.replaceChildren(...kids.flat().filter(k => k !== null && k !== undefined && k !== false));
 const badge = (cls, text) => h('span', { class: 'badge ' + cls }, text);
 const stageBadge = s => badge('s-' + s, s.replace('_', ' '));
 const jobLink = id => h('a', { href: '#/job/' + encodeURIComponent(id), class: 'mono' }, id);
@@ -56,6 +59,14 @@ function ago(iso) {
   return Math.floor(s / 86400) + 'd ago';
 }
 const time = iso => h('time', { datetime: iso, title: iso }, ago(iso));
+// Ages count on between refreshes, and while the coordinator is away: a
+// heartbeat 5 s old is 20 s old 15 s later whether or not a refresh came.
+setInterval(() => {
+  for (const t of document.querySelectorAll('main time[datetime]')) {
+    const text = ago(t.getAttribute('datetime'));
+    if (t.textContent !== text) t.textContent = text;
+  }
+}, 1000);
 
 function table(headers, rows, empty) {
   if (!rows.length) return h('p', { class: 'note' }, empty);
@@ -138,6 +149,9 @@ const views = { fleet: fleetView, jobs: jobsView, job: jobView, new: newJobView,
 const SECTION = { job: 'jobs', profile: 'profiles' };
 
 let routeSeq = 0;
+// notice is said once, on the next page shown (the page's own banner
+// clears otherwise).
+let notice = '';
 // route renders the page the hash names; quiet (a live retry of a page
 // that failed) keeps the current content until there is something new.
 async function route(quiet) {
@@ -153,7 +167,8 @@ async function route(quiet) {
     if (a.hasAttribute('aria-current')) a.setAttribute('aria-current', 'page');
   }
   if (quiet !== true) {
-    banner('');
+    banner(notice);
+    notice = '';
     main.replaceChildren(h('p', { class: 'note' }, 'Loading…'));
   }
   let refresh;
@@ -178,7 +193,7 @@ function signIn(message) {
   $('#nav').hidden = true;
   $('#session').hidden = true;
   const token = h('input', { id: 'token', type: 'password', autocomplete: 'off', required: true, spellcheck: 'false' });
-  const product = h('input', { id: 'signin-product', type: 'text', autocomplete: 'off', value: session.product, placeholder: 'e.g. demo' });
+  const product = h('input', { id: 'signin-product', type: 'text', autocomplete: 'off', value: session.product, placeholder: 'optional: the first one the token sees' });
   const status = h('div', { role: 'alert' }, message ? errorBox({ message }) : null);
   const submit = h('button', { type: 'submit', class: 'primary' }, 'Sign in');
   const form = h('form', { class: 'card signin', 'aria-labelledby': 'signin-title' },
@@ -193,8 +208,14 @@ function signIn(message) {
     session.token = token.value.trim();
     session.product = product.value.trim();
     try {
-      // Any operator route proves the token; repos also lists products.
-      await get('/repos', { product: '' });
+      // Any operator route proves the token; the products it sees are
+      // the ones to pick from, and one typed that does not exist is said
+      // to be unknown rather than shown as an empty product.
+      const known = await visibleProducts();
+      if (session.product && !known.includes(session.product) && !(await productExists(session.product))) {
+        throw new Error(`Product ${session.product} is unknown: ` +
+          (known.length ? `this token sees ${known.join(', ')}.` : 'this token sees no product yet.'));
+      }
       token.value = '';
       await start();
     } catch (e) {
@@ -214,18 +235,44 @@ function signOut(message) {
   signIn(message);
 }
 
-// products lists the products the operator can see (owners of repos and
-// products factories serve), and the current one.
-async function refreshProducts() {
-  const sel = $('#product');
+// visibleProducts lists the products the token can see: owners of repos
+// and products the factories serve, sorted.
+async function visibleProducts() {
   const names = new Set();
   const [repos, factories] = await Promise.all([get('/repos', { product: '' }), get('/factories', { product: '' })]);
   for (const r of repos.items || []) for (const p of r.products || []) names.add(p);
   for (const f of factories.items || []) for (const p of f.products || []) names.add(p);
-  if (session.product) names.add(session.product);
-  if (!session.product && names.size) session.product = [...names].sort()[0];
-  sel.replaceChildren(...[...names].sort().map(n => h('option', { value: n, selected: n === session.product }, n)));
-  if (!names.size) sel.append(h('option', { value: '' }, '(no products yet)'));
+  return [...names].sort();
+}
+
+// productExists asks the coordinator about a product no repo or factory
+// names yet (declared, but empty).
+async function productExists(p) {
+  try {
+    await get('/products/' + encodeURIComponent(p), { product: '' });
+    return true;
+  } catch (e) {
+    if (e.status === 404) return false;
+    throw e;
+  }
+}
+
+// refreshProducts fills the product picker with the products the token
+// sees; a remembered product that is gone is said to be unknown, and the
+// first one is picked instead.
+async function refreshProducts() {
+  const sel = $('#product');
+  const names = await visibleProducts();
+  if (session.product && !names.includes(session.product)) {
+    if (await productExists(session.product)) names.push(session.product);
+    else {
+      notice = `Product ${session.product} is unknown` + (names.length ? `: showing ${names[0]}.` : '.');
+      session.product = '';
+    }
+  }
+  if (!session.product && names.length) session.product = names[0];
+  sel.replaceChildren(...names.map(n => h('option', { value: n, selected: n === session.product }, n)));
+  if (!names.length) sel.append(h('option', { value: '' }, '(no products yet)'));
 }
 
 async function start() {
@@ -411,7 +458,8 @@ async function newJobView() {
     status.replaceChildren('Submitting…');
     try {
       const { data } = await api('POST', '/jobs', { body: lines.join('\n'), ctype: 'text/markdown' });
-      status.replaceChildren('Submitted ', jobLink(data.id), ' — ', stageBadge(data.stage));
+      status.replaceChildren('Submitted ', jobLink(data.id), ' — ', stageBadge(data.stage),
+        ...(data.warnings || []).map(w => h('p', { class: 'error submit-warning' }, 'Warning: ' + w + '. The job waits until the fleet changes.')));
       form.reset();
     } catch (e) {
       status.replaceChildren(errorBox(e));
@@ -474,11 +522,15 @@ async function jobView(r) {
     head.replaceChildren(h('h2', {}, j.title, ' ', h('span', { id: 'job-stage' }, stageBadge(j.stage)),
       j.cancelRequested ? h('span', {}, ' ', badge('s-cancelled', 'cancelling')) : null),
     h('p', { class: 'note' }, h('span', { class: 'mono' }, j.id), ' · ', j.repo, ' · ', j.priority));
+    // A review-gated job leaves review through its votes only: the server
+    // refuses to ship it past the gate, so the button says why instead.
+    const gated = j.review && j.stage === 'review';
+    const gateNote = gated ? `Held at the review gate: ${j.review.approvals || 0} of ${j.review.quorum || 1} approvals; vote below.` : null;
     actions.replaceChildren(...operatorActions.map(({ name: a, from }) => h('button', {
       type: 'button', class: a === 'ship' ? 'primary' : (a === 'reject' || a === 'cancel' ? 'danger' : null),
-      disabled: !from.includes(j.stage) || (a === 'cancel' && j.cancelRequested), onclick: () => act(a),
-      id: 'act-' + a,
-    }, a)));
+      disabled: !from.includes(j.stage) || (a === 'cancel' && j.cancelRequested) || (a === 'ship' && gated), onclick: () => act(a),
+      id: 'act-' + a, title: a === 'ship' && gated ? gateNote : null,
+    }, a)), ...(gateNote ? [' ', h('span', { class: 'note', id: 'gate-note' }, gateNote)] : []));
     details.replaceChildren(h('dl', { class: 'kv' }, ...[
       ['Stage', stageBadge(j.stage)], ['Holder', dash(j.holderFactoryId)], ['Lease epoch', j.leaseEpoch],
       ['Attempts', `${j.attempts} of ${j.maxAttempts}`], ['Capabilities', list(j.capabilities)],
@@ -486,7 +538,7 @@ async function jobView(r) {
       ['Checkpoint', dash(j.checkpoint)], ['Deps', list(j.deps)], ['Parent', j.parentId ? jobLink(j.parentId) : '–'],
       ['Last failure', j.lastFailure ? j.lastFailure.reason : '–'], ['Created', time(j.createdAt)], ['Updated', time(j.updatedAt)],
     ].flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])), h('details', {}, h('summary', {}, 'Task'), h('pre', {}, j.body)));
-    explain.replaceChildren(...explainPanel(ex));
+    explain.replaceChildren(...explainPanel(ex, j, rn.items || []));
     renderReview(review, j, refresh);
     await renderTracker(tracker, j);
     if (has('/jobs/{id}/dag')) {
@@ -574,7 +626,7 @@ function renderReview(card, j, refresh) {
       outcome.replaceChildren(errorBox(e));
     }
   }
-  card.replaceChildren(h('h3', {}, 'Review'),
+  fill(card, h('h3', {}, 'Review'),
     h('dl', { class: 'kv' }, ...[
       ['Head', r.head ? h('code', {}, r.head) : '–'], ['Reviewers', list(r.reviewers)],
       ['Approvals', `${r.approvals || 0} of ${r.quorum || 1}`], ['Awaiting', list(r.awaiting)],
@@ -620,7 +672,7 @@ async function renderTracker(card, j) {
     ['Last error', h('span', { id: 'echo-error' }, dash(state.lastError))],
     ['Next attempt', state.nextAttemptAt ? time(state.nextAttemptAt) : '–'],
   ] : [];
-  card.replaceChildren(h('h3', {}, 'Tracker'),
+  fill(card, h('h3', {}, 'Tracker'),
     h('dl', { class: 'kv' }, ...[
       ['Source', t.source], ['Item', h('span', { class: 'mono', id: 'tracker-item' }, t.itemId)], ['Revision', t.revision], ...echo,
     ].flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
@@ -650,10 +702,23 @@ function dagTree(d, current) {
   return [h('ul', { class: 'dag' }, roots.map(item)), h('p', { class: 'note' }, counts)];
 }
 
-function explainPanel(ex) {
+// whereItRan says where a job that holds a lease runs, or where one that
+// ran last ran: for such a job, the scheduler's view of the fleet now
+// (a full factory is "not routable") answers a question nobody asked.
+function whereItRan(j, runs) {
+  if (j.holderFactoryId) return ['Running on ', h('strong', {}, j.holderFactoryId), ` (${j.stage}, lease epoch ${j.leaseEpoch}).`];
+  const last = runs.length ? runs[runs.length - 1] : null;
+  if (!last || j.stage === 'queued' || j.stage === 'blocked') return null;
+  return ['Ran on ', h('strong', {}, last.factoryId), ` (run ${last.leaseEpoch}, ${last.result}); now ${j.stage.replace('_', ' ')}.`];
+}
+
+function explainPanel(ex, j, runs) {
   if (ex.error) return [errorBox(ex.error)];
   const s = ex.schedule || {};
-  const out = [h('p', {}, s.routable ? ['Routable; best factory: ', h('strong', {}, dash(s.best))] : ['Not routable: ', h('strong', {}, dash(s.reason))])];
+  const ran = whereItRan(j, runs);
+  const verdict = s.routable ? ['Routable; best factory: ', h('strong', {}, dash(s.best))] : ['Not routable: ', h('strong', {}, dash(s.reason))];
+  const out = [h('p', { id: 'explain-where' }, ran || verdict)];
+  if (ran) out.push(h('p', { class: 'note' }, 'Were it queued now: ', ...verdict));
   if (ex.dispatch && ex.dispatch.unroutable) out.push(h('p', { class: 'note' }, 'Dispatcher: ' + ex.dispatch.unroutable));
   if (ex.profile) out.push(h('p', { class: 'note' }, `Profile ${ex.profile.name} v${ex.profile.version} adds ${list(ex.profile.capabilities)}`));
   out.push(h('p', { class: 'note' }, 'Requires: ' + list(s.required)));
@@ -679,7 +744,7 @@ async function alertsView() {
     const rows = (m.alerts || []).map(a => h('tr', {},
       h('td', {}, badge('sev-' + a.severity, a.severity)), h('td', {}, a.kind.replace(/_/g, ' ')), h('td', {}, a.subject),
       h('td', {}, time(a.since)), h('td', {}, linkJobs(a.message))));
-    region.replaceChildren(table(['Severity', 'Kind', 'Subject', 'Since', 'Message'], rows, 'No alerts: nothing is starving, stale or dead-lettered.'));
+    region.replaceChildren(table(['Severity', 'Kind', 'Subject', 'Since', 'Message'], rows, 'No alerts: nothing failed or dead-lettered in the last 24 h, nothing is unroutable, starving or stale.'));
   }
   await refresh();
   return refresh;
@@ -824,15 +889,26 @@ function svgEl(tag, attrs, ...kids) {
 // after the chart holds the same figures.
 function burndownChart(bd) {
   const W = 720, H = 260, L = 56, R = 16, T = 16, B = 36;
-  const start = Date.parse(bd.periodStart);
   const pts = (bd.points || []).map(p => ({ t: Date.parse(p.at), v: p.spentUsd }));
   const fc = bd.forecastExhaustedAt ? Date.parse(bd.forecastExhaustedAt) : null;
-  // The span the data and the forecast cover, with a margin; a minute at least.
-  const end = start + 1.1 * Math.max(60e3, Math.max(Date.now(), fc || 0, ...pts.map(p => p.t)) - start);
+  // The axis spans the data: from the period's start (or an earlier point)
+  // to now (or a later point), with a margin, a minute at least. A forecast
+  // months away does not squeeze the data into the left edge: its line is
+  // cut at the axis's end.
+  const start = Math.min(Date.parse(bd.periodStart), ...pts.map(p => p.t));
+  const last_t = Math.max(Date.now(), ...pts.map(p => p.t));
+  const end = start + 1.1 * Math.max(60e3, last_t - start);
   const top = Math.max(bd.ceilingUsd, ...pts.map(p => p.v)) * 1.1 || 1;
   const x = t => L + (W - L - R) * (t - start) / (end - start);
   const y = v => T + (H - T - B) * (1 - v / top);
   const last = pts.length ? pts[pts.length - 1] : { t: start, v: 0 };
+  // The forecast runs straight from the last point to the ceiling at fc,
+  // drawn as far as the axis goes.
+  const forecastLine = (from, at) => {
+    const to = Math.min(at, end);
+    const v = from.v + (bd.ceilingUsd - from.v) * (to - from.t) / (at - from.t);
+    return svgEl('line', { x1: x(from.t), y1: y(from.v), x2: x(to), y2: y(v), class: 'forecast', id: 'bd-forecast' });
+  };
   const line = [{ t: start, v: 0 }, ...pts].map(p => `${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`).join(' ');
   const desc = `Spend ${usd(last.v)} of a ${usd(bd.ceilingUsd)} ceiling since ${utc(bd.periodStart)}, over ${pts.length} settled run(s). ` +
     (fc ? `At this rate the ceiling is reached ${utc(bd.forecastExhaustedAt)}.` : 'At this rate the ceiling is not reached this period.');
@@ -844,11 +920,11 @@ function burndownChart(bd) {
     svgEl('line', { x1: L, y1: y(bd.ceilingUsd), x2: W - R, y2: y(bd.ceilingUsd), class: 'ceiling' }),
     svgEl('text', { x: L - 6, y: y(bd.ceilingUsd) + 4, 'text-anchor': 'end', class: 'label' }, usd(bd.ceilingUsd)),
     svgEl('text', { x: L - 6, y: y(0) + 4, 'text-anchor': 'end', class: 'label' }, '$0'),
-    svgEl('text', { x: L, y: H - 10, class: 'label' }, utc(bd.periodStart)),
+    svgEl('text', { x: L, y: H - 10, class: 'label' }, utc(new Date(start).toISOString())),
     svgEl('text', { x: W - R, y: H - 10, 'text-anchor': 'end', class: 'label' }, utc(new Date(end).toISOString())),
     svgEl('polyline', { points: line, class: 'spend' }),
     pts.map(p => svgEl('circle', { cx: x(p.t).toFixed(1), cy: y(p.v).toFixed(1), r: 3, class: 'spend-dot' })),
-    fc && fc > last.t ? svgEl('line', { x1: x(last.t), y1: y(last.v), x2: x(fc), y2: y(bd.ceilingUsd), class: 'forecast', id: 'bd-forecast' }) : null);
+    fc && fc > last.t ? forecastLine(last, fc) : null);
 }
 
 // Budgets: the product's budget (spent, reserved, remaining, ceiling,
@@ -874,8 +950,15 @@ async function budgetsView() {
     } catch (e) {
       outcome.replaceChildren(errorBox(e));
     } finally {
-      pauseBtn.disabled = resumeBtn.disabled = false;
+      setControls(state.paused);
     }
+  }
+  // Pause applies to a product that assigns, Resume to a paused one.
+  const state = { paused: false };
+  function setControls(paused) {
+    state.paused = paused;
+    pauseBtn.disabled = paused;
+    resumeBtn.disabled = !paused;
   }
   pauseBtn.addEventListener('click', () => act('pause', { reason: reason.value.trim() },
     b => `Paused (${b.pausedReason || 'operator'}): no job of ${b.productId} is assigned until resumed; running jobs finish.`));
@@ -899,6 +982,7 @@ async function budgetsView() {
       return;
     }
     controls.hidden = false;
+    setControls(!!b.paused);
     const bd = await get(`/budgets/${p}/burndown`);
     const pausedText = b.paused ? badge('sev-critical', 'paused · ' + (b.pausedReason || 'operator')) : badge('h-ok', 'assigning');
     figures.replaceChildren(h('div', { class: 'stats' },

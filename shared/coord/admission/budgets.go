@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/api/view"
@@ -143,6 +145,9 @@ func (c *Service) PutBudget(ctx context.Context, productID string, req BudgetReq
 		b = &fleet.ProductBudget{ID: id, ProductID: productID, Reservations: map[string]fleet.Reservation{},
 			Points: []fleet.BurnPoint{}, CreatedAt: now}
 		apply(b)
+		if err := c.seedSpend(ctx, b); err != nil {
+			return nil, err
+		}
 		body, merr := json.Marshal(b)
 		if merr != nil {
 			return nil, fmt.Errorf("encode budget: %w", merr)
@@ -162,6 +167,47 @@ func (c *Service) PutBudget(ctx context.Context, productID string, req BudgetReq
 	}
 	c.ReleaseHeld(context.WithoutCancel(ctx), productID)
 	return viewOf(b), nil
+}
+
+// seedSpend counts into a new budget what the product's runs spent in its
+// period before the budget existed (a monthly budget set on the 20th
+// starts from the month's spend, and its burndown shows it): they ended
+// without a reservation, so no settle would count them. A run's end
+// updates its job, so the jobs updated in the period hold those runs (the
+// latest fleet.RunsKept of each; older ones are archived in the runs
+// container, read too). Two queries bounded by the period, once per budget.
+func (c *Service) seedSpend(ctx context.Context, b *fleet.ProductBudget) error {
+	since := store.Since("updatedAt", b.PeriodStart)
+	jobs, err := c.k.QueryJobs(ctx, store.Query{PartitionKey: b.ProductID, Where: []store.Cond{since}})
+	if err != nil {
+		return fmt.Errorf("jobs of %s before its budget: %w", b.ProductID, err)
+	}
+	runs := map[string]fleet.Run{}
+	for _, j := range jobs {
+		for _, r := range j.Runs {
+			runs[r.ID] = r
+		}
+	}
+	archived, err := c.k.QueryAll(ctx, store.Runs, store.Query{Where: []store.Cond{
+		store.Eq("productId", b.ProductID), store.Since("endedAt", b.PeriodStart)}})
+	if err != nil {
+		return fmt.Errorf("runs of %s before its budget: %w", b.ProductID, err)
+	}
+	for _, it := range archived {
+		var r fleet.Run
+		if err := json.Unmarshal(it.Body, &r); err != nil {
+			return fmt.Errorf("stored run %s: %w", it.ID, err)
+		}
+		runs[r.ID] = r
+	}
+	spent := slices.SortedFunc(maps.Values(runs), func(x, y fleet.Run) int { return x.EndedAt.Compare(y.EndedAt) })
+	for _, r := range spent {
+		if r.Usage.USD > 0 && !r.EndedAt.IsZero() && !r.EndedAt.Before(b.PeriodStart) {
+			b.AddSpend(r.Usage.USD, r.EndedAt)
+		}
+	}
+	b.PauseIfSpent(c.k.Now())
+	return nil
 }
 
 // budgetOf reads a product's budget as of now (rolled into the current

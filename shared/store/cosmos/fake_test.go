@@ -602,8 +602,8 @@ func (f *fakeCosmos) changeFeed(c *fakeColl, r recorded) (int, map[string]string
 }
 
 var (
-	queryShape   = regexp.MustCompile(`^SELECT \* FROM c(?: WHERE (.+?))?( ORDER BY c\.id)?$`)
-	condShape    = regexp.MustCompile(`^(?:c\.([A-Za-z_][A-Za-z0-9_]*)|c\["([A-Za-z_][A-Za-z0-9_]*)"\]) (=|IN|<) (.+)$`)
+	queryShape   = regexp.MustCompile(`^SELECT \* FROM c(?: WHERE (.+?))?( ORDER BY c\.id( DESC)?)?$`)
+	condShape    = regexp.MustCompile(`^(?:c\.([A-Za-z_][A-Za-z0-9_]*)|c\["([A-Za-z_][A-Za-z0-9_]*)"\]) (=|IN|<|>) (.+)$`)
 	paramList    = regexp.MustCompile(`^\((@p\d+(?:, @p\d+)*)\)$`)
 	crossRefused = regexp.MustCompile(`(?i)\b(ORDER\s+BY|TOP|DISTINCT|GROUP\s+BY|OFFSET|LIMIT|COUNT|SUM|AVG|MIN|MAX|VALUE)\b`)
 )
@@ -654,7 +654,8 @@ func (f *fakeCosmos) query(c *fakeColl, r recorded) (int, map[string]string, []b
 	}
 	type cond struct {
 		field string
-		less  bool // field < vals[0]; otherwise field equals one of vals
+		less  bool // field < vals[0]
+		more  bool // field > vals[0]; with neither, field equals one of vals
 		vals  []any
 	}
 	var conds []cond
@@ -666,7 +667,7 @@ func (f *fakeCosmos) query(c *fakeColl, r recorded) (int, map[string]string, []b
 			}
 			field := cm[1] + cm[2]
 			var names []string
-			if cm[3] == "=" || cm[3] == "<" {
+			if cm[3] != "IN" {
 				names = []string{cm[4]}
 			} else {
 				pl := paramList.FindStringSubmatch(cm[4])
@@ -675,7 +676,7 @@ func (f *fakeCosmos) query(c *fakeColl, r recorded) (int, map[string]string, []b
 				}
 				names = strings.Split(pl[1], ", ")
 			}
-			cd := cond{field: field, less: cm[3] == "<"}
+			cd := cond{field: field, less: cm[3] == "<", more: cm[3] == ">"}
 			for _, n := range names {
 				v, ok := params[n]
 				if !ok {
@@ -700,7 +701,16 @@ func (f *fakeCosmos) query(c *fakeColl, r recorded) (int, map[string]string, []b
 			}
 			var v any
 			_ = json.Unmarshal(raw, &v)
-			if cd.less && !fakeLess(v, cd.vals[0]) || !cd.less && !slices.ContainsFunc(cd.vals, func(x any) bool { return reflect.DeepEqual(x, v) }) {
+			var holds bool
+			switch {
+			case cd.less:
+				holds = fakeLess(v, cd.vals[0])
+			case cd.more:
+				holds = fakeLess(cd.vals[0], v)
+			default:
+				holds = slices.ContainsFunc(cd.vals, func(x any) bool { return reflect.DeepEqual(x, v) })
+			}
+			if !holds {
 				match = false
 				break
 			}
@@ -717,6 +727,9 @@ func (f *fakeCosmos) query(c *fakeColl, r recorded) (int, map[string]string, []b
 		}
 		return docs[i].id < docs[j].id
 	})
+	if m[3] != "" {
+		slices.Reverse(docs)
+	}
 
 	offset := 0
 	cont := r.Header.Get("x-ms-continuation")

@@ -49,7 +49,7 @@ type Statement struct {
 // BuildQuery translates a store query into the only two shapes the adapter
 // ever sends:
 //
-//	SELECT * FROM c [WHERE <conds>] ORDER BY c.id   (single partition)
+//	SELECT * FROM c [WHERE <conds>] ORDER BY c.id [DESC]   (single partition)
 //	SELECT * FROM c [WHERE <conds>]                 (cross partition)
 //
 // where <conds> is "c.f = @pN", "c.f IN (@pN, …)" and "c.f < @pN" joined
@@ -67,7 +67,10 @@ type Statement struct {
 // has no defined order.
 //
 // It is exported so that tests can enumerate every statement shape.
-func BuildQuery(where []store.Cond, partitioned bool) (Statement, error) {
+func BuildQuery(where []store.Cond, partitioned, descending bool) (Statement, error) {
+	if descending && !partitioned {
+		return Statement{}, fmt.Errorf("a cross-partition query has no order to reverse (Descending)")
+	}
 	var (
 		b       strings.Builder
 		params  []azcosmos.QueryParameter
@@ -85,12 +88,12 @@ func BuildQuery(where []store.Cond, partitioned bool) (Statement, error) {
 		}
 		b.WriteString(propertyRef(c.Field))
 		switch c.Op {
-		case store.OpEq, store.OpLt:
+		case store.OpEq, store.OpLt, store.OpGt:
 			if len(c.Values) != 1 {
 				return Statement{}, fmt.Errorf("query field %q: %s takes one value, got %d", c.Field, c.Op, len(c.Values))
 			}
-			if _, ok := c.Values[0].(bool); ok && c.Op == store.OpLt {
-				return Statement{}, fmt.Errorf("query field %q: < takes a string or a number, got a bool", c.Field)
+			if _, ok := c.Values[0].(bool); ok && c.Op != store.OpEq {
+				return Statement{}, fmt.Errorf("query field %q: %s takes a string or a number, got a bool", c.Field, c.Op)
 			}
 			p, err := param(len(params), c.Field, c.Values[0])
 			if err != nil {
@@ -126,6 +129,9 @@ func BuildQuery(where []store.Cond, partitioned bool) (Statement, error) {
 	}
 	if partitioned {
 		b.WriteString(" ORDER BY c.id")
+		if descending {
+			b.WriteString(" DESC")
+		}
 	}
 	return Statement{Text: b.String(), Params: params, CrossPartition: !partitioned}, nil
 }

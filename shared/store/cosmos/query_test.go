@@ -82,15 +82,25 @@ func TestBuildQuery(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st, err := BuildQuery(tt.where, true)
+			st, err := BuildQuery(tt.where, true, false)
 			require.NoError(t, err)
 			require.Equal(t, Statement{Text: tt.single, Params: tt.params}, st)
 
-			st, err = BuildQuery(tt.where, false)
+			st, err = BuildQuery(tt.where, false, false)
 			require.NoError(t, err)
 			require.Equal(t, Statement{Text: tt.cross, Params: tt.params, CrossPartition: true}, st)
 		})
 	}
+}
+
+// TestBuildQueryDescending: a single-partition query reverses its id
+// order; a cross-partition one has none to reverse and is refused.
+func TestBuildQueryDescending(t *testing.T) {
+	st, err := BuildQuery([]store.Cond{store.Eq("stage", "queued")}, true, true)
+	require.NoError(t, err)
+	require.Equal(t, "SELECT * FROM c WHERE c.stage = @p0 ORDER BY c.id DESC", st.Text)
+	_, err = BuildQuery(nil, false, true)
+	require.ErrorContains(t, err, "no order to reverse")
 }
 
 func TestBuildQueryRefuses(t *testing.T) {
@@ -117,7 +127,7 @@ func TestBuildQueryRefuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, partitioned := range []bool{true, false} {
-				_, err := BuildQuery(tt.where, partitioned)
+				_, err := BuildQuery(tt.where, partitioned, false)
 				require.ErrorContains(t, err, tt.wantErr)
 			}
 		})
@@ -130,12 +140,12 @@ func nanValue() float64 {
 }
 
 func TestBuildQueryEmptyIN(t *testing.T) {
-	st, err := BuildQuery([]store.Cond{store.Eq("a", 1), store.In[string]("b")}, false)
+	st, err := BuildQuery([]store.Cond{store.Eq("a", 1), store.In[string]("b")}, false, false)
 	require.NoError(t, err)
 	require.True(t, st.MatchesNothing)
 	require.Empty(t, st.Text)
 
-	_, err = BuildQuery([]store.Cond{store.In[string]("b"), store.Eq("a.b", 1)}, false)
+	_, err = BuildQuery([]store.Cond{store.In[string]("b"), store.Eq("a.b", 1)}, false, false)
 	require.Error(t, err, "later conditions are still validated")
 }
 
@@ -166,7 +176,7 @@ func TestNoCrossPartitionQueryNeedsAQueryPlan(t *testing.T) {
 	seen := map[string]bool{}
 	for _, where := range shapes {
 		for _, partitioned := range []bool{true, false} {
-			st, err := BuildQuery(where, partitioned)
+			st, err := BuildQuery(where, partitioned, false)
 			require.NoError(t, err)
 			seen[st.Text] = true
 			require.Equal(t, !partitioned, st.CrossPartition)

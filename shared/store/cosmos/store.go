@@ -542,7 +542,7 @@ func (s *Store) Query(ctx context.Context, containerName string, q store.Query) 
 		return store.Page{}, s.refuse(opQuery, w, fmt.Errorf("limit %d is negative", q.Limit))
 	}
 	partitioned := q.PartitionKey != ""
-	stmt, err := BuildQuery(q.Where, partitioned)
+	stmt, err := BuildQuery(q.Where, partitioned, q.Descending)
 	if err != nil {
 		return store.Page{}, s.refuse(opQuery, w, err)
 	}

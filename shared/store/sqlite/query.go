@@ -17,8 +17,17 @@ import (
 // kind of query is refused instead of misread.
 const (
 	partitionCont = "p:"
+	descCont      = "d:" // a single-partition query in descending id order
 	crossCont     = "x:"
 )
+
+// partitionPrefix is the continuation prefix of a single-partition query.
+func partitionPrefix(q store.Query) string {
+	if q.Descending {
+		return descCont
+	}
+	return partitionCont
+}
 
 var fieldName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
@@ -46,14 +55,26 @@ func buildQuery(t *table, q store.Query) (text string, args []any, limit int, er
 	b.WriteString(`SELECT rid, pk, id, rev, body FROM `)
 	b.WriteString(quoteIdent(t.name))
 	if q.PartitionKey != "" {
-		after, ok := strings.CutPrefix(q.Continuation, partitionCont)
+		after, ok := strings.CutPrefix(q.Continuation, partitionPrefix(q))
 		if !ok && q.Continuation != "" {
 			return "", nil, 0, fmt.Errorf("invalid continuation %q for a single-partition query", q.Continuation)
 		}
-		// Ids are never empty, so id > '' starts at the top.
-		b.WriteString(` WHERE pk = ? AND id > ?`)
-		args = append(args, q.PartitionKey, after)
+		switch {
+		case !q.Descending:
+			// Ids are never empty, so id > '' starts at the top.
+			b.WriteString(` WHERE pk = ? AND id > ?`)
+			args = append(args, q.PartitionKey, after)
+		case after == "":
+			b.WriteString(` WHERE pk = ?`)
+			args = append(args, q.PartitionKey)
+		default:
+			b.WriteString(` WHERE pk = ? AND id < ?`)
+			args = append(args, q.PartitionKey, after)
+		}
 	} else {
+		if q.Descending {
+			return "", nil, 0, errors.New("a cross-partition query has no order to reverse (Descending)")
+		}
 		// rid > ? only from the second page on: on a first page it would
 		// tie, for the planner, the (field, rowid) index of an equality
 		// with a two-column index serving a range too ((stage,
@@ -79,9 +100,12 @@ func buildQuery(t *table, q store.Query) (text string, args []any, limit int, er
 		b.WriteString(cond)
 		args = append(args, cargs...)
 	}
-	if q.PartitionKey != "" {
+	switch {
+	case q.PartitionKey != "" && q.Descending:
+		b.WriteString(` ORDER BY id DESC LIMIT ?`)
+	case q.PartitionKey != "":
 		b.WriteString(` ORDER BY id LIMIT ?`)
-	} else {
+	default:
 		b.WriteString(` ORDER BY rid LIMIT ?`)
 	}
 	args = append(args, limit+1)
@@ -105,8 +129,8 @@ func condSQL(c store.Cond) (string, []any, error) {
 		if len(c.Values) == 0 {
 			return "0", nil, nil // IN () holds for no document, as in Cosmos DB
 		}
-	case store.OpLt:
-		return ltSQL(c)
+	case store.OpLt, store.OpGt:
+		return rangeSQL(c)
 	default:
 		return "", nil, fmt.Errorf("field %q: unsupported operator %q", c.Field, c.Op)
 	}
@@ -148,24 +172,25 @@ func condSQL(c store.Cond) (string, []any, error) {
 	return "(" + strings.Join(parts, " OR ") + ")", args, nil
 }
 
-// ltSQL renders field < value. As in Cosmos DB, only a value of the same
-// JSON type compares: text by code point (SQLite's default BINARY collation
-// of UTF-8 text), numbers numerically.
-func ltSQL(c store.Cond) (string, []any, error) {
+// rangeSQL renders field < value or field > value. As in Cosmos DB, only
+// a value of the same JSON type compares: text by code point (SQLite's
+// default BINARY collation of UTF-8 text), numbers numerically.
+func rangeSQL(c store.Cond) (string, []any, error) {
 	if len(c.Values) != 1 {
-		return "", nil, fmt.Errorf("field %q: < takes one value, got %d", c.Field, len(c.Values))
+		return "", nil, fmt.Errorf("field %q: %s takes one value, got %d", c.Field, c.Op, len(c.Values))
 	}
 	kind, bound, err := bindValue(c.Values[0])
 	if err != nil {
 		return "", nil, fmt.Errorf("field %q: %w", c.Field, err)
 	}
+	op := " " + string(c.Op) + " ? AND "
 	switch kind {
 	case kindString:
-		return "(" + fieldExpr(c.Field) + " < ? AND " + fieldType(c.Field) + " = 'text')", []any{bound}, nil
+		return "(" + fieldExpr(c.Field) + op + fieldType(c.Field) + " = 'text')", []any{bound}, nil
 	case kindNumber:
-		return "(" + fieldExpr(c.Field) + " < ? AND " + fieldType(c.Field) + " IN ('integer', 'real'))", []any{bound}, nil
+		return "(" + fieldExpr(c.Field) + op + fieldType(c.Field) + " IN ('integer', 'real'))", []any{bound}, nil
 	}
-	return "", nil, fmt.Errorf("field %q: < takes a string or a number, got %T", c.Field, c.Values[0])
+	return "", nil, fmt.Errorf("field %q: %s takes a string or a number, got %T", c.Field, c.Op, c.Values[0])
 }
 
 // in renders "= ?" or "IN (?, ...)" for n values.

@@ -626,7 +626,8 @@ func (s *Store) whyNot(ctx context.Context, t *table, pk, id string) error {
 }
 
 // Query returns one page of documents matching q. A single-partition query
-// returns documents in id order; a cross-partition one in storage order.
+// returns documents in id order (or its reverse); a cross-partition one in
+// storage order.
 func (s *Store) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
 	t, err := s.table(container)
 	if err != nil {
@@ -649,7 +650,7 @@ func (s *Store) Query(ctx context.Context, container string, q store.Query) (sto
 			if len(page.Items) == limit {
 				// The extra row only says there is more.
 				if q.PartitionKey != "" {
-					page.Continuation = partitionCont + page.Items[limit-1].ID
+					page.Continuation = partitionPrefix(q) + page.Items[limit-1].ID
 				} else {
 					page.Continuation = crossCont + strconv.FormatInt(lastRID, 10)
 				}

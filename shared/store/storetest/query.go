@@ -62,8 +62,11 @@ func condHolds(f map[string]any, c store.Cond) bool {
 	if !ok {
 		return false
 	}
-	if c.Op == store.OpLt {
+	switch c.Op {
+	case store.OpLt:
 		return jsonLess(v, c.Values[0])
+	case store.OpGt:
+		return jsonMore(v, c.Values[0])
 	}
 	for _, want := range c.Values {
 		if jsonEqual(v, want) {
@@ -92,6 +95,25 @@ func jsonEqual(stored, want any) bool {
 		}
 	}
 	return false // null, objects and arrays never equal a scalar
+}
+
+// jsonMore is stored > bound, compared as jsonLess compares.
+func jsonMore(stored, bound any) bool {
+	switch s := stored.(type) {
+	case string:
+		b, ok := bound.(string)
+		return ok && s > b
+	case float64:
+		switch b := bound.(type) {
+		case int:
+			return s > float64(b)
+		case int64:
+			return s > float64(b)
+		case float64:
+			return s > b
+		}
+	}
+	return false
 }
 
 // jsonLess is stored < bound as Cosmos DB compares: strings by code point,
@@ -218,6 +240,13 @@ var queryCases = []struct {
 	{"typed lt big number", []store.Cond{store.Lt("v", int64(100000000001))}},
 	{"typed lt string", []store.Cond{store.Lt("v", "2")}},
 	{"before", []store.Cond{store.Before("at", fixtureT0.Add(9100*time.Millisecond))}},
+	{"gt string", []store.Cond{store.Gt("stage", "queued")}},
+	{"gt int", []store.Cond{store.Gt("prio", 2)}},
+	{"gt float and in", []store.Cond{store.In("stage", "queued", "running"), store.Gt("score", 4.5)}},
+	{"typed gt number", []store.Cond{store.Gt("v", 0)}},
+	{"typed gt string", []store.Cond{store.Gt("v", "0")}},
+	{"since", []store.Cond{store.Since("at", fixtureT0.Add(9100*time.Millisecond))}},
+	{"window", []store.Cond{store.Since("at", fixtureT0.Add(5*time.Second)), store.Before("at", fixtureT0.Add(20*time.Second))}},
 }
 
 func testQuerySinglePartition(t *testing.T, s store.Store) {
@@ -236,23 +265,31 @@ func testQuerySinglePartition(t *testing.T, s store.Store) {
 				// want is sorted by key, and within one partition that is id
 				// order: equality checks order, loss and duplicates at once.
 				require.Equal(t, want, got)
+				// Descending: the same documents, newest id first.
+				got = queryAll(t, s, m, store.Jobs, store.Query{PartitionKey: "p1", Where: tc.where, Limit: limit, Descending: true})
+				require.Equal(t, reversed(want), got, "descending")
 			})
 		}
 	}
 	// The oracle is not vacuous.
 	require.Len(t, m.match("p1", []store.Cond{store.Eq("v", 1)}), 2)
 	require.Len(t, m.match("p1", []store.Cond{store.Lt("v", 2)}), 2, "1 and 1.0; not \"1\", true or null")
-	testBefore(t, m)
+	testTimeBound(t, m, false)
+	testTimeBound(t, m, true)
 	require.Len(t, m.match("p1", []store.Cond{store.Eq("stage", "queued")}), 8)
 }
 
-// testBefore checks store.Before against the times themselves: every time
-// at or before the bound matches, none two seconds or more after its
-// second does.
-func testBefore(t *testing.T, m *model) {
-	for _, bound := range []time.Duration{-time.Second, 0, 2600 * time.Millisecond, 9100 * time.Millisecond, 13 * time.Second} {
+// testTimeBound checks store.Before (or, with since, store.Since) against
+// the times themselves: every time on the bound's side of it matches;
+// none past the slack the bound allows (two seconds after for Before, one
+// second before for Since) does.
+func testTimeBound(t *testing.T, m *model, since bool) {
+	for _, bound := range []time.Duration{-time.Second, 0, 2600 * time.Millisecond, 9100 * time.Millisecond, 13 * time.Second, 40 * time.Second} {
 		at := fixtureT0.Add(bound)
 		cond := store.Before("at", at)
+		if since {
+			cond = store.Since("at", at)
+		}
 		matched := 0
 		for _, d := range m.docs {
 			raw, ok := d.fields["at"].(string)
@@ -265,15 +302,19 @@ func testBefore(t *testing.T, m *model) {
 			if holds {
 				matched++
 			}
+			inside, beyond := !v.After(at), !v.Before(at.Truncate(time.Second).Add(2*time.Second))
+			if since {
+				inside, beyond = !v.Before(at), v.Before(at.Truncate(time.Second).Add(-time.Second))
+			}
 			switch {
-			case !v.After(at):
-				require.True(t, holds, "%s is at or before %s", raw, at)
-			case !v.Before(at.Truncate(time.Second).Add(2 * time.Second)):
-				require.False(t, holds, "%s is well after %s", raw, at)
+			case inside:
+				require.True(t, holds, "%s is on the side of %s (since %v)", raw, at, since)
+			case beyond:
+				require.False(t, holds, "%s is well beyond %s (since %v)", raw, at, since)
 			}
 		}
-		if bound >= 0 {
-			require.Positive(t, matched, "bound %s", at)
+		if (!since && bound >= 0) || (since && bound <= 13*time.Second) {
+			require.Positive(t, matched, "bound %s (since %v)", at, since)
 		}
 	}
 }
@@ -303,6 +344,12 @@ func testQueryCrossPartition(t *testing.T, s store.Store) {
 	require.Len(t, m.match("", []store.Cond{store.Eq("stage", "queued")}), 15)
 }
 
+func reversed(s []string) []string {
+	out := slices.Clone(s)
+	slices.Reverse(out)
+	return out
+}
+
 func testQueryRejectsBadInput(t *testing.T, s store.Store) {
 	mustCreate(t, s, store.Jobs, "p1", "j1", doc(t, store.Jobs, "p1", "j1", fields{"stage": "queued"}))
 	bad := map[string]store.Query{
@@ -317,6 +364,7 @@ func testQueryRejectsBadInput(t *testing.T, s store.Store) {
 		"unknown operator": {Where: []store.Cond{{Field: "stage", Op: "LIKE", Values: []any{"q%"}}}},
 		"lt two values":    {Where: []store.Cond{{Field: "prio", Op: store.OpLt, Values: []any{1, 2}}}},
 		"lt bool":          {Where: []store.Cond{store.Lt("urgent", true)}},
+		"gt bool":          {Where: []store.Cond{store.Gt("urgent", true)}},
 		"nil value":        {Where: []store.Cond{store.Eq("stage", nil)}},
 		"slice value":      {Where: []store.Cond{store.Eq("stage", []string{"queued"})}},
 		"map value":        {Where: []store.Cond{store.Eq("stage", map[string]any{})}},
@@ -326,6 +374,9 @@ func testQueryRejectsBadInput(t *testing.T, s store.Store) {
 		"raw JSON value":   {Where: []store.Cond{store.Eq("stage", json.RawMessage(`"queued"`))}},
 		"negative limit":   {Limit: -1},
 	}
+	// A cross-partition query has no order to reverse.
+	_, err := s.Query(t.Context(), store.Jobs, store.Query{Descending: true})
+	requireStoreError(t, err, "a cross-partition query in descending order")
 	for name, q := range bad {
 		for _, pk := range []string{"p1", ""} {
 			q.PartitionKey = pk

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -21,7 +22,7 @@ import (
 // against the sha256 its pointer document carries.
 func (a *app) artifactsCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "artifacts", Short: "A job's artifacts: engine logs, diffs, usage reports"}
-	cmd.AddCommand(a.artifactsLs(), a.artifactsGet())
+	cmd.AddCommand(a.takesJob(a.artifactsLs()), a.artifactsGet())
 	return cmd
 }
 
@@ -52,18 +53,32 @@ func (a *app) artifactsLs() *cobra.Command {
 func (a *app) artifactsGet() *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
-		Use:   "get ID [-o FILE]",
-		Short: "Download an artifact, checking its size and sha256",
-		Long: `Download an artifact's bytes to FILE (default: stdout). The bytes are checked
-against the size and sha256 of the artifact's metadata before anything is
-written: a mismatch exits 1 and writes nothing.`,
-		Args: cobra.ExactArgs(1),
+		Use:   "get ID|JOB NAME [-o FILE]",
+		Short: "Download an artifact (by its id, or by its job and name), checking its size and sha256",
+		Long: `Download an artifact's bytes to FILE (default: stdout). Name it by its id (as
+artifacts ls prints it) or by its job and name, e.g. 'artifacts get j01a2 diff.patch'
+(the job id may be abbreviated; of several runs' artifacts of that name, the
+newest). The bytes are checked against the size and sha256 of the artifact's
+metadata before anything is written: a mismatch exits 1 and writes nothing.`,
+		Args: cobra.RangeArgs(1, 2),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			if len(args) == 0 {
+				return a.completeJobs(cmd, args, toComplete)
+			}
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var meta fleet.Artifact
-			path := "/artifacts/" + url.PathEscape(args[0])
-			if _, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: path}, &meta); err != nil {
+			if len(args) == 2 {
+				m, err := a.artifactByName(cmd, args[0], args[1])
+				if err != nil {
+					return err
+				}
+				meta = *m
+			} else if _, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/artifacts/" + url.PathEscape(args[0])}, &meta); err != nil {
 				return err
 			}
+			path := "/artifacts/" + url.PathEscape(meta.ID)
 			if a.token == "" {
 				return &api.Error{Code: fleet.CodeUnauthenticated, Message: "no operator token: set FLEET_TOKEN or --token-file"}
 			}
@@ -117,6 +132,32 @@ written: a mismatch exits 1 and writes nothing.`,
 	// names where the bytes go, as curl's -o does.
 	cmd.Flags().StringVarP(&out, "output", "o", "", "file to write the artifact to (default: stdout)")
 	return cmd
+}
+
+// artifactByName finds the artifact of job (which may be abbreviated)
+// called name: the newest, when several runs left one of that name.
+func (a *app) artifactByName(cmd *cobra.Command, job, name string) (*fleet.Artifact, error) {
+	id, err := a.resolveJob(cmd, job)
+	if err != nil {
+		return nil, err
+	}
+	var page api.Page[fleet.Artifact]
+	if _, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(id) + "/artifacts"}, &page); err != nil {
+		return nil, err
+	}
+	var found *fleet.Artifact
+	var names []string
+	for i := range page.Items {
+		x := &page.Items[i]
+		names = append(names, x.Name)
+		if x.Name == name && (found == nil || x.CreatedAt.After(found.CreatedAt)) {
+			found = x
+		}
+	}
+	if found == nil {
+		return nil, &api.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("job %s has no artifact named %s (it has: %s)", id, name, list(slices.Compact(slices.Sorted(slices.Values(names)))))}
+	}
+	return found, nil
 }
 
 // shortHash is the first 12 hex digits of a sha256, as git shortens.

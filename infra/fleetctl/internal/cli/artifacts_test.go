@@ -40,6 +40,8 @@ func TestArtifactsGetChecksTheBytes(t *testing.T) {
 					fmt.Fprintf(w, `{"id": "j1.a1", "jobId": "j1", "name": "log", "kind": "log", "size": %d, "sha256": %q}`, len(good), hex.EncodeToString(sum[:]))
 				case "/api/fleet/artifacts/j1.a1/content":
 					_, _ = w.Write([]byte(tt.served))
+				case "/api/fleet/products/demo": // fleetctl checks the product exists
+					fmt.Fprint(w, `{"id": "demo"}`)
 				default:
 					http.NotFound(w, r)
 				}

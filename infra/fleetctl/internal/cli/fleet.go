@@ -322,7 +322,7 @@ func (a *app) metricsCommand() *cobra.Command {
 func (a *app) alertsCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "alerts",
-		Short: "Starving jobs, stale factories, dead letters, jobs blocked on failed dependencies",
+		Short: "Failed and dead-lettered jobs (24 h), jobs no factory can run, starving jobs, stale factories, budgets",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			m, _, err := a.getMetrics(cmd)

@@ -249,6 +249,7 @@ func TestGolden(t *testing.T) {
 		{name: "err-usage-output", args: []string{"jobs", "ls", "-o", "yaml"}, exit: ExitUsage},
 		{name: "err-invalid", args: []string{"jobs", "ls", "--stage", "nowhere"}, exit: ExitUsage},
 		{name: "err-refused", args: []string{"jobs", "submit", "-"}, stdin: manifest("Not ours", "elsewhere", ""), exit: ExitRefused},
+		{name: "err-unknown-product", args: []string{"jobs", "ls", "-p", "nope"}, exit: ExitNotFound},
 		{name: "err-unavailable", args: []string{"jobs", "ls"}, env: map[string]string{"FLEET_URL": "http://127.0.0.1:1"}, exit: ExitUnavailable},
 	}
 	run := func(c tc) {
@@ -304,8 +305,10 @@ func TestGolden(t *testing.T) {
 	claim = w.api("POST", "/claim", ftSpend, "", "", "")
 	require.Equal(t, spend, claim["job"].(map[string]any)["id"])
 	w.api("PATCH", "/jobs/"+spend, ftSpend, "", "application/json", `{"stage": "building", "leaseEpoch": `+epoch+`}`)
-	w.api("PATCH", "/jobs/"+spend, ftSpend, "", "application/json", `{"stage": "testing", "leaseEpoch": `+epoch+`, "usage": {"usd": 4.25, "inputTokens": 9000, "outputTokens": 800}}`)
+	w.api("PATCH", "/jobs/"+spend, ftSpend, "", "application/json", `{"stage": "testing", "leaseEpoch": `+epoch+`, "usage": {"usd": 4.25, "inputTokens": 9000, "outputTokens": 800}, "turns": 12, "model": "claude-sonnet-4"}`)
 	for _, c := range []tc{
+		// The run's usage, turns and model, on its one line.
+		{name: "jobs-runs-usage", args: []string{"jobs", "runs", spend}},
 		{name: "budgets-show", args: []string{"budgets", "show"}},
 		{name: "budgets-show-json", args: []string{"budgets", "show", "demo", "-o", "json"}},
 		{name: "budgets-pause", args: []string{"budgets", "pause", "--reason", "quarter end"}},
@@ -381,6 +384,28 @@ func TestGolden(t *testing.T) {
 		{name: "jobs-echo", args: []string{"jobs", "echo", tracked}},
 		{name: "tracker-resend-json", args: []string{"tracker", "resend", tracked, "-o", "json"}},
 		{name: "err-jobs-echo-untracked", args: []string{"jobs", "echo", queued}, exit: ExitConflict},
+	} {
+		run(c)
+	}
+
+	// A job no factory could ever run: explain says "unroutable:" once.
+	h100 := w.submit("demo", "---\ntitle: Needs a GPU\nrepo: hello\ncapabilities: [gpu:h100]\n---\nTrain.\n")
+	run(tc{name: "jobs-explain-unroutable", args: []string{"jobs", "explain", h100}})
+
+	// A job no factory offers a capability for: stored, with a warning.
+	run(tc{name: "jobs-submit-warning", args: []string{"jobs", "submit", "-"}, stdin: "---\ntitle: Needs an H100\nrepo: hello\ncapabilities: [gpu:h100]\n---\nTrain.\n"})
+
+	// Short job ids, as git abbreviates: a unique prefix stands for the
+	// job; an ambiguous one is refused naming two it matches.
+	for _, c := range []tc{
+		{name: "jobs-show-short-id", args: []string{"jobs", "show", queued[:14]}},
+		{name: "jobs-runs-short-id", args: []string{"jobs", "runs", built[:14]}},
+		// Submitted a second apart: their ids share 11 characters.
+		{name: "err-jobs-short-id-ambiguous", args: []string{"jobs", "show", toReject[:11]}, exit: ExitUsage},
+		{name: "err-jobs-short-id-none", args: []string{"jobs", "show", "j00ff"}, exit: ExitNotFound},
+		// An artifact by its job (abbreviated) and name.
+		{name: "artifacts-get-job-name", args: []string{"artifacts", "get", built[:14], "notes.txt"}},
+		{name: "err-artifacts-get-job-no-such-name", args: []string{"artifacts", "get", built, "nope.txt"}, exit: ExitNotFound},
 	} {
 		run(c)
 	}

@@ -6,23 +6,28 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/schedule"
 )
 
 func (a *app) jobsCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "jobs", Aliases: []string{"job"}, Short: "List, submit and act on jobs"}
-	cmd.AddCommand(a.jobsLs(), a.jobsShow(), a.jobsSubmit(), a.jobsExplain(), a.jobsEvents(), a.jobsRuns(), a.jobsWatch(), a.jobsDAG(), a.jobsEcho())
+	cmd.AddCommand(a.jobsLs(), a.jobsSubmit())
+	for _, c := range []*cobra.Command{a.jobsShow(), a.jobsExplain(), a.jobsEvents(), a.jobsRuns(), a.jobsWatch(), a.jobsDAG(), a.jobsEcho()} {
+		cmd.AddCommand(a.takesJob(c))
+	}
 	for _, act := range []struct{ name, short string }{
 		{"ship", "Ship a job in testing"},
 		{"requeue", "Put a job back in the queue"},
 		{"reject", "Reject a job (failed)"},
 		{"cancel", "Cancel a job"},
 	} {
-		cmd.AddCommand(a.jobsAction(act.name, act.short))
+		cmd.AddCommand(a.takesJob(a.jobsAction(act.name, act.short)))
 	}
 	return cmd
 }
@@ -208,7 +213,7 @@ func (a *app) jobsSubmit() *cobra.Command {
 			if a.json() {
 				return a.printJSON(resp.Body)
 			}
-			var j fleet.Job
+			var j api.Submitted
 			if err := decode(resp, &j); err != nil {
 				return err
 			}
@@ -217,6 +222,9 @@ func (a *app) jobsSubmit() *cobra.Command {
 				verb = "already submitted (same idempotencyKey)"
 			}
 			a.printf("%s job %s: %s (%s)\n", verb, j.ID, j.Stage, j.Title)
+			for _, w := range j.Warnings {
+				fmt.Fprintf(a.env.Stderr, "warning: %s: the job waits until the fleet changes\n", w)
+			}
 			return nil
 		},
 	}
@@ -277,29 +285,7 @@ func (a *app) jobsExplain() *cobra.Command {
 			if a.json() {
 				return a.printJSON(raw)
 			}
-			kv := [][2]string{{"job", e.JobID}, {"stage", string(e.Stage)}, {"required", list(e.Schedule.Required)},
-				{"routable", strconv.FormatBool(e.Schedule.Routable)}}
-			if e.Schedule.Best != "" {
-				kv = append(kv, [2]string{"best", e.Schedule.Best})
-			}
-			if e.Schedule.Reason != "" {
-				kv = append(kv, [2]string{"reason", e.Schedule.Reason})
-			}
-			if e.TargetFactoryID != "" {
-				kv = append(kv, [2]string{"target", e.TargetFactoryID})
-			}
-			if e.Dispatch.Unroutable != "" {
-				kv = append(kv, [2]string{"unroutable", e.Dispatch.Unroutable})
-			}
-			if e.Profile != nil {
-				kv = append(kv, [2]string{"profile", fmt.Sprintf("%s v%d adds %s", e.Profile.Name, e.Profile.Version, list(e.Profile.Capabilities))})
-			}
-			for _, h := range []*fleet.Hold{e.Budget, e.SeatCap} {
-				if h != nil {
-					kv = append(kv, [2]string{"held", string(h.Kind) + ": " + h.Message})
-				}
-			}
-			if err := a.fields(kv); err != nil {
+			if err := a.fields(explainFields(&e)); err != nil {
 				return err
 			}
 			a.printf("\n")
@@ -316,6 +302,50 @@ func (a *app) jobsExplain() *cobra.Command {
 			return a.table([]string{"FACTORY", "ELIGIBLE", "TOTAL", "CAPFIT", "AFFINITY", "LOAD", "COSTFIT", "HEALTH", "STARVATION", "REASON"}, rows)
 		},
 	}
+}
+
+// explainFields are the key: value lines of jobs explain above its table.
+func explainFields(e *api.Explanation) [][2]string {
+	kv := [][2]string{{"job", e.JobID}, {"stage", string(e.Stage)}, {"required", list(e.Schedule.Required)},
+		{"routable", strconv.FormatBool(e.Schedule.Routable)}}
+	if e.Schedule.Best != "" {
+		kv = append(kv, [2]string{"best", e.Schedule.Best})
+	}
+	// The reason and the dispatcher's record both begin with their
+	// kind ("unroutable: ..."): each is printed under that kind,
+	// once, and the dispatcher's only when it says something else.
+	reason := reasonField(e.Schedule.Reason)
+	if reason[1] != "" {
+		kv = append(kv, reason)
+	}
+	if e.TargetFactoryID != "" {
+		kv = append(kv, [2]string{"target", e.TargetFactoryID})
+	}
+	if d := e.Dispatch.Unroutable; d != "" && d != e.Schedule.Reason {
+		f := reasonField(d)
+		kv = append(kv, [2]string{"dispatcher", f[1] + " (" + f[0] + ", when it last routed)"})
+	}
+	if e.Profile != nil {
+		kv = append(kv, [2]string{"profile", fmt.Sprintf("%s v%d adds %s", e.Profile.Name, e.Profile.Version, list(e.Profile.Capabilities))})
+	}
+	for _, h := range []*fleet.Hold{e.Budget, e.SeatCap} {
+		if h != nil {
+			kv = append(kv, [2]string{"held", string(h.Kind) + ": " + h.Message})
+		}
+	}
+	return kv
+}
+
+// reasonField splits a scheduling reason into its kind and text:
+// "unroutable: no factory offers gpu:h100" is {"unroutable", "no factory
+// offers gpu:h100"}; a reason of no known kind is {"reason", text}.
+func reasonField(r string) [2]string {
+	for _, p := range []string{schedule.UnroutablePrefix, schedule.NoEligiblePrefix} {
+		if rest, ok := strings.CutPrefix(r, p); ok {
+			return [2]string{strings.TrimSuffix(p, ": "), rest}
+		}
+	}
+	return [2]string{"reason", r}
 }
 
 func score(f float64) string { return strconv.FormatFloat(f, 'f', 3, 64) }
@@ -365,8 +395,12 @@ func eventRow(e fleet.Event) []string {
 
 func (a *app) jobsRuns() *cobra.Command {
 	return &cobra.Command{
-		Use:               "runs ID",
-		Short:             "A job's runs: one per lease epoch",
+		Use:   "runs ID",
+		Short: "A job's runs, one per lease epoch: factory, result, duration, usage (USD, tokens), turns and model",
+		Long: `A job's runs, one line per lease epoch: the factory, the result, when it started
+and how long it took, its usage (USD, input/output tokens), the engine's turns
+and model when a structured engine reported them, and the reason it ended (its
+first line, shortened: -o json has it whole).`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeJobs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -380,14 +414,64 @@ func (a *app) jobsRuns() *cobra.Command {
 			}
 			rows := make([][]string, 0, len(page.Items))
 			for _, r := range page.Items {
-				ended := "-"
+				took := "-"
 				if !r.EndedAt.IsZero() {
-					ended = r.EndedAt.Sub(r.StartedAt).Round(1e9).String()
+					took = r.EndedAt.Sub(r.StartedAt).Round(time.Second).String()
 				}
-				rows = append(rows, []string{r.ID, r.FactoryID, strconv.FormatInt(r.LeaseEpoch, 10), string(r.Result),
-					a.ago(r.StartedAt), ended, orDash(r.Reason)})
+				rows = append(rows, []string{strconv.FormatInt(r.LeaseEpoch, 10), r.FactoryID, string(r.Result),
+					a.ago(r.StartedAt), took, usageCell(r.Usage), engineCell(r), oneLine(r.Reason, 40)})
 			}
-			return a.table([]string{"RUN", "FACTORY", "EPOCH", "RESULT", "STARTED", "TOOK", "REASON"}, rows)
+			return a.table([]string{"EPOCH", "FACTORY", "RESULT", "STARTED", "TOOK", "USAGE", "ENGINE", "REASON"}, rows)
 		},
 	}
+}
+
+// usageCell is a run's usage in a table cell: "$0.25 1.2k/340 tok", or
+// "-" when nothing was reported.
+func usageCell(u fleet.Usage) string {
+	if u.USD == 0 && u.InputTokens == 0 && u.OutputTokens == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("$%.2f %s/%s tok", u.USD, count(u.InputTokens), count(u.OutputTokens))
+}
+
+// engineCell is what a structured engine said of a run, compactly:
+// "sonnet-4 12t" (model, turns), "-" when it said nothing.
+func engineCell(r fleet.Run) string {
+	var parts []string
+	if r.Model != "" {
+		parts = append(parts, truncate(r.Model, 24))
+	}
+	if r.Turns > 0 {
+		parts = append(parts, strconv.Itoa(r.Turns)+"t")
+	}
+	if len(parts) == 0 {
+		return orDash(r.Engine)
+	}
+	return strings.Join(parts, " ")
+}
+
+// count shortens a token count: 950, 1.2k, 3.4M.
+func count(n int64) string {
+	switch {
+	case n >= 1_000_000:
+		return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + "M"
+	case n >= 1000:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', 1, 64) + "k"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// oneLine keeps a table cell on one line: the text's first non-empty line,
+// shortened to n runes ("-" when empty).
+func oneLine(s string, n int) string {
+	for l := range strings.Lines(s) {
+		if l = strings.TrimSpace(l); l != "" {
+			if strings.Contains(strings.TrimSpace(s), "\n") {
+				return truncate(l+" …", n)
+			}
+			return truncate(l, n)
+		}
+	}
+	return "-"
 }

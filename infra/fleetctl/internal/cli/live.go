@@ -224,6 +224,7 @@ func (a *app) reviewCommand() *cobra.Command {
 				return nil
 			},
 		}
+		a.takesJob(c)
 		c.Flags().StringVar(&comment, "comment", "", "why (kept as the job's review feedback on a rejection)")
 		c.Flags().StringVar(&head, "head", "", "the head to vote on (default: the job's current review head)")
 		cmd.AddCommand(c)

@@ -22,8 +22,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -229,7 +231,41 @@ func (a *app) setup(cmd *cobra.Command, _ []string) error {
 		}
 	}
 	a.client = api.New(api.Config{BaseURL: a.url, Token: a.token, Product: a.product, HTTPClient: a.env.HTTP})
+	if a.product != "" && a.token != "" && !(cmd.Name() == "put" && cmd.Parent() != nil && cmd.Parent().Name() == "products") {
+		// A product that does not exist would otherwise read as an
+		// empty one: no jobs, no factories, no alerts.
+		return a.checkProduct(cmd)
+	}
 	return nil
+}
+
+// checkProduct refuses a product the coordinator does not know, naming
+// the ones this token can see.
+func (a *app) checkProduct(cmd *cobra.Command) error {
+	_, err := a.client.JSON(cmd.Context(), api.Request{Method: http.MethodGet, Path: "/products/" + url.PathEscape(a.product), Exact: true}, nil)
+	switch {
+	case err == nil:
+		return nil
+	case retryableStreamError(err):
+		return err // the command would fail the same way, after as long a wait
+	case api.CodeOf(err) != fleet.CodeNotFound:
+		return nil // not this check's to judge: the command says what is wrong
+	}
+	var repos api.List[api.RepoInfo]
+	if _, err := a.client.JSON(cmd.Context(), api.Request{Method: http.MethodGet, Path: "/repos", Exact: true}, &repos); err != nil {
+		return err
+	}
+	var known []string
+	for _, r := range repos.Items {
+		known = append(known, r.Products...)
+	}
+	slices.Sort(known)
+	known = slices.Compact(known)
+	seen := "this token sees no product yet"
+	if len(known) > 0 {
+		seen = "this token sees " + strings.Join(known, ", ")
+	}
+	return &api.Error{Code: fleet.CodeNotFound, Message: fmt.Sprintf("product %s is unknown (-p/--product or FLEET_PRODUCT): %s", a.product, seen)}
 }
 
 func (a *app) json() bool { return a.output == formatJSON }

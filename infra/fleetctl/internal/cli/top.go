@@ -4,12 +4,17 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
+	"os"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/term"
 	"github.com/spf13/cobra"
 
 	"github.com/gigafactory/fleet/shared/api"
@@ -21,7 +26,21 @@ type topData struct {
 	metrics   *api.Metrics
 	factories []fleet.Factory
 	running   []fleet.Job
-	at        time.Time
+	review    []fleet.Job
+	// failed are the latest jobs that failed or dead-lettered, newest first.
+	failed []fleet.Job
+	at     time.Time
+}
+
+// rows are the jobs a cursor moves over, in the order they are drawn.
+func (d *topData) rows() []fleet.Job {
+	return slices.Concat(d.running, d.review, d.failed)
+}
+
+// topDetail is the selected job as its detail pane shows it.
+type topDetail struct {
+	job  *fleet.Job
+	runs []fleet.Run
 }
 
 type (
@@ -30,11 +49,21 @@ type (
 	topTickMsg   struct{}
 	topChangeMsg struct{}
 	topLiveMsg   struct{ state string }
+	topDetailMsg struct {
+		id     string
+		detail *topDetail
+		err    error
+	}
 )
 
-// topModel is the dashboard: board counts per stage, factories, running
-// jobs and alerts, refreshed on every change of the product's event stream
-// and on a timer (the only trigger when the server has no stream).
+// topFailedShown is how many failed jobs the dashboard lists.
+const topFailedShown = 10
+
+// topModel is the dashboard: board counts per stage, factories, running,
+// review and failed jobs and alerts, refreshed on every change of the
+// product's event stream and on a timer (the only trigger when the server
+// has no stream). As in k9s, a cursor selects a job and Enter opens its
+// detail; Esc goes back.
 type topModel struct {
 	a        *app
 	ctx      context.Context
@@ -46,18 +75,30 @@ type topModel struct {
 	width    int
 	fetching bool
 	again    bool
+	// cursor is the selected row of data.rows(); selected its job id, so
+	// the selection follows the job when a refresh reorders the rows.
+	cursor   int
+	selected string
+	// open is the job whose detail is shown ("" for the dashboard).
+	open      string
+	detail    *topDetail
+	detailErr error
 }
 
 func (a *app) topCommand() *cobra.Command {
 	var interval time.Duration
 	cmd := &cobra.Command{
 		Use:   "top",
-		Short: "Live terminal dashboard: stage counts, factories, running jobs, alerts (q quits)",
+		Short: "Live terminal dashboard: stages, factories, running, review and failed jobs, alerts (enter: a job's detail, q quits)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			product, err := a.needProduct()
 			if err != nil {
 				return err
+			}
+			if !isTerminal(a.env.Stdin) || !isTerminal(a.env.Stdout) {
+				return usagef("top is a full-screen dashboard and needs a terminal: its input or output is not one. " +
+					"From a script, read 'fleetctl metrics', 'fleetctl alerts' or 'fleetctl jobs ls' (-o json)")
 			}
 			if a.token == "" {
 				return &api.Error{Code: fleet.CodeUnauthenticated, Message: "no operator token: set FLEET_TOKEN or --token-file"}
@@ -120,7 +161,7 @@ func (m *topModel) fetch() tea.Cmd {
 	return func() tea.Msg {
 		var d topData
 		var fs api.Page[fleet.Factory]
-		var assigned, building api.Page[fleet.Job]
+		var assigned, building, review, failed, dead api.Page[fleet.Job]
 		metrics := &api.Metrics{}
 		for _, c := range []struct {
 			path string
@@ -128,6 +169,10 @@ func (m *topModel) fetch() tea.Cmd {
 		}{
 			{"/metrics", metrics}, {"/factories", &fs},
 			{"/jobs?stage=assigned&limit=500", &assigned}, {"/jobs?stage=building&limit=500", &building},
+			{"/jobs?stage=review&limit=100", &review},
+			// Newest first: the latest failures of each kind.
+			{"/jobs?stage=failed&limit=" + strconv.Itoa(topFailedShown), &failed},
+			{"/jobs?stage=dead_letter&limit=" + strconv.Itoa(topFailedShown), &dead},
 		} {
 			if _, err := a.client.JSON(ctx, api.Request{Method: http.MethodGet, Path: c.path}, c.out); err != nil {
 				return topErrMsg{err: err}
@@ -135,6 +180,10 @@ func (m *topModel) fetch() tea.Cmd {
 		}
 		d.metrics, d.factories = metrics, fs.Items
 		d.running = append(assigned.Items, building.Items...)
+		d.review = review.Items
+		d.failed = append(failed.Items, dead.Items...)
+		slices.SortFunc(d.failed, func(x, y fleet.Job) int { return y.UpdatedAt.Compare(x.UpdatedAt) })
+		d.failed = d.failed[:min(len(d.failed), topFailedShown)]
 		d.at = a.env.Now()
 		return topDataMsg(d)
 	}
@@ -144,28 +193,99 @@ func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	switch msg := msg.(type) {
 	case tea.KeyMsg:
 		switch msg.String() {
-		case "q", "ctrl+c", "esc":
+		case "q", "ctrl+c":
 			return m, tea.Quit
+		case "esc", "backspace":
+			if m.open == "" {
+				return m, tea.Quit
+			}
+			m.open, m.detail, m.detailErr = "", nil, nil
 		case "r":
+			if m.open != "" {
+				return m, tea.Batch(m.refetch(), m.fetchDetail(m.open))
+			}
 			return m, m.refetch()
+		case "up", "k":
+			m.move(-1)
+		case "down", "j":
+			m.move(1)
+		case "enter":
+			if m.open == "" && m.selected != "" {
+				m.open, m.detail, m.detailErr = m.selected, nil, nil
+				return m, m.fetchDetail(m.open)
+			}
+		}
+	case topDetailMsg:
+		if msg.id == m.open {
+			m.detail, m.detailErr = msg.detail, msg.err
 		}
 	case tea.WindowSizeMsg:
 		m.width = msg.Width
 	case topTickMsg:
 		return m, tea.Batch(m.refetch(), m.tick())
 	case topChangeMsg:
+		if m.open != "" {
+			return m, tea.Batch(m.refetch(), m.fetchDetail(m.open))
+		}
 		return m, m.refetch()
 	case topLiveMsg:
 		m.live = msg.state
 	case topDataMsg:
 		d := topData(msg)
 		m.data, m.err = &d, nil
+		m.follow()
 		return m, m.done()
 	case topErrMsg:
 		m.err = msg.err
 		return m, m.done()
 	}
 	return m, nil
+}
+
+// move moves the cursor by delta over the job rows.
+func (m *topModel) move(delta int) {
+	if m.data == nil || m.open != "" {
+		return
+	}
+	rows := m.data.rows()
+	if len(rows) == 0 {
+		return
+	}
+	m.cursor = max(0, min(len(rows)-1, m.cursor+delta))
+	m.selected = rows[m.cursor].ID
+}
+
+// follow keeps the selection on its job across a refresh; a job gone from
+// the rows leaves the cursor where it was.
+func (m *topModel) follow() {
+	rows := m.data.rows()
+	if i := slices.IndexFunc(rows, func(j fleet.Job) bool { return j.ID == m.selected }); i >= 0 {
+		m.cursor = i
+		return
+	}
+	if len(rows) == 0 {
+		m.cursor, m.selected = 0, ""
+		return
+	}
+	m.cursor = max(0, min(len(rows)-1, m.cursor))
+	m.selected = rows[m.cursor].ID
+}
+
+// fetchDetail reads the job the detail pane shows, and its runs.
+func (m *topModel) fetchDetail(id string) tea.Cmd {
+	a, ctx := m.a, m.ctx
+	return func() tea.Msg {
+		var j fleet.Job
+		var runs api.Page[fleet.Run]
+		path := "/jobs/" + url.PathEscape(id)
+		if _, err := a.client.JSON(ctx, api.Request{Method: http.MethodGet, Path: path}, &j); err != nil {
+			return topDetailMsg{id: id, err: err}
+		}
+		if _, err := a.client.JSON(ctx, api.Request{Method: http.MethodGet, Path: path + "/runs"}, &runs); err != nil {
+			return topDetailMsg{id: id, err: err}
+		}
+		return topDetailMsg{id: id, detail: &topDetail{job: &j, runs: runs.Items}}
+	}
 }
 
 // refetch fetches now, or once more after the fetch in flight.
@@ -194,6 +314,7 @@ var (
 	topBad   = lipgloss.NewStyle().Foreground(lipgloss.Color("203")).Bold(true)
 	topGood  = lipgloss.NewStyle().Foreground(lipgloss.Color("78"))
 	topDim   = lipgloss.NewStyle().Foreground(lipgloss.Color("245"))
+	topSel   = lipgloss.NewStyle().Reverse(true)
 )
 
 func (m *topModel) View() string {
@@ -214,6 +335,10 @@ func (m *topModel) View() string {
 	b.WriteString(topTitle.Render("fleet top · product "+m.product) + "  " + status + "  " + topDim.Render(updated) + "\n")
 	if m.err != nil {
 		b.WriteString(topBad.Render("error: "+m.err.Error()) + "\n")
+	}
+	if m.open != "" {
+		m.viewDetail(&b)
+		return b.String()
 	}
 	if m.data == nil {
 		return b.String()
@@ -241,12 +366,38 @@ func (m *topModel) View() string {
 		default:
 			h = topWarn.Render(h)
 		}
-		fmt.Fprintf(&b, "  %-20s %-8s %s  seats %d/%d  %s\n", x.ID, x.Kind, h, x.Load, x.SeatLimit, truncate(list(x.Repos), 40))
+		drain := ""
+		if x.Draining {
+			drain = " " + topWarn.Render("draining")
+		}
+		fmt.Fprintf(&b, "  %-20s %-8s %s%s  seats %d/%d  %s\n", x.ID, x.Kind, h, drain, x.Load, x.SeatLimit, truncate(list(x.Repos), 40))
 	}
-	b.WriteString(topHead.Render(fmt.Sprintf("Running jobs (%d)", len(d.running))) + "\n")
-	for _, j := range d.running {
-		fmt.Fprintf(&b, "  %-32s %-9s %-16s %s\n", j.ID, j.Stage, orDash(j.HolderFactoryID), truncate(j.Title, 50))
+	row := 0
+	jobs := func(title string, js []fleet.Job, who func(fleet.Job) string) {
+		b.WriteString(topHead.Render(fmt.Sprintf("%s (%d)", title, len(js))) + "\n")
+		for _, j := range js {
+			line := fmt.Sprintf("%-32s %-11s %-24s %s", j.ID, j.Stage, truncate(who(j), 24), truncate(j.Title, 50))
+			if row == m.cursor && j.ID == m.selected {
+				b.WriteString(topSel.Render("› "+line) + "\n")
+			} else {
+				b.WriteString("  " + line + "\n")
+			}
+			row++
+		}
 	}
+	jobs("Running jobs", d.running, func(j fleet.Job) string { return orDash(j.HolderFactoryID) })
+	jobs("In review", d.review, func(j fleet.Job) string {
+		if r := j.Review; r != nil {
+			return fmt.Sprintf("%d of %d approvals", r.Approvals, max(r.Quorum, 1))
+		}
+		return "-"
+	})
+	jobs("Failed, latest", d.failed, func(j fleet.Job) string {
+		if f := j.LastFailure; f != nil {
+			return f.Reason
+		}
+		return "-"
+	})
 	b.WriteString(topHead.Render(fmt.Sprintf("Alerts (%d)", len(d.metrics.Alerts))) + "\n")
 	for _, al := range d.metrics.Alerts {
 		sev := topWarn.Render(string(al.Severity))
@@ -255,6 +406,48 @@ func (m *topModel) View() string {
 		}
 		fmt.Fprintf(&b, "  %s %s %s: %s\n", sev, al.Kind, al.Subject, truncate(al.Message, 80))
 	}
-	b.WriteString(topDim.Render("q quit · r refresh") + "\n")
+	b.WriteString(topDim.Render("↑/↓ select · enter details · r refresh · q quit") + "\n")
 	return b.String()
+}
+
+// viewDetail draws the open job: its fields, its runs, and the place its
+// live log will take.
+func (m *topModel) viewDetail(b *strings.Builder) {
+	switch {
+	case m.detailErr != nil:
+		b.WriteString(topBad.Render("job "+m.open+": "+m.detailErr.Error()) + "\n")
+	case m.detail == nil:
+		b.WriteString(topDim.Render("loading job "+m.open+"…") + "\n")
+	default:
+		j := m.detail.job
+		b.WriteString(topHead.Render("Job "+j.ID) + "  " + j.Title + "\n")
+		fields := [][2]string{{"stage", string(j.Stage)}, {"repo", j.Repo}, {"priority", string(j.Priority)},
+			{"holder", orDash(j.HolderFactoryID)}, {"attempts", fmt.Sprintf("%d of %d", j.Attempts, j.MaxAttempts)},
+			{"capabilities", list(j.Capabilities)}, {"updated", m.a.ago(j.UpdatedAt) + " ago"}}
+		if r := j.Review; r != nil {
+			fields = append(fields, [2]string{"review", fmt.Sprintf("%d of %d approvals, head %s", r.Approvals, max(r.Quorum, 1), orDash(r.Head))})
+		}
+		if f := j.LastFailure; f != nil {
+			fields = append(fields, [2]string{"last failure", oneLine(f.Reason, 100)})
+		}
+		for _, f := range fields {
+			fmt.Fprintf(b, "  %-13s %s\n", f[0]+":", f[1])
+		}
+		b.WriteString(topHead.Render(fmt.Sprintf("Runs (%d)", len(m.detail.runs))) + "\n")
+		for _, r := range m.detail.runs {
+			fmt.Fprintf(b, "  %-3d %-16s %-10s %-18s %-20s %s\n", r.LeaseEpoch, r.FactoryID, r.Result, usageCell(r.Usage), engineCell(r), oneLine(r.Reason, 50))
+		}
+		b.WriteString(m.logPane())
+	}
+	b.WriteString(topDim.Render("esc back · r refresh · q quit") + "\n")
+}
+
+// logPane is where the open job's live log goes once jobs stream their
+// output (issue 27, live output): empty until then.
+func (m *topModel) logPane() string { return "" }
+
+// isTerminal reports whether f is a terminal (a file that is a TTY).
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	return ok && term.IsTerminal(file.Fd())
 }

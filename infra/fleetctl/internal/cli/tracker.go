@@ -100,7 +100,7 @@ that has not started yet (never assigned); a higher one after that is refused.`,
 			return a.printEcho(raw, &st)
 		},
 	}
-	cmd.AddCommand(ingest, resend)
+	cmd.AddCommand(ingest, a.takesJob(resend))
 	return cmd
 }
 

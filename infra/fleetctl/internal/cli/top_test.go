@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/fleet"
+)
+
+// TestTopListsReviewFailedAndDraining: the dashboard lists the jobs in
+// review (with their approvals) and the latest failed ones beside the
+// running ones, and marks a draining factory; a cursor selects a job (k9s
+// style), Enter opens its detail with its runs, Esc goes back.
+func TestTopListsReviewFailedAndDraining(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	a := &app{env: Env{Now: func() time.Time { return now }}}
+	m := &topModel{a: a, ctx: t.Context(), product: "demo", interval: time.Minute, live: "live"}
+	running := fleet.Job{ID: "j-running", Title: "Runs", Stage: fleet.StageBuilding, HolderFactoryID: "f1"}
+	review := fleet.Job{ID: "j-review", Title: "Waits for votes", Stage: fleet.StageReview, Review: &fleet.Review{Quorum: 2, Approvals: 1}}
+	failed := fleet.Job{ID: "j-failed", Title: "Broke", Stage: fleet.StageFailed, Attempts: 1, MaxAttempts: 3,
+		LastFailure: &fleet.Failure{Reason: "tests do not compile\nmore output", FactoryID: "f1"}}
+	m.Update(topDataMsg(topData{
+		metrics:   &api.Metrics{Jobs: map[string]int{"building": 1, "review": 1}},
+		factories: []fleet.Factory{{ID: "f1", Health: fleet.HealthOK, SeatLimit: 2, Load: 1}, {ID: "f2", Health: fleet.HealthOK, Draining: true}},
+		running:   []fleet.Job{running}, review: []fleet.Job{review}, failed: []fleet.Job{failed}, at: now,
+	}))
+	view := m.View()
+	for _, want := range []string{"Running jobs (1)", "In review (1)", "1 of 2 approvals", "Failed, latest (1)", "tests do not compile", "draining"} {
+		require.Contains(t, view, want)
+	}
+	require.Contains(t, view, "› j-running", "the first job is selected")
+
+	m.Update(tea.KeyMsg{Type: tea.KeyDown})
+	m.Update(tea.KeyMsg{Type: tea.KeyDown})
+	require.Contains(t, m.View(), "› j-failed")
+	_, cmd := m.Update(tea.KeyMsg{Type: tea.KeyEnter})
+	require.NotNil(t, cmd, "Enter fetches the job's detail")
+	require.Equal(t, "j-failed", m.open)
+	require.Contains(t, m.View(), "loading job j-failed")
+	m.Update(topDetailMsg{id: "j-failed", detail: &topDetail{job: &failed, runs: []fleet.Run{{LeaseEpoch: 1, FactoryID: "f1", Result: fleet.RunFailed,
+		Reason: "tests do not compile", Usage: fleet.Usage{USD: 0.5, InputTokens: 1200, OutputTokens: 300}}}}})
+	detail := m.View()
+	for _, want := range []string{"Job j-failed", "attempts:     1 of 3", "last failure: tests do not compile …", "Runs (1)", "$0.50 1.2k/300 tok", "esc back"} {
+		require.Contains(t, detail, want)
+	}
+	_, cmd = m.Update(tea.KeyMsg{Type: tea.KeyEsc})
+	require.Nil(t, cmd, "Esc in a detail goes back, it does not quit")
+	require.Empty(t, m.open)
+	require.Contains(t, m.View(), "› j-failed", "the selection stays")
+}
+
+// TestTopSaysItNeedsATerminal: without a terminal (a pipe, a script) top
+// says so and how to read the same data, instead of a TTY error.
+func TestTopSaysItNeedsATerminal(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{}`)) }))
+	t.Cleanup(srv.Close)
+	var out, errb bytes.Buffer
+	env := map[string]string{"FLEET_URL": srv.URL, "FLEET_TOKEN": opToken, "FLEET_PRODUCT": "demo"}
+	code := Run(context.Background(), []string{"top"}, Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return env[k] }})
+	require.Equal(t, ExitUsage, code, errb.String())
+	require.Contains(t, errb.String(), "top is a full-screen dashboard and needs a terminal")
+	require.Contains(t, errb.String(), "fleetctl metrics")
+	require.Empty(t, out.String(), "no escape codes on a pipe")
+}
