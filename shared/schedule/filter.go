@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/api/view"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -292,11 +293,11 @@ func (n *need) writeMissing(b *strings.Builder, f *fleet.Factory, repoKind bool)
 const (
 	// UnroutablePrefix: nothing could run the job as the fleet stands (no
 	// factory enrolled, or a capability nobody has); it needs a change.
-	UnroutablePrefix = "unroutable: "
+	UnroutablePrefix = view.UnroutablePrefix
 	// NoEligiblePrefix: factories could run the job, but none can now
 	// (seats full, down, draining, out of scope); the counts after it move with every
 	// heartbeat.
-	NoEligiblePrefix = "no eligible factory: "
+	NoEligiblePrefix = view.NoEligiblePrefix
 )
 
 // Reason is why a job has no eligible factory: its kind, decided where the

@@ -215,6 +215,14 @@ type EchoState struct {
 	NextAttemptAt *time.Time `json:"nextAttemptAt"`
 }
 
+// The kinds a scheduling reason (Schedule.Reason) starts with: nothing
+// could run the job as the fleet stands, or factories could but none can
+// now (shared/schedule makes them; clients split on them).
+const (
+	UnroutablePrefix = "unroutable: "
+	NoEligiblePrefix = "no eligible factory: "
+)
+
 // Explanation is why a job is where it is: its dispatch state and how every
 // factory scores for it now.
 type Explanation struct {

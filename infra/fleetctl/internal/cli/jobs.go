@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/api/view"
 	"github.com/gigafactory/fleet/shared/fleet"
-	"github.com/gigafactory/fleet/shared/schedule"
 )
 
 func (a *app) jobsCommand() *cobra.Command {
@@ -340,7 +340,7 @@ func explainFields(e *api.Explanation) [][2]string {
 // "unroutable: no factory offers gpu:h100" is {"unroutable", "no factory
 // offers gpu:h100"}; a reason of no known kind is {"reason", text}.
 func reasonField(r string) [2]string {
-	for _, p := range []string{schedule.UnroutablePrefix, schedule.NoEligiblePrefix} {
+	for _, p := range []string{view.UnroutablePrefix, view.NoEligiblePrefix} {
 		if rest, ok := strings.CutPrefix(r, p); ok {
 			return [2]string{strings.TrimSuffix(p, ": "), rest}
 		}
