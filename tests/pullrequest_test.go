@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/forge/github/githubtest"
@@ -98,6 +99,24 @@ echo "work of iteration $it" >> work.txt`)
 	waitPR(3)
 	require.Equal(t, "check ci:\n1 test failed\n\nTestRedirect\n\n--- FAIL: TestRedirect", repo.Show(t, branch, "feedback-3.txt"))
 	require.EqualValues(t, 0, s.Job("demo", id)["attempts"], "iterations spend no attempt")
+
+	// The console's job page: the pull request, the iteration, and each
+	// iteration's feedback beside it.
+	ctx := browser(t)
+	run(t, ctx, 30*time.Second, "sign in",
+		chromedp.Navigate(s.URL+"/api/console/"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), s.Token),
+		chromedp.SendKeys(chromedp.CSS("#signin-product"), "demo"),
+		chromedp.Click(chromedp.CSS(`form button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.CSS("#nav")),
+		chromedp.Navigate(s.URL+"/api/console/#/job/"+id))
+	waitJS(t, ctx, 20*time.Second, "the job page shows its pull request and feedback",
+		`document.querySelector('#pull-request')?.textContent === 'acme/app#1 open' &&
+		 document.querySelectorAll('#feedback li').length === 2 &&
+		 document.querySelector('#feedback li[data-iteration="2"]')?.textContent.includes('Please add a test for the redirect.') &&
+		 document.querySelector('#feedback li[data-iteration="3"]')?.textContent.includes('check ci')`)
+	require.Equal(t, "3", evalJS[string](t, ctx, `[...document.querySelectorAll('dl.kv dt')].find(d => d.textContent === 'Iteration').nextElementSibling.textContent`))
 
 	send(double.Review(1, "alice-gh", "approved", "LGTM"))
 	Eventually(t, 30*time.Second, "the approval reaches the quorum", func() bool { return s.Job("demo", id)["stage"] == "testing" })

@@ -536,8 +536,10 @@ async function jobView(r) {
       ['Attempts', `${j.attempts} of ${j.maxAttempts}`], ['Capabilities', list(j.capabilities)],
       ['Persona', j.profile ? `${j.profile.name} v${j.profile.version}` : dash(j.persona)],
       ['Checkpoint', dash(j.checkpoint)], ['Deps', list(j.deps)], ['Parent', j.parentId ? jobLink(j.parentId) : '–'],
-      ['Last failure', j.lastFailure ? j.lastFailure.reason : '–'], ['Created', time(j.createdAt)], ['Updated', time(j.updatedAt)],
-    ].flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])), h('details', {}, h('summary', {}, 'Task'), h('pre', {}, j.body)));
+      ['Last failure', j.lastFailure ? j.lastFailure.reason : '–'], ...pullRequestRows(j),
+      ['Created', time(j.createdAt)], ['Updated', time(j.updatedAt)],
+    ].flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])), h('details', {}, h('summary', {}, 'Task'), h('pre', {}, j.body)),
+    ...feedbackList(j));
     explain.replaceChildren(...explainPanel(ex, j, rn.items || []));
     renderReview(review, j, refresh);
     await renderTracker(tracker, j);
@@ -551,6 +553,38 @@ async function jobView(r) {
   }
   await refresh();
   return refresh;
+}
+
+// webLink links only http(s) URLs (a forge's URL is data, never script).
+const webLink = (url, text) => (/^https?:\/\//i.test(url || '') ? h('a', { href: url, target: '_blank', rel: 'noopener noreferrer' }, text) : text);
+
+// pullRequestRows are the job's pull request (a link, its state, a sync the
+// forge keeps failing) and its iteration, when it has a forge.
+function pullRequestRows(j) {
+  const rows = [];
+  const pr = j.pullRequest;
+  if (pr) {
+    rows.push(['Pull request', h('span', { id: 'pull-request' },
+      webLink(pr.url, `${pr.repo}#${pr.number}`), ' ', pr.state)]);
+  }
+  if (j.prSync && j.prSync.attempts > 0) {
+    rows.push(['Pull request sync', `failed ${j.prSync.attempts}×: ${j.prSync.lastError || ''}`]);
+  }
+  if (pr || (j.iteration || 0) > 1) rows.push(['Iteration', String(Math.max(j.iteration || 0, 1))]);
+  return rows;
+}
+
+// feedbackList shows what the forge sent back, each item beside the
+// iteration it asked for: who or which check, and its text.
+function feedbackList(j) {
+  const items = j.feedback || [];
+  if (!items.length) return [];
+  return [h('details', { open: true, id: 'feedback' }, h('summary', {}, `Feedback (${items.length})`),
+    h('ul', { class: 'timeline' }, items.map(f => h('li', { 'data-iteration': f.iteration },
+      h('strong', {}, `Iteration ${f.iteration}`), ' · ',
+      f.source === 'check' ? `check ${f.name || ''}` : `review by ${f.author || '?'}`,
+      f.url ? [' · ', webLink(f.url, 'open')] : null,
+      ' · ', time(f.at), h('pre', {}, f.body)))))];
 }
 
 // runsTable lists a job's runs with what each cost and delivered: usage

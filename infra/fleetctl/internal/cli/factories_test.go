@@ -20,3 +20,21 @@ func TestHealthText(t *testing.T) {
 	require.Equal(t, "ok,draining,cooling:claude(10m0s),cooling:codex(1m30s)", healthText(f, now))
 	require.Equal(t, "ok", healthText(&fleet.Factory{Health: fleet.HealthOK}, now))
 }
+
+// TestPullRequestFields: jobs show names a job's pull request, a failing
+// sync, its iteration and each feedback's first line.
+func TestPullRequestFields(t *testing.T) {
+	t.Parallel()
+	j := &fleet.Job{Iteration: 2, PullRequest: &fleet.PullRequest{Repo: "acme/app", Number: 7, URL: "https://github.com/acme/app/pull/7", State: fleet.PROpen},
+		PRSync: &fleet.PRSync{Attempts: 2, LastError: "forge: transient (HTTP 502)\nmore"},
+		Feedback: []fleet.Feedback{{Iteration: 2, Source: fleet.FeedbackReview, Author: "alice", Body: "Add a test.\nAnd docs."},
+			{Iteration: 2, Source: fleet.FeedbackCheck, Name: "ci", Body: "1 test failed"}}}
+	require.Equal(t, [][2]string{
+		{"pullRequest", "acme/app#7 open https://github.com/acme/app/pull/7"},
+		{"pullRequestSync", "failed 2 times: forge: transient (HTTP 502) …"},
+		{"iteration", "2"},
+		{"feedback (iteration 2)", "review by alice: Add a test. …"},
+		{"feedback (iteration 2)", "check ci: 1 test failed"},
+	}, pullRequestFields(j))
+	require.Empty(t, pullRequestFields(&fleet.Job{}), "nothing for a job without a forge")
+}

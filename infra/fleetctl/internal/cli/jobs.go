@@ -185,9 +185,44 @@ func (a *app) printJob(j *fleet.Job) error {
 	if j.Dispatch.Unroutable != "" {
 		kv = append(kv, [2]string{"unroutable", j.Dispatch.Unroutable})
 	}
+	kv = append(kv, pullRequestFields(j)...)
 	kv = append(kv, [2]string{"created", j.CreatedAt.Format("2006-01-02 15:04:05Z07:00") + " (" + a.ago(j.CreatedAt) + " ago)"},
 		[2]string{"updated", j.UpdatedAt.Format("2006-01-02 15:04:05Z07:00") + " (" + a.ago(j.UpdatedAt) + " ago)"})
 	return a.fields(kv)
+}
+
+// pullRequestFields are a job's pull request, its iteration and the
+// forge's feedback, one line per item (its first line), when it has them.
+func pullRequestFields(j *fleet.Job) [][2]string {
+	var kv [][2]string
+	if pr := j.PullRequest; pr != nil {
+		kv = append(kv, [2]string{"pullRequest", fmt.Sprintf("%s#%d %s %s", pr.Repo, pr.Number, pr.State, pr.URL)})
+	}
+	if s := j.PRSync; s != nil && s.Attempts > 0 {
+		kv = append(kv, [2]string{"pullRequestSync", fmt.Sprintf("failed %d times: %s", s.Attempts, firstLine(s.LastError))})
+	}
+	if j.Iteration > 1 || j.PullRequest != nil {
+		kv = append(kv, [2]string{"iteration", strconv.Itoa(j.CurrentIteration())})
+	}
+	for _, f := range j.Feedback {
+		who := string(f.Source)
+		if f.Name != "" {
+			who += " " + f.Name
+		} else if f.Author != "" {
+			who += " by " + f.Author
+		}
+		kv = append(kv, [2]string{fmt.Sprintf("feedback (iteration %d)", f.Iteration), who + ": " + firstLine(f.Body)})
+	}
+	return kv
+}
+
+// firstLine is s's first line, "…" marking the rest.
+func firstLine(s string) string {
+	line, rest, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	if strings.TrimSpace(rest) != "" {
+		line += " …"
+	}
+	return line
 }
 
 func (a *app) jobsSubmit() *cobra.Command {
