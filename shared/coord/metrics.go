@@ -10,6 +10,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/api/view"
 	"github.com/gigafactory/fleet/shared/coord/dag"
+	"github.com/gigafactory/fleet/shared/coord/pulls"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -155,6 +156,7 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 			}
 			continue
 		}
+		m.Alerts = append(m.Alerts, pulls.Alerts(j)...)
 		if j.Stage != fleet.StageQueued {
 			continue
 		}

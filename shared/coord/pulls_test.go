@@ -137,6 +137,7 @@ func TestPullRequestLoop(t *testing.T) {
 	require.Equal(t, fleet.StageReview, got.Stage)
 	require.Equal(t, 3, got.Iteration)
 	require.Contains(t, eventTypes(e.events(j.ID)), string(fleet.EventIterationCap))
+	require.Contains(t, alertKinds(t, e), fleet.AlertIterationCap, "a person is asked to decide")
 
 	// An approval of an old head is not a vote on this one.
 	out, _ = e.hook(stale)
@@ -217,6 +218,14 @@ func TestPullRequestForgeFails(t *testing.T) {
 	n, err := e.c.ForgeSweep(e.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 0, n, "not due yet")
+	require.NotContains(t, alertKinds(t, e), fleet.AlertForgeFailing, "one failure is no alert yet")
+	for range pulls.FailingAfter - 1 {
+		e.clock.Advance(pulls.DefaultMaxBackoff)
+		_, err = e.c.ForgeSweep(e.ctx)
+		require.NoError(t, err)
+	}
+	require.Equal(t, pulls.FailingAfter, e.job(j.ID).PRSync.Attempts)
+	require.Contains(t, alertKinds(t, e), fleet.AlertForgeFailing)
 
 	fixed, err := github.New(github.Config{APIURL: srv.URL, Token: "ghp_test"})
 	require.NoError(t, err)
@@ -244,4 +253,16 @@ func (s *switchable) DeleteBranch(ctx context.Context, r forge.Repo, b string) e
 }
 func (s *switchable) Checks(ctx context.Context, r forge.Repo, ref string) ([]forge.Check, error) {
 	return (*s.f).Checks(ctx, r, ref)
+}
+
+// alertKinds are the kinds of the product's open alerts.
+func alertKinds(t *testing.T, e *env) []fleet.AlertKind {
+	t.Helper()
+	m, err := e.c.Metrics(e.ctx, prod)
+	require.NoError(t, err)
+	var kinds []fleet.AlertKind
+	for _, a := range m.Alerts {
+		kinds = append(kinds, a.Kind)
+	}
+	return kinds
 }

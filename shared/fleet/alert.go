@@ -35,12 +35,18 @@ const (
 	// AlertBudgetPaused: a product is paused (spend at the ceiling, or an
 	// operator); its queued jobs wait.
 	AlertBudgetPaused AlertKind = "budget_paused"
+	// AlertIterationCap: a delivered job's pull request asked for another
+	// iteration past its product's maxIterations; a person decides.
+	AlertIterationCap AlertKind = "iteration_cap"
+	// AlertForgeFailing: a delivered job's pull request could not be
+	// opened or updated, several times in a row; the forge is retried.
+	AlertForgeFailing AlertKind = "forge_failing"
 )
 
 // AlertKinds lists every alert kind.
 func AlertKinds() []AlertKind {
 	return []AlertKind{AlertStarving, AlertStaleFactory, AlertDeadLetter, AlertFailed, AlertNoFactory, AlertBlockedOnFailed,
-		AlertCancelUnacknowledged, AlertBudgetAlert, AlertBudgetPaused}
+		AlertCancelUnacknowledged, AlertBudgetAlert, AlertBudgetPaused, AlertIterationCap, AlertForgeFailing}
 }
 
 // Severity ranks alerts.

@@ -529,3 +529,22 @@ func (s *Service) autoMerge(ctx context.Context, p *fleet.Product, j *fleet.Job)
 	}
 	return true, msg
 }
+
+// Alerts are the conditions of a job's pull request a person should look
+// at: feedback past the iteration cap, and a sync the forge keeps failing.
+func Alerts(j *fleet.Job) []fleet.Alert {
+	var out []fleet.Alert
+	subject := j.ProductID + "/" + j.ID
+	if n := len(j.Feedback); n > 0 && (j.Stage == fleet.StageReview || j.Stage == fleet.StageTesting) {
+		if last := j.Feedback[n-1]; last.Iteration > j.CurrentIteration() {
+			out = append(out, fleet.Alert{Kind: fleet.AlertIterationCap, Severity: fleet.SeverityWarning, Subject: subject, Since: last.At,
+				Message: fmt.Sprintf("the pull request of job %s asks for iteration %d, past its product's cap: ship, reject or requeue it", j.ID, last.Iteration)})
+		}
+	}
+	if s := j.PRSync; j.ForgeDue && s != nil && s.Attempts >= FailingAfter {
+		out = append(out, fleet.Alert{Kind: fleet.AlertForgeFailing, Severity: fleet.SeverityWarning, Subject: subject, Since: j.UpdatedAt,
+			Message: fmt.Sprintf("the pull request of job %s could not be opened or updated (%d tries): %s; retried at %s",
+				j.ID, s.Attempts, s.LastError, s.NextAttemptAt.UTC().Format(time.RFC3339))})
+	}
+	return out
+}
