@@ -92,7 +92,7 @@ func TestMakeDemo(t *testing.T) {
 		}
 		r.JSON(t, &page)
 		jobs = page.Items
-		if len(jobs) < 8 {
+		if len(jobs) < 9 {
 			return false
 		}
 		for _, j := range jobs {
@@ -118,6 +118,14 @@ func TestMakeDemo(t *testing.T) {
 	}
 	gated := byTitle["Rename the --verbose flag"]
 	require.Equal(t, float64(1), gated["review"].(map[string]any)["approvals"], "the demo approved the gated job")
+	// The pull request job: two iterations on one pull request, merged.
+	pr := byTitle["Add a --version flag"]
+	require.NotNil(t, pr)
+	require.Equal(t, float64(2), pr["iteration"], "the forge double's changes request brought a second iteration")
+	require.Equal(t, "merged", pr["pullRequest"].(map[string]any)["state"])
+	require.Equal(t, "Please add a test for the flag.", pr["feedback"].([]any)[0].(map[string]any)["body"])
+	require.Contains(t, out.String(), "the reviewer asks for changes on pull request")
+	require.Contains(t, out.String(), "the reviewer approves iteration 2")
 	flaky := byTitle["Fix the flaky date test"]
 	r := s.Op(http.MethodGet, "/jobs/"+flaky["id"].(string)+"/runs", "demo", nil)
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)

@@ -19,6 +19,10 @@ const (
 	rolePlan     role = "plan"     // proposes two children (a DAG)
 	roleReviewed role = "reviewed" // review-gated: approved, then shipped
 	roleFlaky    role = "flaky"    // fails its first run, requeued once
+	// rolePR is reviewed on its pull request: the forge double's reviewer
+	// asks for changes once, then approves the second iteration; shipped,
+	// it is merged.
+	rolePR role = "pull request"
 )
 
 // demoJob is one job the demo submits.
@@ -40,6 +44,9 @@ var demoJobs = []demoJob{
 	{Role: roleReviewed, Title: "Rename the --verbose flag", Priority: fleet.PriorityNormal,
 		Front: "review: {quorum: 1}",
 		Body:  "Rename the flag. A reviewer approves the delivered head before it ships."},
+	{Role: rolePR, Title: "Add a --version flag", Priority: fleet.PriorityNormal,
+		Front: "review: {reviewers: [" + forgeReviewer + "], quorum: 1}",
+		Body:  "Add the flag. Its pull request is reviewed on the forge: changes are asked for once, then it is approved and merged."},
 	{Role: roleFlaky, Title: "Fix the flaky date test", Priority: fleet.PriorityNormal,
 		Body: "demo: fail once\n\nThe first run fails; the operator requeues it and the retry succeeds."},
 	{Role: rolePlain, Title: "Add a greeting to the README", Priority: fleet.PriorityLow, Body: "Say hello."},
@@ -85,6 +92,8 @@ const (
 	actApprove        // vote approve on the review head
 	actShip           // ship a reviewed job from testing
 	actRequeue        // requeue the flaky job after its planned failure
+	actAskChanges     // the forge's reviewer asks for changes on the pull request
+	actApprovePR      // the forge's reviewer approves the pull request
 )
 
 // tracked is what the driver remembers of a job.
@@ -93,6 +102,7 @@ type tracked struct {
 	stage    fleet.Stage
 	approved string // the head approved
 	requeued bool
+	asked    bool // changes asked for on the pull request
 }
 
 // decide is the operator's next move on j: approve a gated job's head in
@@ -102,8 +112,13 @@ func decide(t *tracked, j fleet.Job) action {
 	switch {
 	case t.role == roleReviewed && j.Stage == fleet.StageReview && j.Review != nil && j.Review.Head != "" && t.approved != j.Review.Head:
 		return actApprove
-	case t.role == roleReviewed && j.Stage == fleet.StageTesting:
+	case (t.role == roleReviewed || t.role == rolePR) && j.Stage == fleet.StageTesting:
 		return actShip
+	case t.role == rolePR && j.Stage == fleet.StageReview && j.PullRequest != nil && !j.ForgeDue && !t.asked:
+		return actAskChanges
+	case t.role == rolePR && j.Stage == fleet.StageReview && j.PullRequest != nil && !j.ForgeDue && j.Iteration >= 2 &&
+		t.approved != j.PullRequest.HeadSHA:
+		return actApprovePR
 	case t.role == roleFlaky && j.Stage == fleet.StageFailed && !t.requeued:
 		return actRequeue
 	}
@@ -201,6 +216,20 @@ func (d *demo) act(ctx context.Context, t *tracked, j fleet.Job) error {
 		fmt.Fprintf(d.out, "demo: %s  shipping %q (fleetctl jobs ship %s)\n", d.elapsed(), j.Title, j.ID)
 		_, err := d.api.Act(ctx, demoProduct, j.ID, "ship", "")
 		return err
+	case actAskChanges:
+		fmt.Fprintf(d.out, "demo: %s  %q: the reviewer asks for changes on pull request #%d (a signed webhook from the GitHub double)\n",
+			d.elapsed(), j.Title, j.PullRequest.Number)
+		if err := d.forge.review(ctx, d.stack.URL, j.PullRequest.Number, "changes_requested", "Please add a test for the flag."); err != nil {
+			return err
+		}
+		t.asked = true
+	case actApprovePR:
+		fmt.Fprintf(d.out, "demo: %s  %q: the reviewer approves iteration %d of pull request #%d\n",
+			d.elapsed(), j.Title, j.Iteration, j.PullRequest.Number)
+		if err := d.forge.review(ctx, d.stack.URL, j.PullRequest.Number, "approved", "Thanks, looks good."); err != nil {
+			return err
+		}
+		t.approved = j.PullRequest.HeadSHA
 	case actRequeue:
 		reason := ""
 		if j.LastFailure != nil {

@@ -11,6 +11,7 @@ import (
 func TestDecide(t *testing.T) {
 	t.Parallel()
 	review := &fleet.Review{Quorum: 1, Head: "aq/job/j1@abc"}
+	pr := &fleet.PullRequest{Repo: "demo/demo", Number: 1, HeadSHA: "abc", State: fleet.PROpen}
 	for _, tt := range []struct {
 		name string
 		t    tracked
@@ -26,6 +27,15 @@ func TestDecide(t *testing.T) {
 		{"flaky job failed is requeued", tracked{role: roleFlaky}, fleet.Job{Stage: fleet.StageFailed}, actRequeue},
 		{"flaky job requeued once only", tracked{role: roleFlaky, requeued: true}, fleet.Job{Stage: fleet.StageFailed}, actNone},
 		{"a plain failure is left alone", tracked{role: rolePlain}, fleet.Job{Stage: fleet.StageFailed}, actNone},
+		// The pull request job: changes once, then an approval of a later
+		// iteration's head, never before its pull request is synced.
+		{"no pull request yet", tracked{role: rolePR}, fleet.Job{Stage: fleet.StageReview, Review: review}, actNone},
+		{"a sync still due", tracked{role: rolePR}, fleet.Job{Stage: fleet.StageReview, Review: review, PullRequest: pr, ForgeDue: true}, actNone},
+		{"changes asked for once", tracked{role: rolePR}, fleet.Job{Stage: fleet.StageReview, Review: review, PullRequest: pr}, actAskChanges},
+		{"then nothing on iteration 1", tracked{role: rolePR, asked: true}, fleet.Job{Stage: fleet.StageReview, Review: review, PullRequest: pr}, actNone},
+		{"iteration 2 approved", tracked{role: rolePR, asked: true}, fleet.Job{Stage: fleet.StageReview, Review: review, PullRequest: pr, Iteration: 2}, actApprovePR},
+		{"its head approved once", tracked{role: rolePR, asked: true, approved: pr.HeadSHA}, fleet.Job{Stage: fleet.StageReview, Review: review, PullRequest: pr, Iteration: 2}, actNone},
+		{"shipped (merged) from testing", tracked{role: rolePR, asked: true}, fleet.Job{Stage: fleet.StageTesting, PullRequest: pr, Iteration: 2}, actShip},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -61,6 +71,6 @@ func TestManifestsParse(t *testing.T) {
 		m, err := fleet.ParseManifest([]byte(j.manifest()))
 		require.NoError(t, err, j.Title)
 		require.Equal(t, j.Title, m.Title)
-		require.Equal(t, j.Role == roleReviewed, m.Review != nil, j.Title)
+		require.Equal(t, j.Role == roleReviewed || j.Role == rolePR, m.Review != nil, j.Title)
 	}
 }

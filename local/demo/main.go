@@ -2,8 +2,9 @@
 // two real factory processes running the demo engine (engine.sh) over a
 // local bare git repo it creates, and a handful of jobs that show what the
 // fleet does — a DAG, a review-gated job (approved and shipped here, as an
-// operator would), a job that fails once and succeeds when requeued, and
-// plain ones. It prints the console URL, the operator token and the
+// operator would), a job whose pull request (on a GitHub double, forge.go)
+// is sent back once by its reviewer and then approved and merged, a job
+// that fails once and succeeds when requeued, and plain ones. It prints the console URL, the operator token and the
 // `fleetctl top` command, and drives the jobs to their terminal stages.
 //
 // Everything it starts runs in a process group of its own; Ctrl-C (SIGINT)
@@ -13,6 +14,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -74,6 +76,9 @@ func run() error {
 	if serr := d.procs.stopAll(); serr != nil {
 		err = errors.Join(err, serr)
 	}
+	if ferr := d.forge.close(); ferr != nil {
+		err = errors.Join(err, ferr)
+	}
 	if err == nil || ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		fmt.Fprintln(d.out, "demo: stopped; everything it started has exited")
 		return nil
@@ -89,6 +94,7 @@ type demo struct {
 	procs procGroup
 	api   *api.Client
 	stack stackInfo
+	forge *forgeDouble
 }
 
 func (d *demo) run(ctx context.Context) error {
@@ -106,9 +112,12 @@ func (d *demo) run(ctx context.Context) error {
 			return fmt.Errorf("the demo engine %s is missing or not executable", p)
 		}
 	}
-	fmt.Fprintf(d.out, "demo: starting the local stack and two factories in %s\n", d.opts.Dir)
+	fmt.Fprintf(d.out, "demo: starting the local stack, two factories and a GitHub double in %s\n", d.opts.Dir)
 	var err error
-	if d.stack, err = d.startStack(ctx); err != nil {
+	if d.forge, err = startForge(d.opts.Dir, originPath(d.opts.Dir)); err != nil {
+		return fmt.Errorf("start the GitHub double: %w", err)
+	}
+	if d.stack, err = d.startStack(ctx, d.forge.env()...); err != nil {
 		return err
 	}
 	d.api = api.New(api.Config{BaseURL: d.stack.URL, Token: d.stack.Token})
@@ -116,7 +125,8 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := d.api.PutProduct(ctx, demoProduct, api.ProductRequest{Repos: []string{demoRepo}}); err != nil {
+	forge, _ := json.Marshal(forgeConfig())
+	if _, err := d.api.PutProduct(ctx, demoProduct, api.ProductRequest{Repos: []string{demoRepo}, Forge: forge}); err != nil {
 		return fmt.Errorf("declare product %s: %w", demoProduct, err)
 	}
 	for _, id := range factoryIDs {

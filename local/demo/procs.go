@@ -111,7 +111,7 @@ const stackReady = "Ctrl-C stops"
 
 // startStack runs bin/fleet-local with its data under the demo dir, logs to
 // logs/stack.log, and waits for its banner.
-func (d *demo) startStack(ctx context.Context) (stackInfo, error) {
+func (d *demo) startStack(ctx context.Context, env ...string) (stackInfo, error) {
 	logf, err := os.Create(filepath.Join(d.opts.Dir, "logs", "stack.log"))
 	if err != nil {
 		return stackInfo{}, err
@@ -126,6 +126,7 @@ func (d *demo) startStack(ctx context.Context) (stackInfo, error) {
 		// Generated and kept in the data dir, like make run's.
 		"FLEET_OPERATOR_TOKEN=",
 	)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Dir = d.opts.Root
 	// The banner is read from a pipe the scanner below drains to the end,
 	// so the stack never blocks on its stdout.

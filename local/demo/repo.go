@@ -13,7 +13,7 @@ import (
 // and the repo base the factories read it from (one clone per repo, with
 // its origin), as a developer's machine would have them.
 func seedRepo(ctx context.Context, dir string) (origin, base string, err error) {
-	origin = filepath.Join(dir, "origin", demoRepo+".git")
+	origin = originPath(dir)
 	base = filepath.Join(dir, "repos")
 	seed := filepath.Join(dir, "origin", "seed")
 	steps := []struct {
@@ -65,3 +65,6 @@ func git(ctx context.Context, dir string, args ...string) error {
 	}
 	return nil
 }
+
+// originPath is the demo origin, a bare repository under dir.
+func originPath(dir string) string { return filepath.Join(dir, "origin", demoRepo+".git") }
