@@ -7,7 +7,7 @@ locals {
   functions_client_id = azurerm_user_assigned_identity.functions.client_id
   coordinator_url     = "https://${azurerm_linux_function_app.this.default_hostname}"
 
-  function_app_settings = {
+  function_app_settings = merge({
     # No FUNCTIONS_WORKER_RUNTIME: site_config.application_stack
     # (use_custom_runtime) sets it to "custom", and the platform refuses the
     # key in app_settings as well.
@@ -59,7 +59,35 @@ locals {
     # itself never appears in app settings. Versionless, so a rotated secret is
     # picked up without touching this configuration.
     FLEET_OPERATOR_TOKEN = "@Microsoft.KeyVault(SecretUri=${azurerm_key_vault_secret.operator_token.versionless_id})"
-  }
+  }, local.github_settings)
+}
+
+# The GitHub credentials, when given, live in Key Vault like the operator
+# token and reach the app as Key Vault references, never in plain text.
+locals {
+  github_token_set  = nonsensitive(var.github_token != "")
+  github_secret_set = nonsensitive(var.github_webhook_secret != "")
+  github_settings = merge(
+    { FLEET_GITHUB_API_URL = var.github_api_url },
+    local.github_token_set ? { FLEET_GITHUB_TOKEN = "@Microsoft.KeyVault(SecretUri=${azurerm_key_vault_secret.github_token[0].versionless_id})" } : {},
+    local.github_secret_set ? { FLEET_GITHUB_WEBHOOK_SECRET = "@Microsoft.KeyVault(SecretUri=${azurerm_key_vault_secret.github_webhook_secret[0].versionless_id})" } : {},
+  )
+}
+
+resource "azurerm_key_vault_secret" "github_token" {
+  count        = local.github_token_set ? 1 : 0
+  name         = "fleet-github-token"
+  value        = var.github_token
+  key_vault_id = azurerm_key_vault.this.id
+  content_type = "text/plain"
+}
+
+resource "azurerm_key_vault_secret" "github_webhook_secret" {
+  count        = local.github_secret_set ? 1 : 0
+  name         = "fleet-github-webhook-secret"
+  value        = var.github_webhook_secret
+  key_vault_id = azurerm_key_vault.this.id
+  content_type = "text/plain"
 }
 
 # --- Storage: Functions host state and artifacts -----------------------------

@@ -288,6 +288,41 @@ variable "operator_token" {
   }
 }
 
+variable "github_token" {
+  description = "GitHub token the coordinator opens, updates and merges pull requests with (read/write pull requests and contents), for products with a forge. Stored only in Key Vault; the Function App reads it through a Key Vault reference (FLEET_GITHUB_TOKEN). Empty: no forge client."
+  type        = string
+  default     = ""
+  sensitive   = true
+
+  validation {
+    condition     = var.github_token == "" || (length(var.github_token) >= 20 && length(regexall("\\s", var.github_token)) == 0)
+    error_message = "github_token must be empty or a token of at least 20 characters with no whitespace."
+  }
+}
+
+variable "github_webhook_secret" {
+  description = "Secret GitHub signs webhook deliveries to /api/fleet/forge/github with. Stored only in Key Vault; read through a Key Vault reference (FLEET_GITHUB_WEBHOOK_SECRET). Empty: the route answers 503."
+  type        = string
+  default     = ""
+  sensitive   = true
+
+  validation {
+    condition     = var.github_webhook_secret == "" || length(var.github_webhook_secret) >= 16
+    error_message = "github_webhook_secret must be empty or at least 16 characters."
+  }
+}
+
+variable "github_api_url" {
+  description = "GitHub's REST API (FLEET_GITHUB_API_URL): https://api.github.com, or a GitHub Enterprise Server's https://<host>/api/v3."
+  type        = string
+  default     = "https://api.github.com"
+
+  validation {
+    condition     = can(regex("^https://[^/\\s]+", var.github_api_url))
+    error_message = "github_api_url must be an https URL."
+  }
+}
+
 variable "reaper_schedule" {
   description = "NCRONTAB (six fields, seconds first) of the lease reaper timer (FLEET_REAPER_SCHEDULE)."
   type        = string

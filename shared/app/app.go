@@ -185,11 +185,11 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger, opts ...Option
 // and merges pull requests with (when a token file is set), the link to a
 // job's console page, and the webhook secret it returns for the API.
 func forgeDeps(l config.Lookup, deps *coord.Deps) ([]byte, error) {
-	if path := l.Get(config.GitHubTokenFile); path != "" {
-		token, err := readSecretFile(config.GitHubTokenFile, path)
-		if err != nil {
-			return nil, err
-		}
+	token, err := secretSetting(l, config.GitHubToken, config.GitHubTokenFile)
+	if err != nil {
+		return nil, err
+	}
+	if token != nil {
 		gh, err := github.New(github.Config{APIURL: l.Get(config.GitHubAPIURL), Token: string(token)})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", config.GitHubAPIURL, err)
@@ -202,8 +202,20 @@ func forgeDeps(l config.Lookup, deps *coord.Deps) ([]byte, error) {
 		}
 		deps.JobURL = func(_, jobID string) string { return base + "/api/console/#/job/" + url.PathEscape(jobID) }
 	}
-	if path := l.Get(config.GitHubSecretFile); path != "" {
-		return readSecretFile(config.GitHubSecretFile, path)
+	return secretSetting(l, config.GitHubSecret, config.GitHubSecretFile)
+}
+
+// secretSetting reads a secret given as a value (in Azure, a Key Vault
+// reference the platform resolves) or in a file; nil when neither is set.
+func secretSetting(l config.Lookup, value, file string) ([]byte, error) {
+	v, path := strings.TrimSpace(l.Get(value)), l.Get(file)
+	switch {
+	case v != "" && path != "":
+		return nil, fmt.Errorf("%s and %s are both set: give one", value, file)
+	case v != "":
+		return []byte(v), nil
+	case path != "":
+		return readSecretFile(file, path)
 	}
 	return nil, nil
 }

@@ -73,7 +73,9 @@ const (
 	WebhookAllowCIDRs = "FLEET_WEBHOOK_ALLOW_CIDRS"
 	GitHubAPIURL      = "FLEET_GITHUB_API_URL"
 	GitHubTokenFile   = "FLEET_GITHUB_TOKEN_FILE"
+	GitHubToken       = "FLEET_GITHUB_TOKEN"
 	GitHubSecretFile  = "FLEET_GITHUB_WEBHOOK_SECRET_FILE"
+	GitHubSecret      = "FLEET_GITHUB_WEBHOOK_SECRET"
 	ForgeSchedule     = "FLEET_FORGE_SCHEDULE"
 	PublicURL         = "FLEET_PUBLIC_URL"
 
@@ -131,7 +133,9 @@ var Settings = []Setting{
 	{WebhookAllowCIDRs, "", "Address ranges tracker webhooks may reach although they are not public, comma-separated CIDRs (e.g. `10.20.0.0/16,fd12::/48`). Unset: loopback, private, link-local, unique-local, CGNAT, multicast and cloud metadata addresses are refused when dialled, after DNS."},
 	{GitHubAPIURL, github.DefaultAPIURL, "GitHub's REST API, for the pull requests of products with a forge (API.md \"Pull requests\"); a GitHub Enterprise Server's `https://<host>/api/v3` otherwise."},
 	{GitHubTokenFile, "", "A file holding the GitHub token the coordinator opens, updates and merges pull requests with (read/write pull requests and contents). In Azure, Terraform provisions it from Key Vault as a secret. Unset: no forge client; pull request syncs fail visibly and are retried."},
+	{GitHubToken, "", "The GitHub token itself, instead of FLEET_GITHUB_TOKEN_FILE (not both): in Azure a Key Vault reference Terraform sets (`github_token`), so the token is never in plain text in the app's settings."},
 	{GitHubSecretFile, "", "A file holding the secret GitHub signs webhook deliveries with (X-Hub-Signature-256). Unset: POST /api/fleet/forge/github answers 503."},
+	{GitHubSecret, "", "The webhook secret itself, instead of FLEET_GITHUB_WEBHOOK_SECRET_FILE (not both): in Azure a Key Vault reference Terraform sets (`github_webhook_secret`)."},
 	{ForgeSchedule, "*/10 * * * * *", "NCRONTAB of the forge sweep, which retries pull request syncs the forge failed once their backoff is over."},
 	{PublicURL, "", "The coordinator's public base URL (e.g. `https://fleet.example.com`): a job's pull request links to its page in the console. Unset: no link."},
 	{MaxStreamsPerPrincipal, strconv.Itoa(httpapi.DefaultMaxStreamsPerPrincipal), "Live streams (`…/stream`) and long polls (`?wait=`) one token may hold open at once in one process; past it, 429 `throttled` with `Retry-After`, before anything is read. At most FLEET_MAX_STREAMS."},

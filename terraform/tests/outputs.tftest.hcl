@@ -16,6 +16,8 @@ variables {
   factory_tokens = {
     linux = "ft-linux-0123456789abcdef"
   }
+  github_token          = "ghp_0123456789abcdefghijklmnopqrstuvwxyz"
+  github_webhook_secret = "whsec-0123456789abcdef"
 }
 
 run "outputs_hold_no_secrets" {
@@ -45,6 +47,7 @@ run "outputs_hold_no_secrets" {
         jsonencode(output.container_app_environment_id),
       ] :
       !strcontains(v, var.operator_token) && alltrue([for t in values(var.factory_tokens) : !strcontains(v, t)]) &&
+      !strcontains(v, var.github_token) && !strcontains(v, var.github_webhook_secret) &&
       length(regexall("(?i)(instrumentationkey|accountkey|sharedaccesskey|connectionstring)", v)) == 0
     ])
     error_message = "An output carries a token, key or connection string."

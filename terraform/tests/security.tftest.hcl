@@ -200,3 +200,59 @@ run "provisioned_throughput_when_not_serverless" {
     error_message = "Without serverless, the database gets shared autoscale throughput."
   }
 }
+
+# The GitHub credentials, when given, are Key Vault references like the
+# operator token: never in plain text in app settings (or in outputs, see
+# outputs.tftest.hcl).
+run "github_credentials_are_key_vault_references" {
+  command = plan
+
+  variables {
+    github_token          = "ghp_0123456789abcdefghijklmnopqrstuvwxyz"
+    github_webhook_secret = "whsec-0123456789abcdef"
+  }
+
+  # The mock gives every secret the operator token's ids; these are theirs.
+  override_resource {
+    target          = azurerm_key_vault_secret.github_token
+    values          = { versionless_id = "https://fleet-kv-mock.vault.azure.net/secrets/fleet-github-token" }
+    override_during = plan
+  }
+
+  override_resource {
+    target          = azurerm_key_vault_secret.github_webhook_secret
+    values          = { versionless_id = "https://fleet-kv-mock.vault.azure.net/secrets/fleet-github-webhook-secret" }
+    override_during = plan
+  }
+
+  assert {
+    condition     = azurerm_linux_function_app.this.app_settings["FLEET_GITHUB_TOKEN"] == "@Microsoft.KeyVault(SecretUri=https://fleet-kv-mock.vault.azure.net/secrets/fleet-github-token)"
+    error_message = "FLEET_GITHUB_TOKEN must be a versionless Key Vault reference."
+  }
+
+  assert {
+    condition     = azurerm_linux_function_app.this.app_settings["FLEET_GITHUB_WEBHOOK_SECRET"] == "@Microsoft.KeyVault(SecretUri=https://fleet-kv-mock.vault.azure.net/secrets/fleet-github-webhook-secret)"
+    error_message = "FLEET_GITHUB_WEBHOOK_SECRET must be a versionless Key Vault reference."
+  }
+
+  assert {
+    condition = alltrue([
+      for v in values(azurerm_linux_function_app.this.app_settings) : !strcontains(v, var.github_token) && !strcontains(v, var.github_webhook_secret)
+    ])
+    error_message = "The GitHub credentials must not appear in any app setting."
+  }
+}
+
+run "no_github_credentials_no_settings" {
+  command = plan
+
+  assert {
+    condition     = !contains(keys(azurerm_linux_function_app.this.app_settings), "FLEET_GITHUB_TOKEN") && length(azurerm_key_vault_secret.github_token) == 0
+    error_message = "Without a GitHub token there is no secret and no setting."
+  }
+
+  assert {
+    condition     = azurerm_linux_function_app.this.app_settings["FLEET_GITHUB_API_URL"] == "https://api.github.com"
+    error_message = "FLEET_GITHUB_API_URL defaults to GitHub's API."
+  }
+}
