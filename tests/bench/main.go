@@ -40,6 +40,7 @@ type config struct {
 	Steps      int
 	CAS        time.Duration
 	SSE        int
+	Webhooks   int
 	JSON       string
 	Root       string
 }
@@ -49,7 +50,7 @@ type config struct {
 func (c config) MarshalJSON() ([]byte, error) {
 	return json.Marshal(map[string]any{
 		"jobs": c.Jobs, "ratePerSec": c.Rate, "lifecycles": c.Lifecycles,
-		"idle": c.Idle.String(), "stepRuns": c.Steps, "cas": c.CAS.String(), "sse": c.SSE,
+		"idle": c.Idle.String(), "stepRuns": c.Steps, "cas": c.CAS.String(), "sse": c.SSE, "webhooks": c.Webhooks,
 	})
 }
 
@@ -62,6 +63,7 @@ func parseFlags() (config, error) {
 	flag.IntVar(&c.Steps, "steps", 10, "single lifecycles run step by step for the per-step store-operation breakdown (0 skips)")
 	flag.DurationVar(&c.CAS, "cas", 5*time.Second, "length of the raw SQLite CAS measurement")
 	flag.IntVar(&c.SSE, "sse", 200, "jobs submitted one at a time while an SSE client watches their product (0 skips)")
+	flag.IntVar(&c.Webhooks, "webhooks", 100, "pull requests sent back by a signed forge webhook, one at a time (0 skips)")
 	flag.StringVar(&c.JSON, "json", "", "also write the figures as JSON to this file")
 	flag.StringVar(&c.Root, "root", "", "repository root (default: found upward from the working directory)")
 	flag.Parse()
@@ -123,6 +125,7 @@ type session struct {
 	bg        sync.WaitGroup
 	fail      context.CancelCauseFunc
 	factories []*factory
+	forge     *forgeDouble
 }
 
 // background runs fn on bgCtx; an error from it ends the whole run.
@@ -176,7 +179,12 @@ func run(parent context.Context, cfg config) (*results, error) {
 	if err := os.Mkdir(dataDir, 0o700); err != nil {
 		return nil, err
 	}
-	st, err := startStack(parent, root, handler, local, dataDir)
+	forge, err := startForgeDouble(tmp)
+	if err != nil {
+		return nil, err
+	}
+	defer forge.close()
+	st, err := startStack(parent, root, handler, local, dataDir, forge.env...)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +193,7 @@ func run(parent context.Context, cfg config) (*results, error) {
 	ctx, fail := context.WithCancelCause(parent)
 	defer fail(nil)
 	bgCtx, stopBG := context.WithCancel(ctx)
-	s := &session{cfg: cfg, st: st, op: newClient(st.URL, st.Token, 32), bgCtx: bgCtx, fail: fail}
+	s := &session{cfg: cfg, st: st, op: newClient(st.URL, st.Token, 32), bgCtx: bgCtx, fail: fail, forge: forge}
 	s.probe = &prober{op: s.op}
 	st.watch(bgCtx, fail)
 
@@ -254,6 +262,12 @@ func (s *session) phases(ctx context.Context, res *results) (jobBody []byte, err
 		progress("6. live events: %d jobs, each submitted after the last one's event reached an SSE client", s.cfg.SSE)
 		if res.SSE, err = s.runSSE(ctx); err != nil {
 			return nil, fmt.Errorf("live events: %w", err)
+		}
+	}
+	if s.cfg.Webhooks > 0 {
+		progress("7. forge webhooks: %d pull requests sent back for another iteration, one at a time", s.cfg.Webhooks)
+		if res.Webhooks, err = s.runWebhooks(ctx, s.cfg.Webhooks); err != nil {
+			return nil, fmt.Errorf("forge webhooks: %w", err)
 		}
 	}
 	if jobBody, err = s.op.getJobRaw(ctx, lifecycleProduct, shipped); err != nil {

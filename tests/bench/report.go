@@ -37,6 +37,7 @@ type results struct {
 	Steps        *stepsResult     `json:"steps,omitempty"`
 	CAS          *casResult       `json:"rawCAS,omitempty"`
 	SSE          *sseResult       `json:"liveEvents,omitempty"`
+	Webhooks     *webhookResult   `json:"forgeWebhooks,omitempty"`
 	// Allowed is the lifecycles/s the raw CAS rate allows: raw CAS writes/s
 	// ÷ store writes per lifecycle (both processes).
 	Allowed float64 `json:"rawCASAllowedLifecyclesPerSec,omitempty"`
@@ -61,6 +62,10 @@ func (r *results) evaluate() {
 	r.Cost = r.costs()
 	if l := r.Latency; l != nil {
 		r.Targets = append(r.Targets, target{Name: fmt.Sprintf("p99 dispatch latency <= %g ms", targetP99Ms), Measured: l.P99Ms, Limit: targetP99Ms, Unit: "ms", Pass: l.P99Ms <= targetP99Ms})
+	}
+	if w := r.Webhooks; w != nil {
+		r.Targets = append(r.Targets, target{Name: fmt.Sprintf("p99 forge webhook -> iteration queued <= %d ms", targetWebhookP99Ms),
+			Measured: w.P99Ms, Limit: targetWebhookP99Ms, Unit: "ms", Pass: w.P99Ms <= targetWebhookP99Ms})
 	}
 	if i := r.Idle; i != nil {
 		q := i.Ops.Total().Queries
@@ -112,8 +117,8 @@ func (r *results) print(out io.Writer) {
 	m := r.Machine
 	fmt.Fprintf(out, "\nGigafactory fleet bench: the local stack (fleet-local + handler, SQLite, embedded NATS, FLEET_BUS=nats, other settings default)\n")
 	fmt.Fprintf(out, "machine: %s, %d CPUs, %s; load average (1/5/15 min) %s at start, %s at end\n", m.OS, m.CPUs, m.Go, m.LoadAvgStart, orNA(m.LoadAvgEnd))
-	fmt.Fprintf(out, "settings: -jobs %d -rate %g -lifecycles %d -idle %s -steps %d -cas %s -sse %d\n\n",
-		r.Config.Jobs, r.Config.Rate, r.Config.Lifecycles, r.Config.Idle, r.Config.Steps, r.Config.CAS, r.Config.SSE)
+	fmt.Fprintf(out, "settings: -jobs %d -rate %g -lifecycles %d -idle %s -steps %d -cas %s -sse %d -webhooks %d\n\n",
+		r.Config.Jobs, r.Config.Rate, r.Config.Lifecycles, r.Config.Idle, r.Config.Steps, r.Config.CAS, r.Config.SSE, r.Config.Webhooks)
 
 	var tbl table
 	row, heading := tbl.row, tbl.heading
@@ -180,6 +185,13 @@ func (r *results) print(out io.Writer) {
 		row("   p99", f2(e.P99Ms)+" ms", "", "")
 		row("   max", f2(e.MaxMs)+" ms", "", "")
 		row("   submit POST alone, p50", f2(e.SubmitP50Ms)+" ms", "", "")
+	}
+	if w := r.Webhooks; w != nil {
+		heading("7. Forge webhook -> iteration queued: a signed changes-requested review's POST, applied before it answers (%d, one at a time)", w.Deliveries)
+		row("   p50", f2(w.P50Ms)+" ms", "", "")
+		row("   p90", f2(w.P90Ms)+" ms", "", "")
+		row("   p99", f2(w.P99Ms)+" ms", fmt.Sprintf("<= %d ms", targetWebhookP99Ms), verdict(w.P99Ms <= targetWebhookP99Ms))
+		row("   max", f2(w.MaxMs)+" ms", "", "")
 	}
 	tbl.write(out)
 

@@ -105,10 +105,10 @@ func stackEnv(dataDir string) []string {
 
 // startStack starts fleet-local with a fresh data directory and waits for its
 // banner.
-func startStack(ctx context.Context, root, handler, local, dataDir string) (*stack, error) {
+func startStack(ctx context.Context, root, handler, local, dataDir string, env ...string) (*stack, error) {
 	s := &stack{DataDir: dataDir, log: &tail.Buffer{Max: 64 << 10}, exited: make(chan struct{})}
 	s.cmd = exec.Command(local, "-root", root, "-handler", handler)
-	s.cmd.Env = stackEnv(dataDir)
+	s.cmd.Env = append(stackEnv(dataDir), env...)
 	s.cmd.Stderr = s.log
 	stdout, err := s.cmd.StdoutPipe()
 	if err != nil {
