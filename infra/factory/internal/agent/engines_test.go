@@ -408,3 +408,24 @@ func TestRunExit(t *testing.T) {
 	require.Equal(t, fleet.ExitGrace, runExit(engine.Result{ExitCode: -1, Stopped: true}, errExitGrace).Reason)
 	require.Equal(t, fleet.ExitStopped, runExit(engine.Result{ExitCode: -1, Stopped: true}, errBudget).Reason)
 }
+
+// TestBudgetSpansIterations: on an iteration its pull request asked for, a
+// job's budget.usd is what the earlier iterations' runs left of it: a run
+// that alone stays under the budget is stopped once, with theirs, it is
+// past it.
+func TestBudgetSpansIterations(t *testing.T) {
+	p := newPresetT(t, "noexit")
+	p.a.cfg.Engines = map[string]string{"codex": "codex"}
+	p.a.cfg.Presets = map[string]engine.Preset{"codex": engine.PresetCodex}
+	p.a.cfg.DefaultEngine = "codex"
+	p.a.cfg.Prices = map[string]stream.Price{"codex": {Input: 1.25, Output: 10}}
+	p.a.cfg.Checkpoint = 50 * time.Millisecond
+	p.a.cfg.EngineExitGrace = 5 * time.Second
+	p.coord.job.Budget.USD = 0.05 // the stream's turn costs 0.042: under it alone
+	p.coord.job.Iteration = 2
+	p.coord.job.Runs = []fleet.Run{{FactoryID: "f0", Usage: fleet.Usage{USD: 0.03}}}
+	require.Equal(t, OutcomeFailed, p.run(t))
+	f := p.onlyFail(t)
+	require.Equal(t, fleet.FailBudget, f.Kind)
+	require.Contains(t, *f.Reason, "usd budget 0.05 exceeded (the engine reported 0.0420, after 0.0300 spent by the earlier iterations)")
+}

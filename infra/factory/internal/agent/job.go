@@ -242,8 +242,12 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 		if cause == nil && jb.overUSD {
 			jb.checkpoint(ctx, "budget exceeded")
 			u, _ := jb.finalUsage()
-			return jb.fail(fleet.FailBudget, fmt.Sprintf("usd budget %.2f exceeded (the engine reported %.4f); engine %s and its process group killed",
-				j.Budget.USD, u.USD, name), false)
+			spent := ""
+			if earlier := j.Budget.USD - jb.usdLeft(); earlier > 0 {
+				spent = fmt.Sprintf(", after %.4f spent by the earlier iterations", earlier)
+			}
+			return jb.fail(fleet.FailBudget, fmt.Sprintf("usd budget %.2f exceeded (the engine reported %.4f%s); engine %s and its process group killed",
+				j.Budget.USD, u.USD, spent, name), false)
 		}
 		if cause == nil {
 			cause = errBudget

@@ -155,8 +155,21 @@ func (jb *job) meterUsage(ctx context.Context) (over bool) {
 			jb.usage.mu.Unlock()
 		}
 	}
-	limit := jb.j.Budget.USD
-	return limit > 0 && u.USD > limit
+	return jb.j.Budget.USD > 0 && u.USD > jb.usdLeft()
+}
+
+// usdLeft is what this run may spend of the job's budget.usd: all of it,
+// except on an iteration its pull request asked for, where the earlier
+// iterations' runs spent from the same budget (API.md "Pull requests": the
+// budget spans all iterations), so a review loop cannot spend without end.
+func (jb *job) usdLeft() float64 {
+	left := jb.j.Budget.USD
+	if jb.j.Iteration >= 2 {
+		for _, r := range jb.j.Runs {
+			left -= r.Usage.USD
+		}
+	}
+	return left
 }
 
 // finalUsage is the usage to carry on the run's last report (the
