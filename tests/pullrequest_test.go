@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/forge/github/githubtest"
+	"github.com/gigafactory/fleet/shared/forge/github/githubtest/octokit"
 )
 
 // TestPullRequestIterations: the local stack, a real factory and a bare git
@@ -29,7 +30,14 @@ func TestPullRequestIterations(t *testing.T) {
 	t.Parallel()
 	repo := newFacRepo(t, "app")
 	double := githubtest.New(nil, githubtest.Repo{Owner: "acme", Name: "app", GitDir: repo.Origin})
-	gh := httptest.NewServer(double.Handler())
+	// Every request the coordinator sends GitHub and every answer it reads
+	// is checked against GitHub's own description, as is every webhook.
+	octokit.Need(t)
+	rest, err := octokit.LoadREST()
+	require.NoError(t, err)
+	hooks, err := octokit.LoadWebhooks()
+	require.NoError(t, err)
+	gh := httptest.NewServer(rest.Middleware(double.Handler(), t.Errorf))
 	t.Cleanup(gh.Close)
 	dir := t.TempDir()
 	secret := []byte("webhook-secret-of-this-test")
@@ -75,6 +83,7 @@ echo "work of iteration $it" >> work.txt`)
 
 	send := func(d githubtest.Delivery) {
 		t.Helper()
+		require.NoError(t, hooks.Validate(d.Webhook, d.Payload))
 		status, err := githubtest.Send(context.Background(), s.URL+"/api/fleet/forge/github", secret, d)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, status)
@@ -117,6 +126,15 @@ echo "work of iteration $it" >> work.txt`)
 		 document.querySelector('#feedback li[data-iteration="2"]')?.textContent.includes('Please add a test for the redirect.') &&
 		 document.querySelector('#feedback li[data-iteration="3"]')?.textContent.includes('check ci')`)
 	require.Equal(t, "3", evalJS[string](t, ctx, `[...document.querySelectorAll('dl.kv dt')].find(d => d.textContent === 'Iteration').nextElementSibling.textContent`))
+
+	// Past the cap (3): the job waits in review, and an alert asks a person.
+	send(double.Review(1, "alice-gh", "changes_requested", "And the docs, please."))
+	Eventually(t, 10*time.Second, "the iteration_cap alert", func() bool {
+		r := s.Op(http.MethodGet, "/metrics", "demo", nil)
+		return strings.Contains(string(r.Body), `"kind":"iteration_cap"`)
+	})
+	require.Equal(t, "review", s.Job("demo", id)["stage"])
+	require.EqualValues(t, 3, s.Job("demo", id)["iteration"])
 
 	send(double.Review(1, "alice-gh", "approved", "LGTM"))
 	Eventually(t, 30*time.Second, "the approval reaches the quorum", func() bool { return s.Job("demo", id)["stage"] == "testing" })

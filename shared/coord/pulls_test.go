@@ -266,3 +266,33 @@ func alertKinds(t *testing.T, e *env) []fleet.AlertKind {
 	}
 	return kinds
 }
+
+// TestPullRequestAutoMerge: with autoMerge, the approval that reaches the
+// quorum merges and ships the job once every check on its head is green;
+// with a check still running it waits in testing, and a check suite that
+// then passes merges it.
+func TestPullRequestAutoMerge(t *testing.T) {
+	t.Parallel()
+	e, double := forgeEnv(t, fleet.ForgeConfig{AutoMerge: true})
+	j := e.submit("review: {quorum: 1}")
+	got := e.deliverPR(j.ID, "aq/job/"+j.ID+"@1")
+	sha := got.PullRequest.HeadSHA
+	double.SetChecks(sha, githubtest.Check{Name: "ci", Status: "in_progress"})
+
+	out, why := e.hook(double.Review(1, "octocat", "approved", "LGTM"))
+	require.Equal(t, pulls.Applied, out, why)
+	require.Contains(t, why, "waiting for check ci")
+	require.Equal(t, fleet.StageTesting, e.job(j.ID).Stage, "quorum, but a check still runs")
+	require.False(t, double.Pulls()[0].Merged)
+
+	double.SetChecks(sha, githubtest.Check{Name: "ci", Status: "completed", Conclusion: "success"})
+	ev := forge.Event{Kind: forge.EventChecksPassed, Repo: forge.Repo{Owner: "acme", Name: "notes"}, HeadRef: "aq/job/" + j.ID, HeadSHA: sha}
+	out, why, err := e.c.ForgeWebhook(e.ctx, ev, pulls.Delivery{ID: "suite-1"})
+	require.NoError(t, err)
+	require.Equal(t, pulls.Applied, out, why)
+	got = e.job(j.ID)
+	require.Equal(t, fleet.StageShipped, got.Stage)
+	require.Equal(t, fleet.PRMerged, got.PullRequest.State)
+	require.True(t, double.Pulls()[0].Merged)
+	require.Equal(t, "squash", double.Pulls()[0].MergeMethod, "the default method")
+}
