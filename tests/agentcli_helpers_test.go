@@ -91,6 +91,13 @@ func runClaude(t *testing.T, bin, dir string, env []string, args ...string) ([]b
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"-p", "--output-format", "stream-json", "--verbose", "--permission-mode", "acceptEdits"}, args...)...)
 	cmd.Dir, cmd.Env = dir, env
+	return runCLI(t, cmd)
+}
+
+// runCLI runs a real CLI and returns its stdout (recorded) and exit code;
+// a CLI that could not be run at all fails the test with its stderr.
+func runCLI(t *testing.T, cmd *exec.Cmd) ([]byte, int) {
+	t.Helper()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -125,18 +124,7 @@ func runCodex(t *testing.T, bin, dir string, api *responsesapi.Server, args ...s
 	cmd := exec.Command(bin, full...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CODEX_HOME="+home, "OPENAI_API_KEY=sk-test-0000")
-	cmd.Stdin = nil
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else {
-		require.NoError(t, err, "stderr: %s", stderr.String())
-	}
-	record(t, out)
-	return out, code
+	return runCLI(t, cmd)
 }
 
 // TestRealCodexCLI runs the real Codex CLI (make agent-clis) against the

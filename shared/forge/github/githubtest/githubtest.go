@@ -354,14 +354,24 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request, rp *Repo) *Pull {
 	return nil
 }
 
+// repoPull finds the request's repository and pull request, answering 404
+// for either missing (nil, nil). The caller holds the lock.
+func (s *Server) repoPull(w http.ResponseWriter, r *http.Request) (*Repo, *Pull) {
+	rp := s.repo(w, r)
+	if rp == nil {
+		return nil, nil
+	}
+	p := s.pull(w, r, rp)
+	if p == nil {
+		return nil, nil
+	}
+	return rp, p
+}
+
 func (s *Server) updatePull(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rp := s.repo(w, r)
-	if rp == nil {
-		return
-	}
-	p := s.pull(w, r, rp)
+	rp, p := s.repoPull(w, r)
 	if p == nil {
 		return
 	}
@@ -388,11 +398,7 @@ func (s *Server) updatePull(w http.ResponseWriter, r *http.Request) {
 func (s *Server) mergePull(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rp := s.repo(w, r)
-	if rp == nil {
-		return
-	}
-	p := s.pull(w, r, rp)
+	rp, p := s.repoPull(w, r)
 	if p == nil {
 		return
 	}
