@@ -44,7 +44,9 @@ type LogAppended struct {
 	Start int64 `json:"start"`
 }
 
-func logPath(id string, rest ...string) string { return jobPath(id, append([]string{"log"}, rest...)...) }
+func logPath(id string, rest ...string) string {
+	return jobPath(id, append([]string{"log"}, rest...)...)
+}
 
 // AppendLog sends a chunk of the holder's run log starting at offset. It
 // is safe to repeat (a chunk already stored is accepted again), so
