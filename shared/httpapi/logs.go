@@ -184,6 +184,8 @@ func (s *server) logStream(w http.ResponseWriter, r *http.Request, p *principal)
 	}
 	mode := s.modeOf(r)
 	out := newSSE(w)
+	// A client following the default run pins it for its reconnects.
+	w.Header().Set(api.HeaderLogEpoch, strconv.FormatInt(run.Key.Epoch, 10))
 	poll := s.timers.NewTicker(logPoll)
 	defer poll.Stop()
 	check := s.timers.NewTicker(logRunCheck)
