@@ -131,4 +131,3 @@ func logChunk(t *testing.T, ev sseEvent) string {
 	require.NoError(t, json.Unmarshal([]byte(ev.Data), &s), "chunk %q", ev.Data)
 	return s
 }
-
