@@ -1,6 +1,8 @@
 package runlog
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strconv"
 )
@@ -83,4 +85,40 @@ func Locate(segs []Segment, off int64) (int, int64) {
 		}
 	}
 	return -1, off
+}
+
+// ReadSegments is a backend's Read over its segments: list lists them,
+// oldest first; read reads n bytes of seg from offset at, or says the
+// segment is gone (the cap dropped it since the listing), and the listing
+// is made again once.
+func ReadSegments(ctx context.Context, off int64, limit int,
+	list func(context.Context) ([]Segment, error),
+	read func(ctx context.Context, seg Segment, at, n int64) (data []byte, gone bool, err error),
+) ([]byte, int64, Info, error) {
+	if off < 0 || limit <= 0 {
+		return nil, 0, Info{}, fmt.Errorf("offset %d, limit %d", off, limit)
+	}
+	for range 2 {
+		if err := ctx.Err(); err != nil {
+			return nil, 0, Info{}, err
+		}
+		segs, err := list(ctx)
+		if err != nil {
+			return nil, 0, Info{}, err
+		}
+		info := InfoOf(segs)
+		i, at := Locate(segs, off)
+		if i < 0 {
+			return nil, at, info, nil
+		}
+		data, gone, err := read(ctx, segs[i], at, min(int64(limit), segs[i].End()-at))
+		if gone {
+			continue
+		}
+		if err != nil {
+			return nil, 0, info, err
+		}
+		return data, at, info, nil
+	}
+	return nil, 0, Info{}, errors.New("the log's segments keep moving")
 }

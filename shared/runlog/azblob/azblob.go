@@ -197,43 +197,30 @@ func (s *Store) Stat(ctx context.Context, key runlog.Key) (runlog.Info, error) {
 	return runlog.InfoOf(segs), nil
 }
 
-// Read downloads a range of the segment holding off; a segment dropped
-// between the listing and the download is listed again once.
+// Read downloads a range of the segment holding off (runlog.ReadSegments).
 func (s *Store) Read(ctx context.Context, key runlog.Key, off int64, limit int) ([]byte, int64, runlog.Info, error) {
 	if err := key.Validate(); err != nil {
 		return nil, 0, runlog.Info{}, err
 	}
-	if off < 0 || limit <= 0 {
-		return nil, 0, runlog.Info{}, fmt.Errorf("runlog read %s: offset %d, limit %d", key, off, limit)
+	data, at, info, err := runlog.ReadSegments(ctx, off, limit,
+		func(ctx context.Context) ([]runlog.Segment, error) { return s.segments(ctx, key) },
+		func(ctx context.Context, seg runlog.Segment, at, n int64) ([]byte, bool, error) {
+			resp, err := s.c.NewAppendBlobClient(segmentBlob(key, seg.Start)).DownloadStream(ctx, &blob.DownloadStreamOptions{
+				Range: blob.HTTPRange{Offset: at - seg.Start, Count: n}})
+			if bloberror.HasCode(err, bloberror.BlobNotFound) {
+				return nil, true, nil
+			}
+			if err != nil {
+				return nil, false, blobazure.MapError(err)
+			}
+			defer resp.Body.Close()
+			data, err := io.ReadAll(io.LimitReader(resp.Body, n))
+			return data, false, err
+		})
+	if err != nil {
+		return nil, 0, info, fmt.Errorf("runlog read %s: %w", key, err)
 	}
-	for range 2 {
-		segs, err := s.segments(ctx, key)
-		if err != nil {
-			return nil, 0, runlog.Info{}, fmt.Errorf("runlog read %s: %w", key, err)
-		}
-		info := runlog.InfoOf(segs)
-		i, at := runlog.Locate(segs, off)
-		if i < 0 {
-			return nil, at, info, nil
-		}
-		seg := segs[i]
-		n := min(int64(limit), seg.End()-at)
-		resp, err := s.c.NewAppendBlobClient(segmentBlob(key, seg.Start)).DownloadStream(ctx, &blob.DownloadStreamOptions{
-			Range: blob.HTTPRange{Offset: at - seg.Start, Count: n}})
-		if bloberror.HasCode(err, bloberror.BlobNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, 0, info, fmt.Errorf("runlog read %s: %w", key, blobazure.MapError(err))
-		}
-		data, err := io.ReadAll(io.LimitReader(resp.Body, n))
-		_ = resp.Body.Close()
-		if err != nil {
-			return nil, 0, info, fmt.Errorf("runlog read %s: %w", key, err)
-		}
-		return data, at, info, nil
-	}
-	return nil, 0, runlog.Info{}, fmt.Errorf("runlog read %s: the log's segments keep moving", key)
+	return data, at, info, nil
 }
 
 // DeleteJob deletes every segment of every run of the job.

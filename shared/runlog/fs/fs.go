@@ -172,46 +172,34 @@ func (s *Store) Stat(ctx context.Context, key runlog.Key) (runlog.Info, error) {
 	return runlog.InfoOf(segs), nil
 }
 
-// Read reads from the segment holding off. A segment dropped between the
-// listing and the read is listed again once.
+// Read reads from the segment holding off (runlog.ReadSegments).
 func (s *Store) Read(ctx context.Context, key runlog.Key, off int64, limit int) ([]byte, int64, runlog.Info, error) {
 	if err := key.Validate(); err != nil {
 		return nil, 0, runlog.Info{}, err
 	}
-	if off < 0 || limit <= 0 {
-		return nil, 0, runlog.Info{}, fmt.Errorf("runlog read %s: offset %d, limit %d", key, off, limit)
-	}
 	dir := s.runDir(key)
-	for range 2 {
-		if err := ctx.Err(); err != nil {
-			return nil, 0, runlog.Info{}, err
-		}
-		segs, err := segments(dir)
-		if err != nil {
-			return nil, 0, runlog.Info{}, fmt.Errorf("runlog read %s: %w", key, err)
-		}
-		info := runlog.InfoOf(segs)
-		i, at := runlog.Locate(segs, off)
-		if i < 0 {
-			return nil, at, info, nil
-		}
-		seg := segs[i]
-		f, err := os.Open(filepath.Join(dir, runlog.SegmentName(seg.Start)))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, 0, info, fmt.Errorf("runlog read %s: %w", key, err)
-		}
-		buf := make([]byte, min(int64(limit), seg.End()-at))
-		n, err := f.ReadAt(buf, at-seg.Start)
-		_ = f.Close()
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, 0, info, fmt.Errorf("runlog read %s: %w", key, err)
-		}
-		return buf[:n], at, info, nil
+	data, at, info, err := runlog.ReadSegments(ctx, off, limit,
+		func(context.Context) ([]runlog.Segment, error) { return segments(dir) },
+		func(_ context.Context, seg runlog.Segment, at, n int64) ([]byte, bool, error) {
+			f, err := os.Open(filepath.Join(dir, runlog.SegmentName(seg.Start)))
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, true, nil
+			}
+			if err != nil {
+				return nil, false, err
+			}
+			defer f.Close()
+			buf := make([]byte, n)
+			got, err := f.ReadAt(buf, at-seg.Start)
+			if err != nil && !errors.Is(err, io.EOF) {
+				return nil, false, err
+			}
+			return buf[:got], false, nil
+		})
+	if err != nil {
+		return nil, 0, info, fmt.Errorf("runlog read %s: %w", key, err)
 	}
-	return nil, 0, runlog.Info{}, fmt.Errorf("runlog read %s: the log's segments keep moving", key)
+	return data, at, info, nil
 }
 
 // DeleteJob removes the job's directory.
