@@ -107,14 +107,21 @@ func TestJobsLogsFollowResumes(t *testing.T) {
 		return map[string]string{"FLEET_URL": w.url, "FLEET_TOKEN": opToken, "FLEET_PRODUCT": "demo"}[k]
 	}
 	done := make(chan int, 1)
+	// Cleanups run last first: fleetctl stops before the server, whose
+	// Close waits for the stream fleetctl holds.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	go func() {
-		done <- Run(context.Background(), []string{"jobs", "logs", "-f", w.job},
+		done <- Run(ctx, []string{"jobs", "logs", "-f", w.job},
 			Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr, Getenv: getenv, Now: w.clock.Now})
 	}()
 	waitOut := func(want string) {
 		t.Helper()
-		require.Eventually(t, func() bool { return stdout.String() == want }, 10*time.Second, 10*time.Millisecond,
-			"want %q, have %q (stderr %q)", want, stdout.String(), stderr.String())
+		for deadline := time.Now().Add(10 * time.Second); stdout.String() != want; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("want %q, have %q (stderr %q)", want, stdout.String(), stderr.String())
+			}
+		}
 	}
 	waitOut("one\n")
 	w.engineSays("two\n")
