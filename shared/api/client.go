@@ -314,7 +314,9 @@ func (c *Client) send(ctx context.Context, hc *http.Client, req Request) (*http.
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return nil, errorFrom(resp.StatusCode, b, retryAfter(resp.Header.Get("Retry-After"), c.timers.Now()))
+	e := errorFrom(resp.StatusCode, b, retryAfter(resp.Header.Get("Retry-After"), c.timers.Now()))
+	e.Header = resp.Header
+	return nil, e
 }
 
 func unwrapURLError(err error) error {

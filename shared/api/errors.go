@@ -44,6 +44,9 @@ type Error struct {
 	Wait time.Duration
 	// Err is the transport failure of a request that got no answer.
 	Err error
+	// Header is the answer's headers (nil without an answer): some errors
+	// say more there, e.g. a log gap's HeaderLogSize.
+	Header http.Header
 }
 
 func (e *Error) Error() string {

@@ -25,6 +25,9 @@ type StreamRequest struct {
 	After string
 	// Opened, when set, is called once the server has accepted the stream.
 	Opened func()
+	// Header, when set, is given the accepted stream's response headers
+	// (a log stream names its run's epoch there).
+	Header func(http.Header)
 }
 
 // Stream reads the event stream r names and calls fn for every event with
@@ -43,6 +46,9 @@ func (c *Client) Stream(ctx context.Context, r StreamRequest, fn func(Event) err
 	defer resp.Body.Close()
 	if r.Opened != nil {
 		r.Opened()
+	}
+	if r.Header != nil {
+		r.Header(resp.Header)
 	}
 	return readEvents(ctx, resp.Body, r.After, fn)
 }

@@ -146,6 +146,9 @@ func Open(ctx context.Context, l config.Lookup, log *slog.Logger, opts ...Option
 		return nil, err
 	}
 	deps := coord.Deps{Store: a.Store, Clock: clock.System{}, Log: log, Metrics: metrics, Blobs: blobs, Webhook: webhook.New(hook)}
+	if deps.RunLogs, err = openRunLogs(ctx, l, a.DataDir, log); err != nil {
+		return nil, err
+	}
 	ghSecret, err := forgeDeps(l, &deps)
 	if err != nil {
 		return nil, err

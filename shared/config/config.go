@@ -15,6 +15,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/httpapi"
+	"github.com/gigafactory/fleet/shared/runlog"
 	"github.com/gigafactory/fleet/shared/webhook"
 )
 
@@ -60,6 +61,7 @@ const (
 	ArtifactsURL      = "FLEET_ARTIFACTS_URL"
 	ArtifactsEmulator = "FLEET_ARTIFACTS_EMULATOR"
 	ArtifactMaxBytes  = "FLEET_ARTIFACT_MAX_BYTES"
+	MaxLogBytes       = "FLEET_MAX_LOG_BYTES"
 	EchoSchedule      = "FLEET_ECHO_SCHEDULE"
 	EchoBackoff       = "FLEET_ECHO_BACKOFF"
 	EchoMaxBackoff    = "FLEET_ECHO_MAX_BACKOFF"
@@ -120,6 +122,7 @@ var Settings = []Setting{
 	{ArtifactsURL, "", "Blob container URL for artifact bytes (`https://<account>.blob.core.windows.net/artifacts`, Terraform sets it), reached with the managed identity. Unset: a directory `blobs` under the data dir."},
 	{ArtifactsEmulator, "", "`1` when the artifacts URL is Azurite's: its well-known development key, plain http, container created if missing. Never for a real account."},
 	{ArtifactMaxBytes, strconv.Itoa(coord.DefaultArtifactMaxBytes), "Largest artifact upload, in bytes; more is 413 with nothing stored. Keep it under the Functions host's 100 MiB request limit."},
+	{MaxLogBytes, strconv.Itoa(runlog.DefaultMaxBytes), "Most of a run's live output kept, in bytes (API.md \"Live output\"); past it the oldest eighth at a time is dropped and readers are told how much. Kept as files under the data dir (`runlogs`), or as append blobs named `runlog/…` in the artifacts container when FLEET_ARTIFACTS_URL is set."},
 	{EchoSchedule, "*/5 * * * * *", "NCRONTAB of the tracker echo sweep, which re-drives deliveries that are due (a retry after backoff, a missing event, a lost change-feed batch)."},
 	{EchoBackoff, duration(echo.DefaultBackoff), "Wait after a failed tracker webhook delivery; doubles with each failure in a row."},
 	{EchoMaxBackoff, duration(echo.DefaultMaxBackoff), "Longest wait between tracker webhook delivery attempts."},

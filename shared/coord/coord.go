@@ -19,12 +19,14 @@ import (
 	"github.com/gigafactory/fleet/shared/coord/echo"
 	"github.com/gigafactory/fleet/shared/coord/explain"
 	"github.com/gigafactory/fleet/shared/coord/live"
+	"github.com/gigafactory/fleet/shared/coord/runlogs"
 
 	"github.com/gigafactory/fleet/shared/blob"
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
 	"github.com/gigafactory/fleet/shared/coord/pulls"
 	"github.com/gigafactory/fleet/shared/coord/review"
 	"github.com/gigafactory/fleet/shared/forge"
+	"github.com/gigafactory/fleet/shared/runlog"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/clock"
@@ -212,6 +214,9 @@ type Deps struct {
 	// Blobs keeps artifact bytes; without it artifact routes answer
 	// unavailable.
 	Blobs blob.Store
+	// RunLogs keeps the runs' live output; without it the log routes
+	// answer unavailable.
+	RunLogs runlog.Store
 	// Webhook sends tracker echo deliveries; without it they fail and
 	// are retried (only the echo function's process needs one).
 	Webhook echo.Webhook
@@ -234,6 +239,7 @@ type Coordinator struct {
 	live          *live.Service
 	echo          *echo.Service
 	artifacts     *artifacts.Service
+	runlogs       *runlogs.Service
 	dag           *dag.Service
 	explain       *explain.Service
 	admission     *admission.Service
@@ -297,6 +303,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	}, deps.Webhook, c.catalog, c.live, lifecycle{c})
 	c.k.Store = c.live.Waking(deps.Store)
 	c.artifacts = artifacts.New(c.k, deps.Blobs, cfg.ArtifactMaxBytes)
+	c.runlogs = runlogs.New(c.k, deps.RunLogs)
 	// The seats the scheduler counts follow every lease granted or ended
 	// and every dispatch sent here, not only each refresh.
 	c.k.JobWritten = c.catalog.NoteJob

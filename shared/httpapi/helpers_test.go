@@ -26,6 +26,8 @@ import (
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
+	"github.com/gigafactory/fleet/shared/runlog"
+	runlogfs "github.com/gigafactory/fleet/shared/runlog/fs"
 	"github.com/gigafactory/fleet/shared/store/sqlite"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 )
@@ -93,10 +95,15 @@ type fixture struct {
 	clock  *clocktest.Clock
 	logs   *syncBuffer
 	blobs  *blobfs.Store
+	// runlogs keeps the runs' live output.
+	runlogs *runlogfs.Store
 }
 
 // testArtifactMax is the fixtures' artifact size limit.
 const testArtifactMax = 1 << 20
+
+// testLogMax is the fixtures' cap on a run's log: four segments of 64 bytes.
+const testLogMax = 256
 
 type syncBuffer struct {
 	mu sync.Mutex
@@ -137,7 +144,9 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = blobs.Close() })
 	counts := storecount.New(faulty)
-	c, err := coord.New(coord.Config{ArtifactMaxBytes: testArtifactMax}, coord.Deps{Store: counts, Clock: clk, Blobs: blobs})
+	runlogs, err := runlogfs.Open(filepath.Join(t.TempDir(), "runlogs"), runlog.Limits{MaxBytes: testLogMax, Segments: 4})
+	require.NoError(t, err)
+	c, err := coord.New(coord.Config{ArtifactMaxBytes: testArtifactMax}, coord.Deps{Store: counts, Clock: clk, Blobs: blobs, RunLogs: runlogs})
 	require.NoError(t, err)
 	logs := &syncBuffer{}
 	cfg := Config{
@@ -157,7 +166,7 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 	}
 	srv := httptest.NewServer(New(c, cfg))
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, url: srv.URL, store: st, faulty: faulty, counts: counts, coord: c, clock: clk, logs: logs, blobs: blobs}
+	return &fixture{t: t, url: srv.URL, store: st, faulty: faulty, counts: counts, coord: c, clock: clk, logs: logs, blobs: blobs, runlogs: runlogs}
 }
 
 // result is an answered request.

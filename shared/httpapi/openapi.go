@@ -481,6 +481,10 @@ func schemas() obj {
 			"cursor": str("Pass as cursor for the next page; empty on the last page.")}),
 		"Claimed": object([]string{"job", "leaseEpoch", "leaseExpiresAt"}, obj{
 			"job": ref("Job"), "leaseEpoch": integer(""), "leaseExpiresAt": dateTime("")}),
+		"LogAppended": object([]string{"size", "start"}, obj{
+			"size":  integer("The log's size after the chunk: the offset the next chunk starts at."),
+			"start": integer("The first offset the log still keeps (bytes before it passed the cap)."),
+		}),
 		"ForgeDelivery": object([]string{"outcome", "message"}, obj{
 			"outcome": enum("", "applied", "ignored", "duplicate"), "message": str("Why, for people."),
 		}),

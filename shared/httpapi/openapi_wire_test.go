@@ -131,6 +131,7 @@ var apiWire = []struct {
 	{at: component("LeaseRequest"), v: api.LeaseRequest{}},
 	{at: component("RenewResponse"), v: api.Renewal{}},
 	{at: component("ForgeDelivery"), v: api.ForgeDelivery{}},
+	{at: component("LogAppended"), v: api.LogAppended{}},
 	{at: component("ReleaseRequest"), v: api.ReleaseRequest{}},
 	{at: component("EnrollRequest"), v: api.EnrollRequest{}},
 	{at: component("EnrollResponse"), v: api.EnrollResponse{}},
@@ -174,7 +175,7 @@ var asNumberMaps = []struct {
 
 // notBodies are the exported struct types of shared/api that are the
 // client's own, not a JSON body of the contract.
-var notBodies = []string{"Config", "Client", "Request", "Response", "Error", "Event", "StreamRequest", "ListJobsOptions", "ArtifactUpload"}
+var notBodies = []string{"Config", "Client", "Request", "Response", "Error", "Event", "StreamRequest", "ListJobsOptions", "ArtifactUpload", "LogRequest"}
 
 // TestOpenAPIMatchesWireTypes: every JSON field of each shared/api body
 // type appears in the schema that documents it, and every property of that

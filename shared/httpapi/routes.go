@@ -3,6 +3,8 @@ package httpapi
 import (
 	"fmt"
 
+	"github.com/gigafactory/fleet/shared/api"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -282,6 +284,54 @@ var routes = []route{
 		params:      []param{pathParam("id", "The artifact id.")},
 		ok:          map[string]obj{"204": respond("Deleted.", nil)},
 		errors:      []string{"400", "404"}},
+	{method: "POST", pattern: "/api/fleet/jobs/{id}/log", access: factoryOnly, handle: (*server).appendLog, summary: "Append to a run's live output (holder, fenced)",
+		description: "The body is the next bytes of the engine's output, whatever their Content-Type, with Content-Length declared, at most 1 MiB; " +
+			"offset is where they start in the run's log. offset equal to the log's size appends; a chunk already stored (offset + length <= size) " +
+			"is accepted again and changes nothing, so a retry is safe; one overlapping the end appends only its new part; offset past the size is " +
+			"409 conflict naming offset, with " + api.HeaderLogSize + " saying where to resend from. A stale leaseEpoch or another factory is 409 fenced " +
+			"with nothing stored. A run keeps the last FLEET_MAX_LOG_BYTES (default 32 MiB) of its log: offsets go on counting, the oldest bytes are dropped.",
+		params: []param{jobID,
+			{name: "leaseEpoch", in: inQuery, required: true, schema: obj{"type": "integer", "minimum": 0}, desc: "The holder's epoch."},
+			{name: "offset", in: inQuery, required: true, schema: obj{"type": "integer", "minimum": 0}, desc: "Where the chunk starts in the run's log."},
+		},
+		body: obj{"required": true, "content": obj{"*/*": obj{"schema": obj{"type": "string", "format": "binary"}}}},
+		ok: map[string]obj{"200": {"description": "Stored (or already stored).", "content": jsonContent(ref("LogAppended")),
+			"headers": obj{api.HeaderLogSize: obj{"schema": obj{"type": "integer"}, "description": "The log's size after the chunk."}}}},
+		errors: []string{"400", "404", "409", "413"}},
+	{method: "GET", pattern: "/api/fleet/jobs/{id}/log", access: operatorOrHolder, handle: (*server).getLog, summary: "A run's live output, as text",
+		description: "The log of the run of epoch, by default the run holding the lease now, else the newest run, from offset to its end as it stands. " +
+			"text/plain, never interpreted (nosniff); it is what the engine wrote, ANSI escapes included. " + api.HeaderLogComplete + ": true once the run has ended. " +
+			"Read on from " + api.HeaderLogSize + ". An offset before " + api.HeaderLogStart + " (bytes the cap dropped) answers from there, starting with a line saying how many were dropped. " +
+			"A factory token reads this only for a job it holds now (403 forbidden otherwise).",
+		params: []param{jobID,
+			queryParam("epoch", "The run's lease epoch; by default the run holding the lease, else the newest.", obj{"type": "integer", "minimum": 1}),
+			queryParam("offset", "Where to start; at most the log's size.", obj{"type": "integer", "minimum": 0, "default": 0}),
+		},
+		ok: map[string]obj{"200": {"description": "The log's text.", "content": obj{"text/plain": obj{"schema": obj{"type": "string"}}},
+			"headers": obj{
+				api.HeaderLogSize:     obj{"schema": obj{"type": "integer"}, "description": "The offset after the last byte answered: read on from here."},
+				api.HeaderLogStart:    obj{"schema": obj{"type": "integer"}, "description": "The first offset still kept."},
+				api.HeaderLogComplete: obj{"schema": obj{"type": "string", "enum": []string{"true", "false"}}, "description": "true once the run has ended."},
+				api.HeaderLogEpoch:    obj{"schema": obj{"type": "integer"}, "description": "The lease epoch of the run answered."},
+			}}},
+		errors: []string{"400", "404"}},
+	{method: "GET", pattern: "/api/fleet/jobs/{id}/log/stream", access: operatorOrHolder, long: alwaysLong, handle: (*server).logStream, summary: "A run's live output, live (SSE)",
+		description: "text/event-stream of the run's log (the run of epoch, by default as GET …/log picks it): one event per chunk, `id: <the log offset after the chunk>`, " +
+			"`data: <the chunk's text as a JSON string>` (a UTF-8 character split between chunks goes whole into the later one; invalid UTF-8 reads as U+FFFD). " +
+			"Resume with Last-Event-ID (what EventSource sends) or after=: the bytes from that offset follow, none missed, none twice. " +
+			"Bytes the cap dropped come as one `event: " + api.LogEventDropped + "` whose data says how many, its id where the kept bytes start. " +
+			"When the run has ended and every byte is sent, `event: " + api.LogEventEnd + "` (its id the log's size) and the stream ends: do not reconnect. " +
+			"New bytes reach the stream within about 250 ms of their append. Keep-alive comments every 15 s; the stream ends after 200 s in any case " +
+			"(reconnect with the last id), and at once when the server shuts down. Behind a front door that buffers it ends as soon as it has sent something, or after 60 s: a long poll. " +
+			"A factory token may stream only a job it holds now (403 forbidden otherwise). A bad or too large Last-Event-ID or after is 400 naming it." +
+			" Counts against the stream caps (FLEET_MAX_STREAMS_PER_PRINCIPAL per token, FLEET_MAX_STREAMS per process): past either, 429 throttled with Retry-After, before anything is read.",
+		params: []param{jobID,
+			queryParam("epoch", "The run's lease epoch; by default the run holding the lease, else the newest.", obj{"type": "integer", "minimum": 1}),
+			queryParam("after", "Resume from this offset (Last-Event-ID wins when both are sent).", obj{"type": "integer", "minimum": 0}),
+			headerParam(headerLastEventID, "The offset to resume from: the id of the last event received.", obj{"type": "string"}),
+		},
+		ok:     map[string]obj{"200": eventStream("The run's log, as server-sent events.")},
+		errors: []string{"400", "404"}},
 	{method: "POST", pattern: "/api/fleet/jobs/{id}/usage", access: factoryOnly, handle: (*server).reportUsage, summary: "Report a run's usage (holder, fenced)",
 		description: "The run's usage so far, cumulative: each figure merges by maximum, so a retried or late report changes nothing " +
 			"and a lower figure never lowers what was recorded. A report that changes the figures appends a usage event; " +

@@ -9,7 +9,10 @@
 //  3. store operations per lifecycle, in the handler and the host emulator;
 //  4. store operations while the fleet is idle;
 //  5. the raw SQLite CAS write rate, and what it allows per lifecycle;
-//  6. live events: a job's event visible to an SSE client after its write.
+//  6. live events: a job's event visible to an SSE client after its write;
+//  7. forge webhooks: a signed review's POST until the iteration is queued;
+//  8. live output: an engine's line visible to a follower of its run's log,
+//     20 runs at once.
 //
 // A missed target is reported, not fatal; a failed run (a job lost, a
 // stack error) exits 1. See README.md beside this file.
@@ -41,6 +44,7 @@ type config struct {
 	CAS        time.Duration
 	SSE        int
 	Webhooks   int
+	LiveLog    bool
 	JSON       string
 	Root       string
 }
@@ -50,7 +54,7 @@ type config struct {
 func (c config) MarshalJSON() ([]byte, error) {
 	return json.Marshal(map[string]any{
 		"jobs": c.Jobs, "ratePerSec": c.Rate, "lifecycles": c.Lifecycles,
-		"idle": c.Idle.String(), "stepRuns": c.Steps, "cas": c.CAS.String(), "sse": c.SSE, "webhooks": c.Webhooks,
+		"idle": c.Idle.String(), "stepRuns": c.Steps, "cas": c.CAS.String(), "sse": c.SSE, "webhooks": c.Webhooks, "liveLog": c.LiveLog,
 	})
 }
 
@@ -64,6 +68,7 @@ func parseFlags() (config, error) {
 	flag.DurationVar(&c.CAS, "cas", 5*time.Second, "length of the raw SQLite CAS measurement")
 	flag.IntVar(&c.SSE, "sse", 200, "jobs submitted one at a time while an SSE client watches their product (0 skips)")
 	flag.IntVar(&c.Webhooks, "webhooks", 100, "pull requests sent back by a signed forge webhook, one at a time (0 skips)")
+	flag.BoolVar(&c.LiveLog, "livelog", true, "measure live output: 20 runs streaming their logs to followers")
 	flag.StringVar(&c.JSON, "json", "", "also write the figures as JSON to this file")
 	flag.StringVar(&c.Root, "root", "", "repository root (default: found upward from the working directory)")
 	flag.Parse()
@@ -268,6 +273,12 @@ func (s *session) phases(ctx context.Context, res *results) (jobBody []byte, err
 		progress("7. forge webhooks: %d pull requests sent back for another iteration, one at a time", s.cfg.Webhooks)
 		if res.Webhooks, err = s.runWebhooks(ctx, s.cfg.Webhooks); err != nil {
 			return nil, fmt.Errorf("forge webhooks: %w", err)
+		}
+	}
+	if s.cfg.LiveLog {
+		progress("8. live output: %d runs writing a line every %v, each followed over its log stream", logRuns, logLineEvery)
+		if res.LiveLog, err = s.runLiveLog(ctx); err != nil {
+			return nil, fmt.Errorf("live output: %w", err)
 		}
 	}
 	if jobBody, err = s.op.getJobRaw(ctx, lifecycleProduct, shipped); err != nil {

@@ -38,6 +38,7 @@ type results struct {
 	CAS          *casResult       `json:"rawCAS,omitempty"`
 	SSE          *sseResult       `json:"liveEvents,omitempty"`
 	Webhooks     *webhookResult   `json:"forgeWebhooks,omitempty"`
+	LiveLog      *logResult       `json:"liveOutput,omitempty"`
 	// Allowed is the lifecycles/s the raw CAS rate allows: raw CAS writes/s
 	// ÷ store writes per lifecycle (both processes).
 	Allowed float64 `json:"rawCASAllowedLifecyclesPerSec,omitempty"`
@@ -75,6 +76,9 @@ func (r *results) evaluate() {
 		c := sw.Idle.Total()
 		r.Targets = append(r.Targets, target{Name: "idle " + sw.Function + " tick: 0 queries, <= 1 point read", Measured: float64(c.Reads + c.Queries),
 			Limit: targetSweepReads, Unit: "reads+queries", Pass: c.Queries == 0 && c.Reads <= targetSweepReads && c.FeedReads == 0})
+	}
+	if l := r.LiveLog; l != nil {
+		r.Targets = append(r.Targets, target{Name: fmt.Sprintf("%s <= %g ms", logTargetName, targetLogP99), Measured: l.P99Ms, Limit: targetLogP99, Unit: "ms", Pass: l.P99Ms <= targetLogP99})
 	}
 	if l := r.Lifecycle; l != nil {
 		all := l.PerLifecycle.Total.All
@@ -192,6 +196,14 @@ func (r *results) print(out io.Writer) {
 		row("   p90", f2(w.P90Ms)+" ms", "", "")
 		row("   p99", f2(w.P99Ms)+" ms", fmt.Sprintf("<= %d ms", targetWebhookP99Ms), verdict(w.P99Ms <= targetWebhookP99Ms))
 		row("   max", f2(w.MaxMs)+" ms", "", "")
+	}
+	if l := r.LiveLog; l != nil {
+		heading("8. Live output: an engine's line visible to a follower of GET …/log/stream after it was written (%d runs at once, %d lines; shipped every %v)", l.Runs, l.Lines, logShipEvery)
+		t, _ := r.target(logTargetName)
+		row("   p50", f2(l.P50Ms)+" ms", "", "")
+		row("   p90", f2(l.P90Ms)+" ms", "", "")
+		row("   p99", f2(l.P99Ms)+" ms", fmt.Sprintf("<= %g ms", targetLogP99), verdict(t.Pass))
+		row("   max", f2(l.MaxMs)+" ms", "", "")
 	}
 	tbl.write(out)
 

@@ -107,15 +107,6 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Container == "" {
 		cfg.Container = DefaultContainer
 	}
-	if cfg.ServiceURL == "" && cfg.Emulator {
-		cfg.ServiceURL = EmulatorServiceURL
-	}
-	if cfg.ServiceURL == "" {
-		return nil, errors.New("azblob: no service URL")
-	}
-	if !strings.HasPrefix(cfg.ServiceURL, "https://") && !cfg.Emulator {
-		return nil, fmt.Errorf("azblob: service URL %q is not https (plain http only with the emulator)", cfg.ServiceURL)
-	}
 	if cfg.BlockSize <= 0 {
 		cfg.BlockSize = DefaultBlockSize
 	}
@@ -124,6 +115,29 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if cfg.SpoolDir == "" {
 		cfg.SpoolDir = os.TempDir()
+	}
+	c, err := NewContainerClient(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{c: c, name: cfg.Container, spool: cfg.SpoolDir, blockSize: cfg.BlockSize, single: cfg.SingleUploadMax}, nil
+}
+
+// NewContainerClient is the client of cfg's container, authenticated as
+// New documents (other stores in the same container use it too: the run
+// logs). On the emulator it creates the container if missing.
+func NewContainerClient(ctx context.Context, cfg Config) (*container.Client, error) {
+	if cfg.Container == "" {
+		cfg.Container = DefaultContainer
+	}
+	if cfg.ServiceURL == "" && cfg.Emulator {
+		cfg.ServiceURL = EmulatorServiceURL
+	}
+	if cfg.ServiceURL == "" {
+		return nil, errors.New("azblob: no service URL")
+	}
+	if !strings.HasPrefix(cfg.ServiceURL, "https://") && !cfg.Emulator {
+		return nil, fmt.Errorf("azblob: service URL %q is not https (plain http only with the emulator)", cfg.ServiceURL)
 	}
 	url := strings.TrimSuffix(cfg.ServiceURL, "/") + "/" + cfg.Container
 	opts := &container.ClientOptions{}
@@ -154,13 +168,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("azblob: client for %s: %w", url, err)
 	}
-	s := &Store{c: c, name: cfg.Container, spool: cfg.SpoolDir, blockSize: cfg.BlockSize, single: cfg.SingleUploadMax}
 	if cfg.Emulator {
 		if _, err := c.Create(ctx, nil); err != nil && !bloberror.HasCode(err, bloberror.ContainerAlreadyExists) {
-			return nil, fmt.Errorf("azblob: create container %s: %w", cfg.Container, mapError(err))
+			return nil, fmt.Errorf("azblob: create container %s: %w", cfg.Container, MapError(err))
 		}
 	}
-	return s, nil
+	return c, nil
 }
 
 // newCredential is the managed identity named by clientID, or
@@ -255,14 +268,14 @@ func (b *staged) Commit(ctx context.Context) (fleetblob.Info, error) {
 			return b.info(etag), nil
 		}
 		if !bloberror.HasCode(err, bloberror.BlobAlreadyExists, bloberror.ConditionNotMet) {
-			return fleetblob.Info{}, fmt.Errorf("azblob commit %s: %w", b.key, mapError(err))
+			return fleetblob.Info{}, fmt.Errorf("azblob commit %s: %w", b.key, MapError(err))
 		}
 		resp, err := b.s.blob(b.key).SetMetadata(ctx, metadata(b.key), nil)
 		if err == nil {
 			return b.info(*resp.ETag), nil
 		}
 		if !bloberror.HasCode(err, bloberror.BlobNotFound) {
-			return fleetblob.Info{}, fmt.Errorf("azblob commit %s: %w", b.key, mapError(err))
+			return fleetblob.Info{}, fmt.Errorf("azblob commit %s: %w", b.key, MapError(err))
 		}
 	}
 	return fleetblob.Info{}, fmt.Errorf("azblob commit %s: deleted and written again %d times in a row: %w", b.key, maxCommitAttempts, store.ErrUnavailable)
@@ -334,7 +347,7 @@ func (s *Store) Open(ctx context.Context, key fleetblob.Key) (io.ReadCloser, fle
 	}
 	resp, err := s.blob(key).DownloadStream(ctx, nil)
 	if err != nil {
-		return nil, fleetblob.Info{}, fmt.Errorf("azblob open %s: %w", key, mapError(err))
+		return nil, fleetblob.Info{}, fmt.Errorf("azblob open %s: %w", key, MapError(err))
 	}
 	info := fleetblob.Info{Key: key, Size: deref(resp.ContentLength), Version: string(deref(resp.ETag))}
 	return resp.NewRetryReader(ctx, &blob.RetryReaderOptions{MaxRetries: 3}), info, nil
@@ -347,7 +360,7 @@ func (s *Store) Stat(ctx context.Context, key fleetblob.Key) (fleetblob.Info, er
 	}
 	resp, err := s.blob(key).GetProperties(ctx, nil)
 	if err != nil {
-		return fleetblob.Info{}, fmt.Errorf("azblob stat %s: %w", key, mapError(err))
+		return fleetblob.Info{}, fmt.Errorf("azblob stat %s: %w", key, MapError(err))
 	}
 	return fleetblob.Info{Key: key, Size: deref(resp.ContentLength), Version: string(deref(resp.ETag))}, nil
 }
@@ -375,14 +388,14 @@ func (s *Store) Delete(ctx context.Context, key fleetblob.Key, ifVersion string)
 		}
 		return fmt.Errorf("azblob delete %s: %w", key, fleetblob.ErrVersion)
 	}
-	return fmt.Errorf("azblob delete %s: %w", key, mapError(err))
+	return fmt.Errorf("azblob delete %s: %w", key, MapError(err))
 }
 
-// mapError turns the SDK's errors into the blob.Store contract's: a
+// MapError turns the SDK's errors into the blob.Store contract's: a
 // missing blob is ErrNotFound, an unreachable or overloaded service
 // ErrUnavailable (wrapped with the cause); a missing container, a refused
 // credential and the like stay as they are, a fault of configuration.
-func mapError(err error) error {
+func MapError(err error) error {
 	var re *azcore.ResponseError
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -102,14 +102,14 @@ func TestMapError(t *testing.T) {
 		{"server busy", resp(503, "ServerBusy"), store.ErrUnavailable},
 		{"network", errors.New("dial tcp: connection refused"), store.ErrUnavailable},
 	} {
-		got := mapError(tc.err)
+		got := MapError(tc.err)
 		require.ErrorIs(t, got, tc.err, tc.name)
 		for _, sentinel := range []error{fleetblob.ErrNotFound, store.ErrUnavailable} {
 			require.Equal(t, sentinel == tc.want, errors.Is(got, sentinel), "%s: %v", tc.name, got)
 		}
 	}
-	require.ErrorIs(t, mapError(context.Canceled), context.Canceled)
-	require.NotErrorIs(t, mapError(context.Canceled), store.ErrUnavailable)
+	require.ErrorIs(t, MapError(context.Canceled), context.Canceled)
+	require.NotErrorIs(t, MapError(context.Canceled), store.ErrUnavailable)
 }
 
 type fakeCredential struct{}

@@ -487,7 +487,7 @@ async function jobView(r) {
   const dag = h('div', { class: 'card', id: 'dag-card', hidden: true });
   const artifacts = h('div', { class: 'card', id: 'artifacts-card', hidden: true });
   const tracker = h('div', { class: 'card', id: 'tracker-card', hidden: true });
-  main.replaceChildren(head, h('div', { class: 'card' }, h('h3', {}, 'Actions'), actions, outcome), review, dag, tracker,
+  main.replaceChildren(head, h('div', { class: 'card' }, h('h3', {}, 'Actions'), actions, outcome), review, dag, tracker, liveLogPanel(id),
     h('div', { class: 'card' }, h('h3', {}, 'Details'), details),
     h('div', { class: 'card' }, h('h3', {}, 'Where it can run (explain)'), explain),
     h('div', { class: 'card' }, h('h3', {}, 'Runs'), runs), artifacts,
@@ -553,6 +553,47 @@ async function jobView(r) {
   }
   await refresh();
   return refresh;
+}
+
+// liveLogPanel follows the job's run log (GET …/log/stream): it follows the
+// end while the reader is at the bottom and pauses when they scroll up, a
+// search shows only the lines that match, ANSI escapes are stripped, and
+// the text only ever goes in as text, never as HTML. The stream stops when
+// the page is left or the run has ended (its end event).
+function liveLogPanel(jobId) {
+  const pre = h('pre', { id: 'live-log', class: 'mono', tabindex: '0', 'aria-live': 'off' });
+  const state = h('span', { class: 'note', id: 'live-log-state' }, 'connecting…');
+  const search = h('input', { type: 'search', id: 'live-log-search', placeholder: 'search the log', 'aria-label': 'Search the log' });
+  const card = h('div', { class: 'card', id: 'live-log-card' }, h('h3', {}, 'Live output ', state), search, pre);
+  if (!has('/jobs/{id}/log/stream')) { card.hidden = true; return card; }
+  const MAX_CHARS = 2 << 20; // the browser keeps the last 2 MiB or so
+  // CSI sequences (colours, cursor moves), OSC (titles, links) and lone ESCs.
+  const ansi = /\x1b\[[0-9;?]*[ -\/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]/g;
+  let text = '', follow = true, stop = null;
+  const render = () => {
+    const q = search.value.trim().toLowerCase();
+    pre.textContent = q ? text.split('\n').filter(l => l.toLowerCase().includes(q)).join('\n') : text;
+    if (follow && !q) pre.scrollTop = pre.scrollHeight;
+  };
+  pre.addEventListener('scroll', () => {
+    follow = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    state.textContent = follow ? 'following' : 'paused (scroll to the end to follow)';
+  });
+  search.addEventListener('input', render);
+  const done = why => { if (stop) { stop(); stop = null; } if (why) state.textContent = why; };
+  window.addEventListener('hashchange', () => done(''), { once: true });
+  stop = streamEvents(`/jobs/${encodeURIComponent(jobId)}/log/stream`, ev => {
+    if (!card.isConnected) { done(''); return; }
+    if (ev.type === 'end') { done('the run has ended'); return; }
+    let chunk = '';
+    try { chunk = JSON.parse(ev.data); } catch { return; }
+    text = (text + chunk.replace(ansi, '').replace(/\r(?!\n)/g, '\n')).slice(-MAX_CHARS);
+    render();
+  }, (st, detail) => {
+    if (!card.isConnected) { done(''); return; }
+    state.textContent = st === 'live' ? (follow ? 'following' : 'paused (scroll to the end to follow)') : 'reconnecting…' + (detail ? ` (${detail})` : '');
+  });
+  return card;
 }
 
 // webLink links only http(s) URLs (a forge's URL is data, never script).

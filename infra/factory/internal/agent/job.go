@@ -426,7 +426,9 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	spec.Started = func(pgid int) {
 		jb.log.InfoContext(jb.ctx, "engine started", "engine", name, "pgid", pgid, "argv0", spec.Argv[0], "resume", jb.resumed)
 	}
+	stopShip := jb.shipLog()
 	res, err := engine.Run(ectx, spec)
+	stopShip()
 	if res.Leftover != nil {
 		jb.log.ErrorContext(jb.ctx, "processes of the run outlived it", "err", res.Leftover)
 	}

@@ -18,7 +18,7 @@ import (
 func (a *app) jobsCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "jobs", Aliases: []string{"job"}, Short: "List, submit and act on jobs"}
 	cmd.AddCommand(a.jobsLs(), a.jobsSubmit())
-	for _, c := range []*cobra.Command{a.jobsShow(), a.jobsExplain(), a.jobsEvents(), a.jobsRuns(), a.jobsWatch(), a.jobsDAG(), a.jobsEcho()} {
+	for _, c := range []*cobra.Command{a.jobsShow(), a.jobsExplain(), a.jobsEvents(), a.jobsRuns(), a.jobsWatch(), a.jobsDAG(), a.jobsEcho(), a.jobsLogs()} {
 		cmd.AddCommand(a.takesJob(c))
 	}
 	for _, act := range []struct{ name, short string }{
