@@ -181,6 +181,17 @@ func TestRealClaudePresetFactory(t *testing.T) {
 	require.Equal(t, 2, run.Turns)
 	require.NotEmpty(t, run.Model)
 	require.Equal(t, "exited", run.Exit.Reason)
+	// The run's log reads as a transcript, not the raw events.
+	var log string
+	Eventually(t, 10*time.Second, "the run's log is complete", func() bool {
+		r := s.Op(http.MethodGet, "/jobs/"+id+"/log?epoch=1", "demo", nil)
+		log = string(r.Body)
+		return r.Status == http.StatusOK && r.Header.Get("X-Fleet-Log-Complete") == "true"
+	})
+	require.Contains(t, log, "● claude session "+run.EngineSession)
+	require.Regexp(t, `(?m)^→ Write /.*/hello\.txt$`, log)
+	require.Contains(t, log, "✓ success after 2 turns")
+	require.NotContains(t, log, `"type":"assistant"`)
 }
 
 // TestRealCodexPresetFactory: a real factory runs the real Codex CLI (make

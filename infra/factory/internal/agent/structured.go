@@ -203,6 +203,7 @@ type runOutput struct {
 	log, events *os.File
 	activity    *stream.Activity
 	reader      *stream.Reader
+	transcript  *stream.Transcript
 }
 
 // watchOutput routes the engine's output through the run's watch: stdout
@@ -225,8 +226,12 @@ func (jb *job) watchOutput(spec *engine.Spec) (*runOutput, error) {
 		}
 		o.reader = stream.NewReader(p.Parser(a.cfg.Prices[jb.engine]), a.clock)
 		jb.out = o.reader
-		// The parser before the events file: a line in the file is parsed.
-		stdout = io.MultiWriter(logf, o.reader, o.events)
+		// The log (which the live output ships) is a transcript for
+		// people; the raw events go to their own file, kept as an
+		// artifact. The parser before the events file: a line in the file
+		// is parsed.
+		o.transcript = stream.NewTranscript(p.Transcript(), logf)
+		stdout = io.MultiWriter(o.reader, o.events, o.transcript)
 	}
 	spec.Stdout, spec.Stderr = o.activity.Writer(stdout), o.activity.Writer(logf)
 	return o, nil
@@ -247,7 +252,7 @@ func (o *runOutput) watchdog(a *Agent) stream.Watchdog {
 func (o *runOutput) Close() error {
 	var errs []error
 	if o.reader != nil {
-		errs = append(errs, o.reader.Close())
+		errs = append(errs, o.reader.Close(), o.transcript.Close())
 	}
 	if o.events != nil {
 		errs = append(errs, o.events.Close())

@@ -98,3 +98,11 @@ func (p Preset) Parser(price stream.Price) stream.Parser {
 	}
 	return &stream.Claude{Price: price}
 }
+
+// Transcript renders the preset's output for the run's log.
+func (p Preset) Transcript() stream.Renderer {
+	if p == PresetCodex {
+		return stream.CodexTranscript{}
+	}
+	return stream.ClaudeTranscript{}
+}
