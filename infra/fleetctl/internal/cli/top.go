@@ -3,9 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -41,6 +43,11 @@ func (d *topData) rows() []fleet.Job {
 type topDetail struct {
 	job  *fleet.Job
 	runs []fleet.Run
+	// log is the tail of the run's live output (logTail), "" when it has
+	// none; logEpoch names the run, logDone says it ended.
+	log      string
+	logEpoch string
+	logDone  bool
 }
 
 type (
@@ -284,8 +291,39 @@ func (m *topModel) fetchDetail(id string) tea.Cmd {
 		if _, err := a.client.JSON(ctx, api.Request{Method: http.MethodGet, Path: path + "/runs"}, &runs); err != nil {
 			return topDetailMsg{id: id, err: err}
 		}
-		return topDetailMsg{id: id, detail: &topDetail{job: &j, runs: runs.Items}}
+		d := &topDetail{job: &j, runs: runs.Items}
+		// The live output is best effort: a job that never ran has none.
+		d.log, d.logEpoch, d.logDone, _ = readLogTail(ctx, a.client, j.ProductID, id)
+		return topDetailMsg{id: id, detail: d}
 	}
+}
+
+// logTailBytes is how much of a run's log the detail pane reads.
+const logTailBytes = 8 << 10
+
+// readLogTail reads the end of the job's current (else newest) run's log:
+// the answer's size header first, then, for a long log, only its last
+// logTailBytes.
+func readLogTail(ctx context.Context, c *api.Client, product, id string) (tail, epoch string, done bool, err error) {
+	get := func(offset int64) (*http.Response, error) {
+		return c.OpenLog(ctx, api.LogRequest{Product: product, JobID: id, Offset: offset})
+	}
+	resp, err := get(0)
+	if err != nil {
+		return "", "", false, err
+	}
+	if size, err := strconv.ParseInt(resp.Header.Get(api.HeaderLogSize), 10, 64); err == nil && size > logTailBytes {
+		resp.Body.Close()
+		if resp, err = get(size - logTailBytes); err != nil {
+			return "", "", false, err
+		}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 2*logTailBytes))
+	if err != nil {
+		return "", "", false, err
+	}
+	return string(b), resp.Header.Get(api.HeaderLogEpoch), resp.Header.Get(api.HeaderLogComplete) == "true", nil
 }
 
 // refetch fetches now, or once more after the fetch in flight.
@@ -442,9 +480,40 @@ func (m *topModel) viewDetail(b *strings.Builder) {
 	b.WriteString(topDim.Render("esc back · r refresh · q quit") + "\n")
 }
 
-// logPane is where the open job's live log goes once jobs stream their
-// output (issue 27, live output): empty until then.
-func (m *topModel) logPane() string { return "" }
+// logPaneLines is how many of the log's last lines the pane shows.
+const logPaneLines = 12
+
+// logPane shows the last lines of the open job's live output, refreshed
+// with the detail, terminal escapes removed (the engine's colours would
+// otherwise reach this terminal as commands).
+func (m *topModel) logPane() string {
+	d := m.detail
+	if d == nil || d.log == "" {
+		return ""
+	}
+	state := "live"
+	if d.logDone {
+		state = "ended"
+	}
+	lines := strings.Split(strings.TrimRight(stripEscapes(d.log), "\n"), "\n")
+	if len(lines) > logPaneLines {
+		lines = lines[len(lines)-logPaneLines:]
+	}
+	var b strings.Builder
+	b.WriteString(topHead.Render(fmt.Sprintf("Output (run %s, %s)", orDash(d.logEpoch), state)) + "\n")
+	for _, l := range lines {
+		b.WriteString("  " + l + "\n")
+	}
+	return b.String()
+}
+
+// escapeRE matches terminal escape sequences (CSI, OSC) and other control
+// characters but tab.
+var escapeRE = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b.|[\x00-\x08\x0b-\x1f\x7f]`)
+
+// stripEscapes removes terminal escape sequences and control characters
+// (a carriage return included) from s, keeping newlines and tabs.
+func stripEscapes(s string) string { return escapeRE.ReplaceAllString(s, "") }
 
 // isTerminal reports whether f is a terminal (a file that is a TTY).
 func isTerminal(f any) bool {

@@ -3,8 +3,10 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -72,4 +74,48 @@ func TestTopSaysItNeedsATerminal(t *testing.T) {
 	require.Contains(t, errb.String(), "top is a full-screen dashboard and needs a terminal")
 	require.Contains(t, errb.String(), "fleetctl metrics")
 	require.Empty(t, out.String(), "no escape codes on a pipe")
+}
+
+// TestTopDetailShowsTheLiveLog: the detail pane ends with the last lines
+// of the job's output, terminal escapes removed, and says whether the run
+// still writes; a long log is read from its tail only.
+func TestTopDetailShowsTheLiveLog(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	m := &topModel{a: &app{env: Env{Now: func() time.Time { return now }}}, ctx: t.Context(), product: "demo", interval: time.Minute, live: "live"}
+	job := fleet.Job{ID: "j1", Title: "Runs", Stage: fleet.StageBuilding, HolderFactoryID: "f1"}
+	m.Update(topDataMsg(topData{metrics: &api.Metrics{}, running: []fleet.Job{job}, at: now}))
+	m.Update(tea.KeyMsg{Type: tea.KeyEnter})
+	var log strings.Builder
+	for i := 1; i <= 20; i++ {
+		fmt.Fprintf(&log, "line %d \x1b[1;31mred\x1b[0m\r\n", i)
+	}
+	m.Update(topDetailMsg{id: "j1", detail: &topDetail{job: &job, log: log.String(), logEpoch: "2"}})
+	view := m.View()
+	require.Contains(t, view, "Output (run 2, live)")
+	require.Contains(t, view, "  line 20 red\n")
+	require.Contains(t, view, "  line 9 red\n")
+	require.NotContains(t, view, "line 8 red", "the last 12 lines")
+	require.NotContains(t, view, "\x1b[1;31m")
+
+	// The tail of a long log: the size first, then only the end.
+	var offsets []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		offsets = append(offsets, r.URL.Query().Get("offset"))
+		w.Header().Set(api.HeaderLogSize, "100000")
+		w.Header().Set(api.HeaderLogEpoch, "3")
+		w.Header().Set(api.HeaderLogComplete, "true")
+		if r.URL.Query().Get("offset") == "" {
+			_, _ = w.Write([]byte(strings.Repeat("x", 100000)))
+			return
+		}
+		_, _ = w.Write([]byte("the end\n"))
+	}))
+	defer srv.Close()
+	tail, epoch, done, err := readLogTail(t.Context(), api.New(api.Config{BaseURL: srv.URL, Token: "t"}), "demo", "j1")
+	require.NoError(t, err)
+	require.Equal(t, "the end\n", tail)
+	require.Equal(t, "3", epoch)
+	require.True(t, done)
+	require.Equal(t, []string{"", strconv.Itoa(100000 - logTailBytes)}, offsets)
 }
