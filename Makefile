@@ -28,11 +28,11 @@ run: build
 demo: build
 	$(BIN)/fleet-demo -bin $(BIN) $(DEMO_FLAGS)
 
-# docs/console.png, the README's picture of the console: the browser test
-# (tests/console_test.go) saves its shipped job's page there.
-screenshot: chromium
-	mkdir -p docs
-	FLEET_CONSOLE_SCREENSHOT=$(CURDIR)/docs/console.png $(GO) test -count=1 -run '^TestConsoleInBrowser$$' ./tests/
+# The pictures of the console in docs/ (console.png is the README's): the
+# pages of make demo's fleet, signed in as an operator, after its jobs
+# settled (local/demo/shoot runs the demo on a free port and stops it).
+screenshot: build chromium
+	$(GO) run ./local/demo/shoot -bin $(BIN) -out docs
 
 # The deployment zip: linux/amd64 handler, host.json, one folder per function.
 DIST ?= dist

@@ -247,12 +247,6 @@ printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 	waitJS(t, ctx, 20*time.Second, "shipped", `document.querySelector('#outcome').textContent.includes('shipped') && document.querySelector('#job-stage').textContent === 'shipped'`)
 	require.Equal(t, "shipped", s.Job("demo", jobID)["stage"])
 	shoot(t, ctx, "05-job-shipped")
-	// `make screenshot` asks for the README's picture of the console.
-	if path := os.Getenv("FLEET_CONSOLE_SCREENSHOT"); path != "" {
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG (below 100 it is a JPEG)
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(path, png, 0o644))
-	}
 
 	// Jobs list, filtered by stage.
 	run(t, ctx, 20*time.Second, "jobs page", chromedp.Click(chromedp.CSS(`#nav a[href="#/jobs"]`)))
