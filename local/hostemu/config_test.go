@@ -34,7 +34,7 @@ func TestLoadAppRepo(t *testing.T) {
 		byName[f.Name] = f
 		names = append(names, f.Name)
 	}
-	require.Equal(t, []string{"api", "dispatch", "echo", "echosweep", "gcsweep", "prune", "reaper", "redispatch"}, names)
+	require.Equal(t, []string{"api", "dispatch", "echo", "echosweep", "forgesweep", "gcsweep", "prune", "reaper", "redispatch"}, names)
 
 	tests := []struct {
 		function string

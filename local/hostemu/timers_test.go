@@ -356,7 +356,7 @@ func TestShippedTimersRunOnTheirSchedules(t *testing.T) {
 
 	settingOf := map[string]string{
 		"reaper": config.ReaperSchedule, "redispatch": config.RedispatchSched, "gcsweep": config.GCSchedule,
-		"echosweep": config.EchoSchedule, "prune": config.PruneSchedule,
+		"echosweep": config.EchoSchedule, "prune": config.PruneSchedule, "forgesweep": config.ForgeSchedule,
 	}
 	byName := map[string]*timerTrigger{}
 	for _, tt := range emu.timers {
