@@ -484,10 +484,11 @@ async function jobView(r) {
   const runs = h('div');
   const events = h('div');
   const review = h('div', { class: 'card', id: 'review-card', hidden: true });
+  const diff = h('div', { class: 'card', id: 'diff-card', hidden: true });
   const dag = h('div', { class: 'card', id: 'dag-card', hidden: true });
   const artifacts = h('div', { class: 'card', id: 'artifacts-card', hidden: true });
   const tracker = h('div', { class: 'card', id: 'tracker-card', hidden: true });
-  main.replaceChildren(head, h('div', { class: 'card' }, h('h3', {}, 'Actions'), actions, outcome), review, dag, tracker, liveLogPanel(id),
+  main.replaceChildren(head, h('div', { class: 'card' }, h('h3', {}, 'Actions'), actions, outcome), review, diff, dag, tracker, liveLogPanel(id),
     h('div', { class: 'card' }, h('h3', {}, 'Details'), details),
     h('div', { class: 'card' }, h('h3', {}, 'Where it can run (explain)'), explain),
     h('div', { class: 'card' }, h('h3', {}, 'Runs'), runs), artifacts,
@@ -508,20 +509,17 @@ async function jobView(r) {
     const p = encodeURIComponent(id);
     // The job first, then what hangs off it: read together, the events
     // could predate the job and the badge show a stage the timeline lacks.
-    const [j, { actions: operatorActions }] = await Promise.all([get(`/jobs/${p}`), stageMachine()]);
+    const [j, { actions: operatorActions, terminal }] = await Promise.all([get(`/jobs/${p}`), stageMachine()]);
     const [ev, rn, ex] = await Promise.all([get(`/jobs/${p}/events`), get(`/jobs/${p}/runs`),
       get(`/jobs/${p}/explain`).catch(e => ({ error: e }))]);
     job = j;
     // The badge and the timeline change together, before the cards below
     // fetch more: between two awaits the page once showed a stage its
     // timeline did not have yet.
-    events.replaceChildren(h('ol', { class: 'timeline', id: 'timeline' }, (ev.items || []).map(e => h('li', { 'data-to': e.to || '' },
-      h('span', { class: 'mono' }, '#' + e.seq), ' ', time(e.at), ' ', h('strong', {}, e.type), ' ',
-      e.to ? [e.from ? stageBadge(e.from) : '', ' → ', stageBadge(e.to)] : '', ' ',
-      h('span', { class: 'note' }, `by ${e.actor}${e.actorId ? ' ' + e.actorId : ''}`), e.message ? ' — ' + e.message : ''))));
+    events.replaceChildren(...timeline(ev.items || [], rn.items || [], j, terminal || []));
     head.replaceChildren(h('h2', {}, j.title, ' ', h('span', { id: 'job-stage' }, stageBadge(j.stage)),
       j.cancelRequested ? h('span', {}, ' ', badge('s-cancelled', 'cancelling')) : null),
-    h('p', { class: 'note' }, h('span', { class: 'mono' }, j.id), ' · ', j.repo, ' · ', j.priority));
+    h('p', { class: 'note' }, h('span', { class: 'mono' }, j.id), ' · ', j.repo, ' · ', j.priority, ...jobCost(rn.items || [])));
     // A review-gated job leaves review through its votes only: the server
     // refuses to ship it past the gate, so the button says why instead.
     const gated = j.review && j.stage === 'review';
@@ -546,13 +544,54 @@ async function jobView(r) {
     if (has('/jobs/{id}/dag')) {
       const d = await get(`/jobs/${p}/dag`);
       dag.hidden = (d.nodes || []).length < 2;
-      if (!dag.hidden) dag.replaceChildren(h('h3', {}, 'DAG'), ...dagTree(d, j.id));
+      if (!dag.hidden) dag.replaceChildren(h('h3', {}, 'DAG'), dagGraph(d, j.id), ...dagTree(d, j.id));
     }
     runs.replaceChildren(runsTable(rn.items || []));
-    await renderArtifacts(artifacts, j.id);
+    const arts = await renderArtifacts(artifacts, j.id);
+    await renderDiff(diff, j, rn.items || [], arts);
   }
   await refresh();
   return refresh;
+}
+
+// duration says how long ms is, coarser as it grows.
+function duration(ms) {
+  const s = Math.max(0, ms) / 1000;
+  if (s < 10) return s.toFixed(1) + 's';
+  if (s < 60) return Math.floor(s) + 's';
+  if (s < 3600) return `${Math.floor(s / 60)}m ${Math.floor(s % 60)}s`;
+  return `${Math.floor(s / 3600)}h ${Math.floor(s % 3600 / 60)}m`;
+}
+// stamp is an absolute time for a tooltip: UTC to the millisecond.
+const stamp = iso => (iso ? new Date(iso).toISOString().replace('T', ' ').replace('Z', ' UTC') : '');
+// runDuration is how long a run took, or has taken so far.
+const runDuration = x => duration((x.endedAt ? Date.parse(x.endedAt) : Date.now()) - Date.parse(x.startedAt)) + (x.endedAt ? '' : ' so far');
+
+// timeline lists the job's events, each with its absolute time on hover,
+// and each stage change with how long the job stayed in that stage (until
+// the next change, or so far when it is the current, unfinished one), then
+// how long each run took.
+function timeline(items, runs, j, terminal) {
+  const changes = items.filter(e => e.to);
+  const next = new Map(changes.map((e, i) => [e, changes[i + 1]]));
+  const stayed = e => {
+    const n = next.get(e);
+    if (n) return duration(Date.parse(n.at) - Date.parse(e.at));
+    if (e.to !== j.stage || terminal.includes(e.to)) return '';
+    return duration(Date.now() - Date.parse(e.at)) + ' so far';
+  };
+  const at = iso => h('time', { datetime: iso, title: stamp(iso) }, ago(iso));
+  return [h('ol', { class: 'timeline', id: 'timeline' }, items.map(e => {
+    const d = e.to ? stayed(e) : '';
+    return h('li', { 'data-to': e.to || '' },
+      h('span', { class: 'mono' }, '#' + e.seq), ' ', at(e.at), ' ', h('strong', {}, e.type), ' ',
+      e.to ? [e.from ? stageBadge(e.from) : '', ' → ', stageBadge(e.to)] : '', ' ',
+      d ? h('span', { class: 'stage-duration', title: `in ${e.to.replace('_', ' ')} for ${d}` }, `${d} in ${e.to.replace('_', ' ')}`) : null, ' ',
+      h('span', { class: 'note' }, `by ${e.actor}${e.actorId ? ' ' + e.actorId : ''}`), e.message ? ' — ' + e.message : '');
+  })),
+  runs.length ? h('ul', { class: 'timeline', id: 'run-durations' }, runs.map(x => h('li', { 'data-run': x.id },
+    h('strong', {}, `Run ${x.id}`), ` on ${x.factoryId}: `, h('span', { class: 'run-duration' }, runDuration(x)), ` (${x.result}), `,
+    h('span', { title: stamp(x.startedAt) }, 'from ', utc(x.startedAt)), x.endedAt ? h('span', { title: stamp(x.endedAt) }, ' to ', utc(x.endedAt)) : null))) : null];
 }
 
 // liveLogPanel follows the job's run log (GET …/log/stream): it follows the
@@ -640,18 +679,18 @@ function runsTable(items) {
     [x.engine || '–', x.model, x.turns ? `${x.turns} turn${x.turns === 1 ? '' : 's'}` : null].filter(Boolean).join(' · '));
   const result = x => (x.exit && x.exit.reason !== 'exited' ? `${x.result} (${x.exit.reason.replace('_', ' ')})` : x.result);
   const diff = d => (d ? `${d.files} file${d.files === 1 ? '' : 's'}, +${d.insertions} −${d.deletions}` : '–');
-  return table(['Run', 'Factory', 'Engine', 'Result', 'Usage', 'Head', 'Diff', 'Started', 'Ended', 'Reason'], items.map(x => h('tr', { 'data-run': x.id },
+  return table(['Run', 'Factory', 'Engine', 'Result', 'Usage', 'Head', 'Diff', 'Started', 'Ended', 'Took', 'Reason'], items.map(x => h('tr', { 'data-run': x.id },
     h('td', { class: 'mono' }, x.id), h('td', {}, x.factoryId), h('td', {}, engine(x)), h('td', {}, result(x)),
     h('td', { class: 'run-usage' }, usage(x.usage)), h('td', { class: 'mono run-head', title: x.head || '' }, x.head ? x.head.slice(0, 12) : '–'),
     h('td', { class: 'run-diff' }, diff(x.diff)), h('td', {}, time(x.startedAt)),
-    h('td', {}, x.endedAt ? time(x.endedAt) : '–'), h('td', {}, dash(x.reason)))), 'No run yet.');
+    h('td', {}, x.endedAt ? time(x.endedAt) : '–'), h('td', { class: 'run-duration' }, runDuration(x)), h('td', {}, dash(x.reason)))), 'No run yet.');
 }
 
 // renderArtifacts lists a job's artifacts (the engine log, the diff, the
 // usage report of each run) with a download that sends the bearer header
 // and saves through a blob: URL, checking the bytes against the sha256.
 async function renderArtifacts(card, jobId) {
-  if (!has('/jobs/{id}/artifacts')) return;
+  if (!has('/jobs/{id}/artifacts')) return [];
   const { items = [] } = await get(`/jobs/${encodeURIComponent(jobId)}/artifacts`);
   card.hidden = items.length === 0;
   const outcome = card.querySelector('#artifact-outcome') || h('div', { id: 'artifact-outcome', class: 'outcome', role: 'status', 'aria-live': 'polite' });
@@ -677,6 +716,108 @@ async function renderArtifacts(card, jobId) {
     h('td', {}, a.name), h('td', {}, a.kind), h('td', {}, `${a.size} B`), h('td', { class: 'mono', title: a.sha256 }, a.sha256.slice(0, 12)),
     h('td', { class: 'mono' }, dash(a.runId)), h('td', {}, time(a.createdAt)),
     h('td', {}, h('button', { type: 'button', class: 'artifact-download', onclick: () => download(a) }, 'Download')))), 'No artifacts.'), outcome);
+  return items;
+}
+
+// jobCost is the job's cost for its header: what its runs reported, summed.
+function jobCost(runs) {
+  if (!runs.length) return [];
+  const sum = k => runs.reduce((t, x) => t + ((x.usage || {})[k] || 0), 0);
+  const tokens = sum('inputTokens') + sum('outputTokens');
+  return [' · ', h('span', { id: 'job-cost', title: `${runs.length} run${runs.length === 1 ? '' : 's'}: ${sum('inputTokens')} tokens in, ${sum('outputTokens')} out` },
+    `$${sum('usd').toFixed(2)} · ${tokens.toLocaleString('en')} tokens`)];
+}
+
+// parseDiff reads a unified diff (git diff's, --binary included) into its
+// files: {name, from, to, binary, added, removed, hunks: [{header, lines:
+// [{kind: '+' | '-' | ' ' | '\\', text}]}]}. A hunk ends when its header's
+// line counts are used up, so a removed line that begins "--" or an added
+// one "++" is never taken for a file header.
+function parseDiff(text) {
+  const files = [];
+  let f = null, hunk = null, oldLeft = 0, newLeft = 0;
+  const strip = p => p.replace(/^"?[ab]\//, '').replace(/"$/, '').replace(/\t.*$/, '');
+  const start = () => { f = { name: '', from: '', to: '', binary: false, added: 0, removed: 0, hunks: [] }; files.push(f); hunk = null; };
+  for (const line of text.split('\n')) {
+    if (hunk && (oldLeft > 0 || newLeft > 0 || line.startsWith('\\'))) {
+      const kind = line[0] || ' ';
+      if (kind === '\\') { hunk.lines.push({ kind, text: line }); continue; }
+      if (kind === '+') { f.added++; newLeft--; } else if (kind === '-') { f.removed++; oldLeft--; } else { oldLeft--; newLeft--; }
+      hunk.lines.push({ kind: kind === '+' || kind === '-' ? kind : ' ', text: line.slice(1) });
+      continue;
+    }
+    hunk = null;
+    let m;
+    if ((m = /^diff --git a\/(.*) b\/(.*)$/.exec(line))) { start(); f.from = m[1]; f.to = m[2]; f.name = m[2]; continue; }
+    if (!f && (line.startsWith('--- ') || line.startsWith('@@'))) start();
+    if (!f) continue;
+    if (line.startsWith('--- ')) { const n = strip(line.slice(4)); if (n !== '/dev/null') f.from = n; }
+    else if (line.startsWith('+++ ')) { const n = strip(line.slice(4)); f.to = n === '/dev/null' ? '' : n; f.name = f.to || f.from; }
+    else if (line.startsWith('rename to ')) f.name = f.to = line.slice(10);
+    else if (line.startsWith('Binary files ') || line === 'GIT binary patch') f.binary = true;
+    else if ((m = /^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@/.exec(line))) {
+      oldLeft = m[1] === undefined ? 1 : Number(m[1]);
+      newLeft = m[2] === undefined ? 1 : Number(m[2]);
+      hunk = { header: line, lines: [] };
+      f.hunks.push(hunk);
+    }
+  }
+  for (const x of files) if (!x.name) x.name = x.to || x.from;
+  return files;
+}
+
+// The diff shown inline: files longer than this are collapsed, and a diff
+// larger than MAX_DIFF_BYTES is left to the download.
+const LONG_FILE_LINES = 200;
+const MAX_DIFF_BYTES = 4 << 20;
+
+// diffView draws parsed files: a list with each file's +/- counts, then
+// each file's hunks with its added and removed lines marked; a long file
+// starts collapsed, a binary one is only named. Text goes in as text only.
+function diffView(files) {
+  const count = x => [h('span', { class: 'diff-add' }, `+${x.added}`), ' ', h('span', { class: 'diff-del' }, `−${x.removed}`)];
+  const total = { added: files.reduce((t, x) => t + x.added, 0), removed: files.reduce((t, x) => t + x.removed, 0) };
+  const file = x => {
+    if (x.binary) return h('div', { class: 'diff-file', 'data-file': x.name }, h('p', {}, h('code', {}, x.name), ' ', h('span', { class: 'note' }, '(binary)')));
+    const n = x.hunks.reduce((t, k) => t + k.lines.length, 0);
+    return h('details', { class: 'diff-file', 'data-file': x.name, open: n <= LONG_FILE_LINES },
+      h('summary', {}, h('code', {}, x.name), ' ', count(x), n > LONG_FILE_LINES ? h('span', { class: 'note' }, ` (${n} lines, collapsed)`) : null),
+      h('pre', { class: 'diff' }, x.hunks.flatMap(k => [h('span', { class: 'diff-hunk' }, k.header + '\n'),
+        ...k.lines.map(l => h('span', { class: l.kind === '+' ? 'diff-add' : l.kind === '-' ? 'diff-del' : l.kind === '\\' ? 'note' : 'diff-ctx' },
+          (l.kind === '\\' ? '' : l.kind) + l.text + '\n'))])));
+  };
+  return [h('p', { id: 'diff-summary' }, `${files.length} file${files.length === 1 ? '' : 's'} changed, `, count(total)),
+    h('ul', { class: 'diff-files', id: 'diff-files' }, files.map(x => h('li', { 'data-file': x.name },
+      h('code', {}, x.name), ' ', x.binary ? h('span', { class: 'note' }, 'binary') : count(x)))),
+    ...files.map(file)];
+}
+
+// renderDiff shows, beside the review card, the diff (change.diff) of the
+// run whose head is under review, or else of the newest run that uploaded
+// one. It is fetched once per artifact: a live refresh keeps what the
+// reader expanded.
+async function renderDiff(card, j, runs, artifacts) {
+  const diffs = artifacts.filter(a => a.kind === 'diff');
+  const sha = j.review && j.review.head ? j.review.head.split('@').pop() : '';
+  const reviewed = sha ? runs.find(x => x.head && x.head === sha) : null;
+  const a = (reviewed && diffs.find(d => d.runId === reviewed.id)) ||
+    diffs.slice().sort((x, y) => Date.parse(x.createdAt) - Date.parse(y.createdAt)).pop();
+  card.hidden = !a;
+  if (!a || card.dataset.artifact === a.id) return;
+  const run = runs.find(x => x.id === a.runId);
+  const title = h('h3', {}, 'Diff ', h('span', { class: 'note' }, run ? `of run ${run.id}${run.head ? ' @ ' + run.head.slice(0, 12) : ''}` : a.name));
+  if (a.size > MAX_DIFF_BYTES) {
+    fill(card, title, h('p', { class: 'note' }, `${a.name} is ${a.size} bytes, too large to show here: download it under Artifacts.`));
+  } else {
+    try {
+      const text = await (await fetchBlob(`/artifacts/${encodeURIComponent(a.id)}/content`)).text();
+      fill(card, title, text.trim() ? diffView(parseDiff(text)) : h('p', { class: 'note' }, 'The run changed nothing.'));
+    } catch (e) {
+      fill(card, title, errorBox(e));
+      return; // tried again on the next refresh
+    }
+  }
+  card.dataset.artifact = a.id;
 }
 
 // renderReview shows the review gate: reviewers, quorum, the head under
@@ -775,6 +916,53 @@ function dagTree(d, current) {
     kids[n.id] ? h('ul', {}, kids[n.id].map(item)) : null);
   const counts = Object.entries(d.counts || {}).filter(([, c]) => c > 0).map(([s, c]) => `${s} ${c}`).join(' · ');
   return [h('ul', { class: 'dag' }, roots.map(item)), h('p', { class: 'note' }, counts)];
+}
+
+// dagGraph draws a job's DAG as layered boxes: a node's layer is the
+// longest chain of edges (child or dependency) leading to it, so every edge
+// points down; each box links to its job and shows its stage.
+function dagGraph(d, current) {
+  const NW = 190, NH = 46, GX = 24, GY = 44, PAD = 8;
+  const ids = new Set(d.nodes.map(n => n.id));
+  const edges = (d.edges || []).filter(e => ids.has(e.from) && ids.has(e.to) && e.from !== e.to);
+  const depth = new Map(d.nodes.map(n => [n.id, 0]));
+  // Relaxed at most once per node: a cycle (which the server refuses)
+  // could not loop forever.
+  for (let i = 0, moved = true; moved && i < d.nodes.length; i++) {
+    moved = false;
+    for (const e of edges) {
+      if (depth.get(e.to) < depth.get(e.from) + 1) { depth.set(e.to, depth.get(e.from) + 1); moved = true; }
+    }
+  }
+  const layers = [];
+  for (const n of d.nodes) (layers[depth.get(n.id)] ||= []).push(n);
+  const rows = layers.filter(Boolean);
+  const widest = Math.max(...rows.map(r => r.length));
+  const W = widest * (NW + GX) - GX + 2 * PAD, H = rows.length * (NH + GY) - GY + 2 * PAD;
+  const pos = new Map();
+  rows.forEach((r, y) => {
+    const left = PAD + (W - 2 * PAD - (r.length * (NW + GX) - GX)) / 2;
+    r.forEach((n, x) => pos.set(n.id, { x: left + x * (NW + GX), y: PAD + y * (NH + GY) }));
+  });
+  const cut = (t, n) => (t.length > n ? t.slice(0, n - 1) + '…' : t);
+  const edge = e => {
+    const a = pos.get(e.from), b = pos.get(e.to);
+    const x1 = a.x + NW / 2, y1 = a.y + NH, x2 = b.x + NW / 2, y2 = b.y, my = (y1 + y2) / 2;
+    return svgEl('path', { d: `M${x1},${y1} C${x1},${my} ${x2},${my} ${x2},${y2}`, class: 'dag-edge dag-' + e.kind, 'marker-end': 'url(#dag-arrow)',
+      'data-from': e.from, 'data-to': e.to });
+  };
+  const node = n => {
+    const { x, y } = pos.get(n.id);
+    return svgEl('a', { href: '#/job/' + encodeURIComponent(n.id), class: 'dag-node s-' + n.stage + (n.id === current ? ' current' : ''), 'data-job': n.id },
+      svgEl('title', {}, `${n.title} (${n.id}): ${n.stage.replace('_', ' ')}`),
+      svgEl('rect', { x, y, width: NW, height: NH, rx: 6 }),
+      svgEl('text', { x: x + 8, y: y + 18, class: 'dag-title' }, cut(n.title, 26)),
+      svgEl('text', { x: x + 8, y: y + 36, class: 'dag-stage' }, n.stage.replace('_', ' ') + (n.kind === 'composite' ? ' · composite' : '')));
+  };
+  return svgEl('svg', { viewBox: `0 0 ${W} ${H}`, width: W, class: 'dag-graph', id: 'dag-graph', role: 'img', 'aria-label': `DAG of ${d.nodes.length} jobs` },
+    svgEl('defs', {}, svgEl('marker', { id: 'dag-arrow', viewBox: '0 0 10 10', refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto' },
+      svgEl('path', { d: 'M0,0 L10,5 L0,10 z', class: 'dag-arrow' }))),
+    edges.map(edge), d.nodes.map(node));
 }
 
 // whereItRan says where a job that holds a lease runs, or where one that
