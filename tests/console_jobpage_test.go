@@ -71,6 +71,7 @@ printf '{"usd": 0.42, "inputTokens": 1200, "outputTokens": 300}' > "$FLEET_JOB_U
 	require.True(t, strings.HasSuffix(stays[len(stays)-1], "so far in review"), "the current stage counts on: %q", stays[len(stays)-1])
 	require.Contains(t, stays, evalJS[string](t, ctx, `[...document.querySelectorAll('#timeline li[data-to=building] .stage-duration')].pop()?.textContent`), "the building stage has its duration")
 	require.Regexp(t, `^\d+(\.\d)?s$`, evalJS[string](t, ctx, `document.querySelector('#run-durations .run-duration').textContent`), "the run's duration")
+	shoot(t, ctx, "job-review-diff")
 
 	// A job with children: the DAG as a graph.
 	evalJS[string](t, ctx, `location.hash = '#/job/`+parent+`'`)
@@ -81,4 +82,6 @@ printf '{"usd": 0.42, "inputTokens": 1200, "outputTokens": 300}' > "$FLEET_JOB_U
 	require.Equal(t, 2, evalJS[int](t, ctx, `document.querySelectorAll('#dag-graph path.dag-edge.dag-child[data-from="`+parent+`"]').length`), "an edge to each child")
 	require.True(t, evalJS[bool](t, ctx, `(() => { const y = id => document.querySelector('#dag-graph .dag-node[data-job="'+id+'"] rect').y.baseVal.value;
 		return [...document.querySelectorAll('#dag-graph .dag-node')].every(n => n.dataset.job === '`+parent+`' || y(n.dataset.job) > y('`+parent+`')); })()`), "the children sit below their parent")
+	require.NotContains(t, evalJS[string](t, ctx, `document.querySelector('main').textContent`), "null", "a job without runs shows no stray null")
+	shoot(t, ctx, "job-dag")
 }

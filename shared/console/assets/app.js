@@ -516,7 +516,7 @@ async function jobView(r) {
     // The badge and the timeline change together, before the cards below
     // fetch more: between two awaits the page once showed a stage its
     // timeline did not have yet.
-    events.replaceChildren(...timeline(ev.items || [], rn.items || [], j, terminal || []));
+    fill(events, timeline(ev.items || [], rn.items || [], j, terminal || []));
     head.replaceChildren(h('h2', {}, j.title, ' ', h('span', { id: 'job-stage' }, stageBadge(j.stage)),
       j.cancelRequested ? h('span', {}, ' ', badge('s-cancelled', 'cancelling')) : null),
     h('p', { class: 'note' }, h('span', { class: 'mono' }, j.id), ' · ', j.repo, ' · ', j.priority, ...jobCost(rn.items || [])));
