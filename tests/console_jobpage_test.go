@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -32,13 +33,7 @@ printf '{"usd": 0.42, "inputTokens": 1200, "outputTokens": 300}' > "$FLEET_JOB_U
 		"---\ntitle: Part one\nrepo: app\ncapabilities: [gpu:none]\n---\nOne.\n", "---\ntitle: Part two\nrepo: app\ncapabilities: [gpu:none]\n---\nTwo.\n"}})
 	require.Equal(t, 201, kids.Status, "%s", kids.Body)
 
-	run(t, ctx, 30*time.Second, "sign in",
-		chromedp.Navigate(s.URL+"/api/console/"),
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), s.Token),
-		chromedp.SendKeys(chromedp.CSS("#signin-product"), "demo"),
-		chromedp.Click(chromedp.CSS(`form button[type=submit]`)),
-		chromedp.WaitVisible(chromedp.CSS("#nav")))
+	consoleSignIn(t, ctx, s, "demo")
 
 	// The diff, before any vote, beside the review buttons.
 	evalJS[string](t, ctx, `location.hash = '#/job/`+gated+`'`)
@@ -84,4 +79,17 @@ printf '{"usd": 0.42, "inputTokens": 1200, "outputTokens": 300}' > "$FLEET_JOB_U
 		return [...document.querySelectorAll('#dag-graph .dag-node')].every(n => n.dataset.job === '`+parent+`' || y(n.dataset.job) > y('`+parent+`')); })()`), "the children sit below their parent")
 	require.NotContains(t, evalJS[string](t, ctx, `document.querySelector('main').textContent`), "null", "a job without runs shows no stray null")
 	shoot(t, ctx, "job-dag")
+}
+
+// consoleSignIn signs in to the console as a user does: the operator token
+// and the product typed into the sign-in form.
+func consoleSignIn(t *testing.T, ctx context.Context, s *Stack, product string) {
+	t.Helper()
+	run(t, ctx, 30*time.Second, "sign in",
+		chromedp.Navigate(s.URL+"/api/console/"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), s.Token),
+		chromedp.SendKeys(chromedp.CSS("#signin-product"), product),
+		chromedp.Click(chromedp.CSS(`form button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.CSS("#nav")))
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 )
 
@@ -32,13 +31,7 @@ for i in $(seq 1 30); do echo "line $i $(date +%s%N)"; sleep 0.2; done`))
 	id := s.Submit("demo", Manifest("Talk", repo.Name))
 	facWaitStage(t, s, "demo", id, "building", 60*time.Second)
 
-	run(t, ctx, 30*time.Second, "sign in",
-		chromedp.Navigate(s.URL+"/api/console/"),
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), s.Token),
-		chromedp.SendKeys(chromedp.CSS("#signin-product"), "demo"),
-		chromedp.Click(chromedp.CSS(`form button[type=submit]`)),
-		chromedp.WaitVisible(chromedp.CSS("#nav")))
+	consoleSignIn(t, ctx, s, "demo")
 	evalJS[string](t, ctx, `location.hash = '#/job/`+id+`'`)
 	waitJS(t, ctx, 20*time.Second, "the live log follows", `document.querySelector('#live-log-state').textContent === 'following'`)
 	require.NoError(t, os.WriteFile(goFile, nil, 0o600))

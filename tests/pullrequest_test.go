@@ -112,14 +112,8 @@ echo "work of iteration $it" >> work.txt`)
 	// The console's job page: the pull request, the iteration, and each
 	// iteration's feedback beside it.
 	ctx := browser(t)
-	run(t, ctx, 30*time.Second, "sign in",
-		chromedp.Navigate(s.URL+"/api/console/"),
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), s.Token),
-		chromedp.SendKeys(chromedp.CSS("#signin-product"), "demo"),
-		chromedp.Click(chromedp.CSS(`form button[type=submit]`)),
-		chromedp.WaitVisible(chromedp.CSS("#nav")),
-		chromedp.Navigate(s.URL+"/api/console/#/job/"+id))
+	consoleSignIn(t, ctx, s, "demo")
+	run(t, ctx, 20*time.Second, "the job page", chromedp.Navigate(s.URL+"/api/console/#/job/"+id))
 	waitJS(t, ctx, 20*time.Second, "the job page shows its pull request and feedback",
 		`document.querySelector('#pull-request')?.textContent === 'acme/app#1 open' &&
 		 document.querySelectorAll('#feedback li').length === 2 &&
