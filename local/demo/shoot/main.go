@@ -1,10 +1,10 @@
 // Command shoot is `make screenshots`: it runs `make demo`'s fleet
 // (bin/fleet-demo on a free port, in a directory of its own), waits until
 // its jobs have settled, and saves a picture of each main page of the
-// console, signed in as an operator would, to docs/: the fleet map
-// (docs/console.png, the README's picture), the jobs list, the page of the
-// job that went through a pull request, its live output, the alerts and
-// the budgets. Then it stops the demo (Ctrl-C, as a person would).
+// console, signed in as an operator would, to docs/: the page of the job
+// that went through a pull request (docs/console.png, the README's
+// picture: its review, diff, live output, feedback, runs and timeline),
+// the fleet map, the jobs list, the alerts and the budgets. Then it stops the demo (Ctrl-C, as a person would).
 package main
 
 import (
@@ -101,9 +101,9 @@ func run() error {
 	shots := []struct {
 		file, route, ready string
 	}{
-		{"console.png", "#/fleet", `[...document.querySelectorAll('main tbody tr')].length >= 2`},
+		{"console.png", "#/job/" + prJob, `document.querySelector('#pull-request') !== null && document.querySelectorAll('#feedback li').length > 0`},
+		{"console-fleet.png", "#/fleet", `[...document.querySelectorAll('main tbody tr')].length >= 2`},
 		{"console-jobs.png", "#/jobs", `document.querySelectorAll('main tbody tr').length >= 5`},
-		{"console-job.png", "#/job/" + prJob, `document.querySelector('#pull-request') !== null && document.querySelectorAll('#feedback li').length > 0`},
 		{"console-alerts.png", "#/alerts", `document.querySelector('main h2') !== null`},
 		{"console-budgets.png", "#/budgets", `document.querySelector('main h2') !== null`},
 	}
