@@ -623,7 +623,7 @@ function liveLogPanel(jobId) {
   window.addEventListener('hashchange', () => done(''), { once: true });
   stop = streamEvents(`/jobs/${encodeURIComponent(jobId)}/log/stream`, ev => {
     if (!card.isConnected) { done(''); return; }
-    if (ev.type === 'end') { done('the run has ended'); return; }
+    if (ev.type === 'end') { done(text === '' ? 'no output: the job has not run, or its run printed nothing' : 'the run has ended'); return; }
     let chunk = '';
     try { chunk = JSON.parse(ev.data); } catch { return; }
     text = (text + chunk.replace(ansi, '').replace(/\r(?!\n)/g, '\n')).slice(-MAX_CHARS);
