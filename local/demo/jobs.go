@@ -88,12 +88,12 @@ func (d *demo) submit(ctx context.Context) (map[string]role, error) {
 type action int
 
 const (
-	actNone    action = iota
-	actApprove        // vote approve on the review head
-	actShip           // ship a reviewed job from testing
-	actRequeue        // requeue the flaky job after its planned failure
-	actAskChanges     // the forge's reviewer asks for changes on the pull request
-	actApprovePR      // the forge's reviewer approves the pull request
+	actNone       action = iota
+	actApprove           // vote approve on the review head
+	actShip              // ship a reviewed job from testing
+	actRequeue           // requeue the flaky job after its planned failure
+	actAskChanges        // the forge's reviewer asks for changes on the pull request
+	actApprovePR         // the forge's reviewer approves the pull request
 )
 
 // tracked is what the driver remembers of a job.
