@@ -38,3 +38,22 @@ func TestPullRequestFields(t *testing.T) {
 	}, pullRequestFields(j))
 	require.Empty(t, pullRequestFields(&fleet.Job{}), "nothing for a job without a forge")
 }
+
+// TestWhereItRuns: explain says where a running job runs and where an
+// ended or delivered one ran, and nothing for one still in the queue.
+func TestWhereItRuns(t *testing.T) {
+	t.Parallel()
+	runs := []fleet.Run{{FactoryID: "f1", LeaseEpoch: 1, Result: fleet.RunFailed}, {FactoryID: "f2", LeaseEpoch: 2, Result: fleet.RunSucceeded}}
+	for _, tc := range []struct {
+		job  fleet.Job
+		want [2]string
+	}{
+		{fleet.Job{Stage: fleet.StageBuilding, HolderFactoryID: "f3", LeaseEpoch: 3, Runs: runs}, [2]string{"runs on", "f3 (lease epoch 3)"}},
+		{fleet.Job{Stage: fleet.StageShipped, Runs: runs}, [2]string{"ran on", "f2 (run 2, succeeded); now shipped"}},
+		{fleet.Job{Stage: fleet.StageReview, Runs: runs[:1]}, [2]string{"ran on", "f1 (run 1, failed); now review"}},
+		{fleet.Job{Stage: fleet.StageQueued, Runs: runs}, [2]string{}},
+		{fleet.Job{Stage: fleet.StageShipped}, [2]string{}},
+	} {
+		require.Equal(t, tc.want, whereItRuns(&tc.job), tc.job.Stage)
+	}
+}

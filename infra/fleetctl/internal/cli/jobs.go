@@ -320,7 +320,17 @@ func (a *app) jobsExplain() *cobra.Command {
 			if a.json() {
 				return a.printJSON(raw)
 			}
-			if err := a.fields(explainFields(&e)); err != nil {
+			kv := explainFields(&e)
+			// Where it runs or ran: the explanation scores where it would
+			// go now, which for a job past the queue is not the answer.
+			var j fleet.Job
+			if _, err := a.call(cmd, api.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(e.JobID)}, &j); err != nil {
+				return err
+			}
+			if w := whereItRuns(&j); w[0] != "" {
+				kv = append(kv[:2:2], append([][2]string{w}, kv[2:]...)...)
+			}
+			if err := a.fields(kv); err != nil {
 				return err
 			}
 			a.printf("\n")
@@ -337,6 +347,19 @@ func (a *app) jobsExplain() *cobra.Command {
 			return a.table([]string{"FACTORY", "ELIGIBLE", "TOTAL", "CAPFIT", "AFFINITY", "LOAD", "COSTFIT", "HEALTH", "STARVATION", "REASON"}, rows)
 		},
 	}
+}
+
+// whereItRuns is the factory a leased job runs on, or the one its last
+// run ran on; none for a job that never left the queue.
+func whereItRuns(j *fleet.Job) [2]string {
+	switch {
+	case j.Stage.Leased() && j.HolderFactoryID != "":
+		return [2]string{"runs on", fmt.Sprintf("%s (lease epoch %d)", j.HolderFactoryID, j.LeaseEpoch)}
+	case len(j.Runs) > 0 && j.Stage != fleet.StageQueued && j.Stage != fleet.StageBlocked:
+		r := j.Runs[len(j.Runs)-1]
+		return [2]string{"ran on", fmt.Sprintf("%s (run %d, %s); now %s", r.FactoryID, r.LeaseEpoch, r.Result, j.Stage)}
+	}
+	return [2]string{}
 }
 
 // explainFields are the key: value lines of jobs explain above its table.
