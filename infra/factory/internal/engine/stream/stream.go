@@ -91,8 +91,7 @@ type Reader struct {
 
 	mu    sync.Mutex
 	facts Facts
-	buf   []byte
-	skip  bool // in an over-long line: drop until its newline
+	lines lines
 }
 
 // NewReader returns a Reader feeding p, timing events on c.
@@ -105,39 +104,14 @@ func NewReader(p Parser, c clock.Clock) *Reader {
 func (r *Reader) Write(b []byte) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := len(b)
-	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			r.add(b)
-			break
-		}
-		r.add(b[:i])
-		r.end()
-		b = b[i+1:]
-	}
-	return n, nil
+	r.lines.feed(b, r.line)
+	return len(b), nil
 }
 
-// add appends to the current line, or drops it once it passed MaxLine.
-func (r *Reader) add(b []byte) {
-	if r.skip {
-		return
-	}
-	if len(r.buf)+len(b) > MaxLine {
-		r.skip, r.buf = true, r.buf[:0]
+// line parses one complete line.
+func (r *Reader) line(line []byte, overlong bool) {
+	if overlong {
 		r.facts.Overlong++
-		return
-	}
-	r.buf = append(r.buf, b...)
-}
-
-// end finishes the current line.
-func (r *Reader) end() {
-	line := bytes.TrimSpace(r.buf)
-	skipped := r.skip
-	r.buf, r.skip = r.buf[:0], false
-	if skipped || len(line) == 0 {
 		return
 	}
 	now := r.clock.Now()
@@ -150,8 +124,56 @@ func (r *Reader) end() {
 func (r *Reader) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.end()
+	r.lines.end(r.line)
 	return nil
+}
+
+// lines splits a byte stream into lines, bounded by MaxLine: a longer
+// line is dropped whole, never buffered, and reported once it ends. The
+// Reader and the Transcript both read the engine's output through it.
+type lines struct {
+	buf  []byte
+	skip bool // in an over-long line: drop until its newline
+}
+
+// feed consumes b, calling line with each complete line (trimmed; blank
+// ones left out), or with overlong for one that passed MaxLine.
+func (s *lines) feed(b []byte, line func(l []byte, overlong bool)) {
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			s.add(b)
+			return
+		}
+		s.add(b[:i])
+		s.end(line)
+		b = b[i+1:]
+	}
+}
+
+// add appends to the current line, or drops it once it passed MaxLine.
+func (s *lines) add(b []byte) {
+	if s.skip {
+		return
+	}
+	if len(s.buf)+len(b) > MaxLine {
+		s.skip, s.buf = true, s.buf[:0]
+		return
+	}
+	s.buf = append(s.buf, b...)
+}
+
+// end finishes the current line.
+func (s *lines) end(line func(l []byte, overlong bool)) {
+	l := bytes.TrimSpace(s.buf)
+	skipped := s.skip
+	s.buf, s.skip = s.buf[:0], false
+	switch {
+	case skipped:
+		line(nil, true)
+	case len(l) > 0:
+		line(l, false)
+	}
 }
 
 // Facts returns the facts so far.

@@ -1,7 +1,6 @@
 package stream
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -32,12 +31,10 @@ const resultLines = 3
 // to w. A line that is not an event (not a JSON object) is written as it
 // came: it is something the engine printed for people.
 type Transcript struct {
-	r  Renderer
-	w  io.Writer
-	mu sync.Mutex
-	// buf is the line in progress; skip drops one past MaxLine.
-	buf  []byte
-	skip bool
+	r     Renderer
+	w     io.Writer
+	mu    sync.Mutex
+	lines lines
 }
 
 // NewTranscript writes r's rendering of each line to w.
@@ -48,49 +45,22 @@ func NewTranscript(r Renderer, w io.Writer) *Transcript { return &Transcript{r: 
 func (t *Transcript) Write(b []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := len(b)
-	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			t.add(b)
-			break
-		}
-		t.add(b[:i])
-		t.end()
-		b = b[i+1:]
-	}
-	return n, nil
+	t.lines.feed(b, t.line)
+	return len(b), nil
 }
 
 // Close renders a last line the engine did not end with a newline.
 func (t *Transcript) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.end()
+	t.lines.end(t.line)
 	return nil
 }
 
-func (t *Transcript) add(b []byte) {
-	if t.skip {
-		return
-	}
-	if len(t.buf)+len(b) > MaxLine {
-		t.skip, t.buf = true, t.buf[:0]
-		return
-	}
-	t.buf = append(t.buf, b...)
-}
-
-func (t *Transcript) end() {
-	line := bytes.TrimSpace(t.buf)
-	skipped := t.skip
-	t.buf, t.skip = t.buf[:0], false
-	if len(line) == 0 && !skipped {
-		return
-	}
+func (t *Transcript) line(line []byte, overlong bool) {
 	var out string
 	switch {
-	case skipped:
+	case overlong:
 		out = "[an event longer than 1 MiB was left out]"
 	case line[0] != '{':
 		out = string(line)
