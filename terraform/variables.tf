@@ -381,7 +381,7 @@ variable "prune_schedule" {
 variable "forge_schedule" {
   description = "NCRONTAB of the forge sweep timer, which retries pull request syncs the forge failed once their backoff is over (FLEET_FORGE_SCHEDULE)."
   type        = string
-  default     = "*/10 * * * * *"
+  default     = "0 * * * * *"
   validation {
     condition     = length(split(" ", trimspace(var.forge_schedule))) == 6
     error_message = "forge_schedule must be an NCRONTAB expression with six fields (seconds first)."

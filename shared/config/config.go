@@ -139,7 +139,7 @@ var Settings = []Setting{
 	{GitHubToken, "", "The GitHub token itself, instead of FLEET_GITHUB_TOKEN_FILE (not both): in Azure a Key Vault reference Terraform sets (`github_token`), so the token is never in plain text in the app's settings."},
 	{GitHubSecretFile, "", "A file holding the secret GitHub signs webhook deliveries with (X-Hub-Signature-256). Unset: POST /api/fleet/forge/github answers 503."},
 	{GitHubSecret, "", "The webhook secret itself, instead of FLEET_GITHUB_WEBHOOK_SECRET_FILE (not both): in Azure a Key Vault reference Terraform sets (`github_webhook_secret`)."},
-	{ForgeSchedule, "*/10 * * * * *", "NCRONTAB of the forge sweep, which retries pull request syncs the forge failed once their backoff is over."},
+	{ForgeSchedule, "0 * * * * *", "NCRONTAB of the forge sweep, which retries pull request syncs the forge failed once their backoff is over."},
 	{PublicURL, "", "The coordinator's public base URL (e.g. `https://fleet.example.com`): a job's pull request links to its page in the console. Unset: no link."},
 	{MaxStreamsPerPrincipal, strconv.Itoa(httpapi.DefaultMaxStreamsPerPrincipal), "Live streams (`…/stream`) and long polls (`?wait=`) one token may hold open at once in one process; past it, 429 `throttled` with `Retry-After`, before anything is read. At most FLEET_MAX_STREAMS."},
 	{MaxStreams, strconv.Itoa(httpapi.DefaultMaxStreams), "Live streams and long polls one process holds open at once, all tokens together; past it, 429 `throttled` with `Retry-After`. Keep it well under the process's open-file limit: each takes a connection (two behind the host emulator)."},

@@ -146,7 +146,7 @@ run "fleet_settings_have_their_defaults" {
         FLEET_ECHO_SCHEDULE       = "*/5 * * * * *"
         FLEET_PRUNE_SCHEDULE      = "0 */5 * * * *"
         FLEET_PRUNE_AFTER         = "168h"
-        FLEET_FORGE_SCHEDULE      = "*/10 * * * * *"
+        FLEET_FORGE_SCHEDULE      = "0 * * * * *"
         FLEET_LEASE_TTL           = "5m"
         FLEET_REDISPATCH_AFTER    = "5m" # the dispatch TTL: 2m on one machine, 5m to cover a cold start
         FLEET_BUS                 = "servicebus"
