@@ -123,6 +123,7 @@ func main() {
 // factories, which run until the run ends.
 type session struct {
 	cfg       config
+	root      string // the repository
 	st        *stack
 	op        *client
 	probe     *prober
@@ -198,7 +199,7 @@ func run(parent context.Context, cfg config) (*results, error) {
 	ctx, fail := context.WithCancelCause(parent)
 	defer fail(nil)
 	bgCtx, stopBG := context.WithCancel(ctx)
-	s := &session{cfg: cfg, st: st, op: newClient(st.URL, st.Token, 32), bgCtx: bgCtx, fail: fail, forge: forge}
+	s := &session{cfg: cfg, root: root, st: st, op: newClient(st.URL, st.Token, 32), bgCtx: bgCtx, fail: fail, forge: forge}
 	s.probe = &prober{op: s.op}
 	st.watch(bgCtx, fail)
 
@@ -242,8 +243,12 @@ func (s *session) phases(ctx context.Context, res *results) (jobBody []byte, err
 	// The sweeps' first ticks after phase 1 scan once and record that
 	// there is nothing left; measured first, so the idle window shows the
 	// steady state.
-	progress("4a. one tick of each timer sweep, %d times: %v", sweepRuns, timerFunctions)
-	if res.Sweeps, err = s.runSweeps(ctx); err != nil {
+	timers, err := timerFunctions(s.root)
+	if err != nil {
+		return nil, err
+	}
+	progress("4a. one tick of each timer sweep, %d times: %v", sweepRuns, timers)
+	if res.Sweeps, err = s.runSweeps(ctx, timers); err != nil {
 		return nil, fmt.Errorf("sweeps: %w", err)
 	}
 	progress("4. idle window of %s with 4 connected factories", s.cfg.Idle)

@@ -4,10 +4,30 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
+
+	"github.com/gigafactory/fleet/local/hostemu"
 )
 
-// timerFunctions are the timer sweeps measured one tick at a time.
-var timerFunctions = []string{"reaper", "redispatch", "gcsweep", "prune", "echosweep"}
+// timerFunctions are the app's timer functions, found as the host finds
+// them, so a new timer is measured (and its idle ticks counted) without
+// anyone remembering to list it here.
+func timerFunctions(root string) ([]string, error) {
+	app, err := hostemu.LoadApp(root)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, f := range app.Functions {
+		if t, ok := f.Trigger(); ok && strings.EqualFold(t.Type, "timerTrigger") {
+			names = append(names, f.Name)
+		}
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no timer function under %s/functions", root)
+	}
+	return names, nil
+}
 
 // sweepRuns is how many ticks of each sweep are run; the first may still
 // find work left by earlier phases (and records that it found none).
@@ -26,9 +46,9 @@ type sweepResult struct {
 // runSweeps runs each timer function sweepRuns times through the host
 // emulator's admin API (POST /admin/functions/{name}, which answers once the
 // run is over) and reads both processes' counters around each run.
-func (s *session) runSweeps(ctx context.Context) ([]sweepResult, error) {
+func (s *session) runSweeps(ctx context.Context, timers []string) ([]sweepResult, error) {
 	var out []sweepResult
-	for _, name := range timerFunctions {
+	for _, name := range timers {
 		r := sweepResult{Function: name}
 		for i := range sweepRuns {
 			if err := settle(ctx, s.op); err != nil {
