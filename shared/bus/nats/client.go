@@ -468,14 +468,14 @@ func (c *Client) receive(ctx context.Context, dlq bool, sub string, max int, wai
 		cancel()
 		switch {
 		case err == nil:
+			// Handed over at once: topping up with another fetch would
+			// cost every delivery that ended a wait a round trip to the
+			// server (issue 25's receive stage), and whatever came with
+			// it is fetched without waiting by the caller's next receive.
 			if d, ok := c.accept(ctx, m, dlq, sub); ok {
-				out = append(out, d)
-				if len(out) == max {
-					return out, nil
-				}
+				return append(out, d), nil
 			}
-			// Loop: top up with whatever else is available, or keep
-			// waiting if the message was dead-lettered on the way.
+			// Dead-lettered on the way: keep waiting.
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		case errors.Is(err, natsgo.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoMessages):

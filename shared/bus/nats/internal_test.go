@@ -80,3 +80,44 @@ func TestDeadLetterMoveSurvivesCrashBetweenCopyAndTerm(t *testing.T) {
 	require.Equal(t, "j:1", dls[0].ID)
 	require.Equal(t, bus.ReasonMaxDeliveries, dls[0].DeadLetterReason)
 }
+
+// A message that ends a receive's wait is handed over with no further
+// request to the server: the pull that waited is the only one sent.
+func TestReceiveReturnsTheMessageThatEndedItsWait(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv, err := natsserver.Start(ctx, natsserver.Options{StoreDir: filepath.Join(t.TempDir(), "nats")})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	open := func() *Client {
+		c, err := Open(ctx, srv.ClientURL(), Options{AckWait: time.Minute})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, c.Close(context.Background())) })
+		return c
+	}
+	receiver, sender := open(), open()
+	const sub = "mac-1"
+	require.NoError(t, receiver.EnsureSubscription(ctx, sub))
+	_, err = receiver.consumer(ctx, false, sub) // bound before counting
+	require.NoError(t, err)
+
+	type result struct {
+		ds  []bus.Delivery
+		err error
+	}
+	got := make(chan result, 1)
+	before := receiver.nc.Stats().OutMsgs
+	go func() {
+		ds, err := receiver.Receive(ctx, sub, 10, 10*time.Second)
+		got <- result{ds, err}
+	}()
+	// Sent once the receive waits: its no-wait fetch and its waiting pull
+	// have both gone out.
+	require.Eventually(t, func() bool { return receiver.nc.Stats().OutMsgs-before >= 2 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, sender.Send(ctx, bus.Message{ID: "j:1", Subscription: sub, Body: []byte("b")}))
+	r := <-got
+	require.NoError(t, r.err)
+	require.Len(t, r.ds, 1)
+	require.EqualValues(t, 2, receiver.nc.Stats().OutMsgs-before,
+		"one no-wait fetch and one waiting pull; no top-up request after the message came")
+}

@@ -32,6 +32,8 @@ type fakeNamespace struct {
 	sent    []*azservicebus.Message
 	seq     int64
 	sendErr error // returned by the next SendMessage
+	// afterFirst: each receive's TimeAfterFirstMessage (receivedWith).
+	afterFirst []time.Duration
 }
 
 type fakeSub struct {
@@ -66,6 +68,18 @@ func newFakeNamespace(topics ...string) *fakeNamespace {
 		ns.topics[t] = true
 	}
 	return ns
+}
+
+// receivedWith records a receive's TimeAfterFirstMessage as the SDK reads
+// it: its default, 20 ms, when none is given.
+func (ns *fakeNamespace) receivedWith(o *azservicebus.ReceiveMessagesOptions) {
+	d := 20 * time.Millisecond
+	if o != nil && o.TimeAfterFirstMessage > 0 {
+		d = o.TimeAfterFirstMessage
+	}
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	ns.afterFirst = append(ns.afterFirst, d)
 }
 
 func (ns *fakeNamespace) sentMessages() []*azservicebus.Message {
@@ -238,7 +252,8 @@ type fakeReceiver struct {
 	closed  bool
 }
 
-func (r *fakeReceiver) ReceiveMessages(ctx context.Context, max int, _ *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+func (r *fakeReceiver) ReceiveMessages(ctx context.Context, max int, o *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	r.ns.receivedWith(o)
 	r.mu.Lock()
 	if r.busy {
 		r.mu.Unlock()

@@ -109,6 +109,13 @@ const propOrderingKey = "orderingKey"
 // message.
 const minWait = 200 * time.Millisecond
 
+// receiveOptions hands a delivery over as soon as it comes, with whatever
+// arrived with it. The SDK's default keeps collecting for 20 ms after the
+// first message, and those 20 ms would be on every dispatch's path from
+// the broker to its factory (issue 25's receive stage); messages arriving
+// in that time are fetched by the next receive instead.
+var receiveOptions = &azservicebus.ReceiveMessagesOptions{TimeAfterFirstMessage: time.Millisecond}
+
 // Options configure a Client.
 type Options struct {
 	// Namespace is the fully qualified namespace host, e.g.
@@ -467,7 +474,7 @@ func (c *Client) receive(ctx context.Context, key receiverKey, maxMessages int, 
 	defer func() { <-rc.sem }()
 
 	wctx, cancel := context.WithTimeout(ctx, max(wait, minWait))
-	msgs, err := rc.r.ReceiveMessages(wctx, maxMessages, nil)
+	msgs, err := rc.r.ReceiveMessages(wctx, maxMessages, receiveOptions)
 	waitEnded := wctx.Err() != nil
 	cancel()
 	switch {
@@ -530,7 +537,7 @@ func (c *Client) receiveOneSession(ctx context.Context, sub string, maxMessages 
 	c.sessions[lease] = struct{}{}
 	c.mu.Unlock()
 
-	msgs, err := sr.ReceiveMessages(ctx, maxMessages, nil)
+	msgs, err := sr.ReceiveMessages(ctx, maxMessages, receiveOptions)
 	if len(msgs) == 0 {
 		lease.close(ctx)
 		return nil, err

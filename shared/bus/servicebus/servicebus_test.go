@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -294,6 +295,30 @@ func TestReceiveRecoversAfterSubscriptionIsCreated(t *testing.T) {
 	ds, err := c.Receive(ctx, "late", 1, time.Second)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
+}
+
+// Every receive, with sessions or without, asks the SDK to hand a message
+// over as it comes: its default keeps collecting for 20 ms after the first
+// one, on the path of every dispatch.
+func TestReceiveHandsOverTheFirstMessageAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, sessions := range []bool{false, true} {
+		ctx := t.Context()
+		ns := newFakeNamespace(DefaultTopic)
+		c := newFake(t, ns, fakeOptions(sessions))
+		require.NoError(t, c.EnsureSubscription(ctx, "mac-1"))
+		require.NoError(t, c.Send(ctx, bus.Message{ID: "a:1", Subscription: "mac-1", OrderingKey: "a"}))
+		ds, err := c.Receive(ctx, "mac-1", 10, time.Second)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		ns.mu.Lock()
+		got := slices.Clone(ns.afterFirst)
+		ns.mu.Unlock()
+		require.NotEmpty(t, got, "sessions %v", sessions)
+		for _, d := range got {
+			require.LessOrEqual(t, d, time.Millisecond, "sessions %v: TimeAfterFirstMessage", sessions)
+		}
+	}
 }
 
 // The SDK allows one ReceiveMessages per receiver at a time; the fake
