@@ -260,3 +260,86 @@ func (s *Stack) subscriptionDepth(t *testing.T, sub string) (int64, bool) {
 	n, ok := m.Adapters.Bus.SubscriptionDepth[sub]
 	return n, ok
 }
+
+// TestElasticPoolCoolsDownOnRateLimit: an elastic pool's execution sends no
+// heartbeat, so the rate limit that ended its run reaches the coordinator
+// with the failure itself. The pool then cools down for engine:claude: the
+// job, given back with no attempt spent, is not dispatched to it again
+// (which would start execution after execution against the same limit,
+// none of them spending an attempt), and /explain says why.
+func TestElasticPoolCoolsDownOnRateLimit(t *testing.T) {
+	t.Parallel()
+	repo := newFacRepo(t, "app")
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "linux.token")
+	bin := filepath.Join(repoRoot, "infra/factory/internal/engine/stream/testdata/bin")
+	pools := map[string]any{"linux": map[string]any{
+		"command":         []string{factoryBinary(t), "--once"},
+		"tokenFile":       tokenFile,
+		"maxExecutions":   10,
+		"pollingInterval": "300ms",
+		"env": map[string]string{
+			"FLEET_REPO_URLS":     "app=" + repo.Origin,
+			"FLEET_ENGINE_CLAUDE": "preset", "FLEET_DEFAULT_ENGINE": "claude",
+			"PATH":              bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+			"CLAUDE_CONFIG_DIR": t.TempDir(),
+			"FLEET_ONCE_WAIT":   "5s",
+			"FLEET_GC_INTERVAL": "0",
+			"FLEET_KILL_GRACE":  "1s",
+		},
+	}}
+	b, err := json.Marshal(pools)
+	require.NoError(t, err)
+	poolsFile := filepath.Join(dir, "pools.json")
+	require.NoError(t, os.WriteFile(poolsFile, b, 0o644))
+
+	s := busStack(t, "FLEET_LOCAL_POOLS="+poolsFile, "FLEET_LOG_LEVEL=info")
+	s.Product("demo", "app")
+	r := s.Op(http.MethodPost, "/factories/enroll", "", map[string]any{
+		"factoryId": "linux", "kind": "elastic", "products": []string{"demo"}, "seatLimit": 10,
+		"capabilities": []string{"os:linux", "engine:claude", "repo:app"},
+	})
+	require.Equal(t, http.StatusCreated, r.Status, "enroll: %s", r.Body)
+	require.NoError(t, os.WriteFile(tokenFile, []byte(r.Map(t)["token"].(string)), 0o600))
+
+	id := s.Submit("demo", "---\ntitle: limited\nrepo: app\ncapabilities: [engine:claude]\n---\nfake-scenario: rate_limit_event\n")
+	Eventually(t, 90*time.Second, "the pool's execution fails the run rate_limited", func() bool {
+		lf, _ := s.Job("demo", id)["lastFailure"].(map[string]any)
+		return lf != nil && lf["kind"] == "rate_limited"
+	})
+	j := s.Job("demo", id)
+	require.Equal(t, "queued", j["stage"])
+	require.Equal(t, float64(0), j["attempts"], "a rate limit spends no attempt")
+
+	r = s.Op(http.MethodGet, "/factories", "demo", nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	var factories struct {
+		Items []struct {
+			ID        string               `json:"id"`
+			Cooldowns map[string]time.Time `json:"cooldowns"`
+		} `json:"items"`
+	}
+	r.JSON(t, &factories)
+	require.Len(t, factories.Items, 1)
+	require.Equal(t, "linux", factories.Items[0].ID)
+	cd := factories.Items[0].Cooldowns
+	require.True(t, cd["engine:claude"].After(time.Now()), "the pool cools down for engine:claude: %v", cd)
+	ex := s.Op(http.MethodGet, "/jobs/"+id+"/explain", "demo", nil)
+	require.Equal(t, http.StatusOK, ex.Status, "%s", ex.Body)
+	require.Contains(t, string(ex.Body), "cooling down for engine:claude")
+
+	// Without the cooldown the job is dispatched back to the pool within
+	// milliseconds and a second execution starts at the next poll (300 ms).
+	executions := func() (n int) {
+		for _, e := range s.poolEvents("linux") {
+			if e.Msg == "pool execution started" {
+				n++
+			}
+		}
+		return n
+	}
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		require.Equal(t, 1, executions(), "the job waits for the pool's cooldown; no execution after the first")
+		require.Equal(t, "queued", s.Job("demo", id)["stage"])
+	}
+}

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"time"
+
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
@@ -48,6 +50,11 @@ type FailRequest struct {
 	Kind fleet.FailureKind `json:"kind,omitempty"`
 	// EngineFacts are what a structured engine said of the run.
 	fleet.EngineFacts
+	// Cooldowns ("engine:<name>" -> until) are added to the failing
+	// factory's, as a heartbeat's would be, before the job is given back:
+	// how an elastic pool's execution, which sends no heartbeat, reports
+	// the rate limit that ended its run.
+	Cooldowns map[string]time.Time `json:"cooldowns,omitempty"`
 }
 
 // LeaseRequest is POST /fleet/jobs/{id}/lease/renew.

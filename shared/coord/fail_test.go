@@ -296,6 +296,50 @@ func TestFailRateLimited(t *testing.T) {
 	require.Equal(t, j.ID, again.Job.ID)
 }
 
+// TestFailCarriesCooldowns: a failure's cooldowns are added to the failing
+// factory's before the job is given back, so a factory that never
+// heartbeats (an elastic pool's execution) still keeps the job from coming
+// straight back to its rate-limited account. Bad cooldowns refuse the whole
+// report, naming the field, and change nothing.
+func TestFailCarriesCooldowns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tok := e.factory("f1")
+	e.factory("f2")
+	_, err := e.c.Heartbeat(e.ctx, tok, catalog.Heartbeat{Capabilities: baseCaps, Repos: []string{repo},
+		Cooldowns: map[string]time.Time{"engine:codex": t0.Add(time.Hour)}})
+	require.NoError(t, err)
+	j := e.submit("maxAttempts: 1")
+	cl := e.claim("f1")
+
+	fail := func(cs map[string]time.Time) (*fleet.Job, error) {
+		return e.c.Fail(e.ctx, "f1", prod, j.ID, coord.FailRequest{LeaseEpoch: cl.LeaseEpoch, Reason: "rate_limited: 429",
+			Retryable: true, Kind: fleet.FailRateLimited, Cooldowns: cs})
+	}
+	_, err = fail(map[string]time.Time{"gpu:a100": t0.Add(time.Minute)})
+	var fe *fleet.Error
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "cooldowns.gpu:a100", fe.Field)
+	still, err := e.c.GetJob(e.ctx, prod, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, cl.LeaseEpoch, still.LeaseEpoch, "a refused report moves nothing")
+	require.Equal(t, "f1", still.HolderFactoryID)
+
+	got, err := fail(map[string]time.Time{"engine:claude": t0.Add(time.Minute)})
+	require.NoError(t, err)
+	require.Equal(t, fleet.StageQueued, got.Stage)
+	f, err := e.c.GetFactory(e.ctx, "f1")
+	require.NoError(t, err)
+	require.Equal(t, map[string]time.Time{"engine:claude": t0.Add(time.Minute), "engine:codex": t0.Add(time.Hour)}, f.Cooldowns,
+		"added to the heartbeat's, not replacing them")
+	none, err := e.c.Claim(e.ctx, e.as("f1"))
+	require.NoError(t, err)
+	require.Nil(t, none, "f1 cools down for engine:claude")
+	ex, err := e.c.Explain(e.ctx, catalog.Scope{}, prod, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, "f2", ex.Schedule.Best)
+}
+
 // TestHeartbeatCooldowns: a heartbeat's cooldowns replace the stored set,
 // dropping the ones already over; a key that is not an engine capability,
 // or an until too far ahead, is refused naming the field.

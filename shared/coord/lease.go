@@ -290,14 +290,18 @@ type FailRequest struct {
 	Usage *fleet.Usage
 	// Engine is what a structured engine said of the run.
 	Engine fleet.EngineFacts
+	// Cooldowns are added to the holder's (catalog.CoolDown) before the
+	// job is given back, so its dispatch already sees them.
+	Cooldowns map[string]time.Time
 }
 
 // Fail records a failure and frees the lease at once. A terminal failure
 // ends in `failed`; a retryable one goes back to `queued` after an
 // exponential backoff, or to `dead_letter` when attempts run out. A rate
 // limit (kind rate_limited) is the account's, not the job's: it spends no
-// attempt and waits no backoff, since the holder reported its cooldown in
-// a heartbeat first and the scheduler sends the job elsewhere.
+// attempt and waits no backoff, since the holder reported its cooldown (in
+// this failure, or in a heartbeat before it) and the scheduler sends the
+// job elsewhere.
 func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID string, req FailRequest) (*fleet.Job, error) {
 	// The reason is whatever the engine printed. Refusing a report for its
 	// text would leave the job leased until expiry and then retry it, so the
@@ -307,6 +311,9 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 		req.Reason = "no reason given"
 	}
 	if err := admission.ValidateReport(req.Usage, "", nil, req.Engine); err != nil {
+		return nil, err
+	}
+	if err := c.catalog.CoolDown(ctx, factoryID, req.Cooldowns); err != nil {
 		return nil, err
 	}
 	var report *fleet.RunReport

@@ -204,6 +204,36 @@ func (f *Factory) CoolingFor(c string, now time.Time) (time.Time, bool) {
 	return until, true
 }
 
+// MergeCooldowns adds cooldowns to a stored set, as a failure that reports
+// one does (a heartbeat replaces the set instead): per engine the later
+// until wins, entries over at now are dropped, and past MaxCooldowns the
+// ones ending soonest go. It returns nil for an empty set; neither input
+// is changed.
+func MergeCooldowns(stored, add map[string]time.Time, now time.Time) map[string]time.Time {
+	var out map[string]time.Time
+	for _, set := range []map[string]time.Time{stored, add} {
+		for k, until := range set {
+			if !until.After(now) || (out != nil && !until.After(out[k])) {
+				continue
+			}
+			if out == nil {
+				out = map[string]time.Time{}
+			}
+			out[k] = until.UTC()
+		}
+	}
+	for len(out) > MaxCooldowns {
+		soonest := ""
+		for k, until := range out {
+			if soonest == "" || until.Before(out[soonest]) || (until.Equal(out[soonest]) && k < soonest) {
+				soonest = k
+			}
+		}
+		delete(out, soonest)
+	}
+	return out
+}
+
 // ValidateCooldowns checks a heartbeat's cooldowns: engine capabilities,
 // at most MaxCooldowns, each until no further than MaxCooldown after now.
 // Entries already over are dropped, so what is stored is only what binds.

@@ -1,7 +1,10 @@
 package fleet_test
 
 import (
+	"fmt"
+	"maps"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -61,4 +64,46 @@ func TestProductOwns(t *testing.T) {
 	require.False(t, p.Owns("Notes"))
 	require.False(t, p.Owns("api"))
 	require.False(t, (&fleet.Product{}).Owns("notes"))
+}
+
+// TestMergeCooldowns: a failure's cooldowns are added to the stored set:
+// the later until wins per engine, what is over goes, and the set stays
+// bounded by dropping the ones ending soonest.
+func TestMergeCooldowns(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	at := func(m int) time.Time { return now.Add(time.Duration(m) * time.Minute) }
+	many := func(n, from int) map[string]time.Time {
+		out := map[string]time.Time{}
+		for i := range n {
+			out[fmt.Sprintf("engine:e%02d", i)] = at(from + i)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name       string
+		stored, in map[string]time.Time
+		want       map[string]time.Time
+	}{
+		{name: "nothing", want: nil},
+		{name: "added to none", in: map[string]time.Time{"engine:claude": at(5)}, want: map[string]time.Time{"engine:claude": at(5)}},
+		{name: "the later until wins", stored: map[string]time.Time{"engine:claude": at(10), "engine:codex": at(1)},
+			in:   map[string]time.Time{"engine:claude": at(5), "engine:codex": at(7)},
+			want: map[string]time.Time{"engine:claude": at(10), "engine:codex": at(7)}},
+		{name: "over ones dropped", stored: map[string]time.Time{"engine:claude": at(0)}, in: map[string]time.Time{"engine:codex": at(-1)}, want: nil},
+		{name: "bounded, soonest dropped", stored: many(fleet.MaxCooldowns, 10), in: map[string]time.Time{"engine:late": at(100)},
+			want: func() map[string]time.Time {
+				m := many(fleet.MaxCooldowns, 10)
+				delete(m, "engine:e00")
+				m["engine:late"] = at(100)
+				return m
+			}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			stored := maps.Clone(tc.stored)
+			require.Equal(t, tc.want, fleet.MergeCooldowns(tc.stored, tc.in, now))
+			require.Equal(t, stored, tc.stored, "the stored set is not changed in place")
+		})
+	}
 }

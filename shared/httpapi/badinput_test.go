@@ -103,6 +103,7 @@ func TestBadInput(t *testing.T) {
 		bad("accept with a malformed productId", "POST", "/api/fleet/accept", w.f1, `{"jobId": "j1", "dispatchEpoch": 1, "productId": "../x"}`, "productId"),
 		bad("fail without retryable", "POST", "/api/fleet/fail", w.f1, `{"jobId": "`+w.held+`", "leaseEpoch": 1, "reason": "x"}`, "retryable"),
 		bad("fail with an unknown kind", "POST", "/api/fleet/fail", w.f1, `{"jobId": "`+w.held+`", "leaseEpoch": 1, "reason": "x", "retryable": true, "kind": "tired"}`, "kind"),
+		bad("fail with a cooldown that is not an engine's", "POST", "/api/fleet/fail", w.f1, `{"jobId": "`+w.held+`", "leaseEpoch": 1, "reason": "x", "retryable": true, "kind": "rate_limited", "cooldowns": {"gpu:a100": "2099-01-01T00:00:00Z"}}`, "cooldowns.gpu:a100"),
 		bad("fail with an exit reason unknown", "POST", "/api/fleet/fail", w.f1, `{"jobId": "`+w.held+`", "leaseEpoch": 1, "reason": "x", "retryable": true, "exit": {"code": 1, "reason": "bored"}}`, "exit.reason"),
 		bad("fail with a session that could be a flag", "POST", "/api/fleet/fail", w.f1, `{"jobId": "`+w.held+`", "leaseEpoch": 1, "reason": "x", "retryable": true, "engineSession": "--dangerously-skip-permissions"}`, "engineSession"),
 		bad("usage with negative turns", "POST", held+"/usage", w.f1, `{"leaseEpoch": 1, "usd": 1, "turns": -1}`, "turns"),

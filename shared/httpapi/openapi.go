@@ -660,8 +660,9 @@ func schemas() obj {
 			"retryable": boolean("true: retry after a backoff; false: fail for good."),
 			"productId": name("Saves a lookup when x-product-id is absent."),
 			"usage":     describe(usageSchema, "The run's final usage, when known."),
-			"kind": enumOf("What kind of failure: rate_limited spends no attempt and waits no backoff (send the cooldown in a heartbeat first).",
+			"kind": enumOf("What kind of failure: rate_limited spends no attempt and waits no backoff (send the cooldown here or in a heartbeat first).",
 				fleet.FailureKinds()),
+			"cooldowns": cooldownsSchema("added to the factory's stored set before the job is given back (the later until wins); how a factory that sends no heartbeat, an elastic pool's execution, reports a rate limit."),
 		})),
 		"UsageRequest": request([]string{"leaseEpoch", "usd"}, engineFacts(obj{
 			"leaseEpoch": integer("The epoch the claim returned."), "usd": describe(obj{"type": "number", "minimum": 0}, "Cumulative USD."),
@@ -706,8 +707,7 @@ func schemas() obj {
 			"load":         describe(obj{"type": "integer", "minimum": 0}, "Jobs running now."),
 			"health":       enumOf("Default ok.", fleet.ReportedHealths()),
 			"seatLimit":    describe(obj{"type": "integer", "minimum": 0, "maximum": 1000}, "0 leaves it unchanged."),
-			"cooldowns": describe(obj{"type": "object", "maxProperties": fleet.MaxCooldowns, "additionalProperties": dateTime("")},
-				"engine:<name> -> until (at most 24 h ahead): the engine's account is rate-limited; replaces the stored set."),
+			"cooldowns":    cooldownsSchema("replaces the stored set."),
 		}),
 		"ProfileRequest": request([]string{"profile"}, obj{"profile": str("The Markdown profile: front matter and instructions.")}),
 		"ProductRequest": request([]string{"repos"}, obj{"name": describe(obj{"type": "string", "maxLength": fleet.MaxNameLen}, ""),
@@ -743,4 +743,11 @@ func withNoExtras(s obj) obj {
 	out["required"] = []string{"repos"}
 	out["additionalProperties"] = false
 	return out
+}
+
+// cooldownsSchema is a heartbeat's or a failure's cooldowns; how says what
+// is done with them.
+func cooldownsSchema(how string) obj {
+	return describe(obj{"type": "object", "maxProperties": fleet.MaxCooldowns, "additionalProperties": dateTime("")},
+		"engine:<name> -> until (at most 24 h ahead): the engine's account is rate-limited; "+how)
 }

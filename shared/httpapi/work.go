@@ -100,7 +100,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, p *principal) erro
 	}
 	j, err := s.coord.Fail(r.Context(), p.id, product, req.JobID,
 		coord.FailRequest{LeaseEpoch: *req.LeaseEpoch, Reason: *req.Reason, Retryable: *req.Retryable, Kind: kind,
-			Usage: req.Usage, Engine: req.EngineFacts})
+			Usage: req.Usage, Engine: req.EngineFacts, Cooldowns: req.Cooldowns})
 	if err != nil {
 		return err
 	}

@@ -299,6 +299,26 @@ func (c *Service) Heartbeat(ctx context.Context, tok *fleet.Token, hb Heartbeat)
 	return f, nil
 }
 
+// CoolDown adds cooldowns to a factory's stored set (fleet.MergeCooldowns):
+// what a failed run reports, so that a factory that never heartbeats, an
+// elastic pool's execution, still keeps the job it gives back from being
+// sent straight back to the same account. Nothing new writes nothing.
+func (c *Service) CoolDown(ctx context.Context, factoryID string, add map[string]time.Time) error {
+	add, err := fleet.ValidateCooldowns("cooldowns", add, c.k.Now())
+	if err != nil || len(add) == 0 {
+		return err
+	}
+	_, err = c.mutateFactory(ctx, factoryID, func(f *fleet.Factory) error {
+		merged := fleet.MergeCooldowns(f.Cooldowns, add, c.k.Now())
+		if maps.EqualFunc(f.Cooldowns, merged, time.Time.Equal) {
+			return kernel.ErrNoChange
+		}
+		f.Cooldowns = merged
+		return nil
+	})
+	return err
+}
+
 // SetDraining drains a factory (draining true) or puts it back into service.
 // A draining factory passes no hard filter, so it gets no new assignments
 // (dispatch, claim, accept, preemption room) while it keeps, renews and

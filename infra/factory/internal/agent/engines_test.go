@@ -3,9 +3,9 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -173,8 +173,10 @@ func TestClaudePresetDelivers(t *testing.T) {
 // TestClaudePresetFailures: is_error is a failure whatever the subtype
 // (kind engine_error, retryable for a server error); a rate limit
 // (429 after api_retry, or rate_limit_event rejected) fails rate_limited,
-// retryable, after a heartbeat that carries the cooldown: until the reset
-// the engine named, else a backoff.
+// retryable, and the failure carries the cooldown (until the reset the
+// engine named, else a backoff), heartbeats or not: an elastic pool's
+// execution (--once) sends none, and its cooldown must still reach the
+// scheduler.
 func TestClaudePresetFailures(t *testing.T) {
 	now := time.Date(2026, 11, 18, 10, 0, 0, 0, time.UTC)
 	tests := []struct {
@@ -190,29 +192,24 @@ func TestClaudePresetFailures(t *testing.T) {
 			until: func(u time.Time) bool { return u.Equal(time.Unix(1795003600, 0)) }},
 	}
 	for _, tc := range tests {
-		t.Run(tc.scenario, func(t *testing.T) {
-			p := newPresetT(t, tc.scenario)
-			require.Equal(t, OutcomeFailed, p.run(t))
-			f := p.onlyFail(t)
-			require.Equal(t, tc.kind, f.Kind)
-			require.Equal(t, tc.retryable, *f.Retryable)
-			require.True(t, strings.HasPrefix(*f.Reason, string(tc.kind)+": "), *f.Reason)
-			require.Equal(t, fixtureSession, f.Session, "the session rides on the failure")
-			p.coord.mu.Lock()
-			defer p.coord.mu.Unlock()
-			if tc.until == nil {
-				for _, hb := range p.coord.beats {
-					require.Empty(t, hb.Cooldowns)
+		for _, once := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/once=%v", tc.scenario, once), func(t *testing.T) {
+				p := newPresetT(t, tc.scenario)
+				p.a.cfg.Once, p.a.cfg.HeartbeatEnabled = once, !once
+				require.Equal(t, OutcomeFailed, p.run(t))
+				f := p.onlyFail(t)
+				require.Equal(t, tc.kind, f.Kind)
+				require.Equal(t, tc.retryable, *f.Retryable)
+				require.True(t, strings.HasPrefix(*f.Reason, string(tc.kind)+": "), *f.Reason)
+				require.Equal(t, fixtureSession, f.Session, "the session rides on the failure")
+				if tc.until == nil {
+					require.Empty(t, f.Cooldowns)
+					return
 				}
-				return
-			}
-			i := slices.Index(p.coord.order, "fail")
-			require.Positive(t, i)
-			require.Equal(t, "heartbeat", p.coord.order[i-1], "the cooldown is heartbeated before the failure")
-			cd := p.coord.beats[len(p.coord.beats)-1].Cooldowns
-			require.Len(t, cd, 1)
-			require.True(t, tc.until(cd["engine:claude"]), "until %s", cd["engine:claude"])
-		})
+				require.Len(t, f.Cooldowns, 1)
+				require.True(t, tc.until(f.Cooldowns["engine:claude"]), "until %s", f.Cooldowns["engine:claude"])
+			})
+		}
 	}
 }
 

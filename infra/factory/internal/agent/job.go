@@ -938,8 +938,15 @@ func (jb *job) fail(kind fleet.FailureKind, detail string, retryable bool) Outco
 	jb.log.ErrorContext(ctx, "job failed", "reason", reason, "retryable", retryable)
 	jb.uploadArtifacts(ctx)
 	u, facts := jb.finalUsage()
+	var cooldowns map[string]time.Time
+	if kind == fleet.FailRateLimited {
+		// With the failure, so the coordinator has them before it gives
+		// the job back, heartbeats or not (an elastic execution sends
+		// none).
+		cooldowns = jb.a.cool.active()
+	}
 	if _, err := jb.a.api.Fail(ctx, api.FailRequest{JobID: jb.j.ID, ProductID: jb.j.ProductID, LeaseEpoch: &jb.cl.LeaseEpoch,
-		Reason: &reason, Retryable: &retryable, Usage: u, Kind: kind, EngineFacts: facts}); err != nil {
+		Reason: &reason, Retryable: &retryable, Usage: u, Kind: kind, EngineFacts: facts, Cooldowns: cooldowns}); err != nil {
 		if errors.Is(err, api.ErrFenced) {
 			return jb.quarantine("report failure", err)
 		}

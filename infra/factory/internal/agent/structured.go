@@ -341,18 +341,12 @@ func (jb *job) judge(name string, res engine.Result, graced bool) (Outcome, bool
 
 // rateLimited ends a run the provider's rate limit stopped: the engine
 // cools down here (until the reset the engine named, else a backoff), the
-// coordinator hears of it in a heartbeat before the failure, so the
-// requeued job is not sent straight back, and the failure is retryable
-// and spends no attempt.
+// failure carries the cooldown, so the requeued job is not sent straight
+// back, and it is retryable and spends no attempt.
 func (jb *job) rateLimited(name string, f stream.Facts) Outcome {
 	a, ctx := jb.a, jb.ctx
 	until := a.cool.limited(name, f.LimitResetsAt)
 	jb.log.WarnContext(ctx, "the engine's provider is rate limiting this factory; cooling down", "engine", name, "until", until)
-	if a.cfg.HeartbeatEnabled {
-		if err := a.heartbeat(ctx, fleet.HealthOK); err != nil {
-			jb.log.WarnContext(ctx, "heartbeat with the cooldown", "err", err)
-		}
-	}
 	jb.checkpoint(ctx, "rate limited")
 	detail := f.Detail
 	if detail == "" {
