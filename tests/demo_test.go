@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/syncbuf"
 )
 
 var (
@@ -40,7 +42,7 @@ func TestMakeDemo(t *testing.T) {
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "FLEET_DEMO_TEST_MARK="+mark)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out := &lockedBuffer{}
+	out := &syncbuf.Buffer{}
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = out

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/syncbuf"
 )
 
 // Helpers of the factory black-box tests: the factory binary, git origins
@@ -133,7 +135,7 @@ type factoryProc struct {
 	ID      string
 	WorkDir string
 	cmd     *exec.Cmd
-	out     *lockedBuffer
+	out     *syncbuf.Buffer
 	done    chan struct{}
 	err     error
 }
@@ -167,7 +169,7 @@ func runFactory(t *testing.T, s *Stack, id, token string, seats int, repoBase, e
 // works in its predecessor's).
 func runFactoryIn(t *testing.T, s *Stack, id, token string, seats int, repoBase, engine, workDir string, env ...string) *factoryProc {
 	t.Helper()
-	f := &factoryProc{t: t, ID: id, WorkDir: workDir, out: &lockedBuffer{}, done: make(chan struct{})}
+	f := &factoryProc{t: t, ID: id, WorkDir: workDir, out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	f.cmd = exec.Command(factoryBinary(t), facArgs(env)...)
 	// The token from a file, the safe way: it never enters the factory's
 	// environment (and so /proc/<pid>/environ).

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/syncbuf"
 )
 
 // liveEngineLines is how many lines the live-output engine prints, one
@@ -48,7 +50,7 @@ func TestLiveOutputFollowedByFleetctlAndSSE(t *testing.T) {
 	cmd := exec.Command(fleetctlBinary(t), "--url", s.URL, "--token-file", tokenFile, "-p", "demo", "jobs", "logs", "-f", id)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill() })

@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/syncbuf"
 )
 
 // repoRoot is the repository root, one level up from tests/.
@@ -74,24 +76,7 @@ type Stack struct {
 	NATS    string // the embedded NATS server's URL, when the bus is on
 	DataDir string
 	cmd     *exec.Cmd
-	out     *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	out     *syncbuf.Buffer
 }
 
 func randomToken(prefix string) string {
@@ -113,7 +98,7 @@ const readyLine = "Ctrl-C stops"
 func startStack(t *testing.T, env ...string) *Stack {
 	t.Helper()
 	handler, local := binaries(t)
-	s := &Stack{t: t, Token: randomToken("op_"), DataDir: t.TempDir(), out: &lockedBuffer{}}
+	s := &Stack{t: t, Token: randomToken("op_"), DataDir: t.TempDir(), out: &syncbuf.Buffer{}}
 	s.cmd = exec.Command(local, "-root", repoRoot, "-handler", handler)
 	s.cmd.Env = append(os.Environ(),
 		"FLEET_LISTEN=127.0.0.1:0",

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/bus"
+	"github.com/gigafactory/fleet/shared/secret"
 )
 
 // Pool is one elastic pool as the local stack runs it: the local stand-in
@@ -231,8 +232,7 @@ func (l *Launcher) tick(ctx context.Context) {
 	// An execution without a token would only fail; the factory reads the
 	// file itself (FLEET_FACTORY_TOKEN_FILE), so the token is never in its
 	// environment.
-	token, err := os.ReadFile(l.o.Pool.TokenFile)
-	if err != nil || len(strings.TrimSpace(string(token))) == 0 {
+	if _, err := secret.Resolve(secret.Setting{File: l.o.Pool.TokenFile, FileName: "tokenFile"}); err != nil {
 		l.log.Warn("pool has messages but no token yet; enroll it and write its token file",
 			"tokenFile", l.o.Pool.TokenFile, "depth", depth, "err", err)
 		return

@@ -4,7 +4,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -28,6 +27,7 @@ import (
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/forge/github"
 	"github.com/gigafactory/fleet/shared/httpapi"
+	"github.com/gigafactory/fleet/shared/secret"
 	"github.com/gigafactory/fleet/shared/store/cosmos"
 	"github.com/gigafactory/fleet/shared/store/sqlite"
 	"github.com/gigafactory/fleet/shared/store/storecount"
@@ -211,30 +211,11 @@ func forgeDeps(l config.Lookup, deps *coord.Deps) ([]byte, error) {
 // secretSetting reads a secret given as a value (in Azure, a Key Vault
 // reference the platform resolves) or in a file; nil when neither is set.
 func secretSetting(l config.Lookup, value, file string) ([]byte, error) {
-	v, path := strings.TrimSpace(l.Get(value)), l.Get(file)
-	switch {
-	case v != "" && path != "":
-		return nil, fmt.Errorf("%s and %s are both set: give one", value, file)
-	case v != "":
-		return []byte(v), nil
-	case path != "":
-		return readSecretFile(file, path)
+	s, err := secret.Resolve(secret.Setting{Value: l.Get(value), ValueName: value, File: l.Get(file), FileName: file})
+	if s == "" {
+		return nil, err
 	}
-	return nil, nil
-}
-
-// readSecretFile reads a secret from the file a setting names: trimmed,
-// and never empty.
-func readSecretFile(setting, path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", setting, err)
-	}
-	b = bytes.TrimSpace(b)
-	if len(b) == 0 {
-		return nil, fmt.Errorf("%s: %s is empty", setting, path)
-	}
-	return b, nil
+	return []byte(s), nil
 }
 
 // streamCaps reads the caps on streams and long polls (httpapi, streamcap.go).

@@ -30,6 +30,7 @@ import (
 	runlogfs "github.com/gigafactory/fleet/shared/runlog/fs"
 	"github.com/gigafactory/fleet/shared/store/sqlite"
 	"github.com/gigafactory/fleet/shared/store/storecount"
+	"github.com/gigafactory/fleet/shared/syncbuf"
 )
 
 // Operator tokens every fixture configures.
@@ -93,7 +94,7 @@ type fixture struct {
 	counts *storecount.Store
 	coord  *coord.Coordinator
 	clock  *clocktest.Clock
-	logs   *syncBuffer
+	logs   *syncbuf.Buffer
 	blobs  *blobfs.Store
 	// runlogs keeps the runs' live output.
 	runlogs *runlogfs.Store
@@ -104,23 +105,6 @@ const testArtifactMax = 1 << 20
 
 // testLogMax is the fixtures' cap on a run's log: four segments of 64 bytes.
 const testLogMax = 256
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type fixtureOption func(*Config)
 
@@ -148,7 +132,7 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 	require.NoError(t, err)
 	c, err := coord.New(coord.Config{ArtifactMaxBytes: testArtifactMax}, coord.Deps{Store: counts, Clock: clk, Blobs: blobs, RunLogs: runlogs})
 	require.NoError(t, err)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	cfg := Config{
 		OperatorTokens: []OperatorToken{
 			{Name: "root", Token: rootToken},

@@ -1,14 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/syncbuf"
 )
 
 // TestChaosShort is `make chaos` in small, run by `make test`: 4 factory
@@ -21,27 +21,9 @@ func TestChaosShort(t *testing.T) {
 		Drain: 90 * time.Second, StoreFaults: "errors:0.02,latency:0.05:50ms", Seed: uint64(time.Now().UnixNano())}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	var out lockedBuffer
+	var out syncbuf.Buffer // the campaign's goroutines write its report
 	rep, err := c.Run(ctx, &out)
-	t.Log("\n" + out.String())
+	t.Log("\n" + strings.TrimSpace(out.String()))
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "the campaign found violations (report above); rerun with go run ./tests/chaos -seed %d -factories 4 -jobs 80 -faults 45s", c.Seed)
-}
-
-// lockedBuffer collects the campaign's report; its goroutines write to it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.TrimSpace(b.buf.String())
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/gigafactory/fleet/infra/factory/internal/engine"
 	"github.com/gigafactory/fleet/infra/factory/internal/engine/stream"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/secret"
 )
 
 // Environment variable names.
@@ -380,23 +381,15 @@ func Parse(args, env []string) (Config, error) {
 	if err := fleet.ValidateName("factory id", c.FactoryID); err != nil {
 		required("--factory-id (%s): %v", EnvFactoryID, err)
 	}
+	tok, err := secret.Resolve(secret.Setting{Value: c.Token, ValueName: "--token (" + EnvToken + ")",
+		File: c.TokenFile, FileName: "--token-file (" + EnvTokenFile + ")"})
 	switch {
-	case c.Token != "" && c.TokenFile != "":
-		fail("--token-file (%s) and --token (%s): give one, not both", EnvTokenFile, EnvToken)
-	case c.TokenFile != "":
-		c.Token = ""
-		b, err := os.ReadFile(c.TokenFile)
-		switch tok := strings.TrimSpace(string(b)); {
-		case err != nil:
-			fail("--token-file (%s): %v", EnvTokenFile, err)
-		case tok == "":
-			fail("--token-file (%s): %s is empty", EnvTokenFile, c.TokenFile)
-		default:
-			c.Token = tok
-		}
-	case c.Token == "":
+	case err != nil:
+		errs = append(errs, err)
+	case tok == "":
 		required("%s (a file holding the token the enrolment returned) or %s is required", EnvTokenFile, EnvToken)
 	}
+	c.Token = tok
 	if c.ProductID != "" {
 		if err := fleet.ValidateName("product", c.ProductID); err != nil {
 			fail("--product (%s): %v", EnvProductID, err)

@@ -1,13 +1,11 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,25 +17,8 @@ import (
 	"github.com/gigafactory/fleet/shared/runlog"
 	runlogfs "github.com/gigafactory/fleet/shared/runlog/fs"
 	"github.com/gigafactory/fleet/shared/store/sqlite"
+	"github.com/gigafactory/fleet/shared/syncbuf"
 )
-
-// lockedBuffer is an output fleetctl writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // logWorld is the API with a run-log store and one job held by factory f1.
 type logWorld struct {
@@ -102,7 +83,7 @@ func TestJobsLogsFollowResumes(t *testing.T) {
 	t.Parallel()
 	w := newLogWorld(t)
 	w.engineSays("one\n")
-	var stdout, stderr lockedBuffer
+	var stdout, stderr syncbuf.Buffer
 	getenv := func(k string) string {
 		return map[string]string{"FLEET_URL": w.url, "FLEET_TOKEN": opToken, "FLEET_PRODUCT": "demo"}[k]
 	}

@@ -34,6 +34,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/secret"
 )
 
 // Exit codes; see the package comment.
@@ -166,8 +167,9 @@ func (a *app) rootCommand() *cobra.Command {
 		Long: `fleetctl drives a fleet coordinator over its HTTP API (/api/fleet).
 
 Connection: --url or FLEET_URL (default ` + DefaultURL + `); the operator token
-from FLEET_TOKEN, --token-file / FLEET_TOKEN_FILE, or ` + localTokenFile + `
-(what 'make run' writes); the product from -p/--product or FLEET_PRODUCT.
+from FLEET_TOKEN or --token-file / FLEET_TOKEN_FILE (not both), else
+` + localTokenFile + ` (what 'make run' writes); the product from -p/--product
+or FLEET_PRODUCT.
 
 Output: tables by default; -o json prints the server's JSON.
 
@@ -180,7 +182,7 @@ Exit codes: 0 ok, 1 other failure, 2 usage or invalid argument, 3 not found,
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.url, "url", "", "coordinator URL (env FLEET_URL, default "+DefaultURL+")")
-	pf.StringVar(&a.tokenFile, "token-file", "", "file holding the operator token (env FLEET_TOKEN_FILE; FLEET_TOKEN wins when set)")
+	pf.StringVar(&a.tokenFile, "token-file", "", "file holding the operator token (env FLEET_TOKEN_FILE; not with FLEET_TOKEN)")
 	pf.StringVarP(&a.product, "product", "p", "", "product (x-product-id; env FLEET_PRODUCT)")
 	pf.StringVarP(&a.output, "output", "o", formatTable, "output format: table or json")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{formatTable, formatJSON}, cobra.ShellCompDirectiveNoFileComp))
@@ -214,21 +216,17 @@ func (a *app) setup(cmd *cobra.Command, _ []string) error {
 	if a.tokenFile == "" {
 		a.tokenFile = get("FLEET_TOKEN_FILE")
 	}
-	a.token = get("FLEET_TOKEN")
-	if a.token == "" {
-		file := a.tokenFile
-		if file == "" {
-			if _, err := os.Stat(localTokenFile); err == nil {
-				file = localTokenFile
-			}
+	tok := secret.Setting{Value: get("FLEET_TOKEN"), ValueName: "FLEET_TOKEN", File: a.tokenFile, FileName: "--token-file (FLEET_TOKEN_FILE)"}
+	if tok.Value == "" && tok.File == "" {
+		// The default only when nothing is given: with FLEET_TOKEN set it
+		// would read as two tokens.
+		if _, err := os.Stat(localTokenFile); err == nil {
+			tok.File, tok.FileName = localTokenFile, "--token-file's default"
 		}
-		if file != "" {
-			b, err := os.ReadFile(file)
-			if err != nil {
-				return &api.Error{Code: fleet.CodeUnauthenticated, Message: "token file: " + err.Error()}
-			}
-			a.token = strings.TrimSpace(string(b))
-		}
+	}
+	var err error
+	if a.token, err = secret.Resolve(tok); err != nil {
+		return &api.Error{Code: fleet.CodeUnauthenticated, Message: err.Error()}
 	}
 	a.client = api.New(api.Config{BaseURL: a.url, Token: a.token, Product: a.product, HTTPClient: a.env.HTTP})
 	if a.product != "" && a.token != "" && !(cmd.Name() == "put" && cmd.Parent() != nil && cmd.Parent().Name() == "products") {
