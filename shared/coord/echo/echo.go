@@ -232,11 +232,18 @@ func (c *Service) echoBackoff(attempts int) time.Duration {
 func (c *Service) Changed(ctx context.Context, items []store.Item, mode Mode) (Run, error) {
 	var refs []JobRef
 	for _, it := range items {
-		j, err := kernel.DecodeJob(it)
-		if err != nil {
-			return Run{}, err
+		// Only whether it is tracked: the whole job is read by its lane,
+		// and most jobs are not tracked (their versions are most of what
+		// the feed carries).
+		var j struct {
+			ID        string          `json:"id"`
+			ProductID string          `json:"productId"`
+			Tracker   json.RawMessage `json:"tracker"`
 		}
-		if j.Tracker != nil {
+		if err := json.Unmarshal(it.Body, &j); err != nil {
+			return Run{}, fmt.Errorf("decode job %s: %w", it.ID, err)
+		}
+		if len(j.Tracker) > 0 && string(j.Tracker) != "null" {
 			refs = append(refs, JobRef{ProductID: j.ProductID, JobID: j.ID})
 		}
 	}
