@@ -80,8 +80,13 @@ lint: vet tidy-check staticcheck
 # free loopback port for the run and stops it after: the blob store's
 # conformance suite and the artifact tests run against it. Without npm they
 # skip, except under CI=true, where they fail.
+# -timeout: the black-box package (tests/) starts real stacks, factories and
+# browsers, one after another on two cores; it takes about 500 s on an idle
+# machine, too close to go test's default 10 min per package once anything
+# else runs beside it.
+TEST_TIMEOUT ?= 20m
 test: lint tf-check-if-available test-tools
-	$(GO) run ./tests/azurite -dir $(AZURITE_DIR) -version $(AZURITE_VERSION) -- $(GO) test -race -count=1 ./...
+	$(GO) run ./tests/azurite -dir $(AZURITE_DIR) -version $(AZURITE_VERSION) -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(MAKE) --no-print-directory fuzz-ci
 
 # Fuzzing: every Fuzz target of the module (found by name in the test
