@@ -87,6 +87,7 @@ func newPresetT(t *testing.T, scenario string) *presetT {
 	t.Setenv("FAKE_ENGINE_ARGV_FILE", p.argv)
 	t.Setenv("FAKE_ENGINE_STDIN_FILE", p.stdin)
 	t.Setenv("CLAUDE_CONFIG_DIR", filepath.Join(root, "claude-config"))
+	t.Setenv("CODEX_HOME", filepath.Join(root, "codex-home"))
 	p.coord = &engineCoord{fakeCoord: newFakeCoord("j1", "app")}
 	p.a = newGitAgent(t, root, p.repo, p.coord, "unused")
 	p.a.cfg.Engines = map[string]string{"claude": "claude"}
@@ -304,6 +305,7 @@ func TestCodexPresetRuns(t *testing.T) {
 	p.coord.job.Runs = []fleet.Run{{FactoryID: "f1", LeaseEpoch: 1, Engine: "codex", Result: fleet.RunFailed,
 		EngineFacts: fleet.EngineFacts{Session: thread}}}
 	p.coord.job.LastFailure = &fleet.Failure{Reason: "engine_idle: engine codex wrote nothing for 15m0s", Retryable: true}
+	writeCodexRollout(t, thread)
 	require.Equal(t, OutcomeDone, p.run(t), "fails: %q", p.coord.fails)
 	wt := p.a.git.WorktreePath("app", "j1", 2)
 	require.Equal(t, [][]string{{"exec", "--json", "--sandbox", "workspace-write", "--skip-git-repo-check", "-C", wt, "resume", thread, "-"}}, p.runsArgv(t))
@@ -316,6 +318,36 @@ func TestCodexPresetRuns(t *testing.T) {
 	require.Equal(t, int64(24000), final.Usage.InputTokens)
 	require.Equal(t, int64(8000), final.Usage.CacheReadTokens)
 	require.InDelta(t, (24000*1.25+1200*10)/1e6, final.Usage.USD, 1e-12)
+}
+
+// writeCodexRollout leaves thread's rollout where codex keeps it.
+func writeCodexRollout(t *testing.T, thread string) {
+	t.Helper()
+	dir := filepath.Join(os.Getenv("CODEX_HOME"), "sessions", "2026", "11", "18")
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "rollout-2026-11-18T09-00-00-"+thread+".jsonl"), []byte("{}\n"), 0o600))
+}
+
+// TestCodexPresetResumesOnlyAThreadItHas: a thread codex no longer has
+// (a seat's home went with its run) is not resumed: codex would exit 1 at
+// once ("no rollout found"), on every retry. The retry starts afresh with
+// the task.
+func TestCodexPresetResumesOnlyAThreadItHas(t *testing.T) {
+	p := newPresetT(t, "normal")
+	p.a.cfg.Engines = map[string]string{"codex": "codex"}
+	p.a.cfg.Presets = map[string]engine.Preset{"codex": engine.PresetCodex}
+	p.a.cfg.DefaultEngine = "codex"
+	p.coord.job.LeaseEpoch = 1
+	p.coord.job.Runs = []fleet.Run{{FactoryID: "f1", LeaseEpoch: 1, Engine: "codex", Result: fleet.RunFailed,
+		EngineFacts: fleet.EngineFacts{Session: "019a7c2e-0000-7000-8000-000000000000"}}}
+	p.coord.job.LastFailure = &fleet.Failure{Reason: "crash: exit 1", Retryable: true}
+	writeCodexRollout(t, "019a7c2e-4b1d-7f30-9a55-6c0e2b8d4f11") // another thread
+	require.Equal(t, OutcomeDone, p.run(t), "fails: %q", p.coord.fails)
+	wt := p.a.git.WorktreePath("app", "j1", 2)
+	require.Equal(t, [][]string{{"exec", "--json", "--sandbox", "workspace-write", "--skip-git-repo-check", "-C", wt, "-"}}, p.runsArgv(t))
+	stdin, err := os.ReadFile(p.stdin)
+	require.NoError(t, err)
+	require.Equal(t, "do it", string(stdin), "the task itself, not a resume prompt")
 }
 
 // TestResumePrompt: the feedback that sent the job back is the resumed

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -116,8 +117,18 @@ func (jb *job) resumable(name string, p engine.Preset, env []string) string {
 		return ""
 	}
 	if p != engine.PresetClaude {
-		// Codex finds a thread by id wherever it runs (its sessions are
-		// kept by date under $CODEX_HOME, not by directory).
+		// Codex finds a thread by id whatever the directory, but only in
+		// its own $CODEX_HOME, which a seat's home takes with it when its
+		// run ends. One it cannot find ends the run at once (codex-cli
+		// 0.171.0: "no rollout found for thread id", exit 1, nothing on
+		// stdout), a crash that spends an attempt and, the thread still
+		// being the newest session, comes back on every retry here; older
+		// builds started a new thread instead, whose only prompt was the
+		// resume prompt, not the task.
+		if err := findCodexThread(codexHome(env), last.Session); err != nil {
+			jb.log.WarnContext(jb.ctx, "the engine session is not resumed; starting afresh", "session", last.Session, "err", err)
+			return ""
+		}
 		return last.Session
 	}
 	from := jb.a.git.WorktreePath(jb.j.Repo, jb.j.ID, last.LeaseEpoch)
@@ -131,19 +142,69 @@ func (jb *job) resumable(name string, p engine.Preset, env []string) string {
 // claudeConfigDir is where Claude Code keeps its state for the engine's
 // environment: $CLAUDE_CONFIG_DIR, else $HOME/.claude.
 func claudeConfigDir(env []string) string {
-	var home, dir string
-	for _, kv := range env { // the last entry wins, as for the engine
-		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
-			home = v
-		}
-		if v, ok := strings.CutPrefix(kv, "CLAUDE_CONFIG_DIR="); ok {
-			dir = v
-		}
-	}
-	if dir != "" {
+	if dir := envValue(env, "CLAUDE_CONFIG_DIR"); dir != "" {
 		return dir
 	}
-	return filepath.Join(home, ".claude")
+	return filepath.Join(envValue(env, "HOME"), ".claude")
+}
+
+// codexHome is where the Codex CLI keeps its state for the engine's
+// environment: $CODEX_HOME, else $HOME/.codex.
+func codexHome(env []string) string {
+	if dir := envValue(env, "CODEX_HOME"); dir != "" {
+		return dir
+	}
+	return filepath.Join(envValue(env, "HOME"), ".codex")
+}
+
+// envValue is key's value in env, the last entry winning as for the
+// engine; "" when unset.
+func envValue(env []string, key string) string {
+	var v string
+	for _, kv := range env {
+		if val, ok := strings.CutPrefix(kv, key+"="); ok {
+			v = val
+		}
+	}
+	return v
+}
+
+// checkSessionName refuses a session id that is not a plain file name.
+func checkSessionName(session string) error {
+	if strings.ContainsAny(session, `/\`) || session == "" || strings.HasPrefix(session, ".") {
+		return fmt.Errorf("session id %q is not a file name", session)
+	}
+	return nil
+}
+
+// errThreadFound ends the walk of findCodexThread.
+var errThreadFound = errors.New("found")
+
+// findCodexThread checks that codex has the rollout of thread under home:
+// sessions/YYYY/MM/DD/rollout-<time>-<thread>.jsonl (or sessions/<thread>.jsonl),
+// where codex exec resume looks for it.
+func findCodexThread(home, thread string) error {
+	if err := checkSessionName(thread); err != nil {
+		return err
+	}
+	sessions := filepath.Join(home, "sessions")
+	err := filepath.WalkDir(sessions, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.Type().IsRegular() && (name == thread+".jsonl" || strings.HasPrefix(name, "rollout-") && strings.HasSuffix(name, "-"+thread+".jsonl")) {
+			return errThreadFound
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errThreadFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	return fmt.Errorf("no rollout of thread %s under %s", thread, sessions)
 }
 
 // projectNames are the ways Claude Code has named a working directory's
@@ -165,8 +226,8 @@ var nonAlnum = regexp.MustCompile(`[^A-Za-z0-9]`)
 // working directory it runs in (shared/AGENTS.md: --resume from another
 // directory ends at once with error_during_execution).
 func moveClaudeSession(configDir, session, from, to string, user *engine.User) error {
-	if strings.ContainsAny(session, `/\`) || session == "" || strings.HasPrefix(session, ".") {
-		return fmt.Errorf("session id %q is not a file name", session)
+	if err := checkSessionName(session); err != nil {
+		return err
 	}
 	projects := filepath.Join(configDir, "projects")
 	for _, name := range projectNames {

@@ -121,8 +121,9 @@ func (s *Shipper) Stop(ctx context.Context) int64 {
 		if err != nil || size <= s.off {
 			break
 		}
-		if s.send(ctx, size) == failed {
+		if s.send(ctx, size) == failed && !s.done {
 			// A transient failure: try again after the backoff, within ctx.
+			// (A refusal for good set no backoff: the loop ends on done.)
 			t := s.cfg.Timers.NewTicker(s.backoff)
 			select {
 			case <-ctx.Done():

@@ -166,3 +166,14 @@ func TestStopSendsTheRest(t *testing.T) {
 		require.LessOrEqual(t, len(c.data), 4)
 	}
 }
+
+func TestFencedAtStopEndsTheFlush(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 0)
+	r.write("x\n")
+	r.coord.errs = []error{&api.Error{Status: 409, Code: fleet.CodeFenced}}
+	// The lease was lost after the last send: the final flush is the first
+	// to hear of it, and must end there, not wait out a backoff it never set.
+	require.Zero(t, r.s.Stop(t.Context()))
+	require.Len(t, r.coord.calls, 1, "a fenced run's log is not sent again")
+}

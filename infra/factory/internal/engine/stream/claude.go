@@ -117,6 +117,11 @@ func (c *Claude) assistant(l claudeLine, f *Facts) {
 	if m == nil {
 		return
 	}
+	if len(l.Error) == 0 && m.Model != claudeSynthetic {
+		// The API answered: the retries before were got through, and
+		// say nothing of how the run ends.
+		f.LimitRetries = 0
+	}
 	if m.Model != "" {
 		f.Model = m.Model
 	}
@@ -177,6 +182,10 @@ func (c *Claude) result(l claudeLine, now time.Time, f *Facts) {
 		f.RateLimited = true
 	}
 }
+
+// claudeSynthetic is the model of a message the CLI makes up itself (an
+// API error it reports as a message), not an answer of the API.
+const claudeSynthetic = "<synthetic>"
 
 // jsonString is raw as a JSON string, "" when it is none.
 func jsonString(raw json.RawMessage) string {

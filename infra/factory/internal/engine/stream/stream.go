@@ -69,7 +69,7 @@ type Facts struct {
 	RateLimited   bool
 	LimitResetsAt time.Time
 	// LimitRetries counts the engine's own retries after a 429/529 (Claude
-	// system api_retry): alive, but limited.
+	// system api_retry) since the API last answered: alive, but limited.
 	LimitRetries int
 	// Events counts the lines parsed, Overlong the lines skipped for
 	// passing MaxLine, Malformed the lines that were not JSON objects.

@@ -200,3 +200,29 @@ func TestRateLimitText(t *testing.T) {
 		require.Equal(t, want, stream.RateLimitText(s), s)
 	}
 }
+
+// TestClaudeRetriesThatGotThroughAreNoRateLimit: a 529 the CLI retried and
+// then got an answer for says nothing of how the run ended; a later
+// failure of another kind is that failure, not a rate limit (which would
+// spend no attempt and cool the factory down).
+func TestClaudeRetriesThatGotThroughAreNoRateLimit(t *testing.T) {
+	t.Parallel()
+	const session = `"session_id":"8f0e6c1a-5b2d-4e7a-9c3f-2d1b0a9e8c7d"`
+	retry := `{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":500,"error_status":529,` + session + "}\n"
+	answer := `{"type":"assistant","message":{"id":"msg_1","model":"claude-sonnet-4-5-20250929","content":[{"type":"text","text":"On it."}],` +
+		`"usage":{"input_tokens":10,"output_tokens":5}},` + session + "}\n"
+	failed := `{"type":"result","subtype":"error_during_execution","is_error":true,"num_turns":1,"result":"",` + session + "}\n"
+
+	r := stream.NewReader(&stream.Claude{}, clocktest.New(t0))
+	_, _ = io.WriteString(r, retry+answer+failed)
+	require.NoError(t, r.Close())
+	f := r.Facts()
+	require.Equal(t, stream.OutcomeError, f.Outcome)
+	require.False(t, f.Limited(), "the retried call was answered: the run failed for another reason")
+
+	// Retries with no answer after them are still the rate limit.
+	r = stream.NewReader(&stream.Claude{}, clocktest.New(t0))
+	_, _ = io.WriteString(r, answer+retry+failed)
+	require.NoError(t, r.Close())
+	require.True(t, r.Facts().Limited(), "the last call was retried for 529 and never answered")
+}
