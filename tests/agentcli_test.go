@@ -195,8 +195,22 @@ func TestRealCodexCLI(t *testing.T) {
 		require.Equal(t, 0, code, "%s", out)
 		thread := lineOf(streamLines(t, out), "thread.started", "")["thread_id"].(string)
 
+		// What the factory takes off a resumed run's usage: the rollout's
+		// last token_count total (stream.CodexThreadUsage reads it).
+		rollouts, err := filepath.Glob(filepath.Join(dir, ".codex-home", "sessions", "*", "*", "*", "rollout-*-"+thread+".jsonl"))
+		require.NoError(t, err)
+		require.Len(t, rollouts, 1, "the thread's rollout where codex keeps it")
+		b, err := os.ReadFile(rollouts[0])
+		require.NoError(t, err)
+		require.Contains(t, string(b), `"type":"token_count","info":{"total_token_usage":{"input_tokens":500,`)
+
 		out, code = runCodex(t, bin, dir, api, "resume", thread, "The reviewer says: add a test")
 		require.Equal(t, 0, code, "%s", out)
+		// The resumed run's turn.completed is the thread's total, its own
+		// 700 input tokens and the first run's 500 (codex.go, Codex.Before).
+		usage := lineOf(streamLines(t, out), "turn.completed", "")["usage"].(map[string]any)
+		require.EqualValues(t, 1200, usage["input_tokens"], "%v", usage)
+		require.EqualValues(t, 22, usage["output_tokens"], "%v", usage)
 		reqs := api.Requests()
 		last := reqs[len(reqs)-1]
 		require.Equal(t, 1, last.Step, "the earlier answer is in the resumed history")

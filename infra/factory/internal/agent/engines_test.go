@@ -305,7 +305,9 @@ func TestCodexPresetRuns(t *testing.T) {
 	p.coord.job.Runs = []fleet.Run{{FactoryID: "f1", LeaseEpoch: 1, Engine: "codex", Result: fleet.RunFailed,
 		EngineFacts: fleet.EngineFacts{Session: thread}}}
 	p.coord.job.LastFailure = &fleet.Failure{Reason: "engine_idle: engine codex wrote nothing for 15m0s", Retryable: true}
-	writeCodexRollout(t, thread)
+	// The thread's earlier run used 10000 (3000 cached) in, 200 out: the
+	// resumed run's turn.completed (24000/8000/1200) counts them again.
+	writeCodexRollout(t, thread, `{"type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":10000,"cached_input_tokens":3000,"output_tokens":200}}}}`)
 	require.Equal(t, OutcomeDone, p.run(t), "fails: %q", p.coord.fails)
 	wt := p.a.git.WorktreePath("app", "j1", 2)
 	require.Equal(t, [][]string{{"exec", "--json", "--sandbox", "workspace-write", "--skip-git-repo-check", "-C", wt, "resume", thread, "-"}}, p.runsArgv(t))
@@ -315,17 +317,20 @@ func TestCodexPresetRuns(t *testing.T) {
 	final := p.lastPatch(t)
 	require.Equal(t, thread, final.Session)
 	require.Equal(t, 1, final.Turns)
-	require.Equal(t, int64(24000), final.Usage.InputTokens)
-	require.Equal(t, int64(8000), final.Usage.CacheReadTokens)
-	require.InDelta(t, (24000*1.25+1200*10)/1e6, final.Usage.USD, 1e-12)
+	require.Equal(t, int64(14000), final.Usage.InputTokens, "this run's tokens, not the thread's")
+	require.Equal(t, int64(5000), final.Usage.CacheReadTokens)
+	require.Equal(t, int64(1000), final.Usage.OutputTokens)
+	require.InDelta(t, (14000*1.25+1000*10)/1e6, final.Usage.USD, 1e-12)
 }
 
-// writeCodexRollout leaves thread's rollout where codex keeps it.
-func writeCodexRollout(t *testing.T, thread string) {
+// writeCodexRollout leaves thread's rollout where codex keeps it, holding
+// lines.
+func writeCodexRollout(t *testing.T, thread string, lines ...string) {
 	t.Helper()
 	dir := filepath.Join(os.Getenv("CODEX_HOME"), "sessions", "2026", "11", "18")
 	require.NoError(t, os.MkdirAll(dir, 0o700))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "rollout-2026-11-18T09-00-00-"+thread+".jsonl"), []byte("{}\n"), 0o600))
+	body := `{"type":"session_meta","payload":{}}` + "\n" + strings.Join(lines, "\n")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "rollout-2026-11-18T09-00-00-"+thread+".jsonl"), []byte(body), 0o600))
 }
 
 // TestCodexPresetResumesOnlyAThreadItHas: a thread codex no longer has

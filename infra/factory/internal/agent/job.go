@@ -128,8 +128,11 @@ type job struct {
 	activity *stream.Activity
 	// resumed is the engine session the run resumed, "" for a new one;
 	// noResume is set once a resume failed, so the run starts afresh.
-	resumed  string
-	noResume bool
+	resumed string
+	// threadBefore is what a resumed Codex thread had used before this
+	// run (its rollout's last total); zero otherwise.
+	threadBefore stream.Usage
+	noResume     bool
 	// stopCause is why the engine was stopped, nil when it ended by
 	// itself; exit is how its process ended.
 	stopCause error
@@ -215,7 +218,7 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 		// The session could not be resumed after all: the work is in the
 		// worktree, so a fresh session goes on from there.
 		log.WarnContext(ctx, "the resumed engine session ended at once; running the engine afresh", "session", jb.resumed)
-		jb.noResume, jb.resumed = true, ""
+		jb.noResume, jb.resumed, jb.threadBefore = true, "", stream.Usage{}
 		res, runErr = jb.runEngine(name, tmpl)
 	}
 	if runErr != nil {

@@ -125,10 +125,14 @@ func (jb *job) resumable(name string, p engine.Preset, env []string) string {
 		// being the newest session, comes back on every retry here; older
 		// builds started a new thread instead, whose only prompt was the
 		// resume prompt, not the task.
-		if err := findCodexThread(codexHome(env), last.Session); err != nil {
+		// Its turn.completed will count the thread's earlier runs again:
+		// what the rollout says they used is taken off (stream.Codex.Before).
+		before, err := codexThreadUsage(codexHome(env), last.Session)
+		if err != nil {
 			jb.log.WarnContext(jb.ctx, "the engine session is not resumed; starting afresh", "session", last.Session, "err", err)
 			return ""
 		}
+		jb.threadBefore = before
 		return last.Session
 	}
 	from := jb.a.git.WorktreePath(jb.j.Repo, jb.j.ID, last.LeaseEpoch)
@@ -180,31 +184,48 @@ func checkSessionName(session string) error {
 // errThreadFound ends the walk of findCodexThread.
 var errThreadFound = errors.New("found")
 
-// findCodexThread checks that codex has the rollout of thread under home:
+// findCodexThread returns the path of thread's rollout under home:
 // sessions/YYYY/MM/DD/rollout-<time>-<thread>.jsonl (or sessions/<thread>.jsonl),
 // where codex exec resume looks for it.
-func findCodexThread(home, thread string) error {
+func findCodexThread(home, thread string) (string, error) {
 	if err := checkSessionName(thread); err != nil {
-		return err
+		return "", err
 	}
 	sessions := filepath.Join(home, "sessions")
-	err := filepath.WalkDir(sessions, func(_ string, d fs.DirEntry, err error) error {
+	var found string
+	err := filepath.WalkDir(sessions, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		name := d.Name()
 		if d.Type().IsRegular() && (name == thread+".jsonl" || strings.HasPrefix(name, "rollout-") && strings.HasSuffix(name, "-"+thread+".jsonl")) {
+			found = path
 			return errThreadFound
 		}
 		return nil
 	})
 	switch {
 	case errors.Is(err, errThreadFound):
-		return nil
+		return found, nil
 	case err != nil:
-		return err
+		return "", err
 	}
-	return fmt.Errorf("no rollout of thread %s under %s", thread, sessions)
+	return "", fmt.Errorf("no rollout of thread %s under %s", thread, sessions)
+}
+
+// codexThreadUsage is the usage thread's rollout under home records so
+// far; an error when codex has no rollout of it.
+func codexThreadUsage(home, thread string) (stream.Usage, error) {
+	path, err := findCodexThread(home, thread)
+	if err != nil {
+		return stream.Usage{}, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return stream.Usage{}, err
+	}
+	defer f.Close()
+	return stream.CodexThreadUsage(f)
 }
 
 // projectNames are the ways Claude Code has named a working directory's
@@ -285,7 +306,11 @@ func (jb *job) watchOutput(spec *engine.Spec) (*runOutput, error) {
 			logf.Close()
 			return nil, fmt.Errorf("open events file: %w", err)
 		}
-		o.reader = stream.NewReader(p.Parser(a.cfg.Prices[jb.engine]), a.clock)
+		parser := p.Parser(a.cfg.Prices[jb.engine])
+		if c, ok := parser.(*stream.Codex); ok {
+			c.Before = jb.threadBefore
+		}
+		o.reader = stream.NewReader(parser, a.clock)
 		jb.out = o.reader
 		// The log (which the live output ships) is a transcript for
 		// people; the raw events go to their own file, kept as an

@@ -1,8 +1,12 @@
 package stream
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -17,10 +21,14 @@ import (
 //     `codex exec resume` takes.
 //   - "turn.started" (TurnStartedEvent).
 //   - "turn.completed" (TurnCompletedEvent): usage {input_tokens,
-//     cached_input_tokens, output_tokens} for that turn; summed here.
-//     There is no cost field, and reasoning tokens are not reported
-//     (openai/codex#5276): USD is the tokens priced by the operator's
-//     table, an estimate.
+//     cached_input_tokens, output_tokens}: the thread's total so far (exec
+//     reports the last TokenCount's total_token_usage), so a resumed
+//     thread counts its earlier runs again. Seen with the real codex-cli
+//     0.171.0: a thread's first run reported 500 input tokens, its resumed
+//     run 1,200 for the 700 it used. The run's usage is that total less
+//     Before, the thread's total when the run began. There is no cost
+//     field: USD is the tokens priced by the operator's table, an
+//     estimate.
 //   - "turn.failed" (TurnFailedEvent): error {message}.
 //   - "error" (ThreadErrorEvent): message, "an unrecoverable error emitted
 //     directly by the event stream".
@@ -30,6 +38,9 @@ import (
 type Codex struct {
 	// Price turns tokens into dollars; the zero Price leaves USD at 0.
 	Price Price
+	// Before is the thread's usage before this run: zero for a new
+	// thread, the rollout's last total for a resumed one (CodexThreadUsage).
+	Before Usage
 }
 
 type codexLine struct {
@@ -62,9 +73,9 @@ func (c *Codex) Line(line []byte, now time.Time, f *Facts) {
 	case "turn.completed":
 		f.Turns++
 		if u := l.Usage; u != nil {
-			f.Usage.InputTokens += u.InputTokens
-			f.Usage.CacheReadTokens += u.CachedInputTokens
-			f.Usage.OutputTokens += u.OutputTokens
+			f.Usage.InputTokens = max(0, u.InputTokens-c.Before.InputTokens)
+			f.Usage.CacheReadTokens = max(0, u.CachedInputTokens-c.Before.CacheReadTokens)
+			f.Usage.OutputTokens = max(0, u.OutputTokens-c.Before.OutputTokens)
 			f.Usage.USD = c.Price.Cost(f.Usage)
 		}
 		f.Outcome, f.ResultAt, f.Detail = OutcomeSuccess, now, ""
@@ -125,4 +136,50 @@ func ParsePrice(s string) (Price, error) {
 // retries after 429/529 with no success after them.
 func (f Facts) Limited() bool {
 	return f.Outcome != OutcomeSuccess && (f.RateLimited || f.LimitRetries > 0)
+}
+
+// CodexThreadUsage reads a Codex thread's rollout (the file `codex exec
+// resume` continues, $CODEX_HOME/sessions/…/rollout-*-<thread>.jsonl) and
+// returns its last token_count total: the thread's usage when its last run
+// ended, which a resumed run's turn.completed counts again (Codex.Before).
+// Rollout lines are {"type":"event_msg","payload":{"type":"token_count",
+// "info":{"total_token_usage":{…}}}} (codex-rs protocol RolloutLine,
+// EventMsg::TokenCount; as codex-cli 0.171.0 writes them). Lines too long
+// to be one of those (a tool's whole output) are skipped.
+func CodexThreadUsage(r io.Reader) (Usage, error) {
+	var u Usage
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, long, err := br.ReadLine()
+		for long && err == nil {
+			line = nil
+			_, long, err = br.ReadLine()
+		}
+		if bytes.Contains(line, []byte(`"token_count"`)) {
+			var l struct {
+				Type    string `json:"type"`
+				Payload struct {
+					Type string `json:"type"`
+					Info *struct {
+						Total *struct {
+							InputTokens       int64 `json:"input_tokens"`
+							CachedInputTokens int64 `json:"cached_input_tokens"`
+							OutputTokens      int64 `json:"output_tokens"`
+						} `json:"total_token_usage"`
+					} `json:"info"`
+				} `json:"payload"`
+			}
+			if json.Unmarshal(line, &l) == nil && l.Type == "event_msg" && l.Payload.Type == "token_count" &&
+				l.Payload.Info != nil && l.Payload.Info.Total != nil {
+				t := l.Payload.Info.Total
+				u = Usage{InputTokens: t.InputTokens, CacheReadTokens: t.CachedInputTokens, OutputTokens: t.OutputTokens}
+			}
+		}
+		switch {
+		case errors.Is(err, io.EOF):
+			return u, nil
+		case err != nil:
+			return u, fmt.Errorf("read codex rollout: %w", err)
+		}
+	}
 }

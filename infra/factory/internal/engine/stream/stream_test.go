@@ -1,6 +1,7 @@
 package stream_test
 
 import (
+	"bytes"
 	"io"
 	"os"
 	"path/filepath"
@@ -225,4 +226,47 @@ func TestClaudeRetriesThatGotThroughAreNoRateLimit(t *testing.T) {
 	_, _ = io.WriteString(r, answer+retry+failed)
 	require.NoError(t, r.Close())
 	require.True(t, r.Facts().Limited(), "the last call was retried for 529 and never answered")
+}
+
+// TestCodexThreadUsage: a thread's usage so far is its rollout's last
+// token_count total (the real codex-cli 0.171.0's rollout); other records,
+// token_count events without info, and lines too long to be one are passed
+// over; a rollout without any is zero.
+func TestCodexThreadUsage(t *testing.T) {
+	t.Parallel()
+	real, err := os.ReadFile(filepath.Join("testdata", "codex", "real-0.171.0-rollout.jsonl"))
+	require.NoError(t, err)
+	u, err := stream.CodexThreadUsage(bytes.NewReader(real))
+	require.NoError(t, err)
+	require.Equal(t, stream.Usage{InputTokens: 500, CacheReadTokens: 100, OutputTokens: 10}, u)
+
+	later := `{"type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":1200,"cached_input_tokens":100,"output_tokens":22}}}}` + "\n"
+	noInfo := `{"type":"event_msg","payload":{"type":"token_count","info":null}}` + "\n"
+	long := `{"type":"response_item","payload":{"output":"` + strings.Repeat("token_count ", 20000) + `"}}` + "\n"
+	u, err = stream.CodexThreadUsage(strings.NewReader(string(real) + long + later + noInfo))
+	require.NoError(t, err)
+	require.Equal(t, stream.Usage{InputTokens: 1200, CacheReadTokens: 100, OutputTokens: 22}, u, "the last total")
+
+	u, err = stream.CodexThreadUsage(strings.NewReader(`{"type":"session_meta","payload":{}}` + "\n" + `{"type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":9}}}}`))
+	require.NoError(t, err)
+	require.Equal(t, int64(9), u.InputTokens, "a last line without a newline")
+	u, err = stream.CodexThreadUsage(strings.NewReader(""))
+	require.NoError(t, err)
+	require.Zero(t, u)
+}
+
+// TestCodexResumedThreadUsage: a resumed thread's turn.completed reports
+// the thread's total (real codex-cli 0.171.0: 1,200 input tokens for a run
+// that used 700 after one of 500), so the run's usage is that less what
+// the thread had used before it, priced as such.
+func TestCodexResumedThreadUsage(t *testing.T) {
+	t.Parallel()
+	c := &stream.Codex{Price: stream.Price{Input: 1.25, Output: 10}, Before: stream.Usage{InputTokens: 500, CacheReadTokens: 100, OutputTokens: 10}}
+	var f stream.Facts
+	now := time.Date(2026, 11, 27, 5, 36, 0, 0, time.UTC)
+	c.Line([]byte(`{"type":"thread.started","thread_id":"01a21b81-5fca-7911-8737-d4679334c52d"}`), now, &f)
+	c.Line([]byte(`{"type":"turn.completed","usage":{"input_tokens":1200,"cached_input_tokens":100,"cache_write_input_tokens":0,"output_tokens":22,"reasoning_output_tokens":3}}`), now, &f)
+	require.Equal(t, stream.Usage{InputTokens: 700, OutputTokens: 12, USD: (700*1.25 + 12*10) / 1e6}, f.Usage)
+	c.Line([]byte(`{"type":"turn.completed","usage":{"input_tokens":1500,"cached_input_tokens":100,"output_tokens":30}}`), now, &f)
+	require.Equal(t, int64(1000), f.Usage.InputTokens, "a later turn's total replaces the earlier one's, never adds to it")
 }
