@@ -314,6 +314,11 @@ func (s *Service) Apply(ctx context.Context, ev forge.Event, d Delivery) (Outcom
 	if slices.ContainsFunc(d.keys(), func(k string) bool { return slices.Contains(j.ForgeDeliveries, k) }) {
 		return Duplicate, "delivery already applied", nil
 	}
+	if (ev.Kind == forge.EventApproved || ev.Kind == forge.EventChangesRequested) && !ev.Member {
+		// A stranger's review is neither a vote nor the next iteration's
+		// task for the engine.
+		return Ignored, fmt.Sprintf("%s is not an owner, member or collaborator of %s: their review is not acted on", ev.Author, ev.Repo), nil
+	}
 	switch ev.Kind {
 	case forge.EventMerged:
 		return s.move(ctx, p, j, d, fleet.StageShipped, fleet.EventShip, "pull request #%d merged on the forge", func(j *fleet.Job) {

@@ -502,8 +502,15 @@ type Delivery struct {
 }
 
 // Review is a pull_request_review submitted on pull request number by
-// login with state approved or changes_requested.
+// login, a collaborator, with state approved or changes_requested.
 func (s *Server) Review(number int, login, state, body string) Delivery {
+	return s.ReviewAs(number, login, "COLLABORATOR", state, body)
+}
+
+// ReviewAs is Review by a login associated with the repository as
+// association (GitHub's author_association: OWNER, MEMBER, COLLABORATOR,
+// CONTRIBUTOR, NONE...).
+func (s *Server) ReviewAs(number int, login, association, state, body string) Delivery {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.pullByNumber(number)
@@ -513,6 +520,7 @@ func (s *Server) Review(number int, login, state, body string) Delivery {
 	set(m, "review.body", body)
 	set(m, "review.commit_id", p.HeadSHA)
 	set(m, "review.user.login", login)
+	set(m, "review.author_association", association)
 	set(m, "review.html_url", fmt.Sprintf("https://github.com/%s/pull/%d#pullrequestreview-%d", p.Repo, p.Number, 77+len(s.requests)))
 	set(m, "review.submitted_at", s.now().UTC().Format(time.RFC3339))
 	s.fillHookPull(m, p)
