@@ -329,6 +329,13 @@ func (s *Service) Apply(ctx context.Context, ev forge.Event, d Delivery) (Outcom
 			j.PullRequest.State = fleet.PRClosed
 		})
 	}
+	if j.ForgeDue {
+		// Delivered again, its pull request not yet brought up to date:
+		// the head recorded is the previous delivery's, so an event about
+		// it is about code the job has moved on from (a late review, a
+		// run cancelled by the push), and the gate's head is the new one.
+		return Ignored, fmt.Sprintf("job %s was delivered again and its pull request is not brought up to date yet: %s not matched to a head", jobID, ev.Kind), nil
+	}
 	if ev.HeadSHA != "" && ev.HeadSHA != pr.HeadSHA {
 		return Ignored, fmt.Sprintf("%s is about %.12s, not the pull request's head %.12s", ev.Kind, ev.HeadSHA, pr.HeadSHA), nil
 	}
