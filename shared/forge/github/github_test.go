@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,6 +101,30 @@ func TestPullRequestLifecycle(t *testing.T) {
 	require.True(t, checks[0].Failing())
 	require.Equal(t, "--- FAIL: TestLogin", checks[0].Text)
 	require.False(t, checks[1].Failing(), "a check still running is not failing")
+}
+
+// TestPullRequestHeadAfterPush: right after a push GitHub's pull request
+// can still show the previous head; the pull request found again carries
+// the branch's new head, the one reviews, checks and the merge will be of.
+func TestPullRequestHeadAfterPush(t *testing.T) {
+	t.Parallel()
+	c, double := contract(t)
+	ctx := context.Background()
+	spec := forge.PullRequestSpec{Repo: acme, Head: "aq/job/j2", Title: "Fix the login redirect", Body: "fleet-job: j2"}
+	first, _, err := c.EnsurePullRequest(ctx, spec)
+	require.NoError(t, err)
+
+	pushed := strings.Repeat("2", 40)
+	double.PushBehind("acme/app", "aq/job/j2", pushed)
+	for _, body := range []string{spec.Body, "Iteration 2.\n\nfleet-job: j2"} { // found as is, and updated
+		spec.Body = body
+		pr, created, err := c.EnsurePullRequest(ctx, spec)
+		require.NoError(t, err)
+		require.False(t, created)
+		require.Equal(t, first.Number, pr.Number)
+		require.Equal(t, pushed, pr.HeadSHA, "the branch's head, not the pull request's stale one")
+	}
+	require.NotEqual(t, pushed, double.Pulls()[0].HeadSHA, "GitHub's pull request is still behind")
 }
 
 // TestErrorsClassified: a pull request that is not there is not_found and
