@@ -199,6 +199,11 @@ type Event struct {
 	HeadSHA string
 	// Author is the reviewer's login (reviews), the app that ran a check.
 	Author string
+	// Member says a review's author is the repository's owner, a member
+	// of its organization or a collaborator on it. Anyone who can read a
+	// repository can review its pull requests (on a public one, anyone at
+	// all): only a member's review is acted on.
+	Member bool
 	// Body is the review's text; for a check, Name, Title, Summary and
 	// Text are its output.
 	Body                 string

@@ -420,8 +420,8 @@ var routes = []route{
 
 	{method: "POST", pattern: "/api/fleet/forge/github", access: public, handle: (*server).githubWebhook, summary: "A GitHub webhook delivery",
 		description: "No bearer: X-Hub-Signature-256 must be the HMAC-SHA256 of the body with the webhook secret (FLEET_GITHUB_WEBHOOK_SECRET_FILE), else 401 and nothing changes. " +
-			"X-GitHub-Event picks the payload's shape; every fact comes from the signed body. pull_request_review approved: the mapped reviewer's vote on the current head; " +
-			"changes_requested, or a check_run / check_suite completed failing on the head: the delivered job goes back to the queue as its next iteration with the feedback (no attempt spent; " +
+			"X-GitHub-Event picks the payload's shape; every fact comes from the signed body. Reviews count only by the repository's owner, members and collaborators (author_association). " +
+			"pull_request_review approved: the mapped reviewer's vote on the current head; changes_requested, or a check_run / check_suite completed failing on the head: the delivered job goes back to the queue as its next iteration with the feedback (no attempt spent; " +
 			"past the product's maxIterations it stays, with event iteration_cap); pull_request closed: cancelled, merged: shipped. " +
 			"A delivery applied before (its X-GitHub-Delivery or its body) changes nothing. Events the fleet does not act on: 204. Payloads over GitHub's 25 MB: 413.",
 		params: []param{

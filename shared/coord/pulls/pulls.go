@@ -314,6 +314,11 @@ func (s *Service) Apply(ctx context.Context, ev forge.Event, d Delivery) (Outcom
 	if slices.ContainsFunc(d.keys(), func(k string) bool { return slices.Contains(j.ForgeDeliveries, k) }) {
 		return Duplicate, "delivery already applied", nil
 	}
+	if (ev.Kind == forge.EventApproved || ev.Kind == forge.EventChangesRequested) && !ev.Member {
+		// A stranger's review is neither a vote nor the next iteration's
+		// task for the engine.
+		return Ignored, fmt.Sprintf("%s is not an owner, member or collaborator of %s: their review is not acted on", ev.Author, ev.Repo), nil
+	}
 	switch ev.Kind {
 	case forge.EventMerged:
 		return s.move(ctx, p, j, d, fleet.StageShipped, fleet.EventShip, "pull request #%d merged on the forge", func(j *fleet.Job) {
@@ -323,6 +328,13 @@ func (s *Service) Apply(ctx context.Context, ev forge.Event, d Delivery) (Outcom
 		return s.move(ctx, p, j, d, fleet.StageCancelled, fleet.EventCancel, "pull request #%d closed without a merge", func(j *fleet.Job) {
 			j.PullRequest.State = fleet.PRClosed
 		})
+	}
+	if j.ForgeDue {
+		// Delivered again, its pull request not yet brought up to date:
+		// the head recorded is the previous delivery's, so an event about
+		// it is about code the job has moved on from (a late review, a
+		// run cancelled by the push), and the gate's head is the new one.
+		return Ignored, fmt.Sprintf("job %s was delivered again and its pull request is not brought up to date yet: %s not matched to a head", jobID, ev.Kind), nil
 	}
 	if ev.HeadSHA != "" && ev.HeadSHA != pr.HeadSHA {
 		return Ignored, fmt.Sprintf("%s is about %.12s, not the pull request's head %.12s", ev.Kind, ev.HeadSHA, pr.HeadSHA), nil

@@ -3,7 +3,7 @@
 // verified and read (webhook.go).
 //
 // It speaks to the documented endpoints with net/http rather than through
-// google/go-github: the fleet needs six endpoints and their error
+// google/go-github: the fleet needs seven endpoints and their error
 // statuses, the client's every request and every answer it reads is
 // validated in the tests against GitHub's own OpenAPI description
 // (@octokit/openapi), and a small typed client keeps what is sent exactly
@@ -15,6 +15,7 @@
 //	POST   /repos/{owner}/{repo}/pulls                        201; 422 when one exists
 //	PATCH  /repos/{owner}/{repo}/pulls/{pull_number}
 //	PUT    /repos/{owner}/{repo}/pulls/{pull_number}/merge    200; 405 not mergeable; 409 head moved
+//	GET    /repos/{owner}/{repo}/git/ref/heads/{branch}       the branch's head
 //	DELETE /repos/{owner}/{repo}/git/refs/heads/{branch}      204; 422 when gone
 //	GET    /repos/{owner}/{repo}/commits/{ref}/check-runs
 package github
@@ -168,15 +169,30 @@ func (c *Client) openPull(ctx context.Context, spec forge.PullRequestSpec) (forg
 		if p.Head.Ref != spec.Head {
 			continue
 		}
-		if p.Title == spec.Title && p.Body == spec.Body {
-			return p.pullRequest(), true, nil
+		if p.Title != spec.Title || p.Body != spec.Body {
+			var updated pull
+			if err := c.do(ctx, http.MethodPatch, fmt.Sprintf("%s/pulls/%d", repoPath(spec.Repo), p.Number), nil,
+				map[string]any{"title": spec.Title, "body": spec.Body}, &updated); err != nil {
+				return forge.PullRequest{}, false, err
+			}
+			p = updated
 		}
-		var updated pull
-		if err := c.do(ctx, http.MethodPatch, fmt.Sprintf("%s/pulls/%d", repoPath(spec.Repo), p.Number), nil,
-			map[string]any{"title": spec.Title, "body": spec.Body}, &updated); err != nil {
+		// The sync follows a push, and for a moment after one GitHub's
+		// pull request can still show the previous head (it is updated
+		// asynchronously): the head is the branch's own.
+		pr := p.pullRequest()
+		var ref struct {
+			Object struct {
+				SHA string `json:"sha"`
+			} `json:"object"`
+		}
+		if err := c.do(ctx, http.MethodGet, repoPath(spec.Repo)+"/git/ref/"+url.PathEscape("heads/"+spec.Head), nil, nil, &ref); err != nil {
 			return forge.PullRequest{}, false, err
 		}
-		return updated.pullRequest(), true, nil
+		if ref.Object.SHA != "" {
+			pr.HeadSHA = ref.Object.SHA
+		}
+		return pr, true, nil
 	}
 	return forge.PullRequest{}, false, nil
 }

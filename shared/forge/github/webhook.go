@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,7 +83,11 @@ type (
 			CommitID    string    `json:"commit_id"`
 			HTMLURL     string    `json:"html_url"`
 			SubmittedAt time.Time `json:"submitted_at"`
-			User        struct {
+			// AuthorAssociation is how the reviewer relates to the
+			// repository: OWNER, MEMBER, COLLABORATOR, CONTRIBUTOR,
+			// FIRST_TIMER, FIRST_TIME_CONTRIBUTOR, MANNEQUIN or NONE.
+			AuthorAssociation string `json:"author_association"`
+			User              struct {
 				Login string `json:"login"`
 			} `json:"user"`
 		} `json:"review"`
@@ -143,7 +148,8 @@ func Parse(event string, body []byte) (forge.Event, error) {
 			return forge.Event{}, forge.ErrIgnored
 		}
 		ev := forge.Event{Repo: p.Repository.repo(), Number: p.PullRequest.Number, HeadRef: p.PullRequest.Head.Ref,
-			HeadSHA: p.Review.CommitID, Author: p.Review.User.Login, Body: p.Review.Body, URL: p.Review.HTMLURL, At: p.Review.SubmittedAt}
+			HeadSHA: p.Review.CommitID, Author: p.Review.User.Login, Body: p.Review.Body, URL: p.Review.HTMLURL, At: p.Review.SubmittedAt,
+			Member: slices.Contains([]string{"OWNER", "MEMBER", "COLLABORATOR"}, p.Review.AuthorAssociation)}
 		// Webhooks say "approved"; the REST API says "APPROVED".
 		switch strings.ToLower(p.Review.State) {
 		case "approved":

@@ -99,7 +99,10 @@ type Server struct {
 	// shas are the heads of branches the double made up (no git dir):
 	// "owner/name:branch" -> sha.
 	shas map[string]string
-	now  func() time.Time
+	// behind are the branches ("owner/name:branch") whose pull requests
+	// still show the head before the last push (PushBehind).
+	behind map[string]bool
+	now    func() time.Time
 }
 
 // New is a double holding repos.
@@ -107,7 +110,8 @@ func New(now func() time.Time, repos ...Repo) *Server {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Server{repos: map[string]*Repo{}, checks: map[string][]Check{}, unmergeable: map[int]string{}, shas: map[string]string{}, now: now}
+	s := &Server{repos: map[string]*Repo{}, checks: map[string][]Check{}, unmergeable: map[int]string{}, shas: map[string]string{},
+		behind: map[string]bool{}, now: now}
 	for _, r := range repos {
 		if r.DefaultBranch == "" {
 			r.DefaultBranch = "main"
@@ -125,6 +129,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /repos/{owner}/{repo}/pulls", s.createPull)
 	mux.HandleFunc("PATCH /repos/{owner}/{repo}/pulls/{number}", s.updatePull)
 	mux.HandleFunc("PUT /repos/{owner}/{repo}/pulls/{number}/merge", s.mergePull)
+	mux.HandleFunc("GET /repos/{owner}/{repo}/git/ref/{ref...}", s.getRef)
 	mux.HandleFunc("DELETE /repos/{owner}/{repo}/git/refs/{ref...}", s.deleteBranch)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/commits/{ref...}", s.checkRuns)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -189,11 +194,22 @@ func (s *Server) Push(repo, branch, sha string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.shas[repo+":"+branch] = sha
+	delete(s.behind, repo+":"+branch)
 	for _, p := range s.pulls {
 		if p.Repo == repo && p.Head == branch && p.State == "open" {
 			p.HeadSHA = sha
 		}
 	}
+}
+
+// PushBehind moves a branch as Push does, but its pull requests keep
+// showing the previous head, as GitHub's do for a moment after a push (a
+// pull request's head is updated asynchronously); Push catches them up.
+func (s *Server) PushBehind(repo, branch, sha string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shas[repo+":"+branch] = sha
+	s.behind[repo+":"+branch] = true
 }
 
 func (s *Server) repo(w http.ResponseWriter, r *http.Request) *Repo {
@@ -389,7 +405,7 @@ func (s *Server) updatePull(w http.ResponseWriter, r *http.Request) {
 	if in.State != nil {
 		p.State = *in.State
 	}
-	if p.State == "open" {
+	if p.State == "open" && !s.behind[p.Repo+":"+p.Head] {
 		p.HeadSHA = s.headSHA(rp, p.Head)
 	}
 	writeJSON(w, http.StatusOK, s.pullJSON(p, false))
@@ -407,7 +423,7 @@ func (s *Server) mergePull(w http.ResponseWriter, r *http.Request) {
 		MergeMethod string `json:"merge_method"`
 	}
 	_ = json.NewDecoder(r.Body).Decode(&in)
-	if p.State == "open" {
+	if p.State == "open" && !s.behind[p.Repo+":"+p.Head] {
 		p.HeadSHA = s.headSHA(rp, p.Head)
 	}
 	switch {
@@ -429,6 +445,30 @@ func (s *Server) mergePull(w http.ResponseWriter, r *http.Request) {
 	set(m, "sha", p.MergedSHA)
 	set(m, "merged", true)
 	set(m, "message", "Pull Request successfully merged")
+	writeJSON(w, http.StatusOK, m)
+}
+
+// getRef answers a branch's ref (heads/<branch>) with its head.
+func (s *Server) getRef(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rp := s.repo(w, r)
+	if rp == nil {
+		return
+	}
+	ref := r.PathValue("ref")
+	branch, ok := strings.CutPrefix(ref, "heads/")
+	if !ok {
+		writeJSON(w, http.StatusNotFound, map[string]any{"message": "Not Found", "documentation_url": "https://docs.github.com/rest", "status": "404"})
+		return
+	}
+	sha := s.headSHA(rp, branch)
+	api := "https://api.github.com/repos/" + rp.Owner + "/" + rp.Name + "/git/"
+	m := template("rest-git-ref")
+	set(m, "ref", "refs/"+ref)
+	set(m, "url", api+"refs/"+ref)
+	set(m, "object.sha", sha)
+	set(m, "object.url", api+"commits/"+sha)
 	writeJSON(w, http.StatusOK, m)
 }
 
@@ -502,8 +542,15 @@ type Delivery struct {
 }
 
 // Review is a pull_request_review submitted on pull request number by
-// login with state approved or changes_requested.
+// login, a collaborator, with state approved or changes_requested.
 func (s *Server) Review(number int, login, state, body string) Delivery {
+	return s.ReviewAs(number, login, "COLLABORATOR", state, body)
+}
+
+// ReviewAs is Review by a login associated with the repository as
+// association (GitHub's author_association: OWNER, MEMBER, COLLABORATOR,
+// CONTRIBUTOR, NONE...).
+func (s *Server) ReviewAs(number int, login, association, state, body string) Delivery {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.pullByNumber(number)
@@ -513,6 +560,7 @@ func (s *Server) Review(number int, login, state, body string) Delivery {
 	set(m, "review.body", body)
 	set(m, "review.commit_id", p.HeadSHA)
 	set(m, "review.user.login", login)
+	set(m, "review.author_association", association)
 	set(m, "review.html_url", fmt.Sprintf("https://github.com/%s/pull/%d#pullrequestreview-%d", p.Repo, p.Number, 77+len(s.requests)))
 	set(m, "review.submitted_at", s.now().UTC().Format(time.RFC3339))
 	s.fillHookPull(m, p)

@@ -26,6 +26,7 @@ var restTemplates = map[string]string{
 	"rest-repo":        "full-repository-default-response",
 	"rest-merge":       "pull-request-merge-result-response-if-merge-was-successful",
 	"rest-check-run":   "check-run-paginated", // the first of its check_runs
+	"rest-git-ref":     "git-ref",
 }
 
 // webhookTemplates are the payloads the double sends: the smallest

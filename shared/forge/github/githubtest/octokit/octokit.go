@@ -69,6 +69,7 @@ var Operations = []string{
 	"/repos/{owner}/{repo}/pulls",
 	"/repos/{owner}/{repo}/pulls/{pull_number}",
 	"/repos/{owner}/{repo}/pulls/{pull_number}/merge",
+	"/repos/{owner}/{repo}/git/ref/{ref}",
 	"/repos/{owner}/{repo}/git/refs/{ref}",
 	"/repos/{owner}/{repo}/commits/{ref}/check-runs",
 }
