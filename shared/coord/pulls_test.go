@@ -329,7 +329,7 @@ func TestPullRequestStrangersReview(t *testing.T) {
 	} {
 		out, why := e.hook(d)
 		require.Equal(t, pulls.Ignored, out, why)
-		require.Contains(t, why, "drive-by is not an owner, member or collaborator of acme/notes")
+		require.Contains(t, why, "drive-by is not an owner, member or collaborator of acme/notes, nor one of the product's forge reviewers")
 	}
 	got := e.job(j.ID)
 	require.Equal(t, fleet.StageReview, got.Stage)
@@ -341,6 +341,23 @@ func TestPullRequestStrangersReview(t *testing.T) {
 	out, why := e.hook(double.ReviewAs(1, "maintainer", "MEMBER", "approved", "LGTM"))
 	require.Equal(t, pulls.Applied, out, why)
 	require.Equal(t, fleet.StageShipped, e.job(j.ID).Stage, "a member's approval is the vote")
+}
+
+// TestPullRequestNamedReviewerCounts: a login the product's forge
+// reviewers name counts whatever GitHub says of its membership (an
+// organization member whose membership is private is reported as a
+// CONTRIBUTOR).
+func TestPullRequestNamedReviewerCounts(t *testing.T) {
+	t.Parallel()
+	e, double := forgeEnv(t, fleet.ForgeConfig{Reviewers: map[string]string{"quiet-member": "quinn"}})
+	j := e.submit("review: {quorum: 1}")
+	e.deliverPR(j.ID, "aq/job/"+j.ID+"@1")
+	out, why := e.hook(double.ReviewAs(1, "quiet-member", "CONTRIBUTOR", "approved", "LGTM"))
+	require.Equal(t, pulls.Applied, out, why)
+	got := e.job(j.ID)
+	require.Equal(t, fleet.StageTesting, got.Stage, "the named reviewer's approval is the vote")
+	require.Len(t, got.Review.Votes, 1)
+	require.Equal(t, "quinn", got.Review.Votes[0].Reviewer)
 }
 
 // TestPullRequestStaleHeadWhileSyncPending: between a job's new delivery

@@ -114,6 +114,15 @@ func (f *ForgeConfig) Normalize(field string, owned []string) error {
 	return nil
 }
 
+// Names says the product's reviewers map login: the operator named it, so
+// its reviews count whatever the forge says of its membership (GitHub
+// reports an organization member whose membership is private as a
+// CONTRIBUTOR).
+func (f *ForgeConfig) Names(login string) bool {
+	_, ok := f.Reviewers[login]
+	return ok
+}
+
 // ReviewerOf is the reviewer name a forge login votes as.
 func (f *ForgeConfig) ReviewerOf(login string) string {
 	if name, ok := f.Reviewers[login]; ok {

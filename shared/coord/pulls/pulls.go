@@ -314,10 +314,10 @@ func (s *Service) Apply(ctx context.Context, ev forge.Event, d Delivery) (Outcom
 	if slices.ContainsFunc(d.keys(), func(k string) bool { return slices.Contains(j.ForgeDeliveries, k) }) {
 		return Duplicate, "delivery already applied", nil
 	}
-	if (ev.Kind == forge.EventApproved || ev.Kind == forge.EventChangesRequested) && !ev.Member {
+	if (ev.Kind == forge.EventApproved || ev.Kind == forge.EventChangesRequested) && !ev.Member && !p.Forge.Names(ev.Author) {
 		// A stranger's review is neither a vote nor the next iteration's
 		// task for the engine.
-		return Ignored, fmt.Sprintf("%s is not an owner, member or collaborator of %s: their review is not acted on", ev.Author, ev.Repo), nil
+		return Ignored, fmt.Sprintf("%s is not an owner, member or collaborator of %s, nor one of the product's forge reviewers: their review is not acted on", ev.Author, ev.Repo), nil
 	}
 	switch ev.Kind {
 	case forge.EventMerged:
