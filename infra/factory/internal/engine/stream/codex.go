@@ -85,14 +85,14 @@ func (c *Codex) Line(line []byte, now time.Time, f *Facts) {
 		if l.Error != nil {
 			f.Detail = l.Error.Message
 		}
-		if RateLimitText(f.Detail) {
-			f.RateLimited = true
-		}
+		f.RateLimited = RateLimitText(f.Detail)
 	case "error":
+		// The last failure decides: an error the CLI got past (codex
+		// reports its reconnects as errors, "Reconnecting... 1/5 (…)")
+		// does not make a later, different failure a rate limit, which
+		// would spend no attempt however often the job failed.
 		f.Detail = l.Message
-		if RateLimitText(l.Message) {
-			f.RateLimited = true
-		}
+		f.RateLimited = RateLimitText(l.Message)
 	}
 }
 

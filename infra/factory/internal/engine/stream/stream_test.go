@@ -270,3 +270,27 @@ func TestCodexResumedThreadUsage(t *testing.T) {
 	c.Line([]byte(`{"type":"turn.completed","usage":{"input_tokens":1500,"cached_input_tokens":100,"output_tokens":30}}`), now, &f)
 	require.Equal(t, int64(1000), f.Usage.InputTokens, "a later turn's total replaces the earlier one's, never adds to it")
 }
+
+// TestCodexLastFailureDecides: a reconnect codex reports as an error and
+// gets past does not make the run's later, different failure a rate limit;
+// a run whose last failure is a 429 still is one.
+func TestCodexLastFailureDecides(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 27, 5, 36, 0, 0, time.UTC)
+	run := func(lines ...string) stream.Facts {
+		var f stream.Facts
+		c := &stream.Codex{}
+		for _, l := range lines {
+			c.Line([]byte(l), now, &f)
+		}
+		return f
+	}
+	reconnect := `{"type":"error","message":"Reconnecting... 1/5 (unexpected status 429 Too Many Requests)"}`
+	f := run(`{"type":"turn.started"}`, reconnect, `{"type":"turn.failed","error":{"message":"stream disconnected before completion: connection reset"}}`)
+	require.False(t, f.Limited(), "the run failed for another reason: %+v", f)
+	f = run(`{"type":"turn.started"}`, reconnect, `{"type":"error","message":"exceeded retry limit, last status: 429 Too Many Requests"}`,
+		`{"type":"turn.failed","error":{"message":"exceeded retry limit, last status: 429 Too Many Requests"}}`)
+	require.True(t, f.Limited())
+	f = run(`{"type":"turn.started"}`, reconnect, `{"type":"turn.failed"}`)
+	require.True(t, f.Limited(), "a failure without a message is the error before it")
+}
