@@ -178,6 +178,7 @@ func TestProductForge(t *testing.T) {
 		{&catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}, MergeMethod: "fast-forward"}}, []string{repo}, "forge.mergeMethod"},
 		{&catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}, MaxIterations: 99}}, []string{repo}, "forge.maxIterations"},
 		{&catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}, BaseBranch: "../main"}}, []string{repo}, "forge.baseBranch"},
+		{&catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}, Reviewers: map[string]string{"Alice": "alice", "alice": "al"}}}, []string{repo}, "forge.reviewers.alice"},
 		{nil, []string{"docs"}, "forge.repos." + repo}, // the kept forge maps a repo given up
 	} {
 		_, err := e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Repos: tc.repos, Forge: tc.change})

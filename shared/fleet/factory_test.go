@@ -107,3 +107,16 @@ func TestMergeCooldowns(t *testing.T) {
 		})
 	}
 }
+
+// TestForgeReviewerLogins: a forge login is looked up as the forge compares
+// logins, without regard to case.
+func TestForgeReviewerLogins(t *testing.T) {
+	t.Parallel()
+	f := &fleet.ForgeConfig{Reviewers: map[string]string{"Alice-GH": "alice"}}
+	for _, login := range []string{"Alice-GH", "alice-gh", "ALICE-GH"} {
+		require.True(t, f.Names(login), login)
+		require.Equal(t, "alice", f.ReviewerOf(login), login)
+	}
+	require.False(t, f.Names("bob"))
+	require.Equal(t, "bob", f.ReviewerOf("bob"), "an unnamed login votes as itself")
+}

@@ -103,10 +103,16 @@ func (f *ForgeConfig) Normalize(field string, owned []string) error {
 	if f.MaxIterations < 1 || f.MaxIterations > MaxMaxIterations {
 		return Invalid(field+".maxIterations", "must be between 1 and %d, got %d", MaxMaxIterations, f.MaxIterations)
 	}
+	seen := map[string]string{}
 	for _, login := range slices.Sorted(maps.Keys(f.Reviewers)) {
 		if !loginRE.MatchString(login) {
 			return Invalid(field+".reviewers", "%q is not a forge login", login)
 		}
+		// Logins are case-insensitive on the forge (GitHub's are).
+		if other, ok := seen[strings.ToLower(login)]; ok {
+			return Invalid(field+".reviewers."+login, "the same login as %q: logins are case-insensitive", other)
+		}
+		seen[strings.ToLower(login)] = login
 		if err := ValidateName(field+".reviewers."+login, f.Reviewers[login]); err != nil {
 			return err
 		}
@@ -119,16 +125,30 @@ func (f *ForgeConfig) Normalize(field string, owned []string) error {
 // reports an organization member whose membership is private as a
 // CONTRIBUTOR).
 func (f *ForgeConfig) Names(login string) bool {
-	_, ok := f.Reviewers[login]
+	_, ok := f.reviewer(login)
 	return ok
 }
 
 // ReviewerOf is the reviewer name a forge login votes as.
 func (f *ForgeConfig) ReviewerOf(login string) string {
-	if name, ok := f.Reviewers[login]; ok {
+	if name, ok := f.reviewer(login); ok {
 		return name
 	}
 	return login
+}
+
+// reviewer looks login up in Reviewers as the forge compares logins:
+// without regard to case (a mapping typed "Alice" is the login "alice").
+func (f *ForgeConfig) reviewer(login string) (string, bool) {
+	if name, ok := f.Reviewers[login]; ok {
+		return name, true
+	}
+	for l, name := range f.Reviewers {
+		if strings.EqualFold(l, login) {
+			return name, true
+		}
+	}
+	return "", false
 }
 
 // ProductFor finds, among products, the one whose forge maps a repo to
