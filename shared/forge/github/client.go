@@ -327,7 +327,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 }
 
 // statusError classifies a non-2xx answer. GitHub's rate limits answer 403
-// or 429 with x-ratelimit-remaining: 0 or retry-after
+// or 429 with x-ratelimit-remaining: 0 or retry-after; a secondary rate
+// limit may carry neither, only a message saying so, and is then retried
+// after at least a minute
 // (docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api).
 func statusError(resp *http.Response, raw []byte, now time.Time) *forge.Error {
 	var msg struct {
@@ -337,6 +339,9 @@ func statusError(resp *http.Response, raw []byte, now time.Time) *forge.Error {
 	e := &forge.Error{Status: resp.StatusCode, Message: bounded(msg.Message)}
 	retryAfter := parseRetry(resp.Header, now)
 	limited := resp.Header.Get("x-ratelimit-remaining") == "0" || resp.Header.Get("retry-after") != ""
+	if !limited && strings.Contains(strings.ToLower(msg.Message), "secondary rate limit") {
+		limited, retryAfter = true, max(retryAfter, secondaryLimitWait)
+	}
 	switch {
 	case resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode == http.StatusForbidden && limited:
 		e.Kind, e.RetryAfter = forge.KindRateLimited, retryAfter
@@ -351,6 +356,10 @@ func statusError(resp *http.Response, raw []byte, now time.Time) *forge.Error {
 	}
 	return e
 }
+
+// secondaryLimitWait is GitHub's "wait for at least one minute" after a
+// secondary rate limit that names no time.
+const secondaryLimitWait = time.Minute
 
 // parseRetry reads retry-after (seconds) or x-ratelimit-reset (unix time).
 func parseRetry(h http.Header, now time.Time) time.Duration {

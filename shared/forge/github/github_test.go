@@ -137,6 +137,48 @@ func TestErrorsClassified(t *testing.T) {
 	require.False(t, forge.Retryable(err))
 }
 
+// TestRateLimitsClassified: GitHub's rate limits, primary and secondary,
+// are rate limits with the wait GitHub asks for, a secondary one that names
+// no time included (at least a minute, as GitHub's docs say); a 403 that
+// is no rate limit is an auth failure.
+func TestRateLimitsClassified(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		status  int
+		headers map[string]string
+		message string
+		kind    forge.ErrorKind
+		wait    time.Duration
+	}{
+		{"primary, remaining 0", http.StatusForbidden, map[string]string{"x-ratelimit-remaining": "0", "retry-after": "120"}, "API rate limit exceeded for installation.", forge.KindRateLimited, 2 * time.Minute},
+		{"429 with retry-after", http.StatusTooManyRequests, map[string]string{"retry-after": "30"}, "", forge.KindRateLimited, 30 * time.Second},
+		{"secondary, no header", http.StatusForbidden, nil, "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.", forge.KindRateLimited, time.Minute},
+		{"secondary, with retry-after", http.StatusForbidden, map[string]string{"retry-after": "300"}, "You have exceeded a secondary rate limit.", forge.KindRateLimited, 5 * time.Minute},
+		{"forbidden", http.StatusForbidden, nil, "Resource not accessible by integration", forge.KindAuth, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				for k, v := range tc.headers {
+					w.Header().Set(k, v)
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tc.status)
+				_, _ = w.Write([]byte(`{"message":"` + tc.message + `","documentation_url":"https://docs.github.com/rest"}`))
+			}))
+			t.Cleanup(srv.Close)
+			c, err := github.New(github.Config{APIURL: srv.URL, Token: "ghp_test0000"})
+			require.NoError(t, err)
+			_, err = c.Merge(context.Background(), acme, 1, fleet.MergeSquash, "")
+			var fe *forge.Error
+			require.ErrorAs(t, err, &fe)
+			require.Equal(t, tc.kind, fe.Kind, "%v", err)
+			require.Equal(t, tc.wait, fe.RetryAfter)
+		})
+	}
+}
+
 // TestWebhooks: what the double sends is valid in GitHub's webhook
 // description, and Parse reads each into the event it is.
 func TestWebhooks(t *testing.T) {
