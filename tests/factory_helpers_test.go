@@ -171,6 +171,7 @@ func runFactoryIn(t *testing.T, s *Stack, id, token string, seats int, repoBase,
 	t.Helper()
 	f := &factoryProc{t: t, ID: id, WorkDir: workDir, out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	f.cmd = exec.Command(factoryBinary(t), facArgs(env)...)
+	dieWithTests(f.cmd, syscall.SIGKILL)
 	// The token from a file, the safe way: it never enters the factory's
 	// environment (and so /proc/<pid>/environ).
 	tokenFile := filepath.Join(t.TempDir(), "token")

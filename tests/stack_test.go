@@ -100,6 +100,7 @@ func startStack(t *testing.T, env ...string) *Stack {
 	handler, local := binaries(t)
 	s := &Stack{t: t, Token: randomToken("op_"), DataDir: t.TempDir(), out: &syncbuf.Buffer{}}
 	s.cmd = exec.Command(local, "-root", repoRoot, "-handler", handler)
+	dieWithTests(s.cmd, syscall.SIGTERM)
 	s.cmd.Env = append(os.Environ(),
 		"FLEET_LISTEN=127.0.0.1:0",
 		"FLEET_DATA_DIR="+s.DataDir,
