@@ -343,6 +343,36 @@ func TestPullRequestStrangersReview(t *testing.T) {
 	require.Equal(t, fleet.StageShipped, e.job(j.ID).Stage, "a member's approval is the vote")
 }
 
+// TestPullRequestRepoOfSeveralProducts: two products map their own repos
+// to one GitHub repository (a monorepo); a review of a job's pull request
+// reaches the job in whichever of them it is, not only in the first that
+// maps the repository.
+func TestPullRequestRepoOfSeveralProducts(t *testing.T) {
+	t.Parallel()
+	e, double := forgeEnv(t, fleet.ForgeConfig{})
+	_, err := e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: "docs", Repos: []string{"docs"}, Forge: &catalog.ForgeChange{
+		Config: fleet.ForgeConfig{Repos: map[string]string{"docs": "acme/notes"}}}})
+	require.NoError(t, err)
+	e.factory("f2", repos("docs"))
+	j, _, err := e.c.Submit(e.ctx, "docs", manifest("repo: docs", "review: {quorum: 1}"))
+	require.NoError(t, err)
+	cl, err := e.c.Claim(e.ctx, e.as("f2"))
+	require.NoError(t, err)
+	require.Equal(t, j.ID, cl.Job.ID)
+	head := "aq/job/" + j.ID + "@1"
+	for _, st := range []fleet.Stage{fleet.StageBuilding, fleet.StageReview} {
+		_, err = e.c.Patch(e.ctx, "f2", "docs", j.ID, coord.PatchRequest{Stage: st, LeaseEpoch: cl.LeaseEpoch, Checkpoint: &head})
+		require.NoError(t, err)
+	}
+	e.c.WaitForge()
+
+	out, why := e.hook(double.Review(1, "alice", "changes_requested", "Handle the empty case."))
+	require.Equal(t, pulls.Applied, out, why)
+	got, err := e.c.GetJob(e.ctx, "docs", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, 2, got.Iteration)
+}
+
 // TestPullRequestNamedReviewerCounts: a login the product's forge
 // reviewers name counts whatever GitHub says of its membership (an
 // organization member whose membership is private is reported as a

@@ -151,20 +151,23 @@ func (f *ForgeConfig) reviewer(login string) (string, bool) {
 	return "", false
 }
 
-// ProductFor finds, among products, the one whose forge maps a repo to
-// forgeRepo ("owner/name"), and that repo.
-func ProductFor(products []*Product, forgeRepo string) (*Product, string, bool) {
+// ProductsFor returns, among products, those whose forge maps a repo to
+// forgeRepo ("owner/name"), in order: several products may own the same
+// repository (RepoInfo.Products), each with its own jobs on it.
+func ProductsFor(products []*Product, forgeRepo string) []*Product {
+	var out []*Product
 	for _, p := range products {
 		if p == nil || p.Forge == nil {
 			continue
 		}
-		for repo, fr := range p.Forge.Repos {
+		for _, fr := range p.Forge.Repos {
 			if strings.EqualFold(fr, forgeRepo) {
-				return p, repo, true
+				out = append(out, p)
+				break
 			}
 		}
 	}
-	return nil, "", false
+	return out
 }
 
 // PullRequestState is a job's pull request's state.

@@ -292,20 +292,30 @@ func (s *Service) Apply(ctx context.Context, ev forge.Event, d Delivery) (Outcom
 	if err != nil {
 		return "", "", err
 	}
-	p, _, ok := fleet.ProductFor(all, ev.Repo.String())
-	if !ok {
+	candidates := fleet.ProductsFor(all, ev.Repo.String())
+	if len(candidates) == 0 {
 		return Ignored, fmt.Sprintf("no product's forge maps %s", ev.Repo), nil
 	}
 	jobID, ok := strings.CutPrefix(ev.HeadRef, "aq/job/")
 	if !ok || fleet.ValidateName("jobId", jobID) != nil {
 		return Ignored, fmt.Sprintf("branch %q is no job's", ev.HeadRef), nil
 	}
-	j, err := s.k.GetJob(ctx, p.ID, jobID)
-	if errors.Is(err, fleet.ErrNotFound) {
-		return Ignored, "no job " + jobID + " in product " + p.ID, nil
+	// The job is in one of the products that map the repository.
+	var p *fleet.Product
+	var j *fleet.Job
+	for _, c := range candidates {
+		found, err := s.k.GetJob(ctx, c.ID, jobID)
+		if errors.Is(err, fleet.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return "", "", err
+		}
+		p, j = c, found
+		break
 	}
-	if err != nil {
-		return "", "", err
+	if j == nil {
+		return Ignored, fmt.Sprintf("no job %s in the products that map %s", jobID, ev.Repo), nil
 	}
 	pr := j.PullRequest
 	if pr == nil || (ev.Number != 0 && ev.Number != pr.Number) {
