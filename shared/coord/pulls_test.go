@@ -207,6 +207,38 @@ func TestPullRequestClosedAndMerged(t *testing.T) {
 	require.Equal(t, pulls.Duplicate, out, "the same merge again")
 }
 
+// TestPullRequestEndedDuringAnIteration: a pull request merged or closed on
+// the forge while its job is between deliveries (an iteration waiting or
+// running) ends the iteration: a waiting one is cancelled at once, a
+// running one's holder is asked to stop, and no new pull request is opened
+// for it.
+func TestPullRequestEndedDuringAnIteration(t *testing.T) {
+	t.Parallel()
+	e, double := forgeEnv(t, fleet.ForgeConfig{})
+	waiting := e.submit("title: waiting")
+	e.deliverPR(waiting.ID, "aq/job/"+waiting.ID+"@1")
+	out, why := e.hook(double.Review(1, "alice", "changes_requested", "One more thing."))
+	require.Equal(t, pulls.Applied, out, why)
+	require.Equal(t, fleet.StageQueued, e.job(waiting.ID).Stage)
+	out, why = e.hook(double.Closed(1, true))
+	require.Equal(t, pulls.Applied, out, why)
+	require.Contains(t, why, "pull request #1 merged on the forge during iteration 2")
+	require.Equal(t, fleet.StageCancelled, e.job(waiting.ID).Stage)
+
+	running := e.submit("title: running")
+	e.deliverPR(running.ID, "aq/job/"+running.ID+"@1")
+	out, why = e.hook(double.Review(2, "alice", "changes_requested", "Again."))
+	require.Equal(t, pulls.Applied, out, why)
+	cl := e.claim("f1")
+	require.Equal(t, running.ID, cl.Job.ID)
+	out, why = e.hook(double.Closed(2, false))
+	require.Equal(t, pulls.Applied, out, why)
+	got := e.job(running.ID)
+	require.Equal(t, fleet.StageAssigned, got.Stage, "still held until its holder stops")
+	require.True(t, got.CancelRequested, "its holder is asked to stop")
+	require.Len(t, double.Pulls(), 2, "no new pull request")
+}
+
 // TestPullRequestForgeFails: a forge that fails never blocks the job: the
 // failure is recorded with its backoff, the sweep retries when due, and
 // the pull request opens once the forge answers.

@@ -29,6 +29,9 @@ type Lifecycle interface {
 	Move(ctx context.Context, m kernel.Move) (*fleet.Job, error)
 	// Vote casts reviewer's vote on head, as an operator's vote is.
 	Vote(ctx context.Context, productID, jobID, reviewer string, approve bool, head, comment string) (*fleet.Job, error)
+	// Cancel cancels the job as an operator's cancel does: at once when
+	// it holds no lease, else by asking its holder to stop.
+	Cancel(ctx context.Context, operatorID, productID, jobID, reason string) (*fleet.Job, error)
 }
 
 // Products reads products: one (cached), and all (to find the product of
@@ -329,6 +332,10 @@ func (s *Service) Apply(ctx context.Context, ev forge.Event, d Delivery) (Outcom
 		// task for the engine.
 		return Ignored, fmt.Sprintf("%s is not an owner, member or collaborator of %s, nor one of the product's forge reviewers: their review is not acted on", ev.Author, ev.Repo), nil
 	}
+	if (ev.Kind == forge.EventMerged || ev.Kind == forge.EventClosed) && !j.Stage.Terminal() &&
+		j.Stage != fleet.StageReview && j.Stage != fleet.StageTesting {
+		return s.endIteration(ctx, p, j, ev)
+	}
 	switch ev.Kind {
 	case forge.EventMerged:
 		return s.move(ctx, p, j, d, fleet.StageShipped, fleet.EventShip, "pull request #%d merged on the forge", func(j *fleet.Job) {
@@ -378,6 +385,22 @@ func (s *Service) Apply(ctx context.Context, ev forge.Event, d Delivery) (Outcom
 		return s.iterate(ctx, p, j, ev, d)
 	}
 	return Ignored, "nothing to do for " + string(ev.Kind), nil
+}
+
+// endIteration ends a job whose pull request was merged or closed on the
+// forge while it was between deliveries (an iteration queued or running):
+// the pull request it would update is gone, and delivering again would
+// open a new one nobody asked for. It is cancelled as an operator's cancel
+// is: at once when it holds no lease, else its holder is asked to stop.
+func (s *Service) endIteration(ctx context.Context, p *fleet.Product, j *fleet.Job, ev forge.Event) (Outcome, string, error) {
+	what := "closed without a merge"
+	if ev.Kind == forge.EventMerged {
+		what = "merged"
+	}
+	msg := fmt.Sprintf("pull request #%d %s on the forge during iteration %d: the iteration is cancelled",
+		j.PullRequest.Number, what, j.CurrentIteration())
+	_, err := s.life.Cancel(ctx, "forge", p.ID, j.ID, msg)
+	return s.outcome(err, msg)
 }
 
 // move is a stage move a webhook asks for, recorded with its delivery.
