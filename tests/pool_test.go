@@ -2,6 +2,7 @@ package tests
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -39,6 +40,45 @@ func (s *Stack) poolEvents(pool string) []poolEvent {
 	return out
 }
 
+// poolSpec is the "linux" elastic pool a test runs: real `factory --once`
+// executions started by the local launcher, with env added to theirs.
+type poolSpec struct {
+	repo          *facRepo
+	env           map[string]string
+	capabilities  []string // enrolled, besides os:linux and repo:app
+	maxExecutions int      // 0: the launcher's default
+	stackEnv      []string // added to the stack's
+}
+
+// startPool writes the pool's file, starts a bus stack that launches it,
+// declares product demo with repo app and enrolls the pool with its token
+// where the launcher reads it.
+func startPool(t *testing.T, p poolSpec) *Stack {
+	t.Helper()
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "linux.token")
+	env := map[string]string{"FLEET_REPO_URLS": "app=" + p.repo.Origin, "FLEET_GC_INTERVAL": "0", "FLEET_KILL_GRACE": "1s"}
+	maps.Copy(env, p.env)
+	pool := map[string]any{"command": []string{factoryBinary(t), "--once"}, "tokenFile": tokenFile, "pollingInterval": "300ms", "env": env}
+	if p.maxExecutions > 0 {
+		pool["maxExecutions"] = p.maxExecutions
+	}
+	b, err := json.Marshal(map[string]any{"linux": pool})
+	require.NoError(t, err)
+	poolsFile := filepath.Join(dir, "pools.json")
+	require.NoError(t, os.WriteFile(poolsFile, b, 0o644))
+
+	s := busStack(t, append([]string{"FLEET_LOCAL_POOLS=" + poolsFile, "FLEET_LOG_LEVEL=info"}, p.stackEnv...)...)
+	s.Product("demo", "app")
+	r := s.Op(http.MethodPost, "/factories/enroll", "", map[string]any{
+		"factoryId": "linux", "kind": "elastic", "products": []string{"demo"}, "seatLimit": 10,
+		"capabilities": append([]string{"os:linux", "repo:app"}, p.capabilities...),
+	})
+	require.Equal(t, http.StatusCreated, r.Status, "enroll: %s", r.Body)
+	require.NoError(t, os.WriteFile(tokenFile, []byte(r.Map(t)["token"].(string)), 0o600))
+	return s
+}
+
 // TestElasticPoolStartsOneExecutionPerDispatch: the local stack runs an
 // elastic pool as KEDA runs the Container Apps Job (real `factory --once`
 // processes started from the pool subscription's depth by KEDA's default
@@ -55,34 +95,8 @@ func TestElasticPoolStartsOneExecutionPerDispatch(t *testing.T) {
 	gate := filepath.Join(dir, "gate")
 	eng := facEngine(t, `while [ ! -e `+gate+` ]; do sleep 0.1; done
 printf 'pool %s\n' "$FLEET_JOB_ID" > result.txt`)
-	tokenFile := filepath.Join(dir, "linux.token")
-	pools := map[string]any{"linux": map[string]any{
-		"command":         []string{factoryBinary(t), "--once"},
-		"tokenFile":       tokenFile,
-		"maxExecutions":   10,
-		"pollingInterval": "300ms",
-		"env": map[string]string{
-			"FLEET_REPO_URLS":           "app=" + repo.Origin,
-			"FLEET_ENGINE_FAKE":         eng,
-			"FLEET_ONCE_WAIT":           "5s",
-			"FLEET_CHECKPOINT_INTERVAL": "1h",
-			"FLEET_GC_INTERVAL":         "0",
-			"FLEET_KILL_GRACE":          "1s",
-		},
-	}}
-	b, err := json.Marshal(pools)
-	require.NoError(t, err)
-	poolsFile := filepath.Join(dir, "pools.json")
-	require.NoError(t, os.WriteFile(poolsFile, b, 0o644))
-
-	s := busStack(t, "FLEET_LOCAL_POOLS="+poolsFile, "FLEET_LOG_LEVEL=info")
-	s.Product("demo", "app")
-	r := s.Op(http.MethodPost, "/factories/enroll", "", map[string]any{
-		"factoryId": "linux", "kind": "elastic", "products": []string{"demo"}, "seatLimit": 10,
-		"capabilities": []string{"os:linux", "engine:fake", "repo:app"},
-	})
-	require.Equal(t, http.StatusCreated, r.Status, "enroll: %s", r.Body)
-	require.NoError(t, os.WriteFile(tokenFile, []byte(r.Map(t)["token"].(string)), 0o600))
+	s := startPool(t, poolSpec{repo: repo, capabilities: []string{"engine:fake"}, maxExecutions: 10, env: map[string]string{
+		"FLEET_ENGINE_FAKE": eng, "FLEET_ONCE_WAIT": "5s", "FLEET_CHECKPOINT_INTERVAL": "1h"}})
 	require.Empty(t, s.poolEvents("linux"), "an idle pool runs nothing")
 
 	held := func(ids []string) func() bool {
@@ -106,7 +120,7 @@ printf 'pool %s\n' "$FLEET_JOB_ID" > result.txt`)
 		s.Submit("demo", Manifest("Fourth", "app", "engine:fake")),
 	}
 	Eventually(t, 90*time.Second, "two more dispatches run while the first two still do", held(second))
-	_, err = os.Stat(gate)
+	_, err := os.Stat(gate)
 	require.ErrorIs(t, err, os.ErrNotExist, "the first runs were still going")
 
 	require.NoError(t, os.WriteFile(gate, nil, 0o644))
@@ -148,34 +162,9 @@ func TestElasticPoolCrashedExecution(t *testing.T) {
 	// any later run delivers.
 	eng := facEngine(t, `if [ ! -e `+marker+` ]; then touch `+marker+`; echo $$ > `+enginePID+`; exec sleep 600; fi
 printf 'pool %s\n' "$FLEET_JOB_ID" > result.txt`)
-	tokenFile := filepath.Join(dir, "linux.token")
-	pools := map[string]any{"linux": map[string]any{
-		"command":         []string{factoryBinary(t), "--once"},
-		"tokenFile":       tokenFile,
-		"pollingInterval": "300ms",
-		"env": map[string]string{
-			"FLEET_REPO_URLS":           "app=" + repo.Origin,
-			"FLEET_ENGINE_FAKE":         eng,
-			"FLEET_ONCE_WAIT":           "2s",
-			"FLEET_CHECKPOINT_INTERVAL": "1h",
-			"FLEET_GC_INTERVAL":         "0",
-			"FLEET_KILL_GRACE":          "1s",
-		},
-	}}
-	b, err := json.Marshal(pools)
-	require.NoError(t, err)
-	poolsFile := filepath.Join(dir, "pools.json")
-	require.NoError(t, os.WriteFile(poolsFile, b, 0o644))
-
-	s := busStack(t, "FLEET_LOCAL_POOLS="+poolsFile, "FLEET_LOG_LEVEL=info",
-		"FLEET_LEASE_TTL=4s", "FLEET_REAPER_SCHEDULE=* * * * * *")
-	s.Product("demo", "app")
-	r := s.Op(http.MethodPost, "/factories/enroll", "", map[string]any{
-		"factoryId": "linux", "kind": "elastic", "products": []string{"demo"}, "seatLimit": 10,
-		"capabilities": []string{"os:linux", "engine:fake", "repo:app"},
-	})
-	require.Equal(t, http.StatusCreated, r.Status, "enroll: %s", r.Body)
-	require.NoError(t, os.WriteFile(tokenFile, []byte(r.Map(t)["token"].(string)), 0o600))
+	s := startPool(t, poolSpec{repo: repo, capabilities: []string{"engine:fake"},
+		env:      map[string]string{"FLEET_ENGINE_FAKE": eng, "FLEET_ONCE_WAIT": "2s", "FLEET_CHECKPOINT_INTERVAL": "1h"},
+		stackEnv: []string{"FLEET_LEASE_TTL=4s", "FLEET_REAPER_SCHEDULE=* * * * * *"}})
 
 	id := s.Submit("demo", Manifest("Crashes once", "app", "engine:fake"))
 	Eventually(t, 90*time.Second, "the first run's engine is up", func() bool {
@@ -270,37 +259,11 @@ func (s *Stack) subscriptionDepth(t *testing.T, sub string) (int64, bool) {
 func TestElasticPoolCoolsDownOnRateLimit(t *testing.T) {
 	t.Parallel()
 	repo := newFacRepo(t, "app")
-	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "linux.token")
 	bin := filepath.Join(repoRoot, "infra/factory/internal/engine/stream/testdata/bin")
-	pools := map[string]any{"linux": map[string]any{
-		"command":         []string{factoryBinary(t), "--once"},
-		"tokenFile":       tokenFile,
-		"maxExecutions":   10,
-		"pollingInterval": "300ms",
-		"env": map[string]string{
-			"FLEET_REPO_URLS":     "app=" + repo.Origin,
-			"FLEET_ENGINE_CLAUDE": "preset", "FLEET_DEFAULT_ENGINE": "claude",
-			"PATH":              bin + string(os.PathListSeparator) + os.Getenv("PATH"),
-			"CLAUDE_CONFIG_DIR": t.TempDir(),
-			"FLEET_ONCE_WAIT":   "5s",
-			"FLEET_GC_INTERVAL": "0",
-			"FLEET_KILL_GRACE":  "1s",
-		},
-	}}
-	b, err := json.Marshal(pools)
-	require.NoError(t, err)
-	poolsFile := filepath.Join(dir, "pools.json")
-	require.NoError(t, os.WriteFile(poolsFile, b, 0o644))
-
-	s := busStack(t, "FLEET_LOCAL_POOLS="+poolsFile, "FLEET_LOG_LEVEL=info")
-	s.Product("demo", "app")
-	r := s.Op(http.MethodPost, "/factories/enroll", "", map[string]any{
-		"factoryId": "linux", "kind": "elastic", "products": []string{"demo"}, "seatLimit": 10,
-		"capabilities": []string{"os:linux", "engine:claude", "repo:app"},
-	})
-	require.Equal(t, http.StatusCreated, r.Status, "enroll: %s", r.Body)
-	require.NoError(t, os.WriteFile(tokenFile, []byte(r.Map(t)["token"].(string)), 0o600))
+	s := startPool(t, poolSpec{repo: repo, capabilities: []string{"engine:claude"}, maxExecutions: 10, env: map[string]string{
+		"FLEET_ENGINE_CLAUDE": "preset", "FLEET_DEFAULT_ENGINE": "claude",
+		"PATH":              bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"CLAUDE_CONFIG_DIR": t.TempDir(), "FLEET_ONCE_WAIT": "5s"}})
 
 	id := s.Submit("demo", "---\ntitle: limited\nrepo: app\ncapabilities: [engine:claude]\n---\nfake-scenario: rate_limit_event\n")
 	Eventually(t, 90*time.Second, "the pool's execution fails the run rate_limited", func() bool {
@@ -311,7 +274,7 @@ func TestElasticPoolCoolsDownOnRateLimit(t *testing.T) {
 	require.Equal(t, "queued", j["stage"])
 	require.Equal(t, float64(0), j["attempts"], "a rate limit spends no attempt")
 
-	r = s.Op(http.MethodGet, "/factories", "demo", nil)
+	r := s.Op(http.MethodGet, "/factories", "demo", nil)
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	var factories struct {
 		Items []struct {
