@@ -140,6 +140,13 @@ func (s *Shipper) Stop(ctx context.Context) int64 {
 // MaxBehind or more still wait.
 func (s *Shipper) Step(ctx context.Context) {
 	for !s.done {
+		select {
+		case <-s.stop:
+			// Stop sends the rest within its own deadline: a backlog
+			// sent here, on the run's context, would hold the run's end.
+			return
+		default:
+		}
 		now := s.cfg.Timers.Now()
 		if now.Before(s.retryAt) {
 			return

@@ -177,3 +177,56 @@ func TestFencedAtStopEndsTheFlush(t *testing.T) {
 	require.Zero(t, r.s.Stop(t.Context()))
 	require.Len(t, r.coord.calls, 1, "a fenced run's log is not sent again")
 }
+
+// gatedCoord is fakeCoord whose every append says it began on entered,
+// then waits for a token on gate.
+type gatedCoord struct {
+	*fakeCoord
+	entered, gate chan struct{}
+}
+
+func (g *gatedCoord) AppendLog(ctx context.Context, product, job string, epoch, off int64, chunk []byte) (api.LogAppended, error) {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return api.LogAppended{}, ctx.Err()
+	}
+	return g.fakeCoord.AppendLog(ctx, product, job, epoch, off, chunk)
+}
+
+// TestStopEndsTheBackgroundSendAfterItsChunk: a backlog the background loop
+// is working through when Stop comes is left to Stop's own sends, within
+// Stop's deadline: the loop ends after the chunk it is sending, instead of
+// sending the whole backlog on the run's context first and holding the
+// run's end for as long as that takes.
+func TestStopEndsTheBackgroundSendAfterItsChunk(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	coord := &gatedCoord{fakeCoord: &fakeCoord{}, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	path := filepath.Join(t.TempDir(), "engine.log")
+	require.NoError(t, os.WriteFile(path, []byte("0123456789abcdefghijklmnopqrstuvwxyzABCD"), 0o600)) // 10 chunks of 4
+	s := New(Config{Path: path, Product: "p1", JobID: "j1", Epoch: 3, Send: coord, Timers: clk, MaxBehind: 4})
+	made := clk.TickerMade()
+	s.Start(t.Context())
+	<-made
+	clk.Advance(DefaultPoll) // the loop's step starts on the backlog
+	<-coord.entered          // and waits in its first send
+
+	stopped := make(chan int64, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // Stop's own sends get no time: only the loop's matter here
+	go func() { stopped <- s.Stop(ctx) }()
+	<-s.stop                 // Stop has begun: it waits for the loop
+	coord.gate <- struct{}{} // the first chunk goes through
+	select {
+	case off := <-stopped:
+		require.Equal(t, int64(4), off, "the loop stopped after the chunk it was sending")
+	case <-time.After(10 * time.Second):
+		close(coord.gate) // let the loop finish so the test ends
+		t.Fatal("Stop waited for the loop to send the whole backlog")
+	}
+}
