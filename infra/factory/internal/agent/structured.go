@@ -306,11 +306,7 @@ func (jb *job) watchOutput(spec *engine.Spec) (*runOutput, error) {
 			logf.Close()
 			return nil, fmt.Errorf("open events file: %w", err)
 		}
-		parser := p.Parser(a.cfg.Prices[jb.engine])
-		if c, ok := parser.(*stream.Codex); ok {
-			c.Before = jb.threadBefore
-		}
-		o.reader = stream.NewReader(parser, a.clock)
+		o.reader = stream.NewReader(p.Parser(a.cfg.Prices[jb.engine], jb.threadBefore), a.clock)
 		jb.out = o.reader
 		// The log (which the live output ships) is a transcript for
 		// people; the raw events go to their own file, kept as an

@@ -91,10 +91,12 @@ func (p Preset) Argv(r PresetRun) []string {
 func (p Preset) PersonaInPrompt() bool { return p == PresetCodex }
 
 // Parser is a parser of the preset's output, pricing tokens by price
-// where the CLI reports no cost.
-func (p Preset) Parser(price stream.Price) stream.Parser {
+// where the CLI reports no cost. before is what a resumed session had used
+// before this run, where the CLI counts it again (Codex, stream.Codex.Before;
+// a resumed Claude session reports only its own).
+func (p Preset) Parser(price stream.Price, before stream.Usage) stream.Parser {
 	if p == PresetCodex {
-		return &stream.Codex{Price: price}
+		return &stream.Codex{Price: price, Before: before}
 	}
 	return &stream.Claude{Price: price}
 }
