@@ -84,11 +84,21 @@ func TestClaudePresetFactory(t *testing.T) {
 	require.GreaterOrEqual(t, took, idle)
 
 	// The rate-limited run: kind rate_limited, no attempt spent, and the
-	// factory reports its cooldown for engine:claude in its heartbeat.
+	// factory's cooldown for engine:claude, which the failure carries.
 	limitedRun := firstEndedRun(t, s, "demo", limited)
 	require.Contains(t, limitedRun.Reason, "rate_limited: ")
 	require.Equal(t, float64(0), s.Job("demo", limited)["attempts"], "a rate limit spends no attempt")
-	r := s.Op(http.MethodGet, "/factories", "demo", nil)
+	cooling := factoryCooldowns(t, s, "demo")
+	require.Len(t, cooling, 1)
+	until := cooling["fa"]["engine:claude"]
+	require.True(t, until.After(time.Now()), "cooling down for engine:claude: %v", cooling)
+}
+
+// factoryCooldowns is GET /factories of product: each factory's cooldowns
+// by its id.
+func factoryCooldowns(t *testing.T, s *Stack, product string) map[string]map[string]time.Time {
+	t.Helper()
+	r := s.Op(http.MethodGet, "/factories", product, nil)
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	var factories struct {
 		Items []struct {
@@ -97,9 +107,11 @@ func TestClaudePresetFactory(t *testing.T) {
 		} `json:"items"`
 	}
 	r.JSON(t, &factories)
-	require.Len(t, factories.Items, 1)
-	until := factories.Items[0].Cooldowns["engine:claude"]
-	require.True(t, until.After(time.Now()), "cooling down for engine:claude: %v", factories.Items[0].Cooldowns)
+	out := map[string]map[string]time.Time{}
+	for _, f := range factories.Items {
+		out[f.ID] = f.Cooldowns
+	}
+	return out
 }
 
 // TestClaudePresetResumesOnRetry: a run of the claude preset that crashed

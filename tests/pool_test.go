@@ -274,18 +274,9 @@ func TestElasticPoolCoolsDownOnRateLimit(t *testing.T) {
 	require.Equal(t, "queued", j["stage"])
 	require.Equal(t, float64(0), j["attempts"], "a rate limit spends no attempt")
 
-	r := s.Op(http.MethodGet, "/factories", "demo", nil)
-	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
-	var factories struct {
-		Items []struct {
-			ID        string               `json:"id"`
-			Cooldowns map[string]time.Time `json:"cooldowns"`
-		} `json:"items"`
-	}
-	r.JSON(t, &factories)
-	require.Len(t, factories.Items, 1)
-	require.Equal(t, "linux", factories.Items[0].ID)
-	cd := factories.Items[0].Cooldowns
+	cooling := factoryCooldowns(t, s, "demo")
+	require.Len(t, cooling, 1)
+	cd := cooling["linux"]
 	require.True(t, cd["engine:claude"].After(time.Now()), "the pool cools down for engine:claude: %v", cd)
 	ex := s.Op(http.MethodGet, "/jobs/"+id+"/explain", "demo", nil)
 	require.Equal(t, http.StatusOK, ex.Status, "%s", ex.Body)
