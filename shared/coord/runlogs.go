@@ -37,8 +37,3 @@ func (c *Coordinator) ReadLog(ctx context.Context, key runlog.Key, off int64, li
 
 // LogWoken is closed by the next append this process stores for key.
 func (c *Coordinator) LogWoken(key runlog.Key) <-chan struct{} { return c.runlogs.Woken(key) }
-
-// DeleteJobLogs removes every run log of a job.
-func (c *Coordinator) DeleteJobLogs(ctx context.Context, productID, jobID string) error {
-	return c.runlogs.DeleteJob(ctx, productID, jobID)
-}

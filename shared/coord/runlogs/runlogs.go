@@ -180,11 +180,3 @@ func (s *Service) wake(key runlog.Key) {
 		delete(s.wakers, key)
 	}
 }
-
-// DeleteJob removes every run log of the job.
-func (s *Service) DeleteJob(ctx context.Context, productID, jobID string) error {
-	if s.logs == nil {
-		return nil
-	}
-	return s.logs.DeleteJob(ctx, productID, jobID)
-}
