@@ -39,10 +39,10 @@ var (
 // with CancelRequested set: the API answers 202). The two paths race a
 // claim or a release, so each gives way to the other when the job has
 // moved to the other side meanwhile.
-func (c *Coordinator) cancel(ctx context.Context, operatorID, productID, jobID, reason string) (*fleet.Job, error) {
+func (c *Coordinator) cancel(ctx context.Context, actor fleet.Actor, actorID, productID, jobID, reason string) (*fleet.Job, error) {
 	for attempt := 1; attempt <= 3; attempt++ {
-		after, err := c.transition(ctx, move{pk: productID, id: jobID, to: fleet.StageCancelled, actor: fleet.ActorOperator,
-			actorID: operatorID, event: fleet.EventCancel, message: reason,
+		after, err := c.transition(ctx, move{pk: productID, id: jobID, to: fleet.StageCancelled, actor: actor,
+			actorID: actorID, event: fleet.EventCancel, message: reason,
 			guard: func(j *fleet.Job) error {
 				if j.Stage.Leased() {
 					return fmt.Errorf("%w: job %s is held by %s", errLeased, j.ID, j.HolderFactoryID)
@@ -53,7 +53,7 @@ func (c *Coordinator) cancel(ctx context.Context, operatorID, productID, jobID, 
 			return after, err
 		}
 		after, err = c.requestStop(ctx, stopRequest{pk: productID, id: jobID, action: protocol.ControlCancel,
-			actorID: operatorID, message: reason})
+			actor: actor, actorID: actorID, message: reason})
 		if !errors.Is(err, errNotLeased) {
 			return after, err
 		}
@@ -61,11 +61,24 @@ func (c *Coordinator) cancel(ctx context.Context, operatorID, productID, jobID, 
 	return nil, fleet.Errorf(fleet.CodeConflict, "job %s keeps changing hands; try the cancel again", jobID)
 }
 
+// cancelTree is cancel, then the job's descendants (a composite's
+// children) the same way.
+func (c *Coordinator) cancelTree(ctx context.Context, actor fleet.Actor, actorID, productID, jobID, reason string) (*fleet.Job, error) {
+	after, err := c.cancel(ctx, actor, actorID, productID, jobID, reason)
+	if err != nil {
+		return nil, err
+	}
+	c.dag.CancelDescendants(context.WithoutCancel(ctx), actorID, after, reason)
+	return after, nil
+}
+
 // stopRequest asks the holder of one job to stop.
 type stopRequest struct {
 	pk, id string
 	action protocol.ControlAction
-	// actorID is the operator (cancel) or the preempting job (preempt).
+	// actor and actorID: who cancels (an operator, or the system); the
+	// preempting job (preempt).
+	actor   fleet.Actor
 	actorID string
 	// preemptor is the critical job a preemption makes way for.
 	preemptor *fleet.JobRef
@@ -105,7 +118,7 @@ func (c *Coordinator) requestStop(ctx context.Context, req stopRequest) (*fleet.
 			j.StopRequestedAt = now
 		}
 		j.UpdatedAt = now
-		ev := fleet.Event{Type: fleet.EventCancelRequested, Actor: fleet.ActorOperator, ActorID: req.actorID,
+		ev := fleet.Event{Type: fleet.EventCancelRequested, Actor: req.actor, ActorID: req.actorID,
 			Message: fmt.Sprintf("cancel requested: %s must acknowledge by %s or the lease is revoked", j.HolderFactoryID,
 				j.StopRequestedAt.Add(c.cfg.CancelGrace).Format(time.RFC3339))}
 		if req.message != "" {

@@ -62,3 +62,10 @@ func (l lifecycle) Move(ctx context.Context, m kernel.Move) (*fleet.Job, error) 
 func (l lifecycle) Cancel(ctx context.Context, operatorID, productID, jobID, reason string) (*fleet.Job, error) {
 	return l.c.Act(ctx, operatorID, productID, jobID, ActionCancel, reason)
 }
+
+// CancelBySystem is the cancel the fleet decides itself (a pull request
+// merged or closed mid-iteration): an operator's cancel, recorded as the
+// system's.
+func (l lifecycle) CancelBySystem(ctx context.Context, actorID, productID, jobID, reason string) (*fleet.Job, error) {
+	return l.c.cancelTree(ctx, fleet.ActorSystem, actorID, productID, jobID, reason)
+}

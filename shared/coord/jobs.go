@@ -509,12 +509,7 @@ func (c *Coordinator) Act(ctx context.Context, operatorID, productID, jobID stri
 			j.LastFailure = &fleet.Failure{Reason: "rejected: " + reason, At: j.UpdatedAt}
 		}
 	case ActionCancel:
-		after, err := c.cancel(ctx, operatorID, productID, jobID, reason)
-		if err != nil {
-			return nil, err
-		}
-		c.dag.CancelDescendants(context.WithoutCancel(ctx), operatorID, after, reason)
-		return after, nil
+		return c.cancelTree(ctx, fleet.ActorOperator, operatorID, productID, jobID, reason)
 	case ActionRequeue:
 		to, event = fleet.StageQueued, fleet.EventRequeue
 		// A job whose dependencies have not shipped waits for them in

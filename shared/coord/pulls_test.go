@@ -223,7 +223,12 @@ func TestPullRequestEndedDuringAnIteration(t *testing.T) {
 	out, why = e.hook(double.Closed(1, true))
 	require.Equal(t, pulls.Applied, out, why)
 	require.Contains(t, why, "pull request #1 merged on the forge during iteration 2")
-	require.Equal(t, fleet.StageCancelled, e.job(waiting.ID).Stage)
+	cancelled := e.job(waiting.ID)
+	require.Equal(t, fleet.StageCancelled, cancelled.Stage)
+	last, ok := cancelled.LatestEvent()
+	require.True(t, ok)
+	require.Equal(t, fleet.ActorSystem, last.Actor, "the fleet cancelled it, not an operator: %+v", last)
+	require.Equal(t, "forge", last.ActorID)
 
 	running := e.submit("title: running")
 	e.deliverPR(running.ID, "aq/job/"+running.ID+"@1")
@@ -236,6 +241,9 @@ func TestPullRequestEndedDuringAnIteration(t *testing.T) {
 	got := e.job(running.ID)
 	require.Equal(t, fleet.StageAssigned, got.Stage, "still held until its holder stops")
 	require.True(t, got.CancelRequested, "its holder is asked to stop")
+	asked, ok := got.LatestEvent()
+	require.True(t, ok)
+	require.Equal(t, fleet.ActorSystem, asked.Actor, "%+v", asked)
 	require.Len(t, double.Pulls(), 2, "no new pull request")
 }
 

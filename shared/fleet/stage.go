@@ -171,6 +171,11 @@ var Transitions = []Rule{
 	{StageTesting, StageCancelled, ActorSystem, LeaseNone, "its pull request was closed"},
 	{StageReview, StageShipped, ActorSystem, LeaseNone, "its pull request was merged"},
 	{StageTesting, StageShipped, ActorSystem, LeaseNone, "its pull request was merged"},
+	// Merged or closed while the job waits for its next iteration: the
+	// iteration is cancelled (a running one's holder is asked to stop and
+	// acknowledges as for an operator's cancel).
+	{StageQueued, StageCancelled, ActorSystem, LeaseNone, "its pull request was merged or closed during an iteration"},
+	{StageBlocked, StageCancelled, ActorSystem, LeaseNone, "its pull request was merged or closed during an iteration"},
 }
 
 type transitionKey struct {

@@ -91,6 +91,10 @@ var legalMoves = map[move]fleet.LeaseEffect{
 	{fleet.StageTesting, fleet.StageCancelled, fleet.ActorSystem}: fleet.LeaseNone,
 	{fleet.StageReview, fleet.StageShipped, fleet.ActorSystem}:    fleet.LeaseNone,
 	{fleet.StageTesting, fleet.StageShipped, fleet.ActorSystem}:   fleet.LeaseNone,
+	// Merged or closed during an iteration: the waiting iteration is
+	// cancelled (a running one acknowledges a stop request as above).
+	{fleet.StageQueued, fleet.StageCancelled, fleet.ActorSystem}:  fleet.LeaseNone,
+	{fleet.StageBlocked, fleet.StageCancelled, fleet.ActorSystem}: fleet.LeaseNone,
 }
 
 func TestTransitionTable(t *testing.T) {

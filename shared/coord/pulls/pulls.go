@@ -29,9 +29,10 @@ type Lifecycle interface {
 	Move(ctx context.Context, m kernel.Move) (*fleet.Job, error)
 	// Vote casts reviewer's vote on head, as an operator's vote is.
 	Vote(ctx context.Context, productID, jobID, reviewer string, approve bool, head, comment string) (*fleet.Job, error)
-	// Cancel cancels the job as an operator's cancel does: at once when
-	// it holds no lease, else by asking its holder to stop.
-	Cancel(ctx context.Context, operatorID, productID, jobID, reason string) (*fleet.Job, error)
+	// CancelBySystem cancels the job as an operator's cancel does (at
+	// once when it holds no lease, else by asking its holder to stop),
+	// recorded as the system's.
+	CancelBySystem(ctx context.Context, actorID, productID, jobID, reason string) (*fleet.Job, error)
 }
 
 // Products reads products: one (cached), and all (to find the product of
@@ -399,7 +400,7 @@ func (s *Service) endIteration(ctx context.Context, p *fleet.Product, j *fleet.J
 	}
 	msg := fmt.Sprintf("pull request #%d %s on the forge during iteration %d: the iteration is cancelled",
 		j.PullRequest.Number, what, j.CurrentIteration())
-	_, err := s.life.Cancel(ctx, "forge", p.ID, j.ID, msg)
+	_, err := s.life.CancelBySystem(ctx, "forge", p.ID, j.ID, msg)
 	return s.outcome(err, msg)
 }
 
