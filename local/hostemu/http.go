@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -108,7 +109,12 @@ func newHTTPFront(prefix string, routes []*httpRoute, child *Child) *httpFront {
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
 		},
-		FlushInterval: -1,
+		// No FlushInterval: ReverseProxy flushes every write by itself for
+		// a text/event-stream and for an answer of unknown length, which is
+		// every stream; an answer of known length goes out in one write.
+		// (-1 here armed a timer per answer that flushed the headers on
+		// their own, a goroutine and a packet more per request.)
+		BufferPool: copyBuffers{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeHostError(w, http.StatusBadGateway, "the function handler did not answer: "+err.Error())
 		},
@@ -117,6 +123,15 @@ func newHTTPFront(prefix string, routes []*httpRoute, child *Child) *httpFront {
 }
 
 type addrKey struct{}
+
+// copyBuffers lends the proxy its copy buffers: without a pool it
+// allocates 32 KiB for every answer it copies.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+func (copyBuffers) Get() []byte  { return copyBufferPool.Get().(*[32 << 10]byte)[:] }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put((*[32 << 10]byte)(b)) }
 
 // handlerTransport carries every request to the handler. The default keeps
 // two idle connections per host, so under load most requests would open a
@@ -335,8 +350,9 @@ func (h *httpFront) forward(w http.ResponseWriter, r *http.Request, addr string,
 }
 
 // proxyRequest hands the request on as it came (YARP keeps the path, the
-// query and a streamed body) and copies the answer as it arrives, flushing
-// every write, so a text/event-stream reaches the client event by event.
+// query and a streamed body) and copies the answer as it arrives: a
+// text/event-stream or any answer of unknown length is flushed write by
+// write, so it reaches the client event by event.
 func (h *httpFront) proxyRequest(w http.ResponseWriter, r *http.Request, addr string) {
 	if r.ContentLength > maxRequestBytes {
 		writeHostError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over the host's limit of %d bytes", maxRequestBytes))

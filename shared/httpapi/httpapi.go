@@ -65,6 +65,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -282,6 +283,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	// Responses carry tokens (enroll, rotate) and live job state; neither
 	// belongs in a shared or browser cache.
 	h.Set("Cache-Control", "no-store")
+	// A declared length: an answer past net/http's 2 KiB buffer would
+	// otherwise go out chunked, and a proxy in front (the Functions host)
+	// streams a chunked answer write by write.
+	h.Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 	return nil
