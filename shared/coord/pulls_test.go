@@ -310,6 +310,9 @@ func (s *switchable) DeleteBranch(ctx context.Context, r forge.Repo, b string) e
 func (s *switchable) Checks(ctx context.Context, r forge.Repo, ref string) ([]forge.Check, error) {
 	return (*s.f).Checks(ctx, r, ref)
 }
+func (s *switchable) Statuses(ctx context.Context, r forge.Repo, ref string) ([]forge.Status, error) {
+	return (*s.f).Statuses(ctx, r, ref)
+}
 
 // alertKinds are the kinds of the product's open alerts.
 func alertKinds(t *testing.T, e *env) []fleet.AlertKind {

@@ -89,6 +89,37 @@ func (c Check) Failing() bool {
 	return false
 }
 
+// Passed reports whether a check completed green: success, neutral or
+// skipped, as GitHub's branch protection counts them. A check still
+// running, failing, stale or with a conclusion this code does not know
+// has not passed.
+func (c Check) Passed() bool {
+	switch c.Conclusion {
+	case "success", "neutral", "skipped":
+		return c.Completed
+	}
+	return false
+}
+
+// StatusState is a commit status's state (GitHub's Status API, which CI
+// systems such as Jenkins post instead of check runs).
+type StatusState string
+
+const (
+	StatusPending StatusState = "pending"
+	StatusSuccess StatusState = "success"
+	StatusFailure StatusState = "failure"
+	StatusError   StatusState = "error"
+)
+
+// Status is the latest commit status of one context on a commit.
+type Status struct {
+	Context     string
+	State       StatusState
+	Description string
+	URL         string
+}
+
 // Forge is what the coordinator asks of a code forge.
 type Forge interface {
 	// EnsurePullRequest opens the pull request of spec's head, or finds
@@ -102,8 +133,11 @@ type Forge interface {
 	Merge(ctx context.Context, repo Repo, number int, method MergeMethod, sha string) (mergedSHA string, err error)
 	// DeleteBranch removes a branch; one already gone is not an error.
 	DeleteBranch(ctx context.Context, repo Repo, branch string) error
-	// Checks lists the checks on a commit.
+	// Checks lists every check run on a commit, all pages of them.
 	Checks(ctx context.Context, repo Repo, ref string) ([]Check, error)
+	// Statuses lists the latest commit status of every context on a
+	// commit, all pages of them.
+	Statuses(ctx context.Context, repo Repo, ref string) ([]Status, error)
 }
 
 // ErrorKind says what a failed forge call means for the caller.

@@ -3,12 +3,13 @@
 // verified and read (webhook.go).
 //
 // It speaks to the documented endpoints with net/http rather than through
-// google/go-github: the fleet needs seven endpoints and their error
+// google/go-github: the fleet needs eight endpoints and their error
 // statuses, the client's every request and every answer it reads is
 // validated in the tests against GitHub's own OpenAPI description
 // (@octokit/openapi), and a small typed client keeps what is sent exactly
 // what that description says. Endpoints (docs.github.com/en/rest/pulls,
-// /en/rest/git/refs, /en/rest/checks/runs, /en/rest/repos):
+// /en/rest/git/refs, /en/rest/checks/runs, /en/rest/commits/statuses,
+// /en/rest/repos):
 //
 //	GET    /repos/{owner}/{repo}                              default branch
 //	GET    /repos/{owner}/{repo}/pulls?head=owner:branch&state=open
@@ -17,7 +18,8 @@
 //	PUT    /repos/{owner}/{repo}/pulls/{pull_number}/merge    200; 405 not mergeable; 409 head moved
 //	GET    /repos/{owner}/{repo}/git/ref/heads/{branch}       the branch's head
 //	DELETE /repos/{owner}/{repo}/git/refs/heads/{branch}      204; 422 when gone
-//	GET    /repos/{owner}/{repo}/commits/{ref}/check-runs
+//	GET    /repos/{owner}/{repo}/commits/{ref}/check-runs     every page (per_page=100, page) to total_count
+//	GET    /repos/{owner}/{repo}/commits/{ref}/status         the combined status, every page likewise
 package github
 
 import (
@@ -238,21 +240,101 @@ func (c *Client) DeleteBranch(ctx context.Context, repo forge.Repo, branch strin
 	return err
 }
 
-// Checks lists the check runs on ref (the first 100: a pull request's head
-// has a handful).
+// Checks lists every check run on ref, page after page.
 func (c *Client) Checks(ctx context.Context, repo forge.Repo, ref string) ([]forge.Check, error) {
-	var out struct {
-		CheckRuns []checkRun `json:"check_runs"`
+	type page struct {
+		TotalCount int        `json:"total_count"`
+		CheckRuns  []checkRun `json:"check_runs"`
 	}
-	if err := c.do(ctx, http.MethodGet, repoPath(repo)+"/commits/"+url.PathEscape(ref)+"/check-runs",
-		url.Values{"per_page": {"100"}}, nil, &out); err != nil {
+	pages, err := listAll(ctx, c, repoPath(repo)+"/commits/"+url.PathEscape(ref)+"/check-runs",
+		func(p *page) (int, int) { return len(p.CheckRuns), p.TotalCount })
+	if err != nil {
 		return nil, err
 	}
-	checks := make([]forge.Check, len(out.CheckRuns))
-	for i, r := range out.CheckRuns {
-		checks[i] = r.check()
+	var checks []forge.Check
+	for _, p := range pages {
+		for _, r := range p.CheckRuns {
+			checks = append(checks, r.check())
+		}
 	}
 	return checks, nil
+}
+
+// commitStatus is the part of a commit status the fleet reads.
+type commitStatus struct {
+	Context     string `json:"context"`
+	State       string `json:"state"`
+	Description string `json:"description"`
+	TargetURL   string `json:"target_url"`
+}
+
+// Statuses lists the latest status of every context on ref from the
+// combined status, page after page.
+func (c *Client) Statuses(ctx context.Context, repo forge.Repo, ref string) ([]forge.Status, error) {
+	type page struct {
+		// State is the combined state of every context, on every page.
+		State      string         `json:"state"`
+		TotalCount int            `json:"total_count"`
+		Statuses   []commitStatus `json:"statuses"`
+	}
+	pages, err := listAll(ctx, c, repoPath(repo)+"/commits/"+url.PathEscape(ref)+"/status",
+		func(p *page) (int, int) { return len(p.Statuses), p.TotalCount })
+	if err != nil {
+		return nil, err
+	}
+	var out []forge.Status
+	seen := map[forge.StatusState]bool{}
+	for _, p := range pages {
+		for _, st := range p.Statuses {
+			s := forge.Status{Context: st.Context, State: forge.StatusState(st.State), Description: bounded(st.Description), URL: st.TargetURL}
+			seen[s.State] = true
+			out = append(out, s)
+		}
+	}
+	// The combined state covers every context, read or not ("failure" if
+	// any is error or failure, "pending" if any is pending; "pending" too
+	// when there is none). One that the statuses read do not explain (a
+	// context that changed between pages) is kept as a status of its own,
+	// so nobody concludes green from part of the list.
+	combined := forge.StatusState(pages[0].State)
+	if len(out) > 0 && combined != forge.StatusSuccess && !seen[combined] &&
+		!(combined == forge.StatusFailure && seen[forge.StatusError]) {
+		out = append(out, forge.Status{Context: "combined status", State: combined,
+			Description: "GitHub's combined state is " + string(combined) + ", which the statuses read do not explain"})
+	}
+	return out, nil
+}
+
+// perPage is the longest page GitHub's list endpoints give; maxPages bounds
+// one list read (2,000 check runs or statuses on one commit).
+const (
+	perPage  = 100
+	maxPages = 20
+)
+
+// listAll reads every page of a list GitHub paginates with per_page and
+// page and counts with total_count: until that many items are read or a
+// page comes back short. count says how many items a page holds and the
+// total it announces. A list past maxPages is an error, not part of it:
+// what decides a merge must see every check.
+func listAll[P any](ctx context.Context, c *Client, path string, count func(*P) (n, total int)) ([]*P, error) {
+	var pages []*P
+	read := 0
+	for n := 1; n <= maxPages; n++ {
+		p := new(P)
+		q := url.Values{"per_page": {strconv.Itoa(perPage)}, "page": {strconv.Itoa(n)}}
+		if err := c.do(ctx, http.MethodGet, path, q, nil, p); err != nil {
+			return nil, err
+		}
+		pages = append(pages, p)
+		got, total := count(p)
+		read += got
+		if read >= total || got < perPage {
+			return pages, nil
+		}
+	}
+	return nil, &forge.Error{Kind: forge.KindRefused,
+		Message: fmt.Sprintf("%s lists more than %d items: not all of them were read", path, maxPages*perPage)}
 }
 
 // checkRun is the part of a check run the fleet reads (REST and webhooks).

@@ -3,9 +3,11 @@ package github_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,6 +103,124 @@ func TestPullRequestLifecycle(t *testing.T) {
 	require.True(t, checks[0].Failing())
 	require.Equal(t, "--- FAIL: TestLogin", checks[0].Text)
 	require.False(t, checks[1].Failing(), "a check still running is not failing")
+}
+
+// TestChecksAndStatusesEveryPage: the check runs and the commit statuses
+// of a commit are read page after page (GitHub gives at most 100 a page)
+// until total_count, so a failing check on page 3 or a pending status on
+// page 2 is seen; a list that ends on a page boundary costs no extra
+// request; every exchange is valid in GitHub's description.
+func TestChecksAndStatusesEveryPage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                 string
+		checks, statuses     int
+		checkPages, stPages  int
+		failingAt, pendingAt int // -1: none
+	}{
+		{"none", 0, 0, 1, 1, -1, -1},
+		{"one page each", 3, 2, 1, 1, 2, 0},
+		{"a full page", 100, 100, 1, 1, 99, 99},
+		{"a failing check on page 3, a pending status on page 2", 250, 130, 3, 2, 240, 129},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, double := contract(t)
+			sha := strings.Repeat("a", 40)
+			checks := make([]githubtest.Check, tc.checks)
+			for i := range checks {
+				checks[i] = githubtest.Check{Name: fmt.Sprintf("job-%d", i), Status: "completed", Conclusion: "success"}
+			}
+			if tc.failingAt >= 0 {
+				checks[tc.failingAt].Conclusion = "failure"
+			}
+			statuses := make([]githubtest.Status, tc.statuses)
+			for i := range statuses {
+				statuses[i] = githubtest.Status{Context: fmt.Sprintf("ci/jenkins-%d", i), State: "success", Description: "Build passed"}
+			}
+			if tc.pendingAt >= 0 {
+				statuses[tc.pendingAt].State = "pending"
+			}
+			double.SetChecks(sha, checks...)
+			double.SetStatuses(sha, statuses...)
+
+			got, err := c.Checks(context.Background(), acme, sha)
+			require.NoError(t, err)
+			require.Equal(t, tc.checks, len(got))
+			var failing []string
+			for _, ch := range got {
+				if !ch.Passed() {
+					failing = append(failing, ch.Name)
+				}
+			}
+			sts, err := c.Statuses(context.Background(), acme, sha)
+			require.NoError(t, err)
+			require.Equal(t, tc.statuses, len(sts))
+			var pending []string
+			for _, st := range sts {
+				if st.State != forge.StatusSuccess {
+					pending = append(pending, st.Context)
+				}
+			}
+			if tc.failingAt >= 0 {
+				require.Equal(t, []string{fmt.Sprintf("job-%d", tc.failingAt)}, failing)
+				require.Equal(t, []string{fmt.Sprintf("ci/jenkins-%d", tc.pendingAt)}, pending)
+				require.Equal(t, "Build passed", sts[0].Description)
+			}
+			require.Equal(t, tc.checkPages, countRequests(double, "/check-runs"), "pages of check runs read")
+			require.Equal(t, tc.stPages, countRequests(double, "/status"), "pages of statuses read")
+		})
+	}
+}
+
+// TestStatusesCombinedState: GitHub's combined state covers every context;
+// one the statuses read do not explain (a context that changed between two
+// pages) comes back as a status of its own, so no caller concludes green.
+func TestStatusesCombinedState(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"state":"failure","total_count":1,"statuses":[{"context":"ci/jenkins","state":"success"}]}`))
+	}))
+	t.Cleanup(srv.Close)
+	c, err := github.New(github.Config{APIURL: srv.URL, Token: "ghp_test0000"})
+	require.NoError(t, err)
+	sts, err := c.Statuses(context.Background(), acme, strings.Repeat("a", 40))
+	require.NoError(t, err)
+	require.Len(t, sts, 2)
+	require.Equal(t, forge.StatusFailure, sts[1].State)
+	require.Contains(t, sts[1].Description, "combined state is failure")
+}
+
+// TestChecksPastTheBound: a commit announcing more check runs than the
+// client reads (20 pages) is an error, not the first 2,000 of them: what
+// decides a merge must see every check.
+func TestChecksPastTheBound(t *testing.T) {
+	t.Parallel()
+	page := `{"total_count":5000,"check_runs":[` + strings.TrimSuffix(strings.Repeat(`{"name":"ci","status":"completed","conclusion":"success"},`, 100), ",") + `]}`
+	var pages atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		pages.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(page))
+	}))
+	t.Cleanup(srv.Close)
+	c, err := github.New(github.Config{APIURL: srv.URL, Token: "ghp_test0000"})
+	require.NoError(t, err)
+	_, err = c.Checks(context.Background(), acme, strings.Repeat("a", 40))
+	require.ErrorContains(t, err, "more than 2000 items")
+	require.False(t, forge.Retryable(err))
+	require.EqualValues(t, 20, pages.Load())
+}
+
+func countRequests(double *githubtest.Server, suffix string) int {
+	n := 0
+	for _, r := range double.Requests() {
+		if strings.HasSuffix(r, suffix) {
+			n++
+		}
+	}
+	return n
 }
 
 // TestPullRequestHeadAfterPush: right after a push GitHub's pull request

@@ -86,12 +86,19 @@ type Check struct {
 	Title, Summary, Text     string
 }
 
+// Status is a commit status the double reports on a commit: the latest of
+// its context.
+type Status struct {
+	Context, State, Description string
+}
+
 // Server is the double. Its zero value is not usable: call New.
 type Server struct {
-	mu     sync.Mutex
-	repos  map[string]*Repo // owner/name
-	pulls  []*Pull
-	checks map[string][]Check // sha -> checks
+	mu       sync.Mutex
+	repos    map[string]*Repo // owner/name
+	pulls    []*Pull
+	checks   map[string][]Check  // sha -> checks
+	statuses map[string][]Status // sha -> statuses
 	// Unmergeable makes merges answer 405, with this reason.
 	unmergeable map[int]string
 	deleted     []string
@@ -110,8 +117,8 @@ func New(now func() time.Time, repos ...Repo) *Server {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Server{repos: map[string]*Repo{}, checks: map[string][]Check{}, unmergeable: map[int]string{}, shas: map[string]string{},
-		behind: map[string]bool{}, now: now}
+	s := &Server{repos: map[string]*Repo{}, checks: map[string][]Check{}, statuses: map[string][]Status{}, unmergeable: map[int]string{},
+		shas: map[string]string{}, behind: map[string]bool{}, now: now}
 	for _, r := range repos {
 		if r.DefaultBranch == "" {
 			r.DefaultBranch = "main"
@@ -131,7 +138,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT /repos/{owner}/{repo}/pulls/{number}/merge", s.mergePull)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/git/ref/{ref...}", s.getRef)
 	mux.HandleFunc("DELETE /repos/{owner}/{repo}/git/refs/{ref...}", s.deleteBranch)
-	mux.HandleFunc("GET /repos/{owner}/{repo}/commits/{ref...}", s.checkRuns)
+	mux.HandleFunc("GET /repos/{owner}/{repo}/commits/{ref...}", s.commitChecks)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.requests = append(s.requests, r.Method+" "+r.URL.Path)
@@ -174,6 +181,13 @@ func (s *Server) SetChecks(sha string, checks ...Check) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.checks[sha] = checks
+}
+
+// SetStatuses sets the commit statuses on a commit (one per context).
+func (s *Server) SetStatuses(sha string, statuses ...Status) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.statuses[sha] = statuses
 }
 
 // SetUnmergeable makes merges of pull request number refused (405) with
@@ -488,23 +502,90 @@ func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) checkRuns(w http.ResponseWriter, r *http.Request) {
+// commitChecks serves a commit's check runs (…/check-runs) and its
+// combined status (…/status), paginated as GitHub does: per_page (default
+// 30, at most 100) and page, total_count counting every page.
+func (s *Server) commitChecks(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rp := s.repo(w, r)
 	if rp == nil {
 		return
 	}
-	ref, ok := strings.CutSuffix(r.PathValue("ref"), "/check-runs")
-	if !ok {
-		writeJSON(w, http.StatusNotFound, map[string]any{"message": "Not Found", "documentation_url": "https://docs.github.com/rest", "status": "404"})
+	if ref, ok := strings.CutSuffix(r.PathValue("ref"), "/check-runs"); ok {
+		all := s.checks[ref]
+		lo, hi := pageOf(r, len(all))
+		runs := []any{}
+		for i := lo; i < hi; i++ {
+			runs = append(runs, s.checkRunJSON(rp, ref, i, all[i]))
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"total_count": len(all), "check_runs": runs})
 		return
 	}
-	runs := []any{}
-	for i, c := range s.checks[ref] {
-		runs = append(runs, s.checkRunJSON(rp, ref, i, c))
+	if ref, ok := strings.CutSuffix(r.PathValue("ref"), "/status"); ok {
+		writeJSON(w, http.StatusOK, s.combinedStatusJSON(r, rp, ref))
+		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(runs), "check_runs": runs})
+	writeJSON(w, http.StatusNotFound, map[string]any{"message": "Not Found", "documentation_url": "https://docs.github.com/rest", "status": "404"})
+}
+
+// pageOf is the slice [lo, hi) of n items the request's page holds.
+func pageOf(r *http.Request, n int) (lo, hi int) {
+	per, err := strconv.Atoi(r.URL.Query().Get("per_page"))
+	if err != nil || per < 1 {
+		per = 30
+	}
+	per = min(per, 100)
+	page, err := strconv.Atoi(r.URL.Query().Get("page"))
+	if err != nil || page < 1 {
+		page = 1
+	}
+	lo = min((page-1)*per, n)
+	return lo, min(lo+per, n)
+}
+
+// combinedStatusJSON is the combined status of ref: the page of its
+// statuses asked for, and the state of all of them as GitHub combines it:
+// failure if any is error or failure, else pending if any is pending or
+// there is none, else success.
+func (s *Server) combinedStatusJSON(r *http.Request, rp *Repo, ref string) map[string]any {
+	m := template("rest-combined-status")
+	item := m["statuses"].([]any)[0].(map[string]any)
+	all := s.statuses[ref]
+	state := "success"
+	if len(all) == 0 {
+		state = "pending"
+	}
+	for _, st := range all {
+		switch {
+		case st.State == "error" || st.State == "failure":
+			state = "failure"
+		case st.State == "pending" && state != "failure":
+			state = "pending"
+		}
+	}
+	lo, hi := pageOf(r, len(all))
+	page := []any{}
+	for i := lo; i < hi; i++ {
+		st := all[i]
+		b, _ := json.Marshal(item)
+		var one map[string]any
+		_ = json.Unmarshal(b, &one)
+		set(one, "id", 7000+i)
+		set(one, "context", st.Context)
+		set(one, "state", st.State)
+		set(one, "description", st.Description)
+		set(one, "target_url", fmt.Sprintf("https://ci.example.com/%s/%d", rp.Name, 7000+i))
+		page = append(page, one)
+	}
+	set(m, "state", state)
+	set(m, "statuses", page)
+	set(m, "sha", ref)
+	set(m, "total_count", len(all))
+	set(m, "repository.name", rp.Name)
+	set(m, "repository.full_name", rp.Owner+"/"+rp.Name)
+	set(m, "repository.owner.login", rp.Owner)
+	return m
 }
 
 func (s *Server) checkRunJSON(rp *Repo, sha string, i int, c Check) map[string]any {

@@ -27,6 +27,8 @@ var restTemplates = map[string]string{
 	"rest-merge":       "pull-request-merge-result-response-if-merge-was-successful",
 	"rest-check-run":   "check-run-paginated", // the first of its check_runs
 	"rest-git-ref":     "git-ref",
+	// its statuses[0] is the double's template of one status
+	"rest-combined-status": "combined-commit-status",
 }
 
 // webhookTemplates are the payloads the double sends: the smallest

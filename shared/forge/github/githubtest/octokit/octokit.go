@@ -72,6 +72,7 @@ var Operations = []string{
 	"/repos/{owner}/{repo}/git/ref/{ref}",
 	"/repos/{owner}/{repo}/git/refs/{ref}",
 	"/repos/{owner}/{repo}/commits/{ref}/check-runs",
+	"/repos/{owner}/{repo}/commits/{ref}/status",
 }
 
 // REST validates requests and responses against the REST description.
