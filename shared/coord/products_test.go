@@ -154,7 +154,9 @@ func (s *racingClaim) Create(ctx context.Context, container, pk, id string, body
 // TestProductForge: a product's forge is set with its defaults filled in,
 // kept when a declaration leaves it out, removed by a null (Remove), and
 // refused, naming the field and changing nothing, when it maps a repo the
-// product does not own or names an unknown merge method.
+// product does not own or names an unknown merge method, or lists a
+// required check that is blank, repeated, not one line, too long, or one
+// too many.
 func TestProductForge(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -168,6 +170,16 @@ func TestProductForge(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, p.Forge, "a declaration without forge keeps it")
 
+	// The checks autoMerge waits for are kept trimmed, in order; up to the
+	// bound is fine.
+	p, err = e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Repos: []string{repo}, Forge: &catalog.ForgeChange{
+		Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}, RequiredChecks: []string{" ci/jenkins", "build (linux) "}}}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"ci/jenkins", "build (linux)"}, p.Forge.RequiredChecks)
+	_, err = e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Repos: []string{repo}, Forge: &catalog.ForgeChange{
+		Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}, RequiredChecks: manyChecks(fleet.MaxRequiredChecks)}}})
+	require.NoError(t, err)
+
 	for _, tc := range []struct {
 		change *catalog.ForgeChange
 		repos  []string
@@ -180,6 +192,11 @@ func TestProductForge(t *testing.T) {
 		{&catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}, BaseBranch: "../main"}}, []string{repo}, "forge.baseBranch"},
 		{&catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}, Reviewers: map[string]string{"Alice": "alice", "alice": "al"}}}, []string{repo}, "forge.reviewers.alice"},
 		{nil, []string{"docs"}, "forge.repos." + repo}, // the kept forge maps a repo given up
+		{&catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}, RequiredChecks: []string{"ci", "  "}}}, []string{repo}, "forge.requiredChecks[1]"},
+		{&catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}, RequiredChecks: []string{"ci", "lint", " ci "}}}, []string{repo}, "forge.requiredChecks[2]"},
+		{&catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}, RequiredChecks: []string{"ci\nlint"}}}, []string{repo}, "forge.requiredChecks[0]"},
+		{&catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}, RequiredChecks: []string{strings.Repeat("c", fleet.MaxCheckNameLen+1)}}}, []string{repo}, "forge.requiredChecks[0]"},
+		{&catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}, RequiredChecks: manyChecks(fleet.MaxRequiredChecks + 1)}}, []string{repo}, "forge.requiredChecks"},
 	} {
 		_, err := e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Repos: tc.repos, Forge: tc.change})
 		var fe *fleet.Error
@@ -195,4 +212,13 @@ func TestProductForge(t *testing.T) {
 	p, err = e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Repos: []string{repo}, Forge: &catalog.ForgeChange{Remove: true}})
 	require.NoError(t, err)
 	require.Nil(t, p.Forge)
+}
+
+// manyChecks is n distinct check names.
+func manyChecks(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("check-%d", i)
+	}
+	return out
 }

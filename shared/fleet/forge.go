@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"fmt"
 	"maps"
 	"regexp"
 	"slices"
@@ -37,6 +38,10 @@ const (
 	// item's body is cut to MaxFeedbackBody.
 	MaxFeedback     = 20
 	MaxFeedbackBody = 8 << 10
+	// MaxRequiredChecks bounds forge.requiredChecks, and MaxCheckNameLen
+	// each name in it: a check run's name or a status's context.
+	MaxRequiredChecks = 50
+	MaxCheckNameLen   = 200
 )
 
 // ForgeConfig is a product's forge: where its delivered jobs become pull
@@ -55,6 +60,11 @@ type ForgeConfig struct {
 	// Reviewers maps a forge login to the reviewer name the review gate
 	// knows; a login not mapped counts as itself.
 	Reviewers map[string]string `json:"reviewers,omitempty"`
+	// RequiredChecks names the checks autoMerge waits for, as a branch
+	// protection's required status checks do: each must be reported on
+	// the head (a check run's name or a commit status's context, compared
+	// exactly) and green before it merges.
+	RequiredChecks []string `json:"requiredChecks,omitempty"`
 }
 
 var (
@@ -117,6 +127,40 @@ func (f *ForgeConfig) Normalize(field string, owned []string) error {
 			return err
 		}
 	}
+	return f.normalizeRequiredChecks(field + ".requiredChecks")
+}
+
+// normalizeRequiredChecks trims each required check's name and refuses an
+// empty one, a duplicate and a list past MaxRequiredChecks: a name listed
+// twice or blank is a typo the operator should hear of, not one a merge
+// silently waits on forever.
+func (f *ForgeConfig) normalizeRequiredChecks(field string) error {
+	if len(f.RequiredChecks) > MaxRequiredChecks {
+		return Invalid(field, "has %d entries, at most %d allowed", len(f.RequiredChecks), MaxRequiredChecks)
+	}
+	if len(f.RequiredChecks) == 0 {
+		f.RequiredChecks = nil
+		return nil
+	}
+	names := make([]string, len(f.RequiredChecks))
+	for i, raw := range f.RequiredChecks {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		name := strings.TrimSpace(raw)
+		if name == "" {
+			return Invalid(at, "is empty: name a check run or a commit status context")
+		}
+		if err := ValidateText(at, name, MaxCheckNameLen); err != nil {
+			return err
+		}
+		if strings.ContainsAny(name, "\t\n\r") {
+			return Invalid(at, "%q must be one line", name)
+		}
+		if j := slices.Index(names[:i], name); j >= 0 {
+			return Invalid(at, "%q is listed already (%s[%d])", name, field, j)
+		}
+		names[i] = name
+	}
+	f.RequiredChecks = names
 	return nil
 }
 

@@ -288,6 +288,10 @@ var forgeSchema = object([]string{"kind", "repos", "autoMerge", "mergeMethod", "
 	"mergeMethod":   enumOf("Default squash.", fleet.MergeMethods()),
 	"maxIterations": describe(obj{"type": "integer", "minimum": 1, "maximum": fleet.MaxMaxIterations}, "Deliveries the forge's feedback may ask for; default 3."),
 	"reviewers":     describe(obj{"type": "object", "additionalProperties": str("A reviewer name of the review gate.")}, "Forge login to reviewer name; a login not listed votes as itself."),
+	"requiredChecks": describe(obj{"type": "array", "maxItems": fleet.MaxRequiredChecks,
+		"items": obj{"type": "string", "minLength": 1, "maxLength": fleet.MaxCheckNameLen}},
+		"Check run names or commit status contexts autoMerge will wait for: each must be reported on the head and green. "+
+			"Trimmed; a blank or repeated name is a 400 on forge.requiredChecks[i]."),
 })
 
 // engineFacts are fleet.EngineFacts' properties, flat in the run and in
