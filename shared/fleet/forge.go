@@ -53,7 +53,11 @@ type ForgeConfig struct {
 	Repos map[string]string `json:"repos"`
 	// BaseBranch is what pull requests merge into; "" is the repository's
 	// default branch.
-	BaseBranch    string      `json:"baseBranch,omitempty"`
+	BaseBranch string `json:"baseBranch,omitempty"`
+	// AutoMerge merges a pull request once its review quorum is met and
+	// its head is green: every check run and commit status on it, the
+	// RequiredChecks among them, and at least one reported when none is
+	// required (coord/pulls' mergeGate).
 	AutoMerge     bool        `json:"autoMerge"`
 	MergeMethod   MergeMethod `json:"mergeMethod"`
 	MaxIterations int         `json:"maxIterations"`

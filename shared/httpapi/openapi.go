@@ -281,16 +281,17 @@ var usageSchema = object([]string{"usd", "inputTokens", "outputTokens"}, obj{
 })
 
 var forgeSchema = object([]string{"kind", "repos", "autoMerge", "mergeMethod", "maxIterations"}, obj{
-	"kind":          enumOf("Default github.", fleet.ForgeKinds()),
-	"repos":         describe(obj{"type": "object", "additionalProperties": str("owner/name")}, "Each repo the product owns that has pull requests, to its repository on the forge."),
-	"baseBranch":    str("What pull requests merge into; absent: the repository's default branch."),
-	"autoMerge":     boolean("Merge once the review quorum is met and the head's checks are green."),
+	"kind":       enumOf("Default github.", fleet.ForgeKinds()),
+	"repos":      describe(obj{"type": "object", "additionalProperties": str("owner/name")}, "Each repo the product owns that has pull requests, to its repository on the forge."),
+	"baseBranch": str("What pull requests merge into; absent: the repository's default branch."),
+	"autoMerge": boolean("Merge once the review quorum is met and every check run and commit status on the head is green, " +
+		"the requiredChecks among them; with none required, once at least one is reported."),
 	"mergeMethod":   enumOf("Default squash.", fleet.MergeMethods()),
 	"maxIterations": describe(obj{"type": "integer", "minimum": 1, "maximum": fleet.MaxMaxIterations}, "Deliveries the forge's feedback may ask for; default 3."),
 	"reviewers":     describe(obj{"type": "object", "additionalProperties": str("A reviewer name of the review gate.")}, "Forge login to reviewer name; a login not listed votes as itself."),
 	"requiredChecks": describe(obj{"type": "array", "maxItems": fleet.MaxRequiredChecks,
 		"items": obj{"type": "string", "minLength": 1, "maxLength": fleet.MaxCheckNameLen}},
-		"Check run names or commit status contexts autoMerge will wait for: each must be reported on the head and green. "+
+		"Check run names or commit status contexts autoMerge waits for: each must be reported on the head and green. "+
 			"Trimmed; a blank or repeated name is a 400 on forge.requiredChecks[i]."),
 })
 

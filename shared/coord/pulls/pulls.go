@@ -545,8 +545,9 @@ func (s *Service) Merge(ctx context.Context, p *fleet.Product, j *fleet.Job, act
 }
 
 // autoMerge merges and ships j when its product says autoMerge, its review
-// quorum is met (it is in testing) and every check on its head completed
-// green. It says whether it merged, or why not when that is news.
+// quorum is met (it is in testing) and its head passes mergeGate: every
+// check run and commit status on it green, the product's required checks
+// among them. It says whether it merged, or why not when that is news.
 func (s *Service) autoMerge(ctx context.Context, p *fleet.Product, j *fleet.Job) (bool, string) {
 	if !p.Forge.AutoMerge || j.Stage != fleet.StageTesting || j.PullRequest == nil || j.PullRequest.State != fleet.PROpen || s.forge == nil {
 		return false, ""
@@ -559,10 +560,12 @@ func (s *Service) autoMerge(ctx context.Context, p *fleet.Product, j *fleet.Job)
 	if err != nil {
 		return false, "checks not read: " + err.Error()
 	}
-	for _, c := range checks {
-		if !c.Completed || c.Failing() {
-			return false, "waiting for check " + c.Name
-		}
+	statuses, err := s.forge.Statuses(ctx, repo, j.PullRequest.HeadSHA)
+	if err != nil {
+		return false, "commit statuses not read: " + err.Error()
+	}
+	if ok, why := mergeGate(p.Forge.RequiredChecks, checks, statuses); !ok {
+		return false, why
 	}
 	if err := s.Merge(ctx, p, j, "forge"); err != nil {
 		return false, err.Error()
