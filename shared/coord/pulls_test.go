@@ -416,6 +416,34 @@ func TestPullRequestAutoMergeGate(t *testing.T) {
 	}
 }
 
+// TestPullRequestAutoMergeOnStatus: a CI that posts commit statuses
+// (Jenkins) and no check suite: the approval comes while its status is
+// pending and waits; a status turning success reads the head again, and
+// merges once every status on it is green.
+func TestPullRequestAutoMergeOnStatus(t *testing.T) {
+	t.Parallel()
+	e, double := forgeEnv(t, fleet.ForgeConfig{AutoMerge: true, RequiredChecks: []string{"ci/jenkins"}})
+	j := e.submit("review: {quorum: 1}")
+	sha := e.deliverPR(j.ID, "aq/job/"+j.ID+"@1").PullRequest.HeadSHA
+	double.SetStatuses(sha, githubtest.Status{Context: "ci/jenkins", State: "pending"})
+	out, why := e.hook(double.Review(1, "octocat", "approved", "LGTM"))
+	require.Equal(t, pulls.Applied, out, why)
+	require.Contains(t, why, "waiting for status ci/jenkins (pending)")
+
+	double.SetStatuses(sha, githubtest.Status{Context: "ci/jenkins", State: "success"}, githubtest.Status{Context: "sonar", State: "pending"})
+	out, why = e.hook(double.CommitStatus(1, githubtest.Status{Context: "ci/jenkins", State: "success"}))
+	require.Equal(t, pulls.Ignored, out, why)
+	require.Contains(t, why, "waiting for status sonar (pending)")
+	require.Equal(t, fleet.StageTesting, e.job(j.ID).Stage)
+
+	double.SetStatuses(sha, githubtest.Status{Context: "ci/jenkins", State: "success"}, githubtest.Status{Context: "sonar", State: "success"})
+	out, why = e.hook(double.CommitStatus(1, githubtest.Status{Context: "sonar", State: "success"}))
+	require.Equal(t, pulls.Applied, out, why)
+	require.Contains(t, why, "merged (autoMerge)")
+	require.Equal(t, fleet.StageShipped, e.job(j.ID).Stage)
+	require.True(t, double.Pulls()[0].Merged)
+}
+
 // TestPullRequestStrangersReview: on a public repository anyone can review
 // a pull request; a review by someone who is not an owner, member or
 // collaborator of the repository is neither a vote (a gate listing no

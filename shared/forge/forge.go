@@ -213,7 +213,8 @@ const (
 	// EventCheckFailed: a check (or a suite) completed with a failing
 	// conclusion on a commit.
 	EventCheckFailed EventKind = "check_failed"
-	// EventChecksPassed: a check suite completed green on a commit.
+	// EventChecksPassed: a check suite completed green on a commit, or a
+	// commit status turned success on it (Name is the status's context).
 	EventChecksPassed EventKind = "checks_passed"
 	// EventClosed: the pull request was closed without a merge.
 	EventClosed EventKind = "closed"

@@ -422,10 +422,11 @@ var routes = []route{
 		description: "No bearer: X-Hub-Signature-256 must be the HMAC-SHA256 of the body with the webhook secret (FLEET_GITHUB_WEBHOOK_SECRET_FILE), else 401 and nothing changes. " +
 			"X-GitHub-Event picks the payload's shape; every fact comes from the signed body. Reviews count only by the repository's owner, members and collaborators (author_association). " +
 			"pull_request_review approved: the mapped reviewer's vote on the current head; changes_requested, or a check_run / check_suite completed failing on the head: the delivered job goes back to the queue as its next iteration with the feedback (no attempt spent; " +
-			"past the product's maxIterations it stays, with event iteration_cap); pull_request closed: cancelled, merged: shipped. " +
+			"past the product's maxIterations it stays, with event iteration_cap); check_suite completed success, or status success, on the head: with autoMerge, merged once the head is green; " +
+			"pull_request closed: cancelled, merged: shipped. " +
 			"A delivery applied before (its X-GitHub-Delivery or its body) changes nothing. Events the fleet does not act on: 204. Payloads over GitHub's 25 MB: 413.",
 		params: []param{
-			{name: "X-GitHub-Event", in: inHeader, required: true, schema: str(""), desc: "The event: pull_request_review, check_run, check_suite, pull_request (others: 204)."},
+			{name: "X-GitHub-Event", in: inHeader, required: true, schema: str(""), desc: "The event: pull_request_review, check_run, check_suite, status, pull_request (others: 204)."},
 			{name: "X-GitHub-Delivery", in: inHeader, schema: describe(obj{"type": "string", "maxLength": maxDeliveryID}, ""), desc: "The delivery's GUID (a redelivery keeps it)."},
 			{name: "X-Hub-Signature-256", in: inHeader, required: true, schema: str(""), desc: "sha256=<hex HMAC-SHA256 of the body>."},
 		},

@@ -346,12 +346,31 @@ func TestWebhooks(t *testing.T) {
 		require.Equal(t, tt.want.Text, ev.Text, tt.name)
 	}
 
+	// A commit status names the commit and the branches holding it, no
+	// pull request; one turning success is checks_passed (autoMerge reads
+	// the head again), any other state is not acted on.
+	green := double.CommitStatus(1, githubtest.Status{Context: "ci/jenkins", State: "success", Description: "Build #12 passed"})
+	require.NoError(t, hooks.Validate(green.Webhook, green.Payload))
+	ev, err := github.Parse(green.Event, green.Payload)
+	require.NoError(t, err)
+	require.Equal(t, forge.Event{Kind: forge.EventChecksPassed, Repo: acme, HeadRef: "aq/job/j1", HeadSHA: pr.HeadSHA, Name: "ci/jenkins",
+		Summary: "Build #12 passed", URL: ev.URL}, ev)
+	require.NotEmpty(t, ev.URL)
+	for _, state := range []string{"pending", "failure", "error"} {
+		d := double.CommitStatus(1, githubtest.Status{Context: "ci/jenkins", State: state})
+		require.NoError(t, hooks.Validate(d.Webhook, d.Payload), state)
+		_, err := github.Parse(d.Event, d.Payload)
+		require.ErrorIs(t, err, forge.ErrIgnored, state)
+	}
+
 	// The description is strict enough to catch a double that drifts.
 	require.Error(t, hooks.Validate("pull-request-closed", []byte(`{"action":"closed"}`)))
 
 	// A header changed in flight makes nothing of a genuine body.
 	d := double.Review(1, "octocat", "approved", "")
 	_, err = github.Parse("check_run", d.Payload)
+	require.True(t, errors.Is(err, github.ErrMalformed), "%v", err)
+	_, err = github.Parse("status", d.Payload)
 	require.True(t, errors.Is(err, github.ErrMalformed), "%v", err)
 	_, err = github.Parse("issues", d.Payload)
 	require.ErrorIs(t, err, forge.ErrIgnored)

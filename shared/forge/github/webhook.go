@@ -58,7 +58,7 @@ func Sign(secret, body []byte) string {
 
 // Payload shapes, the parts the fleet reads (the schemas of
 // @octokit/openapi-webhooks: pull-request-review-submitted,
-// check-run-completed, check-suite-completed, pull-request-closed).
+// check-run-completed, check-suite-completed, pull-request-closed, status).
 type (
 	repository struct {
 		Name  string `json:"name"`
@@ -121,6 +121,19 @@ type (
 				Name string `json:"name"`
 			} `json:"app"`
 		} `json:"check_suite"`
+		Repository repository `json:"repository"`
+	}
+	// statusPayload is a commit status created: it names no pull
+	// request, only the commit and (up to ten of) the branches holding it.
+	statusPayload struct {
+		SHA         string `json:"sha"`
+		State       string `json:"state"`
+		Context     string `json:"context"`
+		Description string `json:"description"`
+		TargetURL   string `json:"target_url"`
+		Branches    []struct {
+			Name string `json:"name"`
+		} `json:"branches"`
 		Repository repository `json:"repository"`
 	}
 	pullRequestPayload struct {
@@ -199,6 +212,27 @@ func Parse(event string, body []byte) (forge.Event, error) {
 			ev.Kind, ev.Title = forge.EventCheckFailed, "check suite "+cs.Conclusion
 		default:
 			return forge.Event{}, forge.ErrIgnored
+		}
+		return ev, nil
+	case "status":
+		var p statusPayload
+		if err := json.Unmarshal(body, &p); err != nil || p.SHA == "" || p.State == "" || p.Context == "" {
+			return forge.Event{}, malformed(event, err)
+		}
+		// A status that turns success may be the last thing autoMerge
+		// waits for (CI such as Jenkins posts statuses, never a check
+		// suite): it is checks_passed, and the gate reads the head again.
+		// A failing one blocks the merge there; it does not send the job
+		// back as a failing check run does.
+		if forge.StatusState(p.State) != forge.StatusSuccess {
+			return forge.Event{}, forge.ErrIgnored
+		}
+		ev := forge.Event{Kind: forge.EventChecksPassed, Repo: p.Repository.repo(), HeadSHA: p.SHA, Name: p.Context,
+			Summary: p.Description, URL: p.TargetURL}
+		for _, b := range p.Branches {
+			if ev.HeadRef == "" || strings.HasPrefix(b.Name, "aq/job/") {
+				ev.HeadRef = b.Name
+			}
 		}
 		return ev, nil
 	case "pull_request":

@@ -677,6 +677,34 @@ func (s *Server) CheckRun(number int, c Check) Delivery {
 	return s.delivery("check_run", "check-run-completed", m)
 }
 
+// CommitStatus is a status created on pull request number's head, as a CI
+// that posts statuses (Jenkins) sends it; SetStatuses is what the REST API
+// then lists.
+func (s *Server) CommitStatus(number int, st Status) Delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pullByNumber(number)
+	m := template("webhook-status")
+	rp := s.repos[p.Repo]
+	set(m, "id", 7100+len(s.requests))
+	set(m, "sha", p.HeadSHA)
+	set(m, "name", p.Repo)
+	set(m, "context", st.Context)
+	set(m, "state", st.State)
+	set(m, "description", st.Description)
+	set(m, "target_url", fmt.Sprintf("https://ci.example.com/%s/%d", rp.Name, 7100+len(s.requests)))
+	set(m, "commit.sha", p.HeadSHA)
+	set(m, "created_at", s.now().UTC().Format(time.RFC3339))
+	set(m, "updated_at", s.now().UTC().Format(time.RFC3339))
+	if bs, ok := m["branches"].([]any); ok && len(bs) > 0 {
+		b := bs[0].(map[string]any)
+		set(b, "name", p.Head)
+		set(b, "commit.sha", p.HeadSHA)
+	}
+	s.fillHookRepo(m, rp)
+	return s.delivery("status", "status", m)
+}
+
 // Closed is a pull_request closed (merged or not) on pull request number;
 // it also closes the double's pull request.
 func (s *Server) Closed(number int, merged bool) Delivery {

@@ -38,6 +38,7 @@ var webhookTemplates = map[string]map[string]any{
 	"pull-request-review-submitted": {"action": "submitted"},
 	"check-run-completed":           {"action": "completed"},
 	"pull-request-closed":           {"action": "closed"},
+	"status":                        {},
 }
 
 // TestTemplates: each template is what GitHub's description makes it
@@ -97,7 +98,7 @@ func writeTemplates(t *testing.T) {
 	hooksDoc := read(octokit.WebhooksPath())
 	schemas := hooksDoc["components"].(map[string]any)["schemas"].(map[string]any)
 	for name, overlay := range webhookTemplates {
-		g := &generator{schemas: schemas, oneItem: map[string]bool{"check_run.pull_requests": true}}
+		g := &generator{schemas: schemas, oneItem: map[string]bool{"check_run.pull_requests": true, "branches": true}}
 		v := g.minimal(map[string]any{"$ref": "#/components/schemas/webhook-" + name}, "").(map[string]any)
 		for k, o := range overlay {
 			v[k] = o
