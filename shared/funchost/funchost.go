@@ -11,11 +11,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Invocation is the host's request: trigger and input bindings by binding
@@ -59,31 +62,86 @@ func Unwrap(raw json.RawMessage) (json.RawMessage, error) {
 	return raw, nil
 }
 
-// Documents decodes a cosmosDBTrigger batch into its documents.
+// Documents decodes a cosmosDBTrigger batch into its documents. A batch
+// crosses this for every change of every job, twice encoded as a string,
+// so it peels the strings and splits the array with jsontext (one pass
+// each) rather than encoding/json's validate-then-decode passes; it takes
+// what encoding/json takes (duplicate names, invalid UTF-8 inside a
+// document), except a string encoding that is not UTF-8, which the host
+// never sends.
 func Documents(raw json.RawMessage) ([]json.RawMessage, error) {
-	inner, err := Unwrap(raw)
-	if err != nil {
-		return nil, err
+	inner := bytes.TrimSpace(raw)
+	peeled := false
+	for range 3 {
+		if len(inner) == 0 || inner[0] != '"' {
+			break
+		}
+		s, err := jsontext.AppendUnquote(nil, inner)
+		if err != nil {
+			return nil, fmt.Errorf("decode string value: %w", err)
+		}
+		inner, peeled = bytes.TrimSpace(s), true
 	}
-	if len(inner) == 0 || string(inner) == "null" {
+	if (len(inner) == 0 && !peeled) || string(inner) == "null" {
 		return nil, nil
 	}
-	var docs []json.RawMessage
-	if err := json.Unmarshal(inner, &docs); err != nil {
+	docs, err := splitArray(inner)
+	if err != nil {
 		return nil, fmt.Errorf("documents: want a JSON array: %w", err)
 	}
 	return docs, nil
 }
 
-// EncodeDocuments produces the host's encoding of a batch: the array, as a
-// JSON string, as a JSON string again.
-func EncodeDocuments(docs []json.RawMessage) json.RawMessage {
-	if docs == nil {
-		docs = []json.RawMessage{}
+// splitArray returns the values of the JSON array b, each validated and
+// copied, and fails on anything but one array.
+func splitArray(b []byte) ([]json.RawMessage, error) {
+	dec := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return nil, err
 	}
-	arr, _ := json.Marshal(docs)
-	once, _ := json.Marshal(string(arr))
-	twice, _ := json.Marshal(string(once))
+	if tok.Kind() != '[' {
+		return nil, fmt.Errorf("found %v", tok.Kind())
+	}
+	docs := []json.RawMessage{}
+	for dec.PeekKind() != ']' {
+		v, err := dec.ReadValue()
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, bytes.Clone(v))
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return nil, err
+	}
+	if _, err := dec.ReadToken(); err != io.EOF {
+		return nil, fmt.Errorf("data after the array")
+	}
+	return docs, nil
+}
+
+// EncodeDocuments produces the host's encoding of a batch: the array, as a
+// JSON string, as a JSON string again. Each document must be JSON, as the
+// store's are (it refuses anything else on write); they are joined as they
+// are, not re-encoded.
+func EncodeDocuments(docs []json.RawMessage) json.RawMessage {
+	n := 2
+	for _, d := range docs {
+		n += len(d) + 1
+	}
+	arr := make([]byte, 0, n)
+	arr = append(arr, '[')
+	for i, d := range docs {
+		if i > 0 {
+			arr = append(arr, ',')
+		}
+		arr = append(arr, d...)
+	}
+	arr = append(arr, ']')
+	// The error only reports invalid UTF-8, replaced with U+FFFD as
+	// encoding/json does.
+	once, _ := jsontext.AppendQuote(make([]byte, 0, len(arr)+len(arr)/8+2), arr)
+	twice, _ := jsontext.AppendQuote(make([]byte, 0, len(once)+len(once)/4+2), once)
 	return twice
 }
 

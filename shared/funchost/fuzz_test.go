@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -68,6 +69,52 @@ func FuzzInvocation(f *testing.F) {
 			for i := range batch {
 				require.JSONEq(t, string(batch[i]), string(again[i]))
 			}
+		}
+	})
+}
+
+// documentsV1 is Documents as it was with encoding/json alone: the
+// reference its faster form must agree with.
+func documentsV1(raw json.RawMessage) ([]json.RawMessage, error) {
+	inner, err := funchost.Unwrap(raw)
+	if err != nil {
+		return nil, err
+	}
+	if len(inner) == 0 || string(inner) == "null" {
+		return nil, nil
+	}
+	var docs []json.RawMessage
+	if err := json.Unmarshal(inner, &docs); err != nil {
+		return nil, err
+	}
+	return docs, nil
+}
+
+// FuzzDocuments: Documents takes exactly the batches encoding/json takes
+// (but for a string encoding that is not UTF-8, which the host never
+// sends), and finds the same documents in them.
+func FuzzDocuments(f *testing.F) {
+	for _, s := range []string{
+		`"\"[{\\\"id\\\":\\\"a\\\"},{\\\"id\\\":\\\"b\\\",\\\"id\\\":\\\"c\\\"}]\""`, `[1, "two", {"x": [null]}]`,
+		`""`, `"null"`, `null`, `"not json"`, `[1] [2]`, `[1,]`, `"[\"\\ud800\"]"`, "[\"\xff\"]",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		want, wantErr := documentsV1(raw)
+		got, err := funchost.Documents(raw)
+		if !utf8.Valid(raw) && err != nil {
+			return
+		}
+		if wantErr != nil {
+			require.Error(t, err, "encoding/json refuses %q: %v", raw, wantErr)
+			return
+		}
+		require.NoError(t, err, "encoding/json takes %q", raw)
+		require.Len(t, got, len(want))
+		for i := range want {
+			require.Equal(t, json.Valid(want[i]), json.Valid(got[i]))
+			require.JSONEq(t, string(want[i]), string(got[i]))
 		}
 	})
 }
