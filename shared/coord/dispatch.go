@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/coord/admission"
@@ -59,6 +60,10 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 	var errs []error
 	live, ended := false, false
 	waiting := map[string]bool{} // products with a job in the queue untargeted
+	var (
+		wg        sync.WaitGroup
+		publishes []*publishing
+	)
 	for _, it := range items {
 		j, err := kernel.DecodeJob(it)
 		if err != nil {
@@ -84,7 +89,7 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 		// replaces one (a retried batch carries old versions), and a stale
 		// copy only costs a failed CAS and a re-read.
 		c.k.Jobs.PutIfAbsent(j.ProductID, j.ID, it)
-		d, err := c.dispatch(ctx, j.ProductID, j.ID, nil)
+		d, r, err := c.stamp(ctx, j.ProductID, j.ID, nil)
 		switch {
 		case errors.Is(err, fleet.ErrNotFound):
 			// Deleted after the feed saw it: nothing left to route.
@@ -94,6 +99,23 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 			errs = append(errs, fmt.Errorf("dispatch %s: %w", j.ID, err))
 		}
 		out = append(out, d)
+		if r != nil {
+			// Each job is routed in turn, so each sees the seats the jobs
+			// before it were offered; their publishes overlap, so a job
+			// late in a batch does not wait for every broker answer
+			// before it. The batch ends once all are answered.
+			p := &publishing{at: len(out) - 1, r: r}
+			publishes = append(publishes, p)
+			wg.Go(func() { p.d, p.err = c.publish(ctx, r) })
+		}
+	}
+	wg.Wait()
+	for _, p := range publishes {
+		if p.err != nil {
+			errs = append(errs, fmt.Errorf("dispatch %s: %w", p.r.msg.JobID, p.err))
+			continue
+		}
+		out[p.at] = p.d
 	}
 	// A submitted job tells its product's pollers here, once per batch
 	// (createJob leaves it to the feed when there is one).
@@ -144,29 +166,58 @@ func (c *Coordinator) dueForDispatch(j *fleet.Job, redo func(j *fleet.Job) bool)
 // replaces a dispatch that went nowhere (a lost message, a target that left)
 // with a new epoch, voiding the old message.
 func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *fleet.Job) bool) (Decision, error) {
+	d, r, err := c.stamp(ctx, pk, id, redo)
+	if err != nil || r == nil {
+		return d, err
+	}
+	return c.publish(ctx, r)
+}
+
+// stamped is a dispatch routed and stamped on its job, its message not yet
+// published.
+type stamped struct {
+	msg                      protocol.DispatchMessage
+	began, casBegan, casDone time.Time
+	scoring                  time.Duration
+	queuedAt                 time.Time
+}
+
+// publishing is one publish of a batch under way: its decision's place in
+// the batch, and what it came to.
+type publishing struct {
+	at  int
+	r   *stamped
+	d   Decision
+	err error
+}
+
+// stamp is a dispatch's first half: route the job and stamp the target by
+// CAS. It returns what to publish when a target was stamped, else the
+// decision saying why not.
+func (c *Coordinator) stamp(ctx context.Context, pk, id string, redo func(j *fleet.Job) bool) (Decision, *stamped, error) {
 	d := Decision{JobID: id}
 	if c.publisher == nil {
 		d.Skipped = SkipNoTransport
-		return d, nil
+		return d, nil, nil
 	}
 	began := c.k.Now()
 	factories, err := c.catalog.Factories(ctx)
 	if err != nil {
-		return d, err
+		return d, nil, err
 	}
 	snap, err := c.admission.Snapshot(ctx, pk)
 	if err != nil {
-		return d, err
+		return d, nil, err
 	}
 	var unroutable schedule.Reason
 	var held *fleet.Hold
-	stamped := false
+	done := false
 	// The scorer runs inside the CAS (again on a retry): its time counts
 	// as scheduling, the rest of the CAS as the stamp.
 	var scoring time.Duration
 	casBegan := c.k.Now()
 	j, err := c.k.MutateJob(ctx, pk, id, func(j *fleet.Job) error {
-		unroutable, held, stamped = schedule.Reason{}, nil, false
+		unroutable, held, done = schedule.Reason{}, nil, false
 		if c.dueForDispatch(j, redo) != "" {
 			return kernel.ErrNoChange
 		}
@@ -195,42 +246,52 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 		j.DispatchEpoch++
 		j.TargetFactoryID = best.ID
 		j.Dispatch.Unroutable, j.Dispatch.UnroutableKind, j.Dispatch.At = "", "", c.k.Now()
-		stamped = true
+		done = true
 		return nil
 	})
 	casDone := c.k.Now()
 	if err != nil {
-		return d, err
+		return d, nil, err
 	}
 	switch {
 	case held != nil:
 		d.Skipped = Skip(held.Message)
-		return d, nil
+		return d, nil, nil
 	case unroutable.Kind != "":
 		d.Skipped = Skip(unroutable.Text)
 		if unroutable.Kind == fleet.UnroutableBusy {
 			c.preempt(ctx, j, factories)
 		}
-		return d, nil
-	case !stamped:
+		return d, nil, nil
+	case !done:
 		d.Skipped = SkipDispatched
-		return d, nil
+		return d, nil, nil
 	}
-	msg := protocol.DispatchMessage{
-		JobID: j.ID, ProductID: j.ProductID, Repo: j.Repo, Capabilities: j.Capabilities,
-		Priority: j.Priority, TargetFactoryID: j.TargetFactoryID, DispatchEpoch: j.DispatchEpoch,
-	}
-	if err := c.publisher.Publish(ctx, msg); err != nil {
+	return d, &stamped{
+		msg: protocol.DispatchMessage{
+			JobID: j.ID, ProductID: j.ProductID, Repo: j.Repo, Capabilities: j.Capabilities,
+			Priority: j.Priority, TargetFactoryID: j.TargetFactoryID, DispatchEpoch: j.DispatchEpoch,
+		},
+		began: began, casBegan: casBegan, casDone: casDone, scoring: scoring, queuedAt: j.QueuedAt,
+	}, nil
+}
+
+// publish is a dispatch's second half: the stamped message goes to the
+// target's subscription. A failed publish leaves the stamp; the redispatch
+// sweep sends it again.
+func (c *Coordinator) publish(ctx context.Context, r *stamped) (Decision, error) {
+	d := Decision{JobID: r.msg.JobID}
+	if err := c.publisher.Publish(ctx, r.msg); err != nil {
 		c.k.Counters.PublishFailed.Add(1)
-		return d, fmt.Errorf("publish %s: %w", msg.MessageID(), err)
+		return d, fmt.Errorf("publish %s: %w", r.msg.MessageID(), err)
 	}
 	stages := &c.k.Counters.Stages
-	stages.Schedule.Observe(casBegan.Sub(began) + scoring)
-	stages.Stamp.Observe(casDone.Sub(casBegan) - scoring)
-	stages.Publish.Observe(c.k.Now().Sub(casDone))
+	stages.Schedule.Observe(r.casBegan.Sub(r.began) + r.scoring)
+	stages.Stamp.Observe(r.casDone.Sub(r.casBegan) - r.scoring)
+	stages.Publish.Observe(c.k.Now().Sub(r.casDone))
 	c.k.Counters.Dispatched.Add(1)
-	kernel.Observe(&c.k.Counters.DispatchLagSum, &c.k.Counters.DispatchLagN, c.k.Now().Sub(j.QueuedAt))
-	d.Target, d.DispatchEpoch = j.TargetFactoryID, j.DispatchEpoch
+	kernel.Observe(&c.k.Counters.DispatchLagSum, &c.k.Counters.DispatchLagN, c.k.Now().Sub(r.queuedAt))
+	d.Target, d.DispatchEpoch = r.msg.TargetFactoryID, r.msg.DispatchEpoch
 	return d, nil
 }
 

@@ -1,6 +1,9 @@
 package coord_test
 
 import (
+	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -400,4 +403,64 @@ func TestDispatchBusyReasonKeptAcrossCounts(t *testing.T) {
 	_, err = e.c.Redispatch(e.ctx)
 	require.NoError(t, err)
 	require.Equal(t, fleet.UnroutableNoFactory, e.job(g.ID).Dispatch.UnroutableKind)
+}
+
+// meetingPublisher lets no publish through until want of them are under
+// way at once: a batch that published one job after another fails.
+type meetingPublisher struct {
+	recordingPublisher
+	want    int
+	mu      sync.Mutex
+	arrived int
+	met     chan struct{}
+}
+
+func (p *meetingPublisher) Publish(ctx context.Context, m protocol.DispatchMessage) error {
+	p.mu.Lock()
+	p.arrived++
+	if p.arrived == p.want {
+		close(p.met)
+	}
+	p.mu.Unlock()
+	select {
+	case <-p.met:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Second):
+		return errors.New("the other publishes of the batch never came: they waited for this one")
+	}
+	return p.recordingPublisher.Publish(ctx, m)
+}
+
+// TestDispatchBatchOverlapsPublishes: the jobs of one batch are routed one
+// after another (the second sees the seat offered to the first), and their
+// publishes are under way together, so the last job of a batch does not
+// wait for every broker answer before its own (issue 25's dispatch p99).
+func TestDispatchBatchOverlapsPublishes(t *testing.T) {
+	t.Parallel()
+	pub := &meetingPublisher{want: 3, met: make(chan struct{})}
+	e := newEnv(t, withPublisher(pub))
+	oneSeat := func(r *catalog.EnrollRequest, _ *catalog.Heartbeat) { r.SeatLimit = 1 }
+	for _, f := range []string{"f1", "f2", "f3"} {
+		e.factory(f, oneSeat)
+	}
+	var ids []string
+	for range 3 {
+		ids = append(ids, e.submit().ID)
+	}
+	ds, err := e.c.DispatchChanged(e.ctx, e.feed("").Items)
+	require.NoError(t, err)
+	targets := map[string]string{}
+	for _, d := range ds {
+		if d.Target != "" {
+			targets[d.JobID] = d.Target
+		}
+	}
+	require.Len(t, targets, 3, "decisions: %+v", ds)
+	seen := map[string]bool{}
+	for _, id := range ids {
+		require.False(t, seen[targets[id]], "two jobs offered the one seat of %s: %v", targets[id], targets)
+		seen[targets[id]] = true
+	}
+	require.Len(t, pub.sent(), 3)
 }
