@@ -95,7 +95,7 @@ func Documents(raw json.RawMessage) ([]json.RawMessage, error) {
 // splitArray returns the values of the JSON array b, each validated and
 // copied, and fails on anything but one array.
 func splitArray(b []byte) ([]json.RawMessage, error) {
-	dec := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	dec := jsontext.NewDecoder(bytes.NewBuffer(b), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 	tok, err := dec.ReadToken()
 	if err != nil {
 		return nil, err

@@ -32,7 +32,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +47,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/store"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
@@ -830,28 +830,24 @@ func checkBody(t *table, pk, id string, body []byte) error {
 	if len(body) > MaxBodyBytes {
 		return fmt.Errorf("body is %d bytes, more than %d: %w", len(body), MaxBodyBytes, store.ErrTooLarge)
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	// jsontext reads the names and skips the values in one pass without
+	// decoding them: every write crosses this. It takes what encoding/json
+	// takes (duplicates below the top level, invalid UTF-8 in strings).
+	dec := jsontext.NewDecoder(bytes.NewBuffer(body), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return errors.New("body is not a JSON object")
 	}
 	seen := make(map[string]bool)
-	for dec.More() {
-		tok, err := dec.Token()
+	for dec.PeekKind() != '}' {
+		tok, err := dec.ReadToken()
 		if err != nil {
 			return fmt.Errorf("body is not JSON: %w", err)
 		}
-		key, ok := tok.(string)
-		if !ok {
-			return errors.New("body is not JSON: object key is not a string")
-		}
+		key := tok.String()
 		if seen[key] {
 			return fmt.Errorf("body has duplicate field %q", key)
 		}
 		seen[key] = true
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return fmt.Errorf("body field %q: %w", key, err)
-		}
 		want, address := "", false
 		switch key {
 		case "id":
@@ -859,17 +855,27 @@ func checkBody(t *table, pk, id string, body []byte) error {
 		case t.pkField:
 			want, address = pk, true
 		}
-		if address {
-			var got string
-			if raw[0] != '"' || json.Unmarshal(raw, &got) != nil || got != want {
-				return fmt.Errorf("body field %q is %s, want the string %q it is written under", key, raw, want)
+		if !address {
+			if err := dec.SkipValue(); err != nil {
+				return fmt.Errorf("body field %q: %w", key, err)
 			}
+			continue
+		}
+		v, err := dec.ReadValue()
+		if err != nil {
+			return fmt.Errorf("body field %q: %w", key, err)
+		}
+		if v.Kind() != '"' {
+			return fmt.Errorf("body field %q is %s, want the string %q it is written under", key, v, want)
+		}
+		if got, err := jsontext.AppendUnquote(nil, v); err != nil || string(got) != want {
+			return fmt.Errorf("body field %q is %s, want the string %q it is written under", key, v, want)
 		}
 	}
-	if _, err := dec.Token(); err != nil { // the closing brace
+	if _, err := dec.ReadToken(); err != nil { // the closing brace
 		return fmt.Errorf("body is not JSON: %w", err)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
 		return errors.New("body has data after the JSON object")
 	}
 	if t.pkField == "id" && pk != id {
