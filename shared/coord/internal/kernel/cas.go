@@ -2,7 +2,6 @@ package kernel
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -105,7 +104,7 @@ func CAS[T any](ctx context.Context, c *Kernel, k DocKind[T], pk, id string, fn 
 			}
 			return nil, false, err
 		}
-		body, err := json.Marshal(v)
+		body, err := marshal(v)
 		if err != nil {
 			return nil, false, fmt.Errorf("encode %s %s: %w", k.Name, id, err)
 		}

@@ -9,7 +9,6 @@ package kernel
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -83,7 +82,7 @@ func ReadError(what, id string, err error) error {
 
 func DecodeJob(it store.Item) (*fleet.Job, error) {
 	var j fleet.Job
-	if err := json.Unmarshal(it.Body, &j); err != nil {
+	if err := unmarshal(it.Body, &j); err != nil {
 		return nil, fmt.Errorf("decode job %s: %w", it.ID, err)
 	}
 	j.Rev = it.Rev
@@ -103,7 +102,7 @@ func ReadDoc[T any](ctx context.Context, s store.Store, container, pk, id, what 
 
 func Decode[T any](it store.Item) (*T, error) {
 	var v T
-	if err := json.Unmarshal(it.Body, &v); err != nil {
+	if err := unmarshal(it.Body, &v); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", it.ID, err)
 	}
 	return &v, nil
