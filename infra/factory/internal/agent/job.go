@@ -431,6 +431,12 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	}
 	stopShip := jb.shipLog()
 	res, err := engine.Run(ectx, spec)
+	// The output has ended (Run returns once it has all been read): the
+	// transcript's unterminated last line goes to the log now, before the
+	// shipper sends the rest, or only the artifact would have it.
+	if eerr := out.end(); eerr != nil {
+		jb.log.WarnContext(jb.ctx, "end the engine's output", "err", eerr)
+	}
 	stopShip()
 	if res.Leftover != nil {
 		jb.log.ErrorContext(jb.ctx, "processes of the run outlived it", "err", res.Leftover)

@@ -286,6 +286,7 @@ type runOutput struct {
 	activity    *stream.Activity
 	reader      *stream.Reader
 	transcript  *stream.Transcript
+	ended       bool
 }
 
 // watchOutput routes the engine's output through the run's watch: stdout
@@ -330,12 +331,20 @@ func (o *runOutput) watchdog(a *Agent) stream.Watchdog {
 	return w
 }
 
+// end ends the parse once the engine's output has ended: the last line,
+// when the engine did not end it with a newline, is parsed and rendered
+// to the log. Only the first call acts.
+func (o *runOutput) end() error {
+	if o.reader == nil || o.ended {
+		return nil
+	}
+	o.ended = true
+	return errors.Join(o.reader.Close(), o.transcript.Close())
+}
+
 // Close ends the parse and closes the files.
 func (o *runOutput) Close() error {
-	var errs []error
-	if o.reader != nil {
-		errs = append(errs, o.reader.Close(), o.transcript.Close())
-	}
+	errs := []error{o.end()}
 	if o.events != nil {
 		errs = append(errs, o.events.Close())
 	}
