@@ -18,6 +18,7 @@ import (
 	"github.com/gigafactory/fleet/infra/factory/internal/engine"
 	"github.com/gigafactory/fleet/infra/factory/internal/engine/stream"
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
+	"github.com/gigafactory/fleet/infra/factory/internal/logcap"
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
@@ -104,7 +105,10 @@ type job struct {
 
 	dir     string // jobs/<id>-e<epoch>: prompt and log
 	logPath string
-	wt      *gitwt.Worktree
+	// logw writes to engine.log, within its cap: the engine's output and
+	// the ship hook's go through it.
+	logw *logcap.Writer
+	wt   *gitwt.Worktree
 
 	// uploaded is set once the run's artifacts were uploaded, so a step
 	// that fails after the upload does not upload them again.
@@ -173,6 +177,11 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	}
 	defer os.RemoveAll(jb.dir)
 	jb.logPath = filepath.Join(jb.dir, "engine.log")
+	closeLog, err := jb.openLog()
+	if err != nil {
+		return jb.fail(fleet.FailGit, fmt.Sprintf("open the run's log: %v", err), true)
+	}
+	defer closeLog()
 	u, releaseUser, err := jb.runUser()
 	if err != nil {
 		return jb.fail(fleet.FailNoEngine, fmt.Sprintf("no account for the engine: %v", err), true)
@@ -437,6 +446,7 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	if eerr := out.end(); eerr != nil {
 		jb.log.WarnContext(jb.ctx, "end the engine's output", "err", eerr)
 	}
+	jb.endLog("engine")
 	stopShip()
 	if res.Leftover != nil {
 		jb.log.ErrorContext(jb.ctx, "processes of the run outlived it", "err", res.Leftover)
@@ -814,7 +824,8 @@ func (jb *job) shipHook(ctx context.Context, head string, changed bool) error {
 	// whose files the engine wrote: its git must not follow them.
 	env = jb.wt.CommandEnv(append(env, exp.Env...))
 	res, err := engine.Run(ctx, engine.Spec{Argv: exp.Argv, Dir: jb.wt.Path, Env: env, LogPath: jb.logPath, Grace: jb.a.cfg.KillGrace,
-		Contain: jb.a.contain, Run: filepath.Base(jb.dir) + "-hook"})
+		Contain: jb.a.contain, Run: filepath.Base(jb.dir) + "-hook", Stdout: jb.logw, Stderr: jb.logw})
+	jb.endLog("ship hook")
 	if err != nil {
 		return fmt.Errorf("ship hook: %w", err)
 	}

@@ -282,11 +282,11 @@ func moveClaudeSession(configDir, session, from, to string, user *engine.User) e
 // runOutput is where a run's output goes: the log, and for a structured
 // engine its events file and parser; every byte counts as a sign of life.
 type runOutput struct {
-	log, events *os.File
-	activity    *stream.Activity
-	reader      *stream.Reader
-	transcript  *stream.Transcript
-	ended       bool
+	events     *os.File
+	activity   *stream.Activity
+	reader     *stream.Reader
+	transcript *stream.Transcript
+	ended      bool
 }
 
 // watchOutput routes the engine's output through the run's watch: stdout
@@ -294,17 +294,15 @@ type runOutput struct {
 // the events file and the parser too), timing its last output.
 func (jb *job) watchOutput(spec *engine.Spec) (*runOutput, error) {
 	a := jb.a
-	logf, err := os.OpenFile(jb.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open log: %w", err)
-	}
-	o := &runOutput{log: logf, activity: stream.NewActivity(a.clock)}
+	o := &runOutput{activity: stream.NewActivity(a.clock)}
 	jb.activity = o.activity
-	stdout := io.Writer(logf)
+	// The log behind its cap; the activity sees every byte all the same.
+	logf := io.Writer(jb.logw)
+	stdout := logf
 	if p, ok := a.cfg.Presets[jb.engine]; ok {
+		var err error
 		o.events, err = os.OpenFile(jb.eventsPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
-			logf.Close()
 			return nil, fmt.Errorf("open events file: %w", err)
 		}
 		o.reader = stream.NewReader(p.Parser(a.cfg.Prices[jb.engine], jb.threadBefore), a.clock)
@@ -342,13 +340,13 @@ func (o *runOutput) end() error {
 	return errors.Join(o.reader.Close(), o.transcript.Close())
 }
 
-// Close ends the parse and closes the files.
+// Close ends the parse and closes the events file (the log is the run's).
 func (o *runOutput) Close() error {
 	errs := []error{o.end()}
 	if o.events != nil {
 		errs = append(errs, o.events.Close())
 	}
-	return errors.Join(append(errs, o.log.Close())...)
+	return errors.Join(errs...)
 }
 
 // runExit is how the engine's process ended, for the run's record.
