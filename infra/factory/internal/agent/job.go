@@ -18,7 +18,6 @@ import (
 	"github.com/gigafactory/fleet/infra/factory/internal/engine"
 	"github.com/gigafactory/fleet/infra/factory/internal/engine/stream"
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
-	"github.com/gigafactory/fleet/infra/factory/internal/logcap"
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
@@ -106,9 +105,10 @@ type job struct {
 	dir     string // jobs/<id>-e<epoch>: prompt and log
 	logPath string
 	// logw writes to engine.log, within its cap: the engine's output and
-	// the ship hook's go through it.
-	logw *logcap.Writer
-	wt   *gitwt.Worktree
+	// the ship hook's go through it. eventsw writes a structured engine's
+	// events file, within the same cap, once it has one.
+	logw, eventsw *cappedFile
+	wt            *gitwt.Worktree
 
 	// uploaded is set once the run's artifacts were uploaded, so a step
 	// that fails after the upload does not upload them again.
@@ -177,11 +177,12 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	}
 	defer os.RemoveAll(jb.dir)
 	jb.logPath = filepath.Join(jb.dir, "engine.log")
-	closeLog, err := jb.openLog()
+	logw, err := jb.openCapped(jb.logPath, artifactLog)
 	if err != nil {
 		return jb.fail(fleet.FailGit, fmt.Sprintf("open the run's log: %v", err), true)
 	}
-	defer closeLog()
+	jb.logw = logw
+	defer jb.closeOutput()
 	u, releaseUser, err := jb.runUser()
 	if err != nil {
 		return jb.fail(fleet.FailNoEngine, fmt.Sprintf("no account for the engine: %v", err), true)
@@ -446,7 +447,7 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	if eerr := out.end(); eerr != nil {
 		jb.log.WarnContext(jb.ctx, "end the engine's output", "err", eerr)
 	}
-	jb.endLog("engine")
+	jb.endOutput("engine")
 	stopShip()
 	if res.Leftover != nil {
 		jb.log.ErrorContext(jb.ctx, "processes of the run outlived it", "err", res.Leftover)
@@ -825,7 +826,7 @@ func (jb *job) shipHook(ctx context.Context, head string, changed bool) error {
 	env = jb.wt.CommandEnv(append(env, exp.Env...))
 	res, err := engine.Run(ctx, engine.Spec{Argv: exp.Argv, Dir: jb.wt.Path, Env: env, LogPath: jb.logPath, Grace: jb.a.cfg.KillGrace,
 		Contain: jb.a.contain, Run: filepath.Base(jb.dir) + "-hook", Stdout: jb.logw, Stderr: jb.logw})
-	jb.endLog("ship hook")
+	jb.endOutput("ship hook")
 	if err != nil {
 		return fmt.Errorf("ship hook: %w", err)
 	}

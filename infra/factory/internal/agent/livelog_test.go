@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -124,4 +125,36 @@ func TestEngineLogCapped(t *testing.T) {
 			require.Equal(t, "the engine is brief\n", live)
 		})
 	}
+}
+
+// TestEngineLogCappedPreset: a structured engine's run past the cap keeps
+// both its transcript (engine.log) and its raw events
+// (engine-events.jsonl) within it, each with its head, one marker line
+// and its end (the result), and delivers; the live log is engine.log.
+func TestEngineLogCappedPreset(t *testing.T) {
+	p := newPresetT(t, "runaway")
+	c := &shippingCoord{API: p.coord}
+	p.a.api = c
+	p.a.cfg.EngineLogMax = logcap.MinMax
+	require.Equal(t, OutcomeDone, p.run(t), "fails: %q", p.coord.fails)
+	require.Equal(t, 3, p.lastPatch(t).Turns, "the result is parsed whole")
+	marker := `\n\[\d+ bytes of output left out here: this log keeps at most 65536 bytes \(FLEET_ENGINE_LOG_MAX_BYTES\), the first and the last\]\n`
+	normal, err := os.ReadFile("../engine/stream/testdata/claude/normal.jsonl")
+	require.NoError(t, err)
+	init, rest, _ := strings.Cut(string(normal), "\n")
+	for name, end := range map[string]string{
+		artifactLog:    "fake claude goes on\nI will add the greeting file.\n",
+		artifactEvents: "fake claude goes on\n" + rest,
+	} {
+		body := p.coord.artifact(name)
+		require.LessOrEqual(t, len(body), logcap.MinMax, name)
+		require.Regexp(t, marker, body, name)
+		require.Contains(t, body, end, name)
+		require.True(t, strings.HasSuffix(body, "\n"), name)
+		if name == artifactEvents {
+			require.True(t, strings.HasPrefix(body, init+"\nfake claude goes on\n"), name)
+			require.True(t, strings.HasSuffix(body, rest), name)
+		}
+	}
+	require.Equal(t, p.coord.artifact(artifactLog), c.shipped())
 }

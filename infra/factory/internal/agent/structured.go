@@ -282,7 +282,6 @@ func moveClaudeSession(configDir, session, from, to string, user *engine.User) e
 // runOutput is where a run's output goes: the log, and for a structured
 // engine its events file and parser; every byte counts as a sign of life.
 type runOutput struct {
-	events     *os.File
 	activity   *stream.Activity
 	reader     *stream.Reader
 	transcript *stream.Transcript
@@ -300,10 +299,13 @@ func (jb *job) watchOutput(spec *engine.Spec) (*runOutput, error) {
 	logf := io.Writer(jb.logw)
 	stdout := logf
 	if p, ok := a.cfg.Presets[jb.engine]; ok {
-		var err error
-		o.events, err = os.OpenFile(jb.eventsPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("open events file: %w", err)
+		if jb.eventsw == nil {
+			// The run's, like the log: a second session (a resume that
+			// failed) appends within the same cap.
+			var err error
+			if jb.eventsw, err = jb.openCapped(jb.eventsPath(), artifactEvents); err != nil {
+				return nil, fmt.Errorf("open events file: %w", err)
+			}
 		}
 		o.reader = stream.NewReader(p.Parser(a.cfg.Prices[jb.engine], jb.threadBefore), a.clock)
 		jb.out = o.reader
@@ -312,7 +314,7 @@ func (jb *job) watchOutput(spec *engine.Spec) (*runOutput, error) {
 		// artifact. The parser before the events file: a line in the file
 		// is parsed.
 		o.transcript = stream.NewTranscript(p.Transcript(), logf)
-		stdout = io.MultiWriter(o.reader, o.events, o.transcript)
+		stdout = io.MultiWriter(o.reader, jb.eventsw, o.transcript)
 	}
 	spec.Stdout, spec.Stderr = o.activity.Writer(stdout), o.activity.Writer(logf)
 	return o, nil
@@ -340,14 +342,8 @@ func (o *runOutput) end() error {
 	return errors.Join(o.reader.Close(), o.transcript.Close())
 }
 
-// Close ends the parse and closes the events file (the log is the run's).
-func (o *runOutput) Close() error {
-	errs := []error{o.end()}
-	if o.events != nil {
-		errs = append(errs, o.events.Close())
-	}
-	return errors.Join(errs...)
-}
+// Close ends the parse (the files are the run's).
+func (o *runOutput) Close() error { return o.end() }
 
 // runExit is how the engine's process ended, for the run's record.
 func runExit(res engine.Result, cause error) *fleet.RunExit {
