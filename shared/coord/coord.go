@@ -115,8 +115,8 @@ const (
 	DefaultLivePoll        = time.Second
 	DefaultCancelGrace     = 2 * time.Minute
 	// DefaultArtifactMaxBytes stays under the Functions host's 100 MiB
-	// request limit, which refuses larger bodies before the API sees them.
-	DefaultArtifactMaxBytes = 50 << 20
+	// request limit; factories bound their run logs by it too.
+	DefaultArtifactMaxBytes = fleet.DefaultArtifactMaxBytes
 )
 
 // Resolve returns c with zero fields set to their defaults, or an invalid

@@ -19,6 +19,12 @@ const (
 	ArtifactOther  ArtifactKind = "other"
 )
 
+// DefaultArtifactMaxBytes is the largest artifact upload a coordinator
+// takes unless configured otherwise (FLEET_ARTIFACT_MAX_BYTES): under the
+// Functions host's 100 MiB request limit, which refuses larger bodies
+// before the API sees them. A factory bounds its run logs by it.
+const DefaultArtifactMaxBytes = 50 << 20
+
 // ArtifactKinds lists every artifact kind.
 func ArtifactKinds() []ArtifactKind {
 	return []ArtifactKind{ArtifactLog, ArtifactDiff, ArtifactReport, ArtifactOther}

@@ -104,7 +104,11 @@ type job struct {
 
 	dir     string // jobs/<id>-e<epoch>: prompt and log
 	logPath string
-	wt      *gitwt.Worktree
+	// logw writes to engine.log, within its cap: the engine's output and
+	// the ship hook's go through it. eventsw writes a structured engine's
+	// events file, within the same cap, once it has one.
+	logw, eventsw *cappedFile
+	wt            *gitwt.Worktree
 
 	// uploaded is set once the run's artifacts were uploaded, so a step
 	// that fails after the upload does not upload them again.
@@ -173,6 +177,12 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	}
 	defer os.RemoveAll(jb.dir)
 	jb.logPath = filepath.Join(jb.dir, "engine.log")
+	logw, err := jb.openCapped(jb.logPath, artifactLog)
+	if err != nil {
+		return jb.fail(fleet.FailGit, fmt.Sprintf("open the run's log: %v", err), true)
+	}
+	jb.logw = logw
+	defer jb.closeOutput()
 	u, releaseUser, err := jb.runUser()
 	if err != nil {
 		return jb.fail(fleet.FailNoEngine, fmt.Sprintf("no account for the engine: %v", err), true)
@@ -431,6 +441,13 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	}
 	stopShip := jb.shipLog()
 	res, err := engine.Run(ectx, spec)
+	// The output has ended (Run returns once it has all been read): the
+	// transcript's unterminated last line goes to the log now, before the
+	// shipper sends the rest, or only the artifact would have it.
+	if eerr := out.end(); eerr != nil {
+		jb.log.WarnContext(jb.ctx, "end the engine's output", "err", eerr)
+	}
+	jb.endOutput("engine")
 	stopShip()
 	if res.Leftover != nil {
 		jb.log.ErrorContext(jb.ctx, "processes of the run outlived it", "err", res.Leftover)
@@ -808,7 +825,8 @@ func (jb *job) shipHook(ctx context.Context, head string, changed bool) error {
 	// whose files the engine wrote: its git must not follow them.
 	env = jb.wt.CommandEnv(append(env, exp.Env...))
 	res, err := engine.Run(ctx, engine.Spec{Argv: exp.Argv, Dir: jb.wt.Path, Env: env, LogPath: jb.logPath, Grace: jb.a.cfg.KillGrace,
-		Contain: jb.a.contain, Run: filepath.Base(jb.dir) + "-hook"})
+		Contain: jb.a.contain, Run: filepath.Base(jb.dir) + "-hook", Stdout: jb.logw, Stderr: jb.logw})
+	jb.endOutput("ship hook")
 	if err != nil {
 		return fmt.Errorf("ship hook: %w", err)
 	}

@@ -12,8 +12,10 @@ const shipFlushTimeout = 15 * time.Second
 
 // shipLog streams the run's log file to the coordinator while the engine
 // runs (API.md "Live output"). The returned stop sends the rest; it must
-// run before the run ends, since the fence then refuses the log. An API
-// without AppendLog (a test's fake) ships nothing.
+// run before the run ends, since the fence then refuses the log. The file
+// only grows by appends, within its cap (openCapped), so the live log is
+// the file: no more than it holds. An API without AppendLog (a test's
+// fake) ships nothing.
 func (jb *job) shipLog() (stop func()) {
 	send, ok := jb.a.api.(logship.Appender)
 	if !ok {

@@ -282,10 +282,10 @@ func moveClaudeSession(configDir, session, from, to string, user *engine.User) e
 // runOutput is where a run's output goes: the log, and for a structured
 // engine its events file and parser; every byte counts as a sign of life.
 type runOutput struct {
-	log, events *os.File
-	activity    *stream.Activity
-	reader      *stream.Reader
-	transcript  *stream.Transcript
+	activity   *stream.Activity
+	reader     *stream.Reader
+	transcript *stream.Transcript
+	ended      bool
 }
 
 // watchOutput routes the engine's output through the run's watch: stdout
@@ -293,18 +293,19 @@ type runOutput struct {
 // the events file and the parser too), timing its last output.
 func (jb *job) watchOutput(spec *engine.Spec) (*runOutput, error) {
 	a := jb.a
-	logf, err := os.OpenFile(jb.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open log: %w", err)
-	}
-	o := &runOutput{log: logf, activity: stream.NewActivity(a.clock)}
+	o := &runOutput{activity: stream.NewActivity(a.clock)}
 	jb.activity = o.activity
-	stdout := io.Writer(logf)
+	// The log behind its cap; the activity sees every byte all the same.
+	logf := io.Writer(jb.logw)
+	stdout := logf
 	if p, ok := a.cfg.Presets[jb.engine]; ok {
-		o.events, err = os.OpenFile(jb.eventsPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			logf.Close()
-			return nil, fmt.Errorf("open events file: %w", err)
+		if jb.eventsw == nil {
+			// The run's, like the log: a second session (a resume that
+			// failed) appends within the same cap.
+			var err error
+			if jb.eventsw, err = jb.openCapped(jb.eventsPath(), artifactEvents); err != nil {
+				return nil, fmt.Errorf("open events file: %w", err)
+			}
 		}
 		o.reader = stream.NewReader(p.Parser(a.cfg.Prices[jb.engine], jb.threadBefore), a.clock)
 		jb.out = o.reader
@@ -313,7 +314,7 @@ func (jb *job) watchOutput(spec *engine.Spec) (*runOutput, error) {
 		// artifact. The parser before the events file: a line in the file
 		// is parsed.
 		o.transcript = stream.NewTranscript(p.Transcript(), logf)
-		stdout = io.MultiWriter(o.reader, o.events, o.transcript)
+		stdout = io.MultiWriter(o.reader, jb.eventsw, o.transcript)
 	}
 	spec.Stdout, spec.Stderr = o.activity.Writer(stdout), o.activity.Writer(logf)
 	return o, nil
@@ -330,17 +331,19 @@ func (o *runOutput) watchdog(a *Agent) stream.Watchdog {
 	return w
 }
 
-// Close ends the parse and closes the files.
-func (o *runOutput) Close() error {
-	var errs []error
-	if o.reader != nil {
-		errs = append(errs, o.reader.Close(), o.transcript.Close())
+// end ends the parse once the engine's output has ended: the last line,
+// when the engine did not end it with a newline, is parsed and rendered
+// to the log. Only the first call acts.
+func (o *runOutput) end() error {
+	if o.reader == nil || o.ended {
+		return nil
 	}
-	if o.events != nil {
-		errs = append(errs, o.events.Close())
-	}
-	return errors.Join(append(errs, o.log.Close())...)
+	o.ended = true
+	return errors.Join(o.reader.Close(), o.transcript.Close())
 }
+
+// Close ends the parse (the files are the run's).
+func (o *runOutput) Close() error { return o.end() }
 
 // runExit is how the engine's process ended, for the run's record.
 func runExit(res engine.Result, cause error) *fleet.RunExit {

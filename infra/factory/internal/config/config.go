@@ -20,6 +20,7 @@ import (
 
 	"github.com/gigafactory/fleet/infra/factory/internal/engine"
 	"github.com/gigafactory/fleet/infra/factory/internal/engine/stream"
+	"github.com/gigafactory/fleet/infra/factory/internal/logcap"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/secret"
 )
@@ -38,11 +39,12 @@ const (
 	EnvWorkDir            = "FLEET_WORK_DIR"
 	EnvSeats              = "FLEET_SEATS"
 	EnvEnginePrefix       = "FLEET_ENGINE_"
-	EnvEngineUser         = "FLEET_ENGINE_USER"         // a setting, not an engine named "user"
-	EnvEngineUIDs         = "FLEET_ENGINE_UIDS"         // a setting, not an engine named "uids"
-	EnvEngineIdle         = "FLEET_ENGINE_IDLE_TIMEOUT" // a setting, not an engine
-	EnvEngineExitGrace    = "FLEET_ENGINE_EXIT_GRACE"   // a setting, not an engine
-	EnvEnginePrices       = "FLEET_ENGINE_PRICES"       // a setting, not an engine
+	EnvEngineUser         = "FLEET_ENGINE_USER"          // a setting, not an engine named "user"
+	EnvEngineUIDs         = "FLEET_ENGINE_UIDS"          // a setting, not an engine named "uids"
+	EnvEngineIdle         = "FLEET_ENGINE_IDLE_TIMEOUT"  // a setting, not an engine
+	EnvEngineExitGrace    = "FLEET_ENGINE_EXIT_GRACE"    // a setting, not an engine
+	EnvEnginePrices       = "FLEET_ENGINE_PRICES"        // a setting, not an engine
+	EnvEngineLogMax       = "FLEET_ENGINE_LOG_MAX_BYTES" // a setting, not an engine
 	EnvRunCgroups         = "FLEET_RUN_CGROUPS"
 	EnvDefaultEngine      = "FLEET_DEFAULT_ENGINE"
 	EnvShipStage          = "FLEET_SHIP_STAGE"
@@ -102,6 +104,15 @@ const (
 	// MaxHeartbeat is the longest heartbeat interval accepted: a third of
 	// the coordinator's stale threshold.
 	MaxHeartbeat = 30 * time.Second
+	// DefaultEngineLogMax bounds what a run keeps of its engine's output
+	// in engine.log: the coordinator's default cap on a run's live log
+	// (FLEET_MAX_LOG_BYTES), so it keeps all of it, and under its default
+	// artifact limit.
+	DefaultEngineLogMax = 32 << 20
+	// MaxEngineLogMax is the largest engine.log cap accepted: a larger log
+	// would be refused as an artifact by a coordinator with the default
+	// FLEET_ARTIFACT_MAX_BYTES.
+	MaxEngineLogMax = fleet.DefaultArtifactMaxBytes
 )
 
 // Config is everything the factory needs to run.
@@ -134,6 +145,11 @@ type Config struct {
 	// EngineExitGrace one that gave its final result and did not exit.
 	EngineIdle      time.Duration
 	EngineExitGrace time.Duration
+	// EngineLogMax is the most bytes of a run's output its engine.log
+	// keeps (and so the live log and the artifact), and a preset's events
+	// file: the first ones, and the last ones after a line saying how much
+	// was left out.
+	EngineLogMax int64
 	// Prices price the tokens of engines that report no cost (Codex), by
 	// engine name, in USD per million tokens.
 	Prices map[string]stream.Price
@@ -245,7 +261,7 @@ func Parse(args, env []string) (Config, error) {
 
 	var seats, heartbeat, renew, checkpoint, poll, gcInterval, defaultWall, killGrace, onceWait, hbEnabled string
 	var engines, repoURLs, extraCaps multiFlag
-	var sessions, engineUIDs, runCgroups, engineIdle, engineExitGrace, prices string
+	var sessions, engineUIDs, runCgroups, engineIdle, engineExitGrace, prices, engineLogMax string
 	fs.StringVar(&c.URL, "url", e[EnvURL], "coordinator base URL, without /api ("+EnvURL+")")
 	fs.StringVar(&c.FactoryID, "factory-id", e[EnvFactoryID], "factory id ("+EnvFactoryID+")")
 	fs.StringVar(&c.Token, "token", e[EnvToken], "factory token ("+EnvToken+"); prefer --token-file: flags show in ps, variables in /proc/<pid>/environ")
@@ -260,6 +276,7 @@ func Parse(args, env []string) (Config, error) {
 	fs.Var(&engines, "engine", "name=command template, or claude or codex for the built-in preset; repeatable ("+EnvEnginePrefix+"<NAME>, =preset for a preset)")
 	fs.StringVar(&engineIdle, "engine-idle-timeout", e[EnvEngineIdle], "stop an engine that wrote nothing at all for this long ("+EnvEngineIdle+")")
 	fs.StringVar(&engineExitGrace, "engine-exit-grace", e[EnvEngineExitGrace], "stop a structured engine that gave its final result and did not exit within this ("+EnvEngineExitGrace+")")
+	fs.StringVar(&engineLogMax, "engine-log-max-bytes", e[EnvEngineLogMax], "most bytes of a run's output its engine.log (and a preset's events file) keeps: the first and, after a line saying how much was left out, the last ("+EnvEngineLogMax+")")
 	fs.StringVar(&prices, "engine-prices", e[EnvEnginePrices], "USD per million input/output tokens of engines that report no cost, e.g. codex=1.25/10 ("+EnvEnginePrices+", comma-separated)")
 	fs.BoolVar(&c.CheckEngines, "check-engines", false, "run each engine's version command, print what was found and exit")
 	fs.StringVar(&c.EngineUser, "engine-user", e[EnvEngineUser], "run engines as this user (name or uid); the factory must run as root ("+EnvEngineUser+")")
@@ -321,6 +338,15 @@ func Parse(args, env []string) (Config, error) {
 	dur(&c.OnceWait, "once-wait", onceWait, DefaultOnceWait, false)
 	dur(&c.EngineIdle, "engine-idle-timeout", engineIdle, DefaultEngineIdle, false)
 	dur(&c.EngineExitGrace, "engine-exit-grace", engineExitGrace, DefaultEngineExitGrace, false)
+	c.EngineLogMax = DefaultEngineLogMax
+	if engineLogMax != "" {
+		n, err := strconv.ParseInt(engineLogMax, 10, 64)
+		if err != nil || n < logcap.MinMax || n > MaxEngineLogMax {
+			fail("--engine-log-max-bytes (%s): %q is not a number of bytes from %d to %d (the coordinator's default FLEET_ARTIFACT_MAX_BYTES: a larger engine.log would be refused as an artifact)",
+				EnvEngineLogMax, engineLogMax, logcap.MinMax, MaxEngineLogMax)
+		}
+		c.EngineLogMax = n
+	}
 	if c.Heartbeat > MaxHeartbeat {
 		fail("--heartbeat-interval: %s is too long: the coordinator marks a factory stale after 90s of silence; use at most %s", c.Heartbeat, MaxHeartbeat)
 	}
@@ -554,7 +580,7 @@ func Parse(args, env []string) (Config, error) {
 
 // engineSettings are the FLEET_ENGINE_* variables that are settings, not
 // engines.
-var engineSettings = []string{EnvEngineUser, EnvEngineUIDs, EnvEngineIdle, EnvEngineExitGrace, EnvEnginePrices}
+var engineSettings = []string{EnvEngineUser, EnvEngineUIDs, EnvEngineIdle, EnvEngineExitGrace, EnvEnginePrices, EnvEngineLogMax}
 
 // addEngine validates one engine: its name must make a valid engine:<name>
 // capability, and its template must not be empty; "preset" selects the

@@ -44,6 +44,7 @@ func TestParseDefaults(t *testing.T) {
 	require.Equal(t, "fleet factory laptop-1", c.GitName)
 	require.Equal(t, "info", c.LogLevel)
 	require.False(t, c.NoRunCgroups, "a cgroup per run where the factory can")
+	require.EqualValues(t, 32<<20, c.EngineLogMax)
 	require.Equal(t, "[redacted]", c.Redacted().Token)
 }
 
@@ -96,6 +97,19 @@ func TestParseTable(t *testing.T) {
 		{name: "engine uids: not numbers", env: base("FLEET_ENGINE_UIDS=engine"), err: "is not a uid range such as 20000-20031"},
 		{name: "engine uids: not -1", env: base("FLEET_ENGINE_UIDS=4294967290-4294967295"), err: "which is no uid"},
 		{name: "engine uids and engine user exclude each other", env: base("FLEET_ENGINE_UIDS=20000-20031", "FLEET_ENGINE_USER=nobody"), err: "give one, not both"},
+		{name: "engine log cap: a setting, not an engine", env: base("FLEET_ENGINE_LOG_MAX_BYTES=1048576"),
+			check: func(t *testing.T, c Config) {
+				require.EqualValues(t, 1<<20, c.EngineLogMax)
+				require.Equal(t, map[string]string{"claude": "claude -p @prompt"}, c.Engines)
+			}},
+		{name: "engine log cap: the flag", args: []string{"--engine-log-max-bytes", "52428800"}, env: base("FLEET_ENGINE_LOG_MAX_BYTES=1048576"),
+			check: func(t *testing.T, c Config) { require.EqualValues(t, 50<<20, c.EngineLogMax) }},
+		{name: "engine log cap: not a number", env: base("FLEET_ENGINE_LOG_MAX_BYTES=32MiB"),
+			err: `--engine-log-max-bytes (FLEET_ENGINE_LOG_MAX_BYTES): "32MiB" is not a number of bytes from 65536 to 52428800`},
+		{name: "engine log cap: too small for a head and a tail", env: base("FLEET_ENGINE_LOG_MAX_BYTES=65535"), err: `"65535" is not a number of bytes from 65536`},
+		{name: "engine log cap: more than an artifact may be", env: base("FLEET_ENGINE_LOG_MAX_BYTES=52428801"),
+			err: "to 52428800 (the coordinator's default FLEET_ARTIFACT_MAX_BYTES: a larger engine.log would be refused as an artifact)"},
+		{name: "engine log cap: zero", env: base("FLEET_ENGINE_LOG_MAX_BYTES=0"), err: "--engine-log-max-bytes"},
 		{name: "run cgroups off", env: base("FLEET_RUN_CGROUPS=off"),
 			check: func(t *testing.T, c Config) { require.True(t, c.NoRunCgroups) }},
 		{name: "run cgroups bad", env: base("FLEET_RUN_CGROUPS=no"), err: "--run-cgroups (FLEET_RUN_CGROUPS): \"no\" is not auto or off"},
