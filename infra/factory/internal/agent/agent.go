@@ -347,7 +347,7 @@ func (a *Agent) runOnce(ctx context.Context) Outcome {
 	var h *hold
 	if lr, ok := a.holdsLock(d); ok {
 		// Kept from now: the accept may take a while (retries).
-		h = &hold{keeper: transport.KeepLock(ctx, lr, d, a.log.With("job", d.Dispatch.JobID))}
+		h = &hold{keeper: transport.KeepLock(ctx, lr, d, a.clock, a.log.With("job", d.Dispatch.JobID))}
 	}
 	r := a.handleHeld(ctx, d, h)
 	if r == nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/bus"
+	"github.com/gigafactory/fleet/shared/clock"
 )
 
 // minRenewGap bounds how often KeepLock renews, however little time the
@@ -27,20 +28,24 @@ const minRenewGap = 100 * time.Millisecond
 // and that the scaler may meanwhile start one execution too many, which
 // finds nothing and exits. So KeepLock logs and gives up once the lock is
 // lost or has lapsed.
-func KeepLock(ctx context.Context, r LockRenewer, d Delivery, log *slog.Logger) *Keeper {
+//
+// Time comes from timers (the wall clock in the agent), so a test drives
+// the renewals instead of racing them.
+func KeepLock(ctx context.Context, r LockRenewer, d Delivery, timers clock.Timers, log *slog.Logger) *Keeper {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		until := d.LockedUntil
 		for {
-			t := time.NewTimer(renewAfter(time.Now(), until))
+			t := timers.NewTicker(renewAfter(timers.Now(), until))
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return
-			case <-t.C:
+			case <-t.C():
 			}
+			t.Stop()
 			next, err := r.RenewLock(ctx, d)
 			switch {
 			case err == nil:
@@ -51,7 +56,7 @@ func KeepLock(ctx context.Context, r LockRenewer, d Delivery, log *slog.Logger) 
 				log.WarnContext(ctx, "dispatch message lock lost; the run goes on under its lease (the message comes back, and its accept is refused)",
 					"delivery", d.ID, "err", err)
 				return
-			case !until.IsZero() && !time.Now().Before(until):
+			case !until.IsZero() && !timers.Now().Before(until):
 				log.WarnContext(ctx, "dispatch message lock lapsed: renewals failed; the run goes on under its lease",
 					"delivery", d.ID, "err", err)
 				return

@@ -12,13 +12,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/bus"
+	"github.com/gigafactory/fleet/shared/clock/clocktest"
 )
 
-// lockBroker models one message lock: each renewal extends it by lock from
-// now, unless the lock lapsed, or the test made renewals fail or the lock
-// lost.
+// lockBroker models one message lock on the test's clock: each renewal
+// extends it by lock from now, unless the lock lapsed, or the test made
+// renewals fail or the lock lost.
 type lockBroker struct {
 	mu     sync.Mutex
+	clock  *clocktest.Clock
 	lock   time.Duration
 	until  time.Time
 	renews int
@@ -30,7 +32,7 @@ func (b *lockBroker) RenewLock(context.Context, Delivery) (time.Time, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.renews++
-	now := time.Now()
+	now := b.clock.Now()
 	if now.After(b.until) {
 		b.lapsed = true
 		return time.Time{}, fmt.Errorf("renew: %w", bus.ErrLockLost)
@@ -51,10 +53,11 @@ func (b *lockBroker) state() (renews int, lapsed bool) {
 // TestKeepLock: renewals keep a lock alive for many lock durations, each
 // before the lock lapses, until stopped; a lost lock, or renewals failing
 // until the lock lapsed, end the renewing by themselves (the run goes on
-// under its lease).
+// under its lease). The test's clock moves only when the keeper waits on
+// it, by the wait the keeper chose, so load cannot make a renewal late.
 func TestKeepLock(t *testing.T) {
 	t.Parallel()
-	const lock = 300 * time.Millisecond
+	const lock = 30 * time.Second
 	tests := []struct {
 		name      string
 		fail      error // renewals fail with this after the lock was held a while
@@ -67,35 +70,44 @@ func TestKeepLock(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := &lockBroker{lock: lock, until: time.Now().Add(lock)}
-			k := KeepLock(context.Background(), b, Delivery{ID: "j1:1", LockedUntil: b.until}, slog.New(slog.DiscardHandler))
+			clk := clocktest.New(time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC))
+			made := clk.TickerMade()
+			b := &lockBroker{clock: clk, lock: lock, until: clk.Now().Add(lock)}
+			k := KeepLock(context.Background(), b, Delivery{ID: "j1:1", LockedUntil: b.until}, clk, slog.New(slog.DiscardHandler))
 			t.Cleanup(k.Stop)
-			start := time.Now()
-			require.Eventually(t, func() bool {
-				n, _ := b.state()
-				return time.Since(start) > 4*lock && n >= 4
-			}, 20*time.Second, 10*time.Millisecond, "renewals keep the lock past four lock durations")
-			_, lapsed := b.state()
-			require.False(t, lapsed, "every renewal came before the lock lapsed")
-			select {
-			case <-k.Done():
-				t.Fatal("the keeper stopped while its renewals succeeded")
-			default:
+			// step lets the keeper's next wait pass, once it waits.
+			step := func() bool {
+				select {
+				case <-made:
+				case <-k.Done():
+					return false
+				}
+				b.mu.Lock()
+				wait := renewAfter(clk.Now(), b.until)
+				b.mu.Unlock()
+				clk.Advance(wait)
+				return true
 			}
+			start := clk.Now()
+			for clk.Now().Sub(start) <= 4*lock {
+				require.True(t, step(), "the keeper stopped while its renewals succeeded")
+			}
+			n, lapsed := b.state()
+			require.GreaterOrEqual(t, n, 4, "renewals keep the lock past four lock durations")
+			require.False(t, lapsed, "every renewal came before the lock lapsed")
 
 			b.mu.Lock()
 			b.fail = tt.fail
 			b.mu.Unlock()
 			if tt.wantEnded {
-				select {
-				case <-k.Done():
-				case <-time.After(20 * time.Second):
-					t.Fatal("the keeper did not give up")
+				for i := 0; step(); i++ {
+					require.Less(t, i, 100, "the keeper did not give up")
 				}
-				n, _ := b.state()
-				require.Greater(t, n, 4)
+				n2, _ := b.state()
+				require.Greater(t, n2, n)
 				return
 			}
+			require.True(t, step())
 			k.Stop() // returns once the renewing goroutine has ended
 			select {
 			case <-k.Done():
