@@ -382,3 +382,19 @@ func TestFeedTriggerTimesItsBatches(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, st.InvokeP99Ms, st.InvokeP50Ms)
 }
+
+// TestBatchInvocation: the invocation a change-feed trigger sends is what
+// encoding the host's envelope gives.
+func TestBatchInvocation(t *testing.T) {
+	t.Parallel()
+	batch := funchost.EncodeDocuments([]json.RawMessage{json.RawMessage(`{"id":"j1","title":"a \"b\" <c>"}`), json.RawMessage(`{"id":"j2"}`)})
+	want, err := json.Marshal(&funchost.Invocation{Data: map[string]json.RawMessage{"documents": batch}, Metadata: map[string]json.RawMessage{}})
+	require.NoError(t, err)
+	got := batchInvocation("documents", batch)
+	require.JSONEq(t, string(want), string(got))
+	var inv funchost.Invocation
+	require.NoError(t, json.Unmarshal(got, &inv))
+	docs, err := funchost.Documents(inv.Data["documents"])
+	require.NoError(t, err)
+	require.Len(t, docs, 2)
+}

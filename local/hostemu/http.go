@@ -463,6 +463,11 @@ func invoke(ctx context.Context, client *http.Client, addr, fn string, inv *func
 	if err != nil {
 		return nil, 0, err
 	}
+	return invokeBody(ctx, client, addr, fn, body)
+}
+
+// invokeBody is invoke with the invocation already encoded.
+func invokeBody(ctx context.Context, client *http.Client, addr, fn string, body []byte) (*rawResult, int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/"+fn, bytes.NewReader(body))
 	if err != nil {
 		return nil, 0, err
