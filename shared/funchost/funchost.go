@@ -284,13 +284,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) invoke(w http.ResponseWriter, r *http.Request, name string, f Func) {
 	start := time.Now()
-	var inv Invocation
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxInvocationBytes))
-	if err := dec.Decode(&inv); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxInvocationBytes))
+	if err != nil {
+		s.fail(w, name, start, fmt.Errorf("read invocation envelope: %w", err))
+		return
+	}
+	inv, err := decodeInvocation(body)
+	if err != nil {
 		s.fail(w, name, start, fmt.Errorf("decode invocation envelope: %w", err))
 		return
 	}
-	res, err := f(r.Context(), &inv)
+	res, err := f(r.Context(), inv)
 	if err != nil {
 		s.fail(w, name, start, err)
 		return
@@ -313,6 +317,72 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request, name string, f F
 func (s *Server) fail(w http.ResponseWriter, name string, start time.Time, err error) {
 	s.log.Error("invocation failed", "function", name, "ms", time.Since(start).Milliseconds(), "err", err)
 	writeJSON(w, http.StatusInternalServerError, &Result{Outputs: map[string]any{}, Logs: []string{err.Error()}})
+}
+
+// decodeInvocation decodes an envelope as encoding/json's Decoder does (the
+// first JSON value; what follows it is not read). The host's own shape,
+// {"Data":{...},"Metadata":{...}} with objects of values, takes a fast
+// path: jsontext reads each value once and keeps it as it is, where
+// encoding/json reads a change-feed batch (a long, escaped string) twice.
+// Anything else (another field, null, a name in another case, a name that
+// is not UTF-8) goes to encoding/json, so the result is its result.
+func decodeInvocation(body []byte) (*Invocation, error) {
+	if inv, ok := decodeHostShape(body); ok {
+		return inv, nil
+	}
+	var inv Invocation
+	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&inv); err != nil {
+		return nil, err
+	}
+	return &inv, nil
+}
+
+func decodeHostShape(body []byte) (*Invocation, bool) {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(body), jsontext.AllowDuplicateNames(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return nil, false
+	}
+	var inv Invocation
+	for dec.PeekKind() != '}' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return nil, false
+		}
+		var into *map[string]json.RawMessage
+		switch tok.String() {
+		case "Data":
+			into = &inv.Data
+		case "Metadata":
+			into = &inv.Metadata
+		default:
+			return nil, false
+		}
+		if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+			return nil, false
+		}
+		if *into == nil {
+			*into = map[string]json.RawMessage{}
+		}
+		for dec.PeekKind() != '}' {
+			tok, err := dec.ReadToken()
+			if err != nil {
+				return nil, false
+			}
+			name := tok.String() // the next read voids tok
+			v, err := dec.ReadValue()
+			if err != nil {
+				return nil, false
+			}
+			(*into)[name] = bytes.Clone(v)
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, false
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return nil, false
+	}
+	return &inv, true
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
