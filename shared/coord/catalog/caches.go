@@ -463,12 +463,29 @@ func (tc *tokenCache) drop(hash string) {
 	tc.gen++
 }
 
-// productCache holds products for submit's repo-ownership check, for at
-// most ttl; PutProduct in this process refreshes it at once.
+// productCache holds products for at most ttl: each one submit's
+// repo-ownership check reads, and the list of all a forge webhook searches
+// for the product mapping its repository (every delivery of every
+// repository the forge's app sees would otherwise be a cross-partition
+// query: request units per push, review and check run). A write through
+// this process drops what it cached of the product and the list, so its
+// next read sees the write at once; a product written through another
+// process is seen within ttl, the staleness the scheduler accepts for
+// factories.
 type productCache struct {
 	mu      sync.Mutex
 	ttl     time.Duration
 	entries map[string]productEntry
+	// all is every product, read at allAt; nil until read or once dropped.
+	all   []*fleet.Product
+	allAt time.Time
+	// loading is closed when the read of all in flight ends: a burst of
+	// deliveries on a stale list waits for one query instead of each
+	// running its own.
+	loading chan struct{}
+	// gen moves on every drop: a read that began before a write must not
+	// put its copy (without the write) back.
+	gen uint64
 }
 
 type productEntry struct {
@@ -482,6 +499,7 @@ func (c *Service) CachedProduct(ctx context.Context, id string) (*fleet.Product,
 	now := c.k.Now()
 	pc.mu.Lock()
 	e, ok := pc.entries[id]
+	gen := pc.gen
 	pc.mu.Unlock()
 	if ok && now.Sub(e.loadedAt) < pc.ttl {
 		return e.product, nil
@@ -491,16 +509,58 @@ func (c *Service) CachedProduct(ctx context.Context, id string) (*fleet.Product,
 		return nil, err
 	}
 	pc.mu.Lock()
-	if len(pc.entries) >= maxTokens {
-		clear(pc.entries)
+	if gen == pc.gen {
+		if len(pc.entries) >= maxTokens {
+			clear(pc.entries)
+		}
+		pc.entries[id] = productEntry{product: p, loadedAt: now}
 	}
-	pc.entries[id] = productEntry{product: p, loadedAt: now}
 	pc.mu.Unlock()
 	return p, nil
 }
 
+// CachedProducts reads every product through the cache: at most one query
+// per ttl however many callers ask.
+func (c *Service) CachedProducts(ctx context.Context) ([]*fleet.Product, error) {
+	pc := c.products
+	for {
+		now := c.k.Now()
+		pc.mu.Lock()
+		if pc.all != nil && now.Sub(pc.allAt) < pc.ttl {
+			defer pc.mu.Unlock()
+			return pc.all, nil
+		}
+		if wait := pc.loading; wait != nil {
+			pc.mu.Unlock()
+			select {
+			case <-wait:
+				continue // fresh now, or the read failed or was dropped: look again
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		pc.loading = done
+		gen := pc.gen
+		pc.mu.Unlock()
+		all, err := c.allProducts(ctx)
+		pc.mu.Lock()
+		pc.loading = nil
+		close(done)
+		if err == nil && gen == pc.gen {
+			pc.all, pc.allAt = all, now
+		}
+		pc.mu.Unlock()
+		return all, err
+	}
+}
+
+// drop forgets product id and the list, which this process just wrote (or
+// tried to).
 func (pc *productCache) drop(id string) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	delete(pc.entries, id)
+	pc.all, pc.allAt = nil, time.Time{}
+	pc.gen++
 }

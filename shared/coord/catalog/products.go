@@ -447,9 +447,10 @@ func (c *Service) GetProduct(ctx context.Context, productID string) (*fleet.Prod
 	return p, nil
 }
 
-// AllProducts reads every product (a cross-partition read: products are
-// few, and only a forge webhook naming a repository needs them all).
-func (c *Service) AllProducts(ctx context.Context) ([]*fleet.Product, error) {
+// allProducts reads every product (a cross-partition read: products are
+// few, and only a forge webhook naming a repository needs them all, through
+// CachedProducts).
+func (c *Service) allProducts(ctx context.Context) ([]*fleet.Product, error) {
 	items, err := c.k.QueryAll(ctx, store.Products, store.Query{})
 	if err != nil {
 		return nil, err

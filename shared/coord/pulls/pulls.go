@@ -35,11 +35,12 @@ type Lifecycle interface {
 	CancelBySystem(ctx context.Context, actorID, productID, jobID, reason string) (*fleet.Job, error)
 }
 
-// Products reads products: one (cached), and all (to find the product of
-// a forge repository a webhook names).
+// Products reads products through a cache: one, and all (to find the
+// product of a forge repository a webhook names). A product written
+// through another process may be seen late, within the cache's TTL.
 type Products interface {
 	CachedProduct(ctx context.Context, id string) (*fleet.Product, error)
-	AllProducts(ctx context.Context) ([]*fleet.Product, error)
+	CachedProducts(ctx context.Context) ([]*fleet.Product, error)
 }
 
 // Config tunes the forge work. Backoff is the wait after a failed sync,
@@ -292,7 +293,9 @@ var errDuplicate = errors.New("delivery already applied")
 
 // Apply acts on a verified webhook event. It says what it did and why.
 func (s *Service) Apply(ctx context.Context, ev forge.Event, d Delivery) (Outcome, string, error) {
-	all, err := s.products.AllProducts(ctx)
+	// Cached: every delivery of every repository the forge's app sees
+	// lands here, most naming nothing of the fleet's.
+	all, err := s.products.CachedProducts(ctx)
 	if err != nil {
 		return "", "", err
 	}

@@ -1,0 +1,99 @@
+package coord_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+	"github.com/gigafactory/fleet/shared/coord/pulls"
+	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/forge"
+	"github.com/gigafactory/fleet/shared/store/storecount"
+)
+
+// TestWebhookProductsCached: a forge webhook finds the product of its
+// repository in the list of products the catalog caches for
+// FactoryCacheTTL, so deliveries cost one products query per TTL however
+// many arrive; a product declared through this coordinator is used by the
+// next delivery at once, one declared through another within the TTL.
+func TestWebhookProductsCached(t *testing.T) {
+	t.Parallel()
+	ttl := coord.DefaultFactoryCacheTTL
+	// declareNew declares product p2, whose forge maps repo new to acme/new.
+	declareNew := func(t *testing.T, e *env, c *coord.Coordinator) {
+		_, err := c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: "p2", Repos: []string{"new"},
+			Forge: &catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{"new": "acme/new"}}}})
+		require.NoError(t, err)
+	}
+	here := func(t *testing.T, e *env, _ *coord.Coordinator) { declareNew(t, e, e.c) }
+	elsewhere := func(t *testing.T, e *env, peer *coord.Coordinator) { declareNew(t, e, peer) }
+
+	type step struct {
+		write   func(t *testing.T, e *env, peer *coord.Coordinator) // before the delivery
+		advance time.Duration                                       // the clock, before the delivery
+		repo    string                                              // the delivery's, on GitHub
+		mapped  bool                                                // a product's forge maps it
+		queries int64                                               // what the delivery costs
+	}
+	burst := []step{{repo: "acme/notes", mapped: true, queries: 1}}
+	for range 9 {
+		burst = append(burst, step{repo: "acme/notes", mapped: true})
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"a burst within the TTL is one query", append(burst,
+			step{advance: ttl - time.Nanosecond, repo: "acme/other"},
+			step{advance: time.Nanosecond, repo: "acme/other", queries: 1})},
+		{"a product declared here is used at once", []step{
+			{repo: "acme/new", queries: 1},
+			{repo: "acme/new"},
+			{write: here, repo: "acme/new", mapped: true, queries: 1},
+			{repo: "acme/new", mapped: true},
+		}},
+		{"a product declared elsewhere is used after the TTL", []step{
+			{repo: "acme/new", queries: 1},
+			{write: elsewhere, repo: "acme/new"},
+			{advance: ttl / 2, repo: "acme/new"},
+			{advance: ttl / 2, repo: "acme/new", mapped: true, queries: 1},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var counted *storecount.Store
+			e := newEnv(t, countingStore(&counted))
+			_, err := e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Repos: []string{repo},
+				Forge: &catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes"}}}})
+			require.NoError(t, err)
+			peer := e.peer()
+			for i, s := range tc.steps {
+				if s.write != nil {
+					s.write(t, e, peer)
+				}
+				e.clock.Advance(s.advance)
+				owner, name, _ := strings.Cut(s.repo, "/")
+				before := counted.Snapshot()
+				// A branch that is no job's: past the product lookup, the
+				// delivery reads nothing.
+				out, why, err := e.c.ForgeWebhook(e.ctx, forge.Event{Kind: forge.EventChangesRequested,
+					Repo: forge.Repo{Owner: owner, Name: name}, HeadRef: "main"}, pulls.Delivery{ID: fmt.Sprint(i)})
+				require.NoError(t, err)
+				require.Equal(t, pulls.Ignored, out)
+				if s.mapped {
+					require.Contains(t, why, "is no job's", "delivery %d: %s is mapped", i, s.repo)
+				} else {
+					require.Contains(t, why, "no product's forge maps", "delivery %d: %s is not mapped", i, s.repo)
+				}
+				require.Equal(t, storecount.Counts{Queries: s.queries}, counted.Snapshot().Sub(before),
+					"delivery %d: the products queries it costs", i)
+			}
+		})
+	}
+}
