@@ -1,8 +1,10 @@
 package coord_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/gigafactory/fleet/shared/coord/pulls"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/forge"
+	"github.com/gigafactory/fleet/shared/store"
 	"github.com/gigafactory/fleet/shared/store/storecount"
 )
 
@@ -96,4 +99,66 @@ func TestWebhookProductsCached(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWebhookProductsReadInFlight: while the product list is being read, a
+// delivery waits for that read instead of querying too (one giving up
+// meanwhile queries nothing), and a product declared here meanwhile is
+// not hidden by the read that began before it: the next delivery uses it.
+func TestWebhookProductsReadInFlight(t *testing.T) {
+	t.Parallel()
+	var counted *storecount.Store
+	gate := &productsGate{started: make(chan struct{}), release: make(chan struct{})}
+	e := newEnv(t, withStore(func(s store.Store) store.Store {
+		counted = storecount.New(s)
+		gate.Store = counted
+		return gate
+	}))
+	deliver := func(ctx context.Context, ghRepo string) (string, error) {
+		owner, name, _ := strings.Cut(ghRepo, "/")
+		_, why, err := e.c.ForgeWebhook(ctx, forge.Event{Kind: forge.EventChangesRequested,
+			Repo: forge.Repo{Owner: owner, Name: name}, HeadRef: "main"}, pulls.Delivery{})
+		return why, err
+	}
+	before := counted.Snapshot()
+	gate.armed.Store(true)
+	first := make(chan error, 1)
+	go func() {
+		_, err := deliver(e.ctx, "acme/new")
+		first <- err
+	}()
+	<-gate.started
+
+	gone, cancel := context.WithCancel(e.ctx)
+	cancel()
+	_, err := deliver(gone, "acme/new")
+	require.ErrorIs(t, err, context.Canceled, "a delivery waiting for the read in flight gives up with its context")
+	require.Equal(t, storecount.Counts{Queries: 1}, counted.Snapshot().Sub(before), "only the read in flight queried")
+
+	_, err = e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: "p2", Repos: []string{"new"},
+		Forge: &catalog.ForgeChange{Config: fleet.ForgeConfig{Repos: map[string]string{"new": "acme/new"}}}})
+	require.NoError(t, err)
+	close(gate.release)
+	require.NoError(t, <-first)
+
+	why, err := deliver(e.ctx, "acme/new")
+	require.NoError(t, err)
+	require.Contains(t, why, "is no job's", "the product declared here is used, not the list read before it")
+}
+
+// productsGate holds the answer of the first query of the products
+// container, once armed, until release is closed, saying when it has it.
+type productsGate struct {
+	store.Store
+	armed            atomic.Bool
+	started, release chan struct{}
+}
+
+func (g *productsGate) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
+	page, err := g.Store.Query(ctx, container, q)
+	if container == store.Products && g.armed.CompareAndSwap(true, false) {
+		close(g.started)
+		<-g.release
+	}
+	return page, err
 }
