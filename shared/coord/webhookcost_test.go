@@ -146,7 +146,36 @@ func TestWebhookProductsReadInFlight(t *testing.T) {
 	require.Contains(t, why, "is no job's", "the product declared here is used, not the list read before it")
 }
 
-// productsGate holds the answer of the first query of the products
+// TestProductCacheReadInFlight: a product declared here while submit was
+// reading it is not hidden by that read: the next submit sees the repo the
+// declaration added.
+func TestProductCacheReadInFlight(t *testing.T) {
+	t.Parallel()
+	gate := &productsGate{started: make(chan struct{}), release: make(chan struct{})}
+	e := newEnv(t, withStore(func(s store.Store) store.Store {
+		gate.Store = s
+		return gate
+	}))
+	gate.armed.Store(true)
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := e.c.Submit(e.ctx, prod, manifest("repo: added"))
+		first <- err
+	}()
+	<-gate.started
+	_, err := e.c.PutProduct(e.ctx, prod, "Product one", []string{repo, "api", "added"})
+	require.NoError(t, err)
+	close(gate.release)
+	var refused *fleet.Error
+	require.ErrorAs(t, <-first, &refused, "the submit that read the product before the declaration")
+	require.Equal(t, fleet.CodeRepoNotOwned, refused.Code)
+
+	_, created, err := e.c.Submit(e.ctx, prod, manifest("repo: added"))
+	require.NoError(t, err, "the declaration is seen by the next submit")
+	require.True(t, created)
+}
+
+// productsGate holds the answer of the first read or query of the products
 // container, once armed, until release is closed, saying when it has it.
 type productsGate struct {
 	store.Store
@@ -156,9 +185,19 @@ type productsGate struct {
 
 func (g *productsGate) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
 	page, err := g.Store.Query(ctx, container, q)
+	g.hold(container)
+	return page, err
+}
+
+func (g *productsGate) Read(ctx context.Context, container, pk, id string) (store.Item, error) {
+	it, err := g.Store.Read(ctx, container, pk, id)
+	g.hold(container)
+	return it, err
+}
+
+func (g *productsGate) hold(container string) {
 	if container == store.Products && g.armed.CompareAndSwap(true, false) {
 		close(g.started)
 		<-g.release
 	}
-	return page, err
 }
