@@ -54,8 +54,9 @@ type Config struct {
 	// sweep sends it again.
 	RedispatchAfter time.Duration
 	// FactoryCacheTTL bounds how stale the factory list the scheduler sees
-	// (and the products submit checks repo ownership against) may be;
-	// writes made through this coordinator refresh them at once.
+	// (and the products submit checks repo ownership against, and the
+	// product list a forge webhook searches) may be; writes made through
+	// this coordinator refresh them at once.
 	FactoryCacheTTL time.Duration
 	// TokenCacheTTL is how often a process re-reads the ledger's token
 	// generation (one point read, whatever the number of factories) to
