@@ -16,6 +16,8 @@ import (
 
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/funchost"
+
+	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
 // Name is the function's folder name.
@@ -46,7 +48,9 @@ func Items(raw json.RawMessage) ([]store.Item, error) {
 	items := make([]store.Item, 0, len(docs))
 	for i, d := range docs {
 		var fd feedDoc
-		if err := json.Unmarshal(d, &fd); err != nil {
+		// The v2 engine skips the rest of a job in a third of encoding/json's
+		// time: every version of every job crosses this.
+		if err := jsonv1.Unmarshal(d, &fd); err != nil {
 			return nil, fmt.Errorf("%w: document %d: %v", funchost.ErrBadPayload, i, err)
 		}
 		if fd.ID == "" || fd.ProductID == "" {

@@ -18,6 +18,8 @@ import (
 
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/retry"
+
+	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
 // Tracker echo.
@@ -240,7 +242,9 @@ func (c *Service) Changed(ctx context.Context, items []store.Item, mode Mode) (R
 			ProductID string          `json:"productId"`
 			Tracker   json.RawMessage `json:"tracker"`
 		}
-		if err := json.Unmarshal(it.Body, &j); err != nil {
+		// encoding/json's semantics on the v2 engine, which skips the
+		// rest of the job in a third of the time.
+		if err := jsonv1.Unmarshal(it.Body, &j); err != nil {
 			return Run{}, fmt.Errorf("decode job %s: %w", it.ID, err)
 		}
 		if len(j.Tracker) > 0 && string(j.Tracker) != "null" {
