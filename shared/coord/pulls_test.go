@@ -562,3 +562,36 @@ func TestPullRequestStaleHeadWhileSyncPending(t *testing.T) {
 	require.Equal(t, pulls.Applied, out, why)
 	require.Equal(t, fleet.StageTesting, e.job(j.ID).Stage)
 }
+
+// TestPullRequestFailingStatus: a CI that posts commit statuses and no
+// check runs (Jenkins) sends the job back as a failing check run does: a
+// failing (or erroring) status on the head is the engine's next iteration,
+// with the status's description; a pending one is not.
+func TestPullRequestFailingStatus(t *testing.T) {
+	t.Parallel()
+	for _, state := range []string{"failure", "error"} {
+		t.Run(state, func(t *testing.T) {
+			t.Parallel()
+			e, double := forgeEnv(t, fleet.ForgeConfig{})
+			j := e.submit("review: {quorum: 1}")
+			e.deliverPR(j.ID, "aq/job/"+j.ID+"@1")
+
+			pending := double.CommitStatus(1, githubtest.Status{Context: "ci/jenkins", State: "pending"})
+			_, err := github.Parse(pending.Event, pending.Payload)
+			require.ErrorIs(t, err, forge.ErrIgnored, "a pending status says nothing yet")
+
+			out, why := e.hook(double.CommitStatus(1, githubtest.Status{Context: "ci/jenkins", State: state, Description: "Build #7: 2 tests failed"}))
+			require.Equal(t, pulls.Applied, out, why)
+			require.Contains(t, why, "check ci/jenkins failed")
+			got := e.job(j.ID)
+			require.Equal(t, fleet.StageQueued, got.Stage)
+			require.Equal(t, 2, got.Iteration)
+			require.Len(t, got.Feedback, 1)
+			fb := got.Feedback[0]
+			require.Equal(t, fleet.FeedbackCheck, fb.Source)
+			require.Equal(t, "ci/jenkins", fb.Name)
+			require.Equal(t, "status "+state+"\n\nBuild #7: 2 tests failed", fb.Body)
+			require.NotEmpty(t, fb.URL)
+		})
+	}
+}

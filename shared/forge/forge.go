@@ -211,7 +211,8 @@ const (
 	// EventChangesRequested: a review asked for changes.
 	EventChangesRequested EventKind = "changes_requested"
 	// EventCheckFailed: a check (or a suite) completed with a failing
-	// conclusion on a commit.
+	// conclusion on a commit, or a commit status failed on it (Name is the
+	// status's context).
 	EventCheckFailed EventKind = "check_failed"
 	// EventChecksPassed: a check suite completed green on a commit, or a
 	// commit status turned success on it (Name is the status's context).

@@ -348,7 +348,8 @@ func TestWebhooks(t *testing.T) {
 
 	// A commit status names the commit and the branches holding it, no
 	// pull request; one turning success is checks_passed (autoMerge reads
-	// the head again), any other state is not acted on.
+	// the head again), one failing is a failing check (the next
+	// iteration), a pending one is not acted on.
 	green := double.CommitStatus(1, githubtest.Status{Context: "ci/jenkins", State: "success", Description: "Build #12 passed"})
 	require.NoError(t, hooks.Validate(green.Webhook, green.Payload))
 	ev, err := github.Parse(green.Event, green.Payload)
@@ -356,12 +357,19 @@ func TestWebhooks(t *testing.T) {
 	require.Equal(t, forge.Event{Kind: forge.EventChecksPassed, Repo: acme, HeadRef: "aq/job/j1", HeadSHA: pr.HeadSHA, Name: "ci/jenkins",
 		Summary: "Build #12 passed", URL: ev.URL}, ev)
 	require.NotEmpty(t, ev.URL)
-	for _, state := range []string{"pending", "failure", "error"} {
-		d := double.CommitStatus(1, githubtest.Status{Context: "ci/jenkins", State: state})
+	for _, state := range []string{"failure", "error"} {
+		d := double.CommitStatus(1, githubtest.Status{Context: "ci/jenkins", State: state, Description: "Build #13 failed"})
 		require.NoError(t, hooks.Validate(d.Webhook, d.Payload), state)
-		_, err := github.Parse(d.Event, d.Payload)
-		require.ErrorIs(t, err, forge.ErrIgnored, state)
+		ev, err := github.Parse(d.Event, d.Payload)
+		require.NoError(t, err, state)
+		require.Equal(t, forge.Event{Kind: forge.EventCheckFailed, Repo: acme, HeadRef: "aq/job/j1", HeadSHA: pr.HeadSHA, Name: "ci/jenkins",
+			Title: "status " + state, Summary: "Build #13 failed", URL: ev.URL, At: ev.At}, ev, state)
+		require.False(t, ev.At.IsZero(), state)
 	}
+	pending := double.CommitStatus(1, githubtest.Status{Context: "ci/jenkins", State: "pending"})
+	require.NoError(t, hooks.Validate(pending.Webhook, pending.Payload))
+	_, err = github.Parse(pending.Event, pending.Payload)
+	require.ErrorIs(t, err, forge.ErrIgnored)
 
 	// The description is strict enough to catch a double that drifts.
 	require.Error(t, hooks.Validate("pull-request-closed", []byte(`{"action":"closed"}`)))

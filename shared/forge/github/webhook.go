@@ -126,11 +126,12 @@ type (
 	// statusPayload is a commit status created: it names no pull
 	// request, only the commit and (up to ten of) the branches holding it.
 	statusPayload struct {
-		SHA         string `json:"sha"`
-		State       string `json:"state"`
-		Context     string `json:"context"`
-		Description string `json:"description"`
-		TargetURL   string `json:"target_url"`
+		SHA         string    `json:"sha"`
+		State       string    `json:"state"`
+		Context     string    `json:"context"`
+		Description string    `json:"description"`
+		TargetURL   string    `json:"target_url"`
+		UpdatedAt   time.Time `json:"updated_at"`
 		Branches    []struct {
 			Name string `json:"name"`
 		} `json:"branches"`
@@ -219,16 +220,21 @@ func Parse(event string, body []byte) (forge.Event, error) {
 		if err := json.Unmarshal(body, &p); err != nil || p.SHA == "" || p.State == "" || p.Context == "" {
 			return forge.Event{}, malformed(event, err)
 		}
-		// A status that turns success may be the last thing autoMerge
-		// waits for (CI such as Jenkins posts statuses, never a check
-		// suite): it is checks_passed, and the gate reads the head again.
-		// A failing one blocks the merge there; it does not send the job
-		// back as a failing check run does.
-		if forge.StatusState(p.State) != forge.StatusSuccess {
+		// CI such as Jenkins posts statuses, never a check run or suite. A
+		// status that turns success may be the last thing autoMerge waits
+		// for: it is checks_passed, and the gate reads the head again. One
+		// that fails (failure, or error: the CI could not run it) is a
+		// failing check, the engine's next iteration, as a failing check
+		// run is; a pending one says nothing yet.
+		ev := forge.Event{Repo: p.Repository.repo(), HeadSHA: p.SHA, Name: p.Context, Summary: p.Description, URL: p.TargetURL}
+		switch forge.StatusState(p.State) {
+		case forge.StatusSuccess:
+			ev.Kind = forge.EventChecksPassed
+		case forge.StatusFailure, forge.StatusError:
+			ev.Kind, ev.Title, ev.At = forge.EventCheckFailed, "status "+p.State, p.UpdatedAt
+		default:
 			return forge.Event{}, forge.ErrIgnored
 		}
-		ev := forge.Event{Kind: forge.EventChecksPassed, Repo: p.Repository.repo(), HeadSHA: p.SHA, Name: p.Context,
-			Summary: p.Description, URL: p.TargetURL}
 		for _, b := range p.Branches {
 			if ev.HeadRef == "" || strings.HasPrefix(b.Name, "aq/job/") {
 				ev.HeadRef = b.Name
