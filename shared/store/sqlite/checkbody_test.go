@@ -108,4 +108,3 @@ func BenchmarkCheckBody(b *testing.B) {
 		})
 	}
 }
-
