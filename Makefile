@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build demo screenshot test chaos fuzz fuzz-ci bench-scale vet lint tidy-check staticcheck run bench package handler func-app azurite chromium test-tools agent-clis octokit
+.PHONY: all build demo screenshot test chaos fuzz fuzz-ci bench-scale vet lint fmt-check tidy-check staticcheck run bench package handler func-app azurite chromium test-tools agent-clis octokit
 
 all: build
 
@@ -58,6 +58,12 @@ azurite:
 vet:
 	$(GO) vet ./...
 
+# Every Go file as gofmt writes it (git's files: nothing generated or
+# downloaded is looked at).
+fmt-check:
+	@bad=$$(git ls-files -z '*.go' | xargs -0 "$$($(GO) env GOROOT)/bin/gofmt" -l); \
+	if [ -n "$$bad" ]; then echo "fmt-check: not gofmt'd (run gofmt -w):"; echo "$$bad"; exit 1; fi
+
 # go.mod and go.sum must be what `go mod tidy` makes of the imports.
 tidy-check:
 	@$(GO) mod tidy -diff || { echo "tidy-check: go.mod/go.sum are not tidy; run go mod tidy"; exit 1; }
@@ -74,7 +80,7 @@ $(STATICCHECK):
 staticcheck: $(STATICCHECK)
 	$(STATICCHECK) ./...
 
-lint: vet tidy-check staticcheck
+lint: vet fmt-check tidy-check staticcheck
 
 # tests/azurite installs Azurite (npm) once, starts its blob service on a
 # free loopback port for the run and stops it after: the blob store's
