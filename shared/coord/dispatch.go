@@ -56,14 +56,12 @@ type Decision struct {
 // when it held a terminal one. A failed bump fails the batch, so the host
 // retries it.
 func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) ([]Decision, error) {
-	out := make([]Decision, 0, len(items))
+	out := make([]Decision, 0, len(items)) // never grows: publishes below write in place
 	var errs []error
 	live, ended := false, false
 	waiting := map[string]bool{} // products with a job in the queue untargeted
-	var (
-		wg        sync.WaitGroup
-		publishes []*publishing
-	)
+	var wg sync.WaitGroup
+	pubErrs := make([]error, len(items))
 	for _, it := range items {
 		j, err := kernel.DecodeJob(it)
 		if err != nil {
@@ -104,18 +102,15 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 			// before it were offered; their publishes overlap, so a job
 			// late in a batch does not wait for every broker answer
 			// before it. The batch ends once all are answered.
-			p := &publishing{at: len(out) - 1, r: r}
-			publishes = append(publishes, p)
-			wg.Go(func() { p.d, p.err = c.publish(ctx, r) })
+			slot, perr := &out[len(out)-1], &pubErrs[len(out)-1]
+			wg.Go(func() { *slot, *perr = c.publish(ctx, r) })
 		}
 	}
 	wg.Wait()
-	for _, p := range publishes {
-		if p.err != nil {
-			errs = append(errs, fmt.Errorf("dispatch %s: %w", p.r.msg.JobID, p.err))
-			continue
+	for i, err := range pubErrs {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("dispatch %s: %w", out[i].JobID, err))
 		}
-		out[p.at] = p.d
 	}
 	// A submitted job tells its product's pollers here, once per batch
 	// (createJob leaves it to the feed when there is one).
@@ -180,15 +175,6 @@ type stamped struct {
 	began, casBegan, casDone time.Time
 	scoring                  time.Duration
 	queuedAt                 time.Time
-}
-
-// publishing is one publish of a batch under way: its decision's place in
-// the batch, and what it came to.
-type publishing struct {
-	at  int
-	r   *stamped
-	d   Decision
-	err error
 }
 
 // stamp is a dispatch's first half: route the job and stamp the target by

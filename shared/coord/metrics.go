@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -46,38 +45,6 @@ func (c *Coordinator) cancelAlert(j *fleet.Job, now time.Time) fleet.Alert {
 		a.Message = "cancel not acknowledged by " + j.HolderFactoryID + " for " + waited + ", past the grace; the reaper revokes the lease at its next tick"
 	}
 	return a
-}
-
-// endedAlert is the alert of a job that dead-lettered or failed.
-func endedAlert(j *fleet.Job) fleet.Alert {
-	a := fleet.Alert{Kind: fleet.AlertDeadLetter, Severity: fleet.SeverityCritical, Subject: j.ProductID + "/" + j.ID, Since: j.UpdatedAt,
-		Message: "dead-lettered after " + strconv.Itoa(j.Attempts) + " attempt(s); requeue or cancel it"}
-	if j.Stage == fleet.StageFailed {
-		a.Kind, a.Severity, a.Message = fleet.AlertFailed, fleet.SeverityWarning, "job "+j.ID+" failed"
-		if f := j.LastFailure; f != nil && !f.At.Before(j.UpdatedAt) {
-			// The failure that ended it (an older one of a job rejected
-			// since would name the wrong cause).
-			a.Message += " on " + f.FactoryID + ": " + firstLine(f.Reason, 160)
-		} else {
-			a.Message += " (its events say why)"
-		}
-		a.Message += "; requeue it to try again"
-	}
-	return a
-}
-
-// firstLine is the first non-empty line of s, at most n runes: an engine's
-// reason may be pages of output.
-func firstLine(s string, n int) string {
-	for l := range strings.Lines(s) {
-		if l = strings.TrimSpace(l); l != "" {
-			if r := []rune(l); len(r) > n {
-				return string(r[:n-1]) + "…"
-			}
-			return l
-		}
-	}
-	return ""
 }
 
 // StarvingJob is a queued job waiting past StarvationAge.
@@ -201,7 +168,7 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		if now.Sub(j.UpdatedAt) >= DeadLetterAlertWindow {
 			continue
 		}
-		m.Alerts = append(m.Alerts, endedAlert(j))
+		m.Alerts = append(m.Alerts, fleet.EndedAlert(j))
 	}
 	for name, src := range c.metricSources {
 		if m.Adapters == nil {

@@ -1,6 +1,10 @@
 package fleet
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // AlertKind names a condition an operator should look at (API.md, "Metrics
 // and alerts").
@@ -70,4 +74,36 @@ type Alert struct {
 	Subject  string    `json:"subject"`
 	Since    time.Time `json:"since"`
 	Message  string    `json:"message"`
+}
+
+// EndedAlert is the alert of a job that dead-lettered or failed.
+func EndedAlert(j *Job) Alert {
+	a := Alert{Kind: AlertDeadLetter, Severity: SeverityCritical, Subject: j.ProductID + "/" + j.ID, Since: j.UpdatedAt,
+		Message: "dead-lettered after " + strconv.Itoa(j.Attempts) + " attempt(s); requeue or cancel it"}
+	if j.Stage == StageFailed {
+		a.Kind, a.Severity, a.Message = AlertFailed, SeverityWarning, "job "+j.ID+" failed"
+		if f := j.LastFailure; f != nil && !f.At.Before(j.UpdatedAt) {
+			// The failure that ended it (an older one of a job rejected
+			// since would name the wrong cause).
+			a.Message += " on " + f.FactoryID + ": " + firstLine(f.Reason, 160)
+		} else {
+			a.Message += " (its events say why)"
+		}
+		a.Message += "; requeue it to try again"
+	}
+	return a
+}
+
+// firstLine is the first non-empty line of s, at most n runes: an engine's
+// reason may be pages of output.
+func firstLine(s string, n int) string {
+	for l := range strings.Lines(s) {
+		if l = strings.TrimSpace(l); l != "" {
+			if r := []rune(l); len(r) > n {
+				return string(r[:n-1]) + "…"
+			}
+			return l
+		}
+	}
+	return ""
 }
