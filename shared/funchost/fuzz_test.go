@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -90,9 +89,8 @@ func documentsV1(raw json.RawMessage) ([]json.RawMessage, error) {
 	return docs, nil
 }
 
-// FuzzDocuments: Documents takes exactly the batches encoding/json takes
-// (but for a string encoding that is not UTF-8, which the host never
-// sends), and finds the same documents in them.
+// FuzzDocuments: Documents takes exactly the batches encoding/json takes,
+// and finds the same documents in them.
 func FuzzDocuments(f *testing.F) {
 	for _, s := range []string{
 		`"\"[{\\\"id\\\":\\\"a\\\"},{\\\"id\\\":\\\"b\\\",\\\"id\\\":\\\"c\\\"}]\""`, `[1, "two", {"x": [null]}]`,
@@ -103,9 +101,6 @@ func FuzzDocuments(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		want, wantErr := documentsV1(raw)
 		got, err := funchost.Documents(raw)
-		if !utf8.Valid(raw) && err != nil {
-			return
-		}
 		if wantErr != nil {
 			require.Error(t, err, "encoding/json refuses %q: %v", raw, wantErr)
 			return
@@ -113,8 +108,9 @@ func FuzzDocuments(f *testing.F) {
 		require.NoError(t, err, "encoding/json takes %q", raw)
 		require.Len(t, got, len(want))
 		for i := range want {
-			require.Equal(t, json.Valid(want[i]), json.Valid(got[i]))
-			require.JSONEq(t, string(want[i]), string(got[i]))
+			// The same bytes: each is the value as it stands in the
+			// batch (JSONEq would choke on a number past float64).
+			require.Equal(t, string(want[i]), string(got[i]))
 		}
 	})
 }

@@ -32,6 +32,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -865,10 +866,10 @@ func checkBody(t *table, pk, id string, body []byte) error {
 		if err != nil {
 			return fmt.Errorf("body field %q: %w", key, err)
 		}
-		if v.Kind() != '"' {
-			return fmt.Errorf("body field %q is %s, want the string %q it is written under", key, v, want)
-		}
-		if got, err := jsontext.AppendUnquote(nil, v); err != nil || string(got) != want {
+		// Two short values: encoding/json reads them, as it always did
+		// (it mends what jsontext refuses, an unpaired surrogate).
+		var got string
+		if v.Kind() != '"' || json.Unmarshal(v, &got) != nil || got != want {
 			return fmt.Errorf("body field %q is %s, want the string %q it is written under", key, v, want)
 		}
 	}
