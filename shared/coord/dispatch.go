@@ -171,10 +171,9 @@ func (c *Coordinator) dispatch(ctx context.Context, pk, id string, redo func(j *
 // stamped is a dispatch routed and stamped on its job, its message not yet
 // published.
 type stamped struct {
-	msg                      protocol.DispatchMessage
-	began, casBegan, casDone time.Time
-	scoring                  time.Duration
-	queuedAt                 time.Time
+	msg               protocol.DispatchMessage
+	schedule, stamp   time.Duration // the stages' times, counted once published
+	casDone, queuedAt time.Time
 }
 
 // stamp is a dispatch's first half: route the job and stamp the target by
@@ -258,7 +257,7 @@ func (c *Coordinator) stamp(ctx context.Context, pk, id string, redo func(j *fle
 			JobID: j.ID, ProductID: j.ProductID, Repo: j.Repo, Capabilities: j.Capabilities,
 			Priority: j.Priority, TargetFactoryID: j.TargetFactoryID, DispatchEpoch: j.DispatchEpoch,
 		},
-		began: began, casBegan: casBegan, casDone: casDone, scoring: scoring, queuedAt: j.QueuedAt,
+		schedule: casBegan.Sub(began) + scoring, stamp: casDone.Sub(casBegan) - scoring, casDone: casDone, queuedAt: j.QueuedAt,
 	}, nil
 }
 
@@ -272,8 +271,8 @@ func (c *Coordinator) publish(ctx context.Context, r *stamped) (Decision, error)
 		return d, fmt.Errorf("publish %s: %w", r.msg.MessageID(), err)
 	}
 	stages := &c.k.Counters.Stages
-	stages.Schedule.Observe(r.casBegan.Sub(r.began) + r.scoring)
-	stages.Stamp.Observe(r.casDone.Sub(r.casBegan) - r.scoring)
+	stages.Schedule.Observe(r.schedule)
+	stages.Stamp.Observe(r.stamp)
 	stages.Publish.Observe(c.k.Now().Sub(r.casDone))
 	c.k.Counters.Dispatched.Add(1)
 	kernel.Observe(&c.k.Counters.DispatchLagSum, &c.k.Counters.DispatchLagN, c.k.Now().Sub(r.queuedAt))
