@@ -410,18 +410,18 @@ func TestDispatchBusyReasonKeptAcrossCounts(t *testing.T) {
 type meetingPublisher struct {
 	recordingPublisher
 	want    int
-	mu      sync.Mutex
+	meetMu  sync.Mutex // the embedded recorder has its own mu
 	arrived int
 	met     chan struct{}
 }
 
 func (p *meetingPublisher) Publish(ctx context.Context, m protocol.DispatchMessage) error {
-	p.mu.Lock()
+	p.meetMu.Lock()
 	p.arrived++
 	if p.arrived == p.want {
 		close(p.met)
 	}
-	p.mu.Unlock()
+	p.meetMu.Unlock()
 	select {
 	case <-p.met:
 	case <-ctx.Done():
