@@ -92,6 +92,13 @@ func parseFlags() (config, error) {
 }
 
 func main() {
+	if os.Getenv(handoffServerEnv) != "" {
+		if err := serveHandoff(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: hand-over server:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := parseFlags()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -222,6 +229,12 @@ func run(parent context.Context, cfg config) (*results, error) {
 	progress("5. raw SQLite CAS writes for %s", cfg.CAS)
 	if res.CAS, err = runCAS(parent, filepath.Join(tmp, "cas"), jobBody, cfg.CAS); err != nil {
 		return res, err
+	}
+	if cfg.Jobs > 0 {
+		progress("1b. this machine's hand-over floor: %d HTTP round trips between two processes at %g/s, then %d back to back", handoffTrips, cfg.Rate, handoffTrips)
+		if res.Handoff, err = runHandoff(parent, cfg.Rate); err != nil {
+			return res, fmt.Errorf("hand-over floor: %w", err)
+		}
 	}
 	return res, nil
 }

@@ -36,6 +36,7 @@ type results struct {
 	Sweeps       []sweepResult    `json:"sweeps,omitempty"`
 	Steps        *stepsResult     `json:"steps,omitempty"`
 	CAS          *casResult       `json:"rawCAS,omitempty"`
+	Handoff      *handoffResult   `json:"handoverFloor,omitempty"`
 	SSE          *sseResult       `json:"liveEvents,omitempty"`
 	Webhooks     *webhookResult   `json:"forgeWebhooks,omitempty"`
 	LiveLog      *logResult       `json:"liveOutput,omitempty"`
@@ -137,6 +138,12 @@ func (r *results) print(out io.Writer) {
 		row("   max", f2(l.MaxMs)+" ms", "", "")
 		row("   mean", f2(l.MeanMs)+" ms", "", "")
 		row("   submit POST alone, p50", f2(l.SubmitP50Ms)+" ms", "", "")
+	}
+	if h := r.Handoff; h != nil {
+		heading("1b. This machine's hand-over floor: an HTTP round trip between two processes, nothing else running (%d B POST on loopback, answered at once)", handoffBodyBytes)
+		row(fmt.Sprintf("   paced at %g/s (both processes idle between trips), p50 / p99", h.Rate), f2(h.PacedP50Ms)+" / "+f2(h.PacedP99Ms)+" ms", "", "")
+		row("   back to back, p50 / p99", f2(h.HotP50Ms)+" / "+f2(h.HotP99Ms)+" ms", "", "")
+		row(fmt.Sprintf("   phase 1's %d cross-process hand-overs at the paced p50 (no work done)", h.PathHops), f2(h.PathFloorMs)+" ms", "", "")
 	}
 	if l := r.Lifecycle; l != nil {
 		heading("2. Full-lifecycle throughput (%d jobs; %d factories x %d no-op workers; %d submitters)",
