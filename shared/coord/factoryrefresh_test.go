@@ -1,0 +1,73 @@
+package coord_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+	"github.com/gigafactory/fleet/shared/store"
+)
+
+// factoriesGate holds the answer of the first factories query after it is
+// armed until release is closed, saying when it has it.
+type factoriesGate struct {
+	store.Store
+	armed            atomic.Bool
+	started, release chan struct{}
+}
+
+func (g *factoriesGate) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
+	page, err := g.Store.Query(ctx, container, q)
+	if container == store.Factories && g.armed.CompareAndSwap(true, false) {
+		close(g.started)
+		<-g.release
+	}
+	return page, err
+}
+
+// TestFactoryListRefreshedAhead (issue 25): a factory list past half its
+// TTL is refreshed in the background while callers are served the cached
+// one at once (one dispatch in a hundred used to wait 2 to 5 ms for the
+// refresh); and a refresh that read the store before a factory enrolled
+// here does not put its list, without that factory, back.
+func TestFactoryListRefreshedAhead(t *testing.T) {
+	t.Parallel()
+	gate := &factoriesGate{started: make(chan struct{}), release: make(chan struct{})}
+	e := newEnv(t, withStore(func(s store.Store) store.Store {
+		gate.Store = s
+		return gate
+	}))
+	e.factory("f1")
+	j := e.submit()
+	e.candidate(j.ID, "f1") // the list, read
+
+	e.clock.Advance(coord.DefaultFactoryCacheTTL * 6 / 10)
+	gate.armed.Store(true)
+	served := make(chan error, 1)
+	go func() {
+		_, err := e.c.Explain(e.ctx, catalog.Scope{}, prod, j.ID)
+		served <- err
+	}()
+	select {
+	case err := <-served:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		close(gate.release)
+		t.Fatal("a caller waited for the refresh of a list still within its TTL")
+	}
+	select {
+	case <-gate.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no refresh began for a list past half its TTL")
+	}
+
+	// f2 enrols while the refresh holds a list read before it.
+	e.factory("f2")
+	close(gate.release)
+	require.Equal(t, "f2", e.candidate(j.ID, "f2").FactoryID, "the refresh read before f2 enrolled was kept")
+}
