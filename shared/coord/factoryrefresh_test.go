@@ -19,10 +19,14 @@ type factoriesGate struct {
 	store.Store
 	armed            atomic.Bool
 	started, release chan struct{}
+	queries          atomic.Int64 // of the factories container
 }
 
 func (g *factoriesGate) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
 	page, err := g.Store.Query(ctx, container, q)
+	if container == store.Factories {
+		g.queries.Add(1)
+	}
 	if container == store.Factories && g.armed.CompareAndSwap(true, false) {
 		close(g.started)
 		<-g.release
@@ -30,8 +34,8 @@ func (g *factoriesGate) Query(ctx context.Context, container string, q store.Que
 	return page, err
 }
 
-// TestFactoryListRefreshedAhead (issue 25): a factory list past half its
-// TTL is refreshed in the background while callers are served the cached
+// TestFactoryListRefreshedAhead (issue 25): a factory list past three
+// quarters of its TTL is refreshed in the background while callers are served the cached
 // one at once (one dispatch in a hundred used to wait 2 to 5 ms for the
 // refresh); and a refresh that read the store before a factory enrolled
 // here does not put its list, without that factory, back.
@@ -46,7 +50,7 @@ func TestFactoryListRefreshedAhead(t *testing.T) {
 	j := e.submit()
 	e.candidate(j.ID, "f1") // the list, read
 
-	e.clock.Advance(coord.DefaultFactoryCacheTTL * 6 / 10)
+	e.clock.Advance(coord.DefaultFactoryCacheTTL * 8 / 10)
 	gate.armed.Store(true)
 	served := make(chan error, 1)
 	go func() {
@@ -63,11 +67,44 @@ func TestFactoryListRefreshedAhead(t *testing.T) {
 	select {
 	case <-gate.started:
 	case <-time.After(10 * time.Second):
-		t.Fatal("no refresh began for a list past half its TTL")
+		t.Fatal("no refresh began for a list past three quarters of its TTL")
 	}
 
 	// f2 enrols while the refresh holds a list read before it.
 	e.factory("f2")
 	close(gate.release)
 	require.Equal(t, "f2", e.candidate(j.ID, "f2").FactoryID, "the refresh read before f2 enrolled was kept")
+}
+
+// TestFactoryListRefreshSurvivesHeartbeats: a heartbeat while the dropped
+// list is being read again does not throw that read away: a fleet
+// heartbeating faster than one read takes would have kept the caller
+// reading for ever.
+func TestFactoryListRefreshSurvivesHeartbeats(t *testing.T) {
+	t.Parallel()
+	gate := &factoriesGate{started: make(chan struct{}), release: make(chan struct{})}
+	e := newEnv(t, withStore(func(s store.Store) store.Store {
+		gate.Store = s
+		return gate
+	}))
+	tok := e.factory("f1")
+	j := e.submit()
+	e.factory("f2") // enrolling drops the list
+	gate.armed.Store(true)
+	before := gate.queries.Load()
+	read := make(chan error, 1)
+	go func() {
+		_, err := e.c.Explain(e.ctx, catalog.Scope{}, prod, j.ID)
+		read <- err
+	}()
+	select {
+	case <-gate.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the dropped list was not read again")
+	}
+	e.beat(tok)
+	close(gate.release)
+	require.NoError(t, <-read)
+	require.Equal(t, int64(1), gate.queries.Load()-before, "factory queries for one caller and a heartbeat")
+	require.Equal(t, "f2", e.candidate(j.ID, "f2").FactoryID)
 }

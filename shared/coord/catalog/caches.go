@@ -61,12 +61,25 @@ type factoryCache struct {
 	// of feedAt; "" until the first refresh queried every leased job.
 	feed   string
 	feedAt time.Time
-	// refreshing is closed when the refresh under way ends; nil when none
-	// is. One refresh at a time: callers that need one wait for it.
-	refreshing chan struct{}
+	// refreshing is the refresh under way, nil when none is. One at a
+	// time: callers that need one wait for it and take its result.
+	refreshing *refresh
 	// gen moves whenever the list is dropped: a refresh that read the
 	// store before the drop does not put its list back.
 	gen uint64
+	// aheadFailed stops refreshing ahead after a background refresh
+	// failed, until a refresh succeeds: a failing store is then read only
+	// by a caller whose list is past its ttl, which gets the error.
+	aheadFailed bool
+}
+
+// refresh is one read of the factories and the changed leases; done is
+// closed when it ended, with fs (the counted list, when it was kept) or
+// err set.
+type refresh struct {
+	done chan struct{}
+	fs   []*fleet.Factory
+	err  error
 }
 
 // seatUse is one seat a job takes on a factory until a time.
@@ -92,7 +105,12 @@ func (fc *factoryCache) update(f *fleet.Factory) {
 			return
 		}
 	}
-	fc.drop()
+	if fc.factories != nil {
+		// A factory the list lacks: the next read must see it. (With no
+		// list there is nothing to forget, and a refresh under way must
+		// not be thrown away for every heartbeat.)
+		fc.drop()
+	}
 }
 
 // noteJob records the seat a job this process just wrote takes now: its
@@ -148,76 +166,89 @@ func (fc *factoryCache) drop() {
 }
 
 // Factories returns every factory, from the cache when it is fresh. A list
-// past half its ttl is refreshed in the background while callers are still
-// served the fresh one, so a steady stream of dispatches never waits for a
-// refresh (issue 25: one dispatch in a hundred read the factories and the
-// changed leases, 2 to 5 ms, and made the dispatch latency's p99). Only a
-// list past its ttl, after a pause or a drop, is refreshed while the caller
-// waits; the staleness bound stays ttl. The store is read outside the lock,
-// so one slow read never blocks callers that could be served from the
-// cache or that give up on their context.
+// past three quarters of its ttl is refreshed in the background while
+// callers are still served the fresh one, so a steady stream of dispatches
+// never waits for a refresh (issue 25: one dispatch in a hundred read the
+// factories and the changed leases, 2 to 5 ms, and made the dispatch
+// latency's p99). Only a list past its ttl, after a pause or a drop, is
+// refreshed while callers wait; the staleness bound stays ttl. The store is
+// read outside the lock, so one slow read never blocks callers that could
+// be served from the cache or that give up on their context.
 func (c *Service) Factories(ctx context.Context) ([]*fleet.Factory, error) {
 	fc := c.factories
-	for {
+	for attempt := 1; ; attempt++ {
 		now := c.k.Now()
 		fc.mu.Lock()
 		if fc.fresh(now) {
-			if fc.refreshing == nil && now.Sub(fc.loadedAt) >= fc.ttl/2 {
-				done := fc.beginRefresh()
-				go func() {
-					// Its error is the next caller's: a list past its
-					// ttl is read again while that caller waits.
-					rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backgroundRefreshTimeout)
-					defer cancel()
-					_, _ = c.refreshFactories(rctx, done)
-				}()
+			if fc.refreshing == nil && !fc.aheadFailed && now.Sub(fc.loadedAt) >= fc.ttl*3/4 {
+				r := fc.beginRefresh()
+				go c.refreshAhead(r)
 			}
 			fc.count(now)
 			fs := fc.factories
 			fc.mu.Unlock()
 			return fs, nil
 		}
-		if wait := fc.refreshing; wait != nil {
+		r := fc.refreshing
+		if r == nil {
+			r = fc.beginRefresh()
+			fc.mu.Unlock()
+			// After two reads thrown away by drops meanwhile, the third
+			// is kept whatever happens (as every read was before).
+			c.refreshFactories(ctx, r, attempt >= maxDroppedRefreshes)
+		} else {
 			fc.mu.Unlock()
 			select {
-			case <-wait:
-				continue
+			case <-r.done:
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
 		}
-		done := fc.beginRefresh()
-		fc.mu.Unlock()
-		fs, err := c.refreshFactories(ctx, done)
-		if err != nil || fs != nil {
-			return fs, err
+		if r.err != nil || r.fs != nil {
+			return r.fs, r.err
 		}
 		// Dropped while it read: read again.
 	}
 }
 
-// backgroundRefreshTimeout bounds a refresh no caller waits for.
-const backgroundRefreshTimeout = 30 * time.Second
+// maxDroppedRefreshes is how many reads in a row a caller lets drops
+// throw away before it keeps one.
+const maxDroppedRefreshes = 3
 
-// beginRefresh marks a refresh under way and returns what refreshFactories
-// closes when it ends; the caller holds fc.mu.
-func (fc *factoryCache) beginRefresh() chan struct{} {
-	done := make(chan struct{})
-	fc.refreshing = done
-	return done
+// backgroundRefreshTimeout bounds a refresh no caller started.
+const backgroundRefreshTimeout = 10 * time.Second
+
+// refreshAhead runs r with no caller waiting. Its error is logged and
+// stops refreshing ahead; a caller whose list is past its ttl reads again.
+func (c *Service) refreshAhead(r *refresh) {
+	ctx, cancel := context.WithTimeout(context.Background(), backgroundRefreshTimeout)
+	defer cancel()
+	c.refreshFactories(ctx, r, false)
+	if r.err != nil {
+		c.k.Log.WarnContext(ctx, "factory list: the refresh ahead failed; the next dispatch past the cache TTL reads again", "err", r.err)
+	}
+}
+
+// beginRefresh marks a refresh under way and returns it; the caller holds
+// fc.mu.
+func (fc *factoryCache) beginRefresh() *refresh {
+	r := &refresh{done: make(chan struct{})}
+	fc.refreshing = r
+	return r
 }
 
 // refreshFactories reads the factories and the leases changed since the
-// last refresh, and caches them. It returns the counted list, or nil (and
-// no error) when the list was dropped while it read: the drop's write may
-// be missing from what was read, so it is not kept.
-func (c *Service) refreshFactories(ctx context.Context, done chan struct{}) ([]*fleet.Factory, error) {
+// last refresh and caches them, unless the list was dropped while it read
+// (the drop's write may be missing from what was read) and keep is false.
+// It sets r.fs to the counted list when it was kept, or r.err, and ends r.
+func (c *Service) refreshFactories(ctx context.Context, r *refresh, keep bool) {
 	fc := c.factories
 	defer func() {
 		fc.mu.Lock()
 		fc.refreshing = nil
+		fc.aheadFailed = r.err != nil
 		fc.mu.Unlock()
-		close(done)
+		close(r.done)
 	}()
 	now := c.k.Now()
 	fc.mu.Lock()
@@ -230,15 +261,17 @@ func (c *Service) refreshFactories(ctx context.Context, done chan struct{}) ([]*
 	fc.mu.Unlock()
 	fs, err := c.readFactories(ctx)
 	if err != nil {
-		return nil, err
+		r.err = err
+		return
 	}
 	leases, err := c.leaseChanges(ctx, cont)
 	if err != nil {
-		return nil, err
+		r.err = err
+		return
 	}
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
-	if fc.gen == gen {
+	if keep || fc.gen == gen {
 		fc.factories, fc.loadedAt = fs, now
 	}
 	if leases.full {
@@ -258,7 +291,7 @@ func (c *Service) refreshFactories(ctx context.Context, done chan struct{}) ([]*
 	fc.feed, fc.feedAt = leases.cont, now
 	fc.counted = false
 	fc.count(now)
-	return fc.factories, nil
+	r.fs = fc.factories
 }
 
 // Draining reports whether factory id is draining, from the scheduler's
