@@ -177,6 +177,23 @@ func (c *client) getJobRaw(ctx context.Context, product, id string) (json.RawMes
 	return c.fleet.JSON(ctx, api.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(id), Product: product}, nil)
 }
 
+// jobInstants reads a job's createdAt and dispatch.at.
+func (c *client) jobInstants(ctx context.Context, id string) (created, stamped time.Time, err error) {
+	var j struct {
+		CreatedAt time.Time `json:"createdAt"`
+		Dispatch  struct {
+			At time.Time `json:"at"`
+		} `json:"dispatch"`
+	}
+	if _, err := c.fleet.JSON(ctx, api.Request{Method: http.MethodGet, Path: "/jobs/" + url.PathEscape(id), Product: latencyProduct}, &j); err != nil {
+		return time.Time{}, time.Time{}, err
+	}
+	if j.CreatedAt.IsZero() || j.Dispatch.At.IsZero() {
+		return time.Time{}, time.Time{}, fmt.Errorf("job %s has no createdAt or dispatch.at", id)
+	}
+	return j.CreatedAt, j.Dispatch.At, nil
+}
+
 // coordStats is what the bench reads of the coordinator's own counters.
 type coordStats struct {
 	CASConflicts   int64 `json:"casConflicts"`

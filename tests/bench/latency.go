@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -36,8 +37,10 @@ type latencyResult struct {
 	// are accepts answered 409.
 	Redeliveries    int `json:"redeliveries"`
 	AcceptConflicts int `json:"acceptConflicts"`
-	// Stages is the same path by stage (stages.go).
+	// Stages is the same path by stage (stages.go), Tail the slowest jobs'
+	// time by segment.
 	Stages []stageResult `json:"stages"`
+	Tail   *tailSegments `json:"tail,omitempty"`
 }
 
 // latencyRecorder joins submit and receive times by job id: a message may
@@ -49,7 +52,8 @@ type latencyRecorder struct {
 	submitted map[string]time.Time
 	submitDur []time.Duration
 	received  map[string]time.Time
-	receive   []time.Duration // broker stored -> Receive returned, first deliveries
+	receive   []time.Duration      // broker stored -> Receive returned, first deliveries
+	stored    map[string]time.Time // the broker's storing time, first deliveries
 	factoryOf map[string]string
 	epochs    map[string]int64 // accepted jobs
 	redeliver int
@@ -58,7 +62,7 @@ type latencyRecorder struct {
 }
 
 func newLatencyRecorder(want int) *latencyRecorder {
-	return &latencyRecorder{want: want, submitted: map[string]time.Time{}, received: map[string]time.Time{},
+	return &latencyRecorder{want: want, submitted: map[string]time.Time{}, received: map[string]time.Time{}, stored: map[string]time.Time{},
 		factoryOf: map[string]string{}, epochs: map[string]int64{}, done: make(chan struct{})}
 }
 
@@ -78,6 +82,7 @@ func (r *latencyRecorder) handler(f *factory) handler {
 		} else {
 			r.received[m.JobID], r.factoryOf[m.JobID] = at, f.id
 			r.receive = append(r.receive, at.Sub(d.EnqueuedAt))
+			r.stored[m.JobID] = d.EnqueuedAt
 		}
 		r.mu.Unlock()
 		epoch, ok, err := f.acceptAndComplete(ctx, d, m)
@@ -184,6 +189,7 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 
 	rec.mu.Lock()
 	lat := make([]time.Duration, 0, len(rec.submitted))
+	tail := make([]tailJob, 0, len(rec.submitted))
 	for id, t0 := range rec.submitted {
 		at, ok := rec.received[id]
 		if !ok {
@@ -191,7 +197,9 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 			return nil, fmt.Errorf("job lost: %s was accepted by nobody", id)
 		}
 		lat = append(lat, at.Sub(t0))
+		tail = append(tail, tailJob{id: id, sent: t0, stored: rec.stored[id], received: at})
 	}
+	slices.SortFunc(tail, func(a, b tailJob) int { return cmp.Compare(a.received.Sub(a.sent), b.received.Sub(b.sent)) })
 	res := &latencyResult{
 		Jobs: s.cfg.Jobs, Factories: nf, RateAsked: s.cfg.Rate,
 		RateAchieved:    float64(s.cfg.Jobs-1) / max(offered.Seconds(), 1e-9),
@@ -215,6 +223,9 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 		return nil, err
 	}
 	res.Stages = dispatchStages(cs, hs.Feeds["dispatch"], receive)
+	if res.Tail, err = cutTail(ctx, s.op.jobInstants, tail); err != nil {
+		return nil, fmt.Errorf("the slowest jobs' segments: %w", err)
+	}
 	if len(lat) != s.cfg.Jobs {
 		return nil, fmt.Errorf("%d jobs submitted, %d answered with an id", s.cfg.Jobs, len(lat))
 	}

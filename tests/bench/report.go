@@ -216,6 +216,9 @@ func (r *results) print(out io.Writer) {
 
 	if l := r.Latency; l != nil {
 		printStages(out, l.Stages)
+		if l.Tail != nil {
+			printTail(out, l.Tail)
+		}
 		fmt.Fprintf(out, "\nDispatch latency: jobs per factory: %s; %d redeliveries, %d accept 409s\n", perFactory(l.PerFactory), l.Redeliveries, l.AcceptConflicts)
 	}
 	if l := r.Lifecycle; l != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -70,6 +71,86 @@ func printStages(out io.Writer, stages []stageResult) {
 	fmt.Fprintln(tw, "STAGE\tSAMPLES\tP50 ms\tP99 ms\tMEASURED IN")
 	for _, st := range stages {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%s\n", st.Stage, st.N, st.P50Ms, st.P99Ms, st.Where)
+	}
+	_ = tw.Flush()
+}
+
+// tailSegments is phase 1's slowest jobs beside its middle ones, each
+// job's latency cut at the instants its own document and message carry:
+// the job's createdAt (stamped as the handler creates it), its
+// dispatch.at (stamped inside the dispatch CAS) and the broker's storing
+// time. The stage histograms say how each stage is distributed; this says
+// which stages the slow jobs were slow in.
+type tailSegments struct {
+	Jobs     int           `json:"jobsEach"`
+	Segments []tailSegment `json:"segments"`
+}
+
+type tailSegment struct {
+	Segment   string  `json:"segment"`
+	MiddleMs  float64 `json:"middleMeanMs"`
+	SlowestMs float64 `json:"slowestMeanMs"`
+}
+
+// tailJob is one phase-1 job's instants as the bench saw them.
+type tailJob struct {
+	id                     string
+	sent, stored, received time.Time
+	created, stamped       time.Time
+}
+
+// tailSegmentNames name the cuts of a job's latency, in order.
+var tailSegmentNames = []string{
+	"submit sent -> job created (the request reaching the handler)",
+	"created -> stamped (its write, the change-feed wake, schedule, the stamp's CAS)",
+	"stamped -> stored by the broker (the CAS's commit, the publish)",
+	"stored -> received by the target factory",
+}
+
+func (j tailJob) segments() []time.Duration {
+	return []time.Duration{j.created.Sub(j.sent), j.stamped.Sub(j.created), j.stored.Sub(j.stamped), j.received.Sub(j.stored)}
+}
+
+// cutTail reads the slowest 1% of jobs (at least one) and as many around
+// the median, and returns their mean segments. jobs is sorted by latency.
+func cutTail(ctx context.Context, read func(ctx context.Context, id string) (created, stamped time.Time, err error), jobs []tailJob) (*tailSegments, error) {
+	n := max(1, len(jobs)/100)
+	if len(jobs) < 2*n {
+		return nil, nil
+	}
+	mid := len(jobs)/2 - n/2
+	groups := [][]tailJob{slices.Clone(jobs[mid : mid+n]), slices.Clone(jobs[len(jobs)-n:])}
+	means := make([][]time.Duration, len(groups))
+	for g, group := range groups {
+		sum := make([]time.Duration, len(tailSegmentNames))
+		for i := range group {
+			var err error
+			if group[i].created, group[i].stamped, err = read(ctx, group[i].id); err != nil {
+				return nil, err
+			}
+			for k, d := range group[i].segments() {
+				sum[k] += d
+			}
+		}
+		for k := range sum {
+			sum[k] /= time.Duration(len(group))
+		}
+		means[g] = sum
+	}
+	out := &tailSegments{Jobs: n}
+	for k, name := range tailSegmentNames {
+		out.Segments = append(out.Segments, tailSegment{Segment: name, MiddleMs: ms(means[0][k]), SlowestMs: ms(means[1][k])})
+	}
+	return out, nil
+}
+
+// printTail writes the tail's table.
+func printTail(out io.Writer, t *tailSegments) {
+	fmt.Fprintf(out, "\nWhere the slowest jobs lost their time (phase 1: the slowest %d jobs beside the %d around the median, mean ms per segment)\n", t.Jobs, t.Jobs)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEGMENT\tMIDDLE\tSLOWEST")
+	for _, s := range t.Segments {
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\n", s.Segment, s.MiddleMs, s.SlowestMs)
 	}
 	_ = tw.Flush()
 }
