@@ -1,8 +1,6 @@
 package coord_test
 
 import (
-	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,27 +11,6 @@ import (
 	"github.com/gigafactory/fleet/shared/store"
 )
 
-// factoriesGate holds the answer of the first factories query after it is
-// armed until release is closed, saying when it has it.
-type factoriesGate struct {
-	store.Store
-	armed            atomic.Bool
-	started, release chan struct{}
-	queries          atomic.Int64 // of the factories container
-}
-
-func (g *factoriesGate) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
-	page, err := g.Store.Query(ctx, container, q)
-	if container == store.Factories {
-		g.queries.Add(1)
-	}
-	if container == store.Factories && g.armed.CompareAndSwap(true, false) {
-		close(g.started)
-		<-g.release
-	}
-	return page, err
-}
-
 // TestFactoryListRefreshedAhead (issue 25): a factory list past three
 // quarters of its TTL is refreshed in the background while callers are served the cached
 // one at once (one dispatch in a hundred used to wait 2 to 5 ms for the
@@ -41,7 +18,7 @@ func (g *factoriesGate) Query(ctx context.Context, container string, q store.Que
 // here does not put its list, without that factory, back.
 func TestFactoryListRefreshedAhead(t *testing.T) {
 	t.Parallel()
-	gate := &factoriesGate{started: make(chan struct{}), release: make(chan struct{})}
+	gate := newContainerGate(store.Factories)
 	e := newEnv(t, withStore(func(s store.Store) store.Store {
 		gate.Store = s
 		return gate
@@ -82,7 +59,7 @@ func TestFactoryListRefreshedAhead(t *testing.T) {
 // reading for ever.
 func TestFactoryListRefreshSurvivesHeartbeats(t *testing.T) {
 	t.Parallel()
-	gate := &factoriesGate{started: make(chan struct{}), release: make(chan struct{})}
+	gate := newContainerGate(store.Factories)
 	e := newEnv(t, withStore(func(s store.Store) store.Store {
 		gate.Store = s
 		return gate

@@ -108,7 +108,7 @@ func TestWebhookProductsCached(t *testing.T) {
 func TestWebhookProductsReadInFlight(t *testing.T) {
 	t.Parallel()
 	var counted *storecount.Store
-	gate := &productsGate{started: make(chan struct{}), release: make(chan struct{})}
+	gate := newContainerGate(store.Products)
 	e := newEnv(t, withStore(func(s store.Store) store.Store {
 		counted = storecount.New(s)
 		gate.Store = counted
@@ -151,7 +151,7 @@ func TestWebhookProductsReadInFlight(t *testing.T) {
 // declaration added.
 func TestProductCacheReadInFlight(t *testing.T) {
 	t.Parallel()
-	gate := &productsGate{started: make(chan struct{}), release: make(chan struct{})}
+	gate := newContainerGate(store.Products)
 	e := newEnv(t, withStore(func(s store.Store) store.Store {
 		gate.Store = s
 		return gate
@@ -175,28 +175,38 @@ func TestProductCacheReadInFlight(t *testing.T) {
 	require.True(t, created)
 }
 
-// productsGate holds the answer of the first read or query of the products
-// container, once armed, until release is closed, saying when it has it.
-type productsGate struct {
+// containerGate holds the answer of the first read or query of one
+// container after it is armed, until release is closed, saying when it has
+// it; it counts that container's queries.
+type containerGate struct {
 	store.Store
+	container        string
 	armed            atomic.Bool
 	started, release chan struct{}
+	queries          atomic.Int64
 }
 
-func (g *productsGate) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
+func newContainerGate(container string) *containerGate {
+	return &containerGate{container: container, started: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (g *containerGate) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
 	page, err := g.Store.Query(ctx, container, q)
+	if container == g.container {
+		g.queries.Add(1)
+	}
 	g.hold(container)
 	return page, err
 }
 
-func (g *productsGate) Read(ctx context.Context, container, pk, id string) (store.Item, error) {
+func (g *containerGate) Read(ctx context.Context, container, pk, id string) (store.Item, error) {
 	it, err := g.Store.Read(ctx, container, pk, id)
 	g.hold(container)
 	return it, err
 }
 
-func (g *productsGate) hold(container string) {
-	if container == store.Products && g.armed.CompareAndSwap(true, false) {
+func (g *containerGate) hold(container string) {
+	if container == g.container && g.armed.CompareAndSwap(true, false) {
 		close(g.started)
 		<-g.release
 	}
