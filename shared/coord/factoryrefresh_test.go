@@ -1,6 +1,8 @@
 package coord_test
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,4 +86,39 @@ func TestFactoryListRefreshSurvivesHeartbeats(t *testing.T) {
 	require.NoError(t, <-read)
 	require.Equal(t, int64(1), gate.queries.Load()-before, "factory queries for one caller and a heartbeat")
 	require.Equal(t, "f2", e.candidate(j.ID, "f2").FactoryID)
+}
+
+// panickyFactories panics on a query of the factories once armed.
+type panickyFactories struct {
+	store.Store
+	armed atomic.Bool
+}
+
+func (p *panickyFactories) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
+	if container == store.Factories && p.armed.Load() {
+		panic("a bug reading the factories")
+	}
+	return p.Store.Query(ctx, container, q)
+}
+
+// TestFactoryListRefreshPanics: a panic while the list is read is that
+// read's error, in the background (where it would end the process) as in
+// a caller's read; the cached list is still served while it is fresh.
+func TestFactoryListRefreshPanics(t *testing.T) {
+	t.Parallel()
+	panicky := &panickyFactories{}
+	e := newEnv(t, withStore(func(s store.Store) store.Store {
+		panicky.Store = s
+		return panicky
+	}))
+	e.factory("f1")
+	j := e.submit()
+	e.candidate(j.ID, "f1")
+	panicky.armed.Store(true)
+
+	e.clock.Advance(coord.DefaultFactoryCacheTTL * 8 / 10)
+	e.candidate(j.ID, "f1") // served; the refresh ahead panics in the background
+	e.clock.Advance(coord.DefaultFactoryCacheTTL)
+	_, err := e.c.Explain(e.ctx, catalog.Scope{}, prod, j.ID)
+	require.ErrorContains(t, err, "panic: a bug reading the factories")
 }

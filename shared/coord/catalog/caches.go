@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -244,6 +245,12 @@ func (fc *factoryCache) beginRefresh() *refresh {
 func (c *Service) refreshFactories(ctx context.Context, r *refresh, keep bool) {
 	fc := c.factories
 	defer func() {
+		// A panic (a bug) is this read's error: in the background it would
+		// end the process, where a request's panic ends only the request.
+		if p := recover(); p != nil {
+			r.err = fmt.Errorf("refresh the factory list: panic: %v", p)
+			c.k.Log.Error("factory list: the refresh panicked", "panic", p, "stack", string(debug.Stack()))
+		}
 		fc.mu.Lock()
 		fc.refreshing = nil
 		fc.aheadFailed = r.err != nil
