@@ -177,7 +177,7 @@ echo ok > out.txt`)
 	}
 	// The holder logs its acknowledgement once its release has answered,
 	// which is what made the job cancelled: the line may come just after.
-	Eventually(t, 10*time.Second, "the running child's holder says it stopped it", func() bool {
+	Eventually(t, 60*time.Second, "the running child's holder says it stopped it", func() bool {
 		return strings.Contains(f.Output(), "cancel")
 	})
 }

@@ -21,10 +21,7 @@ import (
 func TestFactoryListRefreshedAhead(t *testing.T) {
 	t.Parallel()
 	gate := newContainerGate(store.Factories)
-	e := newEnv(t, withStore(func(s store.Store) store.Store {
-		gate.Store = s
-		return gate
-	}))
+	e := newEnv(t, gate.onStore())
 	e.factory("f1")
 	j := e.submit()
 	e.candidate(j.ID, "f1") // the list, read
@@ -62,10 +59,7 @@ func TestFactoryListRefreshedAhead(t *testing.T) {
 func TestFactoryListRefreshSurvivesHeartbeats(t *testing.T) {
 	t.Parallel()
 	gate := newContainerGate(store.Factories)
-	e := newEnv(t, withStore(func(s store.Store) store.Store {
-		gate.Store = s
-		return gate
-	}))
+	e := newEnv(t, gate.onStore())
 	tok := e.factory("f1")
 	j := e.submit()
 	e.factory("f2") // enrolling drops the list

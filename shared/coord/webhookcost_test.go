@@ -152,10 +152,7 @@ func TestWebhookProductsReadInFlight(t *testing.T) {
 func TestProductCacheReadInFlight(t *testing.T) {
 	t.Parallel()
 	gate := newContainerGate(store.Products)
-	e := newEnv(t, withStore(func(s store.Store) store.Store {
-		gate.Store = s
-		return gate
-	}))
+	e := newEnv(t, gate.onStore())
 	gate.armed.Store(true)
 	first := make(chan error, 1)
 	go func() {
@@ -188,6 +185,14 @@ type containerGate struct {
 
 func newContainerGate(container string) *containerGate {
 	return &containerGate{container: container, started: make(chan struct{}), release: make(chan struct{})}
+}
+
+// onStore runs the coordinator on the store through g.
+func (g *containerGate) onStore() envOpt {
+	return withStore(func(s store.Store) store.Store {
+		g.Store = s
+		return g
+	})
 }
 
 func (g *containerGate) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {

@@ -52,8 +52,7 @@ type latencyRecorder struct {
 	submitted map[string]time.Time
 	submitDur []time.Duration
 	received  map[string]time.Time
-	receive   []time.Duration      // broker stored -> Receive returned, first deliveries
-	stored    map[string]time.Time // the broker's storing time, first deliveries
+	stored    map[string]time.Time // the broker's storing time of each first delivery
 	factoryOf map[string]string
 	epochs    map[string]int64 // accepted jobs
 	redeliver int
@@ -81,7 +80,6 @@ func (r *latencyRecorder) handler(f *factory) handler {
 			r.redeliver++
 		} else {
 			r.received[m.JobID], r.factoryOf[m.JobID] = at, f.id
-			r.receive = append(r.receive, at.Sub(d.EnqueuedAt))
 			r.stored[m.JobID] = d.EnqueuedAt
 		}
 		r.mu.Unlock()
@@ -212,7 +210,11 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 		res.PerFactory[f]++
 	}
 	epochs, holders := rec.epochs, maps.Clone(rec.factoryOf)
-	receive := slices.Clone(rec.receive)
+	// broker stored -> Receive returned, first deliveries
+	receive := make([]time.Duration, 0, len(rec.received))
+	for id, at := range rec.received {
+		receive = append(receive, at.Sub(rec.stored[id]))
+	}
 	rec.mu.Unlock()
 	cs, err := s.op.coordinatorStats(ctx)
 	if err != nil {
