@@ -36,6 +36,9 @@ type casResult struct {
 	Writes    int64   `json:"writes"`
 	Conflicts int64   `json:"conflicts"`
 	PerSec    float64 `json:"writesPerSec"`
+	// CPUSeconds is this process's CPU time over the cycles (the stack is
+	// stopped by then); 0 where the OS does not tell.
+	CPUSeconds float64 `json:"cpuSeconds,omitempty"`
 }
 
 // runCAS opens a SQLite store in dir, creates casDocs job documents shaped
@@ -77,6 +80,7 @@ func runCAS(ctx context.Context, dir string, template []byte, d time.Duration) (
 	var writes, conflicts atomic.Int64
 	var firstErr atomic.Pointer[error]
 	var wg sync.WaitGroup
+	cpu0, cpuErr := procCPU(os.Getpid())
 	start := time.Now()
 	for range casWriters {
 		wg.Go(func() {
@@ -96,13 +100,18 @@ func runCAS(ctx context.Context, dir string, template []byte, d time.Duration) (
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu1, cpuErr1 := procCPU(os.Getpid())
 	if p := firstErr.Load(); p != nil {
 		return nil, *p
 	}
-	return &casResult{
+	res := &casResult{
 		Seconds: elapsed.Seconds(), Writers: casWriters, Docs: casDocs, BodyBytes: len(rests[0]) + 1,
 		Writes: writes.Load(), Conflicts: conflicts.Load(), PerSec: float64(writes.Load()) / elapsed.Seconds(),
-	}, nil
+	}
+	if cpuErr == nil && cpuErr1 == nil {
+		res.CPUSeconds = (cpu1 - cpu0).Seconds()
+	}
+	return res, nil
 }
 
 // casOnce reads a document and replaces it at the revision read, retrying

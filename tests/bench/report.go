@@ -43,6 +43,8 @@ type results struct {
 	// Allowed is the lifecycles/s the raw CAS rate allows: raw CAS writes/s
 	// ÷ store writes per lifecycle (both processes).
 	Allowed float64 `json:"rawCASAllowedLifecyclesPerSec,omitempty"`
+	// Budget is the throughput target as CPU time per lifecycle (budget.go).
+	Budget *budgetResult `json:"throughputBudget,omitempty"`
 	// JobBytes is a shipped job's stored document; Cost prices the
 	// operations counted at that size (cost.go).
 	JobBytes int         `json:"shippedJobBytes,omitempty"`
@@ -90,6 +92,7 @@ func (r *results) evaluate() {
 			r.Targets = append(r.Targets, target{Name: "lifecycles/s >= 50% of raw-CAS-allowed", Measured: l.PerSec, Limit: limit, Unit: "lifecycles/s", Pass: l.PerSec >= limit})
 		}
 	}
+	r.Budget = r.budget()
 }
 
 func (r *results) writeJSON(path string) error {
@@ -157,6 +160,9 @@ func (r *results) print(out io.Writer) {
 			row("   lifecycles/s, first submit -> last shipped", value, "", "")
 		}
 		row("   jobs shipped exactly once", fmt.Sprintf("%d of %d", l.Lifecycles, l.Lifecycles), "all", "ok")
+		if b := r.Budget; b != nil {
+			b.addTo(&tbl)
+		}
 		pl := l.PerLifecycle
 		t, _ := r.target("store ops per")
 		heading("3. Store operations per lifecycle (handler + emulator processes)")
