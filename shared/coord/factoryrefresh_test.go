@@ -116,3 +116,36 @@ func TestFactoryListRefreshPanics(t *testing.T) {
 	_, err := e.c.Explain(e.ctx, catalog.Scope{}, prod, j.ID)
 	require.ErrorContains(t, err, "panic: a bug reading the factories")
 }
+
+// TestFactoryListRefreshKeepsADrainMadeMeanwhile: a refresh that read the
+// factories before a drain made here does not put the undrained factory
+// back. A drain set here takes effect at once (Draining and the scheduler
+// read the list): with the refresh's copy, the drained factory was routable,
+// and its accept allowed, for up to the list's TTL.
+func TestFactoryListRefreshKeepsADrainMadeMeanwhile(t *testing.T) {
+	t.Parallel()
+	gate := newContainerGate(store.Factories)
+	e := newEnv(t, gate.onStore())
+	e.factory("f1")
+	j := e.submit()
+	e.candidate(j.ID, "f1") // the list, read
+
+	e.clock.Advance(coord.DefaultFactoryCacheTTL * 8 / 10)
+	gate.armed.Store(true)
+	e.candidate(j.ID, "f1") // served; the refresh ahead reads f1 undrained and waits
+	select {
+	case <-gate.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no refresh began for a list past three quarters of its TTL")
+	}
+	_, err := e.c.SetDraining(e.ctx, "f1", true)
+	require.NoError(t, err)
+	close(gate.release)
+
+	// Past the TTL of the list before the refresh: a caller takes the
+	// refresh's list, waiting for it if it is still under way.
+	e.clock.Advance(coord.DefaultFactoryCacheTTL * 3 / 10)
+	ex, err := e.c.Explain(e.ctx, catalog.Scope{}, prod, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, "no eligible factory: 1 is draining", ex.Schedule.Reason, "the refresh put f1 back undrained")
+}

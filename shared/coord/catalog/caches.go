@@ -72,6 +72,11 @@ type factoryCache struct {
 	// failed, until a refresh succeeds: a failing store is then read only
 	// by a caller whose list is past its ttl, which gets the error.
 	aheadFailed bool
+	// written holds, by id, the factories this process wrote while the
+	// refresh under way read: it may have read them before the write, and
+	// its list takes these copies unless it read a later one (a drain set
+	// here must hold at once, not after the list's ttl).
+	written map[string]*fleet.Factory
 }
 
 // refresh is one read of the factories and the changed leases; done is
@@ -98,6 +103,10 @@ func newFactoryCache(ttl, offerTTL time.Duration) *factoryCache {
 func (fc *factoryCache) update(f *fleet.Factory) {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
+	if fc.written != nil {
+		cp := *f
+		fc.written[f.ID] = &cp
+	}
 	for i, cur := range fc.factories {
 		if cur.ID == f.ID {
 			cp := *f
@@ -235,7 +244,20 @@ func (c *Service) refreshAhead(r *refresh) {
 func (fc *factoryCache) beginRefresh() *refresh {
 	r := &refresh{done: make(chan struct{})}
 	fc.refreshing = r
+	fc.written = map[string]*fleet.Factory{}
 	return r
+}
+
+// withWritten is fs, read by the refresh ending now, with the factories
+// written here meanwhile in place of the copies it read, unless it read a
+// later write (another process's); the caller holds fc.mu.
+func (fc *factoryCache) withWritten(fs []*fleet.Factory) []*fleet.Factory {
+	for i, f := range fs {
+		if w := fc.written[f.ID]; w != nil && !w.UpdatedAt.Before(f.UpdatedAt) {
+			fs[i] = w
+		}
+	}
+	return fs
 }
 
 // refreshFactories reads the factories and the leases changed since the
@@ -252,7 +274,7 @@ func (c *Service) refreshFactories(ctx context.Context, r *refresh, keep bool) {
 			c.k.Log.Error("factory list: the refresh panicked", "panic", p, "stack", string(debug.Stack()))
 		}
 		fc.mu.Lock()
-		fc.refreshing = nil
+		fc.refreshing, fc.written = nil, nil
 		fc.aheadFailed = r.err != nil
 		fc.mu.Unlock()
 		close(r.done)
@@ -279,7 +301,7 @@ func (c *Service) refreshFactories(ctx context.Context, r *refresh, keep bool) {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
 	if keep || fc.gen == gen {
-		fc.factories, fc.loadedAt = fs, now
+		fc.factories, fc.loadedAt = fc.withWritten(fs), now
 	}
 	if leases.full {
 		clear(fc.held)
