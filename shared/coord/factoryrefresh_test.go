@@ -10,8 +10,22 @@ import (
 
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/coord/catalog"
+	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/store"
 )
+
+// listDueForRefresh returns an env whose factory list (f1 alone) is three
+// quarters of its TTL old, with its factory query gated, and a queued job.
+func listDueForRefresh(t *testing.T) (*env, *containerGate, *fleet.Job) {
+	gate := newContainerGate(store.Factories)
+	e := newEnv(t, gate.onStore())
+	e.factory("f1")
+	j := e.submit()
+	e.candidate(j.ID, "f1") // the list, read
+	e.clock.Advance(coord.DefaultFactoryCacheTTL * 8 / 10)
+	gate.armed.Store(true)
+	return e, gate, j
+}
 
 // TestFactoryListRefreshedAhead (issue 25): a factory list past three
 // quarters of its TTL is refreshed in the background while callers are served the cached
@@ -20,14 +34,7 @@ import (
 // here does not put its list, without that factory, back.
 func TestFactoryListRefreshedAhead(t *testing.T) {
 	t.Parallel()
-	gate := newContainerGate(store.Factories)
-	e := newEnv(t, gate.onStore())
-	e.factory("f1")
-	j := e.submit()
-	e.candidate(j.ID, "f1") // the list, read
-
-	e.clock.Advance(coord.DefaultFactoryCacheTTL * 8 / 10)
-	gate.armed.Store(true)
+	e, gate, j := listDueForRefresh(t)
 	served := make(chan error, 1)
 	go func() {
 		_, err := e.c.Explain(e.ctx, catalog.Scope{}, prod, j.ID)
@@ -124,14 +131,7 @@ func TestFactoryListRefreshPanics(t *testing.T) {
 // and its accept allowed, for up to the list's TTL.
 func TestFactoryListRefreshKeepsADrainMadeMeanwhile(t *testing.T) {
 	t.Parallel()
-	gate := newContainerGate(store.Factories)
-	e := newEnv(t, gate.onStore())
-	e.factory("f1")
-	j := e.submit()
-	e.candidate(j.ID, "f1") // the list, read
-
-	e.clock.Advance(coord.DefaultFactoryCacheTTL * 8 / 10)
-	gate.armed.Store(true)
+	e, gate, j := listDueForRefresh(t)
 	e.candidate(j.ID, "f1") // served; the refresh ahead reads f1 undrained and waits
 	select {
 	case <-gate.started:
