@@ -700,7 +700,7 @@ func (c *Service) AdmitAccept(ctx context.Context, factoryID, productID, jobID s
 		// (and taken back) for it, so the refusal writes nothing.
 		return nil, nil
 	}
-	a, err := c.admit(ctx, j)
+	a, err := c.admit(ctx, j, c.cappedProduct)
 	var held *heldError
 	switch {
 	case errors.As(err, &held):

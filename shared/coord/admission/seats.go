@@ -62,11 +62,17 @@ func (c *Service) seatView(ctx context.Context, productID string) (*fleet.Produc
 	return c.productOf(ctx, productID)
 }
 
-// takeSeat gives j's next run a seat on its capped product: nil and no
-// error when the product is uncapped; a *heldError when its seats are
-// taken; errReservedElsewhere when another claim of j holds the seat.
-func (c *Service) takeSeat(ctx context.Context, j *fleet.Job) (*seatClaim, error) {
-	p, err := c.cappedProduct(ctx, j.ProductID)
+// productRead is how an assignment learns whether j's product is capped:
+// through the cache (cappedProduct), or from the copy its claim just read
+// fresh.
+type productRead func(ctx context.Context, productID string) (*fleet.Product, error)
+
+// takeSeat gives j's next run a seat on its capped product (as read says
+// it is): nil and no error when the product is uncapped; a *heldError when
+// its seats are taken; errReservedElsewhere when another claim of j holds
+// the seat.
+func (c *Service) takeSeat(ctx context.Context, j *fleet.Job, read productRead) (*seatClaim, error) {
+	p, err := read(ctx, j.ProductID)
 	if err != nil || !p.Capped() {
 		return nil, err
 	}
@@ -223,14 +229,15 @@ type Grant struct {
 }
 
 // admit is step 1 of every assignment (claim, accept): the budget
-// reservation, then the seat; a *heldError when either refuses (nothing
-// stays taken), errReservedElsewhere when another claim of j is landing.
-func (c *Service) admit(ctx context.Context, j *fleet.Job) (*Grant, error) {
+// reservation, then the seat (on the product as read says it is); a
+// *heldError when either refuses (nothing stays taken),
+// errReservedElsewhere when another claim of j is landing.
+func (c *Service) admit(ctx context.Context, j *fleet.Job, read productRead) (*Grant, error) {
 	res, err := c.reserve(ctx, j)
 	if err != nil {
 		return nil, err
 	}
-	seat, err := c.takeSeat(ctx, j)
+	seat, err := c.takeSeat(ctx, j, read)
 	if err != nil {
 		c.undo(ctx, res)
 		return nil, err
@@ -347,9 +354,12 @@ func (p *Pass) Held(ctx context.Context, j *fleet.Job) (bool, error) {
 
 // Admit takes j's reservation and seat for the claim's job CAS. It returns
 // nil and no error when j is held back after all or another claim of it is
-// landing: the claim moves on to its next job.
+// landing: the claim moves on to its next job. Whether the product is
+// capped is decided on the copy Held read fresh, never on the cache: a cap
+// set through another instance must count this claim's run, or the product
+// stays over its cap for as long as that run goes.
 func (p *Pass) Admit(ctx context.Context, j *fleet.Job) (*Grant, error) {
-	a, err := p.c.admit(ctx, j)
+	a, err := p.c.admit(ctx, j, p.product)
 	var held *heldError
 	switch {
 	case errors.As(err, &held):
@@ -362,6 +372,15 @@ func (p *Pass) Admit(ctx context.Context, j *fleet.Job) (*Grant, error) {
 		return nil, nil
 	}
 	return a, err
+}
+
+// product is the product as this claim read it fresh (Held), else as the
+// cache has it.
+func (p *Pass) product(ctx context.Context, productID string) (*fleet.Product, error) {
+	if prod, ok := p.products[productID]; ok {
+		return prod, nil
+	}
+	return p.c.cappedProduct(ctx, productID)
 }
 
 // endAdmission gives back what before's run took when its lease ends
