@@ -41,3 +41,32 @@ func TestSeatCapSetElsewhereCountsTheClaim(t *testing.T) {
 		require.Nil(t, none, "maxRunning 1 with one run going")
 	}
 }
+
+// TestBudgetCountsRunsAdmittedWithoutReservation: a run admitted while its
+// product had no budget, or by an instance that still took it to have none
+// (its cache TTL), reserved nothing; when it ends under a budget its spend
+// still counts, or the budget would never see what it spent.
+func TestBudgetCountsRunsAdmittedWithoutReservation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.factory("f1")
+	b := e.peer()
+	e.submit()
+	e.submit()
+	before, err := b.Claim(e.ctx, e.as("f1")) // no budget yet: B notes that
+	require.NoError(t, err)
+	require.NotNil(t, before)
+
+	e.putBudget(1)
+	stale, err := b.Claim(e.ctx, e.as("f1")) // B still takes it to have none
+	require.NoError(t, err)
+	require.NotNil(t, stale)
+	require.Zero(t, e.budget().ReservedUSD)
+
+	e.shipWith("f1", &fleetClaim{id: before.Job.ID, epoch: before.LeaseEpoch}, 0.4)
+	e.shipWith("f1", &fleetClaim{id: stale.Job.ID, epoch: stale.LeaseEpoch}, 0.9)
+
+	bv := e.budget()
+	require.InDelta(t, 1.3, bv.SpentUSD, 1e-9, "both runs ended under the budget")
+	require.True(t, bv.Paused, "spend reached the ceiling")
+}

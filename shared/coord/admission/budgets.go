@@ -598,6 +598,37 @@ func (c *Service) settleRun(ctx context.Context, before *fleet.Job) bool {
 	return written
 }
 
+// spendUnreserved counts into its product's budget the spend of a run
+// that reserved nothing: one admitted before the budget existed, or by an
+// instance that still took the product to have none (Config.CacheTTL).
+// seedSpend counts only the runs ended before a budget is created, so
+// without this such a run's spend would never count. It makes no room, so
+// no held job flows. A run ending while its budget is being created may
+// be counted by both (the seed read it ended): over, never under.
+func (c *Service) spendUnreserved(ctx context.Context, before *fleet.Job) {
+	r := before.ReportFor(before.LeaseEpoch)
+	if r == nil || r.Usage.USD <= 0 {
+		return
+	}
+	b, err := c.budgetOf(ctx, before.ProductID)
+	if err != nil || b == nil {
+		if err != nil {
+			c.k.Log.ErrorContext(ctx, "count unreserved spend", "job", before.ID, "err", err)
+		}
+		return
+	}
+	_, _, err = c.mutateBudget(ctx, before.ProductID, func(b *fleet.ProductBudget) error {
+		now := c.k.Now()
+		b.AddSpend(r.Usage.USD, now)
+		b.PauseIfSpent(now)
+		b.UpdatedAt = now
+		return nil
+	})
+	if err != nil && !errors.Is(err, fleet.ErrNotFound) {
+		c.k.Log.ErrorContext(ctx, "count unreserved spend", "job", before.ID, "epoch", before.LeaseEpoch, "err", err)
+	}
+}
+
 // growReservation raises the reservation of a run whose reported usage
 // passed it, so admission counts what the run has spent so far.
 func (c *Service) growReservation(ctx context.Context, productID, jobID string, epoch int64, usd float64) {

@@ -393,8 +393,11 @@ func (c *Service) endAdmission(ctx context.Context, before *fleet.Job) {
 	// is settled as before.
 	took, known := before.AdmittedFor(before.LeaseEpoch)
 	settled, freed := false, false
-	if !known || took.Reservation {
+	switch {
+	case !known || took.Reservation:
 		settled = c.settleRun(ctx, before)
+	default:
+		c.spendUnreserved(ctx, before)
 	}
 	if !known || took.Seat {
 		var err error
