@@ -224,7 +224,14 @@ func claimOrder(ranked []*fleet.Job) []*fleet.Job {
 // Accept is the push transport's claim: the factory a dispatch message
 // targeted takes the job, if the message is still current.
 func (c *Coordinator) Accept(ctx context.Context, factoryID, productID, jobID string, dispatchEpoch int64) (*protocol.Claimed, error) {
-	if draining, err := c.catalog.Draining(ctx, factoryID); err == nil && draining {
+	draining, err := c.catalog.Draining(ctx, factoryID)
+	switch {
+	case errors.Is(err, fleet.ErrNotFound):
+		// Deregistered (through another instance, whose revocation this
+		// one's token cache learns within TokenCacheTTL): it gets no new
+		// work; the sweep sends the job elsewhere.
+		return nil, fleet.Errorf(fleet.CodeConflict, "factory %s is not enrolled: it takes no new jobs", factoryID)
+	case err == nil && draining:
 		// Dispatched before the drain: refused before anything is
 		// reserved, and the sweep sends the job elsewhere.
 		return nil, fleet.Errorf(fleet.CodeConflict, "factory %s is draining: it takes no new jobs", factoryID)

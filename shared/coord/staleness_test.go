@@ -6,6 +6,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/catalog"
+	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 // Two instances on one store, each with its own caches: what one caches
@@ -69,4 +71,38 @@ func TestBudgetCountsRunsAdmittedWithoutReservation(t *testing.T) {
 	bv := e.budget()
 	require.InDelta(t, 1.3, bv.SpentUSD, 1e-9, "both runs ended under the budget")
 	require.True(t, bv.Paused, "spend reached the ceiling")
+}
+
+// TestAcceptRefusesADeregisteredFactory: a factory deregistered through
+// instance A is refused an accept through B, although B still trusts its
+// token (revocation reaches B within TokenCacheTTL) and a message
+// dispatched to it before is still current: a deregistered factory gets no
+// new work.
+func TestAcceptRefusesADeregisteredFactory(t *testing.T) {
+	t.Parallel()
+	e, _ := dispatchEnv(t)
+	_, secret, err := e.c.Enroll(e.ctx, catalog.EnrollRequest{FactoryID: "f1", Capabilities: baseCaps, SeatLimit: 4})
+	require.NoError(t, err)
+	tok, err := e.c.AuthenticateFactory(e.ctx, secret)
+	require.NoError(t, err)
+	_, err = e.c.Heartbeat(e.ctx, tok, catalog.Heartbeat{Capabilities: baseCaps, Repos: []string{repo}})
+	require.NoError(t, err)
+	b := e.peer()
+	_, err = b.AuthenticateFactory(e.ctx, secret)
+	require.NoError(t, err)
+
+	j := e.submit()
+	ds, err := e.c.DispatchChanged(e.ctx, onlyJob(e.feed("").Items, j.ID))
+	require.NoError(t, err)
+	require.Equal(t, "f1", ds[0].Target)
+
+	require.NoError(t, e.c.Deregister(e.ctx, "f1"))
+	e.clock.Advance(2 * e.c.Config().FactoryCacheTTL)
+	_, err = b.AuthenticateFactory(e.ctx, secret)
+	require.NoError(t, err, "B trusts the token until it next reads the ledger")
+
+	before := e.rawJob(j.ID)
+	_, err = b.Accept(e.ctx, "f1", prod, j.ID, ds[0].DispatchEpoch)
+	requireCode(t, err, fleet.CodeConflict, "")
+	require.Equal(t, before, e.rawJob(j.ID), "the refused accept wrote nothing")
 }
