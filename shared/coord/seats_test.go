@@ -273,3 +273,59 @@ func TestSeatCapNoPreemptionPastCap(t *testing.T) {
 	require.Empty(t, pub.sentControls())
 	require.NotNil(t, e.seatCap(crit.ID))
 }
+
+// TestSeatCapPushReclaimsSeats: on the push transport no claim or accept
+// meets a seat no run will free (held jobs are not dispatched), so the
+// redispatch sweep reclaims it once it is older than the lease TTL and its
+// run is over, and the jobs it held go out. Two such seats: one a cap set
+// while a run went counted for that run (the run, admitted uncapped, frees
+// none at its end), and one a crash left between the product's CAS and
+// the job's.
+func TestSeatCapPushReclaimsSeats(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		fill func(e *env, pub *recordingPublisher)
+	}{
+		{"counted by the cap", func(e *env, pub *recordingPublisher) {
+			j := e.submit()
+			_, err := e.c.DispatchChanged(e.ctx, onlyJob(e.feed("").Items, j.ID))
+			require.NoError(e.t, err)
+			cl, err := e.c.Accept(e.ctx, "f1", prod, j.ID, pub.sent()[0].DispatchEpoch)
+			require.NoError(e.t, err)
+			e.capSeats(1)
+			require.Equal(e.t, 1, e.product().Running(), "the run going counts against the new cap")
+			e.shipWith("f1", &fleetClaim{id: j.ID, epoch: cl.LeaseEpoch}, 0)
+		}},
+		{"left by a crash", func(e *env, _ *recordingPublisher) {
+			e.capSeats(1)
+			it, err := e.raw.Read(e.ctx, store.Products, prod, prod)
+			require.NoError(e.t, err)
+			var doc fleet.Product
+			require.NoError(e.t, json.Unmarshal(it.Body, &doc))
+			doc.Seats = map[string]fleet.Seat{"j-gone": {LeaseEpoch: 1, At: e.clock.Now()}}
+			body, err := json.Marshal(doc)
+			require.NoError(e.t, err)
+			_, err = e.raw.Replace(e.ctx, store.Products, prod, prod, body, it.Rev)
+			require.NoError(e.t, err)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, pub := dispatchEnv(t)
+			e.factory("f1")
+			tc.fill(e, pub)
+			held := e.submit()
+			_, err := e.c.DispatchChanged(e.ctx, onlyJob(e.feed("").Items, held.ID))
+			require.NoError(t, err)
+			require.Equal(t, fleet.UnroutableSeatCap, e.job(held.ID).Dispatch.UnroutableKind)
+
+			e.clock.Advance(e.c.Config().LeaseTTL)
+			e.beat(e.mustTok("f1"))
+			_, err = e.c.Redispatch(e.ctx)
+			require.NoError(t, err)
+			require.Equal(t, "f1", e.job(held.ID).TargetFactoryID, "the seat no run frees is reclaimed and the held job sent")
+			require.Empty(t, e.product().Seats)
+		})
+	}
+}

@@ -459,16 +459,31 @@ func (c *Service) budgetFor(ctx context.Context, views map[string]*claimBudget, 
 
 // ReclaimHeld is admission's reclaim for the push transport: dispatch
 // sends no held job, so no accept would ever meet the leaked reservation
-// that holds it; the redispatch sweep reclaims, once per product, for the
-// queued jobs their budget holds back, before routing them again.
+// or seat that holds it; the redispatch sweep reclaims, once per product
+// and kind of hold, for the queued jobs their budget or seat cap holds
+// back, before routing them again. A seat no run frees is not only a
+// crash's: a cap set while runs went counts them (catalog's seatsFor), and
+// those runs, admitted uncapped, free nothing when they end.
 func (c *Service) ReclaimHeld(ctx context.Context, queued []*fleet.Job) {
-	done := map[string]bool{}
+	type hold struct {
+		productID string
+		kind      fleet.UnroutableKind
+	}
+	done := map[hold]bool{}
 	for _, j := range queued {
-		if j.Dispatch.UnroutableKind != fleet.UnroutableBudget || done[j.ProductID] {
+		h := hold{j.ProductID, j.Dispatch.UnroutableKind}
+		if done[h] {
 			continue
 		}
-		done[j.ProductID] = true
-		c.reclaim(ctx, j.ProductID, c.suspect)
+		switch h.kind {
+		case fleet.UnroutableBudget:
+			c.reclaim(ctx, j.ProductID, c.suspect)
+		case fleet.UnroutableSeatCap:
+			c.reclaimSeats(ctx, j.ProductID, c.staleSeat)
+		default:
+			continue
+		}
+		done[h] = true
 	}
 }
 
