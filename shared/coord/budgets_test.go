@@ -548,3 +548,30 @@ func TestBudgetSetBelowSpendPauses(t *testing.T) {
 	require.True(t, b.Paused)
 	require.Equal(t, fleet.PausedBudgetExhausted, *b.PausedReason)
 }
+
+// TestBudgetPutSeenAtOnceDespiteARacingRead: a budget read that found none
+// before this process's PutBudget created one, and returned after it,
+// does not mark the product budgetless again: what this process writes
+// applies to its next assignment at once.
+func TestBudgetPutSeenAtOnceDespiteARacingRead(t *testing.T) {
+	t.Parallel()
+	gate := newContainerGate(store.Budgets)
+	e := newEnv(t, gate.onStore())
+	e.factory("f1")
+	e.submit()
+	gate.armed.Store(true)
+	first := make(chan error, 1)
+	go func() {
+		_, err := e.c.Claim(e.ctx, e.as("f1")) // reads no budget, answered late
+		first <- err
+	}()
+	<-gate.started
+	e.putBudget(5)
+	close(gate.release)
+	require.NoError(t, <-first)
+
+	j := e.submit("budget: {usd: 1}")
+	cl := e.claim("f1")
+	require.Equal(t, j.ID, cl.Job.ID)
+	require.InDelta(t, 1, e.budget().ReservedUSD, 1e-9, "the claim after the PutBudget reserved its estimate")
+}

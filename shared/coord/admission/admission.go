@@ -77,6 +77,9 @@ type absentCache struct {
 	ttl time.Duration
 	mu  sync.Mutex
 	at  map[string]time.Time
+	// gen moves on every drop: a read that began before a write (and found
+	// nothing) must not mark the product absent after the write's drop.
+	gen uint64
 }
 
 // maxAbsent bounds the cache; past it, it starts over.
@@ -89,9 +92,20 @@ func (a *absentCache) known(id string, now time.Time) bool {
 	return ok && now.Sub(at) < a.ttl
 }
 
-func (a *absentCache) note(id string, now time.Time) {
+// generation is the value to pass to note for a read starting now.
+func (a *absentCache) generation() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.gen
+}
+
+// note marks id absent as of now, found by a read that began at gen.
+func (a *absentCache) note(id string, now time.Time, gen uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if gen != a.gen {
+		return // a write dropped the mark while the read was under way
+	}
 	if len(a.at) >= maxAbsent {
 		clear(a.at)
 	}
@@ -102,4 +116,5 @@ func (a *absentCache) drop(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.at, id)
+	a.gen++
 }

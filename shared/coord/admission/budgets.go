@@ -221,9 +221,10 @@ func (c *Service) budgetOf(ctx context.Context, productID string) (*fleet.Produc
 
 // storedBudget is budgetOf read from the store whatever the cache says.
 func (c *Service) storedBudget(ctx context.Context, productID string) (*fleet.ProductBudget, error) {
+	gen := c.unbudgeted.generation()
 	b, _, err := kernel.ReadDoc[fleet.ProductBudget](ctx, c.k.Store, store.Budgets, productID, fleet.BudgetID(productID), "budget")
 	if errors.Is(err, fleet.ErrNotFound) {
-		c.unbudgeted.note(productID, c.k.Now())
+		c.unbudgeted.note(productID, c.k.Now(), gen)
 		return nil, nil
 	}
 	if err != nil {
