@@ -620,7 +620,10 @@ func (c *Service) settleRun(ctx context.Context, before *fleet.Job) bool {
 // seedSpend counts only the runs ended before a budget is created, so
 // without this such a run's spend would never count. It makes no room, so
 // no held job flows. A run ending while its budget is being created may
-// be counted by both (the seed read it ended): over, never under.
+// be counted by both (the seed read it ended): over, never under. One
+// ending on an instance that still takes the product to have no budget
+// (within CacheTTL of its creation elsewhere) is missed: reading the
+// budget past that mark would cost every budgetless run's end a read.
 func (c *Service) spendUnreserved(ctx context.Context, before *fleet.Job) {
 	r := before.ReportFor(before.LeaseEpoch)
 	if r == nil || r.Usage.USD <= 0 {
