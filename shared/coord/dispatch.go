@@ -300,9 +300,9 @@ type DeadLetterSource interface {
 // costs one point read and skips the dead-letter drain too: a dead letter
 // only matters for a job still queued at its dispatch epoch (internal/kernel/ledger.go).
 func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
-	skip, view, err := c.k.Quiet(ctx, kernel.SweepRedispatch)
-	if err != nil || skip {
-		return 0, err
+	skip, view := c.k.Quiet(ctx, kernel.SweepRedispatch)
+	if skip {
+		return 0, nil
 	}
 	var errs []error
 	// Blocked jobs whose dependencies shipped while their unblock was lost
@@ -367,7 +367,7 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 // offers it rather than at the next sweep.
 func (c *Coordinator) retryUnroutable(ctx context.Context) {
 	// No queued job since the redispatch sweep last looked: nothing waits.
-	if skip, _, err := c.k.Quiet(ctx, kernel.SweepRedispatch); err == nil && skip {
+	if skip, _ := c.k.Quiet(ctx, kernel.SweepRedispatch); skip {
 		return
 	}
 	waiting, err := c.k.QueryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued)), store.Eq("targetFactoryId", "")}})

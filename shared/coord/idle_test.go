@@ -2,7 +2,9 @@ package coord_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -348,6 +350,76 @@ func TestRevocationOnPeerWithinTTL(t *testing.T) {
 			e.clock.Advance(coord.DefaultTokenCacheTTL / 2)
 			_, err = peer.AuthenticateFactory(e.ctx, secret)
 			requireCode(t, err, fleet.CodeUnauthenticated, "")
+		})
+	}
+}
+
+// ledgerDown is a store whose ledger cannot be read while down is set (a
+// throttled or corrupt document); everything else works.
+type ledgerDown struct {
+	store.Store
+	down atomic.Bool
+}
+
+func (s *ledgerDown) Read(ctx context.Context, container, pk, id string) (store.Item, error) {
+	if container == store.Ledger && s.down.Load() {
+		return store.Item{}, fmt.Errorf("read %s: %w", container, store.ErrUnavailable)
+	}
+	return s.Store.Read(ctx, container, pk, id)
+}
+
+// TestSweepsWorkWhenTheLedgerCannotBeRead: the ledger only saves a scan.
+// While it cannot be read, every tick scans and does its work (an expired
+// lease is reaped, a silent factory pruned) and leaves no quiet mark; once
+// it reads again, an idle tick is one point read again.
+func TestSweepsWorkWhenTheLedgerCannotBeRead(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// due sets up work that falls due with time alone, once the
+		// sweep has marked itself quiet, and returns the sweep.
+		due func(e *env, fd *feeder) func(context.Context) (int, error)
+	}{
+		{"reaper: an expired lease", func(e *env, fd *feeder) func(context.Context) (int, error) {
+			e.factory("f1")
+			e.submit()
+			fd.run()
+			e.claim("f1")
+			fd.run()
+			e.clock.Advance(coord.DefaultLeaseTTL + time.Second)
+			return e.c.Reap
+		}},
+		{"prune: a silent static factory", func(e *env, _ *feeder) func(context.Context) (int, error) {
+			e.factory("f1")
+			e.clock.Advance(coord.DefaultPruneAfter)
+			return e.c.Prune
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ledger := &ledgerDown{}
+			var counted *storecount.Store
+			e := newEnv(t, withConfig(feedConfig), withStore(func(s store.Store) store.Store {
+				ledger.Store = s
+				counted = storecount.New(ledger)
+				return counted
+			}))
+			sweep := tc.due(e, &feeder{e: e, c: e.c})
+
+			ledger.down.Store(true)
+			n, err := sweep(e.ctx)
+			require.NoError(t, err, "the ledger only saves a scan: the tick scans")
+			require.Equal(t, 1, n, "the work due is done")
+
+			ledger.down.Store(false)
+			before := counted.Snapshot()
+			_, err = sweep(e.ctx)
+			require.NoError(t, err)
+			require.Positive(t, counted.Snapshot().Sub(before).Queries, "no mark was left by the blind tick: this one scans")
+			before = counted.Snapshot()
+			_, err = sweep(e.ctx)
+			require.NoError(t, err)
+			require.Equal(t, storecount.Counts{Reads: 1}, counted.Snapshot().Sub(before), "then idle again")
 		})
 	}
 }

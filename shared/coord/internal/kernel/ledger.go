@@ -186,21 +186,27 @@ type QuietView struct {
 // Quiet reads the ledger for sw. skip is true when the sweep's last quiet
 // mark still holds: it has nothing to do and must not scan. Otherwise the
 // returned view is passed to markQuiet if the scan finds nothing.
-func (c *Kernel) Quiet(ctx context.Context, sw Sweep) (skip bool, v QuietView, err error) {
+//
+// A ledger that cannot be read (throttled, undecodable) is logged and the
+// sweep scans: the ledger only saves scans, and failing the tick instead
+// would leave an expired lease unreaped for as long as the ledger fails.
+// Such a view marks nothing: no counter was read before the scan.
+func (c *Kernel) Quiet(ctx context.Context, sw Sweep) (skip bool, v QuietView) {
 	if !c.ChangeFeed {
-		return false, QuietView{}, nil
+		return false, QuietView{}
 	}
 	l, rev, err := c.ReadLedger(ctx)
 	if err != nil {
-		return false, QuietView{}, err
+		c.Log.WarnContext(ctx, "the ledger cannot be read: the sweep scans", "sweep", sw.name, "err", err)
+		return false, QuietView{}
 	}
 	v = QuietView{sw: sw, seen: l.counter(sw.counter), l: l, rev: rev}
 	m, ok := l.Quiet[sw.name]
 	if ok && m.Seen == v.seen && c.Now().Sub(m.At) < QuietRescanAfter && (m.Until.IsZero() || c.Now().Before(m.Until)) {
 		c.Counters.QuietSkips.Add(1)
-		return true, v, nil
+		return true, v
 	}
-	return false, v, nil
+	return false, v
 }
 
 // MarkQuiet records that the scan begun after v found nothing, if the
@@ -212,7 +218,7 @@ func (c *Kernel) MarkQuiet(ctx context.Context, v QuietView) { c.MarkQuietUntil(
 
 // MarkQuietUntil is MarkQuiet for a mark that ends at until (zero: none).
 func (c *Kernel) MarkQuietUntil(ctx context.Context, v QuietView, until time.Time) {
-	if !c.ChangeFeed {
+	if !c.ChangeFeed || v.l == nil {
 		return
 	}
 	l, rev := v.l, v.rev
