@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -152,14 +153,14 @@ func newEchoEnv(t *testing.T) *echoEnv {
 	return newEchoEnvWith(t, coord.Config{EchoBackoff: time.Second, EchoMaxBackoff: 8 * time.Second, EchoBreakerFailures: 1000})
 }
 
-func newEchoEnvWith(t *testing.T, cfg coord.Config) *echoEnv {
+func newEchoEnvWith(t *testing.T, cfg coord.Config, opts ...envOpt) *echoEnv {
 	hook := &fakeWebhook{}
 	logs, mu := &bytes.Buffer{}, &sync.Mutex{}
-	e := newEnv(t, withConfig(cfg),
+	e := newEnv(t, append([]envOpt{withConfig(cfg),
 		withDeps(func(d *coord.Deps) {
 			d.Webhook = hook
 			d.Log = slog.New(slog.NewJSONHandler(lockedWriter{mu, logs}, nil))
-		}))
+		})}, opts...)...)
 	_, err := e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Repos: []string{repo, "api"},
 		Tracker: &catalog.TrackerChange{WebhookURL: hookURL, Secret: hookSecret}})
 	require.NoError(t, err)
@@ -447,4 +448,69 @@ func TestEchoConcurrentDeliverers(t *testing.T) {
 		}
 	}
 	require.Equal(t, seqRange(1, last), firsts)
+}
+
+// jobCreateHook is a store that runs a hook before the next job document
+// is created, and fails that create when fail is set.
+type jobCreateHook struct {
+	store.Store
+	mu     sync.Mutex
+	before func()
+	fail   bool
+}
+
+func (s *jobCreateHook) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
+	if container == store.Jobs {
+		s.mu.Lock()
+		h, fail := s.before, s.fail
+		s.before, s.fail = nil, false
+		s.mu.Unlock()
+		if h != nil {
+			h()
+		}
+		if fail {
+			return "", fmt.Errorf("create %s: %w", container, store.ErrUnavailable)
+		}
+	}
+	return s.Store.Create(ctx, container, pk, id, body)
+}
+
+// TestEchoSweepKeepsTheStateOfAJobBeingWritten: an ingest writes the job's
+// delivery state before the job, so that the sweep finds a job whose change
+// never reaches the echo function. A sweep that runs between the two writes
+// must not take the state for an orphan's: the job's change is then lost
+// (its hand-off died with the process) and the next sweep still delivers.
+// A state whose job never came is removed once it is old.
+func TestEchoSweepKeepsTheStateOfAJobBeingWritten(t *testing.T) {
+	t.Parallel()
+	hooks := &jobCreateHook{}
+	e := newEchoEnvWith(t, coord.Config{}, withStore(func(s store.Store) store.Store {
+		hooks.Store = s
+		return hooks
+	}))
+	hooks.mu.Lock()
+	hooks.before = func() { require.Zero(t, e.sweep(), "the job is not written yet") }
+	hooks.mu.Unlock()
+	j := e.ingest("PROJ-7")
+	// No feed: the echo function never sees the job's change.
+	require.Equal(t, 1, e.sweep(), "the sweep delivers the job's first event")
+	require.Equal(t, []int64{1}, e.hook.seqs(t, j.ID))
+
+	// An ingest whose job is never written leaves an orphan state.
+	hooks.mu.Lock()
+	hooks.fail = true
+	hooks.mu.Unlock()
+	_, _, err := e.c.Ingest(e.ctx, echo.IngestRequest{ProductID: prod, Ref: fleet.TrackerRef{Source: "jira", ItemID: "PROJ-8", Revision: 1}, Manifest: manifest()})
+	require.ErrorIs(t, err, store.ErrUnavailable)
+	openStates := func() int {
+		page, err := e.raw.Query(e.ctx, store.Echoes, store.Query{Where: []store.Cond{store.Eq("open", true)}})
+		require.NoError(t, err)
+		return len(page.Items)
+	}
+	require.Equal(t, 2, openStates(), "PROJ-7's and the orphan's")
+	require.Zero(t, e.sweep())
+	require.Equal(t, 2, openStates(), "a young orphan may be a job being written: kept")
+	e.clock.Advance(time.Hour)
+	e.sweep()
+	require.Equal(t, 1, openStates(), "an old orphan is removed")
 }

@@ -219,6 +219,10 @@ const (
 	// echoRecheck is how often the sweep looks at a tracked job in
 	// progress that is up to date, in case a change-feed batch was lost.
 	echoRecheck = time.Minute
+	// echoOrphanAfter is how old a delivery state whose job does not exist
+	// must be before the sweep removes it: far longer than an ingest takes
+	// from the state's write to the job's.
+	echoOrphanAfter = 10 * time.Minute
 )
 
 // echoBackoff is the wait after the attempts-th failure in a row:
@@ -351,10 +355,7 @@ func (c *Service) echoJob(ctx context.Context, productID, jobID string, sweep bo
 func (c *Service) echoOnce(ctx context.Context, productID, jobID string, sweep bool) (delivered int, again bool, err error) {
 	j, err := c.k.GetJob(ctx, productID, jobID)
 	if errors.Is(err, fleet.ErrNotFound) {
-		// An ingest that created the state but never the job: nothing
-		// will ever be sent.
-		_ = c.k.Store.Delete(ctx, store.Echoes, jobID, jobID, "")
-		return 0, false, nil
+		return 0, false, c.dropOrphan(ctx, jobID)
 	}
 	if err != nil || j.Tracker == nil {
 		return 0, false, err
@@ -461,6 +462,29 @@ func (c *Service) echoOnce(ctx context.Context, productID, jobID string, sweep b
 		return delivered, false, err
 	}
 	return delivered, after.EventSeq > st.DeliveredSeq, nil
+}
+
+// dropOrphan removes the delivery document of a job that does not exist:
+// an ingest that created the state but never the job, so nothing will ever
+// be sent. Open writes the state before the job, so a young one may be a
+// job being written now (or not yet seen by this process): it stays, due,
+// and a later sweep looks again. Deleting it would leave that job to the
+// change feed alone, which Open exists to back up.
+func (c *Service) dropOrphan(ctx context.Context, jobID string) error {
+	st, it, err := kernel.ReadDoc[State](ctx, c.k.Store, store.Echoes, jobID, jobID, "echo state")
+	switch {
+	case errors.Is(err, fleet.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case c.k.Now().Sub(st.UpdatedAt) < echoOrphanAfter:
+		return nil
+	}
+	if err := c.k.Store.Delete(ctx, store.Echoes, jobID, jobID, it.Rev); err != nil &&
+		!errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrPrecondition) {
+		return fmt.Errorf("remove the echo state of missing job %s: %w", jobID, err)
+	}
+	return nil
 }
 
 // lockEcho takes the job's delivery document for one pass, creating it on
