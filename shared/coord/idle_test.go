@@ -2,6 +2,7 @@ package coord_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -422,4 +423,31 @@ func TestSweepsWorkWhenTheLedgerCannotBeRead(t *testing.T) {
 			require.Equal(t, storecount.Counts{Reads: 1}, counted.Snapshot().Sub(before), "then idle again")
 		})
 	}
+}
+
+// TestQuietMarkKeepsFieldsItDoesNotKnow: a sweep's mark rewrites the ledger
+// but leaves every other field as stored. A process of a newer version may
+// have added a counter or a field to another sweep's mark; erasing them
+// while both versions run (a rolling deploy) would reset that counter under
+// its sweep's mark, which could then match again with work pending.
+func TestQuietMarkKeepsFieldsItDoesNotKnow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withConfig(feedConfig))
+	const stored = `{"id":"fleet","productId":"*","activity":0,"ended":0,"tokens":0,"future":7,
+		"quiet":{"later":{"seen":7,"at":"2026-05-31T11:59:00Z","window":"1m"}}}`
+	_, err := e.raw.Create(e.ctx, store.Ledger, "fleet", "fleet", []byte(stored))
+	require.NoError(t, err)
+
+	_, err = e.c.Reap(e.ctx) // nothing leased: marks itself quiet
+	require.NoError(t, err)
+	it, err := e.raw.Read(e.ctx, store.Ledger, "fleet", "fleet")
+	require.NoError(t, err)
+	var got struct {
+		Future int64                      `json:"future"`
+		Quiet  map[string]json.RawMessage `json:"quiet"`
+	}
+	require.NoError(t, json.Unmarshal(it.Body, &got))
+	require.Equal(t, int64(7), got.Future, "a counter this version does not know: %s", it.Body)
+	require.JSONEq(t, `{"seen":7,"at":"2026-05-31T11:59:00Z","window":"1m"}`, string(got.Quiet["later"]), "another sweep's mark, whole")
+	require.Contains(t, got.Quiet, "reap", "the reaper's own mark")
 }

@@ -101,6 +101,9 @@ type Ledger struct {
 	Echoes    int64  `json:"echoes,omitempty"`
 	// Quiet holds each sweep's last quiet mark by sweep name.
 	Quiet map[string]quietMark `json:"quiet,omitempty"`
+	// raw is the document as read ("" for an absent ledger): a mark is
+	// written into it (withMark), not over it.
+	raw []byte
 }
 
 // quietMark: at counter value Seen, verified at At, the sweep had nothing
@@ -142,7 +145,42 @@ func (c *Kernel) ReadLedger(ctx context.Context) (*Ledger, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	l.raw = it.Body
 	return l, it.Rev, nil
+}
+
+// withMark is the ledger document with sweep's mark set to m and every
+// other field as read. A process of another version (a rolling deploy) may
+// have written fields this one does not know, a counter or a field of
+// another sweep's mark; rewriting the document from this version's struct
+// would erase them, and a counter reset under its sweep's mark could match
+// that mark again with work pending.
+func (l *Ledger) withMark(sweep string, m quietMark) ([]byte, error) {
+	raw := l.raw
+	if len(raw) == 0 {
+		var err error
+		if raw, err = json.Marshal(Ledger{ID: l.ID, ProductID: l.ProductID}); err != nil {
+			return nil, err
+		}
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("ledger document: %w", err)
+	}
+	marks := map[string]json.RawMessage{}
+	if q, ok := doc["quiet"]; ok {
+		if err := json.Unmarshal(q, &marks); err != nil {
+			return nil, fmt.Errorf("ledger quiet marks: %w", err)
+		}
+	}
+	var err error
+	if marks[sweep], err = json.Marshal(m); err != nil {
+		return nil, err
+	}
+	if doc["quiet"], err = json.Marshal(marks); err != nil {
+		return nil, err
+	}
+	return json.Marshal(doc)
 }
 
 func LedgerTokensOf(l *Ledger) int64 {
@@ -232,12 +270,9 @@ func (c *Kernel) MarkQuietUntil(ctx context.Context, v QuietView, until time.Tim
 		if l.counter(v.sw.counter) != v.seen {
 			return
 		}
-		if l.Quiet == nil {
-			l.Quiet = map[string]quietMark{}
-		}
-		l.Quiet[v.sw.name] = quietMark{Seen: v.seen, At: c.Now(), Until: until}
-		body, err := json.Marshal(l)
+		body, err := l.withMark(v.sw.name, quietMark{Seen: v.seen, At: c.Now(), Until: until})
 		if err != nil {
+			c.Log.WarnContext(ctx, "record quiet sweep", "sweep", v.sw.name, "err", err)
 			return
 		}
 		if rev == "" {
