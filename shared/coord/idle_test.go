@@ -451,3 +451,35 @@ func TestQuietMarkKeepsFieldsItDoesNotKnow(t *testing.T) {
 	require.JSONEq(t, `{"seen":7,"at":"2026-05-31T11:59:00Z","window":"1m"}`, string(got.Quiet["later"]), "another sweep's mark, whole")
 	require.Contains(t, got.Quiet, "reap", "the reaper's own mark")
 }
+
+// TestQuietMarkFromTheFutureIsNotTrusted: a quiet mark written by an
+// instance whose clock runs ahead is not trusted for QuietRescanAfter plus
+// the skew: were the counter bump that should end it lost, an expired
+// lease would wait that much longer for the reaper.
+func TestQuietMarkFromTheFutureIsNotTrusted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withConfig(feedConfig))
+	fd := &feeder{e: e, c: e.c}
+	e.factory("f1")
+	e.submit()
+	fd.run()
+	e.claim("f1")
+	fd.run()
+
+	// The reaper's mark at the current counter, as a writer two hours
+	// ahead would leave it (the bump after it lost).
+	it, err := e.raw.Read(e.ctx, store.Ledger, "fleet", "fleet")
+	require.NoError(t, err)
+	var l map[string]any
+	require.NoError(t, json.Unmarshal(it.Body, &l))
+	l["quiet"] = map[string]any{"reap": map[string]any{"seen": l["activity"], "at": e.clock.Now().Add(2 * time.Hour)}}
+	body, err := json.Marshal(l)
+	require.NoError(t, err)
+	_, err = e.raw.Replace(e.ctx, store.Ledger, "fleet", "fleet", body, it.Rev)
+	require.NoError(t, err)
+
+	e.clock.Advance(coord.DefaultLeaseTTL + time.Second)
+	n, err := e.c.Reap(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the expired lease is reaped despite the mark")
+}

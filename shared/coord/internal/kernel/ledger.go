@@ -240,7 +240,10 @@ func (c *Kernel) Quiet(ctx context.Context, sw Sweep) (skip bool, v QuietView) {
 	}
 	v = QuietView{sw: sw, seen: l.counter(sw.counter), l: l, rev: rev}
 	m, ok := l.Quiet[sw.name]
-	if ok && m.Seen == v.seen && c.Now().Sub(m.At) < QuietRescanAfter && (m.Until.IsZero() || c.Now().Before(m.Until)) {
+	// A mark from the future (its writer's clock ahead of this one's) is
+	// not trusted: it would stretch QuietRescanAfter by the skew.
+	age := c.Now().Sub(m.At)
+	if ok && m.Seen == v.seen && age >= 0 && age < QuietRescanAfter && (m.Until.IsZero() || c.Now().Before(m.Until)) {
 		c.Counters.QuietSkips.Add(1)
 		return true, v
 	}
