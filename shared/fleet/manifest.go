@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -196,15 +195,9 @@ var manifestFields = map[string]fieldSetter{
 				if err := decodeScalar(f, n, &m.Budget.USD); err != nil {
 					return err
 				}
-				// NaN and infinities have no JSON form: a job carrying one
-				// could never be stored.
-				if math.IsNaN(m.Budget.USD) || math.IsInf(m.Budget.USD, 0) {
-					return Invalid(f, "must be a finite number")
-				}
-				if m.Budget.USD < 0 {
-					return Invalid(f, "must not be negative")
-				}
-				return nil
+				// NaN and infinities have no JSON form (a job carrying one
+				// could never be stored), and budgets sum estimates.
+				return ValidateUSD(f, m.Budget.USD)
 			},
 		})
 	},

@@ -21,17 +21,40 @@ type Usage struct {
 	CacheWriteTokens int64 `json:"cacheWriteTokens,omitempty"`
 }
 
-// Validate rejects negative or non-finite figures, naming field.usd etc.
+// MaxUSD bounds every dollar figure the API takes (a run's usage, a job's
+// budget.usd, a product's ceiling and default estimate). Budgets add and
+// compare dollars as int64 millionths (micros): a figure past about 9.2e12
+// converted to a negative one there, so a factory reporting a huge usage
+// made its product's reservations and spend negative and its ceiling
+// admitted everything. A billion dollars leaves room for thousands of such
+// figures in one sum.
+const MaxUSD = 1e9
+
+// ValidateUSD rejects a dollar figure that is not finite, is negative, or
+// is above MaxUSD, naming field.
+func ValidateUSD(field string, v float64) error {
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return Invalid(field, "must be a finite number")
+	case v < 0:
+		return Invalid(field, "must not be negative, got %v", v)
+	case v > MaxUSD:
+		return Invalid(field, "must be at most %.0f USD, got %v", float64(MaxUSD), v)
+	}
+	return nil
+}
+
+// Validate rejects negative, non-finite or out-of-range figures, naming
+// field.usd etc.
 func (u Usage) Validate(field string) error {
 	prefix := field + "."
 	if field == "" {
 		prefix = ""
 	}
+	if err := ValidateUSD(prefix+"usd", u.USD); err != nil {
+		return err
+	}
 	switch {
-	case math.IsNaN(u.USD) || math.IsInf(u.USD, 0):
-		return Invalid(prefix+"usd", "must be a finite number")
-	case u.USD < 0:
-		return Invalid(prefix+"usd", "must not be negative, got %v", u.USD)
 	case u.InputTokens < 0:
 		return Invalid(prefix+"inputTokens", "must not be negative, got %d", u.InputTokens)
 	case u.OutputTokens < 0:

@@ -78,13 +78,10 @@ func viewOf(b *fleet.ProductBudget) *BudgetView {
 }
 
 func positiveUSD(field string, v float64, allowZero bool) error {
-	switch {
-	case math.IsNaN(v) || math.IsInf(v, 0):
-		return fleet.Invalid(field, "must be a finite number")
-	case v < 0 || (v == 0 && !allowZero):
+	if v == 0 && !allowZero || v < 0 {
 		return fleet.Invalid(field, "must be a positive number of USD, got %v", v)
 	}
-	return nil
+	return fleet.ValidateUSD(field, v)
 }
 
 // PutBudget sets a product's budget. A new budget starts its period now
