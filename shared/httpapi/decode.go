@@ -39,10 +39,16 @@ func isJSON(mt string) bool { return mt == "application/json" || strings.HasSuff
 
 // readBody reads the whole body, at most s.maxBody bytes.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	if r.ContentLength > s.maxBody {
-		return nil, &http.MaxBytesError{Limit: s.maxBody}
+	return readBodyUpTo(w, r, s.maxBody)
+}
+
+// readBodyUpTo reads the whole body, at most limit bytes: over it is 413,
+// a body that ends early 400.
+func readBodyUpTo(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, &http.MaxBytesError{Limit: limit}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
 		return nil, err

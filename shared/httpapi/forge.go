@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"io"
 	"net/http"
 
 	"github.com/gigafactory/fleet/shared/api"
@@ -26,10 +25,7 @@ func (s *server) githubWebhook(w http.ResponseWriter, r *http.Request, _ *princi
 	if len(s.ghSecret) == 0 {
 		return fleet.Errorf(fleet.CodeUnavailable, "no GitHub webhook secret is configured (FLEET_GITHUB_WEBHOOK_SECRET_FILE): deliveries cannot be verified")
 	}
-	if r.ContentLength > github.MaxPayload {
-		return &http.MaxBytesError{Limit: github.MaxPayload}
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, github.MaxPayload))
+	body, err := readBodyUpTo(w, r, github.MaxPayload)
 	if err != nil {
 		return err
 	}

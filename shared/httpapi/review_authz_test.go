@@ -1,12 +1,19 @@
 package httpapi
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/forge/github"
 )
 
 // TestHugeDollarFiguresAreRefused: budgets add and compare dollars as int64
@@ -44,4 +51,58 @@ func TestHugeDollarFiguresAreRefused(t *testing.T) {
 	require.Equal(t, before, f.snapshot(), "refused dollar figures changed stored state")
 	// The bound itself is a figure like any other.
 	f.ok(200, nil, "POST", held+"/usage", w.f1, fmt.Sprintf(`{"leaseEpoch": %d, "usd": %g}`, w.heldEpoch, fleet.MaxUSD))
+}
+
+// TestTruncatedWebhookBodyIs400: a delivery whose body ends before its
+// Content-Length is the sender's fault, as on every other route that reads
+// a body (400), not an internal error: the webhook read its body itself
+// and returned the read error as is, a 500 logged as a server fault.
+func TestTruncatedWebhookBodyIs400(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	operatorJSON := map[string]string{"Authorization": "Bearer " + rootToken, "Content-Type": "application/json"}
+	cases := []struct {
+		method, path string
+		headers      map[string]string
+		body         string
+	}{
+		{"POST", "/api/fleet/forge/github", map[string]string{github.HeaderEvent: "ping",
+			github.HeaderSignature: github.Sign([]byte(testWebhookSecret), []byte(`{"zen":"x"}`))}, `{"zen":`},
+		// The rule every other body follows, for comparison.
+		{"PUT", "/api/fleet/products/p1", operatorJSON, `{"repos":`},
+	}
+	before := f.snapshot()
+	for _, c := range cases {
+		status, body := truncatedRequest(t, f.url, c.method, c.path, c.headers, c.body, 100)
+		require.Equal(t, http.StatusBadRequest, status, "%s: %s", c.path, body)
+		require.Contains(t, string(body), `"code":"invalid_argument"`, "%s", c.path)
+	}
+	require.Equal(t, before, f.snapshot(), "a truncated body changed nothing")
+}
+
+// truncatedRequest sends method path with headers and a Content-Length of
+// declared, then only body, and closes its side: the server reads a body
+// that ends early. It returns the answer's status and body.
+func truncatedRequest(t *testing.T, base, method, path string, headers map[string]string, body string, declared int) (int, []byte) {
+	t.Helper()
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	conn, err := net.Dial("tcp", u.Host)
+	require.NoError(t, err)
+	defer conn.Close()
+	var req strings.Builder
+	fmt.Fprintf(&req, "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\nConnection: close\r\n", method, path, u.Host, declared)
+	for k, v := range headers {
+		fmt.Fprintf(&req, "%s: %s\r\n", k, v)
+	}
+	req.WriteString("\r\n" + body)
+	_, err = io.WriteString(conn, req.String())
+	require.NoError(t, err)
+	require.NoError(t, conn.(*net.TCPConn).CloseWrite())
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, out
 }
