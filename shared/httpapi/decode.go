@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"mime"
@@ -86,8 +87,7 @@ func (s *server) readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, e
 
 // decodeStrict decodes one JSON object into dst: unknown fields, repeated
 // fields, wrong types and anything after the object are errors naming the
-// field at fault. Request bodies are flat objects, so a field name is its
-// JSON path.
+// field at fault (a repeated one by its JSON path).
 func decodeStrict(body []byte, dst any, required bool) error {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
@@ -119,31 +119,70 @@ func decodeStrict(body []byte, dst any, required bool) error {
 	return nil
 }
 
-// checkRepeatedFields rejects an object with a top-level field twice. Syntax
-// errors are left for the decoder, which reports them better.
+// checkRepeatedFields rejects an object with a field twice, at any depth
+// (nested objects, maps and the objects in lists), naming it by its path:
+// usage.usd, forge.repos.r1, children[0].manifest. Syntax errors are left
+// for the decoder, which reports them better.
 func checkRepeatedFields(body []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if _, err := dec.Token(); err != nil { // the opening '{'
-		return nil
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		key, _ := tok.(string)
-		if seen[key] {
-			return fleet.Invalid(key, "appears twice")
-		}
-		seen[key] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return nil
-		}
+	err := repeatedIn(json.NewDecoder(bytes.NewReader(body)), "", 0)
+	if _, ok := errors.AsType[*fleet.Error](err); ok {
+		return err
 	}
 	return nil
 }
+
+// maxRepeatDepth bounds how deep checkRepeatedFields looks: request
+// bodies nest a few levels, and a deeper one is refused by the decoder
+// (a wrong type, or its own depth limit) without this recursing through
+// it.
+const maxRepeatDepth = 32
+
+// repeatedIn reads one JSON value from dec and fails on a repeated field in
+// it; path is the value's place in the body.
+func repeatedIn(dec *json.Decoder, path string, depth int) error {
+	if depth > maxRepeatDepth {
+		return errTooDeep
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			key, _ := kt.(string)
+			field := key
+			if path != "" {
+				field = path + "." + key
+			}
+			if seen[key] {
+				return fleet.Invalid(field, "appears twice")
+			}
+			seen[key] = true
+			if err := repeatedIn(dec, field, depth+1); err != nil {
+				return err
+			}
+		}
+	case json.Delim('['):
+		for i := 0; dec.More(); i++ {
+			if err := repeatedIn(dec, fmt.Sprintf("%s[%d]", path, i), depth+1); err != nil {
+				return err
+			}
+		}
+	default:
+		return nil
+	}
+	_, err = dec.Token() // the closing delimiter
+	return err
+}
+
+// errTooDeep stops repeatedIn past maxRepeatDepth.
+var errTooDeep = errors.New("nested too deep to check")
 
 // unknownFieldPrefix starts encoding/json's error for a field dst lacks;
 // the package has no typed error for it, so the name is parsed out.

@@ -106,3 +106,36 @@ func truncatedRequest(t *testing.T, base, method, path string, headers map[strin
 	require.NoError(t, err)
 	return resp.StatusCode, out
 }
+
+// TestRepeatedNestedFieldsAreRefused: a repeated field is refused (400
+// naming it) at any depth, as at the top: encoding/json keeps the last of
+// two, so a nested object saying two things about one field (a usage's
+// usd, a forge's repo mapping, a heartbeat's cooldown) was read one way
+// here and possibly another by a proxy or a log reader, and stored.
+func TestRepeatedNestedFieldsAreRefused(t *testing.T) {
+	t.Parallel()
+	w := newAuthzWorld(t)
+	f := w.f
+	held := "/api/fleet/jobs/" + w.held
+	cases := []struct {
+		name, method, path, token, body, field string
+	}{
+		{"PATCH usage", "PATCH", held, w.f1,
+			fmt.Sprintf(`{"leaseEpoch": %d, "usage": {"usd": 1, "inputTokens": 0, "outputTokens": 0, "usd": 2}}`, w.heldEpoch), "usage.usd"},
+		{"fail usage", "POST", "/api/fleet/fail", w.f1,
+			fmt.Sprintf(`{"jobId": %q, "leaseEpoch": %d, "reason": "x", "retryable": true, "usage": {"usd": 1, "usd": 2, "inputTokens": 0, "outputTokens": 0}}`, w.held, w.heldEpoch), "usage.usd"},
+		{"forge repo mapping", "PUT", "/api/fleet/products/p1", rootToken,
+			`{"repos": ["r1"], "forge": {"kind": "github", "repos": {"r1": "acme/one", "r1": "evil/two"}}}`, "forge.repos.r1"},
+		{"heartbeat cooldown", "POST", "/api/fleet/factories/heartbeat", w.f1,
+			`{"capabilities": [], "repos": [], "cooldowns": {"engine:claude": "2026-03-04T06:00:00Z", "engine:claude": "2026-03-04T05:07:00Z"}}`, "cooldowns.engine:claude"},
+		{"in a list", "POST", "/api/fleet/jobs/" + w.queued + "/children", rootToken,
+			`{"children": [{"manifest": "a", "manifest": "b"}]}`, "children[0].manifest"},
+	}
+	before := f.snapshot()
+	for _, c := range cases {
+		res := f.call(c.method, c.path, c.token, c.body)
+		require.Equal(t, http.StatusBadRequest, res.status, "%s: %s", c.name, res)
+		require.Equal(t, c.field, res.errorOf(t).Field, "%s: %s", c.name, res)
+	}
+	require.Equal(t, before, f.snapshot(), "refused bodies changed stored state")
+}
