@@ -96,8 +96,17 @@ type ProductBudget struct {
 func BudgetID(productID string) string { return productID }
 
 // micros is a dollar figure in millionths: sums and comparisons are made
-// on integers, so 0.1+0.2 fits a ceiling of 0.3.
-func micros(usd float64) int64 { return int64(math.Round(usd * 1e6)) }
+// on integers, so 0.1+0.2 fits a ceiling of 0.3. It saturates at
+// ±maxSumUSD: every figure taken in is at most MaxUSD, but a period's
+// spend sums them, and past int64 it would wrap negative and admit every
+// later job. Sums of a few saturated figures still fit in int64.
+func micros(usd float64) int64 {
+	return int64(math.Round(max(-maxSumUSD, min(usd, maxSumUSD)) * 1e6))
+}
+
+// maxSumUSD is where micros saturates: a thousand times MaxUSD, a
+// millionth of int64's range in millionths.
+const maxSumUSD = 1000 * MaxUSD
 
 // PeriodStartAt is when the period containing now began for period; a
 // total budget's period began at created.
@@ -221,7 +230,7 @@ func (b *ProductBudget) Reserve(jobID string, leaseEpoch int64, estimate float64
 
 // AddSpend adds usd spent at to the period's spend and its burndown.
 func (b *ProductBudget) AddSpend(usd float64, at time.Time) {
-	b.SpentUSD = float64(micros(b.SpentUSD)+micros(usd)) / 1e6
+	b.SpentUSD = min(float64(micros(b.SpentUSD)+micros(usd))/1e6, maxSumUSD)
 	b.Points = append(b.Points, BurnPoint{At: at, SpentUSD: b.SpentUSD})
 	if len(b.Points) > MaxBurnPoints {
 		b.Points = b.Points[len(b.Points)-MaxBurnPoints:]

@@ -193,3 +193,19 @@ func TestUsageMax(t *testing.T) {
 	require.Equal(t, a, a.Max(a))
 	require.Error(t, fleet.Usage{USD: -1}.Validate("usage"))
 }
+
+// TestSpendSaturates: a period's spend sums figures of up to MaxUSD each;
+// past int64's range in millionths it would wrap negative and admit every
+// later job. It saturates instead, and stays spent.
+func TestSpendSaturates(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	b := &fleet.ProductBudget{CeilingUSD: 100, AutoPause: true}
+	for range 10000 { // 1e13 dollars in all: past int64 in millionths
+		b.AddSpend(fleet.MaxUSD, now)
+	}
+	require.Equal(t, 1000*fleet.MaxUSD, b.SpentUSD, "saturated at a thousand times MaxUSD")
+	require.Zero(t, b.RemainingUSD())
+	b.PauseIfSpent(now)
+	require.True(t, b.Paused)
+}
