@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -219,10 +220,37 @@ func HTTPFunc(h http.Handler, in, out string) Func {
 // open console tab or `fleetctl top` would hold a Ctrl-C for as long as the
 // stream's time limit. Short requests get grace to finish; streams see
 // their context end and return, and their clients reconnect elsewhere.
+//
+// Connections that never sent a request are closed then too: Shutdown
+// takes one for busy until it is 5 s old (net/http, issue 22682), and a
+// client's pool opens such spare connections under load (a dial that lost
+// the race to a connection freed meanwhile), so a Ctrl-C took 5 s more.
 func EndRequestsOnShutdown(srv *http.Server, grace time.Duration) {
 	base, end := context.WithCancel(context.Background())
 	srv.BaseContext = func(net.Listener) context.Context { return base }
-	srv.RegisterOnShutdown(func() { time.AfterFunc(grace, end) })
+	var (
+		mu     sync.Mutex
+		unused = map[net.Conn]struct{}{}
+	)
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		mu.Lock()
+		defer mu.Unlock()
+		if st == http.StateNew {
+			unused[c] = struct{}{}
+		} else {
+			delete(unused, c)
+		}
+	}
+	srv.RegisterOnShutdown(func() {
+		time.AfterFunc(grace, func() {
+			end()
+			mu.Lock()
+			defer mu.Unlock()
+			for c := range unused {
+				_ = c.Close()
+			}
+		})
+	})
 }
 
 // ShutdownGrace is how long requests in flight may run on once a server
