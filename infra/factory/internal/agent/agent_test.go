@@ -141,6 +141,41 @@ func TestLeaseKeep(t *testing.T) {
 	}
 }
 
+// hungRenewals is a coordinator that never answers a renewal: each one
+// hangs until its context ends, as a partitioned network does (the API
+// client's timeouts and retries stretch one renewal over minutes).
+type hungRenewals struct{ fakeAPI }
+
+func (h *hungRenewals) Renew(ctx context.Context, _, _ string, _ int64) (protocol.Renewal, error) {
+	<-ctx.Done()
+	return protocol.Renewal{}, ctx.Err()
+}
+
+// TestLeaseKeepLostWhileARenewalHangs: the lease is lost a whole length
+// after the last renewal that succeeded even when the renewal in flight
+// never answers; the keeper must not wait for it to return first, or the
+// engine outlives its lease by as long as the renewal takes.
+func TestLeaseKeepLostWhileARenewalHangs(t *testing.T) {
+	t.Parallel()
+	l := newLease(&hungRenewals{}, claim(200*time.Millisecond), time.Now())
+	lost := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	var keeping sync.WaitGroup
+	keeping.Go(func() {
+		l.keep(ctx, 20*time.Millisecond, slog.New(slog.DiscardHandler), func(err error) { lost <- err })
+	})
+	defer func() {
+		cancel()
+		keeping.Wait()
+	}()
+	select {
+	case err := <-lost:
+		require.ErrorIs(t, err, errLeaseLost)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a renewal that never answers kept a 200 ms lease for 10 s")
+	}
+}
+
 // fakeRecv records settlements.
 type fakeRecv struct {
 	completed, abandoned []string

@@ -92,6 +92,14 @@ func (l *lease) sinceOK() time.Duration {
 	return time.Since(l.lastOK)
 }
 
+// end is when the lease is lost unless a renewal succeeds before: a whole
+// length after the last successful one began.
+func (l *lease) end() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastOK.Add(l.ttl)
+}
+
 // guard renews the lease and returns a context that ends while the lease
 // is still certainly ours: half a lease length after the renewal started.
 // Every write that must never come from a zombie (a push, the ship hook)
@@ -117,17 +125,26 @@ func (l *lease) guard(ctx context.Context) (context.Context, context.CancelFunc,
 // is fenced, or when no renewal has succeeded for a whole lease length
 // (the coordinator may have reaped it; going on would risk a zombie write),
 // and with errCancelRequested or errPreemptRequested when a renewal answer
-// asks the holder to stop (how a poll factory hears of it).
+// asks the holder to stop (how a poll factory hears of it). The loss is
+// called at the lease's end, not later: a renewal in flight then (the
+// client's timeouts and retries can stretch one over minutes) is cut
+// short, and one failing between two ticks does not wait for the next.
 func (l *lease) keep(ctx context.Context, every time.Duration, log *slog.Logger, lost func(error)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		end := time.NewTimer(time.Until(l.end()))
 		select {
 		case <-ctx.Done():
+			end.Stop()
 			return
 		case <-t.C:
+		case <-end.C:
 		}
-		ren, err := l.renew(ctx)
+		end.Stop()
+		rctx, cancel := context.WithDeadline(ctx, l.end())
+		ren, err := l.renew(rctx)
+		cancel()
 		switch {
 		case err == nil:
 			if cause := stopCause(ren); cause != nil {
@@ -139,7 +156,7 @@ func (l *lease) keep(ctx context.Context, every time.Duration, log *slog.Logger,
 			return
 		case ctx.Err() != nil:
 			return
-		case l.sinceOK() > l.ttl:
+		case l.sinceOK() >= l.ttl:
 			log.ErrorContext(ctx, "lease renewals failing for a whole lease length; stopping the job", "err", err)
 			lost(errLeaseLost)
 			return
