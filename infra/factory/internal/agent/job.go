@@ -36,8 +36,11 @@ type jobRun struct {
 	epoch         int64 // lease epoch
 	dispatchEpoch int64
 	cancel        context.CancelCauseFunc
-	done          chan struct{}
-	outcome       Outcome
+	// ended is closed once the run has ended (delivered, failed, released
+	// or quarantined), before the local GC after it; done once that GC is
+	// over too.
+	ended, done chan struct{}
+	outcome     Outcome
 	// lease is the run's lease: its keeper renews it, and so does a
 	// control message, to have the coordinator confirm it.
 	lease *lease
@@ -55,8 +58,8 @@ func (a *Agent) start(ctx context.Context, cl *protocol.Claimed, received time.T
 	// The job's life is its own: a shutdown cancels it explicitly (with
 	// errShutdown), so it can checkpoint and release on the way out.
 	jctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	r := &jobRun{id: j.ID, repo: j.Repo, epoch: cl.LeaseEpoch, dispatchEpoch: j.DispatchEpoch, cancel: cancel, done: make(chan struct{}),
-		lease: newLease(a.api, cl, received)}
+	r := &jobRun{id: j.ID, repo: j.Repo, epoch: cl.LeaseEpoch, dispatchEpoch: j.DispatchEpoch, cancel: cancel,
+		ended: make(chan struct{}), done: make(chan struct{}), lease: newLease(a.api, cl, received)}
 	a.mu.Lock()
 	prev := a.running[j.ID]
 	if prev != nil && prev.epoch >= r.epoch {
@@ -78,7 +81,9 @@ func (a *Agent) start(ctx context.Context, cl *protocol.Claimed, received time.T
 		defer close(r.done)
 		defer cancel(nil)
 		if prev != nil {
-			<-prev.done
+			// Not prev.done: the GC after it may wait long for gcMu, and
+			// nothing renews this run's lease before runJob.
+			<-prev.ended
 		}
 		r.outcome = a.runJob(jctx, cancel, cl, r.lease)
 		a.mu.Lock()
@@ -86,6 +91,7 @@ func (a *Agent) start(ctx context.Context, cl *protocol.Claimed, received time.T
 			delete(a.running, j.ID)
 		}
 		a.mu.Unlock()
+		close(r.ended)
 		signal(a.freed)
 		signal(a.changed)
 		a.gcLocal(context.WithoutCancel(ctx), "after job "+j.ID)

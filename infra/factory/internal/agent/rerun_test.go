@@ -372,3 +372,54 @@ cat ` + gate2 + ` > /dev/null; echo second > result.txt'`
 		require.NotContains(t, u.body, "first", "%s", u.name)
 	}
 }
+
+// TestNewRunDoesNotWaitForTheOldRunsGC: the new run of a job claimed again
+// waits for the old run to end (the two never work side by side), not for
+// the local GC after it, which waits for any GC in progress (a GC
+// request's origin pushes hold gcMu for minutes): meanwhile nothing
+// renewed the new lease, which could run out before its run began.
+func TestNewRunDoesNotWaitForTheOldRunsGC(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	repo := newGitRepo(t, root)
+	started1 := fifo(t, t.TempDir(), "started1")
+	engine := `sh -c 'if [ "$FLEET_JOB_LEASE_EPOCH" = 1 ]; then echo up > ` + started1 + `; exec sleep 600; fi
+echo second > result.txt'`
+	coord := newFakeCoord("j1", "app")
+	renewed := make(chan struct{}, 1)
+	coord.onRenew = func(epoch int64) {
+		if epoch == 3 {
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+		}
+	}
+	a := newGitAgent(t, root, repo, coord, engine)
+	ctx := context.Background()
+	r1 := a.handle(ctx, transport.Delivery{ID: "claim:j1:1", Claimed: coord.claim()})
+	require.NotNil(t, r1)
+	waitUp(t, started1)
+
+	a.gcMu.Lock() // a GC request is at work
+	gcHeld := true
+	defer func() {
+		if gcHeld {
+			a.gcMu.Unlock()
+		}
+	}()
+	coord.requeue()
+	r2 := a.handle(ctx, transport.Delivery{ID: "claim:j1:3", Claimed: coord.claim()})
+	require.NotNil(t, r2)
+	select {
+	case <-renewed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the new run's lease was not renewed while the old run's GC waited")
+	}
+	gcHeld = false
+	a.gcMu.Unlock()
+	require.Equal(t, OutcomeFenced, waitRun(t, r1, "the old run"))
+	require.Equal(t, OutcomeDone, waitRun(t, r2, "the new run"), "fails: %q", coord.fails)
+	a.jobs.Wait()
+	require.Equal(t, "second", repo.show("aq/job/j1", "result.txt"))
+}
