@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -15,6 +16,13 @@ import (
 // envUsageFile names the engine's usage report, when the factory gives the
 // engine one: a file the engine writes and the run uploads as a report.
 const envUsageFile = "FLEET_JOB_USAGE_FILE"
+
+// uploadBudget bounds all of a run's artifact uploads together, on the
+// factory's clock. An upload has no whole-request timeout (a large file on
+// a slow link takes what it takes), so without it a stalled one would use
+// up the two minutes the report after it (the failure, the release, the
+// acknowledgement) has too, and that report is what frees the lease.
+const uploadBudget = time.Minute
 
 // Artifact names of a run.
 const (
@@ -33,11 +41,22 @@ func (jb *job) uploadArtifacts(ctx context.Context) {
 		return
 	}
 	jb.uploaded = true
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	budget := jb.a.clock.NewTicker(uploadBudget)
+	defer budget.Stop()
+	go func() {
+		select {
+		case <-budget.C():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	for _, a := range jb.runArtifacts(ctx) {
 		got, err := jb.a.api.UploadArtifact(ctx, jb.j.ProductID, jb.j.ID, a)
 		if err != nil {
 			jb.log.WarnContext(ctx, "artifact not uploaded", "name", a.Name, "err", err)
-			if errors.Is(err, api.ErrFenced) {
+			if errors.Is(err, api.ErrFenced) || ctx.Err() != nil {
 				return
 			}
 			continue

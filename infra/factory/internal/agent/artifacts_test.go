@@ -2,11 +2,15 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
+	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/clock/clocktest"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -48,4 +52,64 @@ func TestRunUploadsArtifacts(t *testing.T) {
 			require.Contains(t, byName[artifactDiff].body, tc.diff)
 		})
 	}
+}
+
+// stalledUploads is a coordinator that stalls every artifact upload (it
+// reads no more of the body): an upload has no whole-request timeout, so
+// only its context ends it. Its failure reports need a live context.
+type stalledUploads struct {
+	*fakeCoord
+	entered chan struct{}
+}
+
+func (c *stalledUploads) UploadArtifact(ctx context.Context, _, _ string, _ api.ArtifactUpload) (*fleet.Artifact, error) {
+	select {
+	case c.entered <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (c *stalledUploads) Fail(ctx context.Context, r api.FailRequest) (*fleet.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return c.fakeCoord.Fail(ctx, r)
+}
+
+// TestStalledUploadLeavesTheReportItsTime: artifacts are best effort, and
+// the report after them is what frees the lease: uploads are given up
+// once the upload budget is spent (on the factory's clock), and the
+// failure is reported. Before, they shared the report's two minutes, so a
+// stalled upload used them all and the failure was never reported: the
+// job waited for its lease to expire and a crash came back as a retry.
+func TestStalledUploadLeavesTheReportItsTime(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	repo := newGitRepo(t, root)
+	coord := &stalledUploads{fakeCoord: newFakeCoord("j1", "app"), entered: make(chan struct{}, 1)}
+	a := newGitAgent(t, root, repo, coord, `sh -c 'echo the model gave up; exit 3'`)
+	clk := clocktest.New(time.Date(2026, 11, 18, 10, 0, 0, 0, time.UTC))
+	a.clock = clk
+	r := a.handle(context.Background(), transport.Delivery{ID: "claim:j1:1", Claimed: coord.claim()})
+	require.NotNil(t, r)
+	select {
+	case <-coord.entered:
+	case <-r.done:
+		t.Fatal("the run ended without uploading")
+	}
+	clk.Advance(uploadBudget)
+	select {
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the failure was not reported while an upload stalled")
+	}
+	require.Equal(t, OutcomeFailed, r.outcome)
+	a.jobs.Wait()
+	coord.mu.Lock()
+	defer coord.mu.Unlock()
+	require.Len(t, coord.fails, 1)
+	require.True(t, strings.HasPrefix(coord.fails[0], "crash: "), coord.fails[0])
+	require.Empty(t, coord.uploads)
 }
