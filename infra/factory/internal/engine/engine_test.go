@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -167,6 +168,35 @@ exit 0`)
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return gone(pid) }, 5*time.Second, 20*time.Millisecond)
+}
+
+// fullDisk refuses every write, as a file on a full disk does, and counts
+// what it was offered.
+type fullDisk struct{ offered atomic.Int64 }
+
+func (w *fullDisk) Write(b []byte) (int, error) {
+	w.offered.Add(int64(len(b)))
+	return 0, syscall.ENOSPC
+}
+
+// TestRunOutputThatCannotBeStored: an output writer that fails (the
+// factory's disk is full) does not stop the engine's pipe being read, so
+// the engine never blocks writing its output (to be stopped later as an
+// idle one), and the writer is still offered every byte (the watchdog
+// times the engine's activity on it, a preset's parser reads it).
+func TestRunOutputThatCannotBeStored(t *testing.T) {
+	t.Parallel()
+	// Far more than a pipe holds (64 KiB on Linux).
+	eng := script(t, `head -c 1048576 /dev/zero`)
+	w := &fullDisk{}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := Run(ctx, Spec{Argv: []string{eng}, Env: []string{"PATH=" + os.Getenv("PATH")}, LogPath: filepath.Join(t.TempDir(), "log"),
+		Grace: time.Second, Stdout: w})
+	require.NoError(t, err)
+	require.False(t, res.Stopped, "the engine blocked on its output until it was stopped")
+	require.True(t, res.Success(), res.String())
+	require.EqualValues(t, 1<<20, w.offered.Load())
 }
 
 // gone reports whether pid no longer runs (an unreaped zombie is gone).

@@ -222,8 +222,26 @@ func (p *outPipes) add(dst io.Writer) (*os.File, error) {
 		return nil, err
 	}
 	p.r, p.w = append(p.r, r), append(p.w, w)
-	p.copies.Go(func() { _, _ = io.Copy(dst, r) })
+	p.copies.Go(func() { drain(dst, r) })
 	return w, nil
+}
+
+// drain copies r to dst until r ends, whatever dst answers: a writer that
+// fails (the factory's disk is full) must not stop the pipe being read, or
+// the engine blocks on its next write once the pipe is full and is taken
+// for a hung one; dst is still offered every byte (the watchdog and a
+// preset's parser read them on their way to the file).
+func drain(dst io.Writer, r io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			_, _ = dst.Write(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // started closes the factory's copies of the write ends: the pipes end
