@@ -779,13 +779,18 @@ var errPushOutlived = fmt.Errorf("%w: the push outlived the lease guard", errLea
 // late push): the holder's view wins, after a second check.
 func (jb *job) push(ctx context.Context, branch string) error {
 	for attempt := 1; ; attempt++ {
-		gctx, cancel, err := jb.lease.guard(ctx)
-		if err != nil {
-			return fmt.Errorf("confirm lease before pushing %s: %w", branch, err)
-		}
-		err = jb.wt.Push(gctx, branch)
-		outlived := errors.Is(gctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
-		cancel()
+		// Checked once the push holds the repo's lock: a wait for it must
+		// neither hide a revocation nor count against the guard.
+		var gctx context.Context
+		err := jb.wt.PushFenced(ctx, branch, func(ctx context.Context) (context.Context, context.CancelFunc, error) {
+			c, cancel, err := jb.lease.guard(ctx)
+			if err != nil {
+				return nil, nil, fmt.Errorf("confirm lease before pushing %s: %w", branch, err)
+			}
+			gctx = c
+			return c, cancel, nil
+		})
+		outlived := gctx != nil && errors.Is(gctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 		switch {
 		case err == nil:
 			return nil

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -128,4 +130,66 @@ func TestHolderPushesOverAStrayPush(t *testing.T) {
 	coord.mu.Lock()
 	defer coord.mu.Unlock()
 	require.Equal(t, "aq/job/j1", coord.job.Checkpoint)
+}
+
+// pushWaitsForRepoLock reports a goroutine blocked in a push, waiting for
+// its repo's lock.
+func pushWaitsForRepoLock() bool {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "[sync.Mutex.Lock") && strings.Contains(g, "gitwt.(*Worktree).Push") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPushFencedOnceItHoldsTheRepoLock: the lease check every push needs
+// right before it is made once the push holds its repo's lock, so a push
+// that waited for the lock (another run's fetch or push, a GC) while its
+// lease was revoked pushes nothing. Before, the check came before the
+// wait: the push went out after the revocation, and a wait longer than
+// half a lease made a good result's push one that outlived its guard (the
+// result quarantined, the job left to its lease's expiry).
+func TestPushFencedOnceItHoldsTheRepoLock(t *testing.T) {
+	t.Parallel()
+	jb, coord, repo := heldJob(t)
+	jb.write(t, "a.txt", "first")
+	jb.checkpoint(jb.ctx, "first")
+	wip := repo.ref("aq/wip/j1")
+	require.NotEmpty(t, wip)
+
+	// A GC holds the repo's lock while it asks the coordinator about
+	// another job's local branch.
+	mirror := jb.a.git.MirrorPath("app")
+	gitT(t, mirror, "branch", "aq/quarantine/j9-e1", gitT(t, mirror, "commit-tree", "-m", "j9", "refs/remotes/origin/main^{tree}"))
+	asked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	bg.Go(func() {
+		_, _ = jb.a.git.GCLocal(context.Background(), func(_, job string) bool { return job == "j1" },
+			func(context.Context, string) (bool, error) {
+				once.Do(func() { close(asked) })
+				<-release
+				return false, nil
+			})
+	})
+	<-asked
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+
+	jb.write(t, "b.txt", "late")
+	bg.Go(func() { jb.checkpoint(jb.ctx, "periodic") })
+	require.Eventually(t, pushWaitsForRepoLock, 30*time.Second, 5*time.Millisecond, "the checkpoint's push waits for the repo lock")
+	coord.requeue() // an operator's requeue revokes the lease meanwhile
+	released = true
+	close(release)
+	bg.Wait()
+	require.Equal(t, wip, repo.ref("aq/wip/j1"), "a push whose lease was revoked while it waited for the repo lock went out")
 }

@@ -480,8 +480,22 @@ var ErrRefMoved = errors.New("the branch on origin moved since this run last saw
 // commit this run expects there (--force-with-lease=<ref>:<sha>, "must not
 // exist" when it expects none): it replaces only what this run has seen,
 // so it never overwrites another holder's push; that refusal is
-// ErrRefMoved. The caller checks its fence right before.
+// ErrRefMoved. The caller checks its fence right before (PushFenced).
 func (w *Worktree) Push(ctx context.Context, branch string) error {
+	return w.PushFenced(ctx, branch, nil)
+}
+
+// Fence confirms that a write may go on and returns the context it runs
+// under (ending while the write is certainly still allowed) and that
+// context's cancel.
+type Fence func(ctx context.Context) (context.Context, context.CancelFunc, error)
+
+// PushFenced is Push with fence checked once the push holds the repo's
+// lock, right before the write: the wait for the lock (another run's
+// fetch or push, a GC) can neither outlast the fence's deadline nor hide
+// a fence lost meanwhile. fence's error is returned as it is; a nil fence
+// checks nothing.
+func (w *Worktree) PushFenced(ctx context.Context, branch string, fence Fence) error {
 	head, err := w.Head(ctx)
 	if err != nil {
 		return fmt.Errorf("push %s: %w", branch, err)
@@ -492,6 +506,14 @@ func (w *Worktree) Push(ctx context.Context, branch string) error {
 	w.mu.Unlock()
 	unlock := w.m.lock(w.Repo)
 	defer unlock()
+	if fence != nil {
+		fctx, cancel, err := fence(ctx)
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		ctx = fctx
+	}
 	if err := w.m.checkConfig(ctx, w.Repo); err != nil {
 		return fmt.Errorf("push %s: %w", branch, err)
 	}
