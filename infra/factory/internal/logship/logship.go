@@ -33,6 +33,9 @@ const (
 	DefaultPoll       = 100 * time.Millisecond
 	DefaultMaxBehind  = 64 << 10
 	DefaultMaxBackoff = 5 * time.Second
+	// StopWait is how long Stop waits for a send the background loop has
+	// in flight.
+	StopWait = 5 * time.Second
 )
 
 // Config says what to ship where.
@@ -70,7 +73,9 @@ type Shipper struct {
 	done bool
 
 	stop chan struct{}
-	wg   sync.WaitGroup
+	// cancel ends the background loop's context (a send in flight).
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // New makes a shipper; Start runs it.
@@ -95,6 +100,7 @@ func New(cfg Config) *Shipper {
 
 // Start ships in the background until ctx ends or Stop.
 func (s *Shipper) Start(ctx context.Context) {
+	ctx, s.cancel = context.WithCancel(ctx)
 	s.wg.Go(func() {
 		t := s.cfg.Timers.NewTicker(s.cfg.Poll)
 		defer t.Stop()
@@ -112,10 +118,27 @@ func (s *Shipper) Start(ctx context.Context) {
 }
 
 // Stop ends the background loop and sends what the file holds beyond what
-// was sent, within ctx. It returns the offset the coordinator has.
+// was sent, within ctx. It returns the offset the coordinator has. A send
+// the loop has in flight gets StopWait to finish, then is cut short (its
+// chunk is sent again from the offset): one request can take minutes of
+// the API client's retries, and must not hold the run's end.
 func (s *Shipper) Stop(ctx context.Context) int64 {
 	close(s.stop)
-	s.wg.Wait()
+	looped := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(looped)
+	}()
+	wait := s.cfg.Timers.NewTicker(StopWait)
+	select {
+	case <-looped:
+	case <-wait.C():
+	}
+	wait.Stop()
+	if s.cancel != nil { // nil: never started
+		s.cancel()
+	}
+	<-looped
 	for !s.done && ctx.Err() == nil {
 		size, err := fileSize(s.cfg.Path)
 		if err != nil || size <= s.off {

@@ -230,3 +230,41 @@ func TestStopEndsTheBackgroundSendAfterItsChunk(t *testing.T) {
 		t.Fatal("Stop waited for the loop to send the whole backlog")
 	}
 }
+
+// TestStopCutsShortASendThatHangs: a send the background loop has in
+// flight when Stop comes gets StopWait (on the shipper's clock) to finish;
+// one that hangs (the API client retries a coordinator that does not
+// answer for minutes) is then cut short and its chunk left to Stop's own
+// sends, within Stop's deadline, so it cannot hold the run's end.
+func TestStopCutsShortASendThatHangs(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	coord := &gatedCoord{fakeCoord: &fakeCoord{}, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	path := filepath.Join(t.TempDir(), "engine.log")
+	require.NoError(t, os.WriteFile(path, []byte("0123"), 0o600))
+	s := New(Config{Path: path, Product: "p1", JobID: "j1", Epoch: 3, Send: coord, Timers: clk, MaxBehind: 4})
+	made := clk.TickerMade()
+	s.Start(t.Context())
+	<-made
+	clk.Advance(DefaultPoll) // the loop's step sends the chunk
+	<-coord.entered          // which hangs
+
+	stopped := make(chan int64, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // Stop's own sends get no time: only the loop's matter here
+	go func() { stopped <- s.Stop(ctx) }()
+	select {
+	case <-made: // Stop waits for the loop, for StopWait at most
+	case <-time.After(10 * time.Second):
+		close(coord.gate) // let the loop finish so the test ends
+		t.Fatal("Stop waits for a hung send without a bound")
+	}
+	clk.Advance(StopWait)
+	select {
+	case off := <-stopped:
+		require.Zero(t, off, "the hung send stored nothing")
+	case <-time.After(10 * time.Second):
+		close(coord.gate)
+		t.Fatal("Stop waited for a hung send")
+	}
+}
