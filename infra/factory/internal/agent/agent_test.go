@@ -176,6 +176,37 @@ func TestLeaseKeepLostWhileARenewalHangs(t *testing.T) {
 	}
 }
 
+// fencedRenewals answers every renewal fenced, as the coordinator does
+// once the job has another holder; like the real client, not once the
+// renewal's context has ended.
+type fencedRenewals struct{ fakeAPI }
+
+func (f *fencedRenewals) Renew(ctx context.Context, _, _ string, _ int64) (protocol.Renewal, error) {
+	if err := ctx.Err(); err != nil {
+		return protocol.Renewal{}, err
+	}
+	return protocol.Renewal{}, fenced
+}
+
+// TestLeaseKeepAsksPastTheLeasesEnd: a factory that wakes past its
+// lease's end (frozen, suspended) still asks the coordinator, and learns it
+// was fenced, rather than failing the renewal unasked on a deadline that
+// has passed (TestFactoryZombieFenced looks for "fenced").
+func TestLeaseKeepAsksPastTheLeasesEnd(t *testing.T) {
+	t.Parallel()
+	l := newLease(&fencedRenewals{}, claim(200*time.Millisecond), time.Now().Add(-time.Second))
+	lost := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l.keep(ctx, 20*time.Millisecond, slog.New(slog.DiscardHandler), func(err error) { lost <- err })
+	select {
+	case err := <-lost:
+		require.ErrorIs(t, err, errFenced)
+	default:
+		t.Fatal("keep returned without reporting a loss")
+	}
+}
+
 // fakeRecv records settlements.
 type fakeRecv struct {
 	completed, abandoned []string

@@ -126,9 +126,10 @@ func (l *lease) guard(ctx context.Context) (context.Context, context.CancelFunc,
 // (the coordinator may have reaped it; going on would risk a zombie write),
 // and with errCancelRequested or errPreemptRequested when a renewal answer
 // asks the holder to stop (how a poll factory hears of it). The loss is
-// called at the lease's end, not later: a renewal in flight then (the
-// client's timeouts and retries can stretch one over minutes) is cut
-// short, and one failing between two ticks does not wait for the next.
+// called at the lease's end, or one renewal interval after it at most: a
+// renewal in flight then (the client's timeouts and retries can stretch
+// one over minutes) is cut short, and one failing between two ticks does
+// not wait for the next.
 func (l *lease) keep(ctx context.Context, every time.Duration, log *slog.Logger, lost func(error)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -142,7 +143,15 @@ func (l *lease) keep(ctx context.Context, every time.Duration, log *slog.Logger,
 		case <-end.C:
 		}
 		end.Stop()
-		rctx, cancel := context.WithDeadline(ctx, l.end())
+		// A renewal gets until the lease's end, and at least one interval:
+		// one begun at or past the end (the factory was frozen, or the
+		// last one failed just before it) still asks the coordinator,
+		// which says fenced or renews, rather than failing unasked.
+		deadline := l.end()
+		if least := time.Now().Add(every); deadline.Before(least) {
+			deadline = least
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
 		ren, err := l.renew(rctx)
 		cancel()
 		switch {
