@@ -127,16 +127,7 @@ func TestLeaseKeep(t *testing.T) {
 			t.Parallel()
 			api := &fakeAPI{renewErr: tt.err}
 			l := newLease(api, claim(tt.ttl), time.Now())
-			lost := make(chan error, 1)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			l.keep(ctx, 20*time.Millisecond, slog.New(slog.DiscardHandler), func(err error) { lost <- err })
-			select {
-			case err := <-lost:
-				require.ErrorIs(t, err, tt.want)
-			default:
-				t.Fatal("keep returned without reporting a loss")
-			}
+			require.ErrorIs(t, keepUntilLost(t, l), tt.want)
 		})
 	}
 }
@@ -195,15 +186,23 @@ func (f *fencedRenewals) Renew(ctx context.Context, _, _ string, _ int64) (proto
 func TestLeaseKeepAsksPastTheLeasesEnd(t *testing.T) {
 	t.Parallel()
 	l := newLease(&fencedRenewals{}, claim(200*time.Millisecond), time.Now().Add(-time.Second))
+	require.ErrorIs(t, keepUntilLost(t, l), errFenced)
+}
+
+// keepUntilLost runs l's keeper (renewing every 20 ms) until it reports a
+// loss, and returns it.
+func keepUntilLost(t *testing.T, l *lease) error {
+	t.Helper()
 	lost := make(chan error, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	l.keep(ctx, 20*time.Millisecond, slog.New(slog.DiscardHandler), func(err error) { lost <- err })
 	select {
 	case err := <-lost:
-		require.ErrorIs(t, err, errFenced)
+		return err
 	default:
 		t.Fatal("keep returned without reporting a loss")
+		return nil
 	}
 }
 
