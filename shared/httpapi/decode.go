@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // contentTypeField names the Content-Type header in errors.
@@ -121,68 +122,30 @@ func decodeStrict(body []byte, dst any, required bool) error {
 
 // checkRepeatedFields rejects an object with a field twice, at any depth
 // (nested objects, maps and the objects in lists), naming it by its path:
-// usage.usd, forge.repos.r1, children[0].manifest. Syntax errors are left
-// for the decoder, which reports them better.
+// usage.usd, forge.repos.r1, children[0].manifest. jsontext refuses
+// duplicate names as it reads; its other syntax errors are left for the
+// decoder, which reports them better.
 func checkRepeatedFields(body []byte) error {
-	err := repeatedIn(json.NewDecoder(bytes.NewReader(body)), "", 0)
-	if _, ok := errors.AsType[*fleet.Error](err); ok {
-		return err
-	}
-	return nil
-}
-
-// maxRepeatDepth bounds how deep checkRepeatedFields looks: request
-// bodies nest a few levels, and a deeper one is refused by the decoder
-// (a wrong type, or its own depth limit) without this recursing through
-// it.
-const maxRepeatDepth = 32
-
-// repeatedIn reads one JSON value from dec and fails on a repeated field in
-// it; path is the value's place in the body.
-func repeatedIn(dec *json.Decoder, path string, depth int) error {
-	if depth > maxRepeatDepth {
-		return errTooDeep
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	switch tok {
-	case json.Delim('{'):
-		seen := map[string]bool{}
-		for dec.More() {
-			kt, err := dec.Token()
-			if err != nil {
-				return err
-			}
-			key, _ := kt.(string)
-			field := key
-			if path != "" {
-				field = path + "." + key
-			}
-			if seen[key] {
-				return fleet.Invalid(field, "appears twice")
-			}
-			seen[key] = true
-			if err := repeatedIn(dec, field, depth+1); err != nil {
-				return err
-			}
-		}
-	case json.Delim('['):
-		for i := 0; dec.More(); i++ {
-			if err := repeatedIn(dec, fmt.Sprintf("%s[%d]", path, i), depth+1); err != nil {
-				return err
-			}
-		}
-	default:
+	err := jsontext.NewDecoder(bytes.NewReader(body)).SkipValue()
+	var serr *jsontext.SyntacticError
+	if !errors.As(err, &serr) || !errors.Is(serr.Err, jsontext.ErrDuplicateName) {
 		return nil
 	}
-	_, err = dec.Token() // the closing delimiter
-	return err
+	var path strings.Builder
+	for tok := range serr.JSONPointer.Tokens() {
+		// The pointer does not say whether a number is an index or a
+		// name; request bodies have no numeric field names.
+		if _, err := strconv.Atoi(tok); err == nil {
+			fmt.Fprintf(&path, "[%s]", tok)
+			continue
+		}
+		if path.Len() > 0 {
+			path.WriteByte('.')
+		}
+		path.WriteString(tok)
+	}
+	return fleet.Invalid(path.String(), "appears twice")
 }
-
-// errTooDeep stops repeatedIn past maxRepeatDepth.
-var errTooDeep = errors.New("nested too deep to check")
 
 // unknownFieldPrefix starts encoding/json's error for a field dst lacks;
 // the package has no typed error for it, so the name is parsed out.
