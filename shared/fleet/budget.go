@@ -248,12 +248,18 @@ func (b *ProductBudget) Settle(jobID string, leaseEpoch int64, usd float64, now 
 		return false
 	}
 	delete(b.Reservations, jobID)
+	b.Spend(usd, now)
+	return true
+}
+
+// Spend counts what a run spent (nothing when usd is not positive) and
+// pauses the product when that reaches the ceiling.
+func (b *ProductBudget) Spend(usd float64, now time.Time) {
 	if usd > 0 {
 		b.AddSpend(usd, now)
 	}
 	b.PauseIfSpent(now)
 	b.UpdatedAt = now
-	return true
 }
 
 // PauseIfSpent pauses the product when spend has reached the ceiling and

@@ -634,10 +634,7 @@ func (c *Service) spendUnreserved(ctx context.Context, before *fleet.Job) {
 		return
 	}
 	_, _, err = c.mutateBudget(ctx, before.ProductID, func(b *fleet.ProductBudget) error {
-		now := c.k.Now()
-		b.AddSpend(r.Usage.USD, now)
-		b.PauseIfSpent(now)
-		b.UpdatedAt = now
+		b.Spend(r.Usage.USD, c.k.Now())
 		return nil
 	})
 	if err != nil && !errors.Is(err, fleet.ErrNotFound) {
