@@ -75,9 +75,12 @@ func run() error {
 	defer st.Close()
 
 	// The handler inherits the host's app settings as environment, as on Azure.
-	env := make([]string, 0, len(values)+2)
+	env := make([]string, 0, len(values)+3)
 	for k, v := range values {
 		env = append(env, k+"="+v)
+	}
+	if procs := limitProcs(values); procs != "" {
+		env = append(env, procs)
 	}
 	token := l.Get(config.OperatorToken)
 	tokenSource := config.OperatorToken
