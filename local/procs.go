@@ -13,12 +13,10 @@ import (
 //
 // Why: the two processes share the machine with each other, the NATS
 // server inside fleet-local, and the factories and agents on it. Sized to
-// every CPU, an idle Go process woken by one request also wakes a second
-// thread that looks for work and finds none; on a 2-CPU machine that is
-// most of the context switches of a dispatch. Measured by `make bench` on
-// the 2-CPU machine of docs/performance.md: CPU per lifecycle 17 % lower
-// (median of seven paired runs), context switches during phase 1 from
-// about 24,000 to 14,000 a second.
+// every CPU, an idle Go process woken by one request also starts a second
+// thread to look for more work, which finds none. On the 2-CPU machine of
+// docs/performance.md, ten paired `make bench` runs gave 3 to 37 % less CPU
+// per lifecycle (median 17 %) and more lifecycles a second in nine of ten.
 func stackProcs(defaultProcs int, env string) (n int, set bool) {
 	if env != "" {
 		return 0, false
