@@ -230,23 +230,38 @@ func (a *Agent) Run(ctx context.Context) Outcome {
 // (parked, at most one per seat) for the next free seat, where the fenced
 // accept decides whether it is still current. A poll factory's receive is
 // a claim, so it stops at full seats and hears of commands at renewal.
+//
+// A fatal condition (the heartbeat refused: the token revoked, the factory
+// deregistered) ends the loop at once, whatever it waits on: a receive,
+// the backoff after a failed one, or a seat while every seat is taken.
 func (a *Agent) loop(ctx context.Context) Outcome {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go func() {
+		select {
+		case err := <-a.fatal:
+			stop(&fatalError{err})
+		case <-ctx.Done():
+		}
+	}()
 	wait := receiveWait
 	if a.cfg.Transport == config.TransportPoll {
 		wait = a.cfg.Poll
 	}
 	backoff := time.Second
 	var parked []transport.Delivery
-	for {
-		select {
-		case <-ctx.Done():
-			a.abandonAll(ctx, parked)
-			return OutcomeDone
-		case err := <-a.fatal:
-			a.log.ErrorContext(ctx, "stopping", "err", err)
-			a.abandonAll(ctx, parked)
+	end := func() Outcome {
+		a.abandonAll(ctx, parked)
+		var fatal *fatalError
+		if errors.As(context.Cause(ctx), &fatal) {
+			a.log.ErrorContext(ctx, "stopping", "err", fatal.err)
 			return OutcomeError
-		default:
+		}
+		return OutcomeDone
+	}
+	for {
+		if ctx.Err() != nil {
+			return end()
 		}
 		free := a.cfg.Seats - a.load()
 		if free > 0 && len(parked) > 0 {
@@ -261,8 +276,7 @@ func (a *Agent) loop(ctx context.Context) Outcome {
 			if a.cfg.Transport == config.TransportPoll || len(parked) >= a.cfg.Seats {
 				select {
 				case <-ctx.Done():
-					a.abandonAll(ctx, parked)
-					return OutcomeDone
+					return end()
 				case <-a.freed:
 				}
 				continue
@@ -286,16 +300,14 @@ func (a *Agent) loop(ctx context.Context) Outcome {
 		stopWaiting()
 		if err != nil {
 			if ctx.Err() != nil {
-				a.abandonAll(ctx, parked)
-				return OutcomeDone
+				return end()
 			}
 			if interrupted {
 				continue // a seat freed
 			}
 			a.log.WarnContext(ctx, "receive failed", "err", err, "retryIn", backoff.String())
 			if !sleep(ctx, backoff) {
-				a.abandonAll(ctx, parked)
-				return OutcomeDone
+				return end()
 			}
 			backoff = min(backoff*2, time.Minute)
 			continue
@@ -310,6 +322,12 @@ func (a *Agent) loop(ctx context.Context) Outcome {
 		}
 	}
 }
+
+// fatalError is a condition no further work can get past (see
+// heartbeatLoop): the loop's cause when one stops it.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
 
 // abandonAll gives parked dispatches back to the broker on the way out.
 func (a *Agent) abandonAll(ctx context.Context, ds []transport.Delivery) {
