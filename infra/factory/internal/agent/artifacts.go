@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gigafactory/fleet/infra/factory/internal/config"
+	"github.com/gigafactory/fleet/infra/factory/internal/logcap"
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
@@ -96,13 +98,27 @@ func (jb *job) runArtifacts(ctx context.Context) []api.ArtifactUpload {
 	return out
 }
 
+// writeDiff writes the run's diff to path within the cap of the run's
+// output (FLEET_ENGINE_LOG_MAX_BYTES), as engine.log is: a change past it
+// (an engine that wrote a huge file) must fill neither the factory's disk
+// nor an artifact the coordinator refuses. Past the cap the file keeps the
+// diff's first bytes, a line saying how many were left out and its last
+// lines; it no longer applies, and the whole change is on the run's
+// branch.
 func (jb *job) writeDiff(ctx context.Context, path string) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	err = jb.wt.DiffTo(ctx, f)
-	return errors.Join(err, f.Close())
+	limit := jb.a.engineLogMax()
+	w := logcap.New(f, logcap.Config{Max: limit, Setting: config.EnvEngineLogMax, Name: "this diff"})
+	err = jb.wt.DiffTo(ctx, w)
+	dropped, ferr := w.Flush()
+	if dropped > 0 {
+		jb.log.WarnContext(ctx, "the run's diff passed the cap of its file: its first and last bytes are kept",
+			"file", artifactDiff, "droppedBytes", dropped, "capBytes", limit)
+	}
+	return errors.Join(err, ferr, f.Close())
 }
 
 // usageFile is the usage report's path as the engine was told it ("" when

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gigafactory/fleet/infra/factory/internal/logcap"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/clock/clocktest"
@@ -112,4 +113,29 @@ func TestStalledUploadLeavesTheReportItsTime(t *testing.T) {
 	require.Len(t, coord.fails, 1)
 	require.True(t, strings.HasPrefix(coord.fails[0], "crash: "), coord.fails[0])
 	require.Empty(t, coord.uploads)
+}
+
+// TestDiffCapped: the run's diff is written to the factory's disk within
+// FLEET_ENGINE_LOG_MAX_BYTES, as its output is: a change past the cap (a
+// runaway engine writing a huge file) keeps the diff's first bytes, one
+// line saying how many were left out and its last lines. The run is
+// delivered and its branch holds the whole change. Before, change.diff
+// was written whole, whatever its size.
+func TestDiffCapped(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	repo := newGitRepo(t, root)
+	coord := newFakeCoord("j1", "app")
+	a := newGitAgent(t, root, repo, coord, `sh -c 'seq 1 100000 > big.txt'`)
+	a.cfg.EngineLogMax = logcap.MinMax
+	r := a.handle(context.Background(), transport.Delivery{ID: "claim:j1:1", Claimed: coord.claim()})
+	require.Equal(t, OutcomeDone, waitRun(t, r, "the run"), "fails: %q", coord.fails)
+	a.jobs.Wait()
+
+	require.True(t, strings.HasSuffix(repo.show("aq/job/j1", "big.txt"), "\n99999\n100000"), "the branch holds the whole change")
+	diff := coord.artifact(artifactDiff)
+	require.LessOrEqual(t, len(diff), logcap.MinMax, "change.diff is within the cap")
+	require.True(t, strings.HasPrefix(diff, "diff --git a/big.txt b/big.txt\n"), "the head is kept: %q", diff[:min(len(diff), 100)])
+	require.Regexp(t, `\n\[\d+ bytes of output left out here: this diff keeps at most 65536 bytes \(FLEET_ENGINE_LOG_MAX_BYTES\), the first and the last\]\n`, diff)
+	require.True(t, strings.HasSuffix(diff, "\n+99999\n+100000\n"), "the last lines are kept: %q", diff[max(0, len(diff)-100):])
 }

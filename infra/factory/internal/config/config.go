@@ -276,7 +276,7 @@ func Parse(args, env []string) (Config, error) {
 	fs.Var(&engines, "engine", "name=command template, or claude or codex for the built-in preset; repeatable ("+EnvEnginePrefix+"<NAME>, =preset for a preset)")
 	fs.StringVar(&engineIdle, "engine-idle-timeout", e[EnvEngineIdle], "stop an engine that wrote nothing at all for this long ("+EnvEngineIdle+")")
 	fs.StringVar(&engineExitGrace, "engine-exit-grace", e[EnvEngineExitGrace], "stop a structured engine that gave its final result and did not exit within this ("+EnvEngineExitGrace+")")
-	fs.StringVar(&engineLogMax, "engine-log-max-bytes", e[EnvEngineLogMax], "most bytes of a run's output its engine.log (and a preset's events file) keeps: the first and, after a line saying how much was left out, the last ("+EnvEngineLogMax+")")
+	fs.StringVar(&engineLogMax, "engine-log-max-bytes", e[EnvEngineLogMax], "most bytes of a run's output its engine.log (and a preset's events file, and the run's change.diff) keeps: the first and, after a line saying how much was left out, the last ("+EnvEngineLogMax+")")
 	fs.StringVar(&prices, "engine-prices", e[EnvEnginePrices], "USD per million input/output tokens of engines that report no cost, e.g. codex=1.25/10 ("+EnvEnginePrices+", comma-separated)")
 	fs.BoolVar(&c.CheckEngines, "check-engines", false, "run each engine's version command, print what was found and exit")
 	fs.StringVar(&c.EngineUser, "engine-user", e[EnvEngineUser], "run engines as this user (name or uid); the factory must run as root ("+EnvEngineUser+")")

@@ -28,8 +28,10 @@ const (
 	maxTail = 1 << 20
 	// MinMax is the smallest cap: room for a head, a tail and the markers.
 	MinMax = 64 << 10
-	// maxSetting bounds the setting's name, so a marker fits its room.
+	// maxSetting and maxName bound the setting's name and the file's, so
+	// a marker fits its room.
 	maxSetting = 100
+	maxName    = 32
 )
 
 // Config says how much to keep.
@@ -43,6 +45,9 @@ type Config struct {
 	// OnCap, if set, is called once, when the output first passes the
 	// head (under the writer's lock: it must not write to it).
 	OnCap func()
+	// Name is what the marker line calls the file (its first maxName
+	// bytes); "this log" when empty.
+	Name string
 }
 
 // Writer is an io.Writer that keeps at most Config.Max bytes in w. Its
@@ -73,6 +78,12 @@ func New(w io.Writer, c Config) *Writer {
 	tail := min(c.Max/8, maxTail)
 	if len(c.Setting) > maxSetting {
 		c.Setting = c.Setting[:maxSetting]
+	}
+	if c.Name == "" {
+		c.Name = "this log"
+	}
+	if len(c.Name) > maxName {
+		c.Name = c.Name[:maxName]
 	}
 	return &Writer{w: w, cfg: c, tail: tail, head: max(0, c.Max-tail-2*markerRoom)}
 }
@@ -163,8 +174,8 @@ func (w *Writer) Flush() (int64, error) {
 
 // marker is the line that says what was left out, on a line of its own.
 func (w *Writer) marker(dropped int64) []byte {
-	m := fmt.Sprintf("[%d bytes of output left out here: this log keeps at most %d bytes (%s), the first and the last]\n",
-		dropped, w.cfg.Max, w.cfg.Setting)
+	m := fmt.Sprintf("[%d bytes of output left out here: %s keeps at most %d bytes (%s), the first and the last]\n",
+		dropped, w.cfg.Name, w.cfg.Max, w.cfg.Setting)
 	if w.written > 0 && w.last != '\n' {
 		m = "\n" + m
 	}

@@ -141,6 +141,27 @@ func TestWriterStretches(t *testing.T) {
 	require.Less(t, out.Len(), int(total))
 }
 
+// TestWriterNamesTheFile: the marker line calls the file by its name
+// ("this log" unless told), cut so the longest marker still fits its room:
+// the file never passes the cap.
+func TestWriterNamesTheFile(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("n", 200)
+	for _, tc := range []struct{ name, want string }{
+		{name: "", want: "this log"},
+		{name: "this diff", want: "this diff"},
+		{name: long, want: long[:32]},
+	} {
+		var out bytes.Buffer
+		w := logcap.New(&out, logcap.Config{Max: capMax, Setting: strings.Repeat("S", 200), Name: tc.name})
+		// No line ends, so the tail keeps nothing: the file is the head
+		// and the marker, the longest it can be.
+		require.Positive(t, write(t, w, bytes.Repeat([]byte("y"), 4*capMax), 0))
+		require.Contains(t, out.String(), " bytes of output left out here: "+tc.want+" keeps at most ")
+		require.LessOrEqual(t, out.Len(), capMax)
+	}
+}
+
 // TestWriterConcurrent: stdout and stderr write at once; the file stays
 // within the cap and holds exactly one marker.
 func TestWriterConcurrent(t *testing.T) {
