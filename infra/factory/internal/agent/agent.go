@@ -706,6 +706,25 @@ func (a *Agent) engineUser() (*engine.User, error) {
 	return u, errors.Join(u.CheckReach(a.git.WorktreesDir()), u.CheckReach(a.jobsDir()))
 }
 
+// within is ctx ending once d has passed on the agent's clock, its cause
+// then context.DeadlineExceeded.
+func (a *Agent) within(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	t := a.clock.NewTicker(d)
+	go func() {
+		defer t.Stop()
+		select {
+		case <-t.C():
+			cancel(fmt.Errorf("%w: %s passed", context.DeadlineExceeded, d))
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		t.Stop()
+		cancel(context.Canceled)
+	}
+}
+
 // sleep waits d or until ctx ends; it reports whether d passed.
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)

@@ -43,17 +43,8 @@ func (jb *job) uploadArtifacts(ctx context.Context) {
 		return
 	}
 	jb.uploaded = true
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := jb.a.within(ctx, uploadBudget)
 	defer cancel()
-	budget := jb.a.clock.NewTicker(uploadBudget)
-	defer budget.Stop()
-	go func() {
-		select {
-		case <-budget.C():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	for _, a := range jb.runArtifacts(ctx) {
 		got, err := jb.a.api.UploadArtifact(ctx, jb.j.ProductID, jb.j.ID, a)
 		if err != nil {

@@ -648,10 +648,15 @@ func (jb *job) env(engineName, promptPath string) []string {
 	)
 }
 
+// localTimeout bounds a step of a run that must finish even when the
+// job's context ended (committing, quarantining, reporting).
+const localTimeout = 2 * time.Minute
+
 // localCtx is for local work that must finish even when the job's context
-// ended (committing, quarantining, reporting).
+// ended (committing, quarantining, reporting): localTimeout on the
+// factory's clock.
 func (jb *job) localCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(jb.ctx), 2*time.Minute)
+	return jb.a.within(context.WithoutCancel(jb.ctx), localTimeout)
 }
 
 // checkpoint commits the worktree and pushes it to aq/wip/<id> under a
