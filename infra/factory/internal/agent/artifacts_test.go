@@ -139,3 +139,34 @@ func TestDiffCapped(t *testing.T) {
 	require.Regexp(t, `\n\[\d+ bytes of output left out here: this diff keeps at most 65536 bytes \(FLEET_ENGINE_LOG_MAX_BYTES\), the first and the last\]\n`, diff)
 	require.True(t, strings.HasSuffix(diff, "\n+99999\n+100000\n"), "the last lines are kept: %q", diff[max(0, len(diff)-100):])
 }
+
+// TestSlowShipHookLeavesTheUploadsTheirTime: the push and the ship hook
+// (up to five minutes) may take longer than a local step's time; the
+// steps after them (the artifact uploads, the worktree's removal) get
+// their own. Before, the whole delivery shared one local step's time
+// from its commit on, so a ship hook that ran past it left the delivered
+// run without its artifacts.
+func TestSlowShipHookLeavesTheUploadsTheirTime(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	repo := newGitRepo(t, root)
+	coord := newFakeCoord("j1", "app")
+	a := newGitAgent(t, root, repo, coord, `sh -c 'echo the engine made it; echo made > made.txt'`)
+	gates := t.TempDir()
+	entered, gate := fifo(t, gates, "entered"), fifo(t, gates, "gate")
+	a.cfg.ShipHook = `sh -c 'echo up > ` + entered + `; cat ` + gate + ` > /dev/null'`
+	clk := clocktest.New(time.Date(2026, 11, 18, 10, 0, 0, 0, time.UTC))
+	a.clock = clk
+	r := a.handle(context.Background(), transport.Delivery{ID: "claim:j1:1", Claimed: coord.claim()})
+	require.NotNil(t, r)
+	waitUp(t, entered)
+	clk.Advance(localTimeout) // the hook runs long
+	openGate(t, gate)
+	require.Equal(t, OutcomeDone, waitRun(t, r, "the run"), "fails: %q", coord.fails)
+	a.jobs.Wait()
+
+	job, _ := coord.GetJob(context.Background(), "p", "j1")
+	require.Equal(t, fleet.StageShipped, job.Stage)
+	require.Contains(t, coord.artifact(artifactDiff), "+made", "the diff was uploaded after the slow hook")
+	require.Contains(t, coord.artifact(artifactLog), "the engine made it", "the log was uploaded after the slow hook")
+}

@@ -695,22 +695,18 @@ func (jb *job) checkpoint(ctx context.Context, why string) {
 // deliver commits the result, pushes aq/job/<id>, runs the ship hook and
 // hands the job to its next stage. Every remote write is fenced first; a
 // fence after the push takes the pushed branch back.
+//
+// Each local step has its own time (localCtx): the push and the ship hook
+// may take minutes, and must not use up the uploads' or the worktree's.
 func (jb *job) deliver() Outcome {
 	a, j, ctx := jb.a, jb.j, jb.ctx
-	lctx, lcancel := jb.localCtx()
-	defer lcancel()
-	changed, err := jb.wt.Commit(lctx, fmt.Sprintf("%s\n\nfleet job %s", firstLine(j.Title, "fleet job "+j.ID), j.ID))
-	if err != nil {
-		return jb.stopped(err, "commit result")
-	}
-	head, err := jb.wt.Head(lctx)
+	changed, head, diff, diffErr, err := jb.commitResult()
 	if err != nil {
 		return jb.stopped(err, "commit result")
 	}
 	if !changed {
 		jb.log.InfoContext(ctx, "the engine changed nothing; delivering the unchanged branch")
 	}
-	diff, diffErr := jb.wt.DiffStat(lctx)
 	if diffErr != nil {
 		jb.log.WarnContext(ctx, "diff stat", "err", diffErr)
 	}
@@ -746,7 +742,7 @@ func (jb *job) deliver() Outcome {
 		// is another head.
 		next, delivered = fleet.StageReview, branch+"@"+head
 	}
-	jb.uploadArtifacts(lctx)
+	jb.local(jb.uploadArtifacts)
 	u, facts := jb.finalUsage()
 	final := api.PatchRequest{Stage: &next, LeaseEpoch: &jb.cl.LeaseEpoch, Checkpoint: &delivered, Usage: u, EngineFacts: facts}
 	if head != "" {
@@ -764,10 +760,42 @@ func (jb *job) deliver() Outcome {
 		}
 	}
 	jb.log.InfoContext(ctx, "job delivered", "stage", next, "branch", branch, "commit", head, "changed", changed)
-	if err := jb.wt.Remove(lctx); err != nil {
-		jb.log.WarnContext(lctx, "remove worktree", "err", err)
-	}
+	jb.local(jb.removeWorktree)
 	return OutcomeDone
+}
+
+// commitResult commits the result, under a local step's time of its own:
+// whether anything changed, the commit, and its diff stat (or why not).
+func (jb *job) commitResult() (changed bool, head string, diff fleet.DiffStat, diffErr, err error) {
+	ctx, cancel := jb.localCtx()
+	defer cancel()
+	j := jb.j
+	changed, err = jb.wt.Commit(ctx, fmt.Sprintf("%s\n\nfleet job %s", firstLine(j.Title, "fleet job "+j.ID), j.ID))
+	if err != nil {
+		return false, "", diff, nil, err
+	}
+	if head, err = jb.wt.Head(ctx); err != nil {
+		return false, "", diff, nil, err
+	}
+	diff, diffErr = jb.wt.DiffStat(ctx)
+	return changed, head, diff, diffErr, nil
+}
+
+// local runs step under a localCtx of its own.
+func (jb *job) local(step func(context.Context)) {
+	ctx, cancel := jb.localCtx()
+	defer cancel()
+	step(ctx)
+}
+
+// removeWorktree removes the run's worktree, if it has one.
+func (jb *job) removeWorktree(ctx context.Context) {
+	if jb.wt == nil {
+		return
+	}
+	if err := jb.wt.Remove(ctx); err != nil {
+		jb.log.WarnContext(ctx, "remove worktree", "err", err)
+	}
 }
 
 // errPushOutlived is a push cut short by its lease guard: it may have
