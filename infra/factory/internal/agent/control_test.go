@@ -15,6 +15,7 @@ import (
 
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
 	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/clock/clocktest"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
@@ -78,8 +79,9 @@ type heldRun struct {
 }
 
 // startHeldRun claims j1 on a fresh agent and returns once its engine is
-// up. renew, if not zero, is the lease keeper's cadence.
-func startHeldRun(t *testing.T, renew time.Duration) heldRun {
+// up. renew, if not zero, is the lease keeper's cadence; setup, if any,
+// changes the agent before the claim.
+func startHeldRun(t *testing.T, renew time.Duration, setup ...func(*Agent)) heldRun {
 	t.Helper()
 	root := t.TempDir()
 	h := heldRun{repo: newGitRepo(t, root), c: newFakeCoord("j1", "app")}
@@ -88,6 +90,9 @@ func startHeldRun(t *testing.T, renew time.Duration) heldRun {
 	h.a = newGitAgent(t, root, h.repo, h.c, stopEngine(started, pidFile))
 	if renew != 0 {
 		h.a.cfg.Renew = renew
+	}
+	for _, f := range setup {
+		f(h.a)
 	}
 	h.cl = h.c.claim()
 	h.r = h.a.handle(context.Background(), transport.Delivery{ID: "claim:j1:1", Claimed: h.cl})
@@ -202,4 +207,57 @@ func TestControlMessageNeedsTheCoordinatorsWord(t *testing.T) {
 	defer c.mu.Unlock()
 	require.Equal(t, []string{"p", "p"}, c.renewedFor[:2], "the run's lease was renewed, under the claim's product")
 	require.Empty(t, c.acks)
+}
+
+// TestHungCheckpointLeavesTheReleaseItsTime: a run stopped by a shutdown
+// or a cancel checkpoints, then releases or acknowledges; a checkpoint
+// push that hangs (origin does not answer) is given up once its own local
+// step's time has passed on the factory's clock, and the release or the
+// acknowledgement, which frees the lease, still goes out. Before, the
+// checkpoint and the release shared one local step's time, and a hung
+// push used it all: the job waited for its lease to expire (a shutdown)
+// or for the coordinator to force the cancel.
+func TestHungCheckpointLeavesTheReleaseItsTime(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		stop  func(h heldRun)
+		want  Outcome
+		stage fleet.Stage
+	}{
+		{name: "release on shutdown", stop: func(h heldRun) { h.r.cancel(errShutdown) }, want: OutcomeInterrupted, stage: fleet.StageQueued},
+		{name: "acknowledge a cancel", stop: func(h heldRun) {
+			h.c.mu.Lock()
+			defer h.c.mu.Unlock()
+			h.c.job.CancelRequested = true
+		}, want: OutcomeStopped, stage: fleet.StageCancelled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clocktest.New(time.Date(2026, 11, 18, 10, 0, 0, 0, time.UTC))
+			h := startHeldRun(t, 0, func(a *Agent) { a.clock = clk })
+			// Origin hangs on the checkpoint's push until the gate opens,
+			// then refuses it.
+			gates := t.TempDir()
+			entered, gate := fifo(t, gates, "entered"), fifo(t, gates, "gate")
+			hook := filepath.Join(h.repo.origin, "hooks", "pre-receive")
+			require.NoError(t, os.WriteFile(hook, []byte(`#!/bin/sh
+while read old new ref; do
+	case "$ref" in refs/heads/aq/wip/*) echo up > `+entered+`; cat `+gate+` > /dev/null; exit 1;; esac
+done
+`), 0o755))
+			tt.stop(h)
+			waitUp(t, entered)
+			clk.Advance(localTimeout) // the push hangs past a local step's time
+			openGate(t, gate)
+			require.Equal(t, tt.want, waitRun(t, h.r, "the stopped run"))
+
+			require.Empty(t, h.repo.ref("aq/wip/j1"), "the checkpoint was not pushed")
+			h.c.mu.Lock()
+			defer h.c.mu.Unlock()
+			require.Equal(t, tt.stage, h.c.job.Stage, "the job was released")
+			require.Empty(t, h.c.job.HolderFactoryID)
+		})
+	}
 }

@@ -936,26 +936,30 @@ func (jb *job) quarantine(step string, cause error) Outcome {
 
 // release checkpoints and gives the job back to the queue at once, so
 // another factory resumes it without waiting for the lease to expire.
+// The job's own context ended with the shutdown: each step runs under a
+// local step's time of its own, so a checkpoint whose push hangs leaves
+// the release, which frees the lease, its time.
 func (jb *job) release() Outcome {
+	jb.closingSteps("shutdown")
 	ctx, cancel := jb.localCtx()
 	defer cancel()
-	// The job's own context ended with the shutdown; checkpoint under
-	// this one.
-	jb.checkpoint(ctx, "shutdown")
-	jb.uploadArtifacts(ctx)
-	// Release carries no usage: what the run spent is reported first.
-	jb.meterUsage(ctx)
 	if _, err := jb.a.api.Release(ctx, jb.j.ProductID, jb.j.ID, api.ReleaseRequest{LeaseEpoch: &jb.cl.LeaseEpoch}); err != nil {
 		jb.log.WarnContext(ctx, "release on shutdown; the reaper will requeue the job", "err", err)
 	} else {
 		jb.log.InfoContext(ctx, "job released on shutdown", "checkpoint", jb.lastWIP)
 	}
-	if jb.wt != nil {
-		if err := jb.wt.Remove(ctx); err != nil {
-			jb.log.WarnContext(ctx, "remove worktree", "err", err)
-		}
-	}
+	jb.local(jb.removeWorktree)
 	return OutcomeInterrupted
+}
+
+// closingSteps are what a run stopped early does before it gives the job
+// back: checkpoint the work, upload the artifacts and report what it
+// spent (a release carries no usage), each under a local step's time of
+// its own.
+func (jb *job) closingSteps(why string) {
+	jb.local(func(ctx context.Context) { jb.checkpoint(ctx, why) })
+	jb.local(jb.uploadArtifacts)
+	jb.local(func(ctx context.Context) { jb.meterUsage(ctx) })
 }
 
 // acknowledge answers a cancel or a preemption: the engine's process group
@@ -963,13 +967,12 @@ func (jb *job) release() Outcome {
 // the work so far is checkpointed to aq/wip/<id> and the lease released
 // with the outcome, naming the checkpoint. A cancelled job's WIP stays on
 // the origin for a person to look at; a preempted one resumes from it.
+//
+// As for release, each step has a local step's time of its own.
 func (jb *job) acknowledge(outcome fleet.ReleaseOutcome) Outcome {
+	jb.closingSteps(string(outcome))
 	ctx, cancel := jb.localCtx()
 	defer cancel()
-	jb.checkpoint(ctx, string(outcome))
-	jb.uploadArtifacts(ctx)
-	// The release carries no usage: what the run spent is reported first.
-	jb.meterUsage(ctx)
 	ack := api.ReleaseRequest{LeaseEpoch: &jb.cl.LeaseEpoch, Outcome: &outcome}
 	if jb.lastWIP != "" {
 		wip := gitwt.WIPBranch(jb.j.ID)
@@ -984,11 +987,7 @@ func (jb *job) acknowledge(outcome fleet.ReleaseOutcome) Outcome {
 	} else {
 		jb.log.InfoContext(ctx, "stop acknowledged", "outcome", outcome, "checkpoint", jb.lastWIP)
 	}
-	if jb.wt != nil {
-		if err := jb.wt.Remove(ctx); err != nil {
-			jb.log.WarnContext(ctx, "remove worktree", "err", err)
-		}
-	}
+	jb.local(jb.removeWorktree)
 	return OutcomeStopped
 }
 

@@ -146,8 +146,11 @@ func (c *fakeCoord) PostChildren(_ context.Context, _, _ string, r api.ChildrenR
 }
 
 // Release is a plain release, or with an outcome the acknowledgement of a
-// cancel or a preemption.
-func (c *fakeCoord) Release(_ context.Context, _, _ string, r api.ReleaseRequest) (*fleet.Job, error) {
+// cancel or a preemption. Like the real client, not once ctx has ended.
+func (c *fakeCoord) Release(ctx context.Context, _, _ string, r api.ReleaseRequest) (*fleet.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.fenced(*r.LeaseEpoch); err != nil {
