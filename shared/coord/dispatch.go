@@ -311,11 +311,11 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("unblock: %w", err))
 	}
-	queued, whole, err := c.k.NextPage(ctx, &c.sweeps.Redispatch, c.sweeps.PageSize(), []store.Cond{store.Eq("stage", string(fleet.StageQueued))})
+	queued, none, err := c.k.NextPage(ctx, &c.sweeps.Redispatch, c.sweeps.PageSize(), []store.Cond{store.Eq("stage", string(fleet.StageQueued))})
 	if err != nil {
 		return 0, err
 	}
-	if len(errs) == 0 && blocked == 0 && whole && len(queued) == 0 { // none anywhere
+	if len(errs) == 0 && blocked == 0 && none { // none anywhere
 		c.k.MarkQuiet(ctx, view)
 	}
 	c.catalog.InvalidateFactories()
@@ -370,7 +370,7 @@ func (c *Coordinator) retryUnroutable(ctx context.Context) {
 	if skip, _ := c.k.Quiet(ctx, kernel.SweepRedispatch); skip {
 		return
 	}
-	waiting, err := c.k.QueryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued)), store.Eq("targetFactoryId", "")}})
+	waiting, _, err := c.k.ScanJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued)), store.Eq("targetFactoryId", "")}})
 	if err != nil {
 		c.k.Log.ErrorContext(ctx, "retry unroutable jobs", "err", err)
 		return

@@ -70,8 +70,9 @@ func (c *Coordinator) Claim(ctx context.Context, req ClaimRequest) (*protocol.Cl
 	}
 	if len(f.Products) == 0 {
 		// An unscoped token draws from every product: a cross-partition
-		// filter, which has no order to page by, so it reads the queue.
-		queued, err := c.k.QueryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued))}})
+		// filter, which has no order to page by, so it reads the queue
+		// (past any document that does not decode, as claimPaged does).
+		queued, _, err := c.k.ScanJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued))}})
 		if err != nil {
 			return nil, err
 		}
@@ -105,7 +106,7 @@ func (c *Coordinator) claimPaged(ctx context.Context, products []string, try fun
 			var page []*fleet.Job
 			var next []string
 			for _, p := range open {
-				jobs, cont, err := c.k.JobPage(ctx, store.Query{PartitionKey: p, Limit: claimPage, Continuation: conts[p],
+				jobs, cont, _, err := c.k.JobPage(ctx, store.Query{PartitionKey: p, Limit: claimPage, Continuation: conts[p],
 					Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued)), store.Eq("priority", string(prio))}})
 				if err != nil {
 					return nil, err

@@ -25,9 +25,16 @@ var terminalStages = []string{string(fleet.StageShipped), string(fleet.StageFail
 // name alone says nothing about whose git state it is: a factory never gets
 // (nor learns the ids of) another product's jobs.
 func (c *Service) GCPlan(ctx context.Context) ([]protocol.GCRequest, error) {
-	done, err := c.k.QueryJobs(ctx, store.Query{Where: []store.Cond{store.In("stage", terminalStages...)}})
+	plan, _, err := c.gcPlan(ctx)
+	return plan, err
+}
+
+// gcPlan is GCPlan and how many terminal job documents it skipped as
+// undecodable (kernel.JobPage): their git state is left alone.
+func (c *Service) gcPlan(ctx context.Context) ([]protocol.GCRequest, int, error) {
+	done, skipped, err := c.k.ScanJobs(ctx, store.Query{Where: []store.Cond{store.In("stage", terminalStages...)}})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	type productRepo struct{ product, repo string }
 	byRepo := map[productRepo][]string{}
@@ -41,7 +48,7 @@ func (c *Service) GCPlan(ctx context.Context) ([]protocol.GCRequest, error) {
 	}
 	factories, err := c.ListFactories(ctx, "")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var plan []protocol.GCRequest
 	for _, f := range factories {
@@ -61,7 +68,7 @@ func (c *Service) GCPlan(ctx context.Context) ([]protocol.GCRequest, error) {
 			plan = append(plan, req)
 		}
 	}
-	return plan, nil
+	return plan, skipped, nil
 }
 
 // GCSweep sends each factory its GC request when the transport can carry
@@ -79,7 +86,7 @@ func (c *Service) GCSweep(ctx context.Context, gp GCPublisher) (int, error) {
 	if skip {
 		return 0, nil
 	}
-	plan, err := c.GCPlan(ctx)
+	plan, skipped, err := c.gcPlan(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -90,6 +97,10 @@ func (c *Service) GCSweep(ctx context.Context, gp GCPublisher) (int, error) {
 		}
 		n++
 	}
-	c.k.MarkQuiet(ctx, view)
+	if skipped == 0 {
+		// A plan that skipped a job is not known to be whole: the next
+		// tick looks again (and logs the job again) rather than go quiet.
+		c.k.MarkQuiet(ctx, view)
+	}
 	return n, nil
 }

@@ -186,9 +186,10 @@ func (s *Service) settleDependants(ctx context.Context, ended *fleet.Job) {
 // terminal stage settles a job's dependants at once; this pass, run by the
 // redispatch sweep, catches the ones that pass missed (the process died
 // between the two, or the store failed then). It returns how many jobs it
-// moved and how many were blocked.
+// moved and how many were blocked, counting the documents it skipped as
+// undecodable (kernel.JobPage): blocked, for all it knows.
 func (s *Service) UnblockReady(ctx context.Context) (unblocked, blocked int, err error) {
-	jobs, err := s.k.QueryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageBlocked))}})
+	jobs, skipped, err := s.k.ScanJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageBlocked))}})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -197,7 +198,7 @@ func (s *Service) UnblockReady(ctx context.Context) (unblocked, blocked int, err
 			unblocked++
 		}
 	}
-	return unblocked, len(jobs), nil
+	return unblocked, len(jobs) + skipped, nil
 }
 
 // SettleBlocked queues j if its dependencies are met now and fails it if

@@ -52,33 +52,66 @@ type Cursor struct {
 	next string
 }
 
-// JobPage reads one page of q over the jobs container and decodes it.
-func (c *Kernel) JobPage(ctx context.Context, q store.Query) ([]*fleet.Job, string, error) {
+// JobPage reads one page of q over the jobs container and decodes it. A
+// document that does not decode (written by hand, or by a version whose
+// fields this one cannot read) is left out of jobs, logged with its id and
+// counted (Counters.UndecodableJobs): it must not stall every sweep at its
+// page, leaving the jobs beside and after it unswept. skipped is how many
+// were left out: a decision that no job matched must count them as jobs
+// (present, of unknown content), never conclude from len(jobs) alone.
+func (c *Kernel) JobPage(ctx context.Context, q store.Query) (jobs []*fleet.Job, next string, skipped int, err error) {
 	res, err := c.Store.Query(ctx, store.Jobs, q)
 	if err != nil {
-		return nil, "", fmt.Errorf("query %s: %w", store.Jobs, err)
+		return nil, "", 0, fmt.Errorf("query %s: %w", store.Jobs, err)
 	}
-	jobs := make([]*fleet.Job, 0, len(res.Items))
+	jobs = make([]*fleet.Job, 0, len(res.Items))
 	for _, it := range res.Items {
 		j, err := DecodeJob(it)
 		if err != nil {
-			return nil, "", err
+			c.undecodable(ctx, it, err)
+			skipped++
+			continue
 		}
 		jobs = append(jobs, j)
 	}
-	return jobs, res.Continuation, nil
+	return jobs, res.Continuation, skipped, nil
+}
+
+// undecodable logs and counts a job document a sweep passed over.
+func (c *Kernel) undecodable(ctx context.Context, it store.Item, err error) {
+	c.Counters.UndecodableJobs.Add(1)
+	c.Log.ErrorContext(ctx, "job document does not decode: skipped", "job", it.ID, "product", it.PartitionKey, "err", err)
+}
+
+// ScanJobs drains q over the jobs container as JobPage reads a page: the
+// documents that do not decode are skipped, logged and counted in skipped.
+// It is for sweeps, which must reach every job they can read; a use case
+// that must see every matching job (a sum, a lookup) uses QueryJobs.
+func (c *Kernel) ScanJobs(ctx context.Context, q store.Query) (jobs []*fleet.Job, skipped int, err error) {
+	for {
+		page, next, n, err := c.JobPage(ctx, q)
+		if err != nil {
+			return nil, 0, err
+		}
+		jobs, skipped = append(jobs, page...), skipped+n
+		if next == "" {
+			return jobs, skipped, nil
+		}
+		q.Continuation = next
+	}
 }
 
 // NextPage reads the page of the jobs matching where that cur points at,
 // across partitions, and moves cur past it: to the top again after the
 // last page, so each job is read once per pass whatever the backlog.
-// whole is true when the page holds every match (read from the top, with
-// nothing after it): only then may a sweep conclude there is none.
-func (c *Kernel) NextPage(ctx context.Context, cur *Cursor, limit int, where []store.Cond) (jobs []*fleet.Job, whole bool, err error) {
+// none is true when no document matches at all (the page was read from
+// the top, nothing follows, and it held none, not even one JobPage
+// skipped): only then may a sweep conclude there is nothing to do.
+func (c *Kernel) NextPage(ctx context.Context, cur *Cursor, limit int, where []store.Cond) (jobs []*fleet.Job, none bool, err error) {
 	cur.mu.Lock()
 	defer cur.mu.Unlock()
 	from := cur.next
-	jobs, next, err := c.JobPage(ctx, store.Query{Where: where, Limit: limit, Continuation: from})
+	jobs, next, skipped, err := c.JobPage(ctx, store.Query{Where: where, Limit: limit, Continuation: from})
 	if err != nil {
 		// Whatever failed (the store may refuse an old continuation), the
 		// next tick starts the pass again from the top.
@@ -86,7 +119,7 @@ func (c *Kernel) NextPage(ctx context.Context, cur *Cursor, limit int, where []s
 		return nil, false, err
 	}
 	cur.next = next
-	return jobs, from == "" && next == "", nil
+	return jobs, from == "" && next == "" && len(jobs) == 0 && skipped == 0, nil
 }
 
 // LeasedStage selects the jobs holding a lease.
@@ -100,14 +133,16 @@ var LeasedStage = store.In("stage", string(fleet.StageAssigned), string(fleet.St
 // mark itself quiet (ledger.go).
 func (c *Kernel) OverdueLeases(ctx context.Context, limit int, grace time.Duration) (overdue []*fleet.Job, none bool, err error) {
 	// One stage at a time: a store may have to sort every lease to find
-	// the first of two stages (SQLite orders a page by rowid).
+	// the first of two stages (SQLite orders a page by rowid). Any
+	// document counts, decoded or not: one the reaper cannot read may
+	// stand first before leases that expire with time alone.
 	leased := false
 	for _, st := range []fleet.Stage{fleet.StageBuilding, fleet.StageAssigned} {
-		held, _, err := c.JobPage(ctx, store.Query{Limit: 1, Where: []store.Cond{store.Eq("stage", string(st))}})
+		held, err := c.Store.Query(ctx, store.Jobs, store.Query{Limit: 1, Where: []store.Cond{store.Eq("stage", string(st))}})
 		if err != nil {
-			return nil, false, err
+			return nil, false, fmt.Errorf("query %s: %w", store.Jobs, err)
 		}
-		if leased = len(held) > 0; leased {
+		if leased = len(held.Items) > 0; leased {
 			break
 		}
 	}
@@ -116,15 +151,25 @@ func (c *Kernel) OverdueLeases(ctx context.Context, limit int, grace time.Durati
 	}
 	now, seen := c.Now(), map[string]bool{}
 	for _, past := range []store.Cond{store.Before("leaseExpiresAt", now), store.Before("stopRequestedAt", now.Add(-grace))} {
-		jobs, _, err := c.JobPage(ctx, store.Query{Limit: limit, Where: []store.Cond{LeasedStage, past}})
-		if err != nil {
-			return nil, false, err
-		}
-		for _, j := range jobs {
-			if k := j.ProductID + "/" + j.ID; !seen[k] {
-				seen[k] = true
-				overdue = append(overdue, j)
+		q := store.Query{Limit: limit, Where: []store.Cond{LeasedStage, past}}
+		for found := 0; ; {
+			jobs, next, skipped, err := c.JobPage(ctx, q)
+			if err != nil {
+				return nil, false, err
 			}
+			for _, j := range jobs {
+				if k := j.ProductID + "/" + j.ID; !seen[k] {
+					seen[k] = true
+					overdue = append(overdue, j)
+				}
+			}
+			// A skipped document stays in the set (nothing can end it), so
+			// it takes no place in the page: read on past it, or a page
+			// of them would hide the overdue jobs after them for good.
+			if found += len(jobs); skipped == 0 || next == "" || found >= limit {
+				break
+			}
+			q.Continuation = next
 		}
 	}
 	return overdue, false, nil

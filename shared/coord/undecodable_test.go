@@ -1,0 +1,145 @@
+package coord_test
+
+import (
+	"database/sql"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/store"
+)
+
+// writeUndecodableJob writes a job document of product p1 straight into
+// the SQLite file's jobs table, past the store's checks, as a hand edit or
+// a version with other field types would leave it: valid JSON that names
+// stage and the filter fields, but whose attempts is a string, so it does
+// not decode into a fleet.Job. fields are added to it (stage, times).
+func writeUndecodableJob(t *testing.T, e *env, id string, fields map[string]any) {
+	t.Helper()
+	doc := map[string]any{"id": id, "productId": prod, "repo": repo, "priority": "normal", "targetFactoryId": "", "attempts": "three"}
+	for k, v := range fields {
+		doc[k] = v
+	}
+	body, err := json.Marshal(doc)
+	require.NoError(t, err)
+	db, err := sql.Open("sqlite", "file:"+e.path+"?_busy_timeout=5000")
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	_, err = db.ExecContext(e.ctx, `INSERT INTO "`+store.Jobs+`" (pk, id, rev, body)
+		VALUES (?, ?, (SELECT v + 1 FROM store_seq WHERE one = 1), ?)`, prod, id, string(body))
+	require.NoError(t, err)
+	_, err = e.c.GetJob(e.ctx, prod, id)
+	require.ErrorContains(t, err, "decode job "+id, "the document written must not decode")
+}
+
+// TestUndecodableJobDoesNotStallSweeps: a job document that does not
+// decode, stored before the jobs a sweep or a claim has to reach (a
+// lower rowid, so first in every page, with the page shrunk to one job),
+// is skipped, logged and counted; the sweep goes on past it and does its
+// work on the others, tick after tick. A decision that nothing is left
+// counts it as present: the reaper, whose only undecodable lease sits
+// before a live one, does not mark itself quiet and reaps that lease once
+// it expires.
+func TestUndecodableJobDoesNotStallSweeps(t *testing.T) {
+	t.Parallel()
+	past := t0.Add(-time.Hour).Format(time.RFC3339)
+	for _, tc := range []struct {
+		name string
+		// stage is the undecodable document's stage (its lease expired
+		// an hour ago when it holds one).
+		stage fleet.Stage
+		run   func(t *testing.T, e *env, pub *gcPublisher)
+	}{
+		{"reaper: a lease behind it expires", fleet.StageAssigned, func(t *testing.T, e *env, _ *gcPublisher) {
+			e.submit()
+			cl := e.claim("f1")
+			// The lease is live: nothing to reap, but a lease exists, so
+			// the reaper must not mark itself quiet.
+			n, err := e.c.Reap(e.ctx)
+			require.NoError(t, err)
+			require.Zero(t, n)
+			e.clock.Advance(coord.DefaultLeaseTTL + time.Second)
+			n, err = e.c.Reap(e.ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, n, "the expired lease behind the undecodable one is reaped")
+			got := e.job(cl.Job.ID)
+			require.Equal(t, fleet.StageQueued, got.Stage)
+			require.Equal(t, cl.LeaseEpoch+1, got.LeaseEpoch)
+		}},
+		{"redispatch: the queue behind it is routed", fleet.StageQueued, func(t *testing.T, e *env, pub *gcPublisher) {
+			j := e.submit() // no change feed here: only the sweep routes it
+			routed := 0
+			for range 2 { // a page of one: the undecodable job, then j
+				n, err := e.c.Redispatch(e.ctx)
+				require.NoError(t, err)
+				routed += n
+			}
+			require.Equal(t, 1, routed)
+			require.Equal(t, "f1", e.job(j.ID).TargetFactoryID)
+			require.Len(t, pub.sent(), 1)
+		}},
+		{"redispatch: a blocked job it cannot read", fleet.StageBlocked, func(t *testing.T, e *env, _ *gcPublisher) {
+			j := e.submit()
+			n, err := e.c.Redispatch(e.ctx)
+			require.NoError(t, err, "the pass over blocked jobs skips the undecodable one")
+			require.Equal(t, 1, n)
+			require.Equal(t, "f1", e.job(j.ID).TargetFactoryID)
+		}},
+		{"gcsweep: the ended jobs beside it are sent", fleet.StageShipped, func(t *testing.T, e *env, pub *gcPublisher) {
+			j := e.submit()
+			cl := e.claim("f1")
+			for _, st := range []fleet.Stage{fleet.StageBuilding, fleet.StageShipped} {
+				_, err := e.c.Patch(e.ctx, "f1", prod, j.ID, coord.PatchRequest{Stage: st, LeaseEpoch: cl.LeaseEpoch})
+				require.NoError(t, err)
+			}
+			for i := range 2 {
+				n, err := e.c.GCSweep(e.ctx)
+				require.NoError(t, err)
+				require.Equal(t, 1, n, "tick %d: the plan that skipped a job is never taken as whole", i)
+			}
+			require.Len(t, pub.gcs, 2)
+			require.Equal(t, map[string][]string{repo: {j.ID}}, pub.gcs[1].Repos)
+		}},
+		{"fleet change: an unroutable job behind it is routed", fleet.StageQueued, func(t *testing.T, e *env, _ *gcPublisher) {
+			j := e.submit("capabilities: [engine:codex]") // no factory has it
+			require.Empty(t, e.job(j.ID).TargetFactoryID)
+			e.factory("f2", caps("os:linux", "engine:codex", "has:git")) // the fleet changed: waiting jobs are routed
+			require.Equal(t, "f2", e.job(j.ID).TargetFactoryID)
+		}},
+		{"poll claim: the queue behind it is claimed", fleet.StageQueued, func(t *testing.T, e *env, _ *gcPublisher) {
+			j := e.submit()
+			e.factory("scoped", products(prod))
+			for _, f := range []string{"scoped", "f1"} { // a token of p1 pages the partition; an unscoped one reads across
+				cl, err := e.c.Claim(e.ctx, e.as(f))
+				require.NoError(t, err, "factory %s", f)
+				if f == "scoped" {
+					require.NotNil(t, cl)
+					require.Equal(t, j.ID, cl.Job.ID)
+					continue
+				}
+				require.Nil(t, cl, "the one decodable job is taken")
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pub := &gcPublisher{}
+			// feedConfig: the sweeps trust their quiet marks, so a wrong
+			// mark would hide work.
+			e := newEnv(t, withConfig(feedConfig), withPublisher(pub))
+			coord.SetSweepPage(e.c, 1)
+			e.factory("f1")
+			fields := map[string]any{"stage": tc.stage}
+			if tc.stage.Leased() {
+				fields["holderFactoryId"], fields["leaseExpiresAt"] = "gone", past
+			}
+			writeUndecodableJob(t, e, "bad1", fields)
+			tc.run(t, e, pub)
+			require.Positive(t, e.c.Stats().UndecodableJobs, "the skipped document is counted")
+		})
+	}
+}
