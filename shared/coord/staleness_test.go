@@ -106,3 +106,27 @@ func TestAcceptRefusesADeregisteredFactory(t *testing.T) {
 	requireCode(t, err, fleet.CodeConflict, "")
 	require.Equal(t, before, e.rawJob(j.ID), "the refused accept wrote nothing")
 }
+
+// TestBudgetCountsARunEndedWhileTheNoBudgetNoteIsFresh: a run admitted
+// while its product had no budget, that ends on an instance still taking
+// the product to have none (a budget created elsewhere within that
+// instance's cache TTL), counts its spend: the budget was created before
+// the run ended, so neither its seed nor anything after it counts the run
+// otherwise.
+func TestBudgetCountsARunEndedWhileTheNoBudgetNoteIsFresh(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.factory("f1")
+	b := e.peer()
+	e.submit()
+	cl, err := b.Claim(e.ctx, e.as("f1")) // no budget: B notes that
+	require.NoError(t, err)
+	require.NotNil(t, cl)
+
+	e.putBudget(1) // through A, within B's cache TTL
+	for _, st := range []fleet.Stage{fleet.StageBuilding, fleet.StageShipped} {
+		_, err := b.Patch(e.ctx, "f1", prod, cl.Job.ID, coord.PatchRequest{Stage: st, LeaseEpoch: cl.LeaseEpoch, Usage: &fleet.Usage{USD: 0.4}})
+		require.NoError(t, err)
+	}
+	require.InDelta(t, 0.4, e.budget().SpentUSD, 1e-9, "the run ended under the budget")
+}

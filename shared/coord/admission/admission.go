@@ -72,7 +72,7 @@ func New(k *kernel.Kernel, cfg Config, catalog Catalog, life Lifecycle) *Service
 
 // absentCache remembers, per product, when a document was found absent, so
 // the common case (no budget) costs no read on every dispatch, accept and
-// run end.
+// run end (but one of a run that reported spend: spendUnreserved).
 type absentCache struct {
 	ttl time.Duration
 	mu  sync.Mutex

@@ -617,16 +617,19 @@ func (c *Service) settleRun(ctx context.Context, before *fleet.Job) bool {
 // seedSpend counts only the runs ended before a budget is created, so
 // without this such a run's spend would never count. It makes no room, so
 // no held job flows. A run ending while its budget is being created may
-// be counted by both (the seed read it ended): over, never under. One
-// ending on an instance that still takes the product to have no budget
-// (within CacheTTL of its creation elsewhere) is missed: reading the
-// budget past that mark would cost every budgetless run's end a read.
+// be counted by both (the seed read it ended): over, never under.
+//
+// It reads the stored budget, never the note that the product has none:
+// a budget created through another instance within CacheTTL of that note
+// was seeded before this run ended, so a run that trusted the note would
+// never count. That costs a budgetless run's end one point read, only
+// when it spent something.
 func (c *Service) spendUnreserved(ctx context.Context, before *fleet.Job) {
 	r := before.ReportFor(before.LeaseEpoch)
 	if r == nil || r.Usage.USD <= 0 {
 		return
 	}
-	b, err := c.budgetOf(ctx, before.ProductID)
+	b, err := c.storedBudget(ctx, before.ProductID)
 	if err != nil || b == nil {
 		if err != nil {
 			c.k.Log.ErrorContext(ctx, "count unreserved spend", "job", before.ID, "err", err)
