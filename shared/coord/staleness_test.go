@@ -1,6 +1,8 @@
 package coord_test
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -8,6 +10,7 @@ import (
 	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/coord/catalog"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/store"
 )
 
 // Two instances on one store, each with its own caches: what one caches
@@ -129,4 +132,45 @@ func TestBudgetCountsARunEndedWhileTheNoBudgetNoteIsFresh(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.InDelta(t, 0.4, e.budget().SpentUSD, 1e-9, "the run ended under the budget")
+}
+
+// beforeBudgetCreate runs hook (once) before the next create of a budget
+// document: what another instance does while a first budget is being put.
+type beforeBudgetCreate struct {
+	store.Store
+	hook atomic.Pointer[func()]
+}
+
+func (s *beforeBudgetCreate) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
+	if h := s.hook.Swap(nil); h != nil && container == store.Budgets {
+		(*h)()
+	}
+	return s.Store.Create(ctx, container, pk, id, body)
+}
+
+// TestBudgetCountsARunEndedWhileItWasCreated: a run that reserved nothing
+// and ends after a new budget's seed read the product's jobs, but before
+// the budget document exists, found no budget at its end: the budget
+// counts it all the same once it exists.
+func TestBudgetCountsARunEndedWhileItWasCreated(t *testing.T) {
+	t.Parallel()
+	hooked := &beforeBudgetCreate{}
+	e := newEnv(t, withStore(func(s store.Store) store.Store { hooked.Store = s; return hooked }))
+	e.factory("f1")
+	b := e.peer()
+	e.submit()
+	cl, err := b.Claim(e.ctx, e.as("f1"))
+	require.NoError(t, err)
+	require.NotNil(t, cl)
+	_, err = b.Patch(e.ctx, "f1", prod, cl.Job.ID, coord.PatchRequest{Stage: fleet.StageBuilding, LeaseEpoch: cl.LeaseEpoch})
+	require.NoError(t, err)
+
+	ship := func() {
+		_, err := b.Patch(e.ctx, "f1", prod, cl.Job.ID, coord.PatchRequest{Stage: fleet.StageShipped, LeaseEpoch: cl.LeaseEpoch, Usage: &fleet.Usage{USD: 0.4}})
+		require.NoError(t, err)
+	}
+	hooked.hook.Store(&ship)
+	e.putBudget(1)
+	require.Nil(t, hooked.hook.Load(), "the run ended while the budget was created")
+	require.InDelta(t, 0.4, e.budget().SpentUSD, 1e-9, "the run ended as its budget was created")
 }

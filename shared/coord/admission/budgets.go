@@ -142,8 +142,9 @@ func (c *Service) PutBudget(ctx context.Context, productID string, req BudgetReq
 		b = &fleet.ProductBudget{ID: id, ProductID: productID, Reservations: map[string]fleet.Reservation{},
 			Points: []fleet.BurnPoint{}, CreatedAt: now}
 		apply(b)
-		if err := c.seedSpend(ctx, b); err != nil {
-			return nil, err
+		seeded, serr := c.seedSpend(ctx, b)
+		if serr != nil {
+			return nil, serr
 		}
 		body, merr := json.Marshal(b)
 		if merr != nil {
@@ -158,6 +159,17 @@ func (c *Service) PutBudget(ctx context.Context, productID string, req BudgetReq
 			return nil, fmt.Errorf("create budget %s: %w", productID, cerr)
 		}
 		b.Rev, err = rev, nil
+		if late := c.endedSince(ctx, b, seeded); late > 0 {
+			counted, _, lerr := c.mutateBudget(ctx, productID, func(b *fleet.ProductBudget) error {
+				b.Spend(late, c.k.Now())
+				return nil
+			})
+			if lerr != nil {
+				c.k.Log.ErrorContext(ctx, "count runs ended while the budget was created", "product", productID, "usd", late, "err", lerr)
+			} else {
+				b = counted
+			}
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -169,15 +181,56 @@ func (c *Service) PutBudget(ctx context.Context, productID string, req BudgetReq
 // seedSpend counts into a new budget what the product's runs spent in its
 // period before the budget existed (a monthly budget set on the 20th
 // starts from the month's spend, and its burndown shows it): they ended
-// without a reservation, so no settle would count them. A run's end
-// updates its job, so the jobs updated in the period hold those runs (the
-// latest fleet.RunsKept of each; older ones are archived in the runs
-// container, read too). Two queries bounded by the period, once per budget.
-func (c *Service) seedSpend(ctx context.Context, b *fleet.ProductBudget) error {
+// without a reservation, so no settle would count them. It returns the
+// runs it read (endedSince skips them). Two queries bounded by the period,
+// once per budget.
+func (c *Service) seedSpend(ctx context.Context, b *fleet.ProductBudget) (map[string]fleet.Run, error) {
+	runs, err := c.periodRuns(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	spent := slices.SortedFunc(maps.Values(runs), func(x, y fleet.Run) int { return x.EndedAt.Compare(y.EndedAt) })
+	for _, r := range spent {
+		if r.Usage.USD > 0 && !r.EndedAt.IsZero() && !r.EndedAt.Before(b.PeriodStart) {
+			b.AddSpend(r.Usage.USD, r.EndedAt)
+		}
+	}
+	b.PauseIfSpent(c.k.Now())
+	return runs, nil
+}
+
+// endedSince is what the runs of b's product that ended in its period
+// spent, past the runs seeded (what seedSpend read). Called once the new
+// budget exists, it finds the runs that ended between the seed's read and
+// the budget's creation: their ends found no budget (spendUnreserved),
+// and the seed did not see them, so nothing else counts them. One whose
+// end found the budget already is counted twice: over, never under. A
+// failed read is logged (as is a failed write of what it found): the
+// budget then stands as seeded.
+func (c *Service) endedSince(ctx context.Context, b *fleet.ProductBudget, seeded map[string]fleet.Run) float64 {
+	runs, err := c.periodRuns(ctx, b)
+	if err != nil {
+		c.k.Log.ErrorContext(ctx, "count runs ended while the budget was created", "product", b.ProductID, "err", err)
+		return 0
+	}
+	var usd float64
+	for id, r := range runs {
+		if _, ok := seeded[id]; !ok && r.Usage.USD > 0 && !r.EndedAt.IsZero() && !r.EndedAt.Before(b.PeriodStart) {
+			usd += r.Usage.USD
+		}
+	}
+	return usd
+}
+
+// periodRuns reads the runs of b's product that may have ended in its
+// period: a run's end updates its job, so the jobs updated in the period
+// hold those runs (the latest fleet.RunsKept of each; older ones are
+// archived in the runs container, read too).
+func (c *Service) periodRuns(ctx context.Context, b *fleet.ProductBudget) (map[string]fleet.Run, error) {
 	since := store.Since("updatedAt", b.PeriodStart)
 	jobs, err := c.k.QueryJobs(ctx, store.Query{PartitionKey: b.ProductID, Where: []store.Cond{since}})
 	if err != nil {
-		return fmt.Errorf("jobs of %s before its budget: %w", b.ProductID, err)
+		return nil, fmt.Errorf("jobs of %s before its budget: %w", b.ProductID, err)
 	}
 	runs := map[string]fleet.Run{}
 	for _, j := range jobs {
@@ -188,23 +241,16 @@ func (c *Service) seedSpend(ctx context.Context, b *fleet.ProductBudget) error {
 	archived, err := c.k.QueryAll(ctx, store.Runs, store.Query{Where: []store.Cond{
 		store.Eq("productId", b.ProductID), store.Since("endedAt", b.PeriodStart)}})
 	if err != nil {
-		return fmt.Errorf("runs of %s before its budget: %w", b.ProductID, err)
+		return nil, fmt.Errorf("runs of %s before its budget: %w", b.ProductID, err)
 	}
 	for _, it := range archived {
 		var r fleet.Run
 		if err := json.Unmarshal(it.Body, &r); err != nil {
-			return fmt.Errorf("stored run %s: %w", it.ID, err)
+			return nil, fmt.Errorf("stored run %s: %w", it.ID, err)
 		}
 		runs[r.ID] = r
 	}
-	spent := slices.SortedFunc(maps.Values(runs), func(x, y fleet.Run) int { return x.EndedAt.Compare(y.EndedAt) })
-	for _, r := range spent {
-		if r.Usage.USD > 0 && !r.EndedAt.IsZero() && !r.EndedAt.Before(b.PeriodStart) {
-			b.AddSpend(r.Usage.USD, r.EndedAt)
-		}
-	}
-	b.PauseIfSpent(c.k.Now())
-	return nil
+	return runs, nil
 }
 
 // budgetOf reads a product's budget as of now (rolled into the current
