@@ -24,16 +24,23 @@ func writeUndecodableJob(t *testing.T, e *env, id string, fields map[string]any)
 	for k, v := range fields {
 		doc[k] = v
 	}
+	writeRaw(t, e, store.Jobs, prod, id, doc)
+	_, err := e.c.GetJob(e.ctx, prod, id)
+	require.ErrorContains(t, err, "decode job "+id, "the document written must not decode")
+}
+
+// writeRaw inserts doc into container's table of the env's SQLite file
+// with its own connection, bypassing the store.
+func writeRaw(t *testing.T, e *env, container, pk, id string, doc map[string]any) {
+	t.Helper()
 	body, err := json.Marshal(doc)
 	require.NoError(t, err)
 	db, err := sql.Open("sqlite", "file:"+e.path+"?_busy_timeout=5000")
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
-	_, err = db.ExecContext(e.ctx, `INSERT INTO "`+store.Jobs+`" (pk, id, rev, body)
-		VALUES (?, ?, (SELECT v + 1 FROM store_seq WHERE one = 1), ?)`, prod, id, string(body))
+	_, err = db.ExecContext(e.ctx, `INSERT INTO "`+container+`" (pk, id, rev, body)
+		VALUES (?, ?, (SELECT v + 1 FROM store_seq WHERE one = 1), ?)`, pk, id, string(body))
 	require.NoError(t, err)
-	_, err = e.c.GetJob(e.ctx, prod, id)
-	require.ErrorContains(t, err, "decode job "+id, "the document written must not decode")
 }
 
 // TestUndecodableJobDoesNotStallSweeps: a job document that does not
@@ -139,7 +146,47 @@ func TestUndecodableJobDoesNotStallSweeps(t *testing.T) {
 			}
 			writeUndecodableJob(t, e, "bad1", fields)
 			tc.run(t, e, pub)
-			require.Positive(t, e.c.Stats().UndecodableJobs, "the skipped document is counted")
+			require.Positive(t, e.c.Stats().UndecodableDocs, "the skipped document is counted")
 		})
 	}
+}
+
+// TestUndecodableJobDoesNotStallTheForgeSweep: the forge sweep re-drives a
+// due pull request sync past a job document that does not decode and
+// also says forgeDue.
+func TestUndecodableJobDoesNotStallTheForgeSweep(t *testing.T) {
+	t.Parallel()
+	e, _, up := flakyForgeEnv(t, fleet.ForgeConfig{})
+	writeUndecodableJob(t, e, "bad1", map[string]any{"stage": fleet.StageReview, "forgeDue": true})
+	up(false)
+	j := e.submit()
+	require.True(t, e.deliverPR(j.ID, "aq/job/"+j.ID+"@1").ForgeDue, "the forge was down")
+
+	up(true)
+	e.clock.Advance(time.Hour)
+	n, err := e.c.ForgeSweep(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	got := e.job(j.ID)
+	require.False(t, got.ForgeDue)
+	require.Equal(t, 1, got.PullRequest.Number)
+	require.Positive(t, e.c.Stats().UndecodableDocs)
+}
+
+// TestUndecodableEchoStateDoesNotStallTheEchoSweep: the echo sweep
+// delivers a due job's events past an open echo state that does not
+// decode.
+func TestUndecodableEchoStateDoesNotStallTheEchoSweep(t *testing.T) {
+	t.Parallel()
+	e := newEchoEnv(t)
+	writeRaw(t, e.env, store.Echoes, "bad1", "bad1", map[string]any{"id": "bad1", "jobId": "bad1", "productId": prod, "open": true, "attempts": "three"})
+	e.hook.setDown(hookURL, true)
+	j := e.ingest("PROJ-9")
+	require.Zero(t, e.feed(j.ID), "the webhook is down: the sweep retries")
+
+	e.hook.setDown(hookURL, false)
+	e.clock.Advance(time.Minute)
+	require.Equal(t, 1, e.sweep())
+	require.Equal(t, []int64{1}, e.hook.seqs(t, j.ID))
+	require.Positive(t, e.c.Stats().UndecodableDocs)
 }

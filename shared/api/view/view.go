@@ -151,10 +151,10 @@ type CoordinatorStats struct {
 	// FactoriesPruned counts static factories this process's prune timer
 	// deregistered for silence past FLEET_PRUNE_AFTER.
 	FactoriesPruned int64 `json:"factoriesPruned"`
-	// UndecodableJobs counts job documents this process's sweeps and
-	// claims passed over because they do not decode (each is logged with
-	// its id); absent while there were none.
-	UndecodableJobs int64 `json:"undecodableJobs,omitempty"`
+	// UndecodableDocs counts documents (jobs, echo states) this process's
+	// sweeps and claims passed over because they do not decode (each is
+	// logged with its container and id); absent while there were none.
+	UndecodableDocs int64 `json:"undecodableDocuments,omitempty"`
 	// Mean lags in milliseconds.
 	DispatchLagMs float64 `json:"dispatchLagMs"`
 	AcceptLagMs   float64 `json:"acceptLagMs"`

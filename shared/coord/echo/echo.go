@@ -282,10 +282,14 @@ func (c *Service) Sweep(ctx context.Context) (int, error) {
 	now := c.k.Now()
 	var due []JobRef
 	var next time.Time
+	skipped := 0
 	for _, it := range items {
 		s, err := kernel.Decode[State](it)
 		if err != nil {
-			return 0, err
+			// Skipped, not allowed to stop every delivery after it.
+			c.k.Undecodable(ctx, store.Echoes, it, err)
+			skipped++
+			continue
 		}
 		if !s.SweepAt.After(now) {
 			due = append(due, JobRef{ProductID: s.ProductID, JobID: s.JobID})
@@ -293,7 +297,7 @@ func (c *Service) Sweep(ctx context.Context) (int, error) {
 			next = s.SweepAt
 		}
 	}
-	if len(due) == 0 {
+	if len(due) == 0 && skipped == 0 { // a skipped state's due time is unknown
 		c.k.MarkQuietUntil(ctx, view, next)
 	}
 	run, err := c.echoJobs(ctx, due, true, Await)

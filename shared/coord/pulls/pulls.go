@@ -235,7 +235,9 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 	if skip {
 		return 0, nil
 	}
-	due, err := s.k.QueryJobs(ctx, store.Query{Where: []store.Cond{store.Eq("forgeDue", true)}})
+	// A job document that does not decode is skipped (kernel.JobPage),
+	// not allowed to stop every sync after it.
+	due, skipped, err := s.k.ScanJobs(ctx, store.Query{Where: []store.Cond{store.Eq("forgeDue", true)}})
 	if err != nil {
 		return 0, err
 	}
@@ -255,7 +257,7 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 			errs = append(errs, fmt.Errorf("job %s: %w", j.ID, err))
 		}
 	}
-	if n == 0 {
+	if n == 0 && skipped == 0 { // a skipped job's next retry is unknown
 		s.k.MarkQuietUntil(ctx, view, next)
 	}
 	return n, errors.Join(errs...)

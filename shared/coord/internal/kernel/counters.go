@@ -23,9 +23,9 @@ type Counters struct {
 	QuietSkips     atomic.Int64
 	// FactoriesPruned counts static factories the prune timer deregistered.
 	FactoriesPruned atomic.Int64
-	// UndecodableJobs counts job documents a sweep or claim skipped
-	// because they do not decode (each logged with its id).
-	UndecodableJobs atomic.Int64
+	// UndecodableDocs counts documents a sweep or claim skipped because
+	// they do not decode (each logged with its container and id).
+	UndecodableDocs atomic.Int64
 	// Lag sums in microseconds and counts: submit -> publish, publish -> accept.
 	DispatchLagSum, DispatchLagN atomic.Int64
 	AcceptLagSum, AcceptLagN     atomic.Int64
@@ -94,7 +94,7 @@ func (s *Counters) Snapshot() view.CoordinatorStats {
 		EventsRepaired:  s.EventsRepaired.Load(),
 		QuietSkips:      s.QuietSkips.Load(),
 		FactoriesPruned: s.FactoriesPruned.Load(),
-		UndecodableJobs: s.UndecodableJobs.Load(),
+		UndecodableDocs: s.UndecodableDocs.Load(),
 		DispatchLagMs:   mean(&s.DispatchLagSum, &s.DispatchLagN),
 		AcceptLagMs:     mean(&s.AcceptLagSum, &s.AcceptLagN),
 		ChangeFeedLagMs: mean(&s.FeedLagSum, &s.FeedLagN),

@@ -55,7 +55,7 @@ type Cursor struct {
 // JobPage reads one page of q over the jobs container and decodes it. A
 // document that does not decode (written by hand, or by a version whose
 // fields this one cannot read) is left out of jobs, logged with its id and
-// counted (Counters.UndecodableJobs): it must not stall every sweep at its
+// counted (Counters.UndecodableDocs): it must not stall every sweep at its
 // page, leaving the jobs beside and after it unswept. skipped is how many
 // were left out: a decision that no job matched must count them as jobs
 // (present, of unknown content), never conclude from len(jobs) alone.
@@ -68,7 +68,7 @@ func (c *Kernel) JobPage(ctx context.Context, q store.Query) (jobs []*fleet.Job,
 	for _, it := range res.Items {
 		j, err := DecodeJob(it)
 		if err != nil {
-			c.undecodable(ctx, it, err)
+			c.Undecodable(ctx, store.Jobs, it, err)
 			skipped++
 			continue
 		}
@@ -77,10 +77,11 @@ func (c *Kernel) JobPage(ctx context.Context, q store.Query) (jobs []*fleet.Job,
 	return jobs, res.Continuation, skipped, nil
 }
 
-// undecodable logs and counts a job document a sweep passed over.
-func (c *Kernel) undecodable(ctx context.Context, it store.Item, err error) {
-	c.Counters.UndecodableJobs.Add(1)
-	c.Log.ErrorContext(ctx, "job document does not decode: skipped", "job", it.ID, "product", it.PartitionKey, "err", err)
+// Undecodable logs and counts a document of container that a sweep
+// passed over because it does not decode.
+func (c *Kernel) Undecodable(ctx context.Context, container string, it store.Item, err error) {
+	c.Counters.UndecodableDocs.Add(1)
+	c.Log.ErrorContext(ctx, "document does not decode: skipped", "container", container, "id", it.ID, "partition", it.PartitionKey, "err", err)
 }
 
 // ScanJobs drains q over the jobs container as JobPage reads a page: the
