@@ -12,8 +12,8 @@ import (
 )
 
 // TestStackSizesTheHandlersGOMAXPROCS: fleet-local starts the handler with
-// half the CPUs (at least one) as its GOMAXPROCS, and keeps one given in
-// local.settings.json's place, the environment.
+// half the CPUs (at least one) as its GOMAXPROCS, unless the user set
+// GOMAXPROCS in the environment, which the handler then keeps.
 func TestStackSizesTheHandlersGOMAXPROCS(t *testing.T) {
 	if os.Getenv("GOMAXPROCS") != "" {
 		t.Skip("GOMAXPROCS is set for the tests, and the stack keeps it")
