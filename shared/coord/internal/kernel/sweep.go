@@ -64,8 +64,15 @@ func (c *Kernel) JobPage(ctx context.Context, q store.Query) (jobs []*fleet.Job,
 	if err != nil {
 		return nil, "", 0, fmt.Errorf("query %s: %w", store.Jobs, err)
 	}
-	jobs = make([]*fleet.Job, 0, len(res.Items))
-	for _, it := range res.Items {
+	jobs, skipped = c.decodeJobs(ctx, res.Items)
+	return jobs, res.Continuation, skipped, nil
+}
+
+// decodeJobs decodes items, passing over (Undecodable) those that do not
+// decode: the rule JobPage and ScanJobs share.
+func (c *Kernel) decodeJobs(ctx context.Context, items []store.Item) (jobs []*fleet.Job, skipped int) {
+	jobs = make([]*fleet.Job, 0, len(items))
+	for _, it := range items {
 		j, err := DecodeJob(it)
 		if err != nil {
 			c.Undecodable(ctx, store.Jobs, it, err)
@@ -74,7 +81,7 @@ func (c *Kernel) JobPage(ctx context.Context, q store.Query) (jobs []*fleet.Job,
 		}
 		jobs = append(jobs, j)
 	}
-	return jobs, res.Continuation, skipped, nil
+	return jobs, skipped
 }
 
 // Undecodable logs and counts a document of container that a sweep
@@ -89,17 +96,12 @@ func (c *Kernel) Undecodable(ctx context.Context, container string, it store.Ite
 // It is for sweeps, which must reach every job they can read; a use case
 // that must see every matching job (a sum, a lookup) uses QueryJobs.
 func (c *Kernel) ScanJobs(ctx context.Context, q store.Query) (jobs []*fleet.Job, skipped int, err error) {
-	for {
-		page, next, n, err := c.JobPage(ctx, q)
-		if err != nil {
-			return nil, 0, err
-		}
-		jobs, skipped = append(jobs, page...), skipped+n
-		if next == "" {
-			return jobs, skipped, nil
-		}
-		q.Continuation = next
+	items, err := c.QueryAll(ctx, store.Jobs, q)
+	if err != nil {
+		return nil, 0, err
 	}
+	jobs, skipped = c.decodeJobs(ctx, items)
+	return jobs, skipped, nil
 }
 
 // NextPage reads the page of the jobs matching where that cur points at,
