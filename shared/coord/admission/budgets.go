@@ -191,7 +191,7 @@ func (c *Service) seedSpend(ctx context.Context, b *fleet.ProductBudget) (map[st
 	}
 	spent := slices.SortedFunc(maps.Values(runs), func(x, y fleet.Run) int { return x.EndedAt.Compare(y.EndedAt) })
 	for _, r := range spent {
-		if r.Usage.USD > 0 && !r.EndedAt.IsZero() && !r.EndedAt.Before(b.PeriodStart) {
+		if spentIn(r, b) {
 			b.AddSpend(r.Usage.USD, r.EndedAt)
 		}
 	}
@@ -215,11 +215,16 @@ func (c *Service) endedSince(ctx context.Context, b *fleet.ProductBudget, seeded
 	}
 	var usd float64
 	for id, r := range runs {
-		if _, ok := seeded[id]; !ok && r.Usage.USD > 0 && !r.EndedAt.IsZero() && !r.EndedAt.Before(b.PeriodStart) {
+		if _, ok := seeded[id]; !ok && spentIn(r, b) {
 			usd += r.Usage.USD
 		}
 	}
 	return usd
+}
+
+// spentIn says whether run r spent something in b's current period.
+func spentIn(r fleet.Run, b *fleet.ProductBudget) bool {
+	return r.Usage.USD > 0 && !r.EndedAt.IsZero() && !r.EndedAt.Before(b.PeriodStart)
 }
 
 // periodRuns reads the runs of b's product that may have ended in its
