@@ -95,7 +95,9 @@ type fixture struct {
 	coord  *coord.Coordinator
 	clock  *clocktest.Clock
 	logs   *syncbuf.Buffer
-	blobs  *blobfs.Store
+	// logLevel is the level of logs, debug unless a test raises it.
+	logLevel *slog.LevelVar
+	blobs    *blobfs.Store
 	// runlogs keeps the runs' live output.
 	runlogs *runlogfs.Store
 }
@@ -133,6 +135,10 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 	c, err := coord.New(coord.Config{ArtifactMaxBytes: testArtifactMax}, coord.Deps{Store: counts, Clock: clk, Blobs: blobs, RunLogs: runlogs})
 	require.NoError(t, err)
 	logs := &syncbuf.Buffer{}
+	// Debug, so the tests see every access line (routine answers are
+	// logged at debug); a test may raise it.
+	logLevel := &slog.LevelVar{}
+	logLevel.Set(slog.LevelDebug)
 	cfg := Config{
 		OperatorTokens: []OperatorToken{
 			{Name: "root", Token: rootToken},
@@ -141,7 +147,7 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 			{Name: "multi-op", Token: multiToken, Products: []string{"p1", "other"}},
 			{Name: "elsewhere-op", Token: elsewhereToken, Products: []string{"other", "p3"}},
 		},
-		Logger:              slog.New(slog.NewJSONHandler(logs, nil)),
+		Logger:              slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: logLevel})),
 		Timers:              clk,
 		GitHubWebhookSecret: []byte(testWebhookSecret),
 	}
@@ -150,7 +156,7 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 	}
 	srv := httptest.NewServer(New(c, cfg))
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, url: srv.URL, store: st, faulty: faulty, counts: counts, coord: c, clock: clk, logs: logs, blobs: blobs, runlogs: runlogs}
+	return &fixture{t: t, url: srv.URL, store: st, faulty: faulty, counts: counts, coord: c, clock: clk, logs: logs, logLevel: logLevel, blobs: blobs, runlogs: runlogs}
 }
 
 // result is an answered request.

@@ -204,12 +204,16 @@ func (s *server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		if !rec.wrote {
 			status = http.StatusOK // net/http's answer to a handler that wrote nothing
 		}
+		level := accessLevel(status)
+		if !s.log.Enabled(r.Context(), level) {
+			return
+		}
 		attrs := []any{"requestId", st.id, "method", r.Method, "path", r.URL.Path, "status", status,
 			"durationMs", float64(time.Since(start).Microseconds()) / 1000, "bytes", rec.bytes, "principal", st.principal}
 		if st.code != "" {
 			attrs = append(attrs, "code", st.code)
 		}
-		s.log.InfoContext(r.Context(), "http request", attrs...)
+		s.log.Log(r.Context(), level, "http request", attrs...)
 	}()
 	if h, pattern := s.mux.Handler(r); pattern == "" {
 		s.unmatched(rec, r, h)
@@ -308,6 +312,23 @@ func requestID(in string) string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// accessLevel is the access log's level for a request answered status: a
+// routine answer is logged at debug, as Nomad logs a completed request, a
+// refused one at info and a failed one at error. One line per request at
+// info was a pipe write on every call of a job's life (and a wake-up of
+// whatever reads the log: the Functions host, which records every
+// invocation itself, or a terminal) on the dispatch path
+// (docs/performance.md).
+func accessLevel(status int) slog.Level {
+	switch {
+	case status >= http.StatusInternalServerError:
+		return slog.LevelError
+	case status >= http.StatusBadRequest:
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
 }
 
 // recorder notes the status and size of the response for the access log.

@@ -294,12 +294,68 @@ func TestRequestIDAndAccessLog(t *testing.T) {
 		return false
 	}, 5*time.Second, time.Millisecond, "access log line for %s", id)
 	require.Equal(t, "http request", line["msg"])
+	require.Equal(t, "DEBUG", line["level"], "a routine answer")
 	require.Equal(t, "GET", line["method"])
 	require.Equal(t, "/api/fleet/metrics", line["path"])
 	require.Equal(t, float64(200), line["status"])
 	require.Equal(t, "operator:root", line["principal"])
 	require.Contains(t, line, "durationMs")
 	require.NotContains(t, f.logs.String(), rootToken)
+}
+
+// accessLine is the access log line of request id, if there is one.
+func (f *fixture) accessLine(id string) map[string]any {
+	for l := range strings.Lines(f.logs.String()) {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["requestId"] == id && m["msg"] == "http request" {
+			return m
+		}
+	}
+	return nil
+}
+
+// TestAccessLogLevels: at info, the access log keeps the requests refused
+// (4xx, at info) and failed (5xx, at error) and leaves out the routine ones,
+// which are logged at debug: a line for every call of a job's life was a
+// pipe write and a wake-up of the log's reader each time.
+func TestAccessLogLevels(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	j := f.submit("p1", manifest("r1"))
+	f.logLevel.Set(slog.LevelInfo)
+
+	for _, tc := range []struct {
+		id, path, token string
+		failing         bool
+		status          int
+		level           string // "" for no line
+	}{
+		{id: "routine", path: "/api/fleet/jobs/" + j.ID, token: rootToken, status: 200},
+		{id: "refused", path: "/api/fleet/jobs/" + j.ID, token: "", status: 401, level: "INFO"},
+		{id: "missing", path: "/api/fleet/jobs/j-none", token: rootToken, status: 404, level: "INFO"},
+		{id: "failed", path: "/api/fleet/jobs/" + j.ID, token: rootToken, failing: true, status: 500, level: "ERROR"},
+	} {
+		f.faulty.setFailing(tc.failing)
+		res := f.call("GET", tc.path, tc.token, nil, product("p1"), header("X-Request-Id", tc.id))
+		f.faulty.setFailing(false)
+		require.Equal(t, tc.status, res.status, "%s: %s", tc.id, res.body)
+		if tc.level != "" {
+			require.Eventually(t, func() bool { return f.accessLine(tc.id) != nil }, 5*time.Second, time.Millisecond, "access line of %s", tc.id)
+			line := f.accessLine(tc.id)
+			require.Equal(t, tc.level, line["level"], tc.id)
+			require.Equal(t, float64(tc.status), line["status"], tc.id)
+		}
+	}
+	// The lines of later requests are in: the routine one, answered before
+	// them, would be too.
+	require.Nil(t, f.accessLine("routine"), "a routine answer is not logged at info")
+
+	f.logLevel.Set(slog.LevelDebug)
+	res := f.call("GET", "/api/fleet/jobs/"+j.ID, rootToken, nil, product("p1"), header("X-Request-Id", "routine-debug"))
+	require.Equal(t, 200, res.status)
+	require.Eventually(t, func() bool { return f.accessLine("routine-debug") != nil }, 5*time.Second, time.Millisecond)
+	require.Equal(t, "DEBUG", f.accessLine("routine-debug")["level"])
 }
 
 func TestStoreFailures(t *testing.T) {
