@@ -2,6 +2,7 @@ package coord_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -463,4 +464,68 @@ func TestDispatchBatchOverlapsPublishes(t *testing.T) {
 		seen[targets[id]] = true
 	}
 	require.Len(t, pub.sent(), 3)
+}
+
+// heldPublisher holds every publish until released, telling held of each.
+type heldPublisher struct {
+	recordingPublisher
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (p *heldPublisher) Publish(ctx context.Context, m protocol.DispatchMessage) error {
+	p.held <- struct{}{}
+	select {
+	case <-p.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return p.recordingPublisher.Publish(ctx, m)
+}
+
+// TestDispatchBumpsWhileTheBrokerAnswers: a batch's ledger and queue-state
+// bumps follow its writes, not the broker's answers, so they are under way
+// while a publish still waits (issue 25's dispatch p99: the feed's next
+// batch waited for both, one after the other).
+func TestDispatchBumpsWhileTheBrokerAnswers(t *testing.T) {
+	t.Parallel()
+	pub := &heldPublisher{held: make(chan struct{}, 1), release: make(chan struct{})}
+	e := newEnv(t, withConfig(feedConfig), withPublisher(pub))
+	e.factory("f1")
+	j := e.submit()
+	counter := func(container, id, field string) int64 {
+		it, err := e.raw.Read(e.ctx, container, id, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return 0
+		}
+		require.NoError(t, err)
+		var doc map[string]any
+		require.NoError(t, json.Unmarshal(it.Body, &doc))
+		n, _ := doc[field].(float64)
+		return int64(n)
+	}
+	activity, queue := counter(store.Ledger, "fleet", "activity"), counter(store.QueueStates, "p1", "version")
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.c.DispatchChanged(e.ctx, e.feed("").Items)
+		done <- err
+	}()
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(pub.release)
+		}
+	}
+	defer release()
+	<-pub.held
+	require.Eventually(t, func() bool {
+		return counter(store.Ledger, "fleet", "activity") > activity && counter(store.QueueStates, "p1", "version") > queue
+	}, 5*time.Second, time.Millisecond, "the bumps waited for the broker")
+	release()
+	require.NoError(t, <-done)
+	sent := pub.sent()
+	require.Len(t, sent, 1)
+	require.Equal(t, j.ID, sent[0].JobID)
 }
