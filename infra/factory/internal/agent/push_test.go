@@ -138,7 +138,7 @@ func pushWaitsForRepoLock() bool {
 	buf := make([]byte, 1<<22)
 	buf = buf[:runtime.Stack(buf, true)]
 	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "[sync.Mutex.Lock") && strings.Contains(g, "gitwt.(*Worktree).Push") {
+		if strings.Contains(g, "gitwt.(*Manager).lock(") && strings.Contains(g, "gitwt.(*Worktree).Push") {
 			return true
 		}
 	}

@@ -87,9 +87,12 @@ func (m *Manager) GCLocal(ctx context.Context, inFlight InFlight, terminal Termi
 }
 
 func (m *Manager) gcLocalRepo(ctx context.Context, repo string, inFlight InFlight, terminal Terminal) (Report, error) {
-	unlock := m.lock(repo)
-	defer unlock()
 	var rep Report
+	unlock, err := m.lock(ctx, repo)
+	if err != nil {
+		return rep, err
+	}
+	defer unlock()
 	dir := m.MirrorPath(repo)
 	root := filepath.Join(m.worktreesDir(), repo)
 
@@ -220,7 +223,10 @@ func JobOfBranch(branch string) (string, bool) {
 // RemoteJobs lists the job ids that have an aq/job or aq/wip branch on
 // repo's origin, after a fetch.
 func (m *Manager) RemoteJobs(ctx context.Context, repo string) ([]string, error) {
-	unlock := m.lock(repo)
+	unlock, err := m.lock(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
 	defer unlock()
 	dir, err := m.sync(ctx, repo)
 	if err != nil {
@@ -248,9 +254,12 @@ func (m *Manager) RemoteJobs(ctx context.Context, repo string) ([]string, error)
 // the rules allow. terminalJobs must hold only jobs the coordinator says
 // are over; jobs in flight here are skipped whatever the list says.
 func (m *Manager) GCRemote(ctx context.Context, repo string, terminalJobs []string, inFlight InFlight) (Report, error) {
-	unlock := m.lock(repo)
-	defer unlock()
 	var rep Report
+	unlock, err := m.lock(ctx, repo)
+	if err != nil {
+		return rep, err
+	}
+	defer unlock()
 	dir, err := m.sync(ctx, repo)
 	if err != nil {
 		return rep, err
@@ -321,10 +330,12 @@ func (m *Manager) Maintain(ctx context.Context) error {
 	}
 	var errs []error
 	for _, repo := range repos {
-		unlock := m.lock(repo)
-		// gc.auto is 0 in mirrors (see create); give this run a threshold.
-		_, err := git(ctx, m.MirrorPath(repo), "-c", "gc.auto=6700", "gc", "--auto", "--quiet")
-		unlock()
+		unlock, err := m.lock(ctx, repo)
+		if err == nil {
+			// gc.auto is 0 in mirrors (see create); give this run a threshold.
+			_, err = git(ctx, m.MirrorPath(repo), "-c", "gc.auto=6700", "gc", "--auto", "--quiet")
+			unlock()
+		}
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -30,8 +30,10 @@ type Manager struct {
 	gitName, gitEmail string
 	log               *slog.Logger
 
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
+	mu sync.Mutex
+	// locks are the repo locks: a channel of one slot each, held while
+	// it is full, so a wait for one can end with the waiter's context.
+	locks map[string]chan struct{}
 }
 
 // Options configure a Manager.
@@ -51,7 +53,7 @@ func New(o Options) (*Manager, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{workDir: o.WorkDir, repoBase: o.RepoBase, urls: o.RepoURLs, gitName: o.GitName, gitEmail: o.GitEmail,
-		log: o.Log, locks: map[string]*sync.Mutex{}}
+		log: o.Log, locks: map[string]chan struct{}{}}
 	for _, d := range []string{m.mirrorsDir(), m.worktreesDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("create %s: %w", d, err)
@@ -77,16 +79,29 @@ func (m *Manager) WorktreePath(repo, job string, epoch int64) string {
 }
 
 // lock serialises the operations on repo's mirror; it returns the unlock.
-func (m *Manager) lock(repo string) func() {
+// A wait for it ends when ctx does, with ctx's error: a run cancelled,
+// preempted or shut down does not wait out another run's fetch or push
+// (or a GC) first. A free lock is taken whatever ctx says, as before.
+func (m *Manager) lock(ctx context.Context, repo string) (func(), error) {
 	m.mu.Lock()
 	l, ok := m.locks[repo]
 	if !ok {
-		l = &sync.Mutex{}
+		l = make(chan struct{}, 1)
 		m.locks[repo] = l
 	}
 	m.mu.Unlock()
-	l.Lock()
-	return l.Unlock
+	unlock := func() { <-l }
+	select {
+	case l <- struct{}{}:
+		return unlock, nil
+	default:
+	}
+	select {
+	case l <- struct{}{}:
+		return unlock, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for the lock of repo %s: %w", repo, ctx.Err())
+	}
 }
 
 // EnsureClones clones every repo with a configured URL that is missing
@@ -307,7 +322,10 @@ func (m *Manager) Prepare(ctx context.Context, r Run) (*Worktree, error) {
 	if r.Epoch < 0 {
 		return nil, fmt.Errorf("lease epoch %d is negative", r.Epoch)
 	}
-	unlock := m.lock(repo)
+	unlock, err := m.lock(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
 	defer unlock()
 	dir, err := m.sync(ctx, repo)
 	if err != nil {
@@ -504,7 +522,10 @@ func (w *Worktree) PushFenced(ctx context.Context, branch string, fence Fence) e
 	w.mu.Lock()
 	expect := w.expect[branch]
 	w.mu.Unlock()
-	unlock := w.m.lock(w.Repo)
+	unlock, err := w.m.lock(ctx, w.Repo)
+	if err != nil {
+		return fmt.Errorf("push %s: %w", branch, err)
+	}
 	defer unlock()
 	if fence != nil {
 		fctx, cancel, err := fence(ctx)
@@ -570,7 +591,10 @@ func orNone(sha string) string {
 // DeleteRemote deletes origin's branch if it still points at sha, so a
 // branch someone moved since is never lost.
 func (w *Worktree) DeleteRemote(ctx context.Context, branch, sha string) error {
-	unlock := w.m.lock(w.Repo)
+	unlock, err := w.m.lock(ctx, w.Repo)
+	if err != nil {
+		return err
+	}
 	defer unlock()
 	return pushDelete(ctx, w.m.MirrorPath(w.Repo), branch, sha)
 }
@@ -587,7 +611,10 @@ func pushDelete(ctx context.Context, dir, branch, sha string) error {
 // commit is on origin (a result or a checkpoint). Unpushed work stays on
 // the local branch, where GC deletes it once the job is over.
 func (w *Worktree) Remove(ctx context.Context) error {
-	unlock := w.m.lock(w.Repo)
+	unlock, err := w.m.lock(ctx, w.Repo)
+	if err != nil {
+		return err
+	}
 	defer unlock()
 	dir := w.m.MirrorPath(w.Repo)
 	if err := w.m.removeWorktree(ctx, dir, w.Path); err != nil {
@@ -632,7 +659,10 @@ func (w *Worktree) Quarantine(ctx context.Context) (string, error) {
 	if _, err := w.Commit(ctx, fmt.Sprintf("fleet: quarantined work of job %s (lease epoch %d, fenced)", w.JobID, epoch)); err != nil {
 		return "", err
 	}
-	unlock := w.m.lock(w.Repo)
+	unlock, err := w.m.lock(ctx, w.Repo)
+	if err != nil {
+		return "", err
+	}
 	defer unlock()
 	dir := w.m.MirrorPath(w.Repo)
 	branch := QuarantineBranch(w.JobID, epoch)
