@@ -235,15 +235,8 @@ func (a *Agent) Run(ctx context.Context) Outcome {
 // deregistered) ends the loop at once, whatever it waits on: a receive,
 // the backoff after a failed one, or a seat while every seat is taken.
 func (a *Agent) loop(ctx context.Context) Outcome {
-	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	go func() {
-		select {
-		case err := <-a.fatal:
-			stop(&fatalError{err})
-		case <-ctx.Done():
-		}
-	}()
+	ctx, stop := a.untilFatal(ctx)
+	defer stop()
 	wait := receiveWait
 	if a.cfg.Transport == config.TransportPoll {
 		wait = a.cfg.Poll
@@ -252,9 +245,7 @@ func (a *Agent) loop(ctx context.Context) Outcome {
 	var parked []transport.Delivery
 	end := func() Outcome {
 		a.abandonAll(ctx, parked)
-		var fatal *fatalError
-		if errors.As(context.Cause(ctx), &fatal) {
-			a.log.ErrorContext(ctx, "stopping", "err", fatal.err)
+		if a.stoppedByFatal(ctx) {
 			return OutcomeError
 		}
 		return OutcomeDone
@@ -329,6 +320,33 @@ type fatalError struct{ err error }
 
 func (e *fatalError) Error() string { return e.err.Error() }
 
+// untilFatal is ctx ended, with a fatalError as its cause, by a fatal
+// condition (see heartbeatLoop), and its stop. The loop and --once both
+// work under it, so every wait of theirs ends on one.
+func (a *Agent) untilFatal(ctx context.Context) (context.Context, func()) {
+	ctx, stop := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case err := <-a.fatal:
+			stop(&fatalError{err})
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { stop(nil) }
+}
+
+// stoppedByFatal reports, and logs, whether a fatal condition ended ctx
+// (one of untilFatal's).
+func (a *Agent) stoppedByFatal(ctx context.Context) bool {
+	var fatal *fatalError
+	if !errors.As(context.Cause(ctx), &fatal) {
+		return false
+	}
+	a.log.ErrorContext(ctx, "stopping: the coordinator no longer accepts this factory (its token revoked, or the factory deregistered)",
+		"err", fatal.err)
+	return true
+}
+
 // abandonAll gives parked dispatches back to the broker on the way out.
 func (a *Agent) abandonAll(ctx context.Context, ds []transport.Delivery) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -343,10 +361,17 @@ func (a *Agent) abandonAll(ctx context.Context, ds []transport.Delivery) {
 // runOnce takes at most one message, handles it and waits for its job.
 // It is how an elastic pool's execution runs, so a dispatch it accepts is
 // held locked for the whole run and completed only when the run ends
-// (see holdsLock).
+// (see holdsLock). A fatal condition stops it as it stops the loop: at
+// once, the job checkpointed and released as on a shutdown, with
+// OutcomeError.
 func (a *Agent) runOnce(ctx context.Context) Outcome {
+	ctx, stop := a.untilFatal(ctx)
+	defer stop()
 	ds, err := a.recv.Receive(ctx, 1, a.cfg.OnceWait)
 	if err != nil {
+		if a.stoppedByFatal(ctx) {
+			return OutcomeError
+		}
 		if ctx.Err() != nil {
 			return OutcomeDone
 		}
@@ -369,13 +394,18 @@ func (a *Agent) runOnce(ctx context.Context) Outcome {
 	}
 	r := a.handleHeld(ctx, d, h)
 	if r == nil {
+		if a.stoppedByFatal(ctx) {
+			return OutcomeError
+		}
 		return OutcomeDone
 	}
+	stopped := false
 	select {
 	case <-r.done:
 	case <-ctx.Done():
 		r.cancel(errShutdown)
 		<-r.done
+		stopped = true
 	}
 	if h != nil {
 		// The run ended (shipped, failed, released, fenced): only now does
@@ -386,6 +416,9 @@ func (a *Agent) runOnce(ctx context.Context) Outcome {
 			a.log.WarnContext(cctx, "complete the dispatch message after the run", "delivery", d.ID, "err", err)
 		}
 		cancel()
+	}
+	if stopped && a.stoppedByFatal(ctx) {
+		return OutcomeError
 	}
 	return r.outcome
 }

@@ -12,7 +12,10 @@ import (
 
 	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
+	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
+	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
 
@@ -84,6 +87,74 @@ func TestFatalStopsTheLoopAtOnce(t *testing.T) {
 					cancel()
 					<-out
 					t.Fatal("a refused heartbeat did not stop the loop while it waited")
+				}
+			})
+		})
+	}
+}
+
+// stalledStart is a coordinator whose first stage change (building) hangs
+// until its context ends, so a run started stays in flight; it records
+// the releases.
+type stalledStart struct {
+	fakeAPI
+	released chan api.ReleaseRequest
+}
+
+func (s *stalledStart) Patch(ctx context.Context, _, _ string, _ api.PatchRequest) (*fleet.Job, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (s *stalledStart) Release(_ context.Context, _, _ string, r api.ReleaseRequest) (*fleet.Job, error) {
+	s.released <- r
+	return &fleet.Job{}, nil
+}
+
+// TestFatalStopsOnce: a refused heartbeat (the token revoked, the factory
+// deregistered) stops a --once execution as it stops the loop: at once,
+// whatever it waits on (the message, or its job, which is checkpointed
+// and released as on a shutdown), with OutcomeError, its exit status.
+// Before, runOnce never looked at the fatal condition: it waited out its
+// receive, or ran its job to the end, and exited as if all was well.
+func TestFatalStopsOnce(t *testing.T) {
+	t.Parallel()
+	claimed := &protocol.Claimed{Job: &fleet.Job{ID: "j1", ProductID: "p", Repo: "app"}, LeaseEpoch: 1}
+	tests := []struct {
+		name     string
+		first    []transport.Delivery
+		released bool // the job was released
+	}{
+		{name: "waiting for its message"},
+		{name: "running its job", first: []transport.Delivery{{ID: "claim:j1:1", Claimed: claimed}}, released: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				g, err := gitwt.New(gitwt.Options{WorkDir: t.TempDir()})
+				require.NoError(t, err)
+				coord := &stalledStart{released: make(chan api.ReleaseRequest, 1)}
+				a := New(config.Config{FactoryID: "f1", Seats: 1, Once: true, OnceWait: time.Minute, WorkDir: t.TempDir()},
+					coord, &waitingRecv{first: tt.first}, g, caps.Env{}, slog.New(slog.DiscardHandler))
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				out := make(chan Outcome, 1)
+				go func() { out <- a.runOnce(ctx) }()
+				synctest.Wait() // waiting for a message, or for its job
+				require.Equal(t, len(tt.first), a.load())
+				start := time.Now()
+				a.fatal <- errors.New("heartbeat refused: 401 unauthorized")
+				synctest.Wait()
+				select {
+				case got := <-out:
+					require.Equal(t, OutcomeError, got)
+					require.Zero(t, time.Since(start), "--once stopped at once, not once its wait or its job was over")
+					require.Equal(t, tt.released, len(coord.released) == 1, "the job is released as on a shutdown")
+				default:
+					cancel()
+					<-out
+					t.Fatal("a refused heartbeat did not stop --once")
 				}
 			})
 		})
