@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"mime"
 	"os"
 	"path/filepath"
@@ -38,24 +39,42 @@ const (
 // the run hands the job on (the upload is fenced like any holder write).
 // Best effort: a lost artifact must not fail a run. A fenced upload stores
 // nothing, and the step after it meets the same fence.
-func (jb *job) uploadArtifacts(ctx context.Context) {
-	if jb.uploaded {
-		return
-	}
-	jb.uploaded = true
+//
+// An artifact counts as uploaded only once the coordinator stored it: one
+// that failed (the job's context ended, the coordinator refused it) is
+// tried again by the run's next step that uploads (a step that ends the
+// run early: release, acknowledgement, failure report), and none is
+// uploaded twice. Every artifact not uploaded is logged, and named in the
+// error returned.
+func (jb *job) uploadArtifacts(ctx context.Context) error {
 	ctx, cancel := jb.a.within(ctx, uploadBudget)
 	defer cancel()
+	var errs []error
+	var stop error // a fence, or the end of ctx: the rest are not tried
 	for _, a := range jb.runArtifacts(ctx) {
-		got, err := jb.a.api.UploadArtifact(ctx, jb.j.ProductID, jb.j.ID, a)
-		if err != nil {
-			jb.log.WarnContext(ctx, "artifact not uploaded", "name", a.Name, "err", err)
-			if errors.Is(err, api.ErrFenced) || ctx.Err() != nil {
-				return
-			}
+		if jb.uploaded[a.Name] {
 			continue
 		}
-		jb.log.InfoContext(ctx, "artifact uploaded", "name", a.Name, "artifact", got.ID, "size", got.Size, "sha256", got.SHA256)
+		err := stop
+		if err == nil {
+			var got *fleet.Artifact
+			got, err = jb.a.api.UploadArtifact(ctx, jb.j.ProductID, jb.j.ID, a)
+			if err == nil {
+				if jb.uploaded == nil {
+					jb.uploaded = map[string]bool{}
+				}
+				jb.uploaded[a.Name] = true
+				jb.log.InfoContext(ctx, "artifact uploaded", "name", a.Name, "artifact", got.ID, "size", got.Size, "sha256", got.SHA256)
+				continue
+			}
+			if errors.Is(err, api.ErrFenced) || ctx.Err() != nil {
+				stop = err
+			}
+		}
+		jb.log.WarnContext(ctx, "artifact not uploaded", "name", a.Name, "err", err)
+		errs = append(errs, fmt.Errorf("artifact %s not uploaded: %w", a.Name, err))
 	}
+	return errors.Join(errs...)
 }
 
 // runArtifacts lists the files of this run that exist.
@@ -71,7 +90,7 @@ func (jb *job) runArtifacts(ctx context.Context) []api.ArtifactUpload {
 		// A structured engine's raw stream, as it printed it.
 		out = append(out, file(artifactEvents, fleet.ArtifactLog, "application/x-ndjson", jb.eventsPath()))
 	}
-	if jb.wt != nil {
+	if jb.wt != nil && !jb.uploaded[artifactDiff] {
 		path := filepath.Join(jb.dir, artifactDiff)
 		if err := jb.writeDiff(ctx, path); err != nil {
 			jb.log.WarnContext(ctx, "diff not written", "err", err)

@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -65,4 +67,52 @@ func TestReviewFeedbackReachesEngine(t *testing.T) {
 	require.Equal(t, OutcomeDone, waitRun(t, r, "the second run"))
 	a.jobs.Wait()
 	require.Equal(t, "again\nagain", repo.show("aq/job/j1", "work.txt"), "the second run resumed from the reviewed branch")
+}
+
+// endedCtxCoord is fakeCoord whose uploads and children posts fail once
+// their context has ended, as the real client's do.
+type endedCtxCoord struct{ *fakeCoord }
+
+func (c endedCtxCoord) UploadArtifact(ctx context.Context, p, id string, a api.ArtifactUpload) (*fleet.Artifact, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return c.fakeCoord.UploadArtifact(ctx, p, id, a)
+}
+
+func (c endedCtxCoord) PostChildren(ctx context.Context, p, id string, r api.ChildrenRequest) ([]*fleet.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return c.fakeCoord.PostChildren(ctx, p, id, r)
+}
+
+// TestChildrenArtifactsNotLostWhenTheRunStops: a run whose context ends
+// (here an operator's cancel) as it posts its children cannot upload its
+// artifacts then; they are uploaded by the step that ends the run (the
+// acknowledgement), each once. Before, the failed uploads counted as
+// done: the acknowledgement uploaded nothing and the run's log and diff
+// were lost without a word.
+func TestChildrenArtifactsNotLostWhenTheRunStops(t *testing.T) {
+	t.Parallel()
+	jb, coord, _ := heldJob(t)
+	jb.a.api = endedCtxCoord{coord}
+	require.NoError(t, os.WriteFile(jb.logPath, []byte("the engine planned\n"), 0o600))
+	jb.write(t, "plan.txt", "plan")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errCancelRequested)
+	jb.ctx = ctx
+
+	require.Equal(t, OutcomeStopped, jb.postChildren([]string{"---\nrepo: app\n---\nchild\n"}))
+	var names []string
+	for _, u := range coord.uploaded() {
+		names = append(names, u.name)
+	}
+	require.ElementsMatch(t, []string{artifactLog, artifactDiff}, names, "the run's artifacts are uploaded, each once")
+	require.Contains(t, coord.artifact(artifactLog), "the engine planned")
+	require.Contains(t, coord.artifact(artifactDiff), "+plan")
+	coord.mu.Lock()
+	defer coord.mu.Unlock()
+	require.Empty(t, coord.children)
+	require.Len(t, coord.acks, 1, "the cancel is acknowledged")
 }

@@ -116,9 +116,10 @@ type job struct {
 	logw, eventsw *cappedFile
 	wt            *gitwt.Worktree
 
-	// uploaded is set once the run's artifacts were uploaded, so a step
-	// that fails after the upload does not upload them again.
-	uploaded bool
+	// uploaded names the run's artifacts the coordinator stored, so a
+	// step that fails after the upload does not upload them again, and
+	// the next one uploads those that failed.
+	uploaded map[string]bool
 
 	// lastWIP is the commit last pushed to aq/wip/<id>. Only the job's
 	// goroutine and, while the engine runs, its checkpoint ticker touch
@@ -578,7 +579,11 @@ func (jb *job) proposedChildren() ([]string, error) {
 func (jb *job) postChildren(manifests []string) Outcome {
 	ctx := jb.ctx
 	jb.checkpoint(ctx, "children proposed")
-	jb.uploadArtifacts(ctx)
+	if err := jb.uploadArtifacts(ctx); err != nil {
+		// Not marked as uploaded: if posting the children fails too, the
+		// step that ends the run uploads them.
+		jb.log.WarnContext(ctx, "artifacts not uploaded before posting the children", "err", err)
+	}
 	// Posting children ends the run: its usage is reported first.
 	jb.meterUsage(ctx)
 	kids, err := jb.a.api.PostChildren(ctx, jb.j.ProductID, jb.j.ID, api.ChildrenRequest{LeaseEpoch: &jb.cl.LeaseEpoch, Children: api.ChildManifests(manifests)})
@@ -742,7 +747,7 @@ func (jb *job) deliver() Outcome {
 		// is another head.
 		next, delivered = fleet.StageReview, branch+"@"+head
 	}
-	jb.local(jb.uploadArtifacts)
+	jb.local(func(ctx context.Context) { _ = jb.uploadArtifacts(ctx) }) // each failure logged
 	u, facts := jb.finalUsage()
 	final := api.PatchRequest{Stage: &next, LeaseEpoch: &jb.cl.LeaseEpoch, Checkpoint: &delivered, Usage: u, EngineFacts: facts}
 	if head != "" {
@@ -958,7 +963,7 @@ func (jb *job) release() Outcome {
 // its own.
 func (jb *job) closingSteps(why string) {
 	jb.local(func(ctx context.Context) { jb.checkpoint(ctx, why) })
-	jb.local(jb.uploadArtifacts)
+	jb.local(func(ctx context.Context) { _ = jb.uploadArtifacts(ctx) }) // each failure logged
 	jb.local(func(ctx context.Context) { jb.meterUsage(ctx) })
 }
 
@@ -1000,7 +1005,7 @@ func (jb *job) fail(kind fleet.FailureKind, detail string, retryable bool) Outco
 	// never be unreportable for its text.
 	reason := SanitizeReason(string(kind) + ": " + detail)
 	jb.log.ErrorContext(ctx, "job failed", "reason", reason, "retryable", retryable)
-	jb.uploadArtifacts(ctx)
+	_ = jb.uploadArtifacts(ctx) // each failure logged
 	u, facts := jb.finalUsage()
 	var cooldowns map[string]time.Time
 	if kind == fleet.FailRateLimited {
