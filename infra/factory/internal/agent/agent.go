@@ -485,7 +485,7 @@ func (a *Agent) handleHeld(ctx context.Context, d transport.Delivery, h *hold) *
 		a.control(ctx, log, *d.Control)
 		return nil
 	case d.Claimed != nil:
-		return a.start(ctx, d.Claimed, time.Now())
+		return a.start(ctx, d.Claimed, a.clock.Now())
 	case d.Dispatch != nil:
 		return a.accept(ctx, log, d, h)
 	}
@@ -553,7 +553,7 @@ func (a *Agent) accept(ctx context.Context, log *slog.Logger, d transport.Delive
 		complete("duplicate message")
 		return nil
 	}
-	received := time.Now()
+	received := a.clock.Now()
 	cl, err := a.api.Accept(ctx, api.AcceptRequest{JobID: msg.JobID, DispatchEpoch: &msg.DispatchEpoch, ProductID: msg.ProductID})
 	switch {
 	case err == nil:
@@ -742,8 +742,14 @@ func (a *Agent) engineUser() (*engine.User, error) {
 // within is ctx ending once d has passed on the agent's clock, its cause
 // then context.DeadlineExceeded.
 func (a *Agent) within(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return within(a.clock, ctx, d)
+}
+
+// within is ctx ending once d has passed on clk, its cause then
+// context.DeadlineExceeded.
+func within(clk clock.Timers, ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	t := a.clock.NewTicker(d)
+	t := clk.NewTicker(d)
 	go func() {
 		defer t.Stop()
 		select {

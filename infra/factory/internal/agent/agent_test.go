@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -16,6 +17,8 @@ import (
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
 	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/clock"
+	"github.com/gigafactory/fleet/shared/clock/clocktest"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
@@ -86,29 +89,38 @@ func TestLeaseTTLFromCoordinatorClock(t *testing.T) {
 	cl := claim(90 * time.Second)
 	cl.Job.LeaseAcquiredAt = cl.Job.LeaseAcquiredAt.Add(time.Hour)
 	cl.LeaseExpiresAt = cl.LeaseExpiresAt.Add(time.Hour)
-	l := newLease(&fakeAPI{}, cl, time.Now())
+	l := newLease(&fakeAPI{}, clock.System{}, cl, time.Now())
 	require.Equal(t, 90*time.Second, l.ttl)
 	require.Equal(t, 30*time.Second, l.renewEvery(0))
 	require.Equal(t, 5*time.Second, l.renewEvery(5*time.Second))
 
 	unknown := &protocol.Claimed{Job: &fleet.Job{ID: "j1"}}
-	require.Equal(t, defaultTTL, newLease(&fakeAPI{}, unknown, time.Now()).ttl)
+	require.Equal(t, defaultTTL, newLease(&fakeAPI{}, clock.System{}, unknown, time.Now()).ttl)
 }
 
+// TestLeaseGuard: the guard's context ends half a lease after the renewal
+// that confirmed it began, on the lease's clock; a fenced renewal gives
+// no guard.
 func TestLeaseGuard(t *testing.T) {
 	t.Parallel()
-	api := &fakeAPI{}
-	l := newLease(api, claim(10*time.Second), time.Now())
-	ctx, cancel, err := l.guard(context.Background())
-	require.NoError(t, err)
-	defer cancel()
-	deadline, ok := ctx.Deadline()
-	require.True(t, ok)
-	require.InDelta(t, float64(5*time.Second), float64(time.Until(deadline)), float64(time.Second), "half a lease")
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeAPI{}
+		clk := clocktest.New(time.Date(2026, 11, 18, 10, 0, 0, 0, time.UTC))
+		l := newLease(api, clk, claim(10*time.Second), clk.Now())
+		ctx, cancel, err := l.guard(context.Background())
+		require.NoError(t, err)
+		defer cancel()
+		clk.Advance(5*time.Second - time.Millisecond)
+		synctest.Wait()
+		require.NoError(t, ctx.Err(), "the guard holds until half a lease has passed")
+		clk.Advance(time.Millisecond)
+		synctest.Wait()
+		require.ErrorIs(t, context.Cause(ctx), context.DeadlineExceeded, "half a lease")
 
-	api.renewErr = fenced
-	_, _, err = l.guard(context.Background())
-	require.ErrorIs(t, err, errFenced)
+		api.renewErr = fenced
+		_, _, err = l.guard(context.Background())
+		require.ErrorIs(t, err, errFenced)
+	})
 }
 
 func TestLeaseKeep(t *testing.T) {
@@ -126,7 +138,7 @@ func TestLeaseKeep(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			api := &fakeAPI{renewErr: tt.err}
-			l := newLease(api, claim(tt.ttl), time.Now())
+			l := newLease(api, clock.System{}, claim(tt.ttl), time.Now())
 			require.ErrorIs(t, keepUntilLost(t, l), tt.want)
 		})
 	}
@@ -148,7 +160,7 @@ func (h *hungRenewals) Renew(ctx context.Context, _, _ string, _ int64) (protoco
 // engine outlives its lease by as long as the renewal takes.
 func TestLeaseKeepLostWhileARenewalHangs(t *testing.T) {
 	t.Parallel()
-	l := newLease(&hungRenewals{}, claim(200*time.Millisecond), time.Now())
+	l := newLease(&hungRenewals{}, clock.System{}, claim(200*time.Millisecond), time.Now())
 	lost := make(chan error, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	var keeping sync.WaitGroup
@@ -185,7 +197,7 @@ func (f *fencedRenewals) Renew(ctx context.Context, _, _ string, _ int64) (proto
 // has passed (TestFactoryZombieFenced looks for "fenced").
 func TestLeaseKeepAsksPastTheLeasesEnd(t *testing.T) {
 	t.Parallel()
-	l := newLease(&fencedRenewals{}, claim(200*time.Millisecond), time.Now().Add(-time.Second))
+	l := newLease(&fencedRenewals{}, clock.System{}, claim(200*time.Millisecond), time.Now().Add(-time.Second))
 	require.ErrorIs(t, keepUntilLost(t, l), errFenced)
 }
 

@@ -151,6 +151,9 @@ func TestSlowShipHookLeavesTheUploadsTheirTime(t *testing.T) {
 	root := t.TempDir()
 	repo := newGitRepo(t, root)
 	coord := newFakeCoord("j1", "app")
+	// A lease long enough for the hook's run: its guard (half a lease, on
+	// the factory's clock) outlasts it.
+	coord.ttl = 10 * time.Minute
 	a := newGitAgent(t, root, repo, coord, `sh -c 'echo the engine made it; echo made > made.txt'`)
 	gates := t.TempDir()
 	entered, gate := fifo(t, gates, "entered"), fifo(t, gates, "gate")

@@ -228,8 +228,12 @@ func TestHungCheckpointLeavesTheReleaseItsTime(t *testing.T) {
 		{name: "release on shutdown", stop: func(h heldRun) { h.r.cancel(errShutdown) }, want: OutcomeInterrupted, stage: fleet.StageQueued},
 		{name: "acknowledge a cancel", stop: func(h heldRun) {
 			h.c.mu.Lock()
-			defer h.c.mu.Unlock()
 			h.c.job.CancelRequested = true
+			h.c.mu.Unlock()
+			// The lease keeper renews on the factory's clock, which stands
+			// still here: the control message has the run ask at once.
+			h.a.handle(context.Background(), transport.Delivery{ID: "c", Control: &protocol.ControlMessage{
+				Action: protocol.ControlCancel, JobID: "j1", ProductID: "p", TargetFactoryID: "f1", LeaseEpoch: h.cl.LeaseEpoch}})
 		}, want: OutcomeStopped, stage: fleet.StageCancelled},
 	}
 	for _, tt := range tests {

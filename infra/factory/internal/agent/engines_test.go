@@ -223,7 +223,11 @@ func TestClaudePresetWatchdog(t *testing.T) {
 		p.a.cfg.EngineIdle = 10 * time.Minute
 		made := p.clock.TickerMade()
 		r := p.a.handle(context.Background(), transport.Delivery{ID: "claim", Claimed: p.coord.claim()})
-		<-made
+		// The lease keeper's two (its interval and the lease's end), then
+		// the watchdog's: nothing else waits on the clock before it moves.
+		for range 3 {
+			<-made
+		}
 		p.clock.Advance(10 * time.Minute)
 		require.Equal(t, OutcomeFailed, waitRun(t, r, "the hung run"))
 		p.a.jobs.Wait()

@@ -59,7 +59,7 @@ func (a *Agent) start(ctx context.Context, cl *protocol.Claimed, received time.T
 	// errShutdown), so it can checkpoint and release on the way out.
 	jctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	r := &jobRun{id: j.ID, repo: j.Repo, epoch: cl.LeaseEpoch, dispatchEpoch: j.DispatchEpoch, cancel: cancel,
-		ended: make(chan struct{}), done: make(chan struct{}), lease: newLease(a.api, cl, received)}
+		ended: make(chan struct{}), done: make(chan struct{}), lease: newLease(a.api, a.clock, cl, received)}
 	a.mu.Lock()
 	prev := a.running[j.ID]
 	if prev != nil && prev.epoch >= r.epoch {
@@ -828,7 +828,7 @@ func (jb *job) push(ctx context.Context, branch string) error {
 			gctx = c
 			return c, cancel, nil
 		})
-		outlived := gctx != nil && errors.Is(gctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+		outlived := gctx != nil && errors.Is(context.Cause(gctx), context.DeadlineExceeded) && ctx.Err() == nil
 		switch {
 		case err == nil:
 			return nil

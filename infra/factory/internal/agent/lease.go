@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
 
@@ -31,12 +32,14 @@ type LeaseAPI interface {
 	Renew(ctx context.Context, productID, id string, epoch int64) (protocol.Renewal, error)
 }
 
-// lease tracks the job's lease on the factory's clock. Every duration is
-// measured locally from the start of a successful request, and the lease
-// length comes from the coordinator's own timestamps (expiry − acquisition),
-// so clock skew between factory and coordinator never matters.
+// lease tracks the job's lease on the factory's clock (the agent's, so
+// tests drive it). Every duration is measured locally from the start of a
+// successful request, and the lease length comes from the coordinator's
+// own timestamps (expiry − acquisition), so clock skew between factory and
+// coordinator never matters.
 type lease struct {
 	api            LeaseAPI
+	clock          clock.Timers
 	product, jobID string
 	epoch          int64
 	ttl            time.Duration
@@ -49,19 +52,20 @@ type lease struct {
 // default lease length.
 const defaultTTL = 5 * time.Minute
 
-func newLease(api LeaseAPI, cl *protocol.Claimed, received time.Time) *lease {
+// newLease is cl's lease on clk, received (on clk) when the claim came.
+func newLease(api LeaseAPI, clk clock.Timers, cl *protocol.Claimed, received time.Time) *lease {
 	ttl := defaultTTL
 	if j := cl.Job; !j.LeaseAcquiredAt.IsZero() && cl.LeaseExpiresAt.After(j.LeaseAcquiredAt) {
 		ttl = cl.LeaseExpiresAt.Sub(j.LeaseAcquiredAt)
 	}
-	return &lease{api: api, product: cl.Job.ProductID, jobID: cl.Job.ID, epoch: cl.LeaseEpoch, ttl: ttl, lastOK: received}
+	return &lease{api: api, clock: clk, product: cl.Job.ProductID, jobID: cl.Job.ID, epoch: cl.LeaseEpoch, ttl: ttl, lastOK: received}
 }
 
 // renew extends the lease now. The answer says whether the holder was asked
 // to stop; only keep acts on that (a renewal under a push's guard while
 // the run checkpoints on its way out must not stop it again).
 func (l *lease) renew(ctx context.Context) (protocol.Renewal, error) {
-	start := time.Now()
+	start := l.clock.Now()
 	ren, err := l.api.Renew(ctx, l.product, l.jobID, l.epoch)
 	if err != nil {
 		if errors.Is(err, api.ErrFenced) {
@@ -89,7 +93,7 @@ func stopCause(ren protocol.Renewal) error {
 func (l *lease) sinceOK() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return time.Since(l.lastOK)
+	return l.clock.Now().Sub(l.lastOK)
 }
 
 // end is when the lease is lost unless a renewal succeeds before: a whole
@@ -111,13 +115,13 @@ func (l *lease) guard(ctx context.Context) (context.Context, context.CancelFunc,
 		return nil, nil, err
 	}
 	l.mu.Lock()
-	deadline := l.lastOK.Add(l.ttl / 2)
+	left := l.lastOK.Add(l.ttl / 2).Sub(l.clock.Now())
 	l.mu.Unlock()
-	if !time.Now().Before(deadline) {
+	if left <= 0 {
 		// Renewed, but so slowly that half the lease is gone already.
 		return nil, nil, fmt.Errorf("%w: renewal took longer than half the lease", errLeaseLost)
 	}
-	gctx, cancel := context.WithDeadline(ctx, deadline)
+	gctx, cancel := within(l.clock, ctx, left)
 	return gctx, cancel, nil
 }
 
@@ -131,27 +135,23 @@ func (l *lease) guard(ctx context.Context) (context.Context, context.CancelFunc,
 // one over minutes) is cut short, and one failing between two ticks does
 // not wait for the next.
 func (l *lease) keep(ctx context.Context, every time.Duration, log *slog.Logger, lost func(error)) {
-	t := time.NewTicker(every)
+	t := l.clock.NewTicker(every)
 	defer t.Stop()
 	for {
-		end := time.NewTimer(time.Until(l.end()))
+		end, stopEnd := l.at(l.end())
 		select {
 		case <-ctx.Done():
-			end.Stop()
+			stopEnd()
 			return
-		case <-t.C:
-		case <-end.C:
+		case <-t.C():
+		case <-end:
 		}
-		end.Stop()
+		stopEnd()
 		// A renewal gets until the lease's end, and at least one interval:
 		// one begun at or past the end (the factory was frozen, or the
 		// last one failed just before it) still asks the coordinator,
 		// which says fenced or renews, rather than failing unasked.
-		deadline := l.end()
-		if least := time.Now().Add(every); deadline.Before(least) {
-			deadline = least
-		}
-		rctx, cancel := context.WithDeadline(ctx, deadline)
+		rctx, cancel := within(l.clock, ctx, max(l.end().Sub(l.clock.Now()), every))
 		ren, err := l.renew(rctx)
 		cancel()
 		switch {
@@ -173,6 +173,19 @@ func (l *lease) keep(ctx context.Context, every time.Duration, log *slog.Logger,
 			log.WarnContext(ctx, "lease renewal failed; retrying", "err", err)
 		}
 	}
+}
+
+// at is a channel that receives once when the lease's clock reaches when
+// (at once if it has), and its stop.
+func (l *lease) at(when time.Time) (<-chan time.Time, func()) {
+	d := when.Sub(l.clock.Now())
+	if d <= 0 {
+		c := make(chan time.Time, 1)
+		c <- when
+		return c, func() {}
+	}
+	t := l.clock.NewTicker(d)
+	return t.C(), t.Stop
 }
 
 // renewEvery is the renewal cadence: the configured one, else a third of

@@ -43,7 +43,7 @@ func heldJob(t *testing.T) (*job, *fakeCoord, gitRepo) {
 	wt, err := a.git.Prepare(ctx, gitwt.Run{Repo: "app", Job: "j1", Epoch: cl.LeaseEpoch})
 	require.NoError(t, err)
 	dir := t.TempDir()
-	return &job{a: a, cl: cl, j: cl.Job, lease: newLease(coord, cl, time.Now()), log: slog.New(slog.DiscardHandler),
+	return &job{a: a, cl: cl, j: cl.Job, lease: newLease(coord, a.clock, cl, a.clock.Now()), log: slog.New(slog.DiscardHandler),
 		ctx: ctx, wt: wt, dir: dir, logPath: filepath.Join(dir, "engine.log")}, coord, repo
 }
 
