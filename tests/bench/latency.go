@@ -31,8 +31,11 @@ type latencyResult struct {
 	MaxMs        float64 `json:"maxMs"`
 	MeanMs       float64 `json:"meanMs"`
 	// SubmitP50Ms is the median time the submit POST itself took.
-	SubmitP50Ms float64        `json:"submitP50Ms"`
-	PerFactory  map[string]int `json:"jobsPerFactory"`
+	SubmitP50Ms float64 `json:"submitP50Ms"`
+	// Warmup is the jobs submitted at the same rate just before the
+	// measured ones, which the figures above leave out.
+	Warmup     *warmupResult  `json:"warmup,omitempty"`
+	PerFactory map[string]int `json:"jobsPerFactory"`
 	// Redeliveries are deliveries of a job after its first; AcceptConflicts
 	// are accepts answered 409.
 	Redeliveries    int `json:"redeliveries"`
@@ -43,6 +46,17 @@ type latencyResult struct {
 	Tail   *tailSegments `json:"tail,omitempty"`
 }
 
+// warmupResult is the warm-up's jobs: a fresh stack's first jobs find code
+// not yet paged in, an empty heap and cold caches in every process, and
+// the ones after them queue behind them (the change feed handles one batch
+// at a time), for about the first 50 ms.
+type warmupResult struct {
+	Jobs    int     `json:"jobs"`
+	FirstMs float64 `json:"firstMs"`
+	P50Ms   float64 `json:"p50Ms"`
+	MaxMs   float64 `json:"maxMs"`
+}
+
 // latencyRecorder joins submit and receive times by job id: a message may
 // arrive before its submit POST has answered, so neither side waits for the
 // other.
@@ -50,6 +64,7 @@ type latencyRecorder struct {
 	mu        sync.Mutex
 	want      int
 	submitted map[string]time.Time
+	warm      map[string]bool // the warm-up's jobs
 	submitDur []time.Duration
 	received  map[string]time.Time
 	stored    map[string]time.Time // the broker's storing time of each first delivery
@@ -61,14 +76,18 @@ type latencyRecorder struct {
 }
 
 func newLatencyRecorder(want int) *latencyRecorder {
-	return &latencyRecorder{want: want, submitted: map[string]time.Time{}, received: map[string]time.Time{}, stored: map[string]time.Time{},
+	return &latencyRecorder{want: want, submitted: map[string]time.Time{}, warm: map[string]bool{}, received: map[string]time.Time{}, stored: map[string]time.Time{},
 		factoryOf: map[string]string{}, epochs: map[string]int64{}, done: make(chan struct{})}
 }
 
-func (r *latencyRecorder) submit(id string, at time.Time, took time.Duration) {
+func (r *latencyRecorder) submit(id string, at time.Time, took time.Duration, warm bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.submitted[id] = at
+	if warm {
+		r.warm[id] = true
+		return
+	}
 	r.submitDur = append(r.submitDur, took)
 }
 
@@ -104,9 +123,53 @@ func (r *latencyRecorder) handler(f *factory) handler {
 	}
 }
 
+// latencySplit is the recorder's jobs cut into what phase 1 reports: the
+// measured jobs' latencies, instants and receive stage, and the warm-up
+// apart.
+type latencySplit struct {
+	latency    []time.Duration
+	tail       []tailJob // sorted by latency
+	receive    []time.Duration
+	perFactory map[string]int
+	warmup     *warmupResult // nil without warm-up jobs
+}
+
+// split cuts the recorded jobs (r.mu held). A job submitted and never
+// received is an error.
+func (r *latencyRecorder) split() (latencySplit, error) {
+	sp := latencySplit{perFactory: map[string]int{}}
+	var warm []time.Duration
+	var first time.Time
+	var firstLat time.Duration
+	for id, t0 := range r.submitted {
+		at, ok := r.received[id]
+		if !ok {
+			return sp, fmt.Errorf("job lost: %s was accepted by nobody", id)
+		}
+		if r.warm[id] {
+			warm = append(warm, at.Sub(t0))
+			if first.IsZero() || t0.Before(first) {
+				first, firstLat = t0, at.Sub(t0)
+			}
+			continue
+		}
+		sp.latency = append(sp.latency, at.Sub(t0))
+		sp.tail = append(sp.tail, tailJob{id: id, sent: t0, stored: r.stored[id], received: at})
+		// broker stored -> Receive returned, first deliveries
+		sp.receive = append(sp.receive, at.Sub(r.stored[id]))
+		sp.perFactory[r.factoryOf[id]]++
+	}
+	slices.SortFunc(sp.tail, func(a, b tailJob) int { return cmp.Compare(a.received.Sub(a.sent), b.received.Sub(b.sent)) })
+	if len(warm) > 0 {
+		sp.warmup = &warmupResult{Jobs: len(warm), FirstMs: ms(firstLat), P50Ms: ms(percentile(warm, 50)), MaxMs: ms(slices.Max(warm))}
+	}
+	return sp, nil
+}
+
 // runLatency is phase 1: one product, four factories (each with one of the
 // product's four repos checked out, so the scheduler spreads the jobs), each
-// with a receiver blocked in Receive; jobs submitted at a steady rate.
+// with a receiver blocked in Receive; jobs submitted at a steady rate, the
+// first Warmup of them reported apart.
 func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 	const nf = 4
 	repos := make([]string, nf)
@@ -116,11 +179,12 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 	if err := s.op.putProduct(ctx, latencyProduct, repos); err != nil {
 		return nil, err
 	}
-	rec := newLatencyRecorder(s.cfg.Jobs)
+	total := s.cfg.Warmup + s.cfg.Jobs
+	rec := newLatencyRecorder(total)
 	for i := range nf {
 		// Every job keeps its lease until the phase ends, and a lease holds
 		// a seat: each factory has a seat for every job it will be sent.
-		f, err := s.addFactory(ctx, fmt.Sprintf("lat-%d", i), latencyProduct, repos[i], (s.cfg.Jobs+nf-1)/nf, 4)
+		f, err := s.addFactory(ctx, fmt.Sprintf("lat-%d", i), latencyProduct, repos[i], (total+nf-1)/nf, 4)
 		if err != nil {
 			return nil, err
 		}
@@ -136,7 +200,7 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 	var submitErr atomic.Pointer[error]
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	for i := range s.cfg.Jobs {
+	for i := range total {
 		due := start.Add(time.Duration(math.Round(float64(i) * interval)))
 		timer.Reset(max(time.Until(due), 0))
 		select {
@@ -159,7 +223,7 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 				submitErr.CompareAndSwap(nil, &err)
 				return
 			}
-			rec.submit(id, t0, time.Since(t0))
+			rec.submit(id, t0, time.Since(t0), i < s.cfg.Warmup)
 		})
 	}
 	offered := time.Since(start) // when the last submit was due and sent
@@ -182,39 +246,27 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
 		return nil, fmt.Errorf("job lost: %d of %d jobs accepted %s after the last submit (%d received)",
-			len(rec.epochs), s.cfg.Jobs, wait, len(rec.received))
+			len(rec.epochs), total, wait, len(rec.received))
 	}
 
 	rec.mu.Lock()
-	lat := make([]time.Duration, 0, len(rec.submitted))
-	tail := make([]tailJob, 0, len(rec.submitted))
-	for id, t0 := range rec.submitted {
-		at, ok := rec.received[id]
-		if !ok {
-			rec.mu.Unlock()
-			return nil, fmt.Errorf("job lost: %s was accepted by nobody", id)
-		}
-		lat = append(lat, at.Sub(t0))
-		tail = append(tail, tailJob{id: id, sent: t0, stored: rec.stored[id], received: at})
+	sp, err := rec.split()
+	if err != nil {
+		rec.mu.Unlock()
+		return nil, err
 	}
-	slices.SortFunc(tail, func(a, b tailJob) int { return cmp.Compare(a.received.Sub(a.sent), b.received.Sub(b.sent)) })
+	lat, tail := sp.latency, sp.tail
 	res := &latencyResult{
 		Jobs: s.cfg.Jobs, Factories: nf, RateAsked: s.cfg.Rate,
-		RateAchieved:    float64(s.cfg.Jobs-1) / max(offered.Seconds(), 1e-9),
-		PerFactory:      map[string]int{},
+		RateAchieved:    float64(total-1) / max(offered.Seconds(), 1e-9),
+		PerFactory:      sp.perFactory,
 		Redeliveries:    rec.redeliver,
 		AcceptConflicts: rec.conflicts,
 		SubmitP50Ms:     ms(percentile(rec.submitDur, 50)),
-	}
-	for _, f := range rec.factoryOf {
-		res.PerFactory[f]++
+		Warmup:          sp.warmup,
 	}
 	epochs, holders := rec.epochs, maps.Clone(rec.factoryOf)
-	// broker stored -> Receive returned, first deliveries
-	receive := make([]time.Duration, 0, len(rec.received))
-	for id, at := range rec.received {
-		receive = append(receive, at.Sub(rec.stored[id]))
-	}
+	receive := sp.receive
 	rec.mu.Unlock()
 	cs, err := s.op.coordinatorStats(ctx)
 	if err != nil {

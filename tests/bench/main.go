@@ -37,6 +37,7 @@ import (
 // config is the command line.
 type config struct {
 	Jobs       int
+	Warmup     int
 	Rate       float64
 	Lifecycles int
 	Idle       time.Duration
@@ -53,7 +54,7 @@ type config struct {
 // text.
 func (c config) MarshalJSON() ([]byte, error) {
 	return json.Marshal(map[string]any{
-		"jobs": c.Jobs, "ratePerSec": c.Rate, "lifecycles": c.Lifecycles,
+		"jobs": c.Jobs, "warmupJobs": c.Warmup, "ratePerSec": c.Rate, "lifecycles": c.Lifecycles,
 		"idle": c.Idle.String(), "stepRuns": c.Steps, "cas": c.CAS.String(), "sse": c.SSE, "webhooks": c.Webhooks, "liveLog": c.LiveLog,
 	})
 }
@@ -61,6 +62,7 @@ func (c config) MarshalJSON() ([]byte, error) {
 func parseFlags() (config, error) {
 	var c config
 	flag.IntVar(&c.Jobs, "jobs", 2000, "jobs in the dispatch-latency phase")
+	flag.IntVar(&c.Warmup, "warmup", 100, "jobs submitted at the same rate before the dispatch-latency phase's, reported apart (a fresh stack's first jobs pay its cold start)")
 	flag.Float64Var(&c.Rate, "rate", 100, "submit rate of the dispatch-latency phase, jobs/s")
 	flag.IntVar(&c.Lifecycles, "lifecycles", 1000, "jobs in the full-lifecycle throughput phase")
 	flag.DurationVar(&c.Idle, "idle", 60*time.Second, "length of the idle window")
@@ -77,10 +79,12 @@ func parseFlags() (config, error) {
 		return c, fmt.Errorf("unexpected arguments %q", flag.Args())
 	case c.Jobs < 1 || c.Lifecycles < 1:
 		return c, errors.New("-jobs and -lifecycles must be at least 1")
-	case c.Jobs > 4000:
+	case c.Warmup < 0:
+		return c, errors.New("-warmup must not be negative")
+	case c.Jobs+c.Warmup > 4000:
 		// The phase's 4 factories hold every job's lease until it ends, and
 		// a factory has at most 1,000 seats.
-		return c, errors.New("-jobs must be at most 4000")
+		return c, errors.New("-jobs plus -warmup must be at most 4000")
 	case c.Rate <= 0 || c.Rate > 10_000:
 		return c, errors.New("-rate must be in (0, 10000] jobs/s")
 	case c.Idle < time.Second || c.CAS < 100*time.Millisecond:
@@ -249,7 +253,7 @@ func (s *session) phases(ctx context.Context, res *results) (jobBody []byte, err
 	}
 	res.ProbeQueries = s.probe.probeQueries
 
-	progress("1. dispatch latency: %d jobs at %g jobs/s over 4 factories", s.cfg.Jobs, s.cfg.Rate)
+	progress("1. dispatch latency: %d jobs at %g jobs/s over 4 factories, after %d warm-up jobs", s.cfg.Jobs, s.cfg.Rate, s.cfg.Warmup)
 	if res.Latency, err = s.runLatency(ctx); err != nil {
 		return nil, fmt.Errorf("dispatch latency: %w", err)
 	}

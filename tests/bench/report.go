@@ -125,8 +125,8 @@ func (r *results) print(out io.Writer) {
 	m := r.Machine
 	fmt.Fprintf(out, "\nGigafactory fleet bench: the local stack (fleet-local + handler, SQLite, embedded NATS, FLEET_BUS=nats, other settings default)\n")
 	fmt.Fprintf(out, "machine: %s, %d CPUs, %s; load average (1/5/15 min) %s at start, %s at end\n", m.OS, m.CPUs, m.Go, m.LoadAvgStart, orNA(m.LoadAvgEnd))
-	fmt.Fprintf(out, "settings: -jobs %d -rate %g -lifecycles %d -idle %s -steps %d -cas %s -sse %d -webhooks %d\n\n",
-		r.Config.Jobs, r.Config.Rate, r.Config.Lifecycles, r.Config.Idle, r.Config.Steps, r.Config.CAS, r.Config.SSE, r.Config.Webhooks)
+	fmt.Fprintf(out, "settings: -jobs %d -warmup %d -rate %g -lifecycles %d -idle %s -steps %d -cas %s -sse %d -webhooks %d\n\n",
+		r.Config.Jobs, r.Config.Warmup, r.Config.Rate, r.Config.Lifecycles, r.Config.Idle, r.Config.Steps, r.Config.CAS, r.Config.SSE, r.Config.Webhooks)
 
 	var tbl table
 	row, heading := tbl.row, tbl.heading
@@ -141,6 +141,10 @@ func (r *results) print(out io.Writer) {
 		row("   max", f2(l.MaxMs)+" ms", "", "")
 		row("   mean", f2(l.MeanMs)+" ms", "", "")
 		row("   submit POST alone, p50", f2(l.SubmitP50Ms)+" ms", "", "")
+		if w := l.Warmup; w != nil {
+			row(fmt.Sprintf("   the %d warm-up jobs just before them (not above): first / p50 / max", w.Jobs),
+				f2(w.FirstMs)+" / "+f2(w.P50Ms)+" / "+f2(w.MaxMs)+" ms", "", "")
+		}
 	}
 	if h := r.Handoff; h != nil {
 		heading("1b. This machine's hand-over floor: an HTTP round trip between two processes, nothing else running (%d B POST on loopback, answered at once)", handoffBodyBytes)

@@ -40,7 +40,7 @@ func (c *client) coordinatorStats(ctx context.Context) (api.CoordinatorStats, er
 
 // dispatchStages are phase 1's dispatch path by stage: the handler's own
 // histograms (no other phase has dispatched when they are read, so they
-// hold phase 1 alone) and the receive stage, timed here, from the broker
+// hold phase 1 alone, its warm-up jobs included) and the receive stage, timed here, from the broker
 // storing the message to Receive returning it at the target factory.
 //
 // The emulator's timings of the dispatch trigger's batches (feed)
@@ -66,7 +66,7 @@ func dispatchStages(s api.CoordinatorStats, feed hostemu.FeedStatus, receive []t
 
 // printStages writes phase 1's stage table.
 func printStages(out io.Writer, stages []stageResult) {
-	fmt.Fprintf(out, "\nDispatch latency by stage (phase 1; handler stages are histogram bucket bounds, at most 19%% above the true value)\n")
+	fmt.Fprintf(out, "\nDispatch latency by stage (phase 1; the handler's and the emulator's stages count its warm-up jobs too and are histogram bucket bounds, at most 19%% above the true value)\n")
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "STAGE\tSAMPLES\tP50 ms\tP99 ms\tMEASURED IN")
 	for _, st := range stages {

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestLatencySplitLeavesTheWarmupOut: the warm-up's jobs are in none of
+// phase 1's figures (latency, slowest jobs, receive stage, jobs per
+// factory) and are reported apart, the first by submit time as the first.
+func TestLatencySplitLeavesTheWarmupOut(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	r := newLatencyRecorder(6)
+	for i, j := range []struct {
+		id      string
+		warm    bool
+		latency time.Duration
+		factory string
+	}{
+		{"w0", true, 18 * time.Millisecond, "a"}, // the fresh stack's first job
+		{"w1", true, 12 * time.Millisecond, "b"},
+		{"w2", true, 4 * time.Millisecond, "a"},
+		{"m0", false, 3 * time.Millisecond, "a"},
+		{"m1", false, 2 * time.Millisecond, "b"},
+		{"m2", false, 5 * time.Millisecond, "b"},
+	} {
+		sent := t0.Add(time.Duration(i) * 10 * time.Millisecond)
+		r.submit(j.id, sent, time.Millisecond, j.warm)
+		r.received[j.id] = sent.Add(j.latency)
+		r.stored[j.id] = sent.Add(j.latency - time.Millisecond/2)
+		r.factoryOf[j.id] = j.factory
+	}
+	sp, err := r.split()
+	require.NoError(t, err)
+	require.ElementsMatch(t, []time.Duration{3 * time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond}, sp.latency)
+	require.Len(t, sp.tail, 3)
+	require.Equal(t, []string{"m1", "m0", "m2"}, []string{sp.tail[0].id, sp.tail[1].id, sp.tail[2].id}, "sorted by latency")
+	require.Len(t, sp.receive, 3)
+	require.Equal(t, map[string]int{"a": 1, "b": 2}, sp.perFactory)
+	require.Len(t, r.submitDur, 3, "the submit POST's p50 is of the measured jobs")
+	require.Equal(t, &warmupResult{Jobs: 3, FirstMs: 18, P50Ms: 12, MaxMs: 18}, sp.warmup)
+
+	// Without warm-up nothing is reported apart; a job never received is
+	// an error.
+	r = newLatencyRecorder(1)
+	r.submit("m0", t0, time.Millisecond, false)
+	_, err = r.split()
+	require.ErrorContains(t, err, "m0 was accepted by nobody")
+	r.received["m0"], r.stored["m0"] = t0.Add(time.Millisecond), t0
+	sp, err = r.split()
+	require.NoError(t, err)
+	require.Nil(t, sp.warmup)
+}
