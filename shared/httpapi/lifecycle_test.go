@@ -280,19 +280,7 @@ func TestRequestIDAndAccessLog(t *testing.T) {
 
 	// The access line is written after the response has gone out.
 	var line map[string]any
-	require.Eventually(t, func() bool {
-		for l := range strings.Lines(f.logs.String()) {
-			var m map[string]any
-			if json.Unmarshal([]byte(l), &m) != nil {
-				continue
-			}
-			if m["requestId"] == id && m["msg"] == "http request" {
-				line = m
-				return true
-			}
-		}
-		return false
-	}, 5*time.Second, time.Millisecond, "access log line for %s", id)
+	require.Eventually(t, func() bool { line = f.accessLine(id); return line != nil }, 5*time.Second, time.Millisecond, "access log line for %s", id)
 	require.Equal(t, "http request", line["msg"])
 	require.Equal(t, "DEBUG", line["level"], "a routine answer")
 	require.Equal(t, "GET", line["method"])

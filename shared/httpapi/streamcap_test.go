@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"encoding/json"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -30,15 +29,7 @@ func requireThrottled(t *testing.T, res result, setting string) {
 // is written after the request's stream slot was given back.
 func (f *fixture) waitLogged(t *testing.T, id string) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		for l := range strings.Lines(f.logs.String()) {
-			var m map[string]any
-			if json.Unmarshal([]byte(l), &m) == nil && m["requestId"] == id && m["msg"] == "http request" {
-				return true
-			}
-		}
-		return false
-	}, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return f.accessLine(id) != nil }, 10*time.Second, 5*time.Millisecond)
 }
 
 // TestStreamCapPerPrincipal: a principal past its cap gets 429 throttled
