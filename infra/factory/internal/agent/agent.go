@@ -104,7 +104,8 @@ type Agent struct {
 	// tests that never call Run.
 	contain *engine.Containment
 
-	// clock times the watchdog and the cooldowns.
+	// clock times the heartbeats, the leases, the watchdog and the
+	// cooldowns.
 	clock clock.Timers
 	// cool are the engines this factory's accounts are rate-limited for.
 	cool *cooldowns
@@ -681,14 +682,16 @@ func (a *Agent) syncLoad(ctx context.Context) {
 	}
 }
 
+// heartbeatLoop heartbeats every interval on the agent's clock, and at
+// once when the load changed.
 func (a *Agent) heartbeatLoop(ctx context.Context) {
-	t := time.NewTicker(a.cfg.Heartbeat)
+	t := a.clock.NewTicker(a.cfg.Heartbeat)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		case <-a.changed:
 		}
 		if err := a.heartbeat(ctx, fleet.HealthOK); err != nil {
