@@ -12,6 +12,7 @@ import (
 
 	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
+	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/clock/clocktest"
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -83,6 +84,62 @@ func TestHeartbeatOnTheAgentsClock(t *testing.T) {
 		require.Zero(t, coord.count(), "no heartbeat before the interval passed")
 		advance(time.Second)
 		require.Equal(t, 1, coord.count(), "a heartbeat once the interval passed on the agent's clock")
+		advance(every)
+		require.Equal(t, 2, coord.count(), "and one each interval after")
+	})
+}
+
+// sweptAPI counts the jobs an origin sweep asks about.
+type sweptAPI struct {
+	fakeAPI
+	getMu sync.Mutex
+	gets  int
+}
+
+func (s *sweptAPI) GetJob(context.Context, string, string) (*fleet.Job, error) {
+	s.getMu.Lock()
+	defer s.getMu.Unlock()
+	s.gets++
+	return nil, &api.Error{Status: 404, Code: "not_found"}
+}
+
+func (s *sweptAPI) count() int {
+	s.getMu.Lock()
+	defer s.getMu.Unlock()
+	return s.gets
+}
+
+// TestSweepOnTheAgentsClock: the factory's own origin sweep runs each
+// time its interval passes on the agent's clock, and not before (each
+// sweep asks the coordinator about the job whose branch is on origin).
+// Before, it ticked on the wall clock.
+func TestSweepOnTheAgentsClock(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const every = 10 * time.Minute
+		root := t.TempDir()
+		repo := newGitRepo(t, root)
+		gitT(t, repo.seed, "push", "--quiet", "origin", "main:"+gitwt.JobBranch("j9"))
+		coord := &sweptAPI{}
+		a := newGitAgent(t, root, repo, coord, "unused")
+		a.cfg.GCInterval = every
+		clk := clocktest.New(t0)
+		a.clock = clk
+		ctx, cancel := context.WithCancel(t.Context())
+		var loop sync.WaitGroup
+		loop.Go(func() { a.sweepLoop(ctx) })
+		defer loop.Wait()
+		defer cancel()
+		advance := func(d time.Duration) {
+			clk.Advance(d)
+			synctest.Wait() // and the sweep's git, which is no durable block
+		}
+
+		synctest.Wait() // the loop waits for its clock
+		advance(every - time.Second)
+		require.Zero(t, coord.count(), "no sweep before the interval passed")
+		advance(time.Second)
+		require.Equal(t, 1, coord.count(), "a sweep once the interval passed on the agent's clock")
 		advance(every)
 		require.Equal(t, 2, coord.count(), "and one each interval after")
 	})

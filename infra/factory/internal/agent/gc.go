@@ -112,15 +112,16 @@ func (a *Agent) hasRepo(repo string) bool {
 
 // sweepLoop is the factory's own origin sweep, for transports that carry
 // no GC requests: it asks the coordinator about every job that has a
-// branch on origin and cleans up after those that are over.
+// branch on origin and cleans up after those that are over, every
+// interval on the agent's clock.
 func (a *Agent) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(a.cfg.GCInterval)
+	t := a.clock.NewTicker(a.cfg.GCInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		a.sweep(ctx)
 	}
