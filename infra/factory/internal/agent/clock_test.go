@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -13,6 +14,7 @@ import (
 	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
+	"github.com/gigafactory/fleet/infra/factory/internal/transport"
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/clock/clocktest"
 	"github.com/gigafactory/fleet/shared/fleet"
@@ -143,4 +145,78 @@ func TestSweepOnTheAgentsClock(t *testing.T) {
 		advance(every)
 		require.Equal(t, 2, coord.count(), "and one each interval after")
 	})
+}
+
+// clockedCoord is a fakeCoord that records when, on the agent's clock,
+// each checkpoint was recorded and each failure reported.
+type clockedCoord struct {
+	*fakeCoord
+	clk                *clocktest.Clock
+	atMu               sync.Mutex
+	checkpoints, fails []time.Time
+}
+
+func (c *clockedCoord) Patch(ctx context.Context, product, id string, p api.PatchRequest) (*fleet.Job, error) {
+	if p.Checkpoint != nil && p.Stage == nil {
+		c.atMu.Lock()
+		c.checkpoints = append(c.checkpoints, c.clk.Now())
+		c.atMu.Unlock()
+	}
+	return c.fakeCoord.Patch(ctx, product, id, p)
+}
+
+func (c *clockedCoord) Fail(ctx context.Context, r api.FailRequest) (*fleet.Job, error) {
+	c.atMu.Lock()
+	c.fails = append(c.fails, c.clk.Now())
+	c.atMu.Unlock()
+	return c.fakeCoord.Fail(ctx, r)
+}
+
+func (c *clockedCoord) at() (checkpoints, fails []time.Time) {
+	c.atMu.Lock()
+	defer c.atMu.Unlock()
+	return slices.Clone(c.checkpoints), slices.Clone(c.fails)
+}
+
+// heldEngine is an agent on a manual clock whose engine makes a change,
+// says so on entered and waits for gate: a run that stays in its engine
+// until the test lets it go. Its lease (an hour, renewed every 20 min)
+// and its wall budget (an hour) stay out of the way of a few minutes.
+func heldEngine(t *testing.T) (*Agent, *clockedCoord, string, string) {
+	t.Helper()
+	root := t.TempDir()
+	repo := newGitRepo(t, root)
+	coord := &clockedCoord{fakeCoord: newFakeCoord("j1", "app"), clk: clocktest.New(t0)}
+	coord.ttl = time.Hour
+	gates := t.TempDir()
+	entered, gate := fifo(t, gates, "entered"), fifo(t, gates, "gate")
+	a := newGitAgent(t, root, repo, coord, `sh -c 'echo wip > wip.txt; echo up > `+entered+`; cat `+gate+` > /dev/null'`)
+	a.cfg.Renew, a.cfg.DefaultWall = 0, time.Hour
+	a.clock = coord.clk
+	return a, coord, entered, gate
+}
+
+// TestPeriodicCheckpointOnTheAgentsClock: while the engine runs, its work
+// is checkpointed each time the checkpoint interval passes on the agent's
+// clock, and not before. Before, the checkpoint ticker ran on the wall
+// clock: the agent's clock drove none of it.
+func TestPeriodicCheckpointOnTheAgentsClock(t *testing.T) {
+	t.Parallel()
+	const every = 10 * time.Minute
+	a, coord, entered, gate := heldEngine(t)
+	a.cfg.Checkpoint = every
+	r := a.handle(context.Background(), transport.Delivery{ID: "claim:j1:1", Claimed: coord.claim()})
+	require.NotNil(t, r)
+	waitUp(t, entered) // the engine made its change and waits
+	coord.clk.Advance(every - time.Second)
+	coord.clk.Advance(time.Second)
+	require.Eventually(t, func() bool {
+		cps, _ := coord.at()
+		return len(cps) > 0
+	}, 30*time.Second, 10*time.Millisecond, "a checkpoint once the interval passed on the agent's clock")
+	cps, _ := coord.at()
+	require.Equal(t, []time.Time{t0.Add(every)}, cps, "one checkpoint, once the interval had passed, none before")
+	openGate(t, gate)
+	require.Equal(t, OutcomeDone, waitRun(t, r, "the run"), "fails: %q", coord.fails)
+	a.jobs.Wait()
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/engine"
 	"github.com/gigafactory/fleet/infra/factory/internal/engine/stream"
+	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/clock/clocktest"
@@ -103,6 +104,28 @@ func newPresetT(t *testing.T, scenario string) *presetT {
 func (p *presetT) run(t *testing.T) Outcome {
 	t.Helper()
 	r := p.a.handle(context.Background(), transport.Delivery{ID: "claim", Claimed: p.coord.claim()})
+	out := waitRun(t, r, "the run")
+	p.a.jobs.Wait()
+	return out
+}
+
+// runStreamed runs the job until the fake has printed the whole of
+// recorded (a stream of the stream package's testdata), then moves
+// the clock by d and waits for the run to end: the run's waits on the
+// clock (the periodic checkpoint, which meters usage) then act on what
+// the engine said.
+func (p *presetT) runStreamed(t *testing.T, recorded string, d time.Duration) Outcome {
+	t.Helper()
+	want, err := os.ReadFile(filepath.Join("../engine/stream/testdata", recorded))
+	require.NoError(t, err)
+	r := p.a.handle(context.Background(), transport.Delivery{ID: "claim", Claimed: p.coord.claim()})
+	require.NotNil(t, r)
+	events := filepath.Join(p.a.jobsDir(), gitwt.RunName("j1", r.epoch), artifactEvents)
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(events)
+		return string(b) == string(want)
+	}, 30*time.Second, 10*time.Millisecond, "the fake prints its stream")
+	p.clock.Advance(d)
 	out := waitRun(t, r, "the run")
 	p.a.jobs.Wait()
 	return out
@@ -223,9 +246,10 @@ func TestClaudePresetWatchdog(t *testing.T) {
 		p.a.cfg.EngineIdle = 10 * time.Minute
 		made := p.clock.TickerMade()
 		r := p.a.handle(context.Background(), transport.Delivery{ID: "claim", Claimed: p.coord.claim()})
-		// The lease keeper's two (its interval and the lease's end), then
-		// the watchdog's: nothing else waits on the clock before it moves.
-		for range 3 {
+		// The lease keeper's two (its interval and the lease's end), the
+		// checkpoint's and the watchdog's: nothing else waits on the clock
+		// before it moves.
+		for range 4 {
 			<-made
 		}
 		p.clock.Advance(10 * time.Minute)
@@ -391,7 +415,8 @@ func TestCodexPresetBudgetKill(t *testing.T) {
 	p.a.cfg.Prices = map[string]stream.Price{"codex": {Input: 1.25, Output: 10}}
 	p.a.cfg.Checkpoint = 50 * time.Millisecond
 	p.coord.job.Budget.USD = 0.01 // the stream's turn costs 0.042
-	require.Equal(t, OutcomeFailed, p.run(t))
+	// The checkpoint after the turn, on the factory's clock, meters it.
+	require.Equal(t, OutcomeFailed, p.runStreamed(t, "codex/normal.jsonl", p.a.cfg.Checkpoint))
 	f := p.onlyFail(t)
 	require.Equal(t, fleet.FailBudget, f.Kind)
 	require.Contains(t, *f.Reason, "usd budget 0.01 exceeded (the engine reported 0.0420)")
@@ -462,7 +487,7 @@ func TestBudgetSpansIterations(t *testing.T) {
 	p.coord.job.Budget.USD = 0.05 // the stream's turn costs 0.042: under it alone
 	p.coord.job.Iteration = 2
 	p.coord.job.Runs = []fleet.Run{{FactoryID: "f0", Usage: fleet.Usage{USD: 0.03}}}
-	require.Equal(t, OutcomeFailed, p.run(t))
+	require.Equal(t, OutcomeFailed, p.runStreamed(t, "codex/normal.jsonl", p.a.cfg.Checkpoint))
 	f := p.onlyFail(t)
 	require.Equal(t, fleet.FailBudget, f.Kind)
 	require.Contains(t, *f.Reason, "usd budget 0.05 exceeded (the engine reported 0.0420, after 0.0300 spent by the earlier iterations)")

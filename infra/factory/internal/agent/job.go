@@ -414,14 +414,16 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 	}
 	cpCtx, stopCP := context.WithCancel(jb.ctx)
 	var cp sync.WaitGroup
+	// The checkpoint cadence is on the agent's clock, its ticker made
+	// before the engine starts: the first interval counts from here.
+	t := a.clock.NewTicker(a.cfg.Checkpoint)
 	cp.Go(func() {
-		t := time.NewTicker(a.cfg.Checkpoint)
 		defer t.Stop()
 		for {
 			select {
 			case <-cpCtx.Done():
 				return
-			case <-t.C:
+			case <-t.C():
 				// Usage first: an engine past its budget.usd is stopped
 				// like one past its wall budget.
 				if jb.meterUsage(jb.ctx) && !jb.overUSD {
