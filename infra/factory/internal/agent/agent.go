@@ -298,7 +298,7 @@ func (a *Agent) loop(ctx context.Context) Outcome {
 				continue // a seat freed
 			}
 			a.log.WarnContext(ctx, "receive failed", "err", err, "retryIn", backoff.String())
-			if !sleep(ctx, backoff) {
+			if !a.sleep(ctx, backoff) {
 				return end()
 			}
 			backoff = min(backoff*2, time.Minute)
@@ -767,14 +767,15 @@ func within(clk clock.Timers, ctx context.Context, d time.Duration) (context.Con
 	}
 }
 
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+// sleep waits until d has passed on the agent's clock or ctx ends; it
+// reports whether d passed.
+func (a *Agent) sleep(ctx context.Context, d time.Duration) bool {
+	t := a.clock.NewTicker(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-t.C():
 		return true
 	}
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -219,4 +220,57 @@ func TestPeriodicCheckpointOnTheAgentsClock(t *testing.T) {
 	openGate(t, gate)
 	require.Equal(t, OutcomeDone, waitRun(t, r, "the run"), "fails: %q", coord.fails)
 	a.jobs.Wait()
+}
+
+// failingRecv fails every receive, counting them.
+type failingRecv struct {
+	fakeRecv
+	mu       sync.Mutex
+	receives int
+}
+
+func (f *failingRecv) Receive(context.Context, int, time.Duration) ([]transport.Delivery, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.receives++
+	return nil, errors.New("the bus is down")
+}
+
+func (f *failingRecv) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.receives
+}
+
+// TestReceiveBackoffOnTheAgentsClock: after a failed receive the loop
+// waits its backoff (a second, then two, ...) on the agent's clock before
+// it receives again, and not a moment less. Before, the backoff was a
+// wall-clock timer: the agent's clock did not drive it.
+func TestReceiveBackoffOnTheAgentsClock(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		a, clk := clockAgent(t, config.Config{}, &fakeAPI{})
+		recv := &failingRecv{}
+		a.recv = recv
+		ctx, cancel := context.WithCancel(t.Context())
+		out := make(chan Outcome, 1)
+		go func() { out <- a.loop(ctx) }()
+		advance := func(d time.Duration) {
+			clk.Advance(d)
+			synctest.Wait()
+		}
+
+		synctest.Wait() // the first receive failed; the loop backs off
+		require.Equal(t, 1, recv.count())
+		advance(time.Second - time.Millisecond)
+		require.Equal(t, 1, recv.count(), "no receive before the backoff passed")
+		advance(time.Millisecond)
+		require.Equal(t, 2, recv.count(), "a receive once the backoff passed on the agent's clock")
+		advance(2*time.Second - time.Millisecond)
+		require.Equal(t, 2, recv.count(), "the backoff doubled")
+		advance(time.Millisecond)
+		require.Equal(t, 3, recv.count())
+		cancel()
+		require.Equal(t, OutcomeDone, <-out)
+	})
 }
