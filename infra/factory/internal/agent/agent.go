@@ -751,13 +751,23 @@ func (a *Agent) within(ctx context.Context, d time.Duration) (context.Context, c
 // within is ctx ending once d has passed on clk, its cause then
 // context.DeadlineExceeded.
 func within(clk clock.Timers, ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return withinCause(clk, ctx, d, fmt.Errorf("%w: %s passed", context.DeadlineExceeded, d))
+}
+
+// withinCause is ctx ending with cause once d has passed on clk (at once
+// when d is not positive).
+func withinCause(clk clock.Timers, ctx context.Context, d time.Duration, cause error) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
+	if d <= 0 {
+		cancel(cause)
+		return ctx, func() { cancel(context.Canceled) }
+	}
 	t := clk.NewTicker(d)
 	go func() {
 		defer t.Stop()
 		select {
 		case <-t.C():
-			cancel(fmt.Errorf("%w: %s passed", context.DeadlineExceeded, d))
+			cancel(cause)
 		case <-ctx.Done():
 		}
 	}()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -152,15 +153,15 @@ func TestSweepOnTheAgentsClock(t *testing.T) {
 // each checkpoint was recorded and each failure reported.
 type clockedCoord struct {
 	*fakeCoord
-	clk                *clocktest.Clock
-	atMu               sync.Mutex
-	checkpoints, fails []time.Time
+	clk                    *clocktest.Clock
+	atMu                   sync.Mutex
+	checkpointAt, failedAt []time.Time
 }
 
 func (c *clockedCoord) Patch(ctx context.Context, product, id string, p api.PatchRequest) (*fleet.Job, error) {
 	if p.Checkpoint != nil && p.Stage == nil {
 		c.atMu.Lock()
-		c.checkpoints = append(c.checkpoints, c.clk.Now())
+		c.checkpointAt = append(c.checkpointAt, c.clk.Now())
 		c.atMu.Unlock()
 	}
 	return c.fakeCoord.Patch(ctx, product, id, p)
@@ -168,7 +169,7 @@ func (c *clockedCoord) Patch(ctx context.Context, product, id string, p api.Patc
 
 func (c *clockedCoord) Fail(ctx context.Context, r api.FailRequest) (*fleet.Job, error) {
 	c.atMu.Lock()
-	c.fails = append(c.fails, c.clk.Now())
+	c.failedAt = append(c.failedAt, c.clk.Now())
 	c.atMu.Unlock()
 	return c.fakeCoord.Fail(ctx, r)
 }
@@ -176,7 +177,7 @@ func (c *clockedCoord) Fail(ctx context.Context, r api.FailRequest) (*fleet.Job,
 func (c *clockedCoord) at() (checkpoints, fails []time.Time) {
 	c.atMu.Lock()
 	defer c.atMu.Unlock()
-	return slices.Clone(c.checkpoints), slices.Clone(c.fails)
+	return slices.Clone(c.checkpointAt), slices.Clone(c.failedAt)
 }
 
 // heldEngine is an agent on a manual clock whose engine makes a change,
@@ -273,4 +274,28 @@ func TestReceiveBackoffOnTheAgentsClock(t *testing.T) {
 		cancel()
 		require.Equal(t, OutcomeDone, <-out)
 	})
+}
+
+// TestWallBudgetOnTheAgentsClock: an engine still running when the job's
+// wall budget has passed on the agent's clock is stopped and the job
+// failed for its budget, then and not before. Before, the budget was a
+// wall-clock deadline (context.WithTimeoutCause): the agent's clock did
+// not drive it.
+func TestWallBudgetOnTheAgentsClock(t *testing.T) {
+	t.Parallel()
+	const wall = 10 * time.Minute
+	a, coord, entered, gate := heldEngine(t)
+	a.cfg.DefaultWall = wall
+	r := a.handle(context.Background(), transport.Delivery{ID: "claim:j1:1", Claimed: coord.claim()})
+	require.NotNil(t, r)
+	waitUp(t, entered) // the engine runs, and would wait for ever
+	defer openGate(t, gate)
+	coord.clk.Advance(wall - time.Second)
+	coord.clk.Advance(time.Second)
+	require.Equal(t, OutcomeFailed, waitRun(t, r, "the run past its wall budget on the agent's clock"))
+	a.jobs.Wait()
+	_, fails := coord.at()
+	require.Equal(t, []time.Time{t0.Add(wall)}, fails, "failed once the budget had passed, not before")
+	require.Len(t, coord.fakeCoord.fails, 1)
+	require.True(t, strings.HasPrefix(coord.fakeCoord.fails[0], "budget_exceeded: wall budget 10m0s exhausted"), coord.fakeCoord.fails[0])
 }

@@ -244,12 +244,13 @@ func TestClaudePresetWatchdog(t *testing.T) {
 	t.Run("hang", func(t *testing.T) {
 		p := newPresetT(t, "hang")
 		p.a.cfg.EngineIdle = 10 * time.Minute
+		p.a.cfg.DefaultWall = time.Hour // on the same clock: out of the way
 		made := p.clock.TickerMade()
 		r := p.a.handle(context.Background(), transport.Delivery{ID: "claim", Claimed: p.coord.claim()})
 		// The lease keeper's two (its interval and the lease's end), the
-		// checkpoint's and the watchdog's: nothing else waits on the clock
-		// before it moves.
-		for range 4 {
+		// wall budget's, the checkpoint's and the watchdog's: nothing else
+		// waits on the clock before it moves.
+		for range 5 {
 			<-made
 		}
 		p.clock.Advance(10 * time.Minute)

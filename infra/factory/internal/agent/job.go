@@ -403,7 +403,8 @@ func (jb *job) runEngine(name, tmpl string) (engine.Result, error) {
 		return engine.Result{}, err
 	}
 	defer out.Close()
-	wctx, cancel := context.WithTimeoutCause(jb.ctx, jb.wall(), errBudget)
+	// The wall budget is on the agent's clock, as the watchdog is.
+	wctx, cancel := withinCause(a.clock, jb.ctx, jb.wall(), errBudget)
 	defer cancel()
 	ectx, stopEngine := context.WithCancelCause(wctx)
 	defer stopEngine(nil)
