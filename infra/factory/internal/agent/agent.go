@@ -185,8 +185,8 @@ func (a *Agent) Run(ctx context.Context) Outcome {
 	var loops sync.WaitGroup
 	if a.cfg.HeartbeatEnabled {
 		if err := a.heartbeat(ctx, fleet.HealthOK); err != nil {
-			if api.IsPermanent(err) {
-				a.log.ErrorContext(ctx, "the coordinator refused the heartbeat", "err", err)
+			if refused(err) {
+				a.log.ErrorContext(ctx, "the coordinator refused the heartbeat: it no longer accepts this factory (its token revoked, or the factory deregistered)", "err", err)
 				stopBG()
 				return OutcomeError
 			}
@@ -315,14 +315,14 @@ func (a *Agent) loop(ctx context.Context) Outcome {
 	}
 }
 
-// fatalError is a condition no further work can get past (see
-// heartbeatLoop): the loop's cause when one stops it.
+// fatalError is a condition no further work can get past (a heartbeat
+// refused, see refused): the loop's cause when one stops it.
 type fatalError struct{ err error }
 
 func (e *fatalError) Error() string { return e.err.Error() }
 
 // untilFatal is ctx ended, with a fatalError as its cause, by a fatal
-// condition (see heartbeatLoop), and its stop. The loop and --once both
+// condition (see refused), and its stop. The loop and --once both
 // work under it, so every wait of theirs ends on one.
 func (a *Agent) untilFatal(ctx context.Context) (context.Context, func()) {
 	ctx, stop := context.WithCancelCause(ctx)
@@ -682,8 +682,31 @@ func (a *Agent) syncLoad(ctx context.Context) {
 	}
 }
 
+// refused reports whether err, a heartbeat's failure, is the
+// coordinator's answer that it no longer accepts this factory, so no
+// further work can get past it: 401, the token unknown or revoked; 403,
+// the token may not act as this factory (a capability outside its scope
+// is dropped by heartbeat before it gets here); 404, the factory is not
+// enrolled (deregistered: its document is gone while a cached token
+// still authenticates). Any other answer is about this one heartbeat or
+// the moment (400 a field of the report, 409 a lost race to write the
+// factory, 413, 429, 5xx, no answer): the factory works on and beats
+// again on its cadence. The one rule for the first heartbeat and the
+// loop's.
+func refused(err error) bool {
+	apiErr, ok := errors.AsType[*api.Error](err)
+	if !ok {
+		return false
+	}
+	switch apiErr.Status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+		return true
+	}
+	return false
+}
+
 // heartbeatLoop heartbeats every interval on the agent's clock, and at
-// once when the load changed.
+// once when the load changed. A refused heartbeat is the fatal condition.
 func (a *Agent) heartbeatLoop(ctx context.Context) {
 	t := a.clock.NewTicker(a.cfg.Heartbeat)
 	defer t.Stop()
@@ -698,8 +721,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			var apiErr *api.Error
-			if errors.As(err, &apiErr) && (apiErr.Status == 401 || apiErr.Status == 403) {
+			if refused(err) {
 				// Revoked or deregistered: every further call fails too.
 				select {
 				case a.fatal <- fmt.Errorf("heartbeat refused: %w", err):
