@@ -104,8 +104,12 @@ type Agent struct {
 	// tests that never call Run.
 	contain *engine.Containment
 
-	// clock times the heartbeats, the leases, the watchdog and the
-	// cooldowns.
+	// clock is the agent's one time source: its heartbeats, sweeps,
+	// receive backoffs, leases, checkpoints, wall budgets, watchdog,
+	// cooldowns and the time of its local steps and uploads all run on
+	// it, so tests drive them. The timeouts that only bound one request
+	// or one process (the final heartbeat's, the ship hook's) stay on the
+	// wall clock: they guard against the world outside hanging.
 	clock clock.Timers
 	// cool are the engines this factory's accounts are rate-limited for.
 	cool *cooldowns
@@ -118,12 +122,20 @@ type Agent struct {
 
 // New returns an agent.
 func New(cfg config.Config, api API, recv transport.Receiver, git *gitwt.Manager, env caps.Env, log *slog.Logger) *Agent {
-	return &Agent{
+	a := &Agent{
 		cfg: cfg, api: api, recv: recv, git: git, env: env, log: log,
 		running: map[string]*jobRun{}, freed: make(chan struct{}, 1), changed: make(chan struct{}, 1),
-		lastLoad: -1, fatal: make(chan error, 1), clock: clock.System{}, cool: newCooldowns(clock.System{}),
+		lastLoad: -1, fatal: make(chan error, 1), clock: clock.System{},
 	}
+	a.cool = newCooldowns(agentClock{a})
+	return a
 }
+
+// agentClock is the agent's clock as it is when read, for what keeps a
+// clock of its own (the cooldowns): injecting the agent's moves it too.
+type agentClock struct{ a *Agent }
+
+func (c agentClock) Now() time.Time { return c.a.clock.Now() }
 
 func signal(ch chan struct{}) {
 	select {

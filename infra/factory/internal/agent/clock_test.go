@@ -25,18 +25,20 @@ import (
 // t0 is where the tests' manual clocks start.
 var t0 = time.Date(2026, 11, 18, 10, 0, 0, 0, time.UTC)
 
-// beatingAPI counts heartbeats and answers each with err.
+// beatingAPI counts heartbeats, keeps the last and answers each with err.
 type beatingAPI struct {
 	fakeAPI
 	hbMu  sync.Mutex
 	beats int
+	last  api.HeartbeatRequest
 	err   error
 }
 
-func (b *beatingAPI) Heartbeat(context.Context, api.HeartbeatRequest) (*fleet.Factory, error) {
+func (b *beatingAPI) Heartbeat(_ context.Context, hb api.HeartbeatRequest) (*fleet.Factory, error) {
 	b.hbMu.Lock()
 	defer b.hbMu.Unlock()
 	b.beats++
+	b.last = hb
 	if b.err != nil {
 		return nil, b.err
 	}
@@ -298,4 +300,24 @@ func TestWallBudgetOnTheAgentsClock(t *testing.T) {
 	require.Equal(t, []time.Time{t0.Add(wall)}, fails, "failed once the budget had passed, not before")
 	require.Len(t, coord.fakeCoord.fails, 1)
 	require.True(t, strings.HasPrefix(coord.fakeCoord.fails[0], "budget_exceeded: wall budget 10m0s exhausted"), coord.fakeCoord.fails[0])
+}
+
+// TestCooldownsOnTheAgentsClock: a rate limit's cooldown is timed on the
+// agent's clock, as everything else of the agent is: the heartbeat
+// carries it until the engine's reset time has passed on that clock, and
+// not after. Before, the cooldowns kept a clock of their own (the
+// system's, set apart from the agent's in New), so injecting the agent's
+// clock left them on the wall clock.
+func TestCooldownsOnTheAgentsClock(t *testing.T) {
+	t.Parallel()
+	coord := &beatingAPI{}
+	a, clk := clockAgent(t, config.Config{HeartbeatEnabled: true, Heartbeat: 20 * time.Second}, coord)
+	reset := t0.Add(time.Hour)
+	a.cool.limited("claude", reset)
+	require.NoError(t, a.heartbeat(t.Context(), fleet.HealthOK))
+	require.Equal(t, map[string]time.Time{"engine:claude": reset}, coord.last.Cooldowns,
+		"cooling down until the engine's reset, on the agent's clock")
+	clk.Advance(time.Hour)
+	require.NoError(t, a.heartbeat(t.Context(), fleet.HealthOK))
+	require.Nil(t, coord.last.Cooldowns, "over once the reset passed on the agent's clock")
 }

@@ -96,7 +96,7 @@ func newPresetT(t *testing.T, scenario string) *presetT {
 	p.a.cfg.DefaultEngine = "claude"
 	p.a.cfg.EngineIdle, p.a.cfg.EngineExitGrace = time.Hour, time.Hour
 	p.a.cfg.HeartbeatEnabled = true
-	p.a.clock, p.a.cool = p.clock, newCooldowns(p.clock)
+	p.a.clock = p.clock // the cooldowns' too
 	p.a.env = caps.Env{LookPath: func(string) (string, error) { return "", errors.New("not here") }}
 	return p
 }
