@@ -21,6 +21,7 @@ import (
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
 	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/clock"
 )
 
 func main() {
@@ -110,7 +111,8 @@ func run(args []string) int {
 func openTransport(ctx context.Context, cfg config.Config, client *api.Client, log *slog.Logger) (transport.Receiver, error) {
 	switch cfg.Transport {
 	case config.TransportPoll:
-		return transport.NewPoll(client, cfg.Poll, log), nil
+		// The agent's clock: agent.New runs on clock.System.
+		return transport.NewPoll(client, cfg.Poll, clock.System{}, log), nil
 	case config.TransportNATS:
 		return transport.OpenNATS(ctx, transport.NATSOptions{URL: cfg.NATSURL, FactoryID: cfg.FactoryID,
 			Subscription: cfg.Subscription, Token: cfg.Token, Log: log})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -19,21 +20,24 @@ type Claimer interface {
 
 // Poll is the fallback transport: it claims jobs with POST /fleet/claim,
 // retrying every interval (with jitter, so a fleet started together does
-// not claim in lockstep) until the receive's wait runs out.
+// not claim in lockstep) until the receive's wait runs out. Both the
+// interval and the wait run on its clock (the agent's), so tests drive
+// them.
 type Poll struct {
 	c        Claimer
 	interval time.Duration
+	clock    clock.Timers
 	log      *slog.Logger
 }
 
-// NewPoll returns the poll transport.
-func NewPoll(c Claimer, interval time.Duration, log *slog.Logger) *Poll {
-	return &Poll{c: c, interval: interval, log: log}
+// NewPoll returns the poll transport, its time read from clk.
+func NewPoll(c Claimer, interval time.Duration, clk clock.Timers, log *slog.Logger) *Poll {
+	return &Poll{c: c, interval: interval, clock: clk, log: log}
 }
 
 // Receive claims up to max jobs.
 func (p *Poll) Receive(ctx context.Context, max int, wait time.Duration) ([]Delivery, error) {
-	deadline := time.Now().Add(wait)
+	deadline := p.clock.Now().Add(wait)
 	for {
 		var out []Delivery
 		for len(out) < max {
@@ -51,18 +55,30 @@ func (p *Poll) Receive(ctx context.Context, max int, wait time.Duration) ([]Deli
 			}
 			out = append(out, Delivery{ID: fmt.Sprintf("claim:%s:%d", cl.Job.ID, cl.LeaseEpoch), Claimed: cl})
 		}
-		left := time.Until(deadline)
+		left := deadline.Sub(p.clock.Now())
 		if len(out) > 0 || left <= 0 {
 			return out, nil
 		}
 		pause := min(p.interval/2+rand.N(p.interval/2+1), left)
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
+		if pause <= 0 {
+			pause = time.Nanosecond // a ticker's period must be positive
 		}
+		if !p.sleep(ctx, pause) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// sleep waits until d has passed on the poll's clock or ctx ends; it
+// reports whether d passed.
+func (p *Poll) sleep(ctx context.Context, d time.Duration) bool {
+	t := p.clock.NewTicker(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/bus"
+	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
 )
@@ -70,7 +71,7 @@ func TestPollReceive(t *testing.T) {
 			for _, id := range tt.queue {
 				fc.queue = append(fc.queue, claimedJob(id))
 			}
-			p := NewPoll(fc, 20*time.Millisecond, slog.New(slog.DiscardHandler))
+			p := NewPoll(fc, 20*time.Millisecond, clock.System{}, slog.New(slog.DiscardHandler))
 			ds, err := p.Receive(context.Background(), tt.max, 100*time.Millisecond)
 			if tt.wantErr {
 				require.Error(t, err)
@@ -93,7 +94,7 @@ func TestPollReceive(t *testing.T) {
 func TestPollAbandonReleases(t *testing.T) {
 	t.Parallel()
 	fc := &fakeClaimer{}
-	p := NewPoll(fc, time.Second, slog.New(slog.DiscardHandler))
+	p := NewPoll(fc, time.Second, clock.System{}, slog.New(slog.DiscardHandler))
 	require.NoError(t, p.Complete(context.Background(), Delivery{Claimed: claimedJob("a")}))
 	require.NoError(t, p.Abandon(context.Background(), Delivery{Claimed: claimedJob("a")}))
 	require.Equal(t, []string{"a"}, fc.released)
