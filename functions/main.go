@@ -121,5 +121,6 @@ func newServer(a *app.App, forwarding bool) *funchost.Server {
 	for name, f := range functions(a) {
 		s.Handle(name, f)
 	}
+	s.AnswerProbeWith(os.Getenv(funchost.ProbeIDEnv))
 	return s
 }

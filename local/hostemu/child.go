@@ -2,6 +2,8 @@ package hostemu
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +16,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gigafactory/fleet/shared/funchost"
 )
 
 // StartTimeout is how long the handler has to answer the probe, as on the
@@ -28,6 +32,9 @@ type Child struct {
 	Dir  string
 	Env  []string
 	Log  *slog.Logger
+
+	// pickPort picks the handler's port (freePort; a test's choice).
+	pickPort func() (int, error)
 
 	mu       sync.Mutex
 	ready    chan struct{} // closed once the current process answers the probe
@@ -122,15 +129,42 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// start launches one handler process and waits for its probe.
+// portTries bounds the ports start tries when another process answers on
+// the one it picked.
+const portTries = 3
+
+// start launches one handler process and waits for its probe. A port that
+// another process answers on (another stack's handler took it between the
+// pick and the bind) is given up for a fresh one.
 func (c *Child) start(ctx context.Context) (*exec.Cmd, <-chan error, error) {
-	port, err := freePort()
+	for try := 1; ; try++ {
+		cmd, exited, err := c.startOn(ctx)
+		if !errors.Is(err, errPortTaken) || try == portTries {
+			return cmd, exited, err
+		}
+		c.Log.Warn("handler port taken by another process; trying another", "err", err)
+	}
+}
+
+// errPortTaken: something other than the started handler answered its probe.
+var errPortTaken = errors.New("another process answers on the handler's port")
+
+func (c *Child) startOn(ctx context.Context) (*exec.Cmd, <-chan error, error) {
+	pick := c.pickPort
+	if pick == nil {
+		pick = freePort
+	}
+	port, err := pick()
 	if err != nil {
 		return nil, nil, err
 	}
+	var nonce [12]byte
+	_, _ = rand.Read(nonce[:])
+	probeID := hex.EncodeToString(nonce[:])
 	cmd := exec.Command(c.Path, c.Args...)
 	cmd.Dir = c.Dir
-	cmd.Env = append(append(os.Environ(), c.Env...), "FUNCTIONS_CUSTOMHANDLER_PORT="+strconv.Itoa(port), "FUNCTIONS_WORKER_RUNTIME=custom")
+	cmd.Env = append(append(os.Environ(), c.Env...), "FUNCTIONS_CUSTOMHANDLER_PORT="+strconv.Itoa(port), "FUNCTIONS_WORKER_RUNTIME=custom",
+		funchost.ProbeIDEnv+"="+probeID)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
@@ -139,7 +173,7 @@ func (c *Child) start(ctx context.Context) (*exec.Cmd, <-chan error, error) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	if err := probe(ctx, addr, exited); err != nil {
+	if err := probe(ctx, addr, probeID, exited); err != nil {
 		_ = cmd.Process.Kill()
 		return nil, nil, fmt.Errorf("handler %s: %w", c.Path, err)
 	}
@@ -151,19 +185,28 @@ func (c *Child) start(ctx context.Context) (*exec.Cmd, <-chan error, error) {
 	return cmd, exited, nil
 }
 
-// probe GETs "/" until the handler answers anything, it exits, or the start
-// timeout passes.
-func probe(ctx context.Context, addr string, exited <-chan error) error {
+// probe GETs "/" until the handler answers with probeID, it exits, or the
+// start timeout passes. An answer without probeID is another process's (see
+// funchost.ProbeIDEnv): the handler is given until it exits, which it does
+// when it cannot bind the port.
+func probe(ctx context.Context, addr, probeID string, exited <-chan error) error {
 	deadline := time.Now().Add(StartTimeout)
 	client := &http.Client{Timeout: time.Second}
+	foreign := false
 	for time.Now().Before(deadline) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
 		if resp, err := client.Do(req); err == nil {
 			resp.Body.Close()
-			return nil
+			if resp.Header.Get(funchost.ProbeIDHeader) == probeID {
+				return nil
+			}
+			foreign = true
 		}
 		select {
 		case err := <-exited:
+			if foreign {
+				return fmt.Errorf("%w (%s): the handler exited: %v", errPortTaken, addr, err)
+			}
 			return fmt.Errorf("exited before answering the probe: %v", err)
 		case <-ctx.Done():
 			return ctx.Err()

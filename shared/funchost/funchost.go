@@ -234,7 +234,24 @@ type Server struct {
 	forwarded http.Handler
 	forwardAt string
 	log       *slog.Logger
+	probeID   string
 }
+
+// The local host emulator picks a free port, closes it and hands its
+// number to the handler, as the Functions host does; between the two, the
+// emulator of another stack on the machine can pick the same port, and its
+// handler, bound first, would answer this one's probe and be sent its
+// requests. So the emulator passes a nonce in ProbeIDEnv and takes only an
+// answer carrying it in ProbeIDHeader. The Functions host sets no such
+// variable, and the probe's answer is then as it always was.
+const (
+	ProbeIDEnv    = "FLEET_HOST_PROBE_ID"
+	ProbeIDHeader = "X-Fleet-Probe-Id"
+)
+
+// AnswerProbeWith makes the answer to the host's probe carry id in
+// ProbeIDHeader ("" sends none).
+func (s *Server) AnswerProbeWith(id string) { s.probeID = id }
 
 // NewServer builds a server. forwarded serves the requests the host forwards
 // under forwardPrefix (e.g. "/api/"); nil disables forwarding.
@@ -266,6 +283,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
 	if path == "/" {
 		// The host probes "/" until it gets any answer.
+		if s.probeID != "" {
+			w.Header().Set(ProbeIDHeader, s.probeID)
+		}
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write([]byte("ok"))
 		return
