@@ -213,6 +213,12 @@ func probe(ctx context.Context, addr, probeID string, exited <-chan error) error
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
+	if foreign {
+		// Its own answer lacks the id too when the handler binary predates
+		// it: say so rather than only time out.
+		return fmt.Errorf("only answers without %s on %s within %s: another process holds the port, or the handler binary is older than this emulator (rebuild it: make build)",
+			funchost.ProbeIDHeader, addr, StartTimeout)
+	}
 	return fmt.Errorf("did not answer the probe on %s within %s", addr, StartTimeout)
 }
 
