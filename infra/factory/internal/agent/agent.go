@@ -27,6 +27,7 @@ import (
 	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/protocol"
+	"github.com/gigafactory/fleet/shared/retry"
 )
 
 // API is what the agent needs of the coordinator (*api.Client).
@@ -814,12 +815,5 @@ func withinCause(clk clock.Timers, ctx context.Context, d time.Duration, cause e
 // sleep waits until d has passed on the agent's clock or ctx ends; it
 // reports whether d passed.
 func (a *Agent) sleep(ctx context.Context, d time.Duration) bool {
-	t := a.clock.NewTicker(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C():
-		return true
-	}
+	return retry.Sleep(ctx, a.clock, d) == nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/clock"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/retry"
 )
 
 // Claimer is what the poll transport needs of the coordinator client.
@@ -60,25 +61,9 @@ func (p *Poll) Receive(ctx context.Context, max int, wait time.Duration) ([]Deli
 			return out, nil
 		}
 		pause := min(p.interval/2+rand.N(p.interval/2+1), left)
-		if pause <= 0 {
-			pause = time.Nanosecond // a ticker's period must be positive
+		if err := retry.Sleep(ctx, p.clock, pause); err != nil {
+			return nil, err
 		}
-		if !p.sleep(ctx, pause) {
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// sleep waits until d has passed on the poll's clock or ctx ends; it
-// reports whether d passed.
-func (p *Poll) sleep(ctx context.Context, d time.Duration) bool {
-	t := p.clock.NewTicker(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C():
-		return true
 	}
 }
 
