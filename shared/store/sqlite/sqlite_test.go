@@ -117,9 +117,13 @@ func TestStageQueriesUseIndexes(t *testing.T) {
 		{store.Query{Where: []store.Cond{store.Eq("stage", "queued")}}, "fleet_jobs_stage"},
 		{store.Query{Where: []store.Cond{store.In("stage", "queued", "leased")}}, "fleet_jobs_stage"},
 		{store.Query{PartitionKey: "p1", Where: []store.Cond{store.Eq("stage", "queued")}}, "fleet_jobs_pk_stage"},
-		// The reaper's past-deadline pages read only the rows past it.
-		{store.Query{Limit: 256, Where: []store.Cond{store.In("stage", "assigned", "building"), store.Before("leaseExpiresAt", time.Now())}}, "fleet_jobs_stage_leaseExpiresAt"},
-		{store.Query{Limit: 256, Where: []store.Cond{store.In("stage", "assigned", "building"), store.Before("stopRequestedAt", time.Now())}}, "fleet_jobs_stage_stopRequestedAt"},
+		// The reaper's past-deadline pages read only the rows past it, in
+		// the partial indexes of the jobs that have the field (its < ?
+		// implies IS NOT NULL), on a later page too.
+		{store.Query{Limit: 256, Where: []store.Cond{store.In("stage", "assigned", "building"), store.Before("leaseExpiresAt", time.Now())}}, "fleet_jobs_stage_leaseExpiresAt (<expr>=? AND <expr><?)"},
+		{store.Query{Limit: 256, Where: []store.Cond{store.In("stage", "assigned", "building"), store.Before("stopRequestedAt", time.Now())}}, "fleet_jobs_stage_stopRequestedAt (<expr>=? AND <expr><?)"},
+		{store.Query{Limit: 256, Continuation: crossCont + "5", Where: []store.Cond{store.In("stage", "assigned", "building"), store.Before("leaseExpiresAt", time.Now())}}, "fleet_jobs_stage_leaseExpiresAt (<expr>=? AND <expr><?)"},
+		{store.Query{Limit: 256, Continuation: crossCont + "5", Where: []store.Cond{store.In("stage", "assigned", "building"), store.Before("stopRequestedAt", time.Now())}}, "fleet_jobs_stage_stopRequestedAt (<expr>=? AND <expr><?)"},
 		// A later page of the queue resumes in the stage index at its rowid.
 		{store.Query{Limit: 256, Continuation: crossCont + "5", Where: []store.Cond{store.Eq("stage", "queued")}}, "fleet_jobs_stage (<expr>=? AND rowid>?)"},
 	} {
