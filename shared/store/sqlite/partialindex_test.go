@@ -2,7 +2,9 @@ package sqlite
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gigafactory/fleet/shared/store"
 
@@ -94,4 +96,129 @@ func TestStageChangeWithoutLeaseSkipsReaperIndexes(t *testing.T) {
 		with, without, withCreate, withoutCreate)
 	require.Equal(t, without, with, "a stage change of a job without a lease writes no reaper index page")
 	require.Equal(t, withoutCreate, withCreate, "a create of a job without a lease writes no reaper index page")
+}
+
+// v1ReaperIndexes is how schema version 1 created the reaper's indexes:
+// full, one entry per job.
+var v1ReaperIndexes = []string{
+	`CREATE INDEX IF NOT EXISTS "fleet_jobs_stage_leaseExpiresAt" ON "fleet_jobs" (json_extract(body, '$.stage'), json_extract(body, '$.leaseExpiresAt'))`,
+	`CREATE INDEX IF NOT EXISTS "fleet_jobs_stage_stopRequestedAt" ON "fleet_jobs" (json_extract(body, '$.stage'), json_extract(body, '$.stopRequestedAt'))`,
+}
+
+// indexSQL returns the CREATE statements of the reaper's indexes as the
+// file holds them, and its user_version.
+func indexSQL(t *testing.T, s *Store) (sqls []string, version int) {
+	t.Helper()
+	ctx := t.Context()
+	for _, ix := range reaperIndexes {
+		var text string
+		require.NoError(t, s.w.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE type = 'index' AND name = ?`, ix).Scan(&text), ix)
+		sqls = append(sqls, text)
+	}
+	require.NoError(t, s.w.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version))
+	return sqls, version
+}
+
+// TestMigrateFullReaperIndexes: a file of schema version 1 has the
+// reaper's indexes full; opening it replaces them with the partial ones
+// and moves it to version 2, with every document as it was, even when
+// several handles (processes) open it at once.
+func TestMigrateFullReaperIndexes(t *testing.T) {
+	ctx := t.Context()
+	s, path := openTemp(t)
+	stages := []string{"queued", "assigned", "building", "blocked"}
+	want := map[string]string{}      // pk/id -> body
+	overdue := map[string][]string{} // field -> pk/id past it
+	for i := range 40 {
+		stage, lease := stages[i%len(stages)], ""
+		if stage == "assigned" || stage == "building" {
+			lease = "2026-01-01T00:00:00Z"
+			if i%3 == 0 {
+				lease = "2999-01-01T00:00:00Z"
+			}
+		}
+		pk, id, body := stageJob("job", i, stage, lease)
+		if i == 9 { // a stop request past its grace, on a live lease
+			body = append(body[:len(body)-1], `,"stopRequestedAt":"2026-01-01T00:00:00Z"}`...)
+			overdue["stopRequestedAt"] = append(overdue["stopRequestedAt"], pk+"/"+id)
+		}
+		_, err := s.Create(ctx, store.Jobs, pk, id, body)
+		require.NoError(t, err)
+		want[pk+"/"+id] = string(body)
+		if lease != "" && lease < "2999" {
+			overdue["leaseExpiresAt"] = append(overdue["leaseExpiresAt"], pk+"/"+id)
+		}
+	}
+	// Make it a version 1 file.
+	for _, ix := range reaperIndexes {
+		_, err := s.w.ExecContext(ctx, "DROP INDEX "+quoteIdent(ix))
+		require.NoError(t, err)
+	}
+	for _, q := range append(v1ReaperIndexes, "PRAGMA user_version = 1") {
+		_, err := s.w.ExecContext(ctx, q)
+		require.NoError(t, err)
+	}
+	sqls, version := indexSQL(t, s)
+	require.Equal(t, 1, version)
+	for _, text := range sqls {
+		require.NotContains(t, text, "WHERE", "a version 1 file")
+	}
+	require.NoError(t, s.Close())
+
+	// Several handles open it at once; each sees it migrated.
+	const handles = 4
+	opened := make([]*Store, handles)
+	errc := make(chan error, handles)
+	for i := range opened {
+		go func() {
+			var err error
+			opened[i], err = Open(ctx, path)
+			errc <- err
+		}()
+	}
+	for range handles {
+		require.NoError(t, <-errc)
+	}
+	for _, s := range opened {
+		t.Cleanup(func() { require.NoError(t, s.Close()) })
+	}
+	s = opened[0]
+	sqls, version = indexSQL(t, s)
+	for i, f := range reaperFields {
+		require.Contains(t, sqls[i], ` WHERE json_extract(body, '$.`+f+`') IS NOT NULL`)
+		require.Equal(t, "CREATE INDEX "+strings.TrimPrefix(reaperIndexDDL(store.Jobs, f), "CREATE INDEX IF NOT EXISTS "), sqls[i])
+	}
+	require.Equal(t, 2, version)
+	require.Equal(t, schemaVersion, version)
+	var integrity string
+	require.NoError(t, s.w.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&integrity))
+	require.Equal(t, "ok", integrity)
+
+	// The documents are intact, and the reaper's queries find the same.
+	got := map[string]string{}
+	page, err := s.Query(ctx, store.Jobs, store.Query{Limit: 1000})
+	require.NoError(t, err)
+	for _, it := range page.Items {
+		got[it.PartitionKey+"/"+it.ID] = string(it.Body)
+	}
+	require.Equal(t, want, got)
+	now := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	for _, f := range reaperFields {
+		page, err := s.Query(ctx, store.Jobs, store.Query{Limit: 1000, Where: []store.Cond{store.In("stage", "assigned", "building"), store.Before(f, now)}})
+		require.NoError(t, err)
+		var past []string
+		for _, it := range page.Items {
+			past = append(past, it.PartitionKey+"/"+it.ID)
+		}
+		require.NotEmpty(t, overdue[f])
+		require.ElementsMatch(t, overdue[f], past, f)
+	}
+
+	// Opening it again changes nothing.
+	s2, err := Open(ctx, path)
+	require.NoError(t, err)
+	again, version := indexSQL(t, s2)
+	require.NoError(t, s2.Close())
+	require.Equal(t, sqls, again)
+	require.Equal(t, 2, version)
 }

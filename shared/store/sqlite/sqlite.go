@@ -78,8 +78,9 @@ const (
 	// SQLITE_BUSY is tried before it fails with store.ErrThrottled.
 	busyRetries = 3
 	// schemaVersion is stored in PRAGMA user_version; a file written by a
-	// newer schema is refused rather than misread.
-	schemaVersion = 1
+	// newer schema is refused rather than misread. 2: the reaper's indexes
+	// on jobs are partial (migrate rebuilds a version 1 file's).
+	schemaVersion = 2
 	// seqTable holds the write counter that revisions and the feed come from.
 	seqTable = "store_seq"
 	// maxCachedQueries bounds the prepared-statement cache of query shapes.
@@ -258,7 +259,10 @@ func (s *Store) checkpoint(ctx context.Context) (frames, done int, err error) {
 }
 
 // migrate creates the tables, indexes and triggers, idempotently, so
-// several processes may open a new file at once.
+// several processes may open a new file at once, and brings an older
+// file's schema up to schemaVersion in the same transaction: the first
+// process to take the write lock migrates it, the others then find it
+// done.
 func (s *Store) migrate(ctx context.Context) error {
 	var mode string
 	if err := s.w.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
@@ -284,6 +288,14 @@ func (s *Store) migrate(ctx context.Context) error {
 	stmts := []string{
 		`CREATE TABLE IF NOT EXISTS ` + seqTable + ` (one INTEGER PRIMARY KEY CHECK (one = 1), v INTEGER NOT NULL)`,
 		`INSERT OR IGNORE INTO ` + seqTable + ` (one, v) VALUES (1, 0)`,
+	}
+	if version < 2 {
+		// Version 1 made the reaper's indexes full, and CREATE INDEX IF
+		// NOT EXISTS below would keep them: drop them, the DDL below
+		// creates them partial (a new file has none to drop).
+		for _, f := range reaperFields {
+			stmts = append(stmts, `DROP INDEX IF EXISTS `+quoteIdent(reaperIndex(store.Jobs, f)))
+		}
 	}
 	for _, c := range store.Containers {
 		if c.Name == seqTable {
@@ -364,9 +376,12 @@ func tableDDL(name string) []string {
 // reaperFields are the fields of the jobs' partial reaper indexes.
 var reaperFields = []string{"leaseExpiresAt", "stopRequestedAt"}
 
+// reaperIndex names the (stage, field) index of container name.
+func reaperIndex(name, field string) string { return name + "_stage_" + field }
+
 // reaperIndexDDL creates the partial (stage, field) index of container name.
 func reaperIndexDDL(name, field string) string {
-	return `CREATE INDEX IF NOT EXISTS ` + quoteIdent(name+"_stage_"+field) + ` ON ` + quoteIdent(name) +
+	return `CREATE INDEX IF NOT EXISTS ` + quoteIdent(reaperIndex(name, field)) + ` ON ` + quoteIdent(name) +
 		` (` + fieldExpr("stage") + `, ` + fieldExpr(field) + `) WHERE ` + fieldExpr(field) + ` IS NOT NULL`
 }
 
