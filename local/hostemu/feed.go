@@ -247,11 +247,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // deliver invokes the function with one batch, retrying per the function's
 // retry policy. It returns whether the batch succeeded.
 func (t *feedTrigger) deliver(ctx context.Context, items []store.Item) bool {
-	docs := make([]json.RawMessage, len(items))
-	for i, it := range items {
-		docs[i] = withSystemProperties(it)
-	}
-	body := batchInvocation(t.binding, funchost.EncodeDocuments(docs))
+	body := batchInvocation(t.binding, items, time.Now().Unix())
 	for attempt := 0; ; attempt++ {
 		addr, err := t.child.Addr(ctx)
 		if err == nil {
@@ -275,37 +271,49 @@ func (t *feedTrigger) deliver(ctx context.Context, items []store.Item) bool {
 	}
 }
 
-// batchInvocation is the invocation of a change-feed function with batch
-// (EncodeDocuments' JSON string) as its binding's value: what encoding a
-// funchost.Invocation gives, without encoding/json re-reading the batch
-// to check and compact it.
-func batchInvocation(binding string, batch json.RawMessage) []byte {
-	b := make([]byte, 0, len(batch)+len(binding)+40)
+// batchInvocation is the invocation of a change-feed function with items
+// as its binding's value, in the host's encoding (funchost.EncodeDocuments)
+// and each with the system properties (systemParts), _ts being ts: what
+// encoding a funchost.Invocation gives, built in one buffer with one
+// escaping pass over each document (every change of every job crosses it).
+func batchInvocation(binding string, items []store.Item, ts int64) []byte {
+	n := 0
+	for _, it := range items {
+		n += len(it.Body) + 48 // the system properties
+	}
+	b := make([]byte, 0, funchost.EncodedSize(n)+len(binding)+32)
 	b = append(b, `{"Data":{`...)
 	b, _ = jsontext.AppendQuote(b, binding) // a binding name is ASCII
 	b = append(b, ':')
-	b = append(b, batch...)
-	return append(b, `},"Metadata":{}}`...)
+	var w funchost.BatchWriter
+	w.Begin(b)
+	scratch := make([]byte, 0, 64)
+	for _, it := range items {
+		prefix, rest := systemParts(scratch, it, ts)
+		w.Add(prefix, rest)
+		scratch = prefix[:0]
+	}
+	return append(w.End(), `},"Metadata":{}}`...)
 }
 
-// withSystemProperties adds what Cosmos DB adds to every document it hands
-// out: _etag (the revision a CAS needs) and _ts.
-func withSystemProperties(it store.Item) json.RawMessage {
+// systemParts is a document as the host hands it out, in two parts: what
+// Cosmos DB adds to every document (_etag, the revision a CAS needs, and
+// _ts), appended to scratch, then the document's own fields. A body that is
+// not an object is handed out as it is. The prefix is ASCII, so the parts
+// split between characters as funchost.BatchWriter needs.
+func systemParts(scratch []byte, it store.Item, ts int64) (prefix, rest []byte) {
 	body := bytes.TrimSpace(it.Body)
 	if len(body) < 2 || body[0] != '{' {
-		return it.Body
+		return scratch[:0], it.Body
 	}
-	etag, _ := json.Marshal(it.Rev)
-	var b bytes.Buffer
-	b.WriteString(`{"_etag":`)
-	b.Write(etag)
-	b.WriteString(`,"_ts":`)
-	b.WriteString(strconv.FormatInt(time.Now().Unix(), 10))
+	b := append(scratch[:0], `{"_etag":`...)
+	b, _ = jsontext.AppendQuote(b, it.Rev)
+	b = append(b, `,"_ts":`...)
+	b = strconv.AppendInt(b, ts, 10)
 	if rest := bytes.TrimSpace(body[1:]); len(rest) > 0 && rest[0] != '}' {
-		b.WriteByte(',')
+		b = append(b, ',')
 	}
-	b.Write(body[1:])
-	return b.Bytes()
+	return b, body[1:]
 }
 
 // WatchFiles signals on the returned channel whenever one of the files

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -384,17 +385,41 @@ func TestFeedTriggerTimesItsBatches(t *testing.T) {
 }
 
 // TestBatchInvocation: the invocation a change-feed trigger sends is what
-// encoding the host's envelope gives.
+// encoding the host's envelope gives, byte for byte, with each document's
+// system properties first.
 func TestBatchInvocation(t *testing.T) {
 	t.Parallel()
-	batch := funchost.EncodeDocuments([]json.RawMessage{json.RawMessage(`{"id":"j1","title":"a \"b\" <c>"}`), json.RawMessage(`{"id":"j2"}`)})
+	items := []store.Item{
+		{ID: "j1", PartitionKey: "p1", Rev: "41", Body: []byte(`{"id":"j1","title":"a \"b\" <c> \\ \u00e9t\u00e9\n"}`)},
+		{ID: "j2", PartitionKey: "p1", Rev: "42", Body: []byte(`{"id":"j2"}`)},
+	}
+	batch := funchost.EncodeDocuments([]json.RawMessage{
+		json.RawMessage(`{"_etag":"41","_ts":1764230400,"id":"j1","title":"a \"b\" <c> \\ \u00e9t\u00e9\n"}`),
+		json.RawMessage(`{"_etag":"42","_ts":1764230400,"id":"j2"}`),
+	})
 	want, err := json.Marshal(&funchost.Invocation{Data: map[string]json.RawMessage{"documents": batch}, Metadata: map[string]json.RawMessage{}})
 	require.NoError(t, err)
-	got := batchInvocation("documents", batch)
+	got := batchInvocation("documents", items, 1764230400)
 	require.JSONEq(t, string(want), string(got))
 	var inv funchost.Invocation
 	require.NoError(t, json.Unmarshal(got, &inv))
+	require.Equal(t, string(batch), string(inv.Data["documents"]))
 	docs, err := funchost.Documents(inv.Data["documents"])
 	require.NoError(t, err)
 	require.Len(t, docs, 2)
+}
+
+// BenchmarkBatchInvocation is the emulator's side of a change-feed batch:
+// three job-sized documents given their system properties and encoded as
+// the host's invocation.
+func BenchmarkBatchInvocation(b *testing.B) {
+	items := make([]store.Item, 3)
+	for i := range items {
+		items[i] = store.Item{ID: fmt.Sprintf("j%06d", i), PartitionKey: "p", Rev: strconv.Itoa(1000 + i),
+			Body: fmt.Appendf(nil, `{"id":"j%06d","productId":"p","stage":"queued","title":"Fix \"flaky\" <test>","task":%q}`, i, strings.Repeat("do the thing\n", 100))}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = batchInvocation("documents", items, 1764230400)
+	}
 }

@@ -411,6 +411,7 @@ func TestServer(t *testing.T) {
 		envelope bool     // the answer must be the Outputs/Logs/ReturnValue envelope
 		logs     []string // substrings of Logs, in order
 		want     string   // exact JSON, when set
+		length   int64    // the request's Content-Length, when not the body's (-1: none sent)
 	}{
 		{name: "probe", method: "GET", path: "/", status: 200},
 		{name: "invocation", method: "POST", path: "/reaper", body: string(timer), status: 200, envelope: true,
@@ -426,6 +427,10 @@ func TestServer(t *testing.T) {
 			envelope: true, logs: []string{"decode invocation envelope"}},
 		{name: "envelope of the wrong shape", method: "POST", path: "/reaper", body: `{"Data":[1]}`, status: 500,
 			envelope: true, logs: []string{"decode invocation envelope"}},
+		{name: "envelope without a length", method: "POST", path: "/reaper", body: string(timer), length: -1, status: 200, envelope: true,
+			want: `{"Outputs":{"out":1},"Logs":["reaped: 1"],"ReturnValue":{"reaped":1}}`},
+		{name: "envelope shorter than its length", method: "POST", path: "/reaper", body: string(timer), length: int64(len(timer)) + 10, status: 500,
+			envelope: true, logs: []string{"read invocation envelope"}},
 		{name: "unknown function", method: "POST", path: "/nope", body: `{}`, status: 404, envelope: true, logs: []string{"no function nope"}},
 		{name: "invocations are POSTs", method: "GET", path: "/reaper", status: 404, envelope: true},
 		{name: "forwarded request", method: "GET", path: "/api/healthz", status: 200, want: `{"status":"ok"}`},
@@ -437,7 +442,11 @@ func TestServer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// Not parallel: the cases share seen.
 			rec := httptest.NewRecorder()
-			srv.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
+			req := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
+			if tc.length != 0 {
+				req.ContentLength = tc.length
+			}
+			srv.ServeHTTP(rec, req)
 			require.Equal(t, tc.status, rec.Code, rec.Body.String())
 			require.NotZero(t, rec.Body.Len(), "the host fails on an empty body")
 			if tc.want != "" {

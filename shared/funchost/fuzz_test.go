@@ -10,10 +10,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/funchost"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // FuzzInvocation posts any body to the custom handler as an invocation of
@@ -112,5 +115,54 @@ func FuzzDocuments(f *testing.F) {
 			// batch (JSONEq would choke on a number past float64).
 			require.Equal(t, string(want[i]), string(got[i]))
 		}
+	})
+}
+
+// encodeDocumentsTwoPass is EncodeDocuments as it was, quoting the array
+// and then the quoted array with jsontext: the reference the one-pass
+// BatchWriter must agree with byte for byte.
+func encodeDocumentsTwoPass(docs []json.RawMessage) []byte {
+	arr := []byte{'['}
+	for i, d := range docs {
+		if i > 0 {
+			arr = append(arr, ',')
+		}
+		arr = append(arr, d...)
+	}
+	arr = append(arr, ']')
+	once, _ := jsontext.AppendQuote(nil, arr)
+	twice, _ := jsontext.AppendQuote(nil, once)
+	return twice
+}
+
+// FuzzEncodeDocuments: the one-pass encoding of any documents, split into
+// any parts, is the two rounds of jsontext quoting byte for byte, whatever
+// the bytes (quotes, backslashes, control characters, invalid UTF-8).
+func FuzzEncodeDocuments(f *testing.F) {
+	f.Add([]byte(`{"id":"a","t":"x \"y\" \\ z\n\t\u0001"}`), uint8(7), uint8(3))
+	f.Add([]byte("{\"b\":\"\xff\xfe\xed\xa0\x80 \u2028 \ufffd \x7f \x1f \x00\"}"), uint8(5), uint8(2))
+	f.Add([]byte("\xe2\x82"), uint8(1), uint8(1))
+	f.Fuzz(func(t *testing.T, src []byte, cut, docs uint8) {
+		// src cut into up to docs documents, each written in two parts.
+		n := int(docs%4) + 1
+		var batch []json.RawMessage
+		var w funchost.BatchWriter
+		w.Begin([]byte("prefix:"))
+		for i := range n {
+			d := src[i*len(src)/n : (i+1)*len(src)/n]
+			batch = append(batch, d)
+			k := 0
+			if len(d) > 0 {
+				k = int(cut) % (len(d) + 1)
+			}
+			// Add's parts are split before a byte that starts a character.
+			for k > 0 && k < len(d) && !utf8.RuneStart(d[k]) {
+				k--
+			}
+			w.Add(d[:k], d[k:])
+		}
+		want := encodeDocumentsTwoPass(batch)
+		require.Equal(t, "prefix:"+string(want), string(w.End()))
+		require.Equal(t, string(want), string(funchost.EncodeDocuments(batch)))
 	})
 }
