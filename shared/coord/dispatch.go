@@ -60,7 +60,7 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 	var errs []error
 	live, ended := false, false
 	waiting := map[string]bool{} // products with a job in the queue untargeted
-	var wg sync.WaitGroup
+	var wg, begun sync.WaitGroup
 	pubErrs := make([]error, len(items))
 	for _, it := range items {
 		j, err := kernel.DecodeJob(it)
@@ -103,13 +103,22 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 			// late in a batch does not wait for every broker answer
 			// before it. The batch ends once all are answered.
 			slot, perr := &out[len(out)-1], &pubErrs[len(out)-1]
-			wg.Go(func() { *slot, *perr = c.publish(ctx, r) })
+			begun.Add(1)
+			wg.Go(func() {
+				begun.Done()
+				*slot, *perr = c.publish(ctx, r)
+			})
 		}
 	}
 	// Every write of the batch is done (a publish writes no job), so the
 	// bumps go out while the broker answers: the batch takes the longer of
 	// the two rather than their sum, and the feed's next batch waits that
-	// much less (issue 25's dispatch p99).
+	// much less (issue 25's dispatch p99). On one P (the local stack runs
+	// the handler at GOMAXPROCS=1) a started goroutine runs only once this
+	// one blocks, and the bumps' writes do not: wait for every publish to
+	// begin, so they are on their way before the bumps are written rather
+	// than after (TestDispatchPublishesBeforeItsBumps).
+	begun.Wait()
 	// A submitted job tells its product's pollers here, once per batch
 	// (createJob leaves it to the feed when there is one).
 	if c.k.ChangeFeed {

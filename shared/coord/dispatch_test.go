@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -481,6 +482,92 @@ func (p *heldPublisher) Publish(ctx context.Context, m protocol.DispatchMessage)
 		return ctx.Err()
 	}
 	return p.recordingPublisher.Publish(ctx, m)
+}
+
+// dispatchOrder records, in order, a batch's publishes as they start and
+// its writes to the ledger and queue states.
+type dispatchOrder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (o *dispatchOrder) note(ev string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.events = append(o.events, ev)
+}
+
+func (o *dispatchOrder) take() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ev := o.events
+	o.events = nil
+	return ev
+}
+
+// orderPublisher notes each publish as it starts; it does no I/O, as a
+// broker client's publish does none before its message is queued.
+type orderPublisher struct {
+	recordingPublisher
+	order *dispatchOrder
+}
+
+func (p *orderPublisher) Publish(ctx context.Context, m protocol.DispatchMessage) error {
+	p.order.note("publish")
+	return p.recordingPublisher.Publish(ctx, m)
+}
+
+// bumpStore notes every write to the ledger and the queue states.
+type bumpStore struct {
+	store.Store
+	order *dispatchOrder
+}
+
+func (s *bumpStore) bump(container string) {
+	if container == store.Ledger || container == store.QueueStates {
+		s.order.note("bump")
+	}
+}
+
+func (s *bumpStore) Increment(ctx context.Context, container, pk, id, field string, delta int64) (int64, error) {
+	s.bump(container)
+	return s.Store.Increment(ctx, container, pk, id, field, delta)
+}
+
+func (s *bumpStore) Upsert(ctx context.Context, container, pk, id string, body []byte) (string, error) {
+	s.bump(container)
+	return s.Store.Upsert(ctx, container, pk, id, body)
+}
+
+func (s *bumpStore) Replace(ctx context.Context, container, pk, id string, body []byte, ifRev string) (string, error) {
+	s.bump(container)
+	return s.Store.Replace(ctx, container, pk, id, body, ifRev)
+}
+
+// TestDispatchPublishesBeforeItsBumps: on one P (the local stack runs
+// the handler at GOMAXPROCS=1) a batch's publishes start before its
+// ledger and queue-state bumps are written, not after them: a goroutine
+// started on one P runs only when the one that started it blocks, and
+// the bumps' writes do not block, so the publishes went out a few
+// hundred microseconds late (issue 25: the segment from the stamp to the
+// broker's store was the widest of a dispatch at the median). Not
+// parallel: it sets GOMAXPROCS.
+func TestDispatchPublishesBeforeItsBumps(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	order := &dispatchOrder{}
+	e := newEnv(t, withConfig(feedConfig), withPublisher(&orderPublisher{order: order}),
+		withStore(func(s store.Store) store.Store { return &bumpStore{Store: s, order: order} }))
+	e.factory("f1")
+	for range 3 {
+		e.submit()
+	}
+	items := e.feed("").Items
+	order.take()
+	_, err := e.c.DispatchChanged(e.ctx, items)
+	require.NoError(t, err)
+	got := order.take()
+	require.Greater(t, len(got), 3, "the batch bumps the ledger and its product's queue state: %v", got)
+	require.Equal(t, []string{"publish", "publish", "publish"}, got[:3], "every publish starts before the first bump: %v", got)
 }
 
 // TestDispatchBumpsWhileTheBrokerAnswers: a batch's ledger and queue-state
