@@ -3,7 +3,6 @@ package hostemu
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -158,9 +157,7 @@ func (c *Child) startOn(ctx context.Context) (*exec.Cmd, <-chan error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var nonce [12]byte
-	_, _ = rand.Read(nonce[:])
-	probeID := hex.EncodeToString(nonce[:])
+	probeID := rand.Text()
 	cmd := exec.Command(c.Path, c.Args...)
 	cmd.Dir = c.Dir
 	cmd.Env = append(append(os.Environ(), c.Env...), "FUNCTIONS_CUSTOMHANDLER_PORT="+strconv.Itoa(port), "FUNCTIONS_WORKER_RUNTIME=custom",

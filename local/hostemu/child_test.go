@@ -74,6 +74,8 @@ func TestChildProbeRefusesAnotherHandler(t *testing.T) {
 	addr, err := c.Addr(rctx)
 	require.NoError(t, err)
 	require.NotEqual(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(taken)), addr, "the other process's answer was taken")
-	require.Equal(t, 2, picks)
+	// At least one more pick: on a busy machine another stack may take
+	// the second port too, and a third is tried.
+	require.GreaterOrEqual(t, picks, 2)
 	require.NotZero(t, c.PID())
 }
