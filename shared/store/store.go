@@ -164,6 +164,12 @@ type Store interface {
 	// document in one atomic write (Cosmos patch increment) and returns the
 	// new value; ErrNotFound when the document is absent.
 	Increment(ctx context.Context, container, pk, id, field string, delta int64) (int64, error)
+	// IncrementIfEqual is Increment on a condition checked in the same
+	// atomic write (a Cosmos patch with a filter predicate): it adds delta
+	// to field only while the top-level field guard holds the same integer
+	// as field. ErrPrecondition, and nothing written, when it does not (or
+	// either is absent); ErrNotFound when the document is absent.
+	IncrementIfEqual(ctx context.Context, container, pk, id, field, guard string, delta int64) (int64, error)
 	// Query returns one page of documents matching q.
 	Query(ctx context.Context, container string, q Query) (Page, error)
 	// ReadChanges returns up to max documents changed after continuation

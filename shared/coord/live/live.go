@@ -543,3 +543,9 @@ func (s wakingStore) Increment(ctx context.Context, container, pk, id, field str
 	s.wrote(container, err)
 	return v, err
 }
+
+func (s wakingStore) IncrementIfEqual(ctx context.Context, container, pk, id, field, guard string, delta int64) (int64, error) {
+	v, err := s.Store.IncrementIfEqual(ctx, container, pk, id, field, guard, delta)
+	s.wrote(container, err)
+	return v, err
+}

@@ -510,6 +510,7 @@ func (f *fakeCosmos) item(c *fakeColl, r recorded, id string) (int, map[string]s
 		return 204, f.docHeaders(nil), nil
 	case http.MethodPatch:
 		var p struct {
+			Condition  *string `json:"condition"`
 			Operations []struct {
 				Op    string          `json:"op"`
 				Path  string          `json:"path"`
@@ -518,6 +519,20 @@ func (f *fakeCosmos) item(c *fakeColl, r recorded, id string) (int, map[string]s
 		}
 		if err := json.Unmarshal(r.Body, &p); err != nil {
 			return 400, nil, errorBody("BadRequest", "bad patch")
+		}
+		if p.Condition != nil {
+			// The one predicate the adapter sends: two fields equal.
+			m := patchCondition.FindStringSubmatch(*p.Condition)
+			if m == nil {
+				return 400, nil, errorBody("BadRequest", "fake: unsupported condition "+*p.Condition)
+			}
+			// Numbers only: the adapter compares counters.
+			var a, b float64
+			ra, okA := d.body[m[1]]
+			rb, okB := d.body[m[2]]
+			if !okA || !okB || json.Unmarshal(ra, &a) != nil || json.Unmarshal(rb, &b) != nil || a != b {
+				return 412, nil, errorBody("PreconditionFailed", "One of the specified pre-condition is not met.")
+			}
 		}
 		nd := &fakeDoc{pk: d.pk, id: d.id, body: map[string]json.RawMessage{}}
 		for k, v := range d.body {
@@ -551,6 +566,9 @@ func (f *fakeCosmos) item(c *fakeColl, r recorded, id string) (int, map[string]s
 	}
 	return 400, nil, errorBody("BadRequest", "fake: unsupported method "+r.Method)
 }
+
+// patchCondition is the filter predicate IncrementIfEqual sends.
+var patchCondition = regexp.MustCompile(`^FROM c WHERE c\['(\w+)'\] = c\['(\w+)'\]$`)
 
 func (f *fakeCosmos) changeFeed(c *fakeColl, r recorded) (int, map[string]string, []byte) {
 	var from int64

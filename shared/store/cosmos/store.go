@@ -501,6 +501,22 @@ func (s *Store) Delete(ctx context.Context, containerName, pk, id, ifRev string)
 // from the patched document. A missing field is created with value delta
 // (Cosmos patch semantics). ErrNotFound when the document is absent.
 func (s *Store) Increment(ctx context.Context, containerName, pk, id, field string, delta int64) (int64, error) {
+	return s.increment(ctx, containerName, pk, id, field, "", delta)
+}
+
+// IncrementIfEqual is Increment with a filter predicate: the service applies
+// the patch only while guard equals field on the document (one atomic
+// write) and answers 412 otherwise, which is ErrPrecondition. An absent
+// field compares as undefined, so it never matches.
+func (s *Store) IncrementIfEqual(ctx context.Context, containerName, pk, id, field, guard string, delta int64) (int64, error) {
+	if guard == "" {
+		return 0, s.refuse(opIncrement, where(containerName, pk, id), errors.New("no guard field"))
+	}
+	return s.increment(ctx, containerName, pk, id, field, guard, delta)
+}
+
+// increment is both: unconditional when guard is "".
+func (s *Store) increment(ctx context.Context, containerName, pk, id, field, guard string, delta int64) (int64, error) {
 	c, err := s.point(opIncrement, containerName, pk, id)
 	if err != nil {
 		return 0, err
@@ -509,10 +525,17 @@ func (s *Store) Increment(ctx context.Context, containerName, pk, id, field stri
 	switch {
 	case !fieldName.MatchString(field):
 		return 0, s.refuse(opIncrement, w, fmt.Errorf("field %q: must match %s", field, fieldName))
+	case guard != "" && !fieldName.MatchString(guard):
+		return 0, s.refuse(opIncrement, w, fmt.Errorf("guard field %q: must match %s", guard, fieldName))
 	case field == "id" || field == c.pkField || field == addedField || systemFields[field]:
 		return 0, s.refuse(opIncrement, w, fmt.Errorf("field %q cannot be incremented", field))
 	}
 	var ops azcosmos.PatchOperations
+	if guard != "" {
+		// Both names match fieldName, and the SDK writes the condition
+		// into the request body unescaped: single quotes, never double.
+		ops.SetCondition("FROM c WHERE c['" + guard + "'] = c['" + field + "']")
+	}
 	ops.AppendIncrement("/"+field, delta)
 	var n int64
 	err = s.run(ctx, opIncrement, w, false, func(ctx context.Context, cn *conn) error {

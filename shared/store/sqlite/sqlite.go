@@ -120,8 +120,8 @@ type table struct {
 	name    string
 	pkField string // top-level body field holding the partition key
 
-	read, revOf, feed                         *sql.Stmt // on r
-	create, replace, upsert, del, delIf, incr *sql.Stmt // on w
+	read, revOf, feed                                 *sql.Stmt // on r
+	create, replace, upsert, del, delIf, incr, incrIf *sql.Stmt // on w
 }
 
 // Open opens (creating if needed) the store at path, a file system path.
@@ -421,6 +421,15 @@ func (s *Store) prepare(ctx context.Context, c store.Container) (*table, error) 
 			  AND coalesce(json_type(body, ?3), 'integer') = 'integer'
 			  AND typeof(coalesce(json_extract(body, ?3), 0) + ?4) = 'integer'
 			RETURNING json_extract(body, ?3)`},
+		// incr on the condition that the field at path ?5 holds the same
+		// integer; an absent field matches nothing.
+		{s.w, &t.incrIf, `UPDATE ` + q + `
+			SET body = json_set(body, ?3, json_extract(body, ?3) + ?4), rev = ` + seqNext + `
+			WHERE pk = ?1 AND id = ?2
+			  AND json_type(body, ?3) = 'integer' AND json_type(body, ?5) = 'integer'
+			  AND json_extract(body, ?3) = json_extract(body, ?5)
+			  AND typeof(json_extract(body, ?3) + ?4) = 'integer'
+			RETURNING json_extract(body, ?3)`},
 	} {
 		st, err := p.db.PrepareContext(ctx, p.text)
 		if err != nil {
@@ -447,7 +456,7 @@ func (s *Store) closeAll() error {
 		errs = append(errs, s.ck.Close())
 	}
 	for _, t := range s.tables {
-		for _, st := range []*sql.Stmt{t.read, t.revOf, t.feed, t.create, t.replace, t.upsert, t.del, t.delIf, t.incr} {
+		for _, st := range []*sql.Stmt{t.read, t.revOf, t.feed, t.create, t.replace, t.upsert, t.del, t.delIf, t.incr, t.incrIf} {
 			if st != nil {
 				errs = append(errs, st.Close())
 			}
@@ -605,6 +614,38 @@ func (s *Store) Increment(ctx context.Context, container, pk, id, field string, 
 		if err = s.whyNot(ctx, t, pk, id); errors.Is(err, store.ErrPrecondition) {
 			err = fmt.Errorf("field %q is not an integer or adding %d overflows it", field, delta)
 		}
+	}
+	if err != nil {
+		return 0, opErr("increment", container, pk, id, classify(ctx, err))
+	}
+	s.changed(t)
+	return v, nil
+}
+
+// IncrementIfEqual adds delta to an integer top-level field only while the
+// field guard holds the same integer, in one atomic write, and returns the
+// new value. ErrPrecondition when guard differs, either field is absent or
+// not an integer, or the sum would overflow; nothing is written then (the
+// statement matches no row, so no page reaches the WAL).
+func (s *Store) IncrementIfEqual(ctx context.Context, container, pk, id, field, guard string, delta int64) (int64, error) {
+	t, err := s.addressed(container, pk, id)
+	for _, f := range []string{field, guard} {
+		if err == nil && !validField(f) {
+			err = fmt.Errorf("invalid field name %q", f)
+		}
+	}
+	if err == nil && (field == "id" || field == t.pkField) {
+		err = fmt.Errorf("field %q is the document's address and cannot change", field)
+	}
+	if err != nil {
+		return 0, opErr("increment", container, pk, id, err)
+	}
+	var v int64
+	err = s.retry(ctx, func() error {
+		return writeRow(ctx, t.incrIf, []any{pk, id, "$." + field, delta, "$." + guard}, &v)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		err = s.whyNot(ctx, t, pk, id)
 	}
 	if err != nil {
 		return 0, opErr("increment", container, pk, id, classify(ctx, err))

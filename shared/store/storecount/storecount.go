@@ -115,6 +115,14 @@ func (s *Store) Increment(ctx context.Context, container, pk, id, field string, 
 	return v, err
 }
 
+// IncrementIfEqual counts a write, a refused one as a conflict: the store
+// was asked to write.
+func (s *Store) IncrementIfEqual(ctx context.Context, container, pk, id, field, guard string, delta int64) (int64, error) {
+	v, err := s.inner.IncrementIfEqual(ctx, container, pk, id, field, guard, delta)
+	s.write(err)
+	return v, err
+}
+
 // Query counts a query page.
 func (s *Store) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
 	s.queries.Add(1)

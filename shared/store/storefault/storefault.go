@@ -214,6 +214,14 @@ func (s *Store) Increment(ctx context.Context, container, pk, id, field string, 
 	return s.inner.Increment(ctx, container, pk, id, field, delta)
 }
 
+// IncrementIfEqual may fail or be delayed, as an increment.
+func (s *Store) IncrementIfEqual(ctx context.Context, container, pk, id, field, guard string, delta int64) (int64, error) {
+	if err := s.inject(ctx, "increment"); err != nil {
+		return 0, err
+	}
+	return s.inner.IncrementIfEqual(ctx, container, pk, id, field, guard, delta)
+}
+
 // Query may fail or be delayed.
 func (s *Store) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
 	if err := s.inject(ctx, "query"); err != nil {

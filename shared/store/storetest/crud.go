@@ -197,6 +197,49 @@ func testIncrement(t *testing.T, s store.Store) {
 	}
 }
 
+func testIncrementIfEqual(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	body := doc(t, store.QueueStates, "p1", "p1", fields{"n": 4, "g": 4, "other": 9, "name": "x"})
+	mustCreate(t, s, store.QueueStates, "p1", "p1", body)
+
+	// Equal: written, as an increment is.
+	before := mustRead(t, s, store.QueueStates, "p1", "p1")
+	v, err := s.IncrementIfEqual(ctx, store.QueueStates, "p1", "p1", "n", "g", 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), v)
+	after := mustRead(t, s, store.QueueStates, "p1", "p1")
+	require.NotEqual(t, before.Rev, after.Rev, "a conditional increment that matched is a write")
+	got := decode(t, after.Body)
+	require.Equal(t, float64(5), got["n"])
+	require.Equal(t, float64(4), got["g"], "the guard is only compared")
+
+	// Now unequal, a guard that is absent, a field that is absent: refused
+	// as a precondition, nothing written.
+	for _, c := range []struct{ field, guard string }{{"n", "g"}, {"n", "missing"}, {"missing", "g"}, {"n", "other"}} {
+		_, err = s.IncrementIfEqual(ctx, store.QueueStates, "p1", "p1", c.field, c.guard, 1)
+		require.ErrorIs(t, err, store.ErrPrecondition, "%s if %s", c.field, c.guard)
+		requireUnchanged(t, s, store.QueueStates, after)
+	}
+
+	// Equal again once the guard catches up; a negative delta too.
+	_, err = s.Increment(ctx, store.QueueStates, "p1", "p1", "g", 1)
+	require.NoError(t, err)
+	v, err = s.IncrementIfEqual(ctx, store.QueueStates, "p1", "p1", "n", "g", -3)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), v)
+
+	_, err = s.IncrementIfEqual(ctx, store.QueueStates, "p1", "nope", "n", "g", 1)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	requireAbsent(t, s, store.QueueStates, "p1", "nope")
+
+	cur := mustRead(t, s, store.QueueStates, "p1", "p1")
+	for _, c := range []struct{ field, guard string }{{"id", "g"}, {"productId", "g"}, {"n", ""}, {"n", "a.b"}, {"n", "g'"}, {"a b", "g"}} {
+		_, err = s.IncrementIfEqual(ctx, store.QueueStates, "p1", "p1", c.field, c.guard, 1)
+		requireStoreError(t, err, "increment of %q if %q", c.field, c.guard)
+		requireUnchanged(t, s, store.QueueStates, cur)
+	}
+}
+
 func testIncrementConcurrent(t *testing.T, s store.Store) {
 	const workers, each = 16, 25
 	mustCreate(t, s, store.QueueStates, "p1", "p1", doc(t, store.QueueStates, "p1", "p1", fields{"version": 0, "keep": "me"}))

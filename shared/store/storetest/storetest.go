@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Delete", testDelete},
 		{"Increment", testIncrement},
 		{"IncrementConcurrent", testIncrementConcurrent},
+		{"IncrementIfEqual", testIncrementIfEqual},
 		{"PartitionIsolation", testPartitionIsolation},
 		{"InvalidDocuments", testInvalidDocuments},
 		{"TooLarge", testTooLarge},
