@@ -128,10 +128,10 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 	}
 	// After handling, whatever its outcome: the sweeps must look.
 	if live {
-		errs = append(errs, c.k.Bump(ctx, kernel.LedgerActivity))
+		errs = append(errs, c.k.BumpArmed(ctx, kernel.LedgerActivity))
 	}
 	if ended {
-		errs = append(errs, c.k.Bump(ctx, kernel.LedgerEnded))
+		errs = append(errs, c.k.BumpArmed(ctx, kernel.LedgerEnded))
 	}
 	wg.Wait()
 	for i, err := range pubErrs {
@@ -380,7 +380,7 @@ func (c *Coordinator) Redispatch(ctx context.Context) (int, error) {
 // offers it rather than at the next sweep.
 func (c *Coordinator) retryUnroutable(ctx context.Context) {
 	// No queued job since the redispatch sweep last looked: nothing waits.
-	if skip, _ := c.k.Quiet(ctx, kernel.SweepRedispatch); skip {
+	if c.k.Skips(ctx, kernel.SweepRedispatch) {
 		return
 	}
 	waiting, _, err := c.k.ScanJobs(ctx, store.Query{Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued)), store.Eq("targetFactoryId", "")}})

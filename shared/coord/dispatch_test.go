@@ -534,6 +534,11 @@ func (s *bumpStore) Increment(ctx context.Context, container, pk, id, field stri
 	return s.Store.Increment(ctx, container, pk, id, field, delta)
 }
 
+func (s *bumpStore) IncrementIfEqual(ctx context.Context, container, pk, id, field, guard string, delta int64) (int64, error) {
+	s.bump(container)
+	return s.Store.IncrementIfEqual(ctx, container, pk, id, field, guard, delta)
+}
+
 func (s *bumpStore) Upsert(ctx context.Context, container, pk, id string, body []byte) (string, error) {
 	s.bump(container)
 	return s.Store.Upsert(ctx, container, pk, id, body)
@@ -580,6 +585,8 @@ func TestDispatchBumpsWhileTheBrokerAnswers(t *testing.T) {
 	e := newEnv(t, withConfig(feedConfig), withPublisher(pub))
 	e.factory("f1")
 	j := e.submit()
+	_, err := e.c.Reap(e.ctx) // arms activity: the batch's bump is written
+	require.NoError(t, err)
 	counter := func(container, id, field string) int64 {
 		it, err := e.raw.Read(e.ctx, container, id, id)
 		if errors.Is(err, store.ErrNotFound) {

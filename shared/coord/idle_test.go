@@ -3,6 +3,7 @@ package coord_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -61,12 +62,24 @@ func (p *gcPublisher) PublishGC(_ context.Context, req protocol.GCRequest) error
 }
 
 // sweepHooks decorates a store: beforeQuery runs before the next query of
-// the jobs container, beforeMark before the next whole-document write of
-// the ledger (a quiet mark; bumps are Increments and pass).
+// the jobs container; beforeArm before the next whole-document write of the
+// ledger (a sweep arming its counter) and beforeMark before the one after
+// (its quiet mark); bumps are Increments and pass.
 type sweepHooks struct {
 	store.Store
-	mu                      sync.Mutex
-	beforeQuery, beforeMark func()
+	mu                                 sync.Mutex
+	beforeQuery, beforeArm, beforeMark func()
+}
+
+// ledgerWrite runs the hook due before a whole-document ledger write.
+func (s *sweepHooks) ledgerWrite() {
+	h := s.take(&s.beforeArm)
+	if h == nil {
+		h = s.take(&s.beforeMark)
+	}
+	if h != nil {
+		h()
+	}
 }
 
 func (s *sweepHooks) take(fn *func()) func() {
@@ -88,18 +101,14 @@ func (s *sweepHooks) Query(ctx context.Context, container string, q store.Query)
 
 func (s *sweepHooks) Replace(ctx context.Context, container, pk, id string, body []byte, ifRev string) (string, error) {
 	if container == store.Ledger {
-		if h := s.take(&s.beforeMark); h != nil {
-			h()
-		}
+		s.ledgerWrite()
 	}
 	return s.Store.Replace(ctx, container, pk, id, body, ifRev)
 }
 
 func (s *sweepHooks) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
 	if container == store.Ledger {
-		if h := s.take(&s.beforeMark); h != nil {
-			h()
-		}
+		s.ledgerWrite()
 	}
 	return s.Store.Create(ctx, container, pk, id, body)
 }
@@ -168,17 +177,22 @@ func TestIdleSweepCost(t *testing.T) {
 
 // TestQuietMarkRace: a job written while a sweep runs is never hidden by the
 // sweep's quiet mark, wherever its write (W) and the change feed's bump (B)
-// fall among the sweep's ledger read, its query and its mark. The job takes
-// a lease during tick 1; its lease then expires, and tick 2 must reap it.
+// fall among the sweep's ledger read, its arming of the counter, its query
+// and its mark. The job takes a lease during tick 1; its lease then
+// expires, and tick 2 must reap it. B writes only when the counter is
+// armed at its value (BumpArmed), so W between the arm and the query, or
+// between the query and the mark, is what the arm is for: without it B
+// would write nothing and the mark would hide the job.
 func TestQuietMarkRace(t *testing.T) {
 	t.Parallel()
 	const (
 		before      = iota // before tick 1 reads the ledger
-		beforeQuery        // after the ledger read, before the query
+		beforeArm          // after the ledger read, before the arm
+		beforeQuery        // after the arm, before the query
 		beforeMark         // after the query found nothing, before the mark
 		after              // after tick 1
 	)
-	names := []string{"before", "beforeQuery", "beforeMark", "after"}
+	names := []string{"before", "beforeArm", "beforeQuery", "beforeMark", "after"}
 	for w := before; w <= after; w++ {
 		for b := w; b <= after; b++ {
 			t.Run("W "+names[w]+", B "+names[b], func(t *testing.T) {
@@ -218,13 +232,13 @@ func TestQuietMarkRace(t *testing.T) {
 				}
 				at(before)()
 				hooks.mu.Lock()
-				hooks.beforeQuery, hooks.beforeMark = at(beforeQuery), at(beforeMark)
+				hooks.beforeArm, hooks.beforeQuery, hooks.beforeMark = at(beforeArm), at(beforeQuery), at(beforeMark)
 				hooks.mu.Unlock()
 				_, err = e.c.Reap(e.ctx)
 				require.NoError(t, err)
 				// A step whose point tick 1 never reached (a query that found
 				// the job writes no mark) happens after it, in order.
-				for _, h := range []func(){hooks.take(&hooks.beforeQuery), hooks.take(&hooks.beforeMark)} {
+				for _, h := range []func(){hooks.take(&hooks.beforeArm), hooks.take(&hooks.beforeQuery), hooks.take(&hooks.beforeMark)} {
 					if h != nil {
 						h()
 					}
@@ -463,6 +477,8 @@ func TestQuietMarkFromTheFutureIsNotTrusted(t *testing.T) {
 	e.factory("f1")
 	e.submit()
 	fd.run()
+	_, err := e.c.Reap(e.ctx) // arms activity
+	require.NoError(t, err)
 	e.claim("f1")
 	fd.run()
 
@@ -472,7 +488,7 @@ func TestQuietMarkFromTheFutureIsNotTrusted(t *testing.T) {
 	require.NoError(t, err)
 	var l map[string]any
 	require.NoError(t, json.Unmarshal(it.Body, &l))
-	l["quiet"] = map[string]any{"reap": map[string]any{"seen": l["activity"], "at": e.clock.Now().Add(2 * time.Hour)}}
+	l["quiet"] = map[string]any{"reap": map[string]any{"seen": l["activity"], "at": e.clock.Now().Add(2 * time.Hour), "armed": true}}
 	body, err := json.Marshal(l)
 	require.NoError(t, err)
 	_, err = e.raw.Replace(e.ctx, store.Ledger, "fleet", "fleet", body, it.Rev)
@@ -482,4 +498,100 @@ func TestQuietMarkFromTheFutureIsNotTrusted(t *testing.T) {
 	n, err := e.c.Reap(e.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the expired lease is reaped despite the mark")
+}
+
+// ledgerField reads one integer field of the ledger; ok is false while it
+// is absent, and rev is the ledger's revision ("" while there is none).
+func ledgerField(t *testing.T, e *env, field string) (v int64, ok bool, rev string) {
+	t.Helper()
+	it, err := e.raw.Read(e.ctx, store.Ledger, "fleet", "fleet")
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, false, ""
+	}
+	require.NoError(t, err)
+	var doc map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(it.Body, &doc))
+	raw, ok := doc[field]
+	if ok {
+		require.NoError(t, json.Unmarshal(raw, &v))
+	}
+	return v, ok, it.Rev
+}
+
+// TestFeedBumpsOnlyWhenArmed: a change-feed batch writes the activity bump
+// only when a sweep armed the counter at its value; every other batch
+// writes nothing to the ledger (issue 25: a dispatch batch's bump was a
+// store write on every job change, in the way of the next job's
+// dispatch). A sweep that scans arms again.
+func TestFeedBumpsOnlyWhenArmed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withConfig(feedConfig))
+	e.factory("f1")
+	fd := &feeder{e: e, c: e.c}
+
+	e.submit()
+	fd.run()
+	_, _, rev := ledgerField(t, e, "activity")
+	require.Empty(t, rev, "no sweep armed: the batch wrote no ledger")
+
+	_, err := e.c.Reap(e.ctx) // scans, arms activity at 0, marks quiet
+	require.NoError(t, err)
+	armed, ok, _ := ledgerField(t, e, "activityArmed")
+	require.True(t, ok)
+	require.Zero(t, armed)
+
+	e.submit()
+	fd.run()
+	n, _, rev := ledgerField(t, e, "activity")
+	require.Equal(t, int64(1), n, "armed at 0: the batch bumps")
+
+	for range 3 {
+		e.submit()
+		fd.run()
+		n2, _, rev2 := ledgerField(t, e, "activity")
+		require.Equal(t, int64(1), n2, "armed at 0, counter 1: nothing written")
+		require.Equal(t, rev, rev2)
+	}
+	require.EqualValues(t, 4, e.c.Stats().BumpsSkipped, "the first batch (no ledger) and three armed below the counter")
+
+	_, err = e.c.Reap(e.ctx) // the counter moved: scans and arms at 1
+	require.NoError(t, err)
+	armed, _, _ = ledgerField(t, e, "activityArmed")
+	require.Equal(t, int64(1), armed)
+	e.submit()
+	fd.run()
+	n, _, _ = ledgerField(t, e, "activity")
+	require.Equal(t, int64(2), n)
+}
+
+// TestQuietMarkOfAnOlderVersionIsNotTrusted: a mark written without arming
+// (by a process of a version before BumpArmed, in a rolling deploy) is not
+// trusted: the change feed no longer bumps after every job write, so such
+// a mark could hide a job its scan missed.
+func TestQuietMarkOfAnOlderVersionIsNotTrusted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withConfig(feedConfig))
+	fd := &feeder{e: e, c: e.c}
+	e.factory("f1")
+	e.submit()
+	fd.run()
+	_, err := e.c.Reap(e.ctx) // arms activity
+	require.NoError(t, err)
+	e.claim("f1")
+	fd.run()
+
+	it, err := e.raw.Read(e.ctx, store.Ledger, "fleet", "fleet")
+	require.NoError(t, err)
+	var l map[string]any
+	require.NoError(t, json.Unmarshal(it.Body, &l))
+	l["quiet"] = map[string]any{"reap": map[string]any{"seen": l["activity"], "at": e.clock.Now()}}
+	body, err := json.Marshal(l)
+	require.NoError(t, err)
+	_, err = e.raw.Replace(e.ctx, store.Ledger, "fleet", "fleet", body, it.Rev)
+	require.NoError(t, err)
+
+	e.clock.Advance(coord.DefaultLeaseTTL + time.Second)
+	n, err := e.c.Reap(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the expired lease is reaped despite the unarmed mark")
 }

@@ -148,6 +148,10 @@ type CoordinatorStats struct {
 	// QuietSkips counts sweep ticks skipped on the ledger's word (one point
 	// read each, no query).
 	QuietSkips int64 `json:"quietSkips"`
+	// BumpsSkipped counts ledger bumps a change-feed batch did not write
+	// because no sweep had armed the counter (one refused conditional
+	// write each instead of an increment).
+	BumpsSkipped int64 `json:"ledgerBumpsSkipped"`
 	// FactoriesPruned counts static factories this process's prune timer
 	// deregistered for silence past FLEET_PRUNE_AFTER.
 	FactoriesPruned int64 `json:"factoriesPruned"`

@@ -21,6 +21,9 @@ type Counters struct {
 	EventsDeferred atomic.Int64
 	EventsRepaired atomic.Int64
 	QuietSkips     atomic.Int64
+	// BumpsSkipped counts ledger bumps the change feed did not write: no
+	// sweep had armed the counter at its value (BumpArmed).
+	BumpsSkipped atomic.Int64
 	// FactoriesPruned counts static factories the prune timer deregistered.
 	FactoriesPruned atomic.Int64
 	// UndecodableDocs counts documents a sweep or claim skipped because
@@ -93,6 +96,7 @@ func (s *Counters) Snapshot() view.CoordinatorStats {
 		EventsDeferred:  s.EventsDeferred.Load(),
 		EventsRepaired:  s.EventsRepaired.Load(),
 		QuietSkips:      s.QuietSkips.Load(),
+		BumpsSkipped:    s.BumpsSkipped.Load(),
 		FactoriesPruned: s.FactoriesPruned.Load(),
 		UndecodableDocs: s.UndecodableDocs.Load(),
 		DispatchLagMs:   mean(&s.DispatchLagSum, &s.DispatchLagN),

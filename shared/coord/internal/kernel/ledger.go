@@ -17,27 +17,40 @@ import (
 // number of factories. Counters only move by the store's atomic Increment
 // (a Cosmos patch), so no hot path takes part in a CAS on it.
 //
-//   - activity moves once per change-feed batch that held a non-terminal
-//     job, after the batch was handled (DispatchChanged). The feed is
-//     at-least-once and checkpointed after the handler returns, so every
-//     job write is followed by a bump: a crash before it redelivers the
+//   - activity moves after a change-feed batch that held a non-terminal
+//     job was handled (DispatchChanged), when a sweep armed it at its
+//     current value (BumpArmed; below). The feed is at-least-once and
+//     checkpointed after the handler returns, so every job write is
+//     followed by that conditional bump: a crash before it redelivers the
 //     batch, which bumps then.
 //   - ended moves likewise for batches that held a terminal job (GC's work).
 //   - tokens moves on every revocation, rotation and deregistration.
 //
-// A sweep that scanned and found nothing records the counter value it read
-// BEFORE scanning (a quiet mark), with a CAS on the revision of that read.
-// Why a later tick may then skip: a job the scan missed was written after
-// the read (else the scan would see it), so its bump comes after the read
-// too, and the counter no longer equals the mark (the mark's CAS fails if
-// the bump came first; the next tick sees a larger counter if it came
-// later). Time alone never puts a job into a sweep's stages, so "none
-// there at counter n" stays true while the counter is n. Two bounds cover
-// what the argument assumes: a bump the host gave up on (it checkpoints
-// past a batch that failed all its retries) and a query served by a replica
-// behind the ledger's (Cosmos Session consistency across instances):
-// a mark older than QuietRescanAfter is not trusted, so such a job waits at
-// most that long.
+// A sweep that scans first arms its counter: it writes the value n it read
+// into the counter's armed field (activityArmed, endedArmed), with a CAS on
+// the revision of that read, unless a sweep armed it at n already. If the
+// scan finds nothing, it records n as its quiet mark, with a CAS on the
+// revision it armed at. Why a later tick may then skip: a job the scan
+// missed was written after the scan began (else the scan would see it), so
+// after the arm, and its batch's bump comes after that write: it finds
+// the counter still at n and armed at n (the counter only moves by a bump,
+// and a bump leaves it above its armed value), or already past n; either
+// way the counter no longer equals the mark once the bump is done (the
+// mark's CAS fails if the bump came first; the next tick sees a larger
+// counter if it came later). A bump finding the counter above its armed
+// value writes nothing: no sweep armed since the last bump, so no mark can
+// equal the counter, and a sweep arming from now on scans after that
+// job's write. That is what keeps the feed's batches off the ledger at
+// steady load: one bump per arming tick instead of one per batch (issue
+// 25). Time alone never puts a job into a sweep's stages, so "none there
+// at counter n" stays true while the counter is n. Two bounds cover what
+// the argument assumes: a bump the host gave up on (it checkpoints past a
+// batch that failed all its retries) and a query served by a replica
+// behind the ledger's (Cosmos Session consistency across instances): a
+// mark older than QuietRescanAfter is not trusted, so such a job waits at
+// most that long. A mark without Armed (a process of an older version,
+// which bumped after every batch) is not trusted against an armed
+// counter.
 //
 // Only a coordinator whose job writes are seen by a change feed running
 // DispatchChanged may trust the marks (Config.ChangeFeed); without one
@@ -99,6 +112,10 @@ type Ledger struct {
 	Ended     int64  `json:"ended"`
 	Tokens    int64  `json:"tokens"`
 	Echoes    int64  `json:"echoes,omitempty"`
+	// ActivityArmed and EndedArmed are the counter values at which a sweep
+	// last armed (see armedField); absent until one does.
+	ActivityArmed *int64 `json:"activityArmed,omitempty"`
+	EndedArmed    *int64 `json:"endedArmed,omitempty"`
 	// Quiet holds each sweep's last quiet mark by sweep name.
 	Quiet map[string]quietMark `json:"quiet,omitempty"`
 	// raw is the document as read ("" for an absent ledger): a mark is
@@ -113,6 +130,37 @@ type quietMark struct {
 	At   time.Time `json:"at"`
 	// Until, when set, ends the mark: the sweep has work from then on.
 	Until time.Time `json:"until,omitzero"`
+	// Armed says the sweep armed its counter at Seen before its scan. A
+	// mark against an armed counter is trusted only with it: a process of
+	// an older version marks without arming.
+	Armed bool `json:"armed,omitempty"`
+}
+
+// armedField is the ledger field that arms counter, for the counters the
+// change feed bumps only when armed (BumpArmed); "" for the others, whose
+// every move is written.
+func armedField(counter string) string {
+	switch counter {
+	case LedgerActivity, LedgerEnded:
+		return counter + "Armed"
+	}
+	return ""
+}
+
+// armedAt is the value at which counter was last armed; ok is false while
+// no sweep ever armed it.
+func (l *Ledger) armedAt(counter string) (v int64, ok bool) {
+	var p *int64
+	switch counter {
+	case LedgerActivity:
+		p = l.ActivityArmed
+	case LedgerEnded:
+		p = l.EndedArmed
+	}
+	if p == nil {
+		return 0, false
+	}
+	return *p, true
 }
 
 func (l *Ledger) counter(field string) int64 {
@@ -156,6 +204,21 @@ func (c *Kernel) ReadLedger(ctx context.Context) (*Ledger, string, error) {
 // would erase them, and a counter reset under its sweep's mark could match
 // that mark again with work pending.
 func (l *Ledger) withMark(sweep string, m quietMark) ([]byte, error) {
+	return l.edited(func(doc map[string]json.RawMessage) error { return setMark(doc, sweep, m) })
+}
+
+// withArmed is the ledger document with field set to v and every other
+// field as read (withMark says why).
+func (l *Ledger) withArmed(field string, v int64) ([]byte, error) {
+	return l.edited(func(doc map[string]json.RawMessage) error {
+		var err error
+		doc[field], err = json.Marshal(v)
+		return err
+	})
+}
+
+// edited is the document as read with edit applied to its fields.
+func (l *Ledger) edited(edit func(doc map[string]json.RawMessage) error) ([]byte, error) {
 	raw := l.raw
 	if len(raw) == 0 {
 		var err error
@@ -167,20 +230,26 @@ func (l *Ledger) withMark(sweep string, m quietMark) ([]byte, error) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		return nil, fmt.Errorf("ledger document: %w", err)
 	}
+	if err := edit(doc); err != nil {
+		return nil, err
+	}
+	return json.Marshal(doc)
+}
+
+// setMark sets sweep's mark in doc's quiet marks, keeping the others.
+func setMark(doc map[string]json.RawMessage, sweep string, m quietMark) error {
 	marks := map[string]json.RawMessage{}
 	if q, ok := doc["quiet"]; ok {
 		if err := json.Unmarshal(q, &marks); err != nil {
-			return nil, fmt.Errorf("ledger quiet marks: %w", err)
+			return fmt.Errorf("ledger quiet marks: %w", err)
 		}
 	}
 	var err error
 	if marks[sweep], err = json.Marshal(m); err != nil {
-		return nil, err
+		return err
 	}
-	if doc["quiet"], err = json.Marshal(marks); err != nil {
-		return nil, err
-	}
-	return json.Marshal(doc)
+	doc["quiet"], err = json.Marshal(marks)
+	return err
 }
 
 func LedgerTokensOf(l *Ledger) int64 {
@@ -211,10 +280,33 @@ func (c *Kernel) Bump(ctx context.Context, field string) error {
 	return fmt.Errorf("bump ledger %s: %w", field, store.ErrNotFound)
 }
 
+// BumpArmed adds one to an armed counter (activity, ended) when a sweep
+// armed it at its current value, and else writes nothing: no sweep can
+// then be trusting, or about to record, a mark at that value (the
+// argument is at the top of this file). The condition is checked in the
+// write itself (IncrementIfEqual), so it sees every arm committed before.
+func (c *Kernel) BumpArmed(ctx context.Context, field string) error {
+	armed := armedField(field)
+	if armed == "" {
+		return fmt.Errorf("bump ledger %s: the counter is not armed", field)
+	}
+	_, err := c.Store.IncrementIfEqual(ctx, store.Ledger, ledgerID, ledgerID, field, armed, 1)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrPrecondition), errors.Is(err, store.ErrNotFound):
+		// Not armed at this value, or no ledger yet (arming creates it).
+		c.Counters.BumpsSkipped.Add(1)
+		return nil
+	}
+	return fmt.Errorf("bump ledger %s: %w", field, err)
+}
+
 // QuietView is what a sweep read of the ledger before scanning.
 type QuietView struct {
-	sw   Sweep
-	seen int64
+	sw    Sweep
+	armed bool // the sweep armed its counter at seen (arm)
+	seen  int64
 	// l and rev are that read, so the first attempt to mark needs no
 	// second one.
 	l   *Ledger
@@ -239,15 +331,84 @@ func (c *Kernel) Quiet(ctx context.Context, sw Sweep) (skip bool, v QuietView) {
 		return false, QuietView{}
 	}
 	v = QuietView{sw: sw, seen: l.counter(sw.counter), l: l, rev: rev}
+	if c.trusts(l, sw) {
+		c.Counters.QuietSkips.Add(1)
+		return true, v
+	}
+	return false, c.arm(ctx, v)
+}
+
+// trusts says whether sw's quiet mark in l still holds.
+func (c *Kernel) trusts(l *Ledger, sw Sweep) bool {
 	m, ok := l.Quiet[sw.name]
 	// A mark from the future (its writer's clock ahead of this one's) is
 	// not trusted: it would stretch QuietRescanAfter by the skew.
 	age := c.Now().Sub(m.At)
-	if ok && m.Seen == v.seen && age >= 0 && age < QuietRescanAfter && (m.Until.IsZero() || c.Now().Before(m.Until)) {
-		c.Counters.QuietSkips.Add(1)
-		return true, v
+	return ok && m.Seen == l.counter(sw.counter) && age >= 0 && age < QuietRescanAfter &&
+		(m.Until.IsZero() || c.Now().Before(m.Until)) &&
+		(m.Armed || armedField(sw.counter) == "")
+}
+
+// Skips is Quiet for a caller that will scan but never mark (it arms
+// nothing): whether sw's last quiet mark still holds.
+func (c *Kernel) Skips(ctx context.Context, sw Sweep) bool {
+	if !c.ChangeFeed {
+		return false
 	}
-	return false, v
+	l, _, err := c.ReadLedger(ctx)
+	return err == nil && c.trusts(l, sw)
+}
+
+// arm records, before the sweep scans, the counter value it read, when no
+// sweep armed it there yet: from then on the change feed bumps the counter
+// after the next job write (BumpArmed), so a mark at that value cannot hide
+// a job the scan missed. A lost race is retried on a fresh read (the scan
+// then counts from that read); a view that could not be armed marks nothing.
+func (c *Kernel) arm(ctx context.Context, v QuietView) QuietView {
+	field := armedField(v.sw.counter)
+	if field == "" {
+		return v
+	}
+	l, rev := v.l, v.rev
+	for attempt := range 4 {
+		if attempt > 0 {
+			var err error
+			if l, rev, err = c.ReadLedger(ctx); err != nil {
+				c.Log.WarnContext(ctx, "arm the ledger: the sweep scans and marks nothing", "sweep", v.sw.name, "err", err)
+				return QuietView{}
+			}
+		}
+		v = QuietView{sw: v.sw, armed: true, seen: l.counter(v.sw.counter), l: l, rev: rev}
+		if at, ok := l.armedAt(v.sw.counter); ok && at == v.seen {
+			return v // another sweep armed it at this value
+		}
+		body, err := l.withArmed(field, v.seen)
+		if err != nil {
+			c.Log.WarnContext(ctx, "arm the ledger: the sweep scans and marks nothing", "sweep", v.sw.name, "err", err)
+			return QuietView{}
+		}
+		if rev == "" {
+			rev, err = c.Store.Create(ctx, store.Ledger, ledgerID, ledgerID, body)
+		} else {
+			rev, err = c.Store.Replace(ctx, store.Ledger, ledgerID, ledgerID, body, rev)
+		}
+		switch {
+		case err == nil:
+			armed, err := Decode[Ledger](store.Item{ID: ledgerID, PartitionKey: ledgerID, Rev: rev, Body: body})
+			if err != nil {
+				return QuietView{}
+			}
+			armed.raw = body
+			v.l, v.rev = armed, rev
+			return v
+		case errors.Is(err, store.ErrPrecondition), errors.Is(err, store.ErrExists), errors.Is(err, store.ErrNotFound):
+			continue
+		default:
+			c.Log.WarnContext(ctx, "arm the ledger: the sweep scans and marks nothing", "sweep", v.sw.name, "err", err)
+			return QuietView{}
+		}
+	}
+	return QuietView{}
 }
 
 // MarkQuiet records that the scan begun after v found nothing, if the
@@ -273,7 +434,7 @@ func (c *Kernel) MarkQuietUntil(ctx context.Context, v QuietView, until time.Tim
 		if l.counter(v.sw.counter) != v.seen {
 			return
 		}
-		body, err := l.withMark(v.sw.name, quietMark{Seen: v.seen, At: c.Now(), Until: until})
+		body, err := l.withMark(v.sw.name, quietMark{Seen: v.seen, At: c.Now(), Until: until, Armed: v.armed})
 		if err != nil {
 			c.Log.WarnContext(ctx, "record quiet sweep", "sweep", v.sw.name, "err", err)
 			return
