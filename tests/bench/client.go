@@ -203,6 +203,9 @@ type coordStats struct {
 	PublishFailed  int64 `json:"publishFailed"`
 	EventsDeferred int64 `json:"eventsDeferred"`
 	EventsRepaired int64 `json:"eventsRepaired"`
+	// BumpsSkipped counts change-feed batches whose ledger bump found no
+	// sweep armed, so wrote nothing (a refused conditional increment).
+	BumpsSkipped int64 `json:"ledgerBumpsSkipped"`
 }
 
 // handlerMetrics reads the handler process's store counts and coordinator

@@ -234,8 +234,8 @@ func (r *results) print(out io.Writer) {
 	if l := r.Lifecycle; l != nil {
 		fmt.Fprintf(out, "\nStore operations per lifecycle (phase 3: counters before the first submit and after the feed settled past the last shipped job, / %d)\n", l.Lifecycles)
 		kindTable(out, []string{"handler", "emulator", "total"}, []kinds{l.PerLifecycle.Handler, l.PerLifecycle.Emulator, l.PerLifecycle.Total}, "%.2f")
-		fmt.Fprintf(out, "handler: %d dispatched, %d CAS conflicts, %d claim conflicts; emulator: %d feed batches carrying %d job documents\n",
-			l.Coord.Dispatched, l.Coord.CASConflicts, l.Coord.ClaimConflicts, l.FeedBatches, l.FeedDocuments)
+		fmt.Fprintf(out, "handler: %d dispatched, %d CAS conflicts, %d claim conflicts, %d ledger bumps not written (no sweep armed); emulator: %d feed batches carrying %d job documents\n",
+			l.Coord.Dispatched, l.Coord.CASConflicts, l.Coord.ClaimConflicts, l.Coord.BumpsSkipped, l.FeedBatches, l.FeedDocuments)
 		fmt.Fprintf(out, "jobs per factory: %s\n", perFactory(l.PerFactory))
 		if c := l.CPU; c != nil {
 			per := func(sec float64) float64 { return 1000 * sec / float64(l.Lifecycles) }
