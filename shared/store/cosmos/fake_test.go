@@ -568,7 +568,7 @@ func (f *fakeCosmos) item(c *fakeColl, r recorded, id string) (int, map[string]s
 }
 
 // patchCondition is the filter predicate IncrementIfEqual sends.
-var patchCondition = regexp.MustCompile(`^FROM c WHERE c\['(\w+)'\] = c\['(\w+)'\]$`)
+var patchCondition = regexp.MustCompile(`^FROM c WHERE c\.(\w+) = c\.(\w+)$`)
 
 func (f *fakeCosmos) changeFeed(c *fakeColl, r recorded) (int, map[string]string, []byte) {
 	var from int64

@@ -527,14 +527,16 @@ func (s *Store) increment(ctx context.Context, containerName, pk, id, field, gua
 		return 0, s.refuse(opIncrement, w, fmt.Errorf("field %q: must match %s", field, fieldName))
 	case guard != "" && !fieldName.MatchString(guard):
 		return 0, s.refuse(opIncrement, w, fmt.Errorf("guard field %q: must match %s", guard, fieldName))
+	case guard != "" && (reservedWords[strings.ToLower(guard)] || reservedWords[strings.ToLower(field)]):
+		// The SDK writes the condition into the body unescaped, so the
+		// quoted form such a name needs (c["value"]) cannot be sent.
+		return 0, s.refuse(opIncrement, w, fmt.Errorf("field %q or guard %q is a Cosmos SQL keyword", field, guard))
 	case field == "id" || field == c.pkField || field == addedField || systemFields[field]:
 		return 0, s.refuse(opIncrement, w, fmt.Errorf("field %q cannot be incremented", field))
 	}
 	var ops azcosmos.PatchOperations
 	if guard != "" {
-		// Both names match fieldName, and the SDK writes the condition
-		// into the request body unescaped: single quotes, never double.
-		ops.SetCondition("FROM c WHERE c['" + guard + "'] = c['" + field + "']")
+		ops.SetCondition("FROM c WHERE " + propertyRef(guard) + " = " + propertyRef(field))
 	}
 	ops.AppendIncrement("/"+field, delta)
 	var n int64

@@ -830,3 +830,18 @@ func TestStats(t *testing.T) {
 	require.Equal(t, OpStats{Calls: 2, Errors: 1, Throttled: 1, RequestCharge: 4.5}, st.Read)
 	require.Equal(t, OpStats{Calls: 3, Errors: 1, Throttled: 1, RequestCharge: 7.5}, st.Total())
 }
+
+// TestIncrementIfEqualRefusesKeywords: a Cosmos SQL keyword needs the
+// quoted form (c["value"]) in the patch's filter predicate, which the SDK
+// would send unescaped inside the JSON body; such a name is refused before
+// any request, as bad input and not as a failed condition.
+func TestIncrementIfEqualRefusesKeywords(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, nil)
+	for _, c := range []struct{ field, guard string }{{"n", "value"}, {"Select", "g"}} {
+		_, err := fx.store.IncrementIfEqual(t.Context(), store.QueueStates, "p1", "p1", c.field, c.guard, 1)
+		require.ErrorContains(t, err, "Cosmos SQL keyword")
+		require.NotErrorIs(t, err, store.ErrPrecondition)
+		require.NotErrorIs(t, err, store.ErrNotFound)
+	}
+}
