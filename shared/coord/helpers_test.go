@@ -60,7 +60,7 @@ var baseCaps = []string{"os:linux", "engine:claude", "has:git"}
 
 type env struct {
 	toks  sync.Map // factory id -> *fleet.Token, of factories enrolled by factory()
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	raw   *sqlite.Store
 	store store.Store // what the coordinator runs on (raw, or a decorator)
@@ -103,7 +103,7 @@ func countingStore(into **storecount.Store) envOpt {
 }
 
 // newEnv is a coordinator on a fresh SQLite file with product p1 declared.
-func newEnv(t *testing.T, opts ...envOpt) *env {
+func newEnv(t testing.TB, opts ...envOpt) *env {
 	t.Helper()
 	var o envOptions
 	for _, fn := range opts {
