@@ -120,7 +120,7 @@ type table struct {
 	name    string
 	pkField string // top-level body field holding the partition key
 
-	read, revOf, feed                                 *sql.Stmt // on r
+	read, revOf, feed, guarded                        *sql.Stmt // on r
 	create, replace, upsert, del, delIf, incr, incrIf *sql.Stmt // on w
 }
 
@@ -403,6 +403,9 @@ func (s *Store) prepare(ctx context.Context, c store.Container) (*table, error) 
 		{s.r, &t.read, `SELECT rev, body FROM ` + q + ` WHERE pk = ?1 AND id = ?2`},
 		{s.r, &t.revOf, `SELECT rev FROM ` + q + ` WHERE pk = ?1 AND id = ?2`},
 		{s.r, &t.feed, `SELECT pk, id, rev, body FROM ` + q + ` WHERE rev > ?1 ORDER BY rev LIMIT ?2`},
+		// incrIf's condition alone, on a reader.
+		{s.r, &t.guarded, `SELECT coalesce(json_type(body, ?3) = 'integer' AND json_type(body, ?4) = 'integer'
+			AND json_extract(body, ?3) = json_extract(body, ?4), 0) FROM ` + q + ` WHERE pk = ?1 AND id = ?2`},
 		{s.w, &t.create, `INSERT INTO ` + q + ` (pk, id, rev, body) VALUES (?1, ?2, ` + seqNext + `, ?3)
 			ON CONFLICT (pk, id) DO NOTHING RETURNING rev`},
 		{s.w, &t.replace, `UPDATE ` + q + ` SET body = ?3, rev = ` + seqNext + `
@@ -456,7 +459,7 @@ func (s *Store) closeAll() error {
 		errs = append(errs, s.ck.Close())
 	}
 	for _, t := range s.tables {
-		for _, st := range []*sql.Stmt{t.read, t.revOf, t.feed, t.create, t.replace, t.upsert, t.del, t.delIf, t.incr, t.incrIf} {
+		for _, st := range []*sql.Stmt{t.read, t.revOf, t.feed, t.guarded, t.create, t.replace, t.upsert, t.del, t.delIf, t.incr, t.incrIf} {
 			if st != nil {
 				errs = append(errs, st.Close())
 			}
@@ -625,8 +628,13 @@ func (s *Store) Increment(ctx context.Context, container, pk, id, field string, 
 // IncrementIfEqual adds delta to an integer top-level field only while the
 // field guard holds the same integer, in one atomic write, and returns the
 // new value. ErrPrecondition when guard differs, either field is absent or
-// not an integer, or the sum would overflow; nothing is written then (the
-// statement matches no row, so no page reaches the WAL).
+// not an integer, or the sum would overflow; nothing is written then.
+//
+// The condition is read first, on a reader: a refusal, the common answer
+// (the ledger's bumps, see coord's BumpArmed), then takes no write lock and
+// waits behind no write. It is linearizable at that read, whose snapshot
+// is taken after the call began; a condition that holds there is checked
+// again by the write, atomically.
 func (s *Store) IncrementIfEqual(ctx context.Context, container, pk, id, field, guard string, delta int64) (int64, error) {
 	t, err := s.addressed(container, pk, id)
 	for _, f := range []string{field, guard} {
@@ -639,6 +647,18 @@ func (s *Store) IncrementIfEqual(ctx context.Context, container, pk, id, field, 
 	}
 	if err != nil {
 		return 0, opErr("increment", container, pk, id, err)
+	}
+	var holds bool
+	err = s.retry(ctx, func() error {
+		return t.guarded.QueryRowContext(ctx, pk, id, "$."+field, "$."+guard).Scan(&holds)
+	})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, opErr("increment", container, pk, id, store.ErrNotFound)
+	case err != nil:
+		return 0, opErr("increment", container, pk, id, classify(ctx, err))
+	case !holds:
+		return 0, opErr("increment", container, pk, id, store.ErrPrecondition)
 	}
 	var v int64
 	err = s.retry(ctx, func() error {

@@ -2,10 +2,12 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"math"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gigafactory/fleet/shared/store"
@@ -238,6 +240,41 @@ func testIncrementIfEqual(t *testing.T, s store.Store) {
 		requireStoreError(t, err, "increment of %q if %q", c.field, c.guard)
 		requireUnchanged(t, s, store.QueueStates, cur)
 	}
+}
+
+// testIncrementIfEqualConcurrent: the condition and the increment are one
+// atomic step. Each round, with the guard equal to the field, several
+// writers race to increment the field if it still equals the guard: exactly
+// one wins (a check apart from the write would let several through).
+func testIncrementIfEqualConcurrent(t *testing.T, s store.Store) {
+	const rounds, workers = 20, 8
+	mustCreate(t, s, store.QueueStates, "p1", "p1", doc(t, store.QueueStates, "p1", "p1", fields{"n": 0, "g": 0}))
+	for round := range rounds {
+		var (
+			wg   sync.WaitGroup
+			won  atomic.Int64
+			errs = newFirstErr()
+		)
+		for range workers {
+			wg.Go(func() {
+				_, err := s.IncrementIfEqual(context.Background(), store.QueueStates, "p1", "p1", "n", "g", 1)
+				switch {
+				case err == nil:
+					won.Add(1)
+				case !errors.Is(err, store.ErrPrecondition):
+					errs.set("round %d: %v", round, err)
+				}
+			})
+		}
+		wg.Wait()
+		errs.check(t)
+		require.EqualValues(t, 1, won.Load(), "round %d: one writer wins", round)
+		_, err := s.Increment(t.Context(), store.QueueStates, "p1", "p1", "g", 1)
+		require.NoError(t, err)
+	}
+	got := decode(t, mustRead(t, s, store.QueueStates, "p1", "p1").Body)
+	require.Equal(t, float64(rounds), got["n"])
+	require.Equal(t, float64(rounds), got["g"])
 }
 
 func testIncrementConcurrent(t *testing.T, s store.Store) {

@@ -43,6 +43,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Increment", testIncrement},
 		{"IncrementConcurrent", testIncrementConcurrent},
 		{"IncrementIfEqual", testIncrementIfEqual},
+		{"IncrementIfEqualConcurrent", testIncrementIfEqualConcurrent},
 		{"PartitionIsolation", testPartitionIsolation},
 		{"InvalidDocuments", testInvalidDocuments},
 		{"TooLarge", testTooLarge},
