@@ -466,40 +466,6 @@ func TestQuietMarkKeepsFieldsItDoesNotKnow(t *testing.T) {
 	require.Contains(t, got.Quiet, "reap", "the reaper's own mark")
 }
 
-// TestQuietMarkFromTheFutureIsNotTrusted: a quiet mark written by an
-// instance whose clock runs ahead is not trusted for QuietRescanAfter plus
-// the skew: were the counter bump that should end it lost, an expired
-// lease would wait that much longer for the reaper.
-func TestQuietMarkFromTheFutureIsNotTrusted(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, withConfig(feedConfig))
-	fd := &feeder{e: e, c: e.c}
-	e.factory("f1")
-	e.submit()
-	fd.run()
-	_, err := e.c.Reap(e.ctx) // arms activity
-	require.NoError(t, err)
-	e.claim("f1")
-	fd.run()
-
-	// The reaper's mark at the current counter, as a writer two hours
-	// ahead would leave it (the bump after it lost).
-	it, err := e.raw.Read(e.ctx, store.Ledger, "fleet", "fleet")
-	require.NoError(t, err)
-	var l map[string]any
-	require.NoError(t, json.Unmarshal(it.Body, &l))
-	l["quiet"] = map[string]any{"reap": map[string]any{"seen": l["activity"], "at": e.clock.Now().Add(2 * time.Hour), "armed": true}}
-	body, err := json.Marshal(l)
-	require.NoError(t, err)
-	_, err = e.raw.Replace(e.ctx, store.Ledger, "fleet", "fleet", body, it.Rev)
-	require.NoError(t, err)
-
-	e.clock.Advance(coord.DefaultLeaseTTL + time.Second)
-	n, err := e.c.Reap(e.ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, n, "the expired lease is reaped despite the mark")
-}
-
 // ledgerField reads one integer field of the ledger; ok is false while it
 // is absent, and rev is the ledger's revision ("" while there is none).
 func ledgerField(t *testing.T, e *env, field string) (v int64, ok bool, rev string) {
@@ -564,34 +530,55 @@ func TestFeedBumpsOnlyWhenArmed(t *testing.T) {
 	require.Equal(t, int64(2), n)
 }
 
-// TestQuietMarkOfAnOlderVersionIsNotTrusted: a mark written without arming
-// (by a process of a version before BumpArmed, in a rolling deploy) is not
-// trusted: the change feed no longer bumps after every job write, so such
-// a mark could hide a job its scan missed.
-func TestQuietMarkOfAnOlderVersionIsNotTrusted(t *testing.T) {
+// TestQuietMarksNotTrusted: an expired lease is reaped despite a quiet mark
+// at the current counter that must not be trusted:
+//   - one from the future, written by an instance whose clock runs ahead:
+//     trusted, it would stretch QuietRescanAfter by the skew were the bump
+//     that should end it lost;
+//   - one written without arming, by a process of a version before
+//     BumpArmed (a rolling deploy): the change feed no longer bumps after
+//     every job write, so such a mark could hide a job its scan missed.
+func TestQuietMarksNotTrusted(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withConfig(feedConfig))
-	fd := &feeder{e: e, c: e.c}
-	e.factory("f1")
-	e.submit()
-	fd.run()
-	_, err := e.c.Reap(e.ctx) // arms activity
-	require.NoError(t, err)
-	e.claim("f1")
-	fd.run()
+	for _, c := range []struct {
+		name  string
+		ahead time.Duration
+		armed bool
+	}{
+		{"from the future", 2 * time.Hour, true},
+		{"of an older version", 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, withConfig(feedConfig))
+			fd := &feeder{e: e, c: e.c}
+			e.factory("f1")
+			e.submit()
+			fd.run()
+			_, err := e.c.Reap(e.ctx) // arms activity
+			require.NoError(t, err)
+			e.claim("f1")
+			fd.run()
 
-	it, err := e.raw.Read(e.ctx, store.Ledger, "fleet", "fleet")
-	require.NoError(t, err)
-	var l map[string]any
-	require.NoError(t, json.Unmarshal(it.Body, &l))
-	l["quiet"] = map[string]any{"reap": map[string]any{"seen": l["activity"], "at": e.clock.Now()}}
-	body, err := json.Marshal(l)
-	require.NoError(t, err)
-	_, err = e.raw.Replace(e.ctx, store.Ledger, "fleet", "fleet", body, it.Rev)
-	require.NoError(t, err)
+			// The reaper's mark at the current counter (the bump after it lost).
+			it, err := e.raw.Read(e.ctx, store.Ledger, "fleet", "fleet")
+			require.NoError(t, err)
+			var l map[string]any
+			require.NoError(t, json.Unmarshal(it.Body, &l))
+			mark := map[string]any{"seen": l["activity"], "at": e.clock.Now().Add(c.ahead)}
+			if c.armed {
+				mark["armed"] = true
+			}
+			l["quiet"] = map[string]any{"reap": mark}
+			body, err := json.Marshal(l)
+			require.NoError(t, err)
+			_, err = e.raw.Replace(e.ctx, store.Ledger, "fleet", "fleet", body, it.Rev)
+			require.NoError(t, err)
 
-	e.clock.Advance(coord.DefaultLeaseTTL + time.Second)
-	n, err := e.c.Reap(e.ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, n, "the expired lease is reaped despite the unarmed mark")
+			e.clock.Advance(coord.DefaultLeaseTTL + time.Second)
+			n, err := e.c.Reap(e.ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, n, "the expired lease is reaped despite the mark")
+		})
+	}
 }
