@@ -128,10 +128,10 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 	}
 	// After handling, whatever its outcome: the sweeps must look.
 	if live {
-		errs = append(errs, c.k.BumpArmed(ctx, kernel.LedgerActivity))
+		errs = append(errs, c.k.Bump(ctx, kernel.LedgerActivity))
 	}
 	if ended {
-		errs = append(errs, c.k.BumpArmed(ctx, kernel.LedgerEnded))
+		errs = append(errs, c.k.Bump(ctx, kernel.LedgerEnded))
 	}
 	wg.Wait()
 	for i, err := range pubErrs {

@@ -2,7 +2,6 @@ package coord_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"runtime"
 	"sync"
@@ -588,15 +587,8 @@ func TestDispatchBumpsWhileTheBrokerAnswers(t *testing.T) {
 	_, err := e.c.Reap(e.ctx) // arms activity: the batch's bump is written
 	require.NoError(t, err)
 	counter := func(container, id, field string) int64 {
-		it, err := e.raw.Read(e.ctx, container, id, id)
-		if errors.Is(err, store.ErrNotFound) {
-			return 0
-		}
-		require.NoError(t, err)
-		var doc map[string]any
-		require.NoError(t, json.Unmarshal(it.Body, &doc))
-		n, _ := doc[field].(float64)
-		return int64(n)
+		n, _, _ := e.docInt(container, id, field)
+		return n
 	}
 	activity, queue := counter(store.Ledger, "fleet", "activity"), counter(store.QueueStates, "p1", "version")
 

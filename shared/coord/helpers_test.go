@@ -2,6 +2,7 @@ package coord_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -478,4 +479,23 @@ func (e *env) snapshotContainers(containers ...string) map[string]string {
 		}
 	}
 	return out
+}
+
+// docInt reads one integer field of a document whose partition key is its
+// id (the ledger, a queue state); ok is false while the field is absent,
+// and rev is the document's revision ("" while there is none).
+func (e *env) docInt(container, id, field string) (v int64, ok bool, rev string) {
+	e.t.Helper()
+	it, err := e.raw.Read(e.ctx, container, id, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, false, ""
+	}
+	require.NoError(e.t, err)
+	var doc map[string]json.RawMessage
+	require.NoError(e.t, json.Unmarshal(it.Body, &doc))
+	raw, ok := doc[field]
+	if ok {
+		require.NoError(e.t, json.Unmarshal(raw, &v))
+	}
+	return v, ok, it.Rev
 }

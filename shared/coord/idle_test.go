@@ -3,7 +3,6 @@ package coord_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -180,7 +179,7 @@ func TestIdleSweepCost(t *testing.T) {
 // fall among the sweep's ledger read, its arming of the counter, its query
 // and its mark. The job takes a lease during tick 1; its lease then
 // expires, and tick 2 must reap it. B writes only when the counter is
-// armed at its value (BumpArmed), so W between the arm and the query, or
+// armed at its value (Bump), so W between the arm and the query, or
 // between the query and the mark, is what the arm is for: without it B
 // would write nothing and the mark would hide the job.
 func TestQuietMarkRace(t *testing.T) {
@@ -466,24 +465,6 @@ func TestQuietMarkKeepsFieldsItDoesNotKnow(t *testing.T) {
 	require.Contains(t, got.Quiet, "reap", "the reaper's own mark")
 }
 
-// ledgerField reads one integer field of the ledger; ok is false while it
-// is absent, and rev is the ledger's revision ("" while there is none).
-func ledgerField(t *testing.T, e *env, field string) (v int64, ok bool, rev string) {
-	t.Helper()
-	it, err := e.raw.Read(e.ctx, store.Ledger, "fleet", "fleet")
-	if errors.Is(err, store.ErrNotFound) {
-		return 0, false, ""
-	}
-	require.NoError(t, err)
-	var doc map[string]json.RawMessage
-	require.NoError(t, json.Unmarshal(it.Body, &doc))
-	raw, ok := doc[field]
-	if ok {
-		require.NoError(t, json.Unmarshal(raw, &v))
-	}
-	return v, ok, it.Rev
-}
-
 // TestFeedBumpsOnlyWhenArmed: a change-feed batch writes the activity bump
 // only when a sweep armed the counter at its value; every other batch
 // writes nothing to the ledger (issue 25: a dispatch batch's bump was a
@@ -497,24 +478,24 @@ func TestFeedBumpsOnlyWhenArmed(t *testing.T) {
 
 	e.submit()
 	fd.run()
-	_, _, rev := ledgerField(t, e, "activity")
+	_, _, rev := e.docInt(store.Ledger, "fleet", "activity")
 	require.Empty(t, rev, "no sweep armed: the batch wrote no ledger")
 
 	_, err := e.c.Reap(e.ctx) // scans, arms activity at 0, marks quiet
 	require.NoError(t, err)
-	armed, ok, _ := ledgerField(t, e, "activityArmed")
+	armed, ok, _ := e.docInt(store.Ledger, "fleet", "activityArmed")
 	require.True(t, ok)
 	require.Zero(t, armed)
 
 	e.submit()
 	fd.run()
-	n, _, rev := ledgerField(t, e, "activity")
+	n, _, rev := e.docInt(store.Ledger, "fleet", "activity")
 	require.Equal(t, int64(1), n, "armed at 0: the batch bumps")
 
 	for range 3 {
 		e.submit()
 		fd.run()
-		n2, _, rev2 := ledgerField(t, e, "activity")
+		n2, _, rev2 := e.docInt(store.Ledger, "fleet", "activity")
 		require.Equal(t, int64(1), n2, "armed at 0, counter 1: nothing written")
 		require.Equal(t, rev, rev2)
 	}
@@ -522,11 +503,11 @@ func TestFeedBumpsOnlyWhenArmed(t *testing.T) {
 
 	_, err = e.c.Reap(e.ctx) // the counter moved: scans and arms at 1
 	require.NoError(t, err)
-	armed, _, _ = ledgerField(t, e, "activityArmed")
+	armed, _, _ = e.docInt(store.Ledger, "fleet", "activityArmed")
 	require.Equal(t, int64(1), armed)
 	e.submit()
 	fd.run()
-	n, _, _ = ledgerField(t, e, "activity")
+	n, _, _ = e.docInt(store.Ledger, "fleet", "activity")
 	require.Equal(t, int64(2), n)
 }
 
@@ -536,8 +517,9 @@ func TestFeedBumpsOnlyWhenArmed(t *testing.T) {
 //     trusted, it would stretch QuietRescanAfter by the skew were the bump
 //     that should end it lost;
 //   - one written without arming, by a process of a version before
-//     BumpArmed (a rolling deploy): the change feed no longer bumps after
-//     every job write, so such a mark could hide a job its scan missed.
+//     conditional bumps (a rolling deploy): the change feed no longer
+//     bumps after every job write, so such a mark could hide a job its
+//     scan missed.
 func TestQuietMarksNotTrusted(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {

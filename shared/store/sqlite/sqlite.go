@@ -631,7 +631,7 @@ func (s *Store) Increment(ctx context.Context, container, pk, id, field string, 
 // not an integer, or the sum would overflow; nothing is written then.
 //
 // The condition is read first, on a reader: a refusal, the common answer
-// (the ledger's bumps, see coord's BumpArmed), then takes no write lock and
+// (the ledger's bumps, see coord's Bump), then takes no write lock and
 // waits behind no write. It is linearizable at that read, whose snapshot
 // is taken after the call began; a condition that holds there is checked
 // again by the write, atomically.

@@ -22,7 +22,7 @@ type Counters struct {
 	EventsRepaired atomic.Int64
 	QuietSkips     atomic.Int64
 	// BumpsSkipped counts ledger bumps the change feed did not write: no
-	// sweep had armed the counter at its value (BumpArmed).
+	// sweep had armed the counter at its value (Bump).
 	BumpsSkipped atomic.Int64
 	// FactoriesPruned counts static factories the prune timer deregistered.
 	FactoriesPruned atomic.Int64

@@ -19,7 +19,7 @@ import (
 //
 //   - activity moves after a change-feed batch that held a non-terminal
 //     job was handled (DispatchChanged), when a sweep armed it at its
-//     current value (BumpArmed; below). The feed is at-least-once and
+//     current value (Bump; below). The feed is at-least-once and
 //     checkpointed after the handler returns, so every job write is
 //     followed by that conditional bump: a crash before it redelivers the
 //     batch, which bumps then.
@@ -137,7 +137,7 @@ type quietMark struct {
 }
 
 // armedField is the ledger field that arms counter, for the counters the
-// change feed bumps only when armed (BumpArmed); "" for the others, whose
+// change feed bumps only when armed (Bump); "" for the others, whose
 // every move is written.
 func armedField(counter string) string {
 	switch counter {
@@ -147,20 +147,25 @@ func armedField(counter string) string {
 	return ""
 }
 
+// armedRef is counter's armed field in l; nil for a counter not armed.
+func (l *Ledger) armedRef(counter string) **int64 {
+	switch counter {
+	case LedgerActivity:
+		return &l.ActivityArmed
+	case LedgerEnded:
+		return &l.EndedArmed
+	}
+	return nil
+}
+
 // armedAt is the value at which counter was last armed; ok is false while
 // no sweep ever armed it.
 func (l *Ledger) armedAt(counter string) (v int64, ok bool) {
-	var p *int64
-	switch counter {
-	case LedgerActivity:
-		p = l.ActivityArmed
-	case LedgerEnded:
-		p = l.EndedArmed
-	}
-	if p == nil {
+	p := l.armedRef(counter)
+	if p == nil || *p == nil {
 		return 0, false
 	}
-	return *p, true
+	return **p, true
 }
 
 func (l *Ledger) counter(field string) int64 {
@@ -259,8 +264,25 @@ func LedgerTokensOf(l *Ledger) int64 {
 	return l.Tokens
 }
 
-// Bump adds one to a ledger counter, creating the ledger on first use.
+// Bump adds one to a ledger counter, creating the ledger on first use. An
+// armed counter (activity, ended) moves only when a sweep armed it at its
+// current value, and else nothing is written: no sweep can then be
+// trusting, or about to record, a mark at that value (the argument is at
+// the top of this file). The condition is checked in the write itself
+// (IncrementIfEqual), so it sees every arm committed before.
 func (c *Kernel) Bump(ctx context.Context, field string) error {
+	if armed := armedField(field); armed != "" {
+		_, err := c.Store.IncrementIfEqual(ctx, store.Ledger, ledgerID, ledgerID, field, armed, 1)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, store.ErrPrecondition), errors.Is(err, store.ErrNotFound):
+			// Not armed at this value, or no ledger yet (arming creates it).
+			c.Counters.BumpsSkipped.Add(1)
+			return nil
+		}
+		return fmt.Errorf("bump ledger %s: %w", field, err)
+	}
 	for range 2 {
 		_, err := c.Store.Increment(ctx, store.Ledger, ledgerID, ledgerID, field, 1)
 		if !errors.Is(err, store.ErrNotFound) {
@@ -278,28 +300,6 @@ func (c *Kernel) Bump(ctx context.Context, field string) error {
 		}
 	}
 	return fmt.Errorf("bump ledger %s: %w", field, store.ErrNotFound)
-}
-
-// BumpArmed adds one to an armed counter (activity, ended) when a sweep
-// armed it at its current value, and else writes nothing: no sweep can
-// then be trusting, or about to record, a mark at that value (the
-// argument is at the top of this file). The condition is checked in the
-// write itself (IncrementIfEqual), so it sees every arm committed before.
-func (c *Kernel) BumpArmed(ctx context.Context, field string) error {
-	armed := armedField(field)
-	if armed == "" {
-		return fmt.Errorf("bump ledger %s: the counter is not armed", field)
-	}
-	_, err := c.Store.IncrementIfEqual(ctx, store.Ledger, ledgerID, ledgerID, field, armed, 1)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, store.ErrPrecondition), errors.Is(err, store.ErrNotFound):
-		// Not armed at this value, or no ledger yet (arming creates it).
-		c.Counters.BumpsSkipped.Add(1)
-		return nil
-	}
-	return fmt.Errorf("bump ledger %s: %w", field, err)
 }
 
 // QuietView is what a sweep read of the ledger before scanning.
@@ -361,7 +361,7 @@ func (c *Kernel) Skips(ctx context.Context, sw Sweep) bool {
 
 // arm records, before the sweep scans, the counter value it read, when no
 // sweep armed it there yet: from then on the change feed bumps the counter
-// after the next job write (BumpArmed), so a mark at that value cannot hide
+// after the next job write (Bump), so a mark at that value cannot hide
 // a job the scan missed. A lost race is retried on a fresh read (the scan
 // then counts from that read); a view that could not be armed marks nothing.
 func (c *Kernel) arm(ctx context.Context, v QuietView) QuietView {
@@ -369,46 +369,56 @@ func (c *Kernel) arm(ctx context.Context, v QuietView) QuietView {
 	if field == "" {
 		return v
 	}
+	giveUp := func(err error) QuietView {
+		c.Log.WarnContext(ctx, "arm the ledger: the sweep scans and marks nothing", "sweep", v.sw.name, "err", err)
+		return QuietView{}
+	}
 	l, rev := v.l, v.rev
 	for attempt := range 4 {
 		if attempt > 0 {
 			var err error
 			if l, rev, err = c.ReadLedger(ctx); err != nil {
-				c.Log.WarnContext(ctx, "arm the ledger: the sweep scans and marks nothing", "sweep", v.sw.name, "err", err)
-				return QuietView{}
+				return giveUp(err)
 			}
 		}
-		v = QuietView{sw: v.sw, armed: true, seen: l.counter(v.sw.counter), l: l, rev: rev}
-		if at, ok := l.armedAt(v.sw.counter); ok && at == v.seen {
-			return v // another sweep armed it at this value
+		seen := l.counter(v.sw.counter)
+		if at, ok := l.armedAt(v.sw.counter); ok && at == seen {
+			// Another sweep armed it at this value.
+			return QuietView{sw: v.sw, armed: true, seen: seen, l: l, rev: rev}
 		}
-		body, err := l.withArmed(field, v.seen)
+		body, err := l.withArmed(field, seen)
 		if err != nil {
-			c.Log.WarnContext(ctx, "arm the ledger: the sweep scans and marks nothing", "sweep", v.sw.name, "err", err)
-			return QuietView{}
+			return giveUp(err)
 		}
-		if rev == "" {
-			rev, err = c.Store.Create(ctx, store.Ledger, ledgerID, ledgerID, body)
-		} else {
-			rev, err = c.Store.Replace(ctx, store.Ledger, ledgerID, ledgerID, body, rev)
-		}
+		newRev, err := c.putLedger(ctx, body, rev)
 		switch {
 		case err == nil:
-			armed, err := Decode[Ledger](store.Item{ID: ledgerID, PartitionKey: ledgerID, Rev: rev, Body: body})
-			if err != nil {
-				return QuietView{}
-			}
+			armed := *l
 			armed.raw = body
-			v.l, v.rev = armed, rev
-			return v
-		case errors.Is(err, store.ErrPrecondition), errors.Is(err, store.ErrExists), errors.Is(err, store.ErrNotFound):
+			*armed.armedRef(v.sw.counter) = &seen
+			return QuietView{sw: v.sw, armed: true, seen: seen, l: &armed, rev: newRev}
+		case lostLedgerRace(err):
 			continue
 		default:
-			c.Log.WarnContext(ctx, "arm the ledger: the sweep scans and marks nothing", "sweep", v.sw.name, "err", err)
-			return QuietView{}
+			return giveUp(err)
 		}
 	}
 	return QuietView{}
+}
+
+// putLedger writes the ledger document body by CAS on rev, creating it
+// when rev is "" (no ledger was read), and returns its new revision.
+func (c *Kernel) putLedger(ctx context.Context, body []byte, rev string) (string, error) {
+	if rev == "" {
+		return c.Store.Create(ctx, store.Ledger, ledgerID, ledgerID, body)
+	}
+	return c.Store.Replace(ctx, store.Ledger, ledgerID, ledgerID, body, rev)
+}
+
+// lostLedgerRace says a putLedger failed because the ledger changed since it
+// was read: read it again and retry.
+func lostLedgerRace(err error) bool {
+	return errors.Is(err, store.ErrPrecondition) || errors.Is(err, store.ErrExists) || errors.Is(err, store.ErrNotFound)
 }
 
 // MarkQuiet records that the scan begun after v found nothing, if the
@@ -439,15 +449,11 @@ func (c *Kernel) MarkQuietUntil(ctx context.Context, v QuietView, until time.Tim
 			c.Log.WarnContext(ctx, "record quiet sweep", "sweep", v.sw.name, "err", err)
 			return
 		}
-		if rev == "" {
-			_, err = c.Store.Create(ctx, store.Ledger, ledgerID, ledgerID, body)
-		} else {
-			_, err = c.Store.Replace(ctx, store.Ledger, ledgerID, ledgerID, body, rev)
-		}
+		_, err = c.putLedger(ctx, body, rev)
 		switch {
 		case err == nil:
 			return
-		case errors.Is(err, store.ErrPrecondition), errors.Is(err, store.ErrExists), errors.Is(err, store.ErrNotFound):
+		case lostLedgerRace(err):
 			continue
 		default:
 			c.Log.WarnContext(ctx, "record quiet sweep", "sweep", v.sw.name, "err", err)
