@@ -403,9 +403,8 @@ func (s *Store) prepare(ctx context.Context, c store.Container) (*table, error) 
 		{s.r, &t.read, `SELECT rev, body FROM ` + q + ` WHERE pk = ?1 AND id = ?2`},
 		{s.r, &t.revOf, `SELECT rev FROM ` + q + ` WHERE pk = ?1 AND id = ?2`},
 		{s.r, &t.feed, `SELECT pk, id, rev, body FROM ` + q + ` WHERE rev > ?1 ORDER BY rev LIMIT ?2`},
-		// incrIf's condition alone, on a reader.
-		{s.r, &t.guarded, `SELECT coalesce(json_type(body, ?3) = 'integer' AND json_type(body, ?4) = 'integer'
-			AND json_extract(body, ?3) = json_extract(body, ?4), 0) FROM ` + q + ` WHERE pk = ?1 AND id = ?2`},
+		// incrIf's condition alone, on a reader (?4, the delta, unused).
+		{s.r, &t.guarded, `SELECT coalesce(` + guardHolds + `, 0) FROM ` + q + ` WHERE pk = ?1 AND id = ?2`},
 		{s.w, &t.create, `INSERT INTO ` + q + ` (pk, id, rev, body) VALUES (?1, ?2, ` + seqNext + `, ?3)
 			ON CONFLICT (pk, id) DO NOTHING RETURNING rev`},
 		{s.w, &t.replace, `UPDATE ` + q + ` SET body = ?3, rev = ` + seqNext + `
@@ -424,13 +423,10 @@ func (s *Store) prepare(ctx context.Context, c store.Container) (*table, error) 
 			  AND coalesce(json_type(body, ?3), 'integer') = 'integer'
 			  AND typeof(coalesce(json_extract(body, ?3), 0) + ?4) = 'integer'
 			RETURNING json_extract(body, ?3)`},
-		// incr on the condition that the field at path ?5 holds the same
-		// integer; an absent field matches nothing.
+		// incr on guardHolds, and on a sum that stays an integer.
 		{s.w, &t.incrIf, `UPDATE ` + q + `
 			SET body = json_set(body, ?3, json_extract(body, ?3) + ?4), rev = ` + seqNext + `
-			WHERE pk = ?1 AND id = ?2
-			  AND json_type(body, ?3) = 'integer' AND json_type(body, ?5) = 'integer'
-			  AND json_extract(body, ?3) = json_extract(body, ?5)
+			WHERE pk = ?1 AND id = ?2 AND ` + guardHolds + `
 			  AND typeof(json_extract(body, ?3) + ?4) = 'integer'
 			RETURNING json_extract(body, ?3)`},
 	} {
@@ -600,13 +596,7 @@ func (s *Store) Delete(ctx context.Context, container, pk, id, ifRev string) err
 // increment creates it); a field holding anything else, or a sum that
 // overflows int64, is an error and changes nothing.
 func (s *Store) Increment(ctx context.Context, container, pk, id, field string, delta int64) (int64, error) {
-	t, err := s.addressed(container, pk, id)
-	if err == nil && !validField(field) {
-		err = fmt.Errorf("invalid field name %q", field)
-	}
-	if err == nil && (field == "id" || field == t.pkField) {
-		err = fmt.Errorf("field %q is the document's address and cannot change", field)
-	}
+	t, err := s.incrementable(container, pk, id, field)
 	if err != nil {
 		return 0, opErr("increment", container, pk, id, err)
 	}
@@ -625,6 +615,27 @@ func (s *Store) Increment(ctx context.Context, container, pk, id, field string, 
 	return v, nil
 }
 
+// incrementable is the table of a document whose field an increment may
+// change: a valid name, and not the document's address.
+func (s *Store) incrementable(container, pk, id, field string) (*table, error) {
+	t, err := s.addressed(container, pk, id)
+	switch {
+	case err != nil:
+		return nil, err
+	case !validField(field):
+		return nil, fmt.Errorf("invalid field name %q", field)
+	case field == "id" || field == t.pkField:
+		return nil, fmt.Errorf("field %q is the document's address and cannot change", field)
+	}
+	return t, nil
+}
+
+// guardHolds is IncrementIfEqual's condition, for statements binding the
+// field's path at ?3 and the guard's at ?5: both hold the same integer (an
+// absent field, NULL, matches nothing).
+const guardHolds = `json_type(body, ?3) = 'integer' AND json_type(body, ?5) = 'integer'
+	AND json_extract(body, ?3) = json_extract(body, ?5)`
+
 // IncrementIfEqual adds delta to an integer top-level field only while the
 // field guard holds the same integer, in one atomic write, and returns the
 // new value. ErrPrecondition when guard differs, either field is absent or
@@ -636,21 +647,16 @@ func (s *Store) Increment(ctx context.Context, container, pk, id, field string, 
 // is taken after the call began; a condition that holds there is checked
 // again by the write, atomically.
 func (s *Store) IncrementIfEqual(ctx context.Context, container, pk, id, field, guard string, delta int64) (int64, error) {
-	t, err := s.addressed(container, pk, id)
-	for _, f := range []string{field, guard} {
-		if err == nil && !validField(f) {
-			err = fmt.Errorf("invalid field name %q", f)
-		}
-	}
-	if err == nil && (field == "id" || field == t.pkField) {
-		err = fmt.Errorf("field %q is the document's address and cannot change", field)
+	t, err := s.incrementable(container, pk, id, field)
+	if err == nil && !validField(guard) {
+		err = fmt.Errorf("invalid guard field name %q", guard)
 	}
 	if err != nil {
 		return 0, opErr("increment", container, pk, id, err)
 	}
 	var holds bool
 	err = s.retry(ctx, func() error {
-		return t.guarded.QueryRowContext(ctx, pk, id, "$."+field, "$."+guard).Scan(&holds)
+		return t.guarded.QueryRowContext(ctx, pk, id, "$."+field, delta, "$."+guard).Scan(&holds)
 	})
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
