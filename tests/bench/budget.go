@@ -25,8 +25,8 @@ type budgetResult struct {
 	HandlerMs float64 `json:"handlerMs"`
 	LocalMs   float64 `json:"fleetLocalMs"`
 	ClientsMs float64 `json:"clientsMs"`
-	// CycleMs is phase 5's CPU per raw write (its read -> Replace cycles,
-	// lost races included); StoreMs is a lifecycle's writes (both
+	// CycleMs is phase 5's CPU per raw lifecycle write (a create, or a
+	// read -> Replace cycle, lost races included); StoreMs is a lifecycle's writes (both
 	// processes) at that cost, HandlerStoreMs the handler's.
 	CycleMs        float64 `json:"rawCycleMs"`
 	StoreMs        float64 `json:"storeMs"`
@@ -75,7 +75,7 @@ func (b *budgetResult) addTo(tbl *table) {
 	row("   budget at the target", f2(b.BudgetMs)+" ms", "", "")
 	row("   spent in phase 2: handler + emulator and NATS + clients",
 		fmt.Sprintf("%s ms (%s + %s + %s)", f2(b.SpentMs()), f2(b.HandlerMs), f2(b.LocalMs), f2(b.ClientsMs)), "", "")
-	row("   its store writes at phase 5's CPU per read -> write cycle",
+	row("   its store writes at phase 5's CPU per lifecycle write (with its read)",
 		fmt.Sprintf("%s ms (%.2f writes x %.3f ms)", f2(b.StoreMs), b.StoreMs/b.CycleMs, b.CycleMs), "", "")
 	row("   everything else: spent / left by the budget",
 		fmt.Sprintf("%s / %s ms", f2(b.OtherSpentMs()), f2(b.OtherAllowedMs())), "", "")

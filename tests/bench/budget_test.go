@@ -22,7 +22,7 @@ func TestBudget(t *testing.T) {
 				CPU: &cpuUse{HandlerSeconds: 3, LocalSeconds: 2, BenchSeconds: 1},
 			},
 			// 6000 writes/s for 1.2 s of CPU: 0.2 ms a cycle; 1000 lifecycles/s allowed.
-			CAS: &casResult{Writes: 6000, PerSec: 6000, CPUSeconds: 1.2},
+			CAS: &casResult{casRun: casRun{Writes: 6000, PerSec: 6000, CPUSeconds: 1.2}},
 		}
 	}
 	r := measured()

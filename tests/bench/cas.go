@@ -13,38 +13,72 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/store"
 
 	"github.com/gigafactory/fleet/shared/store/sqlite"
 )
 
-// The raw CAS phase's shape: a few writers over many job documents, as the
-// coordinator's use cases are.
+// The raw CAS phase's shape: a few writers on a store that already holds
+// earlier jobs, as the coordinator's use cases are.
 const (
-	casDocs    = 1000
+	casDocs    = 1000 // shipped jobs in the store before the writers start
 	casWriters = 4
 	casProduct = "bench-cas"
 )
 
-// casResult is phase 5: read -> Replace(ifRev) cycles straight on a SQLite
-// store, no HTTP, no coordinator.
-type casResult struct {
+// casWrite is one of a lifecycle's job writes: the stage the job has after
+// it, and whether it then holds a lease (holder, leaseExpiresAt).
+type casWrite struct {
+	stage  fleet.Stage
+	leased bool
+}
+
+// lifecycleWrites are the job writes of one phase-2 lifecycle, in order:
+// the submit's create, the dispatch stamp, the accept (which takes the
+// lease), building, and shipped (which releases it). The store indexes the
+// stage and the lease's expiry, so a write that moves them rewrites index
+// pages that one changing neither leaves alone (in SQLite two to three
+// times the pages): the yardstick has to make the lifecycle's own writes.
+var lifecycleWrites = []casWrite{
+	{fleet.StageQueued, false},
+	{fleet.StageQueued, false},
+	{fleet.StageAssigned, true},
+	{fleet.StageBuilding, true},
+	{fleet.StageShipped, false},
+}
+
+// casRun is one timed run of the writers.
+type casRun struct {
 	Seconds   float64 `json:"seconds"`
-	Writers   int     `json:"writers"`
-	Docs      int     `json:"docs"`
-	BodyBytes int     `json:"bodyBytes"`
 	Writes    int64   `json:"writes"`
 	Conflicts int64   `json:"conflicts"`
 	PerSec    float64 `json:"writesPerSec"`
-	// CPUSeconds is this process's CPU time over the cycles (the stack is
+	// CPUSeconds is this process's CPU time over the run (the stack is
 	// stopped by then); 0 where the OS does not tell.
 	CPUSeconds float64 `json:"cpuSeconds,omitempty"`
 }
 
-// runCAS opens a SQLite store in dir, creates casDocs job documents shaped
-// like template (a real job as the API served it), and runs read ->
-// Replace(ifRev) cycles on random documents from casWriters goroutines for
-// d. A lost race is retried with a fresh read, as mutateJob does.
+// casResult is phase 5: a lifecycle's job writes straight on a SQLite
+// store, no HTTP, no coordinator (the embedded run, which the throughput
+// target is held to), and beside it the yardstick used before 2026-11-28.
+type casResult struct {
+	casRun
+	Writers    int   `json:"writers"`
+	Docs       int   `json:"docs"`
+	BodyBytes  int   `json:"bodyBytes"`
+	Lifecycles int64 `json:"lifecycles"` // write sequences completed
+	// SameDocument is read -> Replace(ifRev) on random existing jobs, no
+	// indexed field changing: cheaper writes than a lifecycle makes.
+	SameDocument casRun `json:"sameDocument"`
+}
+
+// runCAS opens a SQLite store in dir and creates casDocs shipped jobs
+// shaped like template (a real job as the API served it). Then, for d,
+// casWriters goroutines each create a job and move it through
+// lifecycleWrites by read -> Replace(ifRev), one lifecycle after another;
+// then, for d again, they run read -> Replace(ifRev) cycles on random
+// shipped jobs. A lost race is retried with a fresh read, as mutateJob does.
 func runCAS(ctx context.Context, dir string, template []byte, d time.Duration) (*casResult, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -55,26 +89,56 @@ func runCAS(ctx context.Context, dir string, template []byte, d time.Duration) (
 	}
 	defer st.Close()
 
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(template, &fields); err != nil {
+	rests, err := writeBodies(template)
+	if err != nil {
 		return nil, fmt.Errorf("job template: %w", err)
 	}
+	shipped := rests[len(rests)-1]
 	ids := make([]string, casDocs)
-	rests := make([][]byte, casDocs) // each body without its opening brace
 	for i := range ids {
 		ids[i] = fmt.Sprintf("jcas%06d", i)
-		fields["id"], _ = json.Marshal(ids[i])
-		fields["productId"], _ = json.Marshal(casProduct)
-		b, err := json.Marshal(fields)
-		if err != nil {
-			return nil, err
-		}
-		rests[i] = b[1:]
-		if _, err := st.Create(ctx, store.Jobs, casProduct, ids[i], body(0, rests[i])); err != nil {
+		if _, err := st.Create(ctx, store.Jobs, casProduct, ids[i], body(0, ids[i], shipped)); err != nil {
 			return nil, err
 		}
 	}
+	res := &casResult{Writers: casWriters, Docs: casDocs, BodyBytes: len(body(0, ids[0], shipped))}
 
+	var seq, lifecycles atomic.Int64
+	res.casRun, err = timedWrites(ctx, d, func(ctx context.Context, conflicts *atomic.Int64) (int64, error) {
+		id := fmt.Sprintf("jlife%08d", seq.Add(1))
+		if _, err := st.Create(ctx, store.Jobs, casProduct, id, body(0, id, rests[0])); err != nil {
+			return 0, err
+		}
+		for i, rest := range rests[1:] {
+			if err := casOnce(ctx, st, id, func(n int64) []byte { return body(n, id, rest) }, conflicts); err != nil {
+				return int64(1 + i), err
+			}
+		}
+		lifecycles.Add(1)
+		return int64(len(rests)), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Lifecycles = lifecycles.Load()
+
+	res.SameDocument, err = timedWrites(ctx, d, func(ctx context.Context, conflicts *atomic.Int64) (int64, error) {
+		id := ids[rand.IntN(casDocs)]
+		if err := casOnce(ctx, st, id, func(n int64) []byte { return body(n, id, shipped) }, conflicts); err != nil {
+			return 0, err
+		}
+		return 1, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// timedWrites runs cycle from casWriters goroutines for d; cycle returns
+// how many writes it made. It stops at the first error that is not the end
+// of the run.
+func timedWrites(ctx context.Context, d time.Duration, cycle func(context.Context, *atomic.Int64) (int64, error)) (casRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var writes, conflicts atomic.Int64
@@ -85,8 +149,8 @@ func runCAS(ctx context.Context, dir string, template []byte, d time.Duration) (
 	for range casWriters {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				i := rand.IntN(casDocs)
-				err := casOnce(ctx, st, ids[i], func(n int64) []byte { return body(n, rests[i]) }, &conflicts)
+				n, err := cycle(ctx, &conflicts)
+				writes.Add(n)
 				if err != nil {
 					if ctx.Err() == nil {
 						firstErr.CompareAndSwap(nil, &err)
@@ -94,7 +158,6 @@ func runCAS(ctx context.Context, dir string, template []byte, d time.Duration) (
 					}
 					return
 				}
-				writes.Add(1)
 			}
 		})
 	}
@@ -102,16 +165,44 @@ func runCAS(ctx context.Context, dir string, template []byte, d time.Duration) (
 	elapsed := time.Since(start)
 	cpu1, cpuErr1 := procCPU(os.Getpid())
 	if p := firstErr.Load(); p != nil {
-		return nil, *p
+		return casRun{}, *p
 	}
-	res := &casResult{
-		Seconds: elapsed.Seconds(), Writers: casWriters, Docs: casDocs, BodyBytes: len(rests[0]) + 1,
-		Writes: writes.Load(), Conflicts: conflicts.Load(), PerSec: float64(writes.Load()) / elapsed.Seconds(),
-	}
+	run := casRun{Seconds: elapsed.Seconds(), Writes: writes.Load(), Conflicts: conflicts.Load(), PerSec: float64(writes.Load()) / elapsed.Seconds()}
 	if cpuErr == nil && cpuErr1 == nil {
-		res.CPUSeconds = (cpu1 - cpu0).Seconds()
+		run.CPUSeconds = (cpu1 - cpu0).Seconds()
 	}
-	return res, nil
+	return run, nil
+}
+
+// writeBodies is, for each of lifecycleWrites, the template job with that
+// write's stage and lease, without its id and opening brace (body adds
+// them).
+func writeBodies(template []byte) ([][]byte, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(template, &fields); err != nil {
+		return nil, err
+	}
+	delete(fields, "id")
+	fields["productId"], _ = json.Marshal(casProduct)
+	now := time.Now().UTC()
+	rests := make([][]byte, len(lifecycleWrites))
+	for i, w := range lifecycleWrites {
+		fields["stage"], _ = json.Marshal(w.stage)
+		for _, f := range []string{"holderFactoryId", "leaseExpiresAt", "leaseAcquiredAt"} {
+			delete(fields, f)
+		}
+		if w.leased {
+			fields["holderFactoryId"], _ = json.Marshal("cas-factory")
+			fields["leaseAcquiredAt"], _ = json.Marshal(now)
+			fields["leaseExpiresAt"], _ = json.Marshal(now.Add(time.Minute))
+		}
+		b, err := json.Marshal(fields)
+		if err != nil {
+			return nil, err
+		}
+		rests[i] = b[1:]
+	}
+	return rests, nil
 }
 
 // casOnce reads a document and replaces it at the revision read, retrying
@@ -133,11 +224,14 @@ func casOnce(ctx context.Context, st *sqlite.Store, id string, next func(n int64
 	return fmt.Errorf("document %s: 16 lost races in a row", id)
 }
 
-// body is a job document with a field that changes on every write.
-func body(n int64, rest []byte) []byte {
-	b := make([]byte, 0, len(rest)+32)
+// body is a job document: a field that changes on every write, the id,
+// then rest.
+func body(n int64, id string, rest []byte) []byte {
+	b := make([]byte, 0, len(rest)+len(id)+40)
 	b = append(b, `{"benchWrite":`...)
 	b = strconv.AppendInt(b, n, 10)
+	b = append(b, `,"id":`...)
+	b = strconv.AppendQuote(b, id) // ids here are ASCII letters and digits
 	b = append(b, ',')
 	return append(b, rest...)
 }

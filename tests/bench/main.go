@@ -67,7 +67,7 @@ func parseFlags() (config, error) {
 	flag.IntVar(&c.Lifecycles, "lifecycles", 1000, "jobs in the full-lifecycle throughput phase")
 	flag.DurationVar(&c.Idle, "idle", 60*time.Second, "length of the idle window")
 	flag.IntVar(&c.Steps, "steps", 10, "single lifecycles run step by step for the per-step store-operation breakdown (0 skips)")
-	flag.DurationVar(&c.CAS, "cas", 5*time.Second, "length of the raw SQLite CAS measurement")
+	flag.DurationVar(&c.CAS, "cas", 5*time.Second, "length of each of the two raw SQLite CAS measurements (a lifecycle's writes; same-document writes)")
 	flag.IntVar(&c.SSE, "sse", 200, "jobs submitted one at a time while an SSE client watches their product (0 skips)")
 	flag.IntVar(&c.Webhooks, "webhooks", 100, "pull requests sent back by a signed forge webhook, one at a time (0 skips)")
 	flag.BoolVar(&c.LiveLog, "livelog", true, "measure live output: 20 runs streaming their logs to followers")
@@ -230,7 +230,7 @@ func run(parent context.Context, cfg config) (*results, error) {
 	}
 
 	// With the stack stopped, so it does not compete for the CPU.
-	progress("5. raw SQLite CAS writes for %s", cfg.CAS)
+	progress("5. raw SQLite CAS writes: a lifecycle's writes for %s, then same-document writes for %s", cfg.CAS, cfg.CAS)
 	if res.CAS, err = runCAS(parent, filepath.Join(tmp, "cas"), jobBody, cfg.CAS); err != nil {
 		return res, err
 	}

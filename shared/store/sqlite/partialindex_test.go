@@ -30,7 +30,7 @@ func stageJob(prefix string, i int, stage, lease string) (pk, id string, body []
 // between them, and returns the WAL frames (pages) they wrote per write.
 // SQLite appends every page a commit changes to the WAL, so the count is
 // the pages a write dirtied, deterministic for a given file and writes.
-func walFrames(t *testing.T, s *Store, n int, write func(i int)) float64 {
+func walFrames(t testing.TB, s *Store, n int, write func(i int)) float64 {
 	t.Helper()
 	ctx := t.Context()
 	s.stopCheckpoints()
