@@ -136,12 +136,18 @@ type quietMark struct {
 	Armed bool `json:"armed,omitempty"`
 }
 
-// armedField is the ledger field that arms counter, for the counters the
-// change feed bumps only when armed (Bump); "" for the others, whose
-// every move is written.
+// armedCounters are the counters the change feed bumps only when a sweep
+// armed them (Bump), each with its armed field in a Ledger; the others
+// (tokens, echoes) have every move written.
+var armedCounters = map[string]func(*Ledger) **int64{
+	LedgerActivity: func(l *Ledger) **int64 { return &l.ActivityArmed },
+	LedgerEnded:    func(l *Ledger) **int64 { return &l.EndedArmed },
+}
+
+// armedField is the ledger field that arms counter (its JSON name in
+// Ledger); "" for a counter not armed.
 func armedField(counter string) string {
-	switch counter {
-	case LedgerActivity, LedgerEnded:
+	if _, ok := armedCounters[counter]; ok {
 		return counter + "Armed"
 	}
 	return ""
@@ -149,11 +155,8 @@ func armedField(counter string) string {
 
 // armedRef is counter's armed field in l; nil for a counter not armed.
 func (l *Ledger) armedRef(counter string) **int64 {
-	switch counter {
-	case LedgerActivity:
-		return &l.ActivityArmed
-	case LedgerEnded:
-		return &l.EndedArmed
+	if ref, ok := armedCounters[counter]; ok {
+		return ref(l)
 	}
 	return nil
 }
@@ -403,7 +406,7 @@ func (c *Kernel) arm(ctx context.Context, v QuietView) QuietView {
 			return giveUp(err)
 		}
 	}
-	return QuietView{}
+	return giveUp(errors.New("the ledger changed under every attempt"))
 }
 
 // putLedger writes the ledger document body by CAS on rev, creating it
