@@ -51,6 +51,7 @@ var lifecycleWrites = []casWrite{
 // casRun is one timed run of the writers.
 type casRun struct {
 	Seconds   float64 `json:"seconds"`
+	Cycles    int64   `json:"cycles"` // lifecycles, or same-document writes
 	Writes    int64   `json:"writes"`
 	Conflicts int64   `json:"conflicts"`
 	PerSec    float64 `json:"writesPerSec"`
@@ -64,10 +65,9 @@ type casRun struct {
 // target is held to), and beside it the yardstick used before 2026-11-28.
 type casResult struct {
 	casRun
-	Writers    int   `json:"writers"`
-	Docs       int   `json:"docs"`
-	BodyBytes  int   `json:"bodyBytes"`
-	Lifecycles int64 `json:"lifecycles"` // write sequences completed
+	Writers   int `json:"writers"`
+	Docs      int `json:"docs"`
+	BodyBytes int `json:"bodyBytes"`
 	// SameDocument is read -> Replace(ifRev) on random existing jobs, no
 	// indexed field changing: cheaper writes than a lifecycle makes.
 	SameDocument casRun `json:"sameDocument"`
@@ -78,7 +78,7 @@ type casResult struct {
 // casWriters goroutines each create a job and move it through
 // lifecycleWrites by read -> Replace(ifRev), one lifecycle after another;
 // then, for d again, they run read -> Replace(ifRev) cycles on random
-// shipped jobs. A lost race is retried with a fresh read, as mutateJob does.
+// shipped jobs (timedWrites). A lost race is retried with a fresh read, as mutateJob does.
 func runCAS(ctx context.Context, dir string, template []byte, d time.Duration) (*casResult, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -103,31 +103,25 @@ func runCAS(ctx context.Context, dir string, template []byte, d time.Duration) (
 	}
 	res := &casResult{Writers: casWriters, Docs: casDocs, BodyBytes: len(body(0, ids[0], shipped))}
 
-	var seq, lifecycles atomic.Int64
-	res.casRun, err = timedWrites(ctx, d, func(ctx context.Context, conflicts *atomic.Int64) (int64, error) {
+	var seq atomic.Int64
+	res.casRun, err = timedWrites(ctx, d, len(rests), func(ctx context.Context, conflicts *atomic.Int64) error {
 		id := fmt.Sprintf("jlife%08d", seq.Add(1))
 		if _, err := st.Create(ctx, store.Jobs, casProduct, id, body(0, id, rests[0])); err != nil {
-			return 0, err
+			return err
 		}
-		for i, rest := range rests[1:] {
+		for _, rest := range rests[1:] {
 			if err := casOnce(ctx, st, id, func(n int64) []byte { return body(n, id, rest) }, conflicts); err != nil {
-				return int64(1 + i), err
+				return err
 			}
 		}
-		lifecycles.Add(1)
-		return int64(len(rests)), nil
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	res.Lifecycles = lifecycles.Load()
-
-	res.SameDocument, err = timedWrites(ctx, d, func(ctx context.Context, conflicts *atomic.Int64) (int64, error) {
+	res.SameDocument, err = timedWrites(ctx, d, 1, func(ctx context.Context, conflicts *atomic.Int64) error {
 		id := ids[rand.IntN(casDocs)]
-		if err := casOnce(ctx, st, id, func(n int64) []byte { return body(n, id, shipped) }, conflicts); err != nil {
-			return 0, err
-		}
-		return 1, nil
+		return casOnce(ctx, st, id, func(n int64) []byte { return body(n, id, shipped) }, conflicts)
 	})
 	if err != nil {
 		return nil, err
@@ -135,27 +129,29 @@ func runCAS(ctx context.Context, dir string, template []byte, d time.Duration) (
 	return res, nil
 }
 
-// timedWrites runs cycle from casWriters goroutines for d; cycle returns
-// how many writes it made. It stops at the first error that is not the end
-// of the run.
-func timedWrites(ctx context.Context, d time.Duration, cycle func(context.Context, *atomic.Int64) (int64, error)) (casRun, error) {
-	ctx, cancel := context.WithTimeout(ctx, d)
+// timedWrites runs cycle, which makes writesPerCycle writes, from
+// casWriters goroutines, each starting cycles until d has passed: every
+// cycle runs whole, so the run counts no half lifecycle, and each writer
+// runs at least one. It stops at the first error.
+func timedWrites(ctx context.Context, d time.Duration, writesPerCycle int, cycle func(context.Context, *atomic.Int64) error) (casRun, error) {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var writes, conflicts atomic.Int64
+	var cycles, conflicts atomic.Int64
 	var firstErr atomic.Pointer[error]
 	var wg sync.WaitGroup
 	cpu0, cpuErr := procCPU(os.Getpid())
 	start := time.Now()
+	end := start.Add(d)
 	for range casWriters {
 		wg.Go(func() {
-			for ctx.Err() == nil {
-				n, err := cycle(ctx, &conflicts)
-				writes.Add(n)
-				if err != nil {
-					if ctx.Err() == nil {
-						firstErr.CompareAndSwap(nil, &err)
-						cancel()
-					}
+			for {
+				if err := cycle(ctx, &conflicts); err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+					cancel()
+					return
+				}
+				cycles.Add(1)
+				if ctx.Err() != nil || !time.Now().Before(end) {
 					return
 				}
 			}
@@ -167,7 +163,9 @@ func timedWrites(ctx context.Context, d time.Duration, cycle func(context.Contex
 	if p := firstErr.Load(); p != nil {
 		return casRun{}, *p
 	}
-	run := casRun{Seconds: elapsed.Seconds(), Writes: writes.Load(), Conflicts: conflicts.Load(), PerSec: float64(writes.Load()) / elapsed.Seconds()}
+	n := cycles.Load()
+	writes := n * int64(writesPerCycle)
+	run := casRun{Seconds: elapsed.Seconds(), Cycles: n, Writes: writes, Conflicts: conflicts.Load(), PerSec: float64(writes) / elapsed.Seconds()}
 	if cpuErr == nil && cpuErr1 == nil {
 		run.CPUSeconds = (cpu1 - cpu0).Seconds()
 	}

@@ -2,10 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/store"
+	"github.com/gigafactory/fleet/shared/store/sqlite"
 	"github.com/stretchr/testify/require"
 )
 
@@ -45,18 +49,34 @@ func TestWriteBodies(t *testing.T) {
 }
 
 // TestRunCAS: phase 5 writes whole lifecycles (a create and the stage
-// writes, five per lifecycle), then same-document writes, and times both.
+// writes, five per lifecycle), then same-document writes, and times both;
+// every writer runs at least one cycle whatever the machine's load, and
+// every lifecycle's job ends shipped.
 func TestRunCAS(t *testing.T) {
 	t.Parallel()
-	res, err := runCAS(t.Context(), t.TempDir(), []byte(casTemplate), 200*time.Millisecond)
+	dir := t.TempDir()
+	res, err := runCAS(t.Context(), dir, []byte(casTemplate), 200*time.Millisecond)
 	require.NoError(t, err)
-	require.Positive(t, res.Lifecycles)
-	// A lifecycle cut short by the end of the run counts the writes it made.
-	n := int64(len(lifecycleWrites))
-	require.GreaterOrEqual(t, res.Writes, n*res.Lifecycles)
-	require.Less(t, res.Writes, n*(res.Lifecycles+casWriters))
+	require.GreaterOrEqual(t, res.Cycles, int64(casWriters))
+	require.Equal(t, int64(len(lifecycleWrites))*res.Cycles, res.Writes)
 	require.Positive(t, res.PerSec)
-	require.Positive(t, res.SameDocument.Writes)
+	require.GreaterOrEqual(t, res.SameDocument.Cycles, int64(casWriters))
+	require.Equal(t, res.SameDocument.Cycles, res.SameDocument.Writes)
 	require.Positive(t, res.SameDocument.PerSec)
 	require.Equal(t, casDocs, res.Docs)
+
+	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "cas.db"))
+	require.NoError(t, err)
+	defer st.Close()
+	for i := int64(1); i <= res.Cycles; i++ {
+		it, err := st.Read(t.Context(), store.Jobs, casProduct, fmt.Sprintf("jlife%08d", i))
+		require.NoError(t, err)
+		var j struct {
+			Stage fleet.Stage `json:"stage"`
+		}
+		require.NoError(t, json.Unmarshal(it.Body, &j))
+		require.Equal(t, fleet.StageShipped, j.Stage, "lifecycle %d", i)
+	}
+	_, err = st.Read(t.Context(), store.Jobs, casProduct, fmt.Sprintf("jlife%08d", res.Cycles+1))
+	require.ErrorIs(t, err, store.ErrNotFound, "no lifecycle begun and not counted")
 }

@@ -192,7 +192,7 @@ func (r *results) print(out io.Writer) {
 	if c := r.CAS; c != nil {
 		heading("5. Raw SQLite CAS: a lifecycle's job writes straight on the store, in this run (%d writers, each a create and %d read -> Replace(ifRev) through the stages; %d earlier jobs of %d B; %.1f s)",
 			c.Writers, len(lifecycleWrites)-1, c.Docs, c.BodyBytes, c.Seconds)
-		row("   raw CAS write rate", fmt.Sprintf("%.0f writes/s (%d lifecycles, %d lost races)", c.PerSec, c.Lifecycles, c.Conflicts), "", "")
+		row("   raw CAS write rate", fmt.Sprintf("%.0f writes/s (%d lifecycles, %d lost races)", c.PerSec, c.Cycles, c.Conflicts), "", "")
 		if l := r.Lifecycle; l != nil && r.Allowed > 0 {
 			row("   phase-2 store writes/s (its writes / its duration)",
 				fmt.Sprintf("%.0f writes/s = %.0f%% of raw", l.WritesPerSec, 100*l.WritesPerSec/c.PerSec), "", "")
