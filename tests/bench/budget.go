@@ -63,8 +63,8 @@ func (r *results) budget() *budgetResult {
 		CycleMs:      1000 * c.CPUSeconds / float64(c.Writes),
 	}
 	b.BudgetMs = 1000 * float64(b.CPUs) / b.TargetPerSec
-	b.StoreMs = l.PerLifecycle.Total.Writes * b.CycleMs
-	b.HandlerStoreMs = l.PerLifecycle.Handler.Writes * b.CycleMs
+	b.StoreMs = l.PerLifecycle.Total.Written() * b.CycleMs
+	b.HandlerStoreMs = l.PerLifecycle.Handler.Written() * b.CycleMs
 	return b
 }
 

@@ -86,8 +86,8 @@ func (r *results) evaluate() {
 	if l := r.Lifecycle; l != nil {
 		all := l.PerLifecycle.Total.All
 		r.Targets = append(r.Targets, target{Name: fmt.Sprintf("store ops per lifecycle <= %g", targetOpsPerLife), Measured: all, Limit: targetOpsPerLife, Unit: "ops", Pass: all <= targetOpsPerLife})
-		if c := r.CAS; c != nil && l.PerLifecycle.Total.Writes > 0 {
-			r.Allowed = c.PerSec / l.PerLifecycle.Total.Writes
+		if c := r.CAS; c != nil && l.PerLifecycle.Total.Written() > 0 {
+			r.Allowed = c.PerSec / l.PerLifecycle.Total.Written()
 			limit := targetShareOfRawCAS * r.Allowed
 			r.Targets = append(r.Targets, target{Name: "lifecycles/s >= 50% of raw-CAS-allowed", Measured: l.PerSec, Limit: limit, Unit: "lifecycles/s", Pass: l.PerSec >= limit})
 		}
@@ -171,7 +171,7 @@ func (r *results) print(out io.Writer) {
 		t, _ := r.target("store ops per")
 		heading("3. Store operations per lifecycle (handler + emulator processes)")
 		row("   all kinds", fmt.Sprintf("%.2f ops (%.2f + %.2f)", pl.Total.All, pl.Handler.All, pl.Emulator.All), fmt.Sprintf("<= %g ops", targetOpsPerLife), verdict(t.Pass))
-		row("   writes", fmt.Sprintf("%.2f (%.2f + %.2f)", pl.Total.Writes, pl.Handler.Writes, pl.Emulator.Writes), "", "")
+		row("   writes", fmt.Sprintf("%.2f (%.2f + %.2f); refused, no page written: %.2f", pl.Total.Writes, pl.Handler.Writes, pl.Emulator.Writes, pl.Total.Refused), "", "")
 		row("   reads / queries / feed reads", fmt.Sprintf("%.2f / %.2f / %.2f", pl.Total.Reads, pl.Total.Queries, pl.Total.FeedReads), "", "")
 	}
 	if i := r.Idle; i != nil {
@@ -194,10 +194,10 @@ func (r *results) print(out io.Writer) {
 			c.Writers, len(lifecycleWrites)-1, c.Docs, c.BodyBytes, c.Seconds)
 		row("   raw CAS write rate", fmt.Sprintf("%.0f writes/s (%d lifecycles, %d lost races)", c.PerSec, c.Cycles, c.Conflicts), "", "")
 		if l := r.Lifecycle; l != nil && r.Allowed > 0 {
-			row("   phase-2 store writes/s (its writes / its duration)",
+			row("   phase-2 store writes/s (its writes that wrote / its duration)",
 				fmt.Sprintf("%.0f writes/s = %.0f%% of raw", l.WritesPerSec, 100*l.WritesPerSec/c.PerSec), "", "")
-			row("   raw-CAS-allowed lifecycles/s (raw / writes per lifecycle)",
-				fmt.Sprintf("%.0f / %.2f = %.1f /s", c.PerSec, l.PerLifecycle.Total.Writes, r.Allowed), "", "")
+			row("   raw-CAS-allowed lifecycles/s (raw / writes per lifecycle that wrote)",
+				fmt.Sprintf("%.0f / %.2f = %.1f /s", c.PerSec, l.PerLifecycle.Total.Written(), r.Allowed), "", "")
 		}
 		if s := c.SameDocument; s.PerSec > 0 {
 			share := ""
@@ -275,7 +275,7 @@ func (r *results) print(out io.Writer) {
 	}
 	fmt.Fprintf(out, "\nNotes: handler figures come from GET /api/fleet/metrics (adapters.store), emulator figures from GET /admin/host/status (store);\n"+
 		"each metrics probe runs %d store queries itself, taken off every window (exact to +-1 query: the probe's bus section may run on either side of its snapshot).\n"+
-		"raw-CAS-allowed lifecycles/s = raw CAS writes/s / store writes per lifecycle (both processes); the throughput target is >= %s of it,\n"+
+		"raw-CAS-allowed lifecycles/s = raw CAS writes/s / store writes per lifecycle that wrote (both processes; a refused write writes no page); the throughput target is >= %s of it,\n"+
 		"which is the same as: store writes/s during phase 2 >= %s of the raw CAS write rate.\n",
 		r.ProbeQueries, targetShareOfRawText, targetShareOfRawText)
 	if len(r.Targets) > 0 {
