@@ -35,7 +35,7 @@ type lifecycleResult struct {
 	// submit to after the change feed settled past the last shipped job.
 	Ops             ops            `json:"ops"`
 	PerLifecycle    perLifecycle   `json:"perLifecycle"`
-	WritesPerSec    float64        `json:"storeWritesPerSec"` // Ops writes / Seconds
+	WritesPerSec    float64        `json:"storeWritesPerSec"` // Ops writes that wrote (not refused) / Seconds
 	Coord           coordStats     `json:"coordinator"`       // the handler's counters over the phase
 	FeedBatches     int64          `json:"feedBatches"`
 	FeedDocuments   int64          `json:"feedDocuments"`
@@ -59,8 +59,9 @@ type kinds struct {
 	// Refused are the writes among Writes the store declined: a lost
 	// compare-and-swap race, or a conditional increment whose condition did
 	// not hold (the ledger's bumps no sweep armed). They are asked for, so
-	// they count as operations (Cosmos DB charges a refusal), but they
-	// write no page: SQLite checks the increment's condition on a reader.
+	// they count as operations and the request-unit estimate prices them as
+	// writes (the cautious side), but they write no page: SQLite checks the
+	// increment's condition on a reader.
 	Refused   float64 `json:"refused"`
 	Queries   float64 `json:"queries"`
 	FeedReads float64 `json:"feedReads"`
@@ -229,7 +230,7 @@ func (s *session) runLifecycles(ctx context.Context) (*lifecycleResult, string, 
 		Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
 		Ops:          o,
 		PerLifecycle: perLifecycle{Handler: per(o.Handler, n), Emulator: per(o.Emulator, n), Total: per(t, n)},
-		WritesPerSec: float64(t.Writes-t.Conflicts) / elapsed.Seconds(),
+		WritesPerSec: per(t, n).Written() * float64(n) / elapsed.Seconds(),
 		Coord: coordStats{
 			CASConflicts:   after.Coord.CASConflicts - before.Coord.CASConflicts,
 			Claims:         after.Coord.Claims - before.Coord.Claims,
