@@ -49,6 +49,17 @@ const jobLink = id => h('a', { href: '#/job/' + encodeURIComponent(id), class: '
 const errorBox = e => h('p', { class: 'error', role: 'alert' }, String(e.message || e));
 const dash = v => (v === undefined || v === null || v === '' ? '–' : v);
 const list = a => (a && a.length ? a.join(', ') : '–');
+// unchanged says whether el already shows data, and records data as shown
+// otherwise. A refresh comes with every event of the product: a region
+// rebuilt with the same content replaces its buttons and links, and a press
+// on one that is replaced before its release loses the click (the console
+// test's clicks once failed so). Ages in <time> count on by themselves.
+function unchanged(el, data) {
+  const key = JSON.stringify(data);
+  if (el.dataset.shown === key) return true;
+  el.dataset.shown = key;
+  return false;
+}
 
 function ago(iso) {
   if (!iso) return '–';
@@ -524,11 +535,22 @@ async function jobView(r) {
     // refuses to ship it past the gate, so the button says why instead.
     const gated = j.review && j.stage === 'review';
     const gateNote = gated ? `Held at the review gate: ${j.review.approvals || 0} of ${j.review.quorum || 1} approvals; vote below.` : null;
-    actions.replaceChildren(...operatorActions.map(({ name: a, from }) => h('button', {
-      type: 'button', class: a === 'ship' ? 'primary' : (a === 'reject' || a === 'cancel' ? 'danger' : null),
-      disabled: !from.includes(j.stage) || (a === 'cancel' && j.cancelRequested) || (a === 'ship' && gated), onclick: () => act(a),
-      id: 'act-' + a, title: a === 'ship' && gated ? gateNote : null,
-    }, a)), ...(gateNote ? [' ', h('span', { class: 'note', id: 'gate-note' }, gateNote)] : []));
+    // The buttons stay the same elements across refreshes, which come with
+    // every event of the product: a button replaced between a press and its
+    // release loses the click (the console test's Ship click once failed so).
+    if ([...actions.querySelectorAll('button')].map(b => b.id).join(' ') !== operatorActions.map(({ name }) => 'act-' + name).join(' ')) {
+      actions.replaceChildren(...operatorActions.map(({ name: a }) => h('button', {
+        type: 'button', class: a === 'ship' ? 'primary' : (a === 'reject' || a === 'cancel' ? 'danger' : null), onclick: () => act(a), id: 'act-' + a,
+      }, a)), h('span', { class: 'note', id: 'gate-note', hidden: true }));
+    }
+    for (const { name: a, from } of operatorActions) {
+      const b = actions.querySelector('#act-' + a);
+      b.disabled = !from.includes(j.stage) || (a === 'cancel' && j.cancelRequested) || (a === 'ship' && gated);
+      if (a === 'ship' && gated) b.title = gateNote; else b.removeAttribute('title');
+    }
+    const note = actions.querySelector('#gate-note');
+    note.hidden = !gateNote;
+    note.textContent = gateNote || '';
     details.replaceChildren(h('dl', { class: 'kv' }, ...[
       ['Stage', stageBadge(j.stage)], ['Holder', dash(j.holderFactoryId)], ['Lease epoch', j.leaseEpoch],
       ['Attempts', `${j.attempts} of ${j.maxAttempts}`], ['Capabilities', list(j.capabilities)],
@@ -712,6 +734,7 @@ async function renderArtifacts(card, jobId) {
       outcome.replaceChildren(errorBox(e));
     }
   }
+  if (unchanged(card, items)) return items;
   card.replaceChildren(h('h3', {}, 'Artifacts'), table(['Name', 'Kind', 'Size', 'sha256', 'Run', 'Created', ''], items.map(a => h('tr', { 'data-artifact': a.id, 'data-kind': a.kind },
     h('td', {}, a.name), h('td', {}, a.kind), h('td', {}, `${a.size} B`), h('td', { class: 'mono', title: a.sha256 }, a.sha256.slice(0, 12)),
     h('td', { class: 'mono' }, dash(a.runId)), h('td', {}, time(a.createdAt)),
@@ -1072,6 +1095,7 @@ async function profilesView() {
   const region = h('div', { id: 'profiles-list' });
   async function refresh() {
     const res = await get('/profiles');
+    if (unchanged(region, res.items)) return;
     region.replaceChildren(table(['Profile', { label: 'Latest version', num: true }, 'Capabilities', 'Engine', 'Budget', 'Saved'],
       (res.items || []).map(p => h('tr', { 'data-name': p.name },
         h('th', { scope: 'row' }, profileLink(p.name)), h('td', { class: 'num' }, 'v' + p.version), h('td', {}, list(p.capabilities)),
@@ -1105,7 +1129,7 @@ async function profileView(r) {
       ['Budget', budgetText(prof.budget)], ['Saved by', dash(prof.createdBy)], ['Saved', time(prof.createdAt)],
     ].flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])), h('h4', {}, 'Instructions'), h('pre', { id: 'profile-body' }, prof.body));
     const items = (vs.items || []).slice().sort((a, b) => b.version - a.version);
-    versions.replaceChildren(table([{ label: 'Version', num: true }, 'Capabilities', 'Engine', 'Budget', { label: 'Body bytes', num: true }, 'Saved by', 'Saved'],
+    if (!unchanged(versions, [prof.version, items])) versions.replaceChildren(table([{ label: 'Version', num: true }, 'Capabilities', 'Engine', 'Budget', { label: 'Body bytes', num: true }, 'Saved by', 'Saved'],
       items.map(v => h('tr', { 'data-version': v.version },
         h('th', { scope: 'row', class: 'num' }, v.version === prof.version ? h('strong', { 'aria-current': 'true' }, 'v' + v.version)
           : h('a', { href: '#/profile/' + p + '?version=' + v.version }, 'v' + v.version)),
