@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,12 @@ type latencyResult struct {
 	// time by segment.
 	Stages []stageResult `json:"stages"`
 	Tail   *tailSegments `json:"tail,omitempty"`
+	// CPU is each process's CPU time from the first measured job's submit
+	// to the last one's receipt: at 100 jobs/s no batch carries more than a
+	// job or two, so each job pays every wake and invocation itself, and
+	// the CPUs' share busy is how likely a hand-over is to find its CPU
+	// taken (what the tail is made of).
+	CPU *cpuUse `json:"cpu,omitempty"`
 }
 
 // warmupResult is the warm-up's jobs: a fresh stack's first jobs find code
@@ -181,6 +188,12 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 	}
 	total := s.cfg.Warmup + s.cfg.Jobs
 	rec := newLatencyRecorder(total)
+	st, err := s.op.hostStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var cpu0 cpuSample
+	cpuOK := false
 	for i := range nf {
 		// Every job keeps its lease until the phase ends, and a lease holds
 		// a seat: each factory has a seat for every job it will be sent.
@@ -213,6 +226,9 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 		}
 		if ctx.Err() != nil || submitErr.Load() != nil {
 			break
+		}
+		if i == s.cfg.Warmup {
+			cpu0, cpuOK = s.sampleCPU(st.Handler.PID)
 		}
 		wg.Go(func() {
 			defer func() { <-inflight }()
@@ -248,6 +264,7 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 		return nil, fmt.Errorf("job lost: %d of %d jobs accepted %s after the last submit (%d received)",
 			len(rec.epochs), total, wait, len(rec.received))
 	}
+	cpu1, cpuOK1 := s.sampleCPU(st.Handler.PID)
 
 	rec.mu.Lock()
 	sp, err := rec.split()
@@ -264,6 +281,9 @@ func (s *session) runLatency(ctx context.Context) (*latencyResult, error) {
 		AcceptConflicts: rec.conflicts,
 		SubmitP50Ms:     ms(percentile(rec.submitDur, 50)),
 		Warmup:          sp.warmup,
+	}
+	if cpuOK && cpuOK1 {
+		res.CPU = cpuBetween(cpu0, cpu1, runtime.NumCPU())
 	}
 	epochs, holders := rec.epochs, maps.Clone(rec.factoryOf)
 	receive := sp.receive

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -53,4 +54,26 @@ func TestLatencySplitLeavesTheWarmupOut(t *testing.T) {
 	sp, err = r.split()
 	require.NoError(t, err)
 	require.Nil(t, sp.warmup)
+}
+
+// TestLatencyCPUPerJob: phase 1's CPU row divides each process's CPU time
+// by the measured jobs (not the warm-up's) and shows the CPUs' share busy;
+// without the samples there is no row.
+func TestLatencyCPUPerJob(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	before := cpuSample{at: t0, handler: time.Second, local: time.Second, client: time.Second}
+	after := cpuSample{at: t0.Add(20 * time.Second), handler: 8 * time.Second, local: 10 * time.Second, client: 5 * time.Second}
+	r := &results{
+		Machine: machineInfo{CPUs: 2},
+		Latency: &latencyResult{Jobs: 2000, Factories: 4, RateAchieved: 100, CPU: cpuBetween(before, after, 2)},
+	}
+	var out bytes.Buffer
+	r.print(&out)
+	require.Regexp(t, `CPU per job: handler \+ emulator and NATS \+ clients; the 2 CPUs' share busy\s+10\.00 ms \(3\.50 \+ 4\.50 \+ 2\.00\); 50%`, out.String())
+
+	r.Latency.CPU = nil
+	out.Reset()
+	r.print(&out)
+	require.NotContains(t, out.String(), "CPU per job")
 }

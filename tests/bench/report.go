@@ -145,6 +145,12 @@ func (r *results) print(out io.Writer) {
 			row(fmt.Sprintf("   the %d warm-up jobs just before them (not above): first / p50 / max", w.Jobs),
 				f2(w.FirstMs)+" / "+f2(w.P50Ms)+" / "+f2(w.MaxMs)+" ms", "", "")
 		}
+		if c := l.CPU; c != nil {
+			per := func(sec float64) string { return f2(1000 * sec / float64(l.Jobs)) }
+			row(fmt.Sprintf("   CPU per job: handler + emulator and NATS + clients; the %d CPUs' share busy", m.CPUs),
+				fmt.Sprintf("%s ms (%s + %s + %s); %.0f%%", per(c.HandlerSeconds+c.LocalSeconds+c.BenchSeconds),
+					per(c.HandlerSeconds), per(c.LocalSeconds), per(c.BenchSeconds), 100*c.Busy), "", "")
+		}
 	}
 	if h := r.Handoff; h != nil {
 		heading("1b. This machine's hand-over floor: an HTTP round trip between two processes, nothing else running (%d B POST on loopback, answered at once)", handoffBodyBytes)
