@@ -90,6 +90,14 @@ func TestConsoleWalkthroughDefects(t *testing.T) {
 	require.Contains(t, evalJS[string](t, ctx, `document.querySelector('#gate-note').textContent`), "0 of 1 approvals")
 	require.NotContains(t, evalJS[string](t, ctx, `document.querySelector('#review-card').textContent`), "null", "no stray null under Votes")
 	require.NotContains(t, evalJS[string](t, ctx, `document.querySelector('main').textContent`), "null")
+	// A review comment being typed keeps its focus and its text across a
+	// refresh (another job's event brings one) that changed nothing on the card.
+	run(t, ctx, 20*time.Second, "type a comment", chromedp.SendKeys(chromedp.CSS("#review-comment"), "looks right"))
+	require.True(t, evalJS[bool](t, ctx, `(window.__kept = { comment: document.querySelector('#review-comment'), timeline: document.querySelector('#timeline') }), true`))
+	s.Submit("demo", Manifest("Another", "app", "gpu:none"))
+	waitJS(t, ctx, 20*time.Second, "the job page refreshes", `document.querySelector('#timeline') !== window.__kept.timeline`)
+	require.True(t, evalJS[bool](t, ctx, `document.activeElement === window.__kept.comment && window.__kept.comment.value === 'looks right'`),
+		"the comment being typed kept its focus and its text")
 
 	// A running job: where it runs; a failed one: where it ran, one attempt spent.
 	run(t, ctx, 20*time.Second, "the running job", chromedp.Navigate(s.URL+"/api/console/#/job/"+running))

@@ -325,6 +325,9 @@ async function fleetView() {
     const byHolder = {};
     for (const j of running) (byHolder[j.holderFactoryId] ||= []).push(j);
     const f = metrics.factories || {};
+    // Cooldowns end by the clock, so the ones still running are part of what is shown.
+    const cooling = (fs.items || []).map(x => Object.values(x.cooldowns || {}).filter(until => new Date(until) > new Date()));
+    if (unchanged(region, [fs.items, f, (metrics.alerts || []).length, running, cooling])) return;
     const stats = h('div', { class: 'stats' },
       stat('Factories', f.total), stat('Seats used', `${f.load || 0} / ${f.seats || 0}`),
       stat('Running jobs', running.length), stat('Alerts', (metrics.alerts || []).length));
@@ -372,6 +375,7 @@ async function jobsView(r) {
   const region = h('div', { 'aria-live': 'polite' });
   const pager = h('div', { class: 'pager' });
   function drawTabs(counts) {
+    if (unchanged(tabs, [state.stage, counts])) return;
     tabs.replaceChildren(...['', ...stages].map(s => h('button', {
       type: 'button', 'aria-pressed': String(state.stage === s),
       onclick: () => { state.stage = s; state.cursors = ['']; state.page = 0; history.replaceState(null, '', '#/jobs' + (s ? '?stage=' + s : '')); refresh(); },
@@ -410,9 +414,11 @@ async function jobsView(r) {
     const rows = items.map(j => h('tr', {},
       h('td', {}, jobLink(j.id)), h('td', {}, j.title), h('td', {}, stageBadge(j.stage)), h('td', {}, j.priority),
       h('td', {}, j.repo), h('td', {}, dash(j.holderFactoryId)), h('td', { class: 'num' }, j.attempts), h('td', {}, time(j.updatedAt))));
-    region.replaceChildren(table(['Id', 'Title', 'Stage', 'Priority', 'Repo', 'Holder', { label: 'Attempts', num: true }, 'Updated'], rows,
-      'No jobs match' + (state.stage ? ' in ' + state.stage : '') + '.'));
-    pager.replaceChildren(
+    if (!unchanged(region, [state.stage, items])) {
+      region.replaceChildren(table(['Id', 'Title', 'Stage', 'Priority', 'Repo', 'Holder', { label: 'Attempts', num: true }, 'Updated'], rows,
+        'No jobs match' + (state.stage ? ' in ' + state.stage : '') + '.'));
+    }
+    if (!unchanged(pager, [state.page, state.next])) pager.replaceChildren(
       h('button', { type: 'button', disabled: state.page === 0, onclick: () => { state.page--; refresh(); } }, '← Newer'),
       h('span', { class: 'note' }, 'Page ' + (state.page + 1)),
       h('button', { type: 'button', disabled: !state.next, onclick: () => { state.cursors[state.page + 1] = state.next; state.page++; refresh(); } }, 'Older →'));
@@ -849,11 +855,13 @@ function renderReview(card, j, refresh) {
   const r = j.review;
   card.hidden = !r;
   if (!r) return;
-  // Keep a comment being typed across live refreshes.
+  const canVote = j.stage === 'review' && r.head && has('/jobs/{id}/review');
+  // A comment being typed keeps its focus while nothing here changed, and
+  // its text when something did.
+  if (unchanged(card, [j.id, r, canVote])) return;
   const prev = card.querySelector('#review-comment');
   const comment = h('input', { id: 'review-comment', type: 'text', size: 50, value: prev ? prev.value : '' });
   const outcome = card.querySelector('#review-outcome') || h('div', { id: 'review-outcome', class: 'outcome', role: 'status', 'aria-live': 'polite' });
-  const canVote = j.stage === 'review' && r.head && has('/jobs/{id}/review');
   async function vote(approve) {
     outcome.replaceChildren(approve ? 'approving…' : 'rejecting…');
     try {
@@ -905,6 +913,7 @@ async function renderTracker(card, j) {
       outcome.replaceChildren(errorBox(e));
     }
   }
+  if (unchanged(card, [t, state, stateError && String(stateError.message || stateError)])) return;
   const echo = state ? [
     ['Delivered', h('span', { id: 'echo-delivered' }, `${state.deliveredSeq} of ${state.latestSeq}`)],
     ['Pending', dash(state.pendingSeq)], ['Attempts', state.attempts],
