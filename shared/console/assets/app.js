@@ -54,10 +54,11 @@ const list = a => (a && a.length ? a.join(', ') : '–');
 // rebuilt with the same content replaces its buttons and links, and a press
 // on one that is replaced before its release loses the click (the console
 // test's clicks once failed so). Ages in <time> count on by themselves.
+const shown = new WeakMap();
 function unchanged(el, data) {
   const key = JSON.stringify(data);
-  if (el.dataset.shown === key) return true;
-  el.dataset.shown = key;
+  if (shown.get(el) === key) return true;
+  shown.set(el, key);
   return false;
 }
 
@@ -327,7 +328,8 @@ async function fleetView() {
     const f = metrics.factories || {};
     // Cooldowns end by the clock, so the ones still running are part of what is shown.
     const cooling = (fs.items || []).map(x => Object.values(x.cooldowns || {}).filter(until => new Date(until) > new Date()));
-    if (unchanged(region, [fs.items, f, (metrics.alerts || []).length, running, cooling])) return;
+    const shownJobs = running.map(j => [j.id, j.stage, j.title, j.holderFactoryId]);
+    if (unchanged(region, [fs.items, f, (metrics.alerts || []).length, shownJobs, cooling])) return;
     const stats = h('div', { class: 'stats' },
       stat('Factories', f.total), stat('Seats used', `${f.load || 0} / ${f.seats || 0}`),
       stat('Running jobs', running.length), stat('Alerts', (metrics.alerts || []).length));
@@ -414,7 +416,7 @@ async function jobsView(r) {
     const rows = items.map(j => h('tr', {},
       h('td', {}, jobLink(j.id)), h('td', {}, j.title), h('td', {}, stageBadge(j.stage)), h('td', {}, j.priority),
       h('td', {}, j.repo), h('td', {}, dash(j.holderFactoryId)), h('td', { class: 'num' }, j.attempts), h('td', {}, time(j.updatedAt))));
-    if (!unchanged(region, [state.stage, items])) {
+    if (!unchanged(region, [state.stage, items.map(j => [j.id, j.title, j.stage, j.priority, j.repo, j.holderFactoryId, j.attempts, j.updatedAt])])) {
       region.replaceChildren(table(['Id', 'Title', 'Stage', 'Priority', 'Repo', 'Holder', { label: 'Attempts', num: true }, 'Updated'], rows,
         'No jobs match' + (state.stage ? ' in ' + state.stage : '') + '.'));
     }
