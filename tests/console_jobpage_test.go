@@ -2,6 +2,8 @@ package tests
 
 import (
 	"context"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -15,12 +17,15 @@ import (
 // diff shows beside Approve and Reject before any vote (the file, its +/-
 // counts, an added line as text), the timeline gives each event's absolute
 // time on hover and how long each stage and run took, the header shows the
-// cost the engine reported, and a job with children draws its DAG as an
-// SVG graph with a box per job and an edge per child.
+// cost the engine reported, a job with children draws its DAG as an SVG
+// graph with a box per job and an edge per child, and a job from a tracker
+// shows its delivery state with a Re-send button that outlives refreshes.
 func TestConsoleJobPage(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
-	s := startStack(t)
+	// The tracker webhook below is a loopback port nothing listens on: its
+	// first delivery is refused, and the next is an hour away.
+	s := startStack(t, "FLEET_WEBHOOK_ALLOW_CIDRS=127.0.0.0/8", "FLEET_ECHO_BACKOFF=1h", "FLEET_ECHO_MAX_BACKOFF=1h")
 	repo := newFacRepo(t, "app")
 	s.Product("demo", repo.Name)
 	startFactory(t, s, "fa", "demo", 1, repo, facEngine(t, `printf 'first\n<b>added line for review</b>\n' > notes.txt
@@ -79,6 +84,31 @@ printf '{"usd": 0.42, "inputTokens": 1200, "outputTokens": 300}' > "$FLEET_JOB_U
 		return [...document.querySelectorAll('#dag-graph .dag-node')].every(n => n.dataset.job === '`+parent+`' || y(n.dataset.job) > y('`+parent+`')); })()`), "the children sit below their parent")
 	require.NotContains(t, evalJS[string](t, ctx, `document.querySelector('main').textContent`), "null", "a job without runs shows no stray null")
 	shoot(t, ctx, "job-dag")
+
+	// A job from a tracker: its card says how far its events got, and the
+	// Re-send button stays the element it was across a refresh (another
+	// job's event) that changed nothing on the card.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	hook := "http://" + l.Addr().String() + "/hook"
+	require.NoError(t, l.Close())
+	r := s.Op(http.MethodPut, "/products/demo", "", map[string]any{"repos": []string{repo.Name},
+		"tracker": map[string]any{"webhookUrl": hook, "secret": "tracker-shared-secret-0123456789"}})
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	r = s.Op(http.MethodPost, "/tracker/ingest", "demo", map[string]any{"source": "jira", "itemId": "APP-9", "revision": 1,
+		"manifest": Manifest("Tracked", repo.Name, "gpu:none")})
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	tracked := r.Map(t)["id"].(string)
+	evalJS[string](t, ctx, `location.hash = '#/job/`+tracked+`'`)
+	waitJS(t, ctx, 30*time.Second, "the tracker card with the refused delivery",
+		`!document.querySelector('#tracker-card')?.hidden && document.querySelector('#echo-error')?.textContent === 'connection_refused'`)
+	require.Equal(t, "APP-9", evalJS[string](t, ctx, `document.querySelector('#tracker-item').textContent`))
+	require.True(t, evalJS[bool](t, ctx, `(window.__kept = { resend: document.querySelector('#echo-resend'), timeline: document.querySelector('#timeline') }), true`))
+	s.Submit("demo", Manifest("Untracked", repo.Name, "gpu:none"))
+	waitJS(t, ctx, 20*time.Second, "the job page refreshes", `document.querySelector('#timeline') !== window.__kept.timeline`)
+	require.True(t, evalJS[bool](t, ctx, `document.querySelector('#echo-resend') === window.__kept.resend`), "the Re-send button outlived a refresh")
+	run(t, ctx, 20*time.Second, "re-send", chromedp.Click(chromedp.CSS("#echo-resend")))
+	waitJS(t, ctx, 20*time.Second, "the re-send's outcome", `document.querySelector('#echo-outcome')?.textContent.startsWith('re-send started')`)
 }
 
 // consoleSignIn signs in to the console as a user does: the operator token
