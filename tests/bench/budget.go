@@ -53,13 +53,13 @@ func (r *results) budget() *budgetResult {
 	if l == nil || l.CPU == nil || c == nil || c.CPUSeconds <= 0 || c.Writes == 0 || r.Allowed <= 0 || l.Lifecycles == 0 || r.Machine.CPUs == 0 {
 		return nil
 	}
-	per := func(sec float64) float64 { return 1000 * sec / float64(l.Lifecycles) }
+	p := l.CPU.per(l.Lifecycles)
 	b := &budgetResult{
 		CPUs:         r.Machine.CPUs,
 		TargetPerSec: targetShareOfRawCAS * r.Allowed,
-		HandlerMs:    per(l.CPU.HandlerSeconds),
-		LocalMs:      per(l.CPU.LocalSeconds),
-		ClientsMs:    per(l.CPU.BenchSeconds),
+		HandlerMs:    p.Handler,
+		LocalMs:      p.Local,
+		ClientsMs:    p.Bench,
 		CycleMs:      1000 * c.CPUSeconds / float64(c.Writes),
 	}
 	b.BudgetMs = 1000 * float64(b.CPUs) / b.TargetPerSec

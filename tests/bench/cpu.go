@@ -68,6 +68,18 @@ func (s *session) sampleCPU(handlerPID int) (cpuSample, bool) {
 	return c, err1 == nil && err2 == nil && err3 == nil
 }
 
+// cpuPerItem is each process's CPU time in ms per item (a job, a
+// lifecycle) of a window.
+type cpuPerItem struct{ Handler, Local, Bench float64 }
+
+func (p cpuPerItem) Total() float64 { return p.Handler + p.Local + p.Bench }
+
+// per divides the window's CPU time by the n items it carried.
+func (u *cpuUse) per(n int) cpuPerItem {
+	ms := func(sec float64) float64 { return 1000 * sec / float64(n) }
+	return cpuPerItem{Handler: ms(u.HandlerSeconds), Local: ms(u.LocalSeconds), Bench: ms(u.BenchSeconds)}
+}
+
 func cpuBetween(a, b cpuSample, cpus int) *cpuUse {
 	u := &cpuUse{
 		WallSeconds:    b.at.Sub(a.at).Seconds(),

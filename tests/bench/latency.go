@@ -46,7 +46,7 @@ type latencyResult struct {
 	Stages []stageResult `json:"stages"`
 	Tail   *tailSegments `json:"tail,omitempty"`
 	// CPU is each process's CPU time from the first measured job's submit
-	// to the last one's receipt: at 100 jobs/s no batch carries more than a
+	// to the last job's accept: at 100 jobs/s no batch carries more than a
 	// job or two, so each job pays every wake and invocation itself, and
 	// the CPUs' share busy is how likely a hand-over is to find its CPU
 	// taken (what the tail is made of).

@@ -35,7 +35,7 @@ type lifecycleResult struct {
 	// submit to after the change feed settled past the last shipped job.
 	Ops             ops            `json:"ops"`
 	PerLifecycle    perLifecycle   `json:"perLifecycle"`
-	WritesPerSec    float64        `json:"storeWritesPerSec"` // Ops writes that wrote (not refused) / Seconds
+	WritesPerSec    float64        `json:"storeWritesPerSec"` // the writes that wrote (not refused) per lifecycle x PerSec
 	Coord           coordStats     `json:"coordinator"`       // the handler's counters over the phase
 	FeedBatches     int64          `json:"feedBatches"`
 	FeedDocuments   int64          `json:"feedDocuments"`
@@ -230,7 +230,6 @@ func (s *session) runLifecycles(ctx context.Context) (*lifecycleResult, string, 
 		Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
 		Ops:          o,
 		PerLifecycle: perLifecycle{Handler: per(o.Handler, n), Emulator: per(o.Emulator, n), Total: per(t, n)},
-		WritesPerSec: per(t, n).Written() * float64(n) / elapsed.Seconds(),
 		Coord: coordStats{
 			CASConflicts:   after.Coord.CASConflicts - before.Coord.CASConflicts,
 			Claims:         after.Coord.Claims - before.Coord.Claims,
@@ -246,6 +245,7 @@ func (s *session) runLifecycles(ctx context.Context) (*lifecycleResult, string, 
 		PerFactory:      map[string]int{},
 		AcceptConflicts: rec.conflicts,
 	}
+	res.WritesPerSec = res.PerLifecycle.Total.Written() * res.PerSec
 	for _, f := range rec.factory {
 		res.PerFactory[f]++
 	}

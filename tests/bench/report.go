@@ -146,10 +146,9 @@ func (r *results) print(out io.Writer) {
 				f2(w.FirstMs)+" / "+f2(w.P50Ms)+" / "+f2(w.MaxMs)+" ms", "", "")
 		}
 		if c := l.CPU; c != nil {
-			per := func(sec float64) string { return f2(1000 * sec / float64(l.Jobs)) }
+			p := c.per(l.Jobs)
 			row(fmt.Sprintf("   CPU per job: handler + emulator and NATS + clients; the %d CPUs' share busy", m.CPUs),
-				fmt.Sprintf("%s ms (%s + %s + %s); %.0f%%", per(c.HandlerSeconds+c.LocalSeconds+c.BenchSeconds),
-					per(c.HandlerSeconds), per(c.LocalSeconds), per(c.BenchSeconds), 100*c.Busy), "", "")
+				fmt.Sprintf("%s ms (%s + %s + %s); %.0f%%", f2(p.Total()), f2(p.Handler), f2(p.Local), f2(p.Bench), 100*c.Busy), "", "")
 		}
 	}
 	if h := r.Handoff; h != nil {
@@ -253,9 +252,9 @@ func (r *results) print(out io.Writer) {
 			l.Coord.Dispatched, l.Coord.CASConflicts, l.Coord.ClaimConflicts, l.Coord.BumpsSkipped, l.FeedBatches, l.FeedDocuments)
 		fmt.Fprintf(out, "jobs per factory: %s\n", perFactory(l.PerFactory))
 		if c := l.CPU; c != nil {
-			per := func(sec float64) float64 { return 1000 * sec / float64(l.Lifecycles) }
+			p := c.per(l.Lifecycles)
 			fmt.Fprintf(out, "CPU per lifecycle: handler %.2f ms, fleet-local (emulator + NATS) %.2f ms, bench (clients) %.2f ms; all %d CPUs %.0f%% busy over %.2f s\n",
-				per(c.HandlerSeconds), per(c.LocalSeconds), per(c.BenchSeconds), r.Machine.CPUs, 100*c.Busy, c.WallSeconds)
+				p.Handler, p.Local, p.Bench, r.Machine.CPUs, 100*c.Busy, c.WallSeconds)
 		}
 	}
 	if i := r.Idle; i != nil {
