@@ -543,22 +543,13 @@ async function jobView(r) {
     // refuses to ship it past the gate, so the button says why instead.
     const gated = j.review && j.stage === 'review';
     const gateNote = gated ? `Held at the review gate: ${j.review.approvals || 0} of ${j.review.quorum || 1} approvals; vote below.` : null;
-    // The buttons stay the same elements across refreshes, which come with
-    // every event of the product: a button replaced between a press and its
-    // release loses the click (the console test's Ship click once failed so).
-    if ([...actions.querySelectorAll('button')].map(b => b.id).join(' ') !== operatorActions.map(({ name }) => 'act-' + name).join(' ')) {
-      actions.replaceChildren(...operatorActions.map(({ name: a }) => h('button', {
-        type: 'button', class: a === 'ship' ? 'primary' : (a === 'reject' || a === 'cancel' ? 'danger' : null), onclick: () => act(a), id: 'act-' + a,
-      }, a)), h('span', { class: 'note', id: 'gate-note', hidden: true }));
+    if (!unchanged(actions, [operatorActions, j.stage, j.cancelRequested, gateNote])) {
+      actions.replaceChildren(...operatorActions.map(({ name: a, from }) => h('button', {
+        type: 'button', class: a === 'ship' ? 'primary' : (a === 'reject' || a === 'cancel' ? 'danger' : null),
+        disabled: !from.includes(j.stage) || (a === 'cancel' && j.cancelRequested) || (a === 'ship' && gated), onclick: () => act(a),
+        id: 'act-' + a, title: a === 'ship' && gated ? gateNote : null,
+      }, a)), ...(gateNote ? [' ', h('span', { class: 'note', id: 'gate-note' }, gateNote)] : []));
     }
-    for (const { name: a, from } of operatorActions) {
-      const b = actions.querySelector('#act-' + a);
-      b.disabled = !from.includes(j.stage) || (a === 'cancel' && j.cancelRequested) || (a === 'ship' && gated);
-      if (a === 'ship' && gated) b.title = gateNote; else b.removeAttribute('title');
-    }
-    const note = actions.querySelector('#gate-note');
-    note.hidden = !gateNote;
-    note.textContent = gateNote || '';
     details.replaceChildren(h('dl', { class: 'kv' }, ...[
       ['Stage', stageBadge(j.stage)], ['Holder', dash(j.holderFactoryId)], ['Lease epoch', j.leaseEpoch],
       ['Attempts', `${j.attempts} of ${j.maxAttempts}`], ['Capabilities', list(j.capabilities)],
