@@ -2,7 +2,6 @@ package tests
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,6 +9,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 // TestConsoleJobPage: the job page a reviewer needs (Chromium, signed in
@@ -88,12 +89,10 @@ printf '{"usd": 0.42, "inputTokens": 1200, "outputTokens": 300}' > "$FLEET_JOB_U
 	// A job from a tracker: its card says how far its events got, and the
 	// Re-send button stays the element it was across a refresh (another
 	// job's event) that changed nothing on the card.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hook := "http://" + l.Addr().String() + "/hook"
-	require.NoError(t, l.Close())
+	const secret = fleet.Secret("tracker-shared-secret-0123456789")
+	hook := newTrackerHook(t, secret) // never started: deliveries are refused
 	r := s.Op(http.MethodPut, "/products/demo", "", map[string]any{"repos": []string{repo.Name},
-		"tracker": map[string]any{"webhookUrl": hook, "secret": "tracker-shared-secret-0123456789"}})
+		"tracker": map[string]any{"webhookUrl": hook.URL(), "secret": string(secret)}})
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	r = s.Op(http.MethodPost, "/tracker/ingest", "demo", map[string]any{"source": "jira", "itemId": "APP-9", "revision": 1,
 		"manifest": Manifest("Tracked", repo.Name, "gpu:none")})

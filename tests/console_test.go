@@ -242,13 +242,14 @@ printf 'hello from %s\n' "$FLEET_JOB_ID" > hello.txt`)
 	require.Contains(t, string(saved), "hello.txt")
 	shoot(t, ctx, "04b-job-artifacts")
 
-	// A refresh (one comes with every event of the product, and one every
-	// 15 s) keeps the action and download buttons the elements they were:
-	// a button replaced between a press and its release loses the click,
-	// and this test's Ship click once failed so.
+	// A refresh (one comes with every event of the product: here another
+	// job's, a job no factory can run) keeps the action and download buttons
+	// the elements they were: a button replaced between a press and its
+	// release loses the click, and this test's Ship click once failed so.
 	require.True(t, evalJS[bool](t, ctx, `(window.__kept = { ship: document.querySelector('#act-ship'),
 		download: document.querySelector('#artifacts-card .artifact-download'), timeline: document.querySelector('#timeline') }), true`))
-	waitJS(t, ctx, 30*time.Second, "the job page refreshes", `document.querySelector('#timeline') !== window.__kept.timeline`)
+	s.Submit("demo", Manifest("Nowhere to run", repo.Name, "gpu:none"))
+	waitJS(t, ctx, 20*time.Second, "the job page refreshes", `document.querySelector('#timeline') !== window.__kept.timeline`)
 	require.True(t, evalJS[bool](t, ctx, `document.querySelector('#act-ship') === window.__kept.ship`), "the Ship button outlived a refresh")
 	require.True(t, evalJS[bool](t, ctx, `document.querySelector('#artifacts-card .artifact-download') === window.__kept.download`), "the Download button outlived a refresh")
 

@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 // the first acknowledged delivery of each event id in arrival order.
 type trackerHook struct {
 	t      *testing.T
+	port   *reservedPort
 	addr   string
 	secret fleet.Secret
 	rnd    *rand.Rand
@@ -38,24 +41,59 @@ type trackerHook struct {
 func newTrackerHook(t *testing.T, secret fleet.Secret) *trackerHook {
 	t.Helper()
 	// A port nothing listens on until start: connections are refused.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
+	port := reservePort(t)
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("webhook at %s, 500s seeded with %d", addr, seed)
-	return &trackerHook{t: t, addr: addr, secret: secret, rnd: rand.New(rand.NewPCG(seed, 1)),
+	t.Logf("webhook at %s, 500s seeded with %d", port.addr, seed)
+	return &trackerHook{t: t, port: port, addr: port.addr, secret: secret, rnd: rand.New(rand.NewPCG(seed, 1)),
 		seen: map[string]bool{}, answered: map[int]int{}}
 }
 
 func (h *trackerHook) URL() string { return "http://" + h.addr + "/hook" }
 
+// reservedPort is a loopback TCP socket bound but not listening:
+// connections to its port are refused, and no other socket can take the
+// port before listen makes it the listener. (A listener closed to free its
+// port, as this once did, could lose it to a parallel test meanwhile.)
+type reservedPort struct {
+	fd   int
+	addr string
+}
+
+func reservePort(t *testing.T) *reservedPort {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	require.NoError(t, err)
+	syscall.CloseOnExec(fd)
+	p := &reservedPort{fd: fd}
+	t.Cleanup(func() {
+		if p.fd >= 0 {
+			_ = syscall.Close(p.fd)
+		}
+	})
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(t, err)
+	p.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+	return p
+}
+
+// listen makes the reserved socket a listener.
+func (p *reservedPort) listen(t *testing.T) net.Listener {
+	t.Helper()
+	require.NoError(t, syscall.Listen(p.fd, syscall.SOMAXCONN))
+	f := os.NewFile(uintptr(p.fd), "webhook")
+	p.fd = -1 // f owns it now
+	defer f.Close()
+	ln, err := net.FileListener(f) // its own copy of the descriptor
+	require.NoError(t, err)
+	return ln
+}
+
 // start listens on the reserved port; from then on every other delivery or
 // so fails with 500, the first one always.
 func (h *trackerHook) start() {
 	h.t.Helper()
-	ln, err := net.Listen("tcp", h.addr)
-	require.NoError(h.t, err, "the reserved port was taken meanwhile")
+	ln := h.port.listen(h.t)
 	h.mu.Lock()
 	h.srv = &http.Server{Handler: http.HandlerFunc(h.serve), ReadHeaderTimeout: 5 * time.Second}
 	srv := h.srv
