@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -79,4 +80,28 @@ func TestRunCAS(t *testing.T) {
 	}
 	_, err = st.Read(t.Context(), store.Jobs, casProduct, fmt.Sprintf("jlife%08d", res.Cycles+1))
 	require.ErrorIs(t, err, store.ErrNotFound, "no lifecycle begun and not counted")
+}
+
+// TestCASReportsTheIdleStack: phase 5 runs beside the idle stack, so the
+// report says what the stack took meanwhile, or nothing where the OS does
+// not tell.
+func TestCASReportsTheIdleStack(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		window *cpuUse
+		want   string
+	}{
+		"measured":     {&cpuUse{WallSeconds: 6, HandlerSeconds: 0.03, LocalSeconds: 0.042}, "30 + 42 ms in 6.0 s = 1.2% of one CPU"},
+		"not measured": {nil, ""},
+	} {
+		r := &results{Machine: machineInfo{CPUs: 2}, CAS: &casResult{casRun: casRun{Writes: 6000, PerSec: 6000}, Window: tc.window}}
+		r.evaluate()
+		var out bytes.Buffer
+		r.print(&out)
+		if tc.want == "" {
+			require.NotContains(t, out.String(), "idle stack", name)
+			continue
+		}
+		require.Contains(t, out.String(), tc.want, name)
+	}
 }

@@ -198,6 +198,11 @@ func (r *results) print(out io.Writer) {
 		heading("5. Raw SQLite CAS: a lifecycle's job writes straight on the store, in this run (%d writers, each a create and %d read -> Replace(ifRev) through the stages; %d earlier jobs of %d B; %.1f s)",
 			c.Writers, len(lifecycleWrites)-1, c.Docs, c.BodyBytes, c.Seconds)
 		row("   raw CAS write rate", fmt.Sprintf("%.0f writes/s (%d lifecycles, %d lost races)", c.PerSec, c.Cycles, c.Conflicts), "", "")
+		if w := c.Window; w != nil {
+			row("   the idle stack's CPU meanwhile: handler + fleet-local",
+				fmt.Sprintf("%.0f + %.0f ms in %.1f s = %.1f%% of one CPU", 1000*w.HandlerSeconds, 1000*w.LocalSeconds, w.WallSeconds,
+					100*(w.HandlerSeconds+w.LocalSeconds)/w.WallSeconds), "", "")
+		}
 		if l := r.Lifecycle; l != nil && r.Allowed > 0 {
 			row("   phase-2 store writes/s (its writes that wrote / its duration)",
 				fmt.Sprintf("%.0f writes/s = %.0f%% of raw", l.WritesPerSec, 100*l.WritesPerSec/c.PerSec), "", "")
