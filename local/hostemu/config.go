@@ -201,7 +201,6 @@ func loadFunction(path string) (*Function, error) {
 	var raw struct {
 		Bindings []map[string]json.RawMessage `json:"bindings"`
 		Retry    *Retry                       `json:"retry"`
-		Disabled bool                         `json:"disabled"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -252,6 +251,30 @@ func (get Settings) Resolve(s string) (string, error) {
 		return "", fmt.Errorf("app setting %s is not set", strings.Join(missing, ", "))
 	}
 	return out, nil
+}
+
+// Disabled tells whether the app settings disable function fn as the
+// host reads them: AzureWebJobs.<fn>.Disabled, or AzureWebJobs_<fn>_Disabled
+// (a name an environment variable can have), true or 1. A disabled
+// function's trigger does not fire; the admin API still runs it. A value
+// the host would take for "not disabled" without a word (yes, on) is refused
+// here, naming the setting. function.json's own "disabled" is not read, as
+// the host has not read it since version 2.
+func (get Settings) Disabled(fn string) (bool, error) {
+	if get == nil {
+		return false, nil
+	}
+	off := false
+	for _, name := range []string{"AzureWebJobs." + fn + ".Disabled", "AzureWebJobs_" + fn + "_Disabled"} {
+		switch v := strings.TrimSpace(get(name)); strings.ToLower(v) {
+		case "", "false", "0":
+		case "true", "1":
+			off = true
+		default:
+			return false, fmt.Errorf("app setting %s is %q; want true, false, 1 or 0", name, v)
+		}
+	}
+	return off, nil
 }
 
 // String reads a string property of a binding, resolved.

@@ -47,6 +47,9 @@ type Emulator struct {
 	front  *httpFront
 	timers []*timerTrigger
 	feeds  []*feedTrigger
+	// off holds the functions an app setting disables: their triggers do
+	// not fire (a disabled timer still runs through the admin API).
+	off map[string]bool
 }
 
 // New loads the app and checks every function's configuration, so a bad
@@ -59,7 +62,7 @@ func New(opts Options) (*Emulator, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Emulator{opts: opts, app: app}
+	e := &Emulator{opts: opts, app: app, off: map[string]bool{}}
 	desc := app.Host.CustomHandler.Description
 	path := opts.Handler
 	if path == "" {
@@ -83,6 +86,16 @@ func New(opts Options) (*Emulator, error) {
 	}
 	var routes []*httpRoute
 	for _, fn := range app.Functions {
+		off, err := opts.Settings.Disabled(fn.Name)
+		if err != nil {
+			return nil, fmt.Errorf("function %s: %w", fn.Name, err)
+		}
+		if off {
+			e.off[fn.Name] = true
+			opts.Log.Info("function disabled by its app setting: its trigger does not fire", "function", fn.Name)
+		}
+		// A disabled function's configuration is still checked, as the
+		// host still indexes it.
 		trig, _ := fn.Trigger()
 		switch strings.ToLower(trig.Type) {
 		case "httptrigger":
@@ -90,7 +103,9 @@ func New(opts Options) (*Emulator, error) {
 			if err != nil {
 				return nil, fmt.Errorf("function %s: %w", fn.Name, err)
 			}
-			routes = append(routes, r)
+			if !off {
+				routes = append(routes, r)
+			}
 		case "timertrigger":
 			var store statusStore
 			if opts.Store != nil {
@@ -105,6 +120,9 @@ func New(opts Options) (*Emulator, error) {
 			f, err := newFeedTrigger(fn, trig, opts.Settings, opts.Store, nil, e.child, opts.Log)
 			if err != nil {
 				return nil, err
+			}
+			if off {
+				continue // no reader, so it splits no feed
 			}
 			for _, other := range e.feeds {
 				if other.leaseKey() == f.leaseKey() {
@@ -145,6 +163,7 @@ type Status struct {
 	State     string                `json:"state"`
 	Functions []string              `json:"functions"`
 	Handler   HandlerStatus         `json:"handler"`
+	Disabled  []string              `json:"disabled,omitempty"`
 	Feeds     map[string]FeedStatus `json:"feeds"`
 	Store     any                   `json:"store,omitempty"`
 }
@@ -164,6 +183,9 @@ func (e *Emulator) Status() Status {
 	}
 	for _, f := range e.app.Functions {
 		st.Functions = append(st.Functions, f.Name)
+		if e.off[f.Name] {
+			st.Disabled = append(st.Disabled, f.Name)
+		}
 	}
 	for _, f := range e.feeds {
 		st.Feeds[f.fn.Name] = f.status()
@@ -199,7 +221,9 @@ func (e *Emulator) Run(ctx context.Context, ready func(addr string)) error {
 		return err
 	}
 	for _, t := range e.timers {
-		wg.Go(func() { t.run(ctx) })
+		if !e.off[t.fn.Name] {
+			wg.Go(func() { t.run(ctx) })
+		}
 	}
 	for _, f := range e.feeds {
 		wg.Go(func() { f.run(ctx) })
