@@ -183,7 +183,10 @@ func encodeSubmitted(j *fleet.Job) ([]byte, error) {
 
 // ListJobs returns one page of a product's jobs, newest first (ids begin
 // with their creation time), optionally of one stage: the job just
-// submitted is on the first page, not the last.
+// submitted is on the first page, not the last. A document that does not
+// decode is left out, logged and counted (kernel.JobPage), so one bad
+// document does not take the product's whole list, and the console's jobs
+// page, down with it; the page is then shorter than limit.
 func (c *Coordinator) ListJobs(ctx context.Context, productID string, stage fleet.Stage, limit int, cursor string) ([]*fleet.Job, string, error) {
 	if err := fleet.ValidateName("x-product-id", productID); err != nil {
 		return nil, "", err
@@ -192,19 +195,11 @@ func (c *Coordinator) ListJobs(ctx context.Context, productID string, stage flee
 	if stage != "" {
 		q.Where = []store.Cond{store.Eq("stage", string(stage))}
 	}
-	page, err := c.k.Store.Query(ctx, store.Jobs, q)
+	jobs, next, _, err := c.k.JobPage(ctx, q)
 	if err != nil {
 		return nil, "", fmt.Errorf("list jobs: %w", err)
 	}
-	jobs := make([]*fleet.Job, 0, len(page.Items))
-	for _, it := range page.Items {
-		j, err := kernel.DecodeJob(it)
-		if err != nil {
-			return nil, "", err
-		}
-		jobs = append(jobs, j)
-	}
-	return jobs, page.Continuation, nil
+	return jobs, next, nil
 }
 
 // move is one stage transition of one job.

@@ -190,3 +190,43 @@ func TestUndecodableEchoStateDoesNotStallTheEchoSweep(t *testing.T) {
 	require.Equal(t, []int64{1}, e.hook.seqs(t, j.ID))
 	require.Positive(t, e.c.Stats().UndecodableDocs)
 }
+
+// TestUndecodableJobLeavesTheListWhole: a product's job list (the API's
+// GET /fleet/jobs, the console's jobs page) leaves out a job document that
+// does not decode, logged and counted, and lists the others, on the page
+// the document is on and after it. Before, the whole list failed.
+func TestUndecodableJobLeavesTheListWhole(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	older := e.submit()
+	e.clock.Advance(time.Second) // ids begin with their creation time
+	newer := e.submit()
+	// Between the two in the list's order (newest first, by id).
+	writeUndecodableJob(t, e, older.ID+"z", map[string]any{"stage": fleet.StageQueued})
+
+	jobs, next, err := e.c.ListJobs(e.ctx, prod, "", 10, "")
+	require.NoError(t, err)
+	require.Empty(t, next)
+	require.Equal(t, []string{newer.ID, older.ID}, jobIDs(jobs))
+	require.Positive(t, e.c.Stats().UndecodableDocs, "the skipped document is counted")
+
+	var got []string
+	cursor := ""
+	for range 5 { // pages of one: the undecodable document's page is empty, not an error
+		jobs, cursor, err = e.c.ListJobs(e.ctx, prod, fleet.StageQueued, 1, cursor)
+		require.NoError(t, err)
+		got = append(got, jobIDs(jobs)...)
+		if cursor == "" {
+			break
+		}
+	}
+	require.Equal(t, []string{newer.ID, older.ID}, got)
+}
+
+func jobIDs(jobs []*fleet.Job) []string {
+	ids := make([]string, 0, len(jobs))
+	for _, j := range jobs {
+		ids = append(ids, j.ID)
+	}
+	return ids
+}

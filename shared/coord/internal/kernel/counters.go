@@ -26,8 +26,9 @@ type Counters struct {
 	BumpsSkipped atomic.Int64
 	// FactoriesPruned counts static factories the prune timer deregistered.
 	FactoriesPruned atomic.Int64
-	// UndecodableDocs counts documents a sweep or claim skipped because
-	// they do not decode (each logged with its container and id).
+	// UndecodableDocs counts documents a sweep, a claim or a job list
+	// skipped because they do not decode (each logged with its container
+	// and id).
 	UndecodableDocs atomic.Int64
 	// Lag sums in microseconds and counts: submit -> publish, publish -> accept.
 	DispatchLagSum, DispatchLagN atomic.Int64
