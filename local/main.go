@@ -174,7 +174,11 @@ func run() error {
 			fmt.Printf("fleet: dispatch on NATS at %s (factories: FLEET_TRANSPORT=nats FLEET_NATS_URL=%s; each connects with its fleet token)\n", natsURL, natsURL)
 		}
 		pools.start(poolCtx, "http://"+addr)
-		fmt.Printf("fleet: %d functions from %s; Ctrl-C stops\n", len(emu.App().Functions), dir)
+		off := ""
+		if d := emu.Status().Disabled; len(d) > 0 {
+			off = fmt.Sprintf(", disabled by their app settings: %s", strings.Join(d, ", "))
+		}
+		fmt.Printf("fleet: %d functions from %s%s; Ctrl-C stops\n", len(emu.App().Functions), dir, off)
 	})
 }
 
