@@ -84,21 +84,7 @@ func TestDisabledFunctions(t *testing.T) {
 	})
 	require.NoError(t, err, "a disabled feed reads nothing, so it shares its lease with no one")
 
-	ctx, cancel := context.WithCancel(t.Context())
-	ready := make(chan string, 1)
-	runErr := make(chan error, 1)
-	go func() { runErr <- emu.Run(ctx, func(addr string) { ready <- addr }) }()
-	var base string
-	select {
-	case addr := <-ready:
-		base = "http://" + addr
-	case err := <-runErr:
-		t.Fatalf("emulator stopped before it was ready: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-runErr)
-	})
+	base, ctx := runEmulator(t, emu)
 
 	st := emu.Status()
 	require.Equal(t, []string{"feeda", "tick", "web"}, st.Disabled)

@@ -113,24 +113,7 @@ func TestEmulatorEndToEnd(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	ctx, cancel := context.WithCancel(t.Context())
-	ready := make(chan string, 1)
-	runErr := make(chan error, 1)
-	go func() { runErr <- emu.Run(ctx, func(addr string) { ready <- addr }) }()
-	var base string
-	select {
-	case addr := <-ready:
-		base = "http://" + addr
-	case err := <-runErr:
-		t.Fatalf("emulator stopped before it was ready: %v", err)
-	case <-time.After(StartTimeout):
-		t.Fatal("emulator not ready")
-	}
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-runErr)
-		require.Zero(t, emu.Child().PID(), "the handler must be stopped with the emulator")
-	})
+	base, ctx := runEmulator(t, emu)
 
 	client := &http.Client{Timeout: 10 * time.Second}
 	call := func(method, path, body string) (int, string) {
@@ -217,6 +200,33 @@ func TestEmulatorEndToEnd(t *testing.T) {
 	var product struct{ Repos []string }
 	require.NoError(t, json.Unmarshal([]byte(body), &product))
 	require.Equal(t, []string{"notes"}, product.Repos, "state written before the crash must survive it")
+}
+
+// runEmulator runs emu until the test ends, and then checks that it
+// stopped cleanly with its handler. It returns the emulator's base URL and
+// the context of its run.
+func runEmulator(t *testing.T, emu *Emulator) (base string, ctx context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	ready := make(chan string, 1)
+	runErr := make(chan error, 1)
+	go func() { runErr <- emu.Run(ctx, func(addr string) { ready <- addr }) }()
+	select {
+	case addr := <-ready:
+		base = "http://" + addr
+	case err := <-runErr:
+		cancel()
+		t.Fatalf("emulator stopped before it was ready: %v", err)
+	case <-time.After(StartTimeout):
+		cancel()
+		t.Fatal("emulator not ready")
+	}
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-runErr)
+		require.Zero(t, emu.Child().PID(), "the handler must be stopped with the emulator")
+	})
+	return base, ctx
 }
 
 // TestAdminRunsTimer: POST /admin/functions/{name} runs a timer function
