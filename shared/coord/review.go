@@ -25,6 +25,6 @@ func (c *Coordinator) Vote(ctx context.Context, productID, jobID string, req Vot
 }
 
 // Vote is a forge reviewer's vote, cast as an operator's is (pulls.Lifecycle).
-func (l lifecycle) Vote(ctx context.Context, productID, jobID, reviewer string, approve bool, head, comment string) (*fleet.Job, error) {
-	return l.c.Vote(ctx, productID, jobID, VoteRequest{Reviewer: reviewer, Approve: approve, Head: head, Comment: comment})
+func (l lifecycle) Vote(ctx context.Context, productID, jobID string, v VoteRequest) (*fleet.Job, error) {
+	return l.c.Vote(ctx, productID, jobID, v)
 }

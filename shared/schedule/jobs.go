@@ -8,19 +8,6 @@ import (
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
-func compareJobs(aRank int, aTotal float64, aSince time.Time, aID string, bRank int, bTotal float64, bSince time.Time, bID string) int {
-	if c := cmp.Compare(bRank, aRank); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(bTotal, aTotal); c != 0 {
-		return c
-	}
-	if c := aSince.Compare(bSince); c != 0 {
-		return c
-	}
-	return cmp.Compare(aID, bID)
-}
-
 // PreemptionVictim picks the running job that critical may evict, if any
 // (API.md, "Cancel and preemption"). Only a critical job preempts, and only
 // a job that holds a lease (assigned or building), is not already asked to
@@ -102,13 +89,7 @@ func RankJobs(f *fleet.Factory, jobs []*fleet.Job, now time.Time, w Weights) []*
 	if f == nil || f.Health == fleet.HealthDown || f.Draining || f.FreeSeats() <= 0 {
 		return nil
 	}
-	type ranked struct {
-		j     *fleet.Job
-		rank  int
-		total float64
-		since time.Time
-	}
-	out := make([]ranked, 0, len(jobs))
+	out := make([]rankedJob, 0, len(jobs))
 	for _, j := range jobs {
 		if j == nil || j.Stage != fleet.StageQueued || j.NotBefore.After(now) || !f.Serves(j.ProductID) {
 			continue
@@ -118,14 +99,35 @@ func RankJobs(f *fleet.Factory, jobs []*fleet.Job, now time.Time, w Weights) []*
 			continue
 		}
 		since := queuedSince(j)
-		out = append(out, ranked{j, j.Priority.Rank(), w.Total(n.terms(f, starvationTerm(now.Sub(since)))), since})
+		out = append(out, rankedJob{j, j.Priority.Rank(), w.Total(n.terms(f, starvationTerm(now.Sub(since)))), since})
 	}
-	slices.SortFunc(out, func(a, b ranked) int {
-		return compareJobs(a.rank, a.total, a.since, a.j.ID, b.rank, b.total, b.since, b.j.ID)
-	})
+	slices.SortFunc(out, rankedJob.compare)
 	js := make([]*fleet.Job, len(out))
 	for i, r := range out {
 		js[i] = r.j
 	}
 	return js
+}
+
+// rankedJob is a queued job with what RankJobs orders it by.
+type rankedJob struct {
+	j     *fleet.Job
+	rank  int // priority
+	total float64
+	since time.Time // queue time
+}
+
+// compare orders by RankJobs's rules: priority desc, total desc, queue
+// time asc, ID asc.
+func (a rankedJob) compare(b rankedJob) int {
+	if c := cmp.Compare(b.rank, a.rank); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(b.total, a.total); c != 0 {
+		return c
+	}
+	if c := a.since.Compare(b.since); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.j.ID, b.j.ID)
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gigafactory/fleet/shared/coord/internal/kernel"
+	"github.com/gigafactory/fleet/shared/coord/review"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/forge"
 	"github.com/gigafactory/fleet/shared/retry"
@@ -28,7 +29,7 @@ type Lifecycle interface {
 	// Move applies m in one compare-and-swap with its event.
 	Move(ctx context.Context, m kernel.Move) (*fleet.Job, error)
 	// Vote casts reviewer's vote on head, as an operator's vote is.
-	Vote(ctx context.Context, productID, jobID, reviewer string, approve bool, head, comment string) (*fleet.Job, error)
+	Vote(ctx context.Context, productID, jobID string, v review.VoteRequest) (*fleet.Job, error)
 	// CancelBySystem cancels the job as an operator's cancel does (at
 	// once when it holds no lease, else by asking its holder to stop),
 	// recorded as the system's.
@@ -368,7 +369,8 @@ func (s *Service) Apply(ctx context.Context, ev forge.Event, d Delivery) (Outcom
 			return Ignored, "job " + jobID + " awaits no review vote (" + string(j.Stage) + ")", nil
 		}
 		reviewer := p.Forge.ReviewerOf(ev.Author)
-		after, err := s.life.Vote(ctx, p.ID, j.ID, reviewer, true, j.Review.Head, fleet.SanitizeText(ev.Body, fleet.MaxReviewCommentLen))
+		after, err := s.life.Vote(ctx, p.ID, j.ID, review.VoteRequest{Reviewer: reviewer, Approve: true, Head: j.Review.Head,
+			Comment: fleet.SanitizeText(ev.Body, fleet.MaxReviewCommentLen)})
 		if err != nil {
 			if c := fleet.CodeOf(err); c == fleet.CodeForbidden || c == fleet.CodeConflict {
 				return Ignored, err.Error(), nil
