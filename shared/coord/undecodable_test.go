@@ -230,3 +230,39 @@ func jobIDs(jobs []*fleet.Job) []string {
 	}
 	return ids
 }
+
+// TestUndecodableDocumentsLeaveTheFleetWorking: a factory document that
+// does not decode, and a job whose lease fields do not (what the seat
+// count reads of every changed job), are left out, logged and counted:
+// the factory list the scheduler, the fleet map and the claims read is
+// the others', and a job submitted after them is dispatched. Before, every
+// read of the factory list failed on them, and with it every dispatch.
+func TestUndecodableDocumentsLeaveTheFleetWorking(t *testing.T) {
+	t.Parallel()
+	for name, write := range map[string]func(t *testing.T, e *env){
+		"a factory": func(t *testing.T, e *env) {
+			writeRaw(t, e, store.Factories, "bad1", "bad1", map[string]any{"id": "bad1", "seatLimit": "four"})
+		},
+		"a job's lease": func(t *testing.T, e *env) {
+			writeRaw(t, e, store.Jobs, prod, "jbad1", map[string]any{"id": "jbad1", "productId": prod, "stage": fleet.StageAssigned,
+				"holderFactoryId": "f1", "leaseExpiresAt": "soon"})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := dispatchEnv(t)
+			e.factory("f1")
+			write(t, e)
+			e.clock.Advance(2 * time.Second) // past the factory list's TTL (1 s): it is read again
+			fs, err := e.c.ListFactories(e.ctx, "")
+			require.NoError(t, err)
+			require.Len(t, fs, 1)
+			require.Equal(t, "f1", fs[0].ID)
+			j := e.submit()
+			_, err = e.c.DispatchChanged(e.ctx, onlyJob(e.feed("").Items, j.ID))
+			require.NoError(t, err)
+			require.Equal(t, "f1", e.job(j.ID).TargetFactoryID)
+			require.Positive(t, e.c.Stats().UndecodableDocs, "the skipped document is counted")
+		})
+	}
+}

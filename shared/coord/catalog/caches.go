@@ -386,7 +386,10 @@ func (c *Service) leaseChanges(ctx context.Context, cont string) (leaseUpdate, e
 			for _, it := range page.Items {
 				v, err := kernel.Decode[leaseView](it)
 				if err != nil {
-					return u, err
+					// Every refresh would read it again and fail: the
+					// fleet's seat counts, and every dispatch, would stop.
+					c.k.Undecodable(ctx, store.Jobs, it, err)
+					continue
 				}
 				u.jobs = append(u.jobs, &fleet.Job{ID: it.ID, Stage: v.Stage, HolderFactoryID: v.HolderFactoryID,
 					LeaseExpiresAt: v.LeaseExpiresAt, TargetFactoryID: v.TargetFactoryID})
@@ -398,7 +401,8 @@ func (c *Service) leaseChanges(ctx context.Context, cont string) (leaseUpdate, e
 	if err != nil {
 		return leaseUpdate{}, fmt.Errorf("read the jobs change feed's head: %w", err)
 	}
-	leased, err := c.life.LeasedJobs(ctx, "")
+	// Those that do not decode are passed over, as in the feed above.
+	leased, _, err := c.k.ScanJobs(ctx, store.Query{Where: []store.Cond{kernel.LeasedStage}})
 	if err != nil {
 		return leaseUpdate{}, err
 	}
@@ -424,7 +428,11 @@ func (c *Service) readFactories(ctx context.Context) ([]*fleet.Factory, error) {
 	for _, it := range items {
 		f, err := kernel.Decode[fleet.Factory](it)
 		if err != nil {
-			return nil, err
+			// Left out of the fleet (no work is scored for it) rather
+			// than taking every read of the list, and every dispatch,
+			// down with it.
+			c.k.Undecodable(ctx, store.Factories, it, err)
+			continue
 		}
 		f.Rev = it.Rev
 		fs = append(fs, c.EffectiveHealth(f))

@@ -34,9 +34,6 @@ type Config struct {
 
 // Lifecycle is what the catalog asks of the job lifecycle and admission.
 type Lifecycle interface {
-	// LeasedJobs lists the jobs holding a live lease, of one product or
-	// ("") of all: the seats the scheduler counts.
-	LeasedJobs(ctx context.Context, productID string) ([]*fleet.Job, error)
 	// LeasedSeats are a product's seats taken by live leases, for a new
 	// seat cap to start from.
 	LeasedSeats(ctx context.Context, productID string) (map[string]fleet.Seat, error)
