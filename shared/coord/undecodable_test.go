@@ -266,3 +266,60 @@ func TestUndecodableDocumentsLeaveTheFleetWorking(t *testing.T) {
 		})
 	}
 }
+
+// TestUndecodableDocumentsLeaveListsWhole: each listing a person or the
+// console reads leaves out a document that does not decode (logged and
+// counted) and lists the others, where one such document used to fail the
+// whole list: a job's runs and artifacts, a product's profiles, the repos,
+// the alerts of the metrics. A field of the wrong type stands for a hand
+// edit or a version that wrote other types.
+func TestUndecodableDocumentsLeaveListsWhole(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		container string
+		pk        func(j *fleet.Job) string
+		extra     map[string]any
+		list      func(e *env, j *fleet.Job) (int, error)
+	}{
+		"a job's runs": {store.Runs, func(j *fleet.Job) string { return j.ID }, nil, func(e *env, j *fleet.Job) (int, error) {
+			rs, err := e.c.Runs(e.ctx, prod, j.ID)
+			return len(rs), err
+		}},
+		"a job's artifacts": {store.Artifacts, func(j *fleet.Job) string { return j.ID }, nil, func(e *env, j *fleet.Job) (int, error) {
+			as, err := e.c.Artifacts(e.ctx, prod, j.ID)
+			return len(as), err
+		}},
+		"a product's profiles": {store.Profiles, func(*fleet.Job) string { return prod }, map[string]any{"kind": "latest"}, func(e *env, _ *fleet.Job) (int, error) {
+			ps, err := e.c.ListProfiles(e.ctx, prod)
+			return len(ps), err
+		}},
+		"the repos": {store.Products, func(*fleet.Job) string { return "p2" }, nil, func(e *env, _ *fleet.Job) (int, error) {
+			rs, err := e.c.Repos(e.ctx, nil, "")
+			return len(rs), err
+		}},
+		"the alerts": {store.Budgets, func(*fleet.Job) string { return prod }, nil, func(e *env, _ *fleet.Job) (int, error) {
+			m, err := e.c.Metrics(e.ctx, prod)
+			if err != nil {
+				return 0, err
+			}
+			return len(m.Alerts), nil
+		}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			j := e.submit()
+			before, err := tc.list(e, j)
+			require.NoError(t, err)
+			doc := map[string]any{"id": 5} // a number where every document has a string
+			for k, v := range tc.extra {
+				doc[k] = v
+			}
+			writeRaw(t, e, tc.container, tc.pk(j), "bad1", doc)
+			after, err := tc.list(e, j)
+			require.NoError(t, err)
+			require.Equal(t, before, after, "the others are listed as before")
+			require.Positive(t, e.c.Stats().UndecodableDocs, "the skipped document is counted")
+		})
+	}
+}

@@ -156,7 +156,7 @@ type CoordinatorStats struct {
 	// deregistered for silence past FLEET_PRUNE_AFTER.
 	FactoriesPruned int64 `json:"factoriesPruned"`
 	// UndecodableDocs counts documents (jobs, echo states) this process's
-	// sweeps, claims and job lists passed over because they do not decode
+	// sweeps, claims and listings passed over because they do not decode
 	// (each is logged with its container and id); absent while there were
 	// none.
 	UndecodableDocs int64 `json:"undecodableDocuments,omitempty"`

@@ -751,7 +751,8 @@ func (c *Service) Alerts(ctx context.Context, productID string) ([]fleet.Alert, 
 	for _, it := range items {
 		b, err := kernel.Decode[fleet.ProductBudget](it)
 		if err != nil {
-			return nil, err
+			c.k.Undecodable(ctx, store.Budgets, it, err)
+			continue
 		}
 		b.Roll(c.k.Now())
 		if b.Paused {

@@ -258,7 +258,8 @@ func (s *Service) List(ctx context.Context, productID, jobID string) ([]fleet.Ar
 	for _, it := range items {
 		a, err := kernel.Decode[fleet.Artifact](it)
 		if err != nil {
-			return nil, err
+			s.k.Undecodable(ctx, store.Artifacts, it, err)
+			continue
 		}
 		out = append(out, *a)
 	}

@@ -459,7 +459,8 @@ func (c *Service) allProducts(ctx context.Context) ([]*fleet.Product, error) {
 	for _, it := range items {
 		p, err := kernel.Decode[fleet.Product](it)
 		if err != nil {
-			return nil, err
+			c.k.Undecodable(ctx, store.Products, it, err)
+			continue
 		}
 		p.Rev = it.Rev
 		out = append(out, p)
@@ -511,7 +512,8 @@ func (c *Service) Repos(ctx context.Context, scope Scope, productID string) ([]R
 	for _, it := range items {
 		p, err := kernel.Decode[fleet.Product](it)
 		if err != nil {
-			return nil, err
+			c.k.Undecodable(ctx, store.Products, it, err)
+			continue
 		}
 		for _, r := range p.Repos {
 			get(r).Products = append(get(r).Products, p.ID)

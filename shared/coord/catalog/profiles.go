@@ -239,7 +239,8 @@ func (c *Service) queryProfiles(ctx context.Context, productID string, where ...
 		for _, it := range page.Items {
 			d, err := kernel.Decode[profileDoc](it)
 			if err != nil {
-				return nil, err
+				c.k.Undecodable(ctx, store.Profiles, it, err)
+				continue
 			}
 			out = append(out, summarize(&d.Profile))
 		}

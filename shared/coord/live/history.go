@@ -82,7 +82,8 @@ func (l *Service) Runs(ctx context.Context, productID, jobID string) ([]fleet.Ru
 	for _, it := range items {
 		r, err := kernel.Decode[fleet.Run](it)
 		if err != nil {
-			return nil, err
+			l.k.Undecodable(ctx, store.Runs, it, err)
+			continue
 		}
 		if _, held := j.RunAt(r.LeaseEpoch); !held {
 			out = append(out, *r)

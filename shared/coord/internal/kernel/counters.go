@@ -26,7 +26,7 @@ type Counters struct {
 	BumpsSkipped atomic.Int64
 	// FactoriesPruned counts static factories the prune timer deregistered.
 	FactoriesPruned atomic.Int64
-	// UndecodableDocs counts documents a sweep, a claim or a job list
+	// UndecodableDocs counts documents a sweep, a claim or a listing
 	// skipped because they do not decode (each logged with its container
 	// and id).
 	UndecodableDocs atomic.Int64

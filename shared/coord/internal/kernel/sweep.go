@@ -84,8 +84,10 @@ func (c *Kernel) decodeJobs(ctx context.Context, items []store.Item) (jobs []*fl
 	return jobs, skipped
 }
 
-// Undecodable logs and counts a document of container that a sweep
-// passed over because it does not decode.
+// Undecodable logs and counts a document of container that a sweep, a
+// claim or a listing passed over because it does not decode. A decision
+// that must see every document (a sum, a lookup, a repo's owner) fails
+// instead.
 func (c *Kernel) Undecodable(ctx context.Context, container string, it store.Item, err error) {
 	c.Counters.UndecodableDocs.Add(1)
 	c.Log.ErrorContext(ctx, "document does not decode: skipped", "container", container, "id", it.ID, "partition", it.PartitionKey, "err", err)
