@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/pulls"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/store"
 )
@@ -322,4 +323,20 @@ func TestUndecodableDocumentsLeaveListsWhole(t *testing.T) {
 			require.Positive(t, e.c.Stats().UndecodableDocs, "the skipped document is counted")
 		})
 	}
+}
+
+// TestUndecodableProductDoesNotStopTheForgeWebhooks: the products a forge
+// webhook is matched against (every product, read together) leave out one
+// that does not decode, logged and counted: a webhook for another
+// product's pull request still applies. Before, every webhook failed.
+func TestUndecodableProductDoesNotStopTheForgeWebhooks(t *testing.T) {
+	t.Parallel()
+	e, double := forgeEnv(t, fleet.ForgeConfig{})
+	writeRaw(t, e, store.Products, "bad1", "bad1", map[string]any{"id": 5})
+	j := e.submit()
+	e.deliverPR(j.ID, "aq/job/"+j.ID+"@1")
+	out, why := e.hook(double.Closed(1, false))
+	require.Equal(t, pulls.Applied, out, why)
+	require.Equal(t, fleet.StageCancelled, e.job(j.ID).Stage)
+	require.Positive(t, e.c.Stats().UndecodableDocs, "the skipped document is counted")
 }
