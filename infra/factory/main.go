@@ -103,7 +103,7 @@ func run(args []string) int {
 		log.Error("git state", "err", err)
 		return int(agent.OutcomeError)
 	}
-	out := agent.New(cfg, client, recv, git, caps.Host(), log).Run(ctx)
+	out := agent.New(agent.Deps{Config: cfg, API: client, Receiver: recv, Git: git, Env: caps.Host(), Log: log}).Run(ctx)
 	log.Info("factory stopped", "outcome", out.String(), "exitCode", int(out))
 	return int(out)
 }

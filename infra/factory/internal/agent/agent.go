@@ -121,12 +121,28 @@ type Agent struct {
 	fatal    chan error
 }
 
+// Deps are what an agent works with.
+type Deps struct {
+	Config   config.Config
+	API      API
+	Receiver transport.Receiver
+	Git      *gitwt.Manager
+	Env      caps.Env
+	Log      *slog.Logger
+	// Clock is the agent's one time source (Agent.clock); nil is the
+	// system clock.
+	Clock clock.Timers
+}
+
 // New returns an agent.
-func New(cfg config.Config, api API, recv transport.Receiver, git *gitwt.Manager, env caps.Env, log *slog.Logger) *Agent {
+func New(d Deps) *Agent {
+	if d.Clock == nil {
+		d.Clock = clock.System{}
+	}
 	a := &Agent{
-		cfg: cfg, api: api, recv: recv, git: git, env: env, log: log,
+		cfg: d.Config, api: d.API, recv: d.Receiver, git: d.Git, env: d.Env, log: d.Log,
 		running: map[string]*jobRun{}, freed: make(chan struct{}, 1), changed: make(chan struct{}, 1),
-		lastLoad: -1, fatal: make(chan error, 1), clock: clock.System{},
+		lastLoad: -1, fatal: make(chan error, 1), clock: d.Clock,
 	}
 	a.cool = newCooldowns(agentClock{a})
 	return a

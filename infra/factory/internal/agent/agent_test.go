@@ -265,7 +265,8 @@ func TestAcceptSettlement(t *testing.T) {
 			t.Parallel()
 			recv := &fakeRecv{}
 			api := &fakeAPI{acceptErr: tt.acceptErr}
-			a := New(config.Config{FactoryID: "f1", Seats: 1}, api, recv, nil, caps.Env{}, slog.New(slog.DiscardHandler))
+			a := New(Deps{Config: config.Config{FactoryID: "f1", Seats: 1},
+				API: api, Receiver: recv, Log: slog.New(slog.DiscardHandler)})
 			if tt.running > 0 {
 				a.running["j1"] = &jobRun{id: "j1", epoch: 1, dispatchEpoch: tt.running}
 			}
@@ -285,7 +286,8 @@ func TestAdoptLostAccept(t *testing.T) {
 	t.Parallel()
 	msg := protocol.DispatchMessage{JobID: "j1", ProductID: "p", TargetFactoryID: "f1", DispatchEpoch: 4}
 	mine := &fleet.Job{ID: "j1", ProductID: "p", Stage: fleet.StageAssigned, HolderFactoryID: "f1", DispatchEpoch: 4, LeaseEpoch: 7}
-	a := New(config.Config{FactoryID: "f1"}, &fakeAPI{job: mine}, &fakeRecv{}, nil, caps.Env{}, slog.New(slog.DiscardHandler))
+	a := New(Deps{Config: config.Config{FactoryID: "f1"},
+		API: &fakeAPI{job: mine}, Receiver: &fakeRecv{}, Log: slog.New(slog.DiscardHandler)})
 	cl := a.adopt(context.Background(), msg)
 	require.NotNil(t, cl)
 	require.EqualValues(t, 7, cl.LeaseEpoch)
@@ -295,7 +297,8 @@ func TestAdoptLostAccept(t *testing.T) {
 		{ID: "j1", Stage: fleet.StageBuilding, HolderFactoryID: "f1", DispatchEpoch: 4},
 		{ID: "j1", Stage: fleet.StageAssigned, HolderFactoryID: "f1", DispatchEpoch: 5},
 	} {
-		a := New(config.Config{FactoryID: "f1"}, &fakeAPI{job: other}, &fakeRecv{}, nil, caps.Env{}, slog.New(slog.DiscardHandler))
+		a := New(Deps{Config: config.Config{FactoryID: "f1"},
+			API: &fakeAPI{job: other}, Receiver: &fakeRecv{}, Log: slog.New(slog.DiscardHandler)})
 		require.Nil(t, a.adopt(context.Background(), msg))
 	}
 }
@@ -324,7 +327,7 @@ func TestHeartbeatWithinTokenScope(t *testing.T) {
 	api := &scopedAPI{scope: []string{"os:linux", "engine:claude"}}
 	env := caps.Env{GOOS: "linux", GOARCH: "amd64", LookPath: func(f string) (string, error) { return "/bin/" + f, nil }}
 	cfg := config.Config{FactoryID: "f1", Seats: 2, RepoBase: t.TempDir(), Engines: map[string]string{"claude": "claude -p"}}
-	a := New(cfg, api, &fakeRecv{}, nil, env, slog.New(slog.DiscardHandler))
+	a := New(Deps{Config: cfg, API: api, Receiver: &fakeRecv{}, Env: env, Log: slog.New(slog.DiscardHandler)})
 	require.NoError(t, a.heartbeat(context.Background(), fleet.HealthOK))
 	require.Equal(t, []string{"os:linux", "engine:claude"}, api.sent)
 

@@ -59,10 +59,9 @@ func clockAgent(t *testing.T, cfg config.Config, coord API) (*Agent, *clocktest.
 	if cfg.Seats == 0 {
 		cfg.Seats = 1
 	}
-	a := New(cfg, coord, &fakeRecv{}, nil, caps.Env{}, slog.New(slog.DiscardHandler))
-	a.detected = &caps.Result{}
 	clk := clocktest.New(t0)
-	a.clock = clk
+	a := New(Deps{Config: cfg, API: coord, Receiver: &fakeRecv{}, Log: slog.New(slog.DiscardHandler), Clock: clk})
+	a.detected = &caps.Result{}
 	return a, clk
 }
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
@@ -67,8 +66,8 @@ func TestFatalStopsTheLoopAtOnce(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				recv := &waitingRecv{first: tt.first}
-				a := New(config.Config{FactoryID: "f1", Seats: tt.seats, Transport: tt.transport, Poll: time.Minute},
-					&fakeAPI{}, recv, nil, caps.Env{}, slog.New(slog.DiscardHandler))
+				a := New(Deps{Config: config.Config{FactoryID: "f1", Seats: tt.seats, Transport: tt.transport, Poll: time.Minute},
+					API: &fakeAPI{}, Receiver: recv, Log: slog.New(slog.DiscardHandler)})
 				a.running["j1"] = &jobRun{id: "j1", epoch: 1, dispatchEpoch: 1}
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
@@ -135,8 +134,8 @@ func TestFatalStopsOnce(t *testing.T) {
 				g, err := gitwt.New(gitwt.Options{WorkDir: t.TempDir()})
 				require.NoError(t, err)
 				coord := &stalledStart{released: make(chan api.ReleaseRequest, 1)}
-				a := New(config.Config{FactoryID: "f1", Seats: 1, Once: true, OnceWait: time.Minute, WorkDir: t.TempDir()},
-					coord, &waitingRecv{first: tt.first}, g, caps.Env{}, slog.New(slog.DiscardHandler))
+				a := New(Deps{Config: config.Config{FactoryID: "f1", Seats: 1, Once: true, OnceWait: time.Minute, WorkDir: t.TempDir()},
+					API: coord, Receiver: &waitingRecv{first: tt.first}, Git: g, Log: slog.New(slog.DiscardHandler)})
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
 				out := make(chan Outcome, 1)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
 	"github.com/gigafactory/fleet/shared/api"
@@ -31,11 +30,10 @@ func TestLeaseKeptOnTheAgentsClock(t *testing.T) {
 		require.NoError(t, err)
 		coord := &stalledStart{released: make(chan api.ReleaseRequest, 1)}
 		const every, ttl = 20 * time.Second, time.Minute
-		a := New(config.Config{FactoryID: "f1", Seats: 1, WorkDir: t.TempDir(), Renew: every},
-			coord, &fakeRecv{}, g, caps.Env{}, slog.New(slog.DiscardHandler))
 		t0 := time.Date(2026, 11, 18, 10, 0, 0, 0, time.UTC)
 		clk := clocktest.New(t0)
-		a.clock = clk
+		a := New(Deps{Config: config.Config{FactoryID: "f1", Seats: 1, WorkDir: t.TempDir(), Renew: every},
+			API: coord, Receiver: &fakeRecv{}, Git: g, Log: slog.New(slog.DiscardHandler), Clock: clk})
 		cl := &protocol.Claimed{Job: &fleet.Job{ID: "j1", ProductID: "p", Repo: "app", LeaseAcquiredAt: t0},
 			LeaseEpoch: 1, LeaseExpiresAt: t0.Add(ttl)}
 		r := a.start(t.Context(), cl, clk.Now())

@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
 	"github.com/gigafactory/fleet/shared/api"
@@ -146,7 +145,8 @@ func TestOnceRedeliveredHeldDispatchIsNotAdopted(t *testing.T) {
 	api := &fakeAPI{acceptErr: &api.Error{Status: 409, Code: "conflict"}, job: assigned}
 	recv := &lockingRecv{lock: time.Minute, stage: func() fleet.Stage { return assigned.Stage },
 		d: &transport.Delivery{ID: msg.MessageID(), Dispatch: &msg, Redelivered: true}}
-	a := New(config.Config{FactoryID: "f1", Seats: 1, Once: true}, api, recv, nil, caps.Env{}, slog.New(slog.DiscardHandler))
+	a := New(Deps{Config: config.Config{FactoryID: "f1", Seats: 1, Once: true},
+		API: api, Receiver: recv, Log: slog.New(slog.DiscardHandler)})
 	require.NotNil(t, a.adopt(context.Background(), msg), "a first delivery would adopt this job")
 
 	require.Equal(t, OutcomeDone, a.runOnce(context.Background()))
@@ -184,7 +184,7 @@ func TestHoldsLock(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			a := New(tt.cfg, &fakeAPI{}, tt.recv, nil, caps.Env{}, slog.New(slog.DiscardHandler))
+			a := New(Deps{Config: tt.cfg, API: &fakeAPI{}, Receiver: tt.recv, Log: slog.New(slog.DiscardHandler)})
 			_, got := a.holdsLock(tt.d)
 			require.Equal(t, tt.want, got)
 		})

@@ -55,7 +55,7 @@ func TestRefusedHeartbeatAtStart(t *testing.T) {
 			coord := &beatingAPI{err: tt.err}
 			cfg := config.Config{FactoryID: "f1", Seats: 1, WorkDir: work, RepoBase: base, NoRunCgroups: true,
 				Once: true, OnceWait: time.Second, HeartbeatEnabled: true, Heartbeat: 20 * time.Second}
-			a := New(cfg, coord, &fakeRecv{}, g, caps.Env{}, slog.New(slog.DiscardHandler))
+			a := New(Deps{Config: cfg, API: coord, Receiver: &fakeRecv{}, Git: g, Log: slog.New(slog.DiscardHandler)})
 			a.detected = &caps.Result{}
 			want := OutcomeDone // no message: nothing to do
 			if tt.refused {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gigafactory/fleet/infra/factory/internal/caps"
 	"github.com/gigafactory/fleet/infra/factory/internal/config"
 	"github.com/gigafactory/fleet/infra/factory/internal/gitwt"
 	"github.com/gigafactory/fleet/infra/factory/internal/transport"
@@ -286,7 +285,7 @@ func newGitAgent(t *testing.T, root string, repo gitRepo, api API, engine string
 	cfg := config.Config{FactoryID: "f1", Seats: 2, RepoBase: repo.base, WorkDir: work,
 		Engines: map[string]string{"sh": engine}, DefaultEngine: "sh", ShipStage: config.ShipShipped,
 		KillGrace: 2 * time.Second, Checkpoint: time.Hour, DefaultWall: time.Minute, Renew: 50 * time.Millisecond}
-	return New(cfg, api, &fakeRecv{}, g, caps.Env{}, slog.New(slog.DiscardHandler))
+	return New(Deps{Config: cfg, API: api, Receiver: &fakeRecv{}, Git: g, Log: slog.New(slog.DiscardHandler)})
 }
 
 // fifo makes a named pipe: opening one end blocks until the other end is
