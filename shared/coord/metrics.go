@@ -3,6 +3,7 @@ package coord
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -82,7 +83,9 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		m.Factories.Utilization = float64(m.Factories.Load) / float64(m.Factories.Seats)
 	}
 	q := store.Query{PartitionKey: productID, Where: []store.Cond{store.In("stage", activeStages...)}}
-	jobs, err := c.k.QueryJobs(ctx, q)
+	// A job that does not decode is passed over (and alerted on below),
+	// so the metrics, the console's fleet map and its alerts page, stay up.
+	jobs, _, err := c.k.ScanJobs(ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +159,7 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 	m.Alerts = append(m.Alerts, blockedOnFailed...)
 	// Jobs that ended badly within the window: the bound on updatedAt keeps
 	// the read to a day's failures, however long the history.
-	ended, err := c.k.QueryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{
+	ended, _, err := c.k.ScanJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{
 		store.In("stage", string(fleet.StageDeadLetter), string(fleet.StageFailed)), store.Since("updatedAt", now.Add(-DeadLetterAlertWindow))}})
 	if err != nil {
 		return nil, err
@@ -199,5 +202,23 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		return nil, err
 	}
 	m.Alerts = append(m.Alerts, budgetAlerts...)
+	if a, ok := c.undecodableAlert(); ok && productID == "" {
+		m.Alerts = append(m.Alerts, a)
+	}
 	return m, nil
+}
+
+// undecodableAlert is the alert for the stored documents this process
+// passed over because they do not decode, if any. Only the fleet-wide
+// metrics carry it: the document named may be any product's.
+func (c *Coordinator) undecodableAlert() (fleet.Alert, bool) {
+	n := c.k.Counters.UndecodableDocs.Load()
+	last := c.k.Counters.LastUndecodable.Load()
+	if n == 0 || last == nil {
+		return fleet.Alert{}, false
+	}
+	return fleet.Alert{Kind: fleet.AlertUndecodable, Severity: fleet.SeverityWarning, Subject: last.Container + "/" + last.ID,
+		Since: time.Unix(0, c.k.Counters.FirstUndecodable.Load()).UTC(),
+		Message: fmt.Sprintf("listings and sweeps passed over a stored document that does not decode %d times since this instance started, "+
+			"the last %s/%s (%s): repair or delete it; the log names each", n, last.Container, last.ID, last.Err)}, true
 }

@@ -340,3 +340,42 @@ func TestUndecodableProductDoesNotStopTheForgeWebhooks(t *testing.T) {
 	require.Equal(t, fleet.StageCancelled, e.job(j.ID).Stage)
 	require.Positive(t, e.c.Stats().UndecodableDocs, "the skipped document is counted")
 }
+
+// TestUndecodableDocumentAlert: the metrics pass over an active job that
+// does not decode (before, they failed whole, and with them the console's
+// fleet map and alerts page), and the fleet-wide metrics carry an alert
+// naming the document; a product's metrics do not, as the document may be
+// any product's.
+func TestUndecodableDocumentAlert(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.submit()
+	undecodable := func(m *coord.Metrics) []fleet.Alert {
+		var out []fleet.Alert
+		for _, a := range m.Alerts {
+			if a.Kind == fleet.AlertUndecodable {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	m, err := e.c.Metrics(e.ctx, "")
+	require.NoError(t, err)
+	require.Empty(t, undecodable(m))
+
+	writeUndecodableJob(t, e, "bad1", map[string]any{"stage": fleet.StageQueued})
+	e.clock.Advance(time.Minute)
+	m, err = e.c.Metrics(e.ctx, "")
+	require.NoError(t, err)
+	require.Equal(t, 1, m.Jobs[string(fleet.StageQueued)], "the job that decodes is counted")
+	alerts := undecodable(m)
+	require.Len(t, alerts, 1)
+	require.Equal(t, store.Jobs+"/bad1", alerts[0].Subject)
+	require.Equal(t, fleet.SeverityWarning, alerts[0].Severity)
+	require.Contains(t, alerts[0].Message, "attempts")
+	require.Equal(t, e.clock.Now().UTC(), alerts[0].Since.UTC())
+
+	m, err = e.c.Metrics(e.ctx, prod)
+	require.NoError(t, err)
+	require.Empty(t, undecodable(m), "a product's metrics do not name another's documents")
+}

@@ -45,12 +45,16 @@ const (
 	// AlertForgeFailing: a delivered job's pull request could not be
 	// opened or updated, several times in a row; the forge is retried.
 	AlertForgeFailing AlertKind = "forge_failing"
+	// AlertUndecodable: listings and sweeps of this instance passed over a
+	// stored document that does not decode (edited by hand, or written by
+	// a version with other field types); a person repairs or deletes it.
+	AlertUndecodable AlertKind = "undecodable_documents"
 )
 
 // AlertKinds lists every alert kind.
 func AlertKinds() []AlertKind {
 	return []AlertKind{AlertStarving, AlertStaleFactory, AlertDeadLetter, AlertFailed, AlertNoFactory, AlertBlockedOnFailed,
-		AlertCancelUnacknowledged, AlertBudgetAlert, AlertBudgetPaused, AlertIterationCap, AlertForgeFailing}
+		AlertCancelUnacknowledged, AlertBudgetAlert, AlertBudgetPaused, AlertIterationCap, AlertForgeFailing, AlertUndecodable}
 }
 
 // Severity ranks alerts.

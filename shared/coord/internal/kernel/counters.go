@@ -28,8 +28,11 @@ type Counters struct {
 	FactoriesPruned atomic.Int64
 	// UndecodableDocs counts documents a sweep, a claim or a listing
 	// skipped because they do not decode (each logged with its container
-	// and id).
-	UndecodableDocs atomic.Int64
+	// and id); FirstUndecodable and LastUndecodable say when it first
+	// happened and which document it was last, for the alert.
+	UndecodableDocs  atomic.Int64
+	FirstUndecodable atomic.Int64 // unix ns, 0 before any
+	LastUndecodable  atomic.Pointer[UndecodableDoc]
 	// Lag sums in microseconds and counts: submit -> publish, publish -> accept.
 	DispatchLagSum, DispatchLagN atomic.Int64
 	AcceptLagSum, AcceptLagN     atomic.Int64
@@ -83,6 +86,13 @@ func mean(sum, n *atomic.Int64) float64 {
 		return 0
 	}
 	return float64(sum.Load()) / float64(c) / 1000
+}
+
+// UndecodableDoc is a stored document passed over because it does not
+// decode.
+type UndecodableDoc struct {
+	Container, ID string
+	Err           string
 }
 
 // Snapshot is a point-in-time copy of the counters, mean lags in ms.

@@ -90,6 +90,8 @@ func (c *Kernel) decodeJobs(ctx context.Context, items []store.Item) (jobs []*fl
 // instead.
 func (c *Kernel) Undecodable(ctx context.Context, container string, it store.Item, err error) {
 	c.Counters.UndecodableDocs.Add(1)
+	c.Counters.FirstUndecodable.CompareAndSwap(0, c.Now().UnixNano())
+	c.Counters.LastUndecodable.Store(&UndecodableDoc{Container: container, ID: it.ID, Err: err.Error()})
 	c.Log.ErrorContext(ctx, "document does not decode: skipped", "container", container, "id", it.ID, "partition", it.PartitionKey, "err", err)
 }
 
