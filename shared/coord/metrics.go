@@ -202,23 +202,25 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		return nil, err
 	}
 	m.Alerts = append(m.Alerts, budgetAlerts...)
-	if a, ok := c.undecodableAlert(); ok && productID == "" {
+	if a, ok := c.undecodableAlert(now); ok && productID == "" {
 		m.Alerts = append(m.Alerts, a)
 	}
 	return m, nil
 }
 
 // undecodableAlert is the alert for the stored documents this process
-// passed over because they do not decode, if any. Only the fleet-wide
-// metrics carry it: the document named may be any product's.
-func (c *Coordinator) undecodableAlert() (fleet.Alert, bool) {
+// passed over because they do not decode, while the last was passed over
+// within DeadLetterAlertWindow (a document repaired or deleted is not met
+// again, and the alert clears). Only the fleet-wide metrics carry it: the
+// document named may be any product's.
+func (c *Coordinator) undecodableAlert(now time.Time) (fleet.Alert, bool) {
 	n := c.k.Counters.UndecodableDocs.Load()
 	last := c.k.Counters.LastUndecodable.Load()
-	if n == 0 || last == nil {
+	if n == 0 || last == nil || now.Sub(last.At) >= DeadLetterAlertWindow {
 		return fleet.Alert{}, false
 	}
 	return fleet.Alert{Kind: fleet.AlertUndecodable, Severity: fleet.SeverityWarning, Subject: last.Container + "/" + last.ID,
 		Since: time.Unix(0, c.k.Counters.FirstUndecodable.Load()).UTC(),
 		Message: fmt.Sprintf("listings and sweeps passed over a stored document that does not decode %d times since this instance started, "+
-			"the last %s/%s (%s): repair or delete it; the log names each", n, last.Container, last.ID, last.Err)}, true
+			"the last %s/%s at %s (%s): repair or delete it; the log names each", n, last.Container, last.ID, last.At.Format(time.RFC3339), last.Err)}, true
 }

@@ -378,4 +378,16 @@ func TestUndecodableDocumentAlert(t *testing.T) {
 	m, err = e.c.Metrics(e.ctx, prod)
 	require.NoError(t, err)
 	require.Empty(t, undecodable(m), "a product's metrics do not name another's documents")
+
+	// Deleted: nothing passes over it any more, and a day later the
+	// alert has cleared.
+	require.NoError(t, e.raw.Delete(e.ctx, store.Jobs, prod, "bad1", ""))
+	e.clock.Advance(coord.DeadLetterAlertWindow - time.Second)
+	m, err = e.c.Metrics(e.ctx, "")
+	require.NoError(t, err)
+	require.Len(t, undecodable(m), 1, "within a day of the last time")
+	e.clock.Advance(time.Second)
+	m, err = e.c.Metrics(e.ctx, "")
+	require.NoError(t, err)
+	require.Empty(t, undecodable(m))
 }

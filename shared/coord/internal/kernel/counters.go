@@ -93,6 +93,7 @@ func mean(sum, n *atomic.Int64) float64 {
 type UndecodableDoc struct {
 	Container, ID string
 	Err           string
+	At            time.Time
 }
 
 // Snapshot is a point-in-time copy of the counters, mean lags in ms.

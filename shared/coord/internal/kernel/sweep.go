@@ -90,8 +90,9 @@ func (c *Kernel) decodeJobs(ctx context.Context, items []store.Item) (jobs []*fl
 // instead.
 func (c *Kernel) Undecodable(ctx context.Context, container string, it store.Item, err error) {
 	c.Counters.UndecodableDocs.Add(1)
-	c.Counters.FirstUndecodable.CompareAndSwap(0, c.Now().UnixNano())
-	c.Counters.LastUndecodable.Store(&UndecodableDoc{Container: container, ID: it.ID, Err: err.Error()})
+	now := c.Now()
+	c.Counters.FirstUndecodable.CompareAndSwap(0, now.UnixNano())
+	c.Counters.LastUndecodable.Store(&UndecodableDoc{Container: container, ID: it.ID, Err: err.Error(), At: now})
 	c.Log.ErrorContext(ctx, "document does not decode: skipped", "container", container, "id", it.ID, "partition", it.PartitionKey, "err", err)
 }
 
