@@ -3,7 +3,6 @@ package coord
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -83,8 +82,7 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		m.Factories.Utilization = float64(m.Factories.Load) / float64(m.Factories.Seats)
 	}
 	q := store.Query{PartitionKey: productID, Where: []store.Cond{store.In("stage", activeStages...)}}
-	// A job that does not decode is passed over (and alerted on below),
-	// so the metrics, the console's fleet map and its alerts page, stay up.
+	// Passing over a job that does not decode (alerted on below).
 	jobs, _, err := c.k.ScanJobs(ctx, q)
 	if err != nil {
 		return nil, err
@@ -202,25 +200,9 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		return nil, err
 	}
 	m.Alerts = append(m.Alerts, budgetAlerts...)
-	if a, ok := c.undecodableAlert(now); ok && productID == "" {
+	// Fleet-wide only: the document named may be any product's.
+	if a, ok := c.k.Counters.UndecodableAlert(now, DeadLetterAlertWindow); ok && productID == "" {
 		m.Alerts = append(m.Alerts, a)
 	}
 	return m, nil
-}
-
-// undecodableAlert is the alert for the stored documents this process
-// passed over because they do not decode, while the last was passed over
-// within DeadLetterAlertWindow (a document repaired or deleted is not met
-// again, and the alert clears). Only the fleet-wide metrics carry it: the
-// document named may be any product's.
-func (c *Coordinator) undecodableAlert(now time.Time) (fleet.Alert, bool) {
-	n := c.k.Counters.UndecodableDocs.Load()
-	last := c.k.Counters.LastUndecodable.Load()
-	if n == 0 || last == nil || now.Sub(last.At) >= DeadLetterAlertWindow {
-		return fleet.Alert{}, false
-	}
-	return fleet.Alert{Kind: fleet.AlertUndecodable, Severity: fleet.SeverityWarning, Subject: last.Container + "/" + last.ID,
-		Since: time.Unix(0, c.k.Counters.FirstUndecodable.Load()).UTC(),
-		Message: fmt.Sprintf("listings and sweeps passed over a stored document that does not decode %d times since this instance started, "+
-			"the last %s/%s at %s (%s): repair or delete it; the log names each", n, last.Container, last.ID, last.At.Format(time.RFC3339), last.Err)}, true
 }

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -94,6 +95,21 @@ type UndecodableDoc struct {
 	Container, ID string
 	Err           string
 	At            time.Time
+}
+
+// UndecodableAlert is the alert for the stored documents this process
+// passed over because they do not decode, while the last was passed over
+// within window of now (one repaired or deleted is not met again, and the
+// alert clears).
+func (s *Counters) UndecodableAlert(now time.Time, window time.Duration) (fleet.Alert, bool) {
+	n, last := s.UndecodableDocs.Load(), s.LastUndecodable.Load()
+	if n == 0 || last == nil || now.Sub(last.At) >= window {
+		return fleet.Alert{}, false
+	}
+	return fleet.Alert{Kind: fleet.AlertUndecodable, Severity: fleet.SeverityWarning, Subject: last.Container + "/" + last.ID,
+		Since: time.Unix(0, s.FirstUndecodable.Load()).UTC(),
+		Message: fmt.Sprintf("listings and sweeps passed over a stored document that does not decode %d times since this instance started, "+
+			"the last %s/%s at %s (%s): repair or delete it; the log names each", n, last.Container, last.ID, last.At.Format(time.RFC3339), last.Err)}, true
 }
 
 // Snapshot is a point-in-time copy of the counters, mean lags in ms.
