@@ -175,7 +175,7 @@ func run() error {
 		}
 		pools.start(poolCtx, "http://"+addr)
 		off := ""
-		if d := emu.Status().Disabled; len(d) > 0 {
+		if d := emu.Disabled(); len(d) > 0 {
 			off = fmt.Sprintf(", disabled by their app settings: %s", strings.Join(d, ", "))
 		}
 		fmt.Printf("fleet: %d functions from %s%s; Ctrl-C stops\n", len(emu.App().Functions), dir, off)

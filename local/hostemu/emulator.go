@@ -183,10 +183,8 @@ func (e *Emulator) Status() Status {
 	}
 	for _, f := range e.app.Functions {
 		st.Functions = append(st.Functions, f.Name)
-		if e.off[f.Name] {
-			st.Disabled = append(st.Disabled, f.Name)
-		}
 	}
+	st.Disabled = e.Disabled()
 	for _, f := range e.feeds {
 		st.Feeds[f.fn.Name] = f.status()
 	}
@@ -194,6 +192,18 @@ func (e *Emulator) Status() Status {
 		st.Store = e.opts.StoreStats()
 	}
 	return st
+}
+
+// Disabled names the functions an app setting disables, in the app's
+// order.
+func (e *Emulator) Disabled() []string {
+	var out []string
+	for _, f := range e.app.Functions {
+		if e.off[f.Name] {
+			out = append(out, f.Name)
+		}
+	}
+	return out
 }
 
 // App is the loaded function app.
