@@ -234,35 +234,56 @@ func jobIDs(jobs []*fleet.Job) []string {
 
 // TestUndecodableDocumentsLeaveTheFleetWorking: a factory document that
 // does not decode, and a job whose lease fields do not (what the seat
-// count reads of every changed job), are left out, logged and counted:
+// count reads of every leased job on its first refresh, then of every
+// changed job from the change feed), are left out, logged and counted:
 // the factory list the scheduler, the fleet map and the claims read is
 // the others', and a job submitted after them is dispatched. Before, every
 // read of the factory list failed on them, and with it every dispatch.
 func TestUndecodableDocumentsLeaveTheFleetWorking(t *testing.T) {
 	t.Parallel()
-	for name, write := range map[string]func(t *testing.T, e *env){
-		"a factory": func(t *testing.T, e *env) {
+	badLease := func(t *testing.T, e *env) {
+		writeRaw(t, e, store.Jobs, prod, "jbad1", map[string]any{"id": "jbad1", "productId": prod, "stage": fleet.StageAssigned,
+			"holderFactoryId": "f1", "leaseExpiresAt": "soon"})
+	}
+	for name, tc := range map[string]struct {
+		write func(t *testing.T, e *env)
+		// fromFeed: the list was read before the write, so the next
+		// refresh reads the jobs' change feed instead of every lease.
+		fromFeed bool
+	}{
+		"a factory": {write: func(t *testing.T, e *env) {
 			writeRaw(t, e, store.Factories, "bad1", "bad1", map[string]any{"id": "bad1", "seatLimit": "four"})
-		},
-		"a job's lease": func(t *testing.T, e *env) {
-			writeRaw(t, e, store.Jobs, prod, "jbad1", map[string]any{"id": "jbad1", "productId": prod, "stage": fleet.StageAssigned,
-				"holderFactoryId": "f1", "leaseExpiresAt": "soon"})
-		},
+		}},
+		"a job's lease, every lease read": {write: badLease},
+		"a job's lease, in the feed": {write: func(t *testing.T, e *env) {
+			// Through the store, so that its change feed carries it.
+			_, err := e.raw.Upsert(e.ctx, store.Jobs, prod, "jbad1", []byte(`{"id":"jbad1","productId":"`+prod+`","stage":"assigned","holderFactoryId":"f1","leaseExpiresAt":"soon"}`))
+			require.NoError(t, err)
+		}, fromFeed: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			e, _ := dispatchEnv(t)
 			e.factory("f1")
-			write(t, e)
-			e.clock.Advance(2 * time.Second) // past the factory list's TTL (1 s): it is read again
+			// dispatched reads the factory list as the scheduler does (with
+			// its seat counts) and dispatches a new job.
+			dispatched := func() {
+				t.Helper()
+				e.clock.Advance(2 * time.Second) // past the factory list's TTL (1 s): it is read again
+				j := e.submit()
+				_, err := e.c.DispatchChanged(e.ctx, onlyJob(e.feed("").Items, j.ID))
+				require.NoError(t, err)
+				require.Equal(t, "f1", e.job(j.ID).TargetFactoryID)
+			}
+			if tc.fromFeed {
+				dispatched()
+			}
+			tc.write(t, e)
+			dispatched()
 			fs, err := e.c.ListFactories(e.ctx, "")
 			require.NoError(t, err)
 			require.Len(t, fs, 1)
 			require.Equal(t, "f1", fs[0].ID)
-			j := e.submit()
-			_, err = e.c.DispatchChanged(e.ctx, onlyJob(e.feed("").Items, j.ID))
-			require.NoError(t, err)
-			require.Equal(t, "f1", e.job(j.ID).TargetFactoryID)
 			require.Positive(t, e.c.Stats().UndecodableDocs, "the skipped document is counted")
 		})
 	}
