@@ -22,13 +22,18 @@ type proxy struct {
 	ln     net.Listener
 	target string
 
-	mu                    sync.Mutex
-	rng                   *rand.Rand
-	on                    bool
-	dropRate              float64
-	delayRate             float64
-	maxDelay              time.Duration
-	resetRate             float64
+	mu        sync.Mutex
+	rng       *rand.Rand
+	on        bool
+	dropRate  float64
+	delayRate float64
+	maxDelay  time.Duration
+	resetRate float64
+	// first are the kinds the next broken requests get, before the rates
+	// choose: every kind once, in a random order, as processFaults does,
+	// so that a short campaign (a few hundred requests, a 1 % rate) still
+	// injects each kind rather than missing one by chance.
+	first                 []verdict
 	conns                 map[net.Conn]struct{}
 	drops, delays, resets atomic.Int64
 }
@@ -39,7 +44,9 @@ func newProxy(target string, seed uint64) (*proxy, error) {
 		return nil, err
 	}
 	p := &proxy{ln: ln, target: target, rng: rand.New(rand.NewPCG(seed, 7)), conns: map[net.Conn]struct{}{},
-		dropRate: 0.01, delayRate: 0.05, maxDelay: 800 * time.Millisecond, resetRate: 0.01}
+		dropRate: 0.01, delayRate: 0.05, maxDelay: 800 * time.Millisecond, resetRate: 0.01,
+		first: []verdict{drop, slow, reset}}
+	p.rng.Shuffle(len(p.first), func(i, j int) { p.first[i], p.first[j] = p.first[j], p.first[i] })
 	go p.serve()
 	return p, nil
 }
@@ -79,12 +86,24 @@ func (p *proxy) decide() (verdict, time.Duration) {
 		return pass, 0
 	}
 	r := p.rng.Float64()
+	v := pass
 	switch {
 	case r < p.dropRate:
-		return drop, time.Second + time.Duration(p.rng.Int64N(int64(3*time.Second)))
+		v = drop
 	case r < p.dropRate+p.resetRate:
-		return reset, 5*time.Millisecond + time.Duration(p.rng.Int64N(int64(200*time.Millisecond)))
+		v = reset
 	case r < p.dropRate+p.resetRate+p.delayRate:
+		v = slow
+	}
+	if v != pass && len(p.first) > 0 {
+		v, p.first = p.first[0], p.first[1:]
+	}
+	switch v {
+	case drop:
+		return drop, time.Second + time.Duration(p.rng.Int64N(int64(3*time.Second)))
+	case reset:
+		return reset, 5*time.Millisecond + time.Duration(p.rng.Int64N(int64(200*time.Millisecond)))
+	case slow:
 		return slow, 50*time.Millisecond + time.Duration(p.rng.Int64N(int64(p.maxDelay)))
 	}
 	return pass, 0
