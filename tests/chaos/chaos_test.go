@@ -13,8 +13,9 @@ import (
 
 // TestChaosShort is `make chaos` in small, run by `make test`: 4 factory
 // processes and 80 jobs under 45 s of every fault kind (each process fault
-// comes once among the first four, and the campaign fails on a kind it did
-// not inject), then the same checks: nothing lost, double-assigned,
+// comes once among the first four, each network fault once among the first
+// three broken requests, and the campaign fails on a kind it did not
+// inject), then the same checks: nothing lost, double-assigned,
 // shipped from a stale epoch, moved illegally or spent past the budget.
 func TestChaosShort(t *testing.T) {
 	c := campaign{Factories: 4, Seats: 2, Jobs: 80, Faults: 45 * time.Second, FaultEvery: 2500 * time.Millisecond,
