@@ -187,7 +187,7 @@ func (c *Coordinator) claimedBy(ctx context.Context, factoryID string, products 
 	}
 	var held []*fleet.Job
 	for _, p := range partitions {
-		js, err := c.k.QueryJobs(ctx, store.Query{PartitionKey: p, Where: where})
+		js, _, err := c.k.ScanJobs(ctx, store.Query{PartitionKey: p, Where: where})
 		if err != nil {
 			return nil, err
 		}
@@ -362,10 +362,11 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 }
 
 // leasedJobs are the jobs holding a lease (assigned or building), of one
-// product or, with productID empty, of all: the one query the preemption,
-// the seat caps and the seat counts share (all bounded by the seats).
+// product or, with productID empty, of all (bounded by the seats), less
+// those that do not decode, as the seat counts read them (kernel.ScanJobs).
 func (c *Coordinator) leasedJobs(ctx context.Context, productID string) ([]*fleet.Job, error) {
-	return c.k.QueryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{kernel.LeasedStage}})
+	jobs, _, err := c.k.ScanJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{kernel.LeasedStage}})
+	return jobs, err
 }
 
 // backoff is RetryBackoff × 2^(attempt-1), capped at MaxRetryBackoff.

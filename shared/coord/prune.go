@@ -18,9 +18,9 @@ func (c *Coordinator) Prune(ctx context.Context) (int, error) {
 // holdsLease reports whether any job is leased to the factory. Only asked
 // of a factory already due for pruning, so its query is not an idle cost.
 func (c *Coordinator) holdsLease(ctx context.Context, factoryID string) (bool, error) {
-	held, err := c.k.QueryJobs(ctx, store.Query{Where: []store.Cond{
+	held, unknown, err := c.k.ScanJobs(ctx, store.Query{Where: []store.Cond{
 		store.Eq("holderFactoryId", factoryID),
 		store.In("stage", string(fleet.StageAssigned), string(fleet.StageBuilding)),
 	}})
-	return len(held) > 0, err
+	return len(held) > 0 || unknown > 0, err // one that does not decode may be a lease
 }

@@ -412,3 +412,118 @@ func TestUndecodableDocumentAlert(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, undecodable(m))
 }
+
+// TestUndecodableJobLeavesDecisionsWorking: the decisions that read a set
+// of jobs by a filter (the leased jobs a preemption or a new seat cap
+// counts, a product's blocked jobs when a dependency ships, a tree's
+// members, the jobs a raised cap releases, a retried claim's lease) pass
+// over a job document that does not decode, logged and counted, and
+// decide on the others. Before, each failed whole: one such document
+// stopped every critical job's preemption, a product's seat cap, its
+// dependants and the release of its held jobs. The prune, which must never
+// take a factory that may hold a lease, counts it as one.
+func TestUndecodableJobLeavesDecisionsWorking(t *testing.T) {
+	t.Parallel()
+	future := t0.Add(time.Hour).Format(time.RFC3339)
+	bad := func(t *testing.T, e *env, fields map[string]any) {
+		t.Helper()
+		writeUndecodableJob(t, e, "bad1", fields)
+	}
+	leasedTo := func(f string) map[string]any {
+		return map[string]any{"stage": fleet.StageAssigned, "holderFactoryId": f, "leaseExpiresAt": future}
+	}
+	for name, run := range map[string]func(t *testing.T) *env{
+		"preemption": func(t *testing.T) *env {
+			e, _, cls := fullFleet(t, coord.Config{}, fleet.PriorityLow, fleet.PriorityNormal)
+			bad(t, e, leasedTo("f1"))
+			e.submit("priority: critical")
+			_, err := e.c.Redispatch(e.ctx)
+			require.NoError(t, err)
+			require.True(t, e.job(cls[0].Job.ID).PreemptRequested, "the low-priority run is asked to stop")
+			return e
+		},
+		"a seat cap set while jobs run": func(t *testing.T) *env {
+			e := newEnv(t)
+			e.factory("f1")
+			e.submit()
+			e.claim("f1")
+			bad(t, e, leasedTo("f1"))
+			require.Equal(t, 1, e.capSeats(2).Running(), "the run that decodes is counted")
+			return e
+		},
+		"dependants settle": func(t *testing.T) *env {
+			e := newEnv(t)
+			e.factory("f1")
+			dep := e.submit("title: dep", "priority: high")
+			waiter := e.submit("deps: ["+dep.ID+"]", "title: waiter")
+			bad(t, e, map[string]any{"stage": fleet.StageBlocked})
+			e.endDep(dep.ID, fleet.StageShipped)
+			require.Equal(t, fleet.StageQueued, e.job(waiter.ID).Stage)
+			return e
+		},
+		"a tree's view": func(t *testing.T) *env {
+			e := newEnv(t)
+			e.factory("f1")
+			root := e.submit("title: root")
+			bad(t, e, map[string]any{"stage": fleet.StageQueued, "rootId": root.ID})
+			v, err := e.c.DAG(e.ctx, prod, root.ID)
+			require.NoError(t, err)
+			require.Len(t, v.Nodes, 1)
+			require.Equal(t, root.ID, v.Nodes[0].ID)
+			return e
+		},
+		"a raised cap releases the held jobs": func(t *testing.T) *env {
+			e, pub := dispatchEnv(t)
+			e.factory("f1")
+			e.capSeats(1)
+			a, b := e.submit(), e.submit()
+			_, err := e.c.DispatchChanged(e.ctx, e.feed("").Items)
+			require.NoError(t, err)
+			epochs := map[string]int64{}
+			for _, m := range pub.sent() {
+				epochs[m.JobID] = m.DispatchEpoch
+			}
+			_, err = e.c.Accept(e.ctx, "f1", prod, a.ID, epochs[a.ID])
+			require.NoError(t, err)
+			_, err = e.c.Accept(e.ctx, "f1", prod, b.ID, epochs[b.ID])
+			requireCode(t, err, fleet.CodeConflict, "")
+			require.Empty(t, e.job(b.ID).TargetFactoryID, "held by the cap")
+			bad(t, e, map[string]any{"stage": fleet.StageQueued})
+			e.capSeats(2)
+			require.Equal(t, "f1", e.job(b.ID).TargetFactoryID, "routed at once")
+			return e
+		},
+		"a retried claim": func(t *testing.T) *env {
+			e := newEnv(t)
+			e.factory("f1")
+			j := e.submit()
+			req := e.as("f1")
+			req.RequestID = "claim-0001"
+			first, err := e.c.Claim(e.ctx, req)
+			require.NoError(t, err)
+			bad(t, e, map[string]any{"stage": fleet.StageAssigned, "holderFactoryId": "f1", "claimRequestId": req.RequestID, "leaseExpiresAt": future})
+			again, err := e.c.Claim(e.ctx, req)
+			require.NoError(t, err)
+			require.NotNil(t, again)
+			require.Equal(t, j.ID, again.Job.ID)
+			require.Equal(t, first.LeaseEpoch, again.LeaseEpoch)
+			return e
+		},
+		"the prune counts it as a lease": func(t *testing.T) *env {
+			e := newEnv(t)
+			e.factory("busy")
+			e.factory("gone")
+			bad(t, e, leasedTo("busy"))
+			e.clock.Advance(coord.DefaultPruneAfter)
+			require.Equal(t, 1, e.prune())
+			require.Equal(t, []string{"busy"}, e.factoryIDs())
+			return e
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := run(t)
+			require.Positive(t, e.c.Stats().UndecodableDocs, "the skipped document is counted")
+		})
+	}
+}

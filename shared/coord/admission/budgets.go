@@ -397,7 +397,7 @@ func (c *Service) ReleaseHeld(ctx context.Context, productID string) {
 	if !c.push {
 		return
 	}
-	waiting, err := c.k.QueryJobs(ctx, store.Query{PartitionKey: productID,
+	waiting, _, err := c.k.ScanJobs(ctx, store.Query{PartitionKey: productID,
 		Where: []store.Cond{store.Eq("stage", string(fleet.StageQueued)), store.Eq("targetFactoryId", "")}})
 	if err != nil {
 		c.k.Log.ErrorContext(ctx, "release budget-held jobs", "product", productID, "err", err)

@@ -161,7 +161,7 @@ func (s *Service) settleDependants(ctx context.Context, ended *fleet.Job) {
 	if !ended.HasDependants {
 		return
 	}
-	blocked, err := s.k.QueryJobs(ctx, store.Query{PartitionKey: ended.ProductID, Where: []store.Cond{store.Eq("stage", string(fleet.StageBlocked))}})
+	blocked, _, err := s.k.ScanJobs(ctx, store.Query{PartitionKey: ended.ProductID, Where: []store.Cond{store.Eq("stage", string(fleet.StageBlocked))}})
 	if err != nil {
 		s.k.Log.ErrorContext(ctx, "settle dependants: list blocked jobs", "product", ended.ProductID, "err", err)
 		return

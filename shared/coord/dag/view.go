@@ -42,7 +42,7 @@ func (s *Service) View(ctx context.Context, productID, id string) (*View, error)
 			return nil, err
 		}
 	}
-	members, err := s.k.QueryJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{store.Eq("rootId", rootID)}})
+	members, _, err := s.k.ScanJobs(ctx, store.Query{PartitionKey: productID, Where: []store.Cond{store.Eq("rootId", rootID)}})
 	if err != nil {
 		return nil, err
 	}

@@ -98,8 +98,10 @@ func (c *Kernel) Undecodable(ctx context.Context, container string, it store.Ite
 
 // ScanJobs drains q over the jobs container as JobPage reads a page: the
 // documents that do not decode are skipped, logged and counted in skipped.
-// It is for sweeps, which must reach every job they can read; a use case
-// that must see every matching job (a sum, a lookup) uses QueryJobs.
+// It is for sweeps and for decisions taken job by job (a preemption's
+// victim, the dependants to settle, the held jobs to release), which must
+// reach every job they can read; a use case that must see every matching
+// job (a sum, a lookup) uses QueryJobs.
 func (c *Kernel) ScanJobs(ctx context.Context, q store.Query) (jobs []*fleet.Job, skipped int, err error) {
 	items, err := c.QueryAll(ctx, store.Jobs, q)
 	if err != nil {
