@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
+	"github.com/gigafactory/fleet/shared/coord/admission"
 	"github.com/gigafactory/fleet/shared/coord/pulls"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/gigafactory/fleet/shared/store"
@@ -526,4 +527,35 @@ func TestUndecodableJobLeavesDecisionsWorking(t *testing.T) {
 			require.Positive(t, e.c.Stats().UndecodableDocs, "the skipped document is counted")
 		})
 	}
+}
+
+// TestUndecodableEventLeavesTheHistoryWhole: a job's history past its ring
+// is read from the events container; an archived event that does not
+// decode is left out, logged and counted, and the others are listed.
+// Before, the whole history failed, and with it the tracker echo of every
+// later event of that job.
+func TestUndecodableEventLeavesTheHistoryWhole(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.factory("f1")
+	j, epoch := e.runJob()
+	const reports = 20
+	for i := range reports {
+		_, err := e.c.ReportUsage(e.ctx, "f1", prod, j.ID, admission.UsageRequest{LeaseEpoch: epoch, Usage: fleet.Usage{USD: float64(i + 1)}})
+		require.NoError(t, err)
+	}
+	require.Contains(t, e.stored(j.ID), int64(5), "seq 5 is archived")
+	_, err := e.raw.Upsert(e.ctx, store.Events, j.ID, fleet.EventID(j.ID, 5), []byte(`{"id":"`+fleet.EventID(j.ID, 5)+`","jobId":"`+j.ID+`","seq":"five"}`))
+	require.NoError(t, err)
+
+	evs := e.events(j.ID)
+	require.Len(t, evs, 3+reports-1)
+	for i, ev := range evs {
+		want := int64(i + 1)
+		if want >= 5 {
+			want++
+		}
+		require.Equal(t, want, ev.Seq)
+	}
+	require.Positive(t, e.c.Stats().UndecodableDocs, "the skipped document is counted")
 }

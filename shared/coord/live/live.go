@@ -454,7 +454,7 @@ func (l *Service) changes(ctx context.Context, container string, it store.Item, 
 }
 
 // archived are the job's events in the events container that keep selects,
-// oldest first.
+// oldest first, less those that do not decode.
 func (l *Service) archived(ctx context.Context, jobID string, keep func(*fleet.Event) bool) ([]fleet.Event, error) {
 	items, err := l.k.QueryAll(ctx, store.Events, store.Query{PartitionKey: jobID})
 	if err != nil {
@@ -464,7 +464,11 @@ func (l *Service) archived(ctx context.Context, jobID string, keep func(*fleet.E
 	for _, it := range items {
 		ev, err := kernel.Decode[fleet.Event](it)
 		if err != nil {
-			return nil, err
+			// Left out, as listings leave such documents out: a history
+			// (and the tracker echo reading it) that stopped at it would
+			// stay stopped for good.
+			l.k.Undecodable(ctx, store.Events, it, err)
+			continue
 		}
 		if keep(ev) {
 			out = append(out, *ev)
