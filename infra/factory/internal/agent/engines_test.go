@@ -352,6 +352,33 @@ func TestCodexPresetRuns(t *testing.T) {
 	require.InDelta(t, (14000*1.25+1000*10)/1e6, final.Usage.USD, 1e-12)
 }
 
+// TestCodexPresetFailures: a turn.failed on a transport or server failure
+// codex could not get past (the stream disconnected, #30997; the retry
+// limit spent on a 5xx) is a retryable engine_error, as a Claude result
+// with a 5xx is: the next run may well not meet it. A rate limit fails
+// rate_limited with the engine's cooldown.
+func TestCodexPresetFailures(t *testing.T) {
+	for _, tc := range []struct {
+		scenario  string
+		kind      fleet.FailureKind
+		retryable bool
+	}{
+		{scenario: "failed", kind: fleet.FailEngineError, retryable: true},
+		{scenario: "rate_limited", kind: fleet.FailRateLimited, retryable: true},
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			p := newPresetT(t, tc.scenario)
+			p.a.cfg.Engines = map[string]string{"codex": "codex"}
+			p.a.cfg.Presets = map[string]engine.Preset{"codex": engine.PresetCodex}
+			p.a.cfg.DefaultEngine = "codex"
+			require.Equal(t, OutcomeFailed, p.run(t))
+			f := p.onlyFail(t)
+			require.Equal(t, tc.kind, f.Kind, *f.Reason)
+			require.Equal(t, tc.retryable, *f.Retryable, *f.Reason)
+		})
+	}
+}
+
 // writeCodexRollout leaves thread's rollout where codex keeps it, holding
 // lines.
 func writeCodexRollout(t *testing.T, thread string, lines ...string) {

@@ -413,9 +413,10 @@ func (jb *job) judge(name string, res engine.Result, graced bool) (Outcome, bool
 		if f.APIErrorStatus != 0 {
 			detail = fmt.Sprintf("API status %d: %s", f.APIErrorStatus, detail)
 		}
-		// A server error may pass; anything else the engine said of its
-		// own work would only be said again.
-		return jb.fail(fleet.FailEngineError, fmt.Sprintf("engine %s reported an error: %s", name, detail), f.APIErrorStatus >= 500), true
+		// A server error (a 5xx, or a transport failure the engine could
+		// not get past: stream.Facts.Transient) may pass; anything else
+		// the engine said of its own work would only be said again.
+		return jb.fail(fleet.FailEngineError, fmt.Sprintf("engine %s reported an error: %s", name, detail), f.APIErrorStatus >= 500 || f.Transient), true
 	case !res.Success():
 		return crash()
 	}

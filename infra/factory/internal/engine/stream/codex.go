@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -86,6 +87,7 @@ func (c *Codex) Line(line []byte, now time.Time, f *Facts) {
 			f.Detail = l.Error.Message
 		}
 		f.RateLimited = RateLimitText(f.Detail)
+		f.Transient = codexTransient(f.Detail)
 	case "error":
 		// The last failure decides: an error the CLI got past (codex
 		// reports its reconnects as errors, "Reconnecting... 1/5 (…)")
@@ -93,8 +95,23 @@ func (c *Codex) Line(line []byte, now time.Time, f *Facts) {
 		// would spend no attempt however often the job failed.
 		f.Detail = l.Message
 		f.RateLimited = RateLimitText(l.Message)
+		f.Transient = codexTransient(l.Message)
 	}
 }
+
+// codexTransientText matches the texts codex gives a transport or server
+// failure (openai/codex codex-rs/core/src/error.rs: CodexErr::Stream
+// "stream disconnected before completion: …", which its own doc calls
+// transient; ConnectionFailed "Connection failed: …"; ResponseStreamFailed
+// "Error while reading the server response: …"; InternalServerError
+// "We're currently experiencing high demand, …"; RetryLimit "exceeded retry
+// limit, last status: <status>" and UnexpectedStatus "unexpected status
+// <status>: …" with a 5xx status).
+var codexTransientText = regexp.MustCompile(`(?i)stream disconnected before completion|\bconnection failed:|error while reading the server response|experiencing high demand|\b(last status:|unexpected status) 5[0-9][0-9]\b`)
+
+// codexTransient reports whether a codex error text is a transport or
+// server failure.
+func codexTransient(msg string) bool { return codexTransientText.MatchString(msg) }
 
 // Price is what an engine's tokens cost, in USD per million tokens.
 // Cached input tokens cost CachedInput when it is set, Input otherwise

@@ -2,6 +2,7 @@ package stream_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -95,7 +96,7 @@ func TestParsers(t *testing.T) {
 		{
 			file: "codex/failed.jsonl", parser: &stream.Codex{Price: codexPrice},
 			want: stream.Facts{
-				Session: codexThread, Turns: 1, Outcome: stream.OutcomeError, Events: 3,
+				Session: codexThread, Turns: 1, Outcome: stream.OutcomeError, Transient: true, Events: 3,
 				Detail: "stream disconnected before completion: error sending request for url (https://api.openai.com/v1/responses)",
 			},
 		},
@@ -293,4 +294,42 @@ func TestCodexLastFailureDecides(t *testing.T) {
 	require.True(t, f.Limited())
 	f = run(`{"type":"turn.started"}`, reconnect, `{"type":"turn.failed"}`)
 	require.True(t, f.Limited(), "a failure without a message is the error before it")
+}
+
+// TestCodexTransientFailure: a turn.failed whose error is a transport or
+// server failure (texts of openai/codex codex-rs/core/src/error.rs:
+// CodexErr::Stream, ConnectionFailed, ResponseStreamFailed,
+// InternalServerError, RetryLimit and UnexpectedStatus with a 5xx) is
+// Transient; one the next run would meet again (the context window, a 4xx)
+// is not, nor is a rate limit (Limited decides those).
+func TestCodexTransientFailure(t *testing.T) {
+	t.Parallel()
+	for msg, want := range map[string]bool{
+		"stream disconnected before completion: error sending request for url (https://api.openai.com/v1/responses)":              true,
+		"Connection failed: error sending request for url (https://api.openai.com/v1/responses)":                                  true,
+		"Error while reading the server response: error decoding response body, request id: req_1":                                true,
+		"We're currently experiencing high demand, which may cause temporary errors.":                                             true,
+		"exceeded retry limit, last status: 500 Internal Server Error":                                                            true,
+		"exceeded retry limit, last status: 503 Service Unavailable, request id: req_1":                                           true,
+		"unexpected status 502 Bad Gateway: <html>bad gateway</html>":                                                             true,
+		"exceeded retry limit, last status: 429 Too Many Requests":                                                                false,
+		"unexpected status 400 Bad Request: {\"error\":\"invalid model\"}":                                                        false,
+		"Codex ran out of room in the model's context window. Start a new conversation or clear earlier history before retrying.": false,
+		"wrote 500 lines": false,
+	} {
+		var f stream.Facts
+		c := &stream.Codex{}
+		c.Line([]byte(`{"type":"turn.started"}`), t0, &f)
+		line, err := json.Marshal(map[string]any{"type": "turn.failed", "error": map[string]string{"message": msg}})
+		require.NoError(t, err)
+		c.Line(line, t0, &f)
+		require.Equal(t, stream.OutcomeError, f.Outcome, msg)
+		require.Equal(t, want, f.Transient, msg)
+	}
+	// The last failure decides, as for a rate limit.
+	var f stream.Facts
+	c := &stream.Codex{}
+	c.Line([]byte(`{"type":"error","message":"stream disconnected before completion: connection reset"}`), t0, &f)
+	c.Line([]byte(`{"type":"turn.failed","error":{"message":"unexpected status 400 Bad Request: no"}}`), t0, &f)
+	require.False(t, f.Transient)
 }
