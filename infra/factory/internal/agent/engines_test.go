@@ -320,6 +320,33 @@ func TestClaudePresetResumes(t *testing.T) {
 	}
 }
 
+// TestClaudePresetResumeNotFound: a resumed session the CLI does not find
+// (it ends at once: error_during_execution, is_error, num_turns 0, as the
+// real CLI ends a resume from another directory, shared/AGENTS.md) costs
+// the job nothing: the engine runs again afresh, with the task itself, on
+// the work in the worktree, and the job is delivered.
+func TestClaudePresetResumeNotFound(t *testing.T) {
+	p := newPresetT(t, "resume_missing")
+	p.coord.job.LeaseEpoch = 1
+	p.coord.job.Runs = []fleet.Run{{FactoryID: "f1", LeaseEpoch: 1, Engine: "claude", Result: fleet.RunFailed,
+		EngineFacts: fleet.EngineFacts{Session: fixtureSession}}}
+	p.coord.job.LastFailure = &fleet.Failure{Reason: "crash: tests still red", Retryable: true}
+	old := filepath.Join(os.Getenv("CLAUDE_CONFIG_DIR"), "projects",
+		nonAlnum.ReplaceAllLiteralString(p.a.git.WorktreePath("app", "j1", 1), "-"))
+	require.NoError(t, os.MkdirAll(old, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(old, fixtureSession+".jsonl"), []byte("{}\n"), 0o600))
+
+	require.Equal(t, OutcomeDone, p.run(t), "fails: %q", p.coord.fails)
+	argv := p.runsArgv(t)
+	require.Len(t, argv, 2, "the resume, then a fresh session")
+	require.Equal(t, []string{"--resume", fixtureSession}, argv[0][len(argv[0])-2:])
+	require.NotContains(t, argv[1], "--resume")
+	stdin, err := os.ReadFile(p.stdin)
+	require.NoError(t, err)
+	require.True(t, strings.HasSuffix(string(stdin), "do it"), "the fresh session gets the task: %q", stdin)
+	require.Empty(t, p.coord.failReqs)
+}
+
 // TestCodexPresetRuns: the codex preset's usage is its turns' tokens
 // priced by FLEET_ENGINE_PRICES; a retry on this factory resumes its
 // thread (exec resume <thread> -) with the failure as the prompt.
