@@ -237,6 +237,19 @@ func TestClaudePresetFailures(t *testing.T) {
 	}
 }
 
+// TestClaudePresetUnreachableAPI: the real CLI's run that could not reach
+// the API (is_error with no api_error_status; its synthetic message's
+// error "server_error") is a retryable engine_error: the next run may
+// reach it.
+func TestClaudePresetUnreachableAPI(t *testing.T) {
+	p := newPresetT(t, "real-2.1.197-unreachable")
+	require.Equal(t, OutcomeFailed, p.run(t))
+	f := p.onlyFail(t)
+	require.Equal(t, fleet.FailEngineError, f.Kind, *f.Reason)
+	require.True(t, *f.Retryable, *f.Reason)
+	require.Empty(t, f.Cooldowns, "no rate limit")
+}
+
 // TestClaudePresetWatchdog: an engine that prints nothing is stopped at
 // the idle timeout (engine_idle, retryable); one that gives its result and
 // does not exit is ended after the grace and judged by its result.

@@ -16,7 +16,8 @@ import (
 //     retry_delay_ms, error_status: not modelled by the SDK; seen from the
 //     real CLI 2.1.197 with the API unreachable (shared/AGENTS.md).
 //   - "assistant": message.{id, model, usage}, error (AssistantMessageError,
-//     one of "rate_limit", "server_error", …).
+//     one of "rate_limit", "server_error", …): "server_error" also when
+//     the API could not be reached (real CLI 2.1.197), which is Transient.
 //   - "result" (ResultMessage): subtype, is_error, num_turns, session_id,
 //     total_cost_usd, usage {input_tokens, output_tokens,
 //     cache_creation_input_tokens, cache_read_input_tokens}, result,
@@ -110,17 +111,25 @@ func (c *Claude) Line(line []byte, now time.Time, f *Facts) {
 }
 
 func (c *Claude) assistant(l claudeLine, f *Facts) {
-	if errKind := jsonString(l.Error); errKind == "rate_limit" {
+	errKind := jsonString(l.Error)
+	if errKind == "rate_limit" {
 		f.RateLimited = true
+	}
+	if len(l.Error) > 0 {
+		// The last failed API call decides: "server_error" is how the CLI
+		// classes a 5xx or an API it could not reach at all (the real CLI
+		// 2.1.197, API unreachable: a result with is_error and no
+		// api_error_status).
+		f.Transient = errKind == "server_error"
 	}
 	m := l.Message
 	if m == nil {
 		return
 	}
 	if len(l.Error) == 0 && m.Model != claudeSynthetic {
-		// The API answered: the retries before were got through, and
-		// say nothing of how the run ends.
-		f.LimitRetries = 0
+		// The API answered: the retries and failures before were got
+		// through, and say nothing of how the run ends.
+		f.LimitRetries, f.Transient = 0, false
 	}
 	if m.Model != "" {
 		f.Model = m.Model

@@ -70,8 +70,10 @@ type Facts struct {
 	LimitResetsAt time.Time
 	// Transient says the final error is a transport or server failure the
 	// engine could not get past (Codex: the stream disconnected, the
-	// connection failed, the retry limit spent on a 5xx), which a later run
-	// may well not meet: the failure is retryable.
+	// connection failed, the retry limit spent on a 5xx; Claude: its
+	// assistant message's error "server_error", also given when the API
+	// could not be reached), which a later run may well not meet: the
+	// failure is retryable.
 	Transient bool
 	// LimitRetries counts the engine's own retries after a 429/529 (Claude
 	// system api_retry) since the API last answered: alive, but limited.

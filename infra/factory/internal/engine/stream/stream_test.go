@@ -58,7 +58,7 @@ func TestParsers(t *testing.T) {
 			file: "claude/is_error.jsonl", parser: &stream.Claude{},
 			want: stream.Facts{
 				Priced: true, Session: claudeSession, Model: "claude-sonnet-4-5-20250929", Turns: 1,
-				Outcome: stream.OutcomeError, APIErrorStatus: 500, Events: 3,
+				Outcome: stream.OutcomeError, APIErrorStatus: 500, Transient: true, Events: 3,
 				Detail: `API Error: 500 {"type":"error","error":{"type":"api_error","message":"Internal server error"}}`,
 			},
 		},
@@ -76,6 +76,16 @@ func TestParsers(t *testing.T) {
 				Priced: true, Session: claudeSession, Model: "claude-sonnet-4-5-20250929", Turns: 1,
 				Outcome: stream.OutcomeError, RateLimited: true, LimitResetsAt: time.Unix(1795003600, 0).UTC(), Events: 5,
 				Detail: "Claude usage limit reached. Your limit will reset at 6pm.",
+			},
+		},
+		{
+			// The real CLI with the API unreachable: no HTTP status, the
+			// synthetic message's error "server_error" says what it was.
+			file: "claude/real-2.1.197-unreachable.jsonl", parser: &stream.Claude{},
+			want: stream.Facts{
+				Priced: true, Session: "aa65d37f-7dc4-4fa8-a659-7be457f57b3b", Model: "<synthetic>", Turns: 1,
+				Outcome: stream.OutcomeError, Transient: true, Events: 4,
+				Detail: "API Error: Unable to connect to API (ConnectionRefused)",
 			},
 		},
 		{
