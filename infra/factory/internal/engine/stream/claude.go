@@ -131,7 +131,8 @@ func (c *Claude) assistant(l claudeLine, f *Facts) {
 		// through, and say nothing of how the run ends.
 		f.LimitRetries, f.Transient = 0, false
 	}
-	if m.Model != "" {
+	if m.Model != "" && m.Model != claudeSynthetic {
+		// A message the CLI made up names no model that ran.
 		f.Model = m.Model
 	}
 	if c.msgUsage == nil {

@@ -83,7 +83,7 @@ func TestParsers(t *testing.T) {
 			// synthetic message's error "server_error" says what it was.
 			file: "claude/real-2.1.197-unreachable.jsonl", parser: &stream.Claude{},
 			want: stream.Facts{
-				Priced: true, Session: "aa65d37f-7dc4-4fa8-a659-7be457f57b3b", Model: "<synthetic>", Turns: 1,
+				Priced: true, Session: "aa65d37f-7dc4-4fa8-a659-7be457f57b3b", Model: "claude-opus-4-8[1m]", Turns: 1,
 				Outcome: stream.OutcomeError, Transient: true, Events: 4,
 				Detail: "API Error: Unable to connect to API (ConnectionRefused)",
 			},
