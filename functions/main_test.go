@@ -380,3 +380,42 @@ func TestEveryTimerIsFreeWhenIdle(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalSettingsExampleResolvesEveryReference: `make func-app` copies
+// local/local.settings.json.example next to the app for `func start`, and
+// the Functions host knows only the app settings in it, not the handler's
+// documented defaults: a %SETTING% in a function.json that the example does
+// not set fails indexing that function. With only the example's values,
+// the emulator (which refuses an unresolved reference as the host does)
+// must accept every function, and every cosmosDBTrigger connection must be
+// there, as a connection string or as <connection>__accountEndpoint.
+func TestLocalSettingsExampleResolvesEveryReference(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join("..", "local", "local.settings.json.example"))
+	require.NoError(t, err)
+	var example struct {
+		Values map[string]string `json:"Values"`
+	}
+	require.NoError(t, json.Unmarshal(b, &example))
+	require.Equal(t, "custom", example.Values["FUNCTIONS_WORKER_RUNTIME"], "the host runs a custom handler only with FUNCTIONS_WORKER_RUNTIME=custom")
+
+	fa, err := hostemu.LoadApp("..")
+	require.NoError(t, err)
+	for _, fn := range fa.Functions {
+		for _, bd := range fn.Bindings {
+			for key, raw := range bd.Props {
+				for _, m := range settingRef.FindAllStringSubmatch(string(raw), -1) {
+					require.NotEmpty(t, example.Values[m[1]], "%s/function.json: %s.%s references %%%s%%, which local/local.settings.json.example does not set: `func start` would not index %s", fn.Name, bd.Name, key, m[1], fn.Name)
+				}
+			}
+			if strings.EqualFold(bd.Type, "cosmosDBTrigger") {
+				var conn string
+				require.NoError(t, json.Unmarshal(bd.Props["connection"], &conn), "%s: connection", fn.Name)
+				require.True(t, example.Values[conn] != "" || example.Values[conn+"__accountEndpoint"] != "",
+					"%s: connection %s is neither a setting nor %s__accountEndpoint in local/local.settings.json.example", fn.Name, conn, conn)
+			}
+		}
+	}
+	_, err = hostemu.New(hostemu.Options{Root: "..", Settings: func(name string) string { return example.Values[name] }, Store: idleStore{}})
+	require.NoError(t, err, "the emulator, with only the example's settings")
+}
