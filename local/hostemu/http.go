@@ -457,7 +457,10 @@ type rawResult struct {
 }
 
 // invoke POSTs an invocation to the handler. A non-2xx answer is a failed
-// invocation; its logs make the error.
+// invocation, and nothing of it is read: the host checks the status before
+// the body (EnsureSuccessStatusCode in DefaultHttpWorkerService), so a
+// failed invocation's Logs never reach the function's logs, and the handler
+// has to log the reason itself (the emulator passes its stdout on).
 func invoke(ctx context.Context, client *http.Client, addr, fn string, inv *funchost.Invocation) (*rawResult, int, error) {
 	body, err := json.Marshal(inv)
 	if err != nil {
@@ -482,6 +485,10 @@ func invokeBody(ctx context.Context, client *http.Client, addr, fn string, body 
 		return nil, 0, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		_, _ = io.CopyN(io.Discard, resp.Body, 64<<10) // the connection can be reused
+		return nil, resp.StatusCode, fmt.Errorf("status %d", resp.StatusCode)
+	}
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return nil, resp.StatusCode, err
@@ -492,9 +499,6 @@ func invokeBody(ctx context.Context, client *http.Client, addr, fn string, body 
 	}
 	if err := json.Unmarshal(data, &res); err != nil {
 		return nil, resp.StatusCode, fmt.Errorf("response is not an envelope: %w", err)
-	}
-	if resp.StatusCode/100 != 2 {
-		return &res, resp.StatusCode, fmt.Errorf("status %d: %s", resp.StatusCode, strings.Join(res.Logs, "; "))
 	}
 	return &res, resp.StatusCode, nil
 }

@@ -245,7 +245,9 @@ func TestHTTPFrontFailures(t *testing.T) {
 	rec := httptest.NewRecorder()
 	front.ServeHTTP(rec, httptest.NewRequest("GET", "/api/x", nil))
 	require.Equal(t, http.StatusInternalServerError, rec.Code)
-	require.Contains(t, rec.Body.String(), "unexpected EOF", "the handler's Logs make the error")
+	// The host drops a failed invocation's Logs: the reason is the
+	// handler's to log, not the client's to read.
+	require.NotContains(t, rec.Body.String(), "unexpected EOF", "the host does not read a failed invocation's Logs")
 
 	// A handler that is not running: clients wait, then get 503.
 	stopped := &Child{Log: slog.New(slog.DiscardHandler), ready: make(chan struct{})}
@@ -481,5 +483,30 @@ func BenchmarkHTTPFrontProxy(b *testing.B) {
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+	}
+}
+
+// TestFailedInvocationLogsAreDropped: the host checks an invocation's
+// status before it reads the body (EnsureSuccessStatusCode in
+// DefaultHttpWorkerService), so the Logs of a non-2xx answer never reach
+// the function's logs; a handler must log the reason itself (to stdout).
+// The emulator must not show it more than the host would, or a handler
+// that reports failures only in Logs looks fine here and is silent in
+// Azure.
+func TestFailedInvocationLogsAreDropped(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{`{"Outputs":{},"Logs":["only-in-logs"],"ReturnValue":null}`, `not an envelope`, ``} {
+		fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, body)
+		}))
+		addr := strings.TrimPrefix(fake.URL, "http://")
+		res, status, err := invokeBody(t.Context(), fake.Client(), addr, "fn", []byte(`{"Data":{},"Metadata":{}}`))
+		fake.Close()
+		require.Error(t, err, "body %q", body)
+		require.Equal(t, http.StatusInternalServerError, status)
+		require.Equal(t, "status 500", err.Error(), "body %q", body)
+		require.Nil(t, res, "the host reads nothing of a failed invocation's answer")
 	}
 }
