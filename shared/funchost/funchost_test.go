@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -539,4 +540,23 @@ func TestBodyIsBase64OnlyForOctetStreamAndMultipart(t *testing.T) {
 			require.Equal(t, tc.want == "hello", funchost.Base64Body(tc.contentType))
 		})
 	}
+}
+
+// TestFailedInvocationIsLoggedByTheHandler: the host drops the Logs of a
+// non-2xx answer (it checks the status before the body), so the reason for
+// a failed invocation reaches the host's logs only through the handler's
+// own log (stdout, which the host captures).
+func TestFailedInvocationIsLoggedByTheHandler(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	srv := funchost.NewServer(slog.New(slog.NewJSONHandler(&out, nil)), "", nil)
+	srv.Handle("dispatch", func(context.Context, *funchost.Invocation) (*funchost.Result, error) {
+		return nil, errors.New("store unavailable")
+	})
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, httptest.NewRequest("POST", "/dispatch", strings.NewReader(`{"Data":{},"Metadata":{}}`)))
+	require.Equal(t, http.StatusInternalServerError, rec.Code)
+	require.Contains(t, out.String(), `"function":"dispatch"`)
+	require.Contains(t, out.String(), "store unavailable", "the reason must be in the handler's log, not only in the Logs the host drops")
+	require.Contains(t, out.String(), `"level":"ERROR"`)
 }
