@@ -419,3 +419,46 @@ func TestLocalSettingsExampleResolvesEveryReference(t *testing.T) {
 	_, err = hostemu.New(hostemu.Options{Root: "..", Settings: func(name string) string { return example.Values[name] }, Store: idleStore{}})
 	require.NoError(t, err, "the emulator, with only the example's settings")
 }
+
+// TestChangeFeedTriggersUseTerraformsLeaseContainer: with an Entra identity
+// the cosmosDBTrigger cannot create its lease container (that is a control
+// plane write the data-plane role does not carry), so every trigger must
+// leave createLeaseContainerIfNotExists false and name a lease container
+// Terraform creates: one of store.Containers (terraform/cosmos.tf mirrors
+// them, TestTerraformContainersMatchStore), partitioned on /id as the
+// extension requires. The monitored container must be one of them too.
+func TestChangeFeedTriggersUseTerraformsLeaseContainer(t *testing.T) {
+	t.Parallel()
+	fa, err := hostemu.LoadApp("..")
+	require.NoError(t, err)
+	partitionKey := map[string]string{}
+	for _, c := range store.Containers {
+		partitionKey[c.Name] = c.PartitionKey
+	}
+	str := func(b hostemu.Binding, key, def string) string {
+		raw, ok := b.Props[key]
+		if !ok {
+			return def
+		}
+		var s string
+		require.NoError(t, json.Unmarshal(raw, &s), "%s must be a string", key)
+		return s
+	}
+	feeds := 0
+	for _, fn := range fa.Functions {
+		trig, ok := fn.Trigger()
+		require.True(t, ok)
+		if !strings.EqualFold(trig.Type, "cosmosDBTrigger") {
+			continue
+		}
+		feeds++
+		if raw, ok := trig.Props["createLeaseContainerIfNotExists"]; ok {
+			require.JSONEq(t, "false", string(raw), "%s: createLeaseContainerIfNotExists must be false: the identity cannot create containers; Terraform does", fn.Name)
+		}
+		lease := str(trig, "leaseContainerName", "leases")
+		require.Equal(t, "/id", partitionKey[lease], "%s: lease container %q must be in store.Containers (so Terraform creates it), partitioned on /id", fn.Name, lease)
+		monitored := str(trig, "containerName", "")
+		require.Contains(t, partitionKey, monitored, "%s: monitored container %q is not in store.Containers", fn.Name, monitored)
+	}
+	require.GreaterOrEqual(t, feeds, 2, "dispatch and echo at least")
+}
