@@ -45,6 +45,9 @@ provider "azurerm" {
   n = {
     k = "v"
   }
+  s = merge({
+    k = "v"
+  }, local.more)
 }
 locals {
   x = "y"
@@ -58,6 +61,7 @@ locals {
 		`provider "azurerm"/m`:                     `{ k = "v" }`,
 		`locals/x`:                                 `"y"`,
 		`provider "azurerm"/tags =/k`:              `"v"`,
+		`provider "azurerm"/s =/k`:                 `"v"`,
 		`provider "azurerm"/n =/k`:                 `"v"`,
 	}, attrs)
 
@@ -88,7 +92,9 @@ func tfBlockAttrs(path string) (map[string]string, error) {
 		trimmed := strings.TrimSpace(line)
 		switch {
 		case trimmed == "" || strings.HasPrefix(trimmed, "#") || strings.HasPrefix(trimmed, "//"):
-		case strings.HasPrefix(trimmed, "}") && strings.Trim(trimmed, "}]),") == "":
+		case strings.HasPrefix(trimmed, "}"):
+			// "}", "})", "}, local.x)": formatted HCL closes one block or
+			// map per line, at its start.
 			if len(stack) == 0 {
 				return nil, errUnbalanced(path)
 			}
