@@ -327,3 +327,68 @@ func TestRealClaudeTwoAccounts(t *testing.T) {
 	require.Equal(t, "succeeded", runs[1].Result)
 	require.Greater(t, runs[1].Usage.USD, 0.0)
 }
+
+// TestRealCodexPresetResumesAfterAServerError: the real Codex CLI, run by
+// the codex preset, meets a 500 from the scripted Responses API (no retries
+// configured): its turn.failed (0.171.0: "We're currently experiencing
+// high demand") is a server failure, so the failure is retryable and the job, on its one
+// attempt, is dead-lettered rather than failed for good. The operator's
+// requeue brings it back to the same factory, which resumes the thread
+// with the preset's own command line (the root options, then `resume
+// <thread> -`), as the real CLI accepts it: the resumed run's history holds
+// the first prompt, its command runs in the new worktree, and the job
+// ships.
+func TestRealCodexPresetResumesAfterAServerError(t *testing.T) {
+	t.Parallel()
+	real := agentCLI(t, "codex")
+	// A wrapper that records each run's arguments, then runs the real CLI.
+	bin, argv := t.TempDir(), filepath.Join(t.TempDir(), "argv")
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "codex"), []byte("#!/bin/sh\n{ printf '%s\\n' \"$@\"; echo --; } >> '"+argv+"'\nexec '"+real+"' \"$@\"\n"), 0o755))
+	s := startStack(t)
+	repo := newFacRepo(t, "app")
+	s.Product("demo", "app")
+	id := s.Submit("demo", "---\ntitle: greet\nrepo: app\nmaxAttempts: 1\n---\nCreate hello.txt.\n")
+	api := startResponsesAPI(t, responsesapi.Script{Steps: []responsesapi.Step{
+		{Status: 500, Once: true},
+		{Cmd: "printf 'hello from codex\\n' > hello.txt", InputTokens: 1000, OutputTokens: 50},
+		{Text: "Created hello.txt.", InputTokens: 1100, OutputTokens: 20},
+	}})
+	home := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(home, "config.toml"), []byte(`model = "gpt-5-codex"
+model_provider = "fleettest"
+
+[model_providers.fleettest]
+name = "fleettest"
+base_url = "`+api.URL+`/v1"
+wire_api = "responses"
+env_key = "OPENAI_API_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+`), 0o600))
+	token := s.Factory("fa", "demo", 1, []string{"os:linux"}, []string{repo.Name})
+	runFactory(t, s, "fa", token, 1, repo.Base, "true",
+		"FLEET_ENGINE_CODEX=preset", "FLEET_DEFAULT_ENGINE=codex",
+		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"CODEX_HOME="+home, "OPENAI_API_KEY=sk-test-0000")
+
+	facWaitStage(t, s, "demo", id, "dead_letter", 120*time.Second)
+	first := firstEndedRun(t, s, "demo", id)
+	// 0.171.0 words a 500 as "We're currently experiencing high demand".
+	require.Contains(t, first.Reason, "engine_error: engine codex reported an error: ", "the run failed on the server's answer")
+	require.NotEmpty(t, first.EngineSession, "thread.started came before the failed request")
+
+	r := s.Op(http.MethodPost, "/jobs/"+id+"/actions/requeue", "demo", map[string]any{"reason": "the API is back"})
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	facWaitStage(t, s, "demo", id, "shipped", 120*time.Second)
+	require.Equal(t, "hello from codex", repo.Show(t, "aq/job/"+id, "hello.txt"), "the resumed run's command ran in the new worktree")
+
+	b, err := os.ReadFile(argv)
+	require.NoError(t, err)
+	runs := strings.Split(strings.TrimSuffix(string(b), "--\n"), "--\n")
+	require.Len(t, runs, 2, "%s", b)
+	require.NotContains(t, runs[0], "resume")
+	require.Contains(t, runs[1], "\nresume\n"+first.EngineSession+"\n-\n", "the retry resumes the thread: %s", runs[1])
+	reqs := api.Requests()
+	require.Len(t, reqs, 3)
+	require.Contains(t, strings.Join(reqs[1].Texts, "\n"), "Create hello.txt.", "the resumed history holds the first run's prompt")
+}

@@ -37,6 +37,10 @@ type Step struct {
 	Cmd        string
 	Status     int
 	RetryAfter int
+	// Once answers this step the first time only, as a transient failure:
+	// an error leaves nothing in the conversation, so a later request at
+	// its place (a resumed thread) goes on to the steps after it.
+	Once bool
 	// InputTokens, CachedTokens, OutputTokens and ReasoningTokens are the
 	// usage the answer reports.
 	InputTokens, CachedTokens, OutputTokens, ReasoningTokens int
@@ -59,6 +63,7 @@ type Server struct {
 	srv    *http.Server
 	mu     sync.Mutex
 	reqs   []Request
+	spent  map[int]bool // the Once steps answered
 }
 
 // Start serves script on 127.0.0.1 until Close.
@@ -70,7 +75,7 @@ func Start(script Script) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{URL: "http://" + ln.Addr().String(), script: script}
+	s := &Server{URL: "http://" + ln.Addr().String(), script: script, spent: map[int]bool{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/responses", s.responses)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -130,11 +135,20 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	seen.Step = step
 	s.mu.Lock()
+	for i := 0; i <= step && i < len(s.script.Steps); i++ {
+		if s.script.Steps[i].Once && s.spent[i] {
+			step++ // answered before: its place is the next step's
+		}
+	}
+	step = min(step, len(s.script.Steps)-1)
+	if s.script.Steps[step].Once {
+		s.spent[step] = true
+	}
+	seen.Step = step
 	s.reqs = append(s.reqs, seen)
 	s.mu.Unlock()
-	st := s.script.Steps[min(step, len(s.script.Steps)-1)]
+	st := s.script.Steps[step]
 	if st.Status != 0 {
 		if st.RetryAfter > 0 {
 			w.Header().Set("retry-after", strconv.Itoa(st.RetryAfter))
