@@ -188,6 +188,12 @@ func (c *Claude) result(l claudeLine, now time.Time, f *Facts) {
 	if !l.IsError {
 		return
 	}
+	if f.Detail == "" {
+		// Nothing else said (a resume the CLI could not find ends so):
+		// the subtype, error_during_execution or error_max_turns, is what
+		// the failure's reason can name.
+		f.Detail = l.Subtype
+	}
 	if rateLimitStatus(l.APIErrorStatus) || RateLimitText(f.Detail) {
 		f.RateLimited = true
 	}

@@ -89,6 +89,15 @@ func TestParsers(t *testing.T) {
 			},
 		},
 		{
+			// A resume from another directory: an error result with no
+			// text at all; its subtype is what the reason can say.
+			file: "claude/resume_missing.jsonl", parser: &stream.Claude{},
+			want: stream.Facts{
+				Priced: true, Session: claudeSession, Outcome: stream.OutcomeError, Events: 1,
+				Detail: "error_during_execution",
+			},
+		},
+		{
 			file: "codex/normal.jsonl", parser: &stream.Codex{Price: codexPrice},
 			want: stream.Facts{
 				// (24000-8000)×1.25 + 8000×0.125 + 1200×10 per million.
