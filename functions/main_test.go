@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -73,9 +72,6 @@ func TestEveryFolderHasAHandlerAndEveryHandlerAFolder(t *testing.T) {
 	require.Equal(t, hostemu.ModeProxy, fa.Host.HTTPMode(), "the api function's event streams need enableProxyingHttpRequest")
 }
 
-// settingRef matches %NAME% as the host resolves it.
-var settingRef = regexp.MustCompile(`%([A-Za-z0-9_:.\-]+)%`)
-
 // defaultsOnly resolves settings from their documented defaults alone: what
 // a machine with no settings at all sees.
 func defaultsOnly(name string) string { return config.Default(name) }
@@ -90,17 +86,12 @@ func TestFunctionJSONUsesDocumentedSettings(t *testing.T) {
 	}
 	require.Equal(t, folders(t), names, "LoadApp must load every folder")
 
-	for _, fn := range fa.Functions {
-		for _, b := range fn.Bindings {
-			for key, raw := range b.Props {
-				for _, m := range settingRef.FindAllStringSubmatch(string(raw), -1) {
-					name := m[1]
-					documented := slices.ContainsFunc(config.Settings, func(s config.Setting) bool { return s.Name == name })
-					require.True(t, documented, "%s/function.json: %s.%s references %%%s%%, which is not in config.Settings", fn.Name, b.Name, key, name)
-					require.NotEmpty(t, config.Default(name), "%s/function.json: %s.%s references %%%s%%, which has no default: the app would not index without settings", fn.Name, b.Name, key, name)
-				}
-			}
-		}
+	refs := fa.SettingRefs()
+	require.NotEmpty(t, refs)
+	for _, r := range refs {
+		documented := slices.ContainsFunc(config.Settings, func(s config.Setting) bool { return s.Name == r.Name })
+		require.True(t, documented, "%s/function.json: %s.%s references %%%s%%, which is not in config.Settings", r.Function, r.Binding, r.Property, r.Name)
+		require.NotEmpty(t, config.Default(r.Name), "%s/function.json: %s.%s references %%%s%%, which has no default: the app would not index without settings", r.Function, r.Binding, r.Property, r.Name)
 	}
 
 	// With only the defaults, the emulator accepts every function: every
@@ -401,13 +392,11 @@ func TestLocalSettingsExampleResolvesEveryReference(t *testing.T) {
 
 	fa, err := hostemu.LoadApp("..")
 	require.NoError(t, err)
+	for _, r := range fa.SettingRefs() {
+		require.NotEmpty(t, example.Values[r.Name], "%s/function.json: %s.%s references %%%s%%, which local/local.settings.json.example does not set: `func start` would not index %s", r.Function, r.Binding, r.Property, r.Name, r.Function)
+	}
 	for _, fn := range fa.Functions {
 		for _, bd := range fn.Bindings {
-			for key, raw := range bd.Props {
-				for _, m := range settingRef.FindAllStringSubmatch(string(raw), -1) {
-					require.NotEmpty(t, example.Values[m[1]], "%s/function.json: %s.%s references %%%s%%, which local/local.settings.json.example does not set: `func start` would not index %s", fn.Name, bd.Name, key, m[1], fn.Name)
-				}
-			}
 			if strings.EqualFold(bd.Type, "cosmosDBTrigger") {
 				var conn string
 				require.NoError(t, json.Unmarshal(bd.Props["connection"], &conn), "%s: connection", fn.Name)

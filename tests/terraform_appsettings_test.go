@@ -3,7 +3,6 @@ package tests
 import (
 	"encoding/json"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -33,14 +32,11 @@ func TestTerraformAppSettingsResolveEveryFunctionReference(t *testing.T) {
 
 	fa, err := hostemu.LoadApp(root)
 	require.NoError(t, err)
-	ref := regexp.MustCompile(`%([A-Za-z0-9_:.\-]+)%`)
+	for _, r := range fa.SettingRefs() {
+		require.True(t, settings[r.Name], "%s/function.json: %s.%s references %%%s%%, which terraform/functions.tf does not set in app_settings: the host would not index %s", r.Function, r.Binding, r.Property, r.Name, r.Function)
+	}
 	for _, fn := range fa.Functions {
 		for _, b := range fn.Bindings {
-			for key, raw := range b.Props {
-				for _, m := range ref.FindAllStringSubmatch(string(raw), -1) {
-					require.True(t, settings[m[1]], "%s/function.json: %s.%s references %%%s%%, which terraform/functions.tf does not set in app_settings: the host would not index %s", fn.Name, b.Name, key, m[1], fn.Name)
-				}
-			}
 			if strings.EqualFold(b.Type, "cosmosDBTrigger") {
 				var conn string
 				require.NoError(t, json.Unmarshal(b.Props["connection"], &conn))

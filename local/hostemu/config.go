@@ -235,6 +235,28 @@ type Settings func(name string) string
 
 var settingRef = regexp.MustCompile(`%([A-Za-z0-9_:.\-]+)%`)
 
+// SettingRef is one %NAME% reference of a function.json: the app settings
+// the host must find to index the function.
+type SettingRef struct {
+	Function, Binding, Property, Name string
+}
+
+// SettingRefs lists every %NAME% reference in the app's bindings, as
+// Resolve finds them.
+func (a *App) SettingRefs() []SettingRef {
+	var out []SettingRef
+	for _, fn := range a.Functions {
+		for _, b := range fn.Bindings {
+			for key, raw := range b.Props {
+				for _, m := range settingRef.FindAllStringSubmatch(string(raw), -1) {
+					out = append(out, SettingRef{Function: fn.Name, Binding: b.Name, Property: key, Name: m[1]})
+				}
+			}
+		}
+	}
+	return out
+}
+
 // Resolve replaces every %NAME% in s; a reference to an unset setting is an
 // error naming it, as the host refuses to index such a function.
 func (get Settings) Resolve(s string) (string, error) {
