@@ -224,17 +224,7 @@ func TestRealCodexPresetFactory(t *testing.T) {
 		{Text: "Created hello.txt.", InputTokens: 1100, OutputTokens: 20},
 	}})
 	home := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(home, "config.toml"), []byte(`model = "gpt-5-codex"
-model_provider = "fleettest"
-
-[model_providers.fleettest]
-name = "fleettest"
-base_url = "`+api.URL+`/v1"
-wire_api = "responses"
-env_key = "OPENAI_API_KEY"
-request_max_retries = 0
-stream_max_retries = 0
-`), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(home, "config.toml"), api.CodexConfig(), 0o600))
 	token := s.Factory("fa", "demo", 1, []string{"os:linux"}, []string{repo.Name})
 	runFactory(t, s, "fa", token, 1, repo.Base, "true",
 		"FLEET_ENGINE_CODEX=preset", "FLEET_DEFAULT_ENGINE=codex", "FLEET_ENGINE_PRICES=codex=1.25/10",
@@ -354,17 +344,7 @@ func TestRealCodexPresetResumesAfterAServerError(t *testing.T) {
 		{Text: "Created hello.txt.", InputTokens: 1100, OutputTokens: 20},
 	}})
 	home := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(home, "config.toml"), []byte(`model = "gpt-5-codex"
-model_provider = "fleettest"
-
-[model_providers.fleettest]
-name = "fleettest"
-base_url = "`+api.URL+`/v1"
-wire_api = "responses"
-env_key = "OPENAI_API_KEY"
-request_max_retries = 0
-stream_max_retries = 0
-`), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(home, "config.toml"), api.CodexConfig(), 0o600))
 	token := s.Factory("fa", "demo", 1, []string{"os:linux"}, []string{repo.Name})
 	runFactory(t, s, "fa", token, 1, repo.Base, "true",
 		"FLEET_ENGINE_CODEX=preset", "FLEET_DEFAULT_ENGINE=codex",

@@ -98,6 +98,23 @@ func (s *Server) ProviderArgs() []string {
 		"-c", `model_providers.fleettest.env_key="OPENAI_API_KEY"`, "-m", "gpt-5-codex"}
 }
 
+// CodexConfig is ProviderArgs as a $CODEX_HOME/config.toml, for a codex
+// run whose command line is not the test's (a factory's preset), with
+// Codex's own retries off so that a scripted error ends the turn.
+func (s *Server) CodexConfig() []byte {
+	return []byte(`model = "gpt-5-codex"
+model_provider = "fleettest"
+
+[model_providers.fleettest]
+name = "fleettest"
+base_url = "` + s.URL + `/v1"
+wire_api = "responses"
+env_key = "OPENAI_API_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+`)
+}
+
 // Requests returns the calls seen so far.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
