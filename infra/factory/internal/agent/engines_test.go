@@ -304,15 +304,7 @@ func TestClaudePresetResumes(t *testing.T) {
 	}{{"same factory", "f1", true}, {"other factory", "f2", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPresetT(t, "normal")
-			p.coord.job.LeaseEpoch = 1
-			p.coord.job.Runs = []fleet.Run{{FactoryID: tc.factory, LeaseEpoch: 1, Engine: "claude", Result: fleet.RunFailed,
-				EngineFacts: fleet.EngineFacts{Session: fixtureSession}}}
-			p.coord.job.LastFailure = &fleet.Failure{Reason: "crash: tests still red", Retryable: true}
-			// The earlier run's transcript, where Claude Code left it.
-			old := filepath.Join(os.Getenv("CLAUDE_CONFIG_DIR"), "projects",
-				nonAlnum.ReplaceAllLiteralString(p.a.git.WorktreePath("app", "j1", 1), "-"))
-			require.NoError(t, os.MkdirAll(old, 0o700))
-			require.NoError(t, os.WriteFile(filepath.Join(old, fixtureSession+".jsonl"), []byte("{}\n"), 0o600))
+			p.earlierClaudeRun(t, tc.factory)
 
 			require.Equal(t, OutcomeDone, p.run(t), "fails: %q", p.coord.fails)
 			argv := p.runsArgv(t)
@@ -333,6 +325,21 @@ func TestClaudePresetResumes(t *testing.T) {
 	}
 }
 
+// earlierClaudeRun gives the job a failed first run (lease epoch 1) of the
+// claude preset on factoryID, with its session, and that session's
+// transcript where Claude Code left it (the run's worktree's project folder).
+func (p *presetT) earlierClaudeRun(t *testing.T, factoryID string) {
+	t.Helper()
+	p.coord.job.LeaseEpoch = 1
+	p.coord.job.Runs = []fleet.Run{{FactoryID: factoryID, LeaseEpoch: 1, Engine: "claude", Result: fleet.RunFailed,
+		EngineFacts: fleet.EngineFacts{Session: fixtureSession}}}
+	p.coord.job.LastFailure = &fleet.Failure{Reason: "crash: tests still red", Retryable: true}
+	old := filepath.Join(os.Getenv("CLAUDE_CONFIG_DIR"), "projects",
+		nonAlnum.ReplaceAllLiteralString(p.a.git.WorktreePath("app", "j1", 1), "-"))
+	require.NoError(t, os.MkdirAll(old, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(old, fixtureSession+".jsonl"), []byte("{}\n"), 0o600))
+}
+
 // TestClaudePresetResumeNotFound: a resumed session the CLI does not find
 // (it ends at once: error_during_execution, is_error, num_turns 0, as the
 // real CLI ends a resume from another directory, shared/AGENTS.md) costs
@@ -340,14 +347,7 @@ func TestClaudePresetResumes(t *testing.T) {
 // the work in the worktree, and the job is delivered.
 func TestClaudePresetResumeNotFound(t *testing.T) {
 	p := newPresetT(t, "resume_missing")
-	p.coord.job.LeaseEpoch = 1
-	p.coord.job.Runs = []fleet.Run{{FactoryID: "f1", LeaseEpoch: 1, Engine: "claude", Result: fleet.RunFailed,
-		EngineFacts: fleet.EngineFacts{Session: fixtureSession}}}
-	p.coord.job.LastFailure = &fleet.Failure{Reason: "crash: tests still red", Retryable: true}
-	old := filepath.Join(os.Getenv("CLAUDE_CONFIG_DIR"), "projects",
-		nonAlnum.ReplaceAllLiteralString(p.a.git.WorktreePath("app", "j1", 1), "-"))
-	require.NoError(t, os.MkdirAll(old, 0o700))
-	require.NoError(t, os.WriteFile(filepath.Join(old, fixtureSession+".jsonl"), []byte("{}\n"), 0o600))
+	p.earlierClaudeRun(t, "f1")
 
 	require.Equal(t, OutcomeDone, p.run(t), "fails: %q", p.coord.fails)
 	argv := p.runsArgv(t)
