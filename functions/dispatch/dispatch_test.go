@@ -58,6 +58,8 @@ func TestItems(t *testing.T) {
 			want: []store.Item{{ID: "b", PartitionKey: "p2", Rev: `"2"`}, {ID: "a", PartitionKey: "p1", Rev: `"1"`}}},
 		{name: "no _etag: no revision", raw: json.RawMessage(`[{"id":"a","productId":"p1"}]`),
 			want: []store.Item{{ID: "a", PartitionKey: "p1"}}},
+		{name: "a name in another case: encoding/json's match", raw: json.RawMessage(`[{"ID":"a","productId":"p1","_ETag":"\"3\""}]`),
+			want: []store.Item{{ID: "a", PartitionKey: "p1", Rev: `"3"`}}},
 		{name: "empty batch", raw: envelope(t, "dispatch_empty.json").Data[dispatch.DocumentsBinding], want: []store.Item{}},
 		{name: "document without productId", raw: funchost.EncodeDocuments([]json.RawMessage{json.RawMessage(`{"id":"a"}`)}),
 			wantErr: "document 0 has no id or productId"},

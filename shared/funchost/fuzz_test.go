@@ -166,3 +166,40 @@ func FuzzEncodeDocuments(f *testing.F) {
 		require.Equal(t, string(want), string(funchost.EncodeDocuments(batch)))
 	})
 }
+
+// FuzzDocumentFields: DocumentFields takes the batches Documents takes and
+// finds the same documents, and where it says its fields are exact they are
+// what encoding/json decodes from the document.
+func FuzzDocumentFields(f *testing.F) {
+	for _, s := range []string{
+		`"\"[{\\\"id\\\":\\\"a\\\",\\\"productId\\\":\\\"p\\\",\\\"_etag\\\":\\\"\\\\\\\"1\\\\\\\"\\\"}]\""`,
+		`[{"id":"a","ID":"b"}]`, `[{"Id":"a"}]`, `[{"id":null,"productId":"p"}]`, `[{"id":7}]`, `[{"id":"a","id":"b"}]`,
+		`[{"ıd":"a"}]`, `[{"_ETAG":"x"}]`, `[ 7 , {"id":"a"} ,"s"]`, `[{"id":"a\ud800"}]`, "[{\"id\":\"\xff\"}]",
+		`[{"x":{"id":"nested"},"id":"top"}]`, `[{"id":"a"}] [2]`, `[{"id":"a",}]`, `[]`, `null`, `""`, `"null"`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		want, wantErr := funchost.Documents(raw)
+		got, err := funchost.DocumentFields(raw, "id", "productId", "_etag")
+		if wantErr != nil {
+			require.Error(t, err, "Documents refuses %q: %v", raw, wantErr)
+			return
+		}
+		require.NoError(t, err, "Documents takes %q", raw)
+		require.Len(t, got, len(want))
+		for i, d := range got {
+			require.Equal(t, string(want[i]), string(d.Raw))
+			if !d.Exact {
+				continue
+			}
+			var v struct {
+				ID        string `json:"id"`
+				ProductID string `json:"productId"`
+				ETag      string `json:"_etag"`
+			}
+			require.NoError(t, json.Unmarshal(d.Raw, &v), "exact, so encoding/json decodes %q", d.Raw)
+			require.Equal(t, []string{v.ID, v.ProductID, v.ETag}, d.Fields, "%q", d.Raw)
+		}
+	})
+}
