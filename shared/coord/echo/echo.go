@@ -6,6 +6,7 @@
 package echo
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -240,7 +241,13 @@ func (c *Service) Changed(ctx context.Context, items []store.Item, mode Mode) (R
 	for _, it := range items {
 		// Only whether it is tracked: the whole job is read by its lane,
 		// and most jobs are not tracked (their versions are most of what
-		// the feed carries).
+		// the feed carries). A job without the name "tracker" anywhere is
+		// not, and is not decoded: the store's documents are written by
+		// the kernel's encoder, which writes a name as it is (and were
+		// one missed, the sweep finds the job by its open echo state).
+		if !bytes.Contains(it.Body, trackerName) {
+			continue
+		}
 		var j struct {
 			ID        string          `json:"id"`
 			ProductID string          `json:"productId"`
@@ -257,6 +264,9 @@ func (c *Service) Changed(ctx context.Context, items []store.Item, mode Mode) (R
 	}
 	return c.echoJobs(ctx, refs, false, mode)
 }
+
+// trackerName is how a job's tracker field is written in its document.
+var trackerName = []byte(`"tracker"`)
 
 // JobRef names a job to deliver for.
 type JobRef struct{ ProductID, JobID string }
