@@ -2,7 +2,6 @@
 # the data plane through a Cosmos SQL role assignment.
 
 locals {
-  # BEGIN store.Containers
   # Mirror of shared/store/containers.go, the single definition of the store's
   # shape; tests/terraform_containers_test.go fails on any difference. One entry
   # per container: partition key path, default TTL in seconds (0 = off) and the
@@ -79,7 +78,6 @@ locals {
       excluded_paths = []
     }
   }
-  # END store.Containers
 
   # Built-in "Cosmos DB Built-in Data Contributor" data-plane role.
   cosmos_data_contributor_role = "00000000-0000-0000-0000-000000000002"

@@ -16,19 +16,19 @@ import (
 // index a function whose reference is not set; a cosmosDBTrigger's
 // connection needs <connection>__accountEndpoint with an identity. So every
 // reference and connection of every function must be in the Function App's
-// app_settings in terraform/functions.tf, read here as text.
+// app_settings in terraform/functions.tf (local.function_app_settings, with
+// the locals it merges in), read with the HCL parser.
 func TestTerraformAppSettingsResolveEveryFunctionReference(t *testing.T) {
+	t.Parallel()
 	root := tfRepoRoot(t)
-	attrs, err := tfBlockAttrs(filepath.Join(root, "terraform", "functions.tf"))
-	require.NoError(t, err)
-	const prefix = "locals/function_app_settings =/"
+	locals := tfLocals(tfBody(t, filepath.Join(root, "terraform", "functions.tf")))
+	appSettings, ok := locals["function_app_settings"]
+	require.True(t, ok, "terraform/functions.tf: no local function_app_settings")
 	settings := map[string]bool{}
-	for k := range attrs {
-		if name, ok := strings.CutPrefix(k, prefix); ok {
-			settings[name] = true
-		}
+	for _, k := range tfObjectKeys(appSettings, locals) {
+		settings[k] = true
 	}
-	require.Contains(t, settings, "FLEET_STORE", "the parser must find the app settings map (%s...)", prefix)
+	require.Contains(t, settings, "FLEET_STORE", "the keys of local.function_app_settings: %v", settings)
 
 	fa, err := hostemu.LoadApp(root)
 	require.NoError(t, err)

@@ -1,25 +1,24 @@
 package tests
 
 import (
-	"bufio"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
+
+	"github.com/zclconf/go-cty/cty"
 
 	"github.com/gigafactory/fleet/shared/store"
 )
 
 // The Cosmos DB containers Terraform creates must be exactly the store's
 // containers (shared/store/containers.go). terraform/cosmos.tf keeps its
-// mirror in a locals block between "# BEGIN store.Containers" and
-// "# END store.Containers"; this test parses that block as text (no terraform
-// binary needed) and compares it field by field.
+// mirror in local.cosmos_containers; this test reads it with the HCL parser
+// (no terraform binary needed) and compares it field by field.
 func TestTerraformContainersMatchStore(t *testing.T) {
+	t.Parallel()
 	got, err := tfParseCosmosContainers(filepath.Join(tfRepoRoot(t), "terraform", "cosmos.tf"))
 	if err != nil {
 		t.Fatalf("terraform/cosmos.tf: %v", err)
@@ -61,12 +60,12 @@ func TestTerraformContainersMatchStore(t *testing.T) {
 	}
 }
 
-// The parser must reject what it does not understand rather than skip it, or
+// The reader must reject what it does not understand rather than skip it, or
 // a mirror edited into a new shape would pass unchecked.
 func TestTerraformContainersParserIsStrict(t *testing.T) {
+	t.Parallel()
 	cases := map[string]string{
-		"unknown attribute": `
-  # BEGIN store.Containers
+		"unknown attribute": `locals {
   cosmos_containers = {
     a = {
       partition_key  = "/id"
@@ -75,18 +74,16 @@ func TestTerraformContainersParserIsStrict(t *testing.T) {
       unique_keys    = []
     }
   }
-  # END store.Containers`,
-		"missing attribute": `
-  # BEGIN store.Containers
+}`,
+		"missing attribute": `locals {
   cosmos_containers = {
     a = {
       partition_key  = "/id"
       excluded_paths = []
     }
   }
-  # END store.Containers`,
-		"expression TTL": `
-  # BEGIN store.Containers
+}`,
+		"expression TTL": `locals {
   cosmos_containers = {
     a = {
       partition_key  = "/id"
@@ -94,8 +91,17 @@ func TestTerraformContainersParserIsStrict(t *testing.T) {
       excluded_paths = []
     }
   }
-  # END store.Containers`,
-		"no markers": `cosmos_containers = {}`,
+}`,
+		"not a local": `cosmos_containers = {}`,
+		"a string TTL": `locals {
+  cosmos_containers = {
+    a = {
+      partition_key  = "/id"
+      default_ttl    = "0"
+      excluded_paths = []
+    }
+  }
+}`,
 	}
 	for name, src := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -109,8 +115,7 @@ func TestTerraformContainersParserIsStrict(t *testing.T) {
 		})
 	}
 
-	ok := `
-  # BEGIN store.Containers
+	ok := `locals {
   cosmos_containers = {
     a = {
       partition_key  = "/productId"
@@ -118,7 +123,7 @@ func TestTerraformContainersParserIsStrict(t *testing.T) {
       excluded_paths = ["/body/?", "/data/*"]
     }
   }
-  # END store.Containers`
+}`
 	path := filepath.Join(t.TempDir(), "cosmos.tf")
 	if err := os.WriteFile(path, []byte(ok), 0o644); err != nil {
 		t.Fatal(err)
@@ -133,162 +138,58 @@ func TestTerraformContainersParserIsStrict(t *testing.T) {
 	}
 }
 
-var (
-	tfEntryStart = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_-]*)\s*=\s*\{$`)
-	tfAttr       = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.+)$`)
-	tfQuoted     = regexp.MustCompile(`"((?:[^"\\]|\\.)*)"`)
-)
-
-// tfParseCosmosContainers reads the cosmos_containers map from the delimited
-// locals block: one `name = { ... }` per container with exactly the
-// attributes partition_key (string), default_ttl (integer or product of
-// integers) and excluded_paths (list of strings).
+// tfParseCosmosContainers reads local.cosmos_containers of a .tf file: one
+// `name = { ... }` per container with exactly the attributes partition_key
+// (a string), default_ttl (a number, literal or a literal product) and
+// excluded_paths (a list of strings), none of them needing a variable.
 func tfParseCosmosContainers(path string) (map[string]store.Container, error) {
-	f, err := os.Open(path)
+	body, err := tfParse(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-
-	var (
-		out      = map[string]store.Container{}
-		inBlock  bool
-		inMap    bool
-		done     bool
-		cur      *store.Container
-		seen     map[string]bool
-		lineNo   int
-		scanner  = bufio.NewScanner(f)
-		location = func() string { return fmt.Sprintf("%s:%d", filepath.Base(path), lineNo) }
-	)
-	for scanner.Scan() {
-		lineNo++
-		line := strings.TrimSpace(scanner.Text())
-		switch {
-		case line == "# BEGIN store.Containers":
-			if inBlock || done {
-				return nil, fmt.Errorf("%s: second BEGIN marker", location())
-			}
-			inBlock = true
-			continue
-		case line == "# END store.Containers":
-			if !inBlock || cur != nil || inMap {
-				return nil, fmt.Errorf("%s: END marker inside an unfinished block", location())
-			}
-			inBlock, done = false, true
-			continue
-		}
-		if !inBlock {
-			continue
-		}
-		if i := strings.Index(line, "#"); i >= 0 && !strings.Contains(line[:i], `"`) {
-			line = strings.TrimSpace(line[:i])
-		}
-		if line == "" {
-			continue
-		}
-		switch {
-		case !inMap:
-			if !regexp.MustCompile(`^cosmos_containers\s*=\s*\{$`).MatchString(line) {
-				return nil, fmt.Errorf("%s: want `cosmos_containers = {`, got %q", location(), line)
-			}
-			inMap = true
-		case cur == nil && line == "}":
-			inMap = false
-		case cur == nil:
-			m := tfEntryStart.FindStringSubmatch(line)
-			if m == nil {
-				return nil, fmt.Errorf("%s: want `<container> = {`, got %q", location(), line)
-			}
-			if _, dup := out[m[1]]; dup {
-				return nil, fmt.Errorf("%s: container %q listed twice", location(), m[1])
-			}
-			cur = &store.Container{Name: m[1]}
-			seen = map[string]bool{}
-		case line == "}":
-			for _, a := range []string{"partition_key", "default_ttl", "excluded_paths"} {
-				if !seen[a] {
-					return nil, fmt.Errorf("%s: container %q has no %s", location(), cur.Name, a)
-				}
-			}
-			out[cur.Name] = *cur
-			cur = nil
-		default:
-			m := tfAttr.FindStringSubmatch(line)
-			if m == nil {
-				return nil, fmt.Errorf("%s: want `attribute = value`, got %q", location(), line)
-			}
-			name, value := m[1], strings.TrimSpace(m[2])
-			if seen[name] {
-				return nil, fmt.Errorf("%s: %s set twice", location(), name)
-			}
-			seen[name] = true
-			switch name {
-			case "partition_key":
-				s, err := strconv.Unquote(value)
-				if err != nil {
-					return nil, fmt.Errorf("%s: partition_key %s is not a string literal", location(), value)
-				}
-				cur.PartitionKey = s
-			case "default_ttl":
-				n, err := tfParseIntProduct(value)
-				if err != nil {
-					return nil, fmt.Errorf("%s: default_ttl: %v", location(), err)
-				}
-				cur.DefaultTTL = n
-			case "excluded_paths":
-				paths, err := tfParseStringList(value)
-				if err != nil {
-					return nil, fmt.Errorf("%s: excluded_paths: %v", location(), err)
-				}
-				cur.ExcludedPaths = paths
-			default:
-				return nil, fmt.Errorf("%s: unknown attribute %q (teach the parser and coord.Container about it first)", location(), name)
-			}
-		}
+	expr, ok := tfLocals(body)["cosmos_containers"]
+	if !ok {
+		return nil, fmt.Errorf("%s: no local cosmos_containers", filepath.Base(path))
 	}
-	if err := scanner.Err(); err != nil {
+	v, err := tfLiteral(expr)
+	if err != nil {
 		return nil, err
 	}
-	if !done {
-		return nil, fmt.Errorf("no complete `# BEGIN store.Containers` ... `# END store.Containers` block")
+	if !v.Type().IsObjectType() {
+		return nil, fmt.Errorf("%s: cosmos_containers is %s, want a map of containers", expr.Range(), v.Type().FriendlyName())
 	}
-	return out, nil
-}
-
-// tfParseIntProduct accepts "7776000" or "90 * 24 * 3600".
-func tfParseIntProduct(s string) (int, error) {
-	product := 1
-	for _, factor := range strings.Split(s, "*") {
-		n, err := strconv.Atoi(strings.TrimSpace(factor))
-		if err != nil {
-			return 0, fmt.Errorf("%q is not an integer or a product of integers", s)
+	out := map[string]store.Container{}
+	for name, c := range v.AsValueMap() {
+		if !c.Type().IsObjectType() {
+			return nil, fmt.Errorf("%s: container %s is %s, want an object", expr.Range(), name, c.Type().FriendlyName())
 		}
-		product *= n
-	}
-	return product, nil
-}
-
-// tfParseStringList accepts `[]` or `["a", "b"]` on one line.
-func tfParseStringList(s string) ([]string, error) {
-	if !strings.HasPrefix(s, "[") || !strings.HasSuffix(s, "]") {
-		return nil, fmt.Errorf("%q is not a one-line list", s)
-	}
-	inner := strings.TrimSpace(s[1 : len(s)-1])
-	if inner == "" {
-		return nil, nil
-	}
-	var out []string
-	rest := tfQuoted.ReplaceAllStringFunc(inner, func(q string) string {
-		v, err := strconv.Unquote(q)
-		if err != nil {
-			v = "\x00"
+		attrs := c.AsValueMap()
+		for a := range attrs {
+			if !slices.Contains([]string{"partition_key", "default_ttl", "excluded_paths"}, a) {
+				return nil, fmt.Errorf("container %s: unknown attribute %q (teach this test and store.Container about it first)", name, a)
+			}
 		}
-		out = append(out, v)
-		return ""
-	})
-	if strings.Trim(rest, ", ") != "" || slices.Contains(out, "\x00") {
-		return nil, fmt.Errorf("%q is not a list of string literals", s)
+		pk, ttl, paths := attrs["partition_key"], attrs["default_ttl"], attrs["excluded_paths"]
+		switch {
+		case pk == cty.NilVal || pk.Type() != cty.String:
+			return nil, fmt.Errorf("container %s: partition_key must be a string", name)
+		case ttl == cty.NilVal || ttl.Type() != cty.Number:
+			return nil, fmt.Errorf("container %s: default_ttl must be a number", name)
+		case paths == cty.NilVal || !(paths.Type().IsTupleType() || paths.Type().IsListType()):
+			return nil, fmt.Errorf("container %s: excluded_paths must be a list", name)
+		}
+		n, acc := ttl.AsBigFloat().Int64()
+		if acc != big.Exact {
+			return nil, fmt.Errorf("container %s: default_ttl %s is not a whole number", name, ttl.AsBigFloat())
+		}
+		sc := store.Container{Name: name, PartitionKey: pk.AsString(), DefaultTTL: int(n)}
+		for _, p := range paths.AsValueSlice() {
+			if p.Type() != cty.String {
+				return nil, fmt.Errorf("container %s: excluded_paths must hold strings", name)
+			}
+			sc.ExcludedPaths = append(sc.ExcludedPaths, p.AsString())
+		}
+		out[name] = sc
 	}
 	return out, nil
 }
