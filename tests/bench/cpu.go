@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 )
@@ -41,10 +43,59 @@ func procCPU(pid int) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / userHZ, nil
 }
 
-// cpuSample is the CPU time of the three processes of a run.
+// procWait is how long a process's threads have waited runnable on a run
+// queue so far, summed over the threads it has now (Linux's
+// /proc/<pid>/task/<tid>/schedstat, second field). A process that waits
+// for a CPU while it has work is held back by its neighbours, not by its
+// own code: phase 2's handler, the stack's bottleneck, is.
+func procWait(pid int) (time.Duration, error) {
+	files, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil {
+		return 0, err
+	}
+	if len(files) == 0 {
+		return 0, fmt.Errorf("process %d: no schedstat", pid)
+	}
+	var sum time.Duration
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // the thread ended meanwhile
+		}
+		if err != nil {
+			return 0, err
+		}
+		w, err := schedWait(b)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", f, err)
+		}
+		sum += w
+	}
+	return sum, nil
+}
+
+// schedWait reads the run-queue wait (ns) of a schedstat line: "<time on
+// CPU> <time waiting on a run queue> <timeslices>".
+func schedWait(b []byte) (time.Duration, error) {
+	f := bytes.Fields(b)
+	if len(f) != 3 {
+		return 0, fmt.Errorf("schedstat %q: want 3 fields", b)
+	}
+	ns, err := strconv.ParseInt(string(f[1]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("schedstat %q: %w", b, err)
+	}
+	return time.Duration(ns), nil
+}
+
+// cpuSample is the CPU time of the three processes of a run and, where the
+// kernel tells (waitOK), how long their threads waited for a CPU.
 type cpuSample struct {
 	at                     time.Time
 	handler, local, client time.Duration
+	waitOK                 bool
+	handlerWait, localWait time.Duration
+	clientWait             time.Duration
 }
 
 // cpuUse is CPU time over a window, per process.
@@ -56,6 +107,17 @@ type cpuUse struct {
 	// Busy is the three processes' CPU time over the wall time times the
 	// CPUs: 1 means every CPU was busy with the run.
 	Busy float64 `json:"busy"`
+	// Wait is each process's threads' time runnable on a run queue, summed,
+	// over the wall time (0.17: a sixth of the window); nil where the
+	// kernel does not tell.
+	Wait *cpuWait `json:"runQueueWait,omitempty"`
+}
+
+// cpuWait is run-queue wait per process, as a share of a window.
+type cpuWait struct {
+	Handler float64 `json:"handler"`
+	Local   float64 `json:"fleetLocal"`
+	Bench   float64 `json:"bench"`
 }
 
 // sampleCPU reads the CPU times; ok is false where the OS does not tell.
@@ -65,6 +127,11 @@ func (s *session) sampleCPU(handlerPID int) (cpuSample, bool) {
 	c.handler, err1 = procCPU(handlerPID)
 	c.local, err2 = procCPU(s.st.cmd.Process.Pid)
 	c.client, err3 = procCPU(os.Getpid())
+	var w1, w2, w3 error
+	c.handlerWait, w1 = procWait(handlerPID)
+	c.localWait, w2 = procWait(s.st.cmd.Process.Pid)
+	c.clientWait, w3 = procWait(os.Getpid())
+	c.waitOK = w1 == nil && w2 == nil && w3 == nil
 	return c, err1 == nil && err2 == nil && err3 == nil
 }
 
@@ -88,5 +155,14 @@ func cpuBetween(a, b cpuSample, cpus int) *cpuUse {
 		BenchSeconds:   (b.client - a.client).Seconds(),
 	}
 	u.Busy = (u.HandlerSeconds + u.LocalSeconds + u.BenchSeconds) / (u.WallSeconds * float64(cpus))
+	if a.waitOK && b.waitOK {
+		share := func(x, y time.Duration) float64 { return (y - x).Seconds() / u.WallSeconds }
+		u.Wait = &cpuWait{Handler: share(a.handlerWait, b.handlerWait), Local: share(a.localWait, b.localWait), Bench: share(a.clientWait, b.clientWait)}
+	}
 	return u
+}
+
+// String is run-queue wait as the report prints it.
+func (w *cpuWait) String() string {
+	return fmt.Sprintf("handler %.0f%%, fleet-local %.0f%%, bench %.0f%%", 100*w.Handler, 100*w.Local, 100*w.Bench)
 }

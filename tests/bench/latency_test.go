@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"testing"
 	"time"
 
@@ -72,8 +73,44 @@ func TestLatencyCPUPerJob(t *testing.T) {
 	r.print(&out)
 	require.Regexp(t, `CPU per job: handler \+ emulator and NATS \+ clients; the 2 CPUs' share busy\s+10\.00 ms \(3\.50 \+ 4\.50 \+ 2\.00\); 50%`, out.String())
 
+	require.NotContains(t, out.String(), "waiting runnable", "no wait figures without schedstat samples")
+
+	before.waitOK, after.waitOK = true, true
+	after.handlerWait, after.localWait, after.clientWait = 4*time.Second, 10*time.Second, time.Second
+	r.Latency.CPU = cpuBetween(before, after, 2)
+	out.Reset()
+	r.print(&out)
+	require.Regexp(t, `waiting runnable for a CPU, each process's threads summed, share of the phase\s+handler 20%, fleet-local 50%, bench 5%`, out.String())
+
 	r.Latency.CPU = nil
 	out.Reset()
 	r.print(&out)
 	require.NotContains(t, out.String(), "CPU per job")
+}
+
+// TestSchedWait: the run-queue wait is a schedstat line's second field, in
+// nanoseconds; anything else is an error, not a zero.
+func TestSchedWait(t *testing.T) {
+	t.Parallel()
+	w, err := schedWait([]byte("4141000000 842000000 12345\n"))
+	require.NoError(t, err)
+	require.Equal(t, 842*time.Millisecond, w)
+	for _, bad := range []string{"", "1 2", "1 x 3", "1 2 3 4"} {
+		_, err := schedWait([]byte(bad))
+		require.Error(t, err, "%q", bad)
+	}
+}
+
+// TestProcWaitReadsThisProcess: on Linux the bench's own threads have
+// schedstat lines, and their wait never goes back.
+func TestProcWaitReadsThisProcess(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/self/task"); err != nil {
+		t.Skip("no /proc: the bench reports no wait figures here")
+	}
+	a, err := procWait(os.Getpid())
+	require.NoError(t, err)
+	b, err := procWait(os.Getpid())
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, b, a)
 }

@@ -149,6 +149,9 @@ func (r *results) print(out io.Writer) {
 			p := c.per(l.Jobs)
 			row(fmt.Sprintf("   CPU per job: handler + emulator and NATS + clients; the %d CPUs' share busy", m.CPUs),
 				fmt.Sprintf("%s ms (%s + %s + %s); %.0f%%", f2(p.Total()), f2(p.Handler), f2(p.Local), f2(p.Bench), 100*c.Busy), "", "")
+			if c.Wait != nil {
+				row("   waiting runnable for a CPU, each process's threads summed, share of the phase", c.Wait.String(), "", "")
+			}
 		}
 	}
 	if h := r.Handoff; h != nil {
@@ -260,6 +263,9 @@ func (r *results) print(out io.Writer) {
 			p := c.per(l.Lifecycles)
 			fmt.Fprintf(out, "CPU per lifecycle: handler %.2f ms, fleet-local (emulator + NATS) %.2f ms, bench (clients) %.2f ms; all %d CPUs %.0f%% busy over %.2f s\n",
 				p.Handler, p.Local, p.Bench, r.Machine.CPUs, 100*c.Busy, c.WallSeconds)
+			if c.Wait != nil {
+				fmt.Fprintf(out, "waiting runnable for a CPU (each process's threads summed, share of the phase): %s\n", c.Wait)
+			}
 		}
 	}
 	if i := r.Idle; i != nil {
