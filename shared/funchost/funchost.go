@@ -107,7 +107,7 @@ type Document struct {
 // DocumentFields is Documents, reading the top-level string fields named on
 // the way: the dispatch and echo functions need every changed job's
 // address, and reading it in the pass that splits the batch, rather than
-// decoding each document again, took a third off a batch's decoding
+// decoding each document again, took a quarter off a batch's decoding
 // (BenchmarkItems). It takes the batches Documents takes, finds the same
 // documents, and where it reports Exact the fields are what encoding/json
 // would decode (FuzzDocumentFields).
