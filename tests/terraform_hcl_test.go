@@ -50,12 +50,9 @@ func tfBlock(body *hclsyntax.Body, typ string, labels ...string) *hclsyntax.Bloc
 	return nil
 }
 
-// hclBlock is a parsed block.
-type hclBlock = hclsyntax.Block
-
 // tfNested is the block reached from b through nested blocks of the types
 // given (the first of each), or nil where one is missing.
-func tfNested(b *hclBlock, types ...string) *hclBlock {
+func tfNested(b *hclsyntax.Block, types ...string) *hclsyntax.Block {
 	for _, typ := range types {
 		if b == nil {
 			return nil

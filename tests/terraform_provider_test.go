@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/stretchr/testify/require"
 	"github.com/zclconf/go-cty/cty"
 )
@@ -19,7 +20,7 @@ func TestTerraformProviderDeletesTheDefaultRule(t *testing.T) {
 	t.Parallel()
 	provider := tfBlock(tfBody(t, filepath.Join(tfRepoRoot(t), "terraform", "providers.tf")), "provider", "azurerm")
 	require.NotNil(t, provider, `terraform/providers.tf: no provider "azurerm" block`)
-	isTrue := func(where string, b *hclBlock, name, why string) {
+	isTrue := func(where string, b *hclsyntax.Block, name, why string) {
 		t.Helper()
 		require.NotNil(t, b, "terraform/providers.tf: no %s", where)
 		a, ok := b.Body.Attributes[name]

@@ -64,31 +64,19 @@ func Unwrap(raw json.RawMessage) (json.RawMessage, error) {
 	return raw, nil
 }
 
-// Documents decodes a cosmosDBTrigger batch into its documents. A batch
-// crosses this for every change of every job, twice encoded as a string,
-// so it peels the strings and splits the array with jsontext (one pass
-// each) rather than encoding/json's validate-then-decode passes; it takes
-// what encoding/json takes, and finds the same documents (FuzzDocuments).
+// Documents decodes a cosmosDBTrigger batch (the array twice encoded as a
+// string) into its documents, as DocumentFields does; it takes what
+// encoding/json takes, and finds the same documents (FuzzDocuments).
 func Documents(raw json.RawMessage) ([]json.RawMessage, error) {
-	inner, empty, err := peel(raw)
-	if err != nil || empty {
+	docs, err := DocumentFields(raw)
+	if err != nil || docs == nil {
 		return nil, err
 	}
-	var docs []json.RawMessage
-	err = splitArray(inner, func(dec *jsontext.Decoder) error {
-		v, err := dec.ReadValue()
-		if err == nil {
-			docs = append(docs, bytes.Clone(v))
-		}
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("documents: want a JSON array: %w", err)
+	out := make([]json.RawMessage, len(docs))
+	for i, d := range docs {
+		out[i] = d.Raw
 	}
-	if docs == nil {
-		docs = []json.RawMessage{}
-	}
-	return docs, nil
+	return out, nil
 }
 
 // A Document is one document of a batch with the top-level string fields
@@ -108,9 +96,10 @@ type Document struct {
 // the way: the dispatch and echo functions need every changed job's
 // address, and reading it in the pass that splits the batch, rather than
 // decoding each document again, took a quarter off a batch's decoding
-// (BenchmarkItems). It takes the batches Documents takes, finds the same
-// documents, and where it reports Exact the fields are what encoding/json
-// would decode (FuzzDocumentFields).
+// (BenchmarkItems). It takes the batches encoding/json takes, finds the
+// same documents, and where it reports Exact the fields are what
+// encoding/json would decode (FuzzDocumentFields). Documents is it with no
+// fields asked for.
 func DocumentFields(raw json.RawMessage, names ...string) ([]Document, error) {
 	inner, empty, err := peel(raw)
 	if err != nil || empty {

@@ -91,11 +91,10 @@ func schedWait(b []byte) (time.Duration, error) {
 // cpuSample is the CPU time of the three processes of a run and, where the
 // kernel tells (waitOK), how long their threads waited for a CPU.
 type cpuSample struct {
-	at                     time.Time
-	handler, local, client time.Duration
-	waitOK                 bool
-	handlerWait, localWait time.Duration
-	clientWait             time.Duration
+	at                                 time.Time
+	handler, local, client             time.Duration
+	waitOK                             bool
+	handlerWait, localWait, clientWait time.Duration
 }
 
 // cpuUse is CPU time over a window, per process.
