@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,6 +53,9 @@ type fakeDispatch struct {
 	mu         sync.Mutex
 	fail       func(ids []string, attempt int) bool
 	attempts   map[string]int // by the batch's first id
+	// during, when set, runs inside each invocation, as a function's
+	// own writes do.
+	during func(ids []string)
 }
 
 func newFakeDispatch(t *testing.T, fail func(ids []string, attempt int) bool) *fakeDispatch {
@@ -82,7 +86,11 @@ func newFakeDispatch(t *testing.T, fail func(ids []string, attempt int) bool) *f
 			attempt = f.attempts[d.ids[0]]
 		}
 		d.failed = f.fail != nil && f.fail(d.ids, attempt)
+		during := f.during
 		f.mu.Unlock()
+		if during != nil {
+			during(d.ids)
+		}
 		f.deliveries <- d
 		if d.failed {
 			return nil, errors.New("dispatch failed on purpose")
@@ -179,6 +187,12 @@ func (e *feedEnv) start(fn *Function, trig Binding, child *Child) (stop func()) 
 	e.t.Helper()
 	ft, err := newFeedTrigger(fn, trig, feedSettings, e.store, nil, child, slog.New(slog.DiscardHandler))
 	require.NoError(e.t, err)
+	return e.run(ft)
+}
+
+// run runs ft until the returned stop is called.
+func (e *feedEnv) run(ft *feedTrigger) (stop func()) {
+	e.t.Helper()
 	ctx, cancel := context.WithCancel(e.t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); ft.run(ctx) }()
@@ -349,6 +363,158 @@ func TestFeedTriggerWaitsForHandler(t *testing.T) {
 	child.mu.Unlock()
 	require.Equal(t, []string{"j1"}, fake.next(t).ids)
 	e.waitCheckpoint(revs[0])
+}
+
+// countingFeed counts a trigger's feed reads and lease writes.
+type countingFeed struct {
+	FeedStore
+	reads, upserts atomic.Int64
+	onRead         func() // when set, called at each read
+}
+
+func (c *countingFeed) ReadChanges(ctx context.Context, container, cont string, max int) (store.ChangePage, error) {
+	c.reads.Add(1)
+	if c.onRead != nil {
+		c.onRead()
+	}
+	return c.FeedStore.ReadChanges(ctx, container, cont, max)
+}
+
+func (c *countingFeed) Upsert(ctx context.Context, container, pk, id string, body []byte) (string, error) {
+	c.upserts.Add(1)
+	return c.FeedStore.Upsert(ctx, container, pk, id, body)
+}
+
+// newCountedTrigger is the dispatch trigger over e's store through a
+// countingFeed, woken by changed (nil: polling), writing its lease at most
+// every checkpointEvery.
+func (e *feedEnv) newCountedTrigger(child *Child, changed <-chan struct{}, checkpointEvery time.Duration) (*feedTrigger, *countingFeed) {
+	e.t.Helper()
+	fn, trig := feedFunction(10, nil)
+	counted := &countingFeed{FeedStore: e.store}
+	ft, err := newFeedTrigger(fn, trig, feedSettings, counted, changed, child, slog.New(slog.DiscardHandler))
+	require.NoError(e.t, err)
+	ft.checkpointEvery = checkpointEvery
+	return ft, counted
+}
+
+// TestFeedTriggerWritesItsLeaseAtMostEvery: batches that follow each other
+// within checkpointEvery write the lease once, at the first; the trigger's
+// stop writes where it got to, so a restart redelivers nothing.
+func TestFeedTriggerWritesItsLeaseAtMostEvery(t *testing.T) {
+	t.Parallel()
+	e := newFeedEnv(t)
+	fake := newFakeDispatch(t, nil)
+	ft, counted := e.newCountedTrigger(fake.child(), nil, time.Hour)
+	stop := e.run(ft)
+
+	var revs []string
+	for _, id := range []string{"j1", "j2", "j3", "j4"} {
+		revs = append(revs, e.write(id)...)
+		require.Equal(t, []string{id}, fake.next(t).ids)
+	}
+	cp, ok := e.checkpoint()
+	require.True(t, ok)
+	require.Equal(t, revs[0], cp.Continuation, "only the first batch's checkpoint is written within the hour")
+	stop()
+	require.Equal(t, int64(2), counted.upserts.Load(), "the first batch's lease write and the stop's")
+	e.waitCheckpoint(revs[3])
+
+	fn, trig := feedFunction(10, nil)
+	e.start(fn, trig, fake.child())
+	more := e.write("j5")
+	require.Equal(t, []string{"j5"}, fake.next(t).ids, "a restarted trigger must not redeliver what the stop wrote")
+	e.waitCheckpoint(more[0])
+}
+
+// TestFeedTriggerWritesALaggingLeaseWhenDue: a trigger with nothing more
+// to read writes its lagging lease once checkpointEvery has passed, without
+// waiting for a change or its stop, and without reading the feed for it.
+func TestFeedTriggerWritesALaggingLeaseWhenDue(t *testing.T) {
+	t.Parallel()
+	e := newFeedEnv(t)
+	fake := newFakeDispatch(t, nil)
+	changed := make(chan struct{}, 1)
+	ft, counted := e.newCountedTrigger(fake.child(), changed, 50*time.Millisecond)
+	e.run(ft)
+
+	first := e.write("j1")
+	changed <- struct{}{}
+	require.Equal(t, []string{"j1"}, fake.next(t).ids)
+	second := e.write("j2")
+	changed <- struct{}{}
+	require.Equal(t, []string{"j2"}, fake.next(t).ids)
+	e.waitCheckpoint(second[0])
+	require.NotEqual(t, first[0], second[0])
+	require.Equal(t, int64(3), counted.reads.Load(), "the start's read and one per signalled change, none for the lease")
+}
+
+// TestFeedTriggerReadsOnlyWhenSignalled: with a change signal, a short
+// batch is not followed by a read of the feed (it would find nothing: every
+// later commit signals); one read follows each signal. Each read notes how
+// many signals the test had begun to send: a read after a batch, before the
+// next signal was taken, repeats a number.
+func TestFeedTriggerReadsOnlyWhenSignalled(t *testing.T) {
+	t.Parallel()
+	e := newFeedEnv(t)
+	fake := newFakeDispatch(t, nil)
+	changed := make(chan struct{}) // unbuffered: a send returns once the trigger waits
+	ft, counted := e.newCountedTrigger(fake.child(), changed, 0)
+	var sent atomic.Int64
+	var mu sync.Mutex
+	var reads []int64
+	counted.onRead = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		reads = append(reads, sent.Load())
+	}
+	send := func() {
+		sent.Add(1)
+		changed <- struct{}{}
+	}
+	e.run(ft)
+	eventually(t, "the start's read", func() bool { return counted.reads.Load() == 1 })
+
+	for _, id := range []string{"j1", "j2", "j3"} {
+		e.write(id)
+		send()
+		require.Equal(t, []string{id}, fake.next(t).ids)
+	}
+	send() // taken once the trigger waits again, after whatever it read after j3's batch
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, len(reads), 4)
+	require.Equal(t, []int64{0, 1, 2, 3}, reads[:4], "the start's read, then one per signal")
+}
+
+// TestFeedTriggerReadsAChangeMadeDuringItsBatch: a commit while the batch
+// is being handled (the dispatch function's own stamp, say) signals while
+// the trigger is not waiting; the signal is kept, so the change is read.
+func TestFeedTriggerReadsAChangeMadeDuringItsBatch(t *testing.T) {
+	t.Parallel()
+	e := newFeedEnv(t)
+	fake := newFakeDispatch(t, nil)
+	changed := make(chan struct{}, 1) // as WatchFiles makes it
+	signal := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	var once sync.Once
+	fake.during = func([]string) {
+		once.Do(func() {
+			e.write("j2")
+			signal()
+		})
+	}
+	ft, _ := e.newCountedTrigger(fake.child(), changed, 0)
+	e.run(ft)
+
+	e.write("j1")
+	signal()
+	require.Equal(t, []string{"j1"}, fake.next(t).ids)
+	require.Equal(t, []string{"j2"}, fake.next(t).ids)
 }
 
 // TestFeedTriggerTimesItsBatches: the trigger's status gives each batch's
