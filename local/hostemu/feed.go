@@ -230,9 +230,10 @@ func (w *leaseWriter) save(ctx context.Context, cont string) {
 }
 
 // feedStats counts what a feed trigger delivered, and times each batch's
-// steps: the read of the feed page, the function's invocation (its whole
-// run, retries included) and the checkpoint's write. A dispatch's
-// change-feed wake is made of them (issue 25).
+// steps: the read of the feed page and the function's invocation (its
+// whole run, retries included); and times each checkpoint write (at most
+// one every checkpointEvery). A dispatch's change-feed wake is made of
+// them (issue 25).
 type feedStats struct {
 	batches, documents, failed atomic.Int64
 	last                       atomic.Int64 // unix ms of the last batch
@@ -255,9 +256,11 @@ type FeedStatus struct {
 	Documents     int64     `json:"documents"`
 	FailedBatches int64     `json:"failedBatches"`
 	LastBatchAt   time.Time `json:"lastBatchAt,omitzero"`
-	// Per batch, p50 and p99 in milliseconds (histogram bucket bounds, at
-	// most 19% high): reading the page, invoking the function, writing
-	// the checkpoint.
+	// Checkpoints counts the lease writes.
+	Checkpoints int64 `json:"checkpoints"`
+	// p50 and p99 in milliseconds (histogram bucket bounds, at most 19%
+	// high): per batch, reading the page and invoking the function; per
+	// checkpoint, its write.
 	ReadP50Ms       float64 `json:"readP50Ms"`
 	ReadP99Ms       float64 `json:"readP99Ms"`
 	InvokeP50Ms     float64 `json:"invokeP50Ms"`
@@ -278,6 +281,9 @@ func (t *feedTrigger) status() FeedStatus {
 	} {
 		sum := h.hist.Summary()
 		*h.p50, *h.p99 = sum.P50Ms(), sum.P99Ms()
+		if h.hist == &t.stats.checkpoint {
+			st.Checkpoints = sum.N
+		}
 	}
 	if ms := t.stats.last.Load(); ms > 0 {
 		st.LastBatchAt = time.UnixMilli(ms).UTC()

@@ -418,6 +418,8 @@ func TestFeedTriggerWritesItsLeaseAtMostEvery(t *testing.T) {
 	require.Equal(t, revs[0], cp.Continuation, "only the first batch's checkpoint is written within the hour")
 	stop()
 	require.Equal(t, int64(2), counted.upserts.Load(), "the first batch's lease write and the stop's")
+	require.Equal(t, int64(2), ft.status().Checkpoints)
+	require.Equal(t, int64(4), ft.status().Batches)
 	e.waitCheckpoint(revs[3])
 
 	fn, trig := feedFunction(10, nil)
