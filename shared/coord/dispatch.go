@@ -44,12 +44,12 @@ type Decision struct {
 	Skipped Skip `json:"skipped,omitempty"`
 }
 
-// DispatchChanged handles one change-feed batch of job documents: it writes
-// any event a job holds that the events container lacks, and every job
+// DispatchChanged handles one change-feed batch of job documents: every job
 // that is queued and has no dispatch for its current state is routed,
-// stamped by CAS and published. Redelivering the same batch is harmless: a
-// job already stamped is skipped. Errors of single jobs are joined; the
-// sweep retries whatever did not go out.
+// stamped by CAS and published; of each version it decodes only the fields
+// that decide this (kernel.JobHeadFields). Redelivering the same batch is
+// harmless: a job already stamped is skipped. Errors of single jobs are
+// joined; the sweep retries whatever did not go out.
 //
 // Once the batch is handled it bumps the ledger (internal/kernel/ledger.go): activity when
 // it held a job that is not terminal (or one it could not decode), ended
@@ -63,7 +63,7 @@ func (c *Coordinator) DispatchChanged(ctx context.Context, items []store.Item) (
 	var wg, begun sync.WaitGroup
 	pubErrs := make([]error, len(items))
 	for _, it := range items {
-		j, err := kernel.DecodeJob(it)
+		j, err := kernel.DecodeJobHead(it)
 		if err != nil {
 			live = true
 			errs = append(errs, err)
@@ -156,7 +156,8 @@ func sameUnroutable(stored fleet.Dispatch, reason schedule.Reason) bool {
 
 // dueForDispatch is the one rule for which jobs dispatch routes: queued,
 // not backing off, and without a target, or (redo set) with one redo says
-// is lost. It returns "" when j is due, else why not.
+// is lost. It returns "" when j is due, else why not. DispatchChanged gives
+// it a head (kernel.JobHeadFields): any field it reads must be one.
 func (c *Coordinator) dueForDispatch(j *fleet.Job, redo func(j *fleet.Job) bool) Skip {
 	switch {
 	case j.Stage != fleet.StageQueued:

@@ -65,7 +65,8 @@ type DispatchStages struct {
 	Publish hist.Hist
 }
 
-// Woken times j's Wake when dispatch starts on it for the first time.
+// Woken times j's Wake when dispatch starts on it for the first time. j may
+// be a head (JobHeadFields): any field it reads must be one.
 func (s *DispatchStages) Woken(j *fleet.Job, now time.Time) {
 	if j.DispatchEpoch == 0 && j.Dispatch.At.IsZero() {
 		s.Wake.Observe(now.Sub(j.CreatedAt))
