@@ -47,7 +47,7 @@ type Decision struct {
 // DispatchChanged handles one change-feed batch of job documents: every job
 // that is queued and has no dispatch for its current state is routed,
 // stamped by CAS and published; of each version it decodes only the fields
-// that decide this (kernel.JobHeadFields). Redelivering the same batch is
+// that decide this (kernel.DecodeJobHead). Redelivering the same batch is
 // harmless: a job already stamped is skipped. Errors of single jobs are
 // joined; the sweep retries whatever did not go out.
 //
@@ -157,7 +157,7 @@ func sameUnroutable(stored fleet.Dispatch, reason schedule.Reason) bool {
 // dueForDispatch is the one rule for which jobs dispatch routes: queued,
 // not backing off, and without a target, or (redo set) with one redo says
 // is lost. It returns "" when j is due, else why not. DispatchChanged gives
-// it a head (kernel.JobHeadFields): any field it reads must be one.
+// it a head (kernel.DecodeJobHead): any field it reads must be among the head's.
 func (c *Coordinator) dueForDispatch(j *fleet.Job, redo func(j *fleet.Job) bool) Skip {
 	switch {
 	case j.Stage != fleet.StageQueued:

@@ -66,7 +66,7 @@ type DispatchStages struct {
 }
 
 // Woken times j's Wake when dispatch starts on it for the first time. j may
-// be a head (JobHeadFields): any field it reads must be one.
+// be a head (DecodeJobHead): any field it reads must be among the head's.
 func (s *DispatchStages) Woken(j *fleet.Job, now time.Time) {
 	if j.DispatchEpoch == 0 && j.Dispatch.At.IsZero() {
 		s.Wake.Observe(now.Sub(j.CreatedAt))

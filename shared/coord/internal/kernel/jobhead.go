@@ -8,7 +8,7 @@ import (
 	"github.com/gigafactory/fleet/shared/store"
 )
 
-// JobHeadFields are the fields of fleet.Job that the dispatch function
+// jobHeadFields are the fields of fleet.Job that the dispatch function
 // reads of each version the change feed carries: which job it is, whether
 // it waits for a route, whether it was dispatched before, when it was
 // created and last changed. It passes over a version its head says is not
@@ -16,9 +16,9 @@ import (
 // Most versions are not due (a lifecycle's stamp, accept and stage
 // changes), and a head decodes in about half the time of a whole job
 // (BenchmarkDecodeJob: a shipped job of 1.5 KB, 28 -> 16 us).
-var JobHeadFields = []string{"ID", "ProductID", "Stage", "TargetFactoryID", "NotBefore", "DispatchEpoch", "Dispatch", "CreatedAt", "UpdatedAt"}
+var jobHeadFields = []string{"ID", "ProductID", "Stage", "TargetFactoryID", "NotBefore", "DispatchEpoch", "Dispatch", "CreatedAt", "UpdatedAt"}
 
-// jobHead is a struct of JobHeadFields built from fleet.Job's own fields,
+// jobHead is a struct of jobHeadFields built from fleet.Job's own fields,
 // types and tags, so it decodes them exactly as DecodeJob would; index
 // maps each of its fields to the job's.
 var jobHead = func() (h struct {
@@ -26,8 +26,8 @@ var jobHead = func() (h struct {
 	index [][]int
 }) {
 	jt := reflect.TypeFor[fleet.Job]()
-	fields := make([]reflect.StructField, len(JobHeadFields))
-	for i, name := range JobHeadFields {
+	fields := make([]reflect.StructField, len(jobHeadFields))
+	for i, name := range jobHeadFields {
 		f, ok := jt.FieldByName(name)
 		if !ok {
 			panic("kernel: fleet.Job has no field " + name)
@@ -39,7 +39,7 @@ var jobHead = func() (h struct {
 	return h
 }()
 
-// DecodeJobHead decodes a job's version with only JobHeadFields set (and
+// DecodeJobHead decodes a job's version with only jobHeadFields set (and
 // Rev): for a reader that reads no other field. A field outside them is
 // not decoded, so a value there that DecodeJob would refuse is no error.
 func DecodeJobHead(it store.Item) (*fleet.Job, error) {

@@ -23,7 +23,7 @@ func filledJob(t testing.TB) store.Item {
 }
 
 // TestDecodeJobHead: the head of a stored job is DecodeJob's job with
-// every field outside JobHeadFields zero.
+// every field outside jobHeadFields zero.
 func TestDecodeJobHead(t *testing.T) {
 	t.Parallel()
 	it := filledJob(t)
@@ -36,7 +36,7 @@ func TestDecodeJobHead(t *testing.T) {
 	for i := range wv.NumField() {
 		name := wv.Type().Field(i).Name
 		switch {
-		case slices.Contains(JobHeadFields, name), name == "Rev":
+		case slices.Contains(jobHeadFields, name), name == "Rev":
 			require.False(t, wv.Field(i).IsZero(), "the filled job sets %s", name)
 			require.Equal(t, wv.Field(i).Interface(), hv.Field(i).Interface(), name)
 		default:
