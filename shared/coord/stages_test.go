@@ -108,6 +108,9 @@ func TestDispatchStages(t *testing.T) {
 		require.GreaterOrEqual(t, st.p50, want, st.name)
 		require.LessOrEqual(t, st.p50, 1.19*want, st.name)
 	}
+	// The feed's lag is taken from the version's updatedAt: the wake less
+	// the moment the write itself took.
+	require.InDelta(t, float64(feedTakes)/float64(time.Millisecond), s.ChangeFeedLagMs, float64(createTakes)/float64(time.Millisecond), "feed lag")
 
 	// A job this process created, dispatched by a peer (another instance).
 	peer := e.peer()
