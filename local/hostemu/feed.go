@@ -47,8 +47,10 @@ type feedTrigger struct {
 	prefix    string
 	leaseID   string
 	pollDelay time.Duration
-	// checkpointEvery is defaultCheckpointEvery but in tests.
+	// checkpointEvery is defaultCheckpointEvery but in tests; clock
+	// schedules the lease writes (stats time what elapsed on the wall).
 	checkpointEvery time.Duration
+	clock           hostClock
 	maxItems        int
 	retries         []time.Duration
 	store           FeedStore
@@ -62,7 +64,7 @@ func newFeedTrigger(fn *Function, trig Binding, get Settings, store FeedStore, c
 	if store == nil {
 		return nil, fmt.Errorf("function %s: a cosmosDBTrigger needs a store", fn.Name)
 	}
-	t := &feedTrigger{fn: fn, binding: trig.Name, store: store, changed: changed, child: child, checkpointEvery: defaultCheckpointEvery,
+	t := &feedTrigger{fn: fn, binding: trig.Name, store: store, changed: changed, child: child, checkpointEvery: defaultCheckpointEvery, clock: wallClock{},
 		client: &http.Client{Timeout: 10 * time.Minute, Transport: handlerTransport}, log: log}
 	var err error
 	if t.container, err = get.String(trig, "containerName", ""); err != nil {
@@ -122,7 +124,7 @@ func (t *feedTrigger) checkpoint(ctx context.Context) (string, error) {
 }
 
 func (t *feedTrigger) saveCheckpoint(ctx context.Context, cont string) error {
-	body, _ := json.Marshal(Checkpoint{ID: t.leaseID, Continuation: cont, Function: t.fn.Name, Container: t.container, UpdatedAt: time.Now().UTC()})
+	body, _ := json.Marshal(Checkpoint{ID: t.leaseID, Continuation: cont, Function: t.fn.Name, Container: t.container, UpdatedAt: t.clock.Now()})
 	_, err := t.store.Upsert(ctx, t.lease, t.leaseID, t.leaseID, body)
 	return err
 }
@@ -206,7 +208,9 @@ type leaseWriter struct {
 }
 
 // dueIn is how long until a checkpoint may be written (<= 0: now).
-func (w *leaseWriter) dueIn() time.Duration { return w.t.checkpointEvery - time.Since(w.triedAt) }
+func (w *leaseWriter) dueIn() time.Duration {
+	return w.t.checkpointEvery - w.t.clock.Now().Sub(w.triedAt)
+}
 
 func (w *leaseWriter) due() bool { return w.dueIn() <= 0 }
 
@@ -218,7 +222,7 @@ func (w *leaseWriter) save(ctx context.Context, cont string) {
 	}
 	began := time.Now()
 	err := w.t.saveCheckpoint(ctx, cont)
-	w.triedAt = time.Now()
+	w.triedAt = w.t.clock.Now()
 	if err != nil {
 		if ctx.Err() == nil {
 			w.t.log.Error("change feed: checkpoint not saved", "function", w.t.fn.Name, "err", err)
@@ -226,7 +230,7 @@ func (w *leaseWriter) save(ctx context.Context, cont string) {
 		return
 	}
 	w.saved = cont
-	w.t.stats.checkpoint.Observe(w.triedAt.Sub(began))
+	w.t.stats.checkpoint.Observe(time.Since(began))
 }
 
 // feedStats counts what a feed trigger delivered, and times each batch's
@@ -297,9 +301,7 @@ func (t *feedTrigger) status() FeedStatus {
 func (t *feedTrigger) idle(ctx context.Context, lease *leaseWriter, cont string) (read bool) {
 	var due <-chan time.Time
 	if cont != lease.saved {
-		timer := time.NewTimer(lease.dueIn())
-		defer timer.Stop()
-		due = timer.C
+		due = t.clock.After(lease.dueIn())
 	}
 	var poll <-chan time.Time
 	if t.changed == nil {

@@ -420,7 +420,8 @@ func TestFeedTriggerWritesItsLeaseAtMostEvery(t *testing.T) {
 	require.Equal(t, int64(2), counted.upserts.Load(), "the first batch's lease write and the stop's")
 	require.Equal(t, int64(2), ft.status().Checkpoints)
 	require.Equal(t, int64(4), ft.status().Batches)
-	e.waitCheckpoint(revs[3])
+	cp, _ = e.checkpoint()
+	require.Equal(t, revs[3], cp.Continuation, "the stop wrote where the trigger got to")
 
 	fn, trig := feedFunction(10, nil)
 	e.start(fn, trig, fake.child())
@@ -430,15 +431,20 @@ func TestFeedTriggerWritesItsLeaseAtMostEvery(t *testing.T) {
 }
 
 // TestFeedTriggerWritesALaggingLeaseWhenDue: a trigger with nothing more
-// to read writes its lagging lease once checkpointEvery has passed, without
-// waiting for a change or its stop, and without reading the feed for it.
+// to read writes its lagging lease once checkpointEvery has passed on its
+// clock, without waiting for a change or its stop, and without reading the
+// feed for it.
 func TestFeedTriggerWritesALaggingLeaseWhenDue(t *testing.T) {
 	t.Parallel()
 	e := newFeedEnv(t)
 	fake := newFakeDispatch(t, nil)
 	changed := make(chan struct{}, 1)
 	ft, counted := e.newCountedTrigger(fake.child(), changed, 50*time.Millisecond)
+	now := time.Date(2026, 11, 28, 22, 0, 0, 0, time.UTC)
+	clock := &fakeClock{now: now, events: make(chan timerEvent, 16)}
+	ft.clock = clock
 	e.run(ft)
+	eventually(t, "the start's read", func() bool { return counted.reads.Load() == 1 })
 
 	first := e.write("j1")
 	changed <- struct{}{}
@@ -446,8 +452,17 @@ func TestFeedTriggerWritesALaggingLeaseWhenDue(t *testing.T) {
 	second := e.write("j2")
 	changed <- struct{}{}
 	require.Equal(t, []string{"j2"}, fake.next(t).ids)
+	select {
+	case ev := <-clock.events:
+		require.Equal(t, 50*time.Millisecond, ev.wait, "the lease falls due a checkpointEvery after its last write")
+	case <-time.After(within):
+		t.Fatal("the trigger never waited for its lagging lease")
+	}
+	cp, _ := e.checkpoint()
+	require.Equal(t, first[0], cp.Continuation, "not written before it is due")
+
+	clock.Set(now.Add(50 * time.Millisecond))
 	e.waitCheckpoint(second[0])
-	require.NotEqual(t, first[0], second[0])
 	require.Equal(t, int64(3), counted.reads.Load(), "the start's read and one per signalled change, none for the lease")
 }
 

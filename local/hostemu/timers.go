@@ -35,8 +35,9 @@ func ParseSchedule(expr string) (cron.Schedule, error) {
 	return s, nil
 }
 
-// timerClock is the timers' time: the wall clock, or a test's.
-type timerClock interface {
+// hostClock is the time of what the emulator schedules (timers, and the
+// change-feed triggers' lease writes): the wall clock, or a test's.
+type hostClock interface {
 	Now() time.Time
 	After(d time.Duration) <-chan time.Time
 }
@@ -71,7 +72,7 @@ type timerStatusDoc struct {
 //     when a run overran it, the timer fires once at once, unflagged, and
 //     missed occurrences are not caught up one by one.
 type timerTrigger struct {
-	clock        timerClock
+	clock        hostClock
 	store        statusStore // nil: the status lives as long as the process
 	fn           *Function
 	binding      string
