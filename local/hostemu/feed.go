@@ -47,7 +47,7 @@ type feedTrigger struct {
 	prefix    string
 	leaseID   string
 	pollDelay time.Duration
-	// checkpointEvery is defaultCheckpointEvery but in tests; clock
+	// checkpointEvery is CheckpointEvery but in tests; clock
 	// schedules the lease writes (stats time what elapsed on the wall).
 	checkpointEvery time.Duration
 	clock           hostClock
@@ -64,7 +64,7 @@ func newFeedTrigger(fn *Function, trig Binding, get Settings, store FeedStore, c
 	if store == nil {
 		return nil, fmt.Errorf("function %s: a cosmosDBTrigger needs a store", fn.Name)
 	}
-	t := &feedTrigger{fn: fn, binding: trig.Name, store: store, changed: changed, child: child, checkpointEvery: defaultCheckpointEvery, clock: wallClock{},
+	t := &feedTrigger{fn: fn, binding: trig.Name, store: store, changed: changed, child: child, checkpointEvery: CheckpointEvery, clock: wallClock{},
 		client: &http.Client{Timeout: 10 * time.Minute, Transport: handlerTransport}, log: log}
 	var err error
 	if t.container, err = get.String(trig, "containerName", ""); err != nil {
@@ -129,7 +129,7 @@ func (t *feedTrigger) saveCheckpoint(ctx context.Context, cont string) error {
 	return err
 }
 
-// defaultCheckpointEvery is how often at most a trigger writes its lease
+// CheckpointEvery is how often at most a trigger writes its lease
 // while batches follow each other: after a batch the lease is written at
 // once if the last write is older, else once this much time has passed
 // since it, or when the trigger stops. The host writes its lease after
@@ -140,7 +140,7 @@ func (t *feedTrigger) saveCheckpoint(ctx context.Context, cont string) error {
 // changes only what a crash re-delivers: up to this window of batches,
 // where the host re-delivers the one in flight, and every change-feed
 // function takes a batch twice without harm (at-least-once) on both.
-const defaultCheckpointEvery = 100 * time.Millisecond
+const CheckpointEvery = 100 * time.Millisecond
 
 // run reads the feed and invokes the function until ctx ends. After a full
 // batch it reads again at once; after a short one, or an empty page, it

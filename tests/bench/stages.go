@@ -46,8 +46,9 @@ func (c *client) coordinatorStats(ctx context.Context) (api.CoordinatorStats, er
 // The emulator's timings of the dispatch trigger's batches (feed)
 // are listed under the wake they make up: the page read and the
 // invocation (which holds the schedule, stamp and publish of the batch's
-// jobs), per batch; and the checkpoint write, at most one every 100 ms,
-// which a read waits for when it falls due after a batch.
+// jobs), per batch; and the checkpoint write, at most one every
+// hostemu.CheckpointEvery, which a read waits for when it falls due after
+// a batch.
 func dispatchStages(s api.CoordinatorStats, feed hostemu.FeedStatus, receive []time.Duration) []stageResult {
 	const handler, emulator = "handler", "emulator, per batch"
 	recv := stageResult{Stage: "receive (broker stored -> factory's Receive returned)", Where: "bench", N: int64(len(receive))}
@@ -57,7 +58,7 @@ func dispatchStages(s api.CoordinatorStats, feed hostemu.FeedStatus, receive []t
 		{"change-feed wake (created -> dispatch starts; has the write)", handler, s.StageWakeN, s.StageWakeP50Ms, s.StageWakeP99Ms},
 		{"  dispatch trigger: feed page read", emulator, feed.Batches, feed.ReadP50Ms, feed.ReadP99Ms},
 		{"  dispatch trigger: invocation", emulator, feed.Batches, feed.InvokeP50Ms, feed.InvokeP99Ms},
-		{"  dispatch trigger: checkpoint write (at most every 100 ms)", "emulator, per write", feed.Checkpoints, feed.CheckpointP50Ms, feed.CheckpointP99Ms},
+		{fmt.Sprintf("  dispatch trigger: checkpoint write (at most every %s)", hostemu.CheckpointEvery), "emulator, per write", feed.Checkpoints, feed.CheckpointP50Ms, feed.CheckpointP99Ms},
 		{"schedule (factory list, seat counts, admission, scorer)", handler, s.StageScheduleN, s.StageScheduleP50Ms, s.StageScheduleP99Ms},
 		{"stamp (the job's CAS)", handler, s.StageStampN, s.StageStampP50Ms, s.StageStampP99Ms},
 		{"publish (broker acknowledged)", handler, s.StagePublishN, s.StagePublishP50Ms, s.StagePublishP99Ms},
