@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,10 @@ import (
 // reaperIndexes are the jobs indexes that only a job holding a lease or a
 // stop request needs an entry in.
 var reaperIndexes = []string{"fleet_jobs_stage_leaseExpiresAt", "fleet_jobs_stage_stopRequestedAt"}
+
+// partialIndexes are every jobs index that holds only the jobs that have
+// its field: the reaper's, and the forge sweep's (boolIndexes).
+var partialIndexes = append(slices.Clone(reaperIndexes), "fleet_jobs_forgeDue")
 
 // stageJob is job i (of prefix) in stage, and its partition key; lease,
 // when not empty, is its leaseExpiresAt.
@@ -48,12 +53,12 @@ func walFrames(t testing.TB, s *Store, n int, write func(i int)) float64 {
 	return float64(frames) / float64(n)
 }
 
-// TestStageChangeWithoutLeaseSkipsReaperIndexes: a write that changes the
-// stage of a job holding neither a lease nor a stop request writes no page
-// of the reaper's indexes: it writes as many WAL frames as it does with
-// those indexes dropped. A full index has an entry (stage, NULL) for every
-// job, which such a write moves.
-func TestStageChangeWithoutLeaseSkipsReaperIndexes(t *testing.T) {
+// TestStageChangeWithoutLeaseSkipsPartialIndexes: a write that changes the
+// stage of a job holding neither a lease nor a stop request, and with no
+// pull request sync due, writes no page of the partial indexes: it writes
+// as many WAL frames as it does with those indexes dropped. A full index
+// has an entry (stage, NULL) for every job, which such a write moves.
+func TestStageChangeWithoutLeaseSkipsPartialIndexes(t *testing.T) {
 	const jobs, writes = 3000, 200
 	ctx := t.Context()
 	setup := func(drop bool) *Store {
@@ -61,7 +66,7 @@ func TestStageChangeWithoutLeaseSkipsReaperIndexes(t *testing.T) {
 		if drop {
 			// Before any job: their empty root pages are reused at once,
 			// so neither file has free pages when the writes are counted.
-			for _, ix := range reaperIndexes {
+			for _, ix := range partialIndexes {
 				_, err := s.w.ExecContext(ctx, "DROP INDEX "+quoteIdent(ix))
 				require.NoError(t, err)
 			}
@@ -92,10 +97,10 @@ func TestStageChangeWithoutLeaseSkipsReaperIndexes(t *testing.T) {
 	}
 	withCreate, with := measure(setup(false))
 	withoutCreate, without := measure(setup(true))
-	t.Logf("WAL frames per write, with the reaper indexes / without them: stage change %.2f / %.2f, create %.2f / %.2f",
+	t.Logf("WAL frames per write, with the partial indexes / without them: stage change %.2f / %.2f, create %.2f / %.2f",
 		with, without, withCreate, withoutCreate)
-	require.Equal(t, without, with, "a stage change of a job without a lease writes no reaper index page")
-	require.Equal(t, withoutCreate, withCreate, "a create of a job without a lease writes no reaper index page")
+	require.Equal(t, without, with, "a stage change of a job without a lease writes no partial index page")
+	require.Equal(t, withoutCreate, withCreate, "a create of a job without a lease writes no partial index page")
 }
 
 // v1ReaperIndexes is how schema version 1 created the reaper's indexes:

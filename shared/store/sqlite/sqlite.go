@@ -94,6 +94,25 @@ var indexedFields = map[string][]string{
 	store.Jobs: {"stage"},
 }
 
+// boolIndex is a boolean field that a sweep filters on across partitions,
+// indexed on json_type (the expression a boolean condition compares). Sparse
+// ones are omitted from a document while false (omitempty), so the index is
+// partial and holds only the documents where the field is set: writes of
+// every other document never touch it.
+type boolIndex struct {
+	field  string
+	sparse bool
+}
+
+// boolIndexes: without them each sweep tick that looks reads every document
+// of the container (a table scan that evaluates the field in each body), and
+// the containers keep every job and every tracked job. At 4,000 jobs the
+// forge sweep's scan took 52 to 82 ms of the handler's one CPU.
+var boolIndexes = map[string][]boolIndex{
+	store.Jobs:   {{field: "forgeDue", sparse: true}}, // the forge sweep
+	store.Echoes: {{field: "open"}},                   // the echo sweep
+}
+
 var _ store.Store = (*Store)(nil)
 
 // Store is a store.Store on a SQLite file. It is safe for concurrent use by
@@ -347,6 +366,9 @@ func tableDDL(name string) []string {
 			`CREATE INDEX IF NOT EXISTS `+quoteIdent(name+"_pk_"+f)+` ON `+q+` (pk, `+fieldExpr(f)+`, id)`,
 		)
 	}
+	for _, b := range boolIndexes[name] {
+		ddl = append(ddl, boolIndexDDL(name, b))
+	}
 	if name == store.Jobs {
 		// A poll claim reads one product's queued jobs of one priority
 		// oldest first, a page at a time (WHERE pk = ? AND stage = ? AND
@@ -369,6 +391,17 @@ func tableDDL(name string) []string {
 		for _, f := range reaperFields {
 			ddl = append(ddl, reaperIndexDDL(name, f))
 		}
+	}
+	return ddl
+}
+
+// boolIndexDDL creates b's index on container name. A sparse one is
+// partial: the planner takes it for the condition's json_type(...) = ?,
+// which implies IS NOT NULL (TestStageQueriesUseIndexes).
+func boolIndexDDL(name string, b boolIndex) string {
+	ddl := `CREATE INDEX IF NOT EXISTS ` + quoteIdent(name+"_"+b.field) + ` ON ` + quoteIdent(name) + ` (` + fieldType(b.field) + `)`
+	if b.sparse {
+		ddl += ` WHERE ` + fieldType(b.field) + ` IS NOT NULL`
 	}
 	return ddl
 }

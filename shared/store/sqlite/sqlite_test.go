@@ -105,9 +105,9 @@ func TestBodyBytesKept(t *testing.T) {
 	require.Equal(t, string(body), string(it.Body))
 }
 
-// TestStageQueriesUseIndexes: the planner serves stage filters on jobs from
-// the expression indexes. It fails if the query text stops matching the
-// indexed expression exactly.
+// TestStageQueriesUseIndexes: the planner serves stage filters on jobs, and
+// the sweeps' boolean filters (boolIndexes), from the expression indexes.
+// It fails if the query text stops matching the indexed expression exactly.
 func TestStageQueriesUseIndexes(t *testing.T) {
 	s, _ := openTemp(t)
 	for _, tc := range []struct {
@@ -126,22 +126,33 @@ func TestStageQueriesUseIndexes(t *testing.T) {
 		{store.Query{Limit: 256, Continuation: crossCont + "5", Where: []store.Cond{store.In("stage", "assigned", "building"), store.Before("stopRequestedAt", time.Now())}}, "fleet_jobs_stage_stopRequestedAt (<expr>=? AND <expr><?)"},
 		// A later page of the queue resumes in the stage index at its rowid.
 		{store.Query{Limit: 256, Continuation: crossCont + "5", Where: []store.Cond{store.Eq("stage", "queued")}}, "fleet_jobs_stage (<expr>=? AND rowid>?)"},
+		// The forge sweep's due jobs, in the partial index of the jobs that
+		// have the field, and the echo sweep's open states.
+		{store.Query{Where: []store.Cond{store.Eq("forgeDue", true)}}, "fleet_jobs_forgeDue (<expr>=?)"},
+		{store.Query{Continuation: crossCont + "5", Where: []store.Cond{store.Eq("forgeDue", true)}}, "fleet_jobs_forgeDue (<expr>=? AND rowid>?)"},
 	} {
-		text, args, _, err := buildQuery(s.tables[store.Jobs], tc.q)
-		require.NoError(t, err)
-		rows, err := s.r.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+text, args...)
-		require.NoError(t, err)
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
-			plan = append(plan, detail)
-		}
-		require.NoError(t, rows.Err())
-		require.NoError(t, rows.Close())
-		require.Contains(t, strings.Join(plan, "\n"), "INDEX "+tc.index, "query %q", text)
+		requireIndex(t, s, store.Jobs, tc.q, tc.index)
 	}
+	requireIndex(t, s, store.Echoes, store.Query{Where: []store.Cond{store.Eq("open", true)}}, "fleet_echo_open (<expr>=?)")
+}
+
+// requireIndex fails unless SQLite's plan for q on container reads index.
+func requireIndex(t *testing.T, s *Store, container string, q store.Query, index string) {
+	t.Helper()
+	text, args, _, err := buildQuery(s.tables[container], q)
+	require.NoError(t, err)
+	rows, err := s.r.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+text, args...)
+	require.NoError(t, err)
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+		plan = append(plan, detail)
+	}
+	require.NoError(t, rows.Err())
+	require.NoError(t, rows.Close())
+	require.Contains(t, strings.Join(plan, "\n"), "INDEX "+index, "query %q", text)
 }
 
 // TestWALStaysBounded: writes that never pause keep the WAL file near the
