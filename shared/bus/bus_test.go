@@ -302,6 +302,49 @@ func TestDrainDeadLettersStopsASubscriptionOnFailure(t *testing.T) {
 	require.Equal(t, []string{"job-42:2", "job-42:3"}, f.abandoned, "the failed one and the rest go back for the next sweep")
 }
 
+// probedDeadLetters is fakeDeadLetters with a probe that answers any (or
+// fails with err), counting the receives the drain made.
+type probedDeadLetters struct {
+	fakeDeadLetters
+	any      bool
+	err      error
+	receives int
+}
+
+func (p *probedDeadLetters) AnyDeadLetters(context.Context) (bool, error) { return p.any, p.err }
+
+func (p *probedDeadLetters) ReceiveDeadLetters(ctx context.Context, sub string, max int, wait time.Duration) ([]bus.Delivery, error) {
+	p.receives++
+	return p.fakeDeadLetters.ReceiveDeadLetters(ctx, sub, max, wait)
+}
+
+// TestDrainDeadLettersAsksEachSubscriptionOnlyWhenTheProbeSeesOne: a probe
+// that sees no dead letter saves a receive per subscription; one that sees
+// any, or fails, leaves the drain as it is without a probe.
+func TestDrainDeadLettersAsksEachSubscriptionOnlyWhenTheProbeSeesOne(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		any          bool
+		err          error
+		wantReceives int
+	}{
+		{name: "none", wantReceives: 0},
+		{name: "some", any: true, wantReceives: 3},
+		{name: "probe failed", err: errors.New("timeout"), wantReceives: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := &probedDeadLetters{fakeDeadLetters: fakeDeadLetters{queues: map[string][]bus.Delivery{"a": {}, "b": {}, "c": {}}}, any: tc.any, err: tc.err}
+			d := bus.NewDispatcher(&recordingSender{}, bus.DispatcherOptions{DeadLetters: p})
+			n, err := d.DrainDeadLetters(t.Context(), []string{"a", "b", "c"}, func(context.Context, protocol.DispatchMessage) error { return nil })
+			require.NoError(t, err)
+			require.Zero(t, n)
+			require.Equal(t, tc.wantReceives, p.receives)
+		})
+	}
+}
+
 func TestDrainDeadLettersWithoutReceiver(t *testing.T) {
 	t.Parallel()
 	d := bus.NewDispatcher(&recordingSender{}, bus.DispatcherOptions{})

@@ -201,7 +201,10 @@ type Client struct {
 	consumers map[consumerKey]jetstream.Consumer
 }
 
-var _ bus.Sender = (*Client)(nil)
+var (
+	_ bus.Sender          = (*Client)(nil)
+	_ bus.DeadLetterProbe = (*Client)(nil)
+)
 
 type consumerKey struct {
 	dlq bool
@@ -413,6 +416,22 @@ func (c *Client) Send(ctx context.Context, m bus.Message) error {
 // way and never returned.
 func (c *Client) Receive(ctx context.Context, sub string, max int, wait time.Duration) ([]bus.Delivery, error) {
 	return c.receive(ctx, false, sub, max, wait)
+}
+
+// AnyDeadLetters tells whether the dead-letter stream holds a message of
+// any subscription, in one request (bus.DeadLetterProbe): a dead letter
+// stays in the work-queue stream until Complete removes it.
+func (c *Client) AnyDeadLetters(ctx context.Context) (bool, error) {
+	if err := c.check(); err != nil {
+		return false, err
+	}
+	rctx, cancel := c.requestCtx(ctx)
+	defer cancel()
+	info, err := c.dlq.Info(rctx)
+	if err != nil {
+		return false, c.mapErr("dead letters", err)
+	}
+	return info.State.Msgs > 0, nil
 }
 
 // ReceiveDeadLetters is Receive on sub's dead-letter queue. Complete

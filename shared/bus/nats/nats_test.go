@@ -236,15 +236,24 @@ func TestDispatcherDrainsDeadLetters(t *testing.T) {
 	c := open(t, srv.ClientURL(), opts)
 	require.NoError(t, c.EnsureSubscription(ctx, "mac-1"))
 	d := bus.NewDispatcher(c, bus.DispatcherOptions{})
+	anyDead := func() bool {
+		t.Helper()
+		some, err := c.AnyDeadLetters(ctx)
+		require.NoError(t, err)
+		return some
+	}
+	require.False(t, anyDead(), "no dead letter yet")
 	msg := protocol.DispatchMessage{JobID: "job-1", ProductID: "p1", Repo: "notes", TargetFactoryID: "mac-1", DispatchEpoch: 4}
 	require.NoError(t, d.Publish(ctx, msg))
 	ds, err := c.Receive(ctx, "mac-1", 1, 5*time.Second)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 	require.NoError(t, c.Abandon(ctx, ds[0]))
+	require.False(t, anyDead(), "a message short of MaxDeliver is not dead")
 	ds, err = c.Receive(ctx, "mac-1", 1, 500*time.Millisecond) // moves it
 	require.NoError(t, err)
 	require.Empty(t, ds)
+	require.True(t, anyDead(), "the probe sees the dead letter")
 
 	var got []protocol.DispatchMessage
 	handle := func(_ context.Context, m protocol.DispatchMessage) error {
@@ -255,6 +264,7 @@ func TestDispatcherDrainsDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Equal(t, []protocol.DispatchMessage{msg}, got)
+	require.False(t, anyDead(), "completed dead letters are gone from the stream")
 	n, err = d.DrainDeadLetters(ctx, []string{"mac-1"}, handle)
 	require.NoError(t, err)
 	require.Zero(t, n, "completed dead letters are gone")
