@@ -326,7 +326,7 @@ variable "github_api_url" {
 variable "reaper_schedule" {
   description = "NCRONTAB (six fields, seconds first) of the lease reaper timer (FLEET_REAPER_SCHEDULE)."
   type        = string
-  default     = "*/15 * * * * *"
+  default     = "2-59/15 * * * * *"
 
   validation {
     condition     = length(split(" ", trimspace(var.reaper_schedule))) == 6
@@ -337,7 +337,7 @@ variable "reaper_schedule" {
 variable "redispatch_schedule" {
   description = "NCRONTAB of the re-dispatch sweep timer (FLEET_REDISPATCH_SCHEDULE)."
   type        = string
-  default     = "*/30 * * * * *"
+  default     = "8-59/30 * * * * *"
 
   validation {
     condition     = length(split(" ", trimspace(var.redispatch_schedule))) == 6
@@ -348,7 +348,7 @@ variable "redispatch_schedule" {
 variable "gc_schedule" {
   description = "NCRONTAB of the branch/worktree GC timer (FLEET_GC_SCHEDULE)."
   type        = string
-  default     = "0 0 * * * *"
+  default     = "13 0 * * * *"
 
   validation {
     condition     = length(split(" ", trimspace(var.gc_schedule))) == 6
@@ -359,7 +359,7 @@ variable "gc_schedule" {
 variable "echo_schedule" {
   description = "NCRONTAB of the tracker echo sweep timer, which re-drives due webhook deliveries (FLEET_ECHO_SCHEDULE)."
   type        = string
-  default     = "*/5 * * * * *"
+  default     = "1-59/5 * * * * *"
 
   validation {
     condition     = length(split(" ", trimspace(var.echo_schedule))) == 6
@@ -370,7 +370,7 @@ variable "echo_schedule" {
 variable "prune_schedule" {
   description = "NCRONTAB of the stale-factory prune timer, which deregisters static factories silent past prune_after (FLEET_PRUNE_SCHEDULE)."
   type        = string
-  default     = "0 */5 * * * *"
+  default     = "9 */5 * * * *"
 
   validation {
     condition     = length(split(" ", trimspace(var.prune_schedule))) == 6
@@ -381,7 +381,7 @@ variable "prune_schedule" {
 variable "forge_schedule" {
   description = "NCRONTAB of the forge sweep timer, which retries pull request syncs the forge failed once their backoff is over (FLEET_FORGE_SCHEDULE)."
   type        = string
-  default     = "0 * * * * *"
+  default     = "4 * * * * *"
   validation {
     condition     = length(split(" ", trimspace(var.forge_schedule))) == 6
     error_message = "forge_schedule must be an NCRONTAB expression with six fields (seconds first)."

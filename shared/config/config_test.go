@@ -6,6 +6,7 @@ import (
 
 	"github.com/gigafactory/fleet/shared/coord/echo"
 
+	"github.com/robfig/cron/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/coord"
@@ -52,5 +53,27 @@ func TestCount(t *testing.T) {
 	for _, bad := range []string{"0", "-1", "four", "1.5"} {
 		_, err := Lookup{Values: map[string]string{EchoParallel: bad}}.Count(EchoParallel)
 		require.ErrorContains(t, err, EchoParallel, bad)
+	}
+}
+
+// TestSweepSchedulesTickInDifferentSeconds: over an hour (the longest
+// period among them), no two of the default timer schedules fire in the
+// same second, so the sweeps' looks never land on an instance at once.
+func TestSweepSchedulesTickInDifferentSeconds(t *testing.T) {
+	t.Parallel()
+	parser := cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow)
+	start := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC).Add(-time.Second)
+	end := start.Add(time.Hour + time.Second)
+	fired := map[time.Time]string{}
+	for _, name := range []string{ReaperSchedule, RedispatchSched, GCSchedule, PruneSchedule, EchoSchedule, ForgeSchedule} {
+		sched, err := parser.Parse(Default(name))
+		require.NoError(t, err, name)
+		n := 0
+		for at := sched.Next(start); at.Before(end); at = sched.Next(at) {
+			require.NotContains(t, fired, at, "%s and %s both fire at %s", name, fired[at], at.Format(time.TimeOnly))
+			fired[at] = name
+			n++
+		}
+		require.Positive(t, n, "%s fires within the hour", name)
 	}
 }
