@@ -345,7 +345,8 @@ func TestTimerPastDueOnlyAtStartup(t *testing.T) {
 // TestShippedTimersRunOnTheirSchedules: the emulator, on the repository's
 // function.json files and the settings' defaults, runs every timer of the
 // app on the schedule its setting names; the prune timer, every five
-// minutes on the wall clock's five-minute marks, is driven on a fake clock.
+// minutes at 9 s past the wall clock's five-minute marks, is driven on a
+// fake clock.
 func TestShippedTimersRunOnTheirSchedules(t *testing.T) {
 	t.Parallel()
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "fleet.db"))

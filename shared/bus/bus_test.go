@@ -302,45 +302,63 @@ func TestDrainDeadLettersStopsASubscriptionOnFailure(t *testing.T) {
 	require.Equal(t, []string{"job-42:2", "job-42:3"}, f.abandoned, "the failed one and the rest go back for the next sweep")
 }
 
-// probedDeadLetters is fakeDeadLetters with a probe that answers any (or
-// fails with err), counting the receives the drain made.
+// probedDeadLetters is fakeDeadLetters with a probe that names the
+// subscriptions holding a dead letter (or fails with err), recording the
+// subscriptions the drain asked.
 type probedDeadLetters struct {
 	fakeDeadLetters
-	any      bool
-	err      error
-	receives int
+	err   error
+	asked []string
 }
 
-func (p *probedDeadLetters) AnyDeadLetters(context.Context) (bool, error) { return p.any, p.err }
+func (p *probedDeadLetters) DeadLettered(_ context.Context, subs []string) ([]string, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	var held []string
+	for _, s := range subs {
+		if len(p.queues[s]) > 0 {
+			held = append(held, s)
+		}
+	}
+	return held, nil
+}
 
 func (p *probedDeadLetters) ReceiveDeadLetters(ctx context.Context, sub string, max int, wait time.Duration) ([]bus.Delivery, error) {
-	p.receives++
+	p.asked = append(p.asked, sub)
 	return p.fakeDeadLetters.ReceiveDeadLetters(ctx, sub, max, wait)
 }
 
-// TestDrainDeadLettersAsksEachSubscriptionOnlyWhenTheProbeSeesOne: a probe
-// that sees no dead letter saves a receive per subscription; one that sees
-// any, or fails, leaves the drain as it is without a probe.
-func TestDrainDeadLettersAsksEachSubscriptionOnlyWhenTheProbeSeesOne(t *testing.T) {
+// TestDrainDeadLettersAsksOnlyWhatTheProbeNames: with a probe the drain
+// asks only the subscriptions that hold a dead letter; when the probe
+// fails it asks every one, as without a probe.
+func TestDrainDeadLettersAsksOnlyWhatTheProbeNames(t *testing.T) {
 	t.Parallel()
+	dead := func() bus.Delivery {
+		m, err := bus.DispatchToMessage(dispatchMsg())
+		require.NoError(t, err)
+		return bus.NewDelivery(m, 1, time.Now(), nil)
+	}
 	for _, tc := range []struct {
-		name         string
-		any          bool
-		err          error
-		wantReceives int
+		name      string
+		queues    map[string][]bus.Delivery
+		err       error
+		wantAsked []string
+		wantN     int
 	}{
-		{name: "none", wantReceives: 0},
-		{name: "some", any: true, wantReceives: 3},
-		{name: "probe failed", err: errors.New("timeout"), wantReceives: 3},
+		{name: "none", queues: map[string][]bus.Delivery{"a": {}, "b": {}, "c": {}}},
+		{name: "one", queues: map[string][]bus.Delivery{"a": {}, "b": {dead()}, "c": {}}, wantAsked: []string{"b", "b"}, wantN: 1},
+		{name: "probe failed", queues: map[string][]bus.Delivery{"a": {}, "b": {dead()}, "c": {}}, err: errors.New("timeout"),
+			wantAsked: []string{"a", "b", "b", "c"}, wantN: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p := &probedDeadLetters{fakeDeadLetters: fakeDeadLetters{queues: map[string][]bus.Delivery{"a": {}, "b": {}, "c": {}}}, any: tc.any, err: tc.err}
+			p := &probedDeadLetters{fakeDeadLetters: fakeDeadLetters{queues: tc.queues}, err: tc.err}
 			d := bus.NewDispatcher(&recordingSender{}, bus.DispatcherOptions{DeadLetters: p})
 			n, err := d.DrainDeadLetters(t.Context(), []string{"a", "b", "c"}, func(context.Context, protocol.DispatchMessage) error { return nil })
 			require.NoError(t, err)
-			require.Zero(t, n)
-			require.Equal(t, tc.wantReceives, p.receives)
+			require.Equal(t, tc.wantN, n)
+			require.Equal(t, tc.wantAsked, p.asked, "each subscription asked until it answers empty")
 		})
 	}
 }

@@ -32,13 +32,14 @@ type DeadLetterReceiver interface {
 }
 
 // DeadLetterProbe is a DeadLetterReceiver that can say in one request
-// whether any subscription holds a dead letter (the NATS client: its
-// dead-letter stream's message count). The drain then asks each
-// subscription only when one does: a round trip per factory on every
-// redispatch tick, almost always for nothing, is otherwise what the sweep
-// costs at a thousand factories.
+// which subscriptions hold a dead letter (the NATS client: the dead-letter
+// stream's message count per subject). The drain then asks only those: a
+// receive per factory on every redispatch tick, almost always for nothing,
+// is otherwise what the sweep costs at a thousand factories.
 type DeadLetterProbe interface {
-	AnyDeadLetters(ctx context.Context) (bool, error)
+	// DeadLettered returns the subscriptions of subs that hold a dead
+	// letter, in the order of subs.
+	DeadLettered(ctx context.Context, subs []string) ([]string, error)
 }
 
 // drainBatch is how many dead letters one receive asks for.
@@ -144,9 +145,10 @@ func (d *Dispatcher) DrainDeadLetters(ctx context.Context, subs []string,
 		return 0, nil
 	}
 	if p, ok := d.opts.DeadLetters.(DeadLetterProbe); ok {
-		// A failed probe drains every subscription, as without one.
-		if some, err := p.AnyDeadLetters(ctx); err == nil && !some {
-			return 0, nil
+		// A failed probe drains every subscription, as without one: the
+		// receives then say what is wrong with the broker, if anything.
+		if held, err := p.DeadLettered(ctx, subs); err == nil {
+			subs = held
 		}
 	}
 	n := 0

@@ -140,13 +140,13 @@ run "fleet_settings_have_their_defaults" {
   assert {
     condition = alltrue([
       for k, v in {
-        FLEET_REAPER_SCHEDULE     = "*/15 * * * * *"
-        FLEET_REDISPATCH_SCHEDULE = "*/30 * * * * *"
-        FLEET_GC_SCHEDULE         = "0 0 * * * *"
-        FLEET_ECHO_SCHEDULE       = "*/5 * * * * *"
-        FLEET_PRUNE_SCHEDULE      = "0 */5 * * * *"
+        FLEET_REAPER_SCHEDULE     = "2-59/15 * * * * *"
+        FLEET_REDISPATCH_SCHEDULE = "8-59/30 * * * * *"
+        FLEET_GC_SCHEDULE         = "13 0 * * * *"
+        FLEET_ECHO_SCHEDULE       = "1-59/5 * * * * *"
+        FLEET_PRUNE_SCHEDULE      = "9 */5 * * * *"
         FLEET_PRUNE_AFTER         = "168h"
-        FLEET_FORGE_SCHEDULE      = "0 * * * * *"
+        FLEET_FORGE_SCHEDULE      = "4 * * * * *"
         FLEET_LEASE_TTL           = "5m"
         FLEET_REDISPATCH_AFTER    = "5m" # the dispatch TTL: 2m on one machine, 5m to cover a cold start
         FLEET_BUS                 = "servicebus"

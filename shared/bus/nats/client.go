@@ -418,20 +418,34 @@ func (c *Client) Receive(ctx context.Context, sub string, max int, wait time.Dur
 	return c.receive(ctx, false, sub, max, wait)
 }
 
-// AnyDeadLetters tells whether the dead-letter stream holds a message of
-// any subscription, in one request (bus.DeadLetterProbe): a dead letter
-// stays in the work-queue stream until Complete removes it.
-func (c *Client) AnyDeadLetters(ctx context.Context) (bool, error) {
+// DeadLettered returns the subscriptions of subs that hold a dead letter
+// (bus.DeadLetterProbe), from one request for the dead-letter stream's
+// message count per subject: a dead letter stays in the work-queue stream
+// until Complete removes it.
+func (c *Client) DeadLettered(ctx context.Context, subs []string) ([]string, error) {
 	if err := c.check(); err != nil {
-		return false, err
+		return nil, err
 	}
 	rctx, cancel := c.requestCtx(ctx)
 	defer cancel()
-	info, err := c.dlq.Info(rctx)
-	if err != nil {
-		return false, c.mapErr("dead letters", err)
+	stream := c.dlq
+	if stream == nil { // a bound client: look the stream up
+		var err error
+		if stream, err = c.js.Stream(rctx, c.opts.DeadLetterStream); err != nil {
+			return nil, c.mapErr("dead letters", err)
+		}
 	}
-	return info.State.Msgs > 0, nil
+	info, err := stream.Info(rctx, jetstream.WithSubjectFilter(c.opts.SubjectPrefix+".dlq.*"))
+	if err != nil {
+		return nil, c.mapErr("dead letters", err)
+	}
+	var held []string
+	for _, sub := range subs {
+		if info.State.Subjects[c.subject("dlq", sub)] > 0 {
+			held = append(held, sub)
+		}
+	}
+	return held, nil
 }
 
 // ReceiveDeadLetters is Receive on sub's dead-letter queue. Complete

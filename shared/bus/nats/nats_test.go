@@ -238,9 +238,10 @@ func TestDispatcherDrainsDeadLetters(t *testing.T) {
 	d := bus.NewDispatcher(c, bus.DispatcherOptions{})
 	anyDead := func() bool {
 		t.Helper()
-		some, err := c.AnyDeadLetters(ctx)
+		held, err := c.DeadLettered(ctx, []string{"mac-2", "mac-1", "unknown"})
 		require.NoError(t, err)
-		return some
+		require.Subset(t, []string{"mac-1"}, held, "only mac-1 can hold one")
+		return len(held) > 0
 	}
 	require.False(t, anyDead(), "no dead letter yet")
 	msg := protocol.DispatchMessage{JobID: "job-1", ProductID: "p1", Repo: "notes", TargetFactoryID: "mac-1", DispatchEpoch: 4}
@@ -254,6 +255,11 @@ func TestDispatcherDrainsDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, ds)
 	require.True(t, anyDead(), "the probe sees the dead letter")
+	bo := opts
+	bo.Bind = true // no stream handles: the probe looks the stream up
+	held, err := open(t, srv.ClientURL(), bo).DeadLettered(ctx, []string{"mac-1"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"mac-1"}, held, "a bound client's probe")
 
 	var got []protocol.DispatchMessage
 	handle := func(_ context.Context, m protocol.DispatchMessage) error {

@@ -134,6 +134,7 @@ func TestStageQueriesUseIndexes(t *testing.T) {
 		requireIndex(t, s, store.Jobs, tc.q, tc.index)
 	}
 	requireIndex(t, s, store.Echoes, store.Query{Where: []store.Cond{store.Eq("open", true)}}, "fleet_echo_open (<expr>=?)")
+	requireIndex(t, s, store.Echoes, store.Query{Continuation: crossCont + "5", Where: []store.Cond{store.Eq("open", true)}}, "fleet_echo_open (<expr>=? AND rowid>?)")
 }
 
 // requireIndex fails unless SQLite's plan for q on container reads index.
