@@ -278,15 +278,16 @@ func (t *feedTrigger) status() FeedStatus {
 	for _, h := range []struct {
 		hist     *hist.Hist
 		p50, p99 *float64
+		n        *int64 // nil: the count is Batches
 	}{
-		{&t.stats.read, &st.ReadP50Ms, &st.ReadP99Ms},
-		{&t.stats.invoke, &st.InvokeP50Ms, &st.InvokeP99Ms},
-		{&t.stats.checkpoint, &st.CheckpointP50Ms, &st.CheckpointP99Ms},
+		{&t.stats.read, &st.ReadP50Ms, &st.ReadP99Ms, nil},
+		{&t.stats.invoke, &st.InvokeP50Ms, &st.InvokeP99Ms, nil},
+		{&t.stats.checkpoint, &st.CheckpointP50Ms, &st.CheckpointP99Ms, &st.Checkpoints},
 	} {
 		sum := h.hist.Summary()
 		*h.p50, *h.p99 = sum.P50Ms(), sum.P99Ms()
-		if h.hist == &t.stats.checkpoint {
-			st.Checkpoints = sum.N
+		if h.n != nil {
+			*h.n = sum.N
 		}
 	}
 	if ms := t.stats.last.Load(); ms > 0 {

@@ -190,6 +190,17 @@ func (e *feedEnv) start(fn *Function, trig Binding, child *Child) (stop func()) 
 	return e.run(ft)
 }
 
+// restartDeliversOnly starts fn's trigger again and writes job id: the
+// restarted trigger's first batch must be id alone (nothing from before
+// its lease), and its lease then moves past it.
+func (e *feedEnv) restartDeliversOnly(fn *Function, trig Binding, fake *fakeDispatch, id, why string) {
+	e.t.Helper()
+	e.start(fn, trig, fake.child())
+	more := e.write(id)
+	require.Equal(e.t, []string{id}, fake.next(e.t).ids, why)
+	e.waitCheckpoint(more[0])
+}
+
 // run runs ft until the returned stop is called.
 func (e *feedEnv) run(ft *feedTrigger) (stop func()) {
 	e.t.Helper()
@@ -336,10 +347,7 @@ func TestFeedTriggerRetriesThenCheckpointsPast(t *testing.T) {
 			e.waitCheckpoint(revs[2])
 			stop()
 
-			e.start(fn, trig, fake.child())
-			more := e.write("j4")
-			require.Equal(t, []string{"j4"}, fake.next(t).ids, "a restarted trigger must not redeliver the failed batch")
-			e.waitCheckpoint(more[0])
+			e.restartDeliversOnly(fn, trig, fake, "j4", "a restarted trigger must not redeliver the failed batch")
 		})
 	}
 }
@@ -424,10 +432,7 @@ func TestFeedTriggerWritesItsLeaseAtMostEvery(t *testing.T) {
 	require.Equal(t, revs[3], cp.Continuation, "the stop wrote where the trigger got to")
 
 	fn, trig := feedFunction(10, nil)
-	e.start(fn, trig, fake.child())
-	more := e.write("j5")
-	require.Equal(t, []string{"j5"}, fake.next(t).ids, "a restarted trigger must not redeliver what the stop wrote")
-	e.waitCheckpoint(more[0])
+	e.restartDeliversOnly(fn, trig, fake, "j5", "a restarted trigger must not redeliver what the stop wrote")
 }
 
 // TestFeedTriggerWritesALaggingLeaseWhenDue: a trigger with nothing more

@@ -307,11 +307,13 @@ func TestDrainDeadLettersStopsASubscriptionOnFailure(t *testing.T) {
 // subscriptions the drain asked.
 type probedDeadLetters struct {
 	fakeDeadLetters
-	err   error
-	asked []string
+	err    error
+	probes int
+	asked  []string
 }
 
 func (p *probedDeadLetters) DeadLettered(_ context.Context, subs []string) ([]string, error) {
+	p.probes++
 	if p.err != nil {
 		return nil, p.err
 	}
@@ -359,8 +361,16 @@ func TestDrainDeadLettersAsksOnlyWhatTheProbeNames(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.wantN, n)
 			require.Equal(t, tc.wantAsked, p.asked, "each subscription asked until it answers empty")
+			require.Equal(t, 1, p.probes)
 		})
 	}
+	// No subscription (no factory): nothing to probe either.
+	p := &probedDeadLetters{}
+	n, err := bus.NewDispatcher(&recordingSender{}, bus.DispatcherOptions{DeadLetters: p}).DrainDeadLetters(t.Context(), nil,
+		func(context.Context, protocol.DispatchMessage) error { return nil })
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Zero(t, p.probes, "no request for no subscription")
 }
 
 func TestDrainDeadLettersWithoutReceiver(t *testing.T) {

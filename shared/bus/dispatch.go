@@ -144,7 +144,7 @@ func (d *Dispatcher) DrainDeadLetters(ctx context.Context, subs []string,
 	if d.opts.DeadLetters == nil {
 		return 0, nil
 	}
-	if p, ok := d.opts.DeadLetters.(DeadLetterProbe); ok {
+	if p, ok := d.opts.DeadLetters.(DeadLetterProbe); ok && len(subs) > 0 {
 		// A failed probe drains every subscription, as without one: the
 		// receives then say what is wrong with the broker, if anything.
 		if held, err := p.DeadLettered(ctx, subs); err == nil {
