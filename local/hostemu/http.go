@@ -108,6 +108,9 @@ func newHTTPFront(prefix string, routes []*httpRoute, child *Child) *httpFront {
 			pr.SetURL(&url.URL{Scheme: "http", Host: addr})
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
+			if b, ok := pr.In.Body.(heldBody); ok {
+				pr.Out.Body = io.NopCloser(bytes.NewReader(b.b))
+			}
 		},
 		// No FlushInterval: ReverseProxy flushes every write by itself for
 		// a text/event-stream and for an answer of unknown length, which is
@@ -335,7 +338,7 @@ func (h *httpFront) forward(w http.ResponseWriter, r *http.Request, addr string,
 	out.Body = http.NoBody
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	if len(body) > 0 {
-		out.Body, _ = out.GetBody()
+		out.Body = holdBody(body)
 	}
 	// The emulator has read the body, which answered any expectation.
 	out.Header.Del("Expect")
@@ -364,9 +367,41 @@ func (h *httpFront) proxyRequest(w http.ResponseWriter, r *http.Request, addr st
 	// User-Agent stays the client's.
 	out.Header.Set(headerHostVersion, emulatedHostVersion)
 	out.Header.Set(headerInvocationID, newInvocationID())
-	out.Body = http.MaxBytesReader(w, r.Body, maxRequestBytes)
+	if r.ContentLength > 0 && r.ContentLength <= proxyReadsBodyFirst {
+		// A small declared body is read first and goes out with its
+		// headers (heldBody); a large or chunked one streams as YARP
+		// streams it.
+		body, ok := requestBody(w, r)
+		if !ok {
+			return
+		}
+		out.Body = holdBody(body)
+		// Reading the body has answered any expectation.
+		out.Header.Del("Expect")
+	} else {
+		out.Body = http.MaxBytesReader(w, r.Body, maxRequestBytes)
+	}
 	h.proxy.ServeHTTP(w, out)
 }
+
+// heldBody is a request body the emulator has read whole. ReverseProxy
+// wraps any body it is handed, and net/http's transport sends the headers
+// of a body it does not know to be in memory in a write of their own
+// (transfer.go, FlushHeaders): two packets for the handler to wake up to
+// and read on every request, where one would do. The proxy's Rewrite hands
+// the transport these bytes as a *bytes.Reader instead.
+type heldBody struct {
+	*bytes.Reader
+	b []byte
+}
+
+func holdBody(b []byte) heldBody { return heldBody{bytes.NewReader(b), b} }
+
+func (heldBody) Close() error { return nil }
+
+// proxyReadsBodyFirst is the largest declared body the proxy reads before
+// forwarding (above: an API request's JSON is a few KiB).
+const proxyReadsBodyFirst = 64 << 10
 
 // bufferedResponse holds a whole answer, as the host's forwarding mode
 // does, and writes it out once the handler has finished.

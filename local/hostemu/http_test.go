@@ -1,17 +1,21 @@
 package hostemu
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -455,6 +459,96 @@ func TestHTTPFrontProxyKeepsTheRequest(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusNoContent, resp.StatusCode)
 	require.Equal(t, seen{url.Values{"a": {"1", "2"}}, `{"a":1}`}, <-got)
+}
+
+// writeCounter counts the writes made on the connections it dials.
+type writeCounter struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c writeCounter) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestHTTPFrontSendsARequestInOneWrite: a request with a small declared
+// body reaches the handler in one write, its headers and body together,
+// proxied or forwarded (net/http flushes the headers of a body it does not
+// know to be in memory on their own, and ReverseProxy wraps every body: a
+// second packet for the handler to wake up to, on every API request). A
+// chunked body still streams through the proxy, and a body shorter than
+// its declared length is the client's error (400), not the handler's.
+func TestHTTPFrontSendsARequestInOneWrite(t *testing.T) {
+	t.Parallel()
+	body := strings.Repeat("y", 600)
+	for _, mode := range []HTTPMode{ModeProxy, ModeForward} {
+		got := make(chan string, 1)
+		fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			got <- r.Header.Get("Expect") + string(b)
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		t.Cleanup(fake.Close)
+		front := newHTTPFront("api", []*httpRoute{routeIn(t, `{"route":"{*path}"}`, mode)}, readyChild(strings.TrimPrefix(fake.URL, "http://")))
+		var writes atomic.Int64
+		front.proxy.Transport = &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return writeCounter{c, &writes}, nil
+		}}
+		emu := httptest.NewServer(front)
+		t.Cleanup(emu.Close)
+
+		cases := []struct {
+			name   string
+			body   io.Reader
+			expect bool
+			writes int64
+		}{
+			{"a declared body", strings.NewReader(body), false, 1},
+			{"a declared body after Expect: 100-continue", strings.NewReader(body), true, 1},
+		}
+		if mode == ModeProxy {
+			// Headers, the chunk, the last chunk: as it arrives. (The host
+			// forwards no chunked body.)
+			cases = append(cases, struct {
+				name   string
+				body   io.Reader
+				expect bool
+				writes int64
+			}{"a chunked body", io.MultiReader(strings.NewReader(body)), false, 3})
+		}
+		for _, tc := range cases {
+			name := fmt.Sprintf("mode %d, %s", mode, tc.name)
+			writes.Store(0)
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, emu.URL+"/api/x", tc.body)
+			require.NoError(t, err, name)
+			if tc.expect {
+				req.Header.Set("Expect", "100-continue")
+			}
+			resp, err := emu.Client().Do(req)
+			require.NoError(t, err, name)
+			resp.Body.Close()
+			require.Equal(t, http.StatusNoContent, resp.StatusCode, name)
+			require.Equal(t, body, <-got, name+": the body arrives whole, and an answered expectation is not passed on")
+			require.Equal(t, tc.writes, writes.Load(), name+": writes to the handler")
+		}
+
+		conn, err := net.Dial("tcp", strings.TrimPrefix(emu.URL, "http://"))
+		require.NoError(t, err)
+		_, err = io.WriteString(conn, "POST /api/x HTTP/1.1\r\nHost: emu\r\nContent-Length: 10\r\n\r\nabc")
+		require.NoError(t, err)
+		require.NoError(t, conn.(*net.TCPConn).CloseWrite())
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		conn.Close()
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "mode %d: a body shorter than declared", mode)
+	}
 }
 
 // BenchmarkHTTPFrontProxy is one API request through the emulator's proxy
