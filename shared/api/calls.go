@@ -77,14 +77,14 @@ func (c *Client) GetJob(ctx context.Context, product, id string) (*fleet.Job, er
 
 // Patch is a holder's fenced update. A checkpoint-only patch is retried;
 // a stage change is tried once, since repeating one that succeeded unseen
-// answers 409.
-func (c *Client) Patch(ctx context.Context, product, id string, p PatchRequest) (*fleet.Job, error) {
-	var j fleet.Job
-	req := Request{Method: http.MethodPatch, Path: jobPath(id), Product: product, Exact: true, Retry: p.Stage == nil}
-	if _, err := c.call(ctx, req, p, &j); err != nil {
-		return nil, err
-	}
-	return &j, nil
+// answers 409. It asks for no job back (PreferMinimal): nothing a holder
+// does next depends on it, and the coordinator would encode, and this
+// client decode, the whole job twice per job for nothing.
+func (c *Client) Patch(ctx context.Context, product, id string, p PatchRequest) error {
+	req := Request{Method: http.MethodPatch, Path: jobPath(id), Product: product, Exact: true, Retry: p.Stage == nil,
+		Header: http.Header{HeaderPrefer: {PreferMinimal}}}
+	_, err := c.call(ctx, req, p, nil)
+	return err
 }
 
 // Act takes an operator action (ship, requeue, reject, cancel) on a job.

@@ -25,6 +25,14 @@ const (
 	HeaderProduct     = "X-Product-Id"
 	HeaderRequestID   = "X-Request-Id"
 	HeaderLastEventID = "Last-Event-ID"
+	// HeaderPrefer carries PreferMinimal (RFC 7240); the answer then says
+	// HeaderPreferenceApplied when it honoured it.
+	HeaderPrefer            = "Prefer"
+	HeaderPreferenceApplied = "Preference-Applied"
+	// PreferMinimal asks for 204 instead of the resource, on the routes that
+	// take it (the holder's PATCH): a factory that moves its job along has
+	// no use for the whole job back.
+	PreferMinimal = "return=minimal"
 )
 
 // Client defaults.

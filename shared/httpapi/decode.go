@@ -16,6 +16,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/fleet"
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -285,4 +286,23 @@ func required(field, hint string) error {
 		return fleet.Invalid(field, "is required (%s)", hint)
 	}
 	return fleet.Invalid(field, "is required")
+}
+
+// prefersMinimal reports whether the request's Prefer headers (RFC 7240:
+// comma-separated preferences, each name[=value] with ;parameters, names
+// case-insensitive, values optionally quoted) ask for return=minimal. A
+// preference is a hint: anything else in the header is ignored, never a
+// 400.
+func prefersMinimal(r *http.Request) bool {
+	for _, h := range r.Header.Values(api.HeaderPrefer) {
+		for pref := range strings.SplitSeq(h, ",") {
+			pref, _, _ = strings.Cut(pref, ";")
+			name, value, _ := strings.Cut(pref, "=")
+			if strings.EqualFold(strings.TrimSpace(name), "return") &&
+				strings.EqualFold(strings.Trim(strings.TrimSpace(value), `"`), "minimal") {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -270,6 +270,10 @@ func (s *server) patchJob(w http.ResponseWriter, r *http.Request, p *principal) 
 	if err != nil {
 		return err
 	}
+	if prefersMinimal(r) {
+		w.Header().Set(api.HeaderPreferenceApplied, api.PreferMinimal)
+		return noContent(w)
+	}
 	return writeJSON(w, http.StatusOK, j)
 }
 

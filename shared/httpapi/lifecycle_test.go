@@ -66,7 +66,12 @@ func TestLifecycle(t *testing.T) {
 	f.ok(200, &j, "PATCH", "/api/fleet/jobs/"+j.ID, er.Token, map[string]any{"stage": "building", "leaseEpoch": c.LeaseEpoch, "checkpoint": "abc123"})
 	require.Equal(t, fleet.StageBuilding, j.Stage)
 	require.Equal(t, "abc123", j.Checkpoint)
-	f.ok(200, &j, "PATCH", "/api/fleet/jobs/"+j.ID, er.Token, map[string]any{"stage": "testing", "leaseEpoch": c.LeaseEpoch})
+	// Prefer: return=minimal: the update lands, and no job comes back.
+	res = f.ok(http.StatusNoContent, nil, "PATCH", "/api/fleet/jobs/"+j.ID, er.Token, map[string]any{"stage": "testing", "leaseEpoch": c.LeaseEpoch},
+		header("Prefer", "respond-async, return=minimal"))
+	require.Empty(t, res.body)
+	require.Equal(t, api.PreferMinimal, res.header.Get(api.HeaderPreferenceApplied))
+	f.ok(200, &j, "GET", "/api/fleet/jobs/"+j.ID, er.Token, nil)
 	require.Equal(t, fleet.StageTesting, j.Stage)
 
 	f.ok(200, &j, "POST", "/api/fleet/jobs/"+j.ID+"/actions/ship", rootToken, map[string]any{"reason": "tests green"})

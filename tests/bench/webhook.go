@@ -95,10 +95,10 @@ func (s *session) runWebhooks(ctx context.Context, n int) (*webhookResult, error
 		}
 		head := "aq/job/" + id + "@0"
 		building, review := fleet.StageBuilding, fleet.StageReview
-		if _, err := fac.fleet.Patch(ctx, webhookProduct, id, api.PatchRequest{Stage: &building, LeaseEpoch: &cl.LeaseEpoch}); err != nil {
+		if err := fac.fleet.Patch(ctx, webhookProduct, id, api.PatchRequest{Stage: &building, LeaseEpoch: &cl.LeaseEpoch}); err != nil {
 			return nil, err
 		}
-		if _, err := fac.fleet.Patch(ctx, webhookProduct, id, api.PatchRequest{Stage: &review, LeaseEpoch: &cl.LeaseEpoch, Checkpoint: &head}); err != nil {
+		if err := fac.fleet.Patch(ctx, webhookProduct, id, api.PatchRequest{Stage: &review, LeaseEpoch: &cl.LeaseEpoch, Checkpoint: &head}); err != nil {
 			return nil, err
 		}
 		var number int

@@ -36,7 +36,7 @@ type API interface {
 	Heartbeat(ctx context.Context, hb api.HeartbeatRequest) (*fleet.Factory, error)
 	Accept(ctx context.Context, r api.AcceptRequest) (*api.Claimed, error)
 	GetJob(ctx context.Context, productID, id string) (*fleet.Job, error)
-	Patch(ctx context.Context, productID, id string, p api.PatchRequest) (*fleet.Job, error)
+	Patch(ctx context.Context, productID, id string, p api.PatchRequest) error
 	Release(ctx context.Context, productID, id string, r api.ReleaseRequest) (*fleet.Job, error)
 	Fail(ctx context.Context, r api.FailRequest) (*fleet.Job, error)
 	PostChildren(ctx context.Context, productID, id string, r api.ChildrenRequest) ([]*fleet.Job, error)

@@ -54,8 +54,8 @@ func (f *fakeAPI) GetJob(context.Context, string, string) (*fleet.Job, error) {
 	}
 	return f.job, nil
 }
-func (f *fakeAPI) Patch(context.Context, string, string, api.PatchRequest) (*fleet.Job, error) {
-	return nil, errors.New("unused")
+func (f *fakeAPI) Patch(context.Context, string, string, api.PatchRequest) error {
+	return errors.New("unused")
 }
 func (f *fakeAPI) Release(context.Context, string, string, api.ReleaseRequest) (*fleet.Job, error) {
 	return &fleet.Job{}, nil

@@ -159,7 +159,7 @@ type clockedCoord struct {
 	checkpointAt, failedAt []time.Time
 }
 
-func (c *clockedCoord) Patch(ctx context.Context, product, id string, p api.PatchRequest) (*fleet.Job, error) {
+func (c *clockedCoord) Patch(ctx context.Context, product, id string, p api.PatchRequest) error {
 	if p.Checkpoint != nil && p.Stage == nil {
 		c.atMu.Lock()
 		c.checkpointAt = append(c.checkpointAt, c.clk.Now())

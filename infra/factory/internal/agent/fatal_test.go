@@ -100,9 +100,9 @@ type stalledStart struct {
 	released chan api.ReleaseRequest
 }
 
-func (s *stalledStart) Patch(ctx context.Context, _, _ string, _ api.PatchRequest) (*fleet.Job, error) {
+func (s *stalledStart) Patch(ctx context.Context, _, _ string, _ api.PatchRequest) error {
 	<-ctx.Done()
-	return nil, ctx.Err()
+	return ctx.Err()
 }
 
 func (s *stalledStart) Release(_ context.Context, _, _ string, r api.ReleaseRequest) (*fleet.Job, error) {

@@ -173,7 +173,7 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	if err := fleet.ValidateName("repo", j.Repo); err != nil {
 		return jb.fail(fleet.FailInvalidJob, err.Error(), false)
 	}
-	if _, err := a.api.Patch(ctx, j.ProductID, j.ID, api.PatchRequest{Stage: api.Ptr(fleet.StageBuilding), LeaseEpoch: api.Ptr(cl.LeaseEpoch)}); err != nil {
+	if err := a.api.Patch(ctx, j.ProductID, j.ID, api.PatchRequest{Stage: api.Ptr(fleet.StageBuilding), LeaseEpoch: api.Ptr(cl.LeaseEpoch)}); err != nil {
 		if !jb.reached(fleet.StageBuilding, err) {
 			return jb.stopped(err, "start building")
 		}
@@ -693,7 +693,7 @@ func (jb *job) checkpoint(ctx context.Context, why string) {
 		return
 	}
 	jb.lastWIP = head
-	if _, err := jb.a.api.Patch(ctx, jb.j.ProductID, jb.j.ID, api.PatchRequest{LeaseEpoch: &jb.cl.LeaseEpoch, Checkpoint: &wip}); err != nil {
+	if err := jb.a.api.Patch(ctx, jb.j.ProductID, jb.j.ID, api.PatchRequest{LeaseEpoch: &jb.cl.LeaseEpoch, Checkpoint: &wip}); err != nil {
 		jb.log.WarnContext(ctx, "checkpoint record", "err", err)
 		return
 	}
@@ -759,7 +759,7 @@ func (jb *job) deliver() Outcome {
 	if diffErr == nil {
 		final.Diff = &diff
 	}
-	if _, err := a.api.Patch(ctx, j.ProductID, j.ID, final); err != nil {
+	if err := a.api.Patch(ctx, j.ProductID, j.ID, final); err != nil {
 		if !jb.reached(next, err) {
 			if errors.Is(err, api.ErrFenced) || errors.Is(err, errFenced) {
 				jb.unpush(branch, head)

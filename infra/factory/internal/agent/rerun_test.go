@@ -104,11 +104,11 @@ func (c *fakeCoord) GetJob(context.Context, string, string) (*fleet.Job, error) 
 	j := c.job
 	return &j, nil
 }
-func (c *fakeCoord) Patch(_ context.Context, _, _ string, p api.PatchRequest) (*fleet.Job, error) {
+func (c *fakeCoord) Patch(_ context.Context, _, _ string, p api.PatchRequest) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.fenced(*p.LeaseEpoch); err != nil {
-		return nil, err
+		return err
 	}
 	c.patches = append(c.patches, p)
 	if p.Checkpoint != nil {
@@ -120,8 +120,7 @@ func (c *fakeCoord) Patch(_ context.Context, _, _ string, p api.PatchRequest) (*
 			c.job.HolderFactoryID = ""
 		}
 	}
-	j := c.job
-	return &j, nil
+	return nil
 }
 func (c *fakeCoord) PostChildren(_ context.Context, _, _ string, r api.ChildrenRequest) ([]*fleet.Job, error) {
 	c.mu.Lock()
