@@ -24,6 +24,9 @@ import (
 // Name is the function's folder name.
 const Name = "echo"
 
+// untrackedBatch is the log of a batch that names no tracker.
+const untrackedBatch = "batch without a tracked job"
+
 // Echoer is what the function needs of the coordinator.
 type Echoer interface {
 	EchoChanged(ctx context.Context, items []store.Item, mode echo.Mode) (echo.Run, error)
@@ -35,6 +38,12 @@ func Func(e Echoer, log *slog.Logger) funchost.Func {
 		raw, ok := inv.Data[dispatch.DocumentsBinding]
 		if !ok {
 			return nil, fmt.Errorf("%w: no %q in Data", funchost.ErrBadPayload, dispatch.DocumentsBinding)
+		}
+		if echo.Untracked(raw) {
+			// Nothing to hand over, and the batch is not split: at steady
+			// load nearly every batch is such (a version of a job no
+			// tracker follows), and dispatch splits the same batch.
+			return &funchost.Result{Outputs: map[string]any{}, Logs: []string{untrackedBatch}, ReturnValue: 0}, nil
 		}
 		// The same documents as dispatch's: changed jobs.
 		items, err := dispatch.Items(raw)

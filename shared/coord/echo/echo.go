@@ -241,11 +241,8 @@ func (c *Service) Changed(ctx context.Context, items []store.Item, mode Mode) (R
 	for _, it := range items {
 		// Only whether it is tracked: the whole job is read by its lane,
 		// and most jobs are not tracked (their versions are most of what
-		// the feed carries). A job without the name "tracker" anywhere is
-		// not, and is not decoded: the store's documents are written by
-		// the kernel's encoder, which writes a name as it is (and were
-		// one missed, the sweep finds the job by its open echo state).
-		if !bytes.Contains(it.Body, trackerName) {
+		// the feed carries).
+		if Untracked(it.Body) {
 			continue
 		}
 		var j struct {
@@ -265,8 +262,19 @@ func (c *Service) Changed(ctx context.Context, items []store.Item, mode Mode) (R
 	return c.echoJobs(ctx, refs, false, mode)
 }
 
-// trackerName is how a job's tracker field is written in its document.
-var trackerName = []byte(`"tracker"`)
+// Untracked reports that no job in raw can be tracked: raw, a job document
+// or a change-feed batch of them however many times quoted, does not hold
+// the name tracker anywhere. Such a job is not decoded, nor such a batch
+// split: the store's documents are written by the kernel's encoder, which
+// writes a name as it is, and quoting escapes the quotes around a name,
+// never its letters (were one missed, the sweep finds the job by its open
+// echo state). A mention elsewhere, in a task's text, only costs the
+// decode.
+func Untracked(raw []byte) bool { return !bytes.Contains(raw, trackerLetters) }
+
+// trackerLetters is the tracker field's name, without the quotes a batch
+// escapes.
+var trackerLetters = []byte("tracker")
 
 // JobRef names a job to deliver for.
 type JobRef struct{ ProductID, JobID string }
