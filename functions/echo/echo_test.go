@@ -32,9 +32,10 @@ func (h *handOffs) EchoChanged(_ context.Context, items []store.Item, _ coordech
 
 // TestFuncSplitsOnlyBatchesNamingATracker: a batch in which no document
 // names a tracker is answered without being split or handed over (nearly
-// every batch at steady load); one that does, even where the name is only
-// in a task's text, goes to the coordinator whole, and a malformed one is
-// still refused.
+// every batch at steady load; dispatch, which splits the same batch,
+// refuses a malformed one); one that does, even where the name is only in
+// a task's text, goes to the coordinator whole, and is refused when it
+// does not split.
 func TestFuncSplitsOnlyBatchesNamingATracker(t *testing.T) {
 	t.Parallel()
 	plain := json.RawMessage(`{"id":"a","productId":"p1","stage":"queued"}`)

@@ -109,7 +109,7 @@ func newHTTPFront(prefix string, routes []*httpRoute, child *Child) *httpFront {
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
 			if b, ok := pr.In.Body.(heldBody); ok {
-				pr.Out.Body = io.NopCloser(bytes.NewReader(b.b))
+				pr.Out.Body = io.NopCloser(b.Reader)
 			}
 		},
 		// No FlushInterval: ReverseProxy flushes every write by itself for
@@ -336,7 +336,7 @@ func (h *httpFront) forward(w http.ResponseWriter, r *http.Request, addr string,
 	out.TransferEncoding = nil
 	out.ContentLength = int64(len(body))
 	out.Body = http.NoBody
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	out.GetBody = heldGetBody(body)
 	if len(body) > 0 {
 		out.Body = holdBody(body)
 	}
@@ -353,9 +353,12 @@ func (h *httpFront) forward(w http.ResponseWriter, r *http.Request, addr string,
 }
 
 // proxyRequest hands the request on as it came (YARP keeps the path, the
-// query and a streamed body) and copies the answer as it arrives: a
+// query and the body) and copies the answer as it arrives: a
 // text/event-stream or any answer of unknown length is flushed write by
-// write, so it reaches the client event by event.
+// write, so it reaches the client event by event. YARP streams every body;
+// here a small one with a declared length is read first (heldBody), which
+// only the handler's reads can tell, and one shorter than it declared is
+// the host's 400 rather than the handler's failure.
 func (h *httpFront) proxyRequest(w http.ResponseWriter, r *http.Request, addr string) {
 	if r.ContentLength > maxRequestBytes {
 		writeHostError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over the host's limit of %d bytes", maxRequestBytes))
@@ -375,7 +378,7 @@ func (h *httpFront) proxyRequest(w http.ResponseWriter, r *http.Request, addr st
 		if !ok {
 			return
 		}
-		out.Body = holdBody(body)
+		out.Body, out.GetBody = holdBody(body), heldGetBody(body)
 		// Reading the body has answered any expectation.
 		out.Header.Del("Expect")
 	} else {
@@ -389,15 +392,19 @@ func (h *httpFront) proxyRequest(w http.ResponseWriter, r *http.Request, addr st
 // of a body it does not know to be in memory in a write of their own
 // (transfer.go, FlushHeaders): two packets for the handler to wake up to
 // and read on every request, where one would do. The proxy's Rewrite hands
-// the transport these bytes as a *bytes.Reader instead.
-type heldBody struct {
-	*bytes.Reader
-	b []byte
-}
+// the transport the *bytes.Reader itself instead.
+type heldBody struct{ *bytes.Reader }
 
-func holdBody(b []byte) heldBody { return heldBody{bytes.NewReader(b), b} }
+func holdBody(b []byte) heldBody { return heldBody{bytes.NewReader(b)} }
 
 func (heldBody) Close() error { return nil }
+
+// heldGetBody lets the transport send a held body again on a fresh
+// connection when a kept-alive one turned out closed before anything was
+// written.
+func heldGetBody(b []byte) func() (io.ReadCloser, error) {
+	return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+}
 
 // proxyReadsBodyFirst is the largest declared body the proxy reads before
 // forwarding (above: an API request's JSON is a few KiB).

@@ -472,6 +472,18 @@ func (c writeCounter) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// called is a handler's "called" for a test to wait on.
+type called struct{ ch chan struct{} }
+
+func (s called) wait(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-s.ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: not within 10s", what)
+	}
+}
+
 // TestHTTPFrontSendsARequestInOneWrite: a request with a small declared
 // body reaches the handler in one write, its headers and body together,
 // proxied or forwarded (net/http flushes the headers of a body it does not
@@ -484,7 +496,9 @@ func TestHTTPFrontSendsARequestInOneWrite(t *testing.T) {
 	body := strings.Repeat("y", 600)
 	for _, mode := range []HTTPMode{ModeProxy, ModeForward} {
 		got := make(chan string, 1)
+		entered := called{make(chan struct{}, 1)}
 		fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			entered.ch <- struct{}{}
 			b, _ := io.ReadAll(r.Body)
 			got <- r.Header.Get("Expect") + string(b)
 			w.WriteHeader(http.StatusNoContent)
@@ -503,29 +517,32 @@ func TestHTTPFrontSendsARequestInOneWrite(t *testing.T) {
 		emu := httptest.NewServer(front)
 		t.Cleanup(emu.Close)
 
-		cases := []struct {
-			name   string
-			body   io.Reader
-			expect bool
-			writes int64
-		}{
-			{"a declared body", strings.NewReader(body), false, 1},
-			{"a declared body after Expect: 100-continue", strings.NewReader(body), true, 1},
+		type sample struct {
+			name    string
+			body    string
+			chunked bool
+			expect  bool
+			writes  int64 // -1: more than one
+		}
+		cases := []sample{
+			{"a declared body", body, false, false, 1},
+			{"a declared body after Expect: 100-continue", body, false, true, 1},
 		}
 		if mode == ModeProxy {
-			// Headers, the chunk, the last chunk: as it arrives. (The host
-			// forwards no chunked body.)
-			cases = append(cases, struct {
-				name   string
-				body   io.Reader
-				expect bool
-				writes int64
-			}{"a chunked body", io.MultiReader(strings.NewReader(body)), false, 3})
+			// Streamed as it arrives: the headers in a write of their own,
+			// then the body. The host forwards no chunked body, and reads
+			// any declared one whole.
+			cases = append(cases,
+				sample{"a chunked body", body, true, false, -1})
 		}
 		for _, tc := range cases {
 			name := fmt.Sprintf("mode %d, %s", mode, tc.name)
 			writes.Store(0)
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, emu.URL+"/api/x", tc.body)
+			var rd io.Reader = strings.NewReader(tc.body)
+			if tc.chunked {
+				rd = io.MultiReader(rd) // no length known: chunked
+			}
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, emu.URL+"/api/x", rd)
 			require.NoError(t, err, name)
 			if tc.expect {
 				req.Header.Set("Expect", "100-continue")
@@ -534,8 +551,39 @@ func TestHTTPFrontSendsARequestInOneWrite(t *testing.T) {
 			require.NoError(t, err, name)
 			resp.Body.Close()
 			require.Equal(t, http.StatusNoContent, resp.StatusCode, name)
-			require.Equal(t, body, <-got, name+": the body arrives whole, and an answered expectation is not passed on")
+			entered.wait(t, name)
+			require.Equal(t, tc.body, <-got, name+": the body arrives whole, and an answered expectation is not passed on")
+			if tc.writes < 0 {
+				require.Greater(t, writes.Load(), int64(1), name+": writes to the handler")
+				continue
+			}
 			require.Equal(t, tc.writes, writes.Load(), name+": writes to the handler")
+		}
+
+		if mode == ModeProxy {
+			// A declared body over the limit streams: the handler is called
+			// before the client has sent the rest of it.
+			big := strings.Repeat("y", proxyReadsBodyFirst+1)
+			pr, pw := io.Pipe()
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, emu.URL+"/api/x", pr)
+			require.NoError(t, err)
+			req.ContentLength = int64(len(big))
+			done := make(chan error, 1)
+			go func() {
+				resp, err := emu.Client().Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				done <- err
+			}()
+			_, err = io.WriteString(pw, big[:1024])
+			require.NoError(t, err)
+			entered.wait(t, "the handler called before the body's end")
+			_, err = io.WriteString(pw, big[1024:])
+			require.NoError(t, err)
+			require.NoError(t, pw.Close())
+			require.NoError(t, <-done)
+			require.Equal(t, big, <-got)
 		}
 
 		conn, err := net.Dial("tcp", strings.TrimPrefix(emu.URL, "http://"))

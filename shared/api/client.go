@@ -127,7 +127,8 @@ type Request struct {
 	Open func() (io.ReadCloser, int64, error)
 	// Accept overrides the default application/json.
 	Accept string
-	// Header holds more request headers (Last-Event-ID, Idempotency-Key).
+	// Header holds more request headers (Last-Event-ID, Idempotency-Key,
+	// Prefer).
 	Header http.Header
 	// Retry says repeating the request is safe: a transient failure is
 	// tried again, up to the client's Attempts.

@@ -290,17 +290,16 @@ func required(field, hint string) error {
 
 // prefersMinimal reports whether the request's Prefer headers (RFC 7240:
 // comma-separated preferences, each name[=value] with ;parameters, names
-// case-insensitive, values optionally quoted) ask for return=minimal. A
-// preference is a hint: anything else in the header is ignored, never a
-// 400.
+// case-insensitive, values optionally quoted) ask for return=minimal; the
+// first return preference counts (section 2). A preference is a hint:
+// anything else in the header is ignored, never a 400.
 func prefersMinimal(r *http.Request) bool {
 	for _, h := range r.Header.Values(api.HeaderPrefer) {
 		for pref := range strings.SplitSeq(h, ",") {
 			pref, _, _ = strings.Cut(pref, ";")
 			name, value, _ := strings.Cut(pref, "=")
-			if strings.EqualFold(strings.TrimSpace(name), "return") &&
-				strings.EqualFold(strings.Trim(strings.TrimSpace(value), `"`), "minimal") {
-				return true
+			if strings.EqualFold(strings.TrimSpace(name), "return") {
+				return strings.EqualFold(strings.Trim(strings.TrimSpace(value), `"`), "minimal")
 			}
 		}
 	}

@@ -20,6 +20,8 @@ func TestPrefersMinimal(t *testing.T) {
 		{[]string{"respond-async, return=minimal; foo=bar"}, true},
 		{[]string{"handling=lenient", "return=minimal"}, true},
 		{[]string{"return=representation"}, false},
+		{[]string{"return=representation, return=minimal"}, false}, // the first one counts
+		{[]string{"return=minimal", "return=representation"}, true},
 		{[]string{"minimal"}, false},
 		{[]string{"return-minimal"}, false},
 	} {

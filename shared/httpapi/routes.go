@@ -125,7 +125,8 @@ var routes = []route{
 		params: []param{jobID, headerParam(api.HeaderPrefer, "return=minimal (RFC 7240) answers 204, with Preference-Applied: return=minimal, instead of the job.", obj{"type": "string"})},
 		body:   jsonBody(ref("PatchRequest")),
 		ok: map[string]obj{"200": respond("The job after the update.", ref("Job")),
-			"204": respond("Updated; the job is not sent back (Prefer: return=minimal).", nil)},
+			"204": withHeader(respond("Updated; the job is not sent back (Prefer: return=minimal).", nil),
+				api.HeaderPreferenceApplied, "return=minimal")},
 		errors: []string{"400", "404", "409", "413"}},
 	{method: "POST", pattern: "/api/fleet/jobs/{id}/actions/{action}", access: operatorOnly, handle: (*server).actOnJob, summary: "Operator action",
 		description: "ship, requeue, reject or cancel, where the stage machine allows it (409 otherwise). A requeued job whose dependencies have not shipped is blocked until they do; a job whose dependencies can no longer ship fails with reason dependency_failed. " +

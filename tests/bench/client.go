@@ -144,8 +144,7 @@ func (c *client) accept(ctx context.Context, m protocol.DispatchMessage) (int64,
 
 // patchStage moves the holder's job to stage under its lease epoch.
 func (c *client) patchStage(ctx context.Context, product, id string, stage fleet.Stage, epoch int64) error {
-	err := c.fleet.Patch(ctx, product, id, api.PatchRequest{Stage: &stage, LeaseEpoch: &epoch})
-	return err
+	return c.fleet.Patch(ctx, product, id, api.PatchRequest{Stage: &stage, LeaseEpoch: &epoch})
 }
 
 // cancel cancels a job as the operator.
