@@ -479,8 +479,8 @@ func (s called) wait(t *testing.T, what string) {
 	t.Helper()
 	select {
 	case <-s.ch:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s: not within 10s", what)
+	case <-time.After(within):
+		t.Fatalf("%s: not within %s", what, within)
 	}
 }
 
@@ -506,7 +506,7 @@ func TestHTTPFrontSendsARequestInOneWrite(t *testing.T) {
 		t.Cleanup(fake.Close)
 		front := newHTTPFront("api", []*httpRoute{routeIn(t, `{"route":"{*path}"}`, mode)}, readyChild(strings.TrimPrefix(fake.URL, "http://")))
 		var writes atomic.Int64
-		front.proxy.Transport = &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		counted := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var d net.Dialer
 			c, err := d.DialContext(ctx, network, addr)
 			if err != nil {
@@ -514,6 +514,8 @@ func TestHTTPFrontSendsARequestInOneWrite(t *testing.T) {
 			}
 			return writeCounter{c, &writes}, nil
 		}}
+		t.Cleanup(counted.CloseIdleConnections)
+		front.proxy.Transport = counted
 		emu := httptest.NewServer(front)
 		t.Cleanup(emu.Close)
 

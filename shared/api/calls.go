@@ -79,7 +79,7 @@ func (c *Client) GetJob(ctx context.Context, product, id string) (*fleet.Job, er
 // a stage change is tried once, since repeating one that succeeded unseen
 // answers 409. It asks for no job back (PreferMinimal): nothing a holder
 // does next depends on it, and the coordinator would encode, and this
-// client decode, the whole job twice per job for nothing.
+// client decode, the whole job on every patch for nothing.
 func (c *Client) Patch(ctx context.Context, product, id string, p PatchRequest) error {
 	req := Request{Method: http.MethodPatch, Path: jobPath(id), Product: product, Exact: true, Retry: p.Stage == nil,
 		Header: http.Header{HeaderPrefer: {PreferMinimal}}}
