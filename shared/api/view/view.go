@@ -155,6 +155,12 @@ type CoordinatorStats struct {
 	// FactoriesPruned counts static factories this process's prune timer
 	// deregistered for silence past FLEET_PRUNE_AFTER.
 	FactoriesPruned int64 `json:"factoriesPruned"`
+	// SeatFeedDecoded counts the job versions this process's factory-list
+	// refreshes decoded from the jobs change feed (another process's
+	// writes, for the seats it counts); SeatFeedPassed those passed over
+	// undecoded: versions this process wrote and counted as it wrote them.
+	SeatFeedDecoded int64 `json:"seatFeedDecoded"`
+	SeatFeedPassed  int64 `json:"seatFeedPassed"`
 	// UndecodableDocs counts documents (jobs, echo states) this process's
 	// sweeps, claims and listings passed over because they do not decode
 	// (each is logged with its container and id); absent while there were

@@ -77,7 +77,27 @@ type factoryCache struct {
 	// its list takes these copies unless it read a later one (a drain set
 	// here must hold at once, not after the list's ttl).
 	written map[string]*fleet.Factory
+	// noted is job id -> the version of it this process last wrote, with
+	// the fields a refresh reads of it (noteJob). A refresh that reads
+	// that version in the change feed takes them from here rather than
+	// decoding the document. notes numbers the notes: a refresh drops
+	// those made before it began, as it read their versions or later ones.
+	noted map[string]note
+	notes uint64
 }
+
+// note is a job version this process wrote: its revision, its number
+// among the notes, and what a refresh would decode of it.
+type note struct {
+	rev  string
+	seq  uint64
+	view leaseView
+}
+
+// maxNoted bounds noted in a process that writes jobs faster than it
+// refreshes: past it the notes are dropped, and the next refresh decodes
+// those versions, as it decodes another process's.
+const maxNoted = 1 << 16
 
 // refresh is one read of the factories and the changed leases; done is
 // closed when it ended, with fs (the counted list, when it was kept) or
@@ -95,7 +115,7 @@ type seatUse struct {
 }
 
 func newFactoryCache(ttl, offerTTL time.Duration) *factoryCache {
-	return &factoryCache{ttl: ttl, offerTTL: offerTTL, held: map[string]seatUse{}, offers: map[string]seatUse{}}
+	return &factoryCache{ttl: ttl, offerTTL: offerTTL, held: map[string]seatUse{}, offers: map[string]seatUse{}, noted: map[string]note{}}
 }
 
 // update puts a factory this process just wrote into the cached list, so
@@ -123,9 +143,11 @@ func (fc *factoryCache) update(f *fleet.Factory) {
 	}
 }
 
-// noteJob records the seat a job this process just wrote takes now: its
-// live lease, its dispatch not yet taken, or none.
-func (fc *factoryCache) noteJob(j *fleet.Job) {
+// noteJob records the seat a job this process just wrote (or read
+// unchanged: written false) takes now: its live lease, its dispatch not yet
+// taken, or none. A version written is noted for the next refresh once one
+// has read the change feed (the first queries the leases instead).
+func (fc *factoryCache) noteJob(j *fleet.Job, written bool) {
 	var held, offer seatUse
 	switch {
 	case j.Stage.Leased() && j.HolderFactoryID != "":
@@ -135,6 +157,14 @@ func (fc *factoryCache) noteJob(j *fleet.Job) {
 	}
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
+	if written && fc.feed != "" && j.Rev != "" {
+		if len(fc.noted) >= maxNoted {
+			clear(fc.noted)
+		}
+		fc.notes++
+		fc.noted[j.ID] = note{rev: j.Rev, seq: fc.notes, view: leaseView{Stage: j.Stage, HolderFactoryID: j.HolderFactoryID,
+			LeaseExpiresAt: j.LeaseExpiresAt, TargetFactoryID: j.TargetFactoryID}}
+	}
 	heldSame := setUse(fc.held, j.ID, held)
 	offerSame := setUse(fc.offers, j.ID, offer)
 	fc.counted = fc.counted && heldSame && offerSame
@@ -281,7 +311,7 @@ func (c *Service) refreshFactories(ctx context.Context, r *refresh, keep bool) {
 	}()
 	now := c.k.Now()
 	fc.mu.Lock()
-	cont, gen := fc.feed, fc.gen
+	cont, gen, notes := fc.feed, fc.gen, fc.notes
 	if now.Sub(fc.feedAt) > leaseFeedMaxGap {
 		// After a long pause the feed may hold more changed jobs than
 		// there are leases: query those instead.
@@ -315,6 +345,11 @@ func (c *Service) refreshFactories(ctx context.Context, r *refresh, keep bool) {
 		if u, ok := fc.offers[j.ID]; ok && (j.Stage != fleet.StageQueued || j.TargetFactoryID != u.factoryID) {
 			// Another process took, routed again or ended the job.
 			delete(fc.offers, j.ID)
+		}
+	}
+	for id, n := range fc.noted {
+		if n.seq <= notes {
+			delete(fc.noted, id)
 		}
 	}
 	fc.feed, fc.feedAt = leases.cont, now
@@ -383,13 +418,20 @@ func (c *Service) leaseChanges(ctx context.Context, cont string) (leaseUpdate, e
 			if len(page.Items) == 0 {
 				return u, nil
 			}
-			for _, it := range page.Items {
-				v, err := kernel.Decode[leaseView](it)
-				if err != nil {
-					// Every refresh would read it again and fail: the
-					// fleet's seat counts, and every dispatch, would stop.
-					c.k.Undecodable(ctx, store.Jobs, it, err)
-					continue
+			noted := c.factories.notedViews(page.Items)
+			for i, it := range page.Items {
+				v := noted[i]
+				if v == nil {
+					var err error
+					if v, err = kernel.Decode[leaseView](it); err != nil {
+						// Every refresh would read it again and fail: the
+						// fleet's seat counts, and every dispatch, would stop.
+						c.k.Undecodable(ctx, store.Jobs, it, err)
+						continue
+					}
+					c.k.Counters.SeatFeedDecoded.Add(1)
+				} else {
+					c.k.Counters.SeatFeedPassed.Add(1)
 				}
 				u.jobs = append(u.jobs, &fleet.Job{ID: it.ID, Stage: v.Stage, HolderFactoryID: v.HolderFactoryID,
 					LeaseExpiresAt: v.LeaseExpiresAt, TargetFactoryID: v.TargetFactoryID})
@@ -407,6 +449,25 @@ func (c *Service) leaseChanges(ctx context.Context, cont string) (leaseUpdate, e
 		return leaseUpdate{}, err
 	}
 	return leaseUpdate{full: true, jobs: leased, cont: head}, nil
+}
+
+// notedViews is, for each of items, what a refresh reads of it when it is
+// a version this process wrote and noted, else nil:
+// this process's own writes, all that a fleet with one coordinator reads,
+// are not decoded again. Decoding every changed job took about 20 µs a
+// job, 1.6 to 4.4 ms a refresh at 100 jobs/s on the handler's one P, and
+// the dispatches that arrived meanwhile waited for it (issue 25's p99).
+func (fc *factoryCache) notedViews(items []store.Item) []*leaseView {
+	out := make([]*leaseView, len(items))
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	for i, it := range items {
+		if n, ok := fc.noted[it.ID]; ok && n.rev == it.Rev {
+			v := n.view
+			out[i] = &v
+		}
+	}
+	return out
 }
 
 // leaseFeedPage is the page size of a refresh's change-feed reads;

@@ -90,10 +90,10 @@ func New(k *kernel.Kernel, cfg Config, deps Deps) *Service {
 	return c
 }
 
-// NoteJob records the seat a job this process just wrote takes now (its
-// live lease, its dispatch not yet taken, or none), so the scheduler's
-// counts follow every write between refreshes.
-func (c *Service) NoteJob(j *fleet.Job) { c.factories.noteJob(j) }
+// NoteJob records the seat a job this process just wrote (or read
+// unchanged) takes now (its live lease, its dispatch not yet taken, or
+// none), so the scheduler's counts follow every write between refreshes.
+func (c *Service) NoteJob(j *fleet.Job, written bool) { c.factories.noteJob(j, written) }
 
 // WithoutOffer is fs as the job jobID sees it: its own dispatch, when it
 // counts on its target, does not take a seat from itself.

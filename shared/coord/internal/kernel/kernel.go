@@ -33,10 +33,11 @@ type Kernel struct {
 	// ChangeFeed: a change-feed handler sees every job write, so timer
 	// sweeps may trust the ledger's quiet marks (coord.Config.ChangeFeed).
 	ChangeFeed bool
-	// JobWritten, when set, is told of every job MutateJob wrote: the
-	// seats the scheduler counts follow every lease granted or ended and
-	// every dispatch sent, not only each refresh.
-	JobWritten func(*fleet.Job)
+	// JobWritten, when set, is told of every job MutateJob returned, and
+	// whether it wrote it (else j is the stored version its function left
+	// unchanged): the seats the scheduler counts follow every lease granted
+	// or ended and every dispatch sent, not only each refresh.
+	JobWritten func(j *fleet.Job, written bool)
 
 	observers []Observer
 }
@@ -55,10 +56,10 @@ func (c *Kernel) NewID(prefix string) string {
 
 // MutateJob applies fn to the job and writes it back (see cas).
 func (c *Kernel) MutateJob(ctx context.Context, pk, id string, fn func(j *fleet.Job) error) (*fleet.Job, error) {
-	j, _, err := CAS(ctx, c, JobDocs.WithCache(c.Jobs), pk, id, fn)
+	j, written, err := CAS(ctx, c, JobDocs.WithCache(c.Jobs), pk, id, fn)
 	if err == nil && j != nil {
 		if c.JobWritten != nil {
-			c.JobWritten(j)
+			c.JobWritten(j, written)
 		}
 	}
 	return j, err
