@@ -258,6 +258,8 @@ func (r *results) print(out io.Writer) {
 		kindTable(out, []string{"handler", "emulator", "total"}, []kinds{l.PerLifecycle.Handler, l.PerLifecycle.Emulator, l.PerLifecycle.Total}, "%.2f")
 		fmt.Fprintf(out, "handler: %d dispatched, %d CAS conflicts, %d claim conflicts, %d ledger bumps not written (no sweep armed); emulator: %d feed batches carrying %d job documents\n",
 			l.Coord.Dispatched, l.Coord.CASConflicts, l.Coord.ClaimConflicts, l.Coord.BumpsSkipped, l.FeedBatches, l.FeedDocuments)
+		fmt.Fprintf(out, "the factory list's refreshes read %d job versions in the change feed: %d taken from the handler's notes of its own writes, %d decoded\n",
+			l.Coord.SeatFeedPassed+l.Coord.SeatFeedDecoded, l.Coord.SeatFeedPassed, l.Coord.SeatFeedDecoded)
 		fmt.Fprintf(out, "jobs per factory: %s\n", perFactory(l.PerFactory))
 		if c := l.CPU; c != nil {
 			p := c.per(l.Lifecycles)
