@@ -205,11 +205,11 @@ type coordStats struct {
 	// BumpsSkipped counts change-feed batches whose ledger bump found no
 	// sweep armed, so wrote nothing (a refused conditional increment).
 	BumpsSkipped int64 `json:"ledgerBumpsSkipped"`
-	// SeatFeedDecoded and SeatFeedPassed count the job versions the
+	// SeatFeedDecoded and SeatFeedNoted count the job versions the
 	// factory list's refreshes read: decoded, or taken from the note the
 	// handler made as it wrote them.
 	SeatFeedDecoded int64 `json:"seatFeedDecoded"`
-	SeatFeedPassed  int64 `json:"seatFeedPassed"`
+	SeatFeedNoted   int64 `json:"seatFeedNoted"`
 }
 
 // handlerMetrics reads the handler process's store counts and coordinator

@@ -259,7 +259,7 @@ func (r *results) print(out io.Writer) {
 		fmt.Fprintf(out, "handler: %d dispatched, %d CAS conflicts, %d claim conflicts, %d ledger bumps not written (no sweep armed); emulator: %d feed batches carrying %d job documents\n",
 			l.Coord.Dispatched, l.Coord.CASConflicts, l.Coord.ClaimConflicts, l.Coord.BumpsSkipped, l.FeedBatches, l.FeedDocuments)
 		fmt.Fprintf(out, "the factory list's refreshes read %d job versions in the change feed: %d taken from the handler's notes of its own writes, %d decoded\n",
-			l.Coord.SeatFeedPassed+l.Coord.SeatFeedDecoded, l.Coord.SeatFeedPassed, l.Coord.SeatFeedDecoded)
+			l.Coord.SeatFeedNoted+l.Coord.SeatFeedDecoded, l.Coord.SeatFeedNoted, l.Coord.SeatFeedDecoded)
 		fmt.Fprintf(out, "jobs per factory: %s\n", perFactory(l.PerFactory))
 		if c := l.CPU; c != nil {
 			p := c.per(l.Lifecycles)

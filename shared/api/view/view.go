@@ -156,11 +156,12 @@ type CoordinatorStats struct {
 	// deregistered for silence past FLEET_PRUNE_AFTER.
 	FactoriesPruned int64 `json:"factoriesPruned"`
 	// SeatFeedDecoded counts the job versions this process's factory-list
-	// refreshes decoded from the jobs change feed (another process's
-	// writes, for the seats it counts); SeatFeedPassed those passed over
-	// undecoded: versions this process wrote and counted as it wrote them.
+	// refreshes decoded from the jobs change feed, for the seats they
+	// count (another process's writes, this process's creates, versions
+	// written before their note); SeatFeedNoted those taken instead from
+	// the note this process made as it wrote them.
 	SeatFeedDecoded int64 `json:"seatFeedDecoded"`
-	SeatFeedPassed  int64 `json:"seatFeedPassed"`
+	SeatFeedNoted   int64 `json:"seatFeedNoted"`
 	// UndecodableDocs counts documents (jobs, echo states) this process's
 	// sweeps, claims and listings passed over because they do not decode
 	// (each is logged with its container and id); absent while there were

@@ -77,11 +77,14 @@ type factoryCache struct {
 	// its list takes these copies unless it read a later one (a drain set
 	// here must hold at once, not after the list's ttl).
 	written map[string]*fleet.Factory
-	// noted is job id -> the version of it this process last wrote, with
-	// the fields a refresh reads of it (noteJob). A refresh that reads
-	// that version in the change feed takes them from here rather than
-	// decoding the document. notes numbers the notes: a refresh drops
-	// those made before it began, as it read their versions or later ones.
+	// noted is job id -> the version of it this process last wrote
+	// through MutateJob, with the fields a refresh reads of it (noteJob).
+	// A refresh that reads that version in the change feed takes them
+	// from here rather than decoding the document. notes numbers the
+	// notes: a refresh that succeeds drops those made before it began, as
+	// their versions were in what it or an earlier refresh read (or it
+	// queried every lease), so no later read meets them; one that did
+	// would decode it.
 	noted map[string]note
 	notes uint64
 }
@@ -94,10 +97,10 @@ type note struct {
 	view leaseView
 }
 
-// maxNoted bounds noted in a process that writes jobs faster than it
-// refreshes: past it the notes are dropped, and the next refresh decodes
-// those versions, as it decodes another process's.
-const maxNoted = 1 << 16
+// maxNoted bounds noted (a refresh at 100 jobs/s meets about 80 jobs):
+// past it the notes are dropped, and the next refresh decodes those
+// versions, as it decodes another process's.
+const maxNoted = 1 << 14
 
 // refresh is one read of the factories and the changed leases; done is
 // closed when it ended, with fs (the counted list, when it was kept) or
@@ -145,9 +148,11 @@ func (fc *factoryCache) update(f *fleet.Factory) {
 
 // noteJob records the seat a job this process just wrote (or read
 // unchanged: written false) takes now: its live lease, its dispatch not yet
-// taken, or none. A version written is noted for the next refresh once one
-// has read the change feed (the first queries the leases instead).
-func (fc *factoryCache) noteJob(j *fleet.Job, written bool) {
+// taken, or none. A version written is noted for the next refresh while
+// that will read the change feed on from the last: not before the first
+// refresh, nor when the last is older than leaseFeedMaxGap (both query
+// every lease instead).
+func (fc *factoryCache) noteJob(j *fleet.Job, written bool, now time.Time) {
 	var held, offer seatUse
 	switch {
 	case j.Stage.Leased() && j.HolderFactoryID != "":
@@ -157,13 +162,15 @@ func (fc *factoryCache) noteJob(j *fleet.Job, written bool) {
 	}
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
-	if written && fc.feed != "" && j.Rev != "" {
+	if written && fc.feed != "" && now.Sub(fc.feedAt) <= leaseFeedMaxGap && j.Rev != "" {
 		if len(fc.noted) >= maxNoted {
-			clear(fc.noted)
+			fc.noted = map[string]note{} // clear would keep the table's size
 		}
 		fc.notes++
+		// As decoding the stored version gives it: a time in UTC, without
+		// a monotonic reading.
 		fc.noted[j.ID] = note{rev: j.Rev, seq: fc.notes, view: leaseView{Stage: j.Stage, HolderFactoryID: j.HolderFactoryID,
-			LeaseExpiresAt: j.LeaseExpiresAt, TargetFactoryID: j.TargetFactoryID}}
+			LeaseExpiresAt: j.LeaseExpiresAt.UTC(), TargetFactoryID: j.TargetFactoryID}}
 	}
 	heldSame := setUse(fc.held, j.ID, held)
 	offerSame := setUse(fc.offers, j.ID, offer)
@@ -347,11 +354,13 @@ func (c *Service) refreshFactories(ctx context.Context, r *refresh, keep bool) {
 			delete(fc.offers, j.ID)
 		}
 	}
+	kept := map[string]note{}
 	for id, n := range fc.noted {
-		if n.seq <= notes {
-			delete(fc.noted, id)
+		if n.seq > notes {
+			kept[id] = n
 		}
 	}
+	fc.noted = kept
 	fc.feed, fc.feedAt = leases.cont, now
 	fc.counted = false
 	fc.count(now)
@@ -431,7 +440,7 @@ func (c *Service) leaseChanges(ctx context.Context, cont string) (leaseUpdate, e
 					}
 					c.k.Counters.SeatFeedDecoded.Add(1)
 				} else {
-					c.k.Counters.SeatFeedPassed.Add(1)
+					c.k.Counters.SeatFeedNoted.Add(1)
 				}
 				u.jobs = append(u.jobs, &fleet.Job{ID: it.ID, Stage: v.Stage, HolderFactoryID: v.HolderFactoryID,
 					LeaseExpiresAt: v.LeaseExpiresAt, TargetFactoryID: v.TargetFactoryID})
@@ -452,11 +461,12 @@ func (c *Service) leaseChanges(ctx context.Context, cont string) (leaseUpdate, e
 }
 
 // notedViews is, for each of items, what a refresh reads of it when it is
-// a version this process wrote and noted, else nil:
-// this process's own writes, all that a fleet with one coordinator reads,
-// are not decoded again. Decoding every changed job took about 20 µs a
-// job, 1.6 to 4.4 ms a refresh at 100 jobs/s on the handler's one P, and
-// the dispatches that arrived meanwhile waited for it (issue 25's p99).
+// a version this process wrote and noted, else nil: with one coordinator,
+// most of what a refresh reads (not the creates, nor a job's version
+// written before its note was made) is not decoded again. Decoding every
+// changed job took about 20 µs a job, 1.6 to 4.4 ms a refresh at 100
+// jobs/s on the handler's one P, and the dispatches that arrived meanwhile
+// waited for it (issue 25's p99).
 func (fc *factoryCache) notedViews(items []store.Item) []*leaseView {
 	out := make([]*leaseView, len(items))
 	fc.mu.Lock()

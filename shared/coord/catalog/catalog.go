@@ -93,7 +93,7 @@ func New(k *kernel.Kernel, cfg Config, deps Deps) *Service {
 // NoteJob records the seat a job this process just wrote (or read
 // unchanged) takes now (its live lease, its dispatch not yet taken, or
 // none), so the scheduler's counts follow every write between refreshes.
-func (c *Service) NoteJob(j *fleet.Job, written bool) { c.factories.noteJob(j, written) }
+func (c *Service) NoteJob(j *fleet.Job, written bool) { c.factories.noteJob(j, written, c.k.Now()) }
 
 // WithoutOffer is fs as the job jobID sees it: its own dispatch, when it
 // counts on its target, does not take a seat from itself.

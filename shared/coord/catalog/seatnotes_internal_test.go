@@ -28,7 +28,7 @@ func TestNotedVersions(t *testing.T) {
 	t.Parallel()
 	leased := &fleet.Job{ID: "j1", Rev: "r1", Stage: fleet.StageAssigned, HolderFactoryID: "f1",
 		LeaseExpiresAt: time.Unix(5000, 0), TargetFactoryID: "f1"}
-	want := &leaseView{Stage: fleet.StageAssigned, HolderFactoryID: "f1", LeaseExpiresAt: time.Unix(5000, 0), TargetFactoryID: "f1"}
+	want := &leaseView{Stage: fleet.StageAssigned, HolderFactoryID: "f1", LeaseExpiresAt: time.Unix(5000, 0).UTC(), TargetFactoryID: "f1"}
 	item := func(id, rev string) store.Item { return store.Item{ID: id, Rev: rev} }
 	for _, tt := range []struct {
 		name    string
@@ -42,12 +42,17 @@ func TestNotedVersions(t *testing.T) {
 		{"another job", "c1", true, item("j2", "r1"), false},
 		{"read unchanged, not written", "c1", false, item("j1", "r1"), false},
 		{"written before the first refresh", "", true, item("j1", "r1"), false},
+		{"written past leaseFeedMaxGap after the last refresh", "stale", true, item("j1", "r1"), false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			fc := newFactoryCache(time.Second, time.Minute)
 			fc.feed = tt.feed
-			fc.noteJob(leased, tt.written)
+			fc.feedAt = time.Unix(4000, 0)
+			if tt.feed == "stale" {
+				fc.feedAt = time.Unix(4000, 0).Add(-leaseFeedMaxGap - time.Second)
+			}
+			fc.noteJob(leased, tt.written, time.Unix(4001, 0))
 			got := fc.notedViews([]store.Item{tt.read, item("j3", "r9")})
 			require.Len(t, got, 2)
 			require.Nil(t, got[1])
@@ -64,7 +69,7 @@ func TestNotedVersions(t *testing.T) {
 		fc := newFactoryCache(time.Second, time.Minute)
 		fc.feed = "c1"
 		for i := range maxNoted + 1 {
-			fc.noteJob(&fleet.Job{ID: strconv.Itoa(i), Rev: "r1", Stage: fleet.StageQueued}, true)
+			fc.noteJob(&fleet.Job{ID: strconv.Itoa(i), Rev: "r1", Stage: fleet.StageQueued}, true, time.Time{})
 		}
 		require.Len(t, fc.noted, 1, "past maxNoted the notes start again")
 	})
@@ -111,7 +116,7 @@ func TestRefreshTakesNotedVersionsInFeedOrder(t *testing.T) {
 		require.Len(t, fs, 1)
 		return fs[0].Leases
 	}
-	counts := func() [2]int64 { return [2]int64{k.Counters.SeatFeedDecoded.Load(), k.Counters.SeatFeedPassed.Load()} }
+	counts := func() [2]int64 { return [2]int64{k.Counters.SeatFeedDecoded.Load(), k.Counters.SeatFeedNoted.Load()} }
 	require.Zero(t, leases(), "the first refresh queries the leased jobs: none")
 
 	// Another process queues j1; this process leases it while the next
@@ -128,13 +133,16 @@ func TestRefreshTakesNotedVersionsInFeedOrder(t *testing.T) {
 	clk.Advance(2 * time.Second)
 	require.Equal(t, 1, leases(), "the lease written here counts after the queued version read before it")
 	require.Equal(t, [2]int64{1, 1}, counts(), "the queued version decoded, the leased one taken from its note")
+	it, err := db.Read(ctx, store.Jobs, "p1", "j1")
+	require.NoError(t, err)
+	stored, err := kernel.Decode[leaseView](it)
+	require.NoError(t, err)
 	c.factories.mu.Lock()
 	require.Len(t, c.factories.noted, 1, "a note made while the refresh read is kept for the next")
+	require.Equal(t, note{rev: it.Rev, seq: 1, view: *stored}, c.factories.noted["j1"], "the note is what decoding the stored version gives")
 	c.factories.mu.Unlock()
 
 	// Another process ends the lease: its version is decoded and counted.
-	it, err := db.Read(ctx, store.Jobs, "p1", "j1")
-	require.NoError(t, err)
 	write("j1", &fleet.Job{ID: "j1", ProductID: "p1", Stage: fleet.StageQueued, Deps: []string{}}, it.Rev)
 	clk.Advance(2 * time.Second)
 	require.Zero(t, leases(), "another process's release is counted")

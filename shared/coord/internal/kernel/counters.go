@@ -27,10 +27,10 @@ type Counters struct {
 	BumpsSkipped atomic.Int64
 	// FactoriesPruned counts static factories the prune timer deregistered.
 	FactoriesPruned atomic.Int64
-	// SeatFeedDecoded and SeatFeedPassed count the job versions the
+	// SeatFeedDecoded and SeatFeedNoted count the job versions the
 	// factory list's refreshes read in the jobs change feed: decoded, or
-	// passed over as the version this process wrote and counted already.
-	SeatFeedDecoded, SeatFeedPassed atomic.Int64
+	// taken from the note this process made as it wrote that version.
+	SeatFeedDecoded, SeatFeedNoted atomic.Int64
 	// UndecodableDocs counts documents a sweep, a claim or a listing
 	// skipped because they do not decode (each logged with its container
 	// and id); FirstUndecodable and LastUndecodable say when it first
@@ -132,7 +132,7 @@ func (s *Counters) Snapshot() view.CoordinatorStats {
 		BumpsSkipped:    s.BumpsSkipped.Load(),
 		FactoriesPruned: s.FactoriesPruned.Load(),
 		SeatFeedDecoded: s.SeatFeedDecoded.Load(),
-		SeatFeedPassed:  s.SeatFeedPassed.Load(),
+		SeatFeedNoted:   s.SeatFeedNoted.Load(),
 		UndecodableDocs: s.UndecodableDocs.Load(),
 		DispatchLagMs:   mean(&s.DispatchLagSum, &s.DispatchLagN),
 		AcceptLagMs:     mean(&s.AcceptLagSum, &s.AcceptLagN),
