@@ -32,35 +32,31 @@ func TestNotedVersions(t *testing.T) {
 	item := func(id, rev string) store.Item { return store.Item{ID: id, Rev: rev} }
 	for _, tt := range []struct {
 		name    string
-		feed    string // the cache's continuation: "" before any refresh
+		feed    string        // the cache's continuation: "" before any refresh
+		feedAge time.Duration // since the last refresh, when the job is written
 		written bool
 		read    store.Item
 		noted   bool
 	}{
-		{"the version written", "c1", true, item("j1", "r1"), true},
-		{"a later version (another process's)", "c1", true, item("j1", "r2"), false},
-		{"another job", "c1", true, item("j2", "r1"), false},
-		{"read unchanged, not written", "c1", false, item("j1", "r1"), false},
-		{"written before the first refresh", "", true, item("j1", "r1"), false},
-		{"written past leaseFeedMaxGap after the last refresh", "stale", true, item("j1", "r1"), false},
+		{"the version written", "c1", time.Second, true, item("j1", "r1"), true},
+		{"a later version (another process's)", "c1", time.Second, true, item("j1", "r2"), false},
+		{"another job", "c1", time.Second, true, item("j2", "r1"), false},
+		{"read unchanged, not written", "c1", time.Second, false, item("j1", "r1"), false},
+		{"written before the first refresh", "", time.Second, true, item("j1", "r1"), false},
+		{"written past leaseFeedMaxGap after the last refresh", "c1", leaseFeedMaxGap + time.Second, true, item("j1", "r1"), false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			fc := newFactoryCache(time.Second, time.Minute)
-			fc.feed = tt.feed
-			fc.feedAt = time.Unix(4000, 0)
-			if tt.feed == "stale" {
-				fc.feedAt = time.Unix(4000, 0).Add(-leaseFeedMaxGap - time.Second)
-			}
-			fc.noteJob(leased, tt.written, time.Unix(4001, 0))
-			got := fc.notedViews([]store.Item{tt.read, item("j3", "r9")})
-			require.Len(t, got, 2)
-			require.Nil(t, got[1])
+			fc.feed, fc.feedAt = tt.feed, time.Unix(4000, 0)
+			fc.noteJob(leased, tt.written, fc.feedAt.Add(tt.feedAge))
+			got, noted := fc.notedView(tt.read)
+			require.Equal(t, tt.noted, noted)
 			if tt.noted {
-				require.Equal(t, want, got[0])
-			} else {
-				require.Nil(t, got[0])
+				require.Equal(t, want, got)
 			}
+			_, other := fc.notedView(item("j3", "r9"))
+			require.False(t, other)
 		})
 	}
 
