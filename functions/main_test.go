@@ -116,6 +116,8 @@ func (idleStore) Upsert(context.Context, string, string, string, []byte) (string
 	return "", nil
 }
 
+func (idleStore) ChangesHead(context.Context, string) (string, error) { return "", nil }
+
 // sample is one invocation the host would make, and what must come back.
 type sample struct {
 	function string

@@ -22,9 +22,11 @@ import (
 )
 
 // FeedStore is what the Cosmos DB trigger needs of the store: the change
-// feed, and documents in the lease container for its checkpoint.
+// feed (its head, for a trigger that starts from now), and documents in the
+// lease container for its checkpoint.
 type FeedStore interface {
 	ReadChanges(ctx context.Context, container, continuation string, max int) (store.ChangePage, error)
+	ChangesHead(ctx context.Context, container string) (string, error)
 	Read(ctx context.Context, container, pk, id string) (store.Item, error)
 	Upsert(ctx context.Context, container, pk, id string, body []byte) (string, error)
 }
@@ -52,12 +54,15 @@ type feedTrigger struct {
 	checkpointEvery time.Duration
 	clock           hostClock
 	maxItems        int
-	retries         []time.Duration
-	store           FeedStore
-	changed         <-chan struct{}
-	child           *Child
-	client          *http.Client
-	log             *slog.Logger
+	// fromStart is startFromBeginning: a trigger without a lease reads
+	// the container's whole feed; else it starts at the feed's head.
+	fromStart bool
+	retries   []time.Duration
+	store     FeedStore
+	changed   <-chan struct{}
+	child     *Child
+	client    *http.Client
+	log       *slog.Logger
 }
 
 func newFeedTrigger(fn *Function, trig Binding, get Settings, store FeedStore, changed <-chan struct{}, child *Child, log *slog.Logger) (*feedTrigger, error) {
@@ -87,6 +92,9 @@ func newFeedTrigger(fn *Function, trig Binding, get Settings, store FeedStore, c
 	if t.maxItems, err = get.Int(trig, "maxItemsPerInvocation", 100); err != nil {
 		return nil, fmt.Errorf("function %s: %w", fn.Name, err)
 	}
+	if t.fromStart, err = get.Bool(trig, "startFromBeginning", false); err != nil {
+		return nil, fmt.Errorf("function %s: %w", fn.Name, err)
+	}
 	if t.maxItems <= 0 || t.pollDelay <= 0 {
 		return nil, fmt.Errorf("function %s: feedPollDelay and maxItemsPerInvocation must be positive", fn.Name)
 	}
@@ -108,10 +116,25 @@ func newFeedTrigger(fn *Function, trig Binding, get Settings, store FeedStore, c
 // part of the feed.
 func (t *feedTrigger) leaseKey() string { return t.lease + "/" + t.prefix + "/" + t.container }
 
+// checkpoint returns where the trigger resumes: its lease's continuation.
+// Without a lease, as the host does, it starts from the beginning of the
+// container's feed (startFromBeginning) or at its head, writing the lease
+// there at once so that a restart does not skip what changed meanwhile.
+// Either way the setting counts only while no lease exists.
 func (t *feedTrigger) checkpoint(ctx context.Context) (string, error) {
 	it, err := t.store.Read(ctx, t.lease, t.leaseID, t.leaseID)
 	if errors.Is(err, store.ErrNotFound) {
-		return "", nil
+		if t.fromStart {
+			return "", nil
+		}
+		head, err := t.store.ChangesHead(ctx, t.container)
+		if err != nil {
+			return "", fmt.Errorf("read the feed's head: %w", err)
+		}
+		if err := t.saveCheckpoint(ctx, head); err != nil {
+			return "", fmt.Errorf("write the first lease: %w", err)
+		}
+		return head, nil
 	}
 	if err != nil {
 		return "", fmt.Errorf("read checkpoint: %w", err)

@@ -219,6 +219,40 @@ func (e *feedEnv) run(ft *feedTrigger) (stop func()) {
 	return stop
 }
 
+// TestFeedTriggerStartsWhereTheHostDoes: a trigger without a lease reads
+// the container's whole feed with startFromBeginning, and otherwise only
+// what changes after it started, writing its lease at the head at once (a
+// restart before any batch must not skip what changed meanwhile). With a
+// lease the setting counts for nothing.
+func TestFeedTriggerStartsWhereTheHostDoes(t *testing.T) {
+	t.Parallel()
+	for _, fromStart := range []bool{true, false} {
+		t.Run(fmt.Sprintf("startFromBeginning=%t", fromStart), func(t *testing.T) {
+			t.Parallel()
+			e := newFeedEnv(t)
+			e.write("old1", "old2")
+			fake := newFakeDispatch(t, nil)
+			fn, trig := feedFunction(10, nil)
+			trig.Props["startFromBeginning"] = json.RawMessage(strconv.FormatBool(fromStart))
+			stop := e.start(fn, trig, fake.child())
+			if fromStart {
+				require.Equal(t, []string{"old1", "old2"}, fake.next(t).ids)
+			} else {
+				eventually(t, "the first lease", func() bool { _, ok := e.checkpoint(); return ok })
+			}
+			stop()
+			e.write("meanwhile")
+			e.start(fn, trig, fake.child())
+			require.Equal(t, []string{"meanwhile"}, fake.next(t).ids, "a restart resumes at its lease")
+			select {
+			case d := <-fake.deliveries:
+				t.Fatalf("delivered %v besides", d.ids)
+			default:
+			}
+		})
+	}
+}
+
 func TestFeedTriggerConfig(t *testing.T) {
 	t.Parallel()
 	fn, trig := feedFunction(2, &Retry{Strategy: "fixedDelay", MaxRetryCount: 2, DelayInterval: "00:00:00.01"})
@@ -229,6 +263,11 @@ func TestFeedTriggerConfig(t *testing.T) {
 	require.Equal(t, 10*time.Millisecond, ft.pollDelay)
 	require.Equal(t, 2, ft.maxItems)
 	require.Equal(t, []time.Duration{10 * time.Millisecond, 10 * time.Millisecond}, ft.retries)
+	require.True(t, ft.fromStart)
+	delete(trig.Props, "startFromBeginning")
+	ft, err = newFeedTrigger(fn, trig, feedSettings, idleFeed{}, nil, nil, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.False(t, ft.fromStart, "the host's default: from now")
 
 	tests := []struct {
 		name  string
@@ -267,6 +306,7 @@ func (idleFeed) Read(context.Context, string, string, string) (store.Item, error
 func (idleFeed) Upsert(context.Context, string, string, string, []byte) (string, error) {
 	return "", nil
 }
+func (idleFeed) ChangesHead(context.Context, string) (string, error) { return "", nil }
 
 func TestFeedTriggerBatchesAndResumes(t *testing.T) {
 	t.Parallel()
