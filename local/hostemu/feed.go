@@ -211,6 +211,12 @@ func (t *feedTrigger) run(ctx context.Context) {
 		}
 		invoked := time.Now()
 		ok := t.deliver(ctx, page.Items)
+		if !ok && ctx.Err() != nil {
+			// Stopped mid-batch: the function may not have run it, so the
+			// lease stays before it and a restart delivers it again, as
+			// the host leaves a batch in flight unchecked.
+			return
+		}
 		t.stats.record(len(page.Items), ok)
 		t.stats.read.Observe(read)
 		t.stats.invoke.Observe(time.Since(invoked))

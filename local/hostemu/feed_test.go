@@ -230,13 +230,14 @@ func TestFeedTriggerStartsWhereTheHostDoes(t *testing.T) {
 		t.Run(fmt.Sprintf("startFromBeginning=%t", fromStart), func(t *testing.T) {
 			t.Parallel()
 			e := newFeedEnv(t)
-			e.write("old1", "old2")
+			old := e.write("old1", "old2")
 			fake := newFakeDispatch(t, nil)
 			fn, trig := feedFunction(10, nil)
 			trig.Props["startFromBeginning"] = json.RawMessage(strconv.FormatBool(fromStart))
 			stop := e.start(fn, trig, fake.child())
 			if fromStart {
 				require.Equal(t, []string{"old1", "old2"}, fake.next(t).ids)
+				e.waitCheckpoint(old[1]) // a stop before it would deliver the batch again
 			} else {
 				eventually(t, "the first lease", func() bool { _, ok := e.checkpoint(); return ok })
 			}
@@ -398,19 +399,62 @@ func TestFeedTriggerWaitsForHandler(t *testing.T) {
 	t.Parallel()
 	e := newFeedEnv(t)
 	fake := newFakeDispatch(t, nil)
-	fn, trig := feedFunction(10, nil)
 	child := &Child{Log: slog.New(slog.DiscardHandler), ready: make(chan struct{})}
 	revs := e.write("j1")
-	e.start(fn, trig, child)
+	ft, counted := e.newCountedTrigger(child, nil, time.Millisecond)
+	var up, early atomic.Bool
+	counted.onUpsert = func() { early.Store(early.Load() || !up.Load()) }
+	e.run(ft)
 
-	_, saved := e.checkpoint()
-	require.False(t, saved, "nothing is checkpointed before the handler took the batch")
+	eventually(t, "the batch read", func() bool { return counted.reads.Load() >= 1 })
 	child.mu.Lock()
 	child.addr = strings.TrimPrefix(fake.srv.URL, "http://")
+	up.Store(true)
 	close(child.ready)
 	child.mu.Unlock()
 	require.Equal(t, []string{"j1"}, fake.next(t).ids)
 	e.waitCheckpoint(revs[0])
+	require.False(t, early.Load(), "nothing is checkpointed before the handler took the batch")
+}
+
+// TestFeedTriggerStoppedMidBatchDeliversItAgain: a trigger stopped while
+// the function runs a batch leaves its lease before that batch (the
+// function may not have finished it), so the next start delivers it again.
+func TestFeedTriggerStoppedMidBatchDeliversItAgain(t *testing.T) {
+	t.Parallel()
+	e := newFeedEnv(t)
+	fake := newFakeDispatch(t, nil)
+	first := e.write("j1")
+	fn, trig := feedFunction(10, nil)
+	stop := e.start(fn, trig, fake.child())
+	require.Equal(t, []string{"j1"}, fake.next(t).ids)
+	e.waitCheckpoint(first[0])
+
+	running, release := make(chan struct{}), make(chan struct{})
+	fake.mu.Lock()
+	fake.during = func(ids []string) {
+		if ids[0] == "j2" {
+			close(running)
+			<-release
+		}
+	}
+	fake.mu.Unlock()
+	t.Cleanup(sync.OnceFunc(func() { close(release) }))
+	e.write("j2")
+	select {
+	case <-running:
+	case <-time.After(within):
+		t.Fatal("j2 was never delivered")
+	}
+	stop() // cancels the invocation in flight
+	cp, _ := e.checkpoint()
+	require.Equal(t, first[0], cp.Continuation, "the lease stays before the batch cut off")
+
+	fake.mu.Lock()
+	fake.during = nil
+	fake.mu.Unlock()
+	e.start(fn, trig, fake.child())
+	require.Equal(t, []string{"j2"}, fake.next(t).ids, "delivered again after the restart")
 }
 
 // countingFeed counts a trigger's feed reads and lease writes.
@@ -418,6 +462,7 @@ type countingFeed struct {
 	FeedStore
 	reads, upserts atomic.Int64
 	onRead         func() // when set, called at each read
+	onUpsert       func() // when set, called at each lease write before it is made
 }
 
 func (c *countingFeed) ReadChanges(ctx context.Context, container, cont string, max int) (store.ChangePage, error) {
@@ -430,6 +475,9 @@ func (c *countingFeed) ReadChanges(ctx context.Context, container, cont string, 
 
 func (c *countingFeed) Upsert(ctx context.Context, container, pk, id string, body []byte) (string, error) {
 	c.upserts.Add(1)
+	if c.onUpsert != nil {
+		c.onUpsert()
+	}
 	return c.FeedStore.Upsert(ctx, container, pk, id, body)
 }
 
@@ -464,6 +512,9 @@ func TestFeedTriggerWritesItsLeaseAtMostEvery(t *testing.T) {
 	cp, ok := e.checkpoint()
 	require.True(t, ok)
 	require.Equal(t, revs[0], cp.Continuation, "only the first batch's checkpoint is written within the hour")
+	// The fourth batch's answer reached the trigger (a stop before it would
+	// leave the lease before that batch).
+	eventually(t, "four batches done", func() bool { return ft.status().Batches == 4 })
 	stop()
 	require.Equal(t, int64(2), counted.upserts.Load(), "the first batch's lease write and the stop's")
 	require.Equal(t, int64(2), ft.status().Checkpoints)
