@@ -506,6 +506,55 @@ func TestPullRequestRepoOfSeveralProducts(t *testing.T) {
 	require.Equal(t, 2, got.Iteration)
 }
 
+// TestPullRequestEventFromAnotherRepository: a product maps two GitHub
+// repositories; an event from one about a branch named after a job whose
+// pull request is in the other (a fork's pull request there, with the same
+// small number) changes nothing; the same event from the job's own
+// repository applies.
+func TestPullRequestEventFromAnotherRepository(t *testing.T) {
+	t.Parallel()
+	e, double := forgeEnv(t, fleet.ForgeConfig{})
+	_, err := e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: prod, Repos: []string{repo, "api"}, Forge: &catalog.ForgeChange{
+		Config: fleet.ForgeConfig{Repos: map[string]string{repo: "acme/notes", "api": "acme/other"}}}})
+	require.NoError(t, err)
+	j := e.submit("title: a")
+	e.deliverPR(j.ID, "aq/job/"+j.ID+"@1")
+
+	d := double.Closed(1, false)
+	ev, err := github.Parse(d.Event, d.Payload)
+	require.NoError(t, err)
+	ev.Repo = forge.Repo{Owner: "acme", Name: "other"}
+	out, why, err := e.c.ForgeWebhook(e.ctx, ev, pulls.Delivery{ID: d.ID + "-other", Digest: "other"})
+	require.NoError(t, err)
+	require.Equal(t, pulls.Ignored, out, why)
+	require.Contains(t, why, "has no such pull request in acme/other")
+	require.Equal(t, fleet.StageReview, e.job(j.ID).Stage)
+
+	out, why = e.hook(d)
+	require.Equal(t, pulls.Applied, out, why)
+	require.Equal(t, fleet.StageCancelled, e.job(j.ID).Stage)
+}
+
+// TestPullRequestLoginNamedAsAReviewer: an approval by a forge account
+// whose login is the name the product's reviewers map another login to is
+// not that reviewer's vote, even from a member.
+func TestPullRequestLoginNamedAsAReviewer(t *testing.T) {
+	t.Parallel()
+	e, double := forgeEnv(t, fleet.ForgeConfig{Reviewers: map[string]string{"alice-gh": "alice"}})
+	j := e.submit("review: {quorum: 1, reviewers: [alice]}")
+	e.deliverPR(j.ID, "aq/job/"+j.ID+"@1")
+	out, why := e.hook(double.ReviewAs(1, "alice", "MEMBER", "approved", "LGTM"))
+	require.Equal(t, pulls.Ignored, out, why)
+	require.Contains(t, why, "alice is not in the product's forge reviewers")
+	got := e.job(j.ID)
+	require.Equal(t, fleet.StageReview, got.Stage)
+	require.Empty(t, got.Review.Votes)
+
+	out, why = e.hook(double.ReviewAs(1, "alice-gh", "MEMBER", "approved", "LGTM"))
+	require.Equal(t, pulls.Applied, out, why)
+	require.Equal(t, fleet.StageTesting, e.job(j.ID).Stage, "the mapped login's approval is alice's vote")
+}
+
 // TestPullRequestNamedReviewerCounts: a login the product's forge
 // reviewers name counts whatever GitHub says of its membership (an
 // organization member whose membership is private is reported as a

@@ -109,14 +109,23 @@ func TestMergeCooldowns(t *testing.T) {
 }
 
 // TestForgeReviewerLogins: a forge login is looked up as the forge compares
-// logins, without regard to case.
+// logins, without regard to case; an unmapped login votes as itself unless
+// it is a name the reviewers map another login to.
 func TestForgeReviewerLogins(t *testing.T) {
 	t.Parallel()
 	f := &fleet.ForgeConfig{Reviewers: map[string]string{"Alice-GH": "alice"}}
 	for _, login := range []string{"Alice-GH", "alice-gh", "ALICE-GH"} {
 		require.True(t, f.Names(login), login)
-		require.Equal(t, "alice", f.ReviewerOf(login), login)
+		name, ok := f.ReviewerOf(login)
+		require.True(t, ok, login)
+		require.Equal(t, "alice", name, login)
 	}
 	require.False(t, f.Names("bob"))
-	require.Equal(t, "bob", f.ReviewerOf("bob"), "an unnamed login votes as itself")
+	name, ok := f.ReviewerOf("bob")
+	require.True(t, ok)
+	require.Equal(t, "bob", name, "an unnamed login votes as itself")
+	for _, login := range []string{"alice", "Alice"} {
+		_, ok = f.ReviewerOf(login)
+		require.False(t, ok, "%s would vote as the reviewer alice, whose login is Alice-GH", login)
+	}
 }

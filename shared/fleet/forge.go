@@ -177,12 +177,21 @@ func (f *ForgeConfig) Names(login string) bool {
 	return ok
 }
 
-// ReviewerOf is the reviewer name a forge login votes as.
-func (f *ForgeConfig) ReviewerOf(login string) string {
+// ReviewerOf is the reviewer name a forge login votes as: the name the
+// product's reviewers map it to, else the login itself, unless that login
+// is a name they map another login to (ok false): an account called
+// "alice" on the forge must not vote as the operator's reviewer alice,
+// whose own login is mapped.
+func (f *ForgeConfig) ReviewerOf(login string) (name string, ok bool) {
 	if name, ok := f.reviewer(login); ok {
-		return name
+		return name, true
 	}
-	return login
+	for _, name := range f.Reviewers {
+		if strings.EqualFold(name, login) {
+			return "", false
+		}
+	}
+	return login, true
 }
 
 // reviewer looks login up in Reviewers as the forge compares logins:

@@ -328,8 +328,12 @@ func (s *Service) Apply(ctx context.Context, ev forge.Event, d Delivery) (Outcom
 		return Ignored, fmt.Sprintf("no job %s in the products that map %s", jobID, ev.Repo), nil
 	}
 	pr := j.PullRequest
-	if pr == nil || (ev.Number != 0 && ev.Number != pr.Number) {
-		return Ignored, "job " + jobID + " has no such pull request", nil
+	// The repository too: a product may map several, pull request numbers
+	// are small, and anyone who can push a branch named after a job to one
+	// of them (a fork's pull request) must not close, merge or review the
+	// job's pull request in another.
+	if pr == nil || (ev.Number != 0 && ev.Number != pr.Number) || !strings.EqualFold(pr.Repo, ev.Repo.String()) {
+		return Ignored, "job " + jobID + " has no such pull request in " + ev.Repo.String(), nil
 	}
 	if slices.ContainsFunc(d.keys(), func(k string) bool { return slices.Contains(j.ForgeDeliveries, k) }) {
 		return Duplicate, "delivery already applied", nil
@@ -368,7 +372,10 @@ func (s *Service) Apply(ctx context.Context, ev forge.Event, d Delivery) (Outcom
 		if j.Stage != fleet.StageReview || j.Review == nil {
 			return Ignored, "job " + jobID + " awaits no review vote (" + string(j.Stage) + ")", nil
 		}
-		reviewer := p.Forge.ReviewerOf(ev.Author)
+		reviewer, ok := p.Forge.ReviewerOf(ev.Author)
+		if !ok {
+			return Ignored, fmt.Sprintf("%s is not in the product's forge reviewers, and its login is a name they map another login to: its approval is not that reviewer's vote", ev.Author), nil
+		}
 		after, err := s.life.Vote(ctx, p.ID, j.ID, review.VoteRequest{Reviewer: reviewer, Approve: true, Head: j.Review.Head,
 			Comment: fleet.SanitizeText(ev.Body, fleet.MaxReviewCommentLen)})
 		if err != nil {
