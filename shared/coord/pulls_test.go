@@ -296,6 +296,29 @@ func TestPullRequestForgeFails(t *testing.T) {
 	require.Equal(t, 1, got.PullRequest.Number)
 }
 
+// TestPullRequestNotOpenedForAJobThatIsOver: a job delivered while the
+// forge is down and cancelled by an operator before the sync succeeds gets
+// no pull request when the forge is back: the sync is dropped, not retried.
+func TestPullRequestNotOpenedForAJobThatIsOver(t *testing.T) {
+	t.Parallel()
+	e, double, up := flakyForgeEnv(t, fleet.ForgeConfig{})
+	up(false)
+	j := e.submit()
+	require.True(t, e.deliverPR(j.ID, "aq/job/"+j.ID+"@1").ForgeDue)
+	_, err := e.c.Act(e.ctx, "op", prod, j.ID, coord.ActionCancel, "not wanted")
+	require.NoError(t, err)
+
+	up(true)
+	e.clock.Advance(pulls.DefaultMaxBackoff)
+	_, err = e.c.ForgeSweep(e.ctx)
+	require.NoError(t, err)
+	got := e.job(j.ID)
+	require.Equal(t, fleet.StageCancelled, got.Stage)
+	require.False(t, got.ForgeDue, "the sync is dropped")
+	require.Nil(t, got.PullRequest)
+	require.Empty(t, double.Pulls(), "no pull request opened for a cancelled job")
+}
+
 // switchable is a forge whose adapter the test swaps.
 type switchable struct{ f *forge.Forge }
 

@@ -95,6 +95,12 @@ func Wants(p *fleet.Product, j *fleet.Job) bool {
 	return p != nil && p.Forge != nil && p.Forge.Repos[j.Repo] != ""
 }
 
+// awaitsPR says j is where a delivery leaves it, waiting on its review or
+// its tests: the stages whose head a pull request shows.
+func awaitsPR(j *fleet.Job) bool {
+	return j.Stage == fleet.StageReview || j.Stage == fleet.StageTesting
+}
+
 // MarkDelivered is the effect of a delivery that wants a pull request: the
 // sync is due now (in the same compare-and-swap as the delivery).
 func MarkDelivered(j *fleet.Job) {
@@ -138,10 +144,13 @@ func (s *Service) Sync(ctx context.Context, productID, jobID string) error {
 	if err != nil && !errors.Is(err, fleet.ErrNotFound) {
 		return err
 	}
-	if !Wants(p, j) {
-		// The forge was removed since the delivery: nothing to open.
+	if !Wants(p, j) || !awaitsPR(j) {
+		// The forge was removed since the delivery, or the job moved on
+		// before its pull request was opened (an operator cancelled,
+		// shipped or rejected it): nothing to open, and a pull request
+		// opened for a job that is over would be nobody's.
 		_, err := s.k.MutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
-			if !j.ForgeDue {
+			if !j.ForgeDue || (Wants(p, j) && awaitsPR(j)) {
 				return kernel.ErrNoChange
 			}
 			j.ForgeDue, j.PRSync = false, nil
