@@ -449,37 +449,72 @@ func parseTimeSpan(s string) (time.Duration, error) {
 	return time.Duration(h)*time.Hour + time.Duration(m)*time.Minute + time.Duration(sec*float64(time.Second)), nil
 }
 
-// Delays returns the waits before each retry of a failed invocation.
-func (r *Retry) Delays() ([]time.Duration, error) {
-	if r == nil || r.MaxRetryCount <= 0 {
-		return nil, nil
+// RetryPolicy is a function's retry setting, read: how many times a failed
+// invocation is tried again, and the wait before each try.
+type RetryPolicy struct {
+	// Max is the number of retries; Unbounded retries until the invocation
+	// succeeds, as the host does for maxRetryCount -1.
+	Max int
+	// first is the wait before the first retry; cap, when above it, the
+	// most an exponential backoff doubles it to (fixedDelay: first = cap).
+	first, cap time.Duration
+}
+
+// Unbounded is RetryPolicy.Max for a policy that never gives up.
+const Unbounded = -1
+
+// Allows says whether a retry follows the given number of retries made.
+func (p RetryPolicy) Allows(made int) bool { return p.Max == Unbounded || made < p.Max }
+
+// Delay is the wait before retry n (0 for the first): the first interval,
+// doubled for each retry before, at most the maximum.
+func (p RetryPolicy) Delay(n int) time.Duration {
+	d := p.first
+	for range n {
+		if d >= p.cap || d == 0 {
+			return p.cap
+		}
+		d *= 2
 	}
-	out := make([]time.Duration, r.MaxRetryCount)
+	return min(d, p.cap)
+}
+
+// Policy reads the retry setting (nil: none, an invocation is tried once).
+// maxRetryCount -1 retries without end, as on the host; below that is
+// refused, as is an interval that is not a TimeSpan.
+func (r *Retry) Policy() (RetryPolicy, error) {
+	if r == nil || r.MaxRetryCount == 0 {
+		return RetryPolicy{}, nil
+	}
+	if r.MaxRetryCount < Unbounded {
+		return RetryPolicy{}, fmt.Errorf("retry maxRetryCount %d: want -1 (without end) or more", r.MaxRetryCount)
+	}
+	p := RetryPolicy{Max: r.MaxRetryCount}
 	switch r.Strategy {
 	case "fixedDelay":
 		d, err := parseTimeSpan(r.DelayInterval)
 		if err != nil {
-			return nil, err
+			return RetryPolicy{}, err
 		}
-		for i := range out {
-			out[i] = d
+		if d < 0 {
+			return RetryPolicy{}, fmt.Errorf("retry delayInterval %s: want 0 or more", r.DelayInterval)
 		}
+		p.first, p.cap = d, d
 	case "exponentialBackoff":
 		lo, err := parseTimeSpan(r.MinimumInterval)
 		if err != nil {
-			return nil, err
+			return RetryPolicy{}, err
 		}
 		hi, err := parseTimeSpan(r.MaximumInterval)
 		if err != nil {
-			return nil, err
+			return RetryPolicy{}, err
 		}
-		d := lo
-		for i := range out {
-			out[i] = min(d, hi)
-			d *= 2
+		if lo < 0 || hi < lo {
+			return RetryPolicy{}, fmt.Errorf("retry intervals %s to %s: want 0 <= minimumInterval <= maximumInterval", r.MinimumInterval, r.MaximumInterval)
 		}
+		p.first, p.cap = lo, hi
 	default:
-		return nil, fmt.Errorf("retry strategy %q: want fixedDelay or exponentialBackoff", r.Strategy)
+		return RetryPolicy{}, fmt.Errorf("retry strategy %q: want fixedDelay or exponentialBackoff", r.Strategy)
 	}
-	return out, nil
+	return p, nil
 }

@@ -66,9 +66,9 @@ func TestLoadAppRepo(t *testing.T) {
 	}
 
 	// The dispatch retry policy is what the feed trigger follows.
-	delays, err := byName["dispatch"].Retry.Delays()
+	policy, err := byName["dispatch"].Retry.Policy()
 	require.NoError(t, err)
-	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}, delays)
+	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}, delays(policy, 10))
 }
 
 // writeApp lays out an app under a temp root: host.json and one
@@ -281,6 +281,13 @@ func TestRetryDelays(t *testing.T) {
 			want: []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 15 * time.Second, 15 * time.Second}},
 		{name: "exponential in hours and minutes", retry: &Retry{Strategy: "exponentialBackoff", MaxRetryCount: 2, MinimumInterval: "00:01:00", MaximumInterval: "01:00:00"},
 			want: []time.Duration{time.Minute, 2 * time.Minute}},
+		{name: "exponential, many retries, never past the maximum", retry: &Retry{Strategy: "exponentialBackoff", MaxRetryCount: 70, MinimumInterval: "00:00:01", MaximumInterval: "00:00:10"},
+			want: append([]time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}, slices.Repeat([]time.Duration{10 * time.Second}, 66)...)},
+		{name: "without end (-1), as on the host", retry: &Retry{Strategy: "fixedDelay", MaxRetryCount: -1, DelayInterval: "00:00:01"},
+			want: slices.Repeat([]time.Duration{time.Second}, 100)},
+		{name: "below -1", retry: &Retry{Strategy: "fixedDelay", MaxRetryCount: -2, DelayInterval: "00:00:01"}, wantErr: "maxRetryCount -2"},
+		{name: "minimum above maximum", retry: &Retry{Strategy: "exponentialBackoff", MaxRetryCount: 1, MinimumInterval: "00:00:10", MaximumInterval: "00:00:01"},
+			wantErr: "want 0 <= minimumInterval <= maximumInterval"},
 		{name: "unknown strategy", retry: &Retry{Strategy: "linear", MaxRetryCount: 1}, wantErr: `retry strategy "linear"`},
 		{name: "Go duration is not a TimeSpan", retry: &Retry{Strategy: "fixedDelay", MaxRetryCount: 1, DelayInterval: "5s"}, wantErr: "want hh:mm:ss"},
 		{name: "bad number", retry: &Retry{Strategy: "exponentialBackoff", MaxRetryCount: 1, MinimumInterval: "00:xx:01", MaximumInterval: "00:00:02"},
@@ -289,13 +296,13 @@ func TestRetryDelays(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := tc.retry.Delays()
+			got, err := tc.retry.Policy()
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 				return
 			}
 			require.NoError(t, err)
-			require.Equal(t, tc.want, got)
+			require.Equal(t, tc.want, delays(got, 100))
 		})
 	}
 }
@@ -355,4 +362,13 @@ func TestFeedLeasePrefixes(t *testing.T) {
 
 	_, err = New(Options{Root: repoRoot, Settings: config.Default, Store: st})
 	require.NoError(t, err, "the shipped dispatch and echo functions keep their own leases")
+}
+
+// delays lists the waits p gives before its retries, at most n of them.
+func delays(p RetryPolicy, n int) []time.Duration {
+	var out []time.Duration
+	for made := 0; made < n && p.Allows(made); made++ {
+		out = append(out, p.Delay(made))
+	}
+	return out
 }

@@ -57,7 +57,7 @@ type feedTrigger struct {
 	// fromStart is startFromBeginning: a trigger without a lease reads
 	// the container's whole feed; else it starts at the feed's head.
 	fromStart bool
-	retries   []time.Duration
+	retries   RetryPolicy
 	store     FeedStore
 	changed   <-chan struct{}
 	child     *Child
@@ -98,7 +98,7 @@ func newFeedTrigger(fn *Function, trig Binding, get Settings, store FeedStore, c
 	if t.maxItems <= 0 || t.pollDelay <= 0 {
 		return nil, fmt.Errorf("function %s: feedPollDelay and maxItemsPerInvocation must be positive", fn.Name)
 	}
-	if t.retries, err = fn.Retry.Delays(); err != nil {
+	if t.retries, err = fn.Retry.Policy(); err != nil {
 		return nil, fmt.Errorf("function %s: retry: %w", fn.Name, err)
 	}
 	t.leaseID = "hostemu." + fn.Name + "." + t.container
@@ -375,13 +375,14 @@ func (t *feedTrigger) deliver(ctx context.Context, items []store.Item) bool {
 		if ctx.Err() != nil {
 			return false
 		}
-		if attempt >= len(t.retries) {
+		if !t.retries.Allows(attempt) {
 			t.log.Error("change-feed batch failed; checkpointing past it as the host does (the redispatch sweep covers it)",
 				"function", t.fn.Name, "documents", len(items), "attempts", attempt+1, "err", err)
 			return false
 		}
-		t.log.Warn("change-feed batch failed; retrying", "function", t.fn.Name, "attempt", attempt+1, "in", t.retries[attempt], "err", err)
-		if !sleep(ctx, t.retries[attempt]) {
+		wait := t.retries.Delay(attempt)
+		t.log.Warn("change-feed batch failed; retrying", "function", t.fn.Name, "attempt", attempt+1, "in", wait, "err", err)
+		if !sleep(ctx, wait) {
 			return false
 		}
 	}

@@ -263,7 +263,7 @@ func TestFeedTriggerConfig(t *testing.T) {
 	require.Equal(t, "leases", ft.lease)
 	require.Equal(t, 10*time.Millisecond, ft.pollDelay)
 	require.Equal(t, 2, ft.maxItems)
-	require.Equal(t, []time.Duration{10 * time.Millisecond, 10 * time.Millisecond}, ft.retries)
+	require.Equal(t, []time.Duration{10 * time.Millisecond, 10 * time.Millisecond}, delays(ft.retries, 10))
 	require.True(t, ft.fromStart)
 	delete(trig.Props, "startFromBeginning")
 	ft, err = newFeedTrigger(fn, trig, feedSettings, idleFeed{}, nil, nil, slog.New(slog.DiscardHandler))
@@ -365,6 +365,9 @@ func TestFeedTriggerRetriesThenCheckpointsPast(t *testing.T) {
 			MinimumInterval: "00:00:00.005", MaximumInterval: "00:00:00.02"}, failFor: 99, attempts: 4},
 		{name: "fixed delay, recovers", retry: &Retry{Strategy: "fixedDelay", MaxRetryCount: 2, DelayInterval: "00:00:00.01"},
 			failFor: 1, attempts: 2},
+		// -1: the host retries until the batch succeeds.
+		{name: "without end, recovers", retry: &Retry{Strategy: "fixedDelay", MaxRetryCount: -1, DelayInterval: "00:00:00.001"},
+			failFor: 6, attempts: 7},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
