@@ -340,7 +340,8 @@ func TestParseSchedule(t *testing.T) {
 // TestFeedLeasePrefixes: functions following one container with one lease
 // container must differ in leaseContainerPrefix (the host names leases by
 // prefix and container, so they would split the feed); with distinct
-// prefixes each keeps its own checkpoint. The shipped app passes.
+// prefixes each keeps its own checkpoint, unless the emulator's names for
+// the two meet. The shipped app passes.
 func TestFeedLeasePrefixes(t *testing.T) {
 	t.Parallel()
 	host := `{"version":"2.0","customHandler":{"description":{"defaultExecutablePath":"handler"}}}`
@@ -359,6 +360,13 @@ func TestFeedLeasePrefixes(t *testing.T) {
 	ids := []string{emu.feeds[0].leaseID, emu.feeds[1].leaseID}
 	slices.Sort(ids)
 	require.Equal(t, []string{"hostemu.a.fleet_jobs", "hostemu.b-fleet_jobs"}, ids)
+
+	// A prefix that spells another function's name as the emulator names
+	// its checkpoint ("a" without a prefix, "a." as b's) is refused: the
+	// two would write one checkpoint.
+	root = writeApp(t, &host, map[string]string{"a": feed(`"leaseContainerName":"leases"`), "b": feed(`"leaseContainerName":"leases","leaseContainerPrefix":"a."`)})
+	_, err = New(Options{Root: root, Settings: get, Store: st})
+	require.ErrorContains(t, err, "functions a and b would keep one checkpoint, hostemu.a.fleet_jobs in leases: give b a leaseContainerPrefix")
 
 	_, err = New(Options{Root: repoRoot, Settings: config.Default, Store: st})
 	require.NoError(t, err, "the shipped dispatch and echo functions keep their own leases")

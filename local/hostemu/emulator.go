@@ -129,6 +129,18 @@ func New(opts Options) (*Emulator, error) {
 					return nil, fmt.Errorf("functions %s and %s both follow %s with the leases of %s and the same leaseContainerPrefix %q: the host would split the feed between them; give each its own leaseContainerPrefix",
 						other.fn.Name, fn.Name, f.container, f.lease, f.prefix)
 				}
+				// The emulator's own names may still meet (a function
+				// without a prefix is named after itself: "echo" and the
+				// prefix "echo." on one container): one checkpoint
+				// written by both would skip each other's batches.
+				if other.lease == f.lease && other.leaseID == f.leaseID {
+					prefixed := fn.Name // the one whose prefix makes the clash
+					if f.prefix == "" {
+						prefixed = other.fn.Name
+					}
+					return nil, fmt.Errorf("functions %s and %s would keep one checkpoint, %s in %s: give %s a leaseContainerPrefix that is not another function's name",
+						other.fn.Name, fn.Name, f.leaseID, f.lease, prefixed)
+				}
 			}
 			if opts.Changed != nil {
 				f.changed = opts.Changed(f.container)

@@ -119,6 +119,12 @@ func newHTTPFront(prefix string, routes []*httpRoute, child *Child) *httpFront {
 		// their own, a goroutine and a packet more per request.)
 		BufferPool: copyBuffers{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			// A body past the limit is the client's doing (the host answers
+			// 413), not the handler's.
+			if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
+				writeHostError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit))
+				return
+			}
 			writeHostError(w, http.StatusBadGateway, "the function handler did not answer: "+err.Error())
 		},
 	}

@@ -461,6 +461,37 @@ func TestHTTPFrontProxyKeepsTheRequest(t *testing.T) {
 	require.Equal(t, seen{url.Values{"a": {"1", "2"}}, `{"a":1}`}, <-got)
 }
 
+// TestHTTPFrontProxiedChunkedBodyOverTheLimitIs413: a chunked body past
+// the host's 100 MB is the client's fault, answered 413 as the host does,
+// not a 502 blaming the handler (which read what it was sent).
+func TestHTTPFrontProxiedChunkedBodyOverTheLimitIs413(t *testing.T) {
+	t.Parallel()
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(fake.Close)
+	front := newHTTPFront("api", []*httpRoute{routeIn(t, `{"route":"{*path}"}`, ModeProxy)}, readyChild(strings.TrimPrefix(fake.URL, "http://")))
+	emu := httptest.NewServer(front)
+	t.Cleanup(emu.Close)
+	body := io.MultiReader(io.LimitReader(zeros{}, maxRequestBytes+1)) // length unknown: sent chunked
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, emu.URL+"/api/upload", body)
+	require.NoError(t, err)
+	resp, err := emu.Client().Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, string(b))
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
 // writeCounter counts the writes made on the connections it dials.
 type writeCounter struct {
 	net.Conn

@@ -186,10 +186,13 @@ func (t *timerTrigger) run(ctx context.Context) {
 	if t.monitor {
 		kept, err := t.loadStatus(ctx)
 		if err != nil {
-			t.log.Warn("timer: cannot read the schedule status; starting afresh", "function", t.fn.Name, "err", err)
+			// Left as it is: a status written over after a read that failed
+			// (a busy store) would lose the missed run it records.
+			t.log.Warn("timer: cannot read the schedule status; starting afresh, the kept one untouched", "function", t.fn.Name, "err", err)
+		} else {
+			pastDue = t.checkPastDue(ctx, now, kept)
+			status = kept
 		}
-		pastDue = t.checkPastDue(ctx, now, kept)
-		status = kept
 	}
 	if status == nil {
 		status = &funchost.ScheduleStatus{Next: t.schedule.Next(now)}

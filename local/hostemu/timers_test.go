@@ -3,9 +3,11 @@ package hostemu
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,6 +100,20 @@ func (m *memStatus) Upsert(_ context.Context, container, _, id string, body []by
 	}
 	m.docs[container+"/"+id] = body
 	return "1", nil
+}
+
+// flakyStatus is a status store whose first read fails, as a busy store's
+// can.
+type flakyStatus struct {
+	*memStatus
+	failed atomic.Bool
+}
+
+func (f *flakyStatus) Read(ctx context.Context, container, pk, id string) (store.Item, error) {
+	if f.failed.CompareAndSwap(false, true) {
+		return store.Item{}, errors.New("database is locked")
+	}
+	return f.memStatus.Read(ctx, container, pk, id)
 }
 
 // timerRun is a timer trigger on a fake clock in front of a fake handler.
@@ -270,6 +286,33 @@ func TestTimerOverrunIsNotPastDue(t *testing.T) {
 	third := r.waitThenFire(30 * time.Second)
 	require.False(t, third.IsPastDue)
 	require.Equal(t, funchost.ScheduleStatus{Last: at("12:03:30"), Next: at("12:04:00"), LastUpdated: at("12:03:30")}, *third.ScheduleStatus)
+}
+
+// TestTimerStatusKeptWhenItsReadFails: a timer that cannot read its kept
+// status at start-up leaves it as it is (the host's storage may be busy a
+// moment): written over, the occurrence it shows missed would be lost; a
+// later start reads it and runs that occurrence past due.
+func TestTimerStatusKeptWhenItsReadFails(t *testing.T) {
+	t.Parallel()
+	mem := &memStatus{}
+	kept := funchost.ScheduleStatus{Last: at("11:59:00"), Next: at("12:00:00"), LastUpdated: at("11:59:00")}
+	b, err := json.Marshal(timerStatusDoc{ID: "hostemu.timer.sweep", Function: "sweep", Status: kept})
+	require.NoError(t, err)
+	_, err = mem.Upsert(t.Context(), store.Leases, "hostemu.timer.sweep", "hostemu.timer.sweep", b)
+	require.NoError(t, err)
+
+	r := startTimer(t, "0 * * * * *", "", at("12:05:30"), &flakyStatus{memStatus: mem}, nil)
+	ev := r.next()
+	require.Nil(t, ev.info, "not known to be past due: the status was not read")
+	require.Equal(t, 30*time.Second, ev.wait)
+	it, err := mem.Read(t.Context(), store.Leases, "hostemu.timer.sweep", "hostemu.timer.sweep")
+	require.NoError(t, err)
+	var doc timerStatusDoc
+	require.NoError(t, json.Unmarshal(it.Body, &doc))
+	require.Equal(t, kept, doc.Status, "the kept status is not written over")
+
+	later := startTimer(t, "0 * * * * *", "", at("12:05:40"), mem, nil)
+	require.True(t, later.fire().IsPastDue, "the missed occurrence runs at the next start")
 }
 
 // TestTimerPastDueOnlyAtStartup: the host flags a run past due only when
