@@ -635,6 +635,43 @@ func TestPullRequestStaleHeadWhileSyncPending(t *testing.T) {
 	require.Equal(t, fleet.StageTesting, e.job(j.ID).Stage)
 }
 
+// TestPullRequestCheckFailedWhileSyncPending: a check that fails on a new
+// delivery's head while its pull request sync backs off is ignored when
+// its webhook comes (the job still holds the previous head), and GitHub
+// does not deliver it again; once the sync lands, the head's checks are
+// read and the failure sends the job back, as its webhook would have.
+func TestPullRequestCheckFailedWhileSyncPending(t *testing.T) {
+	t.Parallel()
+	e, double, up := flakyForgeEnv(t, fleet.ForgeConfig{})
+	j := e.submit("review: {quorum: 1}")
+	e.deliverPR(j.ID, "aq/job/"+j.ID+"@1")
+	out, why := e.hook(double.Review(1, "bob", "changes_requested", "Handle the empty case."))
+	require.Equal(t, pulls.Applied, out, why)
+
+	up(false)
+	head2 := strings.Repeat("2", 40)
+	double.Push("acme/notes", "aq/job/"+j.ID, head2)
+	require.True(t, e.deliverPR(j.ID, "aq/job/"+j.ID+"@2").ForgeDue)
+	failing := githubtest.Check{Name: "unit", Status: "completed", Conclusion: "failure", Title: "2 tests failed", Summary: "TestEmpty: got nil"}
+	double.SetChecks(head2, failing)
+	out, why = e.hook(double.CheckRun(1, failing))
+	require.Equal(t, pulls.Ignored, out, why)
+	require.Equal(t, fleet.StageReview, e.job(j.ID).Stage)
+
+	up(true)
+	e.clock.Advance(pulls.DefaultMaxBackoff)
+	_, err := e.c.ForgeSweep(e.ctx)
+	require.NoError(t, err)
+	got := e.job(j.ID)
+	require.Equal(t, head2, got.PullRequest.HeadSHA)
+	require.Equal(t, fleet.StageQueued, got.Stage, "the failure seen when the sync landed sends the job back")
+	require.Equal(t, 3, got.Iteration)
+	last := got.Feedback[len(got.Feedback)-1]
+	require.Equal(t, fleet.FeedbackCheck, last.Source)
+	require.Equal(t, "unit", last.Name)
+	require.Contains(t, last.Body, "TestEmpty: got nil")
+}
+
 // TestPullRequestFailingStatus: a CI that posts commit statuses and no
 // check runs (Jenkins) sends the job back as a failing check run does: a
 // failing (or erroring) status on the head is the engine's next iteration,

@@ -164,10 +164,13 @@ func (s *Service) Sync(ctx context.Context, productID, jobID string) error {
 	if ferr != nil {
 		return s.failed(ctx, j, ferr)
 	}
-	_, err = s.k.MutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
+	recorded := false
+	after, err := s.k.MutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
+		recorded = false
 		if !j.ForgeDue {
 			return kernel.ErrNoChange
 		}
+		recorded = true
 		j.ForgeDue, j.PRSync = false, nil
 		j.PullRequest = &fleet.PullRequest{Repo: fr, Number: pr.Number, URL: pr.URL, HeadSHA: pr.HeadSHA, State: fleet.PROpen}
 		j.UpdatedAt = s.k.Now()
@@ -178,7 +181,71 @@ func (s *Service) Sync(ctx context.Context, productID, jobID string) error {
 		}
 		return s.k.RecordEvent(ctx, j, ev)
 	})
-	return err
+	if err != nil || !recorded {
+		return err
+	}
+	s.catchUp(ctx, p, after)
+	return nil
+}
+
+// catchUp acts on what the forge already reports of the head a sync just
+// recorded. While the sync was due, every check result was ignored (the
+// head the job held was the previous delivery's), and GitHub does not
+// deliver a webhook again: a check that failed on the new head while the
+// sync backed off (the forge down, a rate limit) would otherwise never
+// send the job back. So the head's check runs and commit statuses are
+// read: the first failing one is the next iteration's feedback, as its
+// webhook would have been; with none failing, autoMerge may merge. A
+// failure to read them is logged: the checks' own webhooks still come for
+// anything that finishes later.
+func (s *Service) catchUp(ctx context.Context, p *fleet.Product, j *fleet.Job) {
+	if !awaitsPR(j) || j.PullRequest == nil || s.forge == nil {
+		return
+	}
+	repo, err := forge.ParseRepo("forge.repos", j.PullRequest.Repo)
+	if err != nil {
+		return
+	}
+	head := j.PullRequest.HeadSHA
+	checks, err := s.forge.Checks(ctx, repo, head)
+	if err == nil {
+		var statuses []forge.Status
+		if statuses, err = s.forge.Statuses(ctx, repo, head); err == nil {
+			if ev, ok := firstFailing(repo, j, checks, statuses); ok {
+				out, why, err := s.iterate(ctx, p, j, ev, Delivery{ID: "sync:" + head + ":" + ev.Name})
+				if err == nil {
+					s.k.Log.InfoContext(ctx, "a check that failed while the pull request was brought up to date", "job", j.ID, "outcome", out, "why", why)
+				}
+				return
+			}
+		}
+	}
+	if err != nil {
+		s.k.Log.WarnContext(ctx, "the checks of a synced head not read; their webhooks still count", "job", j.ID, "err", err)
+		return
+	}
+	if merged, why := s.autoMerge(ctx, p, j); merged || why != "" {
+		s.k.Log.InfoContext(ctx, "autoMerge after the pull request was brought up to date", "job", j.ID, "merged", merged, "why", why)
+	}
+}
+
+// firstFailing is the event a failing check run, else a failing commit
+// status, on j's head would have been delivered as.
+func firstFailing(repo forge.Repo, j *fleet.Job, checks []forge.Check, statuses []forge.Status) (forge.Event, bool) {
+	ev := forge.Event{Kind: forge.EventCheckFailed, Repo: repo, Number: j.PullRequest.Number, HeadRef: Branch(j.ID), HeadSHA: j.PullRequest.HeadSHA}
+	for _, c := range checks {
+		if c.Failing() {
+			ev.Name, ev.Title, ev.Summary, ev.Text, ev.URL = c.Name, c.Title, c.Summary, c.Text, c.URL
+			return ev, true
+		}
+	}
+	for _, st := range statuses {
+		if st.State == forge.StatusFailure || st.State == forge.StatusError {
+			ev.Name, ev.Title, ev.Summary, ev.URL = st.Context, "status "+string(st.State), st.Description, st.URL
+			return ev, true
+		}
+	}
+	return forge.Event{}, false
 }
 
 func (s *Service) ensure(ctx context.Context, p *fleet.Product, j *fleet.Job, fr string) (forge.PullRequest, bool, error) {
