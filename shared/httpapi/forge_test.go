@@ -62,4 +62,10 @@ func TestGitHubWebhookRoute(t *testing.T) {
 		header(github.HeaderSignature, github.Sign(secret, []byte(review))))
 	require.Equal(t, http.StatusServiceUnavailable, res.status, "%s", res)
 	require.Contains(t, string(res.body), "FLEET_GITHUB_WEBHOOK_SECRET_FILE")
+
+	// The document lists each status above: a public route inherits none.
+	op := servedOpenAPI(t)["paths"].(map[string]any)["/fleet/forge/github"].(map[string]any)["post"].(map[string]any)
+	for _, st := range []string{"200", "204", "400", "401", "413", "503"} {
+		require.Contains(t, op["responses"], st)
+	}
 }

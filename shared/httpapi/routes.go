@@ -438,7 +438,9 @@ var routes = []route{
 			"200": respond("What the delivery did.", ref("ForgeDelivery")),
 			"204": {"description": "An event or action the fleet does not act on."},
 		},
-		errors: []string{"400", "413"}},
+		// Public, so none of the authenticated routes' statuses is implied:
+		// 401 a signature that does not verify, 503 no secret configured.
+		errors: []string{"400", "401", "413", "500", "503"}},
 	{method: "POST", pattern: "/api/fleet/tracker/ingest", access: operatorOnly, needsProduct: true, handle: (*server).ingest, summary: "Ingest a tracker item as a job",
 		description: "The item's job is the one of idempotencyKey tracker:<source>:<itemId>: the same item again returns it (200). " +
 			"A higher revision replaces the manifest of a job that has not started (never assigned: leaseEpoch 0, queued or blocked) and records a tracker_updated event; " +
