@@ -322,6 +322,16 @@ func TestParseSchedule(t *testing.T) {
 		{expr: "", wantErr: "six NCRONTAB fields"},
 		{expr: "0 0 25 * * *", wantErr: "six NCRONTAB fields"},
 		{expr: "0 0 0 30 2 *", wantErr: "never fires"}, // 30 February
+		// Both day fields restricted: NCrontab wants a day matching both
+		// (the first Monday of the month, 7 December), not either (3
+		// November, a Tuesday within 1-7, by Vixie cron's rule).
+		{expr: "0 0 9 1-7 * 1", next: time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)},
+		{expr: "0 0 9 13 * 5", next: time.Date(2026, 11, 13, 9, 0, 0, 0, time.UTC)}, // Friday the 13th
+		{expr: "0 0 0 31 2 1", wantErr: "never fires"},
+		{expr: "@every 10s", wantErr: "six NCRONTAB fields"},
+		{expr: "@hourly", wantErr: "six NCRONTAB fields"},
+		{expr: "TZ=Europe/Paris 0 0 9 * * *", wantErr: "time zone prefix"},
+		{expr: "CRON_TZ=UTC 0 0 9 * * *", wantErr: "time zone prefix"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.expr, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,14 +18,26 @@ import (
 	"github.com/gigafactory/fleet/shared/funchost"
 )
 
-// ncrontab parses the host's six-field schedules, seconds first.
-var ncrontab = cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+// ncrontab parses the host's six-field schedules, seconds first. Not
+// robfig's descriptors (@every 10s, @hourly): the host refuses them, and
+// the function would fail indexing there.
+var ncrontab = cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow)
 
-// ParseSchedule validates an NCRONTAB expression.
+// ParseSchedule validates an NCRONTAB expression, and reads it as NCrontab
+// does where robfig/cron differs (bothDays).
 func ParseSchedule(expr string) (cron.Schedule, error) {
-	s, err := ncrontab.Parse(expr)
+	// robfig takes a time zone prefix whatever the parser's fields; the
+	// host's schedules have none (WEBSITE_TIME_ZONE sets it for the app).
+	if strings.HasPrefix(expr, "TZ=") || strings.HasPrefix(expr, "CRON_TZ=") {
+		return nil, fmt.Errorf("schedule %q: a time zone prefix is not NCRONTAB (the host takes the app's WEBSITE_TIME_ZONE)", expr)
+	}
+	parsed, err := ncrontab.Parse(expr)
 	if err != nil {
 		return nil, fmt.Errorf("schedule %q: %w (want six NCRONTAB fields, seconds first, such as */15 * * * * *)", expr, err)
+	}
+	s := parsed
+	if spec, ok := parsed.(*cron.SpecSchedule); ok && spec.Dom&starBit == 0 && spec.Dow&starBit == 0 {
+		s = bothDays{spec}
 	}
 	// A date that never comes (0 0 0 30 2 *) parses, but has no next
 	// occurrence: the zero time, which a timer would take as due at once,
@@ -33,6 +46,32 @@ func ParseSchedule(expr string) (cron.Schedule, error) {
 		return nil, fmt.Errorf("schedule %q never fires", expr)
 	}
 	return s, nil
+}
+
+// starBit is robfig's mark of a field written as * (or ?).
+const starBit = 1 << 63
+
+// bothDays is a schedule whose day of month and day of week are both
+// restricted, read as NCrontab reads it: a day must match both ("0 0 9
+// 1-7 * 1" is the first Monday of each month). robfig/cron, as Vixie cron,
+// takes a day that matches either, so its occurrences are a superset: the
+// ones on a day that misses one of the two fields are passed over.
+type bothDays struct{ *cron.SpecSchedule }
+
+// bothDaysSkips bounds the days passed over, as robfig gives up five
+// years on: a schedule with no such day returns the zero time.
+const bothDaysSkips = 5 * 366
+
+func (s bothDays) Next(t time.Time) time.Time {
+	for range bothDaysSkips {
+		t = s.SpecSchedule.Next(t)
+		if t.IsZero() || (s.Dom&(1<<uint(t.Day())) != 0 && s.Dow&(1<<uint(t.Weekday())) != 0) {
+			return t
+		}
+		// The rest of this day fails the same field: on to the next.
+		t = time.Date(t.Year(), t.Month(), t.Day(), 23, 59, 59, 0, t.Location())
+	}
+	return time.Time{}
 }
 
 // hostClock is the time of what the emulator schedules (timers, and the
