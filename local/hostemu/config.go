@@ -41,6 +41,32 @@ type HostConfig struct {
 		ID      string `json:"id"`
 		Version string `json:"version"`
 	} `json:"extensionBundle"`
+	// FunctionTimeout bounds every invocation (a TimeSpan; "-1": none).
+	FunctionTimeout string `json:"functionTimeout"`
+}
+
+// DefaultFunctionTimeout is functionTimeout when host.json gives none: the
+// host's default on the Premium, Dedicated and Flex plans (Consumption's
+// is 5 minutes).
+const DefaultFunctionTimeout = 30 * time.Minute
+
+// Timeout is how long an invocation may run before the host gives up on it
+// (0: without a bound, functionTimeout "-1").
+func (h *HostConfig) Timeout() (time.Duration, error) {
+	switch strings.TrimSpace(h.FunctionTimeout) {
+	case "":
+		return DefaultFunctionTimeout, nil
+	case "-1":
+		return 0, nil
+	}
+	d, err := parseTimeSpan(h.FunctionTimeout)
+	if err != nil {
+		return 0, fmt.Errorf("functionTimeout: %w", err)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("functionTimeout %q: want a positive TimeSpan, or -1 for none", h.FunctionTimeout)
+	}
+	return d, nil
 }
 
 // HTTPMode is how the host hands an HTTP-only function its request.
@@ -174,6 +200,9 @@ func LoadApp(root string) (*App, error) {
 	}
 	if a.Host.CustomHandler.Description.DefaultExecutablePath == "" {
 		return nil, errors.New("host.json: customHandler.description.defaultExecutablePath is required")
+	}
+	if _, err := a.Host.Timeout(); err != nil {
+		return nil, fmt.Errorf("host.json: %w", err)
 	}
 	dirs, err := filepath.Glob(filepath.Join(root, "functions", "*", "function.json"))
 	if err != nil {

@@ -121,6 +121,10 @@ func TestLoadAppErrors(t *testing.T) {
 			functions: map[string]string{"retry": `{"bindings":[{"type":"timerTrigger","name":"timer"}],"retry":{"maxRetryCount":"three"}}`},
 			wantFile:  "functions/retry/function.json", want: "maxRetryCount"},
 		{name: "no functions", host: &goodHost, functions: nil, want: "no functions/*/function.json"},
+		{name: "functionTimeout not a TimeSpan", host: ptr(`{"version":"2.0","functionTimeout":"5m","customHandler":{"description":{"defaultExecutablePath":"handler"}}}`),
+			functions: map[string]string{"reaper": timer}, want: `host.json: functionTimeout: interval "5m"`},
+		{name: "functionTimeout zero", host: ptr(`{"version":"2.0","functionTimeout":"00:00:00","customHandler":{"description":{"defaultExecutablePath":"handler"}}}`),
+			functions: map[string]string{"reaper": timer}, want: "want a positive TimeSpan, or -1 for none"},
 		// The host converts function.json into the trigger's attribute by
 		// property type and resolves %SETTING% only in strings: an integer or
 		// boolean property given as a reference (or any string) fails indexing.
@@ -152,6 +156,39 @@ func TestLoadAppErrors(t *testing.T) {
 				require.ErrorContains(t, err, filepath.Join(root, filepath.FromSlash(tc.wantFile)))
 			}
 		})
+	}
+}
+
+// TestFunctionTimeout: host.json's functionTimeout bounds every
+// invocation the emulator makes, whatever the trigger (the host's default
+// when absent, none for -1).
+func TestFunctionTimeout(t *testing.T) {
+	t.Parallel()
+	timer := `{"bindings":[{"type":"timerTrigger","direction":"in","name":"timer","schedule":"0 * * * * *"}]}`
+	web := `{"bindings":[{"type":"httpTrigger","direction":"in","name":"req","route":"{*path}"},{"type":"http","direction":"out","name":"res"}]}`
+	get := Settings(func(name string) string { return map[string]string{"DB": "fleet"}[name] })
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "fleet.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	for _, tc := range []struct {
+		setting string
+		want    time.Duration
+	}{
+		{setting: `,"functionTimeout":"00:00:02"`, want: 2 * time.Second},
+		{setting: `,"functionTimeout":"01:30:00"`, want: 90 * time.Minute},
+		{setting: ``, want: DefaultFunctionTimeout},
+		{setting: `,"functionTimeout":"-1"`, want: 0},
+	} {
+		host := `{"version":"2.0","customHandler":{"description":{"defaultExecutablePath":"handler"}}` + tc.setting + `}`
+		root := writeApp(t, &host, map[string]string{"tick": timer, "feed": feed(`"leaseContainerName":"leases"`), "web": web})
+		emu, err := New(Options{Root: root, Settings: get, Store: st})
+		require.NoError(t, err, tc.setting)
+		require.Len(t, emu.timers, 1)
+		require.Len(t, emu.feeds, 1)
+		require.Equal(t, tc.want, emu.timers[0].client.Timeout, "timer, %s", tc.setting)
+		require.Equal(t, tc.want, emu.feeds[0].client.Timeout, "feed, %s", tc.setting)
+		require.Equal(t, tc.want, emu.front.client.Timeout, "HTTP envelope, %s", tc.setting)
+		require.Equal(t, tc.want, emu.front.timeout, "HTTP proxy and forward, %s", tc.setting)
 	}
 }
 

@@ -153,6 +153,16 @@ func New(opts Options) (*Emulator, error) {
 	e.front = newHTTPFront(app.Host.RoutePrefix(), routes, e.child)
 	e.front.status = e.Status
 	e.front.runTimer = e.RunTimer
+	// functionTimeout bounds every invocation, whatever its trigger: one
+	// past it fails (a change-feed batch is then retried as any failure).
+	timeout, _ := app.Host.Timeout() // LoadApp checked it
+	e.front.timeout, e.front.client.Timeout = timeout, timeout
+	for _, t := range e.timers {
+		t.client.Timeout = timeout
+	}
+	for _, f := range e.feeds {
+		f.client.Timeout = timeout
+	}
 	return e, nil
 }
 

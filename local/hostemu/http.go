@@ -97,6 +97,9 @@ type httpFront struct {
 	child    *Child
 	proxy    *httputil.ReverseProxy
 	client   *http.Client
+	// timeout is functionTimeout, for the requests the proxy hands on (0:
+	// none); client carries it for the envelopes.
+	timeout time.Duration
 }
 
 func newHTTPFront(prefix string, routes []*httpRoute, child *Child) *httpFront {
@@ -119,6 +122,10 @@ func newHTTPFront(prefix string, routes []*httpRoute, child *Child) *httpFront {
 		// their own, a goroutine and a packet more per request.)
 		BufferPool: copyBuffers{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil {
+				writeHostError(w, http.StatusInternalServerError, "the function ran past functionTimeout and was cancelled")
+				return
+			}
 			// A body past the limit is the client's doing (the host answers
 			// 413), not the handler's.
 			if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
@@ -331,8 +338,19 @@ func newInvocationID() string {
 
 // forward hands the request to the handler at its original path, with the
 // body read by requestBody.
+// bounded is ctx ending at functionTimeout, with the handler's address.
+func (h *httpFront) bounded(ctx context.Context, addr string) (context.Context, context.CancelFunc) {
+	ctx = context.WithValue(ctx, addrKey{}, addr)
+	if h.timeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, h.timeout)
+}
+
 func (h *httpFront) forward(w http.ResponseWriter, r *http.Request, addr string, body []byte) {
-	out := r.Clone(context.WithValue(r.Context(), addrKey{}, addr))
+	ctx, cancel := h.bounded(r.Context(), addr)
+	defer cancel()
+	out := r.Clone(ctx)
 	// AddHeaders: the host version, the invocation id, and its product
 	// token after the client's User-Agent (ToHttpRequestMessage copies the
 	// client's headers first, then UserAgent.ParseAdd appends).
@@ -370,7 +388,9 @@ func (h *httpFront) proxyRequest(w http.ResponseWriter, r *http.Request, addr st
 		writeHostError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over the host's limit of %d bytes", maxRequestBytes))
 		return
 	}
-	out := r.WithContext(context.WithValue(r.Context(), addrKey{}, addr))
+	ctx, cancel := h.bounded(r.Context(), addr)
+	defer cancel()
+	out := r.WithContext(ctx)
 	out.Header = r.Header.Clone()
 	// AddProxyingHeaders: these two, overriding what the client sent; the
 	// User-Agent stays the client's.

@@ -484,6 +484,27 @@ func TestHTTPFrontProxiedChunkedBodyOverTheLimitIs413(t *testing.T) {
 	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, string(b))
 }
 
+// TestHTTPFrontProxyEndsAtFunctionTimeout: a proxied request whose
+// function runs past functionTimeout is cancelled and answered 500, as the
+// host gives up on the invocation.
+func TestHTTPFrontProxyEndsAtFunctionTimeout(t *testing.T) {
+	t.Parallel()
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // runs until the host gives up on it
+	}))
+	t.Cleanup(fake.Close)
+	front := newHTTPFront("api", []*httpRoute{routeIn(t, `{"route":"{*path}"}`, ModeProxy)}, readyChild(strings.TrimPrefix(fake.URL, "http://")))
+	front.timeout = 50 * time.Millisecond
+	emu := httptest.NewServer(front)
+	t.Cleanup(emu.Close)
+	resp, err := emu.Client().Get(emu.URL + "/api/slow")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusInternalServerError, resp.StatusCode, string(b))
+	require.Contains(t, string(b), "functionTimeout")
+}
+
 // zeros reads as an endless run of zero bytes.
 type zeros struct{}
 
