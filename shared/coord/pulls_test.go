@@ -337,6 +337,9 @@ func (s *switchable) Checks(ctx context.Context, r forge.Repo, ref string) ([]fo
 func (s *switchable) Statuses(ctx context.Context, r forge.Repo, ref string) ([]forge.Status, error) {
 	return (*s.f).Statuses(ctx, r, ref)
 }
+func (s *switchable) ReviewComments(ctx context.Context, r forge.Repo, n int, id int64) ([]forge.ReviewComment, error) {
+	return (*s.f).ReviewComments(ctx, r, n, id)
+}
 
 // alertKinds are the kinds of the product's open alerts.
 func alertKinds(t *testing.T, e *env) []fleet.AlertKind {
@@ -576,6 +579,26 @@ func TestPullRequestLoginNamedAsAReviewer(t *testing.T) {
 	out, why = e.hook(double.ReviewAs(1, "alice-gh", "MEMBER", "approved", "LGTM"))
 	require.Equal(t, pulls.Applied, out, why)
 	require.Equal(t, fleet.StageTesting, e.job(j.ID).Stage, "the mapped login's approval is alice's vote")
+}
+
+// TestPullRequestReviewCommentsAreFeedback: a review asking for changes
+// in comments on lines of the diff, with little in its body, gives the
+// next iteration those comments as its feedback (API.md: "review body and
+// comments"); the webhook does not carry them, so they are read from the
+// forge.
+func TestPullRequestReviewCommentsAreFeedback(t *testing.T) {
+	t.Parallel()
+	e, double := forgeEnv(t, fleet.ForgeConfig{})
+	j := e.submit("review: {quorum: 1}")
+	e.deliverPR(j.ID, "aq/job/"+j.ID+"@1")
+	out, why := e.hook(double.ReviewWithComments(1, "bob", "changes_requested", "See inline.",
+		githubtest.ReviewComment{Path: "notes/list.go", Line: 42, Body: "Handle the empty list."},
+		githubtest.ReviewComment{Path: "notes/list_test.go", Line: 7, Body: "Test it."}))
+	require.Equal(t, pulls.Applied, out, why)
+	got := e.job(j.ID)
+	require.Equal(t, 2, got.Iteration)
+	require.Equal(t, "See inline.\n\nOn the diff:\n- notes/list.go:42: Handle the empty list.\n- notes/list_test.go:7: Test it.",
+		got.Feedback[len(got.Feedback)-1].Body)
 }
 
 // TestPullRequestNamedReviewerCounts: a login the product's forge

@@ -138,6 +138,23 @@ type Forge interface {
 	// Statuses lists the latest commit status of every context on a
 	// commit, all pages of them.
 	Statuses(ctx context.Context, repo Repo, ref string) ([]Status, error)
+	// ReviewComments lists the comments a review left on the diff (the
+	// first MaxReviewComments of them).
+	ReviewComments(ctx context.Context, repo Repo, number int, reviewID int64) ([]ReviewComment, error)
+}
+
+// MaxReviewComments bounds the comments of one review read into an
+// iteration's feedback.
+const MaxReviewComments = 100
+
+// ReviewComment is a review's comment on a line of the diff.
+type ReviewComment struct {
+	Path string
+	// Line is the line of the file it is on (0: on an outdated diff, or
+	// on the file).
+	Line int
+	Body string
+	URL  string
 }
 
 // ErrorKind says what a failed forge call means for the caller.
@@ -240,6 +257,8 @@ type Event struct {
 	// repository can review its pull requests (on a public one, anyone at
 	// all): only a member's review is acted on.
 	Member bool
+	// ReviewID is a review's, for its comments on the diff.
+	ReviewID int64
 	// Body is the review's text; for a check, Name, Title, Summary and
 	// Text are its output.
 	Body                 string

@@ -545,6 +545,9 @@ func (s *Service) iterate(ctx context.Context, p *fleet.Product, j *fleet.Job, e
 	if ev.At.IsZero() {
 		ev.At = s.k.Now()
 	}
+	if ev.Kind == forge.EventChangesRequested {
+		ev.Body = s.withDiffComments(ctx, j, ev)
+	}
 	fb := feedbackOf(ev, next)
 	if next > p.Forge.MaxIterations {
 		msg := fmt.Sprintf("iteration %d would pass the product's cap of %d: the job waits for a person", next, p.Forge.MaxIterations)
@@ -576,6 +579,36 @@ func (f feedback) summary() string {
 		return "check " + f.Name + " failed"
 	}
 	return f.Author + " asked for changes"
+}
+
+// withDiffComments is a review's text followed by its comments on lines of
+// the diff, which the webhook does not carry: a review asking for changes
+// may say everything in them and nothing in its body. They are read from
+// the forge; when that fails the feedback says so and keeps the body (the
+// review still sends the job back: its author asked for changes).
+func (s *Service) withDiffComments(ctx context.Context, j *fleet.Job, ev forge.Event) string {
+	if ev.ReviewID == 0 || s.forge == nil || j.PullRequest == nil {
+		return ev.Body
+	}
+	comments, err := s.forge.ReviewComments(ctx, ev.Repo, j.PullRequest.Number, ev.ReviewID)
+	var b strings.Builder
+	b.WriteString(strings.TrimSpace(ev.Body))
+	if err != nil {
+		s.k.Log.WarnContext(ctx, "a review's comments on the diff not read", "job", j.ID, "review", ev.ReviewID, "err", err)
+		fmt.Fprintf(&b, "\n\n(The review's comments on the diff could not be read: %v. See %s.)", err, ev.URL)
+		return strings.TrimSpace(b.String())
+	}
+	for i, c := range comments {
+		if i == 0 {
+			b.WriteString("\n\nOn the diff:")
+		}
+		where := c.Path
+		if c.Line > 0 {
+			where += fmt.Sprintf(":%d", c.Line)
+		}
+		fmt.Fprintf(&b, "\n- %s: %s", where, strings.TrimSpace(c.Body))
+	}
+	return strings.TrimSpace(b.String())
 }
 
 // feedbackOf is the feedback an event carries, for iteration it.

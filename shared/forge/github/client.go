@@ -305,6 +305,31 @@ func (c *Client) Statuses(ctx context.Context, repo forge.Repo, ref string) ([]f
 	return out, nil
 }
 
+// ReviewComments lists the comments review reviewID left on pull request
+// number's diff: one page, the first forge.MaxReviewComments.
+func (c *Client) ReviewComments(ctx context.Context, repo forge.Repo, number int, reviewID int64) ([]forge.ReviewComment, error) {
+	var page []struct {
+		Path    string `json:"path"`
+		Line    *int   `json:"line"`
+		Body    string `json:"body"`
+		HTMLURL string `json:"html_url"`
+	}
+	path := fmt.Sprintf("%s/pulls/%d/reviews/%d/comments", repoPath(repo), number, reviewID)
+	q := url.Values{"per_page": {strconv.Itoa(forge.MaxReviewComments)}}
+	if err := c.do(ctx, http.MethodGet, path, q, nil, &page); err != nil {
+		return nil, err
+	}
+	out := make([]forge.ReviewComment, 0, len(page))
+	for _, rc := range page {
+		line := 0
+		if rc.Line != nil {
+			line = *rc.Line
+		}
+		out = append(out, forge.ReviewComment{Path: rc.Path, Line: line, Body: bounded(rc.Body), URL: rc.HTMLURL})
+	}
+	return out, nil
+}
+
 // perPage is the longest page GitHub's list endpoints give; maxPages bounds
 // one list read (2,000 check runs or statuses on one commit).
 const (

@@ -388,6 +388,33 @@ func TestWebhooks(t *testing.T) {
 	require.ErrorIs(t, err, forge.ErrIgnored, "a comment is not a vote")
 }
 
+// TestReviewComments: a review's comments on the diff, read with the id
+// its webhook carries; the request and the answer valid in GitHub's
+// description.
+func TestReviewComments(t *testing.T) {
+	t.Parallel()
+	c, double := contract(t)
+	ctx := context.Background()
+	_, _, err := c.EnsurePullRequest(ctx, forge.PullRequestSpec{Repo: acme, Head: "aq/job/j1", Title: "t", Body: "b"})
+	require.NoError(t, err)
+	d := double.ReviewWithComments(1, "hubot", "changes_requested", "",
+		githubtest.ReviewComment{Path: "login.go", Line: 12, Body: "Redirect to the page asked for."},
+		githubtest.ReviewComment{Path: "login_test.go", Body: "On the file: add a case."})
+	ev, err := github.Parse(d.Event, d.Payload)
+	require.NoError(t, err)
+	require.NotZero(t, ev.ReviewID)
+	got, err := c.ReviewComments(ctx, acme, 1, ev.ReviewID)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, forge.ReviewComment{Path: "login.go", Line: 12, Body: "Redirect to the page asked for.", URL: got[0].URL}, got[0])
+	require.Equal(t, "login_test.go", got[1].Path)
+	require.NotEmpty(t, got[0].URL)
+
+	_, err = c.ReviewComments(ctx, acme, 1, ev.ReviewID+1000)
+	var fe *forge.Error
+	require.ErrorAs(t, err, &fe, "a review that is not there")
+}
+
 // TestVerify: the signature is the body's HMAC with the secret, or
 // nothing is trusted.
 func TestVerify(t *testing.T) {

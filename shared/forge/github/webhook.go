@@ -78,6 +78,7 @@ type (
 	reviewPayload struct {
 		Action string `json:"action"`
 		Review *struct {
+			ID          int64     `json:"id"`
 			State       string    `json:"state"`
 			Body        string    `json:"body"`
 			CommitID    string    `json:"commit_id"`
@@ -163,7 +164,8 @@ func Parse(event string, body []byte) (forge.Event, error) {
 		}
 		ev := forge.Event{Repo: p.Repository.repo(), Number: p.PullRequest.Number, HeadRef: p.PullRequest.Head.Ref,
 			HeadSHA: p.Review.CommitID, Author: p.Review.User.Login, Body: p.Review.Body, URL: p.Review.HTMLURL, At: p.Review.SubmittedAt,
-			Member: slices.Contains([]string{"OWNER", "MEMBER", "COLLABORATOR"}, p.Review.AuthorAssociation)}
+			ReviewID: p.Review.ID,
+			Member:   slices.Contains([]string{"OWNER", "MEMBER", "COLLABORATOR"}, p.Review.AuthorAssociation)}
 		// Webhooks say "approved"; the REST API says "APPROVED".
 		switch strings.ToLower(p.Review.State) {
 		case "approved":

@@ -86,6 +86,13 @@ type Check struct {
 	Title, Summary, Text     string
 }
 
+// ReviewComment is a comment a review leaves on a line of the diff.
+type ReviewComment struct {
+	Path string
+	Line int
+	Body string
+}
+
 // Status is a commit status the double reports on a commit: the latest of
 // its context.
 type Status struct {
@@ -109,7 +116,15 @@ type Server struct {
 	// behind are the branches ("owner/name:branch") whose pull requests
 	// still show the head before the last push (PushBehind).
 	behind map[string]bool
-	now    func() time.Time
+	// reviews are the reviews submitted, by id: their comments on the diff.
+	reviews map[int64]review
+	now     func() time.Time
+}
+
+type review struct {
+	repo     string
+	number   int
+	comments []ReviewComment
 }
 
 // New is a double holding repos.
@@ -118,7 +133,7 @@ func New(now func() time.Time, repos ...Repo) *Server {
 		now = time.Now
 	}
 	s := &Server{repos: map[string]*Repo{}, checks: map[string][]Check{}, statuses: map[string][]Status{}, unmergeable: map[int]string{},
-		shas: map[string]string{}, behind: map[string]bool{}, now: now}
+		shas: map[string]string{}, behind: map[string]bool{}, reviews: map[int64]review{}, now: now}
 	for _, r := range repos {
 		if r.DefaultBranch == "" {
 			r.DefaultBranch = "main"
@@ -139,6 +154,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /repos/{owner}/{repo}/git/ref/{ref...}", s.getRef)
 	mux.HandleFunc("DELETE /repos/{owner}/{repo}/git/refs/{ref...}", s.deleteBranch)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/commits/{ref...}", s.commitChecks)
+	mux.HandleFunc("GET /repos/{owner}/{repo}/pulls/{number}/reviews/{review}/comments", s.reviewComments)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.requests = append(s.requests, r.Method+" "+r.URL.Path)
@@ -529,6 +545,36 @@ func (s *Server) commitChecks(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusNotFound, map[string]any{"message": "Not Found", "documentation_url": "https://docs.github.com/rest", "status": "404"})
 }
 
+// reviewComments lists a review's comments on the diff, a page of them.
+func (s *Server) reviewComments(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rp := s.repo(w, r)
+	if rp == nil {
+		return
+	}
+	id, _ := strconv.ParseInt(r.PathValue("review"), 10, 64)
+	rv, ok := s.reviews[id]
+	if !ok || rv.repo != rp.Owner+"/"+rp.Name || strconv.Itoa(rv.number) != r.PathValue("number") {
+		writeJSON(w, http.StatusNotFound, map[string]any{"message": "Not Found", "documentation_url": "https://docs.github.com/rest", "status": "404"})
+		return
+	}
+	lo, hi := pageOf(r, len(rv.comments))
+	out := []any{}
+	for i := lo; i < hi; i++ {
+		c := rv.comments[i]
+		m := template("rest-review-comment")
+		set(m, "id", 9100+i)
+		set(m, "pull_request_review_id", id)
+		set(m, "path", c.Path)
+		set(m, "line", c.Line)
+		set(m, "body", c.Body)
+		set(m, "html_url", fmt.Sprintf("https://github.com/%s/pull/%d#discussion_r%d", rv.repo, rv.number, 9100+i))
+		out = append(out, m)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
 // pageOf is the slice [lo, hi) of n items the request's page holds.
 func pageOf(r *http.Request, n int) (lo, hi int) {
 	per, err := strconv.Atoi(r.URL.Query().Get("per_page"))
@@ -632,17 +678,30 @@ func (s *Server) Review(number int, login, state, body string) Delivery {
 // association (GitHub's author_association: OWNER, MEMBER, COLLABORATOR,
 // CONTRIBUTOR, NONE...).
 func (s *Server) ReviewAs(number int, login, association, state, body string) Delivery {
+	return s.submitReview(number, login, association, state, body, nil)
+}
+
+// ReviewWithComments is Review leaving comments on lines of the diff, which
+// the REST API then lists for the review.
+func (s *Server) ReviewWithComments(number int, login, state, body string, comments ...ReviewComment) Delivery {
+	return s.submitReview(number, login, "COLLABORATOR", state, body, comments)
+}
+
+func (s *Server) submitReview(number int, login, association, state, body string, comments []ReviewComment) Delivery {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.pullByNumber(number)
+	id := int64(80 + len(s.reviews))
+	s.reviews[id] = review{repo: p.Repo, number: p.Number, comments: comments}
 	m := template("webhook-pull-request-review-submitted")
 	set(m, "action", "submitted")
+	set(m, "review.id", id)
 	set(m, "review.state", state)
 	set(m, "review.body", body)
 	set(m, "review.commit_id", p.HeadSHA)
 	set(m, "review.user.login", login)
 	set(m, "review.author_association", association)
-	set(m, "review.html_url", fmt.Sprintf("https://github.com/%s/pull/%d#pullrequestreview-%d", p.Repo, p.Number, 77+len(s.requests)))
+	set(m, "review.html_url", fmt.Sprintf("https://github.com/%s/pull/%d#pullrequestreview-%d", p.Repo, p.Number, id))
 	set(m, "review.submitted_at", s.now().UTC().Format(time.RFC3339))
 	s.fillHookPull(m, p)
 	return s.delivery("pull_request_review", "pull-request-review-submitted", m)

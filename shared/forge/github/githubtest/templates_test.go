@@ -29,6 +29,7 @@ var restTemplates = map[string]string{
 	"rest-git-ref":     "git-ref",
 	// its statuses[0] is the double's template of one status
 	"rest-combined-status": "combined-commit-status",
+	"rest-review-comment":  "review-comment-items", // its first item
 }
 
 // webhookTemplates are the payloads the double sends: the smallest
@@ -79,6 +80,8 @@ func writeTemplates(t *testing.T) {
 			v = v.([]any)[0]
 		case "check-run-paginated":
 			v = v.(map[string]any)["check_runs"].([]any)[0]
+		case "review-comment-items":
+			v = v.([]any)[0]
 		}
 		// Where GitHub's examples fail their own schemas (the team in
 		// requested_teams lacks "type"; the repository's "source" lacks

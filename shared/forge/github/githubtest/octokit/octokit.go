@@ -73,6 +73,7 @@ var Operations = []string{
 	"/repos/{owner}/{repo}/git/refs/{ref}",
 	"/repos/{owner}/{repo}/commits/{ref}/check-runs",
 	"/repos/{owner}/{repo}/commits/{ref}/status",
+	"/repos/{owner}/{repo}/pulls/{pull_number}/reviews/{review_id}/comments",
 }
 
 // REST validates requests and responses against the REST description.
