@@ -601,6 +601,28 @@ func TestPullRequestReviewCommentsAreFeedback(t *testing.T) {
 		got.Feedback[len(got.Feedback)-1].Body)
 }
 
+// TestPullRequestCheckSuiteFeedbackHasItsRunsOutput: a failing check
+// suite's webhook carries no output, only its conclusion; the next
+// iteration's feedback gives the failing runs' output on the head, read
+// from the forge.
+func TestPullRequestCheckSuiteFeedbackHasItsRunsOutput(t *testing.T) {
+	t.Parallel()
+	e, double := forgeEnv(t, fleet.ForgeConfig{})
+	j := e.submit("review: {quorum: 1}")
+	head := e.deliverPR(j.ID, "aq/job/"+j.ID+"@1").PullRequest.HeadSHA
+	double.SetChecks(head,
+		githubtest.Check{Name: "lint", Status: "completed", Conclusion: "success"},
+		githubtest.Check{Name: "unit", Status: "completed", Conclusion: "failure", Title: "1 test failed", Text: "--- FAIL: TestEmpty"})
+	suite := forge.Event{Kind: forge.EventCheckFailed, Repo: forge.Repo{Owner: "acme", Name: "notes"}, Number: 1, HeadRef: "aq/job/" + j.ID,
+		HeadSHA: head, Author: "github-actions", Name: "GitHub Actions", Title: "check suite failure"}
+	out, why, err := e.c.ForgeWebhook(e.ctx, suite, pulls.Delivery{ID: "suite-1"})
+	require.NoError(t, err)
+	require.Equal(t, pulls.Applied, out, why)
+	got := e.job(j.ID)
+	require.Equal(t, 2, got.Iteration)
+	require.Equal(t, "check suite failure\n\nunit: failure\n1 test failed\n--- FAIL: TestEmpty", got.Feedback[len(got.Feedback)-1].Body)
+}
+
 // TestPullRequestNamedReviewerCounts: a login the product's forge
 // reviewers name counts whatever GitHub says of its membership (an
 // organization member whose membership is private is reported as a

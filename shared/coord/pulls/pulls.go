@@ -8,6 +8,7 @@
 package pulls
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -545,8 +546,11 @@ func (s *Service) iterate(ctx context.Context, p *fleet.Product, j *fleet.Job, e
 	if ev.At.IsZero() {
 		ev.At = s.k.Now()
 	}
-	if ev.Kind == forge.EventChangesRequested {
+	switch {
+	case ev.Kind == forge.EventChangesRequested:
 		ev.Body = s.withDiffComments(ctx, j, ev)
+	case ev.Kind == forge.EventCheckFailed && ev.Summary == "" && ev.Text == "":
+		ev.Text = s.failingRunsOutput(ctx, j, ev)
 	}
 	fb := feedbackOf(ev, next)
 	if next > p.Forge.MaxIterations {
@@ -609,6 +613,36 @@ func (s *Service) withDiffComments(ctx context.Context, j *fleet.Job, ev forge.E
 		fmt.Fprintf(&b, "\n- %s: %s", where, strings.TrimSpace(c.Body))
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// failingRunsOutput is what the failing check runs on the event's head
+// say: a check suite's webhook carries no output of its own (only its
+// conclusion), and the engine needs the runs' to know what to fix. When
+// they cannot be read the feedback says so.
+func (s *Service) failingRunsOutput(ctx context.Context, j *fleet.Job, ev forge.Event) string {
+	head := cmp.Or(ev.HeadSHA, j.PullRequest.HeadSHA)
+	if s.forge == nil || head == "" {
+		return ""
+	}
+	checks, err := s.forge.Checks(ctx, ev.Repo, head)
+	if err != nil {
+		s.k.Log.WarnContext(ctx, "the failing check runs not read", "job", j.ID, "err", err)
+		return fmt.Sprintf("(The check runs' output could not be read: %v. See %s.)", err, ev.URL)
+	}
+	var parts []string
+	for _, c := range checks {
+		if !c.Failing() {
+			continue
+		}
+		part := fmt.Sprintf("%s: %s", c.Name, c.Conclusion)
+		for _, p := range []string{c.Title, c.Summary, c.Text} {
+			if p = strings.TrimSpace(p); p != "" {
+				part += "\n" + p
+			}
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, "\n\n")
 }
 
 // feedbackOf is the feedback an event carries, for iteration it.
