@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	_ "time/tzdata" // the zones the schedule test names, on any machine
 
 	"github.com/stretchr/testify/require"
 
@@ -370,6 +371,14 @@ func TestParseSchedule(t *testing.T) {
 		{expr: "TZ=Europe/Paris 0 0 9 * * *", wantErr: "time zone prefix"},
 		{expr: "CRON_TZ=UTC 0 0 9 * * *", wantErr: "time zone prefix"},
 	}
+	// A day whose last hour comes twice (Santiago falls back at midnight
+	// into 5 April 2026): passing over 4 April (a Saturday, not the 1st to
+	// 3rd) must not end the search there; the next is Saturday 2 May.
+	santiago, err := time.LoadLocation("America/Santiago")
+	require.NoError(t, err)
+	s, err := ParseSchedule("0 30 23 1-3 * 6")
+	require.NoError(t, err)
+	require.Equal(t, time.Date(2026, 5, 2, 23, 30, 0, 0, santiago), s.Next(time.Date(2026, 4, 4, 12, 0, 0, 0, santiago)))
 	for _, tc := range tests {
 		t.Run(tc.expr, func(t *testing.T) {
 			t.Parallel()

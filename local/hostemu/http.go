@@ -336,8 +336,6 @@ func newInvocationID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-// forward hands the request to the handler at its original path, with the
-// body read by requestBody.
 // bounded is ctx ending at functionTimeout, with the handler's address.
 func (h *httpFront) bounded(ctx context.Context, addr string) (context.Context, context.CancelFunc) {
 	ctx = context.WithValue(ctx, addrKey{}, addr)
@@ -347,6 +345,8 @@ func (h *httpFront) bounded(ctx context.Context, addr string) (context.Context, 
 	return context.WithTimeout(ctx, h.timeout)
 }
 
+// forward hands the request to the handler at its original path, with the
+// body read by requestBody.
 func (h *httpFront) forward(w http.ResponseWriter, r *http.Request, addr string, body []byte) {
 	ctx, cancel := h.bounded(r.Context(), addr)
 	defer cancel()

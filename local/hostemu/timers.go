@@ -42,7 +42,7 @@ func ParseSchedule(expr string) (cron.Schedule, error) {
 	// A date that never comes (0 0 0 30 2 *) parses, but has no next
 	// occurrence: the zero time, which a timer would take as due at once,
 	// over and over.
-	if s.Next(time.Now()).IsZero() {
+	if s.Next(time.Now().UTC()).IsZero() {
 		return nil, fmt.Errorf("schedule %q never fires", expr)
 	}
 	return s, nil
@@ -68,8 +68,11 @@ func (s bothDays) Next(t time.Time) time.Time {
 		if t.IsZero() || (s.Dom&(1<<uint(t.Day())) != 0 && s.Dow&(1<<uint(t.Weekday())) != 0) {
 			return t
 		}
-		// The rest of this day fails the same field: on to the next.
-		t = time.Date(t.Year(), t.Month(), t.Day(), 23, 59, 59, 0, t.Location())
+		// The rest of this day fails the same field: on to the next (a
+		// day whose last second comes twice may give it before t).
+		if end := time.Date(t.Year(), t.Month(), t.Day(), 23, 59, 59, 0, t.Location()); end.After(t) {
+			t = end
+		}
 	}
 	return time.Time{}
 }
@@ -123,7 +126,17 @@ type timerTrigger struct {
 	client       *http.Client
 	log          *slog.Logger
 	running      sync.Mutex
+	// statusUnread: the kept status could not be read at start, so none is
+	// written while this run lasts.
+	statusUnread bool
 }
+
+// statusReadTries bounds the reads of a timer's kept status at start,
+// statusReadRetry apart.
+const (
+	statusReadTries = 3
+	statusReadRetry = 100 * time.Millisecond
+)
 
 func newTimerTrigger(fn *Function, trig Binding, get Settings, store statusStore, child *Child, log *slog.Logger) (*timerTrigger, error) {
 	expr, err := get.String(trig, "schedule", "")
@@ -179,7 +192,7 @@ func (t *timerTrigger) loadStatus(ctx context.Context) (*funchost.ScheduleStatus
 }
 
 func (t *timerTrigger) saveStatus(ctx context.Context, st funchost.ScheduleStatus) {
-	if t.store == nil {
+	if t.store == nil || t.statusUnread {
 		return
 	}
 	body, _ := json.Marshal(timerStatusDoc{ID: t.statusID(), Function: t.fn.Name, Status: st})
@@ -224,10 +237,15 @@ func (t *timerTrigger) run(ctx context.Context) {
 	pastDue := false
 	if t.monitor {
 		kept, err := t.loadStatus(ctx)
+		for try := 1; err != nil && try < statusReadTries && sleep(ctx, statusReadRetry); try++ {
+			kept, err = t.loadStatus(ctx) // a busy store's moment
+		}
 		if err != nil {
-			// Left as it is: a status written over after a read that failed
-			// (a busy store) would lose the missed run it records.
-			t.log.Warn("timer: cannot read the schedule status; starting afresh, the kept one untouched", "function", t.fn.Name, "err", err)
+			// Left as it is, now and after each run: a status written over
+			// after a read that failed would lose the missed run it
+			// records, which the next start then flags.
+			t.log.Warn("timer: cannot read the schedule status; running on schedule without keeping one", "function", t.fn.Name, "err", err)
+			t.statusUnread = true
 		} else {
 			pastDue = t.checkPastDue(ctx, now, kept)
 			status = kept

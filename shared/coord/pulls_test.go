@@ -613,14 +613,47 @@ func TestPullRequestCheckSuiteFeedbackHasItsRunsOutput(t *testing.T) {
 	double.SetChecks(head,
 		githubtest.Check{Name: "lint", Status: "completed", Conclusion: "success"},
 		githubtest.Check{Name: "unit", Status: "completed", Conclusion: "failure", Title: "1 test failed", Text: "--- FAIL: TestEmpty"})
-	suite := forge.Event{Kind: forge.EventCheckFailed, Repo: forge.Repo{Owner: "acme", Name: "notes"}, Number: 1, HeadRef: "aq/job/" + j.ID,
-		HeadSHA: head, Author: "github-actions", Name: "GitHub Actions", Title: "check suite failure"}
-	out, why, err := e.c.ForgeWebhook(e.ctx, suite, pulls.Delivery{ID: "suite-1"})
-	require.NoError(t, err)
+	// A failing status says only what it says (its description, here
+	// none): the check runs on the head are not its output.
+	out, why := e.hook(double.CommitStatus(1, githubtest.Status{Context: "ci/jenkins", State: "failure"}))
 	require.Equal(t, pulls.Applied, out, why)
 	got := e.job(j.ID)
+	require.Equal(t, "status failure", got.Feedback[len(got.Feedback)-1].Body)
+	_, err := e.c.Act(e.ctx, "op", prod, j.ID, coord.ActionCancel, "")
+	require.NoError(t, err)
+
+	j = e.submit("review: {quorum: 1}")
+	head = e.deliverPR(j.ID, "aq/job/"+j.ID+"@1").PullRequest.HeadSHA
+	double.SetChecks(head,
+		githubtest.Check{Name: "lint", Status: "completed", Conclusion: "success"},
+		githubtest.Check{Name: "unit", Status: "completed", Conclusion: "failure", Title: "1 test failed", Text: "--- FAIL: TestEmpty"})
+	suite := forge.Event{Kind: forge.EventCheckFailed, Repo: forge.Repo{Owner: "acme", Name: "notes"}, Number: 2, HeadRef: "aq/job/" + j.ID,
+		HeadSHA: head, Author: "github-actions", Name: "GitHub Actions", Title: "check suite failure", Suite: true}
+	out, why, err = e.c.ForgeWebhook(e.ctx, suite, pulls.Delivery{ID: "suite-1"})
+	require.NoError(t, err)
+	require.Equal(t, pulls.Applied, out, why)
+	got = e.job(j.ID)
 	require.Equal(t, 2, got.Iteration)
 	require.Equal(t, "check suite failure\n\nunit: failure\n1 test failed\n--- FAIL: TestEmpty", got.Feedback[len(got.Feedback)-1].Body)
+}
+
+// TestPullRequestSameCheckAtTheCapOnce: past the iteration cap the job
+// stays where it is, so a second report of the same check failing on the
+// same head (another delivery, or the read after a sync) finds it there:
+// it adds no second feedback.
+func TestPullRequestSameCheckAtTheCapOnce(t *testing.T) {
+	t.Parallel()
+	e, double := forgeEnv(t, fleet.ForgeConfig{MaxIterations: 1})
+	j := e.submit("review: {quorum: 1}")
+	e.deliverPR(j.ID, "aq/job/"+j.ID+"@1")
+	out, why := e.hook(double.CheckRun(1, githubtest.Check{Name: "unit", Conclusion: "failure", Title: "1 test failed"}))
+	require.Equal(t, pulls.Applied, out, why)
+	require.Len(t, e.job(j.ID).Feedback, 1)
+	out, why = e.hook(double.CheckRun(1, githubtest.Check{Name: "unit", Conclusion: "failure", Title: "1 test failed, again"}))
+	require.Equal(t, pulls.Duplicate, out, why)
+	got := e.job(j.ID)
+	require.Len(t, got.Feedback, 1)
+	require.Equal(t, fleet.StageReview, got.Stage)
 }
 
 // TestPullRequestNamedReviewerCounts: a login the product's forge

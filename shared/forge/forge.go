@@ -259,6 +259,9 @@ type Event struct {
 	Member bool
 	// ReviewID is a review's, for its comments on the diff.
 	ReviewID int64
+	// Suite says a failing check is a check suite, whose webhook carries
+	// no output of its own.
+	Suite bool
 	// Body is the review's text; for a check, Name, Title, Summary and
 	// Text are its output.
 	Body                 string

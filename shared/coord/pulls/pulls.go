@@ -165,13 +165,16 @@ func (s *Service) Sync(ctx context.Context, productID, jobID string) error {
 	if ferr != nil {
 		return s.failed(ctx, j, ferr)
 	}
-	recorded := false
+	recorded, over := false, false
 	after, err := s.k.MutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
-		recorded = false
+		recorded, over = false, false
 		if !j.ForgeDue {
 			return kernel.ErrNoChange
 		}
-		recorded = true
+		// Ended while the forge opened it (an operator's cancel during
+		// the call): recorded all the same, so the job links the pull
+		// request the forge now holds, and said.
+		recorded, over = true, !awaitsPR(j)
 		j.ForgeDue, j.PRSync = false, nil
 		j.PullRequest = &fleet.PullRequest{Repo: fr, Number: pr.Number, URL: pr.URL, HeadSHA: pr.HeadSHA, State: fleet.PROpen}
 		j.UpdatedAt = s.k.Now()
@@ -184,6 +187,11 @@ func (s *Service) Sync(ctx context.Context, productID, jobID string) error {
 	})
 	if err != nil || !recorded {
 		return err
+	}
+	if over {
+		s.k.Log.WarnContext(ctx, "a pull request was opened or updated for a job that ended meanwhile: close it on the forge if it is not wanted",
+			"job", jobID, "stage", after.Stage, "pr", pr.URL)
+		return nil
 	}
 	s.catchUp(ctx, p, after)
 	return nil
@@ -344,10 +352,22 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 // Delivery names one webhook delivery: its id and the digest of its body.
 // Either seen before makes it a no-op (a redelivery keeps the id; a
 // replay keeps the body).
-type Delivery struct{ ID, Digest string }
+type Delivery struct {
+	ID, Digest string
+	// check names a failing check on a head (iterate sets it): reported
+	// again, by another delivery or the read after a sync, it is a no-op.
+	check string
+}
+
+// forgeReadBound bounds what a webhook reads from the forge beyond its
+// payload (a review's comments, a suite's runs).
+const forgeReadBound = 5 * time.Second
 
 func (d Delivery) keys() []string {
 	var ks []string
+	if d.check != "" {
+		ks = append(ks, d.check)
+	}
 	if d.ID != "" {
 		ks = append(ks, "id:"+d.ID)
 	}
@@ -546,11 +566,23 @@ func (s *Service) iterate(ctx context.Context, p *fleet.Product, j *fleet.Job, e
 	if ev.At.IsZero() {
 		ev.At = s.k.Now()
 	}
+	// What the webhook does not carry is read from the forge, within a
+	// bound: GitHub gives up on a delivery after 10 s and never sends it
+	// again, so neither a slow read nor GitHub's hang-up may cost the
+	// iteration (the move below is not cancelled with the request).
+	ctx = context.WithoutCancel(ctx)
+	readCtx, cancel := context.WithTimeout(ctx, forgeReadBound)
+	defer cancel()
 	switch {
 	case ev.Kind == forge.EventChangesRequested:
-		ev.Body = s.withDiffComments(ctx, j, ev)
-	case ev.Kind == forge.EventCheckFailed && ev.Summary == "" && ev.Text == "":
-		ev.Text = s.failingRunsOutput(ctx, j, ev)
+		ev.Body = s.withDiffComments(readCtx, j, ev)
+	case ev.Kind == forge.EventCheckFailed && ev.Suite:
+		ev.Text = s.failingRunsOutput(readCtx, j, ev)
+	}
+	if ev.Kind == forge.EventCheckFailed {
+		// The same check failing on the same head, reported twice (its
+		// webhook, and the read after a sync), is one piece of feedback.
+		d.check = "check:" + cmp.Or(ev.HeadSHA, j.PullRequest.HeadSHA) + ":" + ev.Name
 	}
 	fb := feedbackOf(ev, next)
 	if next > p.Forge.MaxIterations {

@@ -415,6 +415,29 @@ func TestReviewComments(t *testing.T) {
 	require.ErrorAs(t, err, &fe, "a review that is not there")
 }
 
+// TestCheckSuiteParsed: a check suite that completes failing is a failing
+// check marked as a suite (its webhook carries no output; the runs' is
+// read when the feedback is written); a green one is checks_passed.
+func TestCheckSuiteParsed(t *testing.T) {
+	t.Parallel()
+	payload := func(conclusion string) []byte {
+		return []byte(`{"action":"completed","check_suite":{"head_branch":"aq/job/j1","head_sha":"abc","status":"completed",` +
+			`"conclusion":"` + conclusion + `","url":"https://api.github.com/repos/acme/app/check-suites/5","pull_requests":[{"number":1}],` +
+			`"app":{"slug":"github-actions","name":"GitHub Actions"}},"repository":{"name":"app","owner":{"login":"acme"}}}`)
+	}
+	ev, err := github.Parse("check_suite", payload("failure"))
+	require.NoError(t, err)
+	require.Equal(t, forge.EventCheckFailed, ev.Kind)
+	require.True(t, ev.Suite)
+	require.Equal(t, "check suite failure", ev.Title)
+	require.Equal(t, acme, ev.Repo)
+	require.Equal(t, 1, ev.Number)
+	ev, err = github.Parse("check_suite", payload("success"))
+	require.NoError(t, err)
+	require.Equal(t, forge.EventChecksPassed, ev.Kind)
+	require.False(t, ev.Suite)
+}
+
 // TestVerify: the signature is the body's HMAC with the secret, or
 // nothing is trusted.
 func TestVerify(t *testing.T) {

@@ -212,7 +212,7 @@ func Parse(event string, body []byte) (forge.Event, error) {
 		case (forge.Check{Completed: true, Conclusion: cs.Conclusion}).Failing():
 			// A suite carries no output: its runs' output is read when
 			// the feedback is written.
-			ev.Kind, ev.Title = forge.EventCheckFailed, "check suite "+cs.Conclusion
+			ev.Kind, ev.Title, ev.Suite = forge.EventCheckFailed, "check suite "+cs.Conclusion, true
 		default:
 			return forge.Event{}, forge.ErrIgnored
 		}
