@@ -101,6 +101,10 @@ func (c Check) Passed() bool {
 	return false
 }
 
+// Failing reports whether a commit status says its check failed: failure,
+// or error (the CI could not run it); pending says nothing yet.
+func (s Status) Failing() bool { return s.State == StatusFailure || s.State == StatusError }
+
 // StatusState is a commit status's state (GitHub's Status API, which CI
 // systems such as Jenkins post instead of check runs).
 type StatusState string

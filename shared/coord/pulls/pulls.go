@@ -145,13 +145,14 @@ func (s *Service) Sync(ctx context.Context, productID, jobID string) error {
 	if err != nil && !errors.Is(err, fleet.ErrNotFound) {
 		return err
 	}
-	if !Wants(p, j) || !awaitsPR(j) {
+	wanted := func(j *fleet.Job) bool { return Wants(p, j) && awaitsPR(j) }
+	if !wanted(j) {
 		// The forge was removed since the delivery, or the job moved on
 		// before its pull request was opened (an operator cancelled,
 		// shipped or rejected it): nothing to open, and a pull request
 		// opened for a job that is over would be nobody's.
 		_, err := s.k.MutateJob(ctx, productID, jobID, func(j *fleet.Job) error {
-			if !j.ForgeDue || (Wants(p, j) && awaitsPR(j)) {
+			if !j.ForgeDue || wanted(j) {
 				return kernel.ErrNoChange
 			}
 			j.ForgeDue, j.PRSync = false, nil
@@ -215,27 +216,36 @@ func (s *Service) catchUp(ctx context.Context, p *fleet.Product, j *fleet.Job) {
 	if err != nil {
 		return
 	}
-	head := j.PullRequest.HeadSHA
-	checks, err := s.forge.Checks(ctx, repo, head)
-	if err == nil {
-		var statuses []forge.Status
-		if statuses, err = s.forge.Statuses(ctx, repo, head); err == nil {
-			if ev, ok := firstFailing(repo, j, checks, statuses); ok {
-				out, why, err := s.iterate(ctx, p, j, ev, Delivery{ID: "sync:" + head + ":" + ev.Name})
-				if err == nil {
-					s.k.Log.InfoContext(ctx, "a check that failed while the pull request was brought up to date", "job", j.ID, "outcome", out, "why", why)
-				}
-				return
-			}
-		}
-	}
+	checks, statuses, err := s.headChecks(ctx, repo, j.PullRequest.HeadSHA)
 	if err != nil {
 		s.k.Log.WarnContext(ctx, "the checks of a synced head not read; their webhooks still count", "job", j.ID, "err", err)
 		return
 	}
-	if merged, why := s.autoMerge(ctx, p, j); merged || why != "" {
+	if ev, ok := firstFailing(repo, j, checks, statuses); ok {
+		// No delivery of its own: iterate keys it by the check and head.
+		out, why, err := s.iterate(ctx, p, j, ev, Delivery{})
+		if err == nil {
+			s.k.Log.InfoContext(ctx, "a check that failed while the pull request was brought up to date", "job", j.ID, "outcome", out, "why", why)
+		}
+		return
+	}
+	if autoMerges(p, j) {
+		merged, why := s.mergeIfGreen(ctx, p, j, checks, statuses)
 		s.k.Log.InfoContext(ctx, "autoMerge after the pull request was brought up to date", "job", j.ID, "merged", merged, "why", why)
 	}
+}
+
+// headChecks reads every check run and commit status on a head.
+func (s *Service) headChecks(ctx context.Context, repo forge.Repo, head string) ([]forge.Check, []forge.Status, error) {
+	checks, err := s.forge.Checks(ctx, repo, head)
+	if err != nil {
+		return nil, nil, fmt.Errorf("checks not read: %w", err)
+	}
+	statuses, err := s.forge.Statuses(ctx, repo, head)
+	if err != nil {
+		return nil, nil, fmt.Errorf("commit statuses not read: %w", err)
+	}
+	return checks, statuses, nil
 }
 
 // firstFailing is the event a failing check run, else a failing commit
@@ -249,7 +259,7 @@ func firstFailing(repo forge.Repo, j *fleet.Job, checks []forge.Check, statuses 
 		}
 	}
 	for _, st := range statuses {
-		if st.State == forge.StatusFailure || st.State == forge.StatusError {
+		if st.Failing() {
 			ev.Name, ev.Title, ev.Summary, ev.URL = st.Context, "status "+string(st.State), st.Description, st.URL
 			return ev, true
 		}
@@ -666,15 +676,21 @@ func (s *Service) failingRunsOutput(ctx context.Context, j *fleet.Job, ev forge.
 		if !c.Failing() {
 			continue
 		}
-		part := fmt.Sprintf("%s: %s", c.Name, c.Conclusion)
-		for _, p := range []string{c.Title, c.Summary, c.Text} {
-			if p = strings.TrimSpace(p); p != "" {
-				part += "\n" + p
-			}
-		}
-		parts = append(parts, part)
+		parts = append(parts, joinNonBlank("\n", c.Name+": "+c.Conclusion, c.Title, c.Summary, c.Text))
 	}
 	return strings.Join(parts, "\n\n")
+}
+
+// joinNonBlank joins the parts that are not blank, trimmed, with sep: a
+// check's output, whose title, summary and text may each be empty.
+func joinNonBlank(sep string, parts ...string) string {
+	var kept []string
+	for _, p := range parts {
+		if p = strings.TrimSpace(p); p != "" {
+			kept = append(kept, p)
+		}
+	}
+	return strings.Join(kept, sep)
 }
 
 // feedbackOf is the feedback an event carries, for iteration it.
@@ -682,13 +698,7 @@ func feedbackOf(ev forge.Event, it int) feedback {
 	fb := fleet.Feedback{Iteration: it, Author: ev.Author, URL: ev.URL, At: ev.At}
 	if ev.Kind == forge.EventCheckFailed {
 		fb.Source, fb.Name = fleet.FeedbackCheck, ev.Name
-		var parts []string
-		for _, p := range []string{ev.Title, ev.Summary, ev.Text} {
-			if strings.TrimSpace(p) != "" {
-				parts = append(parts, strings.TrimSpace(p))
-			}
-		}
-		fb.Body = strings.Join(parts, "\n\n")
+		fb.Body = joinNonBlank("\n\n", ev.Title, ev.Summary, ev.Text)
 	} else {
 		fb.Source, fb.Body = fleet.FeedbackReview, ev.Body
 	}
@@ -738,21 +748,30 @@ func (s *Service) Merge(ctx context.Context, p *fleet.Product, j *fleet.Job, act
 // check run and commit status on it green, the product's required checks
 // among them. It says whether it merged, or why not when that is news.
 func (s *Service) autoMerge(ctx context.Context, p *fleet.Product, j *fleet.Job) (bool, string) {
-	if !p.Forge.AutoMerge || j.Stage != fleet.StageTesting || j.PullRequest == nil || j.PullRequest.State != fleet.PROpen || s.forge == nil {
+	if !autoMerges(p, j) || s.forge == nil {
 		return false, ""
 	}
 	repo, err := forge.ParseRepo("forge.repos", j.PullRequest.Repo)
 	if err != nil {
 		return false, err.Error()
 	}
-	checks, err := s.forge.Checks(ctx, repo, j.PullRequest.HeadSHA)
+	checks, statuses, err := s.headChecks(ctx, repo, j.PullRequest.HeadSHA)
 	if err != nil {
-		return false, "checks not read: " + err.Error()
+		return false, err.Error()
 	}
-	statuses, err := s.forge.Statuses(ctx, repo, j.PullRequest.HeadSHA)
-	if err != nil {
-		return false, "commit statuses not read: " + err.Error()
-	}
+	return s.mergeIfGreen(ctx, p, j, checks, statuses)
+}
+
+// autoMerges says j is one autoMerge would merge, its head's checks
+// allowing: the product asks for it, the quorum is met, the pull request
+// open.
+func autoMerges(p *fleet.Product, j *fleet.Job) bool {
+	return p.Forge.AutoMerge && j.Stage == fleet.StageTesting && j.PullRequest != nil && j.PullRequest.State == fleet.PROpen
+}
+
+// mergeIfGreen merges and ships j when the checks and statuses read on its
+// head pass mergeGate.
+func (s *Service) mergeIfGreen(ctx context.Context, p *fleet.Product, j *fleet.Job, checks []forge.Check, statuses []forge.Status) (bool, string) {
 	if ok, why := mergeGate(p.Forge.RequiredChecks, checks, statuses); !ok {
 		return false, why
 	}

@@ -229,10 +229,10 @@ func Parse(event string, body []byte) (forge.Event, error) {
 		// failing check, the engine's next iteration, as a failing check
 		// run is; a pending one says nothing yet.
 		ev := forge.Event{Repo: p.Repository.repo(), HeadSHA: p.SHA, Name: p.Context, Summary: p.Description, URL: p.TargetURL}
-		switch forge.StatusState(p.State) {
-		case forge.StatusSuccess:
+		switch st := (forge.Status{State: forge.StatusState(p.State)}); {
+		case st.State == forge.StatusSuccess:
 			ev.Kind = forge.EventChecksPassed
-		case forge.StatusFailure, forge.StatusError:
+		case st.Failing():
 			ev.Kind, ev.Title, ev.At = forge.EventCheckFailed, "status "+p.State, p.UpdatedAt
 		default:
 			return forge.Event{}, forge.ErrIgnored
