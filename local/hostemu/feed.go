@@ -70,7 +70,7 @@ func newFeedTrigger(fn *Function, trig Binding, get Settings, store FeedStore, c
 		return nil, fmt.Errorf("function %s: a cosmosDBTrigger needs a store", fn.Name)
 	}
 	t := &feedTrigger{fn: fn, binding: trig.Name, store: store, changed: changed, child: child, checkpointEvery: CheckpointEvery, clock: wallClock{},
-		client: &http.Client{Timeout: 10 * time.Minute, Transport: handlerTransport}, log: log}
+		client: &http.Client{Transport: handlerTransport}, log: log} // New bounds it at functionTimeout
 	var err error
 	if t.container, err = get.String(trig, "containerName", ""); err != nil {
 		return nil, fmt.Errorf("function %s: %w", fn.Name, err)

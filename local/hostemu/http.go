@@ -103,7 +103,7 @@ type httpFront struct {
 }
 
 func newHTTPFront(prefix string, routes []*httpRoute, child *Child) *httpFront {
-	h := &httpFront{prefix: prefix, routes: routes, child: child, client: &http.Client{Timeout: 5 * time.Minute, Transport: handlerTransport}}
+	h := &httpFront{prefix: prefix, routes: routes, child: child, client: &http.Client{Transport: handlerTransport}} // New bounds it at functionTimeout
 	h.proxy = &httputil.ReverseProxy{
 		Transport: handlerTransport,
 		Rewrite: func(pr *httputil.ProxyRequest) {

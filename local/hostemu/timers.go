@@ -157,7 +157,7 @@ func newTimerTrigger(fn *Function, trig Binding, get Settings, store statusStore
 	}
 	return &timerTrigger{clock: wallClock{}, store: store, fn: fn, binding: trig.Name, expr: expr, schedule: sched,
 		monitor: useMonitor && !subMinute(sched, time.Now()), runOnStartup: runOnStartup, child: child,
-		client: &http.Client{Timeout: 10 * time.Minute, Transport: handlerTransport}, log: log}, nil
+		client: &http.Client{Transport: handlerTransport}, log: log}, nil // New bounds it at functionTimeout
 }
 
 // subMinute reports whether the schedule fires more than once in the minute
