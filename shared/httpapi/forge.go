@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/gigafactory/fleet/shared/api"
 	"github.com/gigafactory/fleet/shared/coord/pulls"
@@ -12,6 +13,10 @@ import (
 	"github.com/gigafactory/fleet/shared/forge"
 	"github.com/gigafactory/fleet/shared/forge/github"
 )
+
+// webhookReadTimeout bounds the reading of a delivery's body: GitHub sends
+// its largest, 25 MB, in a fraction of this.
+const webhookReadTimeout = 30 * time.Second
 
 // maxDeliveryID bounds the X-GitHub-Delivery header kept (a GUID).
 const maxDeliveryID = 100
@@ -25,12 +30,22 @@ func (s *server) githubWebhook(w http.ResponseWriter, r *http.Request, _ *princi
 	if len(s.ghSecret) == 0 {
 		return fleet.Errorf(fleet.CodeUnavailable, "no GitHub webhook secret is configured (FLEET_GITHUB_WEBHOOK_SECRET_FILE): deliveries cannot be verified")
 	}
-	body, err := readBodyUpTo(w, r, github.MaxPayload)
+	// The body is read before it can be verified: a delivery that cannot be
+	// signed is refused first, and one is given a deadline for its body, so
+	// a slow sender does not hold the route's budget (bodyBudget) for long.
+	sig := r.Header.Get(github.HeaderSignature)
+	if !github.WellFormed(sig) {
+		return unauthenticated(github.HeaderSignature + ` is missing or is not "sha256=" and 64 hex digits`)
+	}
+	// A connection that takes no deadline (a test's recorder) is read without.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(webhookReadTimeout))
+	body, release, err := s.hookBodies.read(w, r, github.MaxPayload)
 	if err != nil {
 		return err
 	}
-	if err := github.Verify(s.ghSecret, body, r.Header.Get(github.HeaderSignature)); err != nil {
-		return unauthenticated(github.HeaderSignature + " is missing or is not the HMAC-SHA256 of the body with the webhook secret")
+	defer release()
+	if err := github.Verify(s.ghSecret, body, sig); err != nil {
+		return unauthenticated(github.HeaderSignature + " is not the HMAC-SHA256 of the body with the webhook secret")
 	}
 	ev, err := github.Parse(r.Header.Get(github.HeaderEvent), body)
 	switch {

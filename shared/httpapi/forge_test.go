@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -65,7 +67,90 @@ func TestGitHubWebhookRoute(t *testing.T) {
 
 	// The document lists each status above: a public route inherits none.
 	op := servedOpenAPI(t)["paths"].(map[string]any)["/fleet/forge/github"].(map[string]any)["post"].(map[string]any)
-	for _, st := range []string{"200", "204", "400", "401", "413", "503"} {
+	for _, st := range []string{"200", "204", "400", "401", "413", "429", "503"} {
 		require.Contains(t, op["responses"], st)
 	}
+}
+
+// TestGitHubWebhookBodyBudget: the route reads a delivery before it can
+// verify it, so the bytes it holds at once are bounded: while one delivery
+// being read holds the budget, another is 429 with Retry-After before it is
+// read, whether its length is declared or it comes in chunks; once the
+// first is answered, the next delivery goes through.
+func TestGitHubWebhookBodyBudget(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var h http.Handler
+	ping := `{"zen":"Design for failure.","hook_id":1}`
+	deliver := func(body io.Reader, length int64) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/api/fleet/forge/github", body)
+		r.ContentLength = length
+		r.Header.Set(github.HeaderEvent, "ping")
+		r.Header.Set(github.HeaderSignature, github.Sign([]byte(testWebhookSecret), []byte(ping)))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	for name, tc := range map[string]struct {
+		budget int64
+		length int64 // of the held delivery; -1 unknown
+		held   int   // bytes of it sent before the second delivery
+	}{
+		"declared length": {budget: 8 << 10, length: 8<<10 - 20, held: 10},
+		// Counted as its buffer grows: its first block, 4 KiB, leaves
+		// less than the second delivery in this budget.
+		"in chunks": {budget: 4<<10 + 20, length: -1, held: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h = New(f.coord, Config{GitHubWebhookSecret: []byte(testWebhookSecret), WebhookBytesInFlight: tc.budget})
+			pr, pw := io.Pipe()
+			done := make(chan *httptest.ResponseRecorder)
+			go func() { done <- deliver(pr, tc.length) }()
+			// A pipe's write returns once the handler has read it: the
+			// budget is taken by then.
+			wrote := make(chan error, 1)
+			go func() { _, err := pw.Write(make([]byte, tc.held)); wrote <- err }()
+			select {
+			case err := <-wrote:
+				require.NoError(t, err)
+			case w := <-done:
+				t.Fatalf("answered before reading the body: %d %s", w.Code, w.Body)
+			}
+
+			w := deliver(strings.NewReader(ping), int64(len(ping)))
+			require.Equal(t, http.StatusTooManyRequests, w.Code, "%s", w.Body)
+			require.Equal(t, "1", w.Header().Get("Retry-After"))
+			require.Contains(t, w.Body.String(), "throttled")
+
+			require.NoError(t, pw.CloseWithError(io.ErrUnexpectedEOF))
+			first := <-done
+			require.Equal(t, http.StatusBadRequest, first.Code, "the held delivery ended early: %s", first.Body)
+
+			w = deliver(strings.NewReader(ping), int64(len(ping)))
+			require.Equal(t, http.StatusNoContent, w.Code, "the budget was given back: %s", w.Body)
+			w = deliver(strings.NewReader(ping), -1)
+			require.Equal(t, http.StatusNoContent, w.Code, "in chunks: %s", w.Body)
+		})
+	}
+
+	// A delivery that cannot be signed is refused before its body is read.
+	h = New(f.coord, Config{GitHubWebhookSecret: []byte(testWebhookSecret)})
+	for _, sig := range []string{"", "sha256=", "sha256=zz", "sha1=" + strings.Repeat("0", 40), "sha256=" + strings.Repeat("0", 63)} {
+		r := httptest.NewRequest("POST", "/api/fleet/forge/github", unread{t})
+		r.ContentLength = 25 << 20
+		r.Header.Set(github.HeaderEvent, "ping")
+		r.Header.Set(github.HeaderSignature, sig)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		require.Equal(t, http.StatusUnauthorized, w.Code, "%q: %s", sig, w.Body)
+		require.Contains(t, w.Body.String(), "64 hex digits")
+	}
+}
+
+// unread is a body that fails the test when it is read.
+type unread struct{ t *testing.T }
+
+func (u unread) Read([]byte) (int, error) {
+	u.t.Error("the body was read")
+	return 0, io.EOF
 }

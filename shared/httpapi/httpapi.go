@@ -106,6 +106,10 @@ type Config struct {
 	// GitHubWebhookSecret verifies POST /fleet/forge/github deliveries
 	// (FLEET_GITHUB_WEBHOOK_SECRET_FILE); without one the route is 503.
 	GitHubWebhookSecret []byte
+	// WebhookBytesInFlight bounds the bytes of webhook deliveries held at
+	// once while they are read and verified (bodyBudget); 0 means
+	// DefaultWebhookBytesInFlight.
+	WebhookBytesInFlight int64
 }
 
 // DefaultMaxBodyBytes is the default body cap: the largest manifest.
@@ -132,6 +136,8 @@ type server struct {
 	buffered  bool
 	caps      *streamCaps
 	ghSecret  []byte
+	// hookBodies bounds the webhook deliveries held before verification.
+	hookBodies *bodyBudget
 	// openAPIJSON is the package's openAPIJSON (see there).
 	openAPIJSON func() ([]byte, error)
 }
@@ -157,6 +163,10 @@ func New(c *coord.Coordinator, cfg Config) http.Handler {
 	}
 	s.caps = newStreamCaps(cfg.MaxStreamsPerPrincipal, cfg.MaxStreams)
 	s.ghSecret = cfg.GitHubWebhookSecret
+	s.hookBodies = &bodyBudget{max: cfg.WebhookBytesInFlight}
+	if s.hookBodies.max <= 0 {
+		s.hookBodies.max = DefaultWebhookBytesInFlight
+	}
 	s.mux = http.NewServeMux()
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.pattern, s.endpoint(rt))

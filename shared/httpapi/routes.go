@@ -427,7 +427,8 @@ var routes = []route{
 			"pull_request_review approved: the mapped reviewer's vote on the current head; changes_requested, or a check_run / check_suite completed failing on the head: the delivered job goes back to the queue as its next iteration with the feedback (no attempt spent; " +
 			"past the product's maxIterations it stays, with event iteration_cap); check_suite completed success, or status success, on the head: with autoMerge, merged once the head is green; " +
 			"pull_request closed: cancelled, merged: shipped. " +
-			"A delivery applied before (its X-GitHub-Delivery or its body) changes nothing. Events the fleet does not act on: 204. Payloads over GitHub's 25 MB: 413.",
+			"A delivery applied before (its X-GitHub-Delivery or its body) changes nothing. Events the fleet does not act on: 204. Payloads over GitHub's 25 MB: 413. " +
+			"A delivery without a signature of the right shape is 401 before its body is read; the deliveries being read hold at most 64 MiB at once (past it: 429 with Retry-After), each read within 30 s.",
 		params: []param{
 			{name: "X-GitHub-Event", in: inHeader, required: true, schema: str(""), desc: "The event: pull_request_review, check_run, check_suite, status, pull_request (others: 204)."},
 			{name: "X-GitHub-Delivery", in: inHeader, schema: describe(obj{"type": "string", "maxLength": maxDeliveryID}, ""), desc: "The delivery's GUID (a redelivery keeps it)."},
@@ -439,8 +440,9 @@ var routes = []route{
 			"204": {"description": "An event or action the fleet does not act on."},
 		},
 		// Public, so none of the authenticated routes' statuses is implied:
-		// 401 a signature that does not verify, 503 no secret configured.
-		errors: []string{"400", "401", "413", "500", "503"}},
+		// 401 a signature that does not verify, 429 the bodies being read
+		// fill the route's budget, 503 no secret configured.
+		errors: []string{"400", "401", "413", "429", "500", "503"}},
 	{method: "POST", pattern: "/api/fleet/tracker/ingest", access: operatorOnly, needsProduct: true, handle: (*server).ingest, summary: "Ingest a tracker item as a job",
 		description: "The item's job is the one of idempotencyKey tracker:<source>:<itemId>: the same item again returns it (200). " +
 			"A higher revision replaces the manifest of a job that has not started (never assigned: leaseEpoch 0, queued or blocked) and records a tracker_updated event; " +

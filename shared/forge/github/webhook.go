@@ -29,15 +29,29 @@ const MaxPayload = 25 << 20
 // the HMAC of its body with the secret.
 var ErrSignature = errors.New("github: the webhook signature does not match the body")
 
+// signature is header's HMAC when it has the shape GitHub sends,
+// "sha256=" and 64 hex digits.
+func signature(header string) ([]byte, bool) {
+	hexSig, ok := strings.CutPrefix(header, "sha256=")
+	if !ok || len(hexSig) != 2*sha256.Size {
+		return nil, false
+	}
+	got, err := hex.DecodeString(hexSig)
+	return got, err == nil
+}
+
+// WellFormed reports whether header could be a signature at all, so that a
+// delivery without one is refused before its body is read.
+func WellFormed(header string) bool {
+	_, ok := signature(header)
+	return ok
+}
+
 // Verify checks header ("sha256=<hex>") is the HMAC-SHA256 of body with
 // secret, comparing in constant time.
 func Verify(secret, body []byte, header string) error {
-	hexSig, ok := strings.CutPrefix(header, "sha256=")
+	got, ok := signature(header)
 	if !ok || len(secret) == 0 {
-		return ErrSignature
-	}
-	got, err := hex.DecodeString(hexSig)
-	if err != nil {
 		return ErrSignature
 	}
 	mac := hmac.New(sha256.New, secret)
