@@ -180,7 +180,8 @@ var routes = []route{
 	{method: "GET", pattern: "/api/fleet/events", access: operatorOnly, long: longWithWait, needsProduct: true, handle: (*server).productEvents, summary: "A product's changes, long poll",
 		description: "The product stream (GET /fleet/events/stream) for a client that cannot stream: {items: [{id, type, data}], position}. " +
 			"Pass the position back as after to get what changed since (a change may come twice); without after it starts from now. " +
-			"With wait, an answer that would be empty waits up to that long for a change. Needs a product: x-product-id, or a token scoped to one.",
+			"With wait, an answer that would be empty waits up to that long for a change. Needs a product: x-product-id, or a token scoped to one. " +
+			"A position far back is answered a page at a time: once an answer holds 500 changes (completing the feed page it is in) or has read 50 feed pages, it is given at once with the position reached, and the client pages on.",
 		params: []param{
 			queryParam("after", "The position of the previous answer (or an id of the stream).", obj{"type": "string"}),
 			queryParam("wait", "Wait up to this long (a duration such as 30s, at most 60s) when nothing changed. "+
@@ -198,7 +199,7 @@ var routes = []route{
 			"and of its factories (`event: factory`, data the Factory, shown as GET /fleet/factories shows it to the token). " +
 			"Needs a product: x-product-id, or a token scoped to one. " +
 			"Ids are opaque positions in the store's change feeds; a block with only an id (no data) moves the client's position without an event. " +
-			"Resume with Last-Event-ID or after=<id>: what changed since is replayed first. A resumed client misses nothing and may see a change twice " +
+			"Resume with Last-Event-ID or after=<id>: what changed since is replayed first, a page at a time as GET /fleet/events pages it (past a page, the stream ends and the client reconnects with its last id). A resumed client misses nothing and may see a change twice " +
 			"(de-duplicate job events by data.id). Keep-alive comments every 15 s; the stream ends after 200 s (reconnect with the last id). " +
 			"Behind a front door that buffers it ends as soon as it has sent changes, or after 60 s with nothing. " +
 			"A bad Last-Event-ID or after is 400 naming it." +

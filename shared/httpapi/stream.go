@@ -298,19 +298,24 @@ func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *p
 	defer sub.Close()
 	out := newSSE(w)
 	last := sub.Start
+	var pager replayPager
 	if from != nil {
 		// Changes from the client's position up to now; the subscription
 		// holds everything after its start, which is not later than where
 		// the replay ends, so nothing falls in between (a change may come
 		// twice).
+		queued := 0
 		reached, err := s.coord.Replay(ctx, *from, product, func(changes []live.Change, at live.Position) error {
 			if err := queueChanges(out, view, changes); err != nil {
 				return err
 			}
+			queued += len(changes)
 			if len(changes) > 0 {
-				return out.flush()
+				if err := out.flush(); err != nil {
+					return err
+				}
 			}
-			return nil
+			return pager.page(queued)
 		})
 		switch {
 		case errors.Is(err, store.ErrBadContinuation) && !out.started:
@@ -324,8 +329,10 @@ func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *p
 		last = reached
 	}
 	out.id(last.String())
-	if mode.buffered && out.started {
-		_ = out.flush() // the replay sent something: hand it over now
+	if pager.full || (mode.buffered && out.started) {
+		// The replay stopped short of now (the client resumes from here),
+		// or sent something a buffering front door must hand over.
+		_ = out.flush()
 		return nil
 	}
 	tick := s.timers.NewTicker(s.keepAlive)
@@ -423,6 +430,30 @@ func rawJSON(v any) (json.RawMessage, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
+// maxReplayPages bounds the feed pages one answer of a product's events
+// reads: a position far back (or a made-up one) would otherwise read the
+// whole fleet's history for one request.
+const maxReplayPages = 50
+
+// replayPager ends a replay answered in one piece once it holds a page of
+// events (maxEventPage) or has read maxReplayPages pages of the feeds; the
+// client resumes from the position it is given.
+type replayPager struct {
+	pages int
+	full  bool
+}
+
+// page counts a page read into an answer now holding items changes: once
+// full, it returns live.ErrEnough, which ends the replay.
+func (p *replayPager) page(items int) error {
+	p.pages++
+	p.full = items >= maxEventPage || p.pages >= maxReplayPages
+	if p.full {
+		return live.ErrEnough
+	}
+	return nil
+}
+
 // productEvents is GET /fleet/events: the product stream as a long poll,
 // for a client that cannot stream. Without after it starts from now.
 func (s *server) productEvents(w http.ResponseWriter, r *http.Request, p *principal) error {
@@ -462,9 +493,13 @@ func (s *server) productEvents(w http.ResponseWriter, r *http.Request, p *princi
 		}
 		return nil
 	}
+	var pager replayPager
 	if from != nil {
 		reached, err := s.coord.Replay(ctx, *from, product, func(changes []live.Change, _ live.Position) error {
-			return add(changes)
+			if err := add(changes); err != nil {
+				return err
+			}
+			return pager.page(len(out.Items))
 		})
 		if errors.Is(err, store.ErrBadContinuation) {
 			return fleet.Invalid("after", "is not a position of this product's events (%v)", err)
@@ -474,7 +509,7 @@ func (s *server) productEvents(w http.ResponseWriter, r *http.Request, p *princi
 		}
 		out.Position = reached.String()
 	}
-	if len(out.Items) == 0 && wait > 0 {
+	if len(out.Items) == 0 && wait > 0 && !pager.full {
 		t := s.timers.NewTicker(wait)
 		defer t.Stop()
 	waiting:

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/coord/live"
 	"github.com/gigafactory/fleet/shared/fleet"
 )
 
@@ -427,4 +428,105 @@ func TestStreamsBehindABufferingFrontDoor(t *testing.T) {
 	require.True(t, p.next().hasID)
 	f.clock.Advance(DefaultMaxStream)
 	p.ended()
+}
+
+// TestProductEventsReplayPages: a position far back does not read the whole
+// history into one answer. The long poll answers a page (at least
+// maxEventPage changes, ending on a feed page) and the position after it
+// at once, without waiting, and the client pages on to the rest; the
+// stream ends after the same page and its reconnect from the last id
+// carries on. Each change comes once.
+func TestProductEventsReplayPages(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	var start api.ProductChanges
+	f.ok(200, &start, "GET", "/api/fleet/events", rootToken, nil, product("p1"))
+	const n = maxEventPage + 150
+	for range n {
+		f.submit("p1", manifest("r1"))
+	}
+
+	jobsOf := func(items []api.ProductChange) []string {
+		var ids []string
+		for _, it := range items {
+			var ev fleet.Event
+			require.NoError(t, json.Unmarshal(it.Data, &ev))
+			ids = append(ids, ev.JobID)
+		}
+		return ids
+	}
+	var first, rest, none api.ProductChanges
+	// A wait would block a caught-up answer: this one answers at once.
+	f.ok(200, &first, "GET", "/api/fleet/events?wait=30s&after="+start.Position, rootToken, nil, product("p1"))
+	require.GreaterOrEqual(t, len(first.Items), maxEventPage)
+	require.Less(t, len(first.Items), n, "one page, not the whole history")
+	f.ok(200, &rest, "GET", "/api/fleet/events?after="+first.Position, rootToken, nil, product("p1"))
+	f.ok(200, &none, "GET", "/api/fleet/events?after="+rest.Position, rootToken, nil, product("p1"))
+	require.Empty(t, none.Items)
+	ids := append(jobsOf(first.Items), jobsOf(rest.Items)...)
+	require.Len(t, ids, n)
+	seen := map[string]bool{}
+	for _, id := range ids {
+		require.False(t, seen[id], "job %s twice", id)
+		seen[id] = true
+	}
+
+	s := f.stream("/api/fleet/events/stream", rootToken, product("p1"), header("Last-Event-ID", start.Position))
+	streamed, last := 0, ""
+	count := func(b sseBlock) {
+		if b.event != "" {
+			streamed++
+		}
+		if b.hasID {
+			last = b.id
+		}
+	}
+	for ended := false; !ended; {
+		select {
+		case b := <-s.blocks:
+			count(b)
+		case <-s.done:
+			for len(s.blocks) > 0 {
+				count(<-s.blocks)
+			}
+			ended = true
+		case <-time.After(10 * time.Second):
+			t.Fatal("the stream did not end after a page")
+		}
+	}
+	require.GreaterOrEqual(t, streamed, maxEventPage)
+	require.Less(t, streamed, n, "the stream ended after a page")
+	s = f.stream("/api/fleet/events/stream", rootToken, product("p1"), header("Last-Event-ID", last))
+	for range n - streamed {
+		s.nextEvent()
+	}
+}
+
+func TestReplayPager(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		items []int // the answer's size after each page
+		full  int   // the page that fills it, 1-based; 0 none
+	}{
+		"a page of events":     {items: []int{100, 300, maxEventPage}, full: 3},
+		"pages without events": {items: make([]int, maxReplayPages), full: maxReplayPages},
+		"short":                {items: []int{1, 2, 3}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var p replayPager
+			for i, items := range tc.items {
+				err := p.page(items)
+				if i+1 == tc.full {
+					require.ErrorIs(t, err, live.ErrEnough)
+					require.True(t, p.full)
+					return
+				}
+				require.NoError(t, err)
+				require.False(t, p.full)
+			}
+			require.Zero(t, tc.full)
+		})
+	}
 }

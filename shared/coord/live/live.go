@@ -275,7 +275,10 @@ func (l *Service) run(ctx context.Context, gen int, pos Position, done chan stru
 		case <-t.C():
 		case <-l.kick:
 		}
-		next, err := l.readChanges(ctx, pos, seen, func(b []Change, at Position) { l.deliver(gen, b, at) })
+		next, err := l.readChanges(ctx, pos, seen, func(b []Change, at Position) bool {
+			l.deliver(gen, b, at)
+			return true
+		})
 		if err != nil {
 			if ctx.Err() == nil {
 				l.k.Log.WarnContext(ctx, "live events: change feed read failed; retrying at the next poll", "err", err)
@@ -329,16 +332,19 @@ func (l *Service) deliver(gen int, changes []Change, at Position) {
 	}
 }
 
+// ErrEnough, returned by Replay's emit, ends the replay after that page:
+// Replay returns the position after it, and no error. A reader that
+// answers in one piece (a long poll, a stream behind a front door that
+// buffers) pages with it rather than holding a whole history at once.
+var ErrEnough = errors.New("live: the replay's reader has enough")
+
 // Replay reads the product's changes after from up to the feeds' current
 // ends, calling emit per page, and returns the position reached. A
 // continuation the store did not issue is ErrBadContinuation before any
 // emit.
 func (l *Service) Replay(ctx context.Context, from Position, productID string, emit func([]Change, Position) error) (Position, error) {
 	var emitErr error
-	pos, err := l.readChanges(ctx, from, newDelivered(), func(all []Change, at Position) {
-		if emitErr != nil {
-			return
-		}
+	pos, err := l.readChanges(ctx, from, newDelivered(), func(all []Change, at Position) bool {
 		var mine []Change
 		for _, ch := range all {
 			if ch.forProduct(productID) {
@@ -346,8 +352,9 @@ func (l *Service) Replay(ctx context.Context, from Position, productID string, e
 			}
 		}
 		emitErr = emit(mine, at)
+		return emitErr == nil
 	})
-	if err == nil {
+	if err == nil && !errors.Is(emitErr, ErrEnough) {
 		err = emitErr
 	}
 	return pos, err
@@ -355,8 +362,9 @@ func (l *Service) Replay(ctx context.Context, from Position, productID string, e
 
 // readChanges drains both feeds from pos, jobs first, calling page per
 // page read with the position after it, and returns the position reached
-// (as far as it got, on error). seen is what this reader passed on so far.
-func (l *Service) readChanges(ctx context.Context, pos Position, seen *delivered, page func([]Change, Position)) (Position, error) {
+// (as far as it got, on error, or where page said to stop). seen is what
+// this reader passed on so far.
+func (l *Service) readChanges(ctx context.Context, pos Position, seen *delivered, page func([]Change, Position) bool) (Position, error) {
 	for _, feed := range []struct {
 		container string
 		cur       *string
@@ -398,7 +406,9 @@ func (l *Service) readChanges(ctx context.Context, pos Position, seen *delivered
 			if n := len(changes); n > 0 {
 				changes[n-1].ID = pos
 			}
-			page(changes, pos)
+			if !page(changes, pos) {
+				return pos, nil
+			}
 		}
 	}
 	return pos, nil
