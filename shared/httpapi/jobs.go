@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"math"
 	"net/http"
 	"strings"
@@ -18,6 +20,10 @@ const (
 	defaultJobPage = 50
 	maxJobPage     = 500
 	maxCursorLen   = 1024
+	// maxJobPageBytes bounds a page's jobs, encoded: a job may carry a
+	// manifest of 1 MiB, so 500 of them would be half a gigabyte. Half of
+	// what api.Client reads of an answer.
+	maxJobPageBytes = 4 << 20
 )
 
 // Event list paging: a client pages with after=<last seq it has>.
@@ -204,7 +210,7 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, p *principal) 
 	if len(cursor) > maxCursorLen || strings.ContainsFunc(cursor, func(r rune) bool { return r < ' ' || r > '~' }) {
 		return errBadCursor
 	}
-	jobs, next, err := s.coord.ListJobs(r.Context(), product, stage, int(limit), cursor)
+	items, next, err := s.jobPage(r.Context(), product, stage, int(limit), cursor)
 	if err != nil && cursor != "" && classify(err).Code == codeInternal {
 		// The store contract has no error of its own for a continuation it
 		// cannot read, so an unclassified failure on a page after the first
@@ -216,7 +222,35 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, p *principal) 
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, api.JobPage{Items: jobs, Cursor: next})
+	return writeJSON(w, http.StatusOK, api.Page[json.RawMessage]{Items: items, Cursor: next})
+}
+
+// jobPage is a page of at most limit jobs, encoded, and of at most
+// maxJobPageBytes (but at least one job): a page the bytes cut short is
+// read again at the length that fits, so that its cursor follows its last
+// job.
+func (s *server) jobPage(ctx context.Context, product string, stage fleet.Stage, limit int, cursor string) ([]json.RawMessage, string, error) {
+	for {
+		jobs, next, err := s.coord.ListJobs(ctx, product, stage, limit, cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		items, size := make([]json.RawMessage, 0, len(jobs)), 0
+		for _, j := range jobs {
+			b, err := json.Marshal(j)
+			if err != nil {
+				return nil, "", err
+			}
+			if size += len(b); size > maxJobPageBytes && len(items) > 0 {
+				break
+			}
+			items = append(items, b)
+		}
+		if len(items) == len(jobs) {
+			return items, next, nil
+		}
+		limit = len(items)
+	}
 }
 
 var errBadCursor = fleet.Invalid("cursor", "is not a cursor this listing returned; start again without it")

@@ -452,3 +452,42 @@ func TestFailReasonWithControlCharacters(t *testing.T) {
 		})
 	}
 }
+
+// TestListJobsPageBytes: a page is bounded in bytes as well as in jobs, so
+// that jobs with large manifests do not make an answer no client reads
+// (api.Client reads 8 MiB of one): past maxJobPageBytes the page ends early,
+// its cursor right after its last job, and paging still lists every job
+// once.
+func TestListJobsPageBytes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	big := manifest("r1") + strings.Repeat("A long task. ", 900<<10/13)
+	const n = 10
+	for range n {
+		f.submit("p1", big)
+		f.clock.Advance(time.Millisecond)
+	}
+	seen := map[string]bool{}
+	cursor, pages := "", 0
+	for {
+		res := f.call("GET", "/api/fleet/jobs?limit=500&cursor="+cursor, rootToken, nil, product("p1"))
+		require.Equal(t, http.StatusOK, res.status, "%s", res)
+		require.LessOrEqual(t, len(res.body), maxJobPageBytes+4<<10, "page %d", pages)
+		var page api.JobPage
+		require.NoError(t, json.Unmarshal(res.body, &page))
+		require.NotEmpty(t, page.Items)
+		for _, j := range page.Items {
+			require.False(t, seen[j.ID], "job %s twice", j.ID)
+			seen[j.ID] = true
+		}
+		pages++
+		if page.Cursor == "" {
+			break
+		}
+		cursor = page.Cursor
+		require.Less(t, pages, n)
+	}
+	require.Len(t, seen, n)
+	require.GreaterOrEqual(t, pages, 3)
+}

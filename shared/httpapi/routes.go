@@ -106,7 +106,7 @@ var routes = []route{
 		},
 		errors: []string{"400", "413", "422"}},
 	{method: "GET", pattern: "/api/fleet/jobs", access: operatorOnly, needsProduct: true, handle: (*server).listJobs, summary: "List a product's jobs",
-		description: "Newest first (by creation), one page at a time. Needs a product: x-product-id, or a token scoped to one.",
+		description: "Newest first (by creation), one page at a time: at most limit jobs, and at most 4 MiB of them (a page of jobs with large manifests ends early, with a cursor). Needs a product: x-product-id, or a token scoped to one.",
 		params: []param{
 			queryParam("stage", "Only jobs in this stage.", ref("Stage")),
 			queryParam("limit", "Page size.", obj{"type": "integer", "minimum": 1, "maximum": maxJobPage, "default": defaultJobPage}),
