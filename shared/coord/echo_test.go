@@ -45,6 +45,9 @@ type fakeWebhook struct {
 	entered chan string
 	// posted, when set, hears of every acknowledged delivery.
 	posted chan echo.WebhookRequest
+	// refused are secrets whose deliveries are answered 401, to any URL
+	// (a receiver that does not know that product's secret).
+	refused map[string]bool
 }
 
 func (h *fakeWebhook) Post(ctx context.Context, r echo.WebhookRequest) error {
@@ -74,6 +77,11 @@ func (h *fakeWebhook) Post(ctx context.Context, r echo.WebhookRequest) error {
 		h.tries = map[string]int{}
 	}
 	h.tries[r.URL]++
+	for secret := range h.refused {
+		if fleet.VerifyEcho(fleet.Secret(secret), r.Body, r.Headers[fleet.EchoSignatureHeader]) {
+			return &echo.WebhookError{Class: echo.HTTP4xx, Err: errors.New("the webhook answered 401 Unauthorized")}
+		}
+	}
 	if h.down[r.URL] {
 		if h.fail != nil {
 			return h.fail

@@ -154,6 +154,43 @@ func TestEchoLastErrorIsAClass(t *testing.T) {
 	}
 }
 
+// TestEchoBreakerPerProduct: two products sharing a tracker's URL have a
+// breaker each: the one whose deliveries the receiver refuses (a secret it
+// does not know) opens its own, and the other's jobs are still delivered.
+func TestEchoBreakerPerProduct(t *testing.T) {
+	t.Parallel()
+	e := newEchoEnvWith(t, coord.Config{EchoBackoff: time.Second, EchoMaxBackoff: 2 * time.Second,
+		EchoBreakerFailures: 2, EchoBreakerCooldown: time.Hour})
+	_, err := e.c.DeclareProduct(e.ctx, catalog.ProductRequest{ID: "p2", Repos: []string{"docs"},
+		Tracker: &catalog.TrackerChange{WebhookURL: hookURL, Secret: "a-secret-the-receiver-does-not-know"}})
+	require.NoError(t, err)
+	e.hook.mu.Lock()
+	e.hook.refused = map[string]bool{"a-secret-the-receiver-does-not-know": true}
+	e.hook.mu.Unlock()
+	ingest := func(item string) *fleet.Job {
+		j, _, err := e.c.Ingest(e.ctx, echo.IngestRequest{ProductID: "p2", Ref: fleet.TrackerRef{Source: "jira", ItemID: item, Revision: 1}, Manifest: manifest("repo: docs")})
+		require.NoError(t, err)
+		item2, err := e.raw.Read(e.ctx, store.Jobs, "p2", j.ID)
+		require.NoError(t, err)
+		_, err = e.c.EchoChanged(e.ctx, []store.Item{item2}, echo.Await)
+		require.NoError(t, err)
+		return j
+	}
+	ingest("X-1")
+	j := ingest("X-2")
+	v, err := e.c.Echo(e.ctx, "p2", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, "http_4xx", *v.LastError)
+	j = ingest("X-3")
+	v, err = e.c.Echo(e.ctx, "p2", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, "circuit_open", *v.LastError, "p2's breaker is open")
+
+	ok := e.ingest("PROJ-1")
+	require.Equal(t, 1, e.feed(ok.ID), "p1's delivery to the same URL is tried, and lands")
+	require.Equal(t, []int64{1}, e.hook.seqs(t, ok.ID))
+}
+
 // TestEchoBreaker: after EchoBreakerFailures failures in a row the webhook
 // is not tried (circuit_open) until the cooldown has passed on the clock;
 // then one delivery probes it: a failed probe opens it again, a good one

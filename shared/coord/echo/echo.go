@@ -425,14 +425,14 @@ func (c *Service) echoOnce(ctx context.Context, productID, jobID string, sweep b
 			if ev.To != "" {
 				stage = ev.To
 			}
-			url := product.Tracker.WebhookURL
-			allowed, until := c.echoAllow(url)
+			key := breakerKey{productID: productID, url: product.Tracker.WebhookURL}
+			allowed, until := c.echoAllow(key)
 			if !allowed {
 				fail, detail, reopen = CircuitOpen, fmt.Errorf("event %d: the webhook failed %d times in a row; not tried before %s", seq, c.cfg.BreakerFailures, until.Format(time.RFC3339)), until
 				break
 			}
 			perr := c.postEcho(ctx, product.Tracker, j, ev, stage)
-			c.echoRecord(url, perr == nil)
+			c.echoRecord(key, perr == nil)
 			if perr != nil {
 				fail, detail = webhookFailure(perr), fmt.Errorf("event %d: %w", seq, perr)
 				break

@@ -65,11 +65,19 @@ type echoResult struct {
 type lanes struct {
 	mu       sync.Mutex
 	lanes    map[string]*productLane // by product id
-	breakers map[string]*breaker     // by webhook URL
+	breakers map[breakerKey]*breaker
+}
+
+// breakerKey is what a breaker counts for: one product's deliveries to one
+// webhook. Products often share a tracker's URL, told apart by their
+// secrets; keyed by the URL alone, one product's refused deliveries (a
+// wrong secret) would open the breaker on every other product's.
+type breakerKey struct {
+	productID, url string
 }
 
 func newLanes() *lanes {
-	return &lanes{lanes: map[string]*productLane{}, breakers: map[string]*breaker{}}
+	return &lanes{lanes: map[string]*productLane{}, breakers: map[breakerKey]*breaker{}}
 }
 
 // productLane is one product's queue: job ids in arrival order, each once.
@@ -152,14 +160,14 @@ type breaker struct {
 	probing   bool      // a half-open probe is in flight
 }
 
-// echoAllow says whether a delivery to url may be tried now; when not, it
+// echoAllow says whether a delivery for key may be tried now; when not, it
 // returns when the webhook may be tried again.
-func (c *Service) echoAllow(url string) (bool, time.Time) {
+func (c *Service) echoAllow(key breakerKey) (bool, time.Time) {
 	now := c.k.Now()
 	l := c.lanes
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b := l.breakers[url]
+	b := l.breakers[key]
 	switch {
 	case b == nil || b.openUntil.IsZero():
 		return true, time.Time{}
@@ -174,15 +182,15 @@ func (c *Service) echoAllow(url string) (bool, time.Time) {
 	}
 }
 
-// echoRecord counts a delivery's outcome against url's breaker.
-func (c *Service) echoRecord(url string, ok bool) {
+// echoRecord counts a delivery's outcome against key's breaker.
+func (c *Service) echoRecord(key breakerKey, ok bool) {
 	now := c.k.Now()
 	l := c.lanes
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b := l.breakers[url]
+	b := l.breakers[key]
 	if ok {
-		delete(l.breakers, url)
+		delete(l.breakers, key)
 		return
 	}
 	if b == nil {
@@ -190,12 +198,12 @@ func (c *Service) echoRecord(url string, ok bool) {
 			l.pruneBreakers(now)
 		}
 		b = &breaker{}
-		l.breakers[url] = b
+		l.breakers[key] = b
 	}
 	b.failures++
 	if b.probing || b.failures >= c.cfg.BreakerFailures {
 		if b.openUntil.IsZero() || b.probing {
-			c.k.Log.Warn("tracker echo: webhook breaker open", "failures", b.failures, "cooldown", c.cfg.BreakerCooldown)
+			c.k.Log.Warn("tracker echo: webhook breaker open", "product", key.productID, "failures", b.failures, "cooldown", c.cfg.BreakerCooldown)
 		}
 		b.openUntil, b.probing = now.Add(c.cfg.BreakerCooldown), false
 	}
@@ -203,9 +211,9 @@ func (c *Service) echoRecord(url string, ok bool) {
 
 // pruneBreakers forgets the breakers that are not open now; l.mu is held.
 func (l *lanes) pruneBreakers(now time.Time) {
-	for url, b := range l.breakers {
+	for key, b := range l.breakers {
 		if !b.probing && !now.Before(b.openUntil) {
-			delete(l.breakers, url)
+			delete(l.breakers, key)
 		}
 	}
 }
