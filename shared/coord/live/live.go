@@ -391,11 +391,20 @@ func (l *Service) readChanges(ctx context.Context, pos Position, seen *delivered
 				pos.At = readAt
 			}
 			var changes []Change
+			seen.begin()
 			for _, it := range p.Items {
 				chs, err := l.changes(ctx, feed.container, it, before.At, seen)
-				if err != nil {
+				var bad undecodable
+				switch {
+				case errors.As(err, &bad):
 					l.k.Log.WarnContext(ctx, "live events: undecodable change skipped", "container", feed.container, "id", it.ID, "err", err)
 					continue
+				case err != nil:
+					// The store failed (a throttled query of the archived
+					// events): the page is read again, as if never read,
+					// rather than passed on without them.
+					seen.rollback()
+					return before, err
 				}
 				changes = append(changes, chs...)
 			}
@@ -421,14 +430,14 @@ func (l *Service) changes(ctx context.Context, container string, it store.Item, 
 	if container == store.Factories {
 		f, err := kernel.Decode[fleet.Factory](it)
 		if err != nil {
-			return nil, err
+			return nil, undecodable{err}
 		}
 		f.Rev = it.Rev
 		return []Change{{Type: ChangeFactory, Factory: l.health(f)}}, nil
 	}
 	j, err := kernel.DecodeJob(it)
 	if err != nil {
-		return nil, err
+		return nil, undecodable{err}
 	}
 	ring := j.Recent()
 	last, known := seen.last(j.ID)
@@ -490,11 +499,44 @@ func (l *Service) archived(ctx context.Context, jobID string, keep func(*fleet.E
 
 // delivered is the last event seq a reader passed on, per job. Bounded: a
 // job it forgets is judged by time again, which at worst repeats an event.
-type delivered struct{ m map[string]int64 }
+// undecodable is a feed item that does not decode: skipped, where a store
+// failure fails the read.
+type undecodable struct{ error }
+
+func (u undecodable) Unwrap() error { return u.error }
+
+type delivered struct {
+	m map[string]int64
+	// undo is what the notes since begin replaced, for rollback.
+	undo []undoNote
+}
+
+type undoNote struct {
+	jobID string
+	seq   int64
+	had   bool
+}
 
 const deliveredMax = 50_000
 
 func newDelivered() *delivered { return &delivered{m: map[string]int64{}} }
+
+// begin starts a page: rollback undoes the notes made after it.
+func (d *delivered) begin() { d.undo = d.undo[:0] }
+
+// rollback undoes the notes since begin: the page they were for was not
+// passed on.
+func (d *delivered) rollback() {
+	for i := len(d.undo) - 1; i >= 0; i-- {
+		u := d.undo[i]
+		if u.had {
+			d.m[u.jobID] = u.seq
+		} else {
+			delete(d.m, u.jobID)
+		}
+	}
+	d.undo = d.undo[:0]
+}
 
 func (d *delivered) last(jobID string) (int64, bool) {
 	seq, ok := d.m[jobID]
@@ -504,6 +546,8 @@ func (d *delivered) last(jobID string) (int64, bool) {
 // note records that the job's events up to seq were passed on; an ended
 // job is forgotten (it has no more events to tell apart).
 func (d *delivered) note(jobID string, seq int64, ended bool) {
+	prev, had := d.m[jobID]
+	d.undo = append(d.undo, undoNote{jobID: jobID, seq: prev, had: had})
 	if ended {
 		delete(d.m, jobID)
 		return
