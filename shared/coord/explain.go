@@ -2,7 +2,6 @@ package coord
 
 import (
 	"context"
-	"strings"
 
 	"github.com/gigafactory/fleet/shared/coord/catalog"
 	"github.com/gigafactory/fleet/shared/coord/explain"
@@ -28,19 +27,8 @@ func (c *Coordinator) SubmitWarnings(ctx context.Context, j *fleet.Job) []string
 	if err != nil {
 		return nil
 	}
-	if why, ok := c.noFactory(j, factories); ok {
+	if why, ok := schedule.NoFactory(j, factories, c.k.Now(), c.cfg.Weights); ok {
 		return []string{why}
 	}
 	return nil
-}
-
-// noFactory says why no factory of factories could ever run j (a
-// capability or repo none offers), without the reason's prefix; ok is
-// false when one could, even if none can now.
-func (c *Coordinator) noFactory(j *fleet.Job, factories []*fleet.Factory) (why string, ok bool) {
-	best, reason := schedule.BestFactory(j, factories, c.k.Now(), c.cfg.Weights)
-	if best != nil || reason.Kind != fleet.UnroutableNoFactory {
-		return "", false
-	}
-	return strings.TrimPrefix(reason.Text, schedule.UnroutablePrefix), true
 }

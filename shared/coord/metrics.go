@@ -128,7 +128,7 @@ func (c *Coordinator) Metrics(ctx context.Context, productID string) (*Metrics, 
 		if j.Stage != fleet.StageQueued {
 			continue
 		}
-		if why, ok := c.noFactory(j, factories); ok {
+		if why, ok := schedule.NoFactory(j, factories, now, c.cfg.Weights); ok {
 			// Said from its submit on, not once it starves: waiting will
 			// not help, the fleet or the job must change. Judged on the
 			// factories read above, whatever the dispatch transport.

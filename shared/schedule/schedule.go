@@ -33,6 +33,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/api/view"
@@ -198,6 +199,18 @@ func BestFactory(j *fleet.Job, fs []*fleet.Factory, now time.Time, w Weights) (b
 		return nil, n.unroutable(fs)
 	}
 	return best, Reason{}
+}
+
+// NoFactory says why no factory of fs could ever run j (a capability or
+// repo none offers), without the reason's prefix; ok is false when one
+// could, even if none can now. The submit warning and the no_factory alert
+// say this, each on the fleet it reads.
+func NoFactory(j *fleet.Job, fs []*fleet.Factory, now time.Time, w Weights) (why string, ok bool) {
+	best, reason := BestFactory(j, fs, now, w)
+	if best != nil || reason.Kind != fleet.UnroutableNoFactory {
+		return "", false
+	}
+	return strings.TrimPrefix(reason.Text, UnroutablePrefix), true
 }
 
 // compareFactories orders eligible factories best first: higher total, then
