@@ -321,6 +321,14 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 	if err := admission.ValidateReport(req.Usage, "", nil, req.Engine); err != nil {
 		return nil, err
 	}
+	fence := func(j *fleet.Job) error { return j.CheckFence(factoryID, req.LeaseEpoch) }
+	if len(req.Cooldowns) > 0 {
+		// A refused failure (an unknown job, a stale holder) writes no
+		// cooldowns either: the fence is checked before they go in.
+		if err := c.k.CheckJob(ctx, productID, jobID, fence); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.catalog.CoolDown(ctx, factoryID, req.Cooldowns); err != nil {
 		return nil, err
 	}
@@ -345,7 +353,7 @@ func (c *Coordinator) Fail(ctx context.Context, factoryID, productID, jobID stri
 			}
 			return j.RetryStage()
 		},
-		guard:  func(j *fleet.Job) error { return j.CheckFence(factoryID, req.LeaseEpoch) },
+		guard:  fence,
 		report: report,
 		effect: func(_, j *fleet.Job) {
 			now := c.k.Now()

@@ -142,6 +142,17 @@ func (c *Kernel) QueryJobs(ctx context.Context, q store.Query) ([]*fleet.Job, er
 	return jobs, nil
 }
 
+// CheckJob runs check on the job as stored (a cached copy may be stale):
+// a use case that writes elsewhere before its move checks the move's guard
+// first, so that a move refused writes nothing there either.
+func (c *Kernel) CheckJob(ctx context.Context, productID, id string, check func(*fleet.Job) error) error {
+	j, err := c.GetJob(ctx, productID, id)
+	if err != nil {
+		return err
+	}
+	return check(j)
+}
+
 // GetJob reads a job. With productID empty it looks the id up across
 // products (a plain cross-partition filter).
 // PeekJob is the job as this process last wrote or read it for writing,
