@@ -80,3 +80,71 @@ func TestViewShowsOnlyTheScope(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, all, v.Factories(all), "an unscoped reader sees every factory as it is")
 }
+
+// TestUnroutableJudgedOnTheProductsFactories: what p1 is told of a job it
+// submitted (the submit warning, the reason stored on its dispatch, the
+// reason /explain gives) is judged on the factories serving p1 alone: the
+// same whether or not another product's factory holds the capability or
+// has the repo checked out, never counting that factory, and "no factory
+// serves product p1" when only other products' factories are enrolled
+// (catalog.Scope: a product-scoped operator learns nothing of the others).
+func TestUnroutableJudgedOnTheProductsFactories(t *testing.T) {
+	t.Parallel()
+	type told struct {
+		warnings          []string
+		stored, explained string
+	}
+	// tell submits a p1 job of lines to a fleet of the factories fleet
+	// enrolls, routes it and says what p1 is told.
+	tell := func(t *testing.T, fleet func(e *env), lines ...string) told {
+		e, _ := dispatchEnv(t)
+		_, err := e.c.PutProduct(e.ctx, "p2", "", []string{"secret-repo"})
+		require.NoError(t, err)
+		fleet(e)
+		j := e.submit(lines...)
+		_, err = e.c.Redispatch(e.ctx)
+		require.NoError(t, err)
+		ex, err := e.c.Explain(e.ctx, catalog.Scope{prod}, prod, j.ID)
+		require.NoError(t, err)
+		return told{e.c.SubmitWarnings(e.ctx, j), e.job(j.ID).Dispatch.Unroutable, ex.Schedule.Reason}
+	}
+	ours := func(e *env) { e.factory("ours") }
+	drained := func(e *env) {
+		ours(e)
+		_, err := e.c.SetDraining(e.ctx, "ours", true)
+		require.NoError(e.t, err)
+	}
+	// Theirs holds everything the jobs below ask for, and every seat free.
+	theirs := func(e *env) {
+		e.factory("theirs", products("p2"), caps(append([]string{"gpu:h100"}, baseCaps...)...), repos(repo, "secret-repo"))
+	}
+	both := func(f func(e *env)) func(e *env) { return func(e *env) { f(e); theirs(e) } }
+
+	for _, tc := range []struct {
+		name  string
+		ours  func(e *env)
+		lines []string
+		want  told
+	}{
+		{"a capability only their factory holds", ours, []string{"capabilities: [engine:claude, gpu:h100]"}, told{
+			[]string{"no factory has capability gpu:h100"},
+			"unroutable: no factory has capability gpu:h100", "unroutable: no factory has capability gpu:h100"}},
+		{"a repo only their factory has checked out", ours, []string{"repo: " + repo, "capabilities: [engine:claude, repo:secret-repo]"}, told{
+			[]string{"no factory has capability repo:secret-repo"},
+			"unroutable: no factory has capability repo:secret-repo", "unroutable: no factory has capability repo:secret-repo"}},
+		{"ours draining, theirs idle", drained, nil, told{nil,
+			"no eligible factory: 1 is draining", "no eligible factory: 1 is draining"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, tell(t, tc.ours, tc.lines...), "p1's fleet alone")
+			require.Equal(t, tc.want, tell(t, both(tc.ours), tc.lines...), "with their factory beside it")
+		})
+	}
+
+	t.Run("only their factory", func(t *testing.T) {
+		t.Parallel()
+		const why = "no factory serves product " + prod
+		require.Equal(t, told{[]string{why}, "unroutable: " + why, "unroutable: " + why}, tell(t, theirs))
+	})
+}

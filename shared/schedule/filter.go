@@ -295,8 +295,8 @@ const (
 	// factory enrolled, or a capability nobody has); it needs a change.
 	UnroutablePrefix = view.UnroutablePrefix
 	// NoEligiblePrefix: factories could run the job, but none can now
-	// (seats full, down, draining, out of scope); the counts after it move with every
-	// heartbeat.
+	// (seats full, down, draining, cooling); the counts after it move with
+	// every heartbeat.
 	NoEligiblePrefix = view.NoEligiblePrefix
 )
 
@@ -317,19 +317,26 @@ func noFactory(text string) Reason {
 }
 
 // unroutable explains why no factory in fs is eligible. It distinguishes
-// three situations because they call for different fixes: nothing enrolled
-// (start a factory), a capability nobody has (fix the job, or enrol a
-// factory that has it: the seed's capabilities=[build] form default), and
-// factories that could run the job but not now (wait, or add capacity).
+// three situations because they call for different fixes: none serving the
+// product (start or enrol one for it), a capability nobody has (fix the
+// job, or enrol a factory that has it: the seed's capabilities=[build] form
+// default), and factories that could run the job but not now (wait, or add
+// capacity).
+//
+// It judges only the factories serving the job's product (f.Serves, the
+// rule catalog.Scope sees by): the reason is shown to that product's
+// operators (the job's dispatch, /explain, the submit warning), and a
+// product-scoped operator learns nothing of other products' factories,
+// neither what they hold nor how many there are.
 func (n *need) unroutable(fs []*fleet.Factory) Reason {
-	enrolled := slices.IndexFunc(fs, func(f *fleet.Factory) bool { return f != nil }) >= 0
-	if !enrolled {
-		return noFactory("no factory is enrolled")
+	serves := func(f *fleet.Factory) bool { return f != nil && f.Serves(n.product) }
+	if !slices.ContainsFunc(fs, serves) {
+		return noFactory("no factory serves product " + n.product)
 	}
 
 	var unheld []string
 	for _, c := range n.tokens() {
-		held := slices.ContainsFunc(fs, func(f *fleet.Factory) bool { return f != nil && hasCapability(f, c) })
+		held := slices.ContainsFunc(fs, func(f *fleet.Factory) bool { return serves(f) && hasCapability(f, c) })
 		if !held {
 			unheld = append(unheld, c)
 		}
@@ -347,7 +354,7 @@ func (n *need) unroutable(fs []*fleet.Factory) Reason {
 	}
 	counts := map[key]int{}
 	for _, f := range fs {
-		if f == nil {
+		if !serves(f) {
 			continue
 		}
 		switch v := n.verdict(f); v {
@@ -392,8 +399,6 @@ func (n *need) unroutable(fs []*fleet.Factory) Reason {
 			s += plural(c, "is", "are") + " draining"
 		case isCooling:
 			s += plural(c, "is", "are") + " cooling down for " + k.token
-		case outOfScope:
-			s += plural(c, "is", "are") + " not scoped to product " + n.product
 		case seatsFull:
 			s += plural(c, "has", "have") + " no free seat"
 		}

@@ -118,8 +118,24 @@ func TestUnroutableReasons(t *testing.T) {
 			},
 			"no eligible factory: 1 lacks has:gpu, 1 is down",
 		},
-		{"no factories", newJob("j"), nil, "unroutable: no factory is enrolled"},
-		{"only nil factories", newJob("j"), []*fleet.Factory{nil, nil}, "unroutable: no factory is enrolled"},
+		{"no factories", newJob("j"), nil, "unroutable: no factory serves product p1"},
+		{"only nil factories", newJob("j"), []*fleet.Factory{nil, nil}, "unroutable: no factory serves product p1"},
+		// Other products' factories are not judged: p1's reason says
+		// nothing of them, neither that they exist nor what they hold.
+		{"only other products' factories", newJob("j"), []*fleet.Factory{otherProducts("o1"), otherProducts("o2")},
+			"unroutable: no factory serves product p1"},
+		{
+			"a capability only another product's factory holds",
+			newJob("j", func(j *fleet.Job) { j.Capabilities = []string{"gpu:h100"} }),
+			[]*fleet.Factory{newFactory("f"), otherProducts("o", withCaps("gpu:h100"))},
+			"unroutable: no factory has capability gpu:h100",
+		},
+		{
+			"a repo only another product's factory has",
+			newJob("j", func(j *fleet.Job) { j.Repo = "secret" }),
+			[]*fleet.Factory{newFactory("f"), otherProducts("o", withRepos("secret"))},
+			"unroutable: no factory has capability repo:secret",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -141,9 +157,6 @@ func TestNoEligibleSummary(t *testing.T) {
 	full := func(id string) *fleet.Factory { return newFactory(id, withLoad(2)) }
 	down := func(id string) *fleet.Factory { return newFactory(id, withHealth(fleet.HealthDown)) }
 	draining := func(id string) *fleet.Factory { return newFactory(id, func(f *fleet.Factory) { f.Draining = true }) }
-	scoped := func(id string) *fleet.Factory {
-		return newFactory(id, func(f *fleet.Factory) { f.Products = []string{"other"} })
-	}
 	tests := []struct {
 		name string
 		job  *fleet.Job
@@ -152,8 +165,8 @@ func TestNoEligibleSummary(t *testing.T) {
 	}{
 		{"most common reason first", newJob("j"), []*fleet.Factory{down("d"), full("a"), full("b")},
 			"no eligible factory: 2 have no free seat, 1 is down"},
-		{"singular forms, filter order on equal counts", newJob("j"), []*fleet.Factory{full("a"), scoped("s"), down("d")},
-			"no eligible factory: 1 is down, 1 is not scoped to product p1, 1 has no free seat"},
+		{"singular forms, filter order on equal counts", newJob("j"), []*fleet.Factory{full("a"), draining("r"), down("d")},
+			"no eligible factory: 1 is down, 1 is draining, 1 has no free seat"},
 		{"draining counted by dimension", newJob("j"), []*fleet.Factory{draining("r1"), full("a"), draining("r2"), down("d")},
 			"no eligible factory: 2 are draining, 1 is down, 1 has no free seat"},
 		{"one draining", newJob("j"), []*fleet.Factory{draining("r1"), full("a")},
@@ -162,8 +175,14 @@ func TestNoEligibleSummary(t *testing.T) {
 			[]*fleet.Factory{newFactory("c1", coolingFor("engine:claude", t0.Add(time.Minute))),
 				newFactory("c2", coolingFor("engine:claude", t0.Add(time.Hour))), full("a")},
 			"no eligible factory: 2 are cooling down for engine:claude, 1 has no free seat"},
-		{"plural forms", newJob("j"), []*fleet.Factory{down("d1"), down("d2"), scoped("s1"), scoped("s2")},
-			"no eligible factory: 2 are down, 2 are not scoped to product p1"},
+		{"plural forms", newJob("j"), []*fleet.Factory{down("d1"), down("d2"), draining("r1"), draining("r2")},
+			"no eligible factory: 2 are down, 2 are draining"},
+		// Other products' factories are neither counted nor named, down,
+		// full or missing the job's capabilities as they may be.
+		{"other products' factories not counted", newJob("j"),
+			[]*fleet.Factory{full("a"), otherProducts("o1"), otherProducts("o2", withHealth(fleet.HealthDown)),
+				otherProducts("o3", withCaps("os:linux"))},
+			"no eligible factory: 1 has no free seat"},
 		{
 			"capability held, but never together with the repo",
 			newJob("j", func(j *fleet.Job) { j.Capabilities = []string{"engine:codex"} }),

@@ -45,6 +45,12 @@ func newJob(id string, mods ...func(*fleet.Job)) *fleet.Job {
 	return j
 }
 
+// otherProducts is a factory serving only products other than the test
+// jobs' p1.
+func otherProducts(id string, mods ...func(*fleet.Factory)) *fleet.Factory {
+	return newFactory(id, append(mods, func(f *fleet.Factory) { f.Products = []string{"other", "p3"} })...)
+}
+
 func withLoad(load int) func(*fleet.Factory) { return func(f *fleet.Factory) { f.Load = load } }
 
 // withLeases sets the leases the coordinator counted for the factory.
