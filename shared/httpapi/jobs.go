@@ -399,6 +399,12 @@ func (s *server) jobEvents(w http.ResponseWriter, r *http.Request, p *principal)
 			if events, err = s.coord.Events(ctx, product, id, after, int(limit)); err != nil {
 				return err
 			}
+			if len(events) > 0 {
+				// Held still? As the stream checks (jobEventStream).
+				if err := s.holderRead(r, p, product, id); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return writeJSON(w, http.StatusOK, api.List[fleet.Event]{Items: events})

@@ -242,9 +242,20 @@ func (s *server) jobEventStream(w http.ResponseWriter, r *http.Request, p *princ
 		case <-tick.C():
 			out.comment("keep-alive")
 		}
-		if events, err = s.coord.Events(ctx, product, id, after, limit); err != nil {
-			// The headers are out: end the stream, the client resumes.
-			s.log.WarnContext(ctx, "event stream: read failed", "job", id, "err", err)
+		if events, err = s.coord.Events(ctx, product, id, after, limit); err == nil && len(events) > 0 {
+			// A factory follows the job only while it holds it, so each
+			// read with news checks again, after it: nothing written once
+			// its lease ended (released, reaped, the job given to another)
+			// goes out. Every change of holder writes an event, so a read
+			// without news needs no check.
+			err = s.holderRead(r, p, product, id)
+		}
+		if err != nil {
+			// The headers are out: end the stream, the client resumes (a
+			// factory no longer holding the job is refused then).
+			if fleet.CodeOf(err) != fleet.CodeForbidden {
+				s.log.WarnContext(ctx, "event stream: read failed", "job", id, "err", err)
+			}
 			_ = out.flush()
 			return nil
 		}
