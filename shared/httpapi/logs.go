@@ -33,7 +33,17 @@ const (
 	logRunCheck = 2 * time.Second
 	// logReadBytes bounds one read of the store, and so one stream event.
 	logReadBytes = 64 << 10
+	// logFlushBytes: a stream sends what it queued once it passes this, so
+	// a long log goes out as it is read, never held whole (as JSON a
+	// control byte takes 6).
+	logFlushBytes = 256 << 10
+	// logBufferedBytes bounds a buffered answer (a long poll), which the
+	// front end holds whole: the client resumes from its last id.
+	logBufferedBytes = 1 << 20
 )
+
+// errStreamGone: the client of a stream went away mid-send.
+var errStreamGone = errors.New("the stream's client is gone")
 
 func (s *server) appendLog(w http.ResponseWriter, r *http.Request, p *principal) error {
 	id, product, err := s.pathJob(r, p)
@@ -195,10 +205,17 @@ func (s *server) logStream(w http.ResponseWriter, r *http.Request, p *principal)
 	end := s.timers.NewTicker(mode.max)
 	defer end.Stop()
 	ended := run.Ended
+	budget := math.MaxInt
+	if mode.buffered {
+		budget = logBufferedBytes
+	}
 	for {
 		// Before the read, so an append stored in between wakes the wait.
 		woken := s.coord.LogWoken(run.Key)
-		sent, err := s.sendLog(ctx, out, run.Key, &off, info.Size, ended)
+		sent, err := s.sendLog(ctx, out, run.Key, &off, info.Size, ended, budget)
+		if errors.Is(err, errStreamGone) {
+			return nil
+		}
 		if err != nil {
 			s.log.WarnContext(ctx, "log stream: read failed", "log", run.Key.String(), "err", err)
 			_ = out.flush()
@@ -244,18 +261,25 @@ func (s *server) logStream(w http.ResponseWriter, r *http.Request, p *principal)
 }
 
 // sendLog queues the log from *off up to size, one event per read, and
-// moves *off past what it queued. While the run goes on, a chunk ending
-// inside a UTF-8 character keeps that character for the next event (the
-// data is text). It reports whether it queued anything.
-func (s *server) sendLog(ctx context.Context, out *sse, key runlog.Key, off *int64, size int64, ended bool) (bool, error) {
+// moves *off past what it queued; it sends what it queued whenever that
+// passes logFlushBytes, and stops once it queued budget bytes. While the
+// run goes on, a chunk ending inside a UTF-8 character keeps that
+// character for the next event (the data is text). It reports whether it
+// queued anything; errStreamGone is a send that failed.
+func (s *server) sendLog(ctx context.Context, out *sse, key runlog.Key, off *int64, size int64, ended bool, budget int) (bool, error) {
 	sent := false
-	for *off < size {
+	for queued := 0; *off < size && queued < budget; {
+		if out.buf.Len() >= logFlushBytes {
+			if out.flush() != nil {
+				return sent, errStreamGone
+			}
+		}
 		data, at, _, err := s.coord.ReadLog(ctx, key, *off, logReadBytes)
 		if err != nil {
 			return sent, err
 		}
 		if at > *off {
-			out.logEvent(at, api.LogEventDropped, droppedNote(*off, at))
+			queued += out.logEvent(at, api.LogEventDropped, droppedNote(*off, at))
 			*off, sent = at, true
 		}
 		data = data[:min(int64(len(data)), size-at)]
@@ -266,20 +290,21 @@ func (s *server) sendLog(ctx context.Context, out *sse, key runlog.Key, off *int
 			return sent, nil
 		}
 		*off = at + int64(len(data))
-		out.logEvent(*off, "", string(data))
+		queued += out.logEvent(*off, "", string(data))
 		sent = true
 	}
 	return sent, nil
 }
 
-// logEvent queues one raw event: data as JSON.
-func (o *sse) logEvent(id int64, typ string, data string) {
+// logEvent queues one raw event, data as JSON, and returns its length.
+func (o *sse) logEvent(id int64, typ string, data string) int {
 	b, _ := json.Marshal(data)
 	if typ != "" {
-		fmt.Fprintf(&o.buf, "id: %d\nevent: %s\ndata: %s\n\n", id, typ, b)
-		return
+		n, _ := fmt.Fprintf(&o.buf, "id: %d\nevent: %s\ndata: %s\n\n", id, typ, b)
+		return n
 	}
-	fmt.Fprintf(&o.buf, "id: %d\ndata: %s\n\n", id, b)
+	n, _ := fmt.Fprintf(&o.buf, "id: %d\ndata: %s\n\n", id, b)
+	return n
 }
 
 // completeText trims an incomplete UTF-8 character from the end of b.

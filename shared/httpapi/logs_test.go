@@ -1,10 +1,17 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,4 +284,118 @@ func TestLogStreamEndsBeforeThePlatformLimit(t *testing.T) {
 	s := f.stream("/api/fleet/jobs/"+j.ID+"/log/stream", rootToken)
 	f.clock.Advance(DefaultMaxStream)
 	s.ended()
+}
+
+// largestWrite records the largest single Write the handler makes: what
+// one stream holds in memory before it sends it.
+type largestWrite struct {
+	http.ResponseWriter
+	max *atomic.Int64
+}
+
+func (w largestWrite) Write(p []byte) (int, error) {
+	for n := int64(len(p)); ; {
+		cur := w.max.Load()
+		if n <= cur || w.max.CompareAndSwap(cur, n) {
+			break
+		}
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w largestWrite) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// withLargestWrite is f served again (same coordinator and clock) by a
+// handler whose writes go through largestWrite.
+func (f *fixture) withLargestWrite(max *atomic.Int64, opts ...fixtureOption) *fixture {
+	cfg := Config{OperatorTokens: []OperatorToken{{Name: "root", Token: rootToken}},
+		Logger: slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: f.logLevel})), Timers: f.clock}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	h := New(f.coord, cfg)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(largestWrite{w, max}, r)
+	}))
+	f.t.Cleanup(srv.Close)
+	g := *f
+	g.url = srv.URL
+	return &g
+}
+
+// nextOrEnd is the next block, or false once the server ended the stream
+// and every block was read.
+func (s *sseStream) nextOrEnd() (sseBlock, bool) {
+	s.t.Helper()
+	select {
+	case b := <-s.blocks:
+		return b, true
+	case <-s.done:
+		select {
+		case b := <-s.blocks:
+			return b, true
+		default:
+			return sseBlock{}, false
+		}
+	case <-time.After(10 * time.Second):
+		s.t.Fatal("no block within 10s")
+	}
+	return sseBlock{}, false
+}
+
+// TestLogStreamSendsALongLogAsItReadsIt: a long log is sent a few reads at
+// a time, never queued whole (JSON makes a control byte 6), and a buffered
+// answer (a long poll) stops after about 1 MiB; the client, resuming with
+// its last id, still gets every byte.
+func TestLogStreamSendsALongLogAsItReadsIt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opts []fixtureOption
+	}{
+		{"streaming", nil},
+		{"buffered", []fixtureOption{buffered}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			j, _, c := f.heldJob()
+			// Written as one segment: the fixture's cap is applied by
+			// appends only, and 8 MiB of appends would take long.
+			const size = 8 << 20
+			dir := filepath.Join(f.runlogs.Dir(), "p1", j.ID, strconv.FormatInt(c.LeaseEpoch, 10))
+			require.NoError(t, os.MkdirAll(dir, 0o700))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, runlog.SegmentName(0)), bytes.Repeat([]byte{1}, size), 0o600))
+
+			var largest atomic.Int64
+			g := f.withLargestWrite(&largest, tc.opts...)
+			var got int64
+			last, answers := "", 0
+			for got < size {
+				s := g.stream("/api/fleet/jobs/"+j.ID+"/log/stream", rootToken, header(api.HeaderLastEventID, last))
+				answers++
+				for got < size {
+					b, ok := s.nextOrEnd()
+					if !ok {
+						break
+					}
+					if b.data == "" {
+						continue
+					}
+					text := decodeChunk(t, b)
+					require.Equal(t, len(text), strings.Count(text, "\x01"), "only the log's bytes")
+					got += int64(len(text))
+					require.Equal(t, strconv.FormatInt(got, 10), b.id, "every byte once, in order")
+					last = b.id
+				}
+				s.resp.Body.Close()
+			}
+			require.Less(t, largest.Load(), int64(1<<20), "one write holds a few reads, not the log")
+			if tc.name == "buffered" {
+				require.Greater(t, answers, 6*size/(2<<20), "a buffered answer holds about 1 MiB")
+			} else {
+				require.Equal(t, 1, answers)
+			}
+		})
+	}
 }
