@@ -274,7 +274,7 @@ func (s *server) sendLog(ctx context.Context, out *sse, key runlog.Key, off *int
 				return sent, errStreamGone
 			}
 		}
-		data, at, _, err := s.coord.ReadLog(ctx, key, *off, logReadBytes)
+		data, at, err := s.readText(ctx, key, *off, size)
 		if err != nil {
 			return sent, err
 		}
@@ -282,7 +282,6 @@ func (s *server) sendLog(ctx context.Context, out *sse, key runlog.Key, off *int
 			queued += out.logEvent(at, api.LogEventDropped, droppedNote(*off, at))
 			*off, sent = at, true
 		}
-		data = data[:min(int64(len(data)), size-at)]
 		if !ended {
 			data = completeText(data)
 		}
@@ -294,6 +293,42 @@ func (s *server) sendLog(ctx context.Context, out *sse, key runlog.Key, off *int
 		sent = true
 	}
 	return sent, nil
+}
+
+// readText reads the log from off up to size (one read of the store) and
+// returns it with the offset it starts at. A read ends at a segment's end,
+// which the store may have cut inside a character: the rest of it is read
+// from the next segments, or the next read, starting inside it, would find
+// nothing whole to send and a stream following the run would stop there
+// for good.
+func (s *server) readText(ctx context.Context, key runlog.Key, off, size int64) ([]byte, int64, error) {
+	data, at, _, err := s.coord.ReadLog(ctx, key, off, logReadBytes)
+	if err != nil {
+		return nil, 0, err
+	}
+	data = data[:max(0, min(int64(len(data)), size-at))]
+	for whole := len(completeText(data)); whole < len(data); {
+		end := at + int64(len(data))
+		if end >= size {
+			break
+		}
+		more, mat, _, err := s.coord.ReadLog(ctx, key, end, utf8.UTFMax-1)
+		if err != nil {
+			return nil, 0, err
+		}
+		if mat != end || len(more) == 0 {
+			break // dropped meanwhile: the next read says so
+		}
+		// Byte by byte, up to the character's end: the bytes after it may
+		// end inside another.
+		for _, b := range more[:min(int64(len(more)), size-end)] {
+			data = append(data, b)
+			if utf8.FullRune(data[whole:]) {
+				return data, at, nil
+			}
+		}
+	}
+	return data, at, nil
 }
 
 // logEvent queues one raw event, data as JSON, and returns its length.

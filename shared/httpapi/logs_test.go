@@ -399,3 +399,25 @@ func TestLogStreamSendsALongLogAsItReadsIt(t *testing.T) {
 		})
 	}
 }
+
+// TestLogStreamSendsACharacterSplitBetweenSegments: the store cuts a
+// segment at its size, inside a character if need be, and a read ends at
+// a segment's end; the stream still sends the character whole and goes
+// on, while the run goes on and after it ended.
+func TestLogStreamSendsACharacterSplitBetweenSegments(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	j, tok, c := f.heldJob()
+	text := strings.Repeat("a", 62) + "€" + " and on\n" // € is bytes 62 to 64: the first segment ends after 64
+	require.Equal(t, 200, f.appendLog(tok, j.ID, c.LeaseEpoch, 0, text).status)
+	path := "/api/fleet/jobs/" + j.ID + "/log/stream?epoch=" + strconv.FormatInt(c.LeaseEpoch, 10)
+
+	s := f.stream(path, rootToken)
+	require.Equal(t, text, s.chunksTo(t, int64(len(text))), "whole characters, up to the end")
+
+	f.ok(200, nil, "POST", "/api/fleet/fail", tok, map[string]any{"jobId": j.ID, "leaseEpoch": c.LeaseEpoch, "reason": "x", "retryable": false})
+	s = f.stream(path, rootToken)
+	require.Equal(t, text, s.chunksTo(t, int64(len(text))), "never a character in halves (U+FFFD)")
+	require.Equal(t, api.LogEventEnd, s.next().event)
+	s.ended()
+}
