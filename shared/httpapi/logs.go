@@ -136,6 +136,17 @@ func (s *server) getLog(w http.ResponseWriter, r *http.Request, p *principal) er
 	if offset > info.Size {
 		return fleet.Invalid("offset", "is past the end of the log (%d bytes so far), got %d", info.Size, offset)
 	}
+	// The first read decides the status: a failing store is still a
+	// clean error.
+	data, at, now, err := s.coord.ReadLog(ctx, run.Key, offset, logReadBytes)
+	if err != nil {
+		return err
+	}
+	// The log may have grown since the stat, and the cap may have dropped
+	// bytes past the stat's size: the answer goes to the size the read saw.
+	if now.Size > info.Size {
+		info = now
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -144,28 +155,30 @@ func (s *server) getLog(w http.ResponseWriter, r *http.Request, p *principal) er
 	h.Set(api.HeaderLogStart, strconv.FormatInt(info.Start, 10))
 	h.Set(api.HeaderLogEpoch, strconv.FormatInt(run.Key.Epoch, 10))
 	h.Set(api.HeaderLogComplete, strconv.FormatBool(run.Ended))
-	// The first read decides the status: a failing store is still a
-	// clean error.
-	data, at, _, err := s.coord.ReadLog(ctx, run.Key, offset, logReadBytes)
-	if err != nil {
-		return err
-	}
 	w.WriteHeader(http.StatusOK)
 	if at > offset {
 		_, _ = io.WriteString(w, droppedNote(offset, at))
 	}
 	for {
-		data = data[:min(int64(len(data)), info.Size-at)]
+		data = data[:max(0, min(int64(len(data)), info.Size-at))]
 		if _, err := w.Write(data); err != nil {
 			return nil
 		}
-		at += int64(len(data))
-		if len(data) == 0 || at >= info.Size {
+		next := at + int64(len(data))
+		if len(data) == 0 || next >= info.Size {
 			return nil
 		}
-		if data, at, _, err = s.coord.ReadLog(ctx, run.Key, at, logReadBytes); err != nil {
+		// Once the body has begun, bytes the cap dropped meanwhile can
+		// no longer be noted: a short body, never a whole-looking one.
+		data, at, _, err = s.coord.ReadLog(ctx, run.Key, next, logReadBytes)
+		if err != nil {
 			s.log.ErrorContext(ctx, "log read cut short", "requestId", stateOf(ctx).id, "log", run.Key.String(), "err", err)
-			panic(http.ErrAbortHandler) // a short body, never a whole-looking one
+			panic(http.ErrAbortHandler)
+		}
+		if at != next {
+			s.log.WarnContext(ctx, "log read cut short: the cap overtook it", "requestId", stateOf(ctx).id,
+				"log", run.Key.String(), "from", next, "keptFrom", at)
+			panic(http.ErrAbortHandler)
 		}
 	}
 }

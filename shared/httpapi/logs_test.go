@@ -2,8 +2,10 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -18,7 +20,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gigafactory/fleet/shared/api"
+	"github.com/gigafactory/fleet/shared/coord"
 	"github.com/gigafactory/fleet/shared/runlog"
+	runlogfs "github.com/gigafactory/fleet/shared/runlog/fs"
 )
 
 // logURL is the append URL of job at epoch and offset.
@@ -305,21 +309,31 @@ func (w largestWrite) Write(p []byte) (int, error) {
 
 func (w largestWrite) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// withLargestWrite is f served again (same coordinator and clock) by a
-// handler whose writes go through largestWrite.
-func (f *fixture) withLargestWrite(max *atomic.Int64, opts ...fixtureOption) *fixture {
+// another is f served by a second handler over the same stores and clock,
+// as by another instance: over logs instead of f.runlogs when given, its
+// writes through wrap when given.
+func (f *fixture) another(logs runlog.Store, wrap func(http.ResponseWriter) http.ResponseWriter, opts ...fixtureOption) *fixture {
+	c := f.coord
+	if logs != nil {
+		var err error
+		c, err = coord.New(coord.Config{ArtifactMaxBytes: testArtifactMax}, coord.Deps{Store: f.counts, Clock: f.clock, Blobs: f.blobs, RunLogs: logs})
+		require.NoError(f.t, err)
+	}
 	cfg := Config{OperatorTokens: []OperatorToken{{Name: "root", Token: rootToken}},
 		Logger: slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: f.logLevel})), Timers: f.clock}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	h := New(f.coord, cfg)
+	h := New(c, cfg)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(largestWrite{w, max}, r)
+		if wrap != nil {
+			w = wrap(w)
+		}
+		h.ServeHTTP(w, r)
 	}))
 	f.t.Cleanup(srv.Close)
 	g := *f
-	g.url = srv.URL
+	g.url, g.coord = srv.URL, c
 	return &g
 }
 
@@ -368,7 +382,7 @@ func TestLogStreamSendsALongLogAsItReadsIt(t *testing.T) {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, runlog.SegmentName(0)), bytes.Repeat([]byte{1}, size), 0o600))
 
 			var largest atomic.Int64
-			g := f.withLargestWrite(&largest, tc.opts...)
+			g := f.another(nil, func(w http.ResponseWriter) http.ResponseWriter { return largestWrite{w, &largest} }, tc.opts...)
 			var got int64
 			last, answers := "", 0
 			for got < size {
@@ -420,4 +434,79 @@ func TestLogStreamSendsACharacterSplitBetweenSegments(t *testing.T) {
 	require.Equal(t, text, s.chunksTo(t, int64(len(text))), "never a character in halves (U+FFFD)")
 	require.Equal(t, api.LogEventEnd, s.next().event)
 	s.ended()
+}
+
+// growingLog is a run-log store whose log outgrows the cap by by bytes
+// just before its read number at: a holder writing fast while a slow
+// client reads.
+type growingLog struct {
+	*runlogfs.Store
+	at    int32
+	by    int
+	reads atomic.Int32
+}
+
+func (g *growingLog) Read(ctx context.Context, key runlog.Key, off int64, limit int) ([]byte, int64, runlog.Info, error) {
+	if g.reads.Add(1) == g.at {
+		info, err := g.Store.Stat(ctx, key)
+		if err != nil {
+			return nil, 0, info, err
+		}
+		if _, err := g.Store.Append(ctx, key, info.Size, bytes.Repeat([]byte("z"), g.by)); err != nil {
+			return nil, 0, info, err
+		}
+	}
+	return g.Store.Read(ctx, key, off, limit)
+}
+
+// TestLogReadOvertakenByTheCap: the cap may drop the bytes a read of the
+// log was about to send. Before the first read the answer starts at the
+// first byte kept, with the note; once the body has begun it is cut short
+// (the client sees an error), never a whole-looking one missing bytes.
+func TestLogReadOvertakenByTheCap(t *testing.T) {
+	t.Parallel()
+	const written = 200 // segments of 64 bytes: the second read starts at 64
+	for _, tc := range []struct {
+		name  string
+		read  int32
+		grow  int
+		whole bool
+	}{
+		{"before the first read", 1, 3 * testLogMax, true},
+		{"mid-body, the next byte kept inside the answer", 2, 2 * 64, false},
+		{"mid-body, the next byte kept past the answer", 2, 3 * testLogMax, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			j, tok, c := f.heldJob()
+			require.Equal(t, 200, f.appendLog(tok, j.ID, c.LeaseEpoch, 0, strings.Repeat("a", written)).status)
+			g := f.another(&growingLog{Store: f.runlogs, at: tc.read, by: tc.grow}, nil)
+
+			req, err := http.NewRequestWithContext(t.Context(), "GET", g.url+"/api/fleet/jobs/"+j.ID+"/log", nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+rootToken)
+			resp, err := http.DefaultClient.Do(req)
+			var body []byte
+			if err == nil {
+				defer resp.Body.Close()
+				body, err = io.ReadAll(resp.Body)
+			}
+			require.False(t, strings.Contains(f.logs.String(), `"handler panic"`), "the handler panicked")
+			if !tc.whole {
+				require.Error(t, err, "a short body, never a whole-looking one: %d bytes", len(body))
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, 200, resp.StatusCode)
+			all := strings.Repeat("a", written) + strings.Repeat("z", tc.grow)
+			require.Equal(t, strconv.Itoa(len(all)), resp.Header.Get(api.HeaderLogSize))
+			start, err := strconv.Atoi(resp.Header.Get(api.HeaderLogStart))
+			require.NoError(t, err)
+			note, rest, ok := strings.Cut(string(body), "\n")
+			require.True(t, ok)
+			require.Contains(t, note, fmt.Sprintf("%d bytes of this log before offset %d were dropped", start, start))
+			require.Equal(t, all[start:], rest)
+		})
+	}
 }
