@@ -35,5 +35,8 @@ func (c *Coordinator) ReadLog(ctx context.Context, key runlog.Key, off int64, li
 	return c.runlogs.Read(ctx, key, off, limit)
 }
 
-// LogWoken is closed by the next append this process stores for key.
-func (c *Coordinator) LogWoken(key runlog.Key) <-chan struct{} { return c.runlogs.Woken(key) }
+// LogWoken is closed by the next append this process stores for key; the
+// waiter calls release once it stops waiting on it.
+func (c *Coordinator) LogWoken(key runlog.Key) (woken <-chan struct{}, release func()) {
+	return c.runlogs.Woken(key)
+}

@@ -222,9 +222,15 @@ func (s *server) logStream(w http.ResponseWriter, r *http.Request, p *principal)
 	if mode.buffered {
 		budget = logBufferedBytes
 	}
+	// Each wait gives its wake-up back, or an ended run's would be held for
+	// good (only an append takes it away).
+	release := func() {}
+	defer func() { release() }()
 	for {
+		release()
 		// Before the read, so an append stored in between wakes the wait.
-		woken := s.coord.LogWoken(run.Key)
+		var woken <-chan struct{}
+		woken, release = s.coord.LogWoken(run.Key)
 		sent, err := s.sendLog(ctx, out, run.Key, &off, info.Size, ended, budget)
 		if errors.Is(err, errStreamGone) {
 			return nil

@@ -27,12 +27,20 @@ type Service struct {
 	logs runlog.Store
 
 	mu     sync.Mutex
-	wakers map[runlog.Key]chan struct{}
+	wakers map[runlog.Key]*waker
+}
+
+// waker is the channel the next append of a log closes, and how many
+// waiters hold it: the last one to leave takes it away, since the append
+// that would may never come (a run that ended).
+type waker struct {
+	ch      chan struct{}
+	waiters int
 }
 
 // New builds the service over logs (nil when none is configured).
 func New(k *kernel.Kernel, logs runlog.Store) *Service {
-	return &Service{k: k, logs: logs, wakers: map[runlog.Key]chan struct{}{}}
+	return &Service{k: k, logs: logs, wakers: map[runlog.Key]*waker{}}
 }
 
 var errNoLogs = fleet.Errorf(fleet.CodeUnavailable, "live output is not configured on this deployment (no run-log store; see FLEET_ARTIFACTS_URL)")
@@ -160,23 +168,38 @@ func (s *Service) Read(ctx context.Context, key runlog.Key, off int64, limit int
 
 // Woken returns a channel closed by the next append this process stores
 // for key: a stream waits on it besides polling Stat, which is how it
-// learns of appends other instances store.
-func (s *Service) Woken(key runlog.Key) <-chan struct{} {
+// learns of appends other instances store. The waiter calls release once
+// it stops waiting on it.
+func (s *Service) Woken(key runlog.Key) (woken <-chan struct{}, release func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ch, ok := s.wakers[key]
+	w, ok := s.wakers[key]
 	if !ok {
-		ch = make(chan struct{})
-		s.wakers[key] = ch
+		w = &waker{ch: make(chan struct{})}
+		s.wakers[key] = w
 	}
-	return ch
+	w.waiters++
+	released := false
+	return w.ch, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if released {
+			return
+		}
+		released = true
+		w.waiters--
+		// A wake already took it away, and the key may hold a new one.
+		if w.waiters == 0 && s.wakers[key] == w {
+			delete(s.wakers, key)
+		}
+	}
 }
 
 func (s *Service) wake(key runlog.Key) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ch, ok := s.wakers[key]; ok {
-		close(ch)
+	if w, ok := s.wakers[key]; ok {
+		close(w.ch)
 		delete(s.wakers, key)
 	}
 }
