@@ -132,6 +132,15 @@ func (w *responseBuffer) Write(p []byte) (int, error) {
 	return w.body.Write(p)
 }
 
+// Flush hands nothing on: the answer leaves whole once the handler
+// returns. It exists because the API's streams flush after each send and
+// end when a flush fails; behind this front door they know the answer is
+// buffered (app.WithBufferedResponses) and end themselves once they have
+// sent something, so a stream with nothing new must wait, not end at its
+// first flush with an empty answer (its client would reconnect at once,
+// over and over).
+func (w *responseBuffer) Flush() {}
+
 // response maps the buffered answer to payload 2.0: Set-Cookie goes to
 // cookies (payload 2.0 has no repeated headers), other repeated headers are
 // comma-joined, and a body that is not text travels base64-encoded.

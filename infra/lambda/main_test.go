@@ -423,3 +423,16 @@ func TestOpenNeedsOperatorToken(t *testing.T) {
 	_, _, err := open(t.Context(), config.Lookup{Values: map[string]string{config.DataDir: t.TempDir(), config.LogLevel: "error"}})
 	require.ErrorContains(t, err, config.OperatorToken)
 }
+
+// TestResponseBufferFlushes: the buffer takes a flush (a no-op) rather
+// than refusing it; the API's streams end at a refused flush, so behind
+// this front door a stream with nothing new answered at once, empty,
+// instead of waiting for a change (its EventSource reconnected in a loop).
+func TestResponseBufferFlushes(t *testing.T) {
+	t.Parallel()
+	w := newResponseBuffer()
+	_, err := w.Write([]byte("data: x\n\n"))
+	require.NoError(t, err)
+	require.NoError(t, http.NewResponseController(w).Flush())
+	require.Equal(t, "data: x\n\n", w.body.String(), "nothing is handed on early")
+}
