@@ -360,6 +360,29 @@ func TestClaudePresetResumeNotFound(t *testing.T) {
 	require.Empty(t, p.coord.failReqs)
 }
 
+// TestClaudePresetResumeRefusesPlantedLink: a link the engine left in
+// place of the retry's project folder is not followed: the session is not
+// resumed (the transcript stays where it was) and the engine runs afresh
+// with the task.
+func TestClaudePresetResumeRefusesPlantedLink(t *testing.T) {
+	p := newPresetT(t, "normal")
+	p.earlierClaudeRun(t, "f1")
+	outside := t.TempDir()
+	require.NoError(t, os.Symlink(outside, filepath.Join(os.Getenv("CLAUDE_CONFIG_DIR"), "projects",
+		nonAlnum.ReplaceAllLiteralString(p.a.git.WorktreePath("app", "j1", 2), "-"))))
+
+	require.Equal(t, OutcomeDone, p.run(t), "fails: %q", p.coord.fails)
+	argv := p.runsArgv(t)
+	require.Len(t, argv, 1)
+	require.NotContains(t, argv[0], "--resume")
+	stdin, err := os.ReadFile(p.stdin)
+	require.NoError(t, err)
+	require.Equal(t, "do it", string(stdin))
+	require.FileExists(t, filepath.Join(os.Getenv("CLAUDE_CONFIG_DIR"), "projects",
+		nonAlnum.ReplaceAllLiteralString(p.a.git.WorktreePath("app", "j1", 1), "-"), fixtureSession+".jsonl"),
+		"the transcript is not moved through the link")
+}
+
 // TestCodexPresetRuns: the codex preset's usage is its turns' tokens
 // priced by FLEET_ENGINE_PRICES; a retry on this factory resumes its
 // thread (exec resume <thread> -) with the failure as the prompt.

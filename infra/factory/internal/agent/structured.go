@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gigafactory/fleet/infra/factory/internal/engine"
@@ -246,37 +247,91 @@ var nonAlnum = regexp.MustCompile(`[^A-Za-z0-9]`)
 // directory to: Claude Code finds a session to resume only under the
 // working directory it runs in (shared/AGENTS.md: --resume from another
 // directory ends at once with error_during_execution).
+//
+// The config directory is the engine's (user's, when set): it may have
+// planted links there for the factory to follow. A check by path before
+// acting would race: with FLEET_ENGINE_USER nothing kills that user's
+// processes when a run ends, and another seat's run may be live. So every
+// step is taken in an os.Root at projects/, which resolves each name from
+// a directory descriptor and refuses a link leading out of it, and that
+// root must be the engine's own directory (a link in place of projects/
+// or the config directory leads to someone else's). Within it the engine
+// can reach nothing it does not already own.
 func moveClaudeSession(configDir, session, from, to string, user *engine.User) error {
 	if err := checkSessionName(session); err != nil {
 		return err
 	}
+	uid, gid := os.Geteuid(), os.Getegid()
+	if user != nil {
+		uid, gid = int(user.UID), int(user.GID)
+	}
 	projects := filepath.Join(configDir, "projects")
+	root, err := os.OpenRoot(projects)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if fi, err := root.Stat("."); err != nil {
+		return err
+	} else if owner := fileUID(fi); owner != uid {
+		return fmt.Errorf("%s belongs to uid %d, not the engine's %d", projects, owner, uid)
+	}
 	for _, name := range projectNames {
-		src := filepath.Join(projects, name(from))
-		if _, err := os.Stat(filepath.Join(src, session+".jsonl")); err != nil {
+		src := name(from)
+		if _, err := root.Stat(filepath.Join(src, session+".jsonl")); err != nil {
 			continue
 		}
-		dst := filepath.Join(projects, name(to))
+		dst := name(to)
 		if src == dst {
 			return nil
 		}
-		if err := os.MkdirAll(dst, 0o700); err != nil {
+		if err := claudeProjectDir(root, dst, uid, gid); err != nil {
 			return err
 		}
-		if user != nil {
-			if err := os.Chown(dst, int(user.UID), int(user.GID)); err != nil {
-				return err
-			}
-		}
-		if err := os.Rename(filepath.Join(src, session+".jsonl"), filepath.Join(dst, session+".jsonl")); err != nil {
+		if err := root.Rename(filepath.Join(src, session+".jsonl"), filepath.Join(dst, session+".jsonl")); err != nil {
 			return err
 		}
-		if err := os.Rename(filepath.Join(src, session), filepath.Join(dst, session)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := root.Rename(filepath.Join(src, session), filepath.Join(dst, session)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		return nil
 	}
 	return fmt.Errorf("no transcript of session %s for %s under %s", session, from, projects)
+}
+
+// claudeProjectDir makes sure dst in root is a directory of the engine's
+// uid, giving it one the factory made: the chown is by descriptor, of the
+// directory that was opened, never of what the name leads to by then.
+func claudeProjectDir(root *os.Root, dst string, uid, gid int) error {
+	if err := root.Mkdir(dst, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	d, err := root.Open(dst)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	fi, err := d.Stat()
+	if err != nil {
+		return err
+	}
+	switch owner := fileUID(fi); {
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a directory", dst)
+	case owner == uid:
+		return nil
+	case owner != os.Geteuid():
+		return fmt.Errorf("%s belongs to uid %d, not the engine's %d", dst, owner, uid)
+	}
+	return d.Chown(uid, gid)
+}
+
+// fileUID is the owner of fi's file, -1 when the system does not say.
+func fileUID(fi fs.FileInfo) int {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return int(st.Uid)
+	}
+	return -1
 }
 
 // runOutput is where a run's output goes: the log, and for a structured
