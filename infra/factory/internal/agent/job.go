@@ -213,8 +213,12 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 	if jb.user != nil {
 		// The engine's user gets the worktree's files, and only it may
 		// enter the worktree; the git directory (in the mirror) stays the
-		// factory's, read-only to it.
-		err := errors.Join(jb.user.Give(wt.Path), os.Chmod(wt.Path, 0o700))
+		// factory's, read-only to it. Closed first: no other process of
+		// the user enters the tree while it is handed over.
+		err := os.Chmod(wt.Path, 0o700)
+		if err == nil {
+			err = jb.user.Give(wt.Path)
+		}
 		if a.seats != nil {
 			// Seats pass through the repo's worktree directory to their
 			// own, and list nobody's.

@@ -5,9 +5,9 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/user"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -23,6 +23,8 @@ type User struct {
 	UID, GID uint32
 	Groups   []uint32
 	Home     string
+
+	gave func(rel string) // tests: called after Give gives each entry
 }
 
 // LookupUser resolves a user name or numeric uid. Root is refused: running
@@ -87,13 +89,63 @@ func (u *User) Env(env []string) []string {
 
 // Give hands the tree at root to u (every file, directory and symlink
 // itself, never what a symlink points to), so the engine can work in it.
+//
+// Processes of u may be running meanwhile (with FLEET_ENGINE_USER every
+// run shares it), and may rename or link in any directory that is
+// already u's. So a directory is given only after everything under it:
+// every directory the walk still reads is the factory's, closed to u's
+// changes. And every name is taken from its directory's descriptor (an
+// os.Root per directory), so no link is followed out of the tree.
 func (u *User) Give(root string) error {
-	return filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if err := u.give(r, "."); err != nil {
+		return fmt.Errorf("give %s to %s: %w", root, u.Name, err)
+	}
+	d, err := r.Open(".")
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Chown(int(u.UID), int(u.GID))
+}
+
+// give gives what is in dir (at rel in the tree) to u, each directory
+// after its contents.
+func (u *User) give(dir *os.Root, rel string) error {
+	d, err := dir.Open(".")
+	if err != nil {
+		return err
+	}
+	entries, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() {
+			sub, err := dir.OpenRoot(name)
+			if err != nil {
+				return err
+			}
+			err = u.give(sub, path.Join(rel, name))
+			sub.Close()
+			if err != nil {
+				return err
+			}
+		}
+		if err := dir.Lchown(name, int(u.UID), int(u.GID)); err != nil {
 			return err
 		}
-		return os.Lchown(p, int(u.UID), int(u.GID))
-	})
+		if u.gave != nil {
+			u.gave(path.Join(rel, name))
+		}
+	}
+	return nil
 }
 
 // CheckReach reports a directory on the way to dir that u cannot pass
