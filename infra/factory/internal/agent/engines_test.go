@@ -514,6 +514,22 @@ func TestCodexPresetBudgetKill(t *testing.T) {
 	require.Equal(t, fleet.ExitStopped, f.Exit.Reason)
 }
 
+// TestClaudePresetUsageFileCannotLowerCost: a usage file the engine
+// writes lower than its CLI's figures (total_cost_usd 0.0421) does not
+// lower them: the budget.usd kill acts on the CLI's, and the failure
+// reports them.
+func TestClaudePresetUsageFileCannotLowerCost(t *testing.T) {
+	p := newPresetT(t, "noexit") // the normal stream, then no exit
+	t.Setenv("FAKE_ENGINE_USAGE", `{"usd":0.0001,"inputTokens":1,"outputTokens":1}`)
+	p.a.cfg.Checkpoint = 50 * time.Millisecond
+	p.coord.job.Budget.USD = 0.01
+	require.Equal(t, OutcomeFailed, p.runStreamed(t, "claude/normal.jsonl", p.a.cfg.Checkpoint))
+	f := p.onlyFail(t)
+	require.Equal(t, fleet.FailBudget, f.Kind)
+	require.Contains(t, *f.Reason, "usd budget 0.01 exceeded (the engine reported 0.0421)")
+	require.InDelta(t, 0.0421, f.Usage.USD, 1e-12)
+}
+
 // TestCodexPresetArgv: codex exec runs with --json in a workspace-write
 // sandbox in the worktree, the prompt on stdin ("-"); a resume names the
 // thread before the prompt.

@@ -88,9 +88,13 @@ func (jb *job) createUsageFile() error {
 	return nil
 }
 
-// current is the run's usage and engine facts so far: the usage file when
-// the engine wrote one (it wins), else what a structured engine's output
-// said. ok is false while neither said anything of the usage.
+// current is the run's usage and engine facts so far: for a structured
+// engine what its output said, raised field by field by the usage file
+// when the engine wrote one; for any other the usage file. The file is the
+// engine's to write (and a prompt-injected engine's), so it may add what
+// the stream does not know but never lower the CLI's own figures, which
+// the budget.usd kill and the coordinator's cost rely on. ok is false
+// while neither said anything of the usage.
 func (jb *job) current(ctx context.Context) (u fleet.Usage, facts fleet.EngineFacts, ok bool) {
 	if jb.dir == "" {
 		return u, facts, false
@@ -102,8 +106,8 @@ func (jb *job) current(ctx context.Context) (u fleet.Usage, facts fleet.EngineFa
 	if jb.out != nil {
 		f := jb.out.Facts()
 		facts = reportableFacts(f)
-		if !ok && f.Events > 0 {
-			u, ok = streamUsage(f.Usage), true
+		if f.Events > 0 {
+			u, ok = u.Max(streamUsage(f.Usage)), true
 		}
 		if jb.activity != nil {
 			facts.LastActivityAt = jb.activity.Last()
