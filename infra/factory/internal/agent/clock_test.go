@@ -301,6 +301,42 @@ func TestWallBudgetOnTheAgentsClock(t *testing.T) {
 	require.True(t, strings.HasPrefix(coord.fakeCoord.fails[0], "budget_exceeded: wall budget 10m0s exhausted"), coord.fakeCoord.fails[0])
 }
 
+// TestWallBudgetCapped: a job's budget.wall longer than the factory's
+// FLEET_MAX_WALL (24h unset) gets the cap: its engine is stopped and the
+// job failed for its budget once the cap has passed on the agent's clock,
+// then and not before, so a job cannot hold a seat for ever.
+func TestWallBudgetCapped(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		maxWall time.Duration
+		want    time.Duration
+	}{
+		{"FLEET_MAX_WALL", 10 * time.Minute, 10 * time.Minute},
+		{"unset", 0, config.DefaultMaxWall},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a, coord, entered, gate := heldEngine(t)
+			a.cfg.MaxWall = tc.maxWall
+			coord.job.Budget.Wall = fleet.Duration(1000 * time.Hour)
+			r := a.handle(context.Background(), transport.Delivery{ID: "claim:j1:1", Claimed: coord.claim()})
+			require.NotNil(t, r)
+			waitUp(t, entered)
+			defer openGate(t, gate)
+			coord.clk.Advance(tc.want - time.Second)
+			coord.clk.Advance(time.Second)
+			require.Equal(t, OutcomeFailed, waitRun(t, r, "the run past the factory's cap on its wall budget"))
+			a.jobs.Wait()
+			_, fails := coord.at()
+			require.Equal(t, []time.Time{t0.Add(tc.want)}, fails, "failed once the cap had passed, not before")
+			require.Len(t, coord.fakeCoord.fails, 1)
+			require.True(t, strings.HasPrefix(coord.fakeCoord.fails[0],
+				"budget_exceeded: wall budget "+tc.want.String()+" (the factory's FLEET_MAX_WALL; the job asked for 1000h0m0s) exhausted"), coord.fakeCoord.fails[0])
+		})
+	}
+}
+
 // TestCooldownsOnTheAgentsClock: a rate limit's cooldown is timed on the
 // agent's clock, as everything else of the agent is: the heartbeat
 // carries it until the engine's reset time has passed on that clock, and

@@ -278,7 +278,11 @@ func (a *Agent) runJob(ctx context.Context, cancel context.CancelCauseFunc, cl *
 		}
 		if errors.Is(cause, errBudget) {
 			jb.checkpoint(ctx, "budget exceeded")
-			return jb.fail(fleet.FailBudget, fmt.Sprintf("wall budget %s exhausted; engine %s and its process group killed", jb.wall(), name), false)
+			capped := ""
+			if asked := time.Duration(j.Budget.Wall); asked > jb.wall() {
+				capped = fmt.Sprintf(" (the factory's %s; the job asked for %s)", config.EnvMaxWall, asked)
+			}
+			return jb.fail(fleet.FailBudget, fmt.Sprintf("wall budget %s%s exhausted; engine %s and its process group killed", jb.wall(), capped, name), false)
 		}
 		return jb.stopped(cause, "engine")
 	}
@@ -320,11 +324,23 @@ func (a *Agent) engineFor(j *fleet.Job) (string, string, error) {
 	return a.cfg.DefaultEngine, t, nil
 }
 
+// wall is the run's wall budget: the job's budget.wall, else the
+// factory's default, never past the factory's cap (the manifest bounds
+// budget.wall by nothing, and a run holds a seat as long as it lasts).
 func (jb *job) wall() time.Duration {
-	if w := time.Duration(jb.j.Budget.Wall); w > 0 {
-		return w
+	w := time.Duration(jb.j.Budget.Wall)
+	if w <= 0 {
+		w = jb.a.cfg.DefaultWall
 	}
-	return jb.a.cfg.DefaultWall
+	return min(w, jb.maxWall())
+}
+
+// maxWall is the factory's cap on a run's wall budget.
+func (jb *job) maxWall() time.Duration {
+	if m := jb.a.cfg.MaxWall; m > 0 {
+		return m
+	}
+	return config.DefaultMaxWall
 }
 
 // runEngine runs the engine in the worktree under the wall budget, with a

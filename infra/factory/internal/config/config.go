@@ -55,6 +55,7 @@ const (
 	EnvPoll               = "FLEET_POLL_INTERVAL"
 	EnvGCInterval         = "FLEET_GC_INTERVAL"
 	EnvDefaultWall        = "FLEET_DEFAULT_WALL"
+	EnvMaxWall            = "FLEET_MAX_WALL"
 	EnvKillGrace          = "FLEET_KILL_GRACE"
 	EnvOnceWait           = "FLEET_ONCE_WAIT"
 	EnvLogLevel           = "FLEET_LOG_LEVEL"
@@ -94,6 +95,10 @@ const (
 	DefaultDefaultWall = 2 * time.Hour
 	DefaultKillGrace   = 10 * time.Second
 	DefaultOnceWait    = time.Minute
+	// DefaultMaxWall caps a job's budget.wall, which the manifest does
+	// not bound: a submitter cannot hold a seat for ever with an engine
+	// that keeps printing.
+	DefaultMaxWall = 24 * time.Hour
 	// DefaultEngineIdle is how long an engine may write nothing at all
 	// before it is stopped as hung.
 	DefaultEngineIdle = 15 * time.Minute
@@ -186,6 +191,7 @@ type Config struct {
 	// none (the default with a bus, which carries the coordinator's).
 	GCInterval         time.Duration
 	DefaultWall        time.Duration
+	MaxWall            time.Duration // caps budget.wall; 0 is DefaultMaxWall
 	KillGrace          time.Duration
 	GitName, GitEmail  string
 	LogLevel           string
@@ -259,7 +265,7 @@ func Parse(args, env []string) (Config, error) {
 	fs := flag.NewFlagSet("factory", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 
-	var seats, heartbeat, renew, checkpoint, poll, gcInterval, defaultWall, killGrace, onceWait, hbEnabled string
+	var seats, heartbeat, renew, checkpoint, poll, gcInterval, defaultWall, maxWall, killGrace, onceWait, hbEnabled string
 	var engines, repoURLs, extraCaps multiFlag
 	var sessions, engineUIDs, runCgroups, engineIdle, engineExitGrace, prices, engineLogMax string
 	fs.StringVar(&c.URL, "url", e[EnvURL], "coordinator base URL, without /api ("+EnvURL+")")
@@ -294,6 +300,7 @@ func Parse(args, env []string) (Config, error) {
 	fs.StringVar(&poll, "poll-interval", e[EnvPoll], "claim cadence of the poll transport when idle ("+EnvPoll+")")
 	fs.StringVar(&gcInterval, "gc-interval", e[EnvGCInterval], "cadence of the factory's own origin branch sweep; 0 = only on gc messages ("+EnvGCInterval+")")
 	fs.StringVar(&defaultWall, "default-wall", e[EnvDefaultWall], "wall budget of jobs that set none ("+EnvDefaultWall+")")
+	fs.StringVar(&maxWall, "max-wall", e[EnvMaxWall], "longest wall budget a job gets, whatever its budget.wall ("+EnvMaxWall+")")
 	fs.StringVar(&killGrace, "kill-grace", e[EnvKillGrace], "SIGTERM to SIGKILL delay when stopping an engine ("+EnvKillGrace+")")
 	fs.StringVar(&c.GitName, "git-name", e[EnvGitName], "committer name ("+EnvGitName+")")
 	fs.StringVar(&c.GitEmail, "git-email", e[EnvGitEmail], "committer email ("+EnvGitEmail+")")
@@ -334,6 +341,7 @@ func Parse(args, env []string) (Config, error) {
 	dur(&c.Checkpoint, "checkpoint-interval", checkpoint, DefaultCheckpoint, false)
 	dur(&c.Poll, "poll-interval", poll, DefaultPoll, false)
 	dur(&c.DefaultWall, "default-wall", defaultWall, DefaultDefaultWall, false)
+	dur(&c.MaxWall, "max-wall", maxWall, DefaultMaxWall, false)
 	dur(&c.KillGrace, "kill-grace", killGrace, DefaultKillGrace, false)
 	dur(&c.OnceWait, "once-wait", onceWait, DefaultOnceWait, false)
 	dur(&c.EngineIdle, "engine-idle-timeout", engineIdle, DefaultEngineIdle, false)
@@ -346,6 +354,9 @@ func Parse(args, env []string) (Config, error) {
 				EnvEngineLogMax, engineLogMax, logcap.MinMax, MaxEngineLogMax)
 		}
 		c.EngineLogMax = n
+	}
+	if c.DefaultWall > c.MaxWall {
+		fail("--default-wall (%s) %s is longer than --max-wall (%s) %s, which caps every job's wall budget", EnvDefaultWall, c.DefaultWall, EnvMaxWall, c.MaxWall)
 	}
 	if c.Heartbeat > MaxHeartbeat {
 		fail("--heartbeat-interval: %s is too long: the coordinator marks a factory stale after 90s of silence; use at most %s", c.Heartbeat, MaxHeartbeat)

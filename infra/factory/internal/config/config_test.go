@@ -45,6 +45,8 @@ func TestParseDefaults(t *testing.T) {
 	require.Equal(t, "info", c.LogLevel)
 	require.False(t, c.NoRunCgroups, "a cgroup per run where the factory can")
 	require.EqualValues(t, 32<<20, c.EngineLogMax)
+	require.Equal(t, DefaultDefaultWall, c.DefaultWall)
+	require.Equal(t, DefaultMaxWall, c.MaxWall)
 	require.Equal(t, "[redacted]", c.Redacted().Token)
 }
 
@@ -189,6 +191,16 @@ func TestParseTable(t *testing.T) {
 		{name: "zero grace", args: []string{"--engine-exit-grace", "0s"}, env: base(), err: "--engine-exit-grace: 0s must be positive"},
 		{name: "price for no engine", env: base("FLEET_ENGINE_PRICES=codex=1.25/10"), err: `--engine-prices (FLEET_ENGINE_PRICES): "codex" is not a configured engine`},
 		{name: "bad price", args: []string{"--engine-prices", "claude=cheap"}, env: base(), err: `--engine-prices (FLEET_ENGINE_PRICES): claude: "cheap" is not input/output`},
+		// The wall budgets: the cap on every job's, and the default under it.
+		{name: "max wall", env: base("FLEET_MAX_WALL=6h", "FLEET_DEFAULT_WALL=6h"),
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, 6*time.Hour, c.MaxWall)
+				require.Equal(t, 6*time.Hour, c.DefaultWall)
+			}},
+		{name: "bad max wall", env: base("FLEET_MAX_WALL=forever"), err: `--max-wall: "forever" is not a duration`},
+		{name: "zero max wall", args: []string{"--max-wall", "0s"}, env: base(), err: "--max-wall: 0s must be positive"},
+		{name: "default wall past the max", env: base("FLEET_MAX_WALL=1h"),
+			err: "--default-wall (FLEET_DEFAULT_WALL) 2h0m0s is longer than --max-wall (FLEET_MAX_WALL) 1h0m0s"},
 		{name: "check-engines needs no coordinator", args: []string{"--check-engines", "--engine", "codex"}, env: nil,
 			check: func(t *testing.T, c Config) {
 				require.True(t, c.CheckEngines)
