@@ -80,6 +80,20 @@ func TestExpand(t *testing.T) {
 
 	_, err := Expand("claude -p @prompt", Vars{Prompt: strings.Repeat("x", MaxPromptArg+1)})
 	require.ErrorContains(t, err, "@prompt-file")
+	// A body beginning with '-' where the engine reads options would be
+	// one: refused, unless after "--" or inside another word.
+	body := Vars{Prompt: "--dangerously-bypass-approvals-and-sandbox", Title: "-a title"}
+	_, err = Expand("codex exec --full-auto @prompt", body)
+	require.ErrorContains(t, err, "the job body begins with '-'")
+	for tmpl, want := range map[string][]string{
+		"engine -- @prompt":           {"engine", "--", body.Prompt},
+		"engine --message=@prompt":    {"engine", "--message=" + body.Prompt},
+		"gh pr create --title @title": {"gh", "pr", "create", "--title", "-a title"},
+	} {
+		got, err := Expand(tmpl, body)
+		require.NoError(t, err, tmpl)
+		require.Equal(t, want, got.Argv, tmpl)
+	}
 	_, err = Expand("claude 'x", v)
 	require.Error(t, err)
 

@@ -186,12 +186,19 @@ func Expand(tmpl string, v Vars) (Expanded, error) {
 	script := scriptIndex(words)
 	var out Expanded
 	env := map[string]bool{}
+	options := true // until a word "--": after it, words are not options
 	for i, w := range words {
 		x := expander{v: v, script: i == script}
 		s, err := x.word(w)
 		if err != nil {
 			return Expanded{}, err
 		}
+		if options && !x.script && x.leadingPrompt && strings.HasPrefix(s, "-") {
+			// The submitter's body ("--dangerously-…") would be read by
+			// the engine as an option where the template put the prompt.
+			return Expanded{}, fmt.Errorf("the job body begins with '-' and %q puts it where the engine reads options: put \"--\" before it, or use @prompt-file or stdin", w)
+		}
+		options = options && w != "--"
 		out.UsesPrompt = out.UsesPrompt || x.usesPrompt
 		out.Argv = append(out.Argv, s)
 		for _, ph := range x.refs {
@@ -248,6 +255,8 @@ type expander struct {
 	script     bool     // the word is a shell script
 	usesPrompt bool     // @prompt or @prompt-file seen
 	refs       []string // placeholders referenced as variables (script)
+	// leadingPrompt: the word begins with @prompt, the body.
+	leadingPrompt bool
 }
 
 // Shell quoting states of a script, as far as placeholders care.
@@ -315,6 +324,7 @@ func (x *expander) word(w string) (string, error) {
 		if matched == PhPrompt || matched == PhPromptFile {
 			x.usesPrompt = true
 		}
+		x.leadingPrompt = x.leadingPrompt || (matched == PhPrompt && i == 0)
 		i += len(matched)
 		if !x.script {
 			b.WriteString(val)
