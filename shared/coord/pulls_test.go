@@ -782,3 +782,31 @@ func TestPullRequestFailingStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestPullRequestIterationClearsVotes: a job the forge sends back for
+// another iteration keeps no votes: they were on the code sent back, so
+// an approval of that code cannot make quorum with one of the new code,
+// even when the factory reports the same head string again.
+func TestPullRequestIterationClearsVotes(t *testing.T) {
+	t.Parallel()
+	e, double := forgeEnv(t, fleet.ForgeConfig{MaxIterations: 3,
+		Reviewers: map[string]string{"alice-gh": "alice", "bob-gh": "bob"}})
+	j := e.submit("review: {reviewers: [alice, bob], quorum: 2}")
+	head := "aq/job/" + j.ID + "@1111"
+	e.deliverPR(j.ID, head)
+	_, err := e.c.Vote(e.ctx, prod, j.ID, coord.VoteRequest{Reviewer: "bob", Approve: true, Head: head})
+	require.NoError(t, err)
+	out, why := e.hook(double.CheckRun(1, githubtest.Check{Name: "ci", Conclusion: "failure", Title: "fail"}))
+	require.Equal(t, pulls.Applied, out, why)
+	got := e.job(j.ID)
+	require.Equal(t, fleet.StageQueued, got.Stage)
+	require.Empty(t, got.Review.Votes, "the iteration clears the votes")
+	require.Zero(t, got.Review.Approvals)
+
+	double.Push("acme/notes", "aq/job/"+j.ID, strings.Repeat("2", 40))
+	got = e.deliverPR(j.ID, head) // the same head string, new code on the branch
+	require.Zero(t, got.Review.Approvals, "bob's approval of the code sent back does not count")
+	out, why = e.hook(double.Review(1, "alice-gh", "approved", "LGTM"))
+	require.Equal(t, pulls.Applied, out, why)
+	require.Equal(t, fleet.StageReview, e.job(j.ID).Stage, "one approval of two")
+}

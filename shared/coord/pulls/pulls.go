@@ -614,6 +614,13 @@ func (s *Service) iterate(ctx context.Context, p *fleet.Product, j *fleet.Job, e
 			j.Iteration = next
 			j.NotBefore = time.Time{}
 			j.ForgeDue, j.PRSync = false, nil
+			if j.Review != nil {
+				// The votes were on the code sent back: the next delivery
+				// is new code, for everyone to see again (as the gate's own
+				// rejection clears them).
+				j.Review.Head, j.Review.Votes = "", nil
+				j.Review.Tally()
+			}
 		}})
 	return s.outcome(err, msg)
 }
