@@ -339,7 +339,10 @@ func TestHeartbeatWithinTokenScope(t *testing.T) {
 
 func TestScrubEnv(t *testing.T) {
 	t.Parallel()
-	env := []string{"PATH=/bin", "FLEET_FACTORY_TOKEN=ft_x", "FLEET_FACTORY_TOKEN_FILE=/run/secrets/token", "FLEET_FACTORY_TOKENS=kept", "HOME=/root"}
-	require.Equal(t, []string{"PATH=/bin", "FLEET_FACTORY_TOKENS=kept", "HOME=/root"}, scrubEnv(env))
-	require.Len(t, env, 5, "the input is not modified")
+	env := []string{"PATH=/bin", "FLEET_FACTORY_TOKEN=ft_x", "FLEET_FACTORY_TOKEN_FILE=/run/secrets/token", "FLEET_FACTORY_TOKENS=kept", "HOME=/root",
+		"FLEET_NATS_URL=nats://user:pass@broker:4222", "IDENTITY_ENDPOINT=http://localhost:42356/msi/token", "IDENTITY_HEADER=secret",
+		"ServiceBus__fullyQualifiedNamespace=ns.servicebus.windows.net", "ServiceBus__clientId=c1", "MSI_SECRET=s", "ANTHROPIC_API_KEY=kept"}
+	require.Equal(t, []string{"PATH=/bin", "FLEET_FACTORY_TOKENS=kept", "HOME=/root", "ANTHROPIC_API_KEY=kept"}, scrubEnv(env),
+		"the factory's own credentials go, the engine's stay")
+	require.Len(t, env, 12, "the input is not modified")
 }

@@ -629,12 +629,23 @@ func (jb *job) postChildren(manifests []string) Outcome {
 	return OutcomeDone
 }
 
+// factorySecrets are the variables that let a process act as the factory:
+// its coordinator token, its broker (a NATS URL may carry credentials), and
+// its managed identity (Container Apps and App Service hand a process the
+// endpoint and the secret header that get tokens for it; the pool's
+// identity may read and send every factory's dispatch messages).
+var factorySecrets = []string{
+	config.EnvToken, config.EnvTokenFile, config.EnvNATSURL,
+	config.EnvServiceBusNS, config.EnvServiceBusClientID,
+	"IDENTITY_ENDPOINT", "IDENTITY_HEADER", "IDENTITY_SERVER_THUMBPRINT", "MSI_ENDPOINT", "MSI_SECRET",
+}
+
 // scrubEnv is env without the factory's secrets: the engine runs
 // arbitrary code and must not act as the factory.
 func scrubEnv(env []string) []string {
 	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")
-		return k == config.EnvToken || k == config.EnvTokenFile
+		return slices.Contains(factorySecrets, k)
 	})
 }
 
