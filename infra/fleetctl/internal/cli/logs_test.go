@@ -76,6 +76,74 @@ func TestJobsLogsPrintsTheLog(t *testing.T) {
 	require.Contains(t, out, "no run of epoch 9")
 }
 
+// TestJobsLogsRemovesTerminalCommands: what the engine prints reaches the
+// terminal without the sequences that command it (clipboard, title, clear
+// screen, a carriage return writing over a line), colours kept, a sequence
+// split between two appends removed whole; --raw prints every byte.
+func TestJobsLogsRemovesTerminalCommands(t *testing.T) {
+	t.Parallel()
+	w := newLogWorld(t)
+	w.engineSays("before\x1b]52;c;aGVsbG8=")
+	w.engineSays("\x07after\n")
+	w.engineSays("\x1b]0;title\x07\x1b[2Jforged\rover\n\x1b[32mgreen\x1b[0m\n")
+	w.endRun()
+	const raw = "before\x1b]52;c;aGVsbG8=\x07after\n\x1b]0;title\x07\x1b[2Jforged\rover\n\x1b[32mgreen\x1b[0m\n"
+	const clean = "beforeafter\nforgedover\n\x1b[32mgreen\x1b[0m\n"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"jobs", "logs", w.job}, clean},
+		{[]string{"jobs", "logs", "-f", w.job}, clean},
+		{[]string{"jobs", "logs", "--raw", w.job}, raw},
+		{[]string{"jobs", "logs", "-f", "--raw", w.job}, raw},
+	} {
+		out, code := w.run(nil, "", tc.args...)
+		require.Zero(t, code, out)
+		require.Contains(t, out, "--- stdout\n"+tc.want+"--- stderr\n", tc.args)
+	}
+}
+
+// TestEscapeFilter: what the filter keeps of writes, whichever way the
+// output is cut between them.
+func TestEscapeFilter(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", maxHeldEscape)
+	for _, tc := range []struct {
+		name   string
+		writes []string
+		want   string
+	}{
+		{"text, tab and newline", []string{"a\tb\n"}, "a\tb\n"},
+		{"colour", []string{"\x1b[1;32mok\x1b[m"}, "\x1b[1;32mok\x1b[m"},
+		{"colour split", []string{"\x1b[3", "2mok"}, "\x1b[32mok"},
+		{"ESC alone at a write's end", []string{"a\x1b", "[0mb"}, "a\x1b[0mb"},
+		{"OSC 8 link", []string{"\x1b]8;;https://evil\x1b\\click\x1b]8;;\x1b\\"}, "click"},
+		{"OSC split before its ST", []string{"\x1b]0;t\x1b", "\\x"}, "x"},
+		{"cursor moves and answer-back requests", []string{"\x1b[H\x1b[6n\x1b[>0c\x1b[?1049h\x1bPq\x1b\\x"}, "qx"},
+		{"carriage return, backspace, bell", []string{"a\r\x08\x07b\r\n"}, "ab\n"},
+		{"C1 CSI", []string{"a\u009b2Jb"}, "a2Jb"},
+		{"C1 CSI split between writes", []string{"a\xc2", "\x9b2Jb"}, "a2Jb"},
+		{"a stray byte", []string{"a\x9bb"}, "a\uFFFDb"},
+		{"other characters whole", []string{"\xe2\x82", "\xac \u00e9"}, "€ é"},
+		{"unfinished at the end", []string{"a\x1b]52;c;aGk="}, "a52;c;aGk="},
+		{"an OSC longer than the bound is not held", []string{"\x1b]0;" + long, "\x07b"}, "0;" + long + "b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var b strings.Builder
+			f := &escapeFilter{w: &b}
+			for _, w := range tc.writes {
+				n, err := f.Write([]byte(w))
+				require.NoError(t, err)
+				require.Equal(t, len(w), n)
+			}
+			require.NoError(t, f.Flush())
+			require.Equal(t, tc.want, b.String())
+		})
+	}
+}
+
 // TestJobsLogsFollowResumes: -f prints what is there, follows new output,
 // resumes after the server ends the stream (its time limit) without a gap
 // or a repeated byte, and exits when the run ends.

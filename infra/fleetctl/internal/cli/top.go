@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -506,14 +505,6 @@ func (m *topModel) logPane() string {
 	}
 	return b.String()
 }
-
-// escapeRE matches terminal escape sequences (CSI, OSC) and other control
-// characters but tab.
-var escapeRE = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b.|[\x00-\x08\x0b-\x1f\x7f]`)
-
-// stripEscapes removes terminal escape sequences and control characters
-// (a carriage return included) from s, keeping newlines and tabs.
-func stripEscapes(s string) string { return escapeRE.ReplaceAllString(s, "") }
 
 // isTerminal reports whether f is a terminal (a file that is a TTY).
 func isTerminal(f any) bool {
