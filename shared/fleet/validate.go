@@ -153,7 +153,10 @@ func ValidateCapabilities(field string, caps []string) ([]string, error) {
 }
 
 // ValidateText checks free text: at most maxLen bytes of valid UTF-8 with no
-// control characters other than tab, newline and carriage return.
+// control characters other than tab, newline and a carriage return ending a
+// line (CRLF), and no bidirectional controls. A lone carriage return writes
+// what follows over what a terminal showed before it, and bidi controls make
+// text display as something else (SanitizeText escapes both).
 func ValidateText(field, s string, maxLen int) error {
 	if len(s) > maxLen {
 		return Invalid(field, "is longer than %d characters", maxLen)
@@ -161,8 +164,15 @@ func ValidateText(field, s string, maxLen int) error {
 	if !utf8.ValidString(s) {
 		return Invalid(field, "is not valid UTF-8")
 	}
-	for _, r := range s {
-		if unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r' {
+	for i, r := range s {
+		switch {
+		case r == '\r':
+			if !strings.HasPrefix(s[i+1:], "\n") {
+				return Invalid(field, "must not contain a carriage return but before a newline")
+			}
+		case isBidiControl(r):
+			return Invalid(field, "must not contain bidirectional controls (found %U)", r)
+		case unicode.IsControl(r) && r != '\t' && r != '\n':
 			return Invalid(field, "must not contain control characters (found %U)", r)
 		}
 	}

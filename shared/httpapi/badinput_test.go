@@ -91,6 +91,8 @@ func TestBadInput(t *testing.T) {
 		bad("manifest without a body", "POST", "/api/fleet/jobs", rootToken, "---\nrepo: r1\ntitle: x\n---\n", "body", p1, md),
 		bad("manifest without front matter", "POST", "/api/fleet/jobs", rootToken, "just text", "manifest", p1, md),
 		bad("unknown manifest field", "POST", "/api/fleet/jobs", rootToken, manifest("r1", "colour: red"), "colour", p1, md),
+		bad("title with a right-to-left override", "POST", "/api/fleet/jobs", rootToken, "---\nrepo: r1\ntitle: fix \u202egnp.exe\n---\nbody\n", "title", p1, md),
+		bad("title with a lone carriage return", "POST", "/api/fleet/jobs", rootToken, "---\nrepo: r1\ntitle: \"safe\\rrm -rf\"\n---\nbody\n", "title", p1, md),
 		bad("empty markdown body", "POST", "/api/fleet/jobs", rootToken, "", "manifest", p1, md),
 		bad("JSON submit without manifest", "POST", "/api/fleet/jobs", rootToken, `{}`, "manifest", p1),
 		bad("JSON submit with a number", "POST", "/api/fleet/jobs", rootToken, `{"manifest": 5}`, "manifest", p1),
