@@ -144,6 +144,9 @@ func TestPutProfileInvalid(t *testing.T) {
 		{"no front matter", "p", []byte("just text\n"), fleet.CodeInvalid, "profile"},
 		{"bad name", "a:b", profileDoc("b"), fleet.CodeInvalid, "name"},
 		{"invalid UTF-8", "p", profileDoc("\xff"), fleet.CodeInvalid, "body"},
+		{"terminal escape in the body", "p", profileDoc("\x1b]52;c;aGk=\x07b"), fleet.CodeInvalid, "body"},
+		{"lone carriage return in the body", "p", profileDoc("safe\rb"), fleet.CodeInvalid, "body"},
+		{"bidi override in the body", "p", profileDoc("a\u202eb"), fleet.CodeInvalid, "body"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -132,8 +131,10 @@ func (p *Profile) validate() error {
 	if len(p.Body) > MaxProfileBodyBytes {
 		return Invalid("body", "the instructions are %d bytes, at most %d allowed", len(p.Body), MaxProfileBodyBytes)
 	}
-	if !utf8.ValidString(p.Body) {
-		return Invalid("body", "is not valid UTF-8")
+	// Free text as a title is: an operator scoped to one product must not
+	// store escapes that command the terminal of an admin reading it.
+	if err := ValidateText("body", p.Body, MaxProfileBodyBytes); err != nil {
+		return err
 	}
 	caps, err := ValidateCapabilities("capabilities", p.Capabilities)
 	if err != nil {
