@@ -240,7 +240,9 @@ func (a *app) profilesCommand() *cobra.Command {
 				{"capabilities", list(p.Capabilities)}, {"engine", orDash(p.Engine)}, {"created", a.ago(p.CreatedAt) + " ago by " + orDash(p.CreatedBy)}}); err != nil {
 				return err
 			}
-			a.printf("\n%s\n", p.Body)
+			// Another product's operator may have written the body: it is
+			// printed as a log is, never commanding this terminal.
+			a.printf("\n%s\n", stripEscapesKeepColour([]byte(p.Body)))
 			return nil
 		},
 	}
