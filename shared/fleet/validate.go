@@ -170,7 +170,7 @@ func ValidateText(field, s string, maxLen int) error {
 			if !strings.HasPrefix(s[i+1:], "\n") {
 				return Invalid(field, "must not contain a carriage return but before a newline")
 			}
-		case isBidiControl(r):
+		case IsBidiControl(r):
 			return Invalid(field, "must not contain bidirectional controls (found %U)", r)
 		case unicode.IsControl(r) && r != '\t' && r != '\n':
 			return Invalid(field, "must not contain control characters (found %U)", r)
@@ -198,7 +198,7 @@ func SanitizeText(s string, maxLen int) string {
 			b.WriteRune(r)
 		case r < utf8.RuneSelf && unicode.IsControl(r):
 			fmt.Fprintf(&b, `\x%02x`, r)
-		case unicode.IsControl(r) || isBidiControl(r):
+		case unicode.IsControl(r) || IsBidiControl(r):
 			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
 			b.WriteRune(r)
@@ -215,10 +215,10 @@ func SanitizeText(s string, maxLen int) string {
 	return out[:cut] + TruncatedMark
 }
 
-// isBidiControl reports the explicit bidirectional formatting characters
+// IsBidiControl reports the explicit bidirectional formatting characters
 // (embeddings, overrides, isolates, marks), which reorder how the text
-// around them is displayed.
-func isBidiControl(r rune) bool {
+// around them is displayed. Clients escape them where they show text.
+func IsBidiControl(r rune) bool {
 	return r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069 || r == 0x200E || r == 0x200F || r == 0x061C
 }
 

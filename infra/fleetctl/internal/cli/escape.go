@@ -2,9 +2,14 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"regexp"
+	"strings"
+	"unicode"
 	"unicode/utf8"
+
+	"github.com/gigafactory/fleet/shared/fleet"
 )
 
 // escapeRE matches terminal escape sequences (CSI, OSC, any other ESC
@@ -88,3 +93,33 @@ func (f *escapeFilter) write(b []byte) error {
 	_, err := f.w.Write(stripEscapesKeepColour(b))
 	return err
 }
+
+// display escapes what a value from the coordinator must not do on this
+// terminal: control characters (tab and newline too, which would break a
+// table's columns or forge its rows; a carriage return writes over the
+// line) and the bidirectional controls, which make text display as other
+// text. Titles and reasons stored before the API refused them may hold
+// them, and a failure reason is the engine's output.
+func display(s string) string {
+	if !strings.ContainsFunc(s, needsEscape) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r < utf8.RuneSelf && needsEscape(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case needsEscape(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func needsEscape(r rune) bool { return unicode.IsControl(r) || fleet.IsBidiControl(r) }

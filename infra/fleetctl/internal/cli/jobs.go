@@ -256,7 +256,7 @@ func (a *app) jobsSubmit() *cobra.Command {
 			if resp.Status == http.StatusOK {
 				verb = "already submitted (same idempotencyKey)"
 			}
-			a.printf("%s job %s: %s (%s)\n", verb, j.ID, j.Stage, j.Title)
+			a.printf("%s job %s: %s (%s)\n", verb, j.ID, j.Stage, display(j.Title))
 			for _, w := range j.Warnings {
 				fmt.Fprintf(a.env.Stderr, "warning: %s: the job waits until the fleet changes\n", w)
 			}
@@ -448,7 +448,9 @@ func eventRow(e fleet.Event) []string {
 	if e.ActorID != "" {
 		actor += ":" + e.ActorID
 	}
-	return []string{strconv.FormatInt(e.Seq, 10), e.At.UTC().Format("15:04:05"), string(e.Type), stage, actor, truncate(strings.ReplaceAll(e.Message, "\n", " "), 60)}
+	// Escaped here, not only by table: jobs watch prints the row itself.
+	return []string{strconv.FormatInt(e.Seq, 10), e.At.UTC().Format("15:04:05"), string(e.Type), display(stage), display(actor),
+		display(truncate(strings.ReplaceAll(e.Message, "\n", " "), 60))}
 }
 
 func (a *app) jobsRuns() *cobra.Command {

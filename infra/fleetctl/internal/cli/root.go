@@ -307,21 +307,25 @@ func (a *app) printValue(v any) error {
 	return a.printJSON(b)
 }
 
-// table writes rows under a header, aligned.
+// table writes rows under a header, aligned, each cell escaped (display).
 func (a *app) table(header []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(a.env.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = display(c)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	return tw.Flush()
 }
 
-// fields prints "key: value" lines, aligned.
+// fields prints "key: value" lines, aligned, each value escaped (display).
 func (a *app) fields(kv [][2]string) error {
 	tw := tabwriter.NewWriter(a.env.Stdout, 0, 0, 1, ' ', 0)
 	for _, f := range kv {
-		fmt.Fprintf(tw, "%s:\t%s\n", f[0], f[1])
+		fmt.Fprintf(tw, "%s:\t%s\n", f[0], display(f[1]))
 	}
 	return tw.Flush()
 }

@@ -413,7 +413,7 @@ func (m *topModel) View() string {
 	jobs := func(title string, js []fleet.Job, who func(fleet.Job) string) {
 		b.WriteString(topHead.Render(fmt.Sprintf("%s (%d)", title, len(js))) + "\n")
 		for _, j := range js {
-			line := fmt.Sprintf("%-32s %-11s %-24s %s", j.ID, j.Stage, truncate(who(j), 24), truncate(j.Title, 50))
+			line := fmt.Sprintf("%-32s %-11s %-24s %s", j.ID, j.Stage, truncate(who(j), 24), truncate(display(j.Title), 50))
 			if row == m.cursor && j.ID == m.selected {
 				b.WriteString(topSel.Render("› "+line) + "\n")
 			} else {
@@ -468,7 +468,7 @@ func (m *topModel) viewDetail(b *strings.Builder) {
 			fields = append(fields, [2]string{"last failure", oneLine(f.Reason, 100)})
 		}
 		for _, f := range fields {
-			fmt.Fprintf(b, "  %-13s %s\n", f[0]+":", f[1])
+			fmt.Fprintf(b, "  %-13s %s\n", f[0]+":", display(f[1]))
 		}
 		b.WriteString(topHead.Render(fmt.Sprintf("Runs (%d)", len(m.detail.runs))) + "\n")
 		for _, r := range m.detail.runs {
