@@ -154,9 +154,10 @@ func ValidateCapabilities(field string, caps []string) ([]string, error) {
 
 // ValidateText checks free text: at most maxLen bytes of valid UTF-8 with no
 // control characters other than tab, newline and a carriage return ending a
-// line (CRLF), and no bidirectional controls. A lone carriage return writes
-// what follows over what a terminal showed before it, and bidi controls make
-// text display as something else (SanitizeText escapes both).
+// line (CRLF), and no bidirectional embeddings, overrides or isolates. A
+// lone carriage return writes what follows over what a terminal showed
+// before it, and those controls make text display as something else
+// (SanitizeText escapes both).
 func ValidateText(field, s string, maxLen int) error {
 	if len(s) > maxLen {
 		return Invalid(field, "is longer than %d characters", maxLen)
@@ -170,8 +171,8 @@ func ValidateText(field, s string, maxLen int) error {
 			if !strings.HasPrefix(s[i+1:], "\n") {
 				return Invalid(field, "must not contain a carriage return but before a newline")
 			}
-		case IsBidiControl(r):
-			return Invalid(field, "must not contain bidirectional controls (found %U)", r)
+		case isBidiReorder(r):
+			return Invalid(field, "must not contain bidirectional embeddings, overrides or isolates (found %U)", r)
 		case unicode.IsControl(r) && r != '\t' && r != '\n':
 			return Invalid(field, "must not contain control characters (found %U)", r)
 		}
@@ -219,7 +220,16 @@ func SanitizeText(s string, maxLen int) string {
 // (embeddings, overrides, isolates, marks), which reorder how the text
 // around them is displayed. Clients escape them where they show text.
 func IsBidiControl(r rune) bool {
-	return r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069 || r == 0x200E || r == 0x200F || r == 0x061C
+	return isBidiReorder(r) || r == 0x200E || r == 0x200F || r == 0x061C
+}
+
+// isBidiReorder reports the embeddings, overrides and isolates: each
+// reorders all the text after it until it is closed, so that a reader sees
+// other text than is there (Trojan Source, CVE-2021-42574). The marks
+// (LRM, RLM, ALM) only settle a neutral character's direction, and
+// right-to-left writing uses them: stored text may hold them.
+func isBidiReorder(r rune) bool {
+	return r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069
 }
 
 // alternatives names values as a choice for a message: "a, b or c". The
