@@ -293,7 +293,7 @@ func TestChildrenBadInput(t *testing.T) {
 	e := newEnv(t)
 	e.factory("f1")
 	parent := e.submit("title: parent")
-	other := e.submit("title: other", "idempotencyKey: taken")
+	other := e.submit("title: other", `idempotencyKey: "child:`+parent.ID+`:taken"`)
 	many := make([][]byte, fleet.MaxChildrenPerRequest+1)
 	for i := range many {
 		many[i] = childManifest(fmt.Sprintf("c%d", i))

@@ -33,16 +33,16 @@ func (c *Coordinator) Submit(ctx context.Context, productID string, manifest []b
 }
 
 // submitManifest creates the job of a parsed manifest, or, when the
-// manifest's idempotencyKey names a job already, returns that one with
-// created=false: the one rule of idempotent submission (Submit, tracker
-// ingest). mark, when set, adds to the job (and may write what must exist
-// before it) once every check passed, before the job is written.
+// manifest's idempotencyKey names a root job already, returns that one with
+// created=false (a child is a conflict): the one rule of idempotent
+// submission (Submit, tracker ingest). mark, when set, adds to the job (and
+// may write what must exist before it) once every check passed, before it.
 func (c *Coordinator) submitManifest(ctx context.Context, productID string, m *fleet.Manifest, mark func(j *fleet.Job) error) (job *fleet.Job, created bool, err error) {
 	id := c.k.NewID("j")
 	if m.IdempotencyKey != "" {
 		id = kernel.KeyedID(productID, m.IdempotencyKey)
 		if existing, err := c.GetJob(ctx, productID, id); err == nil {
-			return existing, false, nil
+			return dag.FoundByKey(existing, nil, m.ParentID)
 		}
 	}
 	j, err := c.prepareJob(ctx, productID, id, m, nil)
@@ -137,7 +137,7 @@ func (c *Coordinator) createJob(ctx context.Context, j *fleet.Job) (*fleet.Job, 
 	}
 	if errors.Is(err, store.ErrExists) && j.IdempotencyKey != "" {
 		existing, gerr := c.GetJob(ctx, productID, id)
-		return existing, false, gerr
+		return dag.FoundByKey(existing, gerr, j.ParentID)
 	}
 	if errors.Is(err, store.ErrTooLarge) {
 		return nil, false, &fleet.Error{Code: fleet.CodeTooLarge, Field: "body", Err: err,

@@ -44,8 +44,8 @@ type childSpec struct {
 }
 
 // PostChildren creates the children of job parentID (each idempotent by its
-// idempotencyKey; a child without one is keyed by its parent and manifest)
-// and makes the parent wait for them. A holder factory's parent gives its
+// idempotencyKey within the parent's, childKey; a child without one is keyed
+// by its manifest) and makes the parent wait for them. A holder factory's parent gives its
 // lease back. Every child is checked before any is written; created is
 // false when every child already existed and the parent waits on each.
 func (s *Service) PostChildren(ctx context.Context, productID, parentID string, req ChildrenRequest) (children []*fleet.Job, created bool, err error) {
@@ -212,17 +212,19 @@ func parseChildren(productID, parentID string, manifests [][]byte) ([]childSpec,
 			return nil, fleet.Invalid(field+".parentId", "names %s, but a child's parent is the job it is posted to (%s)", m.ParentID, parentID)
 		}
 		m.ParentID = parentID
-		if m.IdempotencyKey == "" {
+		key := m.IdempotencyKey
+		if key == "" {
 			// The same manifest posted again (a retried request, an
 			// engine proposing it again) is the same child.
 			sum := sha256.Sum256(raw)
-			m.IdempotencyKey = "child:" + parentID + ":" + hex.EncodeToString(sum[:16])
+			key = hex.EncodeToString(sum[:16])
+			m.IdempotencyKey = childKey(parentID, key)
 		}
 		if prev, dup := byKey[m.IdempotencyKey]; dup {
 			return nil, fleet.Invalid(field+".idempotencyKey", "is children[%d]'s too (identical manifests without a key are one child)", prev)
 		}
 		byKey[m.IdempotencyKey] = i
-		specs[i] = childSpec{field: field, m: m, id: kernel.KeyedID(productID, m.IdempotencyKey)}
+		specs[i] = childSpec{field: field, m: m, id: kernel.KeyedID(productID, childKey(parentID, key))}
 	}
 	for i := range specs {
 		deps := make([]string, 0, len(specs[i].m.Deps))
@@ -241,6 +243,31 @@ func parseChildren(productID, parentID string, manifests [][]byte) ([]childSpec,
 		specs[i].m.Deps = deps
 	}
 	return specs, nil
+}
+
+// childKey is the key a child's id is made of: its idempotencyKey within
+// its parent's. Scoped so, a holder cannot plant a job under a key an
+// operator's submit or a tracker item will use (they would answer its job,
+// its body and no gate), nor under another parent's child's.
+func childKey(parentID, key string) string { return "child:" + parentID + ":" + key }
+
+// FoundByKey answers a create (submit, tracker ingest, a child) whose
+// idempotency key names job found already (err: reading it): found, unless
+// it has another parent than parentID, the parent of the job being created
+// ("" for a root). A root's key never answers a child, whatever the key.
+func FoundByKey(found *fleet.Job, err error, parentID string) (*fleet.Job, bool, error) {
+	if err != nil {
+		return nil, false, err
+	}
+	if found.ParentID != parentID {
+		what := "a root job"
+		if found.ParentID != "" {
+			what = "a child of " + found.ParentID
+		}
+		return nil, false, &fleet.Error{Code: fleet.CodeConflict, Field: "idempotencyKey",
+			Message: fmt.Sprintf("idempotencyKey %q names job %s, %s; choose another key", found.IdempotencyKey, found.ID, what)}
+	}
+	return found, false, nil
 }
 
 // childOrder is an order in which every child comes after the siblings it
