@@ -126,6 +126,9 @@ func (s *Service) PostChildren(ctx context.Context, productID, parentID string, 
 	if size+fresh > fleet.MaxTreeJobs {
 		return nil, false, fleet.Invalid("children", "the tree of %s holds %d jobs; %d more would pass the limit of %d", root, size, fresh, fleet.MaxTreeJobs)
 	}
+	if err := s.checkNoWaitCycle(ctx, parent, specs, existing, pending); err != nil {
+		return nil, false, err
+	}
 	prepared := make([]*fleet.Job, len(specs))
 	for _, i := range order {
 		if existing[i] != nil {

@@ -37,6 +37,89 @@ func (s *Service) CheckDeps(ctx context.Context, productID, id string, deps []st
 	return nil
 }
 
+// waitWalkLimit bounds the unfinished jobs checkNoWaitCycle reads: a whole
+// tree and the dependencies of one job.
+const waitWalkLimit = fleet.MaxTreeJobs + fleet.MaxDeps
+
+// checkNoWaitCycle refuses a new child's dependency that waits on the
+// child's parent: the parent itself, an ancestor (it waits for its
+// descendants), or a job that reaches one through the deps and children it
+// waits for. The parent waits for the child, so neither would ever move.
+// Siblings created by the same request (pending) are new: nothing waits on
+// them yet, and their own deps are checked as theirs.
+func (s *Service) checkNoWaitCycle(ctx context.Context, parent *fleet.Job, specs []childSpec, existing []*fleet.Job, pending map[string]bool) error {
+	ancestors := map[string]bool{parent.ID: true}
+	for a := parent; a.ParentID != "" && !ancestors[a.ParentID]; {
+		ancestors[a.ParentID] = true
+		next, err := s.k.GetJob(ctx, a.ProductID, a.ParentID)
+		if errors.Is(err, fleet.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		a = next
+	}
+	// Shared by every dependency of the request: a job read without
+	// reaching an ancestor reaches none from anywhere else either.
+	seen := map[string]bool{}
+	for i, spec := range specs {
+		if existing[i] != nil {
+			continue
+		}
+		for d, dep := range spec.m.Deps {
+			field := fmt.Sprintf("%s.deps[%d]", spec.field, d)
+			switch {
+			case pending[dep]:
+				continue
+			case dep == parent.ID:
+				return fleet.Invalid(field, "is the parent %s, which waits for its children: the two would wait for each other for ever", dep)
+			case ancestors[dep]:
+				return fleet.Invalid(field, "is %s, an ancestor of the parent, which waits for its descendants: the two would wait for each other for ever", dep)
+			}
+			if err := s.walkWaits(ctx, parent.ProductID, field, dep, ancestors, seen); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// walkWaits refuses (naming field) a dependency from which the deps and
+// children unfinished jobs wait for lead to one of ancestors. A finished
+// job waits for nothing; a walk past waitWalkLimit jobs is refused too,
+// as one that cannot be told safe.
+func (s *Service) walkWaits(ctx context.Context, productID, field, from string, ancestors, seen map[string]bool) error {
+	stack := []string{from}
+	for len(stack) > 0 {
+		id := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if seen[id] {
+			continue
+		}
+		if seen[id] = true; len(seen) > waitWalkLimit {
+			return fleet.Invalid(field, "job %s waits, through its deps and children, on more than %d unfinished jobs: too many to check that none waits for this child's parent", from, waitWalkLimit)
+		}
+		j, err := s.k.GetJob(ctx, productID, id)
+		if errors.Is(err, fleet.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if j.Stage.Terminal() {
+			continue
+		}
+		for _, next := range slices.Concat(j.Deps, j.Children) {
+			if ancestors[next] {
+				return fleet.Invalid(field, "job %s waits, through its deps and children, on %s, which waits for this child: they would wait for each other for ever", from, next)
+			}
+			stack = append(stack, next)
+		}
+	}
+	return nil
+}
+
 // RegisterDependant marks each unshipped dependency as having dependants (so
 // shipping it looks for them) and reports whether the deps are satisfied.
 // CheckDeps has found every one: a rejected submit changes nothing, not even
