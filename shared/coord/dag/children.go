@@ -134,6 +134,11 @@ func (s *Service) PostChildren(ctx context.Context, productID, parentID string, 
 		if existing[i] != nil {
 			continue
 		}
+		if req.Actor == fleet.ActorFactory {
+			if err := boundByParent(parent, specs[i]); err != nil {
+				return nil, false, err
+			}
+		}
 		j, err := s.lc.PrepareJob(ctx, productID, specs[i].id, specs[i].m, pending)
 		if err != nil {
 			return nil, false, withFieldPrefix(specs[i].field, err)
@@ -187,6 +192,41 @@ func childrenMove(parent *fleet.Job, req ChildrenRequest, ids []string) Move {
 	m.MayStay = true
 	m.Guard = operatorMayPostChildren
 	return m
+}
+
+// boundByParent holds a holder factory's child to its parent's gate and
+// priority: the party under review cannot weaken its own gate (API.md) by
+// posting its work as children and shipping them itself, nor jump its own
+// job ahead of others' (or preempt their runs) the same way. A child
+// without a gate takes the parent's; one with its own keeps every reviewer
+// and the quorum of the parent's (403 naming children[i].review), and a
+// composite child, which carries no gate, is refused under a gated parent.
+// A priority above the parent's is lowered to it, not refused: a manifest
+// without one says normal, so every child of a low job would be refused.
+// An operator's children are the operator's to decide.
+func boundByParent(parent *fleet.Job, spec childSpec) error {
+	m := spec.m
+	if p := parent.Priority; m.Priority.Rank() > p.Rank() {
+		m.Priority = p
+	}
+	gate := parent.Review
+	switch {
+	case gate == nil:
+		return nil
+	case m.Kind == fleet.KindComposite:
+		return &fleet.Error{Code: fleet.CodeForbidden, Field: spec.field + ".kind", Message: fmt.Sprintf(
+			"a composite job carries no review gate, and its parent %s's holder may not post work its gate (%v, quorum %d) would not hold", parent.ID, gate.Reviewers, gate.Quorum)}
+	case m.Review == nil:
+		m.Review = &fleet.Review{Reviewers: slices.Clone(gate.Reviewers), Quorum: gate.Quorum, OnReject: gate.OnReject}
+		return nil
+	}
+	missing := slices.DeleteFunc(slices.Clone(gate.Reviewers), func(rv string) bool { return slices.Contains(m.Review.Reviewers, rv) })
+	if len(missing) > 0 || m.Review.Quorum < gate.Quorum {
+		return &fleet.Error{Code: fleet.CodeForbidden, Field: spec.field + ".review", Message: fmt.Sprintf(
+			"the parent %s is gated by %v with quorum %d: its holder's child keeps every one of those reviewers and at least that quorum (missing %v, quorum %d)",
+			parent.ID, gate.Reviewers, gate.Quorum, missing, m.Review.Quorum)}
+	}
+	return nil
 }
 
 // operatorMayPostChildren: an operator gives children to a job no factory
