@@ -1,6 +1,8 @@
 package coord_test
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -326,4 +328,38 @@ func TestFactoryScopes(t *testing.T) {
 		{Repo: "docs", Products: []string{"p2"}, Factories: []string{"only-p2"}},
 		{Repo: repo, Products: []string{prod}, Factories: []string{"only-p2"}},
 	}, rs)
+}
+
+// tokenWriteFails fails every token write, and every delete of a factory
+// (the store going away between an enrollment's writes).
+type tokenWriteFails struct{ store.Store }
+
+var errStoreGone = errors.New("the store went away")
+
+func (s tokenWriteFails) Create(ctx context.Context, container, pk, id string, body []byte) (string, error) {
+	if container == store.Tokens {
+		return "", errStoreGone
+	}
+	return s.Store.Create(ctx, container, pk, id, body)
+}
+
+func (s tokenWriteFails) Delete(ctx context.Context, container, pk, id, rev string) error {
+	if container == store.Factories {
+		return errStoreGone
+	}
+	return s.Store.Delete(ctx, container, pk, id, rev)
+}
+
+// TestEnrollWritesTheTokenFirst: an enrollment whose second write fails
+// leaves no factory behind, whatever the store does next: the token goes
+// first, and alone it authenticates nothing. A factory written first, whose
+// token then failed, stayed when its undo failed too: it could never
+// authenticate, and its id could not be enrolled again (409).
+func TestEnrollWritesTheTokenFirst(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withStore(func(s store.Store) store.Store { return tokenWriteFails{s} }))
+	_, _, err := e.c.Enroll(e.ctx, catalog.EnrollRequest{FactoryID: "f1", Products: []string{prod}, Capabilities: baseCaps})
+	require.ErrorIs(t, err, errStoreGone)
+	_, err = e.raw.Read(e.ctx, store.Factories, "f1", "f1")
+	require.ErrorIs(t, err, store.ErrNotFound, "no factory without its token")
 }

@@ -80,7 +80,17 @@ func (c *Service) Enroll(ctx context.Context, req EnrollRequest) (*fleet.Factory
 	if err != nil {
 		return nil, "", err
 	}
+	// The token first: alone it authenticates nothing (a token counts only
+	// for the factory that names it), while a factory without its token
+	// could never authenticate, and its id could not be enrolled again,
+	// if the process died between the two writes.
+	if err := c.putToken(ctx, f, hash, f.Products, f.Capabilities); err != nil {
+		return nil, "", err
+	}
 	rev, err := c.k.Store.Create(ctx, store.Factories, f.ID, f.ID, body)
+	if err != nil {
+		_ = c.k.Store.Delete(context.WithoutCancel(ctx), store.Tokens, hash, hash, "")
+	}
 	if errors.Is(err, store.ErrExists) {
 		return nil, "", fleet.Errorf(fleet.CodeConflict, "factory %s is already enrolled; rotate its token or deregister it first", f.ID)
 	}
@@ -88,11 +98,6 @@ func (c *Service) Enroll(ctx context.Context, req EnrollRequest) (*fleet.Factory
 		return nil, "", fmt.Errorf("create factory %s: %w", f.ID, err)
 	}
 	f.Rev = rev
-	if err := c.putToken(ctx, f, hash, f.Products, f.Capabilities); err != nil {
-		// Without a token the factory can never authenticate: undo it.
-		_ = c.k.Store.Delete(ctx, store.Factories, f.ID, f.ID, "")
-		return nil, "", err
-	}
 	c.factories.invalidate()
 	c.fleetChanged(ctx)
 	return f, secret, nil
