@@ -335,6 +335,15 @@ func TestDeadLettered(t *testing.T) {
 	require.NoError(t, err)
 	first := pub.sent()[0]
 
+	// A letter about the job's dispatch to another factory (one a factory
+	// forged on its own dead-letter queue) changes nothing.
+	before := e.rawJob(j.ID)
+	forged := first
+	forged.TargetFactoryID = "f2"
+	require.NoError(t, e.c.DeadLettered(e.ctx, forged))
+	require.Len(t, pub.sent(), 1)
+	require.Equal(t, before, e.rawJob(j.ID))
+
 	require.NoError(t, e.c.DeadLettered(e.ctx, first))
 	msgs := pub.sent()
 	require.Len(t, msgs, 2)
@@ -344,7 +353,7 @@ func TestDeadLettered(t *testing.T) {
 	require.Equal(t, int64(2), got.DispatchEpoch)
 	require.Equal(t, "f1", got.TargetFactoryID)
 
-	before := e.rawJob(j.ID)
+	before = e.rawJob(j.ID)
 	require.NoError(t, e.c.DeadLettered(e.ctx, first), "a stale dead-letter")
 	require.Len(t, pub.sent(), 2)
 	require.Equal(t, before, e.rawJob(j.ID))
@@ -354,7 +363,7 @@ func TestDeadLettered(t *testing.T) {
 	require.ErrorIs(t, err, fleet.ErrConflict)
 	_, err = e.c.Accept(e.ctx, "f1", prod, j.ID, 2)
 	require.NoError(t, err)
-	require.Equal(t, int64(3), e.c.Stats().DeadLettered, "every report is counted")
+	require.Equal(t, int64(4), e.c.Stats().DeadLettered, "every report is counted")
 }
 
 // TestMessageID: the duplicate-detection key carries job and epoch, so a
