@@ -431,3 +431,37 @@ func TestDispatcherPublishControl(t *testing.T) {
 		require.ErrorIs(t, err, bus.ErrMalformed, name)
 	}
 }
+
+// endlessDeadLetters is a dead-letter queue that refills as fast as it is
+// drained (a factory publishing to its own, where the broker lets it).
+type endlessDeadLetters struct {
+	fakeDeadLetters
+	letter bus.Delivery
+}
+
+func (f *endlessDeadLetters) ReceiveDeadLetters(ctx context.Context, sub string, max int, wait time.Duration) ([]bus.Delivery, error) {
+	if sub != "flooded" {
+		return f.fakeDeadLetters.ReceiveDeadLetters(ctx, sub, max, wait)
+	}
+	out := make([]bus.Delivery, max)
+	for i := range out {
+		out[i] = f.letter
+	}
+	return out, nil
+}
+
+// TestDrainDeadLettersIsBounded: a queue that never empties costs a drain
+// at most MaxDrainPerSub letters, and the subscriptions after it are
+// drained too; the rest waits for the next sweep.
+func TestDrainDeadLettersIsBounded(t *testing.T) {
+	t.Parallel()
+	m, err := bus.DispatchToMessage(dispatchMsg())
+	require.NoError(t, err)
+	f := &endlessDeadLetters{letter: bus.NewDelivery(m, 1, time.Now(), nil)}
+	f.queues = map[string][]bus.Delivery{"after": {bus.NewDelivery(m, 1, time.Now(), nil)}}
+	d := bus.NewDispatcher(&recordingSender{}, bus.DispatcherOptions{DeadLetters: f})
+	n, err := d.DrainDeadLetters(t.Context(), []string{"flooded", "after"}, func(context.Context, protocol.DispatchMessage) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, bus.MaxDrainPerSub+1, n)
+	require.Len(t, f.completed, bus.MaxDrainPerSub+1, "the one of the next subscription too")
+}

@@ -45,6 +45,14 @@ type DeadLetterProbe interface {
 // drainBatch is how many dead letters one receive asks for.
 const drainBatch = 32
 
+// maxDrainPerSub bounds the dead letters one drain takes from one
+// subscription: the rest wait for the next sweep. Each costs a job's
+// compare-and-swap, and a queue that refills as fast as it is drained (a
+// factory publishing to its own, on a broker that lets it) would otherwise
+// hold the sweep, and the fleet's redispatch after it, for as long as it
+// kept publishing.
+const maxDrainPerSub = 1000
+
 // DispatcherOptions tune a Dispatcher; the zero value is usable.
 type DispatcherOptions struct {
 	// DispatchTTL is the TTL of dispatch messages; zero leaves the broker
@@ -170,8 +178,9 @@ func (d *Dispatcher) drain(ctx context.Context, sub string,
 	handle func(ctx context.Context, msg protocol.DispatchMessage) error) (int, error) {
 	dl := d.opts.DeadLetters
 	n := 0
-	for {
-		ds, err := dl.ReceiveDeadLetters(ctx, sub, drainBatch, 0)
+	for taken := 0; taken < maxDrainPerSub; {
+		ds, err := dl.ReceiveDeadLetters(ctx, sub, min(drainBatch, maxDrainPerSub-taken), 0)
+		taken += len(ds)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			return n, nil
@@ -202,6 +211,7 @@ func (d *Dispatcher) drain(ctx context.Context, sub string,
 			}
 		}
 	}
+	return n, nil
 }
 
 // DispatchToMessage is the bus form of a dispatch message: JSON body,
