@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gigafactory/fleet/shared/store"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 )
 
@@ -86,7 +89,24 @@ func (t feedToken) check(containerName string) error {
 	case t.Next < 0 || t.Next >= len(t.Ranges):
 		return fmt.Errorf("continuation next range %d out of %d", t.Next, len(t.Ranges))
 	}
-	for _, r := range t.Ranges {
+	// The ranges were the container's feed ranges when the feed was first
+	// read, so they cover the key space once, in order: anything else was
+	// not issued here, and each listed range costs a request per read.
+	if t.Ranges[0].Min != "" || t.Ranges[len(t.Ranges)-1].Max != epkMax {
+		return errors.New("continuation feed ranges do not cover the key space")
+	}
+	for i, r := range t.Ranges {
+		if err := checkRange(r.Min, r.Max); err != nil {
+			return fmt.Errorf("continuation feed range %d: %w", i, err)
+		}
+		if i > 0 && t.Ranges[i-1].Max != r.Min {
+			return fmt.Errorf("continuation feed range %d does not follow range %d", i, i-1)
+		}
+		if r.Token != "" {
+			if _, err := decodeSDKToken(r); err != nil {
+				return fmt.Errorf("continuation feed range %d: %w", i, err)
+			}
+		}
 		if r.From == "" {
 			continue
 		}
@@ -95,6 +115,141 @@ func (t feedToken) check(containerName string) error {
 		}
 	}
 	return nil
+}
+
+// epkMax is the exclusive end of the effective-partition-key space as the
+// service writes it in feed ranges.
+const epkMax = "FF"
+
+// sdkToken is what the store relies on in the SDK's composite change-feed
+// continuation (azcosmos' compositeContinuationToken, unexported): the
+// positions of the physical ranges within one of the store's feed ranges.
+type sdkToken struct {
+	ResourceID   string `json:"resourceId"`
+	Continuation []struct {
+		Min string `json:"minInclusive"`
+		Max string `json:"maxExclusive"`
+	} `json:"continuation"`
+}
+
+// decodeSDKToken checks the SDK token of r: the SDK refuses one that is
+// not JSON or lists no range only after a round trip, with an error of no
+// kind, and follows any range listed with a request. Its entries must
+// overlap r (the SDK narrows a split's children to their parent; after a
+// merge an entry may be wider than r).
+func decodeSDKToken(r feedCursor) (sdkToken, error) {
+	var st sdkToken
+	if err := json.Unmarshal([]byte(r.Token), &st); err != nil {
+		return sdkToken{}, fmt.Errorf("position is not an SDK continuation: %v", err)
+	}
+	if len(st.Continuation) == 0 {
+		return sdkToken{}, errors.New("position lists no range")
+	}
+	for j, e := range st.Continuation {
+		if err := checkRange(e.Min, e.Max); err != nil {
+			return sdkToken{}, fmt.Errorf("position range %d: %w", j, err)
+		}
+		if compareEPK(e.Max, r.Min) <= 0 || compareEPK(r.Max, e.Min) <= 0 {
+			return sdkToken{}, fmt.Errorf("position range %d [%s,%s) is outside its feed range", j, e.Min, e.Max)
+		}
+	}
+	return st, nil
+}
+
+// checkRange checks a [min,max) of effective partition keys: upper-case
+// hex strings ("" the lowest, "FF" past the highest), min below max.
+func checkRange(lo, hi string) error {
+	if !isEPK(lo) || !isEPK(hi) || hi == "" {
+		return fmt.Errorf("bounds [%q,%q) are not partition key hashes", lo, hi)
+	}
+	if compareEPK(lo, hi) >= 0 {
+		return fmt.Errorf("empty range [%s,%s)", lo, hi)
+	}
+	return nil
+}
+
+func isEPK(s string) bool {
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'A' || c > 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// compareEPK orders effective partition keys as the SDK does (its
+// internal/epk.CompareEPK): by the common prefix, then a longer key is
+// greater unless the rest of it is zeros.
+func compareEPK(a, b string) int {
+	n := min(len(a), len(b))
+	if c := strings.Compare(a[:n], b[:n]); c != 0 {
+		return c
+	}
+	tail := a[n:] + b[n:] // one of them is empty
+	if strings.Trim(tail, "0") == "" {
+		return 0
+	}
+	if len(a) > len(b) {
+		return 1
+	}
+	return -1
+}
+
+// checkRangeCount refuses a continuation listing more ranges than the
+// container could have given it: a forged one with thousands would cost a
+// request each per read. The SDK's view of the container's ranges is
+// cached without expiry, so a continuation made by another process after a
+// split may list more than this one knows: twice as many is allowed (one
+// split of every range).
+func checkRangeCount(t feedToken, current int) error {
+	limit := 2 * current
+	if len(t.Ranges) > limit {
+		return fmt.Errorf("continuation lists %d feed ranges, the container has %d", len(t.Ranges), current)
+	}
+	positions := 0
+	for _, r := range t.Ranges {
+		if r.Token == "" {
+			positions++
+			continue
+		}
+		st, err := decodeSDKToken(r) // checked when decoded
+		if err != nil {
+			return err
+		}
+		positions += len(st.Continuation)
+	}
+	if positions > limit {
+		return fmt.Errorf("continuation lists %d positions, the container has %d feed ranges", positions, current)
+	}
+	return nil
+}
+
+// refusedContinuation reports a change-feed failure caused by the
+// continuation the caller supplied: the service's 400 (a position it
+// cannot read), and the SDK's refusals of its own token — issued for
+// another container (a foreign one, or this one dropped and recreated),
+// or ranges that no longer resolve to a partition key range.
+func refusedContinuation(err error) bool {
+	if isStatus(err, http.StatusBadRequest) || errors.Is(err, azcosmos.ErrFeedRangeUnresolved) {
+		return true
+	}
+	var re *azcore.ResponseError
+	if errors.As(err, &re) {
+		return false
+	}
+	// Errors of no kind; pinned by TestChangeFeedRefusedBySDK.
+	msg := err.Error()
+	for _, s := range []string{
+		"the token was issued for a different container",
+		"requires a FeedRange to be set in the options, or a continuation token",
+		"has nothing to drain",
+		"drain queue exceeded safety cap",
+	} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // ChangesHead returns a continuation whose ranges start at the current time
@@ -171,6 +326,13 @@ func (s *Store) ReadChanges(ctx context.Context, containerName, continuation str
 				tok.Ranges = append(tok.Ranges, feedCursor{Min: r.MinInclusive, Max: r.MaxExclusive})
 			}
 		} else {
+			ranges, err := cn.coll(c).ReadFeedRanges(ctx, nil)
+			if err != nil {
+				return err
+			}
+			if err := checkRangeCount(*start, len(ranges)); err != nil {
+				return badContinuation{err}
+			}
 			tok = *start
 			tok.Ranges = append([]feedCursor(nil), start.Ranges...)
 		}
@@ -196,6 +358,9 @@ func (s *Store) ReadChanges(ctx context.Context, containerName, continuation str
 			}
 			resp, err := cn.coll(c).ReadChangeFeed(ctx, opts)
 			if err != nil {
+				if start != nil && refusedContinuation(err) {
+					err = badContinuation{err}
+				}
 				return locate(fmt.Sprintf("feed range [%s,%s)", cur.Min, cur.Max), err)
 			}
 			if resp.ContinuationToken != "" {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/gigafactory/fleet/shared/store"
@@ -215,4 +216,106 @@ func TestChangeFeedIgnoresOtherWork(t *testing.T) {
 	require.EqualValues(t, 1, fx.store.Stats().ReadChanges.Calls)
 	require.Positive(t, fx.store.Stats().ReadChanges.RequestCharge)
 	require.Len(t, fx.fake.requests(func(r recorded) bool { return r.Method == http.MethodGet && r.isChangeFeed() }), 1)
+}
+
+// tiling returns n feed ranges covering the key space in order, no token.
+func tiling(n int) []feedCursor {
+	out := make([]feedCursor, n)
+	for i := range n {
+		if i > 0 {
+			out[i].Min = fmt.Sprintf("%04X", i*0xFF00/n)
+		}
+		out[i].Max = "FF"
+		if i < n-1 {
+			out[i].Max = fmt.Sprintf("%04X", (i+1)*0xFF00/n)
+		}
+	}
+	return out
+}
+
+// TestChangeFeedRangeCount: a continuation listing more feed ranges than
+// the container could have issued it (twice its ranges, for a split another
+// process saw first) is refused before any change-feed request, whatever
+// it costs to forge; it was one request per listed range.
+func TestChangeFeedRangeCount(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, nil)
+	fx.fake.setRanges(testDB, store.Jobs, 2)
+	ctx := t.Context()
+	enc := func(n int) string {
+		s, err := feedToken{V: feedTokenVersion, Container: store.Jobs, Ranges: tiling(n)}.encode()
+		require.NoError(t, err)
+		return s
+	}
+	for _, tt := range []struct {
+		ranges int
+		ok     bool
+	}{{1, true}, {4, true}, {5, false}, {2000, false}} {
+		fx.fake.reset()
+		_, err := fx.store.ReadChanges(ctx, store.Jobs, enc(tt.ranges), 10)
+		reads := len(fx.fake.requests(changeFeedRequests))
+		if tt.ok {
+			require.NoError(t, err, "%d ranges", tt.ranges)
+			require.LessOrEqual(t, reads, 2*tt.ranges, "%d ranges", tt.ranges)
+			continue
+		}
+		require.ErrorIs(t, err, store.ErrBadContinuation, "%d ranges", tt.ranges)
+		require.Zero(t, reads, "%d ranges", tt.ranges)
+	}
+
+	// Within one range, the SDK's positions count too.
+	one := tiling(1)
+	var inner []string
+	for range 5 {
+		inner = append(inner, `{"minInclusive":"","maxExclusive":"FF","continuationToken":"\"1\""}`)
+	}
+	one[0].Token = `{"version":1,"resourceId":"","continuation":[` + strings.Join(inner, ",") + `]}`
+	s, err := feedToken{V: feedTokenVersion, Container: store.Jobs, Ranges: one}.encode()
+	require.NoError(t, err)
+	fx.fake.reset()
+	_, err = fx.store.ReadChanges(ctx, store.Jobs, s, 10)
+	require.ErrorIs(t, err, store.ErrBadContinuation)
+	require.Empty(t, fx.fake.requests(changeFeedRequests))
+}
+
+// TestChangeFeedRefusedBySDK: what the SDK or the service refuses in a
+// continuation the caller supplied is ErrBadContinuation (it was an error
+// of no kind, the API's 500); the same answers to a read from the
+// beginning, or an outage, are not. The SDK's refusals have no type: this
+// pins the messages refusedContinuation looks for.
+func TestChangeFeedRefusedBySDK(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, nil)
+	ctx := t.Context()
+	_, err := fx.store.Create(ctx, store.Runs, "j", "r", []byte(`{"id":"r","jobId":"j"}`))
+	require.NoError(t, err)
+	events, err := fx.store.ReadChanges(ctx, store.Events, "", 10)
+	require.NoError(t, err)
+	runs, err := fx.store.ReadChanges(ctx, store.Runs, "", 10)
+	require.NoError(t, err)
+
+	// Another container's position (a foreign one, or this one recreated).
+	tok := decodeToken(t, events.Continuation)
+	tok.Ranges[0].Token = decodeToken(t, runs.Continuation).Ranges[0].Token
+	foreign, err := tok.encode()
+	require.NoError(t, err)
+	_, err = fx.store.ReadChanges(ctx, store.Events, foreign, 10)
+	require.ErrorIs(t, err, store.ErrBadContinuation)
+	require.ErrorContains(t, err, "issued for a different container")
+
+	// A position the service cannot read.
+	fx.fake.on(changeFeedRequests, status(http.StatusBadRequest))
+	_, err = fx.store.ReadChanges(ctx, store.Events, events.Continuation, 10)
+	require.ErrorIs(t, err, store.ErrBadContinuation)
+	require.ErrorContains(t, err, "HTTP 400")
+
+	fx.fake.on(changeFeedRequests, status(http.StatusBadRequest))
+	_, err = fx.store.ReadChanges(ctx, store.Events, "", 10)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, store.ErrBadContinuation, "no continuation was supplied")
+
+	fx.fake.always(changeFeedRequests, status(http.StatusServiceUnavailable))
+	_, err = fx.store.ReadChanges(ctx, store.Events, events.Continuation, 10)
+	require.ErrorIs(t, err, store.ErrUnavailable)
+	require.NotErrorIs(t, err, store.ErrBadContinuation)
 }

@@ -42,6 +42,14 @@ func (e *located) Unwrap() error { return e.err }
 
 func locate(where string, err error) error { return &located{where: where, err: err} }
 
+// badContinuation marks a failure the caller's continuation caused
+// (store.ErrBadContinuation) without repeating that in the message, which
+// classify words.
+type badContinuation struct{ err error }
+
+func (e badContinuation) Error() string   { return e.err.Error() }
+func (e badContinuation) Unwrap() []error { return []error{store.ErrBadContinuation, e.err} }
+
 // invalid builds the error for arguments refused before any request is sent.
 func invalid(op, where string, err error) error {
 	return &opError{msg: fmt.Sprintf("cosmos: %s %s: %v", op, where, err), errs: []error{err}}
@@ -99,6 +107,10 @@ func classify(op, where string, err error, t *tracker, ownDeadline bool) error {
 		// object, a patch result without the field) or an SDK refusal:
 		// a bug or misconfiguration, not a state a caller can wait out.
 		detail = err.Error()
+	}
+	if storeErr == nil && errors.Is(err, store.ErrBadContinuation) {
+		// The service or the SDK refused a continuation the caller gave.
+		storeErr = store.ErrBadContinuation
 	}
 	msg := fmt.Sprintf("cosmos: %s %s: ", op, where)
 	errs := []error{err}

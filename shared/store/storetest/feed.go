@@ -404,3 +404,24 @@ func testChangeFeedBadContinuation(t *testing.T, s store.Store) {
 		require.ErrorIs(t, err, store.ErrBadContinuation, "continuation %q", cont)
 	}
 }
+
+// testChangeFeedCorruptContinuation: a continuation the backend issued,
+// altered inside (truncated, a byte flipped, a part replaced by garbage or
+// by the same part of another container's continuation), is either read or
+// refused as ErrBadContinuation: never an outage or an unclassified error,
+// which the API would answer 500 and a cache would never recover from.
+func testChangeFeedCorruptContinuation(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	mustCreate(t, s, store.Events, "j1", "e1", doc(t, store.Events, "j1", "e1", nil))
+	mustCreate(t, s, store.Runs, "j1", "r1", doc(t, store.Runs, "j1", "r1", nil))
+	_, events := drain(t, s, store.Events, "", 10)
+	_, runs := drain(t, s, store.Runs, "", 10)
+	variants := corrupted(events, runs)
+	require.NotEmpty(t, variants)
+	for name, cont := range variants {
+		_, err := s.ReadChanges(ctx, store.Events, cont, 10)
+		if err != nil {
+			require.ErrorIs(t, err, store.ErrBadContinuation, "%s: %s", name, cont)
+		}
+	}
+}

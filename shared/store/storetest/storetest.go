@@ -59,6 +59,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ChangeFeedTailWhileWriting", testChangeFeedTail},
 		{"ChangesHead", testChangesHead},
 		{"ChangeFeedBadContinuation", testChangeFeedBadContinuation},
+		{"ChangeFeedCorruptContinuation", testChangeFeedCorruptContinuation},
 		{"CASRace", testCASRace},
 		{"CreateRace", testCreateRace},
 		{"DeleteRace", testDeleteRace},
