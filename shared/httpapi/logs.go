@@ -192,7 +192,11 @@ func (s *server) logStream(w http.ResponseWriter, r *http.Request, p *principal)
 	}
 	ctx := r.Context()
 	var off int64
-	if v, field := resumeID(r); v != "" {
+	v, field, err := resumeID(r)
+	if err != nil {
+		return err
+	}
+	if v != "" {
 		off, err = strconv.ParseInt(v, 10, 64)
 		if err != nil || off < 0 {
 			return fleet.Invalid(field, "must be a log offset (a whole number >= 0, the id of the last event received), got %q", v)

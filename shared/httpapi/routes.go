@@ -183,7 +183,7 @@ var routes = []route{
 			"With wait, an answer that would be empty waits up to that long for a change. Needs a product: x-product-id, or a token scoped to one. " +
 			"A position far back is answered a page at a time: once an answer holds 500 changes (completing the feed page it is in) or has read 50 feed pages, it is given at once with the position reached, and the client pages on.",
 		params: []param{
-			queryParam("after", "The position of the previous answer (or an id of the stream).", obj{"type": "string"}),
+			queryParam("after", "The position of the previous answer (or an id of the stream).", obj{"type": "string", "maxLength": maxResumeID}),
 			queryParam("wait", "Wait up to this long (a duration such as 30s, at most 60s) when nothing changed. "+
 				"A wait above zero counts against the stream caps (429 throttled past them).", obj{"type": "string", "default": "0s"}),
 		},
@@ -205,8 +205,8 @@ var routes = []route{
 			"A bad Last-Event-ID or after is 400 naming it." +
 			" Counts against the stream caps (FLEET_MAX_STREAMS_PER_PRINCIPAL per token, FLEET_MAX_STREAMS per process): past either, 429 throttled with Retry-After, before anything is read.",
 		params: []param{
-			queryParam("after", "Resume after this id (Last-Event-ID wins when both are sent).", obj{"type": "string"}),
-			headerParam(headerLastEventID, "The id to resume after.", obj{"type": "string"}),
+			queryParam("after", "Resume after this id (Last-Event-ID wins when both are sent).", obj{"type": "string", "maxLength": maxResumeID}),
+			headerParam(headerLastEventID, "The id to resume after.", obj{"type": "string", "maxLength": maxResumeID}),
 		},
 		ok:     map[string]obj{"200": eventStream("The product's changes, as server-sent events.")},
 		errors: []string{"400"}},

@@ -172,16 +172,30 @@ func (s *sse) flush() error {
 	return s.rc.Flush()
 }
 
+// maxResumeID bounds a resume id (Last-Event-ID, ?after=). The longest the
+// API issues is a product stream's: two change-feed continuations, about
+// 450 bytes per feed range each on Cosmos. A forged one is read range by
+// range and echoed in the next id, so its length is refused before it is
+// parsed.
+const maxResumeID = 8 << 10
+
 // resumeID is the id a client resumes after: Last-Event-ID, else ?after=.
 // field names where it came from, for the 400.
-func resumeID(r *http.Request) (id, field string) {
-	if v := r.Header.Get(headerLastEventID); v != "" {
-		return v, headerLastEventID
+func resumeID(r *http.Request) (id, field string, err error) {
+	switch {
+	case r.Header.Get(headerLastEventID) != "":
+		id, field = r.Header.Get(headerLastEventID), headerLastEventID
+	case r.URL.Query().Get("after") != "":
+		id, field = r.URL.Query().Get("after"), "after"
 	}
-	if v := r.URL.Query().Get("after"); v != "" {
-		return v, "after"
+	return id, field, checkResumeID(id, field)
+}
+
+func checkResumeID(id, field string) error {
+	if len(id) > maxResumeID {
+		return fleet.Invalid(field, "is %d bytes, longer than any id of a stream (at most %d)", len(id), maxResumeID)
 	}
-	return "", ""
+	return nil
 }
 
 func (s *server) jobEventStream(w http.ResponseWriter, r *http.Request, p *principal) error {
@@ -190,7 +204,11 @@ func (s *server) jobEventStream(w http.ResponseWriter, r *http.Request, p *princ
 		return err
 	}
 	var after int64
-	if v, field := resumeID(r); v != "" {
+	v, field, err := resumeID(r)
+	if err != nil {
+		return err
+	}
+	if v != "" {
 		after, err = strconv.ParseInt(v, 10, 64)
 		if err != nil || after < 0 {
 			return fleet.Invalid(field, "must be an event seq (a whole number >= 0), got %q", v)
@@ -289,7 +307,11 @@ func (s *server) sendEvents(out *sse, events []fleet.Event, after int64) (int64,
 func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *principal) error {
 	product := productOf(r, p) // never "": the route needsProduct
 	var from *live.Position
-	if v, field := resumeID(r); v != "" {
+	v, field, err := resumeID(r)
+	if err != nil {
+		return err
+	}
+	if v != "" {
 		pos, err := live.ParsePosition(v)
 		if err != nil {
 			return fleet.Invalid(field, "is not an id of this stream: resume with the last id received, got %q", v)
@@ -391,7 +413,7 @@ func (s *server) productEventStream(w http.ResponseWriter, r *http.Request, p *p
 }
 
 func resumeField(r *http.Request) string {
-	_, field := resumeID(r)
+	_, field, _ := resumeID(r)
 	return field
 }
 
@@ -475,6 +497,9 @@ func (s *server) productEvents(w http.ResponseWriter, r *http.Request, p *princi
 	}
 	var from *live.Position
 	if v := r.URL.Query().Get("after"); v != "" {
+		if err := checkResumeID(v, "after"); err != nil {
+			return err
+		}
 		pos, err := live.ParsePosition(v)
 		if err != nil {
 			return fleet.Invalid("after", "is not a position of this product's events: pass the last position received, got %q", v)

@@ -263,6 +263,42 @@ func TestStreamRefusesBadResumeIDs(t *testing.T) {
 	require.Equal(t, 404, res.status, "%s", res)
 }
 
+// TestResumeIDLengthCapped: a resume id longer than any the API issues is
+// a 400 naming where it came from, without the id: it was parsed and read
+// (on Cosmos one request per feed range it listed) and echoed back whole.
+func TestResumeIDLengthCapped(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	j := f.submit("p1", manifest("r1"))
+	jobPath := "/api/fleet/jobs/" + j.ID + "/events/stream"
+	long := "p2." + base64.RawURLEncoding.EncodeToString([]byte(`{"j":"`+strings.Repeat("A", maxResumeID)+`","f":""}`))
+	for _, tc := range []struct {
+		name, path string
+		opts       []reqOption
+		field      string
+	}{
+		{"product: Last-Event-ID", "/api/fleet/events/stream", []reqOption{header("Last-Event-ID", long)}, "Last-Event-ID"},
+		{"product: after", "/api/fleet/events/stream?after=" + long, nil, "after"},
+		{"product long poll: after", "/api/fleet/events?after=" + long, nil, "after"},
+		{"job: Last-Event-ID", jobPath, []reqOption{header("Last-Event-ID", strings.Repeat("1", maxResumeID+1))}, "Last-Event-ID"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res := f.call("GET", tc.path, rootToken, nil, append(tc.opts, product("p1"))...)
+			require.Equal(t, 400, res.status, "%s", res)
+			e := res.errorOf(t)
+			require.Equal(t, tc.field, e.Field)
+			require.Contains(t, e.Message, "at most 8192")
+			require.Less(t, len(res.body), 1024, "the id is not echoed")
+		})
+	}
+	// The longest id allowed is read as any other.
+	res := f.call("GET", "/api/fleet/events?after="+long[:maxResumeID], rootToken, nil, product("p1"))
+	require.Equal(t, 400, res.status, "%s", res)
+	require.NotContains(t, res.errorOf(t).Message, "at most 8192")
+}
+
 func TestProductStream(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
