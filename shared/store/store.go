@@ -29,10 +29,11 @@ var (
 	// ErrTooLarge: the document is over the backend's size limit
 	// (fleet.MaxDocumentBytes; Cosmos 413); nothing was written.
 	ErrTooLarge = errors.New("store: document too large")
-	// ErrBadContinuation: a change-feed continuation this backend did not
-	// issue (or issued for another container). Clients hand continuations
-	// back (the live event stream's ids), so it is their input, not a fault.
-	ErrBadContinuation = errors.New("store: invalid change-feed continuation")
+	// ErrBadContinuation: a change-feed or query continuation this backend
+	// did not issue (or issued for another container, or another query).
+	// Clients hand continuations back (the live event stream's ids, the
+	// job listing's cursors), so it is their input, not a fault.
+	ErrBadContinuation = errors.New("store: invalid continuation")
 )
 
 // Item is a stored JSON document and its revision.

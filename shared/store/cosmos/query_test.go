@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"regexp"
 	"testing"
 
@@ -331,4 +332,29 @@ func TestQueryDrainsEmptyPages(t *testing.T) {
 	require.Empty(t, page.Continuation, "an empty page is the end")
 	require.Len(t, fx.fake.requests(queryRequests), 4)
 	require.EqualValues(t, 0, fx.store.Stats().Query.Errors)
+}
+
+// TestQueryBadContinuation: the service's 400 to the caller's continuation
+// is ErrBadContinuation, and one no service issues (a control character,
+// which the HTTP client refuses to send) is refused before any request;
+// a 400 without a continuation stays a failure of no kind.
+func TestQueryBadContinuation(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, nil)
+	ctx := t.Context()
+	q := store.Query{PartitionKey: "p1", Continuation: "forged"}
+	_, err := fx.store.Query(ctx, store.Jobs, q)
+	require.ErrorIs(t, err, store.ErrBadContinuation)
+	require.ErrorContains(t, err, "HTTP 400")
+
+	fx.fake.reset()
+	q.Continuation = "off:1\r\nX-Injected: 1"
+	_, err = fx.store.Query(ctx, store.Jobs, q)
+	require.ErrorIs(t, err, store.ErrBadContinuation)
+	require.Empty(t, fx.fake.requests(queryRequests))
+
+	fx.fake.on(queryRequests, status(http.StatusBadRequest))
+	_, err = fx.store.Query(ctx, store.Jobs, store.Query{PartitionKey: "p1"})
+	require.Error(t, err)
+	require.NotErrorIs(t, err, store.ErrBadContinuation, "no continuation was supplied")
 }

@@ -567,6 +567,11 @@ func (s *Store) Query(ctx context.Context, containerName string, q store.Query) 
 		return store.Page{}, s.refuse(opQuery, w, fmt.Errorf("limit %d is negative", q.Limit))
 	}
 	partitioned := q.PartitionKey != ""
+	if strings.ContainsFunc(q.Continuation, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		// Sent as a header, which the HTTP client refuses to write (an
+		// error of no kind): no continuation the service issues has one.
+		return store.Page{}, s.refuse(opQuery, w, fmt.Errorf("continuation %q is not of a query: %w", q.Continuation, store.ErrBadContinuation))
+	}
 	stmt, err := BuildQuery(q.Where, partitioned, q.Descending)
 	if err != nil {
 		return store.Page{}, s.refuse(opQuery, w, err)
@@ -598,9 +603,15 @@ func (s *Store) Query(ctx context.Context, containerName string, q store.Query) 
 			opts.ContinuationToken = &cont
 		}
 		pager := cn.coll(c).NewQueryItemsPager(stmt.Text, pk, opts)
-		for {
+		for first := true; ; first = false {
 			resp, err := pager.NextPage(ctx)
 			if err != nil {
+				// The statement is the builder's and sent without a
+				// continuation too: a 400 to the caller's continuation is
+				// the service refusing it (garbage, another query's).
+				if first && q.Continuation != "" && isStatus(err, http.StatusBadRequest) {
+					err = badContinuation{err}
+				}
 				return err
 			}
 			items := make([]store.Item, 0, len(resp.Items))

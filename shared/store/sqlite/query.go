@@ -57,7 +57,7 @@ func buildQuery(t *table, q store.Query) (text string, args []any, limit int, er
 	if q.PartitionKey != "" {
 		after, ok := strings.CutPrefix(q.Continuation, partitionPrefix(q))
 		if !ok && q.Continuation != "" {
-			return "", nil, 0, fmt.Errorf("invalid continuation %q for a single-partition query", q.Continuation)
+			return "", nil, 0, fmt.Errorf("continuation %q is not of a single-partition query in this order: %w", q.Continuation, store.ErrBadContinuation)
 		}
 		switch {
 		case !q.Descending:
@@ -85,7 +85,7 @@ func buildQuery(t *table, q store.Query) (text string, args []any, limit int, er
 			s, ok := strings.CutPrefix(q.Continuation, crossCont)
 			after, err := strconv.ParseInt(s, 10, 64)
 			if !ok || err != nil || after < 0 {
-				return "", nil, 0, fmt.Errorf("invalid continuation %q for a cross-partition query", q.Continuation)
+				return "", nil, 0, fmt.Errorf("continuation %q is not of a cross-partition query: %w", q.Continuation, store.ErrBadContinuation)
 			}
 			b.WriteString(` AND rid > ?`)
 			args = append(args, after)

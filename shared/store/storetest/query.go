@@ -395,3 +395,56 @@ func testQueryRejectsBadInput(t *testing.T, s store.Store) {
 	}
 	mustRead(t, s, store.Jobs, "p1", "j1")
 }
+
+// testQueryBadContinuation: a query continuation the backend did not issue
+// is ErrBadContinuation, as a change-feed one is: callers hand cursors back
+// (the job listing's), and only this error tells their bad input from a
+// fault. One of another query (the other order, across partitions, another
+// partition) or a real one truncated is read or refused so, never another
+// error.
+func testQueryBadContinuation(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	const c = store.Jobs
+	for _, pk := range []string{"p1", "p2"} {
+		for i := range 5 {
+			id := fmt.Sprintf("j%d", i)
+			mustCreate(t, s, c, pk, id, doc(t, c, pk, id, fields{"stage": "queued"}))
+		}
+	}
+	shapes := map[string]store.Query{
+		"partition":            {PartitionKey: "p1", Limit: 2},
+		"partition descending": {PartitionKey: "p1", Limit: 2, Descending: true},
+		"other partition":      {PartitionKey: "p2", Limit: 2, Where: []store.Cond{store.Eq("stage", "queued")}},
+		"cross partition":      {Limit: 2},
+	}
+	issued := map[string]string{}
+	for name, q := range shapes {
+		page, err := s.Query(ctx, c, q)
+		require.NoError(t, err, name)
+		require.NotEmpty(t, page.Continuation, "%s: a first page of 2 of 5 has a continuation", name)
+		issued[name] = page.Continuation
+	}
+	for name, q := range shapes {
+		for _, cont := range []string{"garbage!", "-1", "x:", "\x00\n", "eyJ2Ijo5fQ", "{\"token\":\"+RID:~abc\",\"range\":{\"min\":\"\",\"max\":\"FF\"}}"} {
+			q.Continuation = cont
+			_, err := s.Query(ctx, c, q)
+			require.ErrorIs(t, err, store.ErrBadContinuation, "%s with %q", name, cont)
+		}
+		var others []string
+		for other, cont := range issued {
+			if other != name {
+				others = append(others, cont)
+			}
+		}
+		for _, n := range []int{1, len(issued[name]) / 2, len(issued[name]) - 1} {
+			others = append(others, issued[name][:n])
+		}
+		for _, cont := range others {
+			q.Continuation = cont
+			_, err := s.Query(ctx, c, q)
+			if err != nil {
+				require.ErrorIs(t, err, store.ErrBadContinuation, "%s with %q", name, cont)
+			}
+		}
+	}
+}

@@ -52,6 +52,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"QuerySinglePartition", testQuerySinglePartition},
 		{"QueryCrossPartition", testQueryCrossPartition},
 		{"QueryRejectsBadInput", testQueryRejectsBadInput},
+		{"QueryBadContinuation", testQueryBadContinuation},
 		{"ChangeFeedOrderAndLatestVersion", testChangeFeedOrder},
 		{"ChangeFeedPagination", testChangeFeedPagination},
 		{"ChangeFeedPartitions", testChangeFeedPartitions},
