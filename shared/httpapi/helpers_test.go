@@ -51,6 +51,24 @@ type faultyStore struct {
 	failing bool
 	// loseEvents fails every write of an event (unavailable).
 	loseEvents bool
+	// failQueries fails every query with an unclassified error.
+	failQueries bool
+}
+
+func (s *faultyStore) setFailQueries(v bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failQueries = v
+}
+
+func (s *faultyStore) Query(ctx context.Context, container string, q store.Query) (store.Page, error) {
+	s.mu.Lock()
+	failing := s.failQueries
+	s.mu.Unlock()
+	if failing {
+		return store.Page{}, fmt.Errorf("disk on fire under /var/lib/secret-path")
+	}
+	return s.Store.Query(ctx, container, q)
 }
 
 func (s *faultyStore) setLoseEvents(v bool) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/gigafactory/fleet/shared/coord/catalog"
 	"github.com/gigafactory/fleet/shared/coord/live"
 	"github.com/gigafactory/fleet/shared/fleet"
+	"github.com/gigafactory/fleet/shared/store"
 )
 
 // Job list paging.
@@ -211,12 +213,9 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, p *principal) 
 		return errBadCursor
 	}
 	items, next, err := s.jobPage(r.Context(), product, stage, int(limit), cursor)
-	if err != nil && cursor != "" && classify(err).Code == codeInternal {
-		// The store contract has no error of its own for a continuation it
-		// cannot read, so an unclassified failure on a page after the first
-		// is taken as the cursor's fault: bad input must not be a 500. The
-		// cause is logged in case it was not.
-		s.log.WarnContext(r.Context(), "list jobs: cursor refused", "requestId", stateOf(r.Context()).id, "err", err)
+	if errors.Is(err, store.ErrBadContinuation) {
+		// Every store says so of a cursor it did not issue; any other
+		// failure on a later page is a fault, not the cursor's.
 		return errBadCursor
 	}
 	if err != nil {

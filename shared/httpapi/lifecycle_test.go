@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -349,6 +350,33 @@ func TestAccessLogLevels(t *testing.T) {
 	require.Equal(t, 200, res.status)
 	require.Eventually(t, func() bool { return f.accessLine("routine-debug") != nil }, 5*time.Second, time.Millisecond)
 	require.Equal(t, "DEBUG", f.accessLine("routine-debug")["level"])
+}
+
+// TestListJobsCursorRefusedOnlyWhenBad: a cursor the store did not issue
+// is a 400 naming cursor, and a store failure on a later page a 500: any
+// unclassified failure with a cursor was taken as the cursor's fault, which
+// hid outages behind "start again without it".
+func TestListJobsCursorRefusedOnlyWhenBad(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.putProduct("p1", "r1")
+	for range 3 {
+		f.submit("p1", manifest("r1"))
+		f.clock.Advance(time.Millisecond)
+	}
+	var page api.JobPage
+	f.ok(200, &page, "GET", "/api/fleet/jobs?limit=1", rootToken, nil, product("p1"))
+	require.NotEmpty(t, page.Cursor)
+
+	res := f.call("GET", "/api/fleet/jobs?limit=1&cursor=x:5", rootToken, nil, product("p1"))
+	require.Equal(t, http.StatusBadRequest, res.status, "%s", res)
+	require.Equal(t, "cursor", res.errorOf(t).Field)
+
+	f.faulty.setFailQueries(true)
+	res = f.call("GET", "/api/fleet/jobs?limit=1&cursor="+url.QueryEscape(page.Cursor), rootToken, nil, product("p1"))
+	f.faulty.setFailQueries(false)
+	require.Equal(t, http.StatusInternalServerError, res.status, "%s", res)
+	require.Equal(t, codeInternal, res.errorOf(t).Code)
 }
 
 func TestStoreFailures(t *testing.T) {
