@@ -174,10 +174,12 @@ func (s *sse) flush() error {
 
 // maxResumeID bounds a resume id (Last-Event-ID, ?after=). The longest the
 // API issues is a product stream's: two change-feed continuations, about
-// 450 bytes per feed range each on Cosmos. A forged one is read range by
-// range and echoed in the next id, so its length is refused before it is
-// parsed.
-const maxResumeID = 8 << 10
+// 450 bytes per feed range each on Cosmos, so its length grows with the
+// containers' physical partitions; 32 KiB is Kestrel's default bound on a
+// request's headers in all (the Functions host's web server), and some 35
+// ranges per feed. A forged id is read range by range (the store refuses more ranges
+// than the container has), so its length is refused before it is parsed.
+const maxResumeID = 32 << 10
 
 // resumeID is the id a client resumes after: Last-Event-ID, else ?after=.
 // field names where it came from, for the 400.

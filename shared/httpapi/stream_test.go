@@ -289,14 +289,14 @@ func TestResumeIDLengthCapped(t *testing.T) {
 			require.Equal(t, 400, res.status, "%s", res)
 			e := res.errorOf(t)
 			require.Equal(t, tc.field, e.Field)
-			require.Contains(t, e.Message, "at most 8192")
+			require.Contains(t, e.Message, "at most 32768")
 			require.Less(t, len(res.body), 1024, "the id is not echoed")
 		})
 	}
 	// The longest id allowed is read as any other.
 	res := f.call("GET", "/api/fleet/events?after="+long[:maxResumeID], rootToken, nil, product("p1"))
 	require.Equal(t, 400, res.status, "%s", res)
-	require.NotContains(t, res.errorOf(t).Message, "at most 8192")
+	require.NotContains(t, res.errorOf(t).Message, "at most 32768")
 }
 
 func TestProductStream(t *testing.T) {
