@@ -2,7 +2,6 @@ package coord
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -165,17 +164,17 @@ func (c *Coordinator) createJob(ctx context.Context, j *fleet.Job) (*fleet.Job, 
 	return j, true, nil
 }
 
-// encodeSubmitted encodes a new job, refusing one whose document would
-// exceed fleet.MaxSubmittedJobBytes. The body is named: every other field
-// is bounded far below that.
+// encodeSubmitted encodes a new job as the store keeps it, refusing one
+// whose document would exceed fleet.MaxSubmittedJobBytes. The body is
+// named: every other field is bounded far below that.
 func encodeSubmitted(j *fleet.Job) ([]byte, error) {
-	body, err := json.Marshal(j)
+	body, err := kernel.EncodeJob(j)
 	if err != nil {
 		return nil, fmt.Errorf("encode job: %w", err)
 	}
 	if len(body) > fleet.MaxSubmittedJobBytes {
 		return nil, &fleet.Error{Code: fleet.CodeTooLarge, Field: "body", Message: fmt.Sprintf(
-			"the job would be stored as %d bytes of JSON, at most %d allowed; the task body's '<', '>', '&' and control characters take 6 bytes each there",
+			"the job would be stored as %d bytes of JSON, at most %d allowed; the task body's quotes, backslashes, newlines and control characters take 2 to 6 bytes each there",
 			len(body), fleet.MaxSubmittedJobBytes)}
 	}
 	return body, nil

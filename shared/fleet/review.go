@@ -135,6 +135,11 @@ func (r *Review) Cast(v Vote) error {
 		return &Error{Code: CodeConflict, Field: "head", Message: fmt.Sprintf("head %q is not the one under review (%q): votes are bound to the head they saw", v.Head, r.Head)}
 	}
 	r.Votes = slices.DeleteFunc(r.Votes, func(old Vote) bool { return old.Reviewer == v.Reviewer })
+	if len(r.Votes) >= MaxVotes {
+		// A gate listing no reviewers takes any operator's vote: bounded,
+		// so the job's document cannot outgrow the store (growth.go).
+		return &Error{Code: CodeConflict, Message: fmt.Sprintf("the gate holds %d votes on head %q, the most it keeps: list the reviewers that decide", len(r.Votes), r.Head)}
+	}
 	r.Votes = append(r.Votes, v)
 	r.Tally()
 	return nil

@@ -41,11 +41,12 @@ const (
 // the store's too-large error.
 const MaxDocumentBytes = 2 << 20
 
-// MaxSubmittedJobBytes bounds a job document as submitted, encoded: the
-// rest of MaxDocumentBytes is room for what the job gathers later
-// (checkpoint, failure reason, review votes), so no later write of the job
-// can fail for its size.
-const MaxSubmittedJobBytes = MaxDocumentBytes - 256<<10
+// MaxSubmittedJobBytes bounds a job document as submitted, encoded as the
+// store writes it: the rest of MaxDocumentBytes is MaxGrowthBytes, room for
+// the worst case of what the job gathers later (feedback, runs, votes,
+// events; see growth.go), so no later write of the job can fail for its
+// size.
+const MaxSubmittedJobBytes = MaxDocumentBytes - MaxGrowthBytes
 
 // TruncatedMark ends free text that SanitizeText cut short.
 const TruncatedMark = "… [truncated]"

@@ -104,7 +104,7 @@ func CAS[T any](ctx context.Context, c *Kernel, k DocKind[T], pk, id string, fn 
 			}
 			return nil, false, err
 		}
-		body, err := marshal(v)
+		body, err := encode(v)
 		if err != nil {
 			return nil, false, fmt.Errorf("encode %s %s: %w", k.Name, id, err)
 		}

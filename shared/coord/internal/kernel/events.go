@@ -30,7 +30,7 @@ import (
 const (
 	eventRingKeep = 4
 	eventRingMax  = 8
-	eventRingCap  = 32
+	eventRingCap  = fleet.MaxRecentEvents
 )
 
 // RecordEvent, called inside a job's CAS, records ev as the job's next
