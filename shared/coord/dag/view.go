@@ -1,6 +1,7 @@
 package dag
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -67,7 +68,17 @@ func (s *Service) View(ctx context.Context, productID, id string) (*View, error)
 			jobs = append(jobs, d)
 		}
 	}
-	slices.SortFunc(jobs, func(a, b *fleet.Job) int { return strings.Compare(a.ID, b.ID) })
+	// Siblings in the order they were posted (their parent's Children),
+	// the rest by id: a stable order, and the one a tree is read in.
+	pos := map[string]int{}
+	for _, m := range jobs {
+		for i, c := range m.Children {
+			pos[c] = i
+		}
+	}
+	slices.SortFunc(jobs, func(a, b *fleet.Job) int {
+		return cmp.Or(strings.Compare(a.ParentID, b.ParentID), cmp.Compare(pos[a.ID], pos[b.ID]), strings.Compare(a.ID, b.ID))
+	})
 	d := &View{RootID: rootID, Nodes: make([]Node, 0, len(jobs)), Edges: []Edge{}, Counts: map[fleet.Stage]int{}}
 	for _, m := range jobs {
 		d.Nodes = append(d.Nodes, Node{ID: m.ID, Title: m.Title, Stage: m.Stage, Kind: m.Kind, ParentID: m.ParentID,

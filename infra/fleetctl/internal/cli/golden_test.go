@@ -84,8 +84,12 @@ func (w *world) api(method, path, token, product, ctype, body string) map[string
 func (w *world) stable(id string) string {
 	if _, ok := w.ids[id]; !ok {
 		n := len(w.ids) + 1
-		// Job ids end in 16 random hex digits after a clock-derived part.
+		// Job ids end in 16 random hex digits after a clock-derived part;
+		// a keyed id is all hash.
 		w.ids[id] = id[:len(id)-16] + fmt.Sprintf("%016d", n)
+		if keyedID.MatchString(id) {
+			w.ids[id] = fmt.Sprintf("k%024d", n)
+		}
 	}
 	return id
 }
@@ -110,7 +114,10 @@ func (w *world) heartbeat(token string, caps, repos []string) {
 
 var (
 	// Ids the coordinator makes: a letter, 13 hex digits of clock, 16 random.
-	randomID       = regexp.MustCompile(`\b[a-z][0-9a-f]{13}[0-9a-f]{16}\b`)
+	randomID = regexp.MustCompile(`\b[a-z][0-9a-f]{13}[0-9a-f]{16}\b`)
+	// Ids made of a key (kernel.KeyedID): a child's key is its parent's
+	// own, so its id is as random as the parent's.
+	keyedID        = regexp.MustCompile(`\bk[0-9a-f]{24}\b`)
 	factoryTokenRE = regexp.MustCompile(`fft_[A-Za-z0-9_-]{20,}`)
 	hashRE         = regexp.MustCompile(`\b[0-9a-f]{64}\b`)
 	portRE         = regexp.MustCompile(`127\.0\.0\.1:\d+`)
@@ -118,6 +125,9 @@ var (
 
 func (w *world) scrub(s string) string {
 	for _, id := range randomID.FindAllString(s, -1) {
+		w.stable(id)
+	}
+	for _, id := range keyedID.FindAllString(s, -1) {
 		w.stable(id)
 	}
 	for id, stand := range w.ids {
@@ -266,8 +276,14 @@ func TestGolden(t *testing.T) {
 	// A composite job with two children (the DAG), and two jobs held at
 	// the review gate, delivered by the factory.
 	epic := w.submit("demo", manifest("Epic", "hello", "kind: composite\n"))
-	children, _ := json.Marshal(map[string]any{"children": []string{manifest("Part one", "hello", "idempotencyKey: part-1\n"), manifest("Part two", "web", "idempotencyKey: part-2\n")}})
-	w.api("POST", "/jobs/"+epic+"/children", opToken, "demo", "application/json", string(children))
+	// One at a time, a second apart: a child's id is made of its parent's,
+	// which is random, so lists ordered by age then id (the starving jobs
+	// in the metrics) would otherwise order these two at random.
+	for _, child := range []string{manifest("Part one", "hello", "idempotencyKey: part-1\n"), manifest("Part two", "web", "idempotencyKey: part-2\n")} {
+		w.clock.Advance(time.Second)
+		children, _ := json.Marshal(map[string]any{"children": []string{child}})
+		w.api("POST", "/jobs/"+epic+"/children", opToken, "demo", "application/json", string(children))
+	}
 	w.clock.Advance(time.Second)
 	// Only this factory has the docs repo, so it claims exactly these.
 	ftDocs := w.enroll("docs-box", "demo", caps, 1)
