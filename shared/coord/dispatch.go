@@ -397,11 +397,8 @@ func (c *Coordinator) retryUnroutable(ctx context.Context) {
 }
 
 // DeadLettered records that the broker gave up on a dispatch message, and
-// routes the job again if the message was its current dispatch: the same
-// epoch, to the same factory. Where a factory may publish to its own
-// dead-letter queue (the local broker: it dead-letters past the delivery
-// limit itself), a letter naming another factory's job would otherwise
-// void that factory's dispatch.
+// routes the job again if the message was its current dispatch (epoch and
+// target: a factory may publish to its own dead-letter queue locally).
 func (c *Coordinator) DeadLettered(ctx context.Context, msg protocol.DispatchMessage) error {
 	c.k.Counters.DeadLettered.Add(1)
 	_, err := c.k.MutateJob(ctx, msg.ProductID, msg.JobID, func(j *fleet.Job) error {
