@@ -195,16 +195,7 @@ func SanitizeText(s string, maxLen int) string {
 		if b.Len() >= limit {
 			break
 		}
-		switch {
-		case r == '\t' || r == '\n':
-			b.WriteRune(r)
-		case r < utf8.RuneSelf && unicode.IsControl(r):
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case unicode.IsControl(r) || IsBidiControl(r):
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteRune(r)
-		}
+		WriteShown(&b, r, true)
 	}
 	out := b.String()
 	if len(out) <= maxLen {
@@ -215,6 +206,28 @@ func SanitizeText(s string, maxLen int) string {
 		cut--
 	}
 	return out[:cut] + TruncatedMark
+}
+
+// WriteShown writes r to b as text is shown safely: a control character as
+// an escape (\x1b, \u0085), tab and newline kept when keepLayout is set
+// (else \t, \n: a one-line cell), a bidirectional control as \u202e, the
+// rest as it is. The one rule for stored text (SanitizeText) and for what a
+// client prints (fleetctl).
+func WriteShown(b *strings.Builder, r rune, keepLayout bool) {
+	switch {
+	case (r == '\t' || r == '\n') && keepLayout:
+		b.WriteRune(r)
+	case r == '\t':
+		b.WriteString(`\t`)
+	case r == '\n':
+		b.WriteString(`\n`)
+	case r < utf8.RuneSelf && unicode.IsControl(r):
+		fmt.Fprintf(b, `\x%02x`, r)
+	case unicode.IsControl(r) || IsBidiControl(r):
+		fmt.Fprintf(b, `\u%04x`, r)
+	default:
+		b.WriteRune(r)
+	}
 }
 
 // IsBidiControl reports the explicit bidirectional formatting characters

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"regexp"
 	"strings"
@@ -106,18 +105,7 @@ func display(s string) string {
 	}
 	var b strings.Builder
 	for _, r := range s {
-		switch {
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r < utf8.RuneSelf && needsEscape(r):
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case needsEscape(r):
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteRune(r)
-		}
+		fleet.WriteShown(&b, r, false)
 	}
 	return b.String()
 }
