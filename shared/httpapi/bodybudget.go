@@ -63,12 +63,10 @@ func (b *bodyBudget) read(w http.ResponseWriter, r *http.Request, limit int64) (
 	}
 	fail := func(err error) ([]byte, func(), error) {
 		release()
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) || errors.As(err, new(retryAfter)) {
+		if errors.As(err, new(retryAfter)) {
 			return nil, nil, err
 		}
-		// The client stopped sending mid-body: its fault, not ours.
-		return nil, nil, fleet.Invalid("", "could not read the request body: %v", err)
+		return nil, nil, bodyReadError(err)
 	}
 	if r.ContentLength >= 0 {
 		// The length is known: count it all at once, and allocate it once.

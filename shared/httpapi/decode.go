@@ -52,15 +52,21 @@ func readBodyUpTo(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, 
 		return nil, &http.MaxBytesError{Limit: limit}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		return nil, err
-	}
 	if err != nil {
-		// The client stopped sending mid-body: its fault, not ours.
-		return nil, fleet.Invalid("", "could not read the request body: %v", err)
+		return nil, bodyReadError(err)
 	}
 	return body, nil
+}
+
+// bodyReadError is a failed read of a request body as the client is told:
+// past the limit 413 (MaxBytesError) as it is, else 400: the client stopped
+// sending mid-body, its fault, not ours.
+func bodyReadError(err error) error {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return err
+	}
+	return fleet.Invalid("", "could not read the request body: %v", err)
 }
 
 // decodeBody decodes r's JSON body into dst strictly. With required unset an

@@ -236,7 +236,7 @@ func (s *server) jobPage(ctx context.Context, product string, stage fleet.Stage,
 		}
 		items, size := make([]json.RawMessage, 0, len(jobs)), 0
 		for _, j := range jobs {
-			b, err := json.Marshal(j)
+			b, err := rawJSON(j) // as writeJSON encodes, so measured as sent
 			if err != nil {
 				return nil, "", err
 			}

@@ -184,11 +184,10 @@ const maxResumeID = 32 << 10
 // resumeID is the id a client resumes after: Last-Event-ID, else ?after=.
 // field names where it came from, for the 400.
 func resumeID(r *http.Request) (id, field string, err error) {
-	switch {
-	case r.Header.Get(headerLastEventID) != "":
-		id, field = r.Header.Get(headerLastEventID), headerLastEventID
-	case r.URL.Query().Get("after") != "":
-		id, field = r.URL.Query().Get("after"), "after"
+	if id = r.Header.Get(headerLastEventID); id != "" {
+		field = headerLastEventID
+	} else if id = r.URL.Query().Get("after"); id != "" {
+		field = "after"
 	}
 	return id, field, checkResumeID(id, field)
 }
@@ -460,7 +459,7 @@ func rawJSON(v any) (json.RawMessage, error) {
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		return nil, fmt.Errorf("encode change: %w", err)
+		return nil, fmt.Errorf("encode: %w", err)
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

@@ -518,18 +518,8 @@ func TestProductEventsReplayPages(t *testing.T) {
 			last = b.id
 		}
 	}
-	for ended := false; !ended; {
-		select {
-		case b := <-s.blocks:
-			count(b)
-		case <-s.done:
-			for len(s.blocks) > 0 {
-				count(<-s.blocks)
-			}
-			ended = true
-		case <-time.After(10 * time.Second):
-			t.Fatal("the stream did not end after a page")
-		}
+	for b, ok := s.nextOrEnd(); ok; b, ok = s.nextOrEnd() {
+		count(b)
 	}
 	require.GreaterOrEqual(t, streamed, maxEventPage)
 	require.Less(t, streamed, n, "the stream ended after a page")
