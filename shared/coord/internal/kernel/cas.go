@@ -41,12 +41,16 @@ type DocKind[T any] struct {
 	Cache *ItemCache
 	// setRev stores the revision the document was read at.
 	SetRev func(*T, string)
+	// BeforeWrite, when set, readies a document for its write.
+	BeforeWrite func(*T)
 }
 
 // The document kinds more than one use-case package writes with CAS.
 var (
 	// JobDocs: MutateJob reads it through the job cache.
-	JobDocs     = DocKind[fleet.Job]{Name: "job", Container: store.Jobs, SetRev: func(j *fleet.Job, r string) { j.Rev = r }}
+	// Its growing fields are bounded before each write (EncodeJob).
+	JobDocs = DocKind[fleet.Job]{Name: "job", Container: store.Jobs, SetRev: func(j *fleet.Job, r string) { j.Rev = r },
+		BeforeWrite: (*fleet.Job).BoundGrowth}
 	FactoryDocs = DocKind[fleet.Factory]{Name: "factory", Container: store.Factories, SetRev: func(f *fleet.Factory, r string) { f.Rev = r }}
 	TokenDocs   = DocKind[fleet.Token]{Name: "token", Container: store.Tokens, SetRev: func(t *fleet.Token, r string) { t.Rev = r }}
 	ProductDocs = DocKind[fleet.Product]{Name: "product", Container: store.Products, SetRev: func(p *fleet.Product, r string) { p.Rev = r }}
@@ -104,7 +108,10 @@ func CAS[T any](ctx context.Context, c *Kernel, k DocKind[T], pk, id string, fn 
 			}
 			return nil, false, err
 		}
-		body, err := encode(v)
+		if k.BeforeWrite != nil {
+			k.BeforeWrite(v)
+		}
+		body, err := marshal(v)
 		if err != nil {
 			return nil, false, fmt.Errorf("encode %s %s: %w", k.Name, id, err)
 		}

@@ -26,15 +26,10 @@ var storeOptions = jsonv2.JoinOptions(jsonv1.DefaultOptionsV1(), jsontext.Escape
 
 func marshal(v any) ([]byte, error) { return jsonv2.Marshal(v, storeOptions) }
 
-// encode is how the kernel writes a document: a job's growing fields are
-// bounded first (fleet.Job.BoundGrowth), so no write of it outgrows the
-// store.
-func encode(v any) ([]byte, error) {
-	if j, ok := v.(*fleet.Job); ok {
-		j.BoundGrowth()
-	}
-	return marshal(v)
+// EncodeJob encodes j as the store keeps it, its growing fields bounded
+// first (fleet.Job.BoundGrowth), so no write of it outgrows the store; CAS
+// does the same through JobDocs.BeforeWrite.
+func EncodeJob(j *fleet.Job) ([]byte, error) {
+	j.BoundGrowth()
+	return marshal(j)
 }
-
-// EncodeJob encodes j as the store keeps it, its growing fields bounded.
-func EncodeJob(j *fleet.Job) ([]byte, error) { return encode(j) }
