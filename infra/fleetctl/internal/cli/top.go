@@ -457,7 +457,7 @@ func (m *topModel) viewDetail(b *strings.Builder) {
 		b.WriteString(topDim.Render("loading job "+m.open+"…") + "\n")
 	default:
 		j := m.detail.job
-		b.WriteString(topHead.Render("Job "+j.ID) + "  " + j.Title + "\n")
+		b.WriteString(topHead.Render("Job "+j.ID) + "  " + display(j.Title) + "\n")
 		fields := [][2]string{{"stage", string(j.Stage)}, {"repo", j.Repo}, {"priority", string(j.Priority)},
 			{"holder", orDash(j.HolderFactoryID)}, {"attempts", fmt.Sprintf("%d of %d", j.Attempts, j.MaxAttempts)},
 			{"capabilities", list(j.Capabilities)}, {"updated", m.a.ago(j.UpdatedAt) + " ago"}}
@@ -472,7 +472,7 @@ func (m *topModel) viewDetail(b *strings.Builder) {
 		}
 		b.WriteString(topHead.Render(fmt.Sprintf("Runs (%d)", len(m.detail.runs))) + "\n")
 		for _, r := range m.detail.runs {
-			fmt.Fprintf(b, "  %-3d %-16s %-10s %-18s %-20s %s\n", r.LeaseEpoch, r.FactoryID, r.Result, usageCell(r.Usage), engineCell(r), oneLine(r.Reason, 50))
+			fmt.Fprintf(b, "  %-3d %-16s %-10s %-18s %-20s %s\n", r.LeaseEpoch, r.FactoryID, r.Result, usageCell(r.Usage), engineCell(r), display(oneLine(r.Reason, 50)))
 		}
 		b.WriteString(m.logPane())
 	}

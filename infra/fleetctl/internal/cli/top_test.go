@@ -119,3 +119,24 @@ func TestTopDetailShowsTheLiveLog(t *testing.T) {
 	require.True(t, done)
 	require.Equal(t, []string{"", strconv.Itoa(100000 - logTailBytes)}, offsets)
 }
+
+// TestTopDetailEscapesStoredText: the detail's header (the job's title)
+// and its runs' reasons are shown escaped, as every other cell is: a title
+// stored before the API refused control and bidi characters, or an
+// engine's failure output, cannot command the terminal.
+func TestTopDetailEscapesStoredText(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	m := &topModel{a: &app{env: Env{Now: func() time.Time { return now }}}, ctx: t.Context(), product: "demo", interval: time.Minute, live: "live"}
+	job := fleet.Job{ID: "j1", Title: "Fix\rforged \u202etitle", Stage: fleet.StageBuilding, HolderFactoryID: "f1"}
+	m.Update(topDataMsg(topData{metrics: &api.Metrics{}, running: []fleet.Job{job}, at: now}))
+	m.Update(tea.KeyMsg{Type: tea.KeyEnter})
+	runs := []fleet.Run{{LeaseEpoch: 1, FactoryID: "f1", Result: fleet.RunFailed, Reason: "boom\x1b]0;owned\a"}}
+	m.Update(topDetailMsg{id: "j1", detail: &topDetail{job: &job, runs: runs}})
+	view := m.View()
+	require.Contains(t, view, `Fix\x0dforged \u202etitle`)
+	require.Contains(t, view, `boom\x1b]0;owned\x07`)
+	require.NotContains(t, view, "\r")
+	require.NotContains(t, view, "\u202e")
+	require.NotContains(t, view, "\x07")
+}
