@@ -230,6 +230,17 @@ func (t *timerTrigger) checkPastDue(ctx context.Context, now time.Time, kept *fu
 	return now.After(kept.Next)
 }
 
+// wait waits d on the trigger's clock, as its schedule does; false when
+// ctx ended first.
+func (t *timerTrigger) wait(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.clock.After(d):
+		return true
+	}
+}
+
 // run fires the timer until ctx ends.
 func (t *timerTrigger) run(ctx context.Context) {
 	now := t.clock.Now()
@@ -237,7 +248,7 @@ func (t *timerTrigger) run(ctx context.Context) {
 	pastDue := false
 	if t.monitor {
 		kept, err := t.loadStatus(ctx)
-		for try := 1; err != nil && try < statusReadTries && sleep(ctx, statusReadRetry); try++ {
+		for try := 1; err != nil && try < statusReadTries && t.wait(ctx, statusReadRetry); try++ {
 			kept, err = t.loadStatus(ctx) // a busy store's moment
 		}
 		if err != nil {

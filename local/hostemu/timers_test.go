@@ -200,6 +200,15 @@ func (r *timerRun) fire() *funchost.TimerInfo {
 	return ev.info
 }
 
+// waitOut expects the timer to wait exactly d and lets the time pass.
+func (r *timerRun) waitOut(d time.Duration) {
+	r.t.Helper()
+	ev := r.next()
+	require.Nil(r.t, ev.info, "want a wait of %s, the timer fired instead", d)
+	require.Equal(r.t, d, ev.wait)
+	r.clock.Set(ev.at.Add(d))
+}
+
 // waitThenFire expects the timer to wait exactly d, lets the time pass, and
 // expects the invocation.
 func (r *timerRun) waitThenFire(d time.Duration) *funchost.TimerInfo {
@@ -316,13 +325,18 @@ func TestTimerStatusKeptWhenItsReadFails(t *testing.T) {
 	t.Run("a read that fails once is tried again", func(t *testing.T) {
 		t.Parallel()
 		r := startTimer(t, "0 * * * * *", "", at("12:05:30"), &flakyStatus{memStatus: stored(t), fails: 1}, nil)
+		r.waitOut(statusReadRetry) // on the trigger's clock
 		require.True(t, r.fire().IsPastDue)
 	})
 	t.Run("reads that keep failing", func(t *testing.T) {
 		t.Parallel()
 		mem := stored(t)
 		r := startTimer(t, "0 * * * * *", "", at("12:05:30"), &flakyStatus{memStatus: mem, fails: statusReadTries}, nil)
-		info := r.waitThenFire(30 * time.Second)
+		for range statusReadTries - 1 {
+			r.waitOut(statusReadRetry)
+		}
+		// 12:06:00 comes the retries' wait later than at the start.
+		info := r.waitThenFire(30*time.Second - (statusReadTries-1)*statusReadRetry)
 		require.False(t, info.IsPastDue, "not known to be past due: the status was not read")
 		require.Equal(t, 60*time.Second, r.next().wait, "on schedule")
 		require.Equal(t, kept, keptOf(t, mem), "the kept status is not written over, at start or after a run")
