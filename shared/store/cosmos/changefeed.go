@@ -44,6 +44,9 @@ type feedToken struct {
 	Container string       `json:"c"`
 	Next      int          `json:"n"`
 	Ranges    []feedCursor `json:"r"`
+	// positions counts the ranges' read positions, found by check as it
+	// decodes the SDK's tokens (checkRangeCount bounds it).
+	positions int
 }
 
 type feedCursor struct {
@@ -78,7 +81,7 @@ func decodeFeedToken(s, containerName string) (feedToken, error) {
 	return t, nil
 }
 
-func (t feedToken) check(containerName string) error {
+func (t *feedToken) check(containerName string) error {
 	switch {
 	case t.V != feedTokenVersion:
 		return fmt.Errorf("continuation version %d, want %d", t.V, feedTokenVersion)
@@ -102,10 +105,14 @@ func (t feedToken) check(containerName string) error {
 		if i > 0 && t.Ranges[i-1].Max != r.Min {
 			return fmt.Errorf("continuation feed range %d does not follow range %d", i, i-1)
 		}
-		if r.Token != "" {
-			if _, err := decodeSDKToken(r); err != nil {
+		if r.Token == "" {
+			t.positions++
+		} else {
+			st, err := decodeSDKToken(r)
+			if err != nil {
 				return fmt.Errorf("continuation feed range %d: %w", i, err)
 			}
+			t.positions += len(st.Continuation)
 		}
 		if r.From == "" {
 			continue
@@ -206,20 +213,8 @@ func checkRangeCount(t feedToken, current int) error {
 	if len(t.Ranges) > limit {
 		return fmt.Errorf("continuation lists %d feed ranges, the container has %d", len(t.Ranges), current)
 	}
-	positions := 0
-	for _, r := range t.Ranges {
-		if r.Token == "" {
-			positions++
-			continue
-		}
-		st, err := decodeSDKToken(r) // checked when decoded
-		if err != nil {
-			return err
-		}
-		positions += len(st.Continuation)
-	}
-	if positions > limit {
-		return fmt.Errorf("continuation lists %d positions, the container has %d feed ranges", positions, current)
+	if t.positions > limit {
+		return fmt.Errorf("continuation lists %d positions, the container has %d feed ranges", t.positions, current)
 	}
 	return nil
 }
